@@ -1,0 +1,64 @@
+//! The core's one error enum: the only fallible operations here parse user-written values.
+
+use thiserror::Error;
+
+/// A quantity that could not be parsed; `why` says what was wrong with `input`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid quantity {input:?}: {why}")]
+pub struct QuantityError {
+    /// The text that was rejected.
+    pub input: String,
+    /// A short reason.
+    pub why: &'static str,
+}
+
+/// Errors from turning user-written values into core vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CoreError {
+    /// A resource quantity did not parse.
+    #[error("parsing resource {resource}: {source}")]
+    ParseQuantity {
+        /// The resource name the quantity was given for.
+        resource: String,
+        /// What was wrong.
+        source: QuantityError,
+    },
+    /// A resource quantity that must be whole (devices, pods, bytes of memory are rounded) was
+    /// fractional or negative.
+    #[error("resource {resource}: {why}")]
+    InvalidResource {
+        /// The resource name.
+        resource: String,
+        /// What was wrong.
+        why: String,
+    },
+    /// A label-selector or node-affinity operator was not one Kubernetes knows.
+    #[error("unknown operator {0:?} (expected In, NotIn, Exists, DoesNotExist, Gt or Lt)")]
+    UnknownOperator(String),
+    /// An operator was given values it cannot take.
+    #[error("operator {operator} on key {key:?}: {why}")]
+    InvalidRequirement {
+        /// The label key.
+        key: String,
+        /// The operator.
+        operator: String,
+        /// What was wrong.
+        why: String,
+    },
+    /// A taint or toleration field had a value Kubernetes rejects.
+    #[error("invalid {what}: {why}")]
+    InvalidTaint {
+        /// Which field.
+        what: &'static str,
+        /// What was wrong.
+        why: String,
+    },
+    /// A MIG configuration name is not known for the GPU model.
+    #[error("unknown MIG configuration {config:?} for GPU model {model:?}")]
+    UnknownMigConfig {
+        /// The configuration name, e.g. `all-1g.10gb`.
+        config: String,
+        /// The GPU model.
+        model: String,
+    },
+}

@@ -1,0 +1,23 @@
+//! `autoscaler-core`: the pure planning core of gpu-autoscaler.
+//!
+//! Snapshot in, plan out. Nothing here does I/O, reads a clock (time is a parameter), spawns a
+//! task or draws an unseeded random number, and planning never fails: a pod that cannot be
+//! helped is returned as data with a reason. The only `Result`s parse user-written values.
+
+pub mod error;
+pub mod gpu;
+pub mod instance;
+pub mod labels;
+pub mod model;
+pub mod quantity;
+pub mod requirements;
+pub mod resources;
+pub mod taints;
+
+pub use error::{CoreError, QuantityError};
+pub use instance::{CapacityType, GpuSpec, InstanceType, Offering};
+pub use model::{DaemonSet, InFlightClaim, Node, Pod, PodKey, Pool, Snapshot};
+pub use quantity::Quantity;
+pub use requirements::{Labels, NodeSelector, Operator, Requirements};
+pub use resources::Resources;
+pub use taints::{Effect, Taint, Toleration};

@@ -1,0 +1,341 @@
+//! The cluster snapshot the planning functions read: pods, nodes, in-flight claims, DaemonSets
+//! and NodePools, already translated out of Kubernetes objects by the shell.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::instance::InstanceType;
+use crate::requirements::{Labels, NodeSelector, Requirements};
+use crate::resources::Resources;
+use crate::taints::{Taint, Toleration};
+
+/// `namespace/name` of a pod.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PodKey {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl fmt::Display for PodKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A share of one GPU device (never pooled across devices): e.g. 470/1000 of one GPU as in the
+/// Alibaba openb trace, or HAMi's `gpucores` percent scaled to thousandths.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GpuShare {
+    /// The device resource the share is taken from (`nvidia.com/gpu`).
+    pub resource: String,
+    /// Thousandths of one device, 1..=1000.
+    pub milli: u32,
+}
+
+/// `topologySpreadConstraints` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TopologySpread {
+    /// Largest allowed difference between the fullest and the emptiest domain.
+    pub max_skew: u32,
+    /// Domain key: `topology.kubernetes.io/zone` or `kubernetes.io/hostname`.
+    pub topology_key: String,
+    /// Which pods count (same namespace).
+    pub selector: Requirements,
+    /// `DoNotSchedule` (true) or `ScheduleAnyway` (false, ignored by planning).
+    pub hard: bool,
+}
+
+/// A required pod (anti-)affinity term.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PodAffinityTerm {
+    /// Domain key.
+    pub topology_key: String,
+    /// Which pods the term is about (same namespace).
+    pub selector: Requirements,
+}
+
+/// A pod, as the planner needs it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pod {
+    /// Identity.
+    pub key: PodKey,
+    /// Effective requests: max(sum of containers, largest init container) + overhead, with
+    /// `pods = 1`. A [`GpuShare`] is not in here.
+    pub requests: Resources,
+    /// A fractional share of one GPU, if the pod asks for one.
+    pub gpu_share: Option<GpuShare>,
+    /// Pod labels.
+    pub labels: Labels,
+    /// Pod annotations (disruption reads do-not-disrupt / safe-to-evict).
+    pub annotations: Labels,
+    /// nodeSelector AND (OR of required node affinity terms).
+    pub node_selector: NodeSelector,
+    /// Preferred node affinity: (weight, term).
+    pub preferred: Vec<(i32, Requirements)>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Topology spread constraints.
+    pub spread: Vec<TopologySpread>,
+    /// Required pod anti-affinity terms.
+    pub anti_affinity: Vec<PodAffinityTerm>,
+    /// Required pod affinity terms.
+    pub affinity: Vec<PodAffinityTerm>,
+    /// Priority.
+    pub priority: i32,
+    /// All-or-nothing group this pod belongs to (gang or ProvisioningRequest).
+    pub group: Option<String>,
+    /// Controller kind of the owner (`ReplicaSet`, `Job`, `DaemonSet`...), `None` for bare pods.
+    pub owner_kind: Option<String>,
+    /// Whether the pod mounts local storage (emptyDir, hostPath).
+    pub local_storage: bool,
+    /// Whether this is a mirror (static) pod.
+    pub mirror: bool,
+}
+
+impl Pod {
+    /// Whether the pod belongs to a DaemonSet.
+    pub fn is_daemonset(&self) -> bool {
+        self.owner_kind.as_deref() == Some("DaemonSet")
+    }
+}
+
+/// An existing node with the pods bound to it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// Node name.
+    pub name: String,
+    /// Labels (zone, instance type, GPU labels...).
+    pub labels: Labels,
+    /// Annotations.
+    pub annotations: Labels,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Allocatable as reported by the kubelet.
+    pub allocatable: Resources,
+    /// Bound pods, DaemonSet and mirror pods included.
+    pub pods: Vec<Pod>,
+    /// Cordoned.
+    pub unschedulable: bool,
+    /// Being deleted (deletionTimestamp set or marked for disruption).
+    pub deleting: bool,
+    /// Owning NodePool, when managed.
+    pub pool: Option<String>,
+    /// Instance type name, when known.
+    pub instance_type: Option<String>,
+    /// Hourly price, when known.
+    pub price: Option<f64>,
+    /// When the node was created, seconds on the caller's clock.
+    pub created_at: i64,
+    /// Whether the node is initialized (Ready, startup taints gone, device plugin up).
+    pub initialized: bool,
+    /// The NodeClaim behind the node, when managed.
+    pub claim: Option<String>,
+}
+
+/// A NodeClaim launched but not initialized yet: its capacity is *in flight*.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InFlightClaim {
+    /// NodeClaim name.
+    pub name: String,
+    /// Owning NodePool.
+    pub pool: String,
+    /// Candidate instance types; once launched, the one chosen.
+    pub instance_types: Vec<String>,
+    /// Resolved requirements (zone, capacity type...).
+    pub requirements: Requirements,
+    /// Pods already bound to its node, if the node registered.
+    pub pods: Vec<Pod>,
+    /// When the claim was created, seconds on the caller's clock.
+    pub created_at: i64,
+}
+
+/// A DaemonSet, for per-node overhead.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DaemonSet {
+    /// `namespace/name`.
+    pub name: String,
+    /// Effective requests of one of its pods.
+    pub requests: Resources,
+    /// Where it runs.
+    pub node_selector: NodeSelector,
+    /// Its tolerations.
+    pub tolerations: Vec<Toleration>,
+}
+
+/// Time-slicing configuration of a NodePool.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TimeSlicing {
+    /// Replicas per physical GPU (>= 2).
+    pub replicas: u32,
+    /// Advertise `<resource>.shared` instead of `<resource>`.
+    pub rename: bool,
+}
+
+/// MIG strategy of the GPU Operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MigStrategy {
+    /// Each MIG instance is advertised as one `nvidia.com/gpu`.
+    Single,
+    /// Each profile is its own resource, `nvidia.com/mig-<profile>`.
+    Mixed,
+}
+
+/// MIG configuration of a NodePool.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MigSharing {
+    /// Layout name (`all-1g.10gb`, `all-balanced`, `all-disabled`).
+    pub config: String,
+    /// Strategy.
+    pub strategy: MigStrategy,
+}
+
+/// How a NodePool shares its GPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GpuSharing {
+    /// Time-slicing, if any.
+    pub time_slicing: Option<TimeSlicing>,
+    /// MIG, if any.
+    pub mig: Option<MigSharing>,
+    /// Whether pods may take fractional shares of single devices on this pool's nodes.
+    pub fractional: bool,
+}
+
+/// NodePool limits; an absent entry is unlimited.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Per resource, in [`Resources`] units.
+    pub resources: BTreeMap<String, i64>,
+    /// Total nodes.
+    pub nodes: Option<i64>,
+    /// Physical GPUs per GPU model (catalog model name, e.g. `H100`).
+    pub gpus_by_model: BTreeMap<String, i64>,
+}
+
+/// When consolidation may act on a NodePool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsolidationPolicy {
+    /// Only empty nodes are removed.
+    WhenEmpty,
+    /// Empty and under-utilized nodes are removed or replaced.
+    WhenEmptyOrUnderutilized,
+}
+
+/// Why a node is disrupted; budgets may be limited to some reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DisruptionReason {
+    /// The node has no workload pods.
+    Empty,
+    /// The node's pods fit elsewhere, or on a cheaper replacement.
+    Underutilized,
+    /// The node drifted from its NodePool's spec.
+    Drifted,
+}
+
+/// How many nodes may be disrupted at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BudgetValue {
+    /// At most this many nodes.
+    Count(u32),
+    /// At most this percent of the pool's nodes (rounded down... as Karpenter: rounded up).
+    Percent(u32),
+}
+
+/// One disruption budget.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Budget {
+    /// The allowance.
+    pub nodes: BudgetValue,
+    /// Reasons it applies to; empty = all.
+    pub reasons: Vec<DisruptionReason>,
+}
+
+/// Disruption settings of a NodePool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionPolicy {
+    /// Consolidation policy.
+    pub consolidation_policy: ConsolidationPolicy,
+    /// Seconds a node must be stable before consolidation acts.
+    pub consolidate_after_s: i64,
+    /// GPU-utilization threshold in [0, 1].
+    pub gpu_utilization_threshold: f64,
+    /// CPU/memory utilization threshold in [0, 1] for non-GPU nodes.
+    pub utilization_threshold: f64,
+    /// Seconds a node must stay unneeded before removal.
+    pub unneeded_s: i64,
+    /// Budgets.
+    pub budgets: Vec<Budget>,
+}
+
+impl Default for DisruptionPolicy {
+    fn default() -> Self {
+        DisruptionPolicy {
+            consolidation_policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+            consolidate_after_s: 0,
+            gpu_utilization_threshold: 0.5,
+            utilization_threshold: 0.5,
+            unneeded_s: 600,
+            budgets: vec![Budget {
+                nodes: BudgetValue::Percent(10),
+                reasons: vec![],
+            }],
+        }
+    }
+}
+
+/// A NodePool in the core's vocabulary, with its catalog.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pool {
+    /// Name.
+    pub name: String,
+    /// Higher weight is tried first.
+    pub weight: i32,
+    /// Labels put on every node.
+    pub labels: Labels,
+    /// Taints put on every node; pods must tolerate them.
+    pub taints: Vec<Taint>,
+    /// Taints present until an agent removes them; pods need not tolerate them.
+    pub startup_taints: Vec<Taint>,
+    /// Which instance types, zones and capacity types may be used.
+    pub requirements: Requirements,
+    /// GPU sharing.
+    pub sharing: GpuSharing,
+    /// Limits.
+    pub limits: Limits,
+    /// Minimum node count.
+    pub min_nodes: u32,
+    /// Disruption settings.
+    pub disruption: DisruptionPolicy,
+    /// The instance types this pool's provider class can launch (before sharing is applied).
+    pub instance_types: Arc<Vec<InstanceType>>,
+}
+
+/// An all-or-nothing group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    /// Group id as pods reference it.
+    pub name: String,
+    /// How many members must get capacity together (the group's pods in the snapshot count).
+    pub min_count: u32,
+}
+
+/// Everything the planner reads.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Pending pods to place.
+    pub pending: Vec<Pod>,
+    /// Existing nodes.
+    pub nodes: Vec<Node>,
+    /// Claims launched but not initialized.
+    pub in_flight: Vec<InFlightClaim>,
+    /// DaemonSets.
+    pub daemonsets: Vec<DaemonSet>,
+    /// NodePools.
+    pub pools: Vec<Pool>,
+    /// All-or-nothing groups by name.
+    pub groups: BTreeMap<String, Group>,
+}

@@ -1,0 +1,385 @@
+//! `Resources`: exact integer amounts of every resource a pod can request or a node can offer.
+//!
+//! cpu is kept in millicores; memory and ephemeral storage in bytes; pods as a count; every
+//! other (extended) resource in whole units, keyed by its full name (`nvidia.com/gpu`,
+//! `nvidia.com/mig-1g.10gb`, `aws.amazon.com/neuron`...). Zero amounts are never stored in the
+//! extended map, so two equal vectors compare equal.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CoreError;
+use crate::quantity::{Quantity, format_bytes, format_cpu};
+
+/// Well-known resource names.
+pub mod names {
+    /// CPU, in millicores inside [`super::Resources`].
+    pub const CPU: &str = "cpu";
+    /// Memory, in bytes.
+    pub const MEMORY: &str = "memory";
+    /// Local ephemeral storage, in bytes.
+    pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+    /// Pod slots.
+    pub const PODS: &str = "pods";
+    /// NVIDIA whole GPUs (or MIG instances under the single strategy, or time-sliced replicas).
+    pub const NVIDIA_GPU: &str = "nvidia.com/gpu";
+    /// AMD GPUs.
+    pub const AMD_GPU: &str = "amd.com/gpu";
+}
+
+/// An exact vector of resource amounts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Resources {
+    /// Millicores.
+    pub cpu: i64,
+    /// Bytes.
+    pub memory: i64,
+    /// Bytes.
+    pub ephemeral_storage: i64,
+    /// Pod count.
+    pub pods: i64,
+    /// Every other resource in whole units; zero entries are never stored.
+    pub extended: BTreeMap<String, i64>,
+}
+
+/// The first resource in which a request exceeds what is free.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    /// The resource name.
+    pub resource: String,
+    /// How much was asked for.
+    pub requested: i64,
+    /// How much was available.
+    pub available: i64,
+}
+
+impl Resources {
+    /// The empty vector.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parses `name: quantity` pairs as they appear in a pod spec or NodePool limits.
+    ///
+    /// # Errors
+    /// [`CoreError::ParseQuantity`] for a malformed quantity, [`CoreError::InvalidResource`] for
+    /// a negative amount or a fractional amount of an extended resource.
+    pub fn parse<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self, CoreError> {
+        let mut r = Resources::new();
+        for (name, value) in pairs {
+            let q = Quantity::parse(value).map_err(|source| CoreError::ParseQuantity {
+                resource: name.to_string(),
+                source,
+            })?;
+            r.add_quantity(name, q)?;
+        }
+        Ok(r)
+    }
+
+    /// Adds one parsed quantity of resource `name`.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidResource`] when `q` is negative, too large, or a fractional amount of a
+    /// resource counted in whole units other than memory-like byte counts (which round up).
+    pub fn add_quantity(&mut self, name: &str, q: Quantity) -> Result<(), CoreError> {
+        let invalid = |why: &str| CoreError::InvalidResource {
+            resource: name.to_string(),
+            why: why.to_string(),
+        };
+        if q.is_negative() {
+            return Err(invalid("must not be negative"));
+        }
+        let amount = match name {
+            names::CPU => q.millis(),
+            names::MEMORY | names::EPHEMERAL_STORAGE => q.units_ceil(),
+            _ if name.starts_with("hugepages-") => q.units_ceil(),
+            _ => {
+                if !q.is_whole() {
+                    return Err(invalid("must be a whole number"));
+                }
+                q.units_ceil()
+            }
+        };
+        let amount = i64::try_from(amount).map_err(|_| invalid("too large"))?;
+        let cur = self.get(name);
+        self.set(name, cur.saturating_add(amount));
+        Ok(())
+    }
+
+    /// Builder: sets `name` to `amount` (in this type's units) and returns self.
+    pub fn with(mut self, name: &str, amount: i64) -> Self {
+        self.set(name, amount);
+        self
+    }
+
+    /// The amount of `name` (0 when absent).
+    pub fn get(&self, name: &str) -> i64 {
+        match name {
+            names::CPU => self.cpu,
+            names::MEMORY => self.memory,
+            names::EPHEMERAL_STORAGE => self.ephemeral_storage,
+            names::PODS => self.pods,
+            _ => self.extended.get(name).copied().unwrap_or(0),
+        }
+    }
+
+    /// Sets the amount of `name`.
+    pub fn set(&mut self, name: &str, amount: i64) {
+        match name {
+            names::CPU => self.cpu = amount,
+            names::MEMORY => self.memory = amount,
+            names::EPHEMERAL_STORAGE => self.ephemeral_storage = amount,
+            names::PODS => self.pods = amount,
+            _ => {
+                if amount == 0 {
+                    self.extended.remove(name);
+                } else {
+                    self.extended.insert(name.to_string(), amount);
+                }
+            }
+        }
+    }
+
+    /// Every non-zero (name, amount) pair, standard resources first, then extended by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, i64)> + '_ {
+        [
+            (names::CPU, self.cpu),
+            (names::MEMORY, self.memory),
+            (names::EPHEMERAL_STORAGE, self.ephemeral_storage),
+            (names::PODS, self.pods),
+        ]
+        .into_iter()
+        .filter(|(_, v)| *v != 0)
+        .chain(self.extended.iter().map(|(k, v)| (k.as_str(), *v)))
+    }
+
+    /// Whether every amount is zero.
+    pub fn is_zero(&self) -> bool {
+        self.cpu == 0
+            && self.memory == 0
+            && self.ephemeral_storage == 0
+            && self.pods == 0
+            && self.extended.is_empty()
+    }
+
+    /// Adds `other` in place (saturating).
+    pub fn add(&mut self, other: &Resources) {
+        self.cpu = self.cpu.saturating_add(other.cpu);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
+        self.pods = self.pods.saturating_add(other.pods);
+        for (k, v) in &other.extended {
+            let cur = self.extended.get(k).copied().unwrap_or(0);
+            self.set(k, cur.saturating_add(*v));
+        }
+    }
+
+    /// Subtracts `other` in place; amounts may go negative (callers check with [`Self::fits_in`]
+    /// first when that matters).
+    pub fn sub(&mut self, other: &Resources) {
+        self.cpu = self.cpu.saturating_sub(other.cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
+        self.pods = self.pods.saturating_sub(other.pods);
+        for (k, v) in &other.extended {
+            let cur = self.extended.get(k).copied().unwrap_or(0);
+            self.set(k, cur.saturating_sub(*v));
+        }
+    }
+
+    /// `self + other`.
+    pub fn plus(&self, other: &Resources) -> Resources {
+        let mut r = self.clone();
+        r.add(other);
+        r
+    }
+
+    /// `self - other`.
+    pub fn minus(&self, other: &Resources) -> Resources {
+        let mut r = self.clone();
+        r.sub(other);
+        r
+    }
+
+    /// Per-resource maximum (used for init containers: max(init, sum of app containers)).
+    pub fn max(&self, other: &Resources) -> Resources {
+        let mut r = Resources {
+            cpu: self.cpu.max(other.cpu),
+            memory: self.memory.max(other.memory),
+            ephemeral_storage: self.ephemeral_storage.max(other.ephemeral_storage),
+            pods: self.pods.max(other.pods),
+            extended: self.extended.clone(),
+        };
+        for (k, v) in &other.extended {
+            let cur = r.get(k);
+            r.set(k, cur.max(*v));
+        }
+        r
+    }
+
+    /// Per-resource minimum over the names present in either side.
+    pub fn min(&self, other: &Resources) -> Resources {
+        let mut r = Resources {
+            cpu: self.cpu.min(other.cpu),
+            memory: self.memory.min(other.memory),
+            ephemeral_storage: self.ephemeral_storage.min(other.ephemeral_storage),
+            pods: self.pods.min(other.pods),
+            extended: BTreeMap::new(),
+        };
+        for (k, v) in &self.extended {
+            r.set(k, (*v).min(other.get(k)));
+        }
+        for (k, v) in &other.extended {
+            r.set(k, (*v).min(self.get(k)));
+        }
+        r
+    }
+
+    /// `Ok` when every amount requested (`self`) is at most what `available` offers; otherwise the
+    /// first shortfall, standard resources first, then extended ones by name.
+    pub fn fits_in(&self, available: &Resources) -> Result<(), Shortfall> {
+        let short = |resource: &str, requested: i64, available: i64| Shortfall {
+            resource: resource.to_string(),
+            requested,
+            available,
+        };
+        if self.cpu > available.cpu {
+            return Err(short(names::CPU, self.cpu, available.cpu));
+        }
+        if self.memory > available.memory {
+            return Err(short(names::MEMORY, self.memory, available.memory));
+        }
+        if self.ephemeral_storage > available.ephemeral_storage && self.ephemeral_storage > 0 {
+            return Err(short(
+                names::EPHEMERAL_STORAGE,
+                self.ephemeral_storage,
+                available.ephemeral_storage,
+            ));
+        }
+        if self.pods > available.pods {
+            return Err(short(names::PODS, self.pods, available.pods));
+        }
+        for (k, v) in &self.extended {
+            let have = available.get(k);
+            if *v > have {
+                return Err(short(k, *v, have));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether [`Self::fits_in`] succeeds.
+    pub fn fits(&self, available: &Resources) -> bool {
+        self.fits_in(available).is_ok()
+    }
+}
+
+/// Renders an amount of `name` in Kubernetes notation.
+pub fn format_amount(name: &str, amount: i64) -> String {
+    match name {
+        names::CPU => format_cpu(amount),
+        names::MEMORY | names::EPHEMERAL_STORAGE => format_bytes(amount),
+        _ => amount.to_string(),
+    }
+}
+
+impl fmt::Display for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (k, v) in self.iter() {
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            write!(f, "{k}={}", format_amount(k, v))?;
+        }
+        if first {
+            f.write_str("{}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} requested {} but {} available",
+            self.resource,
+            format_amount(&self.resource, self.requested),
+            format_amount(&self.resource, self.available)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_pod_style_requests() {
+        let r = Resources::parse([
+            ("cpu", "1500m"),
+            ("memory", "2Gi"),
+            ("nvidia.com/gpu", "2"),
+            ("ephemeral-storage", "10G"),
+        ])
+        .unwrap();
+        assert_eq!(r.cpu, 1500);
+        assert_eq!(r.memory, 2 << 30);
+        assert_eq!(r.ephemeral_storage, 10_000_000_000);
+        assert_eq!(r.get("nvidia.com/gpu"), 2);
+        assert_eq!(
+            r.to_string(),
+            "cpu=1500m,memory=2Gi,ephemeral-storage=10000000000,nvidia.com/gpu=2"
+        );
+    }
+
+    #[test]
+    fn rejects_fractional_devices_and_negatives_naming_the_resource() {
+        let e = Resources::parse([("nvidia.com/gpu", "0.5")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "resource nvidia.com/gpu: must be a whole number"
+        );
+        let e = Resources::parse([("cpu", "-1")]).unwrap_err();
+        assert_eq!(e.to_string(), "resource cpu: must not be negative");
+        let e = Resources::parse([("memory", "12Qi")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("parsing resource memory: invalid quantity \"12Qi\"")
+        );
+    }
+
+    #[test]
+    fn fit_reports_first_shortfall() {
+        let req = Resources::new().with("cpu", 1000).with("nvidia.com/gpu", 4);
+        let free = Resources::new().with("cpu", 4000).with("nvidia.com/gpu", 2);
+        let s = req.fits_in(&free).unwrap_err();
+        assert_eq!(s.to_string(), "nvidia.com/gpu requested 4 but 2 available");
+        assert!(req.fits(&free.clone().with("nvidia.com/gpu", 4)));
+    }
+
+    #[test]
+    fn zero_extended_entries_vanish() {
+        let mut a = Resources::new().with("x/y", 2);
+        a.sub(&Resources::new().with("x/y", 2));
+        assert_eq!(a, Resources::new());
+        assert_eq!(
+            Resources::new()
+                .with("a/b", 1)
+                .max(&Resources::new().with("c/d", 2))
+                .extended
+                .len(),
+            2
+        );
+    }
+}

@@ -1,0 +1,2 @@
+//! The `gpu-autoscaler` command line.
+fn main() {}
