@@ -61,4 +61,13 @@ pub enum CoreError {
         /// The GPU model.
         model: String,
     },
+    /// GPU sharing the instance type's GPU cannot do: MIG on a GPU without MIG, a MIG layout the
+    /// strategy cannot express, time-slicing of a non-NVIDIA device.
+    #[error("GPU sharing on GPU model {model:?}: {why}")]
+    InvalidGpuSharing {
+        /// The GPU model as the catalog names it.
+        model: String,
+        /// What cannot be done and what would work instead.
+        why: String,
+    },
 }

@@ -4,11 +4,14 @@
 //! task or draws an unseeded random number, and planning never fails: a pod that cannot be
 //! helped is returned as data with a reason. The only `Result`s parse user-written values.
 
+pub mod builders;
 pub mod error;
 pub mod gpu;
 pub mod instance;
 pub mod labels;
 pub mod model;
+pub mod plan;
+pub mod provision;
 pub mod quantity;
 pub mod requirements;
 pub mod resources;
@@ -17,6 +20,8 @@ pub mod taints;
 pub use error::{CoreError, QuantityError};
 pub use instance::{CapacityType, GpuSpec, InstanceType, Offering};
 pub use model::{DaemonSet, InFlightClaim, Node, Pod, PodKey, Pool, Snapshot};
+pub use plan::Plan;
+pub use provision::plan_provisioning;
 pub use quantity::Quantity;
 pub use requirements::{Labels, NodeSelector, Operator, Requirements};
 pub use resources::Resources;

@@ -1,0 +1,120 @@
+//! The provisioning plan: where every pending pod goes, the NodeClaims to create, and why the
+//! pods that cannot be helped cannot be.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::instance::CapacityType;
+use crate::model::PodKey;
+use crate::requirements::{Labels, Requirements};
+use crate::resources::Resources;
+use crate::taints::Taint;
+
+/// A pod put on an existing node or an in-flight claim.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The pod.
+    pub pod: PodKey,
+    /// Node name (existing) or NodeClaim name (in flight).
+    pub target: String,
+}
+
+/// One acceptable instance type of a new claim.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClaimOption {
+    /// Instance type name.
+    pub instance_type: String,
+    /// Cheapest acceptable offering's hourly price.
+    pub price: f64,
+    /// Acceptable (zone, capacity type, price) offerings, cheapest first.
+    pub offerings: Vec<(String, CapacityType, f64)>,
+}
+
+/// A NodeClaim the plan wants created.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewClaim {
+    /// Plan-local name (`<pool>-<n>`); the shell makes it unique in the cluster.
+    pub name: String,
+    /// Owning NodePool.
+    pub pool: String,
+    /// Acceptable instance types, cheapest first, at most the configured maximum (60); every
+    /// one of them fits every pod of the claim plus DaemonSet overhead.
+    pub instance_types: Vec<ClaimOption>,
+    /// Resolved requirements: the pool's, the pods' node affinity and any zone pinning.
+    pub requirements: Requirements,
+    /// Labels the node gets from its NodePool.
+    pub labels: Labels,
+    /// Taints the node gets.
+    pub taints: Vec<Taint>,
+    /// Startup taints the node gets.
+    pub startup_taints: Vec<Taint>,
+    /// Pods planned onto it.
+    pub pods: Vec<PodKey>,
+    /// Sum of the pods' requests (fractional GPU shares as whole devices opened).
+    pub requests: Resources,
+    /// Hourly price of the cheapest option.
+    pub price: f64,
+    /// Physical GPUs of the cheapest option.
+    pub gpus: u32,
+}
+
+/// A pod the plan could not help, with a human-readable reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unschedulable {
+    /// The pod.
+    pub pod: PodKey,
+    /// Why, e.g. `no instance type in NodePool gpu-train offers 16 nvidia.com/gpu`.
+    pub reason: String,
+}
+
+/// The result of [`crate::provision::plan_provisioning`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Pods that fit on existing nodes.
+    pub existing: Vec<Placement>,
+    /// Pods that fit on claims already in flight.
+    pub in_flight: Vec<Placement>,
+    /// Claims to create.
+    pub new_claims: Vec<NewClaim>,
+    /// Pods that cannot be helped.
+    pub unschedulable: Vec<Unschedulable>,
+}
+
+impl Plan {
+    /// Hourly cost of the new claims (cheapest option of each).
+    pub fn new_cost(&self) -> f64 {
+        self.new_claims.iter().map(|c| c.price).sum()
+    }
+
+    /// A compact, stable text rendering for snapshot tests and `explain`.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for p in &self.existing {
+            let _ = writeln!(s, "existing {} -> {}", p.pod, p.target);
+        }
+        for p in &self.in_flight {
+            let _ = writeln!(s, "in-flight {} -> {}", p.pod, p.target);
+        }
+        for c in &self.new_claims {
+            let types: Vec<&str> = c.instance_types.iter().map(|o| o.instance_type.as_str()).collect();
+            let pods: Vec<String> = c.pods.iter().map(|p| p.name.clone()).collect();
+            let _ = writeln!(
+                s,
+                "claim {} pool={} price={:.3} types=[{}] pods=[{}]",
+                c.name,
+                c.pool,
+                c.price,
+                types.join(","),
+                pods.join(",")
+            );
+            if !c.requirements.is_empty() {
+                let _ = writeln!(s, "  requirements: {}", c.requirements);
+            }
+        }
+        for u in &self.unschedulable {
+            let _ = writeln!(s, "unschedulable {}: {}", u.pod, u.reason);
+        }
+        s
+    }
+}

@@ -1,0 +1,1407 @@
+//! `plan_provisioning`: the pure function from a cluster snapshot to a provisioning plan.
+//!
+//! Pods are taken largest first (whole GPUs, GPU shares, cpu, memory, then name, so the order
+//! is total and the plan deterministic). Each pod goes to the first place it fits, in this
+//! order: an existing node, a claim already in flight, a claim this plan has opened whose
+//! cheapest instance type still fits it, the open claim whose price grows least (when that
+//! growth costs less than a node of its own), and finally a new claim. A new claim keeps the
+//! *set* of instance types that fit all its pods; it narrows as pods are added. Members of an
+//! all-or-nothing group are placed together and rolled back together.
+//!
+//! The fit rules (resources with per-device GPU shares, labels, taints, topology) are written
+//! once here, in [`Fit`], and reused by disruption.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::gpu::apply_sharing;
+use crate::instance::{CapacityType, InstanceType, Offering};
+use crate::labels;
+use crate::model::{GpuShare, Pod, Pool, Snapshot};
+use crate::plan::{ClaimOption, NewClaim, Placement, Plan, Unschedulable};
+use crate::requirements::{Constraint, Labels, Requirements, ValueSet};
+use crate::resources::{Resources, format_amount};
+use crate::taints::{Taint, Toleration, untolerated};
+
+/// Tunables of the planner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanOptions {
+    /// Most instance types kept on one new claim (cheapest first).
+    pub max_instance_types: usize,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            max_instance_types: 60,
+        }
+    }
+}
+
+/// Plans capacity for every pending pod of `snapshot` with default options.
+///
+/// Never fails: a pod that cannot be helped is listed in [`Plan::unschedulable`] with a reason.
+/// The same snapshot always yields the same plan.
+pub fn plan_provisioning(snapshot: &Snapshot) -> Plan {
+    plan_with(snapshot, &PlanOptions::default())
+}
+
+/// [`plan_provisioning`] with explicit options.
+pub fn plan_with(snapshot: &Snapshot, options: &PlanOptions) -> Plan {
+    Planner::new(snapshot, options).run()
+}
+
+/// An instance type as a node of one pool would offer it: sharing applied, pool labels added,
+/// offerings restricted to the pool's requirements, DaemonSet overhead and reserve removed.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// Index of the pool in the snapshot.
+    pub pool: usize,
+    /// Instance type name.
+    pub name: String,
+    /// Node labels (type, pool, GPU Operator labels), without zone and capacity type.
+    pub labels: Labels,
+    /// What pods can use: capacity − reserve − DaemonSet overhead.
+    pub allocatable: Resources,
+    /// Capacity after sharing, counted against limits.
+    pub capacity: Resources,
+    /// Available offerings allowed by the pool, cheapest first.
+    pub offerings: Vec<Offering>,
+    /// Physical GPUs and their model.
+    pub gpus: (u32, Option<String>),
+    /// Whether the shape offers any GPU-class resource.
+    pub has_gpu: bool,
+}
+
+impl Shape {
+    /// Cheapest offering price allowed by `reqs` (zone and capacity type), if any.
+    fn price_under(&self, reqs: &Requirements) -> Option<f64> {
+        let zc = reqs.get(labels::ZONE);
+        let cc = reqs.get(labels::CAPACITY_TYPE);
+        self.offerings
+            .iter()
+            .find(|o| offering_allowed(o, zc, cc))
+            .map(|o| o.price)
+    }
+}
+
+fn offering_allowed(o: &Offering, zc: Option<&Constraint>, cc: Option<&Constraint>) -> bool {
+    zc.is_none_or(|c| c.matches(Some(&o.zone))) && cc.is_none_or(|c| c.matches(Some(o.capacity_type.as_str())))
+}
+
+/// Builds the shapes of every pool: what the planner and disruption both launch from.
+///
+/// Instance types whose sharing configuration is invalid for their GPU are left out (NodePool
+/// validation reports those to the user).
+pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
+    let mut shapes = Vec::new();
+    for (pi, pool) in snapshot.pools.iter().enumerate() {
+        for it in pool.instance_types.iter() {
+            if let Some(s) = shape_for(pi, pool, it, snapshot) {
+                shapes.push(s);
+            }
+        }
+    }
+    shapes
+}
+
+fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> Option<Shape> {
+    let shared = apply_sharing(it, &pool.sharing).ok()?;
+    let mut labels = shared.labels.clone();
+    for (k, v) in &pool.labels {
+        labels.insert(k.clone(), v.clone());
+    }
+    labels.insert(labels::NODEPOOL.into(), pool.name.clone());
+    // The pool's requirements on instance labels (zone and capacity type are per offering).
+    for (k, c) in pool.requirements.iter() {
+        if k == labels::ZONE || k == labels::CAPACITY_TYPE || k == labels::HOSTNAME {
+            continue;
+        }
+        if !c.matches(labels.get(k).map(String::as_str)) {
+            return None;
+        }
+    }
+    let zc = pool.requirements.get(labels::ZONE);
+    let cc = pool.requirements.get(labels::CAPACITY_TYPE);
+    let mut offerings: Vec<Offering> = shared
+        .offerings
+        .iter()
+        .filter(|o| o.available && offering_allowed(o, zc, cc))
+        .cloned()
+        .collect();
+    if offerings.is_empty() {
+        return None;
+    }
+    offerings.sort_by(|a, b| {
+        a.price
+            .total_cmp(&b.price)
+            .then_with(|| a.zone.cmp(&b.zone))
+            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+    });
+    let mut allocatable = shared.allocatable();
+    // DaemonSets that would run on this node: selector matches, taints tolerated (startup
+    // taints too, since DaemonSet pods start while they are present).
+    let all_taints: Vec<Taint> = pool.taints.iter().chain(&pool.startup_taints).cloned().collect();
+    for ds in &snapshot.daemonsets {
+        if ds.node_selector.matches(&labels) && untolerated(&ds.tolerations, &all_taints).is_none() {
+            allocatable.sub(&ds.requests);
+        }
+    }
+    let has_gpu = shared.capacity.has_gpu_class();
+    Some(Shape {
+        pool: pi,
+        name: shared.name.clone(),
+        labels,
+        allocatable,
+        capacity: shared.capacity.clone(),
+        offerings,
+        gpus: (
+            shared.gpu.as_ref().map_or(0, |g| g.count),
+            shared.gpu.as_ref().map(|g| g.model.clone()),
+        ),
+        has_gpu,
+    })
+}
+
+/// Whether a requirement term can hold on a new node of `shape` (labels, and some offering's
+/// zone and capacity type together).
+pub fn term_fits_shape(term: &Requirements, shape: &Shape) -> bool {
+    for (k, c) in term.iter() {
+        if k == labels::ZONE || k == labels::CAPACITY_TYPE {
+            continue;
+        }
+        if k == labels::HOSTNAME {
+            // A new node's name is unknown; only constraints that any fresh name meets hold.
+            if !(c.allow_absent || matches!(c.values, ValueSet::NotIn(_))) {
+                return false;
+            }
+            continue;
+        }
+        if !c.matches(shape.labels.get(k).map(String::as_str)) {
+            return false;
+        }
+    }
+    shape.price_under(term).is_some()
+}
+
+/// Device-level GPU accounting shared by every place a pod can go: fractional shares are
+/// packed per device (best fit), whole devices come from the free count.
+#[derive(Clone, Debug, Default)]
+pub struct Devices {
+    /// Free thousandths of each partially used device, with its resource.
+    pub partial: Vec<(String, u32)>,
+}
+
+impl Devices {
+    /// Where a share would go: `Some(index)` into `partial`, or `None` for a fresh device.
+    pub fn best_fit(&self, share: &GpuShare) -> Option<usize> {
+        self.partial
+            .iter()
+            .enumerate()
+            .filter(|(_, (r, free))| *r == share.resource && *free >= share.milli)
+            .min_by_key(|(i, (_, free))| (*free, *i))
+            .map(|(i, _)| i)
+    }
+
+    /// The extra whole devices a share costs: 0 when it fits a partial device, else 1.
+    pub fn extra_devices(&self, share: &GpuShare) -> i64 {
+        if share.milli >= 1000 {
+            return 1;
+        }
+        i64::from(self.best_fit(share).is_none())
+    }
+
+    /// Records a share; returns the whole devices it opened (0 or 1).
+    pub fn take(&mut self, share: &GpuShare) -> i64 {
+        if share.milli >= 1000 {
+            return 1;
+        }
+        match self.best_fit(share) {
+            Some(i) => {
+                self.partial[i].1 -= share.milli;
+                if self.partial[i].1 == 0 {
+                    self.partial.swap_remove(i);
+                }
+                0
+            }
+            None => {
+                self.partial.push((share.resource.clone(), 1000 - share.milli));
+                1
+            }
+        }
+    }
+}
+
+/// A pod's demand on a place: its requests plus the whole devices its share would open there.
+pub fn demand(pod: &Pod, devices: &Devices) -> Resources {
+    match &pod.gpu_share {
+        None => pod.requests.clone(),
+        Some(share) => {
+            let mut r = pod.requests.clone();
+            let extra = devices.extra_devices(share);
+            if extra > 0 {
+                let cur = r.get(&share.resource);
+                r.set(&share.resource, cur + extra);
+            }
+            r
+        }
+    }
+}
+
+/// Selector identity for topology counting: namespace plus label requirements.
+type SelKey = (String, Requirements);
+
+#[derive(Clone, Debug, PartialEq)]
+enum SlotKind {
+    Existing(usize),
+    InFlight(usize),
+    New,
+}
+
+/// A place pods can go: an existing node, an in-flight claim or a new claim.
+#[derive(Clone, Debug)]
+struct Slot {
+    kind: SlotKind,
+    name: String,
+    pool: Option<usize>,
+    /// Fixed labels (existing and in-flight); new claims use their candidates' labels.
+    labels: Labels,
+    taints: Vec<Taint>,
+    /// Existing and in-flight: allocatable; new claims: unused.
+    allocatable: Resources,
+    used: Resources,
+    devices: Devices,
+    /// New claims: accumulated requirements and candidate shapes (cheapest first).
+    reqs: Requirements,
+    candidates: Vec<usize>,
+    price: f64,
+    zone: Option<String>,
+    pods: Vec<usize>,
+    /// Matching-pod counts per selector id.
+    counts: Vec<u32>,
+    /// Anti-affinity terms of pods on this slot: (namespace, selector, topology key).
+    blocks: Vec<(String, Requirements, String)>,
+    /// Limit reservation of a new claim.
+    reserved: Resources,
+    reserved_models: BTreeMap<String, i64>,
+    open: bool,
+}
+
+/// Per-class data: pods with the same node selector and tolerations share these answers.
+#[derive(Debug)]
+struct Class {
+    terms: Vec<Requirements>,
+    tolerations: Vec<Toleration>,
+    /// Per shape: whether some term fits it and its taints are tolerated.
+    shape_ok: Vec<bool>,
+    /// Per slot: 0 unknown, 1 compatible, 2 not.
+    slot_ok: Vec<u8>,
+    /// Zones any node for this class could be in.
+    zones: BTreeSet<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct PoolUse {
+    resources: Resources,
+    nodes: i64,
+    models: BTreeMap<String, i64>,
+}
+
+#[derive(Clone)]
+struct State {
+    slots: Vec<Slot>,
+    usage: Vec<PoolUse>,
+    zone_counts: HashMap<(usize, String), u32>,
+    zone_blocks: Vec<(String, Requirements, String)>,
+    placed: Vec<Option<usize>>,
+    claims_opened: usize,
+}
+
+struct Planner<'a> {
+    snap: &'a Snapshot,
+    options: &'a PlanOptions,
+    shapes: Vec<Shape>,
+    pool_order: Vec<usize>,
+    classes: Vec<Class>,
+    class_of: Vec<usize>,
+    selectors: Vec<SelKey>,
+    /// Per pending pod: the selector ids its labels match.
+    matches: Vec<Vec<usize>>,
+    /// Per pending pod: (selector id, term) for spread, affinity, anti-affinity.
+    sel_of_spread: Vec<Vec<usize>>,
+    sel_of_affinity: Vec<Vec<usize>>,
+    sel_of_anti: Vec<Vec<usize>>,
+    /// Cost of the cheapest new node for each pod alone (for the grow-or-open decision).
+    alone_cost: Vec<Option<f64>>,
+    /// Whether any shape has a GPU (otherwise the GPU-avoidance rule costs nothing to skip).
+    any_gpu_shape: bool,
+    state: State,
+    reasons: Vec<Option<String>>,
+}
+
+fn sel_matches(sel: &SelKey, ns: &str, labels: &Labels) -> bool {
+    sel.0 == ns && sel.1.matches(labels)
+}
+
+impl<'a> Planner<'a> {
+    fn new(snap: &'a Snapshot, options: &'a PlanOptions) -> Self {
+        let shapes = build_shapes(snap);
+        let mut pool_order: Vec<usize> = (0..snap.pools.len()).collect();
+        pool_order.sort_by(|a, b| {
+            snap.pools[*b]
+                .weight
+                .cmp(&snap.pools[*a].weight)
+                .then_with(|| snap.pools[*a].name.cmp(&snap.pools[*b].name))
+        });
+
+        // Selectors used by the pending pods' topology terms.
+        let mut sel_index: HashMap<SelKey, usize> = HashMap::new();
+        let mut selectors: Vec<SelKey> = Vec::new();
+        let mut intern = |k: SelKey| -> usize {
+            if let Some(i) = sel_index.get(&k) {
+                return *i;
+            }
+            selectors.push(k.clone());
+            sel_index.insert(k, selectors.len() - 1);
+            selectors.len() - 1
+        };
+        let mut sel_of_spread = Vec::new();
+        let mut sel_of_affinity = Vec::new();
+        let mut sel_of_anti = Vec::new();
+        for p in &snap.pending {
+            let ns = &p.key.namespace;
+            sel_of_spread.push(
+                p.spread
+                    .iter()
+                    .map(|s| intern((ns.clone(), s.selector.clone())))
+                    .collect(),
+            );
+            sel_of_affinity.push(
+                p.affinity
+                    .iter()
+                    .map(|s| intern((ns.clone(), s.selector.clone())))
+                    .collect(),
+            );
+            sel_of_anti.push(
+                p.anti_affinity
+                    .iter()
+                    .map(|s| intern((ns.clone(), s.selector.clone())))
+                    .collect(),
+            );
+        }
+        let matches: Vec<Vec<usize>> = snap
+            .pending
+            .iter()
+            .map(|p| {
+                (0..selectors.len())
+                    .filter(|i| sel_matches(&selectors[*i], &p.key.namespace, &p.labels))
+                    .collect()
+            })
+            .collect();
+
+        let mut planner = Planner {
+            snap,
+            options,
+            shapes,
+            pool_order,
+            classes: Vec::new(),
+            class_of: Vec::new(),
+            selectors,
+            matches,
+            sel_of_spread,
+            sel_of_affinity,
+            sel_of_anti,
+            alone_cost: Vec::new(),
+            any_gpu_shape: false,
+            state: State {
+                slots: Vec::new(),
+                usage: vec![PoolUse::default(); snap.pools.len()],
+                zone_counts: HashMap::new(),
+                zone_blocks: Vec::new(),
+                placed: vec![None; snap.pending.len()],
+                claims_opened: 0,
+            },
+            reasons: vec![None; snap.pending.len()],
+        };
+        planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
+        planner.build_slots();
+        planner.build_classes();
+        planner
+    }
+
+    fn nsel(&self) -> usize {
+        self.selectors.len()
+    }
+
+    fn count_pod_into(&self, slot: &mut Slot, zone_counts: &mut HashMap<(usize, String), u32>, zone_blocks: &mut Vec<(String, Requirements, String)>, pod: &Pod) {
+        for (i, sel) in self.selectors.iter().enumerate() {
+            if sel_matches(sel, &pod.key.namespace, &pod.labels) {
+                slot.counts[i] += 1;
+                if let Some(z) = &slot.zone {
+                    *zone_counts.entry((i, z.clone())).or_default() += 1;
+                }
+            }
+        }
+        for t in &pod.anti_affinity {
+            if t.topology_key == labels::ZONE {
+                if let Some(z) = &slot.zone {
+                    zone_blocks.push((pod.key.namespace.clone(), t.selector.clone(), z.clone()));
+                }
+            } else {
+                slot.blocks.push((pod.key.namespace.clone(), t.selector.clone(), t.topology_key.clone()));
+            }
+        }
+    }
+
+    fn build_slots(&mut self) {
+        let snap = self.snap;
+        let in_flight_names: BTreeSet<&str> = snap.in_flight.iter().map(|c| c.name.as_str()).collect();
+        let mut slots = Vec::new();
+        let mut zone_counts = HashMap::new();
+        let mut zone_blocks = Vec::new();
+        let mut usage = vec![PoolUse::default(); snap.pools.len()];
+        let pool_idx: HashMap<&str, usize> = snap.pools.iter().enumerate().map(|(i, p)| (p.name.as_str(), i)).collect();
+        let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
+        node_order.sort_by(|a, b| snap.nodes[*a].name.cmp(&snap.nodes[*b].name));
+        for ni in node_order {
+            let n = &snap.nodes[ni];
+            let pool = n.pool.as_deref().and_then(|p| pool_idx.get(p).copied());
+            let counted_as_claim = !n.initialized && n.claim.as_deref().is_some_and(|c| in_flight_names.contains(c));
+            if counted_as_claim {
+                continue;
+            }
+            if let Some(pi) = pool {
+                let u = &mut usage[pi];
+                u.nodes += 1;
+                // Limits count the node's full capacity; allocatable is the best measure we have.
+                u.resources.add(&n.allocatable);
+                if let Some(m) = self.node_model(n) {
+                    let g = n.labels.get(labels::GPU_COUNT).and_then(|c| c.parse::<i64>().ok()).unwrap_or(0);
+                    *u.models.entry(m).or_default() += g;
+                }
+            }
+            let mut slot = Slot {
+                kind: SlotKind::Existing(ni),
+                name: n.name.clone(),
+                pool,
+                labels: n.labels.clone(),
+                taints: n.taints.clone(),
+                allocatable: n.allocatable.clone(),
+                used: Resources::new(),
+                devices: Devices::default(),
+                reqs: Requirements::new(),
+                candidates: vec![],
+                price: n.price.unwrap_or(0.0),
+                zone: n.labels.get(labels::ZONE).cloned(),
+                pods: vec![],
+                counts: vec![0; self.nsel()],
+                blocks: vec![],
+                reserved: Resources::new(),
+                reserved_models: BTreeMap::new(),
+                open: !(n.unschedulable || n.deleting),
+            };
+            for p in &n.pods {
+                let d = demand(p, &slot.devices);
+                slot.used.add(&d);
+                if let Some(s) = &p.gpu_share {
+                    slot.devices.take(s);
+                }
+                self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p);
+            }
+            slots.push(slot);
+        }
+        let mut claims: Vec<usize> = (0..snap.in_flight.len()).collect();
+        claims.sort_by(|a, b| snap.in_flight[*a].name.cmp(&snap.in_flight[*b].name));
+        for ci in claims {
+            let c = &snap.in_flight[ci];
+            let Some(&pi) = pool_idx.get(c.pool.as_str()) else { continue };
+            let shapes: Vec<&Shape> = self
+                .shapes
+                .iter()
+                .filter(|s| s.pool == pi && c.instance_types.iter().any(|n| *n == s.name))
+                .collect();
+            let Some(first) = shapes.first() else { continue };
+            // Conservative: the claim may become any of its candidates, so count on the least.
+            let mut alloc = first.allocatable.clone();
+            let mut cap = first.capacity.clone();
+            let mut common = first.labels.clone();
+            for s in &shapes[1..] {
+                alloc = alloc.min(&s.allocatable);
+                cap = cap.max(&s.capacity);
+                common.retain(|k, v| s.labels.get(k) == Some(v));
+            }
+            let zone = c.requirements.get(labels::ZONE).and_then(|z| z.single_value()).map(str::to_string);
+            if let Some(z) = &zone {
+                common.insert(labels::ZONE.into(), z.clone());
+            }
+            if let Some(ct) = c.requirements.get(labels::CAPACITY_TYPE).and_then(|z| z.single_value()) {
+                common.insert(labels::CAPACITY_TYPE.into(), ct.to_string());
+            }
+            let u = &mut usage[pi];
+            u.nodes += 1;
+            u.resources.add(&cap);
+            for s in &shapes {
+                if let (n, Some(m)) = &s.gpus {
+                    let e = u.models.entry(m.clone()).or_default();
+                    *e = (*e).max(i64::from(*n));
+                }
+            }
+            let mut slot = Slot {
+                kind: SlotKind::InFlight(ci),
+                name: c.name.clone(),
+                pool: Some(pi),
+                labels: common,
+                taints: snap.pools[pi].taints.clone(),
+                allocatable: alloc,
+                used: Resources::new(),
+                devices: Devices::default(),
+                reqs: c.requirements.clone(),
+                candidates: vec![],
+                price: 0.0,
+                zone,
+                pods: vec![],
+                counts: vec![0; self.nsel()],
+                blocks: vec![],
+                reserved: Resources::new(),
+                reserved_models: BTreeMap::new(),
+                open: true,
+            };
+            for p in &c.pods {
+                let d = demand(p, &slot.devices);
+                slot.used.add(&d);
+                if let Some(s) = &p.gpu_share {
+                    slot.devices.take(s);
+                }
+                self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p);
+            }
+            slots.push(slot);
+        }
+        self.state.slots = slots;
+        self.state.zone_counts = zone_counts;
+        self.state.zone_blocks = zone_blocks;
+        self.state.usage = usage;
+    }
+
+    fn node_model(&self, n: &crate::model::Node) -> Option<String> {
+        let name = n.instance_type.as_deref()?;
+        let pi = self.snap.pools.iter().position(|p| Some(&p.name) == n.pool.as_ref())?;
+        self.snap.pools[pi]
+            .instance_types
+            .iter()
+            .find(|t| t.name == name)
+            .and_then(|t| t.gpu.as_ref().map(|g| g.model.clone()))
+    }
+
+    fn build_classes(&mut self) {
+        let mut index: HashMap<(&crate::requirements::NodeSelector, &Vec<Toleration>), usize> = HashMap::new();
+        let mut classes = Vec::new();
+        let mut class_of = Vec::with_capacity(self.snap.pending.len());
+        for p in &self.snap.pending {
+            let key = (&p.node_selector, &p.tolerations);
+            let ci = match index.get(&key) {
+                Some(ci) => *ci,
+                None => {
+                    let terms = if p.node_selector.terms.is_empty() {
+                        vec![Requirements::new()]
+                    } else {
+                        p.node_selector.terms.clone()
+                    };
+                    let mut zones = BTreeSet::new();
+                    let shape_ok: Vec<bool> = self
+                        .shapes
+                        .iter()
+                        .map(|s| {
+                            let pool = &self.snap.pools[s.pool];
+                            if untolerated(&p.tolerations, &pool.taints).is_some() {
+                                return false;
+                            }
+                            let mut ok = false;
+                            for t in &terms {
+                                if term_fits_shape(t, s) {
+                                    ok = true;
+                                    let zc = t.get(labels::ZONE);
+                                    let cc = t.get(labels::CAPACITY_TYPE);
+                                    for o in s.offerings.iter().filter(|o| offering_allowed(o, zc, cc)) {
+                                        zones.insert(o.zone.clone());
+                                    }
+                                }
+                            }
+                            ok
+                        })
+                        .collect();
+                    classes.push(Class {
+                        terms,
+                        tolerations: p.tolerations.clone(),
+                        shape_ok,
+                        slot_ok: Vec::new(),
+                        zones,
+                    });
+                    index.insert(key, classes.len() - 1);
+                    classes.len() - 1
+                }
+            };
+            class_of.push(ci);
+        }
+        // Zones of compatible existing nodes are spread domains too.
+        for class in &mut classes {
+            for slot in &self.state.slots {
+                if let Some(z) = &slot.zone
+                    && slot.kind != SlotKind::New
+                    && class.terms.iter().any(|t| t.matches(&slot.labels))
+                {
+                    class.zones.insert(z.clone());
+                }
+            }
+        }
+        self.classes = classes;
+        self.class_of = class_of;
+        self.alone_cost = vec![None; self.snap.pending.len()];
+    }
+
+    fn run(mut self) -> Plan {
+        let pending = &self.snap.pending;
+        let mut order: Vec<usize> = (0..pending.len()).collect();
+        order.sort_by(|a, b| {
+            let (pa, pb) = (&pending[*a], &pending[*b]);
+            let key = |p: &Pod| {
+                let gpus: i64 = p
+                    .requests
+                    .extended
+                    .iter()
+                    .filter(|(k, _)| crate::resources::is_gpu_class(k))
+                    .map(|(_, v)| *v)
+                    .sum();
+                (gpus, p.gpu_share.as_ref().map_or(0, |s| s.milli), p.requests.cpu, p.requests.memory)
+            };
+            key(pb).cmp(&key(pa)).then_with(|| pa.key.cmp(&pb.key))
+        });
+        let mut done = vec![false; pending.len()];
+        let mut group_members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for i in &order {
+            if let Some(g) = &pending[*i].group {
+                group_members.entry(g.as_str()).or_default().push(*i);
+            }
+        }
+        for i in order {
+            if done[i] {
+                continue;
+            }
+            match &pending[i].group {
+                None => {
+                    done[i] = true;
+                    self.place(i);
+                }
+                Some(g) => {
+                    let members = group_members[g.as_str()].clone();
+                    for m in &members {
+                        done[*m] = true;
+                    }
+                    self.place_group(g, &members);
+                }
+            }
+        }
+        self.finish()
+    }
+
+    fn place_group(&mut self, group: &str, members: &[usize]) {
+        let min = self
+            .snap
+            .groups
+            .get(group)
+            .map_or(members.len(), |g| (g.min_count as usize).min(members.len()));
+        let saved = self.state.clone();
+        let mut failed: Vec<usize> = Vec::new();
+        for m in members {
+            if !self.place(*m) {
+                failed.push(*m);
+            }
+        }
+        let placed = members.len() - failed.len();
+        if placed >= min {
+            return;
+        }
+        let first = failed[0];
+        let why = self.reasons[first].clone().unwrap_or_default();
+        let msg = format!(
+            "all-or-nothing group {group} needs {min} pods but only {placed} fit: pod {} {}",
+            self.snap.pending[first].key.name, why
+        );
+        self.state = saved;
+        for m in members {
+            self.state.placed[*m] = None;
+            self.reasons[*m] = Some(msg.clone());
+        }
+    }
+
+    /// Places pod `i`; on failure records the reason and returns false.
+    fn place(&mut self, i: usize) -> bool {
+        let pod = &self.snap.pending[i];
+        let ci = self.class_of[i];
+        // 1. existing nodes and in-flight claims, in that order (slots are laid out that way).
+        let n = self.state.slots.len();
+        for si in 0..n {
+            let slot = &self.state.slots[si];
+            if !slot.open || slot.kind == SlotKind::New {
+                continue;
+            }
+            let need = demand(pod, &slot.devices);
+            if !need.fits(&slot.allocatable.minus(&slot.used)) {
+                continue;
+            }
+            if !self.slot_compatible(ci, si) {
+                continue;
+            }
+            if !self.topology_ok_fixed(i, si) {
+                continue;
+            }
+            self.commit(i, si, None);
+            return true;
+        }
+        // 2. a new claim whose cheapest candidate still fits.
+        let mut best: Option<(f64, usize, Requirements, Vec<usize>)> = None;
+        let avoid_gpu = self.avoid_gpu(i);
+        for si in 0..n {
+            let slot = &self.state.slots[si];
+            if !slot.open || slot.kind != SlotKind::New {
+                continue;
+            }
+            if !self.classes[ci].shape_ok[slot.candidates[0]] && !slot.candidates.iter().any(|c| self.classes[ci].shape_ok[*c]) {
+                continue;
+            }
+            let Some((reqs, cands, price)) = self.try_new_slot(i, si, avoid_gpu) else { continue };
+            let delta = price - slot.price;
+            if delta <= 1e-12 {
+                self.commit(i, si, Some((reqs, cands, price)));
+                return true;
+            }
+            if best.as_ref().is_none_or(|b| delta < b.0) {
+                best = Some((delta, si, reqs, cands));
+            }
+        }
+        // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
+        let alone = self.open_claim_candidates(i);
+        if let Some((delta, si, reqs, cands)) = best {
+            let alone_price = alone.as_ref().ok().map(|(_, _, _, p)| *p);
+            if alone_price.is_none_or(|a| delta <= a + 1e-12) {
+                let price = self.state.slots[si].price + delta;
+                self.commit(i, si, Some((reqs, cands, price)));
+                return true;
+            }
+        }
+        // 4. a new claim.
+        match alone {
+            Ok((pool, reqs, cands, price)) => {
+                self.open_claim(i, pool, reqs, cands, price);
+                true
+            }
+            Err(reason) => {
+                self.reasons[i] = Some(reason);
+                false
+            }
+        }
+    }
+
+    fn slot_compatible(&mut self, ci: usize, si: usize) -> bool {
+        let class = &mut self.classes[ci];
+        if class.slot_ok.len() <= si {
+            class.slot_ok.resize(self.state.slots.len().max(si + 1), 0);
+        }
+        match class.slot_ok[si] {
+            1 => true,
+            2 => false,
+            _ => {
+                let slot = &self.state.slots[si];
+                let ok = untolerated(&class.tolerations, &slot.taints).is_none()
+                    && class.terms.iter().any(|t| match slot.kind {
+                        SlotKind::Existing(_) => t.matches(&slot.labels),
+                        // In-flight: labels are what all candidates share; a term on other
+                        // keys cannot be promised.
+                        _ => t.matches(&slot.labels),
+                    });
+                class.slot_ok[si] = if ok { 1 } else { 2 };
+                ok
+            }
+        }
+    }
+
+    /// Topology rules for a slot whose zone and hostname are known.
+    fn topology_ok_fixed(&self, i: usize, si: usize) -> bool {
+        let slot = &self.state.slots[si];
+        self.topology_ok(i, slot, slot.zone.as_deref())
+    }
+
+    fn zone_count(&self, sel: usize, zone: &str) -> u32 {
+        self.state.zone_counts.get(&(sel, zone.to_string())).copied().unwrap_or(0)
+    }
+
+    /// Whether pod `i` may go on `slot` placed in `zone` (None: zone not known yet, so zone
+    /// rules must be settled by pinning first).
+    fn topology_ok(&self, i: usize, slot: &Slot, zone: Option<&str>) -> bool {
+        let pod = &self.snap.pending[i];
+        // Anti-affinity of pods already there against this pod.
+        for (ns, sel, key) in &slot.blocks {
+            if key == labels::HOSTNAME && *ns == pod.key.namespace && sel.matches(&pod.labels) {
+                return false;
+            }
+        }
+        if let Some(z) = zone {
+            for (ns, sel, bz) in &self.state.zone_blocks {
+                if bz == z && *ns == pod.key.namespace && sel.matches(&pod.labels) {
+                    return false;
+                }
+            }
+        }
+        for (t, sel) in pod.anti_affinity.iter().zip(&self.sel_of_anti[i]) {
+            if t.topology_key == labels::HOSTNAME {
+                if slot.counts[*sel] > 0 {
+                    return false;
+                }
+            } else if t.topology_key == labels::ZONE {
+                match zone {
+                    Some(z) if self.zone_count(*sel, z) == 0 => {}
+                    _ => return false,
+                }
+            }
+        }
+        for (t, sel) in pod.affinity.iter().zip(&self.sel_of_affinity[i]) {
+            let self_match = self.matches[i].contains(sel);
+            if t.topology_key == labels::HOSTNAME {
+                if slot.counts[*sel] == 0 && !(self_match && self.nobody_matches(*sel)) {
+                    return false;
+                }
+            } else if t.topology_key == labels::ZONE {
+                match zone {
+                    Some(z) => {
+                        if self.zone_count(*sel, z) == 0 && !(self_match && self.nobody_matches(*sel)) {
+                            return false;
+                        }
+                    }
+                    None => return false,
+                }
+            }
+        }
+        let ci = self.class_of[i];
+        for (t, sel) in pod.spread.iter().zip(&self.sel_of_spread[i]) {
+            if !t.hard {
+                continue;
+            }
+            if t.topology_key == labels::HOSTNAME {
+                // A new node is always a possible domain with no matching pod, so min is 0.
+                if slot.counts[*sel] + 1 > t.max_skew {
+                    return false;
+                }
+            } else if t.topology_key == labels::ZONE {
+                let Some(z) = zone else { return false };
+                let min = self.classes[ci]
+                    .zones
+                    .iter()
+                    .map(|d| self.zone_count(*sel, d))
+                    .min()
+                    .unwrap_or(0);
+                if self.zone_count(*sel, z) + 1 > min + t.max_skew {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn nobody_matches(&self, sel: usize) -> bool {
+        self.state.slots.iter().all(|s| s.counts[sel] == 0)
+    }
+
+    fn needs_zone(&self, i: usize) -> bool {
+        let pod = &self.snap.pending[i];
+        pod.spread.iter().any(|t| t.hard && t.topology_key == labels::ZONE)
+            || pod.affinity.iter().any(|t| t.topology_key == labels::ZONE)
+            || pod.anti_affinity.iter().any(|t| t.topology_key == labels::ZONE)
+            || self.state.zone_blocks.iter().any(|(ns, sel, _)| *ns == pod.key.namespace && sel.matches(&pod.labels))
+    }
+
+    /// Whether pod `i` needs no GPU and some GPU-less shape could host it alone: then GPU
+    /// instance types are not used for it.
+    fn avoid_gpu(&self, i: usize) -> bool {
+        if !self.any_gpu_shape {
+            return false;
+        }
+        let pod = &self.snap.pending[i];
+        let need = demand(pod, &Devices::default());
+        if need.has_gpu_class() {
+            return false;
+        }
+        let class = &self.classes[self.class_of[i]];
+        self.shapes
+            .iter()
+            .enumerate()
+            .any(|(s, sh)| !sh.has_gpu && class.shape_ok[s] && need.fits(&sh.allocatable))
+    }
+
+    /// For a new-claim slot: requirements, candidates and price if pod `i` were added.
+    fn try_new_slot(&self, i: usize, si: usize, avoid_gpu: bool) -> Option<(Requirements, Vec<usize>, f64)> {
+        let pod = &self.snap.pending[i];
+        let ci = self.class_of[i];
+        let slot = &self.state.slots[si];
+        let need = slot.used.plus(&demand(pod, &slot.devices));
+        let class = &self.classes[ci];
+        for term in &class.terms {
+            let mut reqs = if term.is_empty() { slot.reqs.clone() } else { slot.reqs.intersect(term) };
+            if !reqs.satisfiable() {
+                continue;
+            }
+            let mut cands: Vec<usize> = slot
+                .candidates
+                .iter()
+                .copied()
+                .filter(|c| {
+                    class.shape_ok[*c]
+                        && !(avoid_gpu && self.shapes[*c].has_gpu)
+                        && need.fits(&self.shapes[*c].allocatable)
+                        && (term.is_empty() || term_fits_shape(&reqs, &self.shapes[*c]))
+                })
+                .collect();
+            if cands.is_empty() {
+                continue;
+            }
+            if self.needs_zone(i) && slot.zone.is_none() {
+                let z = self.pick_zone(i, &reqs, &cands, slot)?;
+                reqs.add_constraint(labels::ZONE, Constraint::from_operator(labels::ZONE, crate::requirements::Operator::In, &[z]).ok()?);
+                cands.retain(|c| self.shapes[*c].price_under(&reqs).is_some());
+                if cands.is_empty() {
+                    continue;
+                }
+            }
+            let zone = slot
+                .zone
+                .clone()
+                .or_else(|| reqs.get(labels::ZONE).and_then(|c| c.single_value()).map(str::to_string));
+            if !self.topology_ok(i, slot, zone.as_deref()) {
+                continue;
+            }
+            let mut priced: Vec<(f64, usize)> = cands
+                .iter()
+                .filter_map(|c| self.shapes[*c].price_under(&reqs).map(|p| (p, *c)))
+                .collect();
+            priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let price = priced.first()?.0;
+            return Some((reqs, priced.into_iter().map(|(_, c)| c).collect(), price));
+        }
+        None
+    }
+
+    /// Chooses a zone for a pod with zone rules on a claim not yet pinned: the allowed zone
+    /// with the fewest matching pods, then the cheapest, then by name.
+    fn pick_zone(&self, i: usize, reqs: &Requirements, cands: &[usize], slot: &Slot) -> Option<String> {
+        let mut zones: BTreeMap<String, f64> = BTreeMap::new();
+        let zc = reqs.get(labels::ZONE);
+        let cc = reqs.get(labels::CAPACITY_TYPE);
+        for c in cands {
+            for o in &self.shapes[*c].offerings {
+                if offering_allowed(o, zc, cc) {
+                    let e = zones.entry(o.zone.clone()).or_insert(f64::INFINITY);
+                    *e = e.min(o.price);
+                }
+            }
+        }
+        let pod_sels: Vec<usize> = self.sel_of_spread[i].clone();
+        zones
+            .into_iter()
+            .filter(|(z, _)| self.topology_ok(i, slot, Some(z)))
+            .min_by(|(za, pa), (zb, pb)| {
+                let ca: u32 = pod_sels.iter().map(|s| self.zone_count(*s, za)).sum();
+                let cb: u32 = pod_sels.iter().map(|s| self.zone_count(*s, zb)).sum();
+                ca.cmp(&cb).then(pa.total_cmp(pb)).then(za.cmp(zb))
+            })
+            .map(|(z, _)| z)
+    }
+
+    /// Limit headroom of a pool: what may still be added.
+    fn fits_limits(&self, pi: usize, shape: &Shape) -> Result<(), String> {
+        let pool = &self.snap.pools[pi];
+        let u = &self.state.usage[pi];
+        if let Some(n) = pool.limits.nodes
+            && u.nodes + 1 > n
+        {
+            return Err(format!("NodePool {} limit nodes={n} reached", pool.name));
+        }
+        for (name, limit) in &pool.limits.resources {
+            if u.resources.get(name) + shape.capacity.get(name) > *limit {
+                return Err(format!(
+                    "NodePool {} limit {name}={} reached",
+                    pool.name,
+                    format_amount(name, *limit)
+                ));
+            }
+        }
+        if let (n, Some(model)) = &shape.gpus
+            && let Some(limit) = pool.limits.gpus_by_model.get(model)
+            && u.models.get(model).copied().unwrap_or(0) + i64::from(*n) > *limit
+        {
+            return Err(format!("NodePool {} limit for GPU model {model}={limit} reached", pool.name));
+        }
+        Ok(())
+    }
+
+    /// The pool, requirements, candidates and price of a new claim for pod `i` alone, or the
+    /// reason there is none.
+    #[allow(clippy::type_complexity)]
+    fn open_claim_candidates(&mut self, i: usize) -> Result<(usize, Requirements, Vec<usize>, f64), String> {
+        let pod = &self.snap.pending[i];
+        let ci = self.class_of[i];
+        let need = demand(pod, &Devices::default());
+        let wants_gpu = need.has_gpu_class();
+        let mut best: Option<(i32, f64, usize, Requirements, Vec<usize>)> = None;
+        let mut reasons: Vec<String> = Vec::new();
+        let empty = Slot {
+            kind: SlotKind::New,
+            name: String::new(),
+            pool: None,
+            labels: Labels::new(),
+            taints: vec![],
+            allocatable: Resources::new(),
+            used: Resources::new(),
+            devices: Devices::default(),
+            reqs: Requirements::new(),
+            candidates: vec![],
+            price: 0.0,
+            zone: None,
+            pods: vec![],
+            counts: vec![0; self.nsel()],
+            blocks: vec![],
+            reserved: Resources::new(),
+            reserved_models: BTreeMap::new(),
+            open: true,
+        };
+        for &pi in &self.pool_order {
+            let pool = &self.snap.pools[pi];
+            if let Some((w, ..)) = &best
+                && *w > pool.weight
+            {
+                break;
+            }
+            if let Some(t) = untolerated(&self.classes[ci].tolerations, &pool.taints) {
+                reasons.push(format!("taint {t} of NodePool {} not tolerated", pool.name));
+                continue;
+            }
+            for term in self.classes[ci].terms.clone() {
+                let reqs = pool.requirements.intersect(&term);
+                if let Some(k) = pool.requirements.conflict_with(&term) {
+                    reasons.push(format!("NodePool {} requirement on {k} conflicts with the pod's node affinity", pool.name));
+                    continue;
+                }
+                let mut limit_reason = None;
+                let mut fitting: Vec<usize> = (0..self.shapes.len())
+                    .filter(|s| {
+                        let sh = &self.shapes[*s];
+                        sh.pool == pi && self.classes[ci].shape_ok[*s] && term_fits_shape(&term, sh) && need.fits(&sh.allocatable)
+                    })
+                    .filter(|s| match self.fits_limits(pi, &self.shapes[*s]) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            limit_reason.get_or_insert(e);
+                            false
+                        }
+                    })
+                    .collect();
+                if fitting.is_empty() {
+                    reasons.push(limit_reason.unwrap_or_else(|| self.no_fit_reason(pi, ci, &term, &need)));
+                    continue;
+                }
+                if !wants_gpu && fitting.iter().any(|s| !self.shapes[*s].has_gpu) {
+                    fitting.retain(|s| !self.shapes[*s].has_gpu);
+                }
+                // Preferred node affinity breaks ties: keep it when something still fits.
+                let mut reqs = reqs;
+                let mut prefs = pod.preferred.clone();
+                prefs.sort_by(|a, b| b.0.cmp(&a.0));
+                for (_, pterm) in prefs {
+                    let r2 = reqs.intersect(&pterm);
+                    let kept: Vec<usize> = fitting.iter().copied().filter(|s| term_fits_shape(&r2, &self.shapes[*s])).collect();
+                    if r2.satisfiable() && !kept.is_empty() {
+                        reqs = r2;
+                        fitting = kept;
+                    }
+                }
+                if self.needs_zone(i) {
+                    let Some(z) = self.pick_zone(i, &reqs, &fitting, &empty) else {
+                        reasons.push(format!("NodePool {}: no zone satisfies the pod's topology constraints", pool.name));
+                        continue;
+                    };
+                    reqs.add_constraint(labels::ZONE, Constraint::from_operator(labels::ZONE, crate::requirements::Operator::In, &[z]).expect("one value"));
+                    fitting.retain(|c| self.shapes[*c].price_under(&reqs).is_some());
+                } else if !self.topology_ok(i, &empty, None) {
+                    reasons.push("topology constraints cannot be met on a new node".into());
+                    continue;
+                }
+                let mut priced: Vec<(f64, usize)> = fitting
+                    .iter()
+                    .filter_map(|c| self.shapes[*c].price_under(&reqs).map(|p| (p, *c)))
+                    .collect();
+                priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let Some(&(price, _)) = priced.first() else { continue };
+                if best.as_ref().is_none_or(|b| price < b.1) {
+                    best = Some((pool.weight, price, pi, reqs, priced.into_iter().map(|(_, c)| c).collect()));
+                }
+            }
+        }
+        match best {
+            Some((_, price, pi, reqs, cands)) => {
+                self.alone_cost[i] = Some(price);
+                Ok((pi, reqs, cands, price))
+            }
+            None => Err(self.summarize(reasons)),
+        }
+    }
+
+    fn summarize(&self, mut reasons: Vec<String>) -> String {
+        if self.snap.pools.is_empty() {
+            return "no NodePool exists".into();
+        }
+        if !reasons.is_empty() && reasons.iter().all(|r| r.starts_with("taint ")) {
+            let mut taints: Vec<String> = reasons
+                .iter()
+                .filter_map(|r| r.strip_prefix("taint ").and_then(|r| r.split(" of NodePool").next()).map(str::to_string))
+                .collect();
+            taints.dedup();
+            return format!("taint {} not tolerated by any NodePool the pod can use", taints.join(", "));
+        }
+        reasons.dedup();
+        if reasons.is_empty() {
+            return "no NodePool can launch a node for this pod".into();
+        }
+        reasons.join("; ")
+    }
+
+    fn no_fit_reason(&self, pi: usize, ci: usize, term: &Requirements, need: &Resources) -> String {
+        let pool = &self.snap.pools[pi];
+        let compatible: Vec<&Shape> = self
+            .shapes
+            .iter()
+            .enumerate()
+            .filter(|(s, sh)| sh.pool == pi && self.classes[ci].shape_ok[*s] && term_fits_shape(term, sh))
+            .map(|(_, sh)| sh)
+            .collect();
+        if compatible.is_empty() {
+            let any_in_pool = self.shapes.iter().any(|s| s.pool == pi);
+            if !any_in_pool {
+                return format!("NodePool {} has no instance type with an available offering", pool.name);
+            }
+            return format!("no instance type in NodePool {} matches the pod's node selector and affinity", pool.name);
+        }
+        // The resource that fails everywhere decides the message, as users read it.
+        for (name, amount) in need.iter() {
+            if compatible.iter().all(|s| s.allocatable.get(name) < amount) {
+                return format!(
+                    "no instance type in NodePool {} offers {} {name}",
+                    pool.name,
+                    format_amount(name, amount)
+                );
+            }
+        }
+        format!("no instance type in NodePool {} fits the pod's requests {need} together", pool.name)
+    }
+
+    fn open_claim(&mut self, i: usize, pi: usize, reqs: Requirements, cands: Vec<usize>, price: f64) {
+        self.state.claims_opened += 1;
+        let pool = &self.snap.pools[pi];
+        let name = format!("{}-{}", pool.name, self.state.claims_opened);
+        let zone = reqs.get(labels::ZONE).and_then(|c| c.single_value()).map(str::to_string);
+        let slot = Slot {
+            kind: SlotKind::New,
+            name,
+            pool: Some(pi),
+            labels: Labels::new(),
+            taints: pool.taints.clone(),
+            allocatable: Resources::new(),
+            used: Resources::new(),
+            devices: Devices::default(),
+            reqs,
+            candidates: cands,
+            price,
+            zone,
+            pods: vec![],
+            counts: vec![0; self.nsel()],
+            blocks: vec![],
+            reserved: Resources::new(),
+            reserved_models: BTreeMap::new(),
+            open: true,
+        };
+        self.state.slots.push(slot);
+        self.state.usage[pi].nodes += 1;
+        let si = self.state.slots.len() - 1;
+        self.reserve(si);
+        self.commit(i, si, None);
+    }
+
+    /// Re-reserves limits for a new claim: the most any of its candidates could use.
+    fn reserve(&mut self, si: usize) {
+        let slot = &self.state.slots[si];
+        let Some(pi) = slot.pool else { return };
+        let pool = &self.snap.pools[pi];
+        if pool.limits.resources.is_empty() && pool.limits.gpus_by_model.is_empty() {
+            return;
+        }
+        let mut cap = Resources::new();
+        let mut models: BTreeMap<String, i64> = BTreeMap::new();
+        for c in &slot.candidates {
+            let s = &self.shapes[*c];
+            cap = cap.max(&s.capacity);
+            if let (n, Some(m)) = &s.gpus {
+                let e = models.entry(m.clone()).or_default();
+                *e = (*e).max(i64::from(*n));
+            }
+        }
+        let old = std::mem::replace(&mut self.state.slots[si].reserved, cap.clone());
+        let old_models = std::mem::replace(&mut self.state.slots[si].reserved_models, models.clone());
+        let u = &mut self.state.usage[pi];
+        u.resources.sub(&old);
+        u.resources.add(&cap);
+        for (m, n) in old_models {
+            *u.models.entry(m).or_default() -= n;
+        }
+        for (m, n) in models {
+            *u.models.entry(m).or_default() += n;
+        }
+    }
+
+    fn commit(&mut self, i: usize, si: usize, update: Option<(Requirements, Vec<usize>, f64)>) {
+        let pod = &self.snap.pending[i];
+        let need = demand(pod, &self.state.slots[si].devices);
+        let narrowed = update.is_some();
+        {
+            let slot = &mut self.state.slots[si];
+            if let Some((reqs, cands, price)) = update {
+                if slot.zone.is_none() {
+                    slot.zone = reqs.get(labels::ZONE).and_then(|c| c.single_value()).map(str::to_string);
+                }
+                slot.reqs = reqs;
+                slot.candidates = cands;
+                slot.price = price;
+            }
+            slot.used.add(&need);
+            if let Some(s) = &pod.gpu_share {
+                slot.devices.take(s);
+            }
+            slot.pods.push(i);
+        }
+        let mut slot = std::mem::replace(&mut self.state.slots[si], placeholder());
+        let mut zc = std::mem::take(&mut self.state.zone_counts);
+        let mut zb = std::mem::take(&mut self.state.zone_blocks);
+        self.count_pod_into(&mut slot, &mut zc, &mut zb, pod);
+        self.state.slots[si] = slot;
+        self.state.zone_counts = zc;
+        self.state.zone_blocks = zb;
+        self.state.placed[i] = Some(si);
+        if narrowed {
+            self.reserve(si);
+        }
+    }
+
+    fn finish(self) -> Plan {
+        let mut plan = Plan::default();
+        let pending = &self.snap.pending;
+        let mut unplaced: Vec<usize> = Vec::new();
+        for (i, p) in self.state.placed.iter().enumerate() {
+            match p {
+                Some(si) => {
+                    let slot = &self.state.slots[*si];
+                    match slot.kind {
+                        SlotKind::Existing(_) => plan.existing.push(Placement {
+                            pod: pending[i].key.clone(),
+                            target: slot.name.clone(),
+                        }),
+                        SlotKind::InFlight(_) => plan.in_flight.push(Placement {
+                            pod: pending[i].key.clone(),
+                            target: slot.name.clone(),
+                        }),
+                        SlotKind::New => {}
+                    }
+                }
+                None => unplaced.push(i),
+            }
+        }
+        plan.existing.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan.in_flight.sort_by(|a, b| a.pod.cmp(&b.pod));
+        for slot in &self.state.slots {
+            if slot.kind != SlotKind::New || slot.pods.is_empty() {
+                continue;
+            }
+            let pool = &self.snap.pools[slot.pool.expect("new claims have a pool")];
+            let zc = slot.reqs.get(labels::ZONE);
+            let cc = slot.reqs.get(labels::CAPACITY_TYPE);
+            let mut options: Vec<ClaimOption> = slot
+                .candidates
+                .iter()
+                .map(|c| {
+                    let s = &self.shapes[*c];
+                    let offerings: Vec<(String, CapacityType, f64)> = s
+                        .offerings
+                        .iter()
+                        .filter(|o| offering_allowed(o, zc, cc))
+                        .map(|o| (o.zone.clone(), o.capacity_type, o.price))
+                        .collect();
+                    ClaimOption {
+                        instance_type: s.name.clone(),
+                        price: offerings.first().map_or(f64::INFINITY, |o| o.2),
+                        offerings,
+                    }
+                })
+                .filter(|o| !o.offerings.is_empty())
+                .collect();
+            options.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.instance_type.cmp(&b.instance_type)));
+            options.truncate(self.options.max_instance_types);
+            let gpus = slot
+                .candidates
+                .iter()
+                .map(|c| &self.shapes[*c])
+                .find(|s| options.first().is_some_and(|o| o.instance_type == s.name))
+                .map_or(0, |s| s.gpus.0);
+            let mut labels_out = pool.labels.clone();
+            labels_out.insert(labels::NODEPOOL.into(), pool.name.clone());
+            let mut pods: Vec<_> = slot.pods.iter().map(|i| pending[*i].key.clone()).collect();
+            pods.sort();
+            plan.new_claims.push(NewClaim {
+                name: slot.name.clone(),
+                pool: pool.name.clone(),
+                price: options.first().map_or(0.0, |o| o.price),
+                instance_types: options,
+                requirements: slot.reqs.clone(),
+                labels: labels_out,
+                taints: pool.taints.clone(),
+                startup_taints: pool.startup_taints.clone(),
+                pods,
+                requests: slot.used.clone(),
+                gpus,
+            });
+        }
+        for i in unplaced {
+            plan.unschedulable.push(Unschedulable {
+                pod: pending[i].key.clone(),
+                reason: self.reasons[i].clone().unwrap_or_else(|| "not placed".into()),
+            });
+        }
+        plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan
+    }
+}
+
+fn placeholder() -> Slot {
+    Slot {
+        kind: SlotKind::New,
+        name: String::new(),
+        pool: None,
+        labels: Labels::new(),
+        taints: vec![],
+        allocatable: Resources::new(),
+        used: Resources::new(),
+        devices: Devices::default(),
+        reqs: Requirements::new(),
+        candidates: vec![],
+        price: 0.0,
+        zone: None,
+        pods: vec![],
+        counts: vec![],
+        blocks: vec![],
+        reserved: Resources::new(),
+        reserved_models: BTreeMap::new(),
+        open: false,
+    }
+}

@@ -1,0 +1,375 @@
+//! Data-driven planner scenarios: a compact cluster built with the builders, and the expected
+//! plan rendered as text (`UPDATE_EXPECT=1 cargo test` refreshes the expectations).
+
+use autoscaler_core::builders::*;
+use autoscaler_core::instance::{CapacityType, InstanceType};
+use autoscaler_core::labels;
+use autoscaler_core::model::{Group, GpuSharing, InFlightClaim, Snapshot, TimeSlicing};
+use autoscaler_core::plan::Plan;
+use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::requirements::{Operator, Requirements};
+use autoscaler_core::taints::{Effect, Taint, Toleration};
+use expect_test::{Expect, expect};
+
+const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
+
+fn cpu_types() -> Vec<InstanceType> {
+    vec![
+        itype("m5.large").cpu("2").mem("8Gi").on_demand(&ZONES, 0.096).build(),
+        itype("m5.xlarge").cpu("4").mem("16Gi").on_demand(&ZONES, 0.192).build(),
+        itype("m5.2xlarge").cpu("8").mem("32Gi").on_demand(&ZONES, 0.384).build(),
+        itype("m5.4xlarge").cpu("16").mem("64Gi").on_demand(&ZONES, 0.768).build(),
+    ]
+}
+
+fn gpu_types() -> Vec<InstanceType> {
+    vec![
+        itype("g5.xlarge").cpu("4").mem("16Gi").gpus(1, "A10G", 24).on_demand(&ZONES, 1.006).build(),
+        itype("g5.12xlarge").cpu("48").mem("192Gi").gpus(4, "A10G", 24).on_demand(&ZONES, 5.672).build(),
+        itype("p4d.24xlarge").cpu("96").mem("1152Gi").gpus(8, "A100", 40).on_demand(&ZONES, 21.96).build(),
+        itype("p5.48xlarge").cpu("192").mem("2048Gi").gpus(8, "H100", 80).on_demand(&ZONES, 98.32).build(),
+    ]
+}
+
+fn gpu_pool() -> PoolBuilder {
+    pool("gpu", gpu_types()).taint("nvidia.com/gpu", "present")
+}
+
+fn snapshot(pods: Vec<PodBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
+    Snapshot {
+        pending: pods.into_iter().map(|p| p.build()).collect(),
+        pools: pools.into_iter().map(|p| p.build()).collect(),
+        ..Snapshot::default()
+    }
+}
+
+fn check(snap: &Snapshot, expected: Expect) -> Plan {
+    let plan = plan_provisioning(snap);
+    expected.assert_eq(&plan.render());
+    // Determinism: the same snapshot gives the same plan.
+    assert_eq!(plan, plan_provisioning(snap));
+    plan
+}
+
+#[test]
+fn packs_cpu_pods_onto_the_cheapest_fitting_node() {
+    let pods = (0..3).map(|i| pod(&format!("web-{i}")).cpu("1").mem("2Gi")).collect();
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.192 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1,web-2]
+        "#]],
+    );
+}
+
+#[test]
+fn gpu_pods_get_gpu_nodes_with_the_model_they_ask_for() {
+    let pods = vec![
+        pod("train").cpu("8").mem("64Gi").gpus(8).model("H100"),
+        pod("infer").cpu("2").mem("8Gi").gpus(1),
+    ];
+    check(
+        &snapshot(pods, vec![gpu_pool(), pool("default", cpu_types())]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=98.320 types=[p5.48xlarge] pods=[train]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [h100]
+            claim gpu-2 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[infer]
+        "#]],
+    );
+}
+
+#[test]
+fn cpu_pods_avoid_gpu_instance_types_unless_nothing_else_fits() {
+    // The GPU pool is untainted, so CPU pods could land there; they must not.
+    let pods = vec![pod("small").cpu("1"), pod("huge").cpu("40")];
+    check(
+        &snapshot(pods, vec![pool("gpu", gpu_types()), pool("cpu", cpu_types())]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[huge]
+            claim cpu-2 pool=cpu price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[small]
+        "#]],
+    );
+}
+
+#[test]
+fn untolerated_taint_is_the_reason() {
+    let pods = vec![pod("no-tol").cpu("1").res("nvidia.com/gpu", "1")];
+    check(
+        &snapshot(pods, vec![gpu_pool()]),
+        expect![[r#"
+            unschedulable default/no-tol: taint nvidia.com/gpu=present:NoSchedule not tolerated by any NodePool the pod can use
+        "#]],
+    );
+}
+
+#[test]
+fn too_many_gpus_is_the_reason() {
+    let pods = vec![pod("big").gpus(16)];
+    check(
+        &snapshot(pods, vec![gpu_pool().build().into_builder("gpu-train")]),
+        expect![[r#"
+            unschedulable default/big: no instance type in NodePool gpu-train offers 16 nvidia.com/gpu
+        "#]],
+    );
+}
+
+trait Rename {
+    fn into_builder(self, name: &str) -> PoolBuilder;
+}
+impl Rename for autoscaler_core::model::Pool {
+    fn into_builder(mut self, name: &str) -> PoolBuilder {
+        self.name = name.into();
+        PoolBuilder(self)
+    }
+}
+
+#[test]
+fn limits_are_never_exceeded() {
+    let pods = (0..3).map(|i| pod(&format!("t{i}")).gpus(8).model("A100")).collect();
+    check(
+        &snapshot(pods, vec![gpu_pool().limit("nvidia.com/gpu", "16").build().into_builder("gpu-train")]),
+        expect![[r#"
+            claim gpu-train-1 pool=gpu-train price=21.960 types=[p4d.24xlarge] pods=[t0]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100]
+            claim gpu-train-2 pool=gpu-train price=21.960 types=[p4d.24xlarge] pods=[t1]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100]
+            unschedulable default/t2: NodePool gpu-train limit nvidia.com/gpu=16 reached
+        "#]],
+    );
+}
+
+#[test]
+fn limits_by_gpu_model_and_nodes() {
+    let pods = vec![pod("a").gpus(8).model("H100"), pod("b").gpus(8).model("H100")];
+    check(
+        &snapshot(pods, vec![gpu_pool().limit_model("H100", 8)]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=98.320 types=[p5.48xlarge] pods=[a]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [h100]
+            unschedulable default/b: NodePool gpu limit for GPU model H100=8 reached
+        "#]],
+    );
+    let pods = vec![pod("a").cpu("15"), pod("b").cpu("15")];
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types()).limit_nodes(1)]),
+        expect![[r#"
+            claim default-1 pool=default price=0.768 types=[m5.4xlarge] pods=[a]
+            unschedulable default/b: NodePool default limit nodes=1 reached
+        "#]],
+    );
+}
+
+#[test]
+fn existing_free_capacity_first_never_cordoned_or_deleting() {
+    let m5 = itype("m5.xlarge").cpu("4").mem("16Gi").on_demand(&ZONES, 0.192).build();
+    let mut snap = snapshot(
+        vec![pod("a").cpu("3"), pod("b").cpu("3"), pod("c").cpu("3")],
+        vec![pool("default", cpu_types())],
+    );
+    snap.nodes = vec![
+        node("n-cordoned", &m5, "us-east-1a").cordoned().build(),
+        node("n-deleting", &m5, "us-east-1a").deleting().build(),
+        node("n-free", &m5, "us-east-1a").build(),
+        node("n-full", &m5, "us-east-1a").with_pod(pod("x").cpu("3500m")).build(),
+    ];
+    check(
+        &snap,
+        expect![[r#"
+            existing default/a -> n-free
+            claim default-1 pool=default price=0.384 types=[m5.2xlarge,m5.4xlarge] pods=[b,c]
+        "#]],
+    );
+}
+
+#[test]
+fn in_flight_gpu_claim_counts_its_gpus_before_the_device_plugin_is_up() {
+    let mut snap = snapshot(vec![pod("waiting").cpu("2").gpus(1)], vec![gpu_pool()]);
+    let g5 = gpu_types()[0].clone();
+    // The node registered but reports 0 GPUs until the device plugin starts.
+    let mut n = node("g5-node", &g5, "us-east-1a").pool("gpu").initialized(false).build();
+    n.allocatable.set("nvidia.com/gpu", 0);
+    n.claim = Some("gpu-abc".into());
+    n.taints.push(Taint::new("nvidia.com/gpu", "present", Effect::NoSchedule));
+    snap.nodes.push(n);
+    snap.in_flight.push(InFlightClaim {
+        name: "gpu-abc".into(),
+        pool: "gpu".into(),
+        instance_types: vec!["g5.xlarge".into()],
+        requirements: Requirements::new().with(labels::ZONE, Operator::In, &["us-east-1a"]),
+        pods: vec![],
+        created_at: 0,
+    });
+    check(
+        &snap,
+        expect![[r#"
+            in-flight default/waiting -> gpu-abc
+        "#]],
+    );
+}
+
+#[test]
+fn selectors_affinity_terms_and_preferences() {
+    let pods = vec![
+        pod("zone-b").cpu("1").select(labels::ZONE, "us-east-1b"),
+        pod("either").cpu("1").affinity_terms(vec![
+            Requirements::new().with(labels::INSTANCE_TYPE, Operator::In, &["m5.4xlarge"]),
+            Requirements::new().with(labels::ARCH, Operator::In, &["arm64"]),
+        ]),
+        pod("prefers-c").cpu("1").prefer(10, Requirements::new().with(labels::ZONE, Operator::In, &["us-east-1c"])),
+        pod("impossible").cpu("1").select(labels::ARCH, "s390x"),
+    ];
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.768 types=[m5.4xlarge] pods=[either,prefers-c,zone-b]
+              requirements: node.kubernetes.io/instance-type In [m5.4xlarge], topology.kubernetes.io/zone In [us-east-1b]
+            unschedulable default/impossible: no instance type in NodePool default matches the pod's node selector and affinity
+        "#]],
+    );
+}
+
+#[test]
+fn pool_requirements_and_weight() {
+    let pods = vec![pod("a").cpu("1")];
+    check(
+        &snapshot(
+            pods,
+            vec![
+                pool("cheap", cpu_types()).weight(1).require(labels::INSTANCE_TYPE, Operator::In, &["m5.4xlarge"]),
+                pool("other", cpu_types()),
+            ],
+        ),
+        expect![[r#"
+            claim cheap-1 pool=cheap price=0.768 types=[m5.4xlarge] pods=[a]
+              requirements: node.kubernetes.io/instance-type In [m5.4xlarge]
+        "#]],
+    );
+}
+
+#[test]
+fn zone_spread_and_hostname_anti_affinity() {
+    let pods = (0..6)
+        .map(|i| pod(&format!("s{i}")).cpu("1").label("app", "s").spread(labels::ZONE, 1, "s"))
+        .chain((0..2).map(|i| pod(&format!("a{i}")).cpu("1").label("app", "a").anti_affinity(labels::HOSTNAME, "a")))
+        .collect();
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.192 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[a0,s0,s4]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+            claim default-2 pool=default price=0.192 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[a1,s1,s5]
+              requirements: topology.kubernetes.io/zone In [us-east-1b]
+            claim default-3 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[s2,s3]
+              requirements: topology.kubernetes.io/zone In [us-east-1c]
+        "#]],
+    );
+}
+
+#[test]
+fn hostname_spread_and_zone_affinity() {
+    let pods = (0..3)
+        .map(|i| pod(&format!("h{i}")).cpu("1").label("app", "h").spread(labels::HOSTNAME, 1, "h"))
+        .chain((0..3).map(|i| pod(&format!("z{i}")).cpu("1").label("app", "z").affinity(labels::ZONE, "z")))
+        .collect();
+    let plan = check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[h0,z0]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[h1,z1]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+            claim default-3 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[h2,z2]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+        "#]],
+    );
+    assert_eq!(plan.new_claims.len(), 3);
+}
+
+#[test]
+fn fractional_shares_pack_per_device_never_pooled() {
+    // 0.6 + 0.6 cannot share one device; 0.6 + 0.4 can.
+    let pods = vec![
+        pod("f1").cpu("1").gpu_share(600),
+        pod("f2").cpu("1").gpu_share(600),
+        pod("f3").cpu("1").gpu_share(400),
+        pod("f4").cpu("1").gpu_share(400),
+    ];
+    let plan = check(
+        &snapshot(pods, vec![gpu_pool()]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[f1,f3]
+            claim gpu-2 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[f2,f4]
+        "#]],
+    );
+    assert_eq!(plan.new_claims[0].requests.get("nvidia.com/gpu"), 1);
+}
+
+#[test]
+fn all_or_nothing_group_places_every_member_or_none() {
+    let gang = |n: usize| -> Vec<PodBuilder> {
+        (0..n).map(|i| pod(&format!("w{i}")).gpus(8).model("A100").group("job")).collect()
+    };
+    let mut snap = snapshot(gang(3), vec![gpu_pool().limit("nvidia.com/gpu", "16")]);
+    snap.groups.insert("job".into(), Group { name: "job".into(), min_count: 3 });
+    check(
+        &snap,
+        expect![[r#"
+            unschedulable default/w0: all-or-nothing group job needs 3 pods but only 2 fit: pod w2 NodePool gpu limit nvidia.com/gpu=16 reached
+            unschedulable default/w1: all-or-nothing group job needs 3 pods but only 2 fit: pod w2 NodePool gpu limit nvidia.com/gpu=16 reached
+            unschedulable default/w2: all-or-nothing group job needs 3 pods but only 2 fit: pod w2 NodePool gpu limit nvidia.com/gpu=16 reached
+        "#]],
+    );
+    let mut snap = snapshot(gang(2), vec![gpu_pool().limit("nvidia.com/gpu", "16")]);
+    snap.groups.insert("job".into(), Group { name: "job".into(), min_count: 2 });
+    let plan = plan_provisioning(&snap);
+    assert_eq!(plan.new_claims.len(), 2);
+    assert!(plan.unschedulable.is_empty());
+}
+
+#[test]
+fn daemonset_overhead_and_unavailable_offerings() {
+    let types = vec![
+        itype("m5.large").cpu("2").mem("8Gi").on_demand(&ZONES, 0.096).build(),
+        itype("m5.xlarge").cpu("4").mem("16Gi").offer("us-east-1a", CapacityType::Spot, 0.05).on_demand(&ZONES, 0.192).unavailable_in("us-east-1a").build(),
+    ];
+    let mut snap = snapshot(vec![pod("p").cpu("1500m")], vec![pool("default", types)]);
+    // 1 cpu of DaemonSets leaves m5.large with 1 cpu: too small.
+    snap.daemonsets.push(daemonset("kube-system/agent", "1", "100Mi", vec![Toleration::exists("")]));
+    // A DaemonSet that does not tolerate the pool's taint costs nothing there.
+    snap.daemonsets.push(daemonset("kube-system/picky", "1", "100Mi", vec![Toleration::exists("other")]));
+    snap.pools[0].taints.push(Taint::new("dedicated", "x", Effect::NoSchedule));
+    snap.pending[0].tolerations.push(Toleration::exists("dedicated"));
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.192 types=[m5.xlarge] pods=[p]
+        "#]],
+    );
+}
+
+#[test]
+fn time_sliced_pool_offers_replicas() {
+    let mut sharing = GpuSharing::default();
+    sharing.time_slicing = Some(TimeSlicing { replicas: 4, rename: false });
+    let pods = (0..4).map(|i| pod(&format!("nb{i}")).cpu("500m").gpus(1)).collect();
+    let plan = plan_provisioning(&snapshot(pods, vec![gpu_pool().sharing(sharing)]));
+    // Depends on apply_sharing: with 4 replicas one g5.xlarge serves all four notebooks.
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert!(!plan.new_claims.is_empty());
+}
+
+#[test]
+fn every_new_claim_type_fits_all_its_pods() {
+    let pods = (0..40)
+        .map(|i| pod(&format!("p{i:02}")).cpu(["250m", "1", "3"][i % 3]).mem(["512Mi", "4Gi"][i % 2]))
+        .collect();
+    let snap = snapshot(pods, vec![pool("default", cpu_types())]);
+    let plan = plan_provisioning(&snap);
+    for c in &plan.new_claims {
+        for opt in &c.instance_types {
+            let it = snap.pools[0].instance_types.iter().find(|t| t.name == opt.instance_type).unwrap();
+            assert!(c.requests.fits(&it.allocatable()), "{} on {}", c.requests, it.name);
+        }
+    }
+    assert!(plan.unschedulable.is_empty());
+}
