@@ -76,8 +76,12 @@ fn apply_mig(it: &mut InstanceType, gpu: &GpuSpec, m: &MigSharing) -> Result<(),
         MigStrategy::Mixed => "mixed",
     };
     let model = mig::model_for(&gpu.model, gpu.memory_mib);
-    // `all-disabled` is a no-op on any GPU, so a pool may list non-MIG types next to MIG ones.
+    // `all-disabled` is a no-op on any GPU, so a pool may list non-MIG types next to MIG ones;
+    // the operator's labels only concern NVIDIA nodes.
     if m.config == mig::DISABLED {
+        if !is_nvidia(gpu) {
+            return Ok(());
+        }
         set_label(it, labels::NVIDIA_MIG_CONFIG, mig::DISABLED);
         set_label(it, labels::NVIDIA_MIG_STRATEGY, strategy);
         if model.is_some() {
@@ -92,7 +96,12 @@ fn apply_mig(it: &mut InstanceType, gpu: &GpuSpec, m: &MigSharing) -> Result<(),
     let layout =
         mig::layout_profiles(model, &m.config).ok_or_else(|| CoreError::UnknownMigConfig {
             config: m.config.clone(),
-            model: gpu.model.clone(),
+            // Say which geometry was used when the catalog name alone does not (`A100`).
+            model: if gpu.model == model.name {
+                gpu.model.clone()
+            } else {
+                format!("{} ({})", gpu.model, model.name)
+            },
         })?;
     let gpus = i64::from(gpu.count);
     it.capacity.set(&gpu.resource, 0);

@@ -140,7 +140,16 @@ fn no_sharing_changes_nothing() {
 fn time_slicing_multiplies_devices() {
     check(
         &ts(4, false),
-        expect![[r#""#]],
+        expect![[r#"
+            p4d: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            p4de: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            a3-1g: nvidia.com/gpu=4 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            p5en: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-H200-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            b200x8: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-B200-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            g4dn: nvidia.com/gpu=4 [nvidia.com/gpu.product=Tesla-T4-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": time-slicing is a feature of NVIDIA's device plugin and needs an NVIDIA GPU
+            cpu-only: no devices
+        "#]],
     );
 }
 
@@ -148,7 +157,16 @@ fn time_slicing_multiplies_devices() {
 fn time_slicing_with_rename_moves_to_shared_resource() {
     check(
         &ts(3, true),
-        expect![[r#""#]],
+        expect![[r#"
+            p4d: nvidia.com/gpu.shared=24 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            p4de: nvidia.com/gpu.shared=24 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            a3-1g: nvidia.com/gpu.shared=3 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            p5en: nvidia.com/gpu.shared=24 [nvidia.com/gpu.product=NVIDIA-H200-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            b200x8: nvidia.com/gpu.shared=24 [nvidia.com/gpu.product=NVIDIA-B200-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            g4dn: nvidia.com/gpu.shared=3 [nvidia.com/gpu.product=Tesla-T4-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": time-slicing is a feature of NVIDIA's device plugin and needs an NVIDIA GPU
+            cpu-only: no devices
+        "#]],
     );
 }
 
@@ -156,7 +174,16 @@ fn time_slicing_with_rename_moves_to_shared_resource() {
 fn mig_single_strategy() {
     check(
         &mig("all-1g.10gb", MigStrategy::Single),
-        expect![[r#""#]],
+        expect![[r#"
+            p4d: nvidia.com/gpu=32 [nvidia.com/gpu.count=32] [nvidia.com/gpu.memory=9856] [nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1g.10gb] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-1g.10gb] [nvidia.com/mig.strategy=single]
+            p4de: nvidia.com/gpu=56 [nvidia.com/gpu.count=56] [nvidia.com/gpu.memory=9856] [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-MIG-1g.10gb] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-1g.10gb] [nvidia.com/mig.strategy=single]
+            a3-1g: nvidia.com/gpu=7 [nvidia.com/gpu.count=7] [nvidia.com/gpu.memory=10240] [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-MIG-1g.10gb] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-1g.10gb] [nvidia.com/mig.strategy=single]
+            p5en: error: unknown MIG configuration "all-1g.10gb" for GPU model "H200 (H200-141GB)"
+            b200x8: error: unknown MIG configuration "all-1g.10gb" for GPU model "B200"
+            g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            cpu-only: no devices
+        "#]],
     );
 }
 
@@ -164,7 +191,16 @@ fn mig_single_strategy() {
 fn mig_mixed_strategy() {
     check(
         &mig("all-1g.10gb", MigStrategy::Mixed),
-        expect![[r#""#]],
+        expect![[r#"
+            p4d: nvidia.com/mig-1g.10gb=32 [nvidia.com/mig-1g.10gb.count=32] [nvidia.com/mig-1g.10gb.memory=9856] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-1g.10gb] [nvidia.com/mig.strategy=mixed]
+            p4de: nvidia.com/mig-1g.10gb=56 [nvidia.com/mig-1g.10gb.count=56] [nvidia.com/mig-1g.10gb.memory=9856] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-1g.10gb] [nvidia.com/mig.strategy=mixed]
+            a3-1g: nvidia.com/mig-1g.10gb=7 [nvidia.com/mig-1g.10gb.count=7] [nvidia.com/mig-1g.10gb.memory=10240] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-1g.10gb] [nvidia.com/mig.strategy=mixed]
+            p5en: error: unknown MIG configuration "all-1g.10gb" for GPU model "H200 (H200-141GB)"
+            b200x8: error: unknown MIG configuration "all-1g.10gb" for GPU model "B200"
+            g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            cpu-only: no devices
+        "#]],
     );
 }
 
@@ -172,7 +208,16 @@ fn mig_mixed_strategy() {
 fn mig_balanced_mixed() {
     check(
         &mig("all-balanced", MigStrategy::Mixed),
-        expect![[r#""#]],
+        expect![[r#"
+            p4d: nvidia.com/mig-1g.5gb=16 nvidia.com/mig-2g.10gb=8 nvidia.com/mig-3g.20gb=8 [nvidia.com/mig-1g.5gb.count=16] [nvidia.com/mig-1g.5gb.memory=4864] [nvidia.com/mig-2g.10gb.count=8] [nvidia.com/mig-2g.10gb.memory=9856] [nvidia.com/mig-3g.20gb.count=8] [nvidia.com/mig-3g.20gb.memory=19968] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-balanced] [nvidia.com/mig.strategy=mixed]
+            p4de: nvidia.com/mig-1g.10gb=16 nvidia.com/mig-2g.20gb=8 nvidia.com/mig-3g.40gb=8 [nvidia.com/mig-1g.10gb.count=16] [nvidia.com/mig-1g.10gb.memory=9856] [nvidia.com/mig-2g.20gb.count=8] [nvidia.com/mig-2g.20gb.memory=19968] [nvidia.com/mig-3g.40gb.count=8] [nvidia.com/mig-3g.40gb.memory=40192] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-balanced] [nvidia.com/mig.strategy=mixed]
+            a3-1g: nvidia.com/mig-1g.10gb=2 nvidia.com/mig-2g.20gb=1 nvidia.com/mig-3g.40gb=1 [nvidia.com/mig-1g.10gb.count=2] [nvidia.com/mig-1g.10gb.memory=10240] [nvidia.com/mig-2g.20gb.count=1] [nvidia.com/mig-2g.20gb.memory=20480] [nvidia.com/mig-3g.40gb.count=1] [nvidia.com/mig-3g.40gb.memory=40960] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-balanced] [nvidia.com/mig.strategy=mixed]
+            p5en: nvidia.com/mig-1g.18gb=16 nvidia.com/mig-2g.35gb=8 nvidia.com/mig-3g.71gb=8 [nvidia.com/mig-1g.18gb.count=16] [nvidia.com/mig-1g.18gb.memory=18432] [nvidia.com/mig-2g.35gb.count=8] [nvidia.com/mig-2g.35gb.memory=35840] [nvidia.com/mig-3g.71gb.count=8] [nvidia.com/mig-3g.71gb.memory=72704] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-balanced] [nvidia.com/mig.strategy=mixed]
+            b200x8: nvidia.com/mig-1g.23gb=16 nvidia.com/mig-2g.45gb=8 nvidia.com/mig-3g.90gb=8 [nvidia.com/mig-1g.23gb.count=16] [nvidia.com/mig-1g.23gb.memory=23552] [nvidia.com/mig-2g.45gb.count=8] [nvidia.com/mig-2g.45gb.memory=46080] [nvidia.com/mig-3g.90gb.count=8] [nvidia.com/mig-3g.90gb.memory=92160] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-balanced] [nvidia.com/mig.strategy=mixed]
+            g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            cpu-only: no devices
+        "#]],
     );
 }
 
@@ -180,7 +225,16 @@ fn mig_balanced_mixed() {
 fn mig_balanced_single_is_rejected() {
     check(
         &mig("all-balanced", MigStrategy::Single),
-        expect![[r#""#]],
+        expect![[r#"
+            p4d: error: GPU sharing on GPU model "A100": MIG strategy single advertises every instance as nvidia.com/gpu and so needs one profile type, but all-balanced has 1g.5gb, 2g.10gb, 3g.20gb; use strategy mixed or an all-<profile> configuration
+            p4de: error: GPU sharing on GPU model "A100": MIG strategy single advertises every instance as nvidia.com/gpu and so needs one profile type, but all-balanced has 1g.10gb, 2g.20gb, 3g.40gb; use strategy mixed or an all-<profile> configuration
+            a3-1g: error: GPU sharing on GPU model "H100": MIG strategy single advertises every instance as nvidia.com/gpu and so needs one profile type, but all-balanced has 1g.10gb, 2g.20gb, 3g.40gb; use strategy mixed or an all-<profile> configuration
+            p5en: error: GPU sharing on GPU model "H200": MIG strategy single advertises every instance as nvidia.com/gpu and so needs one profile type, but all-balanced has 1g.18gb, 2g.35gb, 3g.71gb; use strategy mixed or an all-<profile> configuration
+            b200x8: error: GPU sharing on GPU model "B200": MIG strategy single advertises every instance as nvidia.com/gpu and so needs one profile type, but all-balanced has 1g.23gb, 2g.45gb, 3g.90gb; use strategy mixed or an all-<profile> configuration
+            g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            cpu-only: no devices
+        "#]],
     );
 }
 
@@ -188,7 +242,16 @@ fn mig_balanced_single_is_rejected() {
 fn mig_disabled_keeps_whole_gpus() {
     check(
         &mig("all-disabled", MigStrategy::Single),
-        expect![[r#""#]],
+        expect![[r#"
+            p4d: nvidia.com/gpu=8 [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
+            p4de: nvidia.com/gpu=8 [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
+            a3-1g: nvidia.com/gpu=1 [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
+            p5en: nvidia.com/gpu=8 [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
+            b200x8: nvidia.com/gpu=8 [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
+            g4dn: nvidia.com/gpu=1 [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
+            g4ad: amd.com/gpu=1
+            cpu-only: no devices
+        "#]],
     );
 }
 
@@ -201,7 +264,16 @@ fn mig_then_time_slicing() {
         }),
         ..mig("all-3g.40gb", MigStrategy::Mixed)
     };
-    check(&sharing, expect![[r#""#]]);
+    check(&sharing, expect![[r#"
+        p4d: error: unknown MIG configuration "all-3g.40gb" for GPU model "A100 (A100-40GB)"
+        p4de: nvidia.com/mig-3g.40gb.shared=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig-3g.40gb.count=16] [nvidia.com/mig-3g.40gb.memory=40192] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=mixed]
+        a3-1g: nvidia.com/mig-3g.40gb.shared=4 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig-3g.40gb.count=2] [nvidia.com/mig-3g.40gb.memory=40960] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=mixed]
+        p5en: error: unknown MIG configuration "all-3g.40gb" for GPU model "H200 (H200-141GB)"
+        b200x8: error: unknown MIG configuration "all-3g.40gb" for GPU model "B200"
+        g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+        g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+        cpu-only: no devices
+    "#]]);
     let sharing = GpuSharing {
         time_slicing: Some(TimeSlicing {
             replicas: 2,
@@ -209,7 +281,16 @@ fn mig_then_time_slicing() {
         }),
         ..mig("all-3g.40gb", MigStrategy::Single)
     };
-    check(&sharing, expect![[r#""#]]);
+    check(&sharing, expect![[r#"
+        p4d: error: unknown MIG configuration "all-3g.40gb" for GPU model "A100 (A100-40GB)"
+        p4de: nvidia.com/gpu=32 [nvidia.com/gpu.count=16] [nvidia.com/gpu.memory=40192] [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-MIG-3g.40gb-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=single]
+        a3-1g: nvidia.com/gpu=4 [nvidia.com/gpu.count=2] [nvidia.com/gpu.memory=40960] [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-MIG-3g.40gb-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=single]
+        p5en: error: unknown MIG configuration "all-3g.40gb" for GPU model "H200 (H200-141GB)"
+        b200x8: error: unknown MIG configuration "all-3g.40gb" for GPU model "B200"
+        g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+        g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+        cpu-only: no devices
+    "#]]);
 }
 
 #[test]
@@ -223,7 +304,7 @@ fn errors_name_the_problem() {
         e,
         CoreError::UnknownMigConfig {
             config: "all-1g.5gb".into(),
-            model: "H100".into()
+            model: "H100 (H100-80GB)".into()
         }
     );
     let e = apply_sharing(h100, &ts(0, false)).unwrap_err();
