@@ -107,7 +107,13 @@ fn apply_mig(it: &mut InstanceType, gpu: &GpuSpec, m: &MigSharing) -> Result<(),
     it.capacity.set(&gpu.resource, 0);
     match m.strategy {
         MigStrategy::Single => {
+            // `all-enabled` creates no instances: the node offers no GPU at all.
             let [(profile, per_gpu)] = layout.as_slice() else {
+                if layout.is_empty() {
+                    set_mig_labels(it, &m.config, strategy);
+                    set_label(it, labels::NVIDIA_COUNT, "0");
+                    return Ok(());
+                }
                 let names: Vec<&str> = layout.iter().map(|(p, _)| p.name).collect();
                 return Err(invalid(
                     gpu,
@@ -136,14 +142,22 @@ fn apply_mig(it: &mut InstanceType, gpu: &GpuSpec, m: &MigSharing) -> Result<(),
                 it.capacity.set(&resource, cur + total);
                 let label = format!("{MIG_RESOURCE_PREFIX}{}", profile.label_name());
                 set_label(it, &format!("{label}.count"), total.to_string());
-                set_label(it, &format!("{label}.memory"), profile.memory_mib.to_string());
+                set_label(
+                    it,
+                    &format!("{label}.memory"),
+                    profile.memory_mib.to_string(),
+                );
             }
         }
     }
-    set_label(it, labels::NVIDIA_MIG_CONFIG, m.config.clone());
+    set_mig_labels(it, &m.config, strategy);
+    Ok(())
+}
+
+fn set_mig_labels(it: &mut InstanceType, config: &str, strategy: &str) {
+    set_label(it, labels::NVIDIA_MIG_CONFIG, config);
     set_label(it, labels::NVIDIA_MIG_STRATEGY, strategy);
     set_label(it, NVIDIA_MIG_CAPABLE, "true");
-    Ok(())
 }
 
 fn apply_time_slicing(

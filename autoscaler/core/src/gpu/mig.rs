@@ -1,6 +1,6 @@
 //! The project's own MIG table: which profiles each MIG-capable GPU model offers, how many of
-//! each fit on one GPU, and the named layouts (`all-<profile>`, `all-balanced`, `all-disabled`)
-//! the GPU Operator's mig-manager understands.
+//! each fit on one GPU, and the named layouts (`all-<profile>`, `all-balanced`, `all-disabled`,
+//! `all-enabled`) the GPU Operator's mig-manager understands.
 //!
 //! The facts (profile sizes, per-GPU maxima, the operator's default `all-balanced` geometry) are
 //! public NVIDIA facts written down here as Rust data so that the core never reads a file. A test
@@ -177,6 +177,9 @@ pub static MODELS: &[MigModel] = &[
 
 /// Layout name that turns MIG off: whole GPUs.
 pub const DISABLED: &str = "all-disabled";
+/// Layout name that turns MIG mode on without creating instances (the GPU offers nothing until
+/// someone partitions it by hand).
+pub const ENABLED: &str = "all-enabled";
 /// Layout name of the operator's mixed default geometry.
 pub const BALANCED: &str = "all-balanced";
 
@@ -233,10 +236,14 @@ pub fn profiles(model: &str) -> Option<&'static [MigProfile]> {
     model_for(model, 0).map(|m| m.profiles)
 }
 
-/// Every layout name valid for `m`, in a stable order: `all-disabled`, `all-balanced`, then
-/// `all-<profile>` in table order.
+/// Every layout name valid for `m`, in a stable order: `all-disabled`, `all-enabled`,
+/// `all-balanced`, then `all-<profile>` in table order.
 pub fn configs(m: &MigModel) -> Vec<String> {
-    let mut out = vec![DISABLED.to_string(), BALANCED.to_string()];
+    let mut out = vec![
+        DISABLED.to_string(),
+        ENABLED.to_string(),
+        BALANCED.to_string(),
+    ];
     out.extend(m.profiles.iter().map(|p| format!("all-{}", p.label_name())));
     out
 }
@@ -253,7 +260,7 @@ pub(crate) fn layout_profiles(
     config: &str,
 ) -> Option<Vec<(&'static MigProfile, u32)>> {
     match config {
-        DISABLED => Some(Vec::new()),
+        DISABLED | ENABLED => Some(Vec::new()),
         // A balanced entry naming no profile would be a table typo; the tests rule it out.
         BALANCED => Some(
             m.balanced
@@ -272,12 +279,15 @@ pub(crate) fn layout_profiles(
 }
 
 fn layout_of(m: &'static MigModel, config: &str) -> Option<Vec<(String, u32)>> {
-    layout_profiles(m, config)
-        .map(|rows| rows.into_iter().map(|(p, n)| (p.name.to_string(), n)).collect())
+    layout_profiles(m, config).map(|rows| {
+        rows.into_iter()
+            .map(|(p, n)| (p.name.to_string(), n))
+            .collect()
+    })
 }
 
 /// The per-GPU layout of `config` on `m`: (profile name, instances per GPU); empty for
-/// `all-disabled`.
+/// `all-disabled` and `all-enabled`.
 ///
 /// # Errors
 /// [`CoreError::UnknownMigConfig`] when `m` has no such layout.

@@ -58,9 +58,30 @@ fn types() -> Vec<InstanceType> {
     let mut cpu = gpu_type("cpu-only", "nvidia", "-", 0, 0, None);
     cpu.gpu = None;
     vec![
-        gpu_type("p4d", "nvidia", "A100", 8, 40960, Some("NVIDIA-A100-SXM4-40GB")),
-        gpu_type("p4de", "nvidia", "A100", 8, 81920, Some("NVIDIA-A100-SXM4-80GB")),
-        gpu_type("a3-1g", "nvidia", "H100", 1, 81920, Some("NVIDIA-H100-80GB-HBM3")),
+        gpu_type(
+            "p4d",
+            "nvidia",
+            "A100",
+            8,
+            40960,
+            Some("NVIDIA-A100-SXM4-40GB"),
+        ),
+        gpu_type(
+            "p4de",
+            "nvidia",
+            "A100",
+            8,
+            81920,
+            Some("NVIDIA-A100-SXM4-80GB"),
+        ),
+        gpu_type(
+            "a3-1g",
+            "nvidia",
+            "H100",
+            1,
+            81920,
+            Some("NVIDIA-H100-80GB-HBM3"),
+        ),
         gpu_type("p5en", "nvidia", "H200", 8, 144384, Some("NVIDIA-H200")),
         gpu_type("b200x8", "nvidia", "B200", 8, 183359, Some("NVIDIA-B200")),
         gpu_type("g4dn", "nvidia", "T4", 1, 16384, Some("Tesla-T4")),
@@ -256,6 +277,36 @@ fn mig_disabled_keeps_whole_gpus() {
 }
 
 #[test]
+fn mig_enabled_without_instances_offers_nothing() {
+    check(
+        &mig("all-enabled", MigStrategy::Single),
+        expect![[r#"
+            p4d: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
+            p4de: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
+            a3-1g: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
+            p5en: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
+            b200x8: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
+            g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            cpu-only: no devices
+        "#]],
+    );
+    check(
+        &mig("all-enabled", MigStrategy::Mixed),
+        expect![[r#"
+            p4d: no devices [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=mixed]
+            p4de: no devices [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=mixed]
+            a3-1g: no devices [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=mixed]
+            p5en: no devices [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=mixed]
+            b200x8: no devices [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=mixed]
+            g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            cpu-only: no devices
+        "#]],
+    );
+}
+
+#[test]
 fn mig_then_time_slicing() {
     let sharing = GpuSharing {
         time_slicing: Some(TimeSlicing {
@@ -264,7 +315,9 @@ fn mig_then_time_slicing() {
         }),
         ..mig("all-3g.40gb", MigStrategy::Mixed)
     };
-    check(&sharing, expect![[r#"
+    check(
+        &sharing,
+        expect![[r#"
         p4d: error: unknown MIG configuration "all-3g.40gb" for GPU model "A100 (A100-40GB)"
         p4de: nvidia.com/mig-3g.40gb.shared=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig-3g.40gb.count=16] [nvidia.com/mig-3g.40gb.memory=40192] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=mixed]
         a3-1g: nvidia.com/mig-3g.40gb.shared=4 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig-3g.40gb.count=2] [nvidia.com/mig-3g.40gb.memory=40960] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=mixed]
@@ -273,7 +326,8 @@ fn mig_then_time_slicing() {
         g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
         g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
         cpu-only: no devices
-    "#]]);
+    "#]],
+    );
     let sharing = GpuSharing {
         time_slicing: Some(TimeSlicing {
             replicas: 2,
@@ -281,7 +335,9 @@ fn mig_then_time_slicing() {
         }),
         ..mig("all-3g.40gb", MigStrategy::Single)
     };
-    check(&sharing, expect![[r#"
+    check(
+        &sharing,
+        expect![[r#"
         p4d: error: unknown MIG configuration "all-3g.40gb" for GPU model "A100 (A100-40GB)"
         p4de: nvidia.com/gpu=32 [nvidia.com/gpu.count=16] [nvidia.com/gpu.memory=40192] [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-MIG-3g.40gb-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=single]
         a3-1g: nvidia.com/gpu=4 [nvidia.com/gpu.count=2] [nvidia.com/gpu.memory=40960] [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-MIG-3g.40gb-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=single]
@@ -290,7 +346,8 @@ fn mig_then_time_slicing() {
         g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
         g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
         cpu-only: no devices
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]

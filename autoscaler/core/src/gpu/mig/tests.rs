@@ -16,7 +16,11 @@ fn every_layout_fits_one_gpu() {
             let compute: u32 = rows.iter().map(|(p, n)| p.compute_slices * n).sum();
             let memory: u32 = rows.iter().map(|(p, n)| p.memory_slices * n).sum();
             let instances: u32 = rows.iter().map(|(_, n)| n).sum();
-            assert!(compute <= 7, "{} {config}: {compute} compute slices", m.name);
+            assert!(
+                compute <= 7,
+                "{} {config}: {compute} compute slices",
+                m.name
+            );
             assert!(memory <= 8, "{} {config}: {memory} memory slices", m.name);
             assert!(instances <= 7, "{} {config}: {instances} instances", m.name);
         }
@@ -42,7 +46,12 @@ fn profile_names_agree_with_their_numbers() {
                 if p.media_extensions { "+me" } else { "" }
             );
             assert_eq!(p.name, expected, "{}", m.name);
-            assert!(p.memory_mib >= u64::from(p.memory_gb) * 900, "{} {}", m.name, p.name);
+            assert!(
+                p.memory_mib >= u64::from(p.memory_gb) * 900,
+                "{} {}",
+                m.name,
+                p.name
+            );
         }
     }
 }
@@ -155,6 +164,7 @@ fn layouts_per_model() {
 fn known_configs_and_errors() {
     for good in [
         "all-disabled",
+        "all-enabled",
         "all-balanced",
         "all-1g.5gb",
         "all-1g.10gb",
@@ -195,7 +205,7 @@ fn known_configs_and_errors() {
         profile(h100, "1g.10gb.me").unwrap().resource_name(),
         "nvidia.com/mig-1g.10gb.me"
     );
-    assert_eq!(configs(h100).len(), 9);
+    assert_eq!(configs(h100).len(), 10);
 }
 
 fn reference_file() -> PathBuf {
@@ -224,12 +234,35 @@ fn table_matches_shared_reference_file() {
         assert_eq!(sorted, their_names, "{name}: profile set");
         for p in ours.profiles {
             let t = &theirs[p.name];
-            let num = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{name} {} {k}", p.name));
-            assert_eq!(u64::from(p.max_instances), num("max_instances"), "{name} {}", p.name);
-            assert_eq!(u64::from(p.memory_gb), num("memory_gb"), "{name} {}", p.name);
+            let num = |k: &str| {
+                t[k].as_u64()
+                    .unwrap_or_else(|| panic!("{name} {} {k}", p.name))
+            };
+            assert_eq!(
+                u64::from(p.max_instances),
+                num("max_instances"),
+                "{name} {}",
+                p.name
+            );
+            assert_eq!(
+                u64::from(p.memory_gb),
+                num("memory_gb"),
+                "{name} {}",
+                p.name
+            );
             assert_eq!(p.memory_mib, num("memory_mib"), "{name} {}", p.name);
-            assert_eq!(u64::from(p.compute_slices), num("compute_slices"), "{name} {}", p.name);
-            assert_eq!(u64::from(p.memory_slices), num("memory_slices"), "{name} {}", p.name);
+            assert_eq!(
+                u64::from(p.compute_slices),
+                num("compute_slices"),
+                "{name} {}",
+                p.name
+            );
+            assert_eq!(
+                u64::from(p.memory_slices),
+                num("memory_slices"),
+                "{name} {}",
+                p.name
+            );
             assert_eq!(
                 Some(p.media_extensions),
                 t["media_extensions"].as_bool(),
