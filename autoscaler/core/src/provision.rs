@@ -85,7 +85,8 @@ impl Shape {
 }
 
 fn offering_allowed(o: &Offering, zc: Option<&Constraint>, cc: Option<&Constraint>) -> bool {
-    zc.is_none_or(|c| c.matches(Some(&o.zone))) && cc.is_none_or(|c| c.matches(Some(o.capacity_type.as_str())))
+    zc.is_none_or(|c| c.matches(Some(&o.zone)))
+        && cc.is_none_or(|c| c.matches(Some(o.capacity_type.as_str())))
 }
 
 /// Builds the shapes of every pool: what the planner and disruption both launch from.
@@ -140,9 +141,15 @@ fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> 
     let mut allocatable = shared.allocatable();
     // DaemonSets that would run on this node: selector matches, taints tolerated (startup
     // taints too, since DaemonSet pods start while they are present).
-    let all_taints: Vec<Taint> = pool.taints.iter().chain(&pool.startup_taints).cloned().collect();
+    let all_taints: Vec<Taint> = pool
+        .taints
+        .iter()
+        .chain(&pool.startup_taints)
+        .cloned()
+        .collect();
     for ds in &snapshot.daemonsets {
-        if ds.node_selector.matches(&labels) && untolerated(&ds.tolerations, &all_taints).is_none() {
+        if ds.node_selector.matches(&labels) && untolerated(&ds.tolerations, &all_taints).is_none()
+        {
             allocatable.sub(&ds.requests);
         }
     }
@@ -224,7 +231,8 @@ impl Devices {
                 0
             }
             None => {
-                self.partial.push((share.resource.clone(), 1000 - share.milli));
+                self.partial
+                    .push((share.resource.clone(), 1000 - share.milli));
                 1
             }
         }
@@ -245,6 +253,13 @@ pub fn demand(pod: &Pod, devices: &Devices) -> Resources {
             r
         }
     }
+}
+
+/// What a new claim becomes when a pod joins it; `None` fields stay as they are.
+struct Grow {
+    reqs: Option<Requirements>,
+    candidates: Option<Vec<usize>>,
+    price: f64,
 }
 
 /// Selector identity for topology counting: namespace plus label requirements.
@@ -334,6 +349,8 @@ struct Planner<'a> {
     alone_cost: Vec<Option<f64>>,
     /// Whether any shape has a GPU (otherwise the GPU-avoidance rule costs nothing to skip).
     any_gpu_shape: bool,
+    /// Per-resource minimum over pending pods' requests: a claim that cannot fit it is closed.
+    smallest: Resources,
     state: State,
     reasons: Vec<Option<String>>,
 }
@@ -412,6 +429,7 @@ impl<'a> Planner<'a> {
             sel_of_anti,
             alone_cost: Vec::new(),
             any_gpu_shape: false,
+            smallest: Resources::new(),
             state: State {
                 slots: Vec::new(),
                 usage: vec![PoolUse::default(); snap.pools.len()],
@@ -423,6 +441,21 @@ impl<'a> Planner<'a> {
             reasons: vec![None; snap.pending.len()],
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
+        let mut smallest: Option<Resources> = None;
+        for p in &snap.pending {
+            let r = Resources {
+                cpu: p.requests.cpu,
+                memory: p.requests.memory,
+                ephemeral_storage: p.requests.ephemeral_storage,
+                pods: p.requests.pods,
+                extended: BTreeMap::new(),
+            };
+            smallest = Some(match smallest {
+                None => r,
+                Some(m) => m.min(&r),
+            });
+        }
+        planner.smallest = smallest.unwrap_or_default();
         planner.build_slots();
         planner.build_classes();
         planner
@@ -432,7 +465,13 @@ impl<'a> Planner<'a> {
         self.selectors.len()
     }
 
-    fn count_pod_into(&self, slot: &mut Slot, zone_counts: &mut HashMap<(usize, String), u32>, zone_blocks: &mut Vec<(String, Requirements, String)>, pod: &Pod) {
+    fn count_pod_into(
+        &self,
+        slot: &mut Slot,
+        zone_counts: &mut HashMap<(usize, String), u32>,
+        zone_blocks: &mut Vec<(String, Requirements, String)>,
+        pod: &Pod,
+    ) {
         for (i, sel) in self.selectors.iter().enumerate() {
             if sel_matches(sel, &pod.key.namespace, &pod.labels) {
                 slot.counts[i] += 1;
@@ -447,25 +486,38 @@ impl<'a> Planner<'a> {
                     zone_blocks.push((pod.key.namespace.clone(), t.selector.clone(), z.clone()));
                 }
             } else {
-                slot.blocks.push((pod.key.namespace.clone(), t.selector.clone(), t.topology_key.clone()));
+                slot.blocks.push((
+                    pod.key.namespace.clone(),
+                    t.selector.clone(),
+                    t.topology_key.clone(),
+                ));
             }
         }
     }
 
     fn build_slots(&mut self) {
         let snap = self.snap;
-        let in_flight_names: BTreeSet<&str> = snap.in_flight.iter().map(|c| c.name.as_str()).collect();
+        let in_flight_names: BTreeSet<&str> =
+            snap.in_flight.iter().map(|c| c.name.as_str()).collect();
         let mut slots = Vec::new();
         let mut zone_counts = HashMap::new();
         let mut zone_blocks = Vec::new();
         let mut usage = vec![PoolUse::default(); snap.pools.len()];
-        let pool_idx: HashMap<&str, usize> = snap.pools.iter().enumerate().map(|(i, p)| (p.name.as_str(), i)).collect();
+        let pool_idx: HashMap<&str, usize> = snap
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.as_str(), i))
+            .collect();
         let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
         node_order.sort_by(|a, b| snap.nodes[*a].name.cmp(&snap.nodes[*b].name));
         for ni in node_order {
             let n = &snap.nodes[ni];
             let pool = n.pool.as_deref().and_then(|p| pool_idx.get(p).copied());
-            let counted_as_claim = !n.initialized && n.claim.as_deref().is_some_and(|c| in_flight_names.contains(c));
+            let counted_as_claim = !n.initialized
+                && n.claim
+                    .as_deref()
+                    .is_some_and(|c| in_flight_names.contains(c));
             if counted_as_claim {
                 continue;
             }
@@ -475,7 +527,11 @@ impl<'a> Planner<'a> {
                 // Limits count the node's full capacity; allocatable is the best measure we have.
                 u.resources.add(&n.allocatable);
                 if let Some(m) = self.node_model(n) {
-                    let g = n.labels.get(labels::GPU_COUNT).and_then(|c| c.parse::<i64>().ok()).unwrap_or(0);
+                    let g = n
+                        .labels
+                        .get(labels::GPU_COUNT)
+                        .and_then(|c| c.parse::<i64>().ok())
+                        .unwrap_or(0);
                     *u.models.entry(m).or_default() += g;
                 }
             }
@@ -513,13 +569,17 @@ impl<'a> Planner<'a> {
         claims.sort_by(|a, b| snap.in_flight[*a].name.cmp(&snap.in_flight[*b].name));
         for ci in claims {
             let c = &snap.in_flight[ci];
-            let Some(&pi) = pool_idx.get(c.pool.as_str()) else { continue };
+            let Some(&pi) = pool_idx.get(c.pool.as_str()) else {
+                continue;
+            };
             let shapes: Vec<&Shape> = self
                 .shapes
                 .iter()
                 .filter(|s| s.pool == pi && c.instance_types.iter().any(|n| *n == s.name))
                 .collect();
-            let Some(first) = shapes.first() else { continue };
+            let Some(first) = shapes.first() else {
+                continue;
+            };
             // Conservative: the claim may become any of its candidates, so count on the least.
             let mut alloc = first.allocatable.clone();
             let mut cap = first.capacity.clone();
@@ -529,11 +589,19 @@ impl<'a> Planner<'a> {
                 cap = cap.max(&s.capacity);
                 common.retain(|k, v| s.labels.get(k) == Some(v));
             }
-            let zone = c.requirements.get(labels::ZONE).and_then(|z| z.single_value()).map(str::to_string);
+            let zone = c
+                .requirements
+                .get(labels::ZONE)
+                .and_then(|z| z.single_value())
+                .map(str::to_string);
             if let Some(z) = &zone {
                 common.insert(labels::ZONE.into(), z.clone());
             }
-            if let Some(ct) = c.requirements.get(labels::CAPACITY_TYPE).and_then(|z| z.single_value()) {
+            if let Some(ct) = c
+                .requirements
+                .get(labels::CAPACITY_TYPE)
+                .and_then(|z| z.single_value())
+            {
                 common.insert(labels::CAPACITY_TYPE.into(), ct.to_string());
             }
             let u = &mut usage[pi];
@@ -583,7 +651,11 @@ impl<'a> Planner<'a> {
 
     fn node_model(&self, n: &crate::model::Node) -> Option<String> {
         let name = n.instance_type.as_deref()?;
-        let pi = self.snap.pools.iter().position(|p| Some(&p.name) == n.pool.as_ref())?;
+        let pi = self
+            .snap
+            .pools
+            .iter()
+            .position(|p| Some(&p.name) == n.pool.as_ref())?;
         self.snap.pools[pi]
             .instance_types
             .iter()
@@ -592,7 +664,8 @@ impl<'a> Planner<'a> {
     }
 
     fn build_classes(&mut self) {
-        let mut index: HashMap<(&crate::requirements::NodeSelector, &Vec<Toleration>), usize> = HashMap::new();
+        let mut index: HashMap<(&crate::requirements::NodeSelector, &Vec<Toleration>), usize> =
+            HashMap::new();
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         for p in &self.snap.pending {
@@ -620,7 +693,9 @@ impl<'a> Planner<'a> {
                                     ok = true;
                                     let zc = t.get(labels::ZONE);
                                     let cc = t.get(labels::CAPACITY_TYPE);
-                                    for o in s.offerings.iter().filter(|o| offering_allowed(o, zc, cc)) {
+                                    for o in
+                                        s.offerings.iter().filter(|o| offering_allowed(o, zc, cc))
+                                    {
                                         zones.insert(o.zone.clone());
                                     }
                                 }
@@ -670,7 +745,12 @@ impl<'a> Planner<'a> {
                     .filter(|(k, _)| crate::resources::is_gpu_class(k))
                     .map(|(_, v)| *v)
                     .sum();
-                (gpus, p.gpu_share.as_ref().map_or(0, |s| s.milli), p.requests.cpu, p.requests.memory)
+                (
+                    gpus,
+                    p.gpu_share.as_ref().map_or(0, |s| s.milli),
+                    p.requests.cpu,
+                    p.requests.memory,
+                )
             };
             key(pb).cmp(&key(pa)).then_with(|| pa.key.cmp(&pb.key))
         });
@@ -753,37 +833,38 @@ impl<'a> Planner<'a> {
             if !self.topology_ok_fixed(i, si) {
                 continue;
             }
-            self.commit(i, si, None);
+            self.commit(i, si, None, false);
             return true;
         }
         // 2. a new claim whose cheapest candidate still fits.
-        let mut best: Option<(f64, usize, Requirements, Vec<usize>)> = None;
+        let mut best: Option<(f64, usize, Grow)> = None;
         let avoid_gpu = self.avoid_gpu(i);
         for si in 0..n {
             let slot = &self.state.slots[si];
             if !slot.open || slot.kind != SlotKind::New {
                 continue;
             }
-            if !self.classes[ci].shape_ok[slot.candidates[0]] && !slot.candidates.iter().any(|c| self.classes[ci].shape_ok[*c]) {
+            if !self.new_slot_may_fit(ci, si) {
                 continue;
             }
-            let Some((reqs, cands, price)) = self.try_new_slot(i, si, avoid_gpu) else { continue };
-            let delta = price - slot.price;
+            let Some(grow) = self.try_new_slot(i, si, avoid_gpu) else {
+                continue;
+            };
+            let delta = grow.price - self.state.slots[si].price;
             if delta <= 1e-12 {
-                self.commit(i, si, Some((reqs, cands, price)));
+                self.commit(i, si, Some(grow), avoid_gpu);
                 return true;
             }
             if best.as_ref().is_none_or(|b| delta < b.0) {
-                best = Some((delta, si, reqs, cands));
+                best = Some((delta, si, grow));
             }
         }
         // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
         let alone = self.open_claim_candidates(i);
-        if let Some((delta, si, reqs, cands)) = best {
+        if let Some((delta, si, grow)) = best {
             let alone_price = alone.as_ref().ok().map(|(_, _, _, p)| *p);
             if alone_price.is_none_or(|a| delta <= a + 1e-12) {
-                let price = self.state.slots[si].price + delta;
-                self.commit(i, si, Some((reqs, cands, price)));
+                self.commit(i, si, Some(grow), avoid_gpu);
                 return true;
             }
         }
@@ -823,6 +904,27 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Whether some candidate of new claim `si` suits class `ci`. Candidates only shrink, so a
+    /// "no" is remembered and a "yes" is re-checked by the caller.
+    fn new_slot_may_fit(&mut self, ci: usize, si: usize) -> bool {
+        let class = &mut self.classes[ci];
+        if class.slot_ok.len() <= si {
+            class.slot_ok.resize(self.state.slots.len().max(si + 1), 0);
+        }
+        match class.slot_ok[si] {
+            2 => false,
+            1 => true,
+            _ => {
+                let ok = self.state.slots[si]
+                    .candidates
+                    .iter()
+                    .any(|c| class.shape_ok[*c]);
+                class.slot_ok[si] = if ok { 1 } else { 2 };
+                ok
+            }
+        }
+    }
+
     /// Topology rules for a slot whose zone and hostname are known.
     fn topology_ok_fixed(&self, i: usize, si: usize) -> bool {
         let slot = &self.state.slots[si];
@@ -830,7 +932,11 @@ impl<'a> Planner<'a> {
     }
 
     fn zone_count(&self, sel: usize, zone: &str) -> u32 {
-        self.state.zone_counts.get(&(sel, zone.to_string())).copied().unwrap_or(0)
+        self.state
+            .zone_counts
+            .get(&(sel, zone.to_string()))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Whether pod `i` may go on `slot` placed in `zone` (None: zone not known yet, so zone
@@ -871,7 +977,9 @@ impl<'a> Planner<'a> {
             } else if t.topology_key == labels::ZONE {
                 match zone {
                     Some(z) => {
-                        if self.zone_count(*sel, z) == 0 && !(self_match && self.nobody_matches(*sel)) {
+                        if self.zone_count(*sel, z) == 0
+                            && !(self_match && self.nobody_matches(*sel))
+                        {
                             return false;
                         }
                     }
@@ -911,10 +1019,19 @@ impl<'a> Planner<'a> {
 
     fn needs_zone(&self, i: usize) -> bool {
         let pod = &self.snap.pending[i];
-        pod.spread.iter().any(|t| t.hard && t.topology_key == labels::ZONE)
+        pod.spread
+            .iter()
+            .any(|t| t.hard && t.topology_key == labels::ZONE)
             || pod.affinity.iter().any(|t| t.topology_key == labels::ZONE)
-            || pod.anti_affinity.iter().any(|t| t.topology_key == labels::ZONE)
-            || self.state.zone_blocks.iter().any(|(ns, sel, _)| *ns == pod.key.namespace && sel.matches(&pod.labels))
+            || pod
+                .anti_affinity
+                .iter()
+                .any(|t| t.topology_key == labels::ZONE)
+            || self
+                .state
+                .zone_blocks
+                .iter()
+                .any(|(ns, sel, _)| *ns == pod.key.namespace && sel.matches(&pod.labels))
     }
 
     /// Whether pod `i` needs no GPU and some GPU-less shape could host it alone: then GPU
@@ -935,15 +1052,44 @@ impl<'a> Planner<'a> {
             .any(|(s, sh)| !sh.has_gpu && class.shape_ok[s] && need.fits(&sh.allocatable))
     }
 
-    /// For a new-claim slot: requirements, candidates and price if pod `i` were added.
-    fn try_new_slot(&self, i: usize, si: usize, avoid_gpu: bool) -> Option<(Requirements, Vec<usize>, f64)> {
+    /// For a new-claim slot: the requirements, candidates and price it would have with pod `i`
+    /// added, or `None` when the pod cannot join it.
+    fn try_new_slot(&self, i: usize, si: usize, avoid_gpu: bool) -> Option<Grow> {
         let pod = &self.snap.pending[i];
         let ci = self.class_of[i];
         let slot = &self.state.slots[si];
         let need = slot.used.plus(&demand(pod, &slot.devices));
+        if !need.fits(&slot.allocatable) {
+            // `allocatable` of a new claim holds the most any candidate offers.
+            return None;
+        }
         let class = &self.classes[ci];
+        let usable = |c: usize| {
+            class.shape_ok[c]
+                && !(avoid_gpu && self.shapes[c].has_gpu)
+                && need.fits(&self.shapes[c].allocatable)
+        };
+        let zone_rules = self.needs_zone(i) && slot.zone.is_none();
+        if class.terms.len() == 1 && class.terms[0].is_empty() && !zone_rules {
+            // Requirements stay as they are, so candidates stay in price order and the first
+            // usable one sets the price; narrowing waits until the pod is committed.
+            if !self.topology_ok(i, slot, slot.zone.as_deref()) {
+                return None;
+            }
+            let first = slot.candidates.iter().copied().find(|c| usable(*c))?;
+            let price = self.shapes[first].price_under(&slot.reqs)?;
+            return Some(Grow {
+                reqs: None,
+                candidates: None,
+                price,
+            });
+        }
         for term in &class.terms {
-            let mut reqs = if term.is_empty() { slot.reqs.clone() } else { slot.reqs.intersect(term) };
+            let mut reqs = if term.is_empty() {
+                slot.reqs.clone()
+            } else {
+                slot.reqs.intersect(term)
+            };
             if !reqs.satisfiable() {
                 continue;
             }
@@ -952,27 +1098,33 @@ impl<'a> Planner<'a> {
                 .iter()
                 .copied()
                 .filter(|c| {
-                    class.shape_ok[*c]
-                        && !(avoid_gpu && self.shapes[*c].has_gpu)
-                        && need.fits(&self.shapes[*c].allocatable)
-                        && (term.is_empty() || term_fits_shape(&reqs, &self.shapes[*c]))
+                    usable(*c) && (term.is_empty() || term_fits_shape(&reqs, &self.shapes[*c]))
                 })
                 .collect();
             if cands.is_empty() {
                 continue;
             }
-            if self.needs_zone(i) && slot.zone.is_none() {
+            if zone_rules {
                 let z = self.pick_zone(i, &reqs, &cands, slot)?;
-                reqs.add_constraint(labels::ZONE, Constraint::from_operator(labels::ZONE, crate::requirements::Operator::In, &[z]).ok()?);
+                reqs.add_constraint(
+                    labels::ZONE,
+                    Constraint::from_operator(
+                        labels::ZONE,
+                        crate::requirements::Operator::In,
+                        &[z],
+                    )
+                    .ok()?,
+                );
                 cands.retain(|c| self.shapes[*c].price_under(&reqs).is_some());
                 if cands.is_empty() {
                     continue;
                 }
             }
-            let zone = slot
-                .zone
-                .clone()
-                .or_else(|| reqs.get(labels::ZONE).and_then(|c| c.single_value()).map(str::to_string));
+            let zone = slot.zone.clone().or_else(|| {
+                reqs.get(labels::ZONE)
+                    .and_then(|c| c.single_value())
+                    .map(str::to_string)
+            });
             if !self.topology_ok(i, slot, zone.as_deref()) {
                 continue;
             }
@@ -982,14 +1134,24 @@ impl<'a> Planner<'a> {
                 .collect();
             priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             let price = priced.first()?.0;
-            return Some((reqs, priced.into_iter().map(|(_, c)| c).collect(), price));
+            return Some(Grow {
+                reqs: Some(reqs),
+                candidates: Some(priced.into_iter().map(|(_, c)| c).collect()),
+                price,
+            });
         }
         None
     }
 
     /// Chooses a zone for a pod with zone rules on a claim not yet pinned: the allowed zone
     /// with the fewest matching pods, then the cheapest, then by name.
-    fn pick_zone(&self, i: usize, reqs: &Requirements, cands: &[usize], slot: &Slot) -> Option<String> {
+    fn pick_zone(
+        &self,
+        i: usize,
+        reqs: &Requirements,
+        cands: &[usize],
+        slot: &Slot,
+    ) -> Option<String> {
         let mut zones: BTreeMap<String, f64> = BTreeMap::new();
         let zc = reqs.get(labels::ZONE);
         let cc = reqs.get(labels::CAPACITY_TYPE);
@@ -1035,7 +1197,10 @@ impl<'a> Planner<'a> {
             && let Some(limit) = pool.limits.gpus_by_model.get(model)
             && u.models.get(model).copied().unwrap_or(0) + i64::from(*n) > *limit
         {
-            return Err(format!("NodePool {} limit for GPU model {model}={limit} reached", pool.name));
+            return Err(format!(
+                "NodePool {} limit for GPU model {model}={limit} reached",
+                pool.name
+            ));
         }
         Ok(())
     }
@@ -1043,7 +1208,10 @@ impl<'a> Planner<'a> {
     /// The pool, requirements, candidates and price of a new claim for pod `i` alone, or the
     /// reason there is none.
     #[allow(clippy::type_complexity)]
-    fn open_claim_candidates(&mut self, i: usize) -> Result<(usize, Requirements, Vec<usize>, f64), String> {
+    fn open_claim_candidates(
+        &mut self,
+        i: usize,
+    ) -> Result<(usize, Requirements, Vec<usize>, f64), String> {
         let pod = &self.snap.pending[i];
         let ci = self.class_of[i];
         let need = demand(pod, &Devices::default());
@@ -1084,14 +1252,20 @@ impl<'a> Planner<'a> {
             for term in self.classes[ci].terms.clone() {
                 let reqs = pool.requirements.intersect(&term);
                 if let Some(k) = pool.requirements.conflict_with(&term) {
-                    reasons.push(format!("NodePool {} requirement on {k} conflicts with the pod's node affinity", pool.name));
+                    reasons.push(format!(
+                        "NodePool {} requirement on {k} conflicts with the pod's node affinity",
+                        pool.name
+                    ));
                     continue;
                 }
                 let mut limit_reason = None;
                 let mut fitting: Vec<usize> = (0..self.shapes.len())
                     .filter(|s| {
                         let sh = &self.shapes[*s];
-                        sh.pool == pi && self.classes[ci].shape_ok[*s] && term_fits_shape(&term, sh) && need.fits(&sh.allocatable)
+                        sh.pool == pi
+                            && self.classes[ci].shape_ok[*s]
+                            && term_fits_shape(&term, sh)
+                            && need.fits(&sh.allocatable)
                     })
                     .filter(|s| match self.fits_limits(pi, &self.shapes[*s]) {
                         Ok(()) => true,
@@ -1102,7 +1276,9 @@ impl<'a> Planner<'a> {
                     })
                     .collect();
                 if fitting.is_empty() {
-                    reasons.push(limit_reason.unwrap_or_else(|| self.no_fit_reason(pi, ci, &term, &need)));
+                    reasons.push(
+                        limit_reason.unwrap_or_else(|| self.no_fit_reason(pi, ci, &term, &need)),
+                    );
                     continue;
                 }
                 if !wants_gpu && fitting.iter().any(|s| !self.shapes[*s].has_gpu) {
@@ -1114,7 +1290,11 @@ impl<'a> Planner<'a> {
                 prefs.sort_by(|a, b| b.0.cmp(&a.0));
                 for (_, pterm) in prefs {
                     let r2 = reqs.intersect(&pterm);
-                    let kept: Vec<usize> = fitting.iter().copied().filter(|s| term_fits_shape(&r2, &self.shapes[*s])).collect();
+                    let kept: Vec<usize> = fitting
+                        .iter()
+                        .copied()
+                        .filter(|s| term_fits_shape(&r2, &self.shapes[*s]))
+                        .collect();
                     if r2.satisfiable() && !kept.is_empty() {
                         reqs = r2;
                         fitting = kept;
@@ -1122,10 +1302,21 @@ impl<'a> Planner<'a> {
                 }
                 if self.needs_zone(i) {
                     let Some(z) = self.pick_zone(i, &reqs, &fitting, &empty) else {
-                        reasons.push(format!("NodePool {}: no zone satisfies the pod's topology constraints", pool.name));
+                        reasons.push(format!(
+                            "NodePool {}: no zone satisfies the pod's topology constraints",
+                            pool.name
+                        ));
                         continue;
                     };
-                    reqs.add_constraint(labels::ZONE, Constraint::from_operator(labels::ZONE, crate::requirements::Operator::In, &[z]).expect("one value"));
+                    reqs.add_constraint(
+                        labels::ZONE,
+                        Constraint::from_operator(
+                            labels::ZONE,
+                            crate::requirements::Operator::In,
+                            &[z],
+                        )
+                        .expect("one value"),
+                    );
                     fitting.retain(|c| self.shapes[*c].price_under(&reqs).is_some());
                 } else if !self.topology_ok(i, &empty, None) {
                     reasons.push("topology constraints cannot be met on a new node".into());
@@ -1136,9 +1327,17 @@ impl<'a> Planner<'a> {
                     .filter_map(|c| self.shapes[*c].price_under(&reqs).map(|p| (p, *c)))
                     .collect();
                 priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                let Some(&(price, _)) = priced.first() else { continue };
+                let Some(&(price, _)) = priced.first() else {
+                    continue;
+                };
                 if best.as_ref().is_none_or(|b| price < b.1) {
-                    best = Some((pool.weight, price, pi, reqs, priced.into_iter().map(|(_, c)| c).collect()));
+                    best = Some((
+                        pool.weight,
+                        price,
+                        pi,
+                        reqs,
+                        priced.into_iter().map(|(_, c)| c).collect(),
+                    ));
                 }
             }
         }
@@ -1158,10 +1357,17 @@ impl<'a> Planner<'a> {
         if !reasons.is_empty() && reasons.iter().all(|r| r.starts_with("taint ")) {
             let mut taints: Vec<String> = reasons
                 .iter()
-                .filter_map(|r| r.strip_prefix("taint ").and_then(|r| r.split(" of NodePool").next()).map(str::to_string))
+                .filter_map(|r| {
+                    r.strip_prefix("taint ")
+                        .and_then(|r| r.split(" of NodePool").next())
+                        .map(str::to_string)
+                })
                 .collect();
             taints.dedup();
-            return format!("taint {} not tolerated by any NodePool the pod can use", taints.join(", "));
+            return format!(
+                "taint {} not tolerated by any NodePool the pod can use",
+                taints.join(", ")
+            );
         }
         reasons.dedup();
         if reasons.is_empty() {
@@ -1176,15 +1382,23 @@ impl<'a> Planner<'a> {
             .shapes
             .iter()
             .enumerate()
-            .filter(|(s, sh)| sh.pool == pi && self.classes[ci].shape_ok[*s] && term_fits_shape(term, sh))
+            .filter(|(s, sh)| {
+                sh.pool == pi && self.classes[ci].shape_ok[*s] && term_fits_shape(term, sh)
+            })
             .map(|(_, sh)| sh)
             .collect();
         if compatible.is_empty() {
             let any_in_pool = self.shapes.iter().any(|s| s.pool == pi);
             if !any_in_pool {
-                return format!("NodePool {} has no instance type with an available offering", pool.name);
+                return format!(
+                    "NodePool {} has no instance type with an available offering",
+                    pool.name
+                );
             }
-            return format!("no instance type in NodePool {} matches the pod's node selector and affinity", pool.name);
+            return format!(
+                "no instance type in NodePool {} matches the pod's node selector and affinity",
+                pool.name
+            );
         }
         // The resource that fails everywhere decides the message, as users read it.
         for (name, amount) in need.iter() {
@@ -1196,14 +1410,27 @@ impl<'a> Planner<'a> {
                 );
             }
         }
-        format!("no instance type in NodePool {} fits the pod's requests {need} together", pool.name)
+        format!(
+            "no instance type in NodePool {} fits the pod's requests {need} together",
+            pool.name
+        )
     }
 
-    fn open_claim(&mut self, i: usize, pi: usize, reqs: Requirements, cands: Vec<usize>, price: f64) {
+    fn open_claim(
+        &mut self,
+        i: usize,
+        pi: usize,
+        reqs: Requirements,
+        cands: Vec<usize>,
+        price: f64,
+    ) {
         self.state.claims_opened += 1;
         let pool = &self.snap.pools[pi];
         let name = format!("{}-{}", pool.name, self.state.claims_opened);
-        let zone = reqs.get(labels::ZONE).and_then(|c| c.single_value()).map(str::to_string);
+        let zone = reqs
+            .get(labels::ZONE)
+            .and_then(|c| c.single_value())
+            .map(str::to_string);
         let slot = Slot {
             kind: SlotKind::New,
             name,
@@ -1227,8 +1454,8 @@ impl<'a> Planner<'a> {
         self.state.slots.push(slot);
         self.state.usage[pi].nodes += 1;
         let si = self.state.slots.len() - 1;
-        self.reserve(si);
-        self.commit(i, si, None);
+        self.commit(i, si, None, false);
+        self.refresh_new_slot(si);
     }
 
     /// Re-reserves limits for a new claim: the most any of its candidates could use.
@@ -1250,7 +1477,8 @@ impl<'a> Planner<'a> {
             }
         }
         let old = std::mem::replace(&mut self.state.slots[si].reserved, cap.clone());
-        let old_models = std::mem::replace(&mut self.state.slots[si].reserved_models, models.clone());
+        let old_models =
+            std::mem::replace(&mut self.state.slots[si].reserved_models, models.clone());
         let u = &mut self.state.usage[pi];
         u.resources.sub(&old);
         u.resources.add(&cap);
@@ -1262,19 +1490,26 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn commit(&mut self, i: usize, si: usize, update: Option<(Requirements, Vec<usize>, f64)>) {
+    fn commit(&mut self, i: usize, si: usize, grow: Option<Grow>, avoid_gpu: bool) {
         let pod = &self.snap.pending[i];
         let need = demand(pod, &self.state.slots[si].devices);
-        let narrowed = update.is_some();
+        let is_new = self.state.slots[si].kind == SlotKind::New;
         {
             let slot = &mut self.state.slots[si];
-            if let Some((reqs, cands, price)) = update {
-                if slot.zone.is_none() {
-                    slot.zone = reqs.get(labels::ZONE).and_then(|c| c.single_value()).map(str::to_string);
+            if let Some(g) = grow {
+                if let Some(reqs) = g.reqs {
+                    if slot.zone.is_none() {
+                        slot.zone = reqs
+                            .get(labels::ZONE)
+                            .and_then(|c| c.single_value())
+                            .map(str::to_string);
+                    }
+                    slot.reqs = reqs;
                 }
-                slot.reqs = reqs;
-                slot.candidates = cands;
-                slot.price = price;
+                if let Some(c) = g.candidates {
+                    slot.candidates = c;
+                }
+                slot.price = g.price;
             }
             slot.used.add(&need);
             if let Some(s) = &pod.gpu_share {
@@ -1286,13 +1521,45 @@ impl<'a> Planner<'a> {
         let mut zc = std::mem::take(&mut self.state.zone_counts);
         let mut zb = std::mem::take(&mut self.state.zone_blocks);
         self.count_pod_into(&mut slot, &mut zc, &mut zb, pod);
+        if is_new {
+            // Keep only the candidates that still hold every pod, in price order.
+            let ci = self.class_of[i];
+            let class = &self.classes[ci];
+            let shapes = &self.shapes;
+            let used = &slot.used;
+            slot.candidates.retain(|c| {
+                class.shape_ok[*c]
+                    && !(avoid_gpu && shapes[*c].has_gpu)
+                    && used.fits(&shapes[*c].allocatable)
+            });
+            if let Some(first) = slot.candidates.first() {
+                slot.price = shapes[*first].price_under(&slot.reqs).unwrap_or(slot.price);
+            }
+        }
         self.state.slots[si] = slot;
         self.state.zone_counts = zc;
         self.state.zone_blocks = zb;
         self.state.placed[i] = Some(si);
-        if narrowed {
-            self.reserve(si);
+        if is_new {
+            self.refresh_new_slot(si);
         }
+    }
+
+    /// After a new claim narrowed: recompute the most any candidate offers (a quick reject for
+    /// later pods), close it when even the smallest pending pod no longer fits, and re-reserve
+    /// limits.
+    fn refresh_new_slot(&mut self, si: usize) {
+        let mut most = Resources::new();
+        for c in &self.state.slots[si].candidates {
+            most = most.max(&self.shapes[*c].allocatable);
+        }
+        let slot = &mut self.state.slots[si];
+        slot.allocatable = most;
+        let free = slot.allocatable.minus(&slot.used);
+        if !self.smallest.fits(&free) {
+            slot.open = false;
+        }
+        self.reserve(si);
     }
 
     fn finish(self) -> Plan {
@@ -1346,7 +1613,11 @@ impl<'a> Planner<'a> {
                 })
                 .filter(|o| !o.offerings.is_empty())
                 .collect();
-            options.sort_by(|a, b| a.price.total_cmp(&b.price).then_with(|| a.instance_type.cmp(&b.instance_type)));
+            options.sort_by(|a, b| {
+                a.price
+                    .total_cmp(&b.price)
+                    .then_with(|| a.instance_type.cmp(&b.instance_type))
+            });
             options.truncate(self.options.max_instance_types);
             let gpus = slot
                 .candidates
@@ -1375,7 +1646,9 @@ impl<'a> Planner<'a> {
         for i in unplaced {
             plan.unschedulable.push(Unschedulable {
                 pod: pending[i].key.clone(),
-                reason: self.reasons[i].clone().unwrap_or_else(|| "not placed".into()),
+                reason: self.reasons[i]
+                    .clone()
+                    .unwrap_or_else(|| "not placed".into()),
             });
         }
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));

@@ -583,7 +583,7 @@ mod tests {
 
     fn arb_labels() -> impl Strategy<Value = Labels> {
         proptest::collection::btree_map(
-            prop_oneof!["x".to_string(), "y".to_string()],
+            prop_oneof![Just("x".to_string()), Just("y".to_string())],
             prop_oneof!["a", "b", "c", "1", "2", "3", "7", "9"],
             0..3,
         )

@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(r.get("nvidia.com/gpu"), 2);
         assert_eq!(
             r.to_string(),
-            "cpu=1500m,memory=2Gi,ephemeral-storage=10000000000,nvidia.com/gpu=2"
+            "cpu=1500m,memory=2Gi,ephemeral-storage=9765625Ki,nvidia.com/gpu=2"
         );
     }
 

@@ -18,11 +18,35 @@ const ZONES: [&str; 2] = ["z1", "z2"];
 
 fn catalog() -> Vec<InstanceType> {
     vec![
-        itype("c.small").cpu("2").mem("4Gi").max_pods(8).on_demand(&ZONES, 0.1).build(),
-        itype("c.big").cpu("16").mem("32Gi").on_demand(&ZONES, 0.7).build(),
-        itype("g.one").cpu("8").mem("32Gi").gpus(1, "L4", 24).on_demand(&ZONES, 0.9).build(),
-        itype("g.four").cpu("48").mem("192Gi").gpus(4, "L4", 24).on_demand(&["z1"], 3.4).build(),
-        itype("h.eight").cpu("96").mem("1024Gi").gpus(8, "H100", 80).on_demand(&["z2"], 90.0).build(),
+        itype("c.small")
+            .cpu("2")
+            .mem("4Gi")
+            .max_pods(8)
+            .on_demand(&ZONES, 0.1)
+            .build(),
+        itype("c.big")
+            .cpu("16")
+            .mem("32Gi")
+            .on_demand(&ZONES, 0.7)
+            .build(),
+        itype("g.one")
+            .cpu("8")
+            .mem("32Gi")
+            .gpus(1, "L4", 24)
+            .on_demand(&ZONES, 0.9)
+            .build(),
+        itype("g.four")
+            .cpu("48")
+            .mem("192Gi")
+            .gpus(4, "L4", 24)
+            .on_demand(&["z1"], 3.4)
+            .build(),
+        itype("h.eight")
+            .cpu("96")
+            .mem("1024Gi")
+            .gpus(8, "H100", 80)
+            .on_demand(&["z2"], 90.0)
+            .build(),
     ]
 }
 
@@ -49,22 +73,26 @@ fn arb_pod() -> impl Strategy<Value = PodSpec> {
         any::<bool>(),
         proptest::option::of(0u8..2),
     )
-        .prop_map(|(cpu, mem_gi, gpus, share, model, zone, tolerate, group)| PodSpec {
-            cpu,
-            mem_gi,
-            gpus,
-            share: if gpus > 0 { 0 } else { share },
-            model,
-            zone,
-            tolerate,
-            group,
-        })
+        .prop_map(
+            |(cpu, mem_gi, gpus, share, model, zone, tolerate, group)| PodSpec {
+                cpu,
+                mem_gi,
+                gpus,
+                share: if gpus > 0 { 0 } else { share },
+                model,
+                zone,
+                tolerate,
+                group,
+            },
+        )
 }
 
 fn build(specs: &[PodSpec], gpu_limit: Option<u32>, tainted: bool, existing: bool) -> Snapshot {
     let mut pods = Vec::new();
     for (i, s) in specs.iter().enumerate() {
-        let mut b = pod(&format!("p{i:03}")).cpu(&format!("{}00m", s.cpu)).mem(&format!("{}Gi", s.mem_gi));
+        let mut b = pod(&format!("p{i:03}"))
+            .cpu(&format!("{}00m", s.cpu))
+            .mem(&format!("{}Gi", s.mem_gi));
         if s.gpus > 0 {
             b = b.gpus(i64::from(s.gpus));
         }
@@ -94,16 +122,33 @@ fn build(specs: &[PodSpec], gpu_limit: Option<u32>, tainted: bool, existing: boo
     }
     let mut snap = Snapshot {
         pending: pods,
-        pools: vec![gpu.build(), pool("cpu", catalog()[..2].to_vec()).limit("cpu", "40").build()],
+        pools: vec![
+            gpu.build(),
+            pool("cpu", catalog()[..2].to_vec())
+                .limit("cpu", "40")
+                .build(),
+        ],
         ..Snapshot::default()
     };
-    snap.daemonsets.push(daemonset("ds", "200m", "256Mi", vec![]));
+    snap.daemonsets
+        .push(daemonset("ds", "200m", "256Mi", vec![]));
     for g in 0..2 {
-        snap.groups.insert(format!("g{g}"), Group { name: format!("g{g}"), min_count: 2 });
+        snap.groups.insert(
+            format!("g{g}"),
+            Group {
+                name: format!("g{g}"),
+                min_count: 2,
+            },
+        );
     }
     if existing {
         let it = &catalog()[1];
-        snap.nodes.push(node("n1", it, "z1").pool("cpu").with_pod(pod("old").cpu("10")).build());
+        snap.nodes.push(
+            node("n1", it, "z1")
+                .pool("cpu")
+                .with_pod(pod("old").cpu("10"))
+                .build(),
+        );
     }
     snap
 }
@@ -142,7 +187,10 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
         return Err("plan is not deterministic".into());
     }
     let by_key: BTreeMap<_, _> = snap.pending.iter().map(|p| (p.key.clone(), p)).collect();
-    let total = plan.existing.len() + plan.in_flight.len() + plan.new_claims.iter().map(|c| c.pods.len()).sum::<usize>() + plan.unschedulable.len();
+    let total = plan.existing.len()
+        + plan.in_flight.len()
+        + plan.new_claims.iter().map(|c| c.pods.len()).sum::<usize>()
+        + plan.unschedulable.len();
     if total != snap.pending.len() {
         return Err(format!("{total} outcomes for {} pods", snap.pending.len()));
     }
@@ -150,7 +198,11 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
     let mut nodes_by_pool: BTreeMap<&str, i64> = BTreeMap::new();
     let mut cpu_by_pool: BTreeMap<&str, i64> = BTreeMap::new();
     for c in &plan.new_claims {
-        let pool = snap.pools.iter().find(|p| p.name == c.pool).ok_or("claim of unknown pool")?;
+        let pool = snap
+            .pools
+            .iter()
+            .find(|p| p.name == c.pool)
+            .ok_or("claim of unknown pool")?;
         let pods: Vec<&Pod> = c.pods.iter().map(|k| by_key[k]).collect();
         let need = sum_requests(&pods);
         if c.instance_types.is_empty() {
@@ -159,14 +211,21 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
         let mut max_gpu = 0;
         let mut max_cpu = 0;
         for opt in &c.instance_types {
-            let it = pool.instance_types.iter().find(|t| t.name == opt.instance_type).ok_or("unknown type")?;
+            let it = pool
+                .instance_types
+                .iter()
+                .find(|t| t.name == opt.instance_type)
+                .ok_or("unknown type")?;
             let mut alloc = it.allocatable();
             let ds = &snap.daemonsets[0];
             if untolerated(&ds.tolerations, &pool.taints).is_none() {
                 alloc.sub(&ds.requests);
             }
             if !need.fits(&alloc) {
-                return Err(format!("claim {} pods {need} do not fit {}", c.name, it.name));
+                return Err(format!(
+                    "claim {} pods {need} do not fit {}",
+                    c.name, it.name
+                ));
             }
             max_gpu = max_gpu.max(it.capacity.get("nvidia.com/gpu"));
             max_cpu = max_cpu.max(it.capacity.cpu);
@@ -198,7 +257,12 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
             return Err(format!("pool {} node limit exceeded", pool.name));
         }
         if let Some(l) = pool.limits.resources.get("cpu") {
-            let existing: i64 = snap.nodes.iter().filter(|n| n.pool.as_deref() == Some(&pool.name)).map(|n| n.allocatable.cpu).sum();
+            let existing: i64 = snap
+                .nodes
+                .iter()
+                .filter(|n| n.pool.as_deref() == Some(&pool.name))
+                .map(|n| n.allocatable.cpu)
+                .sum();
             if existing + cpu_by_pool.get(pool.name.as_str()).copied().unwrap_or(0) > *l {
                 return Err(format!("pool {} cpu limit exceeded", pool.name));
             }
@@ -207,15 +271,27 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
     // Existing placements fit the node's free capacity.
     for n in &snap.nodes {
         let mut on: Vec<&Pod> = n.pods.iter().collect();
-        on.extend(plan.existing.iter().filter(|p| p.target == n.name).map(|p| by_key[&p.pod]));
+        on.extend(
+            plan.existing
+                .iter()
+                .filter(|p| p.target == n.name)
+                .map(|p| by_key[&p.pod]),
+        );
         if !sum_requests(&on).fits(&n.allocatable) {
             return Err(format!("node {} overcommitted", n.name));
         }
     }
     // Groups: at least min_count members placed, or none.
     for (g, group) in &snap.groups {
-        let members: Vec<&Pod> = snap.pending.iter().filter(|p| p.group.as_deref() == Some(g)).collect();
-        let unplaced = members.iter().filter(|p| plan.unschedulable.iter().any(|u| u.pod == p.key)).count();
+        let members: Vec<&Pod> = snap
+            .pending
+            .iter()
+            .filter(|p| p.group.as_deref() == Some(g))
+            .collect();
+        let unplaced = members
+            .iter()
+            .filter(|p| plan.unschedulable.iter().any(|u| u.pod == p.key))
+            .count();
         let placed = members.len() - unplaced;
         let min = (group.min_count as usize).min(members.len());
         if placed > 0 && placed < min {

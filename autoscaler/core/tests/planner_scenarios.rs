@@ -4,7 +4,7 @@
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
-use autoscaler_core::model::{Group, GpuSharing, InFlightClaim, Snapshot, TimeSlicing};
+use autoscaler_core::model::{GpuSharing, Group, InFlightClaim, Snapshot, TimeSlicing};
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Operator, Requirements};
@@ -15,19 +15,55 @@ const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
 fn cpu_types() -> Vec<InstanceType> {
     vec![
-        itype("m5.large").cpu("2").mem("8Gi").on_demand(&ZONES, 0.096).build(),
-        itype("m5.xlarge").cpu("4").mem("16Gi").on_demand(&ZONES, 0.192).build(),
-        itype("m5.2xlarge").cpu("8").mem("32Gi").on_demand(&ZONES, 0.384).build(),
-        itype("m5.4xlarge").cpu("16").mem("64Gi").on_demand(&ZONES, 0.768).build(),
+        itype("m5.large")
+            .cpu("2")
+            .mem("8Gi")
+            .on_demand(&ZONES, 0.096)
+            .build(),
+        itype("m5.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .on_demand(&ZONES, 0.192)
+            .build(),
+        itype("m5.2xlarge")
+            .cpu("8")
+            .mem("32Gi")
+            .on_demand(&ZONES, 0.384)
+            .build(),
+        itype("m5.4xlarge")
+            .cpu("16")
+            .mem("64Gi")
+            .on_demand(&ZONES, 0.768)
+            .build(),
     ]
 }
 
 fn gpu_types() -> Vec<InstanceType> {
     vec![
-        itype("g5.xlarge").cpu("4").mem("16Gi").gpus(1, "A10G", 24).on_demand(&ZONES, 1.006).build(),
-        itype("g5.12xlarge").cpu("48").mem("192Gi").gpus(4, "A10G", 24).on_demand(&ZONES, 5.672).build(),
-        itype("p4d.24xlarge").cpu("96").mem("1152Gi").gpus(8, "A100", 40).on_demand(&ZONES, 21.96).build(),
-        itype("p5.48xlarge").cpu("192").mem("2048Gi").gpus(8, "H100", 80).on_demand(&ZONES, 98.32).build(),
+        itype("g5.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .gpus(1, "A10G", 24)
+            .on_demand(&ZONES, 1.006)
+            .build(),
+        itype("g5.12xlarge")
+            .cpu("48")
+            .mem("192Gi")
+            .gpus(4, "A10G", 24)
+            .on_demand(&ZONES, 5.672)
+            .build(),
+        itype("p4d.24xlarge")
+            .cpu("96")
+            .mem("1152Gi")
+            .gpus(8, "A100", 40)
+            .on_demand(&ZONES, 21.96)
+            .build(),
+        itype("p5.48xlarge")
+            .cpu("192")
+            .mem("2048Gi")
+            .gpus(8, "H100", 80)
+            .on_demand(&ZONES, 98.32)
+            .build(),
     ]
 }
 
@@ -53,7 +89,9 @@ fn check(snap: &Snapshot, expected: Expect) -> Plan {
 
 #[test]
 fn packs_cpu_pods_onto_the_cheapest_fitting_node() {
-    let pods = (0..3).map(|i| pod(&format!("web-{i}")).cpu("1").mem("2Gi")).collect();
+    let pods = (0..3)
+        .map(|i| pod(&format!("web-{i}")).cpu("1").mem("2Gi"))
+        .collect();
     check(
         &snapshot(pods, vec![pool("default", cpu_types())]),
         expect![[r#"
@@ -83,7 +121,10 @@ fn cpu_pods_avoid_gpu_instance_types_unless_nothing_else_fits() {
     // The GPU pool is untainted, so CPU pods could land there; they must not.
     let pods = vec![pod("small").cpu("1"), pod("huge").cpu("40")];
     check(
-        &snapshot(pods, vec![pool("gpu", gpu_types()), pool("cpu", cpu_types())]),
+        &snapshot(
+            pods,
+            vec![pool("gpu", gpu_types()), pool("cpu", cpu_types())],
+        ),
         expect![[r#"
             claim gpu-1 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[huge]
             claim cpu-2 pool=cpu price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[small]
@@ -125,9 +166,19 @@ impl Rename for autoscaler_core::model::Pool {
 
 #[test]
 fn limits_are_never_exceeded() {
-    let pods = (0..3).map(|i| pod(&format!("t{i}")).gpus(8).model("A100")).collect();
+    let pods = (0..3)
+        .map(|i| pod(&format!("t{i}")).gpus(8).model("A100"))
+        .collect();
     check(
-        &snapshot(pods, vec![gpu_pool().limit("nvidia.com/gpu", "16").build().into_builder("gpu-train")]),
+        &snapshot(
+            pods,
+            vec![
+                gpu_pool()
+                    .limit("nvidia.com/gpu", "16")
+                    .build()
+                    .into_builder("gpu-train"),
+            ],
+        ),
         expect![[r#"
             claim gpu-train-1 pool=gpu-train price=21.960 types=[p4d.24xlarge] pods=[t0]
               requirements: gpu-autoscaler.dev/instance-gpu-name In [a100]
@@ -140,7 +191,10 @@ fn limits_are_never_exceeded() {
 
 #[test]
 fn limits_by_gpu_model_and_nodes() {
-    let pods = vec![pod("a").gpus(8).model("H100"), pod("b").gpus(8).model("H100")];
+    let pods = vec![
+        pod("a").gpus(8).model("H100"),
+        pod("b").gpus(8).model("H100"),
+    ];
     check(
         &snapshot(pods, vec![gpu_pool().limit_model("H100", 8)]),
         expect![[r#"
@@ -161,7 +215,11 @@ fn limits_by_gpu_model_and_nodes() {
 
 #[test]
 fn existing_free_capacity_first_never_cordoned_or_deleting() {
-    let m5 = itype("m5.xlarge").cpu("4").mem("16Gi").on_demand(&ZONES, 0.192).build();
+    let m5 = itype("m5.xlarge")
+        .cpu("4")
+        .mem("16Gi")
+        .on_demand(&ZONES, 0.192)
+        .build();
     let mut snap = snapshot(
         vec![pod("a").cpu("3"), pod("b").cpu("3"), pod("c").cpu("3")],
         vec![pool("default", cpu_types())],
@@ -170,7 +228,9 @@ fn existing_free_capacity_first_never_cordoned_or_deleting() {
         node("n-cordoned", &m5, "us-east-1a").cordoned().build(),
         node("n-deleting", &m5, "us-east-1a").deleting().build(),
         node("n-free", &m5, "us-east-1a").build(),
-        node("n-full", &m5, "us-east-1a").with_pod(pod("x").cpu("3500m")).build(),
+        node("n-full", &m5, "us-east-1a")
+            .with_pod(pod("x").cpu("3500m"))
+            .build(),
     ];
     check(
         &snap,
@@ -186,10 +246,14 @@ fn in_flight_gpu_claim_counts_its_gpus_before_the_device_plugin_is_up() {
     let mut snap = snapshot(vec![pod("waiting").cpu("2").gpus(1)], vec![gpu_pool()]);
     let g5 = gpu_types()[0].clone();
     // The node registered but reports 0 GPUs until the device plugin starts.
-    let mut n = node("g5-node", &g5, "us-east-1a").pool("gpu").initialized(false).build();
+    let mut n = node("g5-node", &g5, "us-east-1a")
+        .pool("gpu")
+        .initialized(false)
+        .build();
     n.allocatable.set("nvidia.com/gpu", 0);
     n.claim = Some("gpu-abc".into());
-    n.taints.push(Taint::new("nvidia.com/gpu", "present", Effect::NoSchedule));
+    n.taints
+        .push(Taint::new("nvidia.com/gpu", "present", Effect::NoSchedule));
     snap.nodes.push(n);
     snap.in_flight.push(InFlightClaim {
         name: "gpu-abc".into(),
@@ -215,7 +279,10 @@ fn selectors_affinity_terms_and_preferences() {
             Requirements::new().with(labels::INSTANCE_TYPE, Operator::In, &["m5.4xlarge"]),
             Requirements::new().with(labels::ARCH, Operator::In, &["arm64"]),
         ]),
-        pod("prefers-c").cpu("1").prefer(10, Requirements::new().with(labels::ZONE, Operator::In, &["us-east-1c"])),
+        pod("prefers-c").cpu("1").prefer(
+            10,
+            Requirements::new().with(labels::ZONE, Operator::In, &["us-east-1c"]),
+        ),
         pod("impossible").cpu("1").select(labels::ARCH, "s390x"),
     ];
     check(
@@ -235,7 +302,11 @@ fn pool_requirements_and_weight() {
         &snapshot(
             pods,
             vec![
-                pool("cheap", cpu_types()).weight(1).require(labels::INSTANCE_TYPE, Operator::In, &["m5.4xlarge"]),
+                pool("cheap", cpu_types()).weight(1).require(
+                    labels::INSTANCE_TYPE,
+                    Operator::In,
+                    &["m5.4xlarge"],
+                ),
                 pool("other", cpu_types()),
             ],
         ),
@@ -249,8 +320,18 @@ fn pool_requirements_and_weight() {
 #[test]
 fn zone_spread_and_hostname_anti_affinity() {
     let pods = (0..6)
-        .map(|i| pod(&format!("s{i}")).cpu("1").label("app", "s").spread(labels::ZONE, 1, "s"))
-        .chain((0..2).map(|i| pod(&format!("a{i}")).cpu("1").label("app", "a").anti_affinity(labels::HOSTNAME, "a")))
+        .map(|i| {
+            pod(&format!("s{i}"))
+                .cpu("1")
+                .label("app", "s")
+                .spread(labels::ZONE, 1, "s")
+        })
+        .chain((0..2).map(|i| {
+            pod(&format!("a{i}"))
+                .cpu("1")
+                .label("app", "a")
+                .anti_affinity(labels::HOSTNAME, "a")
+        }))
         .collect();
     check(
         &snapshot(pods, vec![pool("default", cpu_types())]),
@@ -268,8 +349,18 @@ fn zone_spread_and_hostname_anti_affinity() {
 #[test]
 fn hostname_spread_and_zone_affinity() {
     let pods = (0..3)
-        .map(|i| pod(&format!("h{i}")).cpu("1").label("app", "h").spread(labels::HOSTNAME, 1, "h"))
-        .chain((0..3).map(|i| pod(&format!("z{i}")).cpu("1").label("app", "z").affinity(labels::ZONE, "z")))
+        .map(|i| {
+            pod(&format!("h{i}"))
+                .cpu("1")
+                .label("app", "h")
+                .spread(labels::HOSTNAME, 1, "h")
+        })
+        .chain((0..3).map(|i| {
+            pod(&format!("z{i}"))
+                .cpu("1")
+                .label("app", "z")
+                .affinity(labels::ZONE, "z")
+        }))
         .collect();
     let plan = check(
         &snapshot(pods, vec![pool("default", cpu_types())]),
@@ -307,10 +398,18 @@ fn fractional_shares_pack_per_device_never_pooled() {
 #[test]
 fn all_or_nothing_group_places_every_member_or_none() {
     let gang = |n: usize| -> Vec<PodBuilder> {
-        (0..n).map(|i| pod(&format!("w{i}")).gpus(8).model("A100").group("job")).collect()
+        (0..n)
+            .map(|i| pod(&format!("w{i}")).gpus(8).model("A100").group("job"))
+            .collect()
     };
     let mut snap = snapshot(gang(3), vec![gpu_pool().limit("nvidia.com/gpu", "16")]);
-    snap.groups.insert("job".into(), Group { name: "job".into(), min_count: 3 });
+    snap.groups.insert(
+        "job".into(),
+        Group {
+            name: "job".into(),
+            min_count: 3,
+        },
+    );
     check(
         &snap,
         expect![[r#"
@@ -320,7 +419,13 @@ fn all_or_nothing_group_places_every_member_or_none() {
         "#]],
     );
     let mut snap = snapshot(gang(2), vec![gpu_pool().limit("nvidia.com/gpu", "16")]);
-    snap.groups.insert("job".into(), Group { name: "job".into(), min_count: 2 });
+    snap.groups.insert(
+        "job".into(),
+        Group {
+            name: "job".into(),
+            min_count: 2,
+        },
+    );
     let plan = plan_provisioning(&snap);
     assert_eq!(plan.new_claims.len(), 2);
     assert!(plan.unschedulable.is_empty());
@@ -329,16 +434,40 @@ fn all_or_nothing_group_places_every_member_or_none() {
 #[test]
 fn daemonset_overhead_and_unavailable_offerings() {
     let types = vec![
-        itype("m5.large").cpu("2").mem("8Gi").on_demand(&ZONES, 0.096).build(),
-        itype("m5.xlarge").cpu("4").mem("16Gi").offer("us-east-1a", CapacityType::Spot, 0.05).on_demand(&ZONES, 0.192).unavailable_in("us-east-1a").build(),
+        itype("m5.large")
+            .cpu("2")
+            .mem("8Gi")
+            .on_demand(&ZONES, 0.096)
+            .build(),
+        itype("m5.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .offer("us-east-1a", CapacityType::Spot, 0.05)
+            .on_demand(&ZONES, 0.192)
+            .unavailable_in("us-east-1a")
+            .build(),
     ];
     let mut snap = snapshot(vec![pod("p").cpu("1500m")], vec![pool("default", types)]);
     // 1 cpu of DaemonSets leaves m5.large with 1 cpu: too small.
-    snap.daemonsets.push(daemonset("kube-system/agent", "1", "100Mi", vec![Toleration::exists("")]));
+    snap.daemonsets.push(daemonset(
+        "kube-system/agent",
+        "1",
+        "100Mi",
+        vec![Toleration::exists("")],
+    ));
     // A DaemonSet that does not tolerate the pool's taint costs nothing there.
-    snap.daemonsets.push(daemonset("kube-system/picky", "1", "100Mi", vec![Toleration::exists("other")]));
-    snap.pools[0].taints.push(Taint::new("dedicated", "x", Effect::NoSchedule));
-    snap.pending[0].tolerations.push(Toleration::exists("dedicated"));
+    snap.daemonsets.push(daemonset(
+        "kube-system/picky",
+        "1",
+        "100Mi",
+        vec![Toleration::exists("other")],
+    ));
+    snap.pools[0]
+        .taints
+        .push(Taint::new("dedicated", "x", Effect::NoSchedule));
+    snap.pending[0]
+        .tolerations
+        .push(Toleration::exists("dedicated"));
     check(
         &snap,
         expect![[r#"
@@ -350,8 +479,13 @@ fn daemonset_overhead_and_unavailable_offerings() {
 #[test]
 fn time_sliced_pool_offers_replicas() {
     let mut sharing = GpuSharing::default();
-    sharing.time_slicing = Some(TimeSlicing { replicas: 4, rename: false });
-    let pods = (0..4).map(|i| pod(&format!("nb{i}")).cpu("500m").gpus(1)).collect();
+    sharing.time_slicing = Some(TimeSlicing {
+        replicas: 4,
+        rename: false,
+    });
+    let pods = (0..4)
+        .map(|i| pod(&format!("nb{i}")).cpu("500m").gpus(1))
+        .collect();
     let plan = plan_provisioning(&snapshot(pods, vec![gpu_pool().sharing(sharing)]));
     // Depends on apply_sharing: with 4 replicas one g5.xlarge serves all four notebooks.
     assert!(plan.unschedulable.is_empty(), "{}", plan.render());
@@ -361,14 +495,27 @@ fn time_sliced_pool_offers_replicas() {
 #[test]
 fn every_new_claim_type_fits_all_its_pods() {
     let pods = (0..40)
-        .map(|i| pod(&format!("p{i:02}")).cpu(["250m", "1", "3"][i % 3]).mem(["512Mi", "4Gi"][i % 2]))
+        .map(|i| {
+            pod(&format!("p{i:02}"))
+                .cpu(["250m", "1", "3"][i % 3])
+                .mem(["512Mi", "4Gi"][i % 2])
+        })
         .collect();
     let snap = snapshot(pods, vec![pool("default", cpu_types())]);
     let plan = plan_provisioning(&snap);
     for c in &plan.new_claims {
         for opt in &c.instance_types {
-            let it = snap.pools[0].instance_types.iter().find(|t| t.name == opt.instance_type).unwrap();
-            assert!(c.requests.fits(&it.allocatable()), "{} on {}", c.requests, it.name);
+            let it = snap.pools[0]
+                .instance_types
+                .iter()
+                .find(|t| t.name == opt.instance_type)
+                .unwrap();
+            assert!(
+                c.requests.fits(&it.allocatable()),
+                "{} on {}",
+                c.requests,
+                it.name
+            );
         }
     }
     assert!(plan.unschedulable.is_empty());
