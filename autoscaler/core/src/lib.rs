@@ -9,6 +9,7 @@ pub mod error;
 pub mod gpu;
 pub mod instance;
 pub mod labels;
+pub mod lp;
 pub mod model;
 pub mod plan;
 pub mod provision;
