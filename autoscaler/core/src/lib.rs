@@ -5,6 +5,7 @@
 //! helped is returned as data with a reason. The only `Result`s parse user-written values.
 
 pub mod builders;
+pub mod disruption;
 pub mod error;
 pub mod gpu;
 pub mod instance;
@@ -18,6 +19,7 @@ pub mod requirements;
 pub mod resources;
 pub mod taints;
 
+pub use disruption::{DisruptionConfig, DisruptionPlan, DisruptionState, plan_disruption};
 pub use error::{CoreError, QuantityError};
 pub use instance::{CapacityType, GpuSpec, InstanceType, Offering};
 pub use model::{DaemonSet, InFlightClaim, Node, Pod, PodKey, Pool, Snapshot};

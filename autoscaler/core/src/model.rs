@@ -323,6 +323,19 @@ pub struct Group {
     pub min_count: u32,
 }
 
+/// A PodDisruptionBudget, reduced to what disruption needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pdb {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Which pods it covers (same namespace).
+    pub selector: Requirements,
+    /// `status.disruptionsAllowed`.
+    pub disruptions_allowed: i32,
+}
+
 /// Everything the planner reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -338,4 +351,8 @@ pub struct Snapshot {
     pub pools: Vec<Pool>,
     /// All-or-nothing groups by name.
     pub groups: BTreeMap<String, Group>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<Pdb>,
+    /// Nodes holding capacity booked for a ProvisioningRequest: never disrupted.
+    pub booked_nodes: std::collections::BTreeSet<String>,
 }

@@ -1,0 +1,887 @@
+//! `plan_disruption`: which nodes to remove or replace, and why every other node stays.
+//!
+//! Utilization follows Cluster Autoscaler's definition (GPU nodes are measured on GPU-class
+//! resources only; other nodes on max(cpu, memory)); consolidation follows the order empty →
+//! delete → replace → multi-node. Whether pods fit elsewhere is decided by re-running the
+//! provisioning planner ([`crate::provision`]) on the cluster without the candidate nodes, so
+//! the fit rules exist once. Like the planner this is pure: the caller passes `now` and carries
+//! [`DisruptionState`] from one call to the next.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::labels;
+use crate::model::{
+    BudgetValue, ConsolidationPolicy, DisruptionReason, Node, Pod, PodKey, Snapshot,
+};
+use crate::plan::{NewClaim, Plan};
+use crate::provision::plan_provisioning;
+use crate::resources::{is_gpu_class, names};
+
+/// Annotation (pod or node) that forbids voluntary disruption (Karpenter's key).
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Pod annotation: `"false"` forbids eviction, `"true"` allows it despite local storage or no
+/// controller (Cluster Autoscaler's key).
+pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+/// Node annotation: `"true"` keeps Cluster Autoscaler (and us) from scaling the node down.
+pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+/// Pod annotation that makes a pod costlier to disrupt.
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// Cluster-wide disruption settings (NodePools carry their own thresholds and budgets).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionConfig {
+    /// Leave DaemonSet pods out of utilization (Cluster Autoscaler's
+    /// `--ignore-daemonsets-utilization`).
+    pub ignore_daemonset_utilization: bool,
+    /// Leave mirror pods out of utilization (`--ignore-mirror-pods-utilization`).
+    pub ignore_mirror_utilization: bool,
+    /// No scale-down for this long after a scale-up (`--scale-down-delay-after-add`, 10m).
+    pub delay_after_scale_up_s: i64,
+    /// ... after a deletion (`--scale-down-delay-after-delete`, 0s).
+    pub delay_after_delete_s: i64,
+    /// ... after a failed deletion (`--scale-down-delay-after-failure`, 3m).
+    pub delay_after_failure_s: i64,
+    /// A command is re-validated this long after it was decided (15s).
+    pub validation_delay_s: i64,
+    /// Most candidates a multi-node consolidation considers.
+    pub max_multi_node_candidates: usize,
+}
+
+impl Default for DisruptionConfig {
+    fn default() -> Self {
+        DisruptionConfig {
+            ignore_daemonset_utilization: false,
+            ignore_mirror_utilization: false,
+            delay_after_scale_up_s: 600,
+            delay_after_delete_s: 0,
+            delay_after_failure_s: 180,
+            validation_delay_s: 15,
+            max_multi_node_candidates: 100,
+        }
+    }
+}
+
+/// What the caller keeps between calls.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionState {
+    /// Since when each node has been a scale-down candidate.
+    pub unneeded_since: BTreeMap<String, i64>,
+    /// Last scale-up.
+    pub last_scale_up: Option<i64>,
+    /// Last successful node deletion.
+    pub last_delete: Option<i64>,
+    /// Last failed node deletion.
+    pub last_failure: Option<i64>,
+}
+
+/// How a command disrupts its nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Method {
+    /// Drain and delete; pods move to existing nodes.
+    Delete,
+    /// Launch the replacement first, then drain and delete.
+    Replace,
+}
+
+/// One disruption decision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Command {
+    /// Why.
+    pub reason: DisruptionReason,
+    /// How.
+    pub method: Method,
+    /// The nodes to remove.
+    pub nodes: Vec<String>,
+    /// Pods that will be evicted.
+    pub pods: Vec<PodKey>,
+    /// The cheaper node to launch first, for [`Method::Replace`].
+    pub replacement: Option<NewClaim>,
+    /// Hourly saving.
+    pub savings: f64,
+    /// When it was decided; execution re-validates after [`DisruptionConfig::validation_delay_s`].
+    pub decided_at: i64,
+}
+
+/// What happens to one node, for `explain` and events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Node name.
+    pub node: String,
+    /// Owning pool.
+    pub pool: Option<String>,
+    /// Utilization as Cluster Autoscaler measures it, when computed.
+    pub utilization: Option<f64>,
+    /// Whether a command removes it.
+    pub disrupted: bool,
+    /// Why it is removed, or why it stays.
+    pub reason: String,
+}
+
+/// The result of [`plan_disruption`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DisruptionPlan {
+    /// Commands, in the order they should run.
+    pub commands: Vec<Command>,
+    /// One verdict per node, by name.
+    pub verdicts: Vec<Verdict>,
+    /// State to pass to the next call.
+    pub state: DisruptionState,
+}
+
+impl DisruptionPlan {
+    /// A compact, stable text rendering for snapshot tests and `explain`.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for c in &self.commands {
+            s.push_str(&format!(
+                "{:?} {:?} nodes=[{}] pods={} savings={:.3}",
+                c.reason,
+                c.method,
+                c.nodes.join(","),
+                c.pods.len(),
+                c.savings
+            ));
+            if let Some(r) = &c.replacement {
+                let t = r
+                    .instance_types
+                    .first()
+                    .map_or("", |o| o.instance_type.as_str());
+                s.push_str(&format!(" replacement={t}@{:.3}", r.price));
+            }
+            s.push('\n');
+        }
+        for v in &self.verdicts {
+            if !v.disrupted {
+                s.push_str(&format!("keep {}: {}\n", v.node, v.reason));
+            }
+        }
+        s
+    }
+}
+
+/// Utilization of a node as Cluster Autoscaler measures it: on a node with GPU-class
+/// allocatable, the highest ratio over GPU-class resources (fractional shares count as their
+/// thousandths of a device); elsewhere max(cpu, memory). DaemonSet and mirror pods are left out
+/// of both sides when the matching option is on. Returns (utilization, is GPU node).
+pub fn utilization(node: &Node, config: &DisruptionConfig) -> (f64, bool) {
+    let ignored = |p: &Pod| {
+        (config.ignore_daemonset_utilization && p.is_daemonset())
+            || (config.ignore_mirror_utilization && p.mirror)
+    };
+    let gpu_resources: Vec<&str> = node
+        .allocatable
+        .extended
+        .iter()
+        .filter(|(k, v)| is_gpu_class(k) && **v > 0)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let ratio = |name: &str| -> f64 {
+        let mut used = 0.0;
+        let mut excluded = 0.0;
+        for p in &node.pods {
+            let mut amount = p.requests.get(name) as f64;
+            if let Some(s) = &p.gpu_share
+                && s.resource == name
+            {
+                amount += f64::from(s.milli) / 1000.0;
+            }
+            if ignored(p) {
+                excluded += amount;
+            } else {
+                used += amount;
+            }
+        }
+        let denom = node.allocatable.get(name) as f64 - excluded;
+        if denom <= 0.0 { 0.0 } else { used / denom }
+    };
+    if gpu_resources.is_empty() {
+        (ratio(names::CPU).max(ratio(names::MEMORY)), false)
+    } else {
+        (
+            gpu_resources.iter().map(|r| ratio(r)).fold(0.0, f64::max),
+            true,
+        )
+    }
+}
+
+/// Pods that must move if the node goes: everything but DaemonSet and mirror pods.
+fn movable(node: &Node) -> Vec<&Pod> {
+    node.pods
+        .iter()
+        .filter(|p| !p.is_daemonset() && !p.mirror)
+        .collect()
+}
+
+/// Why a pod blocks the disruption of its node, if it does.
+pub fn pod_blocker(pod: &Pod, snap: &Snapshot) -> Option<String> {
+    let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
+    if ann(DO_NOT_DISRUPT) == Some("true") {
+        return Some(format!("pod {} has {DO_NOT_DISRUPT}", pod.key));
+    }
+    match ann(SAFE_TO_EVICT) {
+        Some("false") => return Some(format!("pod {} has {SAFE_TO_EVICT}=false", pod.key)),
+        Some("true") => return None,
+        _ => {}
+    }
+    if pod.owner_kind.is_none() {
+        return Some(format!("pod {} has no controller", pod.key));
+    }
+    if pod.local_storage {
+        return Some(format!("pod {} uses local storage", pod.key));
+    }
+    let pdbs: Vec<_> = snap
+        .pdbs
+        .iter()
+        .filter(|b| b.namespace == pod.key.namespace && b.selector.matches(&pod.labels))
+        .collect();
+    if pod.key.namespace == "kube-system" && pdbs.is_empty() {
+        return Some(format!(
+            "kube-system pod {} has no PodDisruptionBudget",
+            pod.key
+        ));
+    }
+    if let Some(b) = pdbs.iter().find(|b| b.disruptions_allowed <= 0) {
+        return Some(format!("blocked by PDB {}/{}", b.namespace, b.name));
+    }
+    None
+}
+
+/// Why a node may not be disrupted at all, ignoring thresholds and budgets.
+pub fn node_blocker(node: &Node, snap: &Snapshot) -> Option<String> {
+    let ann = |k: &str| node.annotations.get(k).map(String::as_str);
+    if node.pool.is_none() {
+        return Some("not managed by a NodePool".into());
+    }
+    if node.deleting {
+        return Some("already being deleted".into());
+    }
+    if ann(DO_NOT_DISRUPT) == Some("true") {
+        return Some(format!("node has {DO_NOT_DISRUPT}"));
+    }
+    if ann(SCALE_DOWN_DISABLED) == Some("true") {
+        return Some(format!("node has {SCALE_DOWN_DISABLED}"));
+    }
+    if snap.booked_nodes.contains(&node.name) {
+        return Some("capacity booked for a ProvisioningRequest".into());
+    }
+    if !node.initialized {
+        return Some("not initialized yet (device plugin or startup taints pending)".into());
+    }
+    if let Some(state) = node.labels.get(labels::NVIDIA_MIG_CONFIG_STATE)
+        && (state == "pending" || state == "rebooting")
+    {
+        return Some(format!("MIG reconfiguration in progress ({state})"));
+    }
+    movable(node).into_iter().find_map(|p| pod_blocker(p, snap))
+}
+
+fn fmt_duration(s: i64) -> String {
+    match (s / 60, s % 60) {
+        (0, sec) => format!("{sec}s"),
+        (m, 0) => format!("{m}m"),
+        (m, sec) => format!("{m}m{sec}s"),
+    }
+}
+
+/// Cost of disrupting a node's pods: one per pod, more for higher priority and deletion cost.
+fn disruption_cost(node: &Node) -> f64 {
+    movable(node)
+        .iter()
+        .map(|p| {
+            let deletion: f64 = p
+                .annotations
+                .get(POD_DELETION_COST)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            1.0 + (f64::from(p.priority) / 2f64.powi(25)).clamp(-0.5, 4.0)
+                + (deletion / 2f64.powi(27)).clamp(-0.5, 4.0)
+        })
+        .sum::<f64>()
+        .max(0.1)
+}
+
+/// Budgets left per pool and reason, and minNodes headroom.
+struct Allowance {
+    /// (pool index, reason) -> nodes that may still be disrupted.
+    budget: BTreeMap<(usize, DisruptionReason), i64>,
+    /// Pool index -> nodes that may still be removed before minNodes.
+    above_min: Vec<i64>,
+    /// PDB index -> disruptions left.
+    pdb_left: Vec<i64>,
+}
+
+impl Allowance {
+    fn new(snap: &Snapshot) -> Self {
+        let mut budget = BTreeMap::new();
+        let mut above_min = Vec::new();
+        for (pi, pool) in snap.pools.iter().enumerate() {
+            let nodes: Vec<&Node> = snap
+                .nodes
+                .iter()
+                .filter(|n| n.pool.as_deref() == Some(&pool.name))
+                .collect();
+            let total = nodes.len() as i64;
+            let deleting = nodes.iter().filter(|n| n.deleting).count() as i64;
+            for reason in [
+                DisruptionReason::Empty,
+                DisruptionReason::Underutilized,
+                DisruptionReason::Drifted,
+            ] {
+                let allowed = pool
+                    .disruption
+                    .budgets
+                    .iter()
+                    .filter(|b| b.reasons.is_empty() || b.reasons.contains(&reason))
+                    .map(|b| match b.nodes {
+                        BudgetValue::Count(n) => i64::from(n),
+                        // Percentages round up, as Karpenter does: 10% of 9 nodes is 1.
+                        BudgetValue::Percent(p) => (total * i64::from(p) + 99) / 100,
+                    })
+                    .min()
+                    .unwrap_or(i64::MAX);
+                budget.insert((pi, reason), allowed.saturating_sub(deleting));
+            }
+            above_min.push(total - deleting - i64::from(pool.min_nodes));
+        }
+        let pdb_left = snap
+            .pdbs
+            .iter()
+            .map(|b| i64::from(b.disruptions_allowed))
+            .collect();
+        Allowance {
+            budget,
+            above_min,
+            pdb_left,
+        }
+    }
+
+    /// Checks (and, when `take`, consumes) the allowance for removing `nodes`, replacing them
+    /// with `added` new nodes in the same pools.
+    fn admit(
+        &mut self,
+        snap: &Snapshot,
+        nodes: &[&Node],
+        reason: DisruptionReason,
+        replaced: bool,
+        take: bool,
+    ) -> Result<(), String> {
+        let mut per_pool: BTreeMap<usize, i64> = BTreeMap::new();
+        for n in nodes {
+            if let Some(pi) = snap
+                .pools
+                .iter()
+                .position(|p| Some(&p.name) == n.pool.as_ref())
+            {
+                *per_pool.entry(pi).or_default() += 1;
+            }
+        }
+        for (pi, count) in &per_pool {
+            let left = self.budget.get(&(*pi, reason)).copied().unwrap_or(i64::MAX);
+            if *count > left {
+                return Err(format!(
+                    "disruption budget of NodePool {} exhausted for {reason:?}",
+                    snap.pools[*pi].name
+                ));
+            }
+            let removed = if replaced { count - 1 } else { *count };
+            if removed > self.above_min[*pi] {
+                return Err(format!(
+                    "NodePool {} is at minNodes {}",
+                    snap.pools[*pi].name, snap.pools[*pi].min_nodes
+                ));
+            }
+        }
+        let mut pdb_use: BTreeMap<usize, i64> = BTreeMap::new();
+        for n in nodes {
+            for p in movable(n) {
+                for (bi, b) in snap.pdbs.iter().enumerate() {
+                    if b.namespace == p.key.namespace && b.selector.matches(&p.labels) {
+                        *pdb_use.entry(bi).or_default() += 1;
+                    }
+                }
+            }
+        }
+        for (bi, used) in &pdb_use {
+            if *used > self.pdb_left[*bi] {
+                let b = &snap.pdbs[*bi];
+                return Err(format!("blocked by PDB {}/{}", b.namespace, b.name));
+            }
+        }
+        if take {
+            for (pi, count) in per_pool {
+                for reason in [
+                    DisruptionReason::Empty,
+                    DisruptionReason::Underutilized,
+                    DisruptionReason::Drifted,
+                ] {
+                    if let Some(left) = self.budget.get_mut(&(pi, reason)) {
+                        *left -= count;
+                    }
+                }
+                self.above_min[pi] -= if replaced { count - 1 } else { count };
+            }
+            for (bi, used) in pdb_use {
+                self.pdb_left[bi] -= used;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where the pods of `removed` nodes would go: the planner run on the cluster without them,
+/// with no in-flight capacity (evicting onto capacity that may never arrive is unsafe) and,
+/// unless `allow_new`, no NodePool to launch from.
+pub fn simulate(
+    snap: &Snapshot,
+    nodes: &[Node],
+    removed: &BTreeSet<usize>,
+    allow_new: bool,
+) -> Plan {
+    let mut pending = Vec::new();
+    for ri in removed {
+        for p in movable(&nodes[*ri]) {
+            let mut p = p.clone();
+            p.group = None;
+            pending.push(p);
+        }
+    }
+    let sim = Snapshot {
+        pending,
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !removed.contains(i))
+            .map(|(_, n)| n.clone())
+            .collect(),
+        in_flight: vec![],
+        daemonsets: snap.daemonsets.clone(),
+        pools: if allow_new {
+            snap.pools.clone()
+        } else {
+            vec![]
+        },
+        groups: BTreeMap::new(),
+        pdbs: vec![],
+        booked_nodes: BTreeSet::new(),
+    };
+    plan_provisioning(&sim)
+}
+
+/// Moves the pods of `removed` onto their simulated nodes, and removes the nodes.
+fn apply(nodes: &mut Vec<Node>, removed: &BTreeSet<usize>, plan: &Plan) {
+    let moving: BTreeMap<PodKey, Pod> = removed
+        .iter()
+        .flat_map(|ri| movable(&nodes[*ri]).into_iter().cloned())
+        .map(|p| (p.key.clone(), p))
+        .collect();
+    for placement in &plan.existing {
+        if let (Some(pod), Some(n)) = (
+            moving.get(&placement.pod),
+            nodes.iter_mut().find(|n| n.name == placement.target),
+        ) {
+            n.pods.push(pod.clone());
+        }
+    }
+    let mut i = 0;
+    nodes.retain(|_| {
+        let keep = !removed.contains(&i);
+        i += 1;
+        keep
+    });
+}
+
+/// Plans disruption. Never fails; every node gets a [`Verdict`].
+///
+/// `state` comes from the previous call's [`DisruptionPlan::state`]; `now` is seconds on the
+/// caller's clock.
+pub fn plan_disruption(
+    snap: &Snapshot,
+    state: &DisruptionState,
+    now: i64,
+    config: &DisruptionConfig,
+) -> DisruptionPlan {
+    let mut out = DisruptionPlan {
+        state: state.clone(),
+        ..Default::default()
+    };
+    out.state.unneeded_since.clear();
+    let mut verdict: BTreeMap<String, Verdict> = BTreeMap::new();
+    let pool_of = |n: &Node| {
+        snap.pools
+            .iter()
+            .position(|p| Some(&p.name) == n.pool.as_ref())
+    };
+
+    // 1. Candidates: below threshold (or empty), unneeded for long enough, not blocked.
+    let mut candidates: Vec<usize> = Vec::new();
+    for (ni, n) in snap.nodes.iter().enumerate() {
+        let (util, gpu) = utilization(n, config);
+        let mut v = Verdict {
+            node: n.name.clone(),
+            pool: n.pool.clone(),
+            utilization: Some(util),
+            disrupted: false,
+            reason: String::new(),
+        };
+        let Some(pi) = pool_of(n) else {
+            v.reason = "not managed by a NodePool".into();
+            verdict.insert(n.name.clone(), v);
+            continue;
+        };
+        let policy = &snap.pools[pi].disruption;
+        let empty = movable(n).is_empty();
+        let threshold = if gpu {
+            policy.gpu_utilization_threshold
+        } else {
+            policy.utilization_threshold
+        };
+        let below = empty || util <= threshold;
+        if !below {
+            v.reason = format!(
+                "{} utilization {util:.2} above threshold {threshold:.2}",
+                if gpu { "GPU" } else { "cpu/memory" }
+            );
+            verdict.insert(n.name.clone(), v);
+            continue;
+        }
+        if !empty && policy.consolidation_policy == ConsolidationPolicy::WhenEmpty {
+            v.reason = "NodePool consolidates only empty nodes".into();
+            verdict.insert(n.name.clone(), v);
+            continue;
+        }
+        if let Some(b) = node_blocker(n, snap) {
+            v.reason = b;
+            verdict.insert(n.name.clone(), v);
+            continue;
+        }
+        let since = state.unneeded_since.get(&n.name).copied().unwrap_or(now);
+        out.state.unneeded_since.insert(n.name.clone(), since);
+        let wait = policy.unneeded_s.max(0);
+        if now - since < wait {
+            v.reason = format!(
+                "unneeded for {} of {}",
+                fmt_duration(now - since),
+                fmt_duration(wait)
+            );
+            verdict.insert(n.name.clone(), v);
+            continue;
+        }
+        if now - n.created_at < policy.consolidate_after_s {
+            v.reason = format!(
+                "younger than consolidateAfter {}",
+                fmt_duration(policy.consolidate_after_s)
+            );
+            verdict.insert(n.name.clone(), v);
+            continue;
+        }
+        v.reason = "candidate".into();
+        verdict.insert(n.name.clone(), v);
+        candidates.push(ni);
+    }
+
+    // 2. Global delays (Cluster Autoscaler's scale-down-delay-after-*).
+    let delays = [
+        (
+            state.last_scale_up,
+            config.delay_after_scale_up_s,
+            "a scale-up",
+        ),
+        (state.last_delete, config.delay_after_delete_s, "a deletion"),
+        (
+            state.last_failure,
+            config.delay_after_failure_s,
+            "a failed deletion",
+        ),
+    ];
+    for (at, delay, what) in delays {
+        if let Some(t) = at
+            && now < t + delay
+        {
+            for ni in &candidates {
+                let v = verdict
+                    .get_mut(&snap.nodes[*ni].name)
+                    .expect("verdict exists");
+                v.reason = format!(
+                    "scale-down paused for {} after {what}",
+                    fmt_duration(t + delay - now)
+                );
+            }
+            out.verdicts = verdict.into_values().collect();
+            return out;
+        }
+    }
+
+    // Order: savings per disruption cost, then name.
+    candidates.sort_by(|a, b| {
+        let (na, nb) = (&snap.nodes[*a], &snap.nodes[*b]);
+        let sa = na.price.unwrap_or(0.0) / disruption_cost(na);
+        let sb = nb.price.unwrap_or(0.0) / disruption_cost(nb);
+        sb.total_cmp(&sa).then_with(|| na.name.cmp(&nb.name))
+    });
+    let mut allowance = Allowance::new(snap);
+    let mut work: Vec<Node> = snap.nodes.clone();
+    let mut gone: BTreeSet<String> = BTreeSet::new();
+    let index_in = |work: &Vec<Node>, name: &str| work.iter().position(|n| n.name == name);
+
+    // 3. Empty nodes: one command.
+    let mut empties = Vec::new();
+    for ni in &candidates {
+        let n = &snap.nodes[*ni];
+        if !movable(n).is_empty() {
+            continue;
+        }
+        match allowance.admit(snap, &[n], DisruptionReason::Empty, false, true) {
+            Ok(()) => empties.push(n.name.clone()),
+            Err(e) => verdict.get_mut(&n.name).expect("verdict").reason = e,
+        }
+    }
+    if !empties.is_empty() {
+        let savings = empties
+            .iter()
+            .filter_map(|name| {
+                snap.nodes
+                    .iter()
+                    .find(|n| &n.name == name)
+                    .and_then(|n| n.price)
+            })
+            .sum();
+        for name in &empties {
+            let v = verdict.get_mut(name).expect("verdict");
+            v.disrupted = true;
+            v.reason = "empty".into();
+            gone.insert(name.clone());
+        }
+        let removed: BTreeSet<usize> = empties.iter().filter_map(|n| index_in(&work, n)).collect();
+        apply(&mut work, &removed, &Plan::default());
+        out.commands.push(Command {
+            reason: DisruptionReason::Empty,
+            method: Method::Delete,
+            nodes: empties,
+            pods: vec![],
+            replacement: None,
+            savings,
+            decided_at: now,
+        });
+    }
+
+    // 4. Delete, then replace, one node at a time, each on the cluster as the previous left it.
+    let mut leftovers = Vec::new();
+    for ni in &candidates {
+        let n = &snap.nodes[*ni];
+        // Empty nodes were settled in step 3, within the Empty budget.
+        if gone.contains(&n.name) || movable(n).is_empty() {
+            continue;
+        }
+        let Some(wi) = index_in(&work, &n.name) else {
+            continue;
+        };
+        // The node as earlier commands left it (it may have received pods).
+        let current = work[wi].clone();
+        let n = &current;
+        let removed = BTreeSet::from([wi]);
+        let plan = simulate(snap, &work, &removed, false);
+        if plan.unschedulable.is_empty() {
+            if let Err(e) =
+                allowance.admit(snap, &[n], DisruptionReason::Underutilized, false, true)
+            {
+                verdict.get_mut(&n.name).expect("verdict").reason = e;
+                continue;
+            }
+            let pods = movable(n).iter().map(|p| p.key.clone()).collect();
+            apply(&mut work, &removed, &plan);
+            gone.insert(n.name.clone());
+            let v = verdict.get_mut(&n.name).expect("verdict");
+            v.disrupted = true;
+            v.reason = "underutilized: its pods fit on other nodes".into();
+            out.commands.push(Command {
+                reason: DisruptionReason::Underutilized,
+                method: Method::Delete,
+                nodes: vec![n.name.clone()],
+                pods,
+                replacement: None,
+                savings: n.price.unwrap_or(0.0),
+                decided_at: now,
+            });
+            continue;
+        }
+        let plan = simulate(snap, &work, &removed, true);
+        let price = n.price.unwrap_or(0.0);
+        let replacement = (plan.unschedulable.is_empty()
+            && plan.new_claims.len() == 1
+            && plan.new_claims[0].price < price)
+            .then(|| plan.new_claims[0].clone());
+        match replacement {
+            Some(claim) => {
+                if let Err(e) =
+                    allowance.admit(snap, &[n], DisruptionReason::Underutilized, true, true)
+                {
+                    verdict.get_mut(&n.name).expect("verdict").reason = e;
+                    continue;
+                }
+                let pods = movable(n).iter().map(|p| p.key.clone()).collect();
+                apply(&mut work, &removed, &plan);
+                gone.insert(n.name.clone());
+                let v = verdict.get_mut(&n.name).expect("verdict");
+                v.disrupted = true;
+                v.reason = format!(
+                    "underutilized: replaced by a cheaper node ({:.3} < {price:.3} per hour)",
+                    claim.price
+                );
+                out.commands.push(Command {
+                    reason: DisruptionReason::Underutilized,
+                    method: Method::Replace,
+                    nodes: vec![n.name.clone()],
+                    pods,
+                    savings: price - claim.price,
+                    replacement: Some(claim),
+                    decided_at: now,
+                });
+            }
+            None => {
+                let why = plan
+                    .unschedulable
+                    .first()
+                    .map(|u| format!("pod {} has nowhere to go: {}", u.pod, u.reason))
+                    .unwrap_or_else(|| "no strictly cheaper replacement".into());
+                verdict.get_mut(&n.name).expect("verdict").reason = why;
+                leftovers.push(n.name.clone());
+            }
+        }
+    }
+
+    // 5. Multi-node: the longest prefix of the leftovers (at most 100) whose pods fit on the
+    // rest plus at most one new node cheaper than the prefix, by binary search on its length.
+    leftovers.truncate(config.max_multi_node_candidates);
+    if leftovers.len() >= 2 {
+        let try_prefix = |k: usize, work: &Vec<Node>| -> Option<(BTreeSet<usize>, Plan, f64)> {
+            let removed: BTreeSet<usize> = leftovers[..k]
+                .iter()
+                .filter_map(|name| index_in(work, name))
+                .collect();
+            let plan = simulate(snap, work, &removed, true);
+            let cost: f64 = removed.iter().map(|i| work[*i].price.unwrap_or(0.0)).sum();
+            (plan.unschedulable.is_empty() && plan.new_claims.len() <= 1 && plan.new_cost() < cost)
+                .then_some((removed, plan, cost))
+        };
+        let (mut lo, mut hi) = (2usize, leftovers.len());
+        let mut best = None;
+        while lo <= hi {
+            let mid = (lo + hi) / 2;
+            match try_prefix(mid, &work) {
+                Some(found) => {
+                    best = Some((mid, found));
+                    lo = mid + 1;
+                }
+                None => hi = mid - 1,
+            }
+        }
+        if let Some((k, (removed, plan, cost))) = best {
+            let current: Vec<Node> = removed.iter().map(|i| work[*i].clone()).collect();
+            let nodes: Vec<&Node> = current.iter().collect();
+            let replaced = !plan.new_claims.is_empty();
+            match allowance.admit(
+                snap,
+                &nodes,
+                DisruptionReason::Underutilized,
+                replaced,
+                true,
+            ) {
+                Ok(()) => {
+                    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+                    let pods = nodes
+                        .iter()
+                        .flat_map(|n| movable(n))
+                        .map(|p| p.key.clone())
+                        .collect();
+                    for name in &names {
+                        let v = verdict.get_mut(name).expect("verdict");
+                        v.disrupted = true;
+                        v.reason =
+                            format!("underutilized: consolidated with {} other nodes", k - 1);
+                    }
+                    apply(&mut work, &removed, &plan);
+                    out.commands.push(Command {
+                        reason: DisruptionReason::Underutilized,
+                        method: if replaced {
+                            Method::Replace
+                        } else {
+                            Method::Delete
+                        },
+                        nodes: names,
+                        pods,
+                        savings: cost - plan.new_cost(),
+                        replacement: plan.new_claims.first().cloned(),
+                        decided_at: now,
+                    });
+                }
+                Err(e) => {
+                    for n in nodes {
+                        verdict.get_mut(&n.name).expect("verdict").reason = e.clone();
+                    }
+                }
+            }
+        }
+    }
+    out.verdicts = verdict.into_values().collect();
+    out
+}
+
+/// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was
+/// decided. `Err` says why it no longer holds; the caller then drops it.
+pub fn validate(
+    command: &Command,
+    snap: &Snapshot,
+    now: i64,
+    config: &DisruptionConfig,
+) -> Result<(), String> {
+    if now < command.decided_at + config.validation_delay_s {
+        return Err(format!(
+            "validation delay not over ({}s left)",
+            command.decided_at + config.validation_delay_s - now
+        ));
+    }
+    let mut removed = BTreeSet::new();
+    for name in &command.nodes {
+        let Some(i) = snap.nodes.iter().position(|n| &n.name == name) else {
+            return Err(format!("node {name} is gone"));
+        };
+        let n = &snap.nodes[i];
+        if let Some(b) = node_blocker(n, snap) {
+            return Err(format!("node {name}: {b}"));
+        }
+        if command.reason == DisruptionReason::Empty && !movable(n).is_empty() {
+            return Err(format!("node {name} is no longer empty"));
+        }
+        removed.insert(i);
+    }
+    let nodes: Vec<&Node> = removed.iter().map(|i| &snap.nodes[*i]).collect();
+    Allowance::new(snap).admit(
+        snap,
+        &nodes,
+        command.reason,
+        command.method == Method::Replace,
+        false,
+    )?;
+    if command.reason == DisruptionReason::Empty {
+        return Ok(());
+    }
+    let plan = simulate(
+        snap,
+        &snap.nodes,
+        &removed,
+        command.method == Method::Replace,
+    );
+    if let Some(u) = plan.unschedulable.first() {
+        return Err(format!("pod {} has nowhere to go: {}", u.pod, u.reason));
+    }
+    let cost: f64 = nodes.iter().map(|n| n.price.unwrap_or(0.0)).sum();
+    if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {
+        return Err("replacement is no longer strictly cheaper".into());
+    }
+    if command.method == Method::Delete && !plan.new_claims.is_empty() {
+        return Err("pods no longer fit on the remaining nodes".into());
+    }
+    Ok(())
+}

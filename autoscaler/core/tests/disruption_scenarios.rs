@@ -1,0 +1,592 @@
+//! Data-driven disruption scenarios: each builds a small cluster, plans disruption at a given
+//! time, and compares the rendered commands and kept-node reasons with the expectation.
+
+use autoscaler_core::builders::*;
+use autoscaler_core::disruption::{
+    Command, DisruptionConfig, DisruptionState, Method, plan_disruption, utilization, validate,
+};
+use autoscaler_core::instance::InstanceType;
+use autoscaler_core::labels;
+use autoscaler_core::model::{
+    Budget, BudgetValue, DisruptionPolicy, DisruptionReason, Pdb, Snapshot,
+};
+use autoscaler_core::requirements::{Operator, Requirements};
+use expect_test::{Expect, expect};
+
+const ZONES: [&str; 1] = ["z1"];
+
+fn g8() -> InstanceType {
+    itype("p4d.24xlarge")
+        .cpu("96")
+        .mem("1152Gi")
+        .gpus(8, "A100", 40)
+        .on_demand(&ZONES, 21.96)
+        .build()
+}
+fn g1() -> InstanceType {
+    itype("g5.xlarge")
+        .cpu("4")
+        .mem("16Gi")
+        .gpus(1, "A10G", 24)
+        .on_demand(&ZONES, 1.006)
+        .build()
+}
+fn m4() -> InstanceType {
+    itype("m5.xlarge")
+        .cpu("4")
+        .mem("16Gi")
+        .on_demand(&ZONES, 0.192)
+        .build()
+}
+fn m16() -> InstanceType {
+    itype("m5.4xlarge")
+        .cpu("16")
+        .mem("64Gi")
+        .on_demand(&ZONES, 0.768)
+        .build()
+}
+
+/// A node of pool `p` created at t=0, with a daemonset pod.
+fn managed(name: &str, it: &InstanceType, p: &str) -> NodeBuilder {
+    node(name, it, "z1").pool(p).with_pod(
+        pod(&format!("ds-{name}"))
+            .cpu("100m")
+            .owner(Some("DaemonSet")),
+    )
+}
+
+fn snap(nodes: Vec<NodeBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
+    Snapshot {
+        nodes: nodes.into_iter().map(|n| n.build()).collect(),
+        pools: pools.into_iter().map(|p| p.build()).collect(),
+        ..Snapshot::default()
+    }
+}
+
+fn quick() -> DisruptionPolicy {
+    DisruptionPolicy {
+        unneeded_s: 0,
+        budgets: vec![],
+        ..DisruptionPolicy::default()
+    }
+}
+
+fn check(
+    s: &Snapshot,
+    now: i64,
+    state: &DisruptionState,
+    expected: Expect,
+) -> autoscaler_core::DisruptionPlan {
+    let plan = plan_disruption(s, state, now, &DisruptionConfig::default());
+    expected.assert_eq(&plan.render());
+    assert_eq!(
+        plan,
+        plan_disruption(s, state, now, &DisruptionConfig::default()),
+        "deterministic"
+    );
+    plan
+}
+
+#[test]
+fn gpu_threshold_is_inclusive_and_ignores_cpu() {
+    // 4 of 8 GPUs used = 0.5 exactly: a candidate. Pods fit on the other node.
+    let at = managed("at", &g8(), "gpu").with_pod(pod("a").cpu("90").gpus(4));
+    let above = managed("above", &g8(), "gpu").with_pod(pod("b").cpu("1").gpus(5));
+    let s = snap(
+        vec![at, above],
+        vec![pool("gpu", vec![g8()]).disruption(quick())],
+    );
+    let n = &s.nodes[0];
+    assert_eq!(utilization(n, &DisruptionConfig::default()), (0.5, true));
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep above: GPU utilization 0.62 above threshold 0.50
+            keep at: no strictly cheaper replacement
+        "#]],
+    );
+}
+
+#[test]
+fn daemonset_gpu_requests_with_ignore_option_on_and_off() {
+    let n = managed("n", &g8(), "gpu")
+        .with_pod(pod("ds-gpu").gpus(2).owner(Some("DaemonSet")))
+        .with_pod(pod("w").gpus(3))
+        .build();
+    let off = DisruptionConfig::default();
+    let on = DisruptionConfig {
+        ignore_daemonset_utilization: true,
+        ..DisruptionConfig::default()
+    };
+    // Off: (2 + 3) / 8; on: 3 / (8 - 2).
+    assert_eq!(utilization(&n, &off).0, 5.0 / 8.0);
+    assert_eq!(utilization(&n, &on).0, 0.5);
+}
+
+#[test]
+fn fractional_shares_count_per_device() {
+    let n = managed("n", &g1(), "gpu")
+        .with_pod(pod("f").gpu_share(300))
+        .build();
+    assert!((utilization(&n, &DisruptionConfig::default()).0 - 0.3).abs() < 1e-9);
+}
+
+#[test]
+fn empty_node_removed_after_unneeded_time_exactly() {
+    let policy = DisruptionPolicy {
+        unneeded_s: 600,
+        budgets: vec![],
+        ..DisruptionPolicy::default()
+    };
+    let s = snap(
+        vec![managed("idle", &g1(), "gpu")],
+        vec![pool("gpu", vec![g1()]).disruption(policy)],
+    );
+    let first = check(
+        &s,
+        1000,
+        &DisruptionState::default(),
+        expect![[r#"
+        keep idle: unneeded for 0s of 10m
+    "#]],
+    );
+    check(
+        &s,
+        1599,
+        &first.state,
+        expect![[r#"
+        keep idle: unneeded for 9m59s of 10m
+    "#]],
+    );
+    check(
+        &s,
+        1600,
+        &first.state,
+        expect![[r#"
+        Empty Delete nodes=[idle] pods=0 savings=1.006
+    "#]],
+    );
+}
+
+#[test]
+fn underutilized_cpu_node_deleted_when_pods_fit_elsewhere() {
+    let a = managed("a", &m16(), "cpu").with_pod(pod("w1").cpu("2"));
+    let b = managed("b", &m16(), "cpu").with_pod(pod("w2").cpu("12"));
+    check(
+        &snap(
+            vec![a, b],
+            vec![pool("cpu", vec![m4(), m16()]).disruption(quick())],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Delete nodes=[a] pods=1 savings=0.768
+            keep b: cpu/memory utilization 0.76 above threshold 0.50
+        "#]],
+    );
+}
+
+#[test]
+fn replacement_must_be_strictly_cheaper() {
+    let big = managed("big", &m16(), "cpu").with_pod(pod("w").cpu("3"));
+    check(
+        &snap(
+            vec![big],
+            vec![pool("cpu", vec![m4(), m16()]).disruption(quick())],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Replace nodes=[big] pods=1 savings=0.576 replacement=m5.xlarge@0.192
+        "#]],
+    );
+    // Only the same type available: not strictly cheaper, kept.
+    let big = managed("big", &m16(), "cpu").with_pod(pod("w").cpu("3"));
+    check(
+        &snap(
+            vec![big],
+            vec![pool("cpu", vec![m16()]).disruption(quick())],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep big: no strictly cheaper replacement
+        "#]],
+    );
+}
+
+#[test]
+fn multi_node_consolidation_merges_several_into_one() {
+    // Two 8-cpu nodes at 4.5 cpu each: neither pod fits on the other node, and no single
+    // cheaper replacement exists, but both pods fit one 16-cpu node that costs less than two.
+    let c8 = itype("c.8")
+        .cpu("8")
+        .mem("32Gi")
+        .on_demand(&ZONES, 0.40)
+        .build();
+    let c16 = itype("c.16")
+        .cpu("16")
+        .mem("64Gi")
+        .on_demand(&ZONES, 0.60)
+        .build();
+    let mut policy = quick();
+    policy.utilization_threshold = 0.6;
+    let n = |name: &str| managed(name, &c8, "cpu").with_pod(pod(&format!("w-{name}")).cpu("4500m"));
+    check(
+        &snap(
+            vec![n("a"), n("b")],
+            vec![pool("cpu", vec![c8.clone(), c16.clone()]).disruption(policy)],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Replace nodes=[a,b] pods=2 savings=0.200 replacement=c.16@0.600
+        "#]],
+    );
+}
+
+#[test]
+fn safety_rules_block_disruption() {
+    let pol = || pool("cpu", vec![m4(), m16()]).disruption(quick());
+    let target = || managed("target", &m16(), "cpu").with_pod(pod("fill").cpu("10"));
+    let cases: Vec<(&str, NodeBuilder)> = vec![
+        (
+            "pod-dnd",
+            managed("n", &m16(), "cpu").with_pod(
+                pod("p")
+                    .cpu("1")
+                    .annotate("karpenter.sh/do-not-disrupt", "true"),
+            ),
+        ),
+        (
+            "node-dnd",
+            managed("n", &m16(), "cpu")
+                .annotate("karpenter.sh/do-not-disrupt", "true")
+                .with_pod(pod("p").cpu("1")),
+        ),
+        (
+            "ca-safe-false",
+            managed("n", &m16(), "cpu").with_pod(
+                pod("p")
+                    .cpu("1")
+                    .annotate("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"),
+            ),
+        ),
+        (
+            "ca-disabled",
+            managed("n", &m16(), "cpu")
+                .annotate(
+                    "cluster-autoscaler.kubernetes.io/scale-down-disabled",
+                    "true",
+                )
+                .with_pod(pod("p").cpu("1")),
+        ),
+        (
+            "bare-pod",
+            managed("n", &m16(), "cpu").with_pod(pod("p").cpu("1").owner(None)),
+        ),
+        (
+            "kube-system",
+            managed("n", &m16(), "cpu").with_pod(pod("p").ns("kube-system").cpu("1")),
+        ),
+        (
+            "uninitialized",
+            managed("n", &m16(), "cpu")
+                .initialized(false)
+                .with_pod(pod("p").cpu("1")),
+        ),
+        (
+            "mig-pending",
+            managed("n", &m16(), "cpu")
+                .label(labels::NVIDIA_MIG_CONFIG_STATE, "pending")
+                .with_pod(pod("p").cpu("1")),
+        ),
+    ];
+    let mut out = String::new();
+    for (name, n) in cases {
+        let s = snap(vec![n, target()], vec![pol()]);
+        let plan = plan_disruption(
+            &s,
+            &DisruptionState::default(),
+            0,
+            &DisruptionConfig::default(),
+        );
+        assert!(
+            plan.commands
+                .iter()
+                .all(|c| !c.nodes.contains(&"n".to_string())),
+            "{name}"
+        );
+        let v = plan.verdicts.iter().find(|v| v.node == "n").unwrap();
+        out.push_str(&format!("{name}: {}\n", v.reason));
+    }
+    // Local storage blocks unless safe-to-evict says true.
+    let mut local = pod("p").cpu("1");
+    local.0.local_storage = true;
+    let s = snap(
+        vec![
+            managed("n", &m16(), "cpu").with_pod(local.clone()),
+            target(),
+        ],
+        vec![pol()],
+    );
+    let plan = plan_disruption(
+        &s,
+        &DisruptionState::default(),
+        0,
+        &DisruptionConfig::default(),
+    );
+    out.push_str(&format!(
+        "local: {}\n",
+        plan.verdicts.iter().find(|v| v.node == "n").unwrap().reason
+    ));
+    let s = snap(
+        vec![
+            managed("n", &m16(), "cpu")
+                .with_pod(local.annotate("cluster-autoscaler.kubernetes.io/safe-to-evict", "true")),
+            target(),
+        ],
+        vec![pol()],
+    );
+    let plan = plan_disruption(
+        &s,
+        &DisruptionState::default(),
+        0,
+        &DisruptionConfig::default(),
+    );
+    out.push_str(&format!(
+        "local+safe: {}\n",
+        plan.verdicts.iter().find(|v| v.node == "n").unwrap().reason
+    ));
+    expect![[r#"
+        pod-dnd: pod default/p has karpenter.sh/do-not-disrupt
+        node-dnd: node has karpenter.sh/do-not-disrupt
+        ca-safe-false: pod default/p has cluster-autoscaler.kubernetes.io/safe-to-evict=false
+        ca-disabled: node has cluster-autoscaler.kubernetes.io/scale-down-disabled
+        bare-pod: pod default/p has no controller
+        kube-system: kube-system pod kube-system/p has no PodDisruptionBudget
+        uninitialized: not initialized yet (device plugin or startup taints pending)
+        mig-pending: MIG reconfiguration in progress (pending)
+        local: pod default/p uses local storage
+        local+safe: underutilized: its pods fit on other nodes
+    "#]]
+    .assert_eq(&out);
+}
+
+#[test]
+fn pdb_with_zero_disruptions_blocks_and_one_allows() {
+    let n = || managed("n", &m16(), "cpu").with_pod(pod("p").cpu("1").label("app", "web"));
+    let target = || managed("target", &m16(), "cpu").with_pod(pod("fill").cpu("10"));
+    let pdb = |allowed| Pdb {
+        namespace: "default".into(),
+        name: "web".into(),
+        selector: Requirements::new().with("app", Operator::In, &["web"]),
+        disruptions_allowed: allowed,
+    };
+    let mut s = snap(
+        vec![n(), target()],
+        vec![pool("cpu", vec![m16()]).disruption(quick())],
+    );
+    s.pdbs.push(pdb(0));
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+        keep n: blocked by PDB default/web
+        keep target: cpu/memory utilization 0.63 above threshold 0.50
+    "#]],
+    );
+    s.pdbs[0] = pdb(1);
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+        Underutilized Delete nodes=[n] pods=1 savings=0.768
+        keep target: cpu/memory utilization 0.63 above threshold 0.50
+    "#]],
+    );
+}
+
+#[test]
+fn budget_ten_percent_of_nine_nodes_allows_one() {
+    let policy = DisruptionPolicy {
+        unneeded_s: 0,
+        budgets: vec![Budget {
+            nodes: BudgetValue::Percent(10),
+            reasons: vec![],
+        }],
+        ..DisruptionPolicy::default()
+    };
+    let nodes = (0..9)
+        .map(|i| managed(&format!("n{i}"), &g1(), "gpu"))
+        .collect();
+    let plan = check(
+        &snap(nodes, vec![pool("gpu", vec![g1()]).disruption(policy)]),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Empty Delete nodes=[n0] pods=0 savings=1.006
+            keep n1: disruption budget of NodePool gpu exhausted for Empty
+            keep n2: disruption budget of NodePool gpu exhausted for Empty
+            keep n3: disruption budget of NodePool gpu exhausted for Empty
+            keep n4: disruption budget of NodePool gpu exhausted for Empty
+            keep n5: disruption budget of NodePool gpu exhausted for Empty
+            keep n6: disruption budget of NodePool gpu exhausted for Empty
+            keep n7: disruption budget of NodePool gpu exhausted for Empty
+            keep n8: disruption budget of NodePool gpu exhausted for Empty
+        "#]],
+    );
+    assert_eq!(plan.commands[0].nodes.len(), 1);
+}
+
+#[test]
+fn budget_per_reason_and_min_nodes() {
+    let policy = DisruptionPolicy {
+        unneeded_s: 0,
+        budgets: vec![Budget {
+            nodes: BudgetValue::Count(0),
+            reasons: vec![DisruptionReason::Underutilized],
+        }],
+        ..DisruptionPolicy::default()
+    };
+    let nodes = vec![
+        managed("e1", &g1(), "gpu"),
+        managed("e2", &g1(), "gpu"),
+        managed("e3", &g1(), "gpu"),
+    ];
+    check(
+        &snap(
+            nodes,
+            vec![pool("gpu", vec![g1()]).disruption(policy).min_nodes(1)],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Empty Delete nodes=[e1,e2] pods=0 savings=2.012
+            keep e3: NodePool gpu is at minNodes 1
+        "#]],
+    );
+}
+
+#[test]
+fn scale_to_zero_and_booked_capacity() {
+    let s = snap(
+        vec![managed("last", &g8(), "gpu")],
+        vec![pool("gpu", vec![g8()]).disruption(quick())],
+    );
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+        Empty Delete nodes=[last] pods=0 savings=21.960
+    "#]],
+    );
+    let mut booked = s.clone();
+    booked.booked_nodes.insert("last".into());
+    check(
+        &booked,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+        keep last: capacity booked for a ProvisioningRequest
+    "#]],
+    );
+}
+
+#[test]
+fn global_delays_after_scale_up_and_failure() {
+    let s = snap(
+        vec![managed("idle", &g1(), "gpu")],
+        vec![pool("gpu", vec![g1()]).disruption(quick())],
+    );
+    let state = DisruptionState {
+        last_scale_up: Some(100),
+        ..DisruptionState::default()
+    };
+    check(
+        &s,
+        650,
+        &state,
+        expect![[r#"
+        keep idle: scale-down paused for 50s after a scale-up
+    "#]],
+    );
+    check(
+        &s,
+        700,
+        &state,
+        expect![[r#"
+        Empty Delete nodes=[idle] pods=0 savings=1.006
+    "#]],
+    );
+    let state = DisruptionState {
+        last_failure: Some(100),
+        ..DisruptionState::default()
+    };
+    check(
+        &s,
+        200,
+        &state,
+        expect![[r#"
+        keep idle: scale-down paused for 1m20s after a failed deletion
+    "#]],
+    );
+}
+
+#[test]
+fn when_empty_policy_keeps_underutilized_nodes() {
+    let mut policy = quick();
+    policy.consolidation_policy = autoscaler_core::model::ConsolidationPolicy::WhenEmpty;
+    let a = managed("a", &m16(), "cpu").with_pod(pod("w1").cpu("2"));
+    check(
+        &snap(
+            vec![a],
+            vec![pool("cpu", vec![m4(), m16()]).disruption(policy)],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep a: NodePool consolidates only empty nodes
+        "#]],
+    );
+}
+
+#[test]
+fn validation_drops_commands_the_cluster_no_longer_supports() {
+    let a = managed("a", &m16(), "cpu").with_pod(pod("w1").cpu("2"));
+    let b = managed("b", &m16(), "cpu").with_pod(pod("w2").cpu("12"));
+    let s = snap(
+        vec![a, b],
+        vec![pool("cpu", vec![m16()]).disruption(quick())],
+    );
+    let cfg = DisruptionConfig::default();
+    let plan = plan_disruption(&s, &DisruptionState::default(), 0, &cfg);
+    let cmd: &Command = &plan.commands[0];
+    assert_eq!(cmd.method, Method::Delete);
+    assert_eq!(
+        validate(cmd, &s, 5, &cfg).unwrap_err(),
+        "validation delay not over (10s left)"
+    );
+    assert_eq!(validate(cmd, &s, 15, &cfg), Ok(()));
+    // Node b filled up meanwhile: a's pod no longer fits anywhere.
+    let mut changed = s.clone();
+    changed.nodes[1].pods.push(pod("late").cpu("3").build());
+    let err = validate(cmd, &changed, 15, &cfg).unwrap_err();
+    assert!(err.starts_with("pod default/w1 has nowhere to go"), "{err}");
+    // A do-not-disrupt pod arrived on a.
+    let mut changed = s.clone();
+    changed.nodes[0].pods.push(
+        pod("new")
+            .annotate("karpenter.sh/do-not-disrupt", "true")
+            .build(),
+    );
+    assert_eq!(
+        validate(cmd, &changed, 15, &cfg).unwrap_err(),
+        "node a: pod default/new has karpenter.sh/do-not-disrupt"
+    );
+}
