@@ -1,0 +1,93 @@
+//! The simulator crate's one error enum. Every variant names the file it is about, and where a
+//! line or field is to blame, those too, so a user can open the file at the right place.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Errors from loading traces and scenarios.
+#[derive(Debug, Error)]
+pub enum SimError {
+    /// The file could not be read.
+    #[error("reading {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The file has no header line.
+    #[error("{}: empty file, expected a header line", path.display())]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A column the loader needs is not in the header.
+    #[error("{}:{line}: missing column {column:?} in the header", path.display())]
+    MissingColumn {
+        /// The file.
+        path: PathBuf,
+        /// The header's line number (1-based).
+        line: usize,
+        /// The column that is missing.
+        column: String,
+    },
+    /// A row has a different number of fields than the header, or an unterminated quote.
+    #[error("{}:{line}: {why}", path.display())]
+    BadRow {
+        /// The file.
+        path: PathBuf,
+        /// Line number (1-based).
+        line: usize,
+        /// What is wrong with the row.
+        why: String,
+    },
+    /// A field that must be a number is not one.
+    #[error("{}:{line}: field {field}: {value:?} is not a number", path.display())]
+    BadNumber {
+        /// The file.
+        path: PathBuf,
+        /// Line number (1-based).
+        line: usize,
+        /// Column name.
+        field: String,
+        /// The text found.
+        value: String,
+    },
+    /// A field that must not be negative is.
+    #[error("{}:{line}: field {field}: {value} is negative", path.display())]
+    Negative {
+        /// The file.
+        path: PathBuf,
+        /// Line number (1-based).
+        line: usize,
+        /// Column name.
+        field: String,
+        /// The value found.
+        value: i64,
+    },
+    /// A field is a number, but not one the field can take.
+    #[error("{}:{line}: field {field}: {value} {why}", path.display())]
+    OutOfRange {
+        /// The file.
+        path: PathBuf,
+        /// Line number (1-based).
+        line: usize,
+        /// Column name.
+        field: String,
+        /// The value found.
+        value: i64,
+        /// Which range it is outside of.
+        why: String,
+    },
+    /// A field that may not be empty is.
+    #[error("{}:{line}: field {field} is empty", path.display())]
+    EmptyField {
+        /// The file.
+        path: PathBuf,
+        /// Line number (1-based).
+        line: usize,
+        /// Column name.
+        field: String,
+    },
+}
