@@ -1,1 +1,22 @@
-//! placeholder
+//! `providers`: how gpu-autoscaler talks to clouds.
+//!
+//! - [`CloudProvider`]: the async trait every cloud implements (instance types, launch, delete,
+//!   get, list), with its idempotency and retry contract written on each method.
+//! - [`ProviderError`]: the one error type, naming the action that failed.
+//! - [`UnavailableOfferings`]: the insufficient-capacity cache, with time passed in.
+//! - [`catalog`]: the embedded default catalog of AWS and GCP instance types, the project's own
+//!   file of public facts, turned into core [`autoscaler_core::InstanceType`]s.
+//! - [`fake`]: a deterministic in-memory provider for tests and the simulator.
+
+pub mod catalog;
+mod error;
+pub mod fake;
+mod provider;
+mod unavailable;
+
+pub use error::{Action, ProviderError};
+pub use provider::{
+    CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef, OfferingKey,
+    tags,
+};
+pub use unavailable::UnavailableOfferings;
