@@ -1,0 +1,128 @@
+//! Types shared by NodePool and NodeClaim: requirements, taints, the node class reference and
+//! the names of conditions.
+//!
+//! Enumerated values (operators, effects) are plain strings here so that a bad value reaches
+//! `validate()` and is reported with its field path alongside every other problem, instead of
+//! failing deserialization at the first one; the CRD schema still lists the allowed values.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::names::{LABEL_VALUE_MAX, QUALIFIED_NAME_MAX, QUALIFIED_NAME_PATTERN};
+
+/// One `key operator values` expression over node labels, as in a node selector, with
+/// Karpenter's optional `minValues` (how many distinct values of the key the set of acceptable
+/// instance types must keep, for flexibility).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : true",
+        "message": "In and NotIn need at least one value",
+    },
+    {
+        "rule": "self.operator in ['Exists', 'DoesNotExist'] ? !has(self.values) || size(self.values) == 0 : true",
+        "message": "Exists and DoesNotExist take no values",
+    },
+    {
+        "rule": "self.operator in ['Gt', 'Lt'] ? has(self.values) && size(self.values) == 1 && self.values[0].matches('^[-+]?[0-9]+$') : true",
+        "message": "Gt and Lt need exactly one integer value",
+    },
+    {
+        "rule": "has(self.minValues) && self.operator == 'In' ? has(self.values) && self.minValues <= size(self.values) : true",
+        "message": "minValues must not exceed the number of values",
+    },
+]))]
+pub struct NodeSelectorRequirement {
+    /// The label key (`node.kubernetes.io/instance-type`, `karpenter.sh/capacity-type`,
+    /// `gpu-autoscaler.dev/instance-gpu-name`...).
+    #[schemars(length(min = 1, max = QUALIFIED_NAME_MAX), pattern(QUALIFIED_NAME_PATTERN))]
+    pub key: String,
+    /// `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt` or `Lt`.
+    #[schemars(extend("enum" = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]))]
+    pub operator: String,
+    /// The values: at least one for `In`/`NotIn`, none for `Exists`/`DoesNotExist`, exactly
+    /// one integer for `Gt`/`Lt`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), inner(length(max = LABEL_VALUE_MAX)))]
+    pub values: Vec<String>,
+    /// Minimum number of distinct values of `key` the acceptable instance types must span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 50))]
+    pub min_values: Option<i32>,
+}
+
+/// A node taint as written in a NodePool or NodeClaim.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Taint {
+    /// Taint key.
+    #[schemars(length(min = 1, max = QUALIFIED_NAME_MAX), pattern(QUALIFIED_NAME_PATTERN))]
+    pub key: String,
+    /// Taint value (may be empty).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = LABEL_VALUE_MAX))]
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    #[schemars(extend("enum" = ["NoSchedule", "PreferNoSchedule", "NoExecute"]))]
+    pub effect: String,
+}
+
+/// A reference to the provider-specific node class (image, subnets, IAM...) nodes are launched
+/// with, e.g. `{group: fake.gpu-autoscaler.dev, kind: FakeNodeClass, name: default}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClassRef {
+    /// API group of the class.
+    #[schemars(length(min = 1))]
+    pub group: String,
+    /// Kind of the class.
+    #[schemars(length(min = 1))]
+    pub kind: String,
+    /// Name of the class object.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+/// The `type`s and `reason`s of the conditions this API reports, in the standard
+/// `metav1.Condition` shape (`type`, `status`, `reason`, `message`, `lastTransitionTime`,
+/// `observedGeneration`).
+pub mod conditions {
+    /// NodePool and NodeClaim: the object is usable. On a NodeClaim, true once Launched,
+    /// Registered and Initialized all are.
+    pub const READY: &str = "Ready";
+    /// NodePool: the spec passed `validate()`; when false, the message lists every problem.
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    /// NodeClaim: the cloud instance was created.
+    pub const LAUNCHED: &str = "Launched";
+    /// NodeClaim: a Node for the instance joined the cluster.
+    pub const REGISTERED: &str = "Registered";
+    /// NodeClaim: the Node is Ready, its startup taints are gone and every GPU-class resource
+    /// it was launched for shows non-zero allocatable.
+    pub const INITIALIZED: &str = "Initialized";
+
+    /// Condition reasons (CamelCase, as the API requires).
+    pub mod reasons {
+        /// Validation found problems.
+        pub const INVALID_SPEC: &str = "InvalidSpec";
+        /// Validation found none.
+        pub const VALID: &str = "Valid";
+        /// The provider has not answered yet.
+        pub const LAUNCH_PENDING: &str = "LaunchPending";
+        /// The provider reported no capacity for any acceptable offering.
+        pub const INSUFFICIENT_CAPACITY: &str = "InsufficientCapacity";
+        /// The provider rejected the launch for another reason.
+        pub const LAUNCH_FAILED: &str = "LaunchFailed";
+        /// The instance exists but no Node has joined yet.
+        pub const NODE_NOT_FOUND: &str = "NodeNotFound";
+        /// The Node is not Ready yet.
+        pub const NODE_NOT_READY: &str = "NodeNotReady";
+        /// Startup taints are still on the Node.
+        pub const STARTUP_TAINTS_EXIST: &str = "StartupTaintsExist";
+        /// A GPU-class resource the claim was launched for shows zero allocatable (the device
+        /// plugin is not up yet).
+        pub const DEVICE_PLUGIN_NOT_READY: &str = "DevicePluginNotReady";
+        /// The condition holds.
+        pub const SUCCEEDED: &str = "Succeeded";
+    }
+}

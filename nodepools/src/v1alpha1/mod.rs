@@ -1,0 +1,18 @@
+//! API version `v1alpha1` of the `gpu-autoscaler.dev` group: `NodePool` and `NodeClaim`.
+
+mod common;
+mod convert;
+mod nodeclaim;
+mod nodepool;
+mod schema;
+
+pub use common::{NodeClassRef, NodeSelectorRequirement, Taint, conditions};
+pub use convert::{ClaimSpec, NODES_LIMIT};
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, ResourceRequirements};
+pub use nodepool::{
+    BUDGET_NODES_PATTERN, BudgetSpec, DisruptionSpec, GpuSharingSpec, MigSpec, NodePool,
+    NodePoolSpec, NodePoolStatus, NodePoolTemplate, TemplateMetadata, TimeSlicingSpec,
+};
+
+/// The version string.
+pub const VERSION: &str = "v1alpha1";

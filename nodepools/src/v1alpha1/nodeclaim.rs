@@ -1,0 +1,134 @@
+//! The `NodeClaim` custom resource: one node the autoscaler decided to launch, written before the
+//! cloud call so that a crash never loses track of an instance.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{NodeClassRef, NodeSelectorRequirement, Taint};
+use super::schema;
+
+/// The desired node: the resolved set of acceptable instance types, zones and capacity types
+/// (as requirements), what it must hold, and how it is tainted.
+// Several `printcolumn(...)` entries repeat `type_ = ...`, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "gpu-autoscaler.dev",
+    version = "v1alpha1",
+    kind = "NodeClaim",
+    plural = "nodeclaims",
+    category = "gpu-autoscaler",
+    status = "NodeClaimStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A NodeClaim is one node gpu-autoscaler launches: the acceptable instance types, zones and capacity types, the resources it must offer and its taints; its status follows the instance from launch to an initialized Node.",
+    printcolumn(name = "Type", type_ = "string", json_path = ".status.instanceType"),
+    printcolumn(name = "Zone", type_ = "string", json_path = ".status.zone"),
+    printcolumn(
+        name = "Capacity",
+        type_ = "string",
+        json_path = ".status.capacityType"
+    ),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.nodeName"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.taints) || self.taints.all(t, self.taints.exists_one(u, u.key == t.key && u.effect == t.effect))",
+        "message": "taints must not repeat a key and effect",
+    },
+    {
+        "rule": "!has(self.startupTaints) || self.startupTaints.all(t, self.startupTaints.exists_one(u, u.key == t.key && u.effect == t.effect) && (!has(self.taints) || !self.taints.exists(u, u.key == t.key && u.effect == t.effect)))",
+        "message": "startupTaints must not repeat a key and effect, nor one of taints",
+    },
+]))]
+pub struct NodeClaimSpec {
+    /// Name of the owning NodePool.
+    #[schemars(length(min = 1, max = 253))]
+    pub node_pool: String,
+    /// Acceptable instance types, zones, capacity types...: the NodePool's requirements
+    /// narrowed by the pods the claim is for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub requirements: Vec<NodeSelectorRequirement>,
+    /// What the node must be able to hold.
+    #[serde(default)]
+    pub resources: ResourceRequirements,
+    /// Taints the node registers with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub taints: Vec<Taint>,
+    /// Taints the node registers with that an agent removes during initialization.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub startup_taints: Vec<Taint>,
+    /// The provider-specific node class, copied from the NodePool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_ref: Option<NodeClassRef>,
+}
+
+/// Resources a NodeClaim's node must offer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRequirements {
+    /// Sum of the requests of the pods the claim is for, DaemonSet overhead included.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::nonnegative_quantity_map")]
+    pub requests: BTreeMap<String, Quantity>,
+}
+
+/// What became of a NodeClaim.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaimStatus {
+    /// The provider's id of the instance (`aws:///us-east-1a/i-0abc...`), once launched.
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+    /// The Node's name, once registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// The instance type launched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    /// The zone launched in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// `spot` or `on-demand`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_type: Option<String>,
+    /// The instance's full capacity, GPU resources (after sharing) included.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::quantity_map")]
+    pub capacity: BTreeMap<String, Quantity>,
+    /// Capacity minus system reserve: what pods can use.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::quantity_map")]
+    pub allocatable: BTreeMap<String, Quantity>,
+    /// `Launched`, `Registered`, `Initialized` and `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// When a pod was last bound to or removed from the node (consolidation waits
+    /// `consolidateAfter` from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pod_event_time: Option<Time>,
+}

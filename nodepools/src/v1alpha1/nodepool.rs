@@ -1,0 +1,285 @@
+//! The `NodePool` custom resource: which nodes may be launched for pending pods, how their GPUs
+//! are shared, how far the pool may grow and when its nodes may be removed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{NodeClassRef, NodeSelectorRequirement, Taint};
+use super::schema;
+use crate::duration::{DURATION_OR_NEVER_PATTERN, DURATION_PATTERN};
+use crate::mig::CONFIG_PATTERN;
+use crate::names::{QUALIFIED_NAME_MAX, QUALIFIED_NAME_PATTERN};
+
+/// The desired state of a NodePool. Enumerations, quantities and durations are kept as
+/// written; the autoscaler parses them and reports every problem, with its field path, in the
+/// ValidationSucceeded condition.
+// Several `printcolumn(...)` entries repeat `type_ = ...`, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "gpu-autoscaler.dev",
+    version = "v1alpha1",
+    kind = "NodePool",
+    plural = "nodepools",
+    category = "gpu-autoscaler",
+    status = "NodePoolStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    doc = "A NodePool says which nodes gpu-autoscaler may launch for pending pods: their labels, taints and instance-type requirements, how their GPUs are shared, the pool's limits and when its nodes may be removed.",
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodes"),
+    printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolSpec {
+    /// What every node of the pool looks like.
+    pub template: NodePoolTemplate,
+    /// How the pool's GPUs are shared between pods; absent means whole devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_sharing: Option<GpuSharingSpec>,
+    /// Upper bounds on the pool's total capacity, counting nodes being launched: resource name
+    /// (`cpu`, `memory`, `nvidia.com/gpu`, any extended resource, and `nodes` for the node
+    /// count) to quantity. An absent entry is unlimited.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::nonnegative_quantity_map")]
+    pub limits: BTreeMap<String, Quantity>,
+    /// Upper bounds on physical GPUs per GPU model, as the catalog names models (`H100`,
+    /// `A100-80GB`, `L4`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::nonnegative_int_map")]
+    pub gpu_limits: BTreeMap<String, i64>,
+    /// When and how fast nodes may be removed.
+    #[serde(default)]
+    pub disruption: DisruptionSpec,
+    /// Pools with a higher weight are tried first (1-100; absent ranks below every weight).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub weight: Option<i32>,
+    /// Nodes the pool keeps even when they are empty.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub min_nodes: i32,
+}
+
+/// The node template of a NodePool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.taints) || self.taints.all(t, self.taints.exists_one(u, u.key == t.key && u.effect == t.effect))",
+        "message": "taints must not repeat a key and effect",
+    },
+    {
+        "rule": "!has(self.startupTaints) || self.startupTaints.all(t, self.startupTaints.exists_one(u, u.key == t.key && u.effect == t.effect) && (!has(self.taints) || !self.taints.exists(u, u.key == t.key && u.effect == t.effect)))",
+        "message": "startupTaints must not repeat a key and effect, nor one of taints",
+    },
+]))]
+pub struct NodePoolTemplate {
+    /// Metadata put on every node.
+    #[serde(default)]
+    pub metadata: TemplateMetadata,
+    /// Taints put on every node; pods must tolerate them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub taints: Vec<Taint>,
+    /// Taints present on a new node until an agent (e.g. the GPU Operator) removes them; pods
+    /// need not tolerate them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub startup_taints: Vec<Taint>,
+    /// Which instance types, zones, capacity types, architectures and GPUs may be used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub requirements: Vec<NodeSelectorRequirement>,
+    /// The provider-specific node class; absent means the provider's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_ref: Option<NodeClassRef>,
+}
+
+/// Node metadata of a NodePool template.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": format!("!has(self.labels) || self.labels.all(k, k.size() <= {QUALIFIED_NAME_MAX} && k.matches('{QUALIFIED_NAME_PATTERN}'))"),
+        "message": "label keys must be qualified names",
+    },
+    {
+        "rule": "!has(self.labels) || !('gpu-autoscaler.dev/nodepool' in self.labels)",
+        "message": "the label gpu-autoscaler.dev/nodepool is set by the autoscaler",
+    },
+]))]
+pub struct TemplateMetadata {
+    /// Labels put on every node.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::label_map")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// How a NodePool's GPUs are shared. `timeSlicing` and `mig` exclude each other.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!(has(self.timeSlicing) && has(self.mig))",
+        "message": "timeSlicing and mig cannot both be set",
+    },
+]))]
+pub struct GpuSharingSpec {
+    /// Time-slicing: each physical GPU is advertised as `replicas` devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_slicing: Option<TimeSlicingSpec>,
+    /// MIG: each physical GPU is split into instances of a named layout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigSpec>,
+    /// Whether pods may take fractional shares of single devices on this pool's nodes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fractional: bool,
+}
+
+/// Time-slicing settings (the GPU Operator's device-plugin `sharing.timeSlicing`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TimeSlicingSpec {
+    /// Devices advertised per physical GPU.
+    #[schemars(range(min = 2, max = 1024))]
+    pub replicas: i32,
+    /// Advertise `<resource>.shared` (e.g. `nvidia.com/gpu.shared`) instead of `<resource>`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rename_by_default: bool,
+}
+
+/// MIG settings (the GPU Operator's `nvidia.com/mig.config` and MIG strategy).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MigSpec {
+    /// Layout name from the GPU Operator's default configuration: `all-1g.10gb`,
+    /// `all-3g.40gb`, `all-balanced`, `all-disabled`...
+    #[schemars(pattern(CONFIG_PATTERN))]
+    pub config: String,
+    /// `single` (each MIG instance is one `nvidia.com/gpu`) or `mixed` (each profile is its own
+    /// resource, `nvidia.com/mig-<profile>`).
+    #[serde(default = "default_mig_strategy")]
+    #[schemars(extend("enum" = ["single", "mixed"]))]
+    pub strategy: String,
+}
+
+fn default_mig_strategy() -> String {
+    "single".to_string()
+}
+
+/// When and how fast a NodePool's nodes may be removed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionSpec {
+    /// `WhenEmpty` (only empty nodes are removed) or `WhenEmptyOrUnderutilized`.
+    #[serde(default = "default_consolidation_policy")]
+    #[schemars(extend("enum" = ["WhenEmpty", "WhenEmptyOrUnderutilized"]))]
+    pub consolidation_policy: String,
+    /// How long a node must be stable (no pod added or removed) before consolidation considers
+    /// it: `30s`, `10m`, `1h`, or `Never` to disable consolidation.
+    #[serde(default = "default_consolidate_after")]
+    #[schemars(pattern(DURATION_OR_NEVER_PATTERN))]
+    pub consolidate_after: String,
+    /// A GPU node whose GPU requests are below this share of its GPUs is under-utilized.
+    #[serde(default = "default_threshold")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub gpu_utilization_threshold: f64,
+    /// A node without GPUs whose CPU and memory requests are both below this share of its
+    /// allocatable is under-utilized.
+    #[serde(default = "default_threshold")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub utilization_threshold: f64,
+    /// How long a node must stay unneeded before it is removed.
+    #[serde(default = "default_unneeded_time")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub unneeded_time: String,
+    /// How many nodes may be disrupted at once; the most restrictive applicable budget wins.
+    #[serde(default = "default_budgets")]
+    #[schemars(length(max = 50))]
+    pub budgets: Vec<BudgetSpec>,
+}
+
+fn default_consolidation_policy() -> String {
+    "WhenEmptyOrUnderutilized".to_string()
+}
+
+fn default_consolidate_after() -> String {
+    "0s".to_string()
+}
+
+fn default_threshold() -> f64 {
+    0.5
+}
+
+fn default_unneeded_time() -> String {
+    "10m".to_string()
+}
+
+fn default_budgets() -> Vec<BudgetSpec> {
+    vec![BudgetSpec {
+        nodes: "10%".to_string(),
+        reasons: Vec::new(),
+    }]
+}
+
+impl Default for DisruptionSpec {
+    fn default() -> Self {
+        DisruptionSpec {
+            consolidation_policy: default_consolidation_policy(),
+            consolidate_after: default_consolidate_after(),
+            gpu_utilization_threshold: default_threshold(),
+            utilization_threshold: default_threshold(),
+            unneeded_time: default_unneeded_time(),
+            budgets: default_budgets(),
+        }
+    }
+}
+
+/// The OpenAPI pattern of a budget's `nodes`: a count or a percentage up to 100%.
+pub const BUDGET_NODES_PATTERN: &str = "^((100|[0-9]{1,2})%|[0-9]+)$";
+
+/// One disruption budget.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetSpec {
+    /// At most this many nodes (`5`) or this share of the pool's nodes (`10%`) at once.
+    #[schemars(pattern(BUDGET_NODES_PATTERN))]
+    pub nodes: String,
+    /// The disruption reasons the budget applies to (`Empty`, `Underutilized`, `Drifted`);
+    /// empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::budget_reasons")]
+    pub reasons: Vec<String>,
+}
+
+/// The observed state of a NodePool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolStatus {
+    /// `Ready` and `ValidationSucceeded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// Nodes of the pool, including those being launched.
+    #[serde(default)]
+    pub nodes: i64,
+    /// Capacity of the pool's nodes, including those being launched, by resource name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::quantity_map")]
+    pub resources: BTreeMap<String, Quantity>,
+}
