@@ -1,2 +1,48 @@
 //! The `gpu-autoscaler` command line.
-fn main() {}
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+/// GPU-aware Kubernetes node autoscaler.
+#[derive(Parser, Debug)]
+#[command(name = "gpu-autoscaler", version, about)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Commands,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+enum Commands {
+    /// Print the CustomResourceDefinitions (NodePool, NodeClaim) as multi-document YAML.
+    Crds {
+        /// Write one file per CRD into this directory (e.g. `deploy/crds`) instead of printing.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Commands::Crds { dir } => crds(dir),
+    }
+}
+
+/// `gpu-autoscaler crds`.
+fn crds(dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let Some(dir) = dir else {
+        print!("{}", nodepools::crds::to_yaml()?);
+        return Ok(());
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for f in nodepools::crds::files()? {
+        let path = dir.join(&f.file_name);
+        std::fs::write(&path, &f.content).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
