@@ -126,7 +126,7 @@ pub enum Error {
         "reading YAML document {document}: expected {expected} of {}, found {found}",
         crate::API_VERSION
     )]
-    WrongKind {
+    CheckKind {
         /// 0-based index of the document in a multi-document stream.
         document: usize,
         /// The kind that was expected.

@@ -34,7 +34,8 @@ pub const API_VERSION: &str = "gpu-autoscaler.dev/v1alpha1";
 /// documents are skipped.
 ///
 /// # Errors
-/// [`Error::ParseYaml`] when a document is not valid YAML of that kind.
+/// [`Error::ParseYaml`] when a document is not valid YAML of that shape, [`Error::CheckKind`]
+/// when its `apiVersion` or `kind` is another.
 pub fn from_yaml<T: DeserializeOwned>(kind: &'static str, text: &str) -> Result<Vec<T>, Error> {
     let mut out = Vec::new();
     for (document, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
@@ -50,7 +51,7 @@ pub fn from_yaml<T: DeserializeOwned>(kind: &'static str, text: &str) -> Result<
         let found_kind = value.get("kind").and_then(serde_yaml::Value::as_str);
         let found_version = value.get("apiVersion").and_then(serde_yaml::Value::as_str);
         if found_kind != Some(kind) || found_version != Some(API_VERSION) {
-            return Err(Error::WrongKind {
+            return Err(Error::CheckKind {
                 document,
                 expected: kind,
                 found: format!(
@@ -68,7 +69,7 @@ pub fn from_yaml<T: DeserializeOwned>(kind: &'static str, text: &str) -> Result<
 /// Reads every NodePool of a YAML stream and validates each.
 ///
 /// # Errors
-/// [`Error::ParseYaml`] / [`Error::WrongKind`] for a document that is not a NodePool,
+/// [`Error::ParseYaml`] / [`Error::CheckKind`] for a document that is not a NodePool,
 /// [`Error::Validate`] with every problem of the first invalid one.
 pub fn load_nodepools(text: &str) -> Result<Vec<NodePool>, Error> {
     let pools: Vec<NodePool> = from_yaml("NodePool", text)?;
