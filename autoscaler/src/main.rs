@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
+mod bench;
+
 /// GPU-aware Kubernetes node autoscaler.
 #[derive(Parser, Debug)]
 #[command(name = "gpu-autoscaler", version, about)]
@@ -23,12 +25,19 @@ enum Commands {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Benchmarks; build with `--release` first (see `bench planner --help`).
+    Bench {
+        /// Which benchmark.
+        #[command(subcommand)]
+        what: bench::BenchCommand,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Commands::Crds { dir } => crds(dir),
+        Commands::Bench { what } => bench::run(what),
     }
 }
 

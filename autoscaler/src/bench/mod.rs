@@ -1,0 +1,417 @@
+//! `gpu-autoscaler bench planner`: how fast the provisioning planner is and how good its plans
+//! are, on three suites (see [`karpenter`], [`gpu_mix`], [`openb`]).
+//!
+//! Run it from a release build; a debug build is an order of magnitude slower:
+//!
+//! ```text
+//! cargo build --release -p autoscaler
+//! ./target/release/gpu-autoscaler bench planner --suite karpenter --json karpenter.json
+//! ./target/release/gpu-autoscaler bench planner --suite gpu-mix --json gpu-mix.json
+//! ./target/release/gpu-autoscaler bench planner --suite openb --data-dir ../shared/data
+//! ```
+//!
+//! Only `plan_provisioning` is timed (best of `--runs`, default 3); building the snapshot and
+//! the LP bound are not. For each case the report gives the plan's nodes and hourly cost, the
+//! LP lower bound ([`autoscaler_core::lp::lower_bound`]) over the pods the plan put on new
+//! nodes and `cost_ratio = cost / bound`, and for GPU suites the GPUs requested (in physical
+//! GPUs: a share counts its thousandths, a MIG instance its compute slices out of 7, a
+//! time-sliced replica 1/replicas), the physical GPUs provisioned and their ratio.
+
+pub(crate) mod gpu_mix;
+pub(crate) mod karpenter;
+pub(crate) mod openb;
+mod rng;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use autoscaler_core::lp::lower_bound;
+use autoscaler_core::model::{Pod, Snapshot};
+use autoscaler_core::plan::Plan;
+use autoscaler_core::provision::{Shape, build_shapes, plan_provisioning};
+use autoscaler_core::resources::is_gpu_class;
+use serde::Serialize;
+
+/// `gpu-autoscaler bench ...`.
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum BenchCommand {
+    /// Time the provisioning planner and grade its plans against an LP lower bound.
+    Planner(PlannerArgs),
+}
+
+/// Options of `bench planner`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct PlannerArgs {
+    /// Which suite to run.
+    #[arg(long, value_enum)]
+    suite: Suite,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Directory holding `openb/` (default: `../shared/data` from the current directory, then
+    /// from the repository the executable was built in).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Timed runs per case; the fastest counts.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+}
+
+/// The benchmark suites.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Suite {
+    /// Karpenter's scheduling benchmark shape: 400 CPU types, five constraint kinds.
+    Karpenter,
+    /// Whole, MIG, time-sliced and fractional GPU pods over the embedded AWS and GCP catalogs.
+    GpuMix,
+    /// The Alibaba openb GPU trace, from ../shared/data.
+    Openb,
+}
+
+impl Suite {
+    fn name(self) -> &'static str {
+        match self {
+            Suite::Karpenter => "karpenter",
+            Suite::GpuMix => "gpu-mix",
+            Suite::Openb => "openb",
+        }
+    }
+}
+
+/// A named snapshot to plan.
+pub(crate) struct Case {
+    /// Case name (`20000-pods`).
+    pub(crate) name: String,
+    /// What the planner gets.
+    pub(crate) snapshot: Snapshot,
+}
+
+/// The results of one case, as written to the JSON.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct CaseResult {
+    /// Case name.
+    pub(crate) name: String,
+    /// Pending pods.
+    pub(crate) pods: usize,
+    /// Distinct instance type names over all NodePools.
+    pub(crate) instance_types: usize,
+    /// Fastest `plan_provisioning` run, seconds.
+    pub(crate) seconds: f64,
+    /// `pods / seconds`.
+    pub(crate) pods_per_sec: f64,
+    /// New NodeClaims in the plan.
+    pub(crate) nodes: usize,
+    /// Hourly cost of the new claims (cheapest option of each).
+    pub(crate) cost_per_hour: f64,
+    /// LP lower bound on the cost of new nodes for the pods the plan placed.
+    pub(crate) lp_lower_bound: Option<f64>,
+    /// `cost_per_hour / lp_lower_bound`.
+    pub(crate) cost_ratio: Option<f64>,
+    /// Physical-GPU equivalents the placed pods request (GPU suites only).
+    pub(crate) gpus_requested: Option<f64>,
+    /// Physical GPUs of the new claims (GPU suites only).
+    pub(crate) gpus_provisioned: Option<u64>,
+    /// `gpus_requested / gpus_provisioned`.
+    pub(crate) gpu_allocation: Option<f64>,
+    /// Pods the plan could not place.
+    pub(crate) unschedulable: usize,
+    /// Seconds the LP bound took (not part of `seconds`).
+    pub(crate) lp_seconds: f64,
+}
+
+/// The JSON document.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Report {
+    /// Suite name.
+    pub(crate) suite: String,
+    /// How the suite prices and builds its cases, when that needs saying.
+    pub(crate) notes: Option<String>,
+    /// One entry per case.
+    pub(crate) cases: Vec<CaseResult>,
+}
+
+/// Runs `bench ...`.
+pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Planner(args) => planner(&args),
+    }
+}
+
+fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
+    if cfg!(debug_assertions) {
+        eprintln!("warning: this is a debug build; timings are not representative (use --release)");
+    }
+    let (cases, notes) = match args.suite {
+        Suite::Karpenter => (karpenter_cases(&karpenter::CASES), None),
+        Suite::GpuMix => (gpu_mix_cases(gpu_mix::PODS), None),
+        Suite::Openb => {
+            let dir = find_data_dir(args.data_dir.as_deref())?;
+            (openb_cases(&dir)?, Some(openb::pricing_note()))
+        }
+    };
+    let suite = args.suite.name();
+    println!("suite {suite}");
+    if let Some(n) = &notes {
+        println!("{n}");
+    }
+    println!("{}", table_header());
+    let mut results = Vec::new();
+    for case in &cases {
+        let r = measure(case, args.runs.max(1), args.suite != Suite::Karpenter);
+        println!("{}", table_row(&r));
+        results.push(r);
+    }
+    let report = Report {
+        suite: suite.into(),
+        notes,
+        cases: results,
+    };
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The karpenter suite's cases for the given pod counts.
+pub(crate) fn karpenter_cases(sizes: &[usize]) -> Vec<Case> {
+    sizes
+        .iter()
+        .map(|n| Case {
+            name: format!("{n}-pods"),
+            snapshot: karpenter::snapshot(*n, karpenter::SEED),
+        })
+        .collect()
+}
+
+/// The gpu-mix suite's case with `pods` pods over the embedded catalogs.
+pub(crate) fn gpu_mix_cases(pods: usize) -> Vec<Case> {
+    let catalogs = [
+        ("aws", providers::catalog::default_catalog_for("aws")),
+        ("gcp", providers::catalog::default_catalog_for("gcp")),
+    ];
+    vec![Case {
+        name: format!("{pods}-pods"),
+        snapshot: gpu_mix::snapshot(pods, gpu_mix::SEED, &catalogs),
+    }]
+}
+
+/// The openb suite's case, from the trace under `data_dir`.
+pub(crate) fn openb_cases(data_dir: &Path) -> anyhow::Result<Vec<Case>> {
+    let nodes = autoscaler_sim::traces::openb::load_nodes(data_dir.join(openb::NODE_LIST))?;
+    let pods = autoscaler_sim::traces::openb::load_pods(data_dir.join(openb::POD_LIST))?;
+    Ok(vec![Case {
+        name: "openb_pod_list_default".into(),
+        snapshot: openb::snapshot(&nodes, &pods),
+    }])
+}
+
+/// Where the reference data lives: the directory given, or `../shared/data` from the current
+/// directory, or from the repository of the executable. Errors say where it looked.
+fn find_data_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let mut tried: Vec<PathBuf> = Vec::new();
+    match given {
+        Some(d) => tried.push(d.to_path_buf()),
+        None => {
+            if let Ok(cwd) = std::env::current_dir() {
+                tried.push(cwd.join("../shared/data"));
+            }
+            if let Some(root) = std::env::current_exe().ok().as_deref().and_then(repo_root) {
+                tried.push(root.join("../shared/data"));
+            }
+        }
+    }
+    for d in &tried {
+        if d.join(openb::POD_LIST).is_file() && d.join(openb::NODE_LIST).is_file() {
+            return Ok(d.clone());
+        }
+    }
+    let places: Vec<String> = tried.iter().map(|d| d.display().to_string()).collect();
+    bail!(
+        "the openb trace is not available: looked for {} and {} under {}; pass --data-dir DIR \
+         (the directory that holds openb/)",
+        openb::POD_LIST,
+        openb::NODE_LIST,
+        places.join(" and ")
+    )
+}
+
+/// The workspace root above `exe` (`.../target/release/gpu-autoscaler`): the first ancestor
+/// whose `Cargo.toml` declares a workspace.
+fn repo_root(exe: &Path) -> Option<PathBuf> {
+    exe.ancestors().skip(1).find_map(|d| {
+        let manifest = std::fs::read_to_string(d.join("Cargo.toml")).ok()?;
+        manifest.contains("[workspace]").then(|| d.to_path_buf())
+    })
+}
+
+/// Plans `case` (timed, best of `runs`), bounds it and counts GPUs when `gpus` is set.
+pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> CaseResult {
+    let snap = &case.snapshot;
+    let mut best = f64::INFINITY;
+    let mut plan = Plan::default();
+    for _ in 0..runs {
+        let start = Instant::now();
+        let p = plan_provisioning(snap);
+        best = best.min(start.elapsed().as_secs_f64());
+        plan = p;
+        // A run this slow says enough; repeating it only makes the benchmark wait.
+        if best > 30.0 {
+            break;
+        }
+    }
+    let placed: BTreeSet<_> = plan
+        .new_claims
+        .iter()
+        .flat_map(|c| c.pods.iter().cloned())
+        .collect();
+    let mut sub = snap.clone();
+    sub.pending.retain(|p| placed.contains(&p.key));
+    let lp_start = Instant::now();
+    let lb = lower_bound(&sub);
+    let lp_seconds = lp_start.elapsed().as_secs_f64();
+    let cost = plan.new_cost();
+    let bound = (lb.pods_counted > 0).then_some(lb.cost);
+    let (req, prov) = if gpus {
+        let (r, p) = gpu_counts(snap, &plan);
+        (Some(r), Some(p))
+    } else {
+        (None, None)
+    };
+    let types: BTreeSet<&str> = snap
+        .pools
+        .iter()
+        .flat_map(|p| p.instance_types.iter().map(|t| t.name.as_str()))
+        .collect();
+    CaseResult {
+        name: case.name.clone(),
+        pods: snap.pending.len(),
+        instance_types: types.len(),
+        seconds: best,
+        pods_per_sec: if best > 0.0 {
+            snap.pending.len() as f64 / best
+        } else {
+            f64::INFINITY
+        },
+        nodes: plan.new_claims.len(),
+        cost_per_hour: cost,
+        lp_lower_bound: bound,
+        cost_ratio: bound.filter(|b| *b > 0.0).map(|b| cost / b),
+        gpus_requested: req,
+        gpus_provisioned: prov,
+        gpu_allocation: match (req, prov) {
+            (Some(r), Some(p)) if p > 0 => Some(r / p as f64),
+            _ => None,
+        },
+        unschedulable: plan.unschedulable.len(),
+        lp_seconds,
+    }
+}
+
+/// Physical-GPU equivalents requested by the pods on new claims, and physical GPUs provisioned.
+pub(crate) fn gpu_counts(snap: &Snapshot, plan: &Plan) -> (f64, u64) {
+    let shapes = build_shapes(snap);
+    let by_name: HashMap<(&str, &str), &Shape> = shapes
+        .iter()
+        .map(|s| ((snap.pools[s.pool].name.as_str(), s.name.as_str()), s))
+        .collect();
+    let pods: HashMap<_, &Pod> = snap.pending.iter().map(|p| (&p.key, p)).collect();
+    let mut requested = 0.0;
+    let mut provisioned = 0u64;
+    for claim in &plan.new_claims {
+        provisioned += u64::from(claim.gpus);
+        let Some(first) = claim.instance_types.first() else {
+            continue;
+        };
+        let Some(shape) = by_name.get(&(claim.pool.as_str(), first.instance_type.as_str())) else {
+            continue;
+        };
+        for key in &claim.pods {
+            if let Some(p) = pods.get(key) {
+                requested += physical_gpus(p, shape);
+            }
+        }
+    }
+    (requested, provisioned)
+}
+
+/// What `pod` takes of `shape`'s physical GPUs.
+fn physical_gpus(pod: &Pod, shape: &Shape) -> f64 {
+    let mut g = pod
+        .gpu_share
+        .as_ref()
+        .map_or(0.0, |s| f64::from(s.milli.min(1000)) / 1000.0);
+    let physical = f64::from(shape.gpus.0);
+    for (name, amount) in pod.requests.extended.iter() {
+        if !is_gpu_class(name) || *amount <= 0 {
+            continue;
+        }
+        let amount = *amount as f64;
+        if let Some(profile) = name.strip_prefix("nvidia.com/mig-") {
+            // `<k>g.<mem>`: k of the GPU's 7 compute slices.
+            let slices = profile
+                .split_once('g')
+                .and_then(|(k, _)| k.parse::<f64>().ok())
+                .unwrap_or(1.0);
+            g += amount * slices / 7.0;
+        } else {
+            let cap = shape.capacity.get(name) as f64;
+            if cap > 0.0 {
+                // 1 for whole devices, 1/replicas for time-sliced ones.
+                g += amount * physical / cap;
+            }
+        }
+    }
+    g
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.prec$}"))
+}
+
+fn table_header() -> String {
+    format!(
+        "{:<24} {:>7} {:>6} {:>9} {:>10} {:>6} {:>11} {:>11} {:>6} {:>9} {:>8} {:>6} {:>7} {:>7}",
+        "case",
+        "pods",
+        "types",
+        "seconds",
+        "pods/s",
+        "nodes",
+        "$/hour",
+        "LP $/hour",
+        "ratio",
+        "GPUs req",
+        "GPUs",
+        "alloc",
+        "unsched",
+        "LP s"
+    )
+}
+
+fn table_row(r: &CaseResult) -> String {
+    format!(
+        "{:<24} {:>7} {:>6} {:>9.4} {:>10.0} {:>6} {:>11.3} {:>11} {:>6} {:>9} {:>8} {:>6} {:>7} {:>7.2}",
+        r.name,
+        r.pods,
+        r.instance_types,
+        r.seconds,
+        r.pods_per_sec,
+        r.nodes,
+        r.cost_per_hour,
+        opt(r.lp_lower_bound, 3),
+        opt(r.cost_ratio, 3),
+        opt(r.gpus_requested, 1),
+        r.gpus_provisioned
+            .map_or_else(|| "-".into(), |g| g.to_string()),
+        opt(r.gpu_allocation, 3),
+        r.unschedulable,
+        r.lp_seconds
+    )
+}
+
+#[cfg(test)]
+mod tests;
