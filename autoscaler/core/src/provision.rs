@@ -325,7 +325,7 @@ struct PoolUse {
 struct State {
     slots: Vec<Slot>,
     usage: Vec<PoolUse>,
-    zone_counts: HashMap<(usize, String), u32>,
+    zone_counts: HashMap<String, Vec<u32>>,
     zone_blocks: Vec<(String, Requirements, String)>,
     placed: Vec<Option<usize>>,
     claims_opened: usize,
@@ -339,6 +339,7 @@ struct Planner<'a> {
     classes: Vec<Class>,
     class_of: Vec<usize>,
     selectors: Vec<SelKey>,
+    sel_index: SelectorIndex,
     /// Per pending pod: the selector ids its labels match.
     matches: Vec<Vec<usize>>,
     /// Per pending pod: (selector id, term) for spread, affinity, anti-affinity.
@@ -347,6 +348,8 @@ struct Planner<'a> {
     sel_of_anti: Vec<Vec<usize>>,
     /// Cost of the cheapest new node for each pod alone (for the grow-or-open decision).
     alone_cost: Vec<Option<f64>>,
+    /// Number of distinct zones any shape offers.
+    zone_total: usize,
     /// Whether any shape has a GPU (otherwise the GPU-avoidance rule costs nothing to skip).
     any_gpu_shape: bool,
     /// Per-resource minimum over pending pods' requests: a claim that cannot fit it is closed.
@@ -357,6 +360,63 @@ struct Planner<'a> {
 
 fn sel_matches(sel: &SelKey, ns: &str, labels: &Labels) -> bool {
     sel.0 == ns && sel.1.matches(labels)
+}
+
+/// Finds the selectors a pod's labels match without testing every selector: a selector with an
+/// `In` constraint can only match pods carrying one of its values, so it is filed under each
+/// (namespace, key, value); the rest are tested always.
+struct SelectorIndex {
+    by_label: HashMap<(String, String, String), Vec<usize>>,
+    always: Vec<usize>,
+}
+
+impl SelectorIndex {
+    fn new(selectors: &[SelKey]) -> Self {
+        let mut by_label: HashMap<(String, String, String), Vec<usize>> = HashMap::new();
+        let mut always = Vec::new();
+        for (i, (ns, req)) in selectors.iter().enumerate() {
+            let key = req.iter().find_map(|(k, c)| match &c.values {
+                ValueSet::In(vals) if !c.allow_absent => Some((k, vals)),
+                _ => None,
+            });
+            match key {
+                Some((k, vals)) => {
+                    for v in vals {
+                        by_label
+                            .entry((ns.clone(), k.to_string(), v.clone()))
+                            .or_default()
+                            .push(i);
+                    }
+                }
+                None => always.push(i),
+            }
+        }
+        SelectorIndex { by_label, always }
+    }
+
+    /// Selector ids matching a pod, ascending.
+    fn matching(&self, selectors: &[SelKey], ns: &str, labels: &Labels) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .always
+            .iter()
+            .copied()
+            .filter(|i| sel_matches(&selectors[*i], ns, labels))
+            .collect();
+        if !self.by_label.is_empty() {
+            for (k, v) in labels {
+                if let Some(ids) = self.by_label.get(&(ns.to_string(), k.clone(), v.clone())) {
+                    out.extend(
+                        ids.iter()
+                            .copied()
+                            .filter(|i| sel_matches(&selectors[*i], ns, labels)),
+                    );
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
 }
 
 impl<'a> Planner<'a> {
@@ -405,14 +465,11 @@ impl<'a> Planner<'a> {
                     .collect(),
             );
         }
+        let index = SelectorIndex::new(&selectors);
         let matches: Vec<Vec<usize>> = snap
             .pending
             .iter()
-            .map(|p| {
-                (0..selectors.len())
-                    .filter(|i| sel_matches(&selectors[*i], &p.key.namespace, &p.labels))
-                    .collect()
-            })
+            .map(|p| index.matching(&selectors, &p.key.namespace, &p.labels))
             .collect();
 
         let mut planner = Planner {
@@ -423,12 +480,14 @@ impl<'a> Planner<'a> {
             classes: Vec::new(),
             class_of: Vec::new(),
             selectors,
+            sel_index: index,
             matches,
             sel_of_spread,
             sel_of_affinity,
             sel_of_anti,
             alone_cost: Vec::new(),
             any_gpu_shape: false,
+            zone_total: 0,
             smallest: Resources::new(),
             state: State {
                 slots: Vec::new(),
@@ -441,6 +500,12 @@ impl<'a> Planner<'a> {
             reasons: vec![None; snap.pending.len()],
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
+        planner.zone_total = planner
+            .shapes
+            .iter()
+            .flat_map(|s| s.offerings.iter().map(|o| o.zone.as_str()))
+            .collect::<BTreeSet<_>>()
+            .len();
         let mut smallest: Option<Resources> = None;
         for p in &snap.pending {
             let r = Resources {
@@ -468,15 +533,32 @@ impl<'a> Planner<'a> {
     fn count_pod_into(
         &self,
         slot: &mut Slot,
-        zone_counts: &mut HashMap<(usize, String), u32>,
+        zone_counts: &mut HashMap<String, Vec<u32>>,
         zone_blocks: &mut Vec<(String, Requirements, String)>,
         pod: &Pod,
+        known: Option<&[usize]>,
     ) {
-        for (i, sel) in self.selectors.iter().enumerate() {
-            if sel_matches(sel, &pod.key.namespace, &pod.labels) {
-                slot.counts[i] += 1;
-                if let Some(z) = &slot.zone {
-                    *zone_counts.entry((i, z.clone())).or_default() += 1;
+        let nsel = self.selectors.len();
+        let mut bump = |i: usize| {
+            slot.counts[i] += 1;
+            if let Some(z) = &slot.zone {
+                if !zone_counts.contains_key(z.as_str()) {
+                    zone_counts.insert(z.clone(), vec![0; nsel]);
+                }
+                if let Some(v) = zone_counts.get_mut(z.as_str()) {
+                    v[i] += 1;
+                }
+            }
+        };
+        match known {
+            // Pending pods' matches were computed once up front.
+            Some(ids) => ids.iter().for_each(|i| bump(*i)),
+            None => {
+                for i in self
+                    .sel_index
+                    .matching(&self.selectors, &pod.key.namespace, &pod.labels)
+                {
+                    bump(i);
                 }
             }
         }
@@ -561,7 +643,7 @@ impl<'a> Planner<'a> {
                 if let Some(s) = &p.gpu_share {
                     slot.devices.take(s);
                 }
-                self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p);
+                self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p, None);
             }
             slots.push(slot);
         }
@@ -639,7 +721,7 @@ impl<'a> Planner<'a> {
                 if let Some(s) = &p.gpu_share {
                     slot.devices.take(s);
                 }
-                self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p);
+                self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p, None);
             }
             slots.push(slot);
         }
@@ -932,11 +1014,7 @@ impl<'a> Planner<'a> {
     }
 
     fn zone_count(&self, sel: usize, zone: &str) -> u32 {
-        self.state
-            .zone_counts
-            .get(&(sel, zone.to_string()))
-            .copied()
-            .unwrap_or(0)
+        self.state.zone_counts.get(zone).map_or(0, |v| v[sel])
     }
 
     /// Whether pod `i` may go on `slot` placed in `zone` (None: zone not known yet, so zone
@@ -1084,6 +1162,44 @@ impl<'a> Planner<'a> {
                 price,
             });
         }
+        if class.terms.len() == 1 && class.terms[0].is_empty() {
+            // Pin a zone without narrowing everything: a cheapest-first prefix of the usable
+            // candidates that reaches every zone tells which zones are possible and their price.
+            let mut prefix = Vec::new();
+            let mut seen: Vec<&str> = Vec::new();
+            let zc = slot.reqs.get(labels::ZONE);
+            let cc = slot.reqs.get(labels::CAPACITY_TYPE);
+            for c in slot.candidates.iter().copied() {
+                if !usable(c) {
+                    continue;
+                }
+                prefix.push(c);
+                for o in &self.shapes[c].offerings {
+                    if offering_allowed(o, zc, cc) && !seen.contains(&o.zone.as_str()) {
+                        seen.push(&o.zone);
+                    }
+                }
+                if seen.len() >= self.zone_total {
+                    break;
+                }
+            }
+            let z = self.pick_zone(i, &slot.reqs, &prefix, slot)?;
+            let mut reqs = slot.reqs.clone();
+            reqs.add_constraint(
+                labels::ZONE,
+                Constraint::from_operator(labels::ZONE, crate::requirements::Operator::In, &[z])
+                    .ok()?,
+            );
+            let price = prefix
+                .iter()
+                .filter_map(|c| self.shapes[*c].price_under(&reqs))
+                .min_by(f64::total_cmp)?;
+            return Some(Grow {
+                reqs: Some(reqs),
+                candidates: None,
+                price,
+            });
+        }
         for term in &class.terms {
             let mut reqs = if term.is_empty() {
                 slot.reqs.clone()
@@ -1152,18 +1268,22 @@ impl<'a> Planner<'a> {
         cands: &[usize],
         slot: &Slot,
     ) -> Option<String> {
-        let mut zones: BTreeMap<String, f64> = BTreeMap::new();
+        // Candidates come cheapest first, so the first price seen for a zone is its cheapest;
+        // stop once every zone is seen.
+        let mut zones: Vec<(&str, f64)> = Vec::new();
         let zc = reqs.get(labels::ZONE);
         let cc = reqs.get(labels::CAPACITY_TYPE);
         for c in cands {
             for o in &self.shapes[*c].offerings {
-                if offering_allowed(o, zc, cc) {
-                    let e = zones.entry(o.zone.clone()).or_insert(f64::INFINITY);
-                    *e = e.min(o.price);
+                if offering_allowed(o, zc, cc) && !zones.iter().any(|(z, _)| *z == o.zone) {
+                    zones.push((&o.zone, o.price));
                 }
             }
+            if zones.len() >= self.zone_total {
+                break;
+            }
         }
-        let pod_sels: Vec<usize> = self.sel_of_spread[i].clone();
+        let pod_sels = &self.sel_of_spread[i];
         zones
             .into_iter()
             .filter(|(z, _)| self.topology_ok(i, slot, Some(z)))
@@ -1172,7 +1292,7 @@ impl<'a> Planner<'a> {
                 let cb: u32 = pod_sels.iter().map(|s| self.zone_count(*s, zb)).sum();
                 ca.cmp(&cb).then(pa.total_cmp(pb)).then(za.cmp(zb))
             })
-            .map(|(z, _)| z)
+            .map(|(z, _)| z.to_string())
     }
 
     /// Limit headroom of a pool: what may still be added.
@@ -1494,6 +1614,9 @@ impl<'a> Planner<'a> {
         let pod = &self.snap.pending[i];
         let need = demand(pod, &self.state.slots[si].devices);
         let is_new = self.state.slots[si].kind == SlotKind::New;
+        let resort = grow
+            .as_ref()
+            .is_some_and(|g| g.reqs.is_some() && g.candidates.is_none());
         {
             let slot = &mut self.state.slots[si];
             if let Some(g) = grow {
@@ -1520,13 +1643,28 @@ impl<'a> Planner<'a> {
         let mut slot = std::mem::replace(&mut self.state.slots[si], placeholder());
         let mut zc = std::mem::take(&mut self.state.zone_counts);
         let mut zb = std::mem::take(&mut self.state.zone_blocks);
-        self.count_pod_into(&mut slot, &mut zc, &mut zb, pod);
+        let known = std::mem::take(&mut self.matches[i]);
+        self.count_pod_into(&mut slot, &mut zc, &mut zb, pod, Some(&known));
+        self.matches[i] = known;
         if is_new {
             // Keep only the candidates that still hold every pod, in price order.
             let ci = self.class_of[i];
             let class = &self.classes[ci];
             let shapes = &self.shapes;
             let used = &slot.used;
+            if resort {
+                // The requirements changed (a zone was pinned) without a narrowed list.
+                let reqs = &slot.reqs;
+                slot.candidates
+                    .retain(|c| shapes[*c].price_under(reqs).is_some());
+                let mut priced: Vec<(f64, usize)> = slot
+                    .candidates
+                    .iter()
+                    .filter_map(|c| shapes[*c].price_under(reqs).map(|p| (p, *c)))
+                    .collect();
+                priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                slot.candidates = priced.into_iter().map(|(_, c)| c).collect();
+            }
             slot.candidates.retain(|c| {
                 class.shape_ok[*c]
                     && !(avoid_gpu && shapes[*c].has_gpu)
