@@ -76,7 +76,9 @@ impl PodBuilder {
     /// Requests `n` whole `nvidia.com/gpu` and tolerates the usual GPU taint.
     pub fn gpus(mut self, n: i64) -> Self {
         self.0.requests.set(names::NVIDIA_GPU, n);
-        self.0.tolerations.push(Toleration::exists(names::NVIDIA_GPU));
+        self.0
+            .tolerations
+            .push(Toleration::exists(names::NVIDIA_GPU));
         self
     }
     /// Asks for `milli`/1000 of one `nvidia.com/gpu` and tolerates the usual GPU taint.
@@ -85,7 +87,9 @@ impl PodBuilder {
             resource: names::NVIDIA_GPU.into(),
             milli,
         });
-        self.0.tolerations.push(Toleration::exists(names::NVIDIA_GPU));
+        self.0
+            .tolerations
+            .push(Toleration::exists(names::NVIDIA_GPU));
         self
     }
     /// Requires the GPU model label `gpu-autoscaler.dev/instance-gpu-name` (lower-cased).
@@ -332,12 +336,16 @@ impl PoolBuilder {
     }
     /// Adds a `key=value:NoSchedule` taint.
     pub fn taint(mut self, key: &str, value: &str) -> Self {
-        self.0.taints.push(Taint::new(key, value, Effect::NoSchedule));
+        self.0
+            .taints
+            .push(Taint::new(key, value, Effect::NoSchedule));
         self
     }
     /// Adds a startup taint.
     pub fn startup_taint(mut self, key: &str, value: &str) -> Self {
-        self.0.startup_taints.push(Taint::new(key, value, Effect::NoSchedule));
+        self.0
+            .startup_taints
+            .push(Taint::new(key, value, Effect::NoSchedule));
         self
     }
     /// Adds a requirement.

@@ -97,7 +97,11 @@ impl Plan {
             let _ = writeln!(s, "in-flight {} -> {}", p.pod, p.target);
         }
         for c in &self.new_claims {
-            let types: Vec<&str> = c.instance_types.iter().map(|o| o.instance_type.as_str()).collect();
+            let types: Vec<&str> = c
+                .instance_types
+                .iter()
+                .map(|o| o.instance_type.as_str())
+                .collect();
             let pods: Vec<String> = c.pods.iter().map(|p| p.name.clone()).collect();
             let _ = writeln!(
                 s,
