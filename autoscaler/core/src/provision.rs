@@ -657,7 +657,7 @@ impl<'a> Planner<'a> {
             let shapes: Vec<&Shape> = self
                 .shapes
                 .iter()
-                .filter(|s| s.pool == pi && c.instance_types.iter().any(|n| *n == s.name))
+                .filter(|s| s.pool == pi && c.instance_types.contains(&s.name))
                 .collect();
             let Some(first) = shapes.first() else {
                 continue;
@@ -1407,7 +1407,7 @@ impl<'a> Planner<'a> {
                 // Preferred node affinity breaks ties: keep it when something still fits.
                 let mut reqs = reqs;
                 let mut prefs = pod.preferred.clone();
-                prefs.sort_by(|a, b| b.0.cmp(&a.0));
+                prefs.sort_by_key(|p| std::cmp::Reverse(p.0));
                 for (_, pterm) in prefs {
                     let r2 = reqs.intersect(&pterm);
                     let kept: Vec<usize> = fitting

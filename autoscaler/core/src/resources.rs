@@ -320,6 +320,25 @@ impl fmt::Display for Shortfall {
     }
 }
 
+/// Whether `name` is a GPU-class resource: whole GPUs of any vendor, MIG profiles, time-sliced
+/// replicas (`*.shared`), and accelerators such as Neuron or Gaudi. Disruption measures
+/// utilization over exactly these; the planner keeps GPU instance types for pods that use them.
+pub fn is_gpu_class(name: &str) -> bool {
+    name.starts_with("nvidia.com/gpu")
+        || name.starts_with("nvidia.com/mig-")
+        || name.starts_with("amd.com/gpu")
+        || name.starts_with("aws.amazon.com/neuron")
+        || name.starts_with("habana.ai/")
+        || name.starts_with("gpu.intel.com/")
+}
+
+impl Resources {
+    /// Whether any GPU-class resource is non-zero.
+    pub fn has_gpu_class(&self) -> bool {
+        self.extended.iter().any(|(k, v)| *v > 0 && is_gpu_class(k))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,24 +400,5 @@ mod tests {
                 .len(),
             2
         );
-    }
-}
-
-/// Whether `name` is a GPU-class resource: whole GPUs of any vendor, MIG profiles, time-sliced
-/// replicas (`*.shared`), and accelerators such as Neuron or Gaudi. Disruption measures
-/// utilization over exactly these; the planner keeps GPU instance types for pods that use them.
-pub fn is_gpu_class(name: &str) -> bool {
-    name.starts_with("nvidia.com/gpu")
-        || name.starts_with("nvidia.com/mig-")
-        || name.starts_with("amd.com/gpu")
-        || name.starts_with("aws.amazon.com/neuron")
-        || name.starts_with("habana.ai/")
-        || name.starts_with("gpu.intel.com/")
-}
-
-impl Resources {
-    /// Whether any GPU-class resource is non-zero.
-    pub fn has_gpu_class(&self) -> bool {
-        self.extended.iter().any(|(k, v)| *v > 0 && is_gpu_class(k))
     }
 }

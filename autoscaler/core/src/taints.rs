@@ -206,7 +206,7 @@ mod tests {
         t.effect = Some(Effect::NoExecute);
         assert!(!t.tolerates(&gpu));
         let soft = Taint::new("x", "", Effect::PreferNoSchedule);
-        assert_eq!(untolerated(&[], &[soft.clone()]), None);
+        assert_eq!(untolerated(&[], std::slice::from_ref(&soft)), None);
         assert_eq!(untolerated(&[], &[soft, gpu.clone()]), Some(&gpu));
         assert_eq!(gpu.to_string(), "nvidia.com/gpu=present:NoSchedule");
     }

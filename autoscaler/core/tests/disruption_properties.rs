@@ -149,7 +149,7 @@ fn check(snap: &Snapshot) -> Result<(), String> {
                 .iter()
                 .find(|x| &x.name == name)
                 .ok_or("unknown node")?;
-            if n.annotations.get("karpenter.sh/do-not-disrupt").is_some() {
+            if n.annotations.contains_key("karpenter.sh/do-not-disrupt") {
                 return Err(format!("{name} has do-not-disrupt"));
             }
             for p in &n.pods {

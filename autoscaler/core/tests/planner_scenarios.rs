@@ -478,11 +478,13 @@ fn daemonset_overhead_and_unavailable_offerings() {
 
 #[test]
 fn time_sliced_pool_offers_replicas() {
-    let mut sharing = GpuSharing::default();
-    sharing.time_slicing = Some(TimeSlicing {
-        replicas: 4,
-        rename: false,
-    });
+    let sharing = GpuSharing {
+        time_slicing: Some(TimeSlicing {
+            replicas: 4,
+            rename: false,
+        }),
+        ..GpuSharing::default()
+    };
     let pods = (0..4)
         .map(|i| pod(&format!("nb{i}")).cpu("500m").gpus(1))
         .collect();
