@@ -1,0 +1,450 @@
+//! A small stand-in for kube-scheduler (and, optionally, kubelet) in the test harness.
+//!
+//! Written independently of the project's planner so end-to-end tests do not grade the planner
+//! against itself. It binds pending pods to the first fitting node by name and marks pods that fit
+//! nowhere `PodScheduled=False, reason=Unschedulable`, which is what the autoscaler watches.
+//!
+//! Fit rules: the node is Ready and not `spec.unschedulable`; every requested resource (CPU,
+//! memory, `pods`, extended resources such as `nvidia.com/gpu`) fits in allocatable minus what
+//! non-terminal pods already bound there request; `NoSchedule`/`NoExecute` taints are tolerated;
+//! `nodeSelector` and required node affinity (`matchExpressions` and `matchFields` on
+//! `metadata.name`) match. Not modelled: pod (anti-)affinity, topology spread, preemption,
+//! host ports, volumes, DRA claims, scheduling gates other than "has any gate".
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::quantity::parse_milli;
+use crate::store::{State, WriteOpts, now, set_condition};
+
+/// Settings of the harness scheduler.
+#[derive(Clone, Debug)]
+pub struct BinderOptions {
+    /// How often to look for pending pods even when nothing changed.
+    pub interval: Duration,
+    /// Also play kubelet: a bound pod becomes `Running` and `Ready` at once.
+    pub mark_running: bool,
+    /// Only pods with this `spec.schedulerName` are scheduled.
+    pub scheduler_name: String,
+}
+
+impl Default for BinderOptions {
+    fn default() -> Self {
+        BinderOptions {
+            interval: Duration::from_millis(200),
+            mark_running: true,
+            scheduler_name: "default-scheduler".into(),
+        }
+    }
+}
+
+type Resources = BTreeMap<String, i128>;
+
+fn quantities(v: Option<&Value>) -> Resources {
+    v.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, q)| Some((k.clone(), parse_milli(q.as_str()?)?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A container's requests, with limits standing in for absent requests (API defaulting).
+fn container_requests(c: &Value) -> Resources {
+    let mut r = quantities(c.pointer("/resources/limits"));
+    r.extend(quantities(c.pointer("/resources/requests")));
+    r
+}
+
+/// The pod's effective requests: sum of containers, at least the largest init container,
+/// plus overhead, plus one `pods` slot.
+pub(crate) fn pod_requests(pod: &Value) -> Resources {
+    let mut total = Resources::new();
+    for c in pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for (k, v) in container_requests(c) {
+            *total.entry(k).or_default() += v;
+        }
+    }
+    for c in pod
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for (k, v) in container_requests(c) {
+            let e = total.entry(k).or_default();
+            *e = (*e).max(v);
+        }
+    }
+    for (k, v) in quantities(pod.pointer("/spec/overhead")) {
+        *total.entry(k).or_default() += v;
+    }
+    *total.entry("pods".into()).or_default() += 1000;
+    total
+}
+
+fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
+    tolerations.iter().any(|t| {
+        let key = t["key"].as_str().unwrap_or_default();
+        let op = t["operator"].as_str().unwrap_or("Equal");
+        let effect = t["effect"].as_str().unwrap_or_default();
+        let key_ok =
+            (key.is_empty() && op == "Exists") || key == taint["key"].as_str().unwrap_or_default();
+        let value_ok = op == "Exists"
+            || t["value"].as_str().unwrap_or_default()
+                == taint["value"].as_str().unwrap_or_default();
+        let effect_ok = effect.is_empty() || effect == taint["effect"].as_str().unwrap_or_default();
+        key_ok && value_ok && effect_ok
+    })
+}
+
+fn requirement_matches(expr: &Value, value: Option<&str>) -> bool {
+    let values: Vec<&str> = expr["values"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let num = |s: &str| s.parse::<i64>().ok();
+    match expr["operator"].as_str().unwrap_or_default() {
+        "In" => value.is_some_and(|v| values.contains(&v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(&v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => {
+            matches!((value.and_then(num), values.first().and_then(|s| num(s))), (Some(a), Some(b)) if a > b)
+        }
+        "Lt" => {
+            matches!((value.and_then(num), values.first().and_then(|s| num(s))), (Some(a), Some(b)) if a < b)
+        }
+        _ => false,
+    }
+}
+
+fn affinity_matches(pod: &Value, node: &Value) -> bool {
+    let Some(terms) = pod
+        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array)
+    else {
+        return true;
+    };
+    let labels = node.pointer("/metadata/labels");
+    let name = node.pointer("/metadata/name").and_then(Value::as_str);
+    terms.iter().any(|term| {
+        let exprs = term["matchExpressions"].as_array().into_iter().flatten();
+        let fields = term["matchFields"].as_array().into_iter().flatten();
+        let mut any = false;
+        let ok = exprs.into_iter().all(|e| {
+            any = true;
+            let key = e["key"].as_str().unwrap_or_default();
+            requirement_matches(e, labels.and_then(|l| l.get(key)).and_then(Value::as_str))
+        }) && fields.into_iter().all(|e| {
+            any = true;
+            e["key"] == "metadata.name" && requirement_matches(e, name)
+        });
+        // An empty term matches nothing, as in Kubernetes.
+        ok && any
+    })
+}
+
+struct NodeView {
+    name: String,
+    node: std::sync::Arc<Value>,
+    free: Resources,
+}
+
+/// Why a pod does not fit a node (`None` when it fits), in kube-scheduler's words.
+fn misfit(pod: &Value, req: &Resources, n: &NodeView) -> Option<String> {
+    let node = &n.node;
+    let ready = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+    if !ready {
+        return Some("node(s) were not ready".into());
+    }
+    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        return Some("node(s) were unschedulable".into());
+    }
+    let tolerations: Vec<Value> = pod
+        .pointer("/spec/tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for taint in node
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let effect = taint["effect"].as_str().unwrap_or_default();
+        if matches!(effect, "NoSchedule" | "NoExecute") && !tolerates(&tolerations, taint) {
+            let key = taint["key"].as_str().unwrap_or_default();
+            let value = taint["value"].as_str().unwrap_or_default();
+            return Some(format!("node(s) had untolerated taint {{{key}: {value}}}"));
+        }
+    }
+    let labels = node.pointer("/metadata/labels");
+    if let Some(sel) = pod.pointer("/spec/nodeSelector").and_then(Value::as_object)
+        && !sel
+            .iter()
+            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    {
+        return Some("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    if !affinity_matches(pod, node) {
+        return Some("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    for (res, want) in req {
+        if *want > 0 && n.free.get(res).copied().unwrap_or(0) < *want {
+            return Some(if res == "pods" {
+                "Too many pods".into()
+            } else {
+                format!("Insufficient {res}")
+            });
+        }
+    }
+    None
+}
+
+fn terminal(p: &Value) -> bool {
+    matches!(
+        p.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// One scheduling pass over all pending pods. Returns how many pods were bound.
+pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
+    let pods_def = state.def("", "pods").expect("builtin");
+    let nodes_def = state.def("", "nodes").expect("builtin");
+    let Ok(nodes) = state.list(
+        &nodes_def,
+        None,
+        &Default::default(),
+        &Default::default(),
+        None,
+        None,
+    ) else {
+        return 0;
+    };
+    let Ok(pods) = state.list(
+        &pods_def,
+        None,
+        &Default::default(),
+        &Default::default(),
+        None,
+        None,
+    ) else {
+        return 0;
+    };
+    let mut views: Vec<NodeView> = nodes
+        .items
+        .iter()
+        .map(|n| NodeView {
+            name: n["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            node: n.clone(),
+            free: quantities(n.pointer("/status/allocatable")),
+        })
+        .collect();
+    let index: BTreeMap<String, usize> = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.name.clone(), i))
+        .collect();
+    let mut pending = Vec::new();
+    for p in &pods.items {
+        let node = p
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !node.is_empty() {
+            if !terminal(p)
+                && let Some(&i) = index.get(node)
+            {
+                for (k, v) in pod_requests(p) {
+                    *views[i].free.entry(k).or_default() -= v;
+                }
+            }
+            continue;
+        }
+        let schedulable = p.pointer("/metadata/deletionTimestamp").is_none()
+            && !terminal(p)
+            && p.pointer("/spec/schedulerName")
+                .and_then(Value::as_str)
+                .unwrap_or("default-scheduler")
+                == opts.scheduler_name
+            && p.pointer("/spec/schedulingGates")
+                .and_then(Value::as_array)
+                .is_none_or(|g| g.is_empty());
+        if schedulable {
+            pending.push(p.clone());
+        }
+    }
+    // Higher priority first, then oldest, then by key: deterministic.
+    pending.sort_by_key(|p| {
+        (
+            -p.pointer("/spec/priority")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+            p["metadata"]["creationTimestamp"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            p["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            p["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    });
+    let mut bound = 0;
+    for pod in pending {
+        let ns = pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let name = pod["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let req = pod_requests(&pod);
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let mut chosen = None;
+        for (i, n) in views.iter().enumerate() {
+            match misfit(&pod, &req, n) {
+                None => {
+                    chosen = Some(i);
+                    break;
+                }
+                Some(r) => *reasons.entry(r).or_default() += 1,
+            }
+        }
+        match chosen {
+            Some(i) => {
+                let node_name = views[i].name.clone();
+                if state
+                    .bind(&ns, &name, &node_name, &WriteOpts::default())
+                    .is_err()
+                {
+                    continue;
+                }
+                for (k, v) in &req {
+                    *views[i].free.entry(k.clone()).or_default() -= v;
+                }
+                bound += 1;
+                if opts.mark_running
+                    && let Ok(p) = state.get(&pods_def, &ns, &name)
+                {
+                    let mut p = (*p).clone();
+                    let t = now();
+                    p["status"]["phase"] = json!("Running");
+                    p["status"]["startTime"] = json!(t);
+                    for c in ["Initialized", "ContainersReady", "Ready"] {
+                        set_condition(&mut p, c, "True", None, None);
+                    }
+                    state.write_pod_status(&ns, &name, p["status"].clone());
+                }
+            }
+            None => {
+                let mut parts: Vec<String> =
+                    reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                parts.sort();
+                let message = format!(
+                    "0/{} nodes are available: {}.",
+                    views.len(),
+                    if parts.is_empty() {
+                        "no nodes".to_string()
+                    } else {
+                        parts.join(", ")
+                    }
+                );
+                let mut p = (*pod).clone();
+                set_condition(
+                    &mut p,
+                    "PodScheduled",
+                    "False",
+                    Some("Unschedulable"),
+                    Some(&message),
+                );
+                state.write_pod_status(&ns, &name, p["status"].clone());
+            }
+        }
+    }
+    bound
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_default_to_limits_and_add_init_and_overhead() {
+        let pod = json!({"spec": {
+            "containers": [
+                {"resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "500m"}}},
+                {"resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
+            "overhead": {"cpu": "100m"}
+        }});
+        let r = pod_requests(&pod);
+        assert_eq!(r["cpu"], 2100);
+        assert_eq!(r["nvidia.com/gpu"], 1000);
+        assert_eq!(r["memory"], 1_073_741_824_000);
+        assert_eq!(r["pods"], 1000);
+    }
+
+    #[test]
+    fn tolerations_and_affinity() {
+        let taint = json!({"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"});
+        assert!(tolerates(
+            &[json!({"key": "nvidia.com/gpu", "operator": "Exists"})],
+            &taint
+        ));
+        assert!(tolerates(&[json!({"operator": "Exists"})], &taint));
+        assert!(!tolerates(
+            &[json!({"key": "nvidia.com/gpu", "value": "false"})],
+            &taint
+        ));
+        assert!(!tolerates(
+            &[json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"})],
+            &taint
+        ));
+        let node = json!({"metadata": {"name": "n1", "labels": {"gpu": "a100", "mem": "80"}}});
+        let pod = |expr: Value| json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}}}}});
+        assert!(affinity_matches(
+            &pod(json!({"key": "gpu", "operator": "In", "values": ["a100"]})),
+            &node
+        ));
+        assert!(!affinity_matches(
+            &pod(json!({"key": "gpu", "operator": "NotIn", "values": ["a100"]})),
+            &node
+        ));
+        assert!(affinity_matches(
+            &pod(json!({"key": "mem", "operator": "Gt", "values": ["40"]})),
+            &node
+        ));
+        assert!(!affinity_matches(
+            &pod(json!({"key": "x", "operator": "Exists"})),
+            &node
+        ));
+    }
+}
