@@ -90,4 +90,18 @@ pub enum SimError {
         /// Column name.
         field: String,
     },
+    /// A scenario file (or a value derived from it) that the simulator cannot use: YAML that
+    /// does not parse, a missing or unknown field, a negative duration, an unknown NodePool or
+    /// resource. `line` is 0 when no line can be named.
+    #[error("{}:{line}: field {field}: {why}", path.display())]
+    Scenario {
+        /// The file.
+        path: PathBuf,
+        /// Line number (1-based).
+        line: usize,
+        /// The field, as a path from the document root (`workloads[2].pod.cpu`).
+        field: String,
+        /// What is wrong.
+        why: String,
+    },
 }

@@ -1,7 +1,204 @@
 //! `autoscaler-sim`: the discrete-event simulator of gpu-autoscaler, and the loaders of the
 //! public cluster traces it and the benchmarks replay.
+//!
+//! A [`scenario::Scenario`] (YAML: NodePools, catalog, cluster timings, workload generators)
+//! becomes a [`workload::Workload`] (every pod with its arrival and runtime, drawn once from a
+//! seeded generator), which [`run`] replays against each policy on a virtual clock
+//! ([`engine`]): this project's planning core, and documented models of Karpenter and the
+//! Cluster Autoscaler ([`baselines`]). Pods are bound by a simulated kube-scheduler
+//! ([`scheduler`]) written apart from the planner, so a plan the scheduler would not follow
+//! shows up as pods that stay pending. Same seed, same result: nothing reads the wall clock
+//! except the `wall_seconds` measurements, and iteration orders are fixed.
 
+pub mod baselines;
+pub mod cluster;
+pub mod engine;
 pub mod error;
+pub mod openb_workload;
+pub mod policy;
+pub mod report;
+pub mod rng;
+pub mod scenario;
+pub mod scheduler;
 pub mod traces;
+pub mod workload;
 
+use std::time::Instant;
+
+pub use engine::PolicyResult;
 pub use error::SimError;
+pub use scenario::Scenario;
+
+use crate::baselines::{CaLike, KarpenterLike, build_shapes};
+use crate::engine::Engine;
+use crate::policy::{GpuAutoscaler, Policy};
+use crate::workload::Workload;
+
+/// Command-line overrides of a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunOptions {
+    /// Seed instead of the scenario's.
+    pub seed: Option<u64>,
+    /// Virtual hours instead of the scenario's duration.
+    pub hours: Option<f64>,
+    /// Only these policies.
+    pub policies: Option<Vec<String>>,
+}
+
+/// The result of one run: every policy on the same workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunReport {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed used.
+    pub seed: u64,
+    /// Virtual seconds simulated.
+    pub virtual_seconds: i64,
+    /// Wall-clock seconds of the whole run.
+    pub wall_seconds: f64,
+    /// Pods in the workload.
+    pub pods: usize,
+    /// Per policy, in the order run.
+    pub policies: Vec<PolicyResult>,
+}
+
+/// Makes the named policy.
+///
+/// # Errors
+/// [`SimError::Scenario`] for an unknown name.
+pub fn make_policy<'a>(
+    name: &str,
+    scenario: &Scenario,
+    shapes: &[baselines::Shape],
+) -> Result<Box<dyn Policy + 'a>, SimError> {
+    let cfg = &scenario.cluster;
+    Ok(match name {
+        "gpu-autoscaler" => Box::new(GpuAutoscaler::new(cfg)),
+        "karpenter-like" => Box::new(KarpenterLike::new(shapes.to_vec(), cfg.score)),
+        "ca-like" => Box::new(CaLike::new(
+            shapes.to_vec(),
+            cfg.score,
+            cfg.scale_down_delay_after_add_s,
+        )),
+        other => {
+            return Err(SimError::Scenario {
+                path: scenario.path.clone(),
+                line: 0,
+                field: "policies".into(),
+                why: format!(
+                    "unknown policy {other:?} (known: {})",
+                    scenario::POLICY_NAMES.join(", ")
+                ),
+            });
+        }
+    })
+}
+
+/// Runs every policy of `scenario` (or of `opts.policies`) on the scenario's generated
+/// workload. `progress` receives the policy name and the fraction of its virtual time done.
+///
+/// # Errors
+/// [`SimError::Scenario`] for an unknown policy name.
+pub fn run(
+    scenario: &Scenario,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(&str, f64),
+) -> Result<RunReport, SimError> {
+    let seed = opts.seed.unwrap_or(scenario.seed);
+    let horizon = horizon(scenario, opts);
+    let workload = workload::generate(scenario, seed, horizon);
+    run_workload(scenario, &workload, opts, progress)
+}
+
+/// Virtual seconds a run covers.
+pub fn horizon(scenario: &Scenario, opts: &RunOptions) -> i64 {
+    opts.hours
+        .map_or(scenario.duration_s, |h| (h * 3600.0).round() as i64)
+        .max(1)
+}
+
+/// Runs the policies on an already generated (or loaded) workload.
+///
+/// # Errors
+/// [`SimError::Scenario`] for an unknown policy name.
+pub fn run_workload(
+    scenario: &Scenario,
+    workload: &Workload,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(&str, f64),
+) -> Result<RunReport, SimError> {
+    let start = Instant::now();
+    let seed = opts.seed.unwrap_or(scenario.seed);
+    let horizon = horizon(scenario, opts);
+    let shapes = build_shapes(&scenario.pools, &scenario.daemonsets);
+    let names = opts
+        .policies
+        .clone()
+        .unwrap_or_else(|| scenario.policies.clone());
+    let mut results = Vec::new();
+    for name in &names {
+        let policy = make_policy(name, scenario, &shapes)?;
+        let engine = Engine::new(
+            &scenario.cluster,
+            (*scenario.catalog).clone(),
+            &scenario.pools,
+            &scenario.daemonsets,
+            &shapes,
+            workload,
+            policy,
+            seed,
+            horizon,
+        );
+        results.push(engine.run(&mut |f| progress(name, f)));
+    }
+    Ok(RunReport {
+        scenario: scenario.name.clone(),
+        seed,
+        virtual_seconds: horizon,
+        wall_seconds: start.elapsed().as_secs_f64(),
+        pods: workload.len(),
+        policies: results,
+    })
+}
+
+/// Keys `--sweep` understands, applied to every NodePool.
+pub const SWEEP_KEYS: [&str; 4] = [
+    "gpu-utilization-threshold",
+    "utilization-threshold",
+    "unneeded-time",
+    "consolidate-after",
+];
+
+/// Sets one disruption knob on every NodePool of `scenario`.
+///
+/// # Errors
+/// A message naming the key or value that is not understood.
+pub fn apply_sweep(scenario: &mut Scenario, key: &str, value: &str) -> Result<(), String> {
+    for p in &mut scenario.pools {
+        let d = &mut p.disruption;
+        match key {
+            "gpu-utilization-threshold" | "utilization-threshold" => {
+                let v: f64 = value
+                    .parse()
+                    .map_err(|_| format!("{key}: {value:?} is not a number"))?;
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(format!("{key}: {v} is outside [0, 1]"));
+                }
+                if key == "gpu-utilization-threshold" {
+                    d.gpu_utilization_threshold = v;
+                } else {
+                    d.utilization_threshold = v;
+                }
+            }
+            "unneeded-time" => d.unneeded_s = scenario::parse_duration(value)?,
+            "consolidate-after" => d.consolidate_after_s = scenario::parse_duration(value)?,
+            other => {
+                return Err(format!(
+                    "unknown sweep key {other:?} (known: {})",
+                    SWEEP_KEYS.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}

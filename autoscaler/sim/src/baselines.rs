@@ -1,0 +1,943 @@
+//! Baseline policies: documented *models* of Karpenter and of the Cluster Autoscaler, written
+//! from their public documentation, for comparison. They are not those projects' code, and the
+//! report says so.
+//!
+//! **karpenter-like** — provisioning: pending pods (minus those nominated to nodes in flight)
+//! sorted by cpu then memory, largest first, placed first-fit on in-flight nodes, then on the
+//! NodeClaims opened in this batch, then on a new NodeClaim in the highest-weight NodePool that
+//! can take the pod; a NodeClaim keeps every (instance type, offering) that fits all its pods
+//! and launches the cheapest first. A fractional GPU share counts as one whole GPU (Karpenter
+//! knows only extended-resource counts); gangs get no special treatment. Disruption: empty
+//! nodes past `consolidateAfter` (since the last pod change) are deleted; otherwise one
+//! under-used node at a time is deleted when the scheduler finds room for its pods elsewhere,
+//! or replaced by a strictly cheaper single node (price only; no utilization threshold, no GPU
+//! awareness). Budgets, PDBs and do-not-disrupt are honoured.
+//!
+//! **ca-like** — fixed node groups, one per (NodePool, instance type) with the type's cheapest
+//! allowed offering. Scale-up: for every group, the pending pods (minus nominated ones) that
+//! fit its template are packed first-fit-decreasing onto fresh nodes; the least-waste expander
+//! picks the group whose new nodes waste the least cpu and memory (GPUs are not part of the
+//! score, as in the Cluster Autoscaler's least-waste expander) and that group grows by the
+//! nodes needed; one group per loop. Scale-down: a node whose utilization (GPU nodes on GPU,
+//! others on max(cpu, memory)) is below the NodePool's threshold and whose pods the scheduler
+//! can place elsewhere is unneeded; after the NodePool's unneeded time (10 minutes by
+//! default) it is removed, empty nodes in bulk and others one per loop, with no scale-down for
+//! `scaleDownDelayAfterAdd` after a scale-up.
+
+use std::collections::{BTreeMap, HashMap};
+
+use autoscaler_core::disruption::pod_blocker;
+use autoscaler_core::model::{BudgetValue, ConsolidationPolicy, Pod, Pool, Snapshot};
+use autoscaler_core::requirements::Labels;
+use autoscaler_core::resources::{Resources, is_gpu_class, names};
+use autoscaler_core::taints::Taint;
+use autoscaler_core::{CapacityType, labels};
+use providers::{OfferingKey, UnavailableOfferings};
+
+use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId};
+use crate::policy::{Ctx, Decision, LaunchSpec, Policy, disruptable};
+use crate::scenario::{ScoreStrategy, type_in_pool};
+use crate::scheduler::{self, untolerated};
+
+/// An instance type as a node of one pool would be: what the baselines pack against and what
+/// the engine builds nodes from.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// Pool index.
+    pub pool: usize,
+    /// Instance type name.
+    pub name: String,
+    /// Node labels (type, sharing, pool), without zone, capacity type or hostname.
+    pub labels: Labels,
+    /// Pool taints.
+    pub taints: Vec<Taint>,
+    /// Allocatable with sharing applied (DaemonSet pods not subtracted).
+    pub allocatable: Resources,
+    /// DaemonSet requests on such a node.
+    pub ds_overhead: Resources,
+    /// Capacity with sharing applied (for limits).
+    pub capacity: Resources,
+    /// Allowed offerings (zone, capacity type, price), cheapest first.
+    pub offerings: Vec<(String, CapacityType, f64)>,
+    /// Physical GPUs.
+    pub gpus: u32,
+}
+
+/// Every (pool, instance type) shape of a scenario.
+pub fn build_shapes(pools: &[Pool], daemonsets: &[autoscaler_core::DaemonSet]) -> Vec<Shape> {
+    let mut out = Vec::new();
+    for (pi, pool) in pools.iter().enumerate() {
+        for it in pool.instance_types.iter() {
+            let Some(shared) = type_in_pool(it, pool) else {
+                continue;
+            };
+            let zc = pool.requirements.get(labels::ZONE);
+            let cc = pool.requirements.get(labels::CAPACITY_TYPE);
+            let mut offerings: Vec<(String, CapacityType, f64)> = shared
+                .offerings
+                .iter()
+                .filter(|o| {
+                    zc.is_none_or(|c| c.matches(Some(&o.zone)))
+                        && cc.is_none_or(|c| c.matches(Some(o.capacity_type.as_str())))
+                })
+                .map(|o| (o.zone.clone(), o.capacity_type, o.price))
+                .collect();
+            offerings.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
+            let all_taints: Vec<Taint> = pool
+                .taints
+                .iter()
+                .chain(&pool.startup_taints)
+                .cloned()
+                .collect();
+            let mut ds_overhead = Resources::new();
+            for ds in daemonsets {
+                if ds.node_selector.matches(&shared.labels)
+                    && untolerated(&ds.tolerations, &all_taints).is_none()
+                {
+                    ds_overhead.add(&ds.requests);
+                }
+            }
+            out.push(Shape {
+                pool: pi,
+                name: shared.name.clone(),
+                labels: shared.labels.clone(),
+                taints: pool.taints.clone(),
+                allocatable: shared.allocatable(),
+                ds_overhead,
+                capacity: shared.capacity.clone(),
+                offerings,
+                gpus: shared.gpu_count(),
+            });
+        }
+    }
+    out
+}
+
+/// A pod's demand on a fresh node of a baseline: a fractional share counts as a whole device.
+fn whole_demand(pod: &Pod) -> Resources {
+    let mut r = pod.requests.clone();
+    if let Some(s) = &pod.gpu_share {
+        let cur = r.get(&s.resource);
+        r.set(&s.resource, cur + 1);
+    }
+    r
+}
+
+fn labels_with(shape: &Shape, zone: &str, ct: CapacityType) -> Labels {
+    let mut l = shape.labels.clone();
+    l.insert(labels::ZONE.into(), zone.into());
+    l.insert(labels::CAPACITY_TYPE.into(), ct.as_str().into());
+    l
+}
+
+/// Whether the pod may run on a node of `shape` bought as offering `o` (labels and taints).
+fn pod_allows(pod: &Pod, shape: &Shape, o: &(String, CapacityType, f64)) -> bool {
+    untolerated(&pod.tolerations, &shape.taints).is_none()
+        && pod.node_selector.matches(&labels_with(shape, &o.0, o.1))
+}
+
+/// An open NodeClaim of a baseline: its pods and the (shape, offering) pairs still fitting.
+#[derive(Clone, Debug)]
+struct Bin {
+    pool: usize,
+    used: Resources,
+    options: Vec<(usize, usize, f64)>,
+    pods: Vec<PodId>,
+}
+
+fn available(
+    shapes: &[Shape],
+    unavailable: &UnavailableOfferings,
+    s: usize,
+    o: usize,
+    now: i64,
+) -> bool {
+    let (z, ct, _) = &shapes[s].offerings[o];
+    !unavailable.is_unavailable(&OfferingKey::new(&shapes[s].name, z, *ct), now)
+}
+
+/// Per pool: (nodes, capacity) of live nodes, for limits.
+fn pool_usage(ctx: &Ctx, shapes: &[Shape]) -> Vec<(i64, Resources)> {
+    let mut u = vec![(0i64, Resources::new()); ctx.pools.len()];
+    for ni in &ctx.cluster.live_nodes {
+        let n = &ctx.cluster.nodes[*ni];
+        u[n.pool].0 += 1;
+        if let Some(s) = shapes
+            .iter()
+            .find(|s| s.pool == n.pool && s.name == n.instance_type)
+        {
+            u[n.pool].1.add(&s.capacity);
+        }
+    }
+    u
+}
+
+fn within_limits(pool: &Pool, usage: &(i64, Resources), shape: &Shape) -> bool {
+    if pool.limits.nodes.is_some_and(|max| usage.0 + 1 > max) {
+        return false;
+    }
+    pool.limits
+        .resources
+        .iter()
+        .all(|(k, max)| usage.1.get(k) + shape.capacity.get(k) <= *max)
+}
+
+fn pools_by_weight(pools: &[Pool]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..pools.len()).collect();
+    order.sort_by(|a, b| {
+        pools[*b]
+            .weight
+            .cmp(&pools[*a].weight)
+            .then_with(|| pools[*a].name.cmp(&pools[*b].name))
+    });
+    order
+}
+
+/// Pending pods a baseline should provision for: not nominated to a node in flight.
+fn unhelped(ctx: &Ctx) -> Vec<PodId> {
+    ctx.cluster
+        .pending
+        .iter()
+        .copied()
+        .filter(|p| !ctx.nominated.contains_key(p))
+        .collect()
+}
+
+/// The disruption budget left per pool: the tightest budget minus nodes being deleted.
+fn budgets_left(ctx: &Ctx) -> Vec<i64> {
+    ctx.pools
+        .iter()
+        .enumerate()
+        .map(|(pi, pool)| {
+            let nodes: Vec<&NodeState> = ctx
+                .cluster
+                .live_nodes
+                .iter()
+                .map(|n| &ctx.cluster.nodes[*n])
+                .filter(|n| n.pool == pi && n.registered())
+                .collect();
+            let total = nodes.len() as i64;
+            let deleting = nodes.iter().filter(|n| n.deleting).count() as i64;
+            let allowed = pool
+                .disruption
+                .budgets
+                .iter()
+                .map(|b| match b.nodes {
+                    BudgetValue::Count(n) => i64::from(n),
+                    BudgetValue::Percent(p) => (total * i64::from(p) + 99) / 100,
+                })
+                .min()
+                .unwrap_or(i64::MAX);
+            let above_min = total - deleting - i64::from(pool.min_nodes);
+            (allowed - deleting).min(above_min)
+        })
+        .collect()
+}
+
+/// Why a node may not be disrupted by a baseline (the same safety rules as the core: PDBs,
+/// do-not-disrupt, safe-to-evict, controller-less pods, booked capacity).
+fn blocked(ctx: &Ctx, snap: &Snapshot, n: NodeId) -> bool {
+    let node = &ctx.cluster.nodes[n];
+    if snap.booked_nodes.contains(&node.name) {
+        return true;
+    }
+    if node
+        .pods
+        .iter()
+        .any(|p| pod_blocker(ctx.cluster.pod(*p), snap).is_some())
+    {
+        return true;
+    }
+    // Evicting every pod of the node at once must stay within each PDB's allowance.
+    snap.pdbs.iter().any(|b| {
+        let used = node
+            .pods
+            .iter()
+            .map(|p| ctx.cluster.pod(*p))
+            .filter(|p| p.key.namespace == b.namespace && b.selector.matches(&p.labels))
+            .count() as i32;
+        used > b.disruptions_allowed
+    })
+}
+
+fn pdb_snapshot(ctx: &Ctx) -> Snapshot {
+    let mut snap = Snapshot {
+        pdbs: ctx.cluster.pdbs(ctx.workload),
+        ..Default::default()
+    };
+    for ni in &ctx.cluster.live_nodes {
+        let n = &ctx.cluster.nodes[*ni];
+        if let Some(g) = n.booked_for {
+            let group = &ctx.workload.groups[g as usize];
+            let all_bound = group.members.iter().all(|m| {
+                matches!(
+                    ctx.cluster.pods[*m as usize].phase,
+                    crate::cluster::PodPhase::Bound { .. }
+                )
+            });
+            if !all_bound {
+                snap.booked_nodes.insert(n.name.clone());
+            }
+        }
+    }
+    snap
+}
+
+/// Ready, schedulable nodes other than `except`.
+fn targets(cluster: &Cluster, except: &[NodeId]) -> Vec<NodeId> {
+    cluster
+        .live_nodes
+        .iter()
+        .copied()
+        .filter(|n| {
+            let node = &cluster.nodes[*n];
+            node.phase == NodePhase::Ready
+                && !node.deleting
+                && !node.cordoned
+                && !except.contains(n)
+        })
+        .collect()
+}
+
+fn movable_pods(cluster: &Cluster, n: NodeId) -> Vec<PodId> {
+    cluster.nodes[n].pods.clone()
+}
+
+/// Packs `pods` into new bins (first-fit over existing bins, then a new bin in the first pool
+/// of `pool_order` with an option for the pod). Returns the bins and the pods no shape fits.
+#[allow(clippy::too_many_arguments)]
+fn pack(
+    ctx: &Ctx,
+    shapes: &[Shape],
+    unavailable: &UnavailableOfferings,
+    pods: &[PodId],
+    now: i64,
+    usage: &mut [(i64, Resources)],
+    bins: &mut Vec<Bin>,
+) -> Vec<PodId> {
+    let order = pools_by_weight(ctx.pools);
+    let mut left = Vec::new();
+    for &p in pods {
+        let pod = ctx.cluster.pod(p);
+        let d = whole_demand(pod);
+        let mut placed = false;
+        for b in bins.iter_mut() {
+            let used = b.used.plus(&d);
+            let opts: Vec<(usize, usize, f64)> = b
+                .options
+                .iter()
+                .copied()
+                .filter(|(s, o, _)| {
+                    let sh = &shapes[*s];
+                    pod_allows(pod, sh, &sh.offerings[*o])
+                        && used.fits(&sh.allocatable.minus(&sh.ds_overhead))
+                })
+                .collect();
+            if !opts.is_empty() {
+                b.used = used;
+                b.options = opts;
+                b.pods.push(p);
+                placed = true;
+                break;
+            }
+        }
+        if placed {
+            continue;
+        }
+        for &pi in &order {
+            let mut opts: Vec<(usize, usize, f64)> = Vec::new();
+            for (si, sh) in shapes.iter().enumerate() {
+                if sh.pool != pi
+                    || !d.fits(&sh.allocatable.minus(&sh.ds_overhead))
+                    || !within_limits(&ctx.pools[pi], &usage[pi], sh)
+                {
+                    continue;
+                }
+                for (oi, o) in sh.offerings.iter().enumerate() {
+                    if available(shapes, unavailable, si, oi, now) && pod_allows(pod, sh, o) {
+                        opts.push((si, oi, o.2));
+                    }
+                }
+            }
+            if opts.is_empty() {
+                continue;
+            }
+            opts.sort_by(|a, b| {
+                a.2.total_cmp(&b.2)
+                    .then_with(|| shapes[a.0].name.cmp(&shapes[b.0].name))
+                    .then_with(|| a.1.cmp(&b.1))
+            });
+            let cheapest = opts[0].0;
+            usage[pi].0 += 1;
+            usage[pi].1.add(&shapes[cheapest].capacity);
+            bins.push(Bin {
+                pool: pi,
+                used: d.clone(),
+                options: opts,
+                pods: vec![p],
+            });
+            placed = true;
+            break;
+        }
+        if !placed {
+            left.push(p);
+        }
+    }
+    left
+}
+
+fn bin_spec(shapes: &[Shape], b: &Bin) -> LaunchSpec {
+    let mut opts = b.options.clone();
+    opts.sort_by(|a, b| a.2.total_cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
+    LaunchSpec {
+        pool: b.pool,
+        candidates: opts
+            .iter()
+            .take(60)
+            .map(|(s, o, _)| {
+                let (z, ct, _) = &shapes[*s].offerings[*o];
+                OfferingKey::new(&shapes[*s].name, z, *ct)
+            })
+            .collect(),
+        pods: b.pods.clone(),
+    }
+}
+
+/// Room left on in-flight nodes (requests of bound and nominated pods subtracted).
+fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
+    let mut room: BTreeMap<NodeId, Resources> = BTreeMap::new();
+    for ni in &ctx.cluster.live_nodes {
+        let n = &ctx.cluster.nodes[*ni];
+        if n.phase == NodePhase::Ready || n.deleting {
+            continue;
+        }
+        let Some(sh) = shapes
+            .iter()
+            .find(|s| s.pool == n.pool && s.name == n.instance_type)
+        else {
+            continue;
+        };
+        let mut r = sh.allocatable.minus(&sh.ds_overhead);
+        for p in &n.pods {
+            r.sub(&whole_demand(ctx.cluster.pod(*p)));
+        }
+        room.insert(*ni, r);
+    }
+    for (p, n) in ctx.nominated {
+        if let Some(r) = room.get_mut(n)
+            && ctx.cluster.pending.contains(p)
+        {
+            r.sub(&whole_demand(ctx.cluster.pod(*p)));
+        }
+    }
+    room.into_iter().collect()
+}
+
+/// The karpenter-like baseline (see the module documentation).
+pub struct KarpenterLike {
+    shapes: Vec<Shape>,
+    score: ScoreStrategy,
+}
+
+impl KarpenterLike {
+    /// A policy packing against `shapes`.
+    pub fn new(shapes: Vec<Shape>, score: ScoreStrategy) -> Self {
+        KarpenterLike {
+            shapes,
+            score,
+        }
+    }
+}
+
+fn node_pods_fit_new(
+    ctx: &Ctx,
+    shapes: &[Shape],
+    unavailable: &UnavailableOfferings,
+    n: NodeId,
+    now: i64,
+) -> Option<(usize, usize, f64)> {
+    let node = &ctx.cluster.nodes[n];
+    let pods = movable_pods(ctx.cluster, n);
+    let mut total = Resources::new();
+    for p in &pods {
+        total.add(&whole_demand(ctx.cluster.pod(*p)));
+    }
+    let mut best: Option<(usize, usize, f64)> = None;
+    for (si, sh) in shapes.iter().enumerate() {
+        if sh.pool != node.pool || !total.fits(&sh.allocatable.minus(&sh.ds_overhead)) {
+            continue;
+        }
+        for (oi, o) in sh.offerings.iter().enumerate() {
+            if !available(shapes, unavailable, si, oi, now)
+                || !pods.iter().all(|p| pod_allows(ctx.cluster.pod(*p), sh, o))
+            {
+                continue;
+            }
+            if best.is_none_or(|b| o.2 < b.2) {
+                best = Some((si, oi, o.2));
+            }
+        }
+    }
+    best.filter(|b| b.2 < node.price)
+}
+
+impl Policy for KarpenterLike {
+    fn name(&self) -> &'static str {
+        "karpenter-like"
+    }
+
+    fn description(&self) -> &'static str {
+        "a model of Karpenter from its documentation: first-fit-decreasing by cpu then memory, \
+         cheapest instance type that fits, price-only consolidation, no GPU-utilization \
+         threshold"
+    }
+
+    fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
+        let mut pods = unhelped(ctx);
+        pods.sort_by_key(|p| {
+            let r = &ctx.cluster.pod(*p).requests;
+            (std::cmp::Reverse(r.cpu), std::cmp::Reverse(r.memory), *p)
+        });
+        // In-flight nodes first.
+        let mut room = in_flight_room(ctx, &self.shapes);
+        let mut noms = Vec::new();
+        let mut rest = Vec::new();
+        for p in pods {
+            let pod = ctx.cluster.pod(p);
+            let d = whole_demand(pod);
+            let hit = room.iter_mut().find(|(n, r)| {
+                let node = &ctx.cluster.nodes[*n];
+                d.fits(r)
+                    && untolerated(&pod.tolerations, &node.taints).is_none()
+                    && pod.node_selector.matches(&node.labels)
+            });
+            match hit {
+                Some((n, r)) => {
+                    r.sub(&d);
+                    noms.push((p, *n));
+                }
+                None => rest.push(p),
+            }
+        }
+        let mut usage = pool_usage(ctx, &self.shapes);
+        let mut bins = Vec::new();
+        pack(
+            ctx,
+            &self.shapes,
+            ctx.unavailable,
+            &rest,
+            now,
+            &mut usage,
+            &mut bins,
+        );
+        (
+            bins.iter().map(|b| bin_spec(&self.shapes, b)).collect(),
+            noms,
+        )
+    }
+
+    fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {
+        let snap = pdb_snapshot(ctx);
+        let mut left = budgets_left(ctx);
+        let mut wake = i64::MAX;
+        let mut empty = Vec::new();
+        let mut busy = Vec::new();
+        for &n in &ctx.cluster.live_nodes {
+            if !disruptable(ctx.cluster, n) {
+                continue;
+            }
+            let node = &ctx.cluster.nodes[n];
+            let policy = &ctx.pools[node.pool].disruption;
+            let ready_at = node.last_pod_change.saturating_add(policy.consolidate_after_s);
+            if now < ready_at {
+                wake = wake.min(ready_at);
+                continue;
+            }
+            if blocked(ctx, &snap, n) {
+                continue;
+            }
+            if node.pods.is_empty() {
+                empty.push(n);
+            } else if policy.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized
+            {
+                busy.push(n);
+            }
+        }
+        let mut chosen = Vec::new();
+        for n in empty {
+            let pi = ctx.cluster.nodes[n].pool;
+            if left[pi] > 0 {
+                left[pi] -= 1;
+                chosen.push(n);
+            }
+        }
+        if !chosen.is_empty() {
+            return (
+                vec![Decision {
+                    nodes: chosen,
+                    replacement: None,
+                    reason: "Empty delete".into(),
+                    command: None,
+                }],
+                wake,
+            );
+        }
+        busy.sort_by(|a, b| {
+            let (na, nb) = (&ctx.cluster.nodes[*a], &ctx.cluster.nodes[*b]);
+            na.pods
+                .len()
+                .cmp(&nb.pods.len())
+                .then_with(|| nb.price.total_cmp(&na.price))
+                .then_with(|| a.cmp(b))
+        });
+        for &n in busy.iter().take(10) {
+            let pi = ctx.cluster.nodes[n].pool;
+            if left[pi] <= 0 {
+                continue;
+            }
+            let others = targets(ctx.cluster, &[n]);
+            let mut scratch = ctx.cluster.nodes.clone();
+            if scheduler::can_move(ctx.cluster, &mut scratch, &[n], &others, self.score) {
+                return (
+                    vec![Decision {
+                        nodes: vec![n],
+                        replacement: None,
+                        reason: "Underutilized delete".into(),
+                        command: None,
+                    }],
+                    wake,
+                );
+            }
+            if let Some((s, o, _)) =
+                node_pods_fit_new(ctx, &self.shapes, ctx.unavailable, n, now)
+            {
+                let (z, ct, _) = &self.shapes[s].offerings[o];
+                return (
+                    vec![Decision {
+                        nodes: vec![n],
+                        replacement: Some(LaunchSpec {
+                            pool: pi,
+                            candidates: vec![OfferingKey::new(&self.shapes[s].name, z, *ct)],
+                            pods: vec![],
+                        }),
+                        reason: "Underutilized replace".into(),
+                        command: None,
+                    }],
+                    wake,
+                );
+            }
+        }
+        (vec![], wake)
+    }
+
+    fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64) -> bool {
+        let snap = pdb_snapshot(ctx);
+        for &n in &d.nodes {
+            if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n) {
+                return false;
+            }
+        }
+        if d.reason.starts_with("Empty") {
+            return d.nodes.iter().all(|n| ctx.cluster.nodes[*n].pods.is_empty());
+        }
+        let n = d.nodes[0];
+        if d.replacement.is_none() {
+            let others = targets(ctx.cluster, &d.nodes);
+            let mut scratch = ctx.cluster.nodes.clone();
+            return scheduler::can_move(ctx.cluster, &mut scratch, &d.nodes, &others, self.score);
+        }
+        node_pods_fit_new(ctx, &self.shapes, ctx.unavailable, n, now).is_some()
+    }
+
+    fn on_scale_up(&mut self, _now: i64) {}
+
+    fn on_delete(&mut self, _now: i64) {}
+}
+
+/// Utilization as the Cluster Autoscaler measures it (DaemonSet pods counted, as with its
+/// default flags): GPU nodes on their GPU-class resources, others on max(cpu, memory).
+pub fn ca_utilization(cluster: &Cluster, n: NodeId) -> f64 {
+    let node = &cluster.nodes[n];
+    let alloc = &node.allocatable;
+    let gpu: Vec<&String> = alloc
+        .extended
+        .keys()
+        .filter(|k| is_gpu_class(k) && alloc.get(k) > 0)
+        .collect();
+    if gpu.is_empty() {
+        let cpu = node.used.cpu as f64 / alloc.cpu.max(1) as f64;
+        let mem = node.used.memory as f64 / alloc.memory.max(1) as f64;
+        return cpu.max(mem);
+    }
+    let mut best: f64 = 0.0;
+    for k in gpu {
+        let used = if k == names::NVIDIA_GPU {
+            node.devices.iter().map(|d| f64::from(*d)).sum::<f64>() / 1000.0
+        } else {
+            node.used.get(k) as f64
+        };
+        best = best.max(used / alloc.get(k) as f64);
+    }
+    best
+}
+
+/// The ca-like baseline (see the module documentation).
+pub struct CaLike {
+    shapes: Vec<Shape>,
+    score: ScoreStrategy,
+    unneeded_since: HashMap<NodeId, i64>,
+    last_scale_up: Option<i64>,
+    delay_after_add: i64,
+}
+
+impl CaLike {
+    /// A policy whose node groups are `shapes`.
+    pub fn new(shapes: Vec<Shape>, score: ScoreStrategy, delay_after_add: i64) -> Self {
+        CaLike {
+            shapes,
+            score,
+            unneeded_since: HashMap::new(),
+            last_scale_up: None,
+            delay_after_add,
+        }
+    }
+}
+
+impl Policy for CaLike {
+    fn name(&self) -> &'static str {
+        "ca-like"
+    }
+
+    fn description(&self) -> &'static str {
+        "a model of the Cluster Autoscaler from its documentation: fixed node groups per \
+         instance type, least-waste expander, threshold scale-down after the unneeded time \
+         (10 min by default)"
+    }
+
+    fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
+        let mut pods = unhelped(ctx);
+        pods.sort_by_key(|p| {
+            let r = &ctx.cluster.pod(*p).requests;
+            (
+                std::cmp::Reverse(r.get(names::NVIDIA_GPU)),
+                std::cmp::Reverse(r.cpu),
+                std::cmp::Reverse(r.memory),
+                *p,
+            )
+        });
+        // Upcoming nodes absorb what they can (the autoscaler counts them as capacity).
+        let mut room = in_flight_room(ctx, &self.shapes);
+        let mut noms = Vec::new();
+        let mut rest = Vec::new();
+        for p in pods {
+            let pod = ctx.cluster.pod(p);
+            let d = whole_demand(pod);
+            let hit = room.iter_mut().find(|(n, r)| {
+                let node = &ctx.cluster.nodes[*n];
+                d.fits(r)
+                    && untolerated(&pod.tolerations, &node.taints).is_none()
+                    && pod.node_selector.matches(&node.labels)
+            });
+            match hit {
+                Some((n, r)) => {
+                    r.sub(&d);
+                    noms.push((p, *n));
+                }
+                None => rest.push(p),
+            }
+        }
+        let usage = pool_usage(ctx, &self.shapes);
+        // One option per node group: its cheapest available offering; pack FFD.
+        let mut best: Option<(f64, usize, f64, String, Vec<Vec<PodId>>, usize)> = None;
+        for (si, sh) in self.shapes.iter().enumerate() {
+            let Some(oi) = (0..sh.offerings.len())
+                .find(|oi| available(&self.shapes, ctx.unavailable, si, *oi, now))
+            else {
+                continue;
+            };
+            let o = &sh.offerings[oi];
+            let cap = sh.allocatable.minus(&sh.ds_overhead);
+            let pool = &ctx.pools[sh.pool];
+            let mut nodes: Vec<(Resources, Vec<PodId>)> = Vec::new();
+            let mut u = usage[sh.pool].clone();
+            for &p in &rest {
+                let pod = ctx.cluster.pod(p);
+                if !pod_allows(pod, sh, o) {
+                    continue;
+                }
+                let d = whole_demand(pod);
+                if !d.fits(&cap) {
+                    continue;
+                }
+                if let Some(slot) = nodes.iter_mut().find(|(used, _)| used.plus(&d).fits(&cap)) {
+                    slot.0.add(&d);
+                    slot.1.push(p);
+                    continue;
+                }
+                if !within_limits(pool, &u, sh) || nodes.len() >= 200 {
+                    continue;
+                }
+                u.0 += 1;
+                u.1.add(&sh.capacity);
+                nodes.push((d, vec![p]));
+            }
+            if nodes.is_empty() {
+                continue;
+            }
+            let count = nodes.len() as f64;
+            let cpu: i64 = nodes.iter().map(|n| n.0.cpu).sum();
+            let mem: i64 = nodes.iter().map(|n| n.0.memory).sum();
+            let waste = 1.0
+                - (cpu as f64 / (count * cap.cpu.max(1) as f64)
+                    + mem as f64 / (count * cap.memory.max(1) as f64))
+                    / 2.0;
+            let helped: usize = nodes.iter().map(|n| n.1.len()).sum();
+            let key = (waste, std::cmp::Reverse(helped), o.2 * count, sh.name.clone());
+            let better = match &best {
+                None => true,
+                Some((bw, _, bp, bn, groups, _)) => {
+                    let bh: usize = groups.iter().map(Vec::len).sum();
+                    (key.0, key.1, key.2, &key.3)
+                        .partial_cmp(&(*bw, std::cmp::Reverse(bh), *bp, bn))
+                        == Some(std::cmp::Ordering::Less)
+                }
+            };
+            if better {
+                best = Some((
+                    waste,
+                    si,
+                    o.2 * count,
+                    sh.name.clone(),
+                    nodes.into_iter().map(|n| n.1).collect(),
+                    oi,
+                ));
+            }
+        }
+        let mut specs = Vec::new();
+        if let Some((_, si, _, _, groups, oi)) = best {
+            let sh = &self.shapes[si];
+            let (z, ct, _) = &sh.offerings[oi];
+            for pods in groups {
+                specs.push(LaunchSpec {
+                    pool: sh.pool,
+                    candidates: vec![OfferingKey::new(&sh.name, z, *ct)],
+                    pods,
+                });
+            }
+        }
+        (specs, noms)
+    }
+
+    fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {
+        if let Some(t) = self.last_scale_up
+            && now < t + self.delay_after_add
+        {
+            return (vec![], t + self.delay_after_add);
+        }
+        let snap = pdb_snapshot(ctx);
+        let mut wake = i64::MAX;
+        let mut still = HashMap::new();
+        let mut ripe_empty = Vec::new();
+        let mut ripe_busy = Vec::new();
+        for &n in &ctx.cluster.live_nodes {
+            if !disruptable(ctx.cluster, n) {
+                continue;
+            }
+            let node = &ctx.cluster.nodes[n];
+            let policy = &ctx.pools[node.pool].disruption;
+            let util = ca_utilization(ctx.cluster, n);
+            let is_gpu = node.gpus > 0;
+            let threshold = if is_gpu {
+                policy.gpu_utilization_threshold
+            } else {
+                policy.utilization_threshold
+            };
+            let empty = node.pods.is_empty();
+            if !empty
+                && (util >= threshold
+                    || policy.consolidation_policy == ConsolidationPolicy::WhenEmpty)
+            {
+                continue;
+            }
+            if blocked(ctx, &snap, n) {
+                continue;
+            }
+            if !empty {
+                let others = targets(ctx.cluster, &[n]);
+                let mut scratch = ctx.cluster.nodes.clone();
+                if !scheduler::can_move(ctx.cluster, &mut scratch, &[n], &others, self.score) {
+                    continue;
+                }
+            }
+            let since = self.unneeded_since.get(&n).copied().unwrap_or(now);
+            still.insert(n, since);
+            let ripe = since.saturating_add(policy.unneeded_s);
+            if now < ripe {
+                wake = wake.min(ripe);
+                continue;
+            }
+            if empty {
+                ripe_empty.push(n);
+            } else {
+                ripe_busy.push(n);
+            }
+        }
+        self.unneeded_since = still;
+        let mut left = budgets_left(ctx);
+        let mut chosen = Vec::new();
+        for n in ripe_empty.into_iter().take(10) {
+            let pi = ctx.cluster.nodes[n].pool;
+            if left[pi] > 0 {
+                left[pi] -= 1;
+                chosen.push(n);
+            }
+        }
+        if !chosen.is_empty() {
+            return (
+                vec![Decision {
+                    nodes: chosen,
+                    replacement: None,
+                    reason: "Empty delete".into(),
+                    command: None,
+                }],
+                wake,
+            );
+        }
+        for n in ripe_busy {
+            let pi = ctx.cluster.nodes[n].pool;
+            if left[pi] > 0 {
+                return (
+                    vec![Decision {
+                        nodes: vec![n],
+                        replacement: None,
+                        reason: "Underutilized delete".into(),
+                        command: None,
+                    }],
+                    wake,
+                );
+            }
+        }
+        (vec![], wake)
+    }
+
+    fn validate(&mut self, ctx: &Ctx, d: &Decision, _now: i64) -> bool {
+        let snap = pdb_snapshot(ctx);
+        for &n in &d.nodes {
+            if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n) {
+                return false;
+            }
+        }
+        if d.reason.starts_with("Empty") {
+            return d.nodes.iter().all(|n| ctx.cluster.nodes[*n].pods.is_empty());
+        }
+        let others = targets(ctx.cluster, &d.nodes);
+        let mut scratch = ctx.cluster.nodes.clone();
+        scheduler::can_move(ctx.cluster, &mut scratch, &d.nodes, &others, self.score)
+    }
+
+    fn on_scale_up(&mut self, now: i64) {
+        self.last_scale_up = Some(now);
+    }
+
+    fn on_delete(&mut self, _now: i64) {}
+}

@@ -1,0 +1,457 @@
+//! The simulated cluster: pods and nodes with their lifecycles, binding with per-device GPU
+//! accounting, and the [`Snapshot`] the controller would build from it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use autoscaler_core::model::{
+    DaemonSet, Group, InFlightClaim, Node, Pdb, Pod, Pool, Snapshot,
+};
+use autoscaler_core::requirements::{Labels, Operator, Requirements};
+use autoscaler_core::resources::{Resources, is_gpu_class, names};
+use autoscaler_core::taints::Taint;
+use autoscaler_core::{CapacityType, labels};
+
+use crate::workload::Workload;
+
+/// Index of a pod in [`Cluster::pods`] (the same as in [`Workload::pods`]).
+pub type PodId = usize;
+/// Index of a node in [`Cluster::nodes`].
+pub type NodeId = usize;
+
+/// Where a pod is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodPhase {
+    /// Not created yet.
+    Waiting,
+    /// Created, not bound, since the given time.
+    Pending {
+        /// Since when.
+        since: i64,
+    },
+    /// Bound to a node since the given time.
+    Bound {
+        /// The node.
+        node: NodeId,
+        /// Since when.
+        since: i64,
+    },
+    /// Completed or deleted.
+    Done,
+}
+
+/// A pod's state.
+#[derive(Clone, Debug)]
+pub struct PodState {
+    /// The pod as the planner sees it; `None` before arrival and after completion.
+    pub pod: Option<Pod>,
+    /// Phase.
+    pub phase: PodPhase,
+    /// Bumped at every bind and unbind, so stale completion events can be recognised.
+    pub generation: u32,
+    /// Device indices (of `nvidia.com/gpu` units) the pod holds while bound.
+    pub devices: Vec<usize>,
+    /// Physical GPUs the pod holds while bound (shares, MIG slices and replicas as fractions).
+    pub gpu_equiv: f64,
+}
+
+/// A node's lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NodePhase {
+    /// Instance requested, not registered.
+    Launching,
+    /// Ready, device plugin (or startup taints) pending: still in flight for the planner.
+    Registered,
+    /// Initialized.
+    Ready,
+    /// Terminated.
+    Gone,
+}
+
+/// A node (and the claim it was launched for).
+#[derive(Clone, Debug)]
+pub struct NodeState {
+    /// Node name.
+    pub name: String,
+    /// NodeClaim name.
+    pub claim: String,
+    /// Provider id from the fake cloud.
+    pub provider_id: String,
+    /// Index of its pool in the scenario.
+    pub pool: usize,
+    /// Pool name.
+    pub pool_name: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: CapacityType,
+    /// USD per hour.
+    pub price: f64,
+    /// Labels.
+    pub labels: Labels,
+    /// Taints (pool taints and, while present, startup taints and the disruption taint).
+    pub taints: Vec<Taint>,
+    /// Startup taints still present.
+    pub startup_taints: Vec<Taint>,
+    /// Allocatable once initialized (GPU sharing applied).
+    pub allocatable: Resources,
+    /// Requests of bound pods (DaemonSet pods included), `nvidia.com/gpu` excluded: whole and
+    /// shared devices are tracked in `devices`.
+    pub used: Resources,
+    /// Thousandths used of each advertised `nvidia.com/gpu` unit.
+    pub devices: Vec<u32>,
+    /// Bound pods, in bind order.
+    pub pods: Vec<PodId>,
+    /// DaemonSet pods.
+    pub ds_pods: Vec<Pod>,
+    /// Lifecycle phase.
+    pub phase: NodePhase,
+    /// Cordoned.
+    pub cordoned: bool,
+    /// Marked for deletion (disruption taint on).
+    pub deleting: bool,
+    /// When the instance was requested.
+    pub launched_at: i64,
+    /// When it was terminated.
+    pub gone_at: Option<i64>,
+    /// Physical GPUs.
+    pub gpus: u32,
+    /// Last time a pod was bound to or left the node.
+    pub last_pod_change: i64,
+    /// ProvisioningRequest group the node's capacity is booked for, until its pods bind.
+    pub booked_for: Option<u32>,
+}
+
+impl NodeState {
+    /// Whether the node exists as a Kubernetes Node.
+    pub fn registered(&self) -> bool {
+        matches!(self.phase, NodePhase::Registered | NodePhase::Ready)
+    }
+
+    /// Whether the node's instance is alive (costing money).
+    pub fn alive(&self) -> bool {
+        self.phase != NodePhase::Gone
+    }
+
+    /// Allocatable as the kubelet reports it now: no GPU-class resources until the device
+    /// plugin is up.
+    pub fn effective_allocatable(&self) -> Resources {
+        if self.phase == NodePhase::Ready {
+            return self.allocatable.clone();
+        }
+        let mut r = self.allocatable.clone();
+        let gpu: Vec<String> = r
+            .extended
+            .keys()
+            .filter(|k| is_gpu_class(k))
+            .cloned()
+            .collect();
+        for k in gpu {
+            r.set(&k, 0);
+        }
+        r
+    }
+
+    /// Physical GPUs one unit of `resource` stands for on this node.
+    pub fn phys_per_unit(&self, resource: &str) -> f64 {
+        if let Some(profile) = resource.strip_prefix("nvidia.com/mig-") {
+            // `<n>g.<mem>`: n of the GPU's 7 compute slices.
+            let n: f64 = profile
+                .split('g')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(1.0);
+            return n / 7.0;
+        }
+        let alloc = self.allocatable.get(resource);
+        if alloc > 0 && self.gpus > 0 {
+            f64::from(self.gpus) / alloc as f64
+        } else {
+            1.0
+        }
+    }
+
+    /// Number of advertised `nvidia.com/gpu` units not used at all.
+    pub fn free_devices(&self) -> usize {
+        self.devices.iter().filter(|d| **d == 0).count()
+    }
+}
+
+/// Pods, nodes and the indices the engine needs.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    /// Every pod of the workload.
+    pub pods: Vec<PodState>,
+    /// Every node ever launched.
+    pub nodes: Vec<NodeState>,
+    /// Pending pods (ordered, so iteration is deterministic).
+    pub pending: BTreeSet<PodId>,
+    /// Nodes not gone.
+    pub live_nodes: BTreeSet<NodeId>,
+    /// Template of each pod.
+    pub template_of: Vec<u32>,
+    /// Per template: pods that exist (arrived, not done) and pods bound.
+    pub template_counts: Vec<(i32, i32)>,
+}
+
+/// Why a bind failed the capacity check (a scheduler bug guard).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverCapacity(pub String);
+
+impl Cluster {
+    /// A cluster for the pods of `workload`, all waiting.
+    pub fn new(workload: &Workload) -> Self {
+        let n = workload.pods.len();
+        Cluster {
+            template_of: workload.pods.iter().map(|p| p.template).collect(),
+            template_counts: vec![(0, 0); workload.templates.len()],
+            pods: vec![
+                PodState {
+                    pod: None,
+                    phase: PodPhase::Waiting,
+                    generation: 0,
+                    devices: vec![],
+                    gpu_equiv: 0.0,
+                };
+                n
+            ],
+            ..Default::default()
+        }
+    }
+
+    /// Creates pod `id` as pending at `now`.
+    pub fn arrive(&mut self, id: PodId, pod: Pod, now: i64) {
+        self.pods[id].pod = Some(pod);
+        self.pods[id].phase = PodPhase::Pending { since: now };
+        self.pending.insert(id);
+        self.template_counts[self.template_of[id] as usize].0 += 1;
+    }
+
+    /// Puts a pod (bound or not) back to pending at `now`.
+    pub fn make_pending(&mut self, id: PodId, now: i64) {
+        self.unbind(id, now);
+        self.pods[id].phase = PodPhase::Pending { since: now };
+        self.pending.insert(id);
+    }
+
+    /// Completes or deletes pod `id`.
+    pub fn finish(&mut self, id: PodId, now: i64) {
+        if matches!(self.pods[id].phase, PodPhase::Waiting | PodPhase::Done) {
+            return;
+        }
+        self.unbind(id, now);
+        self.pending.remove(&id);
+        self.pods[id].phase = PodPhase::Done;
+        self.pods[id].pod = None;
+        self.pods[id].generation += 1;
+        self.template_counts[self.template_of[id] as usize].0 -= 1;
+    }
+
+    /// The pod's spec; panics if it has not arrived (an engine bug).
+    pub fn pod(&self, id: PodId) -> &Pod {
+        self.pods[id].pod.as_ref().expect("pod has arrived")
+    }
+
+    /// Binds `pod` to `node`, putting shares on `device` (chosen by the scheduler). Returns
+    /// an error describing the overflow if the node ends up over capacity (the bind happens
+    /// anyway, so the violation is counted and visible).
+    pub fn bind(
+        &mut self,
+        pod: PodId,
+        node: NodeId,
+        devices: Vec<usize>,
+        now: i64,
+    ) -> Result<(), OverCapacity> {
+        let p = self.pods[pod].pod.as_ref().expect("pod has arrived");
+        let mut req = p.requests.clone();
+        req.set(names::NVIDIA_GPU, 0);
+        let share = p.gpu_share.as_ref().map(|s| s.milli);
+        let whole = p.requests.get(names::NVIDIA_GPU);
+        let n = &mut self.nodes[node];
+        let mut gpu_equiv = 0.0;
+        for (k, v) in p.requests.iter() {
+            if is_gpu_class(k) {
+                gpu_equiv += v as f64 * n.phys_per_unit(k);
+            }
+        }
+        if let Some(s) = &p.gpu_share {
+            gpu_equiv += f64::from(s.milli) / 1000.0 * n.phys_per_unit(&s.resource);
+        }
+        n.used.add(&req);
+        for d in &devices {
+            match (share, whole) {
+                (Some(m), _) if devices.len() == 1 && whole == 0 => {
+                    n.devices[*d] += m;
+                }
+                _ => n.devices[*d] += 1000,
+            }
+        }
+        n.pods.push(pod);
+        n.last_pod_change = now;
+        let mut problem = None;
+        let alloc = n.effective_allocatable();
+        let mut check = n.used.clone();
+        check.set(names::NVIDIA_GPU, 0);
+        let mut a2 = alloc.clone();
+        a2.set(names::NVIDIA_GPU, 0);
+        if let Err(s) = check.fits_in(&a2) {
+            problem = Some(format!("node {} over capacity: {s}", n.name));
+        }
+        if n.devices.iter().any(|d| *d > 1000) {
+            problem = Some(format!("node {}: a GPU is shared beyond 1000/1000", n.name));
+        }
+        if (n.devices.len() as i64) > alloc.get(names::NVIDIA_GPU) && !devices.is_empty() {
+            problem = Some(format!("node {}: GPU bound before the device plugin", n.name));
+        }
+        self.template_counts[self.template_of[pod] as usize].1 += 1;
+        let st = &mut self.pods[pod];
+        st.phase = PodPhase::Bound { node, since: now };
+        st.devices = devices;
+        st.gpu_equiv = gpu_equiv;
+        st.generation += 1;
+        self.pending.remove(&pod);
+        match problem {
+            Some(p) => Err(OverCapacity(p)),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes a bound pod from its node; the caller sets the new phase.
+    pub fn unbind(&mut self, pod: PodId, now: i64) {
+        let PodPhase::Bound { node, .. } = self.pods[pod].phase else {
+            return;
+        };
+        let p = self.pods[pod].pod.as_ref().expect("bound pod exists");
+        let mut req = p.requests.clone();
+        req.set(names::NVIDIA_GPU, 0);
+        let share = p.gpu_share.as_ref().map(|s| s.milli);
+        let whole = p.requests.get(names::NVIDIA_GPU);
+        let devices = std::mem::take(&mut self.pods[pod].devices);
+        let n = &mut self.nodes[node];
+        n.used.sub(&req);
+        for d in &devices {
+            let amount = match (share, whole) {
+                (Some(m), 0) if devices.len() == 1 => m,
+                _ => 1000,
+            };
+            n.devices[*d] = n.devices[*d].saturating_sub(amount);
+        }
+        n.pods.retain(|p| *p != pod);
+        n.last_pod_change = now;
+        self.template_counts[self.template_of[pod] as usize].1 -= 1;
+        let st = &mut self.pods[pod];
+        st.generation += 1;
+        st.gpu_equiv = 0.0;
+    }
+
+    /// Builds the controller's snapshot of the cluster at `now`.
+    pub fn snapshot(
+        &self,
+        pools: &[Pool],
+        daemonsets: &[DaemonSet],
+        workload: &Workload,
+        include_pending: bool,
+    ) -> Snapshot {
+        let mut snap = Snapshot {
+            daemonsets: daemonsets.to_vec(),
+            pools: pools.to_vec(),
+            ..Default::default()
+        };
+        if include_pending {
+            let mut group_counts: BTreeMap<String, u32> = BTreeMap::new();
+            for id in &self.pending {
+                let p = self.pod(*id);
+                if let Some(g) = &p.group {
+                    *group_counts.entry(g.clone()).or_default() += 1;
+                }
+                snap.pending.push(p.clone());
+            }
+            for (name, n) in group_counts {
+                snap.groups.insert(
+                    name.clone(),
+                    Group {
+                        name,
+                        min_count: n,
+                    },
+                );
+            }
+        }
+        for ni in &self.live_nodes {
+            let n = &self.nodes[*ni];
+            let pods: Vec<Pod> = n
+                .ds_pods
+                .iter()
+                .cloned()
+                .chain(n.pods.iter().map(|p| self.pod(*p).clone()))
+                .collect();
+            if n.phase != NodePhase::Ready {
+                let mut reqs = Requirements::new()
+                    .with(labels::ZONE, Operator::In, &[&n.zone])
+                    .with(labels::CAPACITY_TYPE, Operator::In, &[n.capacity_type.as_str()]);
+                reqs.add(
+                    labels::INSTANCE_TYPE,
+                    Operator::In,
+                    std::slice::from_ref(&n.instance_type),
+                )
+                .expect("one value");
+                snap.in_flight.push(InFlightClaim {
+                    name: n.claim.clone(),
+                    pool: n.pool_name.clone(),
+                    instance_types: vec![n.instance_type.clone()],
+                    requirements: reqs,
+                    pods: if n.registered() { pods.clone() } else { vec![] },
+                    created_at: n.launched_at,
+                });
+            }
+            if n.registered() {
+                snap.nodes.push(Node {
+                    name: n.name.clone(),
+                    labels: n.labels.clone(),
+                    annotations: Labels::new(),
+                    taints: n.taints.clone(),
+                    allocatable: n.effective_allocatable(),
+                    pods,
+                    unschedulable: n.cordoned,
+                    deleting: n.deleting,
+                    pool: Some(n.pool_name.clone()),
+                    instance_type: Some(n.instance_type.clone()),
+                    price: Some(n.price),
+                    created_at: n.launched_at,
+                    initialized: n.phase == NodePhase::Ready,
+                    claim: Some(n.claim.clone()),
+                });
+                if let Some(g) = n.booked_for {
+                    let group = &workload.groups[g as usize];
+                    let all_bound = group
+                        .members
+                        .iter()
+                        .all(|m| matches!(self.pods[*m as usize].phase, PodPhase::Bound { .. }));
+                    if !all_bound {
+                        snap.booked_nodes.insert(n.name.clone());
+                    }
+                }
+            }
+        }
+        snap.pdbs = self.pdbs(workload);
+        snap
+    }
+
+    /// The PodDisruptionBudgets with `disruptionsAllowed` as the API server computes it:
+    /// `maxUnavailable - (existing pods - bound pods)`.
+    pub fn pdbs(&self, workload: &Workload) -> Vec<Pdb> {
+        workload
+            .pdbs
+            .iter()
+            .map(|b| {
+                let (existing, bound) = self.template_counts[b.template as usize];
+                Pdb {
+                    namespace: b.namespace.clone(),
+                    name: b.name.clone(),
+                    selector: b.selector.clone(),
+                    disruptions_allowed: b.max_unavailable as i32 - (existing - bound),
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,1148 @@
+//! The discrete-event engine: a virtual clock, a binary heap of events, and the loops of the
+//! controller (batch window, provisioning, disruption with validation), the cloud (launch
+//! latency, registration, device plugin, capacity errors, spot interruptions) and the
+//! kube-scheduler, run for one policy.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::time::Instant;
+
+use autoscaler_core::disruption::{DO_NOT_DISRUPT, SAFE_TO_EVICT};
+use autoscaler_core::model::{DaemonSet, Pool};
+use autoscaler_core::resources::names;
+use autoscaler_core::taints::{Effect, Taint};
+use autoscaler_core::{CapacityType, labels};
+use providers::fake::{FakeProvider, block_on};
+use providers::{CloudProvider, LaunchRequest, NodeClassRef, ProviderError, UnavailableOfferings};
+
+use crate::baselines::Shape;
+use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId, PodPhase};
+use crate::policy::{Ctx, Decision, LaunchSpec, Policy};
+use crate::rng::Rng;
+use crate::scenario::ClusterConfig;
+use crate::scheduler::{self, View, has_topology, untolerated};
+use crate::workload::Workload;
+
+/// The taint put on nodes being disrupted (Karpenter's key).
+pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+/// Seconds between metric samples.
+pub const SAMPLE_S: i64 = 300;
+/// Seconds a replacement may take to initialize before its command is abandoned.
+pub const REPLACEMENT_TIMEOUT_S: i64 = 900;
+/// Seconds between re-plans while pods are pending and not nominated anywhere.
+pub const REPLAN_S: i64 = 30;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrive(PodId),
+    Complete(PodId, u32),
+    Delete(PodId),
+    Registered(NodeId),
+    Initialized(NodeId),
+    Interrupt(NodeId),
+    Terminate(NodeId),
+    SchedulePass,
+    BatchCheck,
+    Replan,
+    DisruptTick,
+    Validate(usize),
+    ReplacementTimeout(usize),
+    Sample,
+}
+
+/// One point of the time series.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// Virtual seconds.
+    pub t: i64,
+    /// Live nodes per instance type.
+    pub nodes_by_type: BTreeMap<String, u32>,
+    /// Pending pods.
+    pub pending: u32,
+    /// Requested / paid GPUs at that moment.
+    pub gpu_allocation: f64,
+    /// Cost so far, USD.
+    pub cost: f64,
+}
+
+/// Everything measured for one policy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyResult {
+    /// Policy name.
+    pub name: String,
+    /// What the policy is.
+    pub description: String,
+    /// USD.
+    pub cost: f64,
+    /// GPU-hours of the GPUs on nodes paid for.
+    pub gpu_hours_paid: f64,
+    /// GPU-hours pods held (shares, MIG slices and time-sliced replicas as fractions).
+    pub gpu_hours_requested: f64,
+    /// requested / paid.
+    pub gpu_allocation: f64,
+    /// Pending time percentiles (seconds) over pending episodes, unbound ones counted to the
+    /// end of the run.
+    pub pending_p50_s: f64,
+    /// 95th percentile.
+    pub pending_p95_s: f64,
+    /// 99th percentile.
+    pub pending_p99_s: f64,
+    /// Nodes launched.
+    pub nodes_launched: u64,
+    /// Nodes terminated (disruption and interruptions).
+    pub nodes_terminated: u64,
+    /// Pods evicted (disruption and interruptions).
+    pub pods_disrupted: u64,
+    /// Of which by spot interruptions.
+    pub pods_interrupted: u64,
+    /// Safety violations (must be 0).
+    pub safety_violations: u64,
+    /// The first few violations, described.
+    pub violation_examples: Vec<String>,
+    /// Pods still pending at the end.
+    pub pending_at_end: u64,
+    /// Pods created.
+    pub pods_created: u64,
+    /// Launches refused for lack of capacity.
+    pub launch_failures: u64,
+    /// Time series.
+    pub samples: Vec<Sample>,
+    /// Wall-clock seconds this policy took.
+    pub wall_seconds: f64,
+}
+
+struct Pending {
+    decision: Decision,
+    replacement: Option<NodeId>,
+    executing: bool,
+}
+
+/// One policy's simulation.
+pub struct Engine<'a> {
+    cfg: &'a ClusterConfig,
+    workload: &'a Workload,
+    pools: &'a [Pool],
+    daemonsets: &'a [DaemonSet],
+    shapes: &'a [Shape],
+    policy: Box<dyn Policy + 'a>,
+    cluster: Cluster,
+    provider: FakeProvider,
+    unavailable: UnavailableOfferings,
+    rng_launch: Rng,
+    rng_ice: Rng,
+    rng_spot: Rng,
+    queue: BinaryHeap<Reverse<(i64, u64, Ev)>>,
+    seq: u64,
+    now: i64,
+    horizon: i64,
+    pod_ids: HashMap<String, PodId>,
+    claims: HashMap<String, NodeId>,
+    nominated: HashMap<PodId, NodeId>,
+    batch: Option<(i64, i64)>,
+    batch_scheduled: bool,
+    replan_scheduled: bool,
+    pass_scheduled: bool,
+    pass_all: bool,
+    pass_new: Vec<PodId>,
+    seen_unschedulable: HashSet<PodId>,
+    decisions: Vec<Pending>,
+    version: u64,
+    disrupt_version: u64,
+    disrupt_wake: i64,
+    group_bound: Vec<u32>,
+    // Metrics.
+    pending_samples: Vec<i64>,
+    gpu_requested_s: f64,
+    nodes_launched: u64,
+    nodes_terminated: u64,
+    pods_disrupted: u64,
+    pods_interrupted: u64,
+    violations: u64,
+    violation_examples: Vec<String>,
+    launch_failures: u64,
+    pods_created: u64,
+    samples: Vec<Sample>,
+}
+
+fn percentile(sorted: &[i64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1] as f64
+}
+
+impl<'a> Engine<'a> {
+    /// An engine for `policy` over `workload`, until `horizon` virtual seconds.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: &'a ClusterConfig,
+        catalog: Vec<autoscaler_core::InstanceType>,
+        pools: &'a [Pool],
+        daemonsets: &'a [DaemonSet],
+        shapes: &'a [Shape],
+        workload: &'a Workload,
+        policy: Box<dyn Policy + 'a>,
+        seed: u64,
+        horizon: i64,
+    ) -> Self {
+        let provider = FakeProvider::new(catalog);
+        for k in &cfg.ice_offerings {
+            provider.fail_offering(k.clone());
+        }
+        let mut e = Engine {
+            cfg,
+            workload,
+            pools,
+            daemonsets,
+            shapes,
+            policy,
+            cluster: Cluster::new(workload),
+            provider,
+            unavailable: UnavailableOfferings::default(),
+            rng_launch: Rng::derive(seed, "launch"),
+            rng_ice: Rng::derive(seed, "ice"),
+            rng_spot: Rng::derive(seed, "spot"),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            now: 0,
+            horizon,
+            pod_ids: workload
+                .pods
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.name.clone(), i))
+                .collect(),
+            claims: HashMap::new(),
+            nominated: HashMap::new(),
+            batch: None,
+            batch_scheduled: false,
+            replan_scheduled: false,
+            pass_scheduled: false,
+            pass_all: false,
+            pass_new: Vec::new(),
+            seen_unschedulable: HashSet::new(),
+            decisions: Vec::new(),
+            version: 0,
+            disrupt_version: u64::MAX,
+            disrupt_wake: 0,
+            group_bound: vec![0; workload.groups.len()],
+            pending_samples: Vec::new(),
+            gpu_requested_s: 0.0,
+            nodes_launched: 0,
+            nodes_terminated: 0,
+            pods_disrupted: 0,
+            pods_interrupted: 0,
+            violations: 0,
+            violation_examples: Vec::new(),
+            launch_failures: 0,
+            pods_created: 0,
+            samples: Vec::new(),
+        };
+        for (i, p) in workload.pods.iter().enumerate() {
+            if p.arrival < horizon {
+                e.push(p.arrival, Ev::Arrive(i));
+            }
+        }
+        e.push(cfg.disruption_interval_s, Ev::DisruptTick);
+        e.push(0, Ev::Sample);
+        e
+    }
+
+    fn push(&mut self, t: i64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn violation(&mut self, what: String) {
+        self.violations += 1;
+        if self.violation_examples.len() < 10 {
+            self.violation_examples
+                .push(format!("t={}s {}: {what}", self.now, self.policy.name()));
+        }
+    }
+
+    /// Runs to the horizon; `progress` gets the fraction of virtual time done.
+    pub fn run(mut self, progress: &mut dyn FnMut(f64)) -> PolicyResult {
+        let start = Instant::now();
+        let mut last_report = 0i64;
+        while let Some(Reverse((t, _, ev))) = self.queue.pop() {
+            if t > self.horizon {
+                break;
+            }
+            self.now = t;
+            if t - last_report >= self.horizon / 100 + 1 {
+                last_report = t;
+                progress(t as f64 / self.horizon as f64);
+            }
+            self.handle(ev);
+        }
+        self.now = self.horizon;
+        progress(1.0);
+        self.finish(start.elapsed().as_secs_f64())
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            cluster: &self.cluster,
+            workload: self.workload,
+            pools: self.pools,
+            daemonsets: self.daemonsets,
+            config: self.cfg,
+            nominated: &self.nominated,
+            claims: &self.claims,
+            pod_ids: &self.pod_ids,
+            unavailable: &self.unavailable,
+        }
+    }
+
+    fn changed(&mut self) {
+        self.version += 1;
+    }
+
+    fn request_pass(&mut self, all: bool) {
+        self.pass_all |= all;
+        if !self.pass_scheduled {
+            self.pass_scheduled = true;
+            self.push(self.now, Ev::SchedulePass);
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrive(i) => {
+                let pod = self.workload.materialize(i);
+                self.cluster.arrive(i, pod, self.now);
+                self.pods_created += 1;
+                if let Some(d) = self.workload.pods[i].delete_at {
+                    self.push(d.max(self.now), Ev::Delete(i));
+                }
+                self.pass_new.push(i);
+                self.request_pass(false);
+                self.changed();
+            }
+            Ev::Complete(i, generation) => {
+                if self.cluster.pods[i].generation == generation
+                    && matches!(self.cluster.pods[i].phase, PodPhase::Bound { .. })
+                {
+                    self.remove_pod(i);
+                }
+            }
+            Ev::Delete(i) => self.remove_pod(i),
+            Ev::Registered(n) => self.register(n),
+            Ev::Initialized(n) => self.initialize(n),
+            Ev::Interrupt(n) => self.interrupt(n),
+            Ev::Terminate(n) => self.terminate(n),
+            Ev::SchedulePass => {
+                self.pass_scheduled = false;
+                self.schedule_pass();
+            }
+            Ev::BatchCheck => {
+                self.batch_scheduled = false;
+                self.batch_check();
+            }
+            Ev::Replan => {
+                self.replan_scheduled = false;
+                if self.unhelped_pending() {
+                    self.trigger_batch();
+                }
+            }
+            Ev::DisruptTick => {
+                self.disrupt_tick();
+                self.push(self.now + self.cfg.disruption_interval_s, Ev::DisruptTick);
+            }
+            Ev::Validate(d) => self.validate(d),
+            Ev::ReplacementTimeout(d) => {
+                if self.decisions.get(d).is_some_and(|p| !p.executing) {
+                    self.abandon(d);
+                }
+            }
+            Ev::Sample => {
+                self.sample();
+                self.push(self.now + SAMPLE_S, Ev::Sample);
+            }
+        }
+    }
+
+    fn unhelped_pending(&self) -> bool {
+        self.cluster
+            .pending
+            .iter()
+            .any(|p| !self.nominated.contains_key(p))
+    }
+
+    /// Completion or deletion: the pod leaves for good.
+    fn remove_pod(&mut self, i: PodId) {
+        if let PodPhase::Bound { since, .. } = self.cluster.pods[i].phase {
+            self.gpu_requested_s += self.cluster.pods[i].gpu_equiv * (self.now - since) as f64;
+            if let Some(g) = self.workload.pods[i].group {
+                self.group_bound[g as usize] = self.group_bound[g as usize].saturating_sub(1);
+            }
+            self.request_pass(true);
+        }
+        if let PodPhase::Pending { since } = self.cluster.pods[i].phase {
+            self.pending_samples.push(self.now - since);
+        }
+        self.cluster.finish(i, self.now);
+        self.nominated.remove(&i);
+        self.seen_unschedulable.remove(&i);
+        self.changed();
+    }
+
+    /// Evicts a bound pod back to pending (a gang restarts as a whole).
+    fn evict(&mut self, i: PodId) {
+        let members: Vec<PodId> = match self.workload.pods[i].group {
+            Some(g) => self.workload.groups[g as usize]
+                .members
+                .iter()
+                .map(|m| *m as usize)
+                .collect(),
+            None => vec![i],
+        };
+        for m in members {
+            if let PodPhase::Bound { since, .. } = self.cluster.pods[m].phase {
+                self.gpu_requested_s +=
+                    self.cluster.pods[m].gpu_equiv * (self.now - since) as f64;
+                if let Some(g) = self.workload.pods[m].group {
+                    self.group_bound[g as usize] = self.group_bound[g as usize].saturating_sub(1);
+                }
+                self.cluster.make_pending(m, self.now);
+                self.seen_unschedulable.remove(&m);
+                self.pass_new.push(m);
+            }
+        }
+        self.request_pass(true);
+        self.changed();
+    }
+
+    fn schedule_pass(&mut self) {
+        let all = std::mem::take(&mut self.pass_all);
+        let new = std::mem::take(&mut self.pass_new);
+        let mut pods: Vec<PodId> = if all {
+            self.cluster.pending.iter().copied().collect()
+        } else {
+            new.into_iter()
+                .filter(|p| self.cluster.pending.contains(p))
+                .collect()
+        };
+        if pods.is_empty() {
+            return;
+        }
+        let key = |c: &Cluster, p: &PodId| {
+            let since = match c.pods[*p].phase {
+                PodPhase::Pending { since } => since,
+                _ => 0,
+            };
+            (Reverse(c.pod(*p).priority), since, *p)
+        };
+        pods.sort_by_key(|p| key(&self.cluster, p));
+        pods.dedup();
+        let nodes: Vec<NodeId> = self
+            .cluster
+            .live_nodes
+            .iter()
+            .copied()
+            .filter(|n| {
+                let node = &self.cluster.nodes[*n];
+                node.registered() && !node.cordoned && !node.deleting
+            })
+            .collect();
+        let mut failed_templates: HashSet<u32> = HashSet::new();
+        let mut tried_groups: HashSet<u32> = HashSet::new();
+        let mut unschedulable = Vec::new();
+        for p in pods {
+            if !self.cluster.pending.contains(&p) {
+                continue;
+            }
+            if let Some(g) = self.workload.pods[p].group {
+                if !tried_groups.insert(g) {
+                    continue;
+                }
+                if !self.place_group(g, &nodes) {
+                    for m in &self.workload.groups[g as usize].members {
+                        if self.cluster.pending.contains(&(*m as usize)) {
+                            unschedulable.push(*m as usize);
+                        }
+                    }
+                }
+                continue;
+            }
+            let tpl = self.workload.pods[p].template;
+            let pod = self.cluster.pod(p);
+            let topo = has_topology(pod);
+            if !topo && failed_templates.contains(&tpl) {
+                unschedulable.push(p);
+                continue;
+            }
+            match scheduler::best_node(View::of(&self.cluster), pod, &nodes, self.cfg.score) {
+                Some((n, devices)) => self.bind(p, n, devices),
+                None => {
+                    if !topo {
+                        failed_templates.insert(tpl);
+                    }
+                    unschedulable.push(p);
+                }
+            }
+        }
+        let mut fresh = false;
+        for p in unschedulable {
+            if self.seen_unschedulable.insert(p) {
+                fresh = true;
+            }
+        }
+        if fresh {
+            self.trigger_batch();
+        }
+    }
+
+    /// All-or-nothing placement of a group's pending members (the coscheduling plugin).
+    fn place_group(&mut self, g: u32, nodes: &[NodeId]) -> bool {
+        let members: Vec<PodId> = self.workload.groups[g as usize]
+            .members
+            .iter()
+            .map(|m| *m as usize)
+            .collect();
+        if members
+            .iter()
+            .any(|m| !self.cluster.pending.contains(m))
+        {
+            // Not all created yet (or some still bound): wait for the group to be whole.
+            return false;
+        }
+        let mut done: Vec<(PodId, i64)> = Vec::new();
+        for &m in &members {
+            let since = match self.cluster.pods[m].phase {
+                PodPhase::Pending { since } => since,
+                _ => self.now,
+            };
+            let pod = self.cluster.pod(m);
+            match scheduler::best_node(View::of(&self.cluster), pod, nodes, self.cfg.score) {
+                Some((n, devices)) => {
+                    if let Err(e) = self.cluster.bind(m, n, devices, self.now) {
+                        self.violation(e.0);
+                    }
+                    done.push((m, since));
+                }
+                None => {
+                    for (d, since) in done {
+                        self.cluster.unbind(d, self.now);
+                        self.cluster.pods[d].phase = PodPhase::Pending { since };
+                        self.cluster.pending.insert(d);
+                    }
+                    return false;
+                }
+            }
+        }
+        // Bound together: record pending times and start the shared clock.
+        for (m, since) in done {
+            self.pending_samples.push(self.now - since);
+            self.after_bind(m);
+        }
+        true
+    }
+
+    fn bind(&mut self, p: PodId, n: NodeId, devices: Vec<usize>) {
+        let since = match self.cluster.pods[p].phase {
+            PodPhase::Pending { since } => since,
+            _ => self.now,
+        };
+        if let Err(e) = self.cluster.bind(p, n, devices, self.now) {
+            self.violation(e.0);
+        }
+        self.pending_samples.push(self.now - since);
+        self.after_bind(p);
+    }
+
+    fn after_bind(&mut self, p: PodId) {
+        self.nominated.remove(&p);
+        self.seen_unschedulable.remove(&p);
+        self.changed();
+        let n = match self.cluster.pods[p].phase {
+            PodPhase::Bound { node, .. } => node,
+            _ => return,
+        };
+        let node = &self.cluster.nodes[n];
+        if let Some(t) = untolerated(&self.cluster.pod(p).tolerations, &node.taints) {
+            let msg = format!("pod bound to {} despite taint {t}", node.name);
+            self.violation(msg);
+        }
+        if let Some(g) = self.workload.pods[p].group {
+            self.group_bound[g as usize] += 1;
+        }
+        if let Some(rt) = self.workload.pods[p].runtime {
+            let generation = self.cluster.pods[p].generation;
+            self.push(self.now + rt, Ev::Complete(p, generation));
+        }
+    }
+
+    fn trigger_batch(&mut self) {
+        match &mut self.batch {
+            None => self.batch = Some((self.now, self.now)),
+            Some((_, last)) => *last = self.now,
+        }
+        if !self.batch_scheduled {
+            self.batch_scheduled = true;
+            self.push(self.now + self.cfg.batch_idle_s, Ev::BatchCheck);
+        }
+    }
+
+    fn batch_check(&mut self) {
+        let Some((start, last)) = self.batch else {
+            return;
+        };
+        let due_idle = last + self.cfg.batch_idle_s;
+        let due_max = start + self.cfg.batch_max_s;
+        if self.now >= due_idle || self.now >= due_max {
+            self.batch = None;
+            self.provision();
+        } else {
+            self.batch_scheduled = true;
+            self.push(due_idle.min(due_max), Ev::BatchCheck);
+        }
+    }
+
+    fn provision(&mut self) {
+        if self.cluster.pending.is_empty() {
+            return;
+        }
+        self.unavailable.prune(self.now);
+        let pools = self.pools_now();
+        // The policy is taken out for the call so the context can borrow the rest of self.
+        let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
+        let (specs, noms) = {
+            let ctx = Ctx {
+                pools: &pools,
+                ..self.ctx()
+            };
+            taken.provision(&ctx, self.now)
+        };
+        self.policy = taken;
+        for (p, n) in noms {
+            self.nominated.insert(p, n);
+        }
+        let mut failed = false;
+        for spec in specs {
+            match self.launch(&spec, None) {
+                Some(n) => {
+                    for p in &spec.pods {
+                        self.nominated.insert(*p, n);
+                    }
+                }
+                None => failed = true,
+            }
+        }
+        if (failed || self.unhelped_pending()) && !self.replan_scheduled {
+            self.replan_scheduled = true;
+            let delay = if failed { self.cfg.batch_idle_s } else { REPLAN_S };
+            self.push(self.now + delay, Ev::Replan);
+        }
+    }
+
+    /// The pools with offerings in the insufficient-capacity cache marked unavailable.
+    fn pools_now(&self) -> Vec<Pool> {
+        if self.unavailable.active(self.now).next().is_none() {
+            return self.pools.to_vec();
+        }
+        let mut cache: Vec<(*const Vec<autoscaler_core::InstanceType>, std::sync::Arc<Vec<_>>)> =
+            Vec::new();
+        self.pools
+            .iter()
+            .map(|p| {
+                let key = std::sync::Arc::as_ptr(&p.instance_types);
+                let types = match cache.iter().find(|(k, _)| *k == key) {
+                    Some((_, v)) => v.clone(),
+                    None => {
+                        let mut v = (*p.instance_types).clone();
+                        self.unavailable.apply(&mut v, self.now);
+                        let v = std::sync::Arc::new(v);
+                        cache.push((key, v.clone()));
+                        v
+                    }
+                };
+                Pool {
+                    instance_types: types,
+                    ..p.clone()
+                }
+            })
+            .collect()
+    }
+
+    fn launch(&mut self, spec: &LaunchSpec, booked: Option<u32>) -> Option<NodeId> {
+        if spec.candidates.is_empty() {
+            return None;
+        }
+        let pool = &self.pools[spec.pool];
+        let claim = format!("{}-{}", pool.name, self.nodes_launched + self.launch_failures);
+        // Random capacity errors: refuse some candidates for this one call.
+        let mut refused = Vec::new();
+        if self.cfg.ice_probability > 0.0 {
+            for k in &spec.candidates {
+                if self.rng_ice.chance(self.cfg.ice_probability) {
+                    self.provider.fail_offering(k.clone());
+                    refused.push(k.clone());
+                }
+            }
+        }
+        let req = LaunchRequest {
+            claim: claim.clone(),
+            pool: pool.name.clone(),
+            class: NodeClassRef::default(),
+            candidates: spec.candidates.clone(),
+            labels: pool.labels.clone(),
+            taints: pool.taints.clone(),
+            startup_taints: pool.startup_taints.clone(),
+        };
+        let result = block_on(self.provider.launch(&req));
+        for k in &refused {
+            if !self.cfg.ice_offerings.contains(k) {
+                self.provider.restore_offering(k);
+            }
+        }
+        self.provider.clear_calls();
+        let launched = match result {
+            Ok(l) => l,
+            Err(ProviderError::InsufficientCapacity { offerings, .. }) => {
+                self.unavailable.mark_all(offerings, self.now);
+                self.launch_failures += 1;
+                return None;
+            }
+            Err(_) => {
+                self.launch_failures += 1;
+                return None;
+            }
+        };
+        self.unavailable.mark_all(launched.unavailable, self.now);
+        let inst = launched.instance;
+        let shape = self
+            .shapes
+            .iter()
+            .find(|s| s.pool == spec.pool && s.name == inst.instance_type)?;
+        let id = self.cluster.nodes.len();
+        let name = format!("node-{id}");
+        let mut node_labels = shape.labels.clone();
+        node_labels.insert(labels::HOSTNAME.into(), name.clone());
+        node_labels.insert(labels::ZONE.into(), inst.zone.clone());
+        node_labels.insert(
+            labels::CAPACITY_TYPE.into(),
+            inst.capacity_type.as_str().into(),
+        );
+        let units = shape.allocatable.get(names::NVIDIA_GPU).max(0) as usize;
+        let mut taints = pool.taints.clone();
+        taints.extend(pool.startup_taints.iter().cloned());
+        let booked_for = booked.or_else(|| {
+            spec.pods.iter().find_map(|p| {
+                let g = self.workload.pods[*p].group?;
+                self.workload.groups[g as usize]
+                    .provisioning_request
+                    .then_some(g)
+            })
+        });
+        self.cluster.nodes.push(NodeState {
+            name,
+            claim: claim.clone(),
+            provider_id: inst.provider_id.clone(),
+            pool: spec.pool,
+            pool_name: pool.name.clone(),
+            instance_type: inst.instance_type.clone(),
+            zone: inst.zone.clone(),
+            capacity_type: inst.capacity_type,
+            price: inst.price.unwrap_or(0.0),
+            labels: node_labels,
+            taints,
+            startup_taints: pool.startup_taints.clone(),
+            allocatable: shape.allocatable.clone(),
+            used: Default::default(),
+            devices: vec![0; units],
+            pods: vec![],
+            ds_pods: vec![],
+            phase: NodePhase::Launching,
+            cordoned: false,
+            deleting: false,
+            launched_at: self.now,
+            gone_at: None,
+            gpus: shape.gpus,
+            last_pod_change: self.now,
+            booked_for,
+        });
+        self.cluster.live_nodes.insert(id);
+        self.claims.insert(claim, id);
+        self.nodes_launched += 1;
+        let family = shape
+            .labels
+            .get(labels::INSTANCE_FAMILY)
+            .cloned()
+            .unwrap_or_default();
+        let base = self
+            .cfg
+            .launch_family_s
+            .get(&family)
+            .copied()
+            .unwrap_or(if shape.gpus > 0 {
+                self.cfg.launch_gpu_s
+            } else {
+                self.cfg.launch_cpu_s
+            });
+        let j = self.cfg.launch_jitter;
+        let latency = (base as f64 * self.rng_launch.uniform(1.0 - j, 1.0 + j)).round() as i64;
+        self.push(
+            self.now + latency.max(1) + self.cfg.registration_s,
+            Ev::Registered(id),
+        );
+        if inst.capacity_type == CapacityType::Spot && self.cfg.spot_interruptions_per_hour > 0.0 {
+            let after = self
+                .rng_spot
+                .exponential(3600.0 / self.cfg.spot_interruptions_per_hour);
+            if after < (self.horizon - self.now) as f64 {
+                self.push(self.now + after.ceil() as i64, Ev::Interrupt(id));
+            }
+        }
+        self.policy.on_scale_up(self.now);
+        self.changed();
+        Some(id)
+    }
+
+    fn register(&mut self, n: NodeId) {
+        if self.cluster.nodes[n].phase != NodePhase::Launching {
+            return;
+        }
+        let node = &mut self.cluster.nodes[n];
+        node.phase = NodePhase::Registered;
+        for ds in self.daemonsets {
+            if ds.node_selector.matches(&node.labels)
+                && untolerated(&ds.tolerations, &node.taints).is_none()
+            {
+                let mut pod = autoscaler_core::builders::pod(&format!(
+                    "{}-{}",
+                    ds.name.replace('/', "-"),
+                    node.name
+                ))
+                .owner(Some("DaemonSet"))
+                .build();
+                pod.requests = ds.requests.clone();
+                node.used.add(&ds.requests);
+                node.ds_pods.push(pod);
+            }
+        }
+        let delay = if node.gpus > 0 {
+            self.cfg.device_plugin_s
+        } else {
+            0
+        };
+        self.push(self.now + delay, Ev::Initialized(n));
+        self.request_pass(true);
+        self.changed();
+    }
+
+    fn initialize(&mut self, n: NodeId) {
+        if self.cluster.nodes[n].phase != NodePhase::Registered {
+            return;
+        }
+        let node = &mut self.cluster.nodes[n];
+        node.phase = NodePhase::Ready;
+        let startup = std::mem::take(&mut node.startup_taints);
+        node.taints.retain(|t| !startup.contains(t));
+        self.nominated.retain(|_, v| *v != n);
+        self.request_pass(true);
+        self.changed();
+        // Replacements waiting for this node go ahead.
+        let waiting: Vec<usize> = self
+            .decisions
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.replacement == Some(n) && !d.executing)
+            .map(|(i, _)| i)
+            .collect();
+        for d in waiting {
+            self.drain(d);
+        }
+    }
+
+    fn interrupt(&mut self, n: NodeId) {
+        if !self.cluster.nodes[n].alive() {
+            return;
+        }
+        // Two-minute notice: cordon and drain now, the instance goes at the end of the notice.
+        let node = &mut self.cluster.nodes[n];
+        node.deleting = true;
+        node.taints
+            .push(Taint::new(DISRUPTED_TAINT, "", Effect::NoSchedule));
+        let pods = node.pods.clone();
+        for p in pods {
+            if matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
+                self.pods_disrupted += 1;
+                self.pods_interrupted += 1;
+                self.evict(p);
+            }
+        }
+        self.nominated.retain(|_, v| *v != n);
+        self.push(self.now + 120, Ev::Terminate(n));
+        self.changed();
+    }
+
+    fn terminate(&mut self, n: NodeId) {
+        if !self.cluster.nodes[n].alive() {
+            return;
+        }
+        let pods = self.cluster.nodes[n].pods.clone();
+        for p in pods {
+            self.evict(p);
+        }
+        let node = &mut self.cluster.nodes[n];
+        node.phase = NodePhase::Gone;
+        node.gone_at = Some(self.now);
+        let pid = node.provider_id.clone();
+        self.cluster.live_nodes.remove(&n);
+        self.nominated.retain(|_, v| *v != n);
+        let _ = block_on(self.provider.delete(&pid));
+        self.provider.clear_calls();
+        self.nodes_terminated += 1;
+        self.request_pass(true);
+        self.changed();
+    }
+
+    fn disrupt_tick(&mut self) {
+        if !self.decisions.is_empty() {
+            return;
+        }
+        if self.version == self.disrupt_version && self.now < self.disrupt_wake {
+            return;
+        }
+        let pools = self.pools_now();
+        let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
+        let (decisions, wake) = {
+            let ctx = Ctx {
+                pools: &pools,
+                ..self.ctx()
+            };
+            taken.disrupt(&ctx, self.now)
+        };
+        self.policy = taken;
+        self.disrupt_version = self.version;
+        self.disrupt_wake = wake;
+        for d in decisions {
+            if d.nodes.is_empty() {
+                continue;
+            }
+            self.decisions.push(Pending {
+                decision: d,
+                replacement: None,
+                executing: false,
+            });
+            let i = self.decisions.len() - 1;
+            self.push(self.now + self.cfg.validation_delay_s, Ev::Validate(i));
+        }
+    }
+
+    fn validate(&mut self, i: usize) {
+        let Some(p) = self.decisions.get(i) else {
+            return;
+        };
+        let decision = p.decision.clone();
+        let pools = self.pools_now();
+        let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
+        let ok = {
+            let ctx = Ctx {
+                pools: &pools,
+                ..self.ctx()
+            };
+            taken.validate(&ctx, &decision, self.now)
+        };
+        self.policy = taken;
+        if !ok {
+            self.finish_decision(i);
+            return;
+        }
+        for &n in &decision.nodes {
+            let node = &mut self.cluster.nodes[n];
+            node.deleting = true;
+            node.taints
+                .push(Taint::new(DISRUPTED_TAINT, "", Effect::NoSchedule));
+        }
+        self.changed();
+        match &decision.replacement {
+            None => self.drain(i),
+            Some(spec) => match self.launch(spec, None) {
+                Some(r) => {
+                    self.decisions[i].replacement = Some(r);
+                    self.push(self.now + REPLACEMENT_TIMEOUT_S, Ev::ReplacementTimeout(i));
+                }
+                None => self.abandon(i),
+            },
+        }
+    }
+
+    fn abandon(&mut self, i: usize) {
+        let nodes = self.decisions[i].decision.nodes.clone();
+        for n in nodes {
+            let node = &mut self.cluster.nodes[n];
+            if node.alive() {
+                node.deleting = false;
+                node.taints.retain(|t| t.key != DISRUPTED_TAINT);
+            }
+        }
+        self.finish_decision(i);
+        self.request_pass(true);
+        self.changed();
+    }
+
+    fn finish_decision(&mut self, i: usize) {
+        // Decisions are few and short-lived; indices of later ones must stay valid while
+        // events refer to them, so the list is only cleared when everything is done.
+        self.decisions[i].executing = true;
+        if self.decisions.iter().all(|d| d.executing) {
+            self.decisions.clear();
+        }
+    }
+
+    /// Evicts the pods of a validated decision's nodes and terminates them, counting any
+    /// eviction that breaks a safety rule.
+    fn drain(&mut self, i: usize) {
+        let nodes = self.decisions[i].decision.nodes.clone();
+        let mut pdbs = self.cluster.pdbs(self.workload);
+        for &n in &nodes {
+            if !self.cluster.nodes[n].alive() {
+                continue;
+            }
+            let pods = self.cluster.nodes[n].pods.clone();
+            for p in pods {
+                if !matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
+                    continue;
+                }
+                let pod = self.cluster.pod(p);
+                let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
+                let mut problems = Vec::new();
+                if ann(DO_NOT_DISRUPT) == Some("true") {
+                    problems.push(format!("evicted {} which has {DO_NOT_DISRUPT}", pod.key));
+                }
+                if ann(SAFE_TO_EVICT) == Some("false") {
+                    problems.push(format!("evicted {} which has {SAFE_TO_EVICT}=false", pod.key));
+                }
+                for b in pdbs.iter_mut() {
+                    if b.namespace == pod.key.namespace && b.selector.matches(&pod.labels) {
+                        if b.disruptions_allowed <= 0 {
+                            problems.push(format!(
+                                "evicted {} beyond PDB {}/{}",
+                                pod.key, b.namespace, b.name
+                            ));
+                        }
+                        b.disruptions_allowed -= 1;
+                    }
+                }
+                for m in problems {
+                    self.violation(m);
+                }
+                self.pods_disrupted += 1;
+                self.evict(p);
+            }
+            self.terminate(n);
+        }
+        self.policy.on_delete(self.now);
+        self.finish_decision(i);
+    }
+
+    fn paid_gpus_now(&self) -> f64 {
+        self.cluster
+            .live_nodes
+            .iter()
+            .map(|n| f64::from(self.cluster.nodes[*n].gpus))
+            .sum()
+    }
+
+    fn cost_until(&self, t: i64) -> (f64, f64) {
+        let mut cost = 0.0;
+        let mut gpu_s = 0.0;
+        for n in &self.cluster.nodes {
+            let end = n.gone_at.unwrap_or(t).min(t);
+            let secs = (end - n.launched_at).max(0) as f64;
+            cost += n.price * secs / 3600.0;
+            gpu_s += f64::from(n.gpus) * secs;
+        }
+        (cost, gpu_s)
+    }
+
+    fn sample(&mut self) {
+        let mut by_type = BTreeMap::new();
+        let mut held = 0.0;
+        for n in &self.cluster.live_nodes {
+            *by_type
+                .entry(self.cluster.nodes[*n].instance_type.clone())
+                .or_insert(0) += 1;
+            for p in &self.cluster.nodes[*n].pods {
+                held += self.cluster.pods[*p].gpu_equiv;
+            }
+        }
+        let paid = self.paid_gpus_now();
+        self.samples.push(Sample {
+            t: self.now,
+            nodes_by_type: by_type,
+            pending: self.cluster.pending.len() as u32,
+            gpu_allocation: if paid > 0.0 { held / paid } else { 0.0 },
+            cost: self.cost_until(self.now).0,
+        });
+    }
+
+    fn finish(mut self, wall: f64) -> PolicyResult {
+        let end = self.horizon;
+        for (i, st) in self.cluster.pods.iter().enumerate() {
+            match st.phase {
+                PodPhase::Bound { since, .. } => {
+                    self.gpu_requested_s += st.gpu_equiv * (end - since) as f64;
+                }
+                PodPhase::Pending { since } => self.pending_samples.push(end - since),
+                _ => {}
+            }
+            let _ = i;
+        }
+        self.sample();
+        let (cost, gpu_s) = self.cost_until(end);
+        let mut s = std::mem::take(&mut self.pending_samples);
+        s.sort_unstable();
+        let paid_h = gpu_s / 3600.0;
+        let req_h = self.gpu_requested_s / 3600.0;
+        PolicyResult {
+            name: self.policy.name().to_string(),
+            description: self.policy.description().to_string(),
+            cost,
+            gpu_hours_paid: paid_h,
+            gpu_hours_requested: req_h,
+            gpu_allocation: if paid_h > 0.0 { req_h / paid_h } else { 0.0 },
+            pending_p50_s: percentile(&s, 0.50),
+            pending_p95_s: percentile(&s, 0.95),
+            pending_p99_s: percentile(&s, 0.99),
+            nodes_launched: self.nodes_launched,
+            nodes_terminated: self.nodes_terminated,
+            pods_disrupted: self.pods_disrupted,
+            pods_interrupted: self.pods_interrupted,
+            safety_violations: self.violations,
+            violation_examples: self.violation_examples,
+            pending_at_end: self.cluster.pending.len() as u64,
+            pods_created: self.pods_created,
+            launch_failures: self.launch_failures,
+            samples: self.samples,
+            wall_seconds: wall,
+        }
+    }
+}
+
+/// A policy that does nothing, parked in the engine while the real one is borrowed out.
+struct Noop;
+
+impl Policy for Noop {
+    fn name(&self) -> &'static str {
+        "noop"
+    }
+    fn description(&self) -> &'static str {
+        "does nothing"
+    }
+    fn provision(&mut self, _: &Ctx, _: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
+        (vec![], vec![])
+    }
+    fn disrupt(&mut self, _: &Ctx, _: i64) -> (Vec<Decision>, i64) {
+        (vec![], i64::MAX)
+    }
+    fn validate(&mut self, _: &Ctx, _: &Decision, _: i64) -> bool {
+        false
+    }
+    fn on_scale_up(&mut self, _: i64) {}
+    fn on_delete(&mut self, _: i64) {}
+}

@@ -1,0 +1,1 @@
+//! Turning the openb trace into a workload (placeholder, filled in below).

@@ -1,0 +1,264 @@
+//! Policies: who decides what to launch and what to remove. This project's planner and
+//! disruption ([`GpuAutoscaler`]) and the documented baselines in [`crate::baselines`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use autoscaler_core::disruption::{
+    Command, DisruptionConfig, DisruptionState, Method, plan_disruption, validate,
+};
+use autoscaler_core::model::{DaemonSet, Pool, Snapshot};
+use autoscaler_core::provision::plan_provisioning;
+use providers::OfferingKey;
+
+use crate::cluster::{Cluster, NodeId, NodePhase, PodId};
+use crate::scenario::ClusterConfig;
+use crate::workload::Workload;
+
+/// A node to launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchSpec {
+    /// Pool index.
+    pub pool: usize,
+    /// Offerings in order of preference (the provider takes the first it can get).
+    pub candidates: Vec<OfferingKey>,
+    /// Pods the policy planned onto the node (nominated to it while it is in flight).
+    pub pods: Vec<PodId>,
+}
+
+/// A disruption decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// Nodes to remove.
+    pub nodes: Vec<NodeId>,
+    /// Node to launch first, if replacing.
+    pub replacement: Option<LaunchSpec>,
+    /// Short reason for reports.
+    pub reason: String,
+    /// The core's command, for the core policy's validation.
+    pub command: Option<Command>,
+}
+
+/// What a policy reads.
+pub struct Ctx<'a> {
+    /// The cluster.
+    pub cluster: &'a Cluster,
+    /// The workload (groups, PDBs).
+    pub workload: &'a Workload,
+    /// NodePools, with recently refused offerings marked unavailable.
+    pub pools: &'a [Pool],
+    /// DaemonSets.
+    pub daemonsets: &'a [DaemonSet],
+    /// Cluster settings.
+    pub config: &'a ClusterConfig,
+    /// Pods nominated to in-flight nodes.
+    pub nominated: &'a HashMap<PodId, NodeId>,
+    /// Node id by NodeClaim name.
+    pub claims: &'a HashMap<String, NodeId>,
+    /// Pod id by name.
+    pub pod_ids: &'a HashMap<String, PodId>,
+    /// Offerings recently refused for lack of capacity.
+    pub unavailable: &'a providers::UnavailableOfferings,
+}
+
+impl Ctx<'_> {
+    /// The controller's snapshot (pending pods included when asked).
+    pub fn snapshot(&self, pending: bool) -> Snapshot {
+        self.cluster
+            .snapshot(self.pools, self.daemonsets, self.workload, pending)
+    }
+}
+
+/// A provisioning and disruption policy.
+pub trait Policy {
+    /// Name as reported.
+    fn name(&self) -> &'static str;
+    /// One line saying what the policy is (and, for baselines, that it is a model).
+    fn description(&self) -> &'static str;
+    /// Nodes to launch for the pending pods; new-node placements of pods go in
+    /// [`LaunchSpec::pods`], and placements on in-flight nodes in the returned map.
+    fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>);
+    /// Disruption decisions, and the latest time until which, if the cluster does not change,
+    /// calling again is pointless.
+    fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64);
+    /// Whether a decision still holds after the validation delay.
+    fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64) -> bool;
+    /// A node was launched at `now`.
+    fn on_scale_up(&mut self, now: i64);
+    /// Nodes were deleted at `now`.
+    fn on_delete(&mut self, now: i64);
+}
+
+/// This project's planner ([`plan_provisioning`]) and disruption ([`plan_disruption`]),
+/// driven as the controller drives them.
+pub struct GpuAutoscaler {
+    state: DisruptionState,
+    config: DisruptionConfig,
+}
+
+impl GpuAutoscaler {
+    /// A policy with the core's disruption defaults, the validation delay and scale-down
+    /// delay of `cfg`.
+    pub fn new(cfg: &ClusterConfig) -> Self {
+        GpuAutoscaler {
+            state: DisruptionState::default(),
+            config: DisruptionConfig {
+                validation_delay_s: cfg.validation_delay_s,
+                delay_after_scale_up_s: cfg.scale_down_delay_after_add_s,
+                ..DisruptionConfig::default()
+            },
+        }
+    }
+}
+
+/// Offering keys of a planned claim, in the claim's preference order.
+pub fn claim_candidates(claim: &autoscaler_core::plan::NewClaim) -> Vec<OfferingKey> {
+    let mut out = Vec::new();
+    for opt in &claim.instance_types {
+        for (zone, ct, _) in &opt.offerings {
+            out.push(OfferingKey::new(&opt.instance_type, zone, *ct));
+        }
+    }
+    out
+}
+
+fn pool_index(pools: &[Pool], name: &str) -> usize {
+    pools.iter().position(|p| p.name == name).unwrap_or(0)
+}
+
+impl Policy for GpuAutoscaler {
+    fn name(&self) -> &'static str {
+        "gpu-autoscaler"
+    }
+
+    fn description(&self) -> &'static str {
+        "this project's planner (plan_provisioning) and disruption (plan_disruption + validate), \
+         on the controller's cadence"
+    }
+
+    fn provision(&mut self, ctx: &Ctx, _now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
+        let snap = ctx.snapshot(true);
+        let plan = plan_provisioning(&snap);
+        let mut specs = Vec::new();
+        for c in &plan.new_claims {
+            specs.push(LaunchSpec {
+                pool: pool_index(ctx.pools, &c.pool),
+                candidates: claim_candidates(c),
+                pods: c
+                    .pods
+                    .iter()
+                    .filter_map(|k| ctx.pod_ids.get(&k.name).copied())
+                    .collect(),
+            });
+        }
+        let noms = plan
+            .in_flight
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    *ctx.pod_ids.get(&p.pod.name)?,
+                    *ctx.claims.get(&p.target)?,
+                ))
+            })
+            .collect();
+        (specs, noms)
+    }
+
+    fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {
+        let snap = ctx.snapshot(false);
+        let plan = plan_disruption(&snap, &self.state, now, &self.config);
+        self.state = plan.state.clone();
+        let mut out = Vec::new();
+        for cmd in plan.commands {
+            let nodes: Vec<NodeId> = cmd
+                .nodes
+                .iter()
+                .filter_map(|n| node_by_name(ctx.cluster, n))
+                .collect();
+            let replacement = cmd.replacement.as_ref().map(|c| LaunchSpec {
+                pool: pool_index(ctx.pools, &c.pool),
+                candidates: claim_candidates(c),
+                pods: vec![],
+            });
+            out.push(Decision {
+                nodes,
+                replacement,
+                reason: format!(
+                    "{:?} {}",
+                    cmd.reason,
+                    if cmd.method == Method::Replace {
+                        "replace"
+                    } else {
+                        "delete"
+                    }
+                ),
+                command: Some(cmd),
+            });
+        }
+        (out, next_wake(&snap, &self.state, &self.config, now))
+    }
+
+    fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64) -> bool {
+        let Some(cmd) = &decision.command else {
+            return false;
+        };
+        let snap = ctx.snapshot(false);
+        validate(cmd, &snap, now, &self.config).is_ok()
+    }
+
+    fn on_scale_up(&mut self, now: i64) {
+        self.state.last_scale_up = Some(now);
+    }
+
+    fn on_delete(&mut self, now: i64) {
+        self.state.last_delete = Some(now);
+    }
+}
+
+/// The node called `name`, if it is live.
+pub fn node_by_name(cluster: &Cluster, name: &str) -> Option<NodeId> {
+    cluster
+        .live_nodes
+        .iter()
+        .copied()
+        .find(|n| cluster.nodes[*n].name == name)
+}
+
+/// The next time at which an unchanged cluster could get a different disruption plan: a
+/// node's unneeded timer or consolidateAfter running out, or a scale-down delay ending. The
+/// core reads time only through these, so skipping calls before then changes nothing.
+fn next_wake(snap: &Snapshot, state: &DisruptionState, cfg: &DisruptionConfig, now: i64) -> i64 {
+    let mut wake = i64::MAX;
+    let mut consider = |t: i64| {
+        if t > now {
+            wake = wake.min(t);
+        }
+    };
+    let pools: BTreeMap<&str, &Pool> = snap.pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    let unneeded: BTreeSet<&String> = state.unneeded_since.keys().collect();
+    for n in &snap.nodes {
+        let Some(p) = n.pool.as_deref().and_then(|p| pools.get(p)) else {
+            continue;
+        };
+        if let Some(since) = state.unneeded_since.get(&n.name) {
+            consider(since.saturating_add(p.disruption.unneeded_s));
+        }
+        consider(n.created_at.saturating_add(p.disruption.consolidate_after_s));
+        let _ = &unneeded;
+    }
+    for (at, d) in [
+        (state.last_scale_up, cfg.delay_after_scale_up_s),
+        (state.last_delete, cfg.delay_after_delete_s),
+        (state.last_failure, cfg.delay_after_failure_s),
+    ] {
+        if let Some(t) = at {
+            consider(t.saturating_add(d));
+        }
+    }
+    wake
+}
+
+/// Whether a node is a disruption target at all (managed, initialized, not being removed).
+pub fn disruptable(cluster: &Cluster, n: NodeId) -> bool {
+    let node = &cluster.nodes[n];
+    node.phase == NodePhase::Ready && !node.deleting && !node.cordoned
+}

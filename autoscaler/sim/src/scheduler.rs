@@ -1,0 +1,401 @@
+//! A simulated kube-scheduler, written apart from the planner's own fit logic so that a plan
+//! the real scheduler would not follow shows up as pods that stay pending.
+//!
+//! Filters, as the default scheduler's plugins: NodeUnschedulable (cordoned or being deleted),
+//! TaintToleration (NoSchedule / NoExecute), NodeAffinity (nodeSelector and required terms),
+//! NodeResourcesFit (every resource; `nvidia.com/gpu` per device, so a fractional share must
+//! fit on one device and whole GPUs need wholly free devices), PodTopologySpread
+//! (`DoNotSchedule` only) and InterPodAffinity (required affinity and anti-affinity, both
+//! directions). Scores: `LeastAllocated` (default) or `MostAllocated` over cpu, memory and,
+//! for GPU pods, GPUs; ties go to the older node.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use autoscaler_core::model::Pod;
+use autoscaler_core::requirements::Labels;
+use autoscaler_core::resources::{Resources, names};
+use autoscaler_core::taints::{Effect, Taint, Toleration, TolerationOperator};
+
+use crate::cluster::{Cluster, NodeId, NodeState, PodId, PodState};
+use crate::scenario::ScoreStrategy;
+
+/// Why a pod does not fit a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unfit {
+    /// The node is not Ready, cordoned or being deleted.
+    Unschedulable,
+    /// An untolerated taint.
+    Taint(String),
+    /// nodeSelector or required node affinity.
+    Selector,
+    /// Not enough of a resource.
+    Resource(String),
+    /// A hard topology spread constraint.
+    Spread(String),
+    /// Required pod affinity.
+    Affinity,
+    /// Required pod anti-affinity (either direction).
+    AntiAffinity,
+}
+
+/// Whether one toleration tolerates one taint (the API's matching rules, restated here on
+/// purpose rather than borrowed from the planner).
+fn tolerates(t: &Toleration, taint: &Taint) -> bool {
+    if let Some(e) = t.effect
+        && e != taint.effect
+    {
+        return false;
+    }
+    match t.operator {
+        TolerationOperator::Exists => t.key.is_empty() || t.key == taint.key,
+        TolerationOperator::Equal => t.key == taint.key && t.value == taint.value,
+    }
+}
+
+/// The first taint that keeps the pod off the node.
+pub fn untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Option<&'a Taint> {
+    taints.iter().find(|taint| {
+        matches!(taint.effect, Effect::NoSchedule | Effect::NoExecute)
+            && !tolerations.iter().any(|t| tolerates(t, taint))
+    })
+}
+
+/// The `nvidia.com/gpu` units the pod would take on the node, or why it does not fit its
+/// resources. Whole GPUs take the lowest-numbered free units; a share takes the fullest unit it
+/// still fits on (best fit).
+pub fn fit_resources(pod: &Pod, node: &NodeState) -> Result<Vec<usize>, Unfit> {
+    let alloc = node.effective_allocatable();
+    for (k, v) in pod.requests.iter() {
+        if k == names::NVIDIA_GPU {
+            continue;
+        }
+        let free = alloc.get(k) - node.used.get(k);
+        if v > free {
+            return Err(Unfit::Resource(k.to_string()));
+        }
+    }
+    let units = alloc.get(names::NVIDIA_GPU).max(0) as usize;
+    let usable = &node.devices[..units.min(node.devices.len())];
+    let whole = pod.requests.get(names::NVIDIA_GPU).max(0) as usize;
+    let mut out = Vec::new();
+    if whole > 0 {
+        out.extend(
+            usable
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| **u == 0)
+                .map(|(i, _)| i)
+                .take(whole),
+        );
+        if out.len() < whole {
+            return Err(Unfit::Resource(names::NVIDIA_GPU.into()));
+        }
+    }
+    if let Some(share) = &pod.gpu_share {
+        if share.resource != names::NVIDIA_GPU {
+            // Shares of other resources are counted as whole units.
+            if alloc.get(&share.resource) - node.used.get(&share.resource) < 1 {
+                return Err(Unfit::Resource(share.resource.clone()));
+            }
+            return Ok(out);
+        }
+        let best = usable
+            .iter()
+            .enumerate()
+            .filter(|(i, u)| **u + share.milli <= 1000 && !out.contains(i))
+            .max_by_key(|(i, u)| (**u, std::cmp::Reverse(*i)))
+            .map(|(i, _)| i);
+        match best {
+            Some(i) if out.is_empty() => out.push(i),
+            Some(_) => return Err(Unfit::Resource(names::NVIDIA_GPU.into())),
+            None => return Err(Unfit::Resource(names::NVIDIA_GPU.into())),
+        }
+    }
+    Ok(out)
+}
+
+/// What the scheduler reads: nodes (possibly a scratch copy for what-if questions) and the
+/// pods they hold.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    /// Nodes by id.
+    pub nodes: &'a [NodeState],
+    /// Pods by id.
+    pub pods: &'a [PodState],
+    /// Nodes not gone.
+    pub live: &'a BTreeSet<NodeId>,
+}
+
+impl<'a> View<'a> {
+    /// The view of the whole cluster.
+    pub fn of(c: &'a Cluster) -> Self {
+        View {
+            nodes: &c.nodes,
+            pods: &c.pods,
+            live: &c.live_nodes,
+        }
+    }
+
+    fn pod(&self, id: PodId) -> &'a Pod {
+        self.pods[id].pod.as_ref().expect("bound pod exists")
+    }
+}
+
+/// Per-pod topology facts, computed once per scheduling attempt.
+#[derive(Debug, Default)]
+pub struct Topology {
+    /// Per hard spread constraint: matching-pod count per domain over eligible nodes.
+    spread: Vec<BTreeMap<String, u32>>,
+    /// Per affinity term: domains holding a matching pod, and whether any pod matches at all.
+    affinity: Vec<(BTreeSet<String>, bool)>,
+    /// Per anti-affinity term of the pod: domains holding a matching pod.
+    anti: Vec<BTreeSet<String>>,
+    /// (topology key, domain) pairs that existing pods' anti-affinity forbids to this pod.
+    forbidden: BTreeSet<(String, String)>,
+}
+
+fn domain<'a>(node: &'a NodeState, key: &str) -> Option<&'a str> {
+    node.labels.get(key).map(String::as_str)
+}
+
+fn matches_sel(
+    ns: &str,
+    sel: &autoscaler_core::Requirements,
+    pod_ns: &str,
+    labels: &Labels,
+) -> bool {
+    ns == pod_ns && sel.matches(labels)
+}
+
+impl Topology {
+    /// Gathers the facts `pod`'s constraints need from every registered node of `cluster`.
+    pub fn of(view: View, pod: &Pod) -> Topology {
+        let hard: Vec<_> = pod.spread.iter().filter(|s| s.hard).collect();
+        let mut t = Topology {
+            spread: vec![BTreeMap::new(); hard.len()],
+            affinity: vec![(BTreeSet::new(), false); pod.affinity.len()],
+            anti: vec![BTreeSet::new(); pod.anti_affinity.len()],
+            forbidden: BTreeSet::new(),
+        };
+        let ns = &pod.key.namespace;
+        for ni in view.live {
+            let n = &view.nodes[*ni];
+            if !n.registered() {
+                continue;
+            }
+            let eligible = pod.node_selector.matches(&n.labels);
+            for (ci, c) in hard.iter().enumerate() {
+                if let (true, Some(d)) = (eligible, domain(n, &c.topology_key)) {
+                    t.spread[ci].entry(d.to_string()).or_insert(0);
+                }
+            }
+            for pid in &n.pods {
+                let other = view.pod(*pid);
+                for (ci, c) in hard.iter().enumerate() {
+                    if let (true, Some(d)) = (eligible, domain(n, &c.topology_key))
+                        && matches_sel(ns, &c.selector, &other.key.namespace, &other.labels)
+                    {
+                        *t.spread[ci].entry(d.to_string()).or_insert(0) += 1;
+                    }
+                }
+                for (ci, term) in pod.affinity.iter().enumerate() {
+                    if matches_sel(ns, &term.selector, &other.key.namespace, &other.labels) {
+                        t.affinity[ci].1 = true;
+                        if let Some(d) = domain(n, &term.topology_key) {
+                            t.affinity[ci].0.insert(d.to_string());
+                        }
+                    }
+                }
+                for (ci, term) in pod.anti_affinity.iter().enumerate() {
+                    if matches_sel(ns, &term.selector, &other.key.namespace, &other.labels)
+                        && let Some(d) = domain(n, &term.topology_key)
+                    {
+                        t.anti[ci].insert(d.to_string());
+                    }
+                }
+                for term in &other.anti_affinity {
+                    if matches_sel(
+                        &other.key.namespace,
+                        &term.selector,
+                        ns,
+                        &pod.labels,
+                    ) && let Some(d) = domain(n, &term.topology_key)
+                    {
+                        t.forbidden
+                            .insert((term.topology_key.clone(), d.to_string()));
+                    }
+                }
+            }
+        }
+        t
+    }
+
+    fn check(&self, pod: &Pod, node: &NodeState) -> Result<(), Unfit> {
+        let hard: Vec<_> = pod.spread.iter().filter(|s| s.hard).collect();
+        for (ci, c) in hard.iter().enumerate() {
+            let Some(d) = domain(node, &c.topology_key) else {
+                return Err(Unfit::Spread(c.topology_key.clone()));
+            };
+            let counts = &self.spread[ci];
+            let min = counts.values().copied().min().unwrap_or(0);
+            let here = counts.get(d).copied().unwrap_or(0);
+            let selfmatch = u32::from(c.selector.matches(&pod.labels));
+            if here + selfmatch > min + c.max_skew {
+                return Err(Unfit::Spread(c.topology_key.clone()));
+            }
+        }
+        for (ci, term) in pod.affinity.iter().enumerate() {
+            let (domains, any) = &self.affinity[ci];
+            let ok = match domain(node, &term.topology_key) {
+                None => false,
+                Some(d) => {
+                    domains.contains(d) || (!any && term.selector.matches(&pod.labels))
+                }
+            };
+            if !ok {
+                return Err(Unfit::Affinity);
+            }
+        }
+        for (ci, term) in pod.anti_affinity.iter().enumerate() {
+            if let Some(d) = domain(node, &term.topology_key)
+                && self.anti[ci].contains(d)
+            {
+                return Err(Unfit::AntiAffinity);
+            }
+        }
+        for (key, d) in &self.forbidden {
+            if domain(node, key) == Some(d.as_str()) {
+                return Err(Unfit::AntiAffinity);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a pod has constraints that depend on other pods' placement.
+pub fn has_topology(pod: &Pod) -> bool {
+    pod.spread.iter().any(|s| s.hard) || !pod.affinity.is_empty() || !pod.anti_affinity.is_empty()
+}
+
+/// Runs every filter; `Ok` carries the GPU units the pod would take.
+pub fn filter(pod: &Pod, node: &NodeState, topo: Option<&Topology>) -> Result<Vec<usize>, Unfit> {
+    if !node.registered() || node.cordoned || node.deleting {
+        return Err(Unfit::Unschedulable);
+    }
+    if let Some(t) = untolerated(&pod.tolerations, &node.taints) {
+        return Err(Unfit::Taint(t.to_string()));
+    }
+    if !pod.node_selector.matches(&node.labels) {
+        return Err(Unfit::Selector);
+    }
+    let devices = fit_resources(pod, node)?;
+    if let Some(t) = topo {
+        t.check(pod, node)?;
+    }
+    Ok(devices)
+}
+
+fn ratio(used: i64, req: i64, alloc: i64) -> f64 {
+    if alloc <= 0 {
+        return 0.0;
+    }
+    ((used + req) as f64 / alloc as f64).clamp(0.0, 1.0)
+}
+
+/// Score of a feasible node, higher is better.
+pub fn score(pod: &Pod, node: &NodeState, strategy: ScoreStrategy) -> f64 {
+    let alloc: Resources = node.effective_allocatable();
+    let mut parts = vec![
+        ratio(node.used.cpu, pod.requests.cpu, alloc.cpu),
+        ratio(node.used.memory, pod.requests.memory, alloc.memory),
+    ];
+    let gpu_req = pod.requests.get(names::NVIDIA_GPU) * 1000
+        + pod.gpu_share.as_ref().map_or(0, |s| i64::from(s.milli));
+    if gpu_req > 0 {
+        let used: i64 = node.devices.iter().map(|d| i64::from(*d)).sum();
+        parts.push(ratio(used, gpu_req, alloc.get(names::NVIDIA_GPU) * 1000));
+    }
+    let avg = parts.iter().sum::<f64>() / parts.len() as f64;
+    match strategy {
+        ScoreStrategy::LeastAllocated => 1.0 - avg,
+        ScoreStrategy::MostAllocated => avg,
+    }
+}
+
+/// The best feasible node among `nodes` for `pod`, with the GPU units it would take.
+pub fn best_node(
+    view: View,
+    pod: &Pod,
+    nodes: &[NodeId],
+    strategy: ScoreStrategy,
+) -> Option<(NodeId, Vec<usize>)> {
+    let topo = has_topology(pod).then(|| Topology::of(view, pod));
+    let mut best: Option<(f64, NodeId, Vec<usize>)> = None;
+    for ni in nodes {
+        let n = &view.nodes[*ni];
+        let Ok(devices) = filter(pod, n, topo.as_ref()) else {
+            continue;
+        };
+        let s = score(pod, n, strategy);
+        if best.as_ref().is_none_or(|(bs, _, _)| s > *bs + 1e-12) {
+            best = Some((s, *ni, devices));
+        }
+    }
+    best.map(|(_, n, d)| (n, d))
+}
+
+/// Adds a what-if placement to scratch nodes.
+pub fn place_what_if(nodes: &mut [NodeState], pod: &Pod, id: PodId, node: NodeId, devices: &[usize]) {
+    let mut req = pod.requests.clone();
+    req.set(names::NVIDIA_GPU, 0);
+    let share = pod.gpu_share.as_ref().map(|s| s.milli);
+    let n = &mut nodes[node];
+    n.used.add(&req);
+    for d in devices {
+        n.devices[*d] += match share {
+            Some(m) if devices.len() == 1 && pod.requests.get(names::NVIDIA_GPU) == 0 => m,
+            _ => 1000,
+        };
+    }
+    n.pods.push(id);
+}
+
+/// Whether every pod bound to the `removed` nodes could be re-placed on `targets`, binding them
+/// one by one on a scratch copy of the nodes, largest first: the "would the scheduler find
+/// room" question the baselines' scale-down asks. `scratch` must be a copy of the cluster's
+/// nodes; it is left with the what-if placements.
+pub fn can_move(
+    cluster: &Cluster,
+    scratch: &mut Vec<NodeState>,
+    removed: &[NodeId],
+    targets: &[NodeId],
+    strategy: ScoreStrategy,
+) -> bool {
+    let mut order: Vec<PodId> = Vec::new();
+    for r in removed {
+        order.extend(scratch[*r].pods.iter().copied());
+        scratch[*r].pods.clear();
+    }
+    order.sort_by_key(|p| {
+        let r = &cluster.pod(*p).requests;
+        (
+            std::cmp::Reverse(r.get(names::NVIDIA_GPU)),
+            std::cmp::Reverse(r.cpu),
+            std::cmp::Reverse(r.memory),
+            *p,
+        )
+    });
+    for p in order {
+        let pod = cluster.pod(p);
+        let view = View {
+            nodes: scratch,
+            pods: &cluster.pods,
+            live: &cluster.live_nodes,
+        };
+        match best_node(view, pod, targets, strategy) {
+            Some((ni, devices)) => place_what_if(scratch, pod, p, ni, &devices),
+            None => return false,
+        }
+    }
+    true
+}

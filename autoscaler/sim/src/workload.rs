@@ -1,0 +1,257 @@
+//! Workloads as the engine replays them: every pod with its arrival, runtime and deletion,
+//! generated once from a scenario's generators (or a trace) with a seeded generator, so that
+//! every policy of a run sees exactly the same pods at the same times.
+
+use autoscaler_core::model::{Pod, PodKey};
+use autoscaler_core::requirements::{Operator, Requirements};
+
+use crate::rng::Rng;
+use crate::scenario::{Arrivals, Generator, Runtime, Scenario};
+
+/// One pod of the workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodSpec {
+    /// Index of its template in [`Workload::templates`].
+    pub template: u32,
+    /// Pod name (unique in the run).
+    pub name: String,
+    /// When it is created.
+    pub arrival: i64,
+    /// How long it runs once bound (its group's runtime for gang members); `None` runs until
+    /// deleted.
+    pub runtime: Option<i64>,
+    /// When its controller deletes it (deployment scale-down), if ever.
+    pub delete_at: Option<i64>,
+    /// Index into [`Workload::groups`] for gang and ProvisioningRequest members.
+    pub group: Option<u32>,
+}
+
+/// An all-or-nothing group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupSpec {
+    /// Group name (pods carry it in [`Pod::group`]).
+    pub name: String,
+    /// Member pod indices.
+    pub members: Vec<u32>,
+    /// Whether it is a ProvisioningRequest (capacity booked until its pods bind).
+    pub provisioning_request: bool,
+}
+
+/// A PodDisruptionBudget of a deployment: at most `max_unavailable` of its pods may be down.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PdbSpec {
+    /// Namespace.
+    pub namespace: String,
+    /// Name (the deployment's).
+    pub name: String,
+    /// Pods covered.
+    pub selector: Requirements,
+    /// Most pods that may be unavailable.
+    pub max_unavailable: u32,
+    /// Template index of the pods it covers (their desired count is tracked per template).
+    pub template: u32,
+}
+
+/// Everything the engine replays.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Workload {
+    /// Pod templates (name = workload name; pods get their own).
+    pub templates: Vec<Pod>,
+    /// Pods by arrival (ties by generation order).
+    pub pods: Vec<PodSpec>,
+    /// Groups.
+    pub groups: Vec<GroupSpec>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<PdbSpec>,
+}
+
+impl Workload {
+    /// The pod `i` as the planner and scheduler see it.
+    pub fn materialize(&self, i: usize) -> Pod {
+        let spec = &self.pods[i];
+        let mut p = self.templates[spec.template as usize].clone();
+        p.key = PodKey {
+            namespace: p.key.namespace.clone(),
+            name: spec.name.clone(),
+        };
+        p.group = spec.group.map(|g| self.groups[g as usize].name.clone());
+        p
+    }
+
+    /// Sum of requested GPUs over all pods (whole devices plus shares), for reports.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Whether there are no pods.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// Sorts pods by arrival (stable) and renumbers group members accordingly.
+    pub fn finish(&mut self) {
+        let mut order: Vec<usize> = (0..self.pods.len()).collect();
+        order.sort_by_key(|i| (self.pods[*i].arrival, *i));
+        let mut new_index = vec![0u32; self.pods.len()];
+        for (new, old) in order.iter().enumerate() {
+            new_index[*old] = new as u32;
+        }
+        let pods = order.iter().map(|i| self.pods[*i].clone()).collect();
+        self.pods = pods;
+        for g in &mut self.groups {
+            for m in &mut g.members {
+                *m = new_index[*m as usize];
+            }
+        }
+    }
+}
+
+fn arrival_times(a: &Arrivals, horizon: i64, rng: &mut Rng, limit: Option<u32>) -> Vec<i64> {
+    let cap = limit.map_or(usize::MAX, |l| l as usize);
+    let mut out = Vec::new();
+    match a {
+        Arrivals::Poisson {
+            per_hour,
+            start,
+            end,
+        } => {
+            let mean = 3600.0 / per_hour;
+            let end = (*end).min(horizon);
+            let mut t = *start as f64;
+            loop {
+                t += rng.exponential(mean);
+                if t >= end as f64 || out.len() >= cap {
+                    break;
+                }
+                out.push(t.floor() as i64);
+            }
+        }
+        Arrivals::Every { every, start, end } => {
+            let end = (*end).min(horizon);
+            let mut t = *start;
+            while t < end && out.len() < cap {
+                out.push(t);
+                t += every;
+            }
+        }
+        Arrivals::At(ts) => {
+            out.extend(ts.iter().copied().filter(|t| *t < horizon).take(cap));
+        }
+    }
+    out
+}
+
+fn draw_runtime(r: &Runtime, rng: &mut Rng) -> i64 {
+    match r {
+        Runtime::Fixed(v) => *v,
+        Runtime::Uniform(lo, hi) => rng.uniform(*lo as f64, *hi as f64).round() as i64,
+        Runtime::Exponential(m) => rng.exponential(*m as f64).round() as i64,
+    }
+    .max(1)
+}
+
+/// Generates the workload of `scenario` with `seed`, up to `horizon` seconds.
+pub fn generate(scenario: &Scenario, seed: u64, horizon: i64) -> Workload {
+    let mut w = Workload::default();
+    for spec in &scenario.workloads {
+        let ti = w.templates.len() as u32;
+        w.templates.push(spec.template.clone());
+        // One stream per workload: adding a workload does not change the others' pods.
+        let mut rng = Rng::derive(seed, &spec.name);
+        match &spec.generator {
+            Generator::Deployment {
+                steps,
+                max_unavailable,
+            } => {
+                let mut live: Vec<usize> = Vec::new();
+                let mut n = 0usize;
+                for (at, count) in steps {
+                    if *at >= horizon {
+                        break;
+                    }
+                    let count = *count as usize;
+                    while live.len() < count {
+                        live.push(w.pods.len());
+                        w.pods.push(PodSpec {
+                            template: ti,
+                            name: format!("{}-{n}", spec.name),
+                            arrival: *at,
+                            runtime: None,
+                            delete_at: None,
+                            group: None,
+                        });
+                        n += 1;
+                    }
+                    while live.len() > count {
+                        let i = live.pop().expect("non-empty");
+                        w.pods[i].delete_at = Some(*at);
+                    }
+                }
+                if let Some(mu) = max_unavailable {
+                    w.pdbs.push(PdbSpec {
+                        namespace: spec.template.key.namespace.clone(),
+                        name: spec.name.clone(),
+                        selector: Requirements::new().with("app", Operator::In, &[&spec.name]),
+                        max_unavailable: *mu,
+                        template: ti,
+                    });
+                }
+            }
+            Generator::Jobs {
+                arrivals,
+                runtime,
+                limit,
+            } => {
+                for (n, at) in arrival_times(arrivals, horizon, &mut rng, *limit)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let rt = draw_runtime(runtime, &mut rng);
+                    w.pods.push(PodSpec {
+                        template: ti,
+                        name: format!("{}-{n}", spec.name),
+                        arrival: at,
+                        runtime: Some(rt),
+                        delete_at: None,
+                        group: None,
+                    });
+                }
+            }
+            Generator::Groups {
+                size,
+                arrivals,
+                runtime,
+                limit,
+                provisioning_request,
+            } => {
+                for (n, at) in arrival_times(arrivals, horizon, &mut rng, *limit)
+                    .into_iter()
+                    .enumerate()
+                {
+                    let rt = draw_runtime(runtime, &mut rng);
+                    let gi = w.groups.len() as u32;
+                    let gname = format!("{}-{n}", spec.name);
+                    let mut members = Vec::new();
+                    for m in 0..*size {
+                        members.push(w.pods.len() as u32);
+                        w.pods.push(PodSpec {
+                            template: ti,
+                            name: format!("{gname}-{m}"),
+                            arrival: at,
+                            runtime: Some(rt),
+                            delete_at: None,
+                            group: Some(gi),
+                        });
+                    }
+                    w.groups.push(GroupSpec {
+                        name: gname,
+                        members,
+                        provisioning_request: *provisioning_request,
+                    });
+                }
+            }
+        }
+    }
+    w.finish();
+    w
+}
