@@ -1,0 +1,176 @@
+//! The batcher: gathers unschedulable pods into one planning round.
+//!
+//! A pure state machine fed `now` (milliseconds on any monotonic clock). A window opens when a
+//! pod shows up that the previous round did not see (or when something [`Batcher::flag`]s that
+//! the world changed, e.g. a claim failed); it closes after `idle` without another new pod, or
+//! after `max` in all, whichever comes first. Closing hands back every pod pending *then*, so
+//! a round always plans the whole backlog, not just the newcomers.
+
+use std::collections::BTreeSet;
+
+use autoscaler_core::model::PodKey;
+
+/// Batching windows, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Close after this long without a new pod (default 1 s).
+    pub idle_ms: u64,
+    /// Close after this long in all (default 10 s).
+    pub max_ms: u64,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            idle_ms: 1_000,
+            max_ms: 10_000,
+        }
+    }
+}
+
+/// The window state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// Nothing new since the last round.
+    Closed,
+    /// Gathering since `opened`; the last new pod came at `last`.
+    Open {
+        /// When the first new pod (or flag) arrived.
+        opened: u64,
+        /// When the latest one arrived.
+        last: u64,
+    },
+}
+
+/// The batcher.
+#[derive(Clone, Debug)]
+pub struct Batcher {
+    config: BatchConfig,
+    window: Window,
+    /// Pods the last closed round handed out; only pods outside it open a window.
+    seen: BTreeSet<PodKey>,
+    /// Pods that arrived while the window is open.
+    arrived: BTreeSet<PodKey>,
+}
+
+impl Batcher {
+    /// A closed batcher.
+    pub fn new(config: BatchConfig) -> Self {
+        Batcher {
+            config,
+            window: Window::Closed,
+            seen: BTreeSet::new(),
+            arrived: BTreeSet::new(),
+        }
+    }
+
+    /// The current window.
+    pub fn window(&self) -> &Window {
+        &self.window
+    }
+
+    fn touch(&mut self, now: u64) {
+        self.window = match self.window {
+            Window::Closed => Window::Open {
+                opened: now,
+                last: now,
+            },
+            Window::Open { opened, .. } => Window::Open { opened, last: now },
+        };
+    }
+
+    /// Something other than a new pod calls for a round (a claim failed or was deleted, a
+    /// NodePool changed): opens or extends the window as a new pod would.
+    pub fn flag(&mut self, now: u64) {
+        self.touch(now);
+    }
+
+    /// Feeds the pods pending at `now`; returns them all when the window closes.
+    pub fn step(&mut self, now: u64, pending: &BTreeSet<PodKey>) -> Option<BTreeSet<PodKey>> {
+        // Pods that left (bound, deleted) are forgotten, so that a pod coming back is new.
+        self.seen.retain(|k| pending.contains(k));
+        self.arrived.retain(|k| pending.contains(k));
+        let mut new = false;
+        for k in pending {
+            if !self.seen.contains(k) && self.arrived.insert(k.clone()) {
+                new = true;
+            }
+        }
+        if new {
+            self.touch(now);
+        }
+        let Window::Open { opened, last } = self.window else {
+            return None;
+        };
+        let idle = now.saturating_sub(last) >= self.config.idle_ms;
+        let full = now.saturating_sub(opened) >= self.config.max_ms;
+        if !(idle || full) {
+            return None;
+        }
+        self.window = Window::Closed;
+        self.seen = pending.clone();
+        self.arrived.clear();
+        Some(pending.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: &str) -> PodKey {
+        PodKey {
+            namespace: "default".into(),
+            name: n.into(),
+        }
+    }
+
+    fn set(names: &[&str]) -> BTreeSet<PodKey> {
+        names.iter().map(|n| key(n)).collect()
+    }
+
+    #[test]
+    fn closes_after_idle() {
+        let mut b = Batcher::new(BatchConfig::default());
+        assert_eq!(b.step(0, &set(&[])), None);
+        assert_eq!(b.step(100, &set(&["a"])), None);
+        assert_eq!(b.step(600, &set(&["a", "b"])), None);
+        // 1 s after b arrived, not after a.
+        assert_eq!(b.step(1_500, &set(&["a", "b"])), None);
+        assert_eq!(b.step(1_600, &set(&["a", "b"])), Some(set(&["a", "b"])));
+        // Still pending but already handed out: no new window.
+        assert_eq!(b.step(5_000, &set(&["a", "b"])), None);
+        assert_eq!(b.window(), &Window::Closed);
+    }
+
+    #[test]
+    fn closes_at_max_under_a_steady_stream() {
+        let mut b = Batcher::new(BatchConfig::default());
+        let mut pending = BTreeSet::new();
+        let mut closed_at = None;
+        for i in 0..30u64 {
+            pending.insert(key(&format!("p{i}")));
+            if b.step(i * 500, &pending).is_some() {
+                closed_at = Some(i * 500);
+                break;
+            }
+        }
+        assert_eq!(closed_at, Some(10_000));
+    }
+
+    #[test]
+    fn flag_and_returning_pods_open_a_window() {
+        let mut b = Batcher::new(BatchConfig {
+            idle_ms: 10,
+            max_ms: 100,
+        });
+        b.step(0, &set(&["a"]));
+        assert!(b.step(10, &set(&["a"])).is_some());
+        b.flag(20);
+        assert_eq!(b.step(30, &set(&["a"])), Some(set(&["a"])));
+        // a is bound (leaves), then comes back (e.g. evicted): it is new again.
+        assert_eq!(b.step(40, &set(&[])), None);
+        assert_eq!(b.step(50, &set(&["a"])), None);
+        assert_eq!(b.step(60, &set(&["a"])), Some(set(&["a"])));
+    }
+}

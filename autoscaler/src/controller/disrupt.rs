@@ -1,0 +1,365 @@
+//! Execution of disruption commands as an explicit state machine per command.
+//!
+//! ```text
+//! Decided ──validation delay, core `validate` ok──▶ (Replacing ──replacement initialized──▶)
+//!    │                                                  Tainted ──evict──▶ Draining ──no pods
+//!    └─ validate failed ─▶ Abandoned ──untaint──▶ Done       left──▶ Deleting ──Nodes gone──▶ Done
+//! ```
+//!
+//! [`step`] is pure: it reads a [`Job`] and the [`Facts`] the runtime gathered and returns the
+//! action to perform and the stage to enter once it succeeded. The runtime owns the queue, does
+//! the I/O and reports eviction refusals back through [`Job::evictions_refused`], which backs
+//! the next attempt off exponentially (PodDisruptionBudgets answer 429 until pods move).
+
+use autoscaler_core::disruption::{Command, DisruptionConfig, Method, validate};
+use autoscaler_core::model::{PodKey, Snapshot};
+use autoscaler_core::plan::NewClaim;
+
+/// Where a command is in its execution.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Decided by `plan_disruption`; waits for the validation delay.
+    Decided,
+    /// Waiting for the replacement claim to initialize.
+    Replacing {
+        /// The replacement NodeClaim's name.
+        claim: String,
+        /// When it was created (seconds).
+        since: i64,
+    },
+    /// The nodes carry the disruption taint; no eviction sent yet.
+    Tainted,
+    /// Evictions sent; waiting for the pods to leave.
+    Draining,
+    /// The Nodes were deleted; waiting for them (and their instances) to go.
+    Deleting,
+    /// Dropped, with the reason; the nodes are untainted next.
+    Abandoned(String),
+    /// Finished.
+    Done,
+}
+
+impl Stage {
+    /// Lower-case name for logs and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Stage::Decided => "decided",
+            Stage::Replacing { .. } => "replacing",
+            Stage::Tainted => "tainted",
+            Stage::Draining => "draining",
+            Stage::Deleting => "deleting",
+            Stage::Abandoned(_) => "abandoned",
+            Stage::Done => "done",
+        }
+    }
+}
+
+/// One command being executed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    /// What `plan_disruption` decided.
+    pub command: Command,
+    /// Where it is.
+    pub stage: Stage,
+    /// Earliest time of the next eviction round (seconds).
+    pub next_eviction_at: i64,
+    /// Current eviction backoff (seconds), doubled on every refusal up to a minute.
+    pub backoff_s: i64,
+}
+
+impl Job {
+    /// A freshly decided job.
+    pub fn new(command: Command) -> Self {
+        Job {
+            command,
+            stage: Stage::Decided,
+            next_eviction_at: 0,
+            backoff_s: 1,
+        }
+    }
+
+    /// Records that some evictions were refused (429) at `now`: retry later, backing off.
+    pub fn evictions_refused(&mut self, now: i64) {
+        self.next_eviction_at = now + self.backoff_s;
+        self.backoff_s = (self.backoff_s * 2).min(60);
+    }
+
+    /// Records a round in which every eviction was accepted.
+    pub fn evictions_accepted(&mut self, now: i64) {
+        self.next_eviction_at = now + 1;
+        self.backoff_s = 1;
+    }
+}
+
+/// What the runtime knows about a job's nodes right now.
+#[derive(Clone, Debug)]
+pub struct Facts<'a> {
+    /// The cluster, for re-validation.
+    pub snapshot: &'a Snapshot,
+    /// Seconds.
+    pub now: i64,
+    /// Disruption settings.
+    pub config: &'a DisruptionConfig,
+    /// Which of the command's nodes still exist.
+    pub nodes_present: Vec<String>,
+    /// Pods on those nodes that must leave (not DaemonSet, mirror or finished pods).
+    pub pods_left: Vec<PodKey>,
+    /// For [`Stage::Replacing`]: whether the replacement initialized, `None` when it is gone.
+    pub replacement_initialized: Option<bool>,
+    /// How long a replacement may take to initialize (seconds).
+    pub replacement_timeout_s: i64,
+}
+
+/// The one thing to do for a job now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Nothing yet.
+    Wait,
+    /// Create the replacement NodeClaim.
+    CreateReplacement(Box<NewClaim>),
+    /// Put the disruption taint on the nodes (and record the event).
+    Taint(Vec<String>),
+    /// Evict the pods through the Eviction API.
+    Evict(Vec<PodKey>),
+    /// Delete the Node objects (their finalizer terminates the instances).
+    DeleteNodes(Vec<String>),
+    /// Remove the disruption taint from the nodes that are left.
+    Untaint(Vec<String>),
+}
+
+/// The next action and the stage to enter once it has been performed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// What to do.
+    pub action: Action,
+    /// Where the job is after doing it.
+    pub next: Stage,
+}
+
+fn stay(job: &Job) -> Step {
+    Step {
+        action: Action::Wait,
+        next: job.stage.clone(),
+    }
+}
+
+/// Decides the next action of `job`.
+pub fn step(job: &Job, facts: &Facts<'_>) -> Step {
+    let cmd = &job.command;
+    let drain = |next_if_empty: Stage| {
+        if facts.pods_left.is_empty() {
+            Step {
+                action: Action::DeleteNodes(facts.nodes_present.clone()),
+                next: Stage::Deleting,
+            }
+        } else if facts.now >= job.next_eviction_at {
+            Step {
+                action: Action::Evict(facts.pods_left.clone()),
+                next: Stage::Draining,
+            }
+        } else {
+            Step {
+                action: Action::Wait,
+                next: next_if_empty,
+            }
+        }
+    };
+    match &job.stage {
+        Stage::Decided => {
+            if facts.now < cmd.decided_at + facts.config.validation_delay_s {
+                return stay(job);
+            }
+            if let Err(why) = validate(cmd, facts.snapshot, facts.now, facts.config) {
+                return Step {
+                    action: Action::Wait,
+                    next: Stage::Abandoned(why),
+                };
+            }
+            match (&cmd.method, &cmd.replacement) {
+                (Method::Replace, Some(claim)) => Step {
+                    action: Action::CreateReplacement(Box::new(claim.clone())),
+                    // The runtime fills in the claim's cluster name once created.
+                    next: Stage::Replacing {
+                        claim: String::new(),
+                        since: facts.now,
+                    },
+                },
+                _ => Step {
+                    action: Action::Taint(cmd.nodes.clone()),
+                    next: Stage::Tainted,
+                },
+            }
+        }
+        Stage::Replacing { since, .. } => match facts.replacement_initialized {
+            Some(true) => Step {
+                action: Action::Taint(cmd.nodes.clone()),
+                next: Stage::Tainted,
+            },
+            None => Step {
+                action: Action::Wait,
+                next: Stage::Abandoned("the replacement NodeClaim is gone".into()),
+            },
+            Some(false) if facts.now - since >= facts.replacement_timeout_s => Step {
+                action: Action::Wait,
+                next: Stage::Abandoned("the replacement did not initialize in time".into()),
+            },
+            Some(false) => stay(job),
+        },
+        Stage::Tainted => drain(Stage::Tainted),
+        Stage::Draining => drain(Stage::Draining),
+        Stage::Deleting => {
+            if facts.nodes_present.is_empty() {
+                Step {
+                    action: Action::Wait,
+                    next: Stage::Done,
+                }
+            } else {
+                stay(job)
+            }
+        }
+        Stage::Abandoned(_) => Step {
+            action: Action::Untaint(facts.nodes_present.clone()),
+            next: Stage::Done,
+        },
+        Stage::Done => stay(job),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use autoscaler_core::builders::{pod, pool};
+    use autoscaler_core::model::{DisruptionReason, Node};
+    use autoscaler_core::requirements::Labels;
+    use autoscaler_core::resources::Resources;
+
+    use super::*;
+
+    fn key(n: &str) -> PodKey {
+        PodKey {
+            namespace: "default".into(),
+            name: n.into(),
+        }
+    }
+
+    fn empty_node(name: &str) -> Node {
+        Node {
+            name: name.into(),
+            labels: Labels::new(),
+            annotations: Labels::new(),
+            taints: vec![],
+            allocatable: Resources::new().with("cpu", 4000).with("pods", 10),
+            pods: vec![],
+            unschedulable: false,
+            deleting: false,
+            pool: Some("default".into()),
+            instance_type: None,
+            price: Some(1.0),
+            created_at: 0,
+            initialized: true,
+            claim: None,
+        }
+    }
+
+    fn command(method: Method) -> Command {
+        Command {
+            reason: DisruptionReason::Empty,
+            method,
+            nodes: vec!["n1".into()],
+            pods: vec![],
+            replacement: None,
+            savings: 1.0,
+            decided_at: 100,
+        }
+    }
+
+    fn facts<'a>(snap: &'a Snapshot, config: &'a DisruptionConfig, now: i64) -> Facts<'a> {
+        Facts {
+            snapshot: snap,
+            now,
+            config,
+            nodes_present: vec!["n1".into()],
+            pods_left: vec![],
+            replacement_initialized: None,
+            replacement_timeout_s: 900,
+        }
+    }
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            nodes: vec![empty_node("n1")],
+            pools: vec![pool("default", vec![]).build()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn waits_for_validation_delay_then_taints() {
+        let snap = snapshot();
+        let config = DisruptionConfig::default();
+        let job = Job::new(command(Method::Delete));
+        assert_eq!(step(&job, &facts(&snap, &config, 110)).next, Stage::Decided);
+        let s = step(&job, &facts(&snap, &config, 115));
+        assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
+        assert_eq!(s.next, Stage::Tainted);
+    }
+
+    #[test]
+    fn failed_validation_abandons_and_untaints() {
+        let mut snap = snapshot();
+        snap.nodes[0].pods.push(pod("p").build());
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Delete));
+        let s = step(&job, &facts(&snap, &config, 200));
+        assert!(matches!(s.next, Stage::Abandoned(ref why) if why.contains("no longer empty")));
+        job.stage = s.next;
+        let s = step(&job, &facts(&snap, &config, 201));
+        assert_eq!(s.action, Action::Untaint(vec!["n1".into()]));
+        assert_eq!(s.next, Stage::Done);
+    }
+
+    #[test]
+    fn drains_with_backoff_then_deletes() {
+        let snap = snapshot();
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Delete));
+        job.stage = Stage::Tainted;
+        let mut f = facts(&snap, &config, 200);
+        f.pods_left = vec![key("a")];
+        let s = step(&job, &f);
+        assert_eq!(s.action, Action::Evict(vec![key("a")]));
+        job.stage = s.next;
+        job.evictions_refused(200);
+        job.evictions_refused(201);
+        assert_eq!(job.next_eviction_at, 203);
+        f.now = 202;
+        assert_eq!(step(&job, &f).action, Action::Wait);
+        f.now = 203;
+        assert_eq!(step(&job, &f).action, Action::Evict(vec![key("a")]));
+        f.pods_left.clear();
+        let s = step(&job, &f);
+        assert_eq!(s.action, Action::DeleteNodes(vec!["n1".into()]));
+        job.stage = s.next;
+        assert_eq!(step(&job, &f).next, Stage::Deleting);
+        f.nodes_present.clear();
+        assert_eq!(step(&job, &f).next, Stage::Done);
+    }
+
+    #[test]
+    fn replacement_must_initialize_first() {
+        let snap = snapshot();
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Replace));
+        job.stage = Stage::Replacing {
+            claim: "default-x".into(),
+            since: 100,
+        };
+        let mut f = facts(&snap, &config, 200);
+        f.replacement_initialized = Some(false);
+        assert_eq!(step(&job, &f).action, Action::Wait);
+        f.replacement_initialized = Some(true);
+        assert_eq!(step(&job, &f).action, Action::Taint(vec!["n1".into()]));
+        f.replacement_initialized = Some(false);
+        f.now = 1_000;
+        assert!(matches!(step(&job, &f).next, Stage::Abandoned(_)));
+    }
+}

@@ -1,0 +1,68 @@
+//! The one error type of the autoscaler library.
+
+use thiserror::Error;
+
+/// What can go wrong in the controller.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What was being done, e.g. `patching NodeClaim gpu-x status`.
+        action: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the kubeconfig or in-cluster configuration failed.
+    #[error("loading the Kubernetes client configuration: {0}")]
+    KubeConfig(String),
+    /// A cloud provider call failed.
+    #[error(transparent)]
+    Provider(#[from] providers::ProviderError),
+    /// An object could not be translated into the core's vocabulary.
+    #[error("{object}: {source}")]
+    Translate {
+        /// `kind namespace/name`.
+        object: String,
+        /// What was wrong.
+        #[source]
+        source: super::translate::TranslateError,
+    },
+    /// A command-line or configuration value is unusable.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// Serving `/metrics` and the health endpoints failed.
+    #[error("HTTP server on {addr}: {source}")]
+    Http {
+        /// The listen address.
+        addr: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps a kube error with what was being done.
+    pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube {
+            action: action.into(),
+            source,
+        }
+    }
+
+    /// The HTTP status of a failed API call, if the server answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Error::Kube {
+                source: kube::Error::Api(s),
+                ..
+            } => Some(s.code),
+            _ => None,
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

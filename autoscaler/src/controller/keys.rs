@@ -1,0 +1,19 @@
+//! Names the controller writes into the cluster: finalizers, labels, taints, annotations.
+
+/// Finalizer on NodeClaims and managed Nodes: deleting either always terminates the instance.
+pub const FINALIZER: &str = "gpu-autoscaler.dev/termination";
+
+/// Label on a managed Node (and on its NodeClaim's launch request): the NodeClaim's name.
+pub const CLAIM_LABEL: &str = "gpu-autoscaler.dev/nodeclaim";
+
+/// Label on a managed Node: its NodePool (the same key the core uses).
+pub const POOL_LABEL: &str = autoscaler_core::labels::NODEPOOL;
+
+/// Taint put on a Node chosen for disruption before its pods are evicted.
+pub const DISRUPTION_TAINT: &str = "gpu-autoscaler.dev/disrupted";
+
+/// Annotation on a NodeClaim created as the replacement of a disrupted node.
+pub const REPLACES_ANNOTATION: &str = "gpu-autoscaler.dev/replaces";
+
+/// The field manager of every write (server-side apply and patches).
+pub const FIELD_MANAGER: &str = "gpu-autoscaler";

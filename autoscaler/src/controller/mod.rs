@@ -1,0 +1,24 @@
+//! The controller runtime: `gpu-autoscaler run`.
+//!
+//! The I/O shell around the pure core. Reflectors keep the cluster in memory; a single
+//! reconcile loop, run only by the elected leader, turns it into actions:
+//!
+//! - [`translate`] / [`snapshot`]: Kubernetes objects into the core's [`autoscaler_core::Snapshot`];
+//! - [`batcher`]: when to plan (1 s idle / 10 s max windows over unschedulable pods);
+//! - [`lifecycle`]: the NodeClaim state machine (Pending → Launched → Registered → Initialized);
+//! - [`disrupt`]: the disruption queue state machine (Decided → Tainted → Draining → Deleting);
+//! - [`api_calls`]: the single list of API calls the controller makes (RBAC is checked against it);
+//! - [`run`]: the wiring: client, reflectors, leader election, the loop, metrics and health.
+//!
+//! Every decision is a pure function of objects and `now`; the loop only performs actions.
+
+pub mod api_calls;
+pub mod batcher;
+pub mod disrupt;
+pub mod error;
+pub mod keys;
+pub mod lifecycle;
+pub mod snapshot;
+pub mod translate;
+
+pub use error::{Error, Result};

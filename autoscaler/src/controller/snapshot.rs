@@ -1,0 +1,454 @@
+//! Assembling the core's [`Snapshot`] from the reflectors' objects.
+//!
+//! Pods are translated once per `(uid, resourceVersion)` and kept in a cache
+//! ([`SnapshotBuilder`]), so a planning round over a large, mostly unchanged cluster clones
+//! translated pods instead of re-parsing them. Objects that do not translate are left out and
+//! reported in [`Built::problems`] (an event or log line names them), never failing the round.
+//!
+//! Managed Nodes are tied to their NodeClaim by providerID. A claim that is not Initialized
+//! (and not being deleted or failed) is *in flight*: its Node, if it registered, is in
+//! [`Snapshot::nodes`] with `initialized = false` and the claim in [`Snapshot::in_flight`], which
+//! the planner counts once, as the claim.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use autoscaler_core::instance::{CapacityType, InstanceType};
+use autoscaler_core::labels;
+use autoscaler_core::model::{
+    Group, InFlightClaim, Node as CoreNode, Pod as CorePod, PodKey, Pool, Snapshot,
+};
+use autoscaler_core::requirements::{Labels, Operator, Requirements};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use nodepools::{NodeClaim, NodePool};
+
+use super::keys;
+use super::lifecycle::{self, Phase};
+use super::translate::{self, TranslateError};
+
+/// The objects a snapshot is built from, as the reflectors hold them.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// Every pod.
+    pub pods: &'a [Arc<Pod>],
+    /// Every node.
+    pub nodes: &'a [Arc<Node>],
+    /// Every NodePool.
+    pub pools: &'a [Arc<NodePool>],
+    /// Every NodeClaim.
+    pub claims: &'a [Arc<NodeClaim>],
+    /// Every DaemonSet.
+    pub daemonsets: &'a [Arc<DaemonSet>],
+    /// Every PodDisruptionBudget.
+    pub pdbs: &'a [Arc<PodDisruptionBudget>],
+    /// Instance types per NodePool name (insufficient-capacity cache already applied).
+    pub instance_types: &'a BTreeMap<String, Arc<Vec<InstanceType>>>,
+    /// The pods to plan for (the batch); others pending are left out.
+    pub pending: &'a BTreeSet<PodKey>,
+}
+
+/// A built snapshot and what could not be translated.
+#[derive(Clone, Debug, Default)]
+pub struct Built {
+    /// The snapshot.
+    pub snapshot: Snapshot,
+    /// `(object, problem)` for every object left out.
+    pub problems: Vec<(String, String)>,
+    /// NodePools whose spec does not validate, with every problem (they are left out).
+    pub invalid_pools: BTreeMap<String, String>,
+}
+
+/// Builds snapshots, caching translated pods between rounds.
+#[derive(Debug, Default)]
+pub struct SnapshotBuilder {
+    pods: HashMap<String, (String, Arc<Result<CorePod, TranslateError>>)>,
+}
+
+/// The claim a node belongs to, by providerID.
+pub fn claims_by_provider_id(claims: &[Arc<NodeClaim>]) -> HashMap<&str, &NodeClaim> {
+    claims
+        .iter()
+        .filter_map(|c| lifecycle::provider_id(c).map(|p| (p, c.as_ref())))
+        .collect()
+}
+
+/// The hourly price of a node from its pool's catalog and its labels.
+pub fn node_price(types: &[InstanceType], node_labels: &Labels) -> Option<f64> {
+    let it = types
+        .iter()
+        .find(|t| Some(&t.name) == node_labels.get(labels::INSTANCE_TYPE))?;
+    let zone = node_labels.get(labels::ZONE);
+    let ct = node_labels.get(labels::CAPACITY_TYPE);
+    it.offerings
+        .iter()
+        .find(|o| Some(&o.zone) == zone && Some(o.capacity_type.as_str()) == ct.map(String::as_str))
+        .or_else(|| {
+            it.offerings
+                .iter()
+                .filter(|o| o.capacity_type == CapacityType::OnDemand)
+                .min_by(|a, b| a.price.total_cmp(&b.price))
+        })
+        .map(|o| o.price)
+}
+
+/// Whether a node carries the disruption taint.
+pub fn has_disruption_taint(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == keys::DISRUPTION_TAINT))
+}
+
+impl SnapshotBuilder {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn translate(&mut self, p: &Pod) -> Arc<Result<CorePod, TranslateError>> {
+        let uid = p.metadata.uid.clone().unwrap_or_else(|| {
+            let k = translate::pod_key(p);
+            format!("{}/{}", k.namespace, k.name)
+        });
+        let rv = p.metadata.resource_version.clone().unwrap_or_default();
+        if let Some((cached_rv, t)) = self.pods.get(&uid)
+            && *cached_rv == rv
+            && !rv.is_empty()
+        {
+            return t.clone();
+        }
+        let t = Arc::new(translate::pod(p));
+        self.pods.insert(uid, (rv, t.clone()));
+        t
+    }
+
+    /// Builds the snapshot at `now` (seconds).
+    pub fn build(&mut self, inputs: &Inputs<'_>) -> Built {
+        let mut out = Built::default();
+        // Forget pods that are gone, so the cache does not grow without bound.
+        let live: std::collections::HashSet<&str> = inputs
+            .pods
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.pods.retain(|uid, _| live.contains(uid.as_str()));
+
+        // Pools.
+        for np in inputs.pools {
+            let name = np.metadata.name.clone().unwrap_or_default();
+            if np.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let types = inputs
+                .instance_types
+                .get(&name)
+                .cloned()
+                .unwrap_or_default();
+            match np.to_core(types) {
+                Ok(pool) => out.snapshot.pools.push(pool),
+                Err(e) => {
+                    out.invalid_pools.insert(name, e.to_string());
+                }
+            }
+        }
+        out.snapshot.pools.sort_by(|a, b| a.name.cmp(&b.name));
+        let pool_by_name: HashMap<&str, &Pool> = out
+            .snapshot
+            .pools
+            .iter()
+            .map(|p| (p.name.as_str(), p))
+            .collect();
+
+        // Pods: pending ones from the batch, bound ones per node, groups.
+        let mut bound: HashMap<&str, Vec<CorePod>> = HashMap::new();
+        let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        let mut ns_pods: BTreeMap<String, Vec<(Labels, bool)>> = BTreeMap::new();
+        for p in inputs.pods {
+            let key = translate::pod_key(p);
+            let active = translate::is_active(p);
+            if active && p.metadata.deletion_timestamp.is_none() {
+                let healthy = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                ns_pods
+                    .entry(key.namespace.clone())
+                    .or_default()
+                    .push((p.metadata.labels.clone().unwrap_or_default(), healthy));
+            }
+            let node = translate::node_name(p);
+            let pending = node.is_none() && inputs.pending.contains(&key);
+            if !(pending || (node.is_some() && active)) {
+                continue;
+            }
+            let t = self.translate(p);
+            let core = match t.as_ref() {
+                Ok(c) => c.clone(),
+                Err(e) => {
+                    out.problems.push((format!("pod {key}"), e.to_string()));
+                    continue;
+                }
+            };
+            if let Some((g, min)) = translate::pod_group(p) {
+                groups.insert(
+                    g.clone(),
+                    Group {
+                        name: g,
+                        min_count: min,
+                    },
+                );
+            }
+            match node {
+                Some(n) => bound.entry(n).or_default().push(core),
+                None => out.snapshot.pending.push(core),
+            }
+        }
+        out.snapshot.pending.sort_by(|a, b| a.key.cmp(&b.key));
+        out.snapshot.groups = groups;
+
+        // Claims.
+        let by_pid = claims_by_provider_id(inputs.claims);
+        let mut in_flight_names = BTreeSet::new();
+        for c in inputs.claims {
+            let phase = lifecycle::phase(c);
+            if matches!(phase, Phase::Initialized | Phase::Deleting | Phase::Failed) {
+                continue;
+            }
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let spec = match c.spec.to_core() {
+                Ok(s) => s,
+                Err(e) => {
+                    out.problems
+                        .push((format!("nodeclaim {name}"), e.to_string()));
+                    continue;
+                }
+            };
+            let status = c.status.clone().unwrap_or_default();
+            let instance_types = match &status.instance_type {
+                Some(t) => vec![t.clone()],
+                None => spec
+                    .requirements
+                    .get(labels::INSTANCE_TYPE)
+                    .and_then(|k| match &k.values {
+                        autoscaler_core::requirements::ValueSet::In(v) => {
+                            Some(v.iter().cloned().collect())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_default(),
+            };
+            let mut requirements = spec.requirements.clone();
+            for (key, value) in [
+                (labels::ZONE, &status.zone),
+                (labels::CAPACITY_TYPE, &status.capacity_type),
+            ] {
+                if let Some(v) = value {
+                    requirements.add_constraint(
+                        key,
+                        Requirements::new()
+                            .with(key, Operator::In, &[v.as_str()])
+                            .get(key)
+                            .cloned()
+                            .expect("just added"),
+                    );
+                }
+            }
+            let pods = status
+                .node_name
+                .as_deref()
+                .and_then(|n| bound.get(n))
+                .cloned()
+                .unwrap_or_default();
+            in_flight_names.insert(name.clone());
+            out.snapshot.in_flight.push(InFlightClaim {
+                name,
+                pool: spec.node_pool,
+                instance_types,
+                requirements,
+                pods,
+                created_at: c
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(translate::epoch_seconds)
+                    .unwrap_or(0),
+            });
+        }
+
+        // Nodes.
+        for n in inputs.nodes {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let allocatable = match translate::node_allocatable(n) {
+                Ok(a) => a,
+                Err(e) => {
+                    out.problems.push((format!("node {name}"), e.to_string()));
+                    continue;
+                }
+            };
+            let node_labels: Labels = n.metadata.labels.clone().unwrap_or_default();
+            let pid = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+            let claim = pid.and_then(|p| by_pid.get(p)).copied();
+            let pool = claim
+                .map(|c| c.spec.node_pool.clone())
+                .or_else(|| node_labels.get(keys::POOL_LABEL).cloned());
+            let initialized = match claim {
+                Some(c) => lifecycle::phase(c) == Phase::Initialized,
+                None => translate::node_ready(n),
+            };
+            let price = pool
+                .as_deref()
+                .and_then(|p| pool_by_name.get(p))
+                .and_then(|p| node_price(&p.instance_types, &node_labels));
+            out.snapshot.nodes.push(CoreNode {
+                labels: node_labels.clone(),
+                annotations: n.metadata.annotations.clone().unwrap_or_default(),
+                taints: translate::node_taints(n),
+                allocatable,
+                pods: bound.remove(name.as_str()).unwrap_or_default(),
+                unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
+                deleting: n.metadata.deletion_timestamp.is_some() || has_disruption_taint(n),
+                pool,
+                instance_type: node_labels.get(labels::INSTANCE_TYPE).cloned(),
+                price,
+                created_at: n
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(translate::epoch_seconds)
+                    .unwrap_or(0),
+                initialized,
+                claim: claim.and_then(|c| c.metadata.name.clone()),
+                name,
+            });
+        }
+        out.snapshot.nodes.sort_by(|a, b| a.name.cmp(&b.name));
+
+        for ds in inputs.daemonsets {
+            match translate::daemonset(ds) {
+                Ok(d) => out.snapshot.daemonsets.push(d),
+                Err(e) => out.problems.push((
+                    format!(
+                        "daemonset {}/{}",
+                        ds.metadata.namespace.as_deref().unwrap_or_default(),
+                        ds.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    e.to_string(),
+                )),
+            }
+        }
+        for b in inputs.pdbs {
+            let ns = b.metadata.namespace.clone().unwrap_or_default();
+            let pods: Vec<(&Labels, bool)> = ns_pods
+                .get(&ns)
+                .map(|v| v.iter().map(|(l, h)| (l, *h)).collect())
+                .unwrap_or_default();
+            match translate::pdb(b, &pods) {
+                Ok(p) => out.snapshot.pdbs.push(p),
+                Err(e) => out.problems.push((
+                    format!(
+                        "poddisruptionbudget {ns}/{}",
+                        b.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    e.to_string(),
+                )),
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use autoscaler_core::builders::itype;
+    use serde_json::json;
+
+    use super::*;
+
+    fn arc<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn registered_claim_is_in_flight_and_its_node_not_initialized() {
+        let pool: Arc<NodePool> = arc(json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": "gpu"},
+            "spec": {"template": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}
+        }));
+        let claim: Arc<NodeClaim> = arc(json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": "gpu-a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"nodePool": "gpu", "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g4dn.xlarge"]}
+            ]},
+            "status": {"providerID": "kwok://gpu-a", "nodeName": "gpu-a", "instanceType": "g4dn.xlarge",
+                "zone": "us-east-1a", "capacityType": "on-demand",
+                "conditions": [
+                    {"type": "Launched", "status": "True", "reason": "Succeeded", "message": "", "lastTransitionTime": "2026-01-01T00:00:01Z"},
+                    {"type": "Registered", "status": "True", "reason": "Succeeded", "message": "", "lastTransitionTime": "2026-01-01T00:00:02Z"}
+                ]}
+        }));
+        let node: Arc<Node> = arc(json!({
+            "metadata": {"name": "gpu-a", "uid": "n1", "labels": {
+                "gpu-autoscaler.dev/nodepool": "gpu",
+                "node.kubernetes.io/instance-type": "g4dn.xlarge",
+                "topology.kubernetes.io/zone": "us-east-1a",
+                "karpenter.sh/capacity-type": "on-demand"
+            }},
+            "spec": {"providerID": "kwok://gpu-a"},
+            "status": {"allocatable": {"cpu": "4", "nvidia.com/gpu": "0"},
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        }));
+        let pending: Arc<Pod> = arc(json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "p1", "resourceVersion": "5"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+        }));
+        let not_batched: Arc<Pod> = arc(json!({
+            "metadata": {"name": "q", "namespace": "default", "uid": "p2"},
+            "spec": {"containers": [{"name": "c"}]}
+        }));
+        let g4dn = itype("g4dn.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .gpus(1, "T4", 16)
+            .on_demand(&["us-east-1a"], 0.526)
+            .build();
+        let types = BTreeMap::from([("gpu".to_string(), Arc::new(vec![g4dn]))]);
+        let batch = BTreeSet::from([translate::pod_key(&pending)]);
+        let mut b = SnapshotBuilder::new();
+        let built = b.build(&Inputs {
+            pods: &[pending.clone(), not_batched],
+            nodes: &[node],
+            pools: &[pool],
+            claims: &[claim],
+            daemonsets: &[],
+            pdbs: &[],
+            instance_types: &types,
+            pending: &batch,
+        });
+        assert!(built.problems.is_empty(), "{:?}", built.problems);
+        let s = &built.snapshot;
+        assert_eq!(s.pending.len(), 1);
+        assert_eq!(s.in_flight.len(), 1);
+        assert_eq!(
+            s.in_flight[0].instance_types,
+            vec!["g4dn.xlarge".to_string()]
+        );
+        assert_eq!(s.nodes.len(), 1);
+        assert!(!s.nodes[0].initialized);
+        assert_eq!(s.nodes[0].claim.as_deref(), Some("gpu-a"));
+        assert_eq!(s.nodes[0].pool.as_deref(), Some("gpu"));
+        // Cached translation is reused for the same resourceVersion.
+        assert_eq!(b.pods.len(), 1);
+        let plan = autoscaler_core::plan_provisioning(s);
+        assert!(plan.new_claims.is_empty(), "{}", plan.render());
+        assert_eq!(plan.in_flight.len(), 1, "{}", plan.render());
+    }
+}

@@ -1,0 +1,625 @@
+//! Translation of Kubernetes objects into the planning core's vocabulary, one object at a time.
+//!
+//! Every function here is pure: an object in, a core value (or a [`TranslateError`] naming the
+//! field) out. The snapshot builder ([`super::snapshot`]) assembles the results.
+//!
+//! Rules worth knowing:
+//! - **Requests** follow the scheduler: `max(sum of containers + restartable init containers,
+//!   the largest init container plus the sidecars started before it) + overhead`, `pods = 1`.
+//!   Pod-level `spec.resources.requests` (Kubernetes 1.34) replace the container sum for the
+//!   resources they name.
+//! - **GPU shares** (a fraction of one device): HAMi's `nvidia.com/gpucores` (percent of the
+//!   device's cores, with `nvidia.com/gpu: 1`) becomes a share of `gpucores × 10` thousandths;
+//!   the project annotation [`GPU_SHARE_ANNOTATION`] (thousandths, `"1".."1000"`) wins over it.
+//!   Either way the pod's whole-device `nvidia.com/gpu` request and HAMi's `gpucores` / `gpumem`
+//!   / `gpumem-percentage` pseudo-resources are removed from its requests: the share is
+//!   accounted per device by the core instead.
+//! - **Node selection**: `nodeSelector` AND (OR of required node-affinity terms); a term's
+//!   `matchFields` on `metadata.name` is read as the `kubernetes.io/hostname` label (the two are
+//!   equal on every node this autoscaler manages).
+//! - **Groups**: [`POD_GROUP_ANNOTATION`] names an all-or-nothing group, [`POD_GROUP_MIN_ANNOTATION`]
+//!   its minimum member count.
+
+use std::collections::BTreeMap;
+
+use autoscaler_core::error::CoreError;
+use autoscaler_core::labels as core_labels;
+use autoscaler_core::model::{
+    DaemonSet as CoreDaemonSet, GpuShare, Pdb, Pod as CorePod, PodAffinityTerm, PodKey,
+    TopologySpread,
+};
+use autoscaler_core::quantity::Quantity as CoreQuantity;
+use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements};
+use autoscaler_core::resources::{Resources, names};
+use autoscaler_core::taints::{Effect, Taint as CoreTaint, Toleration as CoreToleration};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Container, Node, NodeSelectorTerm, Pod, PodSpec, Taint, Toleration,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use thiserror::Error;
+
+/// Pod annotation: the pod's share of one GPU in thousandths (`"250"` = a quarter device).
+pub const GPU_SHARE_ANNOTATION: &str = "gpu-autoscaler.dev/gpu-share";
+/// Pod annotation: the all-or-nothing group the pod belongs to.
+pub const POD_GROUP_ANNOTATION: &str = "gpu-autoscaler.dev/pod-group";
+/// Pod annotation: how many members of the group must get capacity together.
+pub const POD_GROUP_MIN_ANNOTATION: &str = "gpu-autoscaler.dev/pod-group-min-count";
+/// HAMi's per-device core percentage.
+pub const HAMI_GPU_CORES: &str = "nvidia.com/gpucores";
+/// HAMi's per-device memory in MiB.
+pub const HAMI_GPU_MEM: &str = "nvidia.com/gpumem";
+/// HAMi's per-device memory percentage.
+pub const HAMI_GPU_MEM_PERCENT: &str = "nvidia.com/gpumem-percentage";
+/// Annotation the kubelet puts on mirror (static) pods.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// An object field that could not be translated.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{field}: {source}")]
+pub struct TranslateError {
+    /// Path of the offending field, e.g. `spec.containers[0].resources.requests["cpu"]`.
+    pub field: String,
+    /// What was wrong.
+    pub source: CoreError,
+}
+
+fn at(field: impl Into<String>) -> impl FnOnce(CoreError) -> TranslateError {
+    let field = field.into();
+    move |source| TranslateError { field, source }
+}
+
+/// Seconds since the Unix epoch of a Kubernetes timestamp (the core's clock).
+pub fn epoch_seconds(t: &Time) -> i64 {
+    t.0.as_second()
+}
+
+/// Adds every `name: quantity` of a request map to `into`.
+fn add_map(
+    into: &mut Resources,
+    map: Option<&BTreeMap<String, Quantity>>,
+    path: &str,
+) -> Result<(), TranslateError> {
+    for (name, q) in map.into_iter().flatten() {
+        let field = format!("{path}[{name:?}]");
+        let parsed = CoreQuantity::parse(&q.0).map_err(|source| TranslateError {
+            field: field.clone(),
+            source: CoreError::ParseQuantity {
+                resource: name.clone(),
+                source,
+            },
+        })?;
+        into.add_quantity(name, parsed).map_err(at(field))?;
+    }
+    Ok(())
+}
+
+/// Parses a resource map (node capacity or allocatable, DaemonSet requests...).
+///
+/// # Errors
+/// [`TranslateError`] naming the first bad quantity.
+pub fn resources(
+    map: Option<&BTreeMap<String, Quantity>>,
+    path: &str,
+) -> Result<Resources, TranslateError> {
+    let mut r = Resources::new();
+    add_map(&mut r, map, path)?;
+    Ok(r)
+}
+
+/// A container's requests; a resource with a limit but no request is requested at its limit,
+/// as API defaulting does (extended resources such as GPUs are usually written as limits only).
+fn container_requests(c: &Container, path: &str) -> Result<Resources, TranslateError> {
+    let r = c.resources.as_ref();
+    let requests = r.and_then(|r| r.requests.as_ref());
+    let mut out = resources(requests, &format!("{path}.resources.requests"))?;
+    for (name, q) in r.and_then(|r| r.limits.as_ref()).into_iter().flatten() {
+        if requests.is_some_and(|m| m.contains_key(name)) {
+            continue;
+        }
+        let one = BTreeMap::from([(name.clone(), q.clone())]);
+        add_map(&mut out, Some(&one), &format!("{path}.resources.limits"))?;
+    }
+    Ok(out)
+}
+
+/// Effective requests of a pod spec, without the `pods` slot and before GPU shares are taken
+/// out: see the module docs for the rule.
+///
+/// # Errors
+/// [`TranslateError`] naming the first bad quantity.
+pub fn effective_requests(spec: &PodSpec) -> Result<Resources, TranslateError> {
+    let mut sum = Resources::new();
+    for (i, c) in spec.containers.iter().enumerate() {
+        sum.add(&container_requests(c, &format!("spec.containers[{i}]"))?);
+    }
+    // Restartable init containers (sidecars) run for the pod's whole life: they add to the
+    // steady state, and to every init container started after them.
+    let mut sidecars = Resources::new();
+    let mut init_peak = Resources::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let r = container_requests(c, &format!("spec.initContainers[{i}]"))?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars.add(&r);
+            init_peak = init_peak.max(&sidecars);
+        } else {
+            init_peak = init_peak.max(&r.plus(&sidecars));
+        }
+    }
+    let mut total = sum.plus(&sidecars).max(&init_peak);
+    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+        let pod_level = resources(Some(pod_level), "spec.resources.requests")?;
+        for (name, amount) in pod_level.iter() {
+            total.set(name, amount);
+        }
+    }
+    add_map(&mut total, spec.overhead.as_ref(), "spec.overhead")?;
+    Ok(total)
+}
+
+/// Converts a label selector (`matchLabels` + `matchExpressions`) into requirements.
+///
+/// # Errors
+/// [`TranslateError`] for an unknown operator or values the operator cannot take.
+pub fn label_selector(sel: &LabelSelector, path: &str) -> Result<Requirements, TranslateError> {
+    let mut r = Requirements::from_labels(&sel.match_labels.clone().unwrap_or_default());
+    for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
+        let field = format!("{path}.matchExpressions[{i}]");
+        let op = Operator::parse(&e.operator).map_err(at(field.clone()))?;
+        r.add(&e.key, op, e.values.as_deref().unwrap_or_default())
+            .map_err(at(field))?;
+    }
+    Ok(r)
+}
+
+fn node_selector_term(term: &NodeSelectorTerm, path: &str) -> Result<Requirements, TranslateError> {
+    let mut r = Requirements::new();
+    for (i, e) in term.match_expressions.iter().flatten().enumerate() {
+        let field = format!("{path}.matchExpressions[{i}]");
+        let op = Operator::parse(&e.operator).map_err(at(field.clone()))?;
+        r.add(&e.key, op, e.values.as_deref().unwrap_or_default())
+            .map_err(at(field))?;
+    }
+    for (i, e) in term.match_fields.iter().flatten().enumerate() {
+        let field = format!("{path}.matchFields[{i}]");
+        // metadata.name is the only field node affinity may select on; it equals the hostname
+        // label on the nodes this autoscaler launches.
+        let key = if e.key == "metadata.name" {
+            core_labels::HOSTNAME
+        } else {
+            e.key.as_str()
+        };
+        let op = Operator::parse(&e.operator).map_err(at(field.clone()))?;
+        r.add(key, op, e.values.as_deref().unwrap_or_default())
+            .map_err(at(field))?;
+    }
+    Ok(r)
+}
+
+/// `nodeSelector` AND (OR of required node-affinity terms), plus the preferred terms.
+///
+/// # Errors
+/// [`TranslateError`] for a malformed expression.
+pub fn node_selection(
+    spec: &PodSpec,
+) -> Result<(NodeSelector, Vec<(i32, Requirements)>), TranslateError> {
+    let base: Labels = spec.node_selector.clone().unwrap_or_default();
+    let na = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref());
+    let mut terms = Vec::new();
+    if let Some(req) = na.and_then(|n| {
+        n.required_during_scheduling_ignored_during_execution
+            .as_ref()
+    }) {
+        for (i, t) in req.node_selector_terms.iter().enumerate() {
+            terms.push(node_selector_term(
+                t,
+                &format!(
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+                ),
+            )?);
+        }
+    }
+    let mut preferred = Vec::new();
+    for (i, p) in na
+        .and_then(|n| {
+            n.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        preferred.push((
+            p.weight,
+            node_selector_term(
+                &p.preference,
+                &format!(
+                    "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"
+                ),
+            )?,
+        ));
+    }
+    Ok((NodeSelector::new(&base, terms), preferred))
+}
+
+/// Converts a toleration.
+///
+/// # Errors
+/// [`TranslateError`] for an unknown operator or effect.
+pub fn toleration(t: &Toleration, path: &str) -> Result<CoreToleration, TranslateError> {
+    CoreToleration::parse(
+        t.key.as_deref().unwrap_or_default(),
+        t.operator.as_deref().unwrap_or_default(),
+        t.value.as_deref().unwrap_or_default(),
+        t.effect.as_deref().unwrap_or_default(),
+    )
+    .map_err(at(path))
+}
+
+/// Converts a node taint.
+///
+/// # Errors
+/// [`TranslateError`] for an unknown effect.
+pub fn taint(t: &Taint, path: &str) -> Result<CoreTaint, TranslateError> {
+    let effect = Effect::parse(&t.effect).map_err(at(format!("{path}.effect")))?;
+    Ok(CoreTaint::new(
+        &t.key,
+        t.value.as_deref().unwrap_or_default(),
+        effect,
+    ))
+}
+
+/// The Kubernetes taint of a core taint.
+pub fn kube_taint(t: &CoreTaint) -> Taint {
+    Taint {
+        key: t.key.clone(),
+        value: (!t.value.is_empty()).then(|| t.value.clone()),
+        effect: format!("{:?}", t.effect),
+        time_added: None,
+    }
+}
+
+fn affinity_terms(
+    terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>,
+    path: &str,
+) -> Result<Vec<PodAffinityTerm>, TranslateError> {
+    let mut out = Vec::new();
+    for (i, t) in terms.into_iter().flatten().enumerate() {
+        let selector = match &t.label_selector {
+            Some(s) => label_selector(s, &format!("{path}[{i}].labelSelector"))?,
+            None => Requirements::new(),
+        };
+        out.push(PodAffinityTerm {
+            topology_key: t.topology_key.clone(),
+            selector,
+        });
+    }
+    Ok(out)
+}
+
+/// Takes the GPU share out of `requests`, per the module docs.
+fn gpu_share(
+    requests: &mut Resources,
+    annotations: &Labels,
+) -> Result<Option<GpuShare>, TranslateError> {
+    let cores = requests.get(HAMI_GPU_CORES);
+    let share = match annotations.get(GPU_SHARE_ANNOTATION) {
+        Some(v) => {
+            let milli: u32 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|m| (1..=1000).contains(m))
+                .ok_or_else(|| TranslateError {
+                    field: format!("metadata.annotations[{GPU_SHARE_ANNOTATION:?}]"),
+                    source: CoreError::InvalidResource {
+                        resource: names::NVIDIA_GPU.into(),
+                        why: format!(
+                            "share {v:?} is not a whole number of thousandths in 1..=1000"
+                        ),
+                    },
+                })?;
+            Some(milli)
+        }
+        None if cores > 0 && cores < 100 && requests.get(names::NVIDIA_GPU) <= 1 => {
+            Some(u32::try_from(cores * 10).unwrap_or(1000))
+        }
+        None => None,
+    };
+    for hami in [HAMI_GPU_CORES, HAMI_GPU_MEM, HAMI_GPU_MEM_PERCENT] {
+        requests.set(hami, 0);
+    }
+    Ok(share.map(|milli| {
+        requests.set(names::NVIDIA_GPU, 0);
+        GpuShare {
+            resource: names::NVIDIA_GPU.into(),
+            milli,
+        }
+    }))
+}
+
+/// `namespace/name` of a pod.
+pub fn pod_key(pod: &Pod) -> PodKey {
+    PodKey {
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// Translates a pod.
+///
+/// # Errors
+/// [`TranslateError`] naming the first field that does not parse.
+pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
+    let empty = PodSpec::default();
+    let spec = p.spec.as_ref().unwrap_or(&empty);
+    let annotations: Labels = p.metadata.annotations.clone().unwrap_or_default();
+    let mut requests = effective_requests(spec)?;
+    requests.set(names::PODS, 1);
+    let gpu_share = gpu_share(&mut requests, &annotations)?;
+    let (node_selector, preferred) = node_selection(spec)?;
+    let mut tolerations = Vec::new();
+    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+        tolerations.push(toleration(t, &format!("spec.tolerations[{i}]"))?);
+    }
+    let mut spread = Vec::new();
+    for (i, c) in spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        let path = format!("spec.topologySpreadConstraints[{i}]");
+        spread.push(TopologySpread {
+            max_skew: u32::try_from(c.max_skew).unwrap_or(1).max(1),
+            topology_key: c.topology_key.clone(),
+            selector: match &c.label_selector {
+                Some(s) => label_selector(s, &format!("{path}.labelSelector"))?,
+                None => Requirements::new(),
+            },
+            hard: c.when_unsatisfiable == "DoNotSchedule",
+        });
+    }
+    let aff = spec.affinity.as_ref();
+    let affinity = affinity_terms(
+        aff.and_then(|a| a.pod_affinity.as_ref()).and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }),
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+    )?;
+    let anti_affinity = affinity_terms(
+        aff.and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+        "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+    )?;
+    let owner_kind = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.kind.clone());
+    let local_storage = spec.volumes.iter().flatten().any(|v| {
+        v.host_path.is_some()
+            || v.empty_dir
+                .as_ref()
+                .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+    });
+    Ok(CorePod {
+        key: pod_key(p),
+        requests,
+        gpu_share,
+        labels: p.metadata.labels.clone().unwrap_or_default(),
+        mirror: annotations.contains_key(MIRROR_ANNOTATION),
+        group: annotations.get(POD_GROUP_ANNOTATION).cloned(),
+        annotations,
+        node_selector,
+        preferred,
+        tolerations,
+        spread,
+        anti_affinity,
+        affinity,
+        priority: spec.priority.unwrap_or(0),
+        owner_kind,
+        local_storage,
+    })
+}
+
+/// The group a pod declares and its minimum count, if it declares one.
+pub fn pod_group(p: &Pod) -> Option<(String, u32)> {
+    let ann = p.metadata.annotations.as_ref()?;
+    let name = ann.get(POD_GROUP_ANNOTATION)?;
+    let min = ann
+        .get(POD_GROUP_MIN_ANNOTATION)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    Some((name.clone(), min))
+}
+
+/// Whether the scheduler has given up on the pod: `PodScheduled=False`,
+/// `reason=Unschedulable`, not bound, not terminating, not finished.
+pub fn is_unschedulable(p: &Pod) -> bool {
+    let bound = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    if bound || p.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let status = p.status.as_ref();
+    if matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    ) {
+        return false;
+    }
+    status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+}
+
+/// Whether a bound pod still occupies its node (not finished).
+pub fn is_active(p: &Pod) -> bool {
+    !matches!(
+        p.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// The node a pod is bound to.
+pub fn node_name(p: &Pod) -> Option<&str> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// Translates a DaemonSet into the per-node overhead it adds.
+///
+/// # Errors
+/// [`TranslateError`] naming the first field that does not parse.
+pub fn daemonset(ds: &DaemonSet) -> Result<CoreDaemonSet, TranslateError> {
+    let name = format!(
+        "{}/{}",
+        ds.metadata.namespace.as_deref().unwrap_or("default"),
+        ds.metadata.name.as_deref().unwrap_or_default()
+    );
+    let empty = PodSpec::default();
+    let spec = ds
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .unwrap_or(&empty);
+    let mut requests = effective_requests(spec)?;
+    requests.set(names::PODS, 1);
+    let (node_selector, _) = node_selection(spec)?;
+    let mut tolerations = Vec::new();
+    for (i, t) in spec.tolerations.iter().flatten().enumerate() {
+        tolerations.push(toleration(
+            t,
+            &format!("spec.template.spec.tolerations[{i}]"),
+        )?);
+    }
+    Ok(CoreDaemonSet {
+        name,
+        requests,
+        node_selector,
+        tolerations,
+    })
+}
+
+fn scaled(v: &IntOrString, total: i32, round_up: bool) -> i32 {
+    match v {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(s) => {
+            let pct: i64 = s.trim_end_matches('%').parse().unwrap_or(0);
+            let num = pct * i64::from(total);
+            let r = if round_up {
+                (num + 99) / 100
+            } else {
+                num / 100
+            };
+            i32::try_from(r).unwrap_or(i32::MAX)
+        }
+    }
+}
+
+/// Translates a PodDisruptionBudget. `disruptionsAllowed` comes from its status when the
+/// disruption controller has written one; otherwise it is computed here from the spec and the
+/// pods it selects (`pods`: every pod of the namespace, with whether it is healthy).
+///
+/// # Errors
+/// [`TranslateError`] for a malformed selector.
+pub fn pdb(b: &PodDisruptionBudget, pods: &[(&Labels, bool)]) -> Result<Pdb, TranslateError> {
+    let spec = b.spec.clone().unwrap_or_default();
+    let selector = match &spec.selector {
+        Some(s) => label_selector(s, "spec.selector")?,
+        None => Requirements::new(),
+    };
+    let disruptions_allowed = match &b.status {
+        Some(s) if s.observed_generation.is_some() || s.expected_pods > 0 => s.disruptions_allowed,
+        _ => {
+            let matching: Vec<bool> = pods
+                .iter()
+                .filter(|(l, _)| selector.matches(l))
+                .map(|(_, healthy)| *healthy)
+                .collect();
+            let expected = i32::try_from(matching.len()).unwrap_or(i32::MAX);
+            let healthy = i32::try_from(matching.iter().filter(|h| **h).count()).unwrap_or(0);
+            let allowed = match (&spec.min_available, &spec.max_unavailable) {
+                (Some(min), _) => healthy - scaled(min, expected, true),
+                (None, Some(max)) => scaled(max, expected, true) - (expected - healthy),
+                (None, None) => healthy - expected,
+            };
+            allowed.max(0)
+        }
+    };
+    Ok(Pdb {
+        namespace: b
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        name: b.metadata.name.clone().unwrap_or_default(),
+        selector,
+        disruptions_allowed,
+    })
+}
+
+/// Whether a node's `Ready` condition is `True`.
+pub fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// A node's taints in the core's vocabulary; unknown effects are skipped (the API server
+/// rejects them, so only a broken object has one).
+pub fn node_taints(n: &Node) -> Vec<CoreTaint> {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, t)| taint(t, &format!("spec.taints[{i}]")).ok())
+        .collect()
+}
+
+/// A node's allocatable.
+///
+/// # Errors
+/// [`TranslateError`] naming the bad quantity.
+pub fn node_allocatable(n: &Node) -> Result<Resources, TranslateError> {
+    resources(
+        n.status.as_ref().and_then(|s| s.allocatable.as_ref()),
+        "status.allocatable",
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,315 @@
+//! Translation tests, each from a literal Kubernetes object as `kubectl get -o json` shows it.
+
+use autoscaler_core::requirements::Operator;
+use autoscaler_core::resources::names;
+use autoscaler_core::taints::{Effect, Toleration as CoreToleration};
+use serde_json::json;
+
+use super::*;
+
+fn pod_from(v: serde_json::Value) -> Pod {
+    serde_json::from_value(v).expect("literal pod")
+}
+
+#[test]
+fn requests_take_init_and_sidecar_peaks_and_overhead() {
+    let p = pod_from(json!({
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "initContainers": [
+                {"name": "sidecar", "restartPolicy": "Always",
+                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
+                {"name": "download", "resources": {"requests": {"cpu": "3", "memory": "128Mi"}}}
+            ],
+            "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "250m"}}}
+            ],
+            "overhead": {"cpu": "10m"}
+        }
+    }));
+    let c = pod(&p).unwrap();
+    assert_eq!(c.key.to_string(), "ml/train");
+    // Steady state: 500m + 250m + 100m sidecar = 850m; init peak: 3 + 100m sidecar = 3100m.
+    assert_eq!(c.requests.cpu, 3110);
+    // memory: max(1Gi + 64Mi, 128Mi + 64Mi).
+    assert_eq!(c.requests.memory, (1024 + 64) * 1024 * 1024);
+    assert_eq!(c.requests.get(names::NVIDIA_GPU), 1);
+    assert_eq!(c.requests.pods, 1);
+    assert!(c.gpu_share.is_none());
+    assert_eq!(c.owner_kind, None);
+}
+
+#[test]
+fn pod_level_resources_replace_container_sum() {
+    let p = pod_from(json!({
+        "metadata": {"name": "p"},
+        "spec": {
+            "resources": {"requests": {"cpu": "2"}},
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]
+        }
+    }));
+    let c = pod(&p).unwrap();
+    assert_eq!(c.requests.cpu, 2000);
+    assert_eq!(c.requests.memory, 1 << 30);
+    assert_eq!(c.key.namespace, "default");
+}
+
+#[test]
+fn tolerations_selectors_affinity_and_spread() {
+    let p = pod_from(json!({
+        "metadata": {
+            "name": "gpu", "namespace": "default",
+            "labels": {"app": "infer"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "1", "controller": true}
+            ]
+        },
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "value": "ml"}
+            ],
+            "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a", "b"]}]},
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+                    ]},
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 50, "preference": {"matchExpressions": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}}
+                    ]
+                },
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "infer"}}}
+                ]}
+            },
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["infer"]}]}}
+            ],
+            "priority": 1000
+        }
+    }));
+    let c = pod(&p).unwrap();
+    assert_eq!(
+        c.tolerations,
+        vec![
+            CoreToleration {
+                effect: Some(Effect::NoSchedule),
+                ..CoreToleration::exists("nvidia.com/gpu")
+            },
+            CoreToleration::equal("dedicated", "ml"),
+        ]
+    );
+    assert_eq!(c.node_selector.terms.len(), 2);
+    let zone_term = &c.node_selector.terms[0];
+    assert!(zone_term.get("topology.kubernetes.io/zone").is_some());
+    assert!(zone_term.get("nvidia.com/gpu.product").is_some());
+    let host_term = &c.node_selector.terms[1];
+    assert!(host_term.get("kubernetes.io/hostname").is_some());
+    assert_eq!(c.preferred.len(), 1);
+    assert_eq!(c.preferred[0].0, 50);
+    assert_eq!(c.anti_affinity.len(), 1);
+    assert_eq!(c.anti_affinity[0].topology_key, "kubernetes.io/hostname");
+    assert_eq!(c.spread.len(), 1);
+    assert!(c.spread[0].hard);
+    assert_eq!(
+        c.spread[0].selector,
+        Requirements::new().with("app", Operator::In, &["infer"])
+    );
+    assert_eq!(c.priority, 1000);
+    assert_eq!(c.owner_kind.as_deref(), Some("ReplicaSet"));
+}
+
+#[test]
+fn hami_gpucores_becomes_a_share() {
+    let p = pod_from(json!({
+        "metadata": {"name": "hami"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {
+            "nvidia.com/gpu": "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem": "3000"
+        }}}]}
+    }));
+    let c = pod(&p).unwrap();
+    assert_eq!(
+        c.gpu_share,
+        Some(GpuShare {
+            resource: names::NVIDIA_GPU.into(),
+            milli: 300
+        })
+    );
+    assert_eq!(c.requests.get(names::NVIDIA_GPU), 0);
+    assert_eq!(c.requests.get(HAMI_GPU_CORES), 0);
+    assert_eq!(c.requests.get(HAMI_GPU_MEM), 0);
+}
+
+#[test]
+fn share_annotation_wins_and_is_checked() {
+    let p = pod_from(json!({
+        "metadata": {"name": "frac", "annotations": {"gpu-autoscaler.dev/gpu-share": "470"}},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30"}}}]}
+    }));
+    assert_eq!(pod(&p).unwrap().gpu_share.unwrap().milli, 470);
+    let bad = pod_from(json!({
+        "metadata": {"name": "frac", "annotations": {"gpu-autoscaler.dev/gpu-share": "0.5"}},
+        "spec": {"containers": [{"name": "c"}]}
+    }));
+    let err = pod(&bad).unwrap_err();
+    assert!(err.field.contains("gpu-share"), "{err}");
+}
+
+#[test]
+fn bad_quantity_names_the_field() {
+    let p = pod_from(json!({
+        "metadata": {"name": "bad"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}
+    }));
+    let err = pod(&p).unwrap_err();
+    assert_eq!(err.field, "spec.containers[0].resources.requests[\"cpu\"]");
+}
+
+#[test]
+fn local_storage_mirror_and_group() {
+    let p = pod_from(json!({
+        "metadata": {"name": "m", "annotations": {
+            "kubernetes.io/config.mirror": "abc",
+            "gpu-autoscaler.dev/pod-group": "gang-1",
+            "gpu-autoscaler.dev/pod-group-min-count": "4"
+        }},
+        "spec": {"containers": [{"name": "c"}], "volumes": [
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            {"name": "scratch", "emptyDir": {}}
+        ]}
+    }));
+    let c = pod(&p).unwrap();
+    assert!(c.mirror);
+    assert!(c.local_storage);
+    assert_eq!(c.group.as_deref(), Some("gang-1"));
+    assert_eq!(pod_group(&p), Some(("gang-1".into(), 4)));
+    let shm_only = pod_from(json!({
+        "metadata": {"name": "s"},
+        "spec": {"containers": [{"name": "c"}], "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}
+    }));
+    assert!(!pod(&shm_only).unwrap().local_storage);
+}
+
+#[test]
+fn unschedulable_means_scheduler_gave_up() {
+    let pending = pod_from(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}
+        ]}
+    }));
+    assert!(is_unschedulable(&pending));
+    let just_created = pod_from(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": "Pending"}
+    }));
+    assert!(!is_unschedulable(&just_created));
+    let bound = pod_from(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c"}], "nodeName": "n1"},
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        ]}
+    }));
+    assert!(!is_unschedulable(&bound));
+    let done = pod_from(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c"}], "nodeName": "n1"},
+        "status": {"phase": "Succeeded"}
+    }));
+    assert!(!is_active(&done));
+}
+
+#[test]
+fn daemonset_overhead() {
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "dcgm", "namespace": "gpu-operator"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "dcgm"}},
+            "template": {
+                "metadata": {"labels": {"app": "dcgm"}},
+                "spec": {
+                    "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
+                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                    "tolerations": [{"operator": "Exists"}]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    let d = daemonset(&ds).unwrap();
+    assert_eq!(d.name, "gpu-operator/dcgm");
+    assert_eq!(d.requests.cpu, 100);
+    assert_eq!(d.requests.pods, 1);
+    assert_eq!(d.tolerations, vec![CoreToleration::exists("")]);
+    assert_eq!(d.node_selector.terms.len(), 1);
+}
+
+#[test]
+fn pdb_from_status_or_computed() {
+    let with_status: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+        "status": {"currentHealthy": 2, "desiredHealthy": 2, "disruptionsAllowed": 0, "expectedPods": 2, "observedGeneration": 1}
+    }))
+    .unwrap();
+    assert_eq!(pdb(&with_status, &[]).unwrap().disruptions_allowed, 0);
+
+    let no_status: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    let web: Labels = [("app".to_string(), "web".to_string())].into();
+    let other: Labels = [("app".to_string(), "db".to_string())].into();
+    let pods = [(&web, true), (&web, true), (&web, true), (&other, true)];
+    // 50% of 3 rounds up to 2 unavailable allowed, none unhealthy: 2.
+    assert_eq!(pdb(&no_status, &pods).unwrap().disruptions_allowed, 2);
+    let zero: PodDisruptionBudget = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .unwrap();
+    assert_eq!(pdb(&zero, &pods).unwrap().disruptions_allowed, 0);
+}
+
+#[test]
+fn node_fields() {
+    let n: Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1", "creationTimestamp": "2026-01-01T00:00:10Z"},
+        "spec": {"providerID": "kwok://n1", "taints": [
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+        ]},
+        "status": {
+            "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "29", "nvidia.com/gpu": "1"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    }))
+    .unwrap();
+    assert!(node_ready(&n));
+    assert_eq!(
+        node_taints(&n),
+        vec![CoreTaint::new(
+            "nvidia.com/gpu",
+            "present",
+            Effect::NoSchedule
+        )]
+    );
+    let a = node_allocatable(&n).unwrap();
+    assert_eq!(a.cpu, 3920);
+    assert_eq!(a.get(names::NVIDIA_GPU), 1);
+    assert_eq!(
+        epoch_seconds(n.metadata.creation_timestamp.as_ref().unwrap()),
+        1_767_225_610
+    );
+    let back = kube_taint(&node_taints(&n)[0]);
+    assert_eq!(back.value.as_deref(), Some("present"));
+    assert_eq!(back.effect, "NoSchedule");
+}

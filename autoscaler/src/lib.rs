@@ -1,0 +1,4 @@
+//! The `autoscaler` library: the controller runtime behind `gpu-autoscaler run` (see
+//! [`controller`]), shared by the binary and its end-to-end tests.
+
+pub mod controller;
