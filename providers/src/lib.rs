@@ -7,10 +7,14 @@
 //! - [`catalog`]: the embedded default catalog of AWS and GCP instance types, the project's own
 //!   file of public facts, turned into core [`autoscaler_core::InstanceType`]s.
 //! - [`fake`]: a deterministic in-memory provider for tests and the simulator.
+//! - `kwok` (cargo feature `kwok`): machines as Kubernetes Node objects, for end-to-end tests
+//!   and large-scale trials without cloud cost.
 
 pub mod catalog;
 mod error;
 pub mod fake;
+#[cfg(feature = "kwok")]
+pub mod kwok;
 mod provider;
 mod unavailable;
 

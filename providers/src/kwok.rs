@@ -1,0 +1,679 @@
+//! The `kwok` provider: machines as Kubernetes objects, for tests and large-scale trials without
+//! cloud cost.
+//!
+//! Its "cloud" keeps one cluster-scoped [`KwokInstance`] object per instance (the instance
+//! table, durable across controller restarts the way a real cloud is), named after the claim
+//! that launched it, which makes [`CloudProvider::launch`] idempotent by construction. The
+//! instances "boot" in [`KwokProvider::materialize`], which whoever runs the provider calls
+//! periodically:
+//!
+//! 1. `register_delay` after the launch, a Node named like the instance appears, with the
+//!    instance type's capacity and labels, the request's labels, taints and startup taints,
+//!    providerID `kwok://<name>`, and the annotation `kwok.x-k8s.io/node: fake` so that a real
+//!    kwok controller can manage it. GPU-class allocatable starts at zero.
+//! 2. `ready_delay` after that, the Node turns Ready.
+//! 3. `gpu_delay` after that, the device plugin "starts": GPU-class allocatable is raised to
+//!    the capacity and the startup taints are removed (as the GPU Operator would).
+//!
+//! Terminating an instance deletes its `KwokInstance` and its Node.
+//!
+//! Behind the cargo feature `kwok`, which pulls in kube and tokio.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use autoscaler_core::labels;
+use autoscaler_core::resources::{Resources, is_gpu_class, names};
+use autoscaler_core::{CapacityType, InstanceType};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{CustomResource, ResourceExt};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::error::{Action, ProviderError};
+use crate::provider::{
+    CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef, OfferingKey,
+    tags,
+};
+
+/// Scheme of kwok provider ids: `kwok://<instance name>`.
+pub const PROVIDER_ID_PREFIX: &str = "kwok://";
+/// The annotation a real kwok controller looks for.
+pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// Label on kwok Nodes: the instance behind them.
+pub const INSTANCE_LABEL: &str = "kwok.gpu-autoscaler.dev/instance";
+/// The field manager of the provider's writes.
+pub const FIELD_MANAGER: &str = "gpu-autoscaler-kwok";
+
+/// The spec of a [`KwokInstance`]: everything needed to boot its Node later.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "kwok.gpu-autoscaler.dev",
+    version = "v1alpha1",
+    kind = "KwokInstance",
+    plural = "kwokinstances",
+    schema = "disabled",
+    doc = "One instance of the kwok provider's emulated cloud."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KwokInstanceSpec {
+    /// The cluster tag.
+    pub cluster: String,
+    /// The NodeClaim that launched it (also its name).
+    pub claim: String,
+    /// The NodePool of that claim.
+    pub pool: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// `spot` or `on-demand`.
+    pub capacity_type: String,
+    /// USD per hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<f64>,
+    /// Labels the Node registers with.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Taints the Node registers with.
+    #[serde(default)]
+    pub taints: Vec<Taint>,
+    /// Startup taints, removed when the device plugin starts.
+    #[serde(default)]
+    pub startup_taints: Vec<Taint>,
+}
+
+/// The CRD of [`KwokInstance`]; install it (or let the Helm chart do so) before using the
+/// provider.
+pub const CRD_YAML: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: kwokinstances.kwok.gpu-autoscaler.dev
+spec:
+  group: kwok.gpu-autoscaler.dev
+  names:
+    kind: KwokInstance
+    listKind: KwokInstanceList
+    plural: kwokinstances
+    singular: kwokinstance
+  scope: Cluster
+  versions:
+    - name: v1alpha1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          description: One instance of the gpu-autoscaler kwok provider's emulated cloud.
+          properties:
+            spec:
+              type: object
+              required: [cluster, claim, pool, instanceType, zone, capacityType]
+              properties:
+                cluster: {type: string}
+                claim: {type: string}
+                pool: {type: string}
+                instanceType: {type: string}
+                zone: {type: string}
+                capacityType: {type: string}
+                price: {type: number}
+                labels:
+                  type: object
+                  additionalProperties: {type: string}
+                taints:
+                  type: array
+                  items:
+                    type: object
+                    x-kubernetes-preserve-unknown-fields: true
+                startupTaints:
+                  type: array
+                  items:
+                    type: object
+                    x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// Settings of the kwok provider.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KwokConfig {
+    /// The cluster tag of the instances.
+    pub cluster: String,
+    /// Launch to Node registration.
+    pub register_delay: Duration,
+    /// Registration to Ready.
+    pub ready_delay: Duration,
+    /// Ready to GPU allocatable (device plugin start).
+    pub gpu_delay: Duration,
+}
+
+impl Default for KwokConfig {
+    fn default() -> Self {
+        KwokConfig {
+            cluster: "kwok".into(),
+            register_delay: Duration::from_secs(5),
+            ready_delay: Duration::from_secs(5),
+            gpu_delay: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The kwok provider.
+#[derive(Clone)]
+pub struct KwokProvider {
+    client: kube::Client,
+    catalog: Vec<InstanceType>,
+    config: KwokConfig,
+}
+
+fn kube_err(action: Action, e: kube::Error) -> ProviderError {
+    match &e {
+        kube::Error::Api(s) if s.code == 429 => ProviderError::Throttled {
+            action,
+            retry_after_s: None,
+        },
+        kube::Error::Api(s) if s.code == 404 && action == Action::Get => ProviderError::NotFound {
+            action,
+            provider_id: s.message.clone(),
+        },
+        _ => ProviderError::Other {
+            action,
+            message: e.to_string(),
+        },
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// The instance name behind a kwok provider id.
+pub fn instance_name(provider_id: &str) -> Option<&str> {
+    provider_id
+        .strip_prefix(PROVIDER_ID_PREFIX)
+        .filter(|n| !n.is_empty())
+}
+
+/// A resource amount as a Kubernetes quantity string.
+pub fn quantity(name: &str, amount: i64) -> Quantity {
+    Quantity(if name == names::CPU {
+        if amount % 1000 == 0 {
+            (amount / 1000).to_string()
+        } else {
+            format!("{amount}m")
+        }
+    } else {
+        amount.to_string()
+    })
+}
+
+/// Resources as a Kubernetes resource map.
+pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
+    r.iter()
+        .map(|(n, a)| (n.to_string(), quantity(n, a)))
+        .collect()
+}
+
+fn now() -> jiff::Timestamp {
+    jiff::Timestamp::now()
+}
+
+fn age(since: Option<&Time>, now: jiff::Timestamp) -> Duration {
+    since
+        .map(|t| now.duration_since(t.0).unsigned_abs())
+        .unwrap_or_default()
+}
+
+impl KwokProvider {
+    /// A provider creating objects through `client`, offering `catalog`.
+    pub fn new(client: kube::Client, catalog: Vec<InstanceType>, config: KwokConfig) -> Self {
+        KwokProvider {
+            client,
+            catalog,
+            config,
+        }
+    }
+
+    fn instances_api(&self) -> Api<KwokInstance> {
+        Api::all(self.client.clone())
+    }
+
+    fn nodes_api(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    fn to_instance(&self, ki: &KwokInstance) -> Instance {
+        let s = &ki.spec;
+        let tags = BTreeMap::from([
+            (tags::CLUSTER.to_string(), s.cluster.clone()),
+            (tags::CLAIM.to_string(), s.claim.clone()),
+            (tags::POOL.to_string(), s.pool.clone()),
+        ]);
+        Instance {
+            provider_id: format!("{PROVIDER_ID_PREFIX}{}", ki.name_any()),
+            claim: Some(s.claim.clone()),
+            pool: Some(s.pool.clone()),
+            instance_type: s.instance_type.clone(),
+            zone: s.zone.clone(),
+            capacity_type: if s.capacity_type == "spot" {
+                CapacityType::Spot
+            } else {
+                CapacityType::OnDemand
+            },
+            price: s.price,
+            state: if ki.metadata.deletion_timestamp.is_some() {
+                InstanceState::ShuttingDown
+            } else {
+                InstanceState::Running
+            },
+            tags,
+        }
+    }
+
+    /// The Node a [`KwokInstance`] boots into, before it is Ready.
+    pub fn node_for(&self, ki: &KwokInstance) -> Option<Node> {
+        let s = &ki.spec;
+        let it = self.catalog.iter().find(|t| t.name == s.instance_type)?;
+        let name = ki.name_any();
+        let mut node_labels = it.labels.clone();
+        node_labels.extend(s.labels.clone());
+        node_labels.insert(labels::ZONE.into(), s.zone.clone());
+        node_labels.insert(labels::CAPACITY_TYPE.into(), s.capacity_type.clone());
+        node_labels.insert(labels::HOSTNAME.into(), name.clone());
+        node_labels.insert(INSTANCE_LABEL.into(), name.clone());
+        node_labels.insert("type".into(), "kwok".into());
+        let mut taints = s.taints.clone();
+        taints.extend(s.startup_taints.clone());
+        Some(Node {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                labels: Some(node_labels),
+                annotations: Some(BTreeMap::from([(
+                    KWOK_NODE_ANNOTATION.to_string(),
+                    "fake".to_string(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(format!("{PROVIDER_ID_PREFIX}{name}")),
+                taints: (!taints.is_empty()).then_some(taints),
+                ..Default::default()
+            }),
+            status: Some(self.node_status(it, false, false)),
+        })
+    }
+
+    fn node_status(&self, it: &InstanceType, ready: bool, gpus: bool) -> NodeStatus {
+        let mut alloc = it.allocatable();
+        if !gpus {
+            let gpu_names: Vec<String> = alloc
+                .extended
+                .keys()
+                .filter(|k| is_gpu_class(k))
+                .cloned()
+                .collect();
+            for n in gpu_names {
+                // Present with zero, as a registered-but-not-started device plugin shows it.
+                alloc.set(&n, 0);
+            }
+        }
+        let mut alloc_map = quantities(&alloc);
+        let mut cap_map = quantities(&it.capacity);
+        for k in it.capacity.extended.keys() {
+            alloc_map
+                .entry(k.clone())
+                .or_insert_with(|| Quantity("0".into()));
+            if !gpus && is_gpu_class(k) {
+                cap_map.insert(k.clone(), Quantity("0".into()));
+            }
+        }
+        let t = Time(now());
+        NodeStatus {
+            allocatable: Some(alloc_map),
+            capacity: Some(cap_map),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                reason: Some(
+                    if ready {
+                        "KubeletReady"
+                    } else {
+                        "KubeletNotReady"
+                    }
+                    .into(),
+                ),
+                message: Some(if ready {
+                    "kubelet is posting ready status (kwok)".into()
+                } else {
+                    "kubelet is starting (kwok)".into()
+                }),
+                last_transition_time: Some(t.clone()),
+                last_heartbeat_time: Some(t),
+            }]),
+            phase: Some("Running".into()),
+            ..Default::default()
+        }
+    }
+
+    /// Boots instances: creates their Nodes, makes them Ready, then starts their device
+    /// plugins, each after its delay. Idempotent; call it every second or so.
+    ///
+    /// # Errors
+    /// The first API error; the next call picks up where this one stopped.
+    pub async fn materialize(&self) -> Result<(), ProviderError> {
+        let instances = self
+            .instances_api()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| kube_err(Action::List, e))?;
+        let nodes = self
+            .nodes_api()
+            .list(&ListParams::default().labels(INSTANCE_LABEL))
+            .await
+            .map_err(|e| kube_err(Action::List, e))?;
+        let by_name: BTreeMap<String, &Node> =
+            nodes.items.iter().map(|n| (n.name_any(), n)).collect();
+        let t = now();
+        for ki in instances.items.iter().filter(|k| {
+            k.spec.cluster == self.config.cluster && k.metadata.deletion_timestamp.is_none()
+        }) {
+            let name = ki.name_any();
+            let Some(node) = by_name.get(&name) else {
+                if age(ki.metadata.creation_timestamp.as_ref(), t) >= self.config.register_delay {
+                    self.register(ki).await?;
+                }
+                continue;
+            };
+            if node.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(it) = self
+                .catalog
+                .iter()
+                .find(|x| x.name == ki.spec.instance_type)
+            else {
+                continue;
+            };
+            let ready = node
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+            let is_ready = ready.is_some_and(|c| c.status == "True");
+            if !is_ready {
+                if age(node.metadata.creation_timestamp.as_ref(), t) >= self.config.ready_delay {
+                    self.patch_status(&name, self.node_status(it, true, false))
+                        .await?;
+                }
+                continue;
+            }
+            let gpus_up = it.capacity.extended.iter().all(|(k, v)| {
+                !is_gpu_class(k)
+                    || *v == 0
+                    || node
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.allocatable.as_ref())
+                        .and_then(|a| a.get(k))
+                        .is_some_and(|q| q.0 != "0")
+            });
+            let since_ready = age(ready.and_then(|c| c.last_transition_time.as_ref()), t);
+            if !gpus_up && since_ready >= self.config.gpu_delay {
+                let mut status = self.node_status(it, true, true);
+                // Keep the Ready transition time: readiness did not change.
+                if let (Some(conds), Some(r)) = (status.conditions.as_mut(), ready) {
+                    conds[0].last_transition_time = r.last_transition_time.clone();
+                }
+                self.patch_status(&name, status).await?;
+                self.remove_startup_taints(node, ki).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn register(&self, ki: &KwokInstance) -> Result<(), ProviderError> {
+        let Some(node) = self.node_for(ki) else {
+            return Ok(());
+        };
+        let status = node.status.clone();
+        match self.nodes_api().create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(e) if is_status(&e, 409) => return Ok(()),
+            Err(e) => return Err(kube_err(Action::Launch, e)),
+        }
+        // Status is a subresource: written separately, as a kubelet would.
+        if let Some(s) = status {
+            self.patch_status(&ki.name_any(), s).await?;
+        }
+        Ok(())
+    }
+
+    async fn patch_status(&self, name: &str, status: NodeStatus) -> Result<(), ProviderError> {
+        self.nodes_api()
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| kube_err(Action::Launch, e))
+    }
+
+    async fn remove_startup_taints(
+        &self,
+        node: &Node,
+        ki: &KwokInstance,
+    ) -> Result<(), ProviderError> {
+        let Some(taints) = node.spec.as_ref().and_then(|s| s.taints.as_ref()) else {
+            return Ok(());
+        };
+        let keep: Vec<&Taint> = taints
+            .iter()
+            .filter(|t| {
+                !ki.spec
+                    .startup_taints
+                    .iter()
+                    .any(|s| s.key == t.key && s.effect == t.effect)
+            })
+            .collect();
+        if keep.len() == taints.len() {
+            return Ok(());
+        }
+        let rv = node.metadata.resource_version.clone();
+        self.nodes_api()
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": {"resourceVersion": rv},
+                    "spec": {"taints": keep},
+                })),
+            )
+            .await
+            .map(|_| ())
+            .or_else(|e| if is_status(&e, 409) { Ok(()) } else { Err(e) })
+            .map_err(|e| kube_err(Action::Launch, e))
+    }
+
+    fn taint(t: &autoscaler_core::Taint) -> Taint {
+        Taint {
+            key: t.key.clone(),
+            value: (!t.value.is_empty()).then(|| t.value.clone()),
+            effect: format!("{:?}", t.effect),
+            time_added: None,
+        }
+    }
+}
+
+impl CloudProvider for KwokProvider {
+    fn name(&self) -> &str {
+        "kwok"
+    }
+
+    async fn instance_types(
+        &self,
+        _class: &NodeClassRef,
+    ) -> Result<Vec<InstanceType>, ProviderError> {
+        Ok(self.catalog.clone())
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<Launched, ProviderError> {
+        let invalid = |why: String| ProviderError::InvalidRequest {
+            action: Action::Launch,
+            why,
+        };
+        if request.claim.is_empty() {
+            return Err(invalid(
+                "claim name (the idempotency token) is empty".into(),
+            ));
+        }
+        let api = self.instances_api();
+        if let Some(existing) = api
+            .get_opt(&request.claim)
+            .await
+            .map_err(|e| kube_err(Action::Launch, e))?
+        {
+            return Ok(Launched {
+                instance: self.to_instance(&existing),
+                unavailable: vec![],
+            });
+        }
+        let mut refused: Vec<OfferingKey> = Vec::new();
+        for key in &request.candidates {
+            let it = self
+                .catalog
+                .iter()
+                .find(|t| t.name == key.instance_type)
+                .ok_or_else(|| invalid(format!("unknown instance type {}", key.instance_type)))?;
+            let Some(offering) = it
+                .offerings
+                .iter()
+                .find(|o| o.zone == key.zone && o.capacity_type == key.capacity_type)
+            else {
+                refused.push(key.clone());
+                continue;
+            };
+            let ki = KwokInstance {
+                metadata: ObjectMeta {
+                    name: Some(request.claim.clone()),
+                    labels: Some(BTreeMap::from([
+                        (tags::CLUSTER.to_string(), self.config.cluster.clone()),
+                        (tags::POOL.to_string(), request.pool.clone()),
+                    ])),
+                    ..Default::default()
+                },
+                spec: KwokInstanceSpec {
+                    cluster: self.config.cluster.clone(),
+                    claim: request.claim.clone(),
+                    pool: request.pool.clone(),
+                    instance_type: key.instance_type.clone(),
+                    zone: key.zone.clone(),
+                    capacity_type: key.capacity_type.as_str().to_string(),
+                    price: Some(offering.price),
+                    labels: request.labels.clone(),
+                    taints: request.taints.iter().map(Self::taint).collect(),
+                    startup_taints: request.startup_taints.iter().map(Self::taint).collect(),
+                },
+            };
+            let created = match api.create(&PostParams::default(), &ki).await {
+                Ok(c) => c,
+                // A concurrent launch for the same claim won: its instance is ours.
+                Err(e) if is_status(&e, 409) => api
+                    .get(&request.claim)
+                    .await
+                    .map_err(|e| kube_err(Action::Launch, e))?,
+                Err(e) => return Err(kube_err(Action::Launch, e)),
+            };
+            return Ok(Launched {
+                instance: self.to_instance(&created),
+                unavailable: refused,
+            });
+        }
+        if request.candidates.is_empty() {
+            return Err(invalid(format!(
+                "claim {} has no candidate offerings",
+                request.claim
+            )));
+        }
+        Err(ProviderError::InsufficientCapacity {
+            action: Action::Launch,
+            offerings: refused,
+        })
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        let Some(name) = instance_name(provider_id) else {
+            return Ok(());
+        };
+        for result in [
+            self.instances_api()
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+            self.nodes_api()
+                .delete(name, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        ] {
+            match result {
+                Ok(()) => {}
+                Err(e) if is_status(&e, 404) => {}
+                Err(e) => return Err(kube_err(Action::Delete, e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, ProviderError> {
+        let not_found = || ProviderError::NotFound {
+            action: Action::Get,
+            provider_id: provider_id.to_string(),
+        };
+        let name = instance_name(provider_id).ok_or_else(not_found)?;
+        match self.instances_api().get_opt(name).await {
+            Ok(Some(ki)) => Ok(self.to_instance(&ki)),
+            Ok(None) => Err(not_found()),
+            Err(e) => Err(kube_err(Action::Get, e)),
+        }
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        let list = self
+            .instances_api()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| kube_err(Action::List, e))?;
+        let mut out: Vec<Instance> = list
+            .items
+            .iter()
+            .filter(|k| k.spec.cluster == self.config.cluster)
+            .map(|k| self.to_instance(k))
+            .collect();
+        out.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_render_as_kubernetes_writes_them() {
+        assert_eq!(quantity("cpu", 3920).0, "3920m");
+        assert_eq!(quantity("cpu", 4000).0, "4");
+        assert_eq!(quantity("memory", 1 << 30).0, "1073741824");
+        assert_eq!(quantity("nvidia.com/gpu", 8).0, "8");
+        assert_eq!(instance_name("kwok://gpu-x"), Some("gpu-x"));
+        assert_eq!(instance_name("aws:///i-1"), None);
+    }
+
+    #[test]
+    fn crd_yaml_names_the_type() {
+        let v: serde_json::Value = serde_yaml::from_str(CRD_YAML).unwrap();
+        assert_eq!(v["spec"]["names"]["kind"], "KwokInstance");
+        assert_eq!(v["spec"]["group"], "kwok.gpu-autoscaler.dev");
+    }
+}
