@@ -229,6 +229,18 @@ fn terminal(p: &Value) -> bool {
 pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
     let pods_def = state.def("", "pods").expect("builtin");
     let nodes_def = state.def("", "nodes").expect("builtin");
+    // Cheap early exit: most passes (woken by unrelated writes) find nothing to schedule.
+    let any_pending = state.tables_objects(&pods_def).any(|p| {
+        p.pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .is_empty()
+            && p.pointer("/metadata/deletionTimestamp").is_none()
+            && !terminal(p)
+    });
+    if !any_pending {
+        return 0;
+    }
     let Ok(nodes) = state.list(
         &nodes_def,
         None,

@@ -432,8 +432,10 @@ fn object(
                 serde_json::from_slice(&req.body)
                     .map_err(|e| Error::BadRequest(format!("invalid patch body: {e}")))?
             };
-            let existed = lock(sh).get(def, ns, name).is_ok();
-            let obj = lock(sh).patch(def, ns, name, kind, &body, part, opts)?;
+            let mut st = lock(sh);
+            let existed = st.get(def, ns, name).is_ok();
+            let obj = st.patch(def, ns, name, kind, &body, part, opts)?;
+            drop(st);
             let code = if existed {
                 StatusCode::OK
             } else {

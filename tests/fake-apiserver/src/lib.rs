@@ -56,8 +56,10 @@ use store::{State, WriteOpts};
 #[derive(Clone, Debug)]
 pub struct Options {
     /// How many changes the watch history keeps; a watch from an older resourceVersion gets 410.
+    /// Each retained change pins two object versions, so this bounds the server's memory.
     pub history_limit: usize,
-    /// Per-watch buffer of undelivered changes; a watch that falls further behind gets 410.
+    /// Changes a watch may fall behind before it is ended with 410 (the client relists), as the
+    /// real server drops slow watchers. The broadcast ring keeps this many changes alive.
     pub watch_buffer: usize,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
@@ -70,8 +72,8 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            history_limit: 20_000,
-            watch_buffer: 65_536,
+            history_limit: 10_000,
+            watch_buffer: 16_384,
             bookmark_interval: Duration::from_secs(1),
             gc_orphan_pods: true,
             binder: None,

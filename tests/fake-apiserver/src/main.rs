@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, default_value_t = 200)]
     binder_interval_ms: u64,
     /// Changes kept for watches; older resourceVersions get 410 Gone.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 10_000)]
     history: usize,
 }
 

@@ -218,6 +218,14 @@ impl State {
         format!("00000000-0000-4000-8000-{:012x}", self.uid_counter)
     }
 
+    /// Every stored object of a type, in key order.
+    pub fn tables_objects<'a>(
+        &'a self,
+        def: &ResourceDef,
+    ) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
+        self.table(def).objects.values()
+    }
+
     fn table(&self, def: &ResourceDef) -> &Table {
         self.tables
             .get(&def.key())

@@ -716,3 +716,123 @@ async fn discovery_documents() {
             .is_some()
     );
 }
+
+#[tokio::test]
+async fn kube_runtime_event_recorder_publishes_and_aggregates() {
+    use k8s_openapi::api::events::v1::Event as EventV1;
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let (_s, client) = server();
+    let pods: Api<Pod> = Api::default_namespaced(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let p = pods
+        .create(&PostParams::default(), &pod("e", json!({})))
+        .await
+        .unwrap();
+    let n = nodes
+        .create(
+            &PostParams::default(),
+            &node("n", true, json!({}), json!([])),
+        )
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "gpu-autoscaler".into(),
+            instance: None,
+        },
+    );
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "TriggeredScaleUp".into(),
+        note: Some("claim c1".into()),
+        action: "ScaleUp".into(),
+        secondary: None,
+    };
+    recorder.publish(&ev, &p.object_ref(&())).await.unwrap();
+    // The same event again becomes a series (a merge patch of the first one).
+    recorder.publish(&ev, &p.object_ref(&())).await.unwrap();
+    recorder.publish(&ev, &n.object_ref(&())).await.unwrap();
+    let events: Api<EventV1> = Api::default_namespaced(client);
+    let list = events.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(list.len(), 2, "{list:?}");
+    let on_pod = list
+        .iter()
+        .find(|e| e.regarding.as_ref().unwrap().name.as_deref() == Some("e"))
+        .unwrap();
+    assert_eq!(on_pod.series.as_ref().unwrap().count, 2);
+}
+
+#[tokio::test]
+async fn leases_arbitrate_leadership_by_resource_version() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let (_s, client) = server();
+    let leases: Api<Lease> = Api::default_namespaced(client);
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "gpu-autoscaler"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "renewTime": "2026-01-01T00:00:00.000000Z"}
+    }))
+    .unwrap();
+    let first = leases.create(&PostParams::default(), &lease).await.unwrap();
+    assert_eq!(
+        api_error(
+            leases
+                .create(&PostParams::default(), &lease)
+                .await
+                .unwrap_err()
+        )
+        .code,
+        409
+    );
+    // Two replicas read the same version and both try to take over: exactly one wins.
+    let mut by_b = first.clone();
+    by_b.spec.as_mut().unwrap().holder_identity = Some("b".into());
+    let mut by_c = first.clone();
+    by_c.spec.as_mut().unwrap().holder_identity = Some("c".into());
+    let b = leases
+        .replace("gpu-autoscaler", &PostParams::default(), &by_b)
+        .await;
+    let c = leases
+        .replace("gpu-autoscaler", &PostParams::default(), &by_c)
+        .await;
+    assert!(b.is_ok());
+    assert_eq!(api_error(c.unwrap_err()).code, 409);
+    let now = leases.get("gpu-autoscaler").await.unwrap();
+    assert_eq!(now.spec.unwrap().holder_identity.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn daemonsets_store_templates_and_reset_status_on_create() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let (_s, client) = server();
+    let dss: Api<DaemonSet> = Api::namespaced(client, "kube-system");
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "device-plugin"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "dp"}},
+            "template": {"metadata": {"labels": {"app": "dp"}}, "spec": {"containers": [{"name": "dp", "image": "nvidia/dp",
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}}}]}}
+        },
+        "status": {"currentNumberScheduled": 9, "desiredNumberScheduled": 9, "numberMisscheduled": 0, "numberReady": 9}
+    }))
+    .unwrap();
+    let made = dss.create(&PostParams::default(), &ds).await.unwrap();
+    assert!(
+        made.status.is_none(),
+        "status is the controller's to write, not the creator's"
+    );
+    assert_eq!(made.metadata.generation, Some(1));
+    let containers = made.spec.unwrap().template.spec.unwrap().containers;
+    assert_eq!(
+        containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap()["cpu"]
+            .0,
+        "50m"
+    );
+}
