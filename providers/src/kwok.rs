@@ -146,6 +146,8 @@ pub struct KwokConfig {
     pub ready_delay: Duration,
     /// Ready to GPU allocatable (device plugin start).
     pub gpu_delay: Duration,
+    /// How long a launch call takes before the instance exists (cloud API latency).
+    pub launch_latency: Duration,
 }
 
 impl Default for KwokConfig {
@@ -155,6 +157,7 @@ impl Default for KwokConfig {
             register_delay: Duration::from_secs(5),
             ready_delay: Duration::from_secs(5),
             gpu_delay: Duration::from_secs(10),
+            launch_latency: Duration::ZERO,
         }
     }
 }
@@ -539,6 +542,9 @@ impl CloudProvider for KwokProvider {
                 instance: self.to_instance(&existing),
                 unavailable: vec![],
             });
+        }
+        if !self.config.launch_latency.is_zero() {
+            tokio::time::sleep(self.config.launch_latency).await;
         }
         let mut refused: Vec<OfferingKey> = Vec::new();
         for key in &request.candidates {

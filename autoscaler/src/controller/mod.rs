@@ -12,12 +12,17 @@
 //!
 //! Every decision is a pure function of objects and `now`; the loop only performs actions.
 
+pub mod actuator;
 pub mod api_calls;
 pub mod batcher;
 pub mod disrupt;
 pub mod error;
 pub mod keys;
+pub mod leader;
 pub mod lifecycle;
+pub mod metrics;
+pub mod run;
+pub mod settings;
 pub mod snapshot;
 pub mod translate;
 

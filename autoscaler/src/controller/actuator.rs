@@ -1,0 +1,279 @@
+//! Every write the controller makes to the Kubernetes API, each checked against
+//! [`super::api_calls`].
+
+use std::collections::BTreeMap;
+
+use autoscaler_core::model::PodKey;
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Resource, ResourceExt};
+use nodepools::{NodeClaim, NodePool};
+use serde_json::{Value, json};
+
+use super::api_calls::check;
+use super::error::{Error, Result};
+use super::keys;
+
+/// Outcome of one eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evicted {
+    /// Accepted.
+    Yes,
+    /// Refused with 429: a PodDisruptionBudget does not allow it now.
+    Refused,
+    /// The pod is already gone.
+    Gone,
+}
+
+/// Sets (or replaces) condition `type_` in `conditions`, keeping the transition time when the
+/// status did not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: jiff::Timestamp,
+) {
+    let status = if status { "True" } else { "False" };
+    let new = Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        last_transition_time: Time(now),
+        observed_generation: None,
+    };
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => {
+            c.reason = new.reason;
+            c.message = new.message;
+        }
+        Some(c) => *c = new,
+        None => conditions.push(new),
+    }
+}
+
+fn is(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+/// The API writer.
+#[derive(Clone)]
+pub struct Actuator {
+    client: kube::Client,
+    recorder: Recorder,
+}
+
+const GROUP: &str = "gpu-autoscaler.dev";
+
+impl Actuator {
+    /// A writer using `client`, reporting events as `identity`.
+    pub fn new(client: kube::Client, identity: &str) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "gpu-autoscaler".into(),
+                instance: Some(identity.to_string()),
+            },
+        );
+        Actuator { client, recorder }
+    }
+
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// Creates a NodeClaim (with `generateName`); returns it as stored.
+    ///
+    /// # Errors
+    /// The API error.
+    pub async fn create_claim(&self, claim: &NodeClaim) -> Result<NodeClaim> {
+        check(GROUP, "nodeclaims", "create");
+        self.claims()
+            .create(&PostParams::default(), claim)
+            .await
+            .map_err(|e| Error::kube("creating a NodeClaim", e))
+    }
+
+    /// Writes a NodeClaim's whole status (the controller is its only writer).
+    ///
+    /// # Errors
+    /// The API error; 404 (claim gone) is `Ok`.
+    pub async fn patch_claim_status(&self, name: &str, status: &Value) -> Result<()> {
+        check(GROUP, "nodeclaims/status", "patch");
+        match self
+            .claims()
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(format!("patching NodeClaim {name} status"), e)),
+        }
+    }
+
+    /// Replaces the finalizers of a NodeClaim, guarded by the resourceVersion it was read at.
+    ///
+    /// # Errors
+    /// The API error (409 when the claim changed meanwhile: retry on the next round).
+    pub async fn set_claim_finalizers(
+        &self,
+        claim: &NodeClaim,
+        finalizers: &[String],
+    ) -> Result<()> {
+        check(GROUP, "nodeclaims", "patch");
+        let name = claim.name_any();
+        match self
+            .claims()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {
+                    "finalizers": finalizers,
+                    "resourceVersion": claim.resource_version(),
+                }})),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(
+                format!("setting NodeClaim {name} finalizers"),
+                e,
+            )),
+        }
+    }
+
+    /// Deletes a NodeClaim (its finalizer then terminates the instance).
+    ///
+    /// # Errors
+    /// The API error; 404 is `Ok`.
+    pub async fn delete_claim(&self, name: &str) -> Result<()> {
+        check(GROUP, "nodeclaims", "delete");
+        match self.claims().delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(format!("deleting NodeClaim {name}"), e)),
+        }
+    }
+
+    /// Merge-patches a Node (labels, taints with resourceVersion, finalizers).
+    ///
+    /// # Errors
+    /// The API error; 404 is `Ok`.
+    pub async fn patch_node(&self, name: &str, patch: &Value) -> Result<()> {
+        check("", "nodes", "patch");
+        match self
+            .nodes()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(format!("patching Node {name}"), e)),
+        }
+    }
+
+    /// Deletes a Node (its finalizer then terminates the instance).
+    ///
+    /// # Errors
+    /// The API error; 404 is `Ok`.
+    pub async fn delete_node(&self, name: &str) -> Result<()> {
+        check("", "nodes", "delete");
+        match self.nodes().delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(format!("deleting Node {name}"), e)),
+        }
+    }
+
+    /// Evicts a pod through the Eviction API.
+    ///
+    /// # Errors
+    /// Any API error other than 429 and 404.
+    pub async fn evict(&self, pod: &PodKey) -> Result<Evicted> {
+        check("", "pods/eviction", "create");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        match api.evict(&pod.name, &EvictParams::default()).await {
+            Ok(_) => Ok(Evicted::Yes),
+            Err(e) if is(&e, 429) => Ok(Evicted::Refused),
+            Err(e) if is(&e, 404) => Ok(Evicted::Gone),
+            Err(e) => Err(Error::kube(format!("evicting pod {pod}"), e)),
+        }
+    }
+
+    /// Writes a NodePool's status.
+    ///
+    /// # Errors
+    /// The API error; 404 is `Ok`.
+    pub async fn patch_pool_status(&self, name: &str, status: &Value) -> Result<()> {
+        check(GROUP, "nodepools/status", "patch");
+        match Api::<NodePool>::all(self.client.clone())
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(format!("patching NodePool {name} status"), e)),
+        }
+    }
+
+    /// Publishes an event about `regarding`; failures are logged, never fatal.
+    pub async fn event(
+        &self,
+        regarding: &ObjectReference,
+        warning: bool,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        check("events.k8s.io", "events", "create");
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.to_string(),
+            note: Some(note.chars().take(1000).collect()),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, regarding).await {
+            tracing::debug!(error = %e, reason, "publishing an event");
+        }
+    }
+}
+
+/// An object reference for events.
+pub fn reference<K: Resource<DynamicType = ()>>(obj: &K) -> ObjectReference {
+    obj.object_ref(&())
+}
+
+/// Labels as a JSON object, for patches.
+pub fn labels_json(labels: &BTreeMap<String, String>) -> Value {
+    json!(labels)
+}
+
+/// Whether an object lists `finalizer`.
+pub fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == keys::FINALIZER)
+}

@@ -1,0 +1,1664 @@
+//! The wiring of `gpu-autoscaler run`: client, reflectors, leader election, the reconcile loop,
+//! metrics and health.
+//!
+//! One loop, run only by the leader every `--loop-interval`, performs in order: the kwok
+//! provider's boot step (kwok only), the NodeClaim lifecycle ([`super::lifecycle::step`] per
+//! claim), the termination of deleted managed Nodes, provisioning (when the batcher closes a
+//! window), disruption (every `--disruption-interval`), garbage collection (every
+//! `--gc-interval`), NodePool status and metrics. Launches run as spawned tasks (rate-limited,
+//! retried with backoff) so a slow cloud never stalls the loop.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption};
+use autoscaler_core::instance::InstanceType;
+use autoscaler_core::labels;
+use autoscaler_core::model::{PodKey, Snapshot};
+use autoscaler_core::plan::NewClaim;
+use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::requirements::{Constraint, Requirements, ValueSet};
+use autoscaler_core::resources::{Resources, is_gpu_class};
+use futures::StreamExt;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use nodepools::conditions::{self, reasons};
+use nodepools::{
+    NodeClaim, NodeClaimSpec, NodeClaimStatus, NodePool, NodeSelectorRequirement,
+    ResourceRequirements, Taint as ApiTaint,
+};
+use providers::kwok::{KwokConfig, KwokProvider};
+use providers::{
+    CloudProvider, InstanceState, LaunchRequest, NodeClassRef, OfferingKey, ProviderError,
+    UnavailableOfferings, fake::FakeProvider,
+};
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::actuator::{Actuator, Evicted, has_finalizer, reference, set_condition};
+use super::api_calls::check;
+use super::batcher::{BatchConfig, Batcher};
+use super::disrupt::{self, Job, Stage};
+use super::error::{Error, Result};
+use super::keys;
+use super::leader::{self, LeaderConfig};
+use super::lifecycle::{self, Action, Phase, Timeouts};
+use super::metrics::{Health, LoopLabel, Metrics, ModelLabel, PhaseLabel, PoolLabel, ReasonLabel};
+use super::settings::{LogFormat, ProviderKind, RunArgs};
+use super::snapshot::{Inputs, SnapshotBuilder, claims_by_provider_id};
+use super::translate;
+
+/// Seconds since the Unix epoch: the core's clock.
+fn epoch() -> i64 {
+    jiff::Timestamp::now().as_second()
+}
+
+/// The reflectors' stores.
+#[derive(Clone)]
+pub struct Stores {
+    /// Pods.
+    pub pods: Store<Pod>,
+    /// Nodes.
+    pub nodes: Store<Node>,
+    /// NodePools.
+    pub pools: Store<NodePool>,
+    /// NodeClaims.
+    pub claims: Store<NodeClaim>,
+    /// DaemonSets.
+    pub daemonsets: Store<DaemonSet>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Store<PodDisruptionBudget>,
+}
+
+fn reflect<K>(api: Api<K>, group: &'static str, resource: &'static str) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    check(group, resource, "list");
+    check(group, resource, "watch");
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        // managedFields are never read: drop them to keep the cache small.
+        .modify(|o| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                tracing::warn!(resource, error = %e, "watch");
+            }
+        }
+    });
+    reader
+}
+
+impl Stores {
+    /// Starts every reflector.
+    pub fn start(client: &kube::Client) -> Self {
+        Stores {
+            pods: reflect(Api::all(client.clone()), "", "pods"),
+            nodes: reflect(Api::all(client.clone()), "", "nodes"),
+            pools: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodepools"),
+            claims: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodeclaims"),
+            daemonsets: reflect(Api::all(client.clone()), "apps", "daemonsets"),
+            pdbs: reflect(Api::all(client.clone()), "policy", "poddisruptionbudgets"),
+        }
+    }
+
+    /// Waits until every store has listed once.
+    pub async fn ready(&self) {
+        let _ = futures::join!(
+            self.pods.wait_until_ready(),
+            self.nodes.wait_until_ready(),
+            self.pools.wait_until_ready(),
+            self.claims.wait_until_ready(),
+            self.daemonsets.wait_until_ready(),
+            self.pdbs.wait_until_ready(),
+        );
+    }
+}
+
+/// The NodeClaim to create for a planned claim.
+pub fn claim_object(nc: &NewClaim, pool: &NodePool) -> NodeClaim {
+    let mut requirements = requirement_exprs(&nc.requirements);
+    requirements.retain(|r| r.key != labels::INSTANCE_TYPE);
+    requirements.push(NodeSelectorRequirement {
+        key: labels::INSTANCE_TYPE.into(),
+        operator: "In".into(),
+        values: nc
+            .instance_types
+            .iter()
+            .map(|o| o.instance_type.clone())
+            .collect(),
+        min_values: None,
+    });
+    let mut claim_labels = nc.labels.clone();
+    claim_labels.insert(keys::POOL_LABEL.into(), nc.pool.clone());
+    let taint = |t: &autoscaler_core::Taint| ApiTaint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: format!("{:?}", t.effect),
+    };
+    NodeClaim {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", nc.pool)),
+            labels: Some(claim_labels),
+            finalizers: Some(vec![keys::FINALIZER.into()]),
+            ..Default::default()
+        },
+        spec: NodeClaimSpec {
+            node_pool: nc.pool.clone(),
+            requirements,
+            resources: ResourceRequirements {
+                requests: quantities(&nc.requests),
+            },
+            taints: nc.taints.iter().map(taint).collect(),
+            startup_taints: nc.startup_taints.iter().map(taint).collect(),
+            node_class_ref: pool.spec.template.node_class_ref.clone(),
+        },
+        status: None,
+    }
+}
+
+/// Resources as a Kubernetes resource map.
+pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
+    providers::kwok::quantities(r)
+}
+
+/// Requirements as API expressions (one key may need two: `Exists` plus `NotIn`).
+pub fn requirement_exprs(r: &Requirements) -> Vec<NodeSelectorRequirement> {
+    let mut out = Vec::new();
+    let expr = |key: &str, op: &str, values: Vec<String>| NodeSelectorRequirement {
+        key: key.to_string(),
+        operator: op.to_string(),
+        values,
+        min_values: None,
+    };
+    for (key, c) in r.iter() {
+        match &c.values {
+            ValueSet::In(set) if set.is_empty() => {
+                if c.allow_absent {
+                    out.push(expr(key, "DoesNotExist", vec![]));
+                }
+            }
+            ValueSet::In(set) => out.push(expr(key, "In", set.iter().cloned().collect())),
+            ValueSet::NotIn(set) => {
+                if !c.allow_absent && c.gt.is_none() && c.lt.is_none() {
+                    out.push(expr(key, "Exists", vec![]));
+                }
+                if !set.is_empty() {
+                    out.push(expr(key, "NotIn", set.iter().cloned().collect()));
+                }
+                if let Some(g) = c.gt {
+                    out.push(expr(key, "Gt", vec![g.to_string()]));
+                }
+                if let Some(l) = c.lt {
+                    out.push(expr(key, "Lt", vec![l.to_string()]));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The offerings a claim may launch on, cheapest first: its instance-type, zone and
+/// capacity-type requirements over the pool's catalog, minus offerings recently refused.
+pub fn candidates(
+    requirements: &Requirements,
+    types: &[InstanceType],
+    unavailable: &UnavailableOfferings,
+    now: i64,
+) -> Vec<(OfferingKey, f64)> {
+    let any = Constraint::any();
+    let it_c = requirements.get(labels::INSTANCE_TYPE).unwrap_or(&any);
+    let zone_c = requirements.get(labels::ZONE).unwrap_or(&any);
+    let ct_c = requirements.get(labels::CAPACITY_TYPE).unwrap_or(&any);
+    let mut out = Vec::new();
+    for t in types.iter().filter(|t| it_c.matches(Some(&t.name))) {
+        for o in &t.offerings {
+            let key = OfferingKey::new(&t.name, &o.zone, o.capacity_type);
+            if zone_c.matches(Some(&o.zone))
+                && ct_c.matches(Some(o.capacity_type.as_str()))
+                && !unavailable.is_unavailable(&key, now)
+            {
+                out.push((key, o.price));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// Shared between the loop and its launch tasks.
+struct Shared<P> {
+    provider: Arc<P>,
+    actuator: Actuator,
+    metrics: Arc<Metrics>,
+    limiter: DefaultDirectRateLimiter,
+    unavailable: Mutex<UnavailableOfferings>,
+    /// Claims with a launch task running (or just finished, until the store shows it).
+    launching: Mutex<HashMap<String, Instant>>,
+}
+
+impl<P: CloudProvider + 'static> Shared<P> {
+    /// A provider call under the rate limit, retried with exponential backoff while the error
+    /// is retryable (the provider's idempotency contract makes that safe).
+    async fn cloud<T, F, Fut>(&self, what: &str, f: F) -> Result<T, ProviderError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ProviderError>>,
+    {
+        let mut delay = Duration::from_millis(200);
+        let mut attempt = 0;
+        loop {
+            self.limiter.until_ready().await;
+            match f().await {
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_retryable() && attempt < 4 => {
+                    attempt += 1;
+                    tracing::debug!(what, error = %e, attempt, "retrying cloud call");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The leader's state across rounds.
+struct Controller<P> {
+    shared: Arc<Shared<P>>,
+    kwok: Option<KwokProvider>,
+    stores: Stores,
+    args: RunArgs,
+    batcher: Batcher,
+    builder: SnapshotBuilder,
+    started: Instant,
+    types: HashMap<NodeClassRef, (Instant, Arc<Vec<InstanceType>>)>,
+    disruption_state: DisruptionState,
+    jobs: Vec<Job>,
+    last_disruption: Option<Instant>,
+    last_gc: Option<Instant>,
+    last_pool_status: Option<Instant>,
+    orphans: HashMap<String, i64>,
+    notified: HashMap<PodKey, String>,
+    first_round: bool,
+}
+
+fn class_of(np: &NodePool) -> NodeClassRef {
+    np.spec
+        .template
+        .node_class_ref
+        .as_ref()
+        .map(|c| NodeClassRef {
+            group: c.group.clone(),
+            kind: c.kind.clone(),
+            name: c.name.clone(),
+        })
+        .unwrap_or_default()
+}
+
+impl<P: CloudProvider + 'static> Controller<P> {
+    fn disruption_config(&self) -> DisruptionConfig {
+        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        DisruptionConfig {
+            delay_after_scale_up_s: s(self.args.scale_down_delay_after_add),
+            delay_after_delete_s: s(self.args.scale_down_delay_after_delete),
+            delay_after_failure_s: s(self.args.scale_down_delay_after_failure),
+            validation_delay_s: s(self.args.validation_delay),
+            ..DisruptionConfig::default()
+        }
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            registration_s: i64::try_from(self.args.registration_timeout.as_secs())
+                .unwrap_or(i64::MAX),
+            initialization_s: i64::try_from(self.args.initialization_timeout.as_secs())
+                .unwrap_or(i64::MAX),
+        }
+    }
+
+    /// Instance types per NodePool name, refreshed every five minutes per node class, with the
+    /// insufficient-capacity cache applied.
+    async fn instance_types(
+        &mut self,
+        pools: &[Arc<NodePool>],
+    ) -> BTreeMap<String, Arc<Vec<InstanceType>>> {
+        let now = epoch();
+        let mut out = BTreeMap::new();
+        for np in pools {
+            let class = class_of(np);
+            let fresh = self
+                .types
+                .get(&class)
+                .is_some_and(|(at, _)| at.elapsed() < Duration::from_secs(300));
+            if !fresh {
+                let shared = self.shared.clone();
+                let c = class.clone();
+                match shared
+                    .cloud("instance types", || shared.provider.instance_types(&c))
+                    .await
+                {
+                    Ok(t) => {
+                        self.types
+                            .insert(class.clone(), (Instant::now(), Arc::new(t)));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "listing instance types"),
+                }
+            }
+            if let Some((_, t)) = self.types.get(&class) {
+                let mut t = t.as_ref().clone();
+                self.shared
+                    .unavailable
+                    .lock()
+                    .expect("lock")
+                    .apply(&mut t, now);
+                out.insert(np.name_any(), Arc::new(t));
+            }
+        }
+        out
+    }
+
+    async fn round(&mut self) {
+        let started = Instant::now();
+        if let Some(k) = &self.kwok
+            && let Err(e) = k.materialize().await
+        {
+            tracing::warn!(error = %e, "kwok: booting instances");
+        }
+        let t = Instant::now();
+        self.lifecycle().await;
+        self.terminate_nodes().await;
+        self.observe("lifecycle", t);
+        let t = Instant::now();
+        self.provision().await;
+        self.observe("provision", t);
+        if self
+            .last_disruption
+            .is_none_or(|at| at.elapsed() >= self.args.disruption_interval)
+        {
+            self.last_disruption = Some(Instant::now());
+            let t = Instant::now();
+            self.disrupt().await;
+            self.observe("disrupt", t);
+        }
+        if !self.jobs.is_empty() {
+            self.run_jobs().await;
+        }
+        if self
+            .last_gc
+            .is_none_or(|at| at.elapsed() >= self.args.gc_interval)
+        {
+            self.last_gc = Some(Instant::now());
+            let t = Instant::now();
+            self.gc().await;
+            self.observe("gc", t);
+        }
+        if self
+            .last_pool_status
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(5))
+        {
+            self.last_pool_status = Some(Instant::now());
+            self.pool_status().await;
+        }
+        self.update_metrics();
+        self.first_round = false;
+        self.observe("round", started);
+    }
+
+    fn observe(&self, name: &str, since: Instant) {
+        self.shared
+            .metrics
+            .loop_seconds
+            .get_or_create(&LoopLabel { name: name.into() })
+            .observe(since.elapsed().as_secs_f64());
+    }
+
+    /// One [`lifecycle::step`] per NodeClaim.
+    async fn lifecycle(&mut self) {
+        let claims = self.stores.claims.state();
+        let nodes = self.stores.nodes.state();
+        let by_pid: HashMap<&str, &Arc<Node>> = nodes
+            .iter()
+            .filter_map(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .map(|p| (p, n))
+            })
+            .collect();
+        let now = epoch();
+        let timeouts = self.timeouts();
+        // Forget launches the store has caught up with.
+        {
+            let mut l = self.shared.launching.lock().expect("lock");
+            l.retain(|name, at| {
+                let pending = claims
+                    .iter()
+                    .find(|c| c.name_any() == *name)
+                    .is_some_and(|c| lifecycle::phase(c) == Phase::Pending);
+                pending && at.elapsed() < Duration::from_secs(120)
+            });
+        }
+        for claim in &claims {
+            let name = claim.name_any();
+            let node = lifecycle::provider_id(claim)
+                .and_then(|p| by_pid.get(p))
+                .map(|n| n.as_ref());
+            let action = lifecycle::step(claim, node, now, &timeouts);
+            if let Err(e) = self.perform(claim, node, action, now).await {
+                tracing::warn!(claim = %name, error = %e, "NodeClaim lifecycle");
+            }
+        }
+    }
+
+    async fn perform(
+        &mut self,
+        claim: &Arc<NodeClaim>,
+        node: Option<&Node>,
+        action: Action,
+        now: i64,
+    ) -> Result<()> {
+        let name = claim.name_any();
+        let status = || claim.status.clone().unwrap_or_default();
+        let ts = jiff::Timestamp::now();
+        match action {
+            Action::Wait => Ok(()),
+            Action::AddFinalizer => {
+                let mut f = claim.finalizers().to_vec();
+                f.push(keys::FINALIZER.into());
+                self.shared.actuator.set_claim_finalizers(claim, &f).await
+            }
+            Action::Launch => {
+                self.spawn_launch(claim.clone());
+                Ok(())
+            }
+            Action::Register { node: node_name } => {
+                let Some(n) = node else { return Ok(()) };
+                // Label and taint the Node as its NodePool says (the cloud's boot config
+                // normally did already), and put the finalizer on it.
+                let mut node_labels = n.labels().clone();
+                for (k, v) in claim.labels() {
+                    node_labels.insert(k.clone(), v.clone());
+                }
+                node_labels.insert(keys::CLAIM_LABEL.into(), name.clone());
+                let mut taints = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.clone())
+                    .unwrap_or_default();
+                for t in &claim.spec.taints {
+                    if !taints
+                        .iter()
+                        .any(|x| x.key == t.key && x.effect == t.effect)
+                    {
+                        taints.push(k8s_openapi::api::core::v1::Taint {
+                            key: t.key.clone(),
+                            value: (!t.value.is_empty()).then(|| t.value.clone()),
+                            effect: t.effect.clone(),
+                            time_added: None,
+                        });
+                    }
+                }
+                let mut finalizers = n.finalizers().to_vec();
+                if !has_finalizer(&n.metadata) {
+                    finalizers.push(keys::FINALIZER.into());
+                }
+                self.shared
+                    .actuator
+                    .patch_node(
+                        &node_name,
+                        &json!({
+                            "metadata": {
+                                "labels": node_labels,
+                                "finalizers": finalizers,
+                                "resourceVersion": n.resource_version(),
+                            },
+                            "spec": {"taints": taints},
+                        }),
+                    )
+                    .await?;
+                let mut s = status();
+                s.node_name = Some(node_name.clone());
+                set_condition(
+                    &mut s.conditions,
+                    conditions::REGISTERED,
+                    true,
+                    reasons::SUCCEEDED,
+                    "",
+                    ts,
+                );
+                set_condition(
+                    &mut s.conditions,
+                    conditions::INITIALIZED,
+                    false,
+                    reasons::NODE_NOT_READY,
+                    "the Node is not Ready",
+                    ts,
+                );
+                tracing::info!(claim = %name, node = %node_name, "registered");
+                self.shared
+                    .actuator
+                    .patch_claim_status(&name, &json!(s))
+                    .await
+            }
+            Action::NotInitialized { reason, message } => {
+                let mut s = status();
+                set_condition(
+                    &mut s.conditions,
+                    conditions::INITIALIZED,
+                    false,
+                    reason,
+                    &message,
+                    ts,
+                );
+                set_condition(
+                    &mut s.conditions,
+                    conditions::READY,
+                    false,
+                    reason,
+                    &message,
+                    ts,
+                );
+                self.shared
+                    .actuator
+                    .patch_claim_status(&name, &json!(s))
+                    .await
+            }
+            Action::Initialize => {
+                let mut s = status();
+                for c in [conditions::INITIALIZED, conditions::READY] {
+                    set_condition(&mut s.conditions, c, true, reasons::SUCCEEDED, "", ts);
+                }
+                tracing::info!(claim = %name, "initialized");
+                self.shared
+                    .actuator
+                    .patch_claim_status(&name, &json!(s))
+                    .await
+            }
+            Action::Delete { reason } => {
+                tracing::info!(claim = %name, %reason, "deleting NodeClaim");
+                self.shared
+                    .actuator
+                    .event(
+                        &reference(claim.as_ref()),
+                        true,
+                        "NodeClaimDeleted",
+                        "Delete",
+                        reason,
+                    )
+                    .await;
+                self.batcher.flag(self.millis());
+                self.shared.actuator.delete_claim(&name).await
+            }
+            Action::Terminate {
+                provider_id,
+                node: node_name,
+            } => {
+                // The Node goes first (its own finalizer path terminates too); the claim's
+                // finalizer is released only once the Node is gone and the instance terminated.
+                if let Some(nn) = &node_name
+                    && let Some(n) = self
+                        .stores
+                        .nodes
+                        .find(|n| n.metadata.name.as_deref() == Some(nn.as_str()))
+                {
+                    if n.metadata.deletion_timestamp.is_none() {
+                        self.shared.actuator.delete_node(nn).await?;
+                    }
+                    return Ok(());
+                }
+                if let Some(pid) = provider_id {
+                    let shared = self.shared.clone();
+                    shared
+                        .cloud("terminate", || shared.provider.delete(&pid))
+                        .await?;
+                }
+                let f: Vec<String> = claim
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != keys::FINALIZER)
+                    .cloned()
+                    .collect();
+                tracing::info!(claim = %name, at = now, "terminated");
+                self.shared.actuator.set_claim_finalizers(claim, &f).await
+            }
+        }
+    }
+
+    fn millis(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Launches in a task: rate-limited, retried, and recorded on the claim.
+    fn spawn_launch(&self, claim: Arc<NodeClaim>) {
+        let name = claim.name_any();
+        {
+            let mut l = self.shared.launching.lock().expect("lock");
+            if l.contains_key(&name) {
+                return;
+            }
+            l.insert(name.clone(), Instant::now());
+        }
+        let shared = self.shared.clone();
+        let pool = claim.spec.node_pool.clone();
+        let types = self
+            .stores
+            .pools
+            .find(|p| p.name_any() == pool)
+            .and_then(|np| self.types.get(&class_of(&np)).map(|(_, t)| t.clone()))
+            .unwrap_or_default();
+        tokio::spawn(async move {
+            if let Err(e) = launch(&shared, &claim, &types).await {
+                tracing::warn!(claim = %claim.name_any(), error = %e, "launch");
+            }
+        });
+    }
+
+    /// Managed Nodes being deleted: terminate the instance, delete the claim, release the
+    /// Node's finalizer.
+    async fn terminate_nodes(&mut self) {
+        let claims = self.stores.claims.state();
+        let by_pid = claims_by_provider_id(&claims);
+        for n in self.stores.nodes.state() {
+            if n.metadata.deletion_timestamp.is_none() || !has_finalizer(&n.metadata) {
+                continue;
+            }
+            let name = n.name_any();
+            let pid = n.spec.as_ref().and_then(|s| s.provider_id.clone());
+            let result: Result<()> = async {
+                if let Some(pid) = &pid {
+                    if let Some(c) = by_pid.get(pid.as_str())
+                        && c.metadata.deletion_timestamp.is_none()
+                    {
+                        self.shared.actuator.delete_claim(&c.name_any()).await?;
+                    }
+                    let shared = self.shared.clone();
+                    shared
+                        .cloud("terminate", || shared.provider.delete(pid))
+                        .await?;
+                }
+                let f: Vec<String> = n
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != keys::FINALIZER)
+                    .cloned()
+                    .collect();
+                self.shared
+                    .actuator
+                    .patch_node(
+                        &name,
+                        &json!({"metadata": {"finalizers": f, "resourceVersion": n.resource_version()}}),
+                    )
+                    .await
+            }
+            .await;
+            match result {
+                Ok(()) => tracing::info!(node = %name, "node terminated"),
+                Err(e) => tracing::warn!(node = %name, error = %e, "terminating node"),
+            }
+        }
+    }
+
+    fn pending_now(&self, pods: &[Arc<Pod>]) -> BTreeSet<PodKey> {
+        pods.iter()
+            .filter(|p| translate::is_unschedulable(p))
+            .map(|p| translate::pod_key(p))
+            .collect()
+    }
+
+    async fn provision(&mut self) {
+        let pods = self.stores.pods.state();
+        let pending = self.pending_now(&pods);
+        self.shared.metrics.pending_pods.set(pending.len() as i64);
+        let Some(batch) = self.batcher.step(self.millis(), &pending) else {
+            return;
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let pools = self.stores.pools.state();
+        let types = self.instance_types(&pools).await;
+        let nodes = self.stores.nodes.state();
+        let claims = self.stores.claims.state();
+        let daemonsets = self.stores.daemonsets.state();
+        let pdbs = self.stores.pdbs.state();
+        let built = self.builder.build(&Inputs {
+            pods: &pods,
+            nodes: &nodes,
+            pools: &pools,
+            claims: &claims,
+            daemonsets: &daemonsets,
+            pdbs: &pdbs,
+            instance_types: &types,
+            pending: &batch,
+        });
+        for (obj, problem) in &built.problems {
+            tracing::warn!(object = %obj, %problem, "left out of the snapshot");
+        }
+        let plan = plan_provisioning(&built.snapshot);
+        tracing::info!(
+            pending = batch.len(),
+            existing = plan.existing.len(),
+            in_flight = plan.in_flight.len(),
+            new_claims = plan.new_claims.len(),
+            unschedulable = plan.unschedulable.len(),
+            "planned"
+        );
+        let pod_by_key: HashMap<PodKey, &Arc<Pod>> =
+            pods.iter().map(|p| (translate::pod_key(p), p)).collect();
+        let mut events = Vec::new();
+        for nc in &plan.new_claims {
+            let Some(np) = pools.iter().find(|p| p.name_any() == nc.pool) else {
+                continue;
+            };
+            let obj = claim_object(nc, np);
+            match self.shared.actuator.create_claim(&obj).await {
+                Ok(created) => {
+                    let cname = created.name_any();
+                    let types: Vec<&str> = nc
+                        .instance_types
+                        .iter()
+                        .take(5)
+                        .map(|o| o.instance_type.as_str())
+                        .collect();
+                    tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
+                    self.disruption_state.last_scale_up = Some(epoch());
+                    for pk in &nc.pods {
+                        if let Some(p) = pod_by_key.get(pk) {
+                            if let Some(since) = unschedulable_since(p) {
+                                self.shared.metrics.pending_to_claim_seconds.observe(
+                                    (jiff::Timestamp::now().as_millisecond() - since) as f64
+                                        / 1000.0,
+                                );
+                            }
+                            events.push((
+                                reference(p.as_ref()),
+                                false,
+                                "TriggeredScaleUp",
+                                format!(
+                                    "pod triggered scale-up: NodeClaim {cname} (NodePool {}) with instance types [{}]",
+                                    nc.pool,
+                                    types.join(", ")
+                                ),
+                            ));
+                            self.notified.remove(pk);
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(pool = %nc.pool, error = %e, "creating NodeClaim"),
+            }
+        }
+        for u in &plan.unschedulable {
+            if self.notified.get(&u.pod) == Some(&u.reason) {
+                continue;
+            }
+            if let Some(p) = pod_by_key.get(&u.pod) {
+                self.notified.insert(u.pod.clone(), u.reason.clone());
+                events.push((
+                    reference(p.as_ref()),
+                    true,
+                    "NotTriggerScaleUp",
+                    format!("pod didn't trigger scale-up: {}", u.reason),
+                ));
+            }
+        }
+        self.notified.retain(|k, _| pending.contains(k));
+        if !events.is_empty() {
+            let actuator = self.shared.actuator.clone();
+            tokio::spawn(async move {
+                for (r, warning, reason, note) in events {
+                    actuator.event(&r, warning, reason, "ScaleUp", note).await;
+                }
+            });
+        }
+    }
+
+    fn full_snapshot(&mut self, types: &BTreeMap<String, Arc<Vec<InstanceType>>>) -> Snapshot {
+        let pods = self.stores.pods.state();
+        let pending = self.pending_now(&pods);
+        let nodes = self.stores.nodes.state();
+        let pools = self.stores.pools.state();
+        let claims = self.stores.claims.state();
+        let daemonsets = self.stores.daemonsets.state();
+        let pdbs = self.stores.pdbs.state();
+        self.builder
+            .build(&Inputs {
+                pods: &pods,
+                nodes: &nodes,
+                pools: &pools,
+                claims: &claims,
+                daemonsets: &daemonsets,
+                pdbs: &pdbs,
+                instance_types: types,
+                pending: &pending,
+            })
+            .snapshot
+    }
+
+    async fn disrupt(&mut self) {
+        let pools = self.stores.pools.state();
+        let types = self.instance_types(&pools).await;
+        let snap = self.full_snapshot(&types);
+        let now = epoch();
+        let plan = plan_disruption(
+            &snap,
+            &self.disruption_state,
+            now,
+            &self.disruption_config(),
+        );
+        self.disruption_state = plan.state.clone();
+        let busy: HashSet<&str> = self
+            .jobs
+            .iter()
+            .flat_map(|j| j.command.nodes.iter().map(String::as_str))
+            .collect();
+        let mut new_jobs = Vec::new();
+        for cmd in plan.commands {
+            if cmd.nodes.iter().any(|n| busy.contains(n.as_str())) {
+                continue;
+            }
+            tracing::info!(reason = ?cmd.reason, method = ?cmd.method, nodes = ?cmd.nodes, "disruption decided");
+            new_jobs.push(Job::new(cmd));
+        }
+        self.jobs.extend(new_jobs);
+        // Nodes left tainted by a previous leader's unfinished job are released.
+        if self.first_round {
+            for n in self.stores.nodes.state() {
+                let name = n.name_any();
+                if super::snapshot::has_disruption_taint(&n)
+                    && n.metadata.deletion_timestamp.is_none()
+                    && !self.jobs.iter().any(|j| j.command.nodes.contains(&name))
+                {
+                    let _ = self.untaint(&name).await;
+                }
+            }
+        }
+    }
+
+    async fn taint(&self, name: &str) -> Result<()> {
+        let Some(n) = self
+            .stores
+            .nodes
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+        else {
+            return Ok(());
+        };
+        let mut taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if taints.iter().any(|t| t.key == keys::DISRUPTION_TAINT) {
+            return Ok(());
+        }
+        taints.push(k8s_openapi::api::core::v1::Taint {
+            key: keys::DISRUPTION_TAINT.into(),
+            value: None,
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+        self.shared
+            .actuator
+            .patch_node(
+                name,
+                &json!({"metadata": {"resourceVersion": n.resource_version()}, "spec": {"taints": taints}}),
+            )
+            .await
+    }
+
+    async fn untaint(&self, name: &str) -> Result<()> {
+        let Some(n) = self
+            .stores
+            .nodes
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+        else {
+            return Ok(());
+        };
+        let taints: Vec<_> = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key != keys::DISRUPTION_TAINT)
+            .collect();
+        self.shared
+            .actuator
+            .patch_node(
+                name,
+                &json!({"metadata": {"resourceVersion": n.resource_version()}, "spec": {"taints": taints}}),
+            )
+            .await
+    }
+
+    async fn run_jobs(&mut self) {
+        let pools = self.stores.pools.state();
+        let types = self.instance_types(&pools).await;
+        let snap = self.full_snapshot(&types);
+        let config = self.disruption_config();
+        let now = epoch();
+        let pods = self.stores.pods.state();
+        let nodes = self.stores.nodes.state();
+        let claims = self.stores.claims.state();
+        let mut jobs = std::mem::take(&mut self.jobs);
+        for job in &mut jobs {
+            let nodes_present: Vec<String> = job
+                .command
+                .nodes
+                .iter()
+                .filter(|n| {
+                    nodes
+                        .iter()
+                        .any(|x| x.metadata.name.as_deref() == Some(n.as_str()))
+                })
+                .cloned()
+                .collect();
+            let pods_left: Vec<PodKey> = pods
+                .iter()
+                .filter(|p| {
+                    translate::node_name(p).is_some_and(|n| nodes_present.iter().any(|x| x == n))
+                        && translate::is_active(p)
+                        && p.metadata.deletion_timestamp.is_none()
+                        && !p
+                            .owner_references()
+                            .iter()
+                            .any(|o| o.kind == "DaemonSet" && o.controller == Some(true))
+                        && !p.annotations().contains_key(translate::MIRROR_ANNOTATION)
+                })
+                .map(|p| translate::pod_key(p))
+                .collect();
+            let replacement_initialized = match &job.stage {
+                Stage::Replacing { claim, .. } => claims
+                    .iter()
+                    .find(|c| c.name_any() == *claim)
+                    .map(|c| lifecycle::phase(c) == Phase::Initialized),
+                _ => None,
+            };
+            let facts = disrupt::Facts {
+                snapshot: &snap,
+                now,
+                config: &config,
+                nodes_present: nodes_present.clone(),
+                pods_left,
+                replacement_initialized,
+                replacement_timeout_s: i64::try_from(self.args.replacement_timeout.as_secs())
+                    .unwrap_or(i64::MAX),
+            };
+            let step = disrupt::step(job, &facts);
+            let reason = format!("{:?}", job.command.reason);
+            let ok = match step.action {
+                disrupt::Action::Wait => true,
+                disrupt::Action::CreateReplacement(nc) => {
+                    match pools.iter().find(|p| p.name_any() == nc.pool) {
+                        Some(np) => {
+                            let mut obj = claim_object(&nc, np);
+                            obj.annotations_mut().insert(
+                                keys::REPLACES_ANNOTATION.into(),
+                                job.command.nodes.join(","),
+                            );
+                            match self.shared.actuator.create_claim(&obj).await {
+                                Ok(c) => {
+                                    job.stage = Stage::Replacing {
+                                        claim: c.name_any(),
+                                        since: now,
+                                    };
+                                    continue;
+                                }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "creating replacement");
+                                    false
+                                }
+                            }
+                        }
+                        None => false,
+                    }
+                }
+                disrupt::Action::Taint(names) => {
+                    let mut ok = true;
+                    for n in &names {
+                        ok &= self.taint(n).await.is_ok();
+                        if let Some(node) = nodes.iter().find(|x| x.name_any() == *n) {
+                            self.shared
+                                .actuator
+                                .event(
+                                    &reference(node.as_ref()),
+                                    false,
+                                    "DisruptionStarted",
+                                    "Disrupt",
+                                    format!(
+                                        "disrupting node ({reason}, {:?}): tainted {}",
+                                        job.command.method,
+                                        keys::DISRUPTION_TAINT
+                                    ),
+                                )
+                                .await;
+                        }
+                    }
+                    ok
+                }
+                disrupt::Action::Evict(pods) => {
+                    let mut refused = false;
+                    for pk in &pods {
+                        match self.shared.actuator.evict(pk).await {
+                            Ok(Evicted::Yes) => {
+                                self.shared.metrics.evictions.inc();
+                            }
+                            Ok(Evicted::Refused) => {
+                                self.shared.metrics.evictions_refused.inc();
+                                refused = true;
+                            }
+                            Ok(Evicted::Gone) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "eviction");
+                                refused = true;
+                            }
+                        }
+                    }
+                    if refused {
+                        job.evictions_refused(now);
+                    } else {
+                        job.evictions_accepted(now);
+                    }
+                    true
+                }
+                disrupt::Action::DeleteNodes(names) => {
+                    let mut ok = true;
+                    for n in &names {
+                        ok &= self.shared.actuator.delete_node(n).await.is_ok();
+                    }
+                    if ok {
+                        self.shared
+                            .metrics
+                            .disruptions
+                            .get_or_create(&ReasonLabel {
+                                reason: reason.clone(),
+                            })
+                            .inc();
+                        self.disruption_state.last_delete = Some(now);
+                    }
+                    ok
+                }
+                disrupt::Action::Untaint(names) => {
+                    for n in &names {
+                        let _ = self.untaint(n).await;
+                    }
+                    true
+                }
+            };
+            if ok {
+                if job.stage != step.next {
+                    tracing::info!(nodes = ?job.command.nodes, from = job.stage.as_str(), to = step.next.as_str(), "disruption");
+                    if let Stage::Abandoned(why) = &step.next {
+                        tracing::info!(nodes = ?job.command.nodes, %why, "disruption abandoned");
+                    }
+                }
+                job.stage = step.next;
+            }
+        }
+        jobs.retain(|j| j.stage != Stage::Done);
+        self.jobs = jobs;
+    }
+
+    /// Instances without a claim (after the grace period) are terminated; claims whose
+    /// instance is gone are deleted.
+    async fn gc(&mut self) {
+        let shared = self.shared.clone();
+        let instances = match shared.cloud("list", || shared.provider.list()).await {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::warn!(error = %e, "gc: listing instances");
+                return;
+            }
+        };
+        let claims = self.stores.claims.state();
+        let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
+        let now = epoch();
+        let grace = i64::try_from(self.args.gc_grace.as_secs()).unwrap_or(i64::MAX);
+        let mut still = HashMap::new();
+        for i in &instances {
+            let owned = i.claim.as_ref().is_some_and(|c| names.contains(c));
+            if owned || i.state == InstanceState::Terminated {
+                continue;
+            }
+            let since = self.orphans.get(&i.provider_id).copied().unwrap_or(now);
+            if now - since >= grace {
+                tracing::info!(instance = %i.provider_id, "gc: terminating instance without a NodeClaim");
+                match shared
+                    .cloud("gc", || shared.provider.delete(&i.provider_id))
+                    .await
+                {
+                    Ok(()) => {
+                        shared.metrics.gc_instances.inc();
+                    }
+                    Err(e) => tracing::warn!(error = %e, "gc: terminating"),
+                }
+            } else {
+                still.insert(i.provider_id.clone(), since);
+            }
+        }
+        self.orphans = still;
+        let live: HashSet<&str> = instances
+            .iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .map(|i| i.provider_id.as_str())
+            .collect();
+        for c in &claims {
+            let Some(pid) = lifecycle::provider_id(c) else {
+                continue;
+            };
+            if live.contains(pid) || lifecycle::phase(c) == Phase::Deleting {
+                continue;
+            }
+            let gone = match shared.cloud("get", || shared.provider.get(pid)).await {
+                Err(ProviderError::NotFound { .. }) => true,
+                Ok(i) => i.state == InstanceState::Terminated,
+                Err(_) => false,
+            };
+            if gone {
+                tracing::info!(claim = %c.name_any(), "gc: instance is gone, deleting NodeClaim");
+                let _ = shared.actuator.delete_claim(&c.name_any()).await;
+            }
+        }
+    }
+
+    async fn pool_status(&mut self) {
+        let claims = self.stores.claims.state();
+        for np in self.stores.pools.state() {
+            let name = np.name_any();
+            let mine: Vec<&Arc<NodeClaim>> = claims
+                .iter()
+                .filter(|c| c.spec.node_pool == name && lifecycle::phase(c) != Phase::Deleting)
+                .collect();
+            let mut total = Resources::new();
+            for c in &mine {
+                if let Some(s) = &c.status
+                    && let Ok(r) = translate::resources(Some(&s.capacity), "status.capacity")
+                {
+                    total.add(&r);
+                }
+            }
+            let mut conds = np.status.clone().unwrap_or_default().conditions;
+            let ts = jiff::Timestamp::now();
+            match np.validate() {
+                Ok(()) => {
+                    set_condition(
+                        &mut conds,
+                        conditions::VALIDATION_SUCCEEDED,
+                        true,
+                        reasons::VALID,
+                        "",
+                        ts,
+                    );
+                    set_condition(&mut conds, conditions::READY, true, reasons::VALID, "", ts);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    set_condition(
+                        &mut conds,
+                        conditions::VALIDATION_SUCCEEDED,
+                        false,
+                        reasons::INVALID_SPEC,
+                        &msg,
+                        ts,
+                    );
+                    set_condition(
+                        &mut conds,
+                        conditions::READY,
+                        false,
+                        reasons::INVALID_SPEC,
+                        &msg,
+                        ts,
+                    );
+                }
+            }
+            let status = nodepools::NodePoolStatus {
+                conditions: conds,
+                nodes: mine.len() as i64,
+                resources: quantities(&total),
+            };
+            if np.status.as_ref() == Some(&status) {
+                continue;
+            }
+            if let Err(e) = self
+                .shared
+                .actuator
+                .patch_pool_status(&name, &json!(status))
+                .await
+            {
+                tracing::warn!(pool = %name, error = %e, "NodePool status");
+            }
+        }
+    }
+
+    fn update_metrics(&self) {
+        let m = &self.shared.metrics;
+        let claims = self.stores.claims.state();
+        let mut by_phase: BTreeMap<Phase, i64> = Phase::ALL.iter().map(|p| (*p, 0)).collect();
+        for c in &claims {
+            *by_phase.entry(lifecycle::phase(c)).or_default() += 1;
+        }
+        for (p, n) in by_phase {
+            m.nodeclaims
+                .get_or_create(&PhaseLabel {
+                    phase: p.as_str().into(),
+                })
+                .set(n);
+        }
+        let mut alloc: BTreeMap<String, i64> = BTreeMap::new();
+        let mut used: BTreeMap<String, i64> = BTreeMap::new();
+        let mut model_of: HashMap<String, String> = HashMap::new();
+        for n in self.stores.nodes.state() {
+            let model = n
+                .labels()
+                .get(labels::NVIDIA_PRODUCT)
+                .or_else(|| n.labels().get(labels::GPU_NAME))
+                .cloned()
+                .unwrap_or_else(|| "unknown".into());
+            if let Ok(r) = translate::node_allocatable(&n) {
+                let g: i64 = r
+                    .extended
+                    .iter()
+                    .filter(|(k, _)| is_gpu_class(k))
+                    .map(|(_, v)| *v)
+                    .sum();
+                if g > 0 {
+                    *alloc.entry(model.clone()).or_default() += g;
+                    model_of.insert(n.name_any(), model);
+                }
+            }
+        }
+        for p in self.stores.pods.state() {
+            let Some(node) = translate::node_name(&p) else {
+                continue;
+            };
+            let Some(model) = model_of.get(node) else {
+                continue;
+            };
+            if !translate::is_active(&p) {
+                continue;
+            }
+            if let Some(spec) = &p.spec
+                && let Ok(r) = translate::effective_requests(spec)
+            {
+                let g: i64 = r
+                    .extended
+                    .iter()
+                    .filter(|(k, _)| is_gpu_class(k))
+                    .map(|(_, v)| *v)
+                    .sum();
+                *used.entry(model.clone()).or_default() += g;
+            }
+        }
+        for (model, v) in alloc {
+            let u = used.get(&model).copied().unwrap_or(0);
+            m.gpu_allocatable
+                .get_or_create(&ModelLabel {
+                    model: model.clone(),
+                })
+                .set(v);
+            m.gpu_allocated.get_or_create(&ModelLabel { model }).set(u);
+        }
+    }
+}
+
+/// Milliseconds since the epoch at which the pod became unschedulable.
+fn unschedulable_since(p: &Pod) -> Option<i64> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+}
+
+/// Launches one claim and records the outcome on it.
+async fn launch<P: CloudProvider + 'static>(
+    shared: &Shared<P>,
+    claim: &NodeClaim,
+    types: &[InstanceType],
+) -> Result<()> {
+    let name = claim.name_any();
+    let spec = claim
+        .spec
+        .to_core()
+        .map_err(|e| Error::Config(format!("NodeClaim {name}: {e}")))?;
+    let now = epoch();
+    let offered = {
+        let u = shared.unavailable.lock().expect("lock");
+        candidates(&spec.requirements, types, &u, now)
+    };
+    let mut node_labels = claim.labels().clone();
+    node_labels.insert(keys::CLAIM_LABEL.into(), name.clone());
+    let request = LaunchRequest {
+        claim: name.clone(),
+        pool: spec.node_pool.clone(),
+        class: claim
+            .spec
+            .node_class_ref
+            .as_ref()
+            .map(|c| NodeClassRef {
+                group: c.group.clone(),
+                kind: c.kind.clone(),
+                name: c.name.clone(),
+            })
+            .unwrap_or_default(),
+        candidates: offered.iter().map(|(k, _)| k.clone()).collect(),
+        labels: node_labels,
+        taints: spec.taints.clone(),
+        startup_taints: spec.startup_taints.clone(),
+    };
+    let result = shared
+        .cloud("launch", || shared.provider.launch(&request))
+        .await;
+    let mut status: NodeClaimStatus = claim.status.clone().unwrap_or_default();
+    let ts = jiff::Timestamp::now();
+    match result {
+        Ok(launched) => {
+            shared
+                .unavailable
+                .lock()
+                .expect("lock")
+                .mark_all(launched.unavailable.clone(), now);
+            let i = &launched.instance;
+            let it = types.iter().find(|t| t.name == i.instance_type);
+            status.provider_id = Some(i.provider_id.clone());
+            status.instance_type = Some(i.instance_type.clone());
+            status.zone = Some(i.zone.clone());
+            status.capacity_type = Some(i.capacity_type.as_str().into());
+            if let Some(it) = it {
+                status.capacity = quantities(&it.capacity);
+                status.allocatable = quantities(&it.allocatable());
+            }
+            set_condition(
+                &mut status.conditions,
+                conditions::LAUNCHED,
+                true,
+                reasons::SUCCEEDED,
+                "",
+                ts,
+            );
+            set_condition(
+                &mut status.conditions,
+                conditions::REGISTERED,
+                false,
+                reasons::NODE_NOT_FOUND,
+                "waiting for the Node to join",
+                ts,
+            );
+            shared
+                .metrics
+                .launches
+                .get_or_create(&PoolLabel {
+                    pool: spec.node_pool.clone(),
+                })
+                .inc();
+            tracing::info!(claim = %name, instance = %i.provider_id, instance_type = %i.instance_type, zone = %i.zone, "launched");
+        }
+        Err(e) => {
+            let reason = match &e {
+                ProviderError::InsufficientCapacity { offerings, .. } => {
+                    shared
+                        .unavailable
+                        .lock()
+                        .expect("lock")
+                        .mark_all(offerings.clone(), now);
+                    reasons::INSUFFICIENT_CAPACITY
+                }
+                ProviderError::InvalidRequest { .. } => reasons::LAUNCH_FAILED,
+                // Transient and retried already: leave the claim Pending for the next round.
+                _ => {
+                    shared
+                        .metrics
+                        .launch_failures
+                        .get_or_create(&ReasonLabel {
+                            reason: "Transient".into(),
+                        })
+                        .inc();
+                    return Err(e.into());
+                }
+            };
+            shared
+                .metrics
+                .launch_failures
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .inc();
+            set_condition(
+                &mut status.conditions,
+                conditions::LAUNCHED,
+                false,
+                reason,
+                &e.to_string(),
+                ts,
+            );
+            tracing::warn!(claim = %name, error = %e, "launch failed");
+        }
+    }
+    shared
+        .actuator
+        .patch_claim_status(&name, &json!(status))
+        .await
+}
+
+fn identity(args: &RunArgs) -> String {
+    args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "gpu-autoscaler".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// `gpu-autoscaler run`: builds a runtime and runs the controller until SIGTERM or SIGINT.
+///
+/// # Errors
+/// Configuration, client or server errors, or lost leadership.
+pub fn run_blocking(args: RunArgs) -> Result<()> {
+    init_logging(args.log_format);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Config(format!("starting the async runtime: {e}")))?;
+    rt.block_on(run(args))
+}
+
+/// Runs the controller until SIGTERM or SIGINT.
+///
+/// # Errors
+/// Configuration, client or server errors, or lost leadership.
+pub async fn run(args: RunArgs) -> Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| Error::KubeConfig(e.to_string()))?;
+    let catalog = providers::catalog::default_catalog_for(&args.catalog);
+    if catalog.is_empty() {
+        return Err(Error::Config(format!(
+            "no embedded catalog for {:?} (use aws or gcp)",
+            args.catalog
+        )));
+    }
+    match args.provider {
+        ProviderKind::Kwok => {
+            let kwok = KwokProvider::new(
+                client.clone(),
+                catalog,
+                KwokConfig {
+                    cluster: args.cluster_name.clone(),
+                    register_delay: args.kwok_register_delay,
+                    ready_delay: args.kwok_ready_delay,
+                    gpu_delay: args.kwok_gpu_delay,
+                    launch_latency: args.kwok_launch_latency,
+                },
+            );
+            run_with(client, Arc::new(kwok.clone()), Some(kwok), args).await
+        }
+        ProviderKind::Fake => {
+            let fake = FakeProvider::new(catalog).with_cluster(args.cluster_name.clone());
+            run_with(client, Arc::new(fake), None, args).await
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn run_with<P: CloudProvider + 'static>(
+    client: kube::Client,
+    provider: Arc<P>,
+    kwok: Option<KwokProvider>,
+    args: RunArgs,
+) -> Result<()> {
+    let me = identity(&args);
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health {
+        metrics: metrics.clone(),
+        ready: AtomicBool::new(false),
+    });
+    let bound = super::metrics::serve(args.metrics_addr, health.clone()).await?;
+    tracing::info!(identity = %me, metrics = %bound, provider = provider.name(), "starting");
+    let stores = Stores::start(&client);
+    stores.ready().await;
+    health.ready.store(true, Ordering::SeqCst);
+    tracing::info!("caches synced");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let is_leader = Arc::new(AtomicBool::new(!args.leader_elect));
+    let lease_cfg = LeaderConfig {
+        namespace: args.namespace.clone(),
+        name: args.lease_name.clone(),
+        identity: me.clone(),
+        lease_duration: args.lease_duration,
+        retry: args.lease_retry,
+    };
+    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<String>(1);
+    if args.leader_elect {
+        let (c, cfg, l, s) = (
+            client.clone(),
+            lease_cfg.clone(),
+            is_leader.clone(),
+            stop_rx.clone(),
+        );
+        tokio::spawn(async move {
+            if let Err(why) = leader::run(c, cfg, l, s).await {
+                let _ = lost_tx.send(why).await;
+            }
+        });
+    }
+    let qps = NonZeroU32::new(args.cloud_qps.max(1)).expect("non-zero");
+    let shared = Arc::new(Shared {
+        provider,
+        actuator: Actuator::new(client.clone(), &me),
+        metrics: metrics.clone(),
+        limiter: RateLimiter::direct(Quota::per_second(qps)),
+        unavailable: Mutex::new(UnavailableOfferings::default()),
+        launching: Mutex::new(HashMap::new()),
+    });
+    let mut ctl = Controller {
+        shared,
+        kwok,
+        stores,
+        batcher: Batcher::new(BatchConfig {
+            idle_ms: u64::try_from(args.batch_idle.as_millis()).unwrap_or(u64::MAX),
+            max_ms: u64::try_from(args.batch_max.as_millis()).unwrap_or(u64::MAX),
+        }),
+        args: args.clone(),
+        builder: SnapshotBuilder::new(),
+        started: Instant::now(),
+        types: HashMap::new(),
+        disruption_state: DisruptionState::default(),
+        jobs: Vec::new(),
+        last_disruption: None,
+        last_gc: None,
+        last_pool_status: None,
+        orphans: HashMap::new(),
+        notified: HashMap::new(),
+        first_round: true,
+    };
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    let mut lost: Option<String> = None;
+    loop {
+        let leading = is_leader.load(Ordering::SeqCst);
+        metrics.leader.set(i64::from(leading));
+        if leading {
+            ctl.round().await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(args.loop_interval) => {}
+            _ = &mut shutdown => {
+                tracing::info!("shutting down");
+                break;
+            }
+            why = lost_rx.recv() => {
+                lost = why;
+                break;
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    if let Some(why) = lost {
+        return Err(Error::Config(format!("lost leadership: {why}")));
+    }
+    if args.leader_elect && is_leader.load(Ordering::SeqCst) {
+        leader::release(client, &lease_cfg).await;
+    }
+    Ok(())
+}

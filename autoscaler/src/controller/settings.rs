@@ -1,0 +1,158 @@
+//! `gpu-autoscaler run` options.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Parses `250ms`, `1s`, `10m`, `1h`, or a bare number of seconds.
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (expected e.g. 500ms, 1s, 10m, 1h)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("invalid duration {s:?}"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Which cloud provider to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderKind {
+    /// Machines as Kubernetes objects (Node + KwokInstance), booted by the controller.
+    Kwok,
+    /// The in-memory fake (instances never register; for smoke tests of the wiring).
+    Fake,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Options of `gpu-autoscaler run`. Durations take `500ms`, `1s`, `10m`, `1h`.
+#[derive(Args, Clone, Debug)]
+pub struct RunArgs {
+    /// Cloud provider.
+    #[arg(long, value_enum, default_value = "kwok")]
+    pub provider: ProviderKind,
+    /// Which embedded catalog the kwok and fake providers offer (`aws` or `gcp`).
+    #[arg(long, default_value = "aws")]
+    pub catalog: String,
+    /// Cluster name: the tag on every instance, so garbage collection only touches ours.
+    #[arg(long, default_value = "default")]
+    pub cluster_name: String,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else kube-system).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub namespace: String,
+    /// This replica's identity in leader election and events (default: $POD_NAME, else
+    /// hostname-pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Elect a leader through a Lease; only the leader acts.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "gpu-autoscaler")]
+    pub lease_name: String,
+    /// Lease validity after a renewal.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// How often to acquire or renew the lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub lease_retry: Duration,
+    /// Close a batch of unschedulable pods after this long without a new one.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub batch_idle: Duration,
+    /// Close a batch after this long in all.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub batch_max: Duration,
+    /// Delete a launched NodeClaim whose Node has not registered after this long.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub registration_timeout: Duration,
+    /// Delete a launched NodeClaim whose Node has not initialized after this long.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub initialization_timeout: Duration,
+    /// How often disruption is planned.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub disruption_interval: Duration,
+    /// A disruption decision is re-validated this long after it was made.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub validation_delay: Duration,
+    /// No scale-down this long after a scale-up.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub scale_down_delay_after_add: Duration,
+    /// No scale-down this long after a node deletion.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub scale_down_delay_after_delete: Duration,
+    /// No scale-down this long after a failed disruption.
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    pub scale_down_delay_after_failure: Duration,
+    /// A replacement node must initialize within this long, or the replace is dropped.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub replacement_timeout: Duration,
+    /// How often instances and claims are garbage-collected.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub gc_interval: Duration,
+    /// An instance without a NodeClaim is terminated after this long.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub gc_grace: Duration,
+    /// Cloud calls per second (token bucket).
+    #[arg(long, default_value_t = 10)]
+    pub cloud_qps: u32,
+    /// How often the reconcile loop runs.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    pub loop_interval: Duration,
+    /// Address of `/metrics`, `/healthz`, `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// kwok: launch to Node registration.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kwok_register_delay: Duration,
+    /// kwok: registration to Ready.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kwok_ready_delay: Duration,
+    /// kwok: Ready to GPU allocatable (the device plugin starting).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub kwok_gpu_delay: Duration,
+    /// kwok: how long a launch call takes (cloud API latency).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub kwok_launch_latency: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+}
