@@ -12,6 +12,7 @@
 //! host ports, volumes, DRA claims, scheduling gates other than "has any gate".
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -177,10 +178,10 @@ fn misfit(pod: &Value, req: &Resources, n: &NodeView) -> Option<String> {
     if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
         return Some("node(s) were unschedulable".into());
     }
-    let tolerations: Vec<Value> = pod
+    let tolerations: &[Value] = pod
         .pointer("/spec/tolerations")
         .and_then(Value::as_array)
-        .cloned()
+        .map(Vec::as_slice)
         .unwrap_or_default();
     for taint in node
         .pointer("/spec/taints")
@@ -189,7 +190,7 @@ fn misfit(pod: &Value, req: &Resources, n: &NodeView) -> Option<String> {
         .flatten()
     {
         let effect = taint["effect"].as_str().unwrap_or_default();
-        if matches!(effect, "NoSchedule" | "NoExecute") && !tolerates(&tolerations, taint) {
+        if matches!(effect, "NoSchedule" | "NoExecute") && !tolerates(tolerations, taint) {
             let key = taint["key"].as_str().unwrap_or_default();
             let value = taint["value"].as_str().unwrap_or_default();
             return Some(format!("node(s) had untolerated taint {{{key}: {value}}}"));
@@ -216,6 +217,11 @@ fn misfit(pod: &Value, req: &Resources, n: &NodeView) -> Option<String> {
         }
     }
     None
+}
+
+fn fits_resources(req: &Resources, n: &NodeView) -> bool {
+    req.iter()
+        .all(|(res, want)| *want <= 0 || n.free.get(res).copied().unwrap_or(0) >= *want)
 }
 
 fn terminal(p: &Value) -> bool {
@@ -278,6 +284,21 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         .enumerate()
         .map(|(i, v)| (v.name.clone(), i))
         .collect();
+    let mut cache = std::mem::take(&mut state.request_cache);
+    if cache.len() > 2 * pods.items.len() + 1024 {
+        // Forget deleted pods now and then.
+        cache.clear();
+    }
+    let mut requests_of = |p: &Value| -> Arc<Resources> {
+        let uid = p
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        cache
+            .entry(uid.to_string())
+            .or_insert_with(|| Arc::new(pod_requests(p)))
+            .clone()
+    };
     let mut pending = Vec::new();
     for p in &pods.items {
         let node = p
@@ -288,8 +309,8 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             if !terminal(p)
                 && let Some(&i) = index.get(node)
             {
-                for (k, v) in pod_requests(p) {
-                    *views[i].free.entry(k).or_default() -= v;
+                for (k, v) in requests_of(p).iter() {
+                    *views[i].free.entry(k.clone()).or_default() -= v;
                 }
             }
             continue;
@@ -337,16 +358,18 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let req = pod_requests(&pod);
+        let req = requests_of(&pod);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-        let mut chosen = None;
-        for (i, n) in views.iter().enumerate() {
-            match misfit(&pod, &req, n) {
-                None => {
-                    chosen = Some(i);
-                    break;
+        // Resources first: it is the cheapest check and rules out full nodes at once; the
+        // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
+        let chosen = views
+            .iter()
+            .position(|n| fits_resources(&req, n) && misfit(&pod, &req, n).is_none());
+        if chosen.is_none() {
+            for n in &views {
+                if let Some(r) = misfit(&pod, &req, n) {
+                    *reasons.entry(r).or_default() += 1;
                 }
-                Some(r) => *reasons.entry(r).or_default() += 1,
             }
         }
         match chosen {
@@ -358,7 +381,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                 {
                     continue;
                 }
-                for (k, v) in &req {
+                for (k, v) in req.iter() {
                     *views[i].free.entry(k.clone()).or_default() -= v;
                 }
                 bound += 1;
@@ -400,6 +423,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             }
         }
     }
+    state.request_cache = cache;
     bound
 }
 

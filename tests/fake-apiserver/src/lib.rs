@@ -138,8 +138,9 @@ impl FakeApiServer {
                 tokio::select! {
                     _ = shutdown.changed() => return,
                     _ = notify.notified() => {
-                        // Let a burst of writes land before scheduling them together.
-                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        // Let a burst of writes land before scheduling them together: a pass
+                        // scans every pod, so one pass per write would be quadratic.
+                        tokio::time::sleep(opts.interval.min(Duration::from_millis(50))).await;
                     }
                     _ = tokio::time::sleep(opts.interval) => {}
                 }

@@ -84,6 +84,9 @@ pub(crate) struct State {
     pub gc_orphan_pods: bool,
     /// Woken on every commit (the harness scheduler waits on it).
     pub notify: Arc<tokio::sync::Notify>,
+    /// The harness scheduler's parsed pod requests by pod uid (pod specs are immutable, so
+    /// parsing each pod once keeps a scheduling pass linear in cheap lookups).
+    pub request_cache: std::collections::HashMap<String, Arc<BTreeMap<String, i128>>>,
     uid_counter: u64,
 }
 
@@ -170,6 +173,7 @@ impl State {
             tx,
             gc_orphan_pods,
             notify: Arc::new(tokio::sync::Notify::new()),
+            request_cache: Default::default(),
             uid_counter: 0,
         };
         for def in resources::builtins() {
@@ -1100,7 +1104,7 @@ impl State {
         if opts.dry_run {
             return Ok(Arc::new(new));
         }
-        let new = self.admit(&pods, None, new)?;
+        // No re-validation: only nodeName and a well-formed condition changed.
         let change = self.commit(&pods, ns, name, new, ChangeKind::Modified);
         self.after_write(&pods, &change);
         Ok(change.object.clone())
