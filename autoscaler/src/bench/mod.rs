@@ -57,6 +57,10 @@ pub(crate) struct PlannerArgs {
     /// Timed runs per case; the fastest counts.
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Also print, per NodePool, the plan's cost next to the LP bound of that pool's pods, and
+    /// the instance types that cost most: where a poor `cost_ratio` comes from.
+    #[arg(long)]
+    breakdown: bool,
 }
 
 /// The benchmark suites.
@@ -159,8 +163,11 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
     println!("{}", table_header());
     let mut results = Vec::new();
     for case in &cases {
-        let r = measure(case, args.runs.max(1), args.suite != Suite::Karpenter);
+        let (r, plan) = measure(case, args.runs.max(1), args.suite != Suite::Karpenter);
         println!("{}", table_row(&r));
+        if args.breakdown {
+            print!("{}", breakdown(&case.snapshot, &plan));
+        }
         results.push(r);
     }
     let report = Report {
@@ -248,8 +255,9 @@ fn repo_root(exe: &Path) -> Option<PathBuf> {
     })
 }
 
-/// Plans `case` (timed, best of `runs`), bounds it and counts GPUs when `gpus` is set.
-pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> CaseResult {
+/// Plans `case` (timed, best of `runs`), bounds it and counts GPUs when `gpus` is set; returns
+/// the results and the plan.
+pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> (CaseResult, Plan) {
     let snap = &case.snapshot;
     let mut best = f64::INFINITY;
     let mut plan = Plan::default();
@@ -286,7 +294,7 @@ pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> CaseResult {
         .iter()
         .flat_map(|p| p.instance_types.iter().map(|t| t.name.as_str()))
         .collect();
-    CaseResult {
+    let result = CaseResult {
         name: case.name.clone(),
         pods: snap.pending.len(),
         instance_types: types.len(),
@@ -308,7 +316,68 @@ pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> CaseResult {
         },
         unschedulable: plan.unschedulable.len(),
         lp_seconds,
+    };
+    (result, plan)
+}
+
+/// Per NodePool: claims, cost, the LP bound of the pods the plan put there (alone), physical
+/// GPUs; under each pool its five costliest instance types with how full their GPUs are.
+fn breakdown(snap: &Snapshot, plan: &Plan) -> String {
+    use std::collections::BTreeMap;
+    use std::fmt::Write as _;
+
+    let mut by_pool: BTreeMap<&str, Vec<&autoscaler_core::plan::NewClaim>> = BTreeMap::new();
+    for c in &plan.new_claims {
+        by_pool.entry(c.pool.as_str()).or_default().push(c);
     }
+    let mut out = String::new();
+    for (pool, claims) in by_pool {
+        let keys: BTreeSet<_> = claims.iter().flat_map(|c| c.pods.iter()).collect();
+        let mut sub = snap.clone();
+        sub.pending.retain(|p| keys.contains(&p.key));
+        let lb = lower_bound(&sub).cost;
+        let cost: f64 = claims.iter().map(|c| c.price).sum();
+        let gpus: u64 = claims.iter().map(|c| u64::from(c.gpus)).sum();
+        let _ = writeln!(
+            out,
+            "  pool {pool}: {} claims, {} pods, ${cost:.2}/h, LP ${lb:.2}/h (ratio {}), {gpus} GPUs",
+            claims.len(),
+            keys.len(),
+            if lb > 0.0 {
+                format!("{:.3}", cost / lb)
+            } else {
+                "-".into()
+            }
+        );
+        // (nodes, cost, device units requested, device units offered, pods) per type.
+        let mut types: BTreeMap<&str, (usize, f64, i64, i64, usize)> = BTreeMap::new();
+        for c in &claims {
+            let Some(first) = c.instance_types.first() else {
+                continue;
+            };
+            let e = types.entry(first.instance_type.as_str()).or_default();
+            e.0 += 1;
+            e.1 += c.price;
+            e.2 += c
+                .requests
+                .extended
+                .iter()
+                .filter(|(k, _)| is_gpu_class(k))
+                .map(|(_, v)| *v)
+                .sum::<i64>();
+            e.3 += i64::from(c.gpus);
+            e.4 += c.pods.len();
+        }
+        let mut types: Vec<_> = types.into_iter().collect();
+        types.sort_by(|a, b| b.1.1.total_cmp(&a.1.1).then(a.0.cmp(b.0)));
+        for (name, (n, c, used, offered, pods)) in types.iter().take(5) {
+            let _ = writeln!(
+                out,
+                "    {name}: {n} nodes, ${c:.2}/h, {pods} pods, GPU-class units requested {used}, physical GPUs {offered}"
+            );
+        }
+    }
+    out
 }
 
 /// Physical-GPU equivalents requested by the pods on new claims, and physical GPUs provisioned.

@@ -47,7 +47,7 @@ fn check_report(suite: &str, results: Vec<CaseResult>, gpus: bool) -> serde_json
 #[test]
 fn karpenter_suite_small() {
     let cases = karpenter_cases(&[200]);
-    let r = measure(&cases[0], 1, false);
+    let (r, _) = measure(&cases[0], 1, false);
     assert_eq!(r.pods, 200);
     assert_eq!(r.instance_types, karpenter::TYPES);
     assert_eq!(r.unschedulable, 0, "every pod placed");
@@ -86,7 +86,7 @@ fn karpenter_generator_is_seeded_and_balanced() {
 #[test]
 fn gpu_mix_suite_small() {
     let cases = gpu_mix_cases(200);
-    let r = measure(&cases[0], 1, true);
+    let (r, _) = measure(&cases[0], 1, true);
     assert_eq!(r.pods, 200);
     assert_eq!(r.unschedulable, 0, "every pod placed");
     assert!(r.gpus_provisioned.unwrap() > 0);
@@ -146,7 +146,7 @@ fn openb_suite_small() {
         name: "small".into(),
         snapshot: snap,
     };
-    let r = measure(&case, 1, true);
+    let (r, _) = measure(&case, 1, true);
     assert_eq!(r.unschedulable, 0, "every pod placed");
     // 40 x 0.46 + 40 x 1 + 40 x 2 + 40 x 0.25 GPUs.
     assert!((r.gpus_requested.unwrap() - 148.4).abs() < 1e-9, "{r:?}");
@@ -173,4 +173,14 @@ fn missing_trace_is_a_clear_error() {
     let e = find_data_dir(Some(&dir)).unwrap_err().to_string();
     assert!(e.contains("openb trace is not available"), "{e}");
     assert!(e.contains("--data-dir"), "{e}");
+}
+
+#[test]
+fn breakdown_names_each_pool_with_its_bound() {
+    let cases = karpenter_cases(&[100]);
+    let (_, plan) = measure(&cases[0], 1, false);
+    let text = breakdown(&cases[0].snapshot, &plan);
+    assert!(text.starts_with("  pool default: "), "{text}");
+    assert!(text.contains("LP $"), "{text}");
+    assert!(text.contains("fake-it-"), "{text}");
 }
