@@ -193,6 +193,8 @@ pub struct Cluster {
     pub template_of: Vec<u32>,
     /// Per template: pods that exist (arrived, not done) and pods bound.
     pub template_counts: Vec<(i32, i32)>,
+    /// Bound pods with required anti-affinity (which every placement must then respect).
+    pub anti_bound: usize,
 }
 
 /// Why a bind failed the capacity check (a scheduler bug guard).
@@ -305,6 +307,9 @@ impl Cluster {
             problem = Some(format!("node {}: GPU bound before the device plugin", n.name));
         }
         self.template_counts[self.template_of[pod] as usize].1 += 1;
+        if !self.pods[pod].pod.as_ref().is_some_and(|p| p.anti_affinity.is_empty()) {
+            self.anti_bound += 1;
+        }
         let st = &mut self.pods[pod];
         st.phase = PodPhase::Bound { node, since: now };
         st.devices = devices;
@@ -340,6 +345,9 @@ impl Cluster {
         n.pods.retain(|p| *p != pod);
         n.last_pod_change = now;
         self.template_counts[self.template_of[pod] as usize].1 -= 1;
+        if !self.pods[pod].pod.as_ref().is_some_and(|p| p.anti_affinity.is_empty()) {
+            self.anti_bound -= 1;
+        }
         let st = &mut self.pods[pod];
         st.generation += 1;
         st.gpu_equiv = 0.0;

@@ -45,8 +45,8 @@ enum Ev {
     BatchCheck,
     Replan,
     DisruptTick,
-    Validate(usize),
-    ReplacementTimeout(usize),
+    Validate(u64),
+    ReplacementTimeout(u64),
     Sample,
 }
 
@@ -145,7 +145,8 @@ pub struct Engine<'a> {
     pass_all: bool,
     pass_new: Vec<PodId>,
     seen_unschedulable: HashSet<PodId>,
-    decisions: Vec<Pending>,
+    decisions: BTreeMap<u64, Pending>,
+    next_decision: u64,
     version: u64,
     disrupt_version: u64,
     disrupt_wake: i64,
@@ -222,7 +223,8 @@ impl<'a> Engine<'a> {
             pass_all: false,
             pass_new: Vec::new(),
             seen_unschedulable: HashSet::new(),
-            decisions: Vec::new(),
+            decisions: BTreeMap::new(),
+            next_decision: 0,
             version: 0,
             disrupt_version: u64::MAX,
             disrupt_wake: 0,
@@ -353,7 +355,7 @@ impl<'a> Engine<'a> {
             }
             Ev::Validate(d) => self.validate(d),
             Ev::ReplacementTimeout(d) => {
-                if self.decisions.get(d).is_some_and(|p| !p.executing) {
+                if self.decisions.get(&d).is_some_and(|p| !p.executing) {
                     self.abandon(d);
                 }
             }
@@ -390,7 +392,8 @@ impl<'a> Engine<'a> {
     }
 
     /// Evicts a bound pod back to pending (a gang restarts as a whole).
-    fn evict(&mut self, i: PodId) {
+    fn evict(&mut self, i: PodId) -> u64 {
+        let mut evicted = 0;
         let members: Vec<PodId> = match self.workload.pods[i].group {
             Some(g) => self.workload.groups[g as usize]
                 .members
@@ -409,10 +412,12 @@ impl<'a> Engine<'a> {
                 self.cluster.make_pending(m, self.now);
                 self.seen_unschedulable.remove(&m);
                 self.pass_new.push(m);
+                evicted += 1;
             }
         }
         self.request_pass(true);
         self.changed();
+        evicted
     }
 
     fn schedule_pass(&mut self) {
@@ -469,7 +474,7 @@ impl<'a> Engine<'a> {
             }
             let tpl = self.workload.pods[p].template;
             let pod = self.cluster.pod(p);
-            let topo = has_topology(pod);
+            let topo = has_topology(pod) || self.cluster.anti_bound > 0;
             if !topo && failed_templates.contains(&tpl) {
                 unschedulable.push(p);
                 continue;
@@ -845,12 +850,11 @@ impl<'a> Engine<'a> {
         self.request_pass(true);
         self.changed();
         // Replacements waiting for this node go ahead.
-        let waiting: Vec<usize> = self
+        let waiting: Vec<u64> = self
             .decisions
             .iter()
-            .enumerate()
             .filter(|(_, d)| d.replacement == Some(n) && !d.executing)
-            .map(|(i, _)| i)
+            .map(|(i, _)| *i)
             .collect();
         for d in waiting {
             self.drain(d);
@@ -869,9 +873,9 @@ impl<'a> Engine<'a> {
         let pods = node.pods.clone();
         for p in pods {
             if matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
-                self.pods_disrupted += 1;
-                self.pods_interrupted += 1;
-                self.evict(p);
+                let k = self.evict(p);
+                self.pods_disrupted += k;
+                self.pods_interrupted += k;
             }
         }
         self.nominated.retain(|_, v| *v != n);
@@ -885,7 +889,8 @@ impl<'a> Engine<'a> {
         }
         let pods = self.cluster.nodes[n].pods.clone();
         for p in pods {
-            self.evict(p);
+            let k = self.evict(p);
+            self.pods_disrupted += k;
         }
         let node = &mut self.cluster.nodes[n];
         node.phase = NodePhase::Gone;
@@ -923,18 +928,22 @@ impl<'a> Engine<'a> {
             if d.nodes.is_empty() {
                 continue;
             }
-            self.decisions.push(Pending {
-                decision: d,
-                replacement: None,
-                executing: false,
-            });
-            let i = self.decisions.len() - 1;
+            let i = self.next_decision;
+            self.next_decision += 1;
+            self.decisions.insert(
+                i,
+                Pending {
+                    decision: d,
+                    replacement: None,
+                    executing: false,
+                },
+            );
             self.push(self.now + self.cfg.validation_delay_s, Ev::Validate(i));
         }
     }
 
-    fn validate(&mut self, i: usize) {
-        let Some(p) = self.decisions.get(i) else {
+    fn validate(&mut self, i: u64) {
+        let Some(p) = self.decisions.get(&i) else {
             return;
         };
         let decision = p.decision.clone();
@@ -963,7 +972,9 @@ impl<'a> Engine<'a> {
             None => self.drain(i),
             Some(spec) => match self.launch(spec, None) {
                 Some(r) => {
-                    self.decisions[i].replacement = Some(r);
+                    if let Some(p) = self.decisions.get_mut(&i) {
+                        p.replacement = Some(r);
+                    }
                     self.push(self.now + REPLACEMENT_TIMEOUT_S, Ev::ReplacementTimeout(i));
                 }
                 None => self.abandon(i),
@@ -971,8 +982,10 @@ impl<'a> Engine<'a> {
         }
     }
 
-    fn abandon(&mut self, i: usize) {
-        let nodes = self.decisions[i].decision.nodes.clone();
+    fn abandon(&mut self, i: u64) {
+        let Some(nodes) = self.decisions.get(&i).map(|p| p.decision.nodes.clone()) else {
+            return;
+        };
         for n in nodes {
             let node = &mut self.cluster.nodes[n];
             if node.alive() {
@@ -985,19 +998,16 @@ impl<'a> Engine<'a> {
         self.changed();
     }
 
-    fn finish_decision(&mut self, i: usize) {
-        // Decisions are few and short-lived; indices of later ones must stay valid while
-        // events refer to them, so the list is only cleared when everything is done.
-        self.decisions[i].executing = true;
-        if self.decisions.iter().all(|d| d.executing) {
-            self.decisions.clear();
-        }
+    fn finish_decision(&mut self, i: u64) {
+        self.decisions.remove(&i);
     }
 
     /// Evicts the pods of a validated decision's nodes and terminates them, counting any
     /// eviction that breaks a safety rule.
-    fn drain(&mut self, i: usize) {
-        let nodes = self.decisions[i].decision.nodes.clone();
+    fn drain(&mut self, i: u64) {
+        let Some(nodes) = self.decisions.get(&i).map(|p| p.decision.nodes.clone()) else {
+            return;
+        };
         let mut pdbs = self.cluster.pdbs(self.workload);
         for &n in &nodes {
             if !self.cluster.nodes[n].alive() {
@@ -1031,8 +1041,7 @@ impl<'a> Engine<'a> {
                 for m in problems {
                     self.violation(m);
                 }
-                self.pods_disrupted += 1;
-                self.evict(p);
+                self.pods_disrupted += self.evict(p);
             }
             self.terminate(n);
         }

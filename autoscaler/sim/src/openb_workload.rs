@@ -1,1 +1,183 @@
-//! Turning the openb trace into a workload (placeholder, filled in below).
+//! The openb trace (Alibaba GPU cluster trace v2023, from the FGD paper) as a workload.
+//!
+//! Two modes:
+//! - **replay**: every pod arrives at `creation_time / compression` and leaves after
+//!   `(deletion_time - creation_time) / compression` once bound (pods without a deletion
+//!   time run to the end);
+//! - **FGD** (the paper's methodology): pods are shuffled with the seed and submitted one
+//!   every `fgd_interval_s`, never leaving, until their GPU requests reach `fgd_share` of the
+//!   reference cluster's GPUs (a node list such as `openb_node_list_gpu_node.csv`).
+//!
+//! Pod shapes follow the trace: `gpu_milli` below 1000 on one GPU is a fractional share of
+//! one device; otherwise `num_gpu` whole `nvidia.com/gpu`. `gpu_spec` models are mapped onto
+//! the catalog's GPU names where it has them.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use autoscaler_core::builders;
+use autoscaler_core::model::{GpuShare, Pod, Pool};
+use autoscaler_core::requirements::{NodeSelector, Operator, Requirements};
+use autoscaler_core::resources::names;
+use autoscaler_core::taints::Toleration;
+use autoscaler_core::labels;
+
+use crate::error::SimError;
+use crate::rng::Rng;
+use crate::traces::openb::{self, PodRecord};
+use crate::workload::{PodSpec, Workload};
+
+/// The bundled NodePools for openb replays.
+pub const OPENB_SCENARIO_YAML: &str = include_str!("../scenarios/openb.yaml");
+
+/// How to turn the trace into a workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenbOptions {
+    /// Times are divided by this (replay mode).
+    pub compression: f64,
+    /// FGD mode: stop when GPU requests reach this share of the reference cluster.
+    pub fgd_share: Option<f64>,
+    /// FGD mode: seconds between submissions.
+    pub fgd_interval_s: f64,
+    /// FGD mode: the reference cluster's node list.
+    pub reference_nodes: Option<PathBuf>,
+    /// Shuffle seed (FGD mode).
+    pub seed: u64,
+}
+
+/// The catalog GPU name for a trace model, when the catalog has that GPU.
+pub fn catalog_gpu(model: &str) -> Option<&'static str> {
+    match model {
+        "T4" => Some("t4"),
+        "V100M16" | "V100M32" => Some("v100"),
+        "A10" => Some("a10g"),
+        "A100" => Some("a100"),
+        _ => None,
+    }
+}
+
+type Shape = (u64, u64, u32, u32, Vec<String>);
+
+fn template(r: &PodRecord) -> Pod {
+    let mut b = builders::pod("openb")
+        .cpu(&format!("{}m", r.cpu_milli))
+        .mem(&format!("{}Mi", r.memory_mib));
+    b.0.labels.insert("app".into(), "openb".into());
+    let mut pod = b.build();
+    if let Some(m) = r.gpu_share() {
+        pod.gpu_share = Some(GpuShare {
+            resource: names::NVIDIA_GPU.into(),
+            milli: m,
+        });
+    } else if r.num_gpu > 0 {
+        pod.requests.set(names::NVIDIA_GPU, i64::from(r.num_gpu));
+    }
+    if r.num_gpu > 0 {
+        pod.tolerations.push(Toleration::exists(names::NVIDIA_GPU));
+    }
+    let models: Vec<String> = r
+        .gpu_spec
+        .iter()
+        .filter_map(|m| catalog_gpu(m))
+        .map(str::to_string)
+        .collect();
+    // Only constrain when every acceptable model is known; an unknown one would otherwise
+    // turn "any of these" into "none of these".
+    if !models.is_empty() && models.len() == r.gpu_spec.len() {
+        let mut req = Requirements::new();
+        req.add(labels::GPU_NAME, Operator::In, &models)
+            .expect("non-empty In");
+        pod.node_selector = NodeSelector::single(req);
+    }
+    pod
+}
+
+/// Loads `path` as a workload. Returns it with the horizon (seconds) it needs.
+///
+/// # Errors
+/// [`SimError`] from the trace loaders, naming file, line and column; or
+/// [`SimError::Scenario`] for options that make no sense (non-positive compression).
+pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload, i64), SimError> {
+    if !(o.compression > 0.0 && o.compression.is_finite()) {
+        return Err(SimError::Scenario {
+            path: path.to_path_buf(),
+            line: 0,
+            field: "--compression".into(),
+            why: format!("{} must be positive", o.compression),
+        });
+    }
+    let mut records = openb::load_pods(path)?;
+    let mut w = Workload::default();
+    let mut shapes: HashMap<Shape, u32> = HashMap::new();
+    let mut tpl = |w: &mut Workload, r: &PodRecord| -> u32 {
+        let key = (
+            r.cpu_milli,
+            r.memory_mib,
+            r.num_gpu,
+            r.gpu_milli,
+            r.gpu_spec.clone(),
+        );
+        *shapes.entry(key).or_insert_with(|| {
+            w.templates.push(template(r));
+            (w.templates.len() - 1) as u32
+        })
+    };
+    let horizon;
+    match o.fgd_share {
+        None => {
+            let mut end = 0i64;
+            for r in &records {
+                let arrival = (r.creation_time as f64 / o.compression).floor() as i64;
+                let runtime = r
+                    .deletion_time
+                    .filter(|d| *d > r.creation_time)
+                    .map(|d| (((d - r.creation_time) as f64 / o.compression).round() as i64).max(1));
+                end = end.max(arrival + runtime.unwrap_or(0));
+                let t = tpl(&mut w, r);
+                w.pods.push(PodSpec {
+                    template: t,
+                    name: r.name.clone(),
+                    arrival,
+                    runtime,
+                    delete_at: None,
+                    group: None,
+                });
+            }
+            horizon = end + 1;
+        }
+        Some(share) => {
+            let nodes_path = o.reference_nodes.clone().ok_or_else(|| SimError::Scenario {
+                path: path.to_path_buf(),
+                line: 0,
+                field: "--openb-nodes".into(),
+                why: "FGD mode needs the reference cluster's node list".into(),
+            })?;
+            let nodes = openb::load_nodes(&nodes_path)?;
+            let total: f64 = nodes.iter().map(|n| f64::from(n.gpus)).sum();
+            let target = share * total;
+            Rng::derive(o.seed, "openb-fgd").shuffle(&mut records);
+            let mut requested = 0.0;
+            let mut t = 0.0f64;
+            for r in &records {
+                if requested >= target {
+                    break;
+                }
+                requested += r.gpu_milli_total() as f64 / 1000.0;
+                let tp = tpl(&mut w, r);
+                w.pods.push(PodSpec {
+                    template: tp,
+                    name: r.name.clone(),
+                    arrival: t.floor() as i64,
+                    runtime: None,
+                    delete_at: None,
+                    group: None,
+                });
+                t += o.fgd_interval_s;
+            }
+            // Leave an hour after the last submission for the cluster to settle.
+            horizon = t.ceil() as i64 + 3600;
+        }
+    }
+    w.finish();
+    Ok((w, horizon))
+}

@@ -124,6 +124,8 @@ pub struct View<'a> {
     pub pods: &'a [PodState],
     /// Nodes not gone.
     pub live: &'a BTreeSet<NodeId>,
+    /// Whether some bound pod has required anti-affinity (every placement must check it).
+    pub any_anti: bool,
 }
 
 impl<'a> View<'a> {
@@ -133,6 +135,7 @@ impl<'a> View<'a> {
             nodes: &c.nodes,
             pods: &c.pods,
             live: &c.live_nodes,
+            any_anti: c.anti_bound > 0,
         }
     }
 
@@ -329,7 +332,7 @@ pub fn best_node(
     nodes: &[NodeId],
     strategy: ScoreStrategy,
 ) -> Option<(NodeId, Vec<usize>)> {
-    let topo = has_topology(pod).then(|| Topology::of(view, pod));
+    let topo = (has_topology(pod) || view.any_anti).then(|| Topology::of(view, pod));
     let mut best: Option<(f64, NodeId, Vec<usize>)> = None;
     for ni in nodes {
         let n = &view.nodes[*ni];
@@ -391,6 +394,7 @@ pub fn can_move(
             nodes: scratch,
             pods: &cluster.pods,
             live: &cluster.live_nodes,
+            any_anti: cluster.anti_bound > 0,
         };
         match best_node(view, pod, targets, strategy) {
             Some((ni, devices)) => place_what_if(scratch, pod, p, ni, &devices),
@@ -399,3 +403,6 @@ pub fn can_move(
     }
     true
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,11 +1,143 @@
-//! Scenario parsing: the bundled default loads, and bad input names file, line and field.
+//! Scenario parsing: the bundled scenarios load, and bad input names file, line and field.
 
 use super::*;
 
 #[test]
-fn default_scenario_loads() {
+fn bundled_scenarios_load() {
     let s = Scenario::default_scenario().unwrap();
     assert_eq!(s.name, "default");
     assert_eq!(s.pools.len(), 4);
+    assert_eq!(s.duration_s, 24 * 3600);
     assert!(s.workloads.len() >= 6);
+    let o = Scenario::parse(Path::new("openb.yaml"), crate::openb_workload::OPENB_SCENARIO_YAML)
+        .unwrap();
+    assert_eq!(o.pools.len(), 2);
+}
+
+const GOOD: &str = "\
+name: tiny
+duration: 2h
+catalog: aws
+pools:
+  - name: cpu
+    families: [m6i]
+workloads:
+  - jobs:
+      name: etl
+      arrivals: {perHour: 10}
+      duration: {min: 5m, max: 10m}
+      pod: {nodePool: cpu, cpu: 500m, memory: 1Gi}
+";
+
+fn err(text: &str) -> (usize, String, String) {
+    match Scenario::parse(Path::new("bad.yaml"), text).unwrap_err() {
+        SimError::Scenario {
+            path,
+            line,
+            field,
+            why,
+        } => {
+            assert_eq!(path, Path::new("bad.yaml"));
+            (line, field, why)
+        }
+        other => panic!("unexpected error {other}"),
+    }
+}
+
+#[test]
+fn a_good_file_parses() {
+    let s = Scenario::parse(Path::new("good.yaml"), GOOD).unwrap();
+    assert_eq!(s.name, "tiny");
+    assert_eq!(s.duration_s, 7200);
+    assert_eq!(s.workloads[0].template.requests.cpu, 500);
+}
+
+#[test]
+fn missing_field_names_line_and_field() {
+    let text = GOOD.replace("      duration: {min: 5m, max: 10m}\n", "");
+    let (line, field, why) = err(&text);
+    assert_eq!(line, 9, "{field}: {why}");
+    assert_eq!(field, "workloads[0].jobs");
+    assert!(why.contains("missing field `duration`"), "{why}");
+}
+
+#[test]
+fn negative_duration_is_rejected_where_it_is() {
+    let text = GOOD.replace("min: 5m", "min: -5m");
+    let (line, field, why) = err(&text);
+    assert_eq!(line, 11);
+    assert_eq!(field, "workloads[0].jobs.duration.min");
+    assert!(why.contains("negative duration"), "{why}");
+    let (line, field, _) = err(&GOOD.replace("duration: 2h", "duration: -3"));
+    assert_eq!((line, field.as_str()), (2, "duration"));
+}
+
+#[test]
+fn unknown_nodepool_is_named() {
+    let text = GOOD.replace("nodePool: cpu,", "nodePool: gpu,");
+    let (line, field, why) = err(&text);
+    assert_eq!(line, 12);
+    assert_eq!(field, "workloads[0].jobs.pod.nodePool");
+    assert!(why.contains("unknown NodePool \"gpu\""), "{why}");
+}
+
+#[test]
+fn unknown_resource_is_named() {
+    let text = GOOD.replace(
+        "memory: 1Gi}",
+        "memory: 1Gi, resources: {example.com/fpga: 1}}",
+    );
+    let (line, field, why) = err(&text);
+    assert_eq!(line, 12);
+    assert_eq!(field, "workloads[0].jobs.pod.resources[\"example.com/fpga\"]");
+    assert!(why.contains("unknown resource"), "{why}");
+}
+
+#[test]
+fn unknown_field_and_bad_quantity_and_unknown_type() {
+    let (line, field, why) = err(&GOOD.replace("catalog: aws", "catalog: aws\nflavour: x"));
+    assert_eq!(line, 4);
+    assert_eq!(field, "(document)");
+    assert!(why.contains("unknown field `flavour`"), "{why}");
+    let (line, field, _) = err(&GOOD.replace("cpu: 500m", "cpu: lots"));
+    assert_eq!((line, field.as_str()), (12, "workloads[0].jobs.pod.cpu"));
+    let (line, field, why) = err(&GOOD.replace("families: [m6i]", "instanceTypes: [m9.huge]"));
+    assert_eq!((line, field.as_str()), (6, "pools[0].instanceTypes"));
+    assert!(why.contains("unknown instance type"), "{why}");
+}
+
+#[test]
+fn durations_parse() {
+    assert_eq!(parse_duration("90"), Ok(90));
+    assert_eq!(parse_duration("1h30m"), Ok(5400));
+    assert_eq!(parse_duration("1.5h"), Ok(5400));
+    assert_eq!(parse_duration("2d"), Ok(172_800));
+    assert!(parse_duration("-1m").unwrap_err().contains("negative"));
+    assert!(parse_duration("5x").is_err());
+    assert!(parse_duration("5").is_ok());
+    assert!(parse_duration("1h5").is_err());
+}
+
+#[test]
+fn nodepool_objects_are_accepted() {
+    let text = "\
+duration: 1h
+catalog: aws
+nodePools:
+  - apiVersion: gpu-autoscaler.dev/v1alpha1
+    kind: NodePool
+    metadata: {name: gpus}
+    spec:
+      template:
+        requirements:
+          - {key: gpu-autoscaler.dev/instance-gpu-name, operator: In, values: [l4]}
+workloads:
+  - jobs:
+      name: j
+      arrivals: {every: 10m}
+      duration: {fixed: 5m}
+      pod: {nodePool: gpus, cpu: 1, gpus: 1}
+";
+    let s = Scenario::parse(Path::new("np.yaml"), text).unwrap();
+    assert_eq!(s.pools[0].name, "gpus");
 }

@@ -1,0 +1,171 @@
+//! `gpu-autoscaler simulate`: replay a scenario (the bundled default when none is given) or
+//! an openb trace against this project's policy and the documented baselines, on a virtual
+//! clock, and print what each would cost and how long pods would wait.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use autoscaler_sim::openb_workload::{self, OpenbOptions};
+use autoscaler_sim::{RunOptions, RunReport, Scenario, report};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Options of `simulate`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct SimulateArgs {
+    /// Scenario file (YAML); the bundled default when absent.
+    scenario: Option<PathBuf>,
+    /// Seed instead of the scenario's.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Virtual hours instead of the scenario's duration.
+    #[arg(long)]
+    hours: Option<f64>,
+    /// Only this policy (repeatable): gpu-autoscaler, karpenter-like, ca-like.
+    #[arg(long = "policy")]
+    policies: Vec<String>,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML report with charts here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Re-run once per value and print cost against wait: `KEY=v1,v2,...` with KEY one of
+    /// gpu-utilization-threshold, utilization-threshold, unneeded-time, consolidate-after.
+    #[arg(long)]
+    sweep: Option<String>,
+    /// Replay an openb pod list (`openb_pod_list_*.csv`) instead of the scenario's
+    /// generators, on the bundled openb NodePools unless a scenario is given.
+    #[arg(long)]
+    openb: Option<PathBuf>,
+    /// Divide the trace's times by this factor.
+    #[arg(long, default_value_t = 1.0)]
+    compression: f64,
+    /// FGD mode: shuffle the pods (with the seed) and submit them without departures, one
+    /// every `--fgd-interval` seconds, until their GPU requests reach this share of the
+    /// reference cluster's GPUs (`--openb-nodes`).
+    #[arg(long)]
+    fgd_share: Option<f64>,
+    /// Seconds between submissions in FGD mode.
+    #[arg(long, default_value_t = 1.0)]
+    fgd_interval: f64,
+    /// The reference cluster for FGD mode (`openb_node_list_*.csv`); by default the
+    /// `openb_node_list_gpu_node.csv` next to the pod list.
+    #[arg(long)]
+    openb_nodes: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn progress_bar(quiet: bool, policies: usize) -> ProgressBar {
+    let pb = if quiet || !std::io::stderr().is_terminal() {
+        ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::hidden())
+    } else {
+        ProgressBar::new(1000)
+    };
+    pb.set_length((policies as u64).max(1) * 1000);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} {msg:>15} [{bar:40}] {percent:>3}% {elapsed}")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+fn run_once(
+    scenario: &Scenario,
+    workload: Option<&autoscaler_sim::workload::Workload>,
+    opts: &RunOptions,
+    quiet: bool,
+) -> anyhow::Result<RunReport> {
+    let names = opts
+        .policies
+        .clone()
+        .unwrap_or_else(|| scenario.policies.clone());
+    let pb = progress_bar(quiet, names.len());
+    let mut progress = |name: &str, f: f64| {
+        let i = names.iter().position(|n| n == name).unwrap_or(0) as u64;
+        pb.set_message(name.to_string());
+        pb.set_position(i * 1000 + (f * 1000.0) as u64);
+    };
+    let r = match workload {
+        Some(w) => autoscaler_sim::run_workload(scenario, w, opts, &mut progress)?,
+        None => autoscaler_sim::run(scenario, opts, &mut progress)?,
+    };
+    pb.finish_and_clear();
+    Ok(r)
+}
+
+/// Runs `simulate`.
+pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let mut scenario = match (&args.scenario, &args.openb) {
+        (Some(p), _) => Scenario::load(p)?,
+        (None, Some(_)) => Scenario::parse(
+            std::path::Path::new("<embedded openb.yaml>"),
+            openb_workload::OPENB_SCENARIO_YAML,
+        )?,
+        (None, None) => Scenario::default_scenario()?,
+    };
+    let opts = RunOptions {
+        seed: args.seed,
+        hours: args.hours,
+        policies: (!args.policies.is_empty()).then(|| args.policies.clone()),
+    };
+    let seed = opts.seed.unwrap_or(scenario.seed);
+    let workload = match &args.openb {
+        None => None,
+        Some(path) => {
+            let nodes = args.openb_nodes.clone().unwrap_or_else(|| {
+                path.with_file_name("openb_node_list_gpu_node.csv")
+            });
+            let o = OpenbOptions {
+                compression: args.compression,
+                fgd_share: args.fgd_share,
+                fgd_interval_s: args.fgd_interval,
+                reference_nodes: args.fgd_share.map(|_| nodes),
+                seed,
+            };
+            let (w, horizon) = openb_workload::load(path, &o, &scenario.pools)?;
+            if args.hours.is_none() {
+                scenario.duration_s = horizon;
+            }
+            scenario.name = format!(
+                "{} ({})",
+                path.file_name()
+                    .map_or("openb".into(), |f| f.to_string_lossy().into_owned()),
+                if args.fgd_share.is_some() {
+                    "FGD mode".to_string()
+                } else {
+                    format!("compression {}", args.compression)
+                }
+            );
+            Some(w)
+        }
+    };
+    if let Some(sweep) = &args.sweep {
+        let Some((key, values)) = sweep.split_once('=') else {
+            bail!("--sweep wants KEY=v1,v2,... (got {sweep:?})");
+        };
+        println!("sweep {key} on scenario {}:", scenario.name);
+        for v in values.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+            let mut s = scenario.clone();
+            autoscaler_sim::apply_sweep(&mut s, key, v).map_err(anyhow::Error::msg)?;
+            let r = run_once(&s, workload.as_ref(), &opts, args.quiet)?;
+            println!("{}", report::sweep_line(v, &r));
+        }
+        return Ok(());
+    }
+    let r = run_once(&scenario, workload.as_ref(), &opts, args.quiet)?;
+    print!("{}", report::summary(&r));
+    if let Some(p) = &args.json {
+        std::fs::write(p, report::to_json(&r) + "\n")
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &args.report {
+        std::fs::write(p, report::to_html(&r))
+            .with_context(|| format!("writing {}", p.display()))?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
