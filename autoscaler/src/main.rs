@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod simulate;
 
 /// GPU-aware Kubernetes node autoscaler.
 #[derive(Parser, Debug)]
@@ -19,12 +20,17 @@ struct Cli {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 enum Commands {
+    /// Run the controller against the cluster of the current kubeconfig (or in-cluster config).
+    Run(autoscaler::controller::settings::RunArgs),
     /// Print the CustomResourceDefinitions (NodePool, NodeClaim) as multi-document YAML.
     Crds {
         /// Write one file per CRD into this directory (e.g. `deploy/crds`) instead of printing.
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Replay a workload against this project's policy and baseline models on a virtual
+    /// clock; with no arguments, the bundled default scenario (a day of a mixed GPU cluster).
+    Simulate(simulate::SimulateArgs),
     /// Benchmarks; build with `--release` first (see `bench planner --help`).
     Bench {
         /// Which benchmark.
@@ -36,8 +42,10 @@ enum Commands {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Commands::Run(args) => Ok(autoscaler::controller::run::run_blocking(args)?),
         Commands::Crds { dir } => crds(dir),
         Commands::Bench { what } => bench::run(what),
+        Commands::Simulate(args) => simulate::run(args),
     }
 }
 
