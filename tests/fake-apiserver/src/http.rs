@@ -677,6 +677,11 @@ fn watch(
         let mut tick = tokio::time::interval(sh.options.bookmark_interval);
         tick.tick().await;
         loop {
+            // A client that went away is only noticed here; without this, a watch on a quiet
+            // resource would keep its task and broadcast receiver until it lagged out.
+            if tx.is_closed() {
+                return;
+            }
             let line = tokio::select! {
                 biased;
                 _ = shutdown.changed() => return,

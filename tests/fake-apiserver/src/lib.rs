@@ -7,7 +7,8 @@
 //! strategic merge patches and (approximated) server-side apply, optimistic concurrency, status
 //! subresources, finalizers, the Eviction API enforcing PodDisruptionBudgets, pod binding,
 //! CRDs registered from YAML with structural-schema and CEL validation, and an optional
-//! harness scheduler ([`BinderOptions`]).
+//! harness scheduler ([`BinderOptions`]). `README.md` beside `Cargo.toml` lists exactly what is
+//! and is not supported.
 //!
 //! Two ways to use it:
 //!

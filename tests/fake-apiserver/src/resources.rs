@@ -143,7 +143,6 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
         "involvedObject.fieldPath",
         "reason",
         "reportingComponent",
-        "source",
         "type",
     ];
     let mut pods = builtin(
