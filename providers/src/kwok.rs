@@ -429,6 +429,10 @@ impl KwokProvider {
                     conds[0].last_transition_time = r.last_transition_time.clone();
                 }
                 self.patch_status(&name, status).await?;
+            } else if gpus_up {
+                // The agent behind the startup taints (device plugin, GPU Operator) is up: it
+                // removes them. Done on the next pass after the status write, with a fresh
+                // resourceVersion.
                 self.remove_startup_taints(node, ki).await?;
             }
         }

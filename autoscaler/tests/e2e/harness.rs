@@ -1,0 +1,358 @@
+//! The end-to-end harness: a fake API server on 127.0.0.1 with the harness scheduler, and the
+//! real `gpu-autoscaler` binary pointed at it through a kubeconfig, with the kwok provider.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use fake_apiserver::{BinderOptions, FakeApiServer, Options, RunningServer};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use nodepools::{NodeClaim, NodePool};
+use providers::kwok::KwokInstance;
+use serde_json::{Value, json};
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// Flags that keep every delay short, so a test runs in seconds.
+pub const FAST: &[&str] = &[
+    "--batch-idle=200ms",
+    "--batch-max=2s",
+    "--kwok-register-delay=1s",
+    "--kwok-ready-delay=1s",
+    "--kwok-gpu-delay=2s",
+    "--disruption-interval=1s",
+    "--validation-delay=1s",
+    "--scale-down-delay-after-add=0s",
+    "--scale-down-delay-after-failure=2s",
+    "--gc-interval=2s",
+    "--gc-grace=4s",
+    "--loop-interval=100ms",
+    "--lease-duration=3s",
+    "--lease-retry=300ms",
+    "--namespace=kube-system",
+    "--metrics-addr=127.0.0.1:0",
+];
+
+/// A fake cluster.
+pub struct Cluster {
+    /// The server (kept alive for the test's duration).
+    pub server: RunningServer,
+    /// A client for the test's own reads and writes.
+    pub client: kube::Client,
+    /// Where kubeconfig and controller logs go.
+    pub dir: PathBuf,
+    /// The kubeconfig file.
+    pub kubeconfig: PathBuf,
+}
+
+/// A running controller; killed when dropped.
+pub struct Controller {
+    /// The process.
+    pub child: std::process::Child,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Controller {
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, no chance to clean up.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait (graceful shutdown).
+    pub fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill9();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- controller log {} ----\n{}",
+                self.log.display(),
+                self.log()
+            );
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+impl Cluster {
+    /// A fresh server with the CRDs registered and the harness scheduler binding pods.
+    pub async fn start() -> Cluster {
+        let server = FakeApiServer::new(Options {
+            binder: Some(BinderOptions {
+                interval: Duration::from_millis(100),
+                ..BinderOptions::default()
+            }),
+            ..Options::default()
+        });
+        for f in [
+            "deploy/crds/gpu-autoscaler.dev_nodepools.yaml",
+            "deploy/crds/gpu-autoscaler.dev_nodeclaims.yaml",
+        ] {
+            server
+                .register_crd_file(root().join(f))
+                .expect("CRD registers");
+        }
+        server
+            .register_crd_yaml(providers::kwok::CRD_YAML)
+            .expect("kwok CRD registers");
+        let running = server
+            .serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .expect("server starts");
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let dir =
+            std::env::temp_dir().join(format!("gpu-autoscaler-e2e-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, running.kubeconfig_yaml()).unwrap();
+        let client = running.client().await.expect("client");
+        Cluster {
+            server: running,
+            client,
+            dir,
+            kubeconfig,
+        }
+    }
+
+    /// Starts the controller binary with [`FAST`] flags plus `extra`.
+    pub fn controller(&self, name: &str, extra: &[&str]) -> Controller {
+        let log = self.dir.join(format!("{name}.log"));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
+            .arg("run")
+            .args(FAST)
+            .arg(format!("--identity={name}"))
+            .args(extra)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn")
+            .env_remove("POD_NAMESPACE")
+            .env_remove("POD_NAME")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("controller starts");
+        Controller { child, log }
+    }
+
+    /// Creates an object from JSON through the API.
+    pub async fn create<K>(&self, v: Value) -> K
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        K::Scope: Scoped,
+    {
+        let obj: K = serde_json::from_value(v).expect("literal object");
+        let ns = obj.meta().namespace.clone();
+        let api: Api<K> = K::Scope::api(self.client.clone(), ns.as_deref());
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("create")
+    }
+
+    /// Every NodeClaim.
+    pub async fn claims(&self) -> Vec<NodeClaim> {
+        Api::<NodeClaim>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Every Node.
+    pub async fn nodes(&self) -> Vec<Node> {
+        Api::<Node>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// Every kwok instance (the emulated cloud's instance table).
+    pub async fn instances(&self) -> Vec<KwokInstance> {
+        Api::<KwokInstance>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+    }
+
+    /// A pod.
+    pub async fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
+        Api::<Pod>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    /// A NodePool.
+    pub async fn pool(&self, name: &str) -> NodePool {
+        Api::<NodePool>::all(self.client.clone())
+            .get(name)
+            .await
+            .unwrap()
+    }
+}
+
+/// Picks namespaced or cluster APIs by the object's scope.
+pub trait Scoped {
+    /// The API for `ns` (ignored for cluster-scoped kinds).
+    fn api<K: kube::Resource<Scope = Self, DynamicType = ()>>(
+        client: kube::Client,
+        ns: Option<&str>,
+    ) -> Api<K>;
+}
+
+impl Scoped for k8s_openapi::NamespaceResourceScope {
+    fn api<K: kube::Resource<Scope = Self, DynamicType = ()>>(
+        client: kube::Client,
+        ns: Option<&str>,
+    ) -> Api<K> {
+        Api::namespaced(client, ns.unwrap_or("default"))
+    }
+}
+
+impl Scoped for k8s_openapi::ClusterResourceScope {
+    fn api<K: kube::Resource<Scope = Self, DynamicType = ()>>(
+        client: kube::Client,
+        _ns: Option<&str>,
+    ) -> Api<K> {
+        Api::all(client)
+    }
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A GPU NodePool: g4dn.xlarge (1 T4) only, tainted `nvidia.com/gpu:NoSchedule`, with a
+/// device-plugin startup taint, empty nodes removed after `unneeded`.
+pub fn gpu_pool(name: &str, unneeded: &str) -> Value {
+    json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": "ml"}},
+                "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                "startupTaints": [{"key": "node.gpu-autoscaler.dev/device-plugin", "effect": "NoSchedule"}],
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g4dn.xlarge"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+                ]
+            },
+            "disruption": {"consolidateAfter": "0s", "unneededTime": unneeded,
+                           "budgets": [{"nodes": "100%"}]}
+        }
+    })
+}
+
+/// A CPU NodePool of m5.xlarge (4 vCPU) nodes.
+pub fn cpu_pool(name: &str, unneeded: &str) -> Value {
+    json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+                ]
+            },
+            "disruption": {"consolidateAfter": "0s", "unneededTime": unneeded,
+                           "budgets": [{"nodes": "100%"}]}
+        }
+    })
+}
+
+/// A pod asking for one GPU, tolerating the GPU taint, owned by a ReplicaSet.
+pub fn gpu_pod(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{name}-rs"),
+                                 "uid": "00000000-0000-0000-0000-000000000001", "controller": true}]},
+        "spec": {
+            "containers": [{"name": "cuda", "image": "cuda:12",
+                "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"nvidia.com/gpu": "1"}}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        }
+    })
+}
+
+/// A CPU pod with labels, owned by a ReplicaSet.
+pub fn cpu_pod(name: &str, cpu: &str, labels: BTreeMap<&str, &str>) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                 "uid": "00000000-0000-0000-0000-000000000002", "controller": true}]},
+        "spec": {"containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu}}}]}
+    })
+}
+
+/// The node a pod is bound to.
+pub fn bound_to(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+/// Whether the Node's allocatable of `resource` is non-zero.
+pub fn allocatable(n: &Node, resource: &str) -> Option<String> {
+    n.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(resource))
+        .map(|q| q.0.clone())
+}

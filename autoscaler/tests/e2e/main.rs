@@ -1,0 +1,6 @@
+//! End-to-end tests: the real `gpu-autoscaler` binary against the fake API server, with the
+//! kwok provider and the harness scheduler. Deadlines are generous; nothing asserts on speed.
+
+mod harness;
+
+mod provisioning;

@@ -1,0 +1,161 @@
+//! Test 1 (scale-up through the device plugin start) and test 2 (scale-down to zero).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use nodepools::NodePool;
+use serde_json::json;
+
+use crate::harness::*;
+
+const DEADLINE: Duration = Duration::from_secs(40);
+
+/// Test 1: a pending 1-GPU pod → a NodeClaim → a tainted GPU node registers → its GPU
+/// allocatable appears after the device-plugin delay → the pod is bound; never a second node.
+/// Returns the cluster, controller and node for test 2 to continue with.
+async fn scale_up() -> (Cluster, Controller, String) {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "2s")).await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let _: Pod = c.create(gpu_pod("train")).await;
+
+    let mut saw_zero_gpus = false;
+    let mut saw_startup_taint = false;
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let node = loop {
+        if std::time::Instant::now() >= deadline {
+            panic!(
+                "timed out waiting for the pod to be bound; nodes: {:#?}; claims: {:#?}; pod: {:#?}",
+                c.nodes().await,
+                c.claims().await,
+                c.pod("default", "train").await
+            );
+        }
+        let claims = c.claims().await;
+        let instances = c.instances().await;
+        let nodes = c.nodes().await;
+        assert!(
+            claims.len() <= 1,
+            "a second NodeClaim was created: {claims:#?}"
+        );
+        assert!(instances.len() <= 1, "a second instance was launched");
+        assert!(nodes.len() <= 1, "a second node registered");
+        if let Some(n) = nodes.first() {
+            let taints = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            assert!(
+                taints
+                    .iter()
+                    .any(|t| t.key == "nvidia.com/gpu" && t.effect == "NoSchedule"),
+                "the node carries the pool's GPU taint: {taints:?}"
+            );
+            saw_startup_taint |= taints
+                .iter()
+                .any(|t| t.key == "node.gpu-autoscaler.dev/device-plugin");
+            saw_zero_gpus |= allocatable(n, "nvidia.com/gpu").as_deref() == Some("0");
+        }
+        if let Some(node) = c.pod("default", "train").await.as_ref().and_then(bound_to) {
+            break node;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        saw_zero_gpus,
+        "GPU allocatable started at zero (device plugin not up)"
+    );
+    assert!(
+        saw_startup_taint,
+        "the startup taint was present until the device plugin started"
+    );
+
+    let claims = c.claims().await;
+    assert_eq!(claims.len(), 1);
+    let claim = &claims[0];
+    assert_eq!(claim.spec.node_pool, "gpu");
+    let status = claim.status.clone().unwrap();
+    assert_eq!(status.node_name.as_deref(), Some(node.as_str()));
+    assert_eq!(status.instance_type.as_deref(), Some("g4dn.xlarge"));
+    let n = c.nodes().await.into_iter().next().unwrap();
+    assert_eq!(allocatable(&n, "nvidia.com/gpu").as_deref(), Some("1"));
+    let labels = n.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("team").map(String::as_str), Some("ml"));
+    assert_eq!(
+        labels
+            .get("gpu-autoscaler.dev/nodepool")
+            .map(String::as_str),
+        Some("gpu")
+    );
+    assert!(
+        n.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"gpu-autoscaler.dev/termination".to_string()),
+        "managed nodes carry the termination finalizer"
+    );
+    // The claim reaches Initialized (the lifecycle may lag the binder by a loop).
+    eventually("the claim to be Initialized", DEADLINE, || async {
+        let cl = c.claims().await.into_iter().next()?;
+        cl.status?
+            .conditions
+            .iter()
+            .any(|x| x.type_ == "Initialized" && x.status == "True")
+            .then_some(())
+    })
+    .await;
+    (c, ctl, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_1_pending_gpu_pod_gets_a_node_once_the_device_plugin_is_up() {
+    let (c, ctl, _node) = scale_up().await;
+    let log = ctl.log();
+    assert!(log.contains("created NodeClaim"), "{log}");
+    // The pod got a TriggeredScaleUp event naming its claim.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(c.client.clone(), "default");
+    let evs = events.list(&Default::default()).await.unwrap().items;
+    assert!(
+        evs.iter()
+            .any(|e| e.reason.as_deref() == Some("TriggeredScaleUp")),
+        "{evs:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_2_completed_pod_node_is_drained_and_removed_pool_at_zero() {
+    let (c, _ctl, node) = scale_up().await;
+    // The pod completes.
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .patch_status(
+            "train",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    eventually("the node to be removed", DEADLINE, || async {
+        let nodes = c.nodes().await;
+        nodes
+            .iter()
+            .all(|n| n.metadata.name.as_deref() != Some(node.as_str()))
+            .then_some(())
+    })
+    .await;
+    eventually("claims and instances to be gone", DEADLINE, || async {
+        (c.claims().await.is_empty() && c.instances().await.is_empty()).then_some(())
+    })
+    .await;
+    eventually(
+        "the NodePool status to show zero nodes",
+        DEADLINE,
+        || async {
+            let p = c.pool("gpu").await;
+            (p.status?.nodes == 0).then_some(())
+        },
+    )
+    .await;
+}
