@@ -894,9 +894,7 @@ impl State {
             .take_while(|((n, _), _)| n == ns)
             .filter(|(_, p)| match labels {
                 None => true,
-                Some(ls) => LabelSelector::from_object(&p["spec"]["selector"])
-                    .map(|s| ls.iter().any(|l| s.matches_labels(l)))
-                    .unwrap_or(false),
+                Some(ls) => pdb_selector(p).is_some_and(|s| ls.iter().any(|l| s.matches_labels(l))),
             })
             .map(|((_, name), _)| name.clone())
             .collect();
@@ -946,7 +944,7 @@ impl State {
     pub fn pdb_budget(&self, pdb: &Value) -> Budget {
         let ns = meta_str(pdb, "namespace");
         let pods = self.def("", "pods").expect("builtin");
-        let selector = LabelSelector::from_object(&pdb["spec"]["selector"]).unwrap_or_default();
+        let selector = pdb_selector(pdb);
         let mut expected = 0i64;
         let mut healthy = 0i64;
         for ((_, _), p) in self
@@ -955,7 +953,7 @@ impl State {
             .range((ns.to_string(), String::new())..)
             .take_while(|((n, _), _)| n == ns)
         {
-            if !selector.matches(p) {
+            if !selector.as_ref().is_some_and(|s| s.matches(p)) {
                 continue;
             }
             let phase = p
@@ -1022,11 +1020,7 @@ impl State {
                 .objects
                 .range((ns.to_string(), String::new())..)
                 .take_while(|((n, _), _)| n == ns)
-                .filter(|(_, p)| {
-                    LabelSelector::from_object(&p["spec"]["selector"])
-                        .map(|s| s.matches_labels(&labels))
-                        .unwrap_or(false)
-                })
+                .filter(|(_, p)| pdb_selector(p).is_some_and(|s| s.matches_labels(&labels)))
                 .map(|(_, p)| p.clone())
                 .collect();
             if matching.len() > 1 {
@@ -1124,6 +1118,14 @@ impl State {
         let change = self.commit(&pods, ns, name, new, ChangeKind::Modified);
         self.after_write(&pods, &change);
     }
+}
+
+/// A PDB's selector. In policy/v1 an empty selector selects every pod of the namespace and a
+/// missing one selects none.
+fn pdb_selector(pdb: &Value) -> Option<LabelSelector> {
+    pdb.pointer("/spec/selector")
+        .filter(|s| !s.is_null())
+        .and_then(|s| LabelSelector::from_object(s).ok())
 }
 
 /// PDB arithmetic for one budget.
