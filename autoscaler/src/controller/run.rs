@@ -437,6 +437,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// One [`lifecycle::step`] per NodeClaim.
     async fn lifecycle(&mut self) {
+        // Launches need the pools' catalogs; after a restart they are not loaded yet.
+        let pools = self.stores.pools.state();
+        self.instance_types(&pools).await;
         let claims = self.stores.claims.state();
         let nodes = self.stores.nodes.state();
         let by_pid: HashMap<&str, &Arc<Node>> = nodes
@@ -669,6 +672,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .find(|p| p.name_any() == pool)
             .and_then(|np| self.types.get(&class_of(&np)).map(|(_, t)| t.clone()))
             .unwrap_or_default();
+        if types.is_empty() {
+            // No catalog yet (the provider did not answer): try again next round rather than
+            // fail the claim for want of candidates.
+            self.shared.launching.lock().expect("lock").remove(&name);
+            return;
+        }
         tokio::spawn(async move {
             if let Err(e) = launch(&shared, &claim, &types).await {
                 tracing::warn!(claim = %claim.name_any(), error = %e, "launch");

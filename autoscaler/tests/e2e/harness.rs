@@ -153,7 +153,11 @@ impl Cluster {
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
             .arg("run")
-            .args(FAST)
+            .args(FAST.iter().filter(|f| {
+                // A flag given in `extra` overrides the default here.
+                let name = f.split('=').next().unwrap_or(f);
+                !extra.iter().any(|e| e.split('=').next() == Some(name))
+            }))
             .arg(format!("--identity={name}"))
             .args(extra)
             .env("KUBECONFIG", &self.kubeconfig)

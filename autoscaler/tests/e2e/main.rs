@@ -3,4 +3,5 @@
 
 mod harness;
 
+mod crash;
 mod provisioning;
