@@ -5,3 +5,4 @@ mod harness;
 
 mod crash;
 mod provisioning;
+mod safety;

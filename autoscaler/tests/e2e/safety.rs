@@ -1,0 +1,177 @@
+//! Test 4: a PodDisruptionBudget with 0 disruptions allowed blocks consolidation; with two
+//! replicas and leader election only the leader writes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams};
+use nodepools::NodePool;
+use serde_json::json;
+
+use crate::harness::*;
+
+const DEADLINE: Duration = Duration::from_secs(40);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4a_pdb_with_zero_disruptions_blocks_consolidation() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(cpu_pool("cpu", "1s")).await;
+    let _ctl = c.controller("solo", &["--leader-elect=false"]);
+    // Two 3-CPU fillers need two 4-CPU nodes.
+    for name in ["filler-1", "filler-2"] {
+        let _: Pod = c
+            .create(cpu_pod(name, "3", BTreeMap::from([("app", "filler")])))
+            .await;
+    }
+    eventually("both fillers bound", DEADLINE, || async {
+        for name in ["filler-1", "filler-2"] {
+            bound_to(&c.pod("default", name).await?)?;
+        }
+        Some(())
+    })
+    .await;
+    assert_eq!(c.nodes().await.len(), 2);
+    // One small web pod lands next to each filler (0.5 + 3 of 3.92 CPUs, no room for two).
+    for name in ["web-1", "web-2"] {
+        let _: Pod = c
+            .create(cpu_pod(name, "500m", BTreeMap::from([("app", "web")])))
+            .await;
+    }
+    let pdb: PodDisruptionBudget = c
+        .create(json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+        }))
+        .await;
+    let (n1, n2) = eventually("web pods bound on different nodes", DEADLINE, || async {
+        let a = bound_to(&c.pod("default", "web-1").await?)?;
+        let b = bound_to(&c.pod("default", "web-2").await?)?;
+        (a != b).then_some((a, b))
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), "default");
+    for name in ["filler-1", "filler-2"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    // Each node now runs one 0.5-CPU pod: either could go, its pod fitting on the other, but
+    // the PDB allows no eviction. Give consolidation many rounds (unneeded 1s, validation 1s,
+    // disruption every 1s) to prove it does nothing.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let nodes = c.nodes().await;
+    assert_eq!(nodes.len(), 2, "the PDB kept both nodes");
+    for n in &nodes {
+        let taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        assert!(
+            taints
+                .iter()
+                .all(|t| t.key != "gpu-autoscaler.dev/disrupted"),
+            "no node was even tainted for disruption"
+        );
+    }
+    assert!(c.pod("default", "web-1").await.is_some());
+    assert!(c.pod("default", "web-2").await.is_some());
+
+    // Without the PDB the same cluster consolidates to one node: the PDB was the blocker.
+    Api::<PodDisruptionBudget>::namespaced(c.client.clone(), "default")
+        .delete(
+            pdb.metadata.name.as_deref().unwrap(),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    eventually("one node consolidated away", DEADLINE, || async {
+        let names: Vec<String> = c
+            .nodes()
+            .await
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        (names.len() == 1 && (names[0] == n1 || names[0] == n2)).then_some(())
+    })
+    .await;
+}
+
+async fn lease_holder(c: &Cluster) -> Option<String> {
+    Api::<Lease>::namespaced(c.client.clone(), "kube-system")
+        .get_opt("gpu-autoscaler")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
+
+const WRITES: [&str; 4] = ["created NodeClaim", "launched", "registered", "initialized"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4b_two_replicas_only_the_leader_writes() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
+    let mut a = c.controller("replica-a", &[]);
+    let mut b = c.controller("replica-b", &[]);
+    let leader = eventually("a leader to be elected", DEADLINE, || lease_holder(&c)).await;
+    let (leader_ctl, follower_ctl) = if leader == "replica-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let _: Pod = c.create(gpu_pod("train")).await;
+    eventually("the pod to be bound", DEADLINE, || async {
+        bound_to(&c.pod("default", "train").await?)
+    })
+    .await;
+    assert_eq!(c.claims().await.len(), 1);
+    let leader_log = leader_ctl.log();
+    let follower_log = follower_ctl.log();
+    for w in WRITES {
+        assert!(
+            leader_log.contains(w),
+            "the leader did {w:?}:\n{leader_log}"
+        );
+        assert!(
+            !follower_log.contains(w),
+            "the follower did {w:?}:\n{follower_log}"
+        );
+    }
+    let events = Api::<Event>::namespaced(c.client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(!events.is_empty());
+    for e in &events {
+        assert_eq!(
+            e.reporting_instance.as_deref(),
+            Some(leader.as_str()),
+            "every event comes from the leader"
+        );
+    }
+
+    // The leader stops gracefully (releasing the lease); the other replica takes over and acts.
+    leader_ctl.terminate();
+    let new_leader = eventually("the other replica to take over", DEADLINE, || async {
+        lease_holder(&c).await.filter(|h| *h != leader)
+    })
+    .await;
+    let _: Pod = c.create(gpu_pod("train-2")).await;
+    eventually("the second pod to be bound", DEADLINE, || async {
+        bound_to(&c.pod("default", "train-2").await?)
+    })
+    .await;
+    assert_eq!(c.claims().await.len(), 2);
+    let log = follower_ctl.log();
+    assert!(log.contains("became the leader"), "{log}");
+    assert!(
+        log.contains("created NodeClaim"),
+        "{new_leader} acted after taking over:\n{log}"
+    );
+}
