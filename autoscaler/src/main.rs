@@ -18,6 +18,8 @@ struct Cli {
 }
 
 /// The subcommands.
+// `run` carries every controller option; the enum is built once per process.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Commands {
     /// Run the controller against the cluster of the current kubeconfig (or in-cluster config).

@@ -38,8 +38,8 @@ pub const FAST: &[&str] = &[
 
 /// A fake cluster.
 pub struct Cluster {
-    /// The server (kept alive for the test's duration).
-    pub server: RunningServer,
+    /// The server, kept alive for the test's duration.
+    pub _server: RunningServer,
     /// A client for the test's own reads and writes.
     pub client: kube::Client,
     /// Where kubeconfig and controller logs go.
@@ -136,7 +136,7 @@ impl Cluster {
         std::fs::write(&kubeconfig, running.kubeconfig_yaml()).unwrap();
         let client = running.client().await.expect("client");
         Cluster {
-            server: running,
+            _server: running,
             client,
             dir,
             kubeconfig,
