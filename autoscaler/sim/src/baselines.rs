@@ -59,6 +59,9 @@ pub struct Shape {
     pub capacity: Resources,
     /// Allowed offerings (zone, capacity type, price), cheapest first.
     pub offerings: Vec<(String, CapacityType, f64)>,
+    /// Node labels per offering (zone and capacity type added), computed once because
+    /// selector checks against them are the baselines' hottest path.
+    pub offering_labels: Vec<Labels>,
     /// Physical GPUs.
     pub gpus: u32,
 }
@@ -97,7 +100,17 @@ pub fn build_shapes(pools: &[Pool], daemonsets: &[autoscaler_core::DaemonSet]) -
                     ds_overhead.add(&ds.requests);
                 }
             }
+            let offering_labels = offerings
+                .iter()
+                .map(|(z, ct, _)| {
+                    let mut l = shared.labels.clone();
+                    l.insert(labels::ZONE.into(), z.clone());
+                    l.insert(labels::CAPACITY_TYPE.into(), ct.as_str().into());
+                    l
+                })
+                .collect();
             out.push(Shape {
+                offering_labels,
                 pool: pi,
                 name: shared.name.clone(),
                 labels: shared.labels.clone(),
@@ -123,17 +136,10 @@ fn whole_demand(pod: &Pod) -> Resources {
     r
 }
 
-fn labels_with(shape: &Shape, zone: &str, ct: CapacityType) -> Labels {
-    let mut l = shape.labels.clone();
-    l.insert(labels::ZONE.into(), zone.into());
-    l.insert(labels::CAPACITY_TYPE.into(), ct.as_str().into());
-    l
-}
-
-/// Whether the pod may run on a node of `shape` bought as offering `o` (labels and taints).
-fn pod_allows(pod: &Pod, shape: &Shape, o: &(String, CapacityType, f64)) -> bool {
+/// Whether the pod may run on a node of `shape` bought as its offering `o` (labels, taints).
+fn pod_allows(pod: &Pod, shape: &Shape, o: usize) -> bool {
     untolerated(&pod.tolerations, &shape.taints).is_none()
-        && pod.node_selector.matches(&labels_with(shape, &o.0, o.1))
+        && pod.node_selector.matches(&shape.offering_labels[o])
 }
 
 /// An open NodeClaim of a baseline: its pods and the (shape, offering) pairs still fitting.
@@ -329,8 +335,7 @@ fn pack(
                 .copied()
                 .filter(|(s, o, _)| {
                     let sh = &shapes[*s];
-                    pod_allows(pod, sh, &sh.offerings[*o])
-                        && used.fits(&sh.allocatable.minus(&sh.ds_overhead))
+                    pod_allows(pod, sh, *o) && used.fits(&sh.allocatable.minus(&sh.ds_overhead))
                 })
                 .collect();
             if !opts.is_empty() {
@@ -354,7 +359,7 @@ fn pack(
                     continue;
                 }
                 for (oi, o) in sh.offerings.iter().enumerate() {
-                    if available(shapes, unavailable, si, oi, now) && pod_allows(pod, sh, o) {
+                    if available(shapes, unavailable, si, oi, now) && pod_allows(pod, sh, oi) {
                         opts.push((si, oi, o.2));
                     }
                 }
@@ -442,10 +447,7 @@ pub struct KarpenterLike {
 impl KarpenterLike {
     /// A policy packing against `shapes`.
     pub fn new(shapes: Vec<Shape>, score: ScoreStrategy) -> Self {
-        KarpenterLike {
-            shapes,
-            score,
-        }
+        KarpenterLike { shapes, score }
     }
 }
 
@@ -469,7 +471,7 @@ fn node_pods_fit_new(
         }
         for (oi, o) in sh.offerings.iter().enumerate() {
             if !available(shapes, unavailable, si, oi, now)
-                || !pods.iter().all(|p| pod_allows(ctx.cluster.pod(*p), sh, o))
+                || !pods.iter().all(|p| pod_allows(ctx.cluster.pod(*p), sh, oi))
             {
                 continue;
             }
@@ -548,7 +550,9 @@ impl Policy for KarpenterLike {
             }
             let node = &ctx.cluster.nodes[n];
             let policy = &ctx.pools[node.pool].disruption;
-            let ready_at = node.last_pod_change.saturating_add(policy.consolidate_after_s);
+            let ready_at = node
+                .last_pod_change
+                .saturating_add(policy.consolidate_after_s);
             if now < ready_at {
                 wake = wake.min(ready_at);
                 continue;
@@ -558,8 +562,7 @@ impl Policy for KarpenterLike {
             }
             if node.pods.is_empty() {
                 empty.push(n);
-            } else if policy.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized
-            {
+            } else if policy.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized {
                 busy.push(n);
             }
         }
@@ -596,8 +599,7 @@ impl Policy for KarpenterLike {
                 continue;
             }
             let others = targets(ctx.cluster, &[n]);
-            let mut scratch = ctx.cluster.nodes.clone();
-            if scheduler::can_move(ctx.cluster, &mut scratch, &[n], &others, self.score) {
+            if scheduler::can_move(ctx.cluster, &[n], &others, self.score) {
                 return (
                     vec![Decision {
                         nodes: vec![n],
@@ -608,9 +610,7 @@ impl Policy for KarpenterLike {
                     wake,
                 );
             }
-            if let Some((s, o, _)) =
-                node_pods_fit_new(ctx, &self.shapes, ctx.unavailable, n, now)
-            {
+            if let Some((s, o, _)) = node_pods_fit_new(ctx, &self.shapes, ctx.unavailable, n, now) {
                 let (z, ct, _) = &self.shapes[s].offerings[o];
                 return (
                     vec![Decision {
@@ -638,13 +638,15 @@ impl Policy for KarpenterLike {
             }
         }
         if d.reason.starts_with("Empty") {
-            return d.nodes.iter().all(|n| ctx.cluster.nodes[*n].pods.is_empty());
+            return d
+                .nodes
+                .iter()
+                .all(|n| ctx.cluster.nodes[*n].pods.is_empty());
         }
         let n = d.nodes[0];
         if d.replacement.is_none() {
             let others = targets(ctx.cluster, &d.nodes);
-            let mut scratch = ctx.cluster.nodes.clone();
-            return scheduler::can_move(ctx.cluster, &mut scratch, &d.nodes, &others, self.score);
+            return scheduler::can_move(ctx.cluster, &d.nodes, &others, self.score);
         }
         node_pods_fit_new(ctx, &self.shapes, ctx.unavailable, n, now).is_some()
     }
@@ -679,6 +681,28 @@ pub fn ca_utilization(cluster: &Cluster, n: NodeId) -> f64 {
         best = best.max(used / alloc.get(k) as f64);
     }
     best
+}
+
+/// One node group's scale-up option, as the least-waste expander compares them.
+struct CaOption {
+    waste: f64,
+    helped: usize,
+    cost: f64,
+    shape: usize,
+    offering: usize,
+    nodes: Vec<Vec<PodId>>,
+}
+
+impl CaOption {
+    /// Least waste first, then more pods helped, then cheaper, then by type name.
+    fn better_than(&self, other: &CaOption, shapes: &[Shape]) -> bool {
+        self.waste
+            .total_cmp(&other.waste)
+            .then_with(|| other.helped.cmp(&self.helped))
+            .then_with(|| self.cost.total_cmp(&other.cost))
+            .then_with(|| shapes[self.shape].name.cmp(&shapes[other.shape].name))
+            .is_lt()
+    }
 }
 
 /// The ca-like baseline (see the module documentation).
@@ -748,7 +772,7 @@ impl Policy for CaLike {
         }
         let usage = pool_usage(ctx, &self.shapes);
         // One option per node group: its cheapest available offering; pack FFD.
-        let mut best: Option<(f64, usize, f64, String, Vec<Vec<PodId>>, usize)> = None;
+        let mut best: Option<CaOption> = None;
         for (si, sh) in self.shapes.iter().enumerate() {
             let Some(oi) = (0..sh.offerings.len())
                 .find(|oi| available(&self.shapes, ctx.unavailable, si, *oi, now))
@@ -762,7 +786,7 @@ impl Policy for CaLike {
             let mut u = usage[sh.pool].clone();
             for &p in &rest {
                 let pod = ctx.cluster.pod(p);
-                if !pod_allows(pod, sh, o) {
+                if !pod_allows(pod, sh, oi) {
                     continue;
                 }
                 let d = whole_demand(pod);
@@ -792,32 +816,26 @@ impl Policy for CaLike {
                     + mem as f64 / (count * cap.memory.max(1) as f64))
                     / 2.0;
             let helped: usize = nodes.iter().map(|n| n.1.len()).sum();
-            let key = (waste, std::cmp::Reverse(helped), o.2 * count, sh.name.clone());
-            let better = match &best {
-                None => true,
-                Some((bw, _, bp, bn, groups, _)) => {
-                    let bh: usize = groups.iter().map(Vec::len).sum();
-                    (key.0, key.1, key.2, &key.3)
-                        .partial_cmp(&(*bw, std::cmp::Reverse(bh), *bp, bn))
-                        == Some(std::cmp::Ordering::Less)
-                }
+            let option = CaOption {
+                waste,
+                helped,
+                cost: o.2 * count,
+                shape: si,
+                offering: oi,
+                nodes: nodes.into_iter().map(|n| n.1).collect(),
             };
-            if better {
-                best = Some((
-                    waste,
-                    si,
-                    o.2 * count,
-                    sh.name.clone(),
-                    nodes.into_iter().map(|n| n.1).collect(),
-                    oi,
-                ));
+            if best
+                .as_ref()
+                .is_none_or(|b| option.better_than(b, &self.shapes))
+            {
+                best = Some(option);
             }
         }
         let mut specs = Vec::new();
-        if let Some((_, si, _, _, groups, oi)) = best {
-            let sh = &self.shapes[si];
-            let (z, ct, _) = &sh.offerings[oi];
-            for pods in groups {
+        if let Some(best) = best {
+            let sh = &self.shapes[best.shape];
+            let (z, ct, _) = &sh.offerings[best.offering];
+            for pods in best.nodes {
                 specs.push(LaunchSpec {
                     pool: sh.pool,
                     candidates: vec![OfferingKey::new(&sh.name, z, *ct)],
@@ -864,8 +882,7 @@ impl Policy for CaLike {
             }
             if !empty {
                 let others = targets(ctx.cluster, &[n]);
-                let mut scratch = ctx.cluster.nodes.clone();
-                if !scheduler::can_move(ctx.cluster, &mut scratch, &[n], &others, self.score) {
+                if !scheduler::can_move(ctx.cluster, &[n], &others, self.score) {
                     continue;
                 }
             }
@@ -928,11 +945,13 @@ impl Policy for CaLike {
             }
         }
         if d.reason.starts_with("Empty") {
-            return d.nodes.iter().all(|n| ctx.cluster.nodes[*n].pods.is_empty());
+            return d
+                .nodes
+                .iter()
+                .all(|n| ctx.cluster.nodes[*n].pods.is_empty());
         }
         let others = targets(ctx.cluster, &d.nodes);
-        let mut scratch = ctx.cluster.nodes.clone();
-        scheduler::can_move(ctx.cluster, &mut scratch, &d.nodes, &others, self.score)
+        scheduler::can_move(ctx.cluster, &d.nodes, &others, self.score)
     }
 
     fn on_scale_up(&mut self, now: i64) {

@@ -3,9 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use autoscaler_core::model::{
-    DaemonSet, Group, InFlightClaim, Node, Pdb, Pod, Pool, Snapshot,
-};
+use autoscaler_core::model::{DaemonSet, Group, InFlightClaim, Node, Pdb, Pod, Pool, Snapshot};
 use autoscaler_core::requirements::{Labels, Operator, Requirements};
 use autoscaler_core::resources::{Resources, is_gpu_class, names};
 use autoscaler_core::taints::Taint;
@@ -304,10 +302,17 @@ impl Cluster {
             problem = Some(format!("node {}: a GPU is shared beyond 1000/1000", n.name));
         }
         if (n.devices.len() as i64) > alloc.get(names::NVIDIA_GPU) && !devices.is_empty() {
-            problem = Some(format!("node {}: GPU bound before the device plugin", n.name));
+            problem = Some(format!(
+                "node {}: GPU bound before the device plugin",
+                n.name
+            ));
         }
         self.template_counts[self.template_of[pod] as usize].1 += 1;
-        if !self.pods[pod].pod.as_ref().is_some_and(|p| p.anti_affinity.is_empty()) {
+        if !self.pods[pod]
+            .pod
+            .as_ref()
+            .is_some_and(|p| p.anti_affinity.is_empty())
+        {
             self.anti_bound += 1;
         }
         let st = &mut self.pods[pod];
@@ -345,7 +350,11 @@ impl Cluster {
         n.pods.retain(|p| *p != pod);
         n.last_pod_change = now;
         self.template_counts[self.template_of[pod] as usize].1 -= 1;
-        if !self.pods[pod].pod.as_ref().is_some_and(|p| p.anti_affinity.is_empty()) {
+        if !self.pods[pod]
+            .pod
+            .as_ref()
+            .is_some_and(|p| p.anti_affinity.is_empty())
+        {
             self.anti_bound -= 1;
         }
         let st = &mut self.pods[pod];
@@ -376,13 +385,8 @@ impl Cluster {
                 snap.pending.push(p.clone());
             }
             for (name, n) in group_counts {
-                snap.groups.insert(
-                    name.clone(),
-                    Group {
-                        name,
-                        min_count: n,
-                    },
-                );
+                snap.groups
+                    .insert(name.clone(), Group { name, min_count: n });
             }
         }
         for ni in &self.live_nodes {
@@ -396,7 +400,11 @@ impl Cluster {
             if n.phase != NodePhase::Ready {
                 let mut reqs = Requirements::new()
                     .with(labels::ZONE, Operator::In, &[&n.zone])
-                    .with(labels::CAPACITY_TYPE, Operator::In, &[n.capacity_type.as_str()]);
+                    .with(
+                        labels::CAPACITY_TYPE,
+                        Operator::In,
+                        &[n.capacity_type.as_str()],
+                    );
                 reqs.add(
                     labels::INSTANCE_TYPE,
                     Operator::In,

@@ -101,6 +101,8 @@ pub struct PolicyResult {
     pub violation_examples: Vec<String>,
     /// Pods still pending at the end.
     pub pending_at_end: u64,
+    /// A few of them, with how long they had been pending.
+    pub pending_examples: Vec<String>,
     /// Pods created.
     pub pods_created: u64,
     /// Launches refused for lack of capacity.
@@ -273,7 +275,7 @@ impl<'a> Engine<'a> {
                 break;
             }
             self.now = t;
-            if t - last_report >= self.horizon / 100 + 1 {
+            if t - last_report > self.horizon / 100 {
                 last_report = t;
                 progress(t as f64 / self.horizon as f64);
             }
@@ -404,8 +406,7 @@ impl<'a> Engine<'a> {
         };
         for m in members {
             if let PodPhase::Bound { since, .. } = self.cluster.pods[m].phase {
-                self.gpu_requested_s +=
-                    self.cluster.pods[m].gpu_equiv * (self.now - since) as f64;
+                self.gpu_requested_s += self.cluster.pods[m].gpu_equiv * (self.now - since) as f64;
                 if let Some(g) = self.workload.pods[m].group {
                     self.group_bound[g as usize] = self.group_bound[g as usize].saturating_sub(1);
                 }
@@ -507,10 +508,7 @@ impl<'a> Engine<'a> {
             .iter()
             .map(|m| *m as usize)
             .collect();
-        if members
-            .iter()
-            .any(|m| !self.cluster.pending.contains(m))
-        {
+        if members.iter().any(|m| !self.cluster.pending.contains(m)) {
             // Not all created yet (or some still bound): wait for the group to be whole.
             return false;
         }
@@ -638,7 +636,11 @@ impl<'a> Engine<'a> {
         }
         if (failed || self.unhelped_pending()) && !self.replan_scheduled {
             self.replan_scheduled = true;
-            let delay = if failed { self.cfg.batch_idle_s } else { REPLAN_S };
+            let delay = if failed {
+                self.cfg.batch_idle_s
+            } else {
+                REPLAN_S
+            };
             self.push(self.now + delay, Ev::Replan);
         }
     }
@@ -648,8 +650,10 @@ impl<'a> Engine<'a> {
         if self.unavailable.active(self.now).next().is_none() {
             return self.pools.to_vec();
         }
-        let mut cache: Vec<(*const Vec<autoscaler_core::InstanceType>, std::sync::Arc<Vec<_>>)> =
-            Vec::new();
+        let mut cache: Vec<(
+            *const Vec<autoscaler_core::InstanceType>,
+            std::sync::Arc<Vec<_>>,
+        )> = Vec::new();
         self.pools
             .iter()
             .map(|p| {
@@ -677,7 +681,11 @@ impl<'a> Engine<'a> {
             return None;
         }
         let pool = &self.pools[spec.pool];
-        let claim = format!("{}-{}", pool.name, self.nodes_launched + self.launch_failures);
+        let claim = format!(
+            "{}-{}",
+            pool.name,
+            self.nodes_launched + self.launch_failures
+        );
         // Random capacity errors: refuse some candidates for this one call.
         let mut refused = Vec::new();
         if self.cfg.ice_probability > 0.0 {
@@ -1025,7 +1033,10 @@ impl<'a> Engine<'a> {
                     problems.push(format!("evicted {} which has {DO_NOT_DISRUPT}", pod.key));
                 }
                 if ann(SAFE_TO_EVICT) == Some("false") {
-                    problems.push(format!("evicted {} which has {SAFE_TO_EVICT}=false", pod.key));
+                    problems.push(format!(
+                        "evicted {} which has {SAFE_TO_EVICT}=false",
+                        pod.key
+                    ));
                 }
                 for b in pdbs.iter_mut() {
                     if b.namespace == pod.key.namespace && b.selector.matches(&pod.labels) {
@@ -1125,6 +1136,28 @@ impl<'a> Engine<'a> {
             safety_violations: self.violations,
             violation_examples: self.violation_examples,
             pending_at_end: self.cluster.pending.len() as u64,
+            pending_examples: self
+                .cluster
+                .pending
+                .iter()
+                .take(5)
+                .map(|p| {
+                    let since = match self.cluster.pods[*p].phase {
+                        PodPhase::Pending { since } => since,
+                        _ => end,
+                    };
+                    format!(
+                        "{} (pending {}s{})",
+                        self.cluster.pod(*p).key,
+                        end - since,
+                        if self.nominated.contains_key(p) {
+                            ", nominated to a node in flight"
+                        } else {
+                            ""
+                        }
+                    )
+                })
+                .collect(),
             pods_created: self.pods_created,
             launch_failures: self.launch_failures,
             samples: self.samples,

@@ -16,11 +16,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use autoscaler_core::builders;
+use autoscaler_core::labels;
 use autoscaler_core::model::{GpuShare, Pod, Pool};
 use autoscaler_core::requirements::{NodeSelector, Operator, Requirements};
 use autoscaler_core::resources::names;
 use autoscaler_core::taints::Toleration;
-use autoscaler_core::labels;
 
 use crate::error::SimError;
 use crate::rng::Rng;
@@ -128,10 +128,9 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
             let mut end = 0i64;
             for r in &records {
                 let arrival = (r.creation_time as f64 / o.compression).floor() as i64;
-                let runtime = r
-                    .deletion_time
-                    .filter(|d| *d > r.creation_time)
-                    .map(|d| (((d - r.creation_time) as f64 / o.compression).round() as i64).max(1));
+                let runtime = r.deletion_time.filter(|d| *d > r.creation_time).map(|d| {
+                    (((d - r.creation_time) as f64 / o.compression).round() as i64).max(1)
+                });
                 end = end.max(arrival + runtime.unwrap_or(0));
                 let t = tpl(&mut w, r);
                 w.pods.push(PodSpec {
@@ -146,12 +145,15 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
             horizon = end + 1;
         }
         Some(share) => {
-            let nodes_path = o.reference_nodes.clone().ok_or_else(|| SimError::Scenario {
-                path: path.to_path_buf(),
-                line: 0,
-                field: "--openb-nodes".into(),
-                why: "FGD mode needs the reference cluster's node list".into(),
-            })?;
+            let nodes_path = o
+                .reference_nodes
+                .clone()
+                .ok_or_else(|| SimError::Scenario {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    field: "--openb-nodes".into(),
+                    why: "FGD mode needs the reference cluster's node list".into(),
+                })?;
             let nodes = openb::load_nodes(&nodes_path)?;
             let total: f64 = nodes.iter().map(|n| f64::from(n.gpus)).sum();
             let target = share * total;

@@ -153,12 +153,7 @@ impl Policy for GpuAutoscaler {
         let noms = plan
             .in_flight
             .iter()
-            .filter_map(|p| {
-                Some((
-                    *ctx.pod_ids.get(&p.pod.name)?,
-                    *ctx.claims.get(&p.target)?,
-                ))
-            })
+            .filter_map(|p| Some((*ctx.pod_ids.get(&p.pod.name)?, *ctx.claims.get(&p.target)?)))
             .collect();
         (specs, noms)
     }
@@ -242,7 +237,10 @@ fn next_wake(snap: &Snapshot, state: &DisruptionState, cfg: &DisruptionConfig, n
         if let Some(since) = state.unneeded_since.get(&n.name) {
             consider(since.saturating_add(p.disruption.unneeded_s));
         }
-        consider(n.created_at.saturating_add(p.disruption.consolidate_after_s));
+        consider(
+            n.created_at
+                .saturating_add(p.disruption.consolidate_after_s),
+        );
         let _ = &unneeded;
     }
     for (at, d) in [

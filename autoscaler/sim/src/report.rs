@@ -135,7 +135,19 @@ pub fn summary(report: &RunReport) -> String {
     }
     for p in &report.policies {
         if p.name != "gpu-autoscaler" {
-            let _ = writeln!(s, "  {}: {} (a model, not the real project)", p.name, p.description);
+            let _ = writeln!(
+                s,
+                "  {}: {} (a model, not the real project)",
+                p.name, p.description
+            );
+        }
+        if !p.pending_examples.is_empty() {
+            let _ = writeln!(
+                s,
+                "  {}: still pending at the end: {}",
+                p.name,
+                p.pending_examples.join(", ")
+            );
         }
         for v in &p.violation_examples {
             let _ = writeln!(s, "  SAFETY VIOLATION {v}");

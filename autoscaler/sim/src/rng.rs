@@ -110,7 +110,10 @@ mod tests {
         let vb: Vec<u64> = (0..5).map(|_| b.next_u64()).collect();
         assert_eq!(va, vb);
         assert_ne!(Rng::new(43).next_u64(), va[0]);
-        assert_ne!(Rng::derive(42, "x").next_u64(), Rng::derive(42, "y").next_u64());
+        assert_ne!(
+            Rng::derive(42, "x").next_u64(),
+            Rng::derive(42, "y").next_u64()
+        );
     }
 
     #[test]

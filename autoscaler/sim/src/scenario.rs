@@ -75,7 +75,11 @@ pub fn parse_duration(text: &str) -> Result<i64, String> {
             'm' => 60.0,
             'h' => 3600.0,
             'd' => 86400.0,
-            _ => return Err(format!("invalid duration {t:?} (expected e.g. 90s, 10m, 1h30m)")),
+            _ => {
+                return Err(format!(
+                    "invalid duration {t:?} (expected e.g. 90s, 10m, 1h30m)"
+                ));
+            }
         };
         let n: f64 = num
             .parse()
@@ -84,7 +88,9 @@ pub fn parse_duration(text: &str) -> Result<i64, String> {
         num.clear();
     }
     if !num.is_empty() {
-        return Err(format!("invalid duration {t:?}: a unit (s, m, h, d) must follow {num}"));
+        return Err(format!(
+            "invalid duration {t:?}: a unit (s, m, h, d) must follow {num}"
+        ));
     }
     Ok(total.round() as i64)
 }
@@ -783,10 +789,20 @@ impl Scenario {
         for (i, f) in file.node_pool_files.iter().enumerate() {
             let p = path.parent().unwrap_or(Path::new(".")).join(f);
             let field = format!("nodePoolFiles[{i}]");
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| cx.err(&["nodePoolFiles:", f], &field, format!("{}: {e}", p.display())))?;
-            let nps = nodepools::load_nodepools(&text)
-                .map_err(|e| cx.err(&["nodePoolFiles:", f], &field, format!("{}: {e}", p.display())))?;
+            let text = std::fs::read_to_string(&p).map_err(|e| {
+                cx.err(
+                    &["nodePoolFiles:", f],
+                    &field,
+                    format!("{}: {e}", p.display()),
+                )
+            })?;
+            let nps = nodepools::load_nodepools(&text).map_err(|e| {
+                cx.err(
+                    &["nodePoolFiles:", f],
+                    &field,
+                    format!("{}: {e}", p.display()),
+                )
+            })?;
             for np in nps {
                 let pool = np
                     .to_core(catalog.clone())
@@ -806,7 +822,10 @@ impl Scenario {
                     format!("NodePool {} is defined twice", p.name),
                 ));
             }
-            let usable = p.instance_types.iter().any(|it| type_in_pool(it, p).is_some());
+            let usable = p
+                .instance_types
+                .iter()
+                .any(|it| type_in_pool(it, p).is_some());
             if !usable {
                 return Err(cx.err(
                     &[&format!("name: {}", p.name)],
@@ -845,7 +864,11 @@ impl Scenario {
             let spec = build_workload(&cx, i, &w, &pools)?;
             if !names.insert(spec.name.clone()) {
                 return Err(cx.err(
-                    &["workloads:", &format!("name: {}", spec.name), &format!("name: {}", spec.name)],
+                    &[
+                        "workloads:",
+                        &format!("name: {}", spec.name),
+                        &format!("name: {}", spec.name),
+                    ],
                     format!("workloads[{i}].name"),
                     format!("workload name {} is used twice", spec.name),
                 ));
@@ -911,7 +934,10 @@ pub fn type_in_pool(it: &InstanceType, pool: &Pool) -> Option<InstanceType> {
         zc.is_none_or(|c| c.matches(Some(&o.zone)))
             && cc.is_none_or(|c| c.matches(Some(o.capacity_type.as_str())))
     });
-    any.then_some(InstanceType { labels: l, ..shared })
+    any.then_some(InstanceType {
+        labels: l,
+        ..shared
+    })
 }
 
 fn build_cluster(
@@ -1119,7 +1145,11 @@ fn build_pool(
         }
     };
     if mig.is_some() && time_slicing.is_some() {
-        return Err(err("mig", "mig", "timeSlicing and mig cannot both be set".into()));
+        return Err(err(
+            "mig",
+            "mig",
+            "timeSlicing and mig cannot both be set".into(),
+        ));
     }
     let mut limits = Limits::default();
     for (k, q) in &f.limits {
@@ -1313,9 +1343,7 @@ fn build_workload(
         WorkloadFile::Deployment(d) => (&d.name, "deployment", &d.pod, "ReplicaSet"),
         WorkloadFile::Jobs(j) => (&j.name, "jobs", &j.pod, "Job"),
         WorkloadFile::Gangs(g) => (&g.name, "gangs", &g.pod, "Job"),
-        WorkloadFile::ProvisioningRequests(g) => {
-            (&g.name, "provisioningRequests", &g.pod, "Job")
-        }
+        WorkloadFile::ProvisioningRequests(g) => (&g.name, "provisioningRequests", &g.pod, "Job"),
     };
     let base = format!("workloads[{i}].{kind}");
     let template = build_pod(cx, name, &format!("{base}.pod"), pod, owner, pools)?;
@@ -1492,7 +1520,10 @@ fn build_pod(
                 k.rsplit('/').next().unwrap_or(k),
                 format!(
                     "unknown resource {k:?}: no instance type of {} offers it",
-                    pinned.map_or("any NodePool".to_string(), |p| format!("NodePool {}", p.name))
+                    pinned.map_or("any NodePool".to_string(), |p| format!(
+                        "NodePool {}",
+                        p.name
+                    ))
                 ),
             ));
         }

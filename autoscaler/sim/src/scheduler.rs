@@ -217,12 +217,8 @@ impl Topology {
                     }
                 }
                 for term in &other.anti_affinity {
-                    if matches_sel(
-                        &other.key.namespace,
-                        &term.selector,
-                        ns,
-                        &pod.labels,
-                    ) && let Some(d) = domain(n, &term.topology_key)
+                    if matches_sel(&other.key.namespace, &term.selector, ns, &pod.labels)
+                        && let Some(d) = domain(n, &term.topology_key)
                     {
                         t.forbidden
                             .insert((term.topology_key.clone(), d.to_string()));
@@ -251,9 +247,7 @@ impl Topology {
             let (domains, any) = &self.affinity[ci];
             let ok = match domain(node, &term.topology_key) {
                 None => false,
-                Some(d) => {
-                    domains.contains(d) || (!any && term.selector.matches(&pod.labels))
-                }
+                Some(d) => domains.contains(d) || (!any && term.selector.matches(&pod.labels)),
             };
             if !ok {
                 return Err(Unfit::Affinity);
@@ -348,7 +342,13 @@ pub fn best_node(
 }
 
 /// Adds a what-if placement to scratch nodes.
-pub fn place_what_if(nodes: &mut [NodeState], pod: &Pod, id: PodId, node: NodeId, devices: &[usize]) {
+pub fn place_what_if(
+    nodes: &mut [NodeState],
+    pod: &Pod,
+    id: PodId,
+    node: NodeId,
+    devices: &[usize],
+) {
     let mut req = pod.requests.clone();
     req.set(names::NVIDIA_GPU, 0);
     let share = pod.gpu_share.as_ref().map(|s| s.milli);
@@ -364,20 +364,24 @@ pub fn place_what_if(nodes: &mut [NodeState], pod: &Pod, id: PodId, node: NodeId
 }
 
 /// Whether every pod bound to the `removed` nodes could be re-placed on `targets`, binding them
-/// one by one on a scratch copy of the nodes, largest first: the "would the scheduler find
-/// room" question the baselines' scale-down asks. `scratch` must be a copy of the cluster's
-/// nodes; it is left with the what-if placements.
+/// one by one on a scratch copy of the live nodes, largest first: the "would the scheduler
+/// find room" question the baselines' scale-down asks.
 pub fn can_move(
     cluster: &Cluster,
-    scratch: &mut Vec<NodeState>,
     removed: &[NodeId],
     targets: &[NodeId],
     strategy: ScoreStrategy,
 ) -> bool {
+    // Only live nodes are copied (the cluster keeps every node ever launched).
+    let ids: Vec<NodeId> = cluster.live_nodes.iter().copied().collect();
+    let local = |n: NodeId| ids.binary_search(&n).ok();
+    let mut scratch: Vec<NodeState> = ids.iter().map(|n| cluster.nodes[*n].clone()).collect();
+    let live: BTreeSet<NodeId> = (0..ids.len()).collect();
+    let targets: Vec<NodeId> = targets.iter().filter_map(|n| local(*n)).collect();
     let mut order: Vec<PodId> = Vec::new();
-    for r in removed {
-        order.extend(scratch[*r].pods.iter().copied());
-        scratch[*r].pods.clear();
+    for r in removed.iter().filter_map(|n| local(*n)) {
+        order.extend(scratch[r].pods.iter().copied());
+        scratch[r].pods.clear();
     }
     order.sort_by_key(|p| {
         let r = &cluster.pod(*p).requests;
@@ -391,13 +395,13 @@ pub fn can_move(
     for p in order {
         let pod = cluster.pod(p);
         let view = View {
-            nodes: scratch,
+            nodes: &scratch,
             pods: &cluster.pods,
-            live: &cluster.live_nodes,
+            live: &live,
             any_anti: cluster.anti_bound > 0,
         };
-        match best_node(view, pod, targets, strategy) {
-            Some((ni, devices)) => place_what_if(scratch, pod, p, ni, &devices),
+        match best_node(view, pod, &targets, strategy) {
+            Some((ni, devices)) => place_what_if(&mut scratch, pod, p, ni, &devices),
             None => return false,
         }
     }

@@ -89,13 +89,27 @@ fn tiny_scenario_is_safe_and_binds_every_pod() {
         assert_eq!(p.pending_at_end, 0, "{summary}");
         assert!(p.pods_created > 20, "{summary}");
         assert!(p.nodes_launched > 0 && p.cost > 0.0, "{summary}");
-        assert!(p.gpu_allocation > 0.0 && p.gpu_allocation <= 1.0 + 1e-9, "{summary}");
+        assert!(
+            p.gpu_allocation > 0.0 && p.gpu_allocation <= 1.0 + 1e-9,
+            "{summary}"
+        );
     }
     let json: serde_json::Value = serde_json::from_str(&report::to_json(&r)).unwrap();
-    let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         keys,
-        ["policies", "scenario", "seed", "virtual_seconds", "wall_seconds"]
+        [
+            "policies",
+            "scenario",
+            "seed",
+            "virtual_seconds",
+            "wall_seconds"
+        ]
     );
     let html = report::to_html(&r);
     assert!(html.contains("<svg") && html.contains("is a model"));
@@ -119,7 +133,11 @@ fn default_scenario_runs_on_a_short_horizon() {
 fn sweep_changes_the_knob() {
     let mut s = tiny();
     autoscaler_sim::apply_sweep(&mut s, "consolidate-after", "30m").unwrap();
-    assert!(s.pools.iter().all(|p| p.disruption.consolidate_after_s == 1800));
+    assert!(
+        s.pools
+            .iter()
+            .all(|p| p.disruption.consolidate_after_s == 1800)
+    );
     assert!(autoscaler_sim::apply_sweep(&mut s, "colour", "1").is_err());
     assert!(autoscaler_sim::apply_sweep(&mut s, "gpu-utilization-threshold", "2").is_err());
 }

@@ -9,8 +9,11 @@ fn bundled_scenarios_load() {
     assert_eq!(s.pools.len(), 4);
     assert_eq!(s.duration_s, 24 * 3600);
     assert!(s.workloads.len() >= 6);
-    let o = Scenario::parse(Path::new("openb.yaml"), crate::openb_workload::OPENB_SCENARIO_YAML)
-        .unwrap();
+    let o = Scenario::parse(
+        Path::new("openb.yaml"),
+        crate::openb_workload::OPENB_SCENARIO_YAML,
+    )
+    .unwrap();
     assert_eq!(o.pools.len(), 2);
 }
 
@@ -89,7 +92,10 @@ fn unknown_resource_is_named() {
     );
     let (line, field, why) = err(&text);
     assert_eq!(line, 12);
-    assert_eq!(field, "workloads[0].jobs.pod.resources[\"example.com/fpga\"]");
+    assert_eq!(
+        field,
+        "workloads[0].jobs.pod.resources[\"example.com/fpga\"]"
+    );
     assert!(why.contains("unknown resource"), "{why}");
 }
 
