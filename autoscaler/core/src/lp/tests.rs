@@ -194,12 +194,58 @@ fn dominated_shapes_are_pruned() {
             .mem("8Gi")
             .on_demand(&ZONES, 1.0)
             .build(),
+        // Twice t.a at twice the price but the same pod slots: less per dollar.
+        itype("t.d")
+            .cpu("8")
+            .mem("16Gi")
+            .on_demand(&ZONES, 2.0)
+            .build(),
     ];
     let pods = vec![pod("p").cpu("1").build()];
     let lb = lower_bound(&snapshot(vec![pool("p", types).build()], pods));
     // One shape left: x plus one y; rows cpu, pods and the group.
     assert_eq!((lb.variables, lb.constraints), (2, 3));
     assert!(close(lb.cost, 0.25), "{lb:?}");
+}
+
+#[test]
+fn per_dollar_pruning_keeps_shapes_only_they_can_host() {
+    // A linear price list: the big type gives as much per dollar and hosts everything, so the
+    // small ones go; but a pod only the smallest type is allowed on keeps that one, which then
+    // hosts everything as well and prunes the others.
+    let types = vec![
+        itype("t.1")
+            .cpu("1")
+            .mem("2Gi")
+            .max_pods(10)
+            .on_demand(&ZONES, 0.05)
+            .build(),
+        itype("t.2")
+            .cpu("2")
+            .mem("4Gi")
+            .max_pods(20)
+            .on_demand(&ZONES, 0.10)
+            .build(),
+        itype("t.8")
+            .cpu("8")
+            .mem("16Gi")
+            .max_pods(80)
+            .on_demand(&ZONES, 0.40)
+            .build(),
+    ];
+    let snap = |pods| snapshot(vec![pool("p", types.clone()).build()], pods);
+    let lb = lower_bound(&snap(vec![pod("a").cpu("500m").build()]));
+    // One shape: x plus one y.
+    assert_eq!(lb.variables, 2);
+    assert!(close(lb.cost, 0.025), "{lb:?}");
+    let pinned = pod("b")
+        .cpu("500m")
+        .select(crate::labels::INSTANCE_TYPE, "t.1")
+        .build();
+    let lb = lower_bound(&snap(vec![pod("a").cpu("500m").build(), pinned]));
+    // One shape: x plus a y for each of the two groups.
+    assert_eq!(lb.variables, 3);
+    assert!(close(lb.cost, 0.05), "{lb:?}");
 }
 
 #[test]
