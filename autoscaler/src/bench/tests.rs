@@ -184,3 +184,15 @@ fn breakdown_names_each_pool_with_its_bound() {
     assert!(text.contains("LP $"), "{text}");
     assert!(text.contains("fake-it-"), "{text}");
 }
+
+#[test]
+fn share_waste_bound_counts_residuals_nothing_small_can_fill() {
+    // Two 810s leave 0.38 GPU that one 160 share partly fills.
+    assert!((share_waste_bound(&[810, 810, 160]) - 0.22).abs() < 1e-12);
+    // 700 + 300 fill a device exactly; shares at most 500 alone leave nothing provable.
+    assert_eq!(share_waste_bound(&[700, 300]), 0.0);
+    assert_eq!(share_waste_bound(&[500, 250, 100]), 0.0);
+    assert_eq!(share_waste_bound(&[]), 0.0);
+    // 650 leaves 350, 810 leaves 190: R = 190 gives 0.19 - 0.1, R = 350 gives 0.54 - 0.4.
+    assert!((share_waste_bound(&[810, 650, 100, 300]) - 0.14).abs() < 1e-12);
+}
