@@ -98,7 +98,7 @@ pub const API_CALLS: &[ApiCall] = &[
     ApiCall {
         group: "kwok.gpu-autoscaler.dev",
         resource: "kwokinstances",
-        verbs: &["list", "watch", "create", "delete"],
+        verbs: &["get", "list", "create", "delete"],
         scope: Scope::Cluster,
         when: When::Kwok,
     },

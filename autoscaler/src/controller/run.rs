@@ -1518,11 +1518,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let client = kube::Client::try_default()
         .await
         .map_err(|e| Error::KubeConfig(e.to_string()))?;
-    let catalog = providers::catalog::default_catalog_for(&args.catalog);
+    let mut catalog = providers::catalog::default_catalog_for(&args.catalog);
+    if !args.region.is_empty() {
+        catalog.retain(|t| t.labels.get(labels::REGION) == Some(&args.region));
+    }
     if catalog.is_empty() {
         return Err(Error::Config(format!(
-            "no embedded catalog for {:?} (use aws or gcp)",
-            args.catalog
+            "no instance types in the embedded {:?} catalog for region {:?} (catalogs: aws, gcp)",
+            args.catalog, args.region
         )));
     }
     match args.provider {

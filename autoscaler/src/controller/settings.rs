@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// Which embedded catalog the kwok and fake providers offer (`aws` or `gcp`).
     #[arg(long, default_value = "aws")]
     pub catalog: String,
+    /// Only offer instance types of this region (e.g. `us-east-1`); empty offers every region
+    /// of the catalog.
+    #[arg(long, default_value = "")]
+    pub region: String,
     /// Cluster name: the tag on every instance, so garbage collection only touches ours.
     #[arg(long, default_value = "default")]
     pub cluster_name: String,
