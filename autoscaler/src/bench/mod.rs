@@ -39,6 +39,9 @@ use serde::Serialize;
 pub(crate) enum BenchCommand {
     /// Time the provisioning planner and grade its plans against an LP lower bound.
     Planner(PlannerArgs),
+    /// Run the controller binary against a local fake API server and time a burst of pending
+    /// pods to their NodeClaims (see `autoscaler::controller::bench_e2e`).
+    E2e(autoscaler::controller::bench_e2e::E2eArgs),
 }
 
 /// Options of `bench planner`.
@@ -143,6 +146,9 @@ pub(crate) struct Report {
 pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Planner(args) => planner(&args),
+        BenchCommand::E2e(args) => autoscaler::controller::bench_e2e::run(args)
+            .map(|_| ())
+            .map_err(Into::into),
     }
 }
 
