@@ -461,7 +461,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .iter()
                     .find(|c| c.name_any() == *name)
                     .is_some_and(|c| lifecycle::phase(c) == Phase::Pending);
-                pending && at.elapsed() < Duration::from_secs(120)
+                // A launch that failed transiently is retried after this pause; one that
+                // succeeded is forgotten as soon as the store shows the claim launched.
+                pending && at.elapsed() < Duration::from_secs(10)
             });
         }
         for claim in &claims {
