@@ -415,14 +415,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
             self.gc().await;
             self.observe("gc", t);
         }
+        // Status and gauges walk every claim, node and pod: every few seconds is plenty.
         if self
             .last_pool_status
             .is_none_or(|at| at.elapsed() >= Duration::from_secs(5))
         {
             self.last_pool_status = Some(Instant::now());
             self.pool_status().await;
+            self.update_metrics();
         }
-        self.update_metrics();
         self.first_round = false;
         self.observe("round", started);
     }
@@ -1676,4 +1677,52 @@ async fn run_with<P: CloudProvider + 'static>(
         leader::release(client, &lease_cfg).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use autoscaler_core::builders::itype;
+    use autoscaler_core::instance::CapacityType;
+    use autoscaler_core::requirements::Operator;
+
+    use super::*;
+
+    #[test]
+    fn requirements_round_trip_through_api_expressions() {
+        let r = Requirements::new()
+            .with(labels::ZONE, Operator::In, &["a", "b"])
+            .with("team", Operator::NotIn, &["x"])
+            .with("gpu", Operator::Exists, &[])
+            .with("old", Operator::DoesNotExist, &[])
+            .with("count", Operator::Gt, &["2"]);
+        let exprs = requirement_exprs(&r);
+        let spec = NodeClaimSpec {
+            node_pool: "p".into(),
+            requirements: exprs,
+            ..Default::default()
+        };
+        let back = spec.to_core().expect("valid").requirements;
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn candidates_follow_requirements_and_skip_refused_offerings() {
+        let types = vec![
+            itype("small")
+                .on_demand(&["a", "b"], 1.0)
+                .offer("a", CapacityType::Spot, 0.3)
+                .build(),
+            itype("big").on_demand(&["a"], 5.0).build(),
+        ];
+        let r = Requirements::new()
+            .with(labels::INSTANCE_TYPE, Operator::In, &["small", "big"])
+            .with(labels::CAPACITY_TYPE, Operator::In, &["on-demand"]);
+        let mut u = UnavailableOfferings::default();
+        u.mark(OfferingKey::new("small", "a", CapacityType::OnDemand), 100);
+        let got: Vec<String> = candidates(&r, &types, &u, 100)
+            .into_iter()
+            .map(|(k, _)| k.to_string())
+            .collect();
+        assert_eq!(got, vec!["small/b/on-demand", "big/a/on-demand"]);
+    }
 }
