@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_credential_types::provider::error::CredentialsError;
+use aws_sdk_ec2::config::http::HttpResponse;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use governor::{DefaultDirectRateLimiter, Jitter, Quota, RateLimiter};
 
@@ -97,10 +98,9 @@ fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {
 
 /// Classifies an SDK error. Credentials are never part of an error's text, so the message is
 /// safe to log.
-pub(crate) fn classify<E, R>(e: &SdkError<E, R>) -> Failure
+pub(crate) fn classify<E>(e: &SdkError<E, HttpResponse>) -> Failure
 where
     E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
 {
     let text = DisplayErrorContext(e).to_string();
     match e {
@@ -108,7 +108,11 @@ where
             let code = ctx.err().code().unwrap_or("Unknown").to_string();
             let message = ctx.err().message().unwrap_or("").to_string();
             let throttled = THROTTLING_CODES.contains(&code.as_str());
-            let transient = throttled || TRANSIENT_CODES.contains(&code.as_str());
+            // Any 5xx is worth another attempt, except a capacity refusal (EC2 answers
+            // InsufficientInstanceCapacity with a 500): that needs other offerings instead.
+            let server =
+                ctx.raw().status().as_u16() >= 500 && !crate::launch::is_capacity_error(&code);
+            let transient = throttled || server || TRANSIENT_CODES.contains(&code.as_str());
             Failure {
                 code,
                 message,
@@ -186,7 +190,7 @@ impl Api {
     /// Runs `f` (one attempt of `operation`) until it succeeds, fails for good, or the attempts
     /// run out. `f` is called afresh per attempt; callers make repeated attempts safe
     /// (idempotency tokens for mutating calls).
-    pub(crate) async fn call<T, E, R, F, Fut>(
+    pub(crate) async fn call<T, E, F, Fut>(
         &self,
         family: Family,
         operation: &'static str,
@@ -194,9 +198,8 @@ impl Api {
     ) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, R>>>,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
-        R: std::fmt::Debug + Send + Sync + 'static,
     {
         let limiter = match family {
             Family::Describe => &self.describe,

@@ -27,6 +27,11 @@ pub struct AwsSettings {
     pub region: Option<String>,
     /// EC2 endpoint (a test emulator such as moto); the SDK also honours `AWS_ENDPOINT_URL`.
     pub endpoint_url: Option<String>,
+    /// Named profile of the shared config files (else `AWS_PROFILE`, else `default`).
+    pub profile: Option<String>,
+    /// A shared credentials file read instead of `~/.aws/credentials` (the default chain still
+    /// applies: environment first, then this profile file, then web identity and metadata).
+    pub credentials_file: Option<std::path::PathBuf>,
     /// Cluster name: the value of the cluster tag on every instance and the discovery tag value.
     pub cluster: String,
     /// Node classes by name (a NodePool's `nodeClassRef.name`); [`DEFAULT_CLASS`] serves
@@ -48,6 +53,9 @@ pub struct AwsSettings {
     pub on_demand_prices: BTreeMap<String, f64>,
     /// Ask DescribeSpotPriceHistory for spot prices; when off, types get no spot offerings.
     pub spot: bool,
+    /// Instance types to consider, as EC2 filter patterns (`g5.*`, `p5.48xlarge`); empty: all.
+    /// A short list makes discovery cheaper; NodePool requirements narrow further.
+    pub instance_types: Vec<String>,
 }
 
 impl Default for AwsSettings {
@@ -55,6 +63,8 @@ impl Default for AwsSettings {
         AwsSettings {
             region: None,
             endpoint_url: None,
+            profile: None,
+            credentials_file: None,
             cluster: "default".into(),
             node_classes: BTreeMap::new(),
             limits: Limits::default(),
@@ -64,6 +74,7 @@ impl Default for AwsSettings {
             vm_memory_overhead_percent: 7.5,
             on_demand_prices: BTreeMap::new(),
             spot: true,
+            instance_types: Vec::new(),
         }
     }
 }

@@ -9,6 +9,7 @@ use aws_config::meta::region::RegionProviderChain;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
+use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_sdk_ec2::primitives::DateTime;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
@@ -154,6 +155,17 @@ impl AwsProvider {
         if let Some(url) = &settings.endpoint_url {
             loader = loader.endpoint_url(url);
         }
+        if let Some(p) = &settings.profile {
+            loader = loader.profile_name(p);
+        }
+        if let Some(f) = &settings.credentials_file {
+            loader = loader.profile_files(
+                EnvConfigFiles::builder()
+                    .include_default_config_file(true)
+                    .with_file(EnvConfigFileKind::Credentials, f)
+                    .build(),
+            );
+        }
         let sdk = loader.load().await;
         let client = aws_sdk_ec2::Client::new(&sdk);
         Ok(AwsProvider {
@@ -212,7 +224,11 @@ impl AwsProvider {
         };
         market.zones.retain(|t, _| names.contains(t.as_str()));
         if self.settings.spot {
-            market.spot = self.fetch_spot(now).await?;
+            // With a short list of types, ask for their prices only.
+            let only = (!self.settings.instance_types.is_empty() && names.len() <= 200)
+                .then(|| names.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+            market.spot = self.fetch_spot(now, only).await?;
+            market.spot.retain(|(t, _), _| names.contains(t.as_str()));
         }
         let c = MarketCache {
             at: now,
@@ -232,12 +248,14 @@ impl AwsProvider {
             let page = self
                 .api
                 .call(Family::Describe, "DescribeInstanceTypes", || {
-                    self.api
-                        .client
-                        .describe_instance_types()
-                        .max_results(100)
-                        .set_next_token(t.clone())
-                        .send()
+                    let mut r = self.api.client.describe_instance_types().max_results(100);
+                    if !self.settings.instance_types.is_empty() {
+                        r = r.filters(filter(
+                            "instance-type",
+                            self.settings.instance_types.clone(),
+                        ));
+                    }
+                    r.set_next_token(t.clone()).send()
                 })
                 .await?;
             out.extend(page.instance_types().iter().filter_map(TypeFacts::from_sdk));
@@ -289,7 +307,11 @@ impl AwsProvider {
         Ok(out)
     }
 
-    async fn fetch_spot(&self, now: i64) -> Result<BTreeMap<(String, String), f64>, AwsError> {
+    async fn fetch_spot(
+        &self,
+        now: i64,
+        only: Option<Vec<String>>,
+    ) -> Result<BTreeMap<(String, String), f64>, AwsError> {
         // Latest price per (type, zone): keep the newest timestamp seen.
         let mut latest: BTreeMap<(String, String), (i64, f64)> = BTreeMap::new();
         let mut token: Option<String> = None;
@@ -305,6 +327,10 @@ impl AwsProvider {
                         .describe_spot_price_history()
                         .start_time(DateTime::from_secs(now))
                         .product_descriptions("Linux/UNIX")
+                        .set_instance_types(
+                            only.as_ref()
+                                .map(|o| o.iter().map(|n| n.as_str().into()).collect()),
+                        )
                         .max_results(1000)
                         .set_next_token(t.clone())
                         .send()

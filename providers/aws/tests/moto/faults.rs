@@ -1,0 +1,160 @@
+//! Insufficient capacity, throttling and server errors, through the fault-injecting proxy.
+
+use autoscaler_core::CapacityType::{OnDemand, Spot};
+use providers::{CloudProvider, OfferingKey, ProviderError, UnavailableOfferings};
+
+use crate::harness::Moto;
+use crate::lifecycle::{provider, request};
+use crate::proxy::Proxy;
+
+#[tokio::test]
+async fn refused_offerings_are_reported_and_the_launch_moves_on() {
+    let Some(moto) = Moto::start("refused_offerings_are_reported_and_the_launch_moves_on") else {
+        return;
+    };
+    let proxy = Proxy::start(&moto.url).await;
+    let p = provider(&moto, &proxy.url, "f1").await;
+    let subnets = p.resolve_class("default").await.unwrap().subnets.clone();
+    // g5.xlarge has no capacity anywhere, g6.xlarge none in zone a.
+    proxy.exhaust("g5.xlarge", None);
+    proxy.exhaust("g6.xlarge", Some(&subnets["us-east-1a"]));
+
+    // One fleet request: EC2 skips the refused pools, buys from the next, reports the refusals.
+    let g5a = OfferingKey::new("g5.xlarge", "us-east-1a", OnDemand);
+    let g6a = OfferingKey::new("g6.xlarge", "us-east-1a", OnDemand);
+    let g6b = OfferingKey::new("g6.xlarge", "us-east-1b", OnDemand);
+    let launched = p
+        .launch(&request(
+            "ice-1",
+            vec![g5a.clone(), g6a.clone(), g6b.clone()],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(launched.instance.instance_type, "g6.xlarge");
+    assert_eq!(launched.instance.zone, "us-east-1b");
+    assert_eq!(launched.unavailable, vec![g5a.clone(), g6a.clone()]);
+    assert_eq!(proxy.requests("CreateFleet"), 1);
+
+    // The caller's cache keeps them out of the next plan for three minutes.
+    let mut cache = UnavailableOfferings::default();
+    cache.mark_all(launched.unavailable.clone(), 1000);
+    let mut types = p.catalog(Some("default")).await.unwrap();
+    cache.apply(&mut types, 1010);
+    let off = |name: &str, zone: &str| {
+        types
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .offerings
+            .iter()
+            .find(|o| o.zone == zone && o.capacity_type == OnDemand)
+            .unwrap()
+            .available
+    };
+    assert!(!off("g5.xlarge", "us-east-1a"));
+    assert!(!off("g6.xlarge", "us-east-1a"));
+    assert!(off("g6.xlarge", "us-east-1b"));
+    assert!(!cache.is_unavailable(&g5a, 1000 + UnavailableOfferings::DEFAULT_TTL_S));
+}
+
+#[tokio::test]
+async fn a_fully_refused_request_is_retried_with_the_remaining_candidates() {
+    let Some(moto) =
+        Moto::start("a_fully_refused_request_is_retried_with_the_remaining_candidates")
+    else {
+        return;
+    };
+    let proxy = Proxy::start(&moto.url).await;
+    let p = provider(&moto, &proxy.url, "f2").await;
+    proxy.exhaust("g5.xlarge", None);
+    // Spot first: its fleet request holds only the spot candidates, all refused; the launch
+    // then asks for the on-demand ones.
+    let spot_a = OfferingKey::new("g5.xlarge", "us-east-1a", Spot);
+    let spot_b = OfferingKey::new("g5.xlarge", "us-east-1b", Spot);
+    let od = OfferingKey::new("g6.xlarge", "us-east-1b", OnDemand);
+    let launched = p
+        .launch(&request(
+            "ice-2",
+            vec![spot_a.clone(), od.clone(), spot_b.clone()],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(launched.instance.instance_type, "g6.xlarge");
+    assert_eq!(launched.instance.capacity_type, OnDemand);
+    assert_eq!(launched.unavailable, vec![spot_a.clone(), spot_b.clone()]);
+    let fleets = proxy.fleets();
+    assert_eq!(fleets.len(), 2, "{fleets:?}");
+    assert_eq!(fleets[0].len(), 2);
+    assert_eq!(fleets[1][0].0, "g6.xlarge");
+
+    // Nothing left: InsufficientCapacity naming every refused candidate.
+    proxy.exhaust("g6.xlarge", None);
+    let r = p
+        .launch(&request("ice-3", vec![spot_a.clone(), od.clone()]))
+        .await;
+    match r {
+        Err(ProviderError::InsufficientCapacity { offerings, .. }) => {
+            assert_eq!(offerings, vec![spot_a, od]);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A whole call refused with an API error (EC2's 500 InsufficientInstanceCapacity) counts
+    // for every offering of the request and is not retried as a server error.
+    proxy.refuse_fleets(Some("InsufficientInstanceCapacity"));
+    let before = proxy.requests("CreateFleet");
+    let c = OfferingKey::new("m5.large", "us-east-1a", OnDemand);
+    let r = p.launch(&request("ice-4", vec![c.clone()])).await;
+    assert!(
+        matches!(&r, Err(ProviderError::InsufficientCapacity { offerings, .. }) if offerings == &vec![c]),
+        "{r:?}"
+    );
+    assert_eq!(proxy.requests("CreateFleet"), before + 1);
+}
+
+#[tokio::test]
+async fn throttling_and_server_errors_are_retried_with_backoff() {
+    let Some(moto) = Moto::start("throttling_and_server_errors_are_retried_with_backoff") else {
+        return;
+    };
+    let proxy = Proxy::start(&moto.url).await;
+    let p = provider(&moto, &proxy.url, "f3").await;
+    p.catalog(Some("default")).await.unwrap();
+    let (_, throttled0, retried0) = p.stats().snapshot();
+
+    // Two throttles and a 500, then success.
+    proxy.fail_next(2, Some("DescribeInstances"), 503, "RequestLimitExceeded");
+    proxy.fail_next(1, Some("DescribeInstances"), 500, "InternalError");
+    assert!(p.list().await.unwrap().is_empty());
+    let (_, throttled, retried) = p.stats().snapshot();
+    assert_eq!(throttled - throttled0, 2);
+    assert_eq!(retried - retried0, 3);
+    assert_eq!(proxy.requests("DescribeInstances"), 4);
+
+    // A launch whose CreateFleet is throttled once still buys exactly one instance.
+    proxy.fail_next(1, Some("CreateFleet"), 503, "RequestLimitExceeded");
+    let launched = p
+        .launch(&request(
+            "thr-1",
+            vec![OfferingKey::new("g5.xlarge", "us-east-1a", OnDemand)],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(proxy.requests("CreateFleet"), 2);
+    assert_eq!(p.list().await.unwrap().len(), 1);
+    assert_eq!(launched.instance.claim.as_deref(), Some("thr-1"));
+
+    // Throttled past the attempts: a retryable Throttled error for the caller.
+    proxy.fail_next(10, Some("TerminateInstances"), 503, "RequestLimitExceeded");
+    let r = p.delete(&launched.instance.provider_id).await;
+    assert!(matches!(r, Err(ProviderError::Throttled { .. })), "{r:?}");
+    assert!(r.unwrap_err().is_retryable());
+    assert_eq!(proxy.requests("TerminateInstances"), 4, "max_attempts");
+
+    // A client error is not retried.
+    let before = proxy.requests("DescribeInstances");
+    proxy.fail_next(1, Some("DescribeInstances"), 400, "UnauthorizedOperation");
+    let r = p.list().await;
+    assert!(matches!(r, Err(ProviderError::Other { .. })), "{r:?}");
+    assert_eq!(proxy.requests("DescribeInstances"), before + 1);
+}

@@ -1,0 +1,312 @@
+//! A fault-injecting HTTP proxy in front of moto.
+//!
+//! moto never refuses capacity (its instant fleets put everything on the first override and
+//! never fill `Errors`) and never throttles, so this proxy plays EC2's part there:
+//!
+//! - **Exhausted offerings**: CreateFleet overrides whose (instance type, subnet) is exhausted
+//!   are removed from the request before it reaches moto, and reported back as
+//!   `InsufficientInstanceCapacity` items in the answer's `errorSet`, as EC2 does when a fleet
+//!   skips pools without capacity. When every override is exhausted the proxy answers itself
+//!   with the errors and no instance. Alternatively a whole CreateFleet call can be refused
+//!   with an API error (`InsufficientInstanceCapacity`, HTTP 500).
+//! - **Faults**: the next N requests (optionally of one action) get an EC2 error answer with a
+//!   chosen status and code (`503 RequestLimitExceeded`, `500 InternalError`).
+//!
+//! Everything else is forwarded unchanged. Requests are recorded per action.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+
+/// One injected error answer.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    /// Only requests of this action (`CreateFleet`); `None`: any.
+    pub action: Option<String>,
+    /// HTTP status.
+    pub status: u16,
+    /// EC2 error code.
+    pub code: String,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    /// (instance type, subnet id); a `None` subnet exhausts the type everywhere.
+    exhausted: BTreeSet<(String, Option<String>)>,
+    /// Refuse every CreateFleet call as a whole with this code (HTTP 500).
+    refuse_fleets: Option<String>,
+    faults: VecDeque<Fault>,
+    requests: BTreeMap<String, u32>,
+    /// Overrides ((type, subnet) pairs) of every CreateFleet as received.
+    fleets: Vec<Vec<(String, String)>>,
+}
+
+/// The running proxy; stopped on drop.
+pub struct Proxy {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    state: Arc<Mutex<ProxyState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct Shared {
+    upstream: String,
+    state: Arc<Mutex<ProxyState>>,
+}
+
+fn lock(s: &Mutex<ProxyState>) -> MutexGuard<'_, ProxyState> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Proxy {
+    /// Starts a proxy on a free 127.0.0.1 port forwarding to `upstream` (`127.0.0.1:PORT`).
+    pub async fn start(upstream_url: &str) -> Proxy {
+        let upstream = upstream_url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        let state = Arc::new(Mutex::new(ProxyState::default()));
+        let app = Router::new().fallback(handle).with_state(Shared {
+            upstream,
+            state: state.clone(),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let url = format!("http://{}", listener.local_addr().expect("proxy address"));
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Proxy { url, state, task }
+    }
+
+    /// Makes `instance_type` in `subnet` (every subnet for `None`) refuse capacity.
+    pub fn exhaust(&self, instance_type: &str, subnet: Option<&str>) {
+        lock(&self.state)
+            .exhausted
+            .insert((instance_type.to_string(), subnet.map(str::to_string)));
+    }
+
+    /// Refuses every CreateFleet call with an API error of `code` (or stops doing so).
+    pub fn refuse_fleets(&self, code: Option<&str>) {
+        lock(&self.state).refuse_fleets = code.map(str::to_string);
+    }
+
+    /// Answers the next `n` requests (of `action`, or any) with `status` and `code`.
+    pub fn fail_next(&self, n: usize, action: Option<&str>, status: u16, code: &str) {
+        let mut s = lock(&self.state);
+        for _ in 0..n {
+            s.faults.push_back(Fault {
+                action: action.map(str::to_string),
+                status,
+                code: code.to_string(),
+            });
+        }
+    }
+
+    /// Requests seen for `action`, faults included.
+    pub fn requests(&self, action: &str) -> u32 {
+        lock(&self.state).requests.get(action).copied().unwrap_or(0)
+    }
+
+    /// Overrides of every CreateFleet call as received, (type, subnet) in order.
+    pub fn fleets(&self) -> Vec<Vec<(String, String)>> {
+        lock(&self.state).fleets.clone()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn ec2_error(status: u16, code: &str, message: &str) -> Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors><RequestID>fault-injected</RequestID></Response>"
+    );
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        body,
+    )
+        .into_response();
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static("text/xml"));
+    r
+}
+
+/// `LaunchTemplateConfigs.1.Overrides.N.Field` → (N, Field).
+fn override_field(key: &str) -> Option<(u32, &str)> {
+    let rest = key.strip_prefix("LaunchTemplateConfigs.1.Overrides.")?;
+    let (n, field) = rest.split_once('.')?;
+    Some((n.parse().ok()?, field))
+}
+
+fn error_items(refused: &[(String, String)]) -> String {
+    refused
+        .iter()
+        .map(|(t, s)| {
+            format!(
+                "<item><launchTemplateAndOverrides><overrides><instanceType>{t}</instanceType><subnetId>{s}</subnetId></overrides></launchTemplateAndOverrides><errorCode>InsufficientInstanceCapacity</errorCode><errorMessage>We currently do not have sufficient {t} capacity in the Availability Zone you requested.</errorMessage></item>"
+            )
+        })
+        .collect()
+}
+
+async fn handle(State(sh): State<Shared>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 16 << 20).await else {
+        return ec2_error(400, "ProxyError", "unreadable request body");
+    };
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(&bytes).into_owned().collect();
+    let action = pairs
+        .iter()
+        .find(|(k, _)| k == "Action")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+
+    let mut body_out = bytes.clone();
+    let mut refused: Vec<(String, String)> = Vec::new();
+    {
+        let mut s = lock(&sh.state);
+        *s.requests.entry(action.clone()).or_default() += 1;
+        let pos = s
+            .faults
+            .iter()
+            .position(|f| f.action.as_deref().is_none_or(|a| a == action));
+        if let Some(f) = pos.and_then(|i| s.faults.remove(i)) {
+            return ec2_error(f.status, &f.code, "fault injected by the test proxy");
+        }
+        if action == "CreateFleet" {
+            // Group override fields by index.
+            let mut overrides: BTreeMap<u32, BTreeMap<String, String>> = BTreeMap::new();
+            for (k, v) in &pairs {
+                if let Some((n, field)) = override_field(k) {
+                    overrides
+                        .entry(n)
+                        .or_default()
+                        .insert(field.to_string(), v.clone());
+                }
+            }
+            let get = |o: &BTreeMap<String, String>, f: &str| o.get(f).cloned().unwrap_or_default();
+            s.fleets.push(
+                overrides
+                    .values()
+                    .map(|o| (get(o, "InstanceType"), get(o, "SubnetId")))
+                    .collect(),
+            );
+            if let Some(code) = &s.refuse_fleets {
+                let code = code.clone();
+                return ec2_error(500, &code, "refused by the test proxy");
+            }
+            let is_exhausted = |o: &BTreeMap<String, String>| {
+                let t = get(o, "InstanceType");
+                s.exhausted.contains(&(t.clone(), None))
+                    || s.exhausted.contains(&(t, Some(get(o, "SubnetId"))))
+            };
+            let kept: Vec<&BTreeMap<String, String>> =
+                overrides.values().filter(|o| !is_exhausted(o)).collect();
+            refused = overrides
+                .values()
+                .filter(|o| is_exhausted(o))
+                .map(|o| (get(o, "InstanceType"), get(o, "SubnetId")))
+                .collect();
+            if !refused.is_empty() {
+                if kept.is_empty() {
+                    let xml = format!(
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CreateFleetResponse xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>fault-injected</requestId><fleetId>fleet-00000000-0000-0000-0000-000000000000</fleetId><errorSet>{}</errorSet><fleetInstanceSet/></CreateFleetResponse>",
+                        error_items(&refused)
+                    );
+                    let mut r = (StatusCode::OK, xml).into_response();
+                    r.headers_mut()
+                        .insert("content-type", HeaderValue::from_static("text/xml"));
+                    return r;
+                }
+                // Forward the request without the refused overrides, renumbered.
+                let mut ser = form_urlencoded::Serializer::new(String::new());
+                for (k, v) in &pairs {
+                    if override_field(k).is_none() {
+                        ser.append_pair(k, v);
+                    }
+                }
+                for (i, o) in kept.iter().enumerate() {
+                    for (f, v) in o.iter() {
+                        ser.append_pair(
+                            &format!("LaunchTemplateConfigs.1.Overrides.{}.{f}", i + 1),
+                            v,
+                        );
+                    }
+                }
+                body_out = Bytes::from(ser.finish());
+            }
+        }
+    }
+
+    match forward(&sh.upstream, parts, body_out).await {
+        Ok((status, headers, body)) => {
+            let body = if refused.is_empty() {
+                body
+            } else {
+                // Splice the refusals into moto's answer, where EC2 reports them.
+                let text = String::from_utf8_lossy(&body).into_owned();
+                let items = format!("<errorSet>{}</errorSet>", error_items(&refused));
+                Bytes::from(text.replacen(
+                    "</CreateFleetResponse>",
+                    &format!("{items}</CreateFleetResponse>"),
+                    1,
+                ))
+            };
+            let mut r = Response::new(Body::from(body));
+            *r.status_mut() = status;
+            for (k, v) in headers.iter() {
+                if k != "content-length" && k != "transfer-encoding" {
+                    r.headers_mut().insert(k.clone(), v.clone());
+                }
+            }
+            r
+        }
+        Err(e) => ec2_error(502, "ProxyError", &e),
+    }
+}
+
+async fn forward(
+    upstream: &str,
+    parts: axum::http::request::Parts,
+    body: Bytes,
+) -> Result<(StatusCode, axum::http::HeaderMap, Bytes), String> {
+    let stream = tokio::net::TcpStream::connect(upstream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let mut builder = hyper::Request::builder()
+        .method(parts.method.clone())
+        .uri(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+    for (k, v) in parts.headers.iter() {
+        if k != "content-length" && k != "transfer-encoding" {
+            builder = builder.header(k, v);
+        }
+    }
+    let req = builder
+        .header("content-length", body.len())
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let (p, b) = resp.into_parts();
+    let bytes = b.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((p.status, p.headers, bytes))
+}
