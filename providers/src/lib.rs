@@ -6,11 +6,14 @@
 //! - [`UnavailableOfferings`]: the insufficient-capacity cache, with time passed in.
 //! - [`catalog`]: the embedded default catalog of AWS and GCP instance types, the project's own
 //!   file of public facts, turned into core [`autoscaler_core::InstanceType`]s.
+//! - [`common`]: what real providers share: retry/backoff and token-bucket settings, label-safe
+//!   names, and the node labels of an instance type and its GPUs.
 //! - [`fake`]: a deterministic in-memory provider for tests and the simulator.
 //! - `kwok` (cargo feature `kwok`): machines as Kubernetes Node objects, for end-to-end tests
 //!   and large-scale trials without cloud cost.
 
 pub mod catalog;
+pub mod common;
 mod error;
 pub mod fake;
 #[cfg(feature = "kwok")]

@@ -1,0 +1,44 @@
+//! `provider-gcp`: the Google Cloud Compute Engine provider of gpu-autoscaler.
+//!
+//! [`GcpProvider`] implements [`providers::CloudProvider`] with the official client
+//! `google-cloud-compute-v1` (REST over HTTP/1.1 and JSON, so it can be pointed at a local
+//! endpoint such as the fake in [`testing`]):
+//!
+//! - **Catalog** ([`catalog`]): `machineTypes.aggregatedList` (or `machineTypes.list` per
+//!   configured zone) and `acceleratorTypes.list` per zone; accelerator-optimized types with
+//!   built-in GPUs (A2, A3, A4, G2, G4) as listed, N1 machines with each attachable GPU in each
+//!   allowed count; prices from the embedded catalog (on-demand and spot), the settings'
+//!   overrides, and N1 component prices; cached for `catalog_ttl_s`.
+//! - **Launch** ([`launch`]): `instances.insert` with the node class's template (image, network,
+//!   service account, startup script that registers the kubelet with the NodePool's labels,
+//!   taints and startup taints, `onHostMaintenance=TERMINATE` for GPUs, provisioning model SPOT
+//!   or STANDARD), the claim's name as instance name, a request id derived from claim and
+//!   offering, GCE labels for cluster, NodePool and NodeClaim. The operation is awaited with
+//!   `zoneOperations.wait` under a timeout and its `error` is read even when it is DONE
+//!   (the library's poller reports such operations as complete). `ZONE_RESOURCE_POOL_EXHAUSTED`
+//!   and quota errors move on to the next candidate and come back in
+//!   [`providers::Launched::unavailable`] for the caller's [`providers::UnavailableOfferings`].
+//!   A 409 for the instance name, or an instance already labelled with the claim, is the
+//!   earlier launch of the same claim and is returned as the result.
+//! - **Delete / get / list**: `instances.delete` (404 is success), `instances.get`,
+//!   `instances.aggregatedList` filtered on the cluster label.
+//! - **Limits**: a token bucket for reads and one for mutations, and retries with jittered
+//!   exponential backoff on 429, 5xx, timeouts and connection failures
+//!   ([`providers::common::RetrySettings`]). The library's own retries are off.
+//! - **Credentials** come from Application Default Credentials (a key file named by
+//!   `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's ADC file, or the metadata server, which is how
+//!   GKE workload identity arrives); anonymous for an `http://` endpoint. They are never logged.
+
+mod api;
+pub mod catalog;
+pub mod config;
+mod error;
+pub mod launch;
+mod provider;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use api::CallStats;
+pub use config::GcpSettings;
+pub use error::GcpError;
+pub use provider::{Facts, GcpProvider};
