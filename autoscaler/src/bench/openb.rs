@@ -17,6 +17,14 @@
 //! fractional share of one device; otherwise `num_gpu` whole GPUs. A non-empty `gpu_spec` pins
 //! the pod to those GPU models through `gpu-autoscaler.dev/instance-gpu-name`. One NodePool,
 //! no taints, fractional sharing on, one zone, on-demand only.
+//!
+//! # How high `gpu_allocation` can go
+//!
+//! Not to 1, and for the default list not to 0.98 either: its 1078 pods asking 810/1000 of a
+//! GPU each need a device of their own, and the 190/1000 left on each can only take shares of
+//! at most 190, of which the list has 14.8 GPUs' worth, so at least 189.8 GPUs stay idle and
+//! allocation is at most 6086.8 / 6276.6 = 0.970 whatever the plan (the report's
+//! `gpu_allocation_max`, see [`super::share_waste_bound`]).
 
 use std::collections::BTreeSet;
 
