@@ -4,14 +4,28 @@ use std::path::PathBuf;
 
 use super::*;
 
-/// Writes `text` to a fresh file under the temp dir; the name carries the test and process so
-/// parallel tests and runs do not collide.
-fn temp_csv(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("autoscaler-sim-openb-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write temp csv");
-    path
+/// A CSV written to a fresh file under the temp dir and removed again when dropped; the name
+/// carries the process id so parallel runs do not collide.
+struct TempCsv(PathBuf);
+
+impl TempCsv {
+    fn new(name: &str, text: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("autoscaler-sim-openb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write temp csv");
+        TempCsv(path)
+    }
+}
+
+impl Drop for TempCsv {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        // Succeeds only once the last test's file is gone; the others leave it to that one.
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 const NODES: &str = "sn,cpu_milli,memory_mib,gpu,model
@@ -28,8 +42,8 @@ openb-pod-0003,4000,8192,0,0,,Burstable,Failed,9,10,9
 
 #[test]
 fn loads_nodes() {
-    let path = temp_csv("nodes_ok.csv", NODES);
-    let nodes = load_nodes(&path).unwrap();
+    let csv = TempCsv::new("nodes_ok.csv", NODES);
+    let nodes = load_nodes(&csv.0).unwrap();
     assert_eq!(
         nodes,
         vec![
@@ -53,8 +67,8 @@ fn loads_nodes() {
 
 #[test]
 fn loads_pods_with_specs_shares_and_optional_times() {
-    let path = temp_csv("pods_ok.csv", PODS);
-    let pods = load_pods(&path).unwrap();
+    let csv = TempCsv::new("pods_ok.csv", PODS);
+    let pods = load_pods(&csv.0).unwrap();
     assert_eq!(pods.len(), 4);
     assert_eq!(pods[0].gpu_share(), None);
     assert_eq!(pods[0].whole_gpus(), 1);
@@ -82,11 +96,12 @@ fn columns_are_found_by_name_with_crlf_bom_and_quotes() {
 }
 
 fn err(name: &str, text: &str, pods: bool) -> String {
-    let path = temp_csv(name, text);
+    let csv = TempCsv::new(name, text);
+    let path = &csv.0;
     let e = if pods {
-        load_pods(&path).unwrap_err()
+        load_pods(path).unwrap_err()
     } else {
-        load_nodes(&path).unwrap_err()
+        load_nodes(path).unwrap_err()
     };
     // Name the file by its base name so the assertion does not depend on the temp dir.
     e.to_string().replace(&path.display().to_string(), name)
