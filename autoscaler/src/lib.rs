@@ -1,4 +1,5 @@
 //! The `autoscaler` library: the controller runtime behind `gpu-autoscaler run` (see
 //! [`controller`]), shared by the binary and its end-to-end tests.
 
+pub mod aws;
 pub mod controller;

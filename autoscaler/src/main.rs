@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod catalog_cmd;
 mod simulate;
 
 /// GPU-aware Kubernetes node autoscaler.
@@ -33,6 +34,10 @@ enum Commands {
     /// Replay a workload against this project's policy and baseline models on a virtual
     /// clock; with no arguments, the bundled default scenario (a day of a mixed GPU cluster).
     Simulate(simulate::SimulateArgs),
+    /// Print the instance types as the planner sees them (GPU model, count and memory,
+    /// capacity after reserve, zones, prices), from a cloud's API (`--provider aws`) or the
+    /// embedded catalog.
+    Catalog(catalog_cmd::CatalogArgs),
     /// Benchmarks; build with `--release` first (see `bench planner --help`).
     Bench {
         /// Which benchmark.
@@ -48,6 +53,7 @@ fn main() -> anyhow::Result<()> {
         Commands::Crds { dir } => crds(dir),
         Commands::Bench { what } => bench::run(what),
         Commands::Simulate(args) => simulate::run(args),
+        Commands::Catalog(args) => catalog_cmd::run(args),
     }
 }
 

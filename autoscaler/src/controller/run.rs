@@ -1525,7 +1525,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
     if !args.region.is_empty() {
         catalog.retain(|t| t.labels.get(labels::REGION) == Some(&args.region));
     }
-    if catalog.is_empty() {
+    // The embedded catalog serves kwok and fake; AWS discovers its own.
+    if catalog.is_empty() && args.provider != ProviderKind::Aws {
         return Err(Error::Config(format!(
             "no instance types in the embedded {:?} catalog for region {:?} (catalogs: aws, gcp)",
             args.catalog, args.region
@@ -1549,6 +1550,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
         ProviderKind::Fake => {
             let fake = FakeProvider::new(catalog).with_cluster(args.cluster_name.clone());
             run_with(client, Arc::new(fake), None, args).await
+        }
+        ProviderKind::Aws => {
+            // The catalog comes from EC2; `--region` is the AWS region.
+            let aws = args
+                .aws
+                .connect(Some(&args.region), Some(&args.cluster_name))
+                .await?;
+            run_with(client, Arc::new(aws), None, args).await
         }
     }
 }

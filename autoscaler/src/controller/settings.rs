@@ -38,6 +38,8 @@ pub enum ProviderKind {
     Kwok,
     /// The in-memory fake (instances never register; for smoke tests of the wiring).
     Fake,
+    /// AWS EC2 (`--aws-config`, `--endpoint-url`; `--region` names the AWS region).
+    Aws,
 }
 
 /// Log output format.
@@ -144,6 +146,9 @@ pub struct RunArgs {
     /// kwok: how long a launch call takes (cloud API latency).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub kwok_launch_latency: Duration,
+    /// AWS provider options (with `--provider aws`).
+    #[command(flatten)]
+    pub aws: crate::aws::AwsArgs,
 }
 
 #[cfg(test)]

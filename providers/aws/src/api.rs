@@ -85,15 +85,16 @@ pub(crate) struct Failure {
     pub(crate) credentials: bool,
 }
 
-fn is_credentials_error(e: &(dyn StdError + 'static)) -> bool {
+/// The credentials error in `e`'s source chain, rendered, if any.
+fn credentials_error(e: &(dyn StdError + 'static)) -> Option<String> {
     let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = cur {
-        if err.downcast_ref::<CredentialsError>().is_some() {
-            return true;
+        if let Some(c) = err.downcast_ref::<CredentialsError>() {
+            return Some(DisplayErrorContext(c).to_string());
         }
         cur = err.source();
     }
-    false
+    None
 }
 
 /// Classifies an SDK error. Credentials are never part of an error's text, so the message is
@@ -128,20 +129,22 @@ where
             transient: true,
             credentials: false,
         },
-        SdkError::DispatchFailure(d) => {
-            let credentials = is_credentials_error(e);
-            Failure {
-                code: if credentials {
-                    "NoCredentials".into()
-                } else {
-                    "DispatchFailure".into()
-                },
+        SdkError::DispatchFailure(d) => match credentials_error(e) {
+            Some(why) => Failure {
+                code: "NoCredentials".into(),
+                message: why,
+                throttled: false,
+                transient: false,
+                credentials: true,
+            },
+            None => Failure {
+                code: "DispatchFailure".into(),
                 message: text,
                 throttled: false,
-                transient: !credentials && (d.is_io() || d.is_timeout()),
-                credentials,
-            }
-        }
+                transient: d.is_io() || d.is_timeout(),
+                credentials: false,
+            },
+        },
         SdkError::ResponseError(_) => Failure {
             // An answer that did not parse: a proxy's error page, a truncated body. A 5xx from
             // something in between is typical, so try again.
@@ -153,10 +156,10 @@ where
         },
         _ => Failure {
             code: "ConstructionFailure".into(),
-            message: text,
+            credentials: credentials_error(e).is_some(),
+            message: credentials_error(e).unwrap_or(text),
             throttled: false,
             transient: false,
-            credentials: is_credentials_error(e),
         },
     }
 }

@@ -1,0 +1,258 @@
+//! `gpu-autoscaler catalog`: the instance types as the planner will see them (GPU model, count
+//! and memory, capacity after kubelet reserve, zones, prices), from a cloud's API or from the
+//! embedded catalog. Users check a NodePool against it; tests use `--json`.
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+
+use anyhow::Context as _;
+use autoscaler::aws::AwsArgs;
+use autoscaler_core::{CapacityType, GpuSpec, InstanceType, Resources};
+use clap::ValueEnum;
+use serde::Serialize;
+
+/// Where the catalog comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CatalogSource {
+    /// AWS EC2's API (DescribeInstanceTypes and friends, spot price history).
+    Aws,
+    /// The catalog embedded in the binary (AWS and GCP list prices; what `simulate` and the
+    /// kwok and fake providers use).
+    Embedded,
+}
+
+/// Options of `catalog`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct CatalogArgs {
+    /// Where the instance types come from.
+    #[arg(long, value_enum, default_value = "aws")]
+    provider: CatalogSource,
+    /// AWS region (default: the settings file, then AWS_REGION / AWS_DEFAULT_REGION, then the
+    /// profile).
+    #[arg(long)]
+    region: Option<String>,
+    /// AWS options.
+    #[command(flatten)]
+    aws: AwsArgs,
+    /// As seen by this node class of the AWS settings (its zones, AMI architectures, disk);
+    /// region-wide when absent.
+    #[arg(long)]
+    class: Option<String>,
+    /// Only types whose name matches one of these EC2 patterns (`g5.*`, `p5.48xlarge`);
+    /// repeatable. Narrows what is asked of the API.
+    #[arg(long = "instance-type")]
+    instance_types: Vec<String>,
+    /// Only types with GPUs or other accelerators.
+    #[arg(long)]
+    gpus_only: bool,
+    /// Print JSON (one array of objects) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One instance type in the JSON output. Resource amounts use the core's units: CPU in
+/// millicores, memory and ephemeral storage in bytes, everything else in whole units.
+#[derive(Serialize)]
+struct Row<'a> {
+    name: &'a str,
+    arch: &'a str,
+    gpu: Option<&'a GpuSpec>,
+    capacity: &'a Resources,
+    /// Capacity less kubelet/system reserve and eviction thresholds.
+    allocatable: Resources,
+    zones: Vec<&'a str>,
+    on_demand_price: Option<f64>,
+    spot_price: Option<f64>,
+    labels: &'a autoscaler_core::Labels,
+    offerings: &'a [autoscaler_core::Offering],
+}
+
+fn min_price(t: &InstanceType, ct: CapacityType) -> Option<f64> {
+    t.offerings
+        .iter()
+        .filter(|o| o.capacity_type == ct)
+        .map(|o| o.price)
+        .min_by(f64::total_cmp)
+}
+
+fn glob(pattern: &str, name: &str) -> bool {
+    // EC2-style patterns: `*` any run, `?` any one character.
+    fn go(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
+            (Some(b'?'), Some(_)) => go(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    go(pattern.as_bytes(), name.as_bytes())
+}
+
+/// Runs `catalog`. A closed pipe (`| head`) ends the output quietly.
+pub(crate) fn run(args: CatalogArgs) -> anyhow::Result<()> {
+    match print(args) {
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+fn print(args: CatalogArgs) -> anyhow::Result<()> {
+    let mut types = match args.provider {
+        CatalogSource::Embedded => providers::catalog::default_catalog(),
+        CatalogSource::Aws => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(async {
+                let mut settings = args.aws.settings(args.region.as_deref(), None)?;
+                if !args.instance_types.is_empty() {
+                    settings.instance_types = args.instance_types.clone();
+                }
+                let p = provider_aws::AwsProvider::connect(settings)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                p.catalog(args.class.as_deref())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("AWS catalog ({}): {e}", p.region()))
+            })?
+        }
+    };
+    if !args.instance_types.is_empty() {
+        types.retain(|t| args.instance_types.iter().any(|p| glob(p, &t.name)));
+    }
+    if args.gpus_only {
+        types.retain(|t| t.gpu.is_some());
+    }
+    types.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let rows: Vec<Row<'_>> = types
+            .iter()
+            .map(|t| Row {
+                name: &t.name,
+                arch: &t.arch,
+                gpu: t.gpu.as_ref(),
+                capacity: &t.capacity,
+                allocatable: t.allocatable(),
+                zones: t
+                    .offerings
+                    .iter()
+                    .map(|o| o.zone.as_str())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
+                on_demand_price: min_price(t, CapacityType::OnDemand),
+                spot_price: min_price(t, CapacityType::Spot),
+                labels: &t.labels,
+                offerings: &t.offerings,
+            })
+            .collect();
+        serde_json::to_writer_pretty(&mut out, &rows)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    print_table(&mut out, &types)?;
+    Ok(())
+}
+
+fn gib(bytes: i64) -> String {
+    format!("{:.1}Gi", bytes as f64 / f64::from(1u32 << 30))
+}
+
+fn price(p: Option<f64>) -> String {
+    // Shortest exact rendering: list prices have up to six decimals, spot prices more.
+    p.map_or_else(|| "-".into(), |p| format!("{p}"))
+}
+
+fn print_table(out: &mut impl std::io::Write, types: &[InstanceType]) -> std::io::Result<()> {
+    let header = [
+        "NAME",
+        "ARCH",
+        "GPU",
+        "N",
+        "GPU-MEM",
+        "RESOURCE",
+        "CPU",
+        "MEMORY",
+        "ALLOC-CPU",
+        "ALLOC-MEM",
+        "PODS",
+        "ZONES",
+        "ON-DEMAND",
+        "SPOT",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for t in types {
+        let a = t.allocatable();
+        let zones: BTreeSet<&str> = t.offerings.iter().map(|o| o.zone.as_str()).collect();
+        let g = t.gpu.as_ref();
+        rows.push(vec![
+            t.name.clone(),
+            t.arch.clone(),
+            g.map_or_else(|| "-".into(), |g| g.model.clone()),
+            g.map_or_else(|| "-".into(), |g| g.count.to_string()),
+            g.map_or_else(|| "-".into(), |g| format!("{}Mi", g.memory_mib)),
+            g.map_or_else(|| "-".into(), |g| g.resource.clone()),
+            format!("{}", t.capacity.cpu / 1000),
+            gib(t.capacity.memory),
+            format!("{}m", a.cpu),
+            gib(a.memory),
+            t.capacity.pods.to_string(),
+            zones.into_iter().collect::<Vec<_>>().join(","),
+            price(min_price(t, CapacityType::OnDemand)),
+            price(min_price(t, CapacityType::Spot)),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        writeln!(out, "{}", line.join("  ").trim_end())?;
+    }
+    writeln!(out, "{} instance types", types.len())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns() {
+        assert!(glob("g5.*", "g5.xlarge"));
+        assert!(!glob("g5.*", "g5g.xlarge"));
+        assert!(glob("p?.48xlarge", "p5.48xlarge"));
+        assert!(glob("m5.large", "m5.large"));
+        assert!(!glob("m5.large", "m5.xlarge"));
+    }
+
+    #[test]
+    fn table_of_the_embedded_catalog() {
+        let types: Vec<_> = providers::catalog::default_catalog()
+            .into_iter()
+            .filter(|t| t.name == "g5.xlarge")
+            .collect();
+        let mut buf = Vec::new();
+        print_table(&mut buf, &types).unwrap();
+        let s = String::from_utf8(buf).unwrap();
+        assert!(s.starts_with("NAME "), "{s}");
+        assert!(s.contains("g5.xlarge"), "{s}");
+        assert!(s.contains("A10G"), "{s}");
+        assert!(s.contains("nvidia.com/gpu"), "{s}");
+        assert!(s.contains("1.006 "), "{s}");
+        assert!(s.trim_end().ends_with("1 instance types"), "{s}");
+    }
+}

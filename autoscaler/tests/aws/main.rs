@@ -1,0 +1,321 @@
+//! The `gpu-autoscaler` binary with the AWS provider against moto's EC2 server: the `catalog`
+//! subcommand (table and `--json`, credentials from environment variables as a user would set
+//! them, a clear and quick failure without credentials), and `run --provider aws` end to end
+//! against the fake API server, the test playing the kubelet.
+//!
+//! Without `moto_server` on PATH the moto tests print `SKIPPED: moto_server not found` and
+//! pass; `.ci/run` installs moto, so CI runs them.
+
+#[path = "../e2e/harness.rs"]
+#[allow(dead_code)]
+mod e2e;
+#[path = "../../../providers/aws/tests/moto/harness.rs"]
+mod moto;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_sdk_ec2::types::Filter;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use nodepools::NodePool;
+use serde_json::{Value, json};
+
+use e2e::{Cluster, bound_to, eventually, gpu_pod};
+use moto::Moto;
+
+/// Runs `gpu-autoscaler catalog ...` with only the given AWS variables in its environment (no
+/// host credentials, profile or instance metadata leak in).
+fn catalog(args: &[&str], env: &[(&str, &str)], home: &std::path::Path) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"));
+    cmd.arg("catalog").args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("HOME", home)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("RUST_BACKTRACE", "0")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null());
+    cmd.output().expect("gpu-autoscaler runs")
+}
+
+const FAKE_CREDS: &[(&str, &str)] = &[
+    ("AWS_ACCESS_KEY_ID", "test"),
+    ("AWS_SECRET_ACCESS_KEY", "test"),
+];
+
+#[test]
+fn catalog_json_and_table_against_moto() {
+    let Some(moto) = Moto::start("catalog_json_and_table_against_moto") else {
+        return;
+    };
+    let out = catalog(
+        &[
+            "--provider=aws",
+            "--region=us-east-1",
+            &format!("--endpoint-url={}", moto.url),
+            "--instance-type=g5.*",
+            "--instance-type=p4d.24xlarge",
+            "--instance-type=m5.large",
+            "--json",
+        ],
+        FAKE_CREDS,
+        moto.dir(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON array");
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert!(
+        names.contains(&"g5.xlarge") && names.contains(&"p4d.24xlarge"),
+        "{names:?}"
+    );
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("g5.") || *n == "p4d.24xlarge" || *n == "m5.large")
+    );
+    let g5 = rows.iter().find(|r| r["name"] == "g5.xlarge").unwrap();
+    assert_eq!(g5["gpu"]["model"], "A10G");
+    assert_eq!(g5["gpu"]["count"], 1);
+    assert_eq!(g5["gpu"]["memory_mib"], 22888);
+    assert_eq!(g5["gpu"]["resource"], "nvidia.com/gpu");
+    assert_eq!(g5["capacity"]["extended"]["nvidia.com/gpu"], 1);
+    assert_eq!(
+        g5["allocatable"]["cpu"], 3920,
+        "4 vCPUs less the kubelet reserve"
+    );
+    assert_eq!(g5["allocatable"]["pods"], 58);
+    assert!(
+        g5["allocatable"]["memory"].as_i64().unwrap() < g5["capacity"]["memory"].as_i64().unwrap()
+    );
+    assert_eq!(g5["on_demand_price"], 1.006);
+    assert_eq!(g5["spot_price"], 0.00001);
+    assert!(g5["zones"].as_array().unwrap().len() >= 3);
+    assert_eq!(g5["labels"]["nvidia.com/gpu.product"], "NVIDIA-A10G");
+    let m5 = rows.iter().find(|r| r["name"] == "m5.large").unwrap();
+    assert!(m5["gpu"].is_null());
+
+    // The table, GPU types only.
+    let out = catalog(
+        &[
+            "--region=us-east-1",
+            &format!("--endpoint-url={}", moto.url),
+            "--instance-type=g5.*",
+            "--instance-type=m5.large",
+            "--gpus-only",
+        ],
+        FAKE_CREDS,
+        moto.dir(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let first = table.lines().next().unwrap();
+    for col in [
+        "NAME",
+        "GPU",
+        "GPU-MEM",
+        "ALLOC-CPU",
+        "ALLOC-MEM",
+        "ZONES",
+        "ON-DEMAND",
+        "SPOT",
+    ] {
+        assert!(first.contains(col), "{first}");
+    }
+    assert!(table.contains("g5.48xlarge"), "{table}");
+    assert!(!table.contains("m5.large"), "{table}");
+    assert!(table.trim_end().ends_with("8 instance types"), "{table}");
+}
+
+#[test]
+fn catalog_without_credentials_fails_fast_and_clearly() {
+    let home = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    // No endpoint, no credentials, no profile, metadata disabled: nothing can be signed.
+    let out = catalog(&["--provider=aws", "--region=us-east-1"], &[], home.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no AWS credentials"), "{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    // No region anywhere: a configuration error naming the fix.
+    let out = catalog(&["--provider=aws"], FAKE_CREDS, home.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("no AWS region"), "{stderr}");
+}
+
+fn gpu_pool() -> Value {
+    json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": "gpu"},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": "ml"}},
+                "nodeClassRef": {"group": "aws.gpu-autoscaler.dev", "kind": "EC2NodeClass", "name": "default"},
+                "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["g5.xlarge", "g5.2xlarge"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+                ]
+            },
+            "disruption": {"consolidateAfter": "0s", "unneededTime": "2s", "budgets": [{"nodes": "100%"}]}
+        }
+    })
+}
+
+/// The Node a kubelet on `claim`'s instance would register: Ready, GPU plugin up.
+fn kubelet_node(name: &str, provider_id: &str, claim: &nodepools::NodeClaim) -> Value {
+    let status = claim.status.clone().unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
+    labels.insert("kubernetes.io/hostname".into(), name.into());
+    labels.insert(
+        "node.kubernetes.io/instance-type".into(),
+        status.instance_type.clone().unwrap_or_default(),
+    );
+    labels.insert(
+        "topology.kubernetes.io/zone".into(),
+        status.zone.clone().unwrap_or_default(),
+    );
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "providerID": provider_id,
+            "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+        },
+        "status": {
+            "capacity": {"cpu": "4", "memory": "15Gi", "pods": "58", "nvidia.com/gpu": "1"},
+            "allocatable": {"cpu": "3920m", "memory": "13Gi", "pods": "58", "nvidia.com/gpu": "1"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status",
+                            "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "phase": "Running"
+        }
+    })
+}
+
+async fn moto_instances(moto: &Moto, cluster: &str) -> Vec<(String, String)> {
+    let out = moto
+        .client()
+        .describe_instances()
+        .filters(
+            Filter::builder()
+                .name(format!("tag:{}", providers::tags::CLUSTER))
+                .values(cluster)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| {
+            (
+                i.instance_id().unwrap_or_default().to_string(),
+                i.state()
+                    .and_then(|s| s.name())
+                    .map_or("", |n| n.as_str())
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_aws_launches_a_gpu_instance_for_a_pending_pod() {
+    let Some(moto) = Moto::start("run_with_aws_launches_a_gpu_instance_for_a_pending_pod") else {
+        return;
+    };
+    let class = moto.node_class("e2e", &["us-east-1a", "us-east-1b"]).await;
+    let mut settings = moto.settings(&moto.url, "e2e");
+    settings.node_classes.insert("default".into(), class);
+    let settings_file = moto.dir().join("aws.yaml");
+    std::fs::write(&settings_file, serde_yaml::to_string(&settings).unwrap()).unwrap();
+
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool()).await;
+    let ctl = c.controller(
+        "aws",
+        &[
+            "--provider=aws",
+            &format!("--aws-config={}", settings_file.display()),
+            "--cluster-name=e2e",
+            "--leader-elect=false",
+        ],
+    );
+    let _: Pod = c.create(gpu_pod("train")).await;
+
+    // A NodeClaim is written, then launched on EC2 (moto) with its provider id.
+    let claim = eventually("a launched NodeClaim", Duration::from_secs(60), || async {
+        c.claims().await.into_iter().find(|cl| {
+            cl.status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| p.starts_with("aws:///"))
+        })
+    })
+    .await;
+    let status = claim.status.clone().unwrap();
+    let pid = status.provider_id.clone().unwrap();
+    assert!(
+        matches!(
+            status.instance_type.as_deref(),
+            Some("g5.xlarge" | "g5.2xlarge")
+        ),
+        "{status:?}"
+    );
+    let instance_id = provider_aws::instance_id(&pid).unwrap().to_string();
+    let live = moto_instances(&moto, "e2e").await;
+    assert_eq!(live.len(), 1, "{live:?}\n{}", ctl.log());
+    assert_eq!(live[0].0, instance_id);
+
+    // Play the kubelet: the instance's Node registers, Ready, GPU plugin up.
+    let node_name = format!("ip-10-0-0-1-{instance_id}");
+    let _: Node = c.create(kubelet_node(&node_name, &pid, &claim)).await;
+    let bound = eventually(
+        "the pod bound to the new node",
+        Duration::from_secs(60),
+        || async { c.pod("default", "train").await.as_ref().and_then(bound_to) },
+    )
+    .await;
+    assert_eq!(bound, node_name);
+    let claims = c.claims().await;
+    assert_eq!(claims.len(), 1, "never a second claim: {claims:#?}");
+    assert_eq!(
+        moto_instances(&moto, "e2e").await.len(),
+        1,
+        "never a second instance"
+    );
+
+    // The pod goes; the empty node is disrupted and its instance terminated on EC2.
+    let pods: kube::Api<Pod> = kube::Api::namespaced(c.client.clone(), "default");
+    pods.delete("train", &Default::default()).await.unwrap();
+    eventually(
+        "the instance terminated",
+        Duration::from_secs(60),
+        || async {
+            let i = moto_instances(&moto, "e2e").await;
+            i.iter()
+                .all(|(_, state)| state == "terminated" || state == "shutting-down")
+                .then_some(())
+        },
+    )
+    .await;
+    drop(ctl);
+}
