@@ -262,6 +262,36 @@ struct Grow {
     price: f64,
 }
 
+/// The largest fraction of `alloc` that `need` takes in any resource (only GPU-class ones when
+/// `gpu_only`).
+fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool) -> f64 {
+    let mut share: f64 = 0.0;
+    for (name, amount) in need.iter() {
+        if gpu_only && !crate::resources::is_gpu_class(name) {
+            continue;
+        }
+        let have = alloc.get(name);
+        if have > 0 {
+            share = share.max(amount as f64 / have as f64);
+        } else if amount > 0 {
+            return f64::INFINITY;
+        }
+    }
+    share
+}
+
+/// A cheap necessary condition for `req` (without shares) fitting into `alloc - used`, with no
+/// allocation: most slots fail it.
+fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
+    req.cpu + used.cpu <= alloc.cpu
+        && req.memory + used.memory <= alloc.memory
+        && req.pods + used.pods <= alloc.pods
+        && req
+            .extended
+            .iter()
+            .all(|(k, v)| v + used.get(k) <= alloc.get(k))
+}
+
 /// Selector identity for topology counting: namespace plus label requirements.
 type SelKey = (String, Requirements);
 
@@ -289,12 +319,18 @@ struct Slot {
     reqs: Requirements,
     candidates: Vec<usize>,
     price: f64,
+    /// New claims: the price the claim was opened to reach (a larger type than its first pod
+    /// alone needs, when similar pods follow), and that type. Pods join for free below it.
+    target: f64,
+    target_shape: Option<usize>,
     zone: Option<String>,
     pods: Vec<usize>,
     /// Matching-pod counts per selector id.
     counts: Vec<u32>,
-    /// Anti-affinity terms of pods on this slot: (namespace, selector, topology key).
+    /// Anti-affinity terms of existing pods on this slot: (namespace, selector, topology key).
     blocks: Vec<(String, Requirements, String)>,
+    /// Hostname anti-affinity of planned pods on this slot, as selector ids.
+    sel_blocks: Vec<usize>,
     /// Limit reservation of a new claim.
     reserved: Resources,
     reserved_models: BTreeMap<String, i64>,
@@ -305,6 +341,8 @@ struct Slot {
 #[derive(Debug)]
 struct Class {
     terms: Vec<Requirements>,
+    /// Whether the pods take a fractional share of a device.
+    share: bool,
     tolerations: Vec<Toleration>,
     /// Per shape: whether some term fits it and its taints are tolerated.
     shape_ok: Vec<bool>,
@@ -348,6 +386,21 @@ struct Planner<'a> {
     sel_of_anti: Vec<Vec<usize>>,
     /// Cost of the cheapest new node for each pod alone (for the grow-or-open decision).
     alone_cost: Vec<Option<f64>>,
+    /// Per pod: its demand group (same class, requests and share); pods of a group are
+    /// interchangeable for sizing claims.
+    demand_group: Vec<usize>,
+    /// Per demand group: pods not yet placed.
+    remaining: Vec<usize>,
+    /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
+    /// how many of the group one node would really hold (lazy).
+    unit_cost: Vec<Option<f64>>,
+    /// Per pod: its scan group (demand group plus topology identity), and per scan group the
+    /// first slot worth trying: earlier slots rejected an identical pod, and slots only fill.
+    scan_group: Vec<usize>,
+    scan_from: Vec<usize>,
+    /// Per pod: whether rejections stay rejections as the plan grows (no zone spread or
+    /// affinity, whose domains can open up later).
+    monotone: Vec<bool>,
     /// Number of distinct zones any shape offers.
     zone_total: usize,
     /// Whether any shape has a GPU (otherwise the GPU-avoidance rule costs nothing to skip).
@@ -486,6 +539,12 @@ impl<'a> Planner<'a> {
             sel_of_affinity,
             sel_of_anti,
             alone_cost: Vec::new(),
+            demand_group: Vec::new(),
+            remaining: Vec::new(),
+            unit_cost: Vec::new(),
+            scan_group: Vec::new(),
+            scan_from: Vec::new(),
+            monotone: Vec::new(),
             any_gpu_shape: false,
             zone_total: 0,
             smallest: Resources::new(),
@@ -536,7 +595,7 @@ impl<'a> Planner<'a> {
         zone_counts: &mut HashMap<String, Vec<u32>>,
         zone_blocks: &mut Vec<(String, Requirements, String)>,
         pod: &Pod,
-        known: Option<&[usize]>,
+        pending: Option<usize>,
     ) {
         let nsel = self.selectors.len();
         let mut bump = |i: usize| {
@@ -550,9 +609,9 @@ impl<'a> Planner<'a> {
                 }
             }
         };
-        match known {
+        match pending {
             // Pending pods' matches were computed once up front.
-            Some(ids) => ids.iter().for_each(|i| bump(*i)),
+            Some(pi) => self.matches[pi].iter().for_each(|i| bump(*i)),
             None => {
                 for i in self
                     .sel_index
@@ -562,7 +621,13 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        for t in &pod.anti_affinity {
+        for (ti, t) in pod.anti_affinity.iter().enumerate() {
+            if let Some(pi) = pending
+                && t.topology_key == labels::HOSTNAME
+            {
+                slot.sel_blocks.push(self.sel_of_anti[pi][ti]);
+                continue;
+            }
             if t.topology_key == labels::ZONE {
                 if let Some(z) = &slot.zone {
                     zone_blocks.push((pod.key.namespace.clone(), t.selector.clone(), z.clone()));
@@ -633,6 +698,9 @@ impl<'a> Planner<'a> {
                 pods: vec![],
                 counts: vec![0; self.nsel()],
                 blocks: vec![],
+            sel_blocks: vec![],
+            target: 0.0,
+            target_shape: None,
                 reserved: Resources::new(),
                 reserved_models: BTreeMap::new(),
                 open: !(n.unschedulable || n.deleting),
@@ -711,6 +779,9 @@ impl<'a> Planner<'a> {
                 pods: vec![],
                 counts: vec![0; self.nsel()],
                 blocks: vec![],
+            sel_blocks: vec![],
+            target: 0.0,
+            target_shape: None,
                 reserved: Resources::new(),
                 reserved_models: BTreeMap::new(),
                 open: true,
@@ -746,12 +817,13 @@ impl<'a> Planner<'a> {
     }
 
     fn build_classes(&mut self) {
-        let mut index: HashMap<(&crate::requirements::NodeSelector, &Vec<Toleration>), usize> =
+        let mut index: HashMap<(&crate::requirements::NodeSelector, &Vec<Toleration>, bool), usize> =
             HashMap::new();
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         for p in &self.snap.pending {
-            let key = (&p.node_selector, &p.tolerations);
+            let share = p.gpu_share.is_some();
+            let key = (&p.node_selector, &p.tolerations, share);
             let ci = match index.get(&key) {
                 Some(ci) => *ci,
                 None => {
@@ -767,6 +839,11 @@ impl<'a> Planner<'a> {
                         .map(|s| {
                             let pool = &self.snap.pools[s.pool];
                             if untolerated(&p.tolerations, &pool.taints).is_some() {
+                                return false;
+                            }
+                            // Shares of one device need a pool whose nodes run a sharing
+                            // device plugin.
+                            if share && !pool.sharing.fractional {
                                 return false;
                             }
                             let mut ok = false;
@@ -787,6 +864,7 @@ impl<'a> Planner<'a> {
                         .collect();
                     classes.push(Class {
                         terms,
+                        share,
                         tolerations: p.tolerations.clone(),
                         shape_ok,
                         slot_ok: Vec::new(),
@@ -812,6 +890,76 @@ impl<'a> Planner<'a> {
         self.classes = classes;
         self.class_of = class_of;
         self.alone_cost = vec![None; self.snap.pending.len()];
+        self.build_groups();
+    }
+
+    fn build_groups(&mut self) {
+        let pending = &self.snap.pending;
+        let mut demand_index: HashMap<(usize, &Resources, &Option<GpuShare>), usize> =
+            HashMap::new();
+        let mut scan_index: HashMap<(usize, &[usize], &[usize], &[usize], &[usize]), usize> =
+            HashMap::new();
+        for (i, p) in pending.iter().enumerate() {
+            let n = demand_index.len();
+            let g = *demand_index
+                .entry((self.class_of[i], &p.requests, &p.gpu_share))
+                .or_insert(n);
+            self.demand_group.push(g);
+            if g == self.remaining.len() {
+                self.remaining.push(0);
+            }
+            self.remaining[g] += 1;
+            let key = (
+                g,
+                self.matches[i].as_slice(),
+                self.sel_of_spread[i].as_slice(),
+                self.sel_of_affinity[i].as_slice(),
+                self.sel_of_anti[i].as_slice(),
+            );
+            let n = scan_index.len();
+            self.scan_group.push(*scan_index.entry(key).or_insert(n));
+            self.monotone.push(
+                p.affinity.is_empty()
+                    && !p.spread.iter().any(|t| t.hard && t.topology_key != labels::HOSTNAME),
+            );
+        }
+        self.unit_cost = vec![None; self.remaining.len()];
+        self.scan_from = vec![0; scan_index.len()];
+    }
+
+    /// The lowest hourly cost per pod of demand group `g` on a node of its own kind: over the
+    /// shapes pod `i` (a member) can use, price / how many members one node holds, capped by
+    /// the members still pending.
+    fn unit_cost(&mut self, i: usize, avoid_gpu: bool) -> f64 {
+        let g = self.demand_group[i];
+        if let Some(c) = self.unit_cost[g] {
+            return c;
+        }
+        let pod = &self.snap.pending[i];
+        let need = demand(pod, &Devices::default());
+        let class = &self.classes[self.class_of[i]];
+        let left = self.remaining[g].max(1) as f64;
+        let mut best = f64::INFINITY;
+        for (si, shape) in self.shapes.iter().enumerate() {
+            if !class.shape_ok[si] || (avoid_gpu && shape.has_gpu) || !need.fits(&shape.allocatable)
+            {
+                continue;
+            }
+            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false)).floor().max(1.0);
+            best = best.min(shape.offerings[0].price / per_node.min(left));
+        }
+        self.unit_cost[g] = Some(best);
+        best
+    }
+
+    /// The pod's share of a claim's target price: its dominant share of the target type,
+    /// counting only GPU-class resources on GPU types (cpu left over on a GPU node is not what
+    /// that node is bought for).
+    fn fair_share(&self, i: usize, slot: &Slot) -> f64 {
+        let Some(t) = slot.target_shape else { return 0.0 };
+        let shape = &self.shapes[t];
+        let need = demand(&self.snap.pending[i], &slot.devices);
+        slot.target * dominant_share(&need, &shape.allocatable, shape.has_gpu)
     }
 
     fn run(mut self) -> Plan {
@@ -896,13 +1044,28 @@ impl<'a> Planner<'a> {
 
     /// Places pod `i`; on failure records the reason and returns false.
     fn place(&mut self, i: usize) -> bool {
+        let placed = self.place_inner(i);
+        if placed {
+            let g = self.demand_group[i];
+            self.remaining[g] = self.remaining[g].saturating_sub(1);
+        }
+        placed
+    }
+
+    fn place_inner(&mut self, i: usize) -> bool {
         let pod = &self.snap.pending[i];
         let ci = self.class_of[i];
+        let sg = self.scan_group[i];
+        let start = if self.monotone[i] { self.scan_from[sg] } else { 0 };
+        let mut first_ok: Option<usize> = None;
         // 1. existing nodes and in-flight claims, in that order (slots are laid out that way).
         let n = self.state.slots.len();
-        for si in 0..n {
+        for si in start..n {
             let slot = &self.state.slots[si];
             if !slot.open || slot.kind == SlotKind::New {
+                continue;
+            }
+            if !quick_fit(&pod.requests, &slot.allocatable, &slot.used) {
                 continue;
             }
             let need = demand(pod, &slot.devices);
@@ -915,15 +1078,21 @@ impl<'a> Planner<'a> {
             if !self.topology_ok_fixed(i, si) {
                 continue;
             }
+            self.scan_from[sg] = si;
             self.commit(i, si, None, false);
             return true;
         }
-        // 2. a new claim whose cheapest candidate still fits.
+        // 2. a new claim that takes it below the price it was opened for, if the pod's fair
+        // share of that price is no more than the pod would cost on a node of its own kind.
         let mut best: Option<(f64, usize, Grow)> = None;
         let avoid_gpu = self.avoid_gpu(i);
-        for si in 0..n {
+        let own = self.unit_cost(i, avoid_gpu);
+        for si in start..n {
             let slot = &self.state.slots[si];
             if !slot.open || slot.kind != SlotKind::New {
+                continue;
+            }
+            if !quick_fit(&pod.requests, &slot.allocatable, &slot.used) {
                 continue;
             }
             if !self.new_slot_may_fit(ci, si) {
@@ -932,28 +1101,40 @@ impl<'a> Planner<'a> {
             let Some(grow) = self.try_new_slot(i, si, avoid_gpu) else {
                 continue;
             };
-            let delta = grow.price - self.state.slots[si].price;
+            first_ok.get_or_insert(si);
+            let slot = &self.state.slots[si];
+            let delta = grow.price - slot.target.max(slot.price);
             if delta <= 1e-12 {
-                self.commit(i, si, Some(grow), avoid_gpu);
-                return true;
+                if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12 {
+                    self.scan_from[sg] = first_ok.unwrap_or(si);
+                    self.commit(i, si, Some(grow), avoid_gpu);
+                    return true;
+                }
+                continue;
             }
             if best.as_ref().is_none_or(|b| delta < b.0) {
                 best = Some((delta, si, grow));
             }
         }
+        self.scan_from[sg] = first_ok.unwrap_or(n);
         // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
         let alone = self.open_claim_candidates(i);
         if let Some((delta, si, grow)) = best {
             let alone_price = alone.as_ref().ok().map(|(_, _, _, p)| *p);
             if alone_price.is_none_or(|a| delta <= a + 1e-12) {
                 self.commit(i, si, Some(grow), avoid_gpu);
+                let slot = &mut self.state.slots[si];
+                if slot.price > slot.target {
+                    slot.target = slot.price;
+                    slot.target_shape = slot.candidates.first().copied();
+                }
                 return true;
             }
         }
-        // 4. a new claim.
+        // 4. a new claim, sized for the similar pods that follow.
         match alone {
             Ok((pool, reqs, cands, price)) => {
-                self.open_claim(i, pool, reqs, cands, price);
+                self.open_claim(i, pool, reqs, cands, price, avoid_gpu);
                 true
             }
             Err(reason) => {
@@ -973,7 +1154,10 @@ impl<'a> Planner<'a> {
             2 => false,
             _ => {
                 let slot = &self.state.slots[si];
-                let ok = untolerated(&class.tolerations, &slot.taints).is_none()
+                let shares_ok = !class.share
+                    || slot.pool.is_none_or(|pi| self.snap.pools[pi].sharing.fractional);
+                let ok = shares_ok
+                    && untolerated(&class.tolerations, &slot.taints).is_none()
                     && class.terms.iter().any(|t| match slot.kind {
                         SlotKind::Existing(_) => t.matches(&slot.labels),
                         // In-flight: labels are what all candidates share; a term on other
@@ -1022,6 +1206,9 @@ impl<'a> Planner<'a> {
     fn topology_ok(&self, i: usize, slot: &Slot, zone: Option<&str>) -> bool {
         let pod = &self.snap.pending[i];
         // Anti-affinity of pods already there against this pod.
+        if slot.sel_blocks.iter().any(|b| self.matches[i].binary_search(b).is_ok()) {
+            return false;
+        }
         for (ns, sel, key) in &slot.blocks {
             if key == labels::HOSTNAME && *ns == pod.key.namespace && sel.matches(&pod.labels) {
                 return false;
@@ -1354,6 +1541,9 @@ impl<'a> Planner<'a> {
             pods: vec![],
             counts: vec![0; self.nsel()],
             blocks: vec![],
+            sel_blocks: vec![],
+            target: 0.0,
+            target_shape: None,
             reserved: Resources::new(),
             reserved_models: BTreeMap::new(),
             open: true,
@@ -1508,6 +1698,12 @@ impl<'a> Planner<'a> {
             .map(|(_, sh)| sh)
             .collect();
         if compatible.is_empty() {
+            if self.classes[ci].share && !pool.sharing.fractional {
+                return format!(
+                    "NodePool {} does not offer fractional GPU shares (gpuSharing.fractional)",
+                    pool.name
+                );
+            }
             let any_in_pool = self.shapes.iter().any(|s| s.pool == pi);
             if !any_in_pool {
                 return format!(
@@ -1543,8 +1739,29 @@ impl<'a> Planner<'a> {
         reqs: Requirements,
         cands: Vec<usize>,
         price: f64,
+        avoid_gpu: bool,
     ) {
         self.state.claims_opened += 1;
+        // Size the claim for the pods like this one that are still pending: the candidate with
+        // the lowest price per pod it would hold, cheapest on ties.
+        let pod = &self.snap.pending[i];
+        let need = demand(pod, &Devices::default());
+        let left = self.remaining[self.demand_group[i]].max(1) as f64;
+        let mut target = (price, cands.first().copied());
+        let mut best_unit = f64::INFINITY;
+        for c in &cands {
+            let shape = &self.shapes[*c];
+            if avoid_gpu && shape.has_gpu {
+                continue;
+            }
+            let Some(p) = shape.price_under(&reqs) else { continue };
+            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false)).floor().max(1.0);
+            let unit = p / per_node.min(left);
+            if unit < best_unit * (1.0 - 1e-9) {
+                best_unit = unit;
+                target = (p, Some(*c));
+            }
+        }
         let pool = &self.snap.pools[pi];
         let name = format!("{}-{}", pool.name, self.state.claims_opened);
         let zone = reqs
@@ -1567,6 +1784,9 @@ impl<'a> Planner<'a> {
             pods: vec![],
             counts: vec![0; self.nsel()],
             blocks: vec![],
+            sel_blocks: vec![],
+            target: target.0,
+            target_shape: target.1,
             reserved: Resources::new(),
             reserved_models: BTreeMap::new(),
             open: true,
@@ -1643,9 +1863,7 @@ impl<'a> Planner<'a> {
         let mut slot = std::mem::replace(&mut self.state.slots[si], placeholder());
         let mut zc = std::mem::take(&mut self.state.zone_counts);
         let mut zb = std::mem::take(&mut self.state.zone_blocks);
-        let known = std::mem::take(&mut self.matches[i]);
-        self.count_pod_into(&mut slot, &mut zc, &mut zb, pod, Some(&known));
-        self.matches[i] = known;
+        self.count_pod_into(&mut slot, &mut zc, &mut zb, pod, Some(i));
         if is_new {
             // Keep only the candidates that still hold every pod, in price order.
             let ci = self.class_of[i];
@@ -1811,6 +2029,9 @@ fn placeholder() -> Slot {
         pods: vec![],
         counts: vec![],
         blocks: vec![],
+        sel_blocks: vec![],
+        target: 0.0,
+        target_shape: None,
         reserved: Resources::new(),
         reserved_models: BTreeMap::new(),
         open: false,

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
-use autoscaler_core::model::{Group, Pod, Snapshot};
+use autoscaler_core::model::{GpuSharing, Group, Pod, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::Labels;
 use autoscaler_core::resources::Resources;
@@ -113,7 +113,7 @@ fn build(specs: &[PodSpec], gpu_limit: Option<u32>, tainted: bool, existing: boo
         }
         pods.push(b.build());
     }
-    let mut gpu = pool("gpu", catalog());
+    let mut gpu = pool("gpu", catalog()).sharing(GpuSharing { fractional: true, ..GpuSharing::default() });
     if tainted {
         gpu = gpu.taint("nvidia.com/gpu", "present");
     }

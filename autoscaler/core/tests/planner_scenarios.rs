@@ -385,8 +385,14 @@ fn fractional_shares_pack_per_device_never_pooled() {
         pod("f3").cpu("1").gpu_share(400),
         pod("f4").cpu("1").gpu_share(400),
     ];
+    let unshared = plan_provisioning(&snapshot(pods.clone(), vec![gpu_pool()]));
+    assert_eq!(
+        unshared.unschedulable[0].reason,
+        "NodePool gpu does not offer fractional GPU shares (gpuSharing.fractional)"
+    );
+    let fractional = GpuSharing { fractional: true, ..GpuSharing::default() };
     let plan = check(
-        &snapshot(pods, vec![gpu_pool()]),
+        &snapshot(pods, vec![gpu_pool().sharing(fractional)]),
         expect![[r#"
             claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[f1,f3]
             claim gpu-2 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[f2,f4]
@@ -521,4 +527,81 @@ fn every_new_claim_type_fits_all_its_pods() {
         }
     }
     assert!(plan.unschedulable.is_empty());
+}
+
+#[test]
+fn claims_are_sized_for_the_similar_pods_that_follow() {
+    // One 4-GPU node is cheaper per GPU than four 1-GPU nodes: eight 1-GPU pods take two.
+    let types = vec![
+        itype("one.x").cpu("4").mem("16Gi").gpus(1, "T4", 16).on_demand(&["z1"], 1.0).build(),
+        itype("four.x").cpu("16").mem("64Gi").gpus(4, "T4", 16).on_demand(&["z1"], 2.5).build(),
+    ];
+    let pods = (0..8).map(|i| pod(&format!("p{i}")).cpu("1").gpus(1)).collect();
+    check(
+        &snapshot(pods, vec![pool("gpu", types.clone())]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=2.500 types=[four.x] pods=[p0,p1,p2,p3]
+            claim gpu-2 pool=gpu price=2.500 types=[four.x] pods=[p4,p5,p6,p7]
+        "#]],
+    );
+    // Two pods only: the tail claim falls back to the cheapest type that holds what it got.
+    let pods = (0..5).map(|i| pod(&format!("p{i}")).cpu("1").gpus(1)).collect();
+    check(
+        &snapshot(pods, vec![pool("gpu", types)]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=2.500 types=[four.x] pods=[p0,p1,p2,p3]
+            claim gpu-2 pool=gpu price=1.000 types=[one.x,four.x] pods=[p4]
+        "#]],
+    );
+}
+
+#[test]
+fn flexible_pods_leave_expensive_pinned_capacity_to_pinned_pods() {
+    let types = vec![
+        itype("t4.8").cpu("32").mem("128Gi").gpus(8, "T4", 16).on_demand(&["z1"], 3.0).build(),
+        itype("b200.8").cpu("96").mem("1024Gi").gpus(8, "B200", 180).on_demand(&["z1"], 45.0).build(),
+    ];
+    let pods = vec![pod("p1").gpus(4).model("B200"), pod("p2").gpus(4), pod("p3").gpus(4).model("B200")];
+    let plan = check(
+        &snapshot(pods, vec![pool("gpu", types)]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=45.000 types=[b200.8] pods=[p1,p3]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [b200]
+            claim gpu-2 pool=gpu price=3.000 types=[t4.8,b200.8] pods=[p2]
+        "#]],
+    );
+    assert!((plan.new_cost() - 48.0).abs() < 1e-9);
+}
+
+#[test]
+fn mig_slices_pack_onto_the_cheapest_per_slice_type() {
+    let types = vec![
+        itype("small.x").cpu("8").mem("64Gi").gpus(1, "H100", 80).on_demand(&["z1"], 2.75).build(),
+        itype("big.x").cpu("96").mem("1024Gi").gpus(8, "A100", 80).on_demand(&["z1"], 11.0).build(),
+    ];
+    let sharing = GpuSharing {
+        mig: Some(autoscaler_core::model::MigSharing {
+            config: "all-1g.10gb".into(),
+            strategy: autoscaler_core::model::MigStrategy::Mixed,
+        }),
+        ..GpuSharing::default()
+    };
+    let pods = (0..56)
+        .map(|i| pod(&format!("m{i:02}")).res("nvidia.com/mig-1g.10gb", "1").tolerate(Toleration::exists("nvidia.com/gpu")))
+        .collect();
+    let plan = plan_provisioning(&snapshot(pods, vec![gpu_pool().build().into_builder("mig").0.into_builder_with(types, sharing)]));
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+    assert!((plan.new_cost() - 11.0).abs() < 1e-9, "{}", plan.render());
+}
+
+trait WithTypes {
+    fn into_builder_with(self, types: Vec<InstanceType>, sharing: GpuSharing) -> PoolBuilder;
+}
+impl WithTypes for autoscaler_core::model::Pool {
+    fn into_builder_with(mut self, types: Vec<InstanceType>, sharing: GpuSharing) -> PoolBuilder {
+        self.instance_types = std::sync::Arc::new(types);
+        self.sharing = sharing;
+        PoolBuilder(self)
+    }
 }
