@@ -9,6 +9,39 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AwsError;
 
+/// A commented settings file (also checked by a unit test, so it stays valid).
+pub const EXAMPLE_SETTINGS: &str = r#"# gpu-autoscaler AWS provider settings (--aws-config FILE). Every field is optional.
+region: us-east-1
+# endpoint_url: http://127.0.0.1:5000      # an EC2 emulator such as moto
+# profile: ops                             # a named profile of ~/.aws/config
+cluster: prod                              # tag value; run's --cluster-name wins
+node_classes:
+  default:                                 # NodePools whose nodeClassRef names no other class
+    ami:
+      name: amazon-eks-node-al2023-x86_64-nvidia-1.33-*
+      owners: [amazon]
+    # subnets / security_groups: by ids or tags; default: tagged gpu-autoscaler.dev/discovery=<cluster>
+    instance_profile: gpu-autoscaler-node
+    root_volume_gib: 100
+    kubernetes:
+      api_server_endpoint: https://ABCDEF.gr7.us-east-1.eks.amazonaws.com
+      certificate_authority: LS0tLS1CRUdJTi...
+      cidr: 10.100.0.0/16
+    tags: {team: ml}
+  arm:
+    ami: {tags: {role: gpu-autoscaler-arm}}
+    subnets: {ids: [subnet-0123456789abcdef0]}
+    security_groups: {ids: [sg-0123456789abcdef0]}
+instance_types: []                         # EC2 patterns (g5.*, p5.48xlarge); empty: all
+on_demand_prices: {p5e.48xlarge: 70.0}     # add or refresh list prices, USD per hour
+spot: true
+catalog_ttl_s: 600
+vm_memory_overhead_percent: 7.5
+limits: {describe_per_second: 10, describe_burst: 50, mutate_per_second: 5, mutate_burst: 20}
+retry: {max_attempts: 5, base_delay_ms: 200, max_delay_ms: 10000}
+timeouts: {connect_ms: 3000, attempt_ms: 30000}
+"#;
+
 /// The tag subnets, security groups and AMIs carry to be found by a node class that names no
 /// selector of its own (`gpu-autoscaler.dev/discovery: <cluster>`), as Karpenter's
 /// `karpenter.sh/discovery`.
@@ -317,6 +350,14 @@ impl Default for Timeouts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_example_parses() {
+        let s = AwsSettings::from_yaml(EXAMPLE_SETTINGS).unwrap();
+        assert_eq!(s.node_classes.len(), 2);
+        assert_eq!(s.class("gpu").unwrap().0, "default");
+        assert_eq!(s.on_demand_prices["p5e.48xlarge"], 70.0);
+    }
 
     #[test]
     fn empty_file_is_the_default() {

@@ -22,6 +22,10 @@
 //! - **Credentials** come only from the SDK's default chain (environment, profile, web identity
 //!   / IRSA, container and instance metadata) and are never logged.
 //!
+//! - **Settings** ([`AwsSettings`], YAML): node classes (AMI, subnets, security groups, IAM
+//!   profile, disk, API server endpoint), limits, retries, timeouts, cache TTL, price
+//!   overrides; [`config::EXAMPLE_SETTINGS`] is a commented example.
+//!
 //! Spot interruption and rebalance notices are a later issue; [`interruption`] is the seam.
 
 mod api;

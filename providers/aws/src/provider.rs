@@ -551,6 +551,15 @@ impl AwsProvider {
         Ok(types)
     }
 
+    /// The market as last fetched, without waiting for a refresh in progress: prices on
+    /// listed instances are informative, and GC must not wait for a catalog download.
+    fn cached_market(&self) -> Option<Arc<Market>> {
+        self.market
+            .try_lock()
+            .ok()
+            .and_then(|c| c.as_ref().map(|c| c.market.clone()))
+    }
+
     fn price(&self, market: &Market, key: &OfferingKey) -> Option<f64> {
         match key.capacity_type {
             CapacityType::Spot => market
@@ -581,7 +590,7 @@ impl AwsProvider {
         &self,
         filters: Vec<aws_sdk_ec2::types::Filter>,
     ) -> Result<Vec<Instance>, AwsError> {
-        let market = self.market.lock().await.as_ref().map(|c| c.market.clone());
+        let market = self.cached_market();
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -1126,7 +1135,7 @@ impl AwsProvider {
 
     async fn get_inner(&self, pid: &str) -> Result<Instance, AwsError> {
         let id = instance_id(pid).ok_or_else(|| AwsError::NotFound(pid.to_string()))?;
-        let market = self.market.lock().await.as_ref().map(|c| c.market.clone());
+        let market = self.cached_market();
         let out = self
             .api
             .call(Family::Describe, "DescribeInstances", || {

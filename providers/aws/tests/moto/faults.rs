@@ -158,3 +158,36 @@ async fn throttling_and_server_errors_are_retried_with_backoff() {
     assert!(matches!(r, Err(ProviderError::Other { .. })), "{r:?}");
     assert_eq!(proxy.requests("DescribeInstances"), before + 1);
 }
+
+#[tokio::test]
+async fn token_buckets_pace_calls_per_api_family() {
+    let Some(moto) = Moto::start("token_buckets_pace_calls_per_api_family") else {
+        return;
+    };
+    let mut s = moto.settings(&moto.url, "f4");
+    s.limits = provider_aws::config::Limits {
+        describe_per_second: 4,
+        describe_burst: 1,
+        mutate_per_second: 100,
+        mutate_burst: 100,
+    };
+    let p = provider_aws::AwsProvider::connect(s).await.unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        p.list().await.unwrap();
+    }
+    // One call at once, then one per 250 ms.
+    let describe = started.elapsed();
+    assert!(
+        describe >= std::time::Duration::from_millis(900),
+        "{describe:?}"
+    );
+    // The mutating bucket is separate and full: deletes do not wait behind describes.
+    let started = std::time::Instant::now();
+    for i in 0..5 {
+        p.delete(&format!("aws:///us-east-1a/i-00000000000000{i:02}"))
+            .await
+            .unwrap();
+    }
+    assert!(started.elapsed() < describe, "{:?}", started.elapsed());
+}

@@ -1,0 +1,58 @@
+//! The AWS SDK is built for this crate and the binary only: the pure core, the simulator, the
+//! `providers` crate and the API types must never pull it in (aws-sdk-ec2 alone is minutes of
+//! build, and their tests are run far more often than ours).
+
+use std::process::Command;
+
+/// Package names in `package`'s normal and dev dependency tree.
+fn dependencies(package: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "tree",
+            "--offline",
+            "--prefix",
+            "none",
+            "-e",
+            "normal,dev",
+            "-p",
+            package,
+        ])
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn is_aws_sdk(name: &str) -> bool {
+    name.starts_with("aws-sdk-") || name.starts_with("aws-smithy-") || name == "aws-config"
+}
+
+#[test]
+fn the_sdk_stays_out_of_core_simulator_providers_and_api_types() {
+    let ours = dependencies("provider-aws");
+    assert!(ours.iter().any(|n| n == "aws-sdk-ec2"), "{ours:?}");
+    for package in [
+        "autoscaler-core",
+        "autoscaler-sim",
+        "providers",
+        "nodepools",
+    ] {
+        let deps = dependencies(package);
+        assert!(deps.iter().any(|n| n == package), "{package}: {deps:?}");
+        let sdk: Vec<&String> = deps.iter().filter(|n| is_aws_sdk(n)).collect();
+        assert!(sdk.is_empty(), "{package} depends on the AWS SDK: {sdk:?}");
+    }
+}
