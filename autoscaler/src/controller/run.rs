@@ -81,6 +81,49 @@ pub struct Stores {
     pub pdbs: Store<PodDisruptionBudget>,
 }
 
+/// Drops the parts of a pod the controller never reads (images, commands, env, probes, mounts,
+/// container statuses...), so that a cache of 150k pods stays small. What stays is exactly what
+/// [`translate`] and the loop read.
+pub fn slim_pod(p: &mut Pod) {
+    p.metadata.managed_fields = None;
+    if let Some(spec) = p.spec.as_mut() {
+        let slim = |c: &mut k8s_openapi::api::core::v1::Container| {
+            *c = k8s_openapi::api::core::v1::Container {
+                name: std::mem::take(&mut c.name),
+                resources: c.resources.take(),
+                restart_policy: c.restart_policy.take(),
+                ..Default::default()
+            };
+        };
+        spec.containers.iter_mut().for_each(slim);
+        spec.init_containers.iter_mut().flatten().for_each(slim);
+        spec.ephemeral_containers = None;
+        spec.volumes = spec.volumes.take().map(|vs| {
+            vs.into_iter()
+                .filter(|v| v.empty_dir.is_some() || v.host_path.is_some())
+                .map(|v| k8s_openapi::api::core::v1::Volume {
+                    name: v.name,
+                    empty_dir: v.empty_dir,
+                    host_path: v.host_path,
+                    ..Default::default()
+                })
+                .collect()
+        });
+        spec.image_pull_secrets = None;
+        spec.host_aliases = None;
+        spec.dns_config = None;
+        spec.readiness_gates = None;
+        spec.security_context = None;
+    }
+    if let Some(status) = p.status.as_mut() {
+        *status = k8s_openapi::api::core::v1::PodStatus {
+            phase: status.phase.take(),
+            conditions: status.conditions.take(),
+            ..Default::default()
+        };
+    }
+}
+
 fn reflect<K>(api: Api<K>, group: &'static str, resource: &'static str) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
@@ -114,8 +157,24 @@ where
 impl Stores {
     /// Starts every reflector.
     pub fn start(client: &kube::Client) -> Self {
+        check("", "pods", "list");
+        check("", "pods", "watch");
+        let (pods, writer) = reflector::store();
+        let stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(slim_pod)
+            .reflect(writer)
+            .applied_objects();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                if let Err(e) = item {
+                    tracing::warn!(resource = "pods", error = %e, "watch");
+                }
+            }
+        });
         Stores {
-            pods: reflect(Api::all(client.clone()), "", "pods"),
+            pods,
             nodes: reflect(Api::all(client.clone()), "", "nodes"),
             pools: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodepools"),
             claims: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodeclaims"),
@@ -1525,8 +1584,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
     if !args.region.is_empty() {
         catalog.retain(|t| t.labels.get(labels::REGION) == Some(&args.region));
     }
-    // The embedded catalog serves kwok and fake; AWS discovers its own.
-    if catalog.is_empty() && args.provider != ProviderKind::Aws {
+    // The embedded catalog serves kwok and fake; AWS and GCP discover their own.
+    if catalog.is_empty() && !matches!(args.provider, ProviderKind::Aws | ProviderKind::Gcp) {
         return Err(Error::Config(format!(
             "no instance types in the embedded {:?} catalog for region {:?} (catalogs: aws, gcp)",
             args.catalog, args.region
@@ -1558,6 +1617,18 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 .connect(Some(&args.region), Some(&args.cluster_name))
                 .await?;
             run_with(client, Arc::new(aws), None, args).await
+        }
+        ProviderKind::Gcp => {
+            // The catalog comes from Compute Engine; `--endpoint-url` serves both clouds.
+            let gcp = args
+                .gcp
+                .connect(crate::gcp::Common {
+                    cluster: Some(&args.cluster_name),
+                    region: Some(&args.region),
+                    endpoint_url: args.aws.endpoint_url.as_deref(),
+                })
+                .await?;
+            run_with(client, Arc::new(gcp), None, args).await
         }
     }
 }
@@ -1695,6 +1766,34 @@ mod tests {
     use autoscaler_core::requirements::Operator;
 
     use super::*;
+
+    #[test]
+    fn slim_pods_translate_the_same() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "labels": {"app": "x"},
+                "annotations": {"gpu-autoscaler.dev/gpu-share": "500"}},
+            "spec": {
+                "containers": [{"name": "c", "image": "cuda", "command": ["run"],
+                    "env": [{"name": "A", "value": "1"}],
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
+                "initContainers": [{"name": "i", "image": "x", "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "100m"}}}],
+                "volumes": [{"name": "s", "emptyDir": {}}, {"name": "cm", "configMap": {"name": "x"}}],
+                "tolerations": [{"operator": "Exists"}],
+                "nodeSelector": {"a": "b"}
+            },
+            "status": {"phase": "Pending", "podIP": "10.0.0.1",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                "containerStatuses": [{"name": "c", "image": "cuda", "imageID": "", "ready": false, "restartCount": 0}]}
+        }))
+        .unwrap();
+        let mut slim = p.clone();
+        slim_pod(&mut slim);
+        assert_eq!(translate::pod(&slim), translate::pod(&p));
+        assert!(translate::is_unschedulable(&slim));
+        assert!(slim.status.unwrap().container_statuses.is_none());
+        assert_eq!(slim.spec.unwrap().containers[0].image, None);
+    }
 
     #[test]
     fn requirements_round_trip_through_api_expressions() {
