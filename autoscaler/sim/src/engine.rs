@@ -593,6 +593,13 @@ impl<'a> Engine<'a> {
         let Some((start, last)) = self.batch else {
             return;
         };
+        if self.pass_scheduled {
+            // Pods created at this very second are seen by the scheduler first: a pod arriving
+            // exactly `batch_idle_s` after the last one still belongs to the batch.
+            self.batch_scheduled = true;
+            self.push(self.now, Ev::BatchCheck);
+            return;
+        }
         let due_idle = last + self.cfg.batch_idle_s;
         let due_max = start + self.cfg.batch_max_s;
         if self.now >= due_idle || self.now >= due_max {

@@ -138,6 +138,18 @@ impl Policy for GpuAutoscaler {
     fn provision(&mut self, ctx: &Ctx, _now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
         let snap = ctx.snapshot(true);
         let plan = plan_provisioning(&snap);
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            eprintln!(
+                "t={_now} pending={} nodes={} in_flight={} -> existing={} in_flight={} new={} unschedulable={}",
+                snap.pending.len(),
+                snap.nodes.len(),
+                snap.in_flight.len(),
+                plan.existing.len(),
+                plan.in_flight.len(),
+                plan.new_claims.len(),
+                plan.unschedulable.len()
+            );
+        }
         let mut specs = Vec::new();
         for c in &plan.new_claims {
             specs.push(LaunchSpec {

@@ -1,0 +1,35 @@
+//! Replays an openb pod list with the simulator, without the full `gpu-autoscaler` binary:
+//! `cargo run --release -p autoscaler-sim --example openb_fgd -- PODS.csv [FGD_SHARE] [HOURS] [POLICY]`.
+
+use std::path::Path;
+
+use autoscaler_sim::openb_workload::{self, OpenbOptions};
+use autoscaler_sim::{RunOptions, Scenario, report, run_workload};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let pods = Path::new(args.get(1).ok_or("usage: openb_fgd PODS.csv [SHARE] [HOURS] [POLICY]")?);
+    let share: Option<f64> = args.get(2).and_then(|s| s.parse().ok());
+    let hours: Option<f64> = args.get(3).and_then(|s| s.parse().ok());
+    let mut scenario = Scenario::parse(
+        Path::new("openb.yaml"),
+        openb_workload::OPENB_SCENARIO_YAML,
+    )?;
+    let o = OpenbOptions {
+        compression: 150.0,
+        fgd_share: share,
+        fgd_interval_s: 1.0,
+        reference_nodes: Some(pods.with_file_name("openb_node_list_gpu_node.csv")),
+        seed: 1,
+    };
+    let (w, horizon) = openb_workload::load(pods, &o, &scenario.pools)?;
+    scenario.duration_s = horizon;
+    let opts = RunOptions {
+        hours,
+        policies: args.get(4).map(|p| vec![p.clone()]),
+        ..Default::default()
+    };
+    let r = run_workload(&scenario, &w, &opts, &mut |_, _| {})?;
+    print!("{}", report::summary(&r));
+    Ok(())
+}
