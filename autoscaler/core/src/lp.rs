@@ -134,7 +134,7 @@ pub fn lower_bound(snapshot: &Snapshot) -> LowerBound {
 type DemandKey<'a> = (&'a Resources, Option<&'a GpuShare>);
 
 /// Identity of a pod's placement rules as far as shapes are concerned.
-type ClassKey<'a> = (&'a NodeSelector, &'a [Toleration]);
+type ClassKey<'a> = (&'a NodeSelector, &'a [Toleration], bool);
 
 fn build(snapshot: &Snapshot, shapes: &[Shape]) -> Lp {
     let mut class_ok: HashMap<ClassKey<'_>, Vec<bool>> = HashMap::new();
@@ -143,7 +143,11 @@ fn build(snapshot: &Snapshot, shapes: &[Shape]) -> Lp {
     let mut group_pods: Vec<(DemandKey<'_>, &Pod, Vec<usize>, usize)> = Vec::new();
     let mut excluded = 0;
     for pod in &snapshot.pending {
-        let class: ClassKey<'_> = (&pod.node_selector, &pod.tolerations);
+        let class: ClassKey<'_> = (
+            &pod.node_selector,
+            &pod.tolerations,
+            pod.gpu_share.is_some(),
+        );
         let dkey: DemandKey<'_> = (&pod.requests, pod.gpu_share.as_ref());
         let compat = compat_cache
             .entry((class, dkey))
@@ -263,7 +267,10 @@ fn class_shapes(snapshot: &Snapshot, shapes: &[Shape], pod: &Pod) -> Vec<bool> {
     shapes
         .iter()
         .map(|s| {
-            untolerated(&pod.tolerations, &snapshot.pools[s.pool].taints).is_none()
+            let pool = &snapshot.pools[s.pool];
+            // As the planner: a share of one device needs a pool that offers shares.
+            (pod.gpu_share.is_none() || pool.sharing.fractional)
+                && untolerated(&pod.tolerations, &pool.taints).is_none()
                 && terms.iter().any(|t| term_fits_shape(t, s))
         })
         .collect()

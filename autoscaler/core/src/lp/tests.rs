@@ -128,10 +128,20 @@ fn gpu_shares_count_as_fractions_of_a_device() {
             .on_demand(&ZONES, 2.0)
             .build(),
     ];
-    let pods = (0..3)
+    let pods: Vec<_> = (0..3)
         .map(|i| pod(&format!("s{i}")).cpu("100m").gpu_share(500).build())
         .collect();
-    let lb = lower_bound(&snapshot(vec![pool("p", types).build()], pods));
+    let fractional = autoscaler_core_sharing();
+    let lb = lower_bound(&snapshot(
+        vec![pool("p", types.clone()).build()],
+        pods.clone(),
+    ));
+    // A pool without fractional sharing cannot take them at all.
+    assert_eq!((lb.pods_counted, lb.pods_excluded), (0, 3), "{lb:?}");
+    let lb = lower_bound(&snapshot(
+        vec![pool("p", types).sharing(fractional).build()],
+        pods,
+    ));
     assert!(close(lb.cost, 3.0), "{lb:?}");
 }
 
@@ -400,5 +410,12 @@ proptest! {
     #[test]
     fn bound_is_deterministic(snap in arb_snapshot()) {
         prop_assert_eq!(lower_bound(&snap), lower_bound(&snap));
+    }
+}
+
+fn autoscaler_core_sharing() -> crate::model::GpuSharing {
+    crate::model::GpuSharing {
+        fractional: true,
+        ..crate::model::GpuSharing::default()
     }
 }
