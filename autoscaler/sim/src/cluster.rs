@@ -2,6 +2,7 @@
 //! accounting, and the [`Snapshot`] the controller would build from it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use autoscaler_core::model::{DaemonSet, Group, InFlightClaim, Node, Pdb, Pod, Pool, Snapshot};
 use autoscaler_core::requirements::{Labels, Operator, Requirements};
@@ -86,8 +87,8 @@ pub struct NodeState {
     pub capacity_type: CapacityType,
     /// USD per hour.
     pub price: f64,
-    /// Labels.
-    pub labels: Labels,
+    /// Labels (shared: what-if copies of nodes are made often and never relabel).
+    pub labels: Arc<Labels>,
     /// Taints (pool taints and, while present, startup taints and the disruption taint).
     pub taints: Vec<Taint>,
     /// Startup taints still present.
@@ -101,8 +102,8 @@ pub struct NodeState {
     pub devices: Vec<u32>,
     /// Bound pods, in bind order.
     pub pods: Vec<PodId>,
-    /// DaemonSet pods.
-    pub ds_pods: Vec<Pod>,
+    /// DaemonSet pods (shared, for cheap what-if copies).
+    pub ds_pods: Arc<Vec<Pod>>,
     /// Lifecycle phase.
     pub phase: NodePhase,
     /// Cordoned.
@@ -149,6 +150,16 @@ impl NodeState {
             r.set(&k, 0);
         }
         r
+    }
+
+    /// Allocatable amount of `name` now, without building the whole vector (the scheduler
+    /// asks this for every pod and node it considers).
+    pub fn alloc_get(&self, name: &str) -> i64 {
+        if self.phase != NodePhase::Ready && is_gpu_class(name) {
+            0
+        } else {
+            self.allocatable.get(name)
+        }
     }
 
     /// Physical GPUs one unit of `resource` stands for on this node.
@@ -423,7 +434,7 @@ impl Cluster {
             if n.registered() {
                 snap.nodes.push(Node {
                     name: n.name.clone(),
-                    labels: n.labels.clone(),
+                    labels: (*n.labels).clone(),
                     annotations: Labels::new(),
                     taints: n.taints.clone(),
                     allocatable: n.effective_allocatable(),

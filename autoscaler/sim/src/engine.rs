@@ -767,14 +767,14 @@ impl<'a> Engine<'a> {
             zone: inst.zone.clone(),
             capacity_type: inst.capacity_type,
             price: inst.price.unwrap_or(0.0),
-            labels: node_labels,
+            labels: std::sync::Arc::new(node_labels),
             taints,
             startup_taints: pool.startup_taints.clone(),
             allocatable: shape.allocatable.clone(),
             used: Default::default(),
             devices: vec![0; units],
             pods: vec![],
-            ds_pods: vec![],
+            ds_pods: Default::default(),
             phase: NodePhase::Launching,
             cordoned: false,
             deleting: false,
@@ -840,7 +840,7 @@ impl<'a> Engine<'a> {
                 .build();
                 pod.requests = ds.requests.clone();
                 node.used.add(&ds.requests);
-                node.ds_pods.push(pod);
+                std::sync::Arc::make_mut(&mut node.ds_pods).push(pod);
             }
         }
         let delay = if node.gpus > 0 {

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::model::Pod;
 use autoscaler_core::requirements::Labels;
-use autoscaler_core::resources::{Resources, names};
+use autoscaler_core::resources::names;
 use autoscaler_core::taints::{Effect, Taint, Toleration, TolerationOperator};
 
 use crate::cluster::{Cluster, NodeId, NodeState, PodId, PodState};
@@ -64,17 +64,16 @@ pub fn untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Optio
 /// resources. Whole GPUs take the lowest-numbered free units; a share takes the fullest unit it
 /// still fits on (best fit).
 pub fn fit_resources(pod: &Pod, node: &NodeState) -> Result<Vec<usize>, Unfit> {
-    let alloc = node.effective_allocatable();
     for (k, v) in pod.requests.iter() {
         if k == names::NVIDIA_GPU {
             continue;
         }
-        let free = alloc.get(k) - node.used.get(k);
+        let free = node.alloc_get(k) - node.used.get(k);
         if v > free {
             return Err(Unfit::Resource(k.to_string()));
         }
     }
-    let units = alloc.get(names::NVIDIA_GPU).max(0) as usize;
+    let units = node.alloc_get(names::NVIDIA_GPU).max(0) as usize;
     let usable = &node.devices[..units.min(node.devices.len())];
     let whole = pod.requests.get(names::NVIDIA_GPU).max(0) as usize;
     let mut out = Vec::new();
@@ -94,7 +93,7 @@ pub fn fit_resources(pod: &Pod, node: &NodeState) -> Result<Vec<usize>, Unfit> {
     if let Some(share) = &pod.gpu_share {
         if share.resource != names::NVIDIA_GPU {
             // Shares of other resources are counted as whole units.
-            if alloc.get(&share.resource) - node.used.get(&share.resource) < 1 {
+            if node.alloc_get(&share.resource) - node.used.get(&share.resource) < 1 {
                 return Err(Unfit::Resource(share.resource.clone()));
             }
             return Ok(out);
@@ -301,16 +300,19 @@ fn ratio(used: i64, req: i64, alloc: i64) -> f64 {
 
 /// Score of a feasible node, higher is better.
 pub fn score(pod: &Pod, node: &NodeState, strategy: ScoreStrategy) -> f64 {
-    let alloc: Resources = node.effective_allocatable();
     let mut parts = vec![
-        ratio(node.used.cpu, pod.requests.cpu, alloc.cpu),
-        ratio(node.used.memory, pod.requests.memory, alloc.memory),
+        ratio(node.used.cpu, pod.requests.cpu, node.allocatable.cpu),
+        ratio(node.used.memory, pod.requests.memory, node.allocatable.memory),
     ];
     let gpu_req = pod.requests.get(names::NVIDIA_GPU) * 1000
         + pod.gpu_share.as_ref().map_or(0, |s| i64::from(s.milli));
     if gpu_req > 0 {
         let used: i64 = node.devices.iter().map(|d| i64::from(*d)).sum();
-        parts.push(ratio(used, gpu_req, alloc.get(names::NVIDIA_GPU) * 1000));
+        parts.push(ratio(
+            used,
+            gpu_req,
+            node.alloc_get(names::NVIDIA_GPU) * 1000,
+        ));
     }
     let avg = parts.iter().sum::<f64>() / parts.len() as f64;
     match strategy {

@@ -33,14 +33,14 @@ fn node(name: &str, zone: &str, cpu: i64, gpus: usize) -> NodeState {
         zone: zone.into(),
         capacity_type: CapacityType::OnDemand,
         price: 1.0,
-        labels: l,
+        labels: std::sync::Arc::new(l),
         taints: vec![],
         startup_taints: vec![],
         allocatable: alloc,
         used: Resources::new(),
         devices: vec![0; gpus],
         pods: vec![],
-        ds_pods: vec![],
+        ds_pods: Default::default(),
         phase: NodePhase::Ready,
         cordoned: false,
         deleting: false,
@@ -209,7 +209,7 @@ fn topology_spread_do_not_schedule() {
     assert_eq!(place(&c, &p), Some(1));
     // A node without the topology label cannot take the pod.
     let mut bare = node("c", "z3", 8000, 0);
-    bare.labels.remove(labels::ZONE);
+    std::sync::Arc::make_mut(&mut bare.labels).remove(labels::ZONE);
     assert!(matches!(
         filter(&p, &bare, Some(&topo)),
         Err(Unfit::Spread(_))
