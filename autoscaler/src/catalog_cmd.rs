@@ -7,6 +7,7 @@ use std::io::Write as _;
 
 use anyhow::Context as _;
 use autoscaler::aws::AwsArgs;
+use autoscaler::gcp::{Common, GcpArgs};
 use autoscaler_core::{CapacityType, GpuSpec, InstanceType, Resources};
 use clap::ValueEnum;
 use serde::Serialize;
@@ -16,6 +17,9 @@ use serde::Serialize;
 pub(crate) enum CatalogSource {
     /// AWS EC2's API (DescribeInstanceTypes and friends, spot price history).
     Aws,
+    /// Google Compute Engine's API (machineTypes and acceleratorTypes per zone; `--project`,
+    /// `--zone`, `--gcp-config`, `--endpoint-url`).
+    Gcp,
     /// The catalog embedded in the binary (AWS and GCP list prices; what `simulate` and the
     /// kwok and fake providers use).
     Embedded,
@@ -28,12 +32,16 @@ pub(crate) struct CatalogArgs {
     #[arg(long, value_enum, default_value = "aws")]
     provider: CatalogSource,
     /// AWS region (default: the settings file, then AWS_REGION / AWS_DEFAULT_REGION, then the
-    /// profile).
+    /// profile); GCP region (default: the settings file, then the `--zone`s' region, then
+    /// us-central1).
     #[arg(long)]
     region: Option<String>,
     /// AWS options.
     #[command(flatten)]
     aws: AwsArgs,
+    /// GCP options.
+    #[command(flatten)]
+    gcp: GcpArgs,
     /// As seen by this node class of the AWS settings (its zones, AMI architectures, disk);
     /// region-wide when absent.
     #[arg(long)]
@@ -121,6 +129,41 @@ fn print(args: CatalogArgs) -> anyhow::Result<()> {
                 p.catalog(args.class.as_deref())
                     .await
                     .map_err(|e| anyhow::anyhow!("AWS catalog ({}): {e}", p.region()))
+            })?
+        }
+        CatalogSource::Gcp => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            rt.block_on(async {
+                let p = args
+                    .gcp
+                    .connect(Common {
+                        cluster: None,
+                        region: args.region.as_deref(),
+                        endpoint_url: args.aws.endpoint_url.as_deref(),
+                    })
+                    .await?;
+                let class = args
+                    .class
+                    .as_deref()
+                    .unwrap_or(provider_gcp::config::DEFAULT_CLASS);
+                let built = p
+                    .catalog(class)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("GCP catalog ({}): {e}", p.settings().project))?;
+                // Said on stderr so that `--json` stays one document.
+                if !built.unpriced.is_empty() {
+                    eprintln!("left out, no list price: {}", built.unpriced.join(", "));
+                }
+                if !built.unknown_accelerators.is_empty() {
+                    eprintln!(
+                        "left out, unknown accelerator: {}",
+                        built.unknown_accelerators.join(", ")
+                    );
+                }
+                Ok::<_, anyhow::Error>(built.types)
             })?
         }
     };

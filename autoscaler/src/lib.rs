@@ -3,3 +3,4 @@
 
 pub mod aws;
 pub mod controller;
+pub mod gcp;

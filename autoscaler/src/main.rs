@@ -35,7 +35,7 @@ enum Commands {
     /// clock; with no arguments, the bundled default scenario (a day of a mixed GPU cluster).
     Simulate(simulate::SimulateArgs),
     /// Print the instance types as the planner sees them (GPU model, count and memory,
-    /// capacity after reserve, zones, prices), from a cloud's API (`--provider aws`) or the
+    /// capacity after reserve, zones, prices), from a cloud's API (`--provider aws|gcp`) or the
     /// embedded catalog.
     Catalog(catalog_cmd::CatalogArgs),
     /// Benchmarks; build with `--release` first (see `bench planner --help`).

@@ -40,6 +40,9 @@ pub enum ProviderKind {
     Fake,
     /// AWS EC2 (`--aws-config`, `--endpoint-url`; `--region` names the AWS region).
     Aws,
+    /// Google Compute Engine (`--gcp-config`, `--project`, `--zone`, `--endpoint-url`;
+    /// `--region` names the GCP region).
+    Gcp,
 }
 
 /// Log output format.
@@ -149,6 +152,9 @@ pub struct RunArgs {
     /// AWS provider options (with `--provider aws`).
     #[command(flatten)]
     pub aws: crate::aws::AwsArgs,
+    /// GCP provider options (with `--provider gcp`).
+    #[command(flatten)]
+    pub gcp: crate::gcp::GcpArgs,
 }
 
 #[cfg(test)]

@@ -1,0 +1,178 @@
+//! The GCP provider in the real binary, against the fake Compute REST API of `provider-gcp`:
+//! `gpu-autoscaler catalog --provider gcp --json`, and `gpu-autoscaler run --provider gcp`
+//! with the fake Kubernetes API server launching a GPU VM for a pending GPU pod.
+
+// The e2e harness (fake API server, controller process, polling) is shared, not copied.
+#[allow(dead_code)]
+#[path = "e2e/harness.rs"]
+mod harness;
+
+use std::process::Command;
+use std::time::Duration;
+
+use harness::{Cluster, eventually, gpu_pod};
+use k8s_openapi::api::core::v1::Pod;
+use nodepools::NodePool;
+use provider_gcp::testing::FakeCompute;
+use serde_json::{Value, json};
+
+const PROJECT: &str = "fake-project";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_json_lists_gcp_gpu_types_from_the_compute_api() {
+    let fake = FakeCompute::new(PROJECT);
+    let addr = fake.serve().await.unwrap();
+    let bin = env!("CARGO_BIN_EXE_gpu-autoscaler");
+    let endpoint = format!("http://{addr}");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args(["catalog", "--provider", "gcp", "--project", PROJECT])
+            .args(["--zone", "us-central1-a", "--zone", "us-central1-b"])
+            .args(["--endpoint-url", &endpoint, "--json"])
+            .env_remove("GOOGLE_CLOUD_PROJECT")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |name: &str| rows.iter().find(|r| r["name"] == name).cloned();
+    let t4 = row("n1-standard-8-t4x1").expect("N1 + T4 listed");
+    assert_eq!(t4["gpu"]["model"], "T4");
+    assert_eq!(
+        t4["labels"]["cloud.google.com/gke-accelerator"],
+        "nvidia-tesla-t4"
+    );
+    assert_eq!(t4["on_demand_price"], 0.729998);
+    assert_eq!(t4["zones"], json!(["us-central1-a", "us-central1-b"]));
+    let h100 = row("a3-highgpu-8g").expect("A3 listed");
+    assert_eq!(h100["gpu"]["count"], 8);
+    assert_eq!(
+        h100["labels"]["nvidia.com/gpu.product"],
+        "NVIDIA-H100-80GB-HBM3"
+    );
+    assert!(row("a3-megagpu-8g").is_some(), "zone a offers it");
+    assert!(row("e2-micro").is_none());
+    // Only the two zones were asked, one page each.
+    assert_eq!(fake.count_calls("/zones/us-central1-a/machineTypes"), 1);
+    assert_eq!(fake.count_calls("/zones/us-central1-c/"), 0);
+}
+
+/// A NodePool of N1 machines with one T4, on demand.
+fn t4_pool(name: &str) -> Value {
+    json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"team": "ml"}},
+                "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                "startupTaints": [{"key": "node.gpu-autoscaler.dev/device-plugin", "effect": "NoSchedule"}],
+                "requirements": [
+                    {"key": "cloud.google.com/gke-accelerator", "operator": "In", "values": ["nvidia-tesla-t4"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+                ]
+            },
+            "disruption": {"consolidateAfter": "0s", "unneededTime": "1h", "budgets": [{"nodes": "100%"}]}
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_gcp_launches_a_gpu_vm_for_a_pending_gpu_pod() {
+    let fake = FakeCompute::new(PROJECT);
+    // The cheapest T4 shape is out of stock in zone a: the launch moves on.
+    fake.fail_inserts(
+        Some("us-central1-a"),
+        Some("n1-standard-4"),
+        None,
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        None,
+    );
+    let addr = fake.serve().await.unwrap();
+    let cluster = Cluster::start().await;
+    let endpoint = format!("http://{addr}");
+    let _ctl = cluster.controller(
+        "gcp",
+        &[
+            "--provider=gcp",
+            &format!("--project={PROJECT}"),
+            &format!("--endpoint-url={endpoint}"),
+            "--cluster-name=e2e",
+            "--leader-elect=false",
+        ],
+    );
+    let _: NodePool = cluster.create(t4_pool("t4")).await;
+    let _: Pod = cluster.create(gpu_pod("train")).await;
+
+    let vm = eventually(
+        "a VM in the fake Compute API",
+        Duration::from_secs(60),
+        || {
+            let fake = fake.clone();
+            async move { fake.instances().into_iter().next() }
+        },
+    )
+    .await;
+    let claims = eventually(
+        "the NodeClaim records the VM",
+        Duration::from_secs(30),
+        || async {
+            let claims = cluster.claims().await;
+            claims
+                .iter()
+                .any(|c| {
+                    c.status
+                        .as_ref()
+                        .and_then(|s| s.provider_id.as_deref())
+                        .is_some_and(|p| p.starts_with("gce://fake-project/"))
+                })
+                .then_some(claims)
+        },
+    )
+    .await;
+    assert_eq!(claims.len(), 1);
+    let claim = claims[0].metadata.name.clone().unwrap();
+    assert_eq!(vm["name"], claim.as_str());
+    assert_eq!(vm["labels"]["gpu-autoscaler-nodeclaim"], claim.as_str());
+    assert_eq!(vm["labels"]["gpu-autoscaler-cluster"], "e2e");
+    assert_eq!(vm["labels"]["gpu-autoscaler-nodepool"], "t4");
+    assert_eq!(vm["scheduling"]["onHostMaintenance"], "TERMINATE");
+    assert_eq!(vm["scheduling"]["provisioningModel"], "STANDARD");
+    assert!(
+        vm["guestAccelerators"][0]["acceleratorType"]
+            .as_str()
+            .unwrap()
+            .ends_with("/nvidia-tesla-t4")
+    );
+    assert_eq!(vm["guestAccelerators"][0]["acceleratorCount"], 1);
+    let zone = vm["zone"].as_str().unwrap();
+    let machine = vm["machineType"].as_str().unwrap();
+    assert!(
+        !(zone.ends_with("us-central1-a") && machine.ends_with("/n1-standard-4")),
+        "the exhausted offering was not used: {zone} {machine}"
+    );
+    let script = vm["metadata"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["key"] == "startup-script")
+        .unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(script.contains("team=ml"), "{script}");
+    assert!(
+        script.contains("node.gpu-autoscaler.dev/device-plugin:NoSchedule"),
+        "{script}"
+    );
+    // One VM only, however many rounds ran.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(fake.instances().len(), 1);
+}
