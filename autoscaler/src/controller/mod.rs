@@ -16,6 +16,7 @@ pub mod actuator;
 pub mod api_calls;
 pub mod batcher;
 pub mod bench_e2e;
+pub mod cache;
 pub mod disrupt;
 pub mod error;
 pub mod keys;

@@ -25,7 +25,7 @@ use autoscaler_core::resources::{Resources, is_gpu_class};
 use futures::StreamExt;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -49,6 +49,7 @@ use tokio::sync::watch;
 use super::actuator::{Actuator, Evicted, has_finalizer, reference, set_condition};
 use super::api_calls::check;
 use super::batcher::{BatchConfig, Batcher};
+use super::cache::CachedPod;
 use super::disrupt::{self, Job, Stage};
 use super::error::{Error, Result};
 use super::keys;
@@ -67,8 +68,8 @@ fn epoch() -> i64 {
 /// The reflectors' stores.
 #[derive(Clone)]
 pub struct Stores {
-    /// Pods.
-    pub pods: Store<Pod>,
+    /// Pods, compact and translated.
+    pub pods: Store<CachedPod>,
     /// Nodes.
     pub nodes: Store<Node>,
     /// NodePools.
@@ -79,49 +80,6 @@ pub struct Stores {
     pub daemonsets: Store<DaemonSet>,
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
-}
-
-/// Drops the parts of a pod the controller never reads (images, commands, env, probes, mounts,
-/// container statuses...), so that a cache of 150k pods stays small. What stays is exactly what
-/// [`translate`] and the loop read.
-pub fn slim_pod(p: &mut Pod) {
-    p.metadata.managed_fields = None;
-    if let Some(spec) = p.spec.as_mut() {
-        let slim = |c: &mut k8s_openapi::api::core::v1::Container| {
-            *c = k8s_openapi::api::core::v1::Container {
-                name: std::mem::take(&mut c.name),
-                resources: c.resources.take(),
-                restart_policy: c.restart_policy.take(),
-                ..Default::default()
-            };
-        };
-        spec.containers.iter_mut().for_each(slim);
-        spec.init_containers.iter_mut().flatten().for_each(slim);
-        spec.ephemeral_containers = None;
-        spec.volumes = spec.volumes.take().map(|vs| {
-            vs.into_iter()
-                .filter(|v| v.empty_dir.is_some() || v.host_path.is_some())
-                .map(|v| k8s_openapi::api::core::v1::Volume {
-                    name: v.name,
-                    empty_dir: v.empty_dir,
-                    host_path: v.host_path,
-                    ..Default::default()
-                })
-                .collect()
-        });
-        spec.image_pull_secrets = None;
-        spec.host_aliases = None;
-        spec.dns_config = None;
-        spec.readiness_gates = None;
-        spec.security_context = None;
-    }
-    if let Some(status) = p.status.as_mut() {
-        *status = k8s_openapi::api::core::v1::PodStatus {
-            phase: status.phase.take(),
-            conditions: status.conditions.take(),
-            ..Default::default()
-        };
-    }
 }
 
 fn reflect<K>(api: Api<K>, group: &'static str, resource: &'static str) -> Store<K>
@@ -157,24 +115,9 @@ where
 impl Stores {
     /// Starts every reflector.
     pub fn start(client: &kube::Client) -> Self {
-        check("", "pods", "list");
-        check("", "pods", "watch");
-        let (pods, writer) = reflector::store();
-        let stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .modify(slim_pod)
-            .reflect(writer)
-            .applied_objects();
-        tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(item) = stream.next().await {
-                if let Err(e) = item {
-                    tracing::warn!(resource = "pods", error = %e, "watch");
-                }
-            }
-        });
         Stores {
-            pods,
+            // Deserialized straight into the compact, translated form.
+            pods: reflect(Api::<CachedPod>::all(client.clone()), "", "pods"),
             nodes: reflect(Api::all(client.clone()), "", "nodes"),
             pools: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodepools"),
             claims: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodeclaims"),
@@ -792,10 +735,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    fn pending_now(&self, pods: &[Arc<Pod>]) -> BTreeSet<PodKey> {
+    fn pending_now(&self, pods: &[Arc<CachedPod>]) -> BTreeSet<PodKey> {
         pods.iter()
-            .filter(|p| translate::is_unschedulable(p))
-            .map(|p| translate::pod_key(p))
+            .filter(|p| p.unschedulable)
+            .map(|p| p.key.clone())
             .collect()
     }
 
@@ -837,15 +780,29 @@ impl<P: CloudProvider + 'static> Controller<P> {
             unschedulable = plan.unschedulable.len(),
             "planned"
         );
-        let pod_by_key: HashMap<PodKey, &Arc<Pod>> =
-            pods.iter().map(|p| (translate::pod_key(p), p)).collect();
+        let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
+            pods.iter().map(|p| (&p.key, p)).collect();
         let mut events = Vec::new();
-        for nc in &plan.new_claims {
-            let Some(np) = pools.iter().find(|p| p.name_any() == nc.pool) else {
-                continue;
-            };
-            let obj = claim_object(nc, np);
-            match self.shared.actuator.create_claim(&obj).await {
+        // Claims are written concurrently (a burst may need hundreds), results kept in order.
+        let objects: Vec<(&NewClaim, NodeClaim)> = plan
+            .new_claims
+            .iter()
+            .filter_map(|nc| {
+                let np = pools.iter().find(|p| p.name_any() == nc.pool)?;
+                Some((nc, claim_object(nc, np)))
+            })
+            .collect();
+        let actuator = self.shared.actuator.clone();
+        let created: Vec<(&NewClaim, Result<NodeClaim>)> = futures::stream::iter(objects)
+            .map(|(nc, obj)| {
+                let actuator = actuator.clone();
+                async move { (nc, actuator.create_claim(&obj).await) }
+            })
+            .buffered(16)
+            .collect()
+            .await;
+        for (nc, result) in created {
+            match result {
                 Ok(created) => {
                     let cname = created.name_any();
                     let types: Vec<&str> = nc
@@ -858,7 +815,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     self.disruption_state.last_scale_up = Some(epoch());
                     for pk in &nc.pods {
                         if let Some(p) = pod_by_key.get(pk) {
-                            if let Some(since) = unschedulable_since(p) {
+                            if let Some(since) = p.unschedulable_since_ms {
                                 self.shared.metrics.pending_to_claim_seconds.observe(
                                     (jiff::Timestamp::now().as_millisecond() - since) as f64
                                         / 1000.0,
@@ -1049,16 +1006,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
             let pods_left: Vec<PodKey> = pods
                 .iter()
                 .filter(|p| {
-                    translate::node_name(p).is_some_and(|n| nodes_present.iter().any(|x| x == n))
-                        && translate::is_active(p)
+                    p.node_name
+                        .as_deref()
+                        .is_some_and(|n| nodes_present.iter().any(|x| x == n))
+                        && p.active
                         && p.metadata.deletion_timestamp.is_none()
-                        && !p
-                            .owner_references()
-                            .iter()
-                            .any(|o| o.kind == "DaemonSet" && o.controller == Some(true))
-                        && !p.annotations().contains_key(translate::MIRROR_ANNOTATION)
+                        && !p.stays_with_node()
                 })
-                .map(|p| translate::pod_key(p))
+                .map(|p| p.key.clone())
                 .collect();
             let replacement_initialized = match &job.stage {
                 Stage::Replacing { claim, .. } => claims
@@ -1361,26 +1316,20 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         for p in self.stores.pods.state() {
-            let Some(node) = translate::node_name(&p) else {
+            let Some(model) = p.node_name.as_deref().and_then(|n| model_of.get(n)) else {
                 continue;
             };
-            let Some(model) = model_of.get(node) else {
-                continue;
-            };
-            if !translate::is_active(&p) {
+            if !p.active {
                 continue;
             }
-            if let Some(spec) = &p.spec
-                && let Ok(r) = translate::effective_requests(spec)
-            {
-                let g: i64 = r
-                    .extended
-                    .iter()
-                    .filter(|(k, _)| is_gpu_class(k))
-                    .map(|(_, v)| *v)
-                    .sum();
-                *used.entry(model.clone()).or_default() += g;
-            }
+            let g: i64 = p
+                .requests()
+                .extended
+                .iter()
+                .filter(|(k, _)| is_gpu_class(k))
+                .map(|(_, v)| *v)
+                .sum();
+            *used.entry(model.clone()).or_default() += g;
         }
         for (model, v) in alloc {
             let u = used.get(&model).copied().unwrap_or(0);
@@ -1392,19 +1341,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
             m.gpu_allocated.get_or_create(&ModelLabel { model }).set(u);
         }
     }
-}
-
-/// Milliseconds since the epoch at which the pod became unschedulable.
-fn unschedulable_since(p: &Pod) -> Option<i64> {
-    p.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
-        .last_transition_time
-        .as_ref()
-        .map(|t| t.0.as_millisecond())
 }
 
 /// Launches one claim and records the outcome on it.
@@ -1766,34 +1702,6 @@ mod tests {
     use autoscaler_core::requirements::Operator;
 
     use super::*;
-
-    #[test]
-    fn slim_pods_translate_the_same() {
-        let p: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "p", "namespace": "default", "labels": {"app": "x"},
-                "annotations": {"gpu-autoscaler.dev/gpu-share": "500"}},
-            "spec": {
-                "containers": [{"name": "c", "image": "cuda", "command": ["run"],
-                    "env": [{"name": "A", "value": "1"}],
-                    "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
-                "initContainers": [{"name": "i", "image": "x", "restartPolicy": "Always",
-                    "resources": {"requests": {"cpu": "100m"}}}],
-                "volumes": [{"name": "s", "emptyDir": {}}, {"name": "cm", "configMap": {"name": "x"}}],
-                "tolerations": [{"operator": "Exists"}],
-                "nodeSelector": {"a": "b"}
-            },
-            "status": {"phase": "Pending", "podIP": "10.0.0.1",
-                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
-                "containerStatuses": [{"name": "c", "image": "cuda", "imageID": "", "ready": false, "restartCount": 0}]}
-        }))
-        .unwrap();
-        let mut slim = p.clone();
-        slim_pod(&mut slim);
-        assert_eq!(translate::pod(&slim), translate::pod(&p));
-        assert!(translate::is_unschedulable(&slim));
-        assert!(slim.status.unwrap().container_statuses.is_none());
-        assert_eq!(slim.spec.unwrap().containers[0].image, None);
-    }
 
     #[test]
     fn requirements_round_trip_through_api_expressions() {

@@ -1,7 +1,7 @@
 //! Assembling the core's [`Snapshot`] from the reflectors' objects.
 //!
-//! Pods are translated once per `(uid, resourceVersion)` and kept in a cache
-//! ([`SnapshotBuilder`]), so a planning round over a large, mostly unchanged cluster clones
+//! Pods arrive already translated ([`super::cache::CachedPod`], translated once when the
+//! reflector receives them), so a planning round over a large, mostly unchanged cluster clones
 //! translated pods instead of re-parsing them. Objects that do not translate are left out and
 //! reported in [`Built::problems`] (an event or log line names them), never failing the round.
 //!
@@ -20,19 +20,20 @@ use autoscaler_core::model::{
 };
 use autoscaler_core::requirements::{Labels, Operator, Requirements};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use nodepools::{NodeClaim, NodePool};
 
+use super::cache::CachedPod;
 use super::keys;
 use super::lifecycle::{self, Phase};
-use super::translate::{self, TranslateError};
+use super::translate;
 
 /// The objects a snapshot is built from, as the reflectors hold them.
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs<'a> {
     /// Every pod.
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<CachedPod>],
     /// Every node.
     pub nodes: &'a [Arc<Node>],
     /// Every NodePool.
@@ -60,11 +61,9 @@ pub struct Built {
     pub invalid_pools: BTreeMap<String, String>,
 }
 
-/// Builds snapshots, caching translated pods between rounds.
+/// Builds snapshots.
 #[derive(Debug, Default)]
-pub struct SnapshotBuilder {
-    pods: HashMap<String, (String, Arc<Result<CorePod, TranslateError>>)>,
-}
+pub struct SnapshotBuilder {}
 
 /// The claim a node belongs to, by providerID.
 pub fn claims_by_provider_id(claims: &[Arc<NodeClaim>]) -> HashMap<&str, &NodeClaim> {
@@ -107,33 +106,9 @@ impl SnapshotBuilder {
         Self::default()
     }
 
-    fn translate(&mut self, p: &Pod) -> Arc<Result<CorePod, TranslateError>> {
-        let uid = p.metadata.uid.clone().unwrap_or_else(|| {
-            let k = translate::pod_key(p);
-            format!("{}/{}", k.namespace, k.name)
-        });
-        let rv = p.metadata.resource_version.clone().unwrap_or_default();
-        if let Some((cached_rv, t)) = self.pods.get(&uid)
-            && *cached_rv == rv
-            && !rv.is_empty()
-        {
-            return t.clone();
-        }
-        let t = Arc::new(translate::pod(p));
-        self.pods.insert(uid, (rv, t.clone()));
-        t
-    }
-
     /// Builds the snapshot at `now` (seconds).
     pub fn build(&mut self, inputs: &Inputs<'_>) -> Built {
         let mut out = Built::default();
-        // Forget pods that are gone, so the cache does not grow without bound.
-        let live: std::collections::HashSet<&str> = inputs
-            .pods
-            .iter()
-            .filter_map(|p| p.metadata.uid.as_deref())
-            .collect();
-        self.pods.retain(|uid, _| live.contains(uid.as_str()));
 
         // Pools.
         for np in inputs.pools {
@@ -164,42 +139,36 @@ impl SnapshotBuilder {
         // Pods: pending ones from the batch, bound ones per node, groups.
         let mut bound: HashMap<&str, Vec<CorePod>> = HashMap::new();
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
-        let mut ns_pods: BTreeMap<String, Vec<(Labels, bool)>> = BTreeMap::new();
-        for p in inputs.pods {
-            let key = translate::pod_key(p);
-            let active = translate::is_active(p);
-            if active && p.metadata.deletion_timestamp.is_none() {
-                let healthy = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True");
+        let mut ns_pods: BTreeMap<&str, Vec<(&Labels, bool)>> = BTreeMap::new();
+        for p in inputs.pods.iter() {
+            let key = &p.key;
+            if p.active
+                && p.metadata.deletion_timestamp.is_none()
+                && let Ok(c) = &p.core
+            {
                 ns_pods
-                    .entry(key.namespace.clone())
+                    .entry(key.namespace.as_str())
                     .or_default()
-                    .push((p.metadata.labels.clone().unwrap_or_default(), healthy));
+                    .push((&c.labels, p.ready));
             }
-            let node = translate::node_name(p);
-            let pending = node.is_none() && inputs.pending.contains(&key);
-            if !(pending || (node.is_some() && active)) {
+            let node = p.node_name.as_deref();
+            let pending = node.is_none() && inputs.pending.contains(key);
+            if !(pending || (node.is_some() && p.active)) {
                 continue;
             }
-            let t = self.translate(p);
-            let core = match t.as_ref() {
+            let core = match &p.core {
                 Ok(c) => c.clone(),
                 Err(e) => {
                     out.problems.push((format!("pod {key}"), e.to_string()));
                     continue;
                 }
             };
-            if let Some((g, min)) = translate::pod_group(p) {
+            if let Some((g, min)) = &p.group {
                 groups.insert(
                     g.clone(),
                     Group {
-                        name: g,
-                        min_count: min,
+                        name: g.clone(),
+                        min_count: *min,
                     },
                 );
             }
@@ -343,11 +312,8 @@ impl SnapshotBuilder {
         }
         for b in inputs.pdbs {
             let ns = b.metadata.namespace.clone().unwrap_or_default();
-            let pods: Vec<(&Labels, bool)> = ns_pods
-                .get(&ns)
-                .map(|v| v.iter().map(|(l, h)| (l, *h)).collect())
-                .unwrap_or_default();
-            match translate::pdb(b, &pods) {
+            let pods: &[(&Labels, bool)] = ns_pods.get(ns.as_str()).map_or(&[], Vec::as_slice);
+            match translate::pdb(b, pods) {
                 Ok(p) => out.snapshot.pdbs.push(p),
                 Err(e) => out.problems.push((
                     format!(
@@ -365,6 +331,7 @@ impl SnapshotBuilder {
 #[cfg(test)]
 mod tests {
     use autoscaler_core::builders::itype;
+    use k8s_openapi::api::core::v1::Pod;
     use serde_json::json;
 
     use super::*;
@@ -422,9 +389,10 @@ mod tests {
             .build();
         let types = BTreeMap::from([("gpu".to_string(), Arc::new(vec![g4dn]))]);
         let batch = BTreeSet::from([translate::pod_key(&pending)]);
+        let cached = |p: &Arc<Pod>| Arc::new(CachedPod::from(p.as_ref().clone()));
         let mut b = SnapshotBuilder::new();
         let built = b.build(&Inputs {
-            pods: &[pending.clone(), not_batched],
+            pods: &[cached(&pending), cached(&not_batched)],
             nodes: &[node],
             pools: &[pool],
             claims: &[claim],
@@ -445,8 +413,6 @@ mod tests {
         assert!(!s.nodes[0].initialized);
         assert_eq!(s.nodes[0].claim.as_deref(), Some("gpu-a"));
         assert_eq!(s.nodes[0].pool.as_deref(), Some("gpu"));
-        // Cached translation is reused for the same resourceVersion.
-        assert_eq!(b.pods.len(), 1);
         let plan = autoscaler_core::plan_provisioning(s);
         assert!(plan.new_claims.is_empty(), "{}", plan.render());
         assert_eq!(plan.in_flight.len(), 1, "{}", plan.render());
