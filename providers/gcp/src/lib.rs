@@ -20,6 +20,10 @@
 //!   [`providers::Launched::unavailable`] for the caller's [`providers::UnavailableOfferings`].
 //!   A 409 for the instance name, or an instance already labelled with the claim, is the
 //!   earlier launch of the same claim and is returned as the result.
+//! - **Groups**: [`GcpProvider::launch_group`] launches the claims of an all-or-nothing group
+//!   with one `instances.bulkInsert` (`count = minCount`) per zone tried. The
+//!   [`providers::CloudProvider`] trait launches one claim at a time, so the controller does not
+//!   call it yet.
 //! - **Delete / get / list**: `instances.delete` (404 is success), `instances.get`,
 //!   `instances.aggregatedList` filtered on the cluster label.
 //! - **Limits**: a token bucket for reads and one for mutations, and retries with jittered
@@ -41,4 +45,4 @@ pub mod testing;
 pub use api::CallStats;
 pub use config::GcpSettings;
 pub use error::GcpError;
-pub use provider::{Facts, GcpProvider};
+pub use provider::{Facts, GROUP_LABEL, GcpProvider, group_id};

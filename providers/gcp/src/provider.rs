@@ -18,6 +18,10 @@ use crate::config::GcpSettings;
 use crate::error::GcpError;
 use crate::launch::{self, OpOutcome, Template, gce_labels};
 
+mod group;
+
+pub use group::{GROUP_LABEL, group_id};
+
 /// The machine and accelerator types of the region's zones, as last fetched.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Facts {

@@ -13,6 +13,9 @@
 //!   existing name answers HTTP 409 `alreadyExists`; injected faults end the operation DONE
 //!   with `error.errors[]` (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`) and
 //!   `httpErrorStatusCode`, and create no instance;
+//! - `POST .../zones/{z}/instances/bulkInsert` (named instances, `minCount == count`): all
+//!   instances or, with a fault, none; `POST .../instances/{name}/setLabels` with the
+//!   `labelFingerprint` check (412 `conditionNotMet`);
 //! - `GET  .../zones/{z}/instances/{name}`, `DELETE` of the same (404 `notFound` when absent),
 //!   `GET .../zones/{z}/instances` and `GET .../aggregated/instances` with `filter` on
 //!   `labels.KEY = "VALUE"` and `name = "VALUE"` terms joined by `AND`;
@@ -63,8 +66,8 @@ struct HttpFault {
 struct Op {
     value: Value,
     polls_left: u32,
-    /// Instance (zone, name) that turns RUNNING when the operation is DONE.
-    starts: Option<(String, String)>,
+    /// Instances (zone, name) that turn RUNNING when the operation is DONE.
+    starts: Vec<(String, String)>,
 }
 
 #[derive(Default)]
@@ -533,6 +536,8 @@ impl FakeState {
         body["creationTimestamp"] = json!("2026-11-30T12:00:00.000-08:00");
         body["zone"] = json!(zone_url);
         body["status"] = json!(status);
+        // Base64 of the fingerprint bytes, as the API sends it (12 digits decode to 9 bytes).
+        body["labelFingerprint"] = json!(format!("{id:012}"));
         body["selfLink"] = json!(format!("{zone_url}/instances/{name}"));
         let mt = last(body["machineType"].as_str().unwrap_or_default()).to_string();
         body["machineType"] = json!(format!("{zone_url}/machineTypes/{mt}"));
@@ -551,7 +556,7 @@ impl FakeState {
         kind: &str,
         target: &str,
         error: Option<&str>,
-        starts_target: bool,
+        starts: &[String],
     ) -> Value {
         let id = self.id();
         let name = format!(
@@ -604,7 +609,10 @@ impl FakeState {
         let op = Op {
             value: v.clone(),
             polls_left: polls,
-            starts: starts_target.then(|| (zone.to_string(), target.to_string())),
+            starts: starts
+                .iter()
+                .map(|n| (zone.to_string(), n.clone()))
+                .collect(),
         };
         self.operations.insert((zone.to_string(), name), op);
         if polls == 0 {
@@ -631,10 +639,10 @@ impl FakeState {
         op.value["progress"] = json!(100);
         op.value["endTime"] = json!("2026-11-30T12:00:30.000-08:00");
         let value = op.value.clone();
-        if let Some(key) = op.starts.take()
-            && let Some(inst) = self.instances.get_mut(&key)
-        {
-            inst["status"] = json!("RUNNING");
+        for key in std::mem::take(&mut op.starts) {
+            if let Some(inst) = self.instances.get_mut(&key) {
+                inst["status"] = json!("RUNNING");
+            }
         }
         value
     }
@@ -808,18 +816,7 @@ impl FakeState {
             .as_str()
             .unwrap_or("STANDARD")
             .to_string();
-        let fault = self.faults.iter_mut().find(|f| {
-            f.zone.as_deref().is_none_or(|z| z == zone)
-                && f.machine_type.as_deref().is_none_or(|m| m == machine)
-                && f.provisioning_model.as_deref().is_none_or(|p| p == model)
-                && f.remaining != Some(0)
-        });
-        let error = fault.map(|f| {
-            if let Some(r) = &mut f.remaining {
-                *r -= 1;
-            }
-            f.code.clone()
-        });
+        let error = self.fault_for(zone, &machine, &model);
         // A successful insert's instance exists (PROVISIONING) while the operation runs, as on
         // the real API; a failing one never shows up.
         if error.is_none() {
@@ -827,12 +824,156 @@ impl FakeState {
             self.instances
                 .insert((zone.to_string(), name.clone()), inst);
         }
-        let op = self.new_op(zone, "insert", &name, error.as_deref(), error.is_none());
+        let started = if error.is_none() {
+            vec![name.clone()]
+        } else {
+            Vec::new()
+        };
+        let op = self.new_op(zone, "insert", &name, error.as_deref(), &started);
         if let Some(rid) = q.get("requestId") {
             let op_name = op["name"].as_str().unwrap_or_default().to_string();
             self.request_ids
                 .insert(rid.clone(), (zone.to_string(), op_name));
         }
+        ok(op)
+    }
+
+    /// The injected operation error an insert of `machine` as `model` in `zone` meets, if any
+    /// (using one up).
+    fn fault_for(&mut self, zone: &str, machine: &str, model: &str) -> Option<String> {
+        let fault = self.faults.iter_mut().find(|f| {
+            f.zone.as_deref().is_none_or(|z| z == zone)
+                && f.machine_type.as_deref().is_none_or(|m| m == machine)
+                && f.provisioning_model.as_deref().is_none_or(|p| p == model)
+                && f.remaining != Some(0)
+        })?;
+        if let Some(r) = &mut fault.remaining {
+            *r -= 1;
+        }
+        Some(fault.code.clone())
+    }
+
+    /// `instances.bulkInsert`: `count` instances named by `perInstanceProperties` from the
+    /// shared `instanceProperties`, all or none (only `minCount == count` is served).
+    fn bulk_insert(&mut self, zone: &str, q: &BTreeMap<String, String>, body: &[u8]) -> Response {
+        if let Some(rid) = q.get("requestId")
+            && let Some((z, op)) = self.request_ids.get(rid).cloned()
+            && let Some(op) = self.operations.get(&(z, op))
+        {
+            return ok(op.value.clone());
+        }
+        let Ok(body) = serde_json::from_slice::<Value>(body) else {
+            return api_error(400, "parseError", "Parse Error");
+        };
+        let names: Vec<String> = body["perInstanceProperties"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        let count = body["count"]
+            .as_str()
+            .and_then(|c| c.parse::<usize>().ok())
+            .or_else(|| body["count"].as_u64().and_then(|c| usize::try_from(c).ok()))
+            .unwrap_or(0);
+        if names.is_empty() || names.len() != count || body["minCount"] != body["count"] {
+            return api_error(
+                400,
+                "invalid",
+                "the fake serves bulkInsert with named instances and minCount == count only",
+            );
+        }
+        let props = &body["instanceProperties"];
+        let machine = props["machineType"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let project = self.project.clone();
+        if machine.contains('/') {
+            return api_error(
+                500,
+                "backendError",
+                "Internal error (machine type must be a name)",
+            );
+        }
+        if !self
+            .machine_types
+            .get(zone)
+            .is_some_and(|l| l.iter().any(|m| m["name"] == machine.as_str()))
+        {
+            return api_error(
+                404,
+                "notFound",
+                &format!(
+                    "The resource 'projects/{project}/zones/{zone}/machineTypes/{machine}' was not found"
+                ),
+            );
+        }
+        if let Some(taken) = names.iter().find(|n| {
+            self.instances
+                .contains_key(&(zone.to_string(), (*n).clone()))
+        }) {
+            return api_error(
+                409,
+                "alreadyExists",
+                &format!(
+                    "The resource 'projects/{project}/zones/{zone}/instances/{taken}' already exists"
+                ),
+            );
+        }
+        let model = props["scheduling"]["provisioningModel"]
+            .as_str()
+            .unwrap_or("STANDARD")
+            .to_string();
+        let error = self.fault_for(zone, &machine, &model);
+        let started = if error.is_none() {
+            for n in &names {
+                let mut inst = props.clone();
+                inst["name"] = json!(n);
+                inst["machineType"] = json!(format!("zones/{zone}/machineTypes/{machine}"));
+                let v = self.materialize(zone, inst, "PROVISIONING");
+                self.instances.insert((zone.to_string(), n.clone()), v);
+            }
+            names.clone()
+        } else {
+            Vec::new()
+        };
+        let op = self.new_op(zone, "bulkInsert", &names[0], error.as_deref(), &started);
+        if let Some(rid) = q.get("requestId") {
+            let op_name = op["name"].as_str().unwrap_or_default().to_string();
+            self.request_ids
+                .insert(rid.clone(), (zone.to_string(), op_name));
+        }
+        ok(op)
+    }
+
+    /// `instances.setLabels`: replaces the labels when the fingerprint matches (412 otherwise).
+    fn set_labels(&mut self, zone: &str, name: &str, body: &[u8]) -> Response {
+        let Ok(body) = serde_json::from_slice::<Value>(body) else {
+            return api_error(400, "parseError", "Parse Error");
+        };
+        let project = self.project.clone();
+        let id = self.id();
+        let Some(inst) = self
+            .instances
+            .get_mut(&(zone.to_string(), name.to_string()))
+        else {
+            return api_error(
+                404,
+                "notFound",
+                &format!(
+                    "The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found"
+                ),
+            );
+        };
+        if body["labelFingerprint"] != inst["labelFingerprint"] {
+            return api_error(
+                412,
+                "conditionNotMet",
+                "Labels fingerprint either invalid or resource labels have changed",
+            );
+        }
+        inst["labels"] = body["labels"].clone();
+        inst["labelFingerprint"] = json!(format!("{id:012}"));
+        let op = self.new_op(zone, "setLabels", name, None, &[]);
         ok(op)
     }
 
@@ -857,7 +998,7 @@ impl FakeState {
                 ),
             );
         }
-        let op = self.new_op(zone, "delete", name, None, false);
+        let op = self.new_op(zone, "delete", name, None, &[]);
         if let Some(rid) = q.get("requestId") {
             let op_name = op["name"].as_str().unwrap_or_default().to_string();
             self.request_ids
@@ -916,6 +1057,8 @@ impl FakeState {
             (["zones", _, "acceleratorTypes"], true, _) => "acceleratorTypes.list",
             (["zones", _, "instances"], true, _) => "instances.list",
             (["zones", _, "instances"], _, true) => "instances.insert",
+            (["zones", _, "instances", "bulkInsert"], _, true) => "instances.bulkInsert",
+            (["zones", _, "instances", _, "setLabels"], _, true) => "instances.setLabels",
             (["zones", _, "instances", _], true, _) => "instances.get",
             (["zones", _, "instances", _], false, false) if *method == Method::DELETE => {
                 "instances.delete"
@@ -996,6 +1139,8 @@ impl FakeState {
                 Err(e) => api_error(400, "invalid", &e),
             },
             "instances.insert" => self.insert(&zone, q, body),
+            "instances.bulkInsert" => self.bulk_insert(&zone, q, body),
+            "instances.setLabels" => self.set_labels(&zone, parts[4], body),
             "instances.get" => match self.instances.get(&(zone.clone(), parts[4].to_string())) {
                 Some(v) => ok(v.clone()),
                 None => api_error(

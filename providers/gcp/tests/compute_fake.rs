@@ -547,3 +547,84 @@ async fn transient_errors_are_retried_and_throttling_surfaces_after_the_attempts
     assert_eq!(l.instance.zone, "us-central1-b");
     assert_eq!(l.unavailable.len(), 1);
 }
+
+#[tokio::test]
+async fn a_group_is_bulk_inserted_all_or_nothing_and_retried_idempotently() {
+    let fake = FakeCompute::new(PROJECT);
+    fake.fail_inserts(
+        Some("us-central1-a"),
+        Some("g2-standard-8"),
+        None,
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        None,
+    );
+    let (fake, p) = start_with(fake, |_| {}).await;
+    let candidates = [
+        ("g2-standard-8", "us-central1-a", OnDemand),
+        ("g2-standard-8", "us-central1-b", OnDemand),
+    ];
+    let group: Vec<LaunchRequest> = ["gang-0", "gang-1", "gang-2"]
+        .iter()
+        .map(|c| request(c, &candidates))
+        .collect();
+    let launched = p.launch_group(&group).await.unwrap();
+    assert_eq!(launched.len(), 3);
+    for (l, r) in launched.iter().zip(&group) {
+        assert_eq!(l.instance.claim.as_deref(), Some(r.claim.as_str()));
+        assert_eq!(l.instance.zone, "us-central1-b");
+        assert_eq!(
+            l.unavailable,
+            [OfferingKey::new("g2-standard-8", "us-central1-a", OnDemand)]
+        );
+    }
+    let vms = fake.instances();
+    assert_eq!(vms.len(), 3, "zone a created none of them");
+    let gid = provider_gcp::group_id(&group);
+    for vm in &vms {
+        assert_eq!(vm["labels"][provider_gcp::GROUP_LABEL], gid.as_str());
+        assert_eq!(vm["labels"]["gpu-autoscaler-cluster"], "test-cluster");
+        assert_eq!(
+            vm["machineType"].as_str().unwrap().rsplit('/').next(),
+            Some("g2-standard-8")
+        );
+        assert!(!metadata(vm, "startup-script").contains("--provider-id"));
+    }
+    assert_eq!(fake.count_calls("/instances/bulkInsert"), 2);
+    assert_eq!(fake.count_calls("/setLabels"), 3);
+
+    // A retry (after a crash, say) finds the group and creates nothing.
+    let again = p.launch_group(&group).await.unwrap();
+    assert_eq!(
+        again
+            .iter()
+            .map(|l| &l.instance.provider_id)
+            .collect::<Vec<_>>(),
+        launched
+            .iter()
+            .map(|l| &l.instance.provider_id)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(fake.count_calls("/instances/bulkInsert"), 2);
+    assert_eq!(fake.instances().len(), 3);
+
+    // Nowhere to put the whole group: nothing is created.
+    let big: Vec<LaunchRequest> = ["big-0", "big-1"]
+        .iter()
+        .map(|c| request(c, &[("g2-standard-8", "us-central1-a", Spot)]))
+        .collect();
+    assert!(matches!(
+        p.launch_group(&big).await,
+        Err(ProviderError::InsufficientCapacity { .. })
+    ));
+    assert_eq!(fake.instances().len(), 3);
+
+    // Claims that do not share one template cannot be one bulkInsert.
+    let mixed = vec![
+        request("m-0", &candidates),
+        request("m-1", &[("g2-standard-4", "us-central1-b", OnDemand)]),
+    ];
+    assert!(matches!(
+        p.launch_group(&mixed).await,
+        Err(ProviderError::InvalidRequest { .. })
+    ));
+}
