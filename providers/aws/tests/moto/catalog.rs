@@ -67,20 +67,54 @@ async fn catalog_has_gpu_types_zones_and_prices() {
     assert_eq!(p4d.labels[labels::NVIDIA_PRODUCT], "NVIDIA-A100-SXM4-40GB");
     assert_eq!(p4d.capacity.pods, 737);
 
-    let g4ad = get("g4ad.xlarge");
-    assert_eq!(g4ad.capacity.get("amd.com/gpu"), 1);
-    assert_eq!(g4ad.labels[labels::GPU_MANUFACTURER], "amd");
-
     let inf2 = get("inf2.xlarge");
     assert_eq!(inf2.capacity.get("aws.amazon.com/neuron"), 1);
-    let dl1 = get("dl1.24xlarge");
-    assert_eq!(dl1.capacity.get("habana.ai/gaudi"), 8);
-    // No list price for dl1 in the embedded table: spot offerings only.
+
+    // Every accelerator type offers its devices under the vendor's resource, and its labels
+    // agree. (moto 5.2.5 dropped the AMD g4ad and Habana dl1 types AWS retired; their mapping
+    // is unit-tested.)
+    let expected = |vendor: &str| match vendor {
+        "nvidia" => "nvidia.com/gpu",
+        "amd" => "amd.com/gpu",
+        "habana" => "habana.ai/gaudi",
+        "aws" => "aws.amazon.com/neuron",
+        other => panic!("unexpected accelerator vendor {other}"),
+    };
+    let mut vendors = std::collections::BTreeSet::new();
+    for t in types.iter().filter(|t| t.gpu.is_some()) {
+        let g = t.gpu.as_ref().unwrap();
+        vendors.insert(g.vendor.as_str());
+        assert_eq!(g.resource, expected(&g.vendor), "{}", t.name);
+        assert_eq!(
+            t.capacity.get(&g.resource),
+            i64::from(g.count),
+            "{}",
+            t.name
+        );
+        assert_eq!(
+            t.labels[labels::GPU_COUNT],
+            g.count.to_string(),
+            "{}",
+            t.name
+        );
+        assert_eq!(
+            t.labels[labels::GPU_MEMORY],
+            g.memory_mib.to_string(),
+            "{}",
+            t.name
+        );
+    }
     assert!(
-        dl1.offerings
-            .iter()
-            .all(|o| o.capacity_type == CapacityType::Spot)
+        vendors.contains("nvidia") && vendors.contains("aws"),
+        "{vendors:?}"
     );
+    // Types without a list price in the embedded table are offered as spot only.
+    assert!(types.iter().any(|t| {
+        !t.offerings.is_empty()
+            && t.offerings
+                .iter()
+                .all(|o| o.capacity_type == CapacityType::Spot)
+    }));
 
     let m5 = get("m5.large");
     assert!(m5.gpu.is_none());

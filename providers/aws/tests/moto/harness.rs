@@ -55,7 +55,10 @@ impl Moto {
     /// script installs moto, so there the tests always run).
     pub fn start(test: &str) -> Option<Moto> {
         let Some(bin) = moto_path() else {
-            eprintln!(
+            // Straight to the process's stderr: the test harness would swallow `eprintln!` of a
+            // passing test, and a skip must be visible.
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED: moto_server not found ({test}); install it with `pip install 'moto[server]'` (.ci/run does)"
             );
             return None;
