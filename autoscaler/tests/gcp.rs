@@ -176,3 +176,55 @@ async fn run_with_gcp_launches_a_gpu_vm_for_a_pending_gpu_pod() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(fake.instances().len(), 1);
 }
+
+/// With credentials required, a broken service-account key fails the command before any
+/// request is sent, says what to fix, and never prints the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_credentials_fail_clearly_without_printing_secrets() {
+    let fake = FakeCompute::new(PROJECT);
+    let addr = fake.serve().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key.json");
+    let marker = "SECRET-KEY-MATERIAL-7f3a";
+    std::fs::write(
+        &key,
+        json!({
+            "type": "service_account",
+            "project_id": PROJECT,
+            "private_key_id": "0123456789abcdef",
+            "private_key": format!("-----BEGIN PRIVATE KEY-----\n{marker}\n-----END PRIVATE KEY-----\n"),
+            "client_email": "nodes@fake-project.iam.gserviceaccount.com",
+            "client_id": "1",
+            "token_uri": "http://127.0.0.1:9/token",
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let config = dir.path().join("gcp.yaml");
+    std::fs::write(
+        &config,
+        format!("project: {PROJECT}\nendpoint_url: http://{addr}\nanonymous: false\n"),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_gpu-autoscaler");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin)
+            .args(["catalog", "--provider", "gcp", "--gcp-config"])
+            .arg(&config)
+            .env("GOOGLE_APPLICATION_CREDENTIALS", &key)
+            .env("RUST_LOG", "trace")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stderr.contains("credentials"), "{stderr}");
+    assert!(
+        !stderr.contains(marker) && !stdout.contains(marker),
+        "{stderr}"
+    );
+    assert!(fake.calls().is_empty(), "{:?}", fake.calls());
+}

@@ -93,10 +93,20 @@ pub(crate) fn classify(e: &GaxError) -> Failure {
         });
     let message = status.map_or_else(|| e.to_string(), |s| s.message.clone());
     if e.is_authentication() {
+        // The causes say what is wrong with the credentials (a key that does not parse, a
+        // metadata server that does not answer); the auth library keeps key material out of
+        // its messages.
+        let mut message = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            message.push_str(": ");
+            message.push_str(&c.to_string());
+            cause = c.source();
+        }
         return Failure {
             http,
             reason: "credentials".into(),
-            message: e.to_string(),
+            message,
             throttled: false,
             transient: false,
             credentials: true,

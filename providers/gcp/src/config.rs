@@ -24,11 +24,13 @@ pub struct GcpSettings {
     /// Only these zones of the region (empty: every zone that lists machine types).
     pub zones: Vec<String>,
     /// Compute API endpoint (a test fake such as `http://127.0.0.1:8089`); default the public
-    /// one. Requests then carry no credentials (see [`Self::anonymous`]).
+    /// one. An `http://` endpoint is called without credentials unless [`Self::anonymous`] is
+    /// `false`.
     pub endpoint_url: Option<String>,
-    /// Send requests without credentials. Only for emulators and fakes; implied by an
-    /// `http://` endpoint.
-    pub anonymous: bool,
+    /// Send requests without credentials (`true`) or with Application Default Credentials
+    /// (`false`); when absent, without for an `http://` endpoint (emulators and fakes) and with
+    /// otherwise.
+    pub anonymous: Option<bool>,
     /// Cluster name: the value of the cluster label on every instance.
     pub cluster: String,
     /// Node classes by name (a NodePool's `nodeClassRef.name`); [`DEFAULT_CLASS`] serves
@@ -57,7 +59,7 @@ impl Default for GcpSettings {
             region: "us-central1".into(),
             zones: Vec::new(),
             endpoint_url: None,
-            anonymous: false,
+            anonymous: None,
             cluster: "default".into(),
             node_classes: BTreeMap::new(),
             limits: Limits::default(),
@@ -92,11 +94,11 @@ impl GcpSettings {
 
     /// Whether requests go out without credentials.
     pub fn is_anonymous(&self) -> bool {
-        self.anonymous
-            || self
-                .endpoint_url
+        self.anonymous.unwrap_or_else(|| {
+            self.endpoint_url
                 .as_deref()
                 .is_some_and(|u| u.starts_with("http://"))
+        })
     }
 
     /// Checks values that parse but cannot work.
@@ -328,5 +330,10 @@ mod tests {
             ..GcpSettings::default()
         };
         assert!(s.is_anonymous());
+        let s = GcpSettings {
+            anonymous: Some(false),
+            ..s
+        };
+        assert!(!s.is_anonymous(), "explicitly with credentials");
     }
 }
