@@ -16,8 +16,8 @@ pub struct AwsArgs {
     /// the `provider-aws` crate's `AwsSettings`).
     #[arg(long = "aws-config", env = "GPU_AUTOSCALER_AWS_CONFIG")]
     pub config: Option<PathBuf>,
-    /// EC2 endpoint URL, e.g. a local emulator (default: the settings file, then
-    /// AWS_ENDPOINT_URL, then the real endpoint of the region).
+    /// API endpoint URL, e.g. a local emulator: EC2 for AWS (default: the settings file, then
+    /// AWS_ENDPOINT_URL, then the region's endpoint); `--provider gcp` reads it too.
     #[arg(long)]
     pub endpoint_url: Option<String>,
 }
