@@ -197,6 +197,13 @@ async fn catalog_pages_and_per_zone_lists_agree_with_the_aggregated_one() {
         "paged"
     );
     assert_eq!(fake.count_calls("aggregated/machineTypes"), 0);
+
+    // The aggregated list, paged across zones.
+    let fake = FakeCompute::new(PROJECT);
+    fake.set_page_size(5);
+    let (fake, aggregated) = start_with(fake, |_| {}).await;
+    assert_eq!(aggregated.instance_types(&class()).await.unwrap(), want);
+    assert!(fake.count_calls("aggregated/machineTypes") > 10, "paged");
 }
 
 #[tokio::test]
