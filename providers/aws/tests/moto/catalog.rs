@@ -213,6 +213,22 @@ async fn node_class_narrows_zones_architectures_and_disk() {
     let g5 = types.iter().find(|t| t.name == "g5.xlarge").unwrap();
     assert_eq!(g5.capacity.ephemeral_storage, 100 << 30);
 
+    // The same resources selected by id resolve alike.
+    let by_id = provider_aws::config::NodeClass {
+        ami: provider_aws::config::Selector::ids(r.amis.values().cloned()),
+        subnets: provider_aws::config::Selector::ids(r.subnets.values().cloned()),
+        security_groups: provider_aws::config::Selector::ids(r.security_groups.clone()),
+        ..provider_aws::config::NodeClass::default()
+    };
+    let mut s = moto.settings(&moto.url, "c2");
+    s.node_classes.insert("by-id".into(), by_id);
+    let p2 = AwsProvider::connect(s).await.unwrap();
+    let r2 = p2.resolve_class("by-id").await.unwrap();
+    assert_eq!(
+        (&r2.amis, &r2.subnets, &r2.security_groups),
+        (&r.amis, &r.subnets, &r.security_groups)
+    );
+
     // An unknown class name with no `default` class: the region-wide catalog.
     let all = p.catalog(Some("other")).await.unwrap();
     assert!(all.iter().any(|t| t.arch == "arm64"));
