@@ -345,7 +345,13 @@ impl GcpProvider {
             Some("TERMINATED" | "STOPPED" | "SUSPENDED") => InstanceState::Terminated,
             _ => InstanceState::Pending,
         };
-        let (on_demand, spot_price) = self.embedded.prices(&instance_type, None);
+        // N1 combinations outside the price table are priced from the machine's shape, known
+        // when the catalog is cached (best effort: never wait for a refresh here).
+        let shape = self.facts.try_lock().ok().and_then(|c| {
+            c.as_ref()
+                .and_then(|c| c.facts.machines.iter().find(|m| m.name == machine).cloned())
+        });
+        let (on_demand, spot_price) = self.embedded.prices(&instance_type, shape.as_ref());
         Some(Instance {
             provider_id: launch::provider_id(self.project(), &zone, &name),
             claim: tags.get(providers::tags::CLAIM).cloned(),

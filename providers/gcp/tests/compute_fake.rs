@@ -635,3 +635,37 @@ async fn a_group_is_bulk_inserted_all_or_nothing_and_retried_idempotently() {
         Err(ProviderError::InvalidRequest { .. })
     ));
 }
+
+#[tokio::test]
+async fn reads_and_mutations_draw_from_their_token_buckets() {
+    let (_, p) = start_with(FakeCompute::new(PROJECT), |s| {
+        s.limits.read = providers::common::RateLimit::new(4, 1);
+    })
+    .await;
+    let pid = "gce://fake-project/us-central1-a/none";
+    let start = std::time::Instant::now();
+    for _ in 0..5 {
+        assert!(matches!(
+            p.get(pid).await,
+            Err(ProviderError::NotFound { .. })
+        ));
+    }
+    // One at once, then four more at four per second.
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // An N1 combination outside the price table is priced from its shape once the catalog is
+    // cached.
+    p.instance_types(&class()).await.unwrap();
+    let l = p
+        .launch(&request(
+            "p4-node",
+            &[("n1-standard-8-p4x1", "us-central1-a", OnDemand)],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(l.instance.price, Some(0.979998));
+}
