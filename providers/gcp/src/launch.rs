@@ -66,8 +66,9 @@ pub fn from_label_value(value: &str) -> String {
 }
 
 /// The GCE instance name of a claim: `[a-z]([-a-z0-9]{0,61}[a-z0-9])?`. A Kubernetes name that
-/// already fits is used as is (`.` becomes `-`); a longer one is cut and suffixed with a hash of
-/// the whole, so that it stays unique and deterministic.
+/// already fits is used as is; any other (with `.`, a leading digit, too long) is rewritten, cut
+/// to 54 characters and suffixed with a hash of the whole, so that it stays unique and
+/// deterministic.
 pub fn instance_name(claim: &str) -> String {
     let mut n: String = claim
         .chars()
@@ -83,17 +84,16 @@ pub fn instance_name(claim: &str) -> String {
     if !n.starts_with(|c: char| c.is_ascii_lowercase()) {
         n.insert_str(0, "n-");
     }
-    if n.len() > 63 || n != claim {
-        // Distinct claims that map to the same characters (or were cut) stay distinct.
+    if n != claim || n.len() > 63 {
+        // Cut or rewritten: a hash of the original keeps distinct claims distinct
+        // (`pool.a-b` and `pool-a.b` would otherwise both be `pool-a-b`).
         let h = Uuid::new_v5(&REQUEST_NS, claim.as_bytes())
             .simple()
             .to_string();
-        if n.len() > 63 {
-            n.truncate(54);
-            n = format!("{}-{}", n.trim_end_matches('-'), &h[..8]);
-        }
+        n.truncate(54);
+        n = format!("{}-{}", n.trim_end_matches('-'), &h[..8]);
     }
-    n.trim_end_matches('-').to_string()
+    n
 }
 
 /// The request id of one insert attempt: a UUID derived from the claim and the offering.

@@ -25,8 +25,10 @@ fn request() -> LaunchRequest {
 #[test]
 fn instance_names_are_valid_gce_names_and_deterministic() {
     assert_eq!(instance_name("gpu-a1b2c"), "gpu-a1b2c");
-    assert_eq!(instance_name("pool.v2-abc"), "pool-v2-abc");
-    assert_eq!(instance_name("9lives"), "n-9lives");
+    let dotted = instance_name("pool.v2-abc");
+    assert!(dotted.starts_with("pool-v2-abc-"), "{dotted}");
+    assert_ne!(dotted, instance_name("pool-v2.abc"));
+    assert!(instance_name("9lives").starts_with("n-9lives-"));
     let long = format!("{}-x", "a".repeat(80));
     let n = instance_name(&long);
     assert!(n.len() <= 63, "{n}");
