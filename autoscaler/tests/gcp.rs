@@ -228,3 +228,76 @@ async fn bad_credentials_fail_clearly_without_printing_secrets() {
     );
     assert!(fake.calls().is_empty(), "{:?}", fake.calls());
 }
+
+/// The controller drives delete and list through the provider too: a VM whose node never
+/// registers is deleted when its claim times out, and a VM of this cluster without a claim is
+/// garbage-collected after the grace period; another cluster's VM is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_gcp_deletes_unregistered_vms_and_collects_orphans() {
+    let fake = FakeCompute::new(PROJECT);
+    fake.plant_instance(
+        "us-central1-b",
+        "orphan",
+        "n1-standard-8",
+        &[("gpu-autoscaler-cluster", "e2e")],
+    );
+    fake.plant_instance(
+        "us-central1-b",
+        "not-ours",
+        "n1-standard-8",
+        &[("gpu-autoscaler-cluster", "other")],
+    );
+    let addr = fake.serve().await.unwrap();
+    let cluster = Cluster::start().await;
+    let _ctl = cluster.controller(
+        "gcp-gc",
+        &[
+            "--provider=gcp",
+            &format!("--project={PROJECT}"),
+            &format!("--endpoint-url=http://{addr}"),
+            "--cluster-name=e2e",
+            "--leader-elect=false",
+            "--registration-timeout=3s",
+        ],
+    );
+    let _: NodePool = cluster.create(t4_pool("t4")).await;
+    let _: Pod = cluster.create(gpu_pod("train")).await;
+
+    let first = eventually("a VM for the pod", Duration::from_secs(60), || {
+        let fake = fake.clone();
+        async move {
+            fake.instances()
+                .into_iter()
+                .find(|i| i["labels"]["gpu-autoscaler-nodeclaim"].is_string())
+                .and_then(|i| i["name"].as_str().map(str::to_string))
+        }
+    })
+    .await;
+    eventually(
+        "the unregistered VM deleted through the API",
+        Duration::from_secs(60),
+        || {
+            let fake = fake.clone();
+            let first = first.clone();
+            async move {
+                fake.calls()
+                    .iter()
+                    .any(|c| c.starts_with("DELETE") && c.contains(&format!("/instances/{first}?")))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    eventually("the orphan collected", Duration::from_secs(60), || {
+        let fake = fake.clone();
+        async move { (!fake.instances().iter().any(|i| i["name"] == "orphan")).then_some(()) }
+    })
+    .await;
+    assert!(fake.instances().iter().any(|i| i["name"] == "not-ours"));
+    assert!(
+        fake.calls()
+            .iter()
+            .any(|c| c.contains("aggregated/instances?") && c.contains("gpu-autoscaler-cluster")),
+        "GC lists by the cluster label"
+    );
+}
