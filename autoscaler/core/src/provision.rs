@@ -698,9 +698,9 @@ impl<'a> Planner<'a> {
                 pods: vec![],
                 counts: vec![0; self.nsel()],
                 blocks: vec![],
-            sel_blocks: vec![],
-            target: 0.0,
-            target_shape: None,
+                sel_blocks: vec![],
+                target: 0.0,
+                target_shape: None,
                 reserved: Resources::new(),
                 reserved_models: BTreeMap::new(),
                 open: !(n.unschedulable || n.deleting),
@@ -779,9 +779,9 @@ impl<'a> Planner<'a> {
                 pods: vec![],
                 counts: vec![0; self.nsel()],
                 blocks: vec![],
-            sel_blocks: vec![],
-            target: 0.0,
-            target_shape: None,
+                sel_blocks: vec![],
+                target: 0.0,
+                target_shape: None,
                 reserved: Resources::new(),
                 reserved_models: BTreeMap::new(),
                 open: true,
@@ -817,8 +817,10 @@ impl<'a> Planner<'a> {
     }
 
     fn build_classes(&mut self) {
-        let mut index: HashMap<(&crate::requirements::NodeSelector, &Vec<Toleration>, bool), usize> =
-            HashMap::new();
+        let mut index: HashMap<
+            (&crate::requirements::NodeSelector, &Vec<Toleration>, bool),
+            usize,
+        > = HashMap::new();
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         for p in &self.snap.pending {
@@ -920,7 +922,10 @@ impl<'a> Planner<'a> {
             self.scan_group.push(*scan_index.entry(key).or_insert(n));
             self.monotone.push(
                 p.affinity.is_empty()
-                    && !p.spread.iter().any(|t| t.hard && t.topology_key != labels::HOSTNAME),
+                    && !p
+                        .spread
+                        .iter()
+                        .any(|t| t.hard && t.topology_key != labels::HOSTNAME),
             );
         }
         self.unit_cost = vec![None; self.remaining.len()];
@@ -945,7 +950,9 @@ impl<'a> Planner<'a> {
             {
                 continue;
             }
-            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false)).floor().max(1.0);
+            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
+                .floor()
+                .max(1.0);
             best = best.min(shape.offerings[0].price / per_node.min(left));
         }
         self.unit_cost[g] = Some(best);
@@ -956,7 +963,9 @@ impl<'a> Planner<'a> {
     /// counting only GPU-class resources on GPU types (cpu left over on a GPU node is not what
     /// that node is bought for).
     fn fair_share(&self, i: usize, slot: &Slot) -> f64 {
-        let Some(t) = slot.target_shape else { return 0.0 };
+        let Some(t) = slot.target_shape else {
+            return 0.0;
+        };
         let shape = &self.shapes[t];
         let need = demand(&self.snap.pending[i], &slot.devices);
         slot.target * dominant_share(&need, &shape.allocatable, shape.has_gpu)
@@ -1056,7 +1065,11 @@ impl<'a> Planner<'a> {
         let pod = &self.snap.pending[i];
         let ci = self.class_of[i];
         let sg = self.scan_group[i];
-        let start = if self.monotone[i] { self.scan_from[sg] } else { 0 };
+        let start = if self.monotone[i] {
+            self.scan_from[sg]
+        } else {
+            0
+        };
         let mut first_ok: Option<usize> = None;
         // 1. existing nodes and in-flight claims, in that order (slots are laid out that way).
         let n = self.state.slots.len();
@@ -1155,7 +1168,9 @@ impl<'a> Planner<'a> {
             _ => {
                 let slot = &self.state.slots[si];
                 let shares_ok = !class.share
-                    || slot.pool.is_none_or(|pi| self.snap.pools[pi].sharing.fractional);
+                    || slot
+                        .pool
+                        .is_none_or(|pi| self.snap.pools[pi].sharing.fractional);
                 let ok = shares_ok
                     && untolerated(&class.tolerations, &slot.taints).is_none()
                     && class.terms.iter().any(|t| match slot.kind {
@@ -1206,7 +1221,11 @@ impl<'a> Planner<'a> {
     fn topology_ok(&self, i: usize, slot: &Slot, zone: Option<&str>) -> bool {
         let pod = &self.snap.pending[i];
         // Anti-affinity of pods already there against this pod.
-        if slot.sel_blocks.iter().any(|b| self.matches[i].binary_search(b).is_ok()) {
+        if slot
+            .sel_blocks
+            .iter()
+            .any(|b| self.matches[i].binary_search(b).is_ok())
+        {
             return false;
         }
         for (ns, sel, key) in &slot.blocks {
@@ -1754,8 +1773,12 @@ impl<'a> Planner<'a> {
             if avoid_gpu && shape.has_gpu {
                 continue;
             }
-            let Some(p) = shape.price_under(&reqs) else { continue };
-            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false)).floor().max(1.0);
+            let Some(p) = shape.price_under(&reqs) else {
+                continue;
+            };
+            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
+                .floor()
+                .max(1.0);
             let unit = p / per_node.min(left);
             if unit < best_unit * (1.0 - 1e-9) {
                 best_unit = unit;

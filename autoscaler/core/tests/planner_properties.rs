@@ -113,7 +113,10 @@ fn build(specs: &[PodSpec], gpu_limit: Option<u32>, tainted: bool, existing: boo
         }
         pods.push(b.build());
     }
-    let mut gpu = pool("gpu", catalog()).sharing(GpuSharing { fractional: true, ..GpuSharing::default() });
+    let mut gpu = pool("gpu", catalog()).sharing(GpuSharing {
+        fractional: true,
+        ..GpuSharing::default()
+    });
     if tainted {
         gpu = gpu.taint("nvidia.com/gpu", "present");
     }

@@ -390,7 +390,10 @@ fn fractional_shares_pack_per_device_never_pooled() {
         unshared.unschedulable[0].reason,
         "NodePool gpu does not offer fractional GPU shares (gpuSharing.fractional)"
     );
-    let fractional = GpuSharing { fractional: true, ..GpuSharing::default() };
+    let fractional = GpuSharing {
+        fractional: true,
+        ..GpuSharing::default()
+    };
     let plan = check(
         &snapshot(pods, vec![gpu_pool().sharing(fractional)]),
         expect![[r#"
@@ -533,10 +536,22 @@ fn every_new_claim_type_fits_all_its_pods() {
 fn claims_are_sized_for_the_similar_pods_that_follow() {
     // One 4-GPU node is cheaper per GPU than four 1-GPU nodes: eight 1-GPU pods take two.
     let types = vec![
-        itype("one.x").cpu("4").mem("16Gi").gpus(1, "T4", 16).on_demand(&["z1"], 1.0).build(),
-        itype("four.x").cpu("16").mem("64Gi").gpus(4, "T4", 16).on_demand(&["z1"], 2.5).build(),
+        itype("one.x")
+            .cpu("4")
+            .mem("16Gi")
+            .gpus(1, "T4", 16)
+            .on_demand(&["z1"], 1.0)
+            .build(),
+        itype("four.x")
+            .cpu("16")
+            .mem("64Gi")
+            .gpus(4, "T4", 16)
+            .on_demand(&["z1"], 2.5)
+            .build(),
     ];
-    let pods = (0..8).map(|i| pod(&format!("p{i}")).cpu("1").gpus(1)).collect();
+    let pods = (0..8)
+        .map(|i| pod(&format!("p{i}")).cpu("1").gpus(1))
+        .collect();
     check(
         &snapshot(pods, vec![pool("gpu", types.clone())]),
         expect![[r#"
@@ -545,7 +560,9 @@ fn claims_are_sized_for_the_similar_pods_that_follow() {
         "#]],
     );
     // Two pods only: the tail claim falls back to the cheapest type that holds what it got.
-    let pods = (0..5).map(|i| pod(&format!("p{i}")).cpu("1").gpus(1)).collect();
+    let pods = (0..5)
+        .map(|i| pod(&format!("p{i}")).cpu("1").gpus(1))
+        .collect();
     check(
         &snapshot(pods, vec![pool("gpu", types)]),
         expect![[r#"
@@ -558,10 +575,24 @@ fn claims_are_sized_for_the_similar_pods_that_follow() {
 #[test]
 fn flexible_pods_leave_expensive_pinned_capacity_to_pinned_pods() {
     let types = vec![
-        itype("t4.8").cpu("32").mem("128Gi").gpus(8, "T4", 16).on_demand(&["z1"], 3.0).build(),
-        itype("b200.8").cpu("96").mem("1024Gi").gpus(8, "B200", 180).on_demand(&["z1"], 45.0).build(),
+        itype("t4.8")
+            .cpu("32")
+            .mem("128Gi")
+            .gpus(8, "T4", 16)
+            .on_demand(&["z1"], 3.0)
+            .build(),
+        itype("b200.8")
+            .cpu("96")
+            .mem("1024Gi")
+            .gpus(8, "B200", 180)
+            .on_demand(&["z1"], 45.0)
+            .build(),
     ];
-    let pods = vec![pod("p1").gpus(4).model("B200"), pod("p2").gpus(4), pod("p3").gpus(4).model("B200")];
+    let pods = vec![
+        pod("p1").gpus(4).model("B200"),
+        pod("p2").gpus(4),
+        pod("p3").gpus(4).model("B200"),
+    ];
     let plan = check(
         &snapshot(pods, vec![pool("gpu", types)]),
         expect![[r#"
@@ -576,8 +607,18 @@ fn flexible_pods_leave_expensive_pinned_capacity_to_pinned_pods() {
 #[test]
 fn mig_slices_pack_onto_the_cheapest_per_slice_type() {
     let types = vec![
-        itype("small.x").cpu("8").mem("64Gi").gpus(1, "H100", 80).on_demand(&["z1"], 2.75).build(),
-        itype("big.x").cpu("96").mem("1024Gi").gpus(8, "A100", 80).on_demand(&["z1"], 11.0).build(),
+        itype("small.x")
+            .cpu("8")
+            .mem("64Gi")
+            .gpus(1, "H100", 80)
+            .on_demand(&["z1"], 2.75)
+            .build(),
+        itype("big.x")
+            .cpu("96")
+            .mem("1024Gi")
+            .gpus(8, "A100", 80)
+            .on_demand(&["z1"], 11.0)
+            .build(),
     ];
     let sharing = GpuSharing {
         mig: Some(autoscaler_core::model::MigSharing {
@@ -587,9 +628,22 @@ fn mig_slices_pack_onto_the_cheapest_per_slice_type() {
         ..GpuSharing::default()
     };
     let pods = (0..56)
-        .map(|i| pod(&format!("m{i:02}")).res("nvidia.com/mig-1g.10gb", "1").tolerate(Toleration::exists("nvidia.com/gpu")))
+        .map(|i| {
+            pod(&format!("m{i:02}"))
+                .res("nvidia.com/mig-1g.10gb", "1")
+                .tolerate(Toleration::exists("nvidia.com/gpu"))
+        })
         .collect();
-    let plan = plan_provisioning(&snapshot(pods, vec![gpu_pool().build().into_builder("mig").0.into_builder_with(types, sharing)]));
+    let plan = plan_provisioning(&snapshot(
+        pods,
+        vec![
+            gpu_pool()
+                .build()
+                .into_builder("mig")
+                .0
+                .into_builder_with(types, sharing),
+        ],
+    ));
     assert!(plan.unschedulable.is_empty(), "{}", plan.render());
     assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
     assert!((plan.new_cost() - 11.0).abs() < 1e-9, "{}", plan.render());
