@@ -280,9 +280,9 @@ pub fn instance_body(
         startup_script(request, t.class, &node_labels, &pid),
     );
 
-    // GPUs cannot live-migrate: maintenance must stop the VM. Spot VMs cannot restart
-    // automatically and are deleted when preempted, so that the Node and the claim go away
-    // instead of leaving a stopped VM behind.
+    // GPUs cannot live-migrate: maintenance must stop the VM; Compute Engine demands the same
+    // of every Spot VM. Spot VMs cannot restart automatically and are deleted when preempted,
+    // so that the Node and the claim go away instead of leaving a stopped VM behind.
     let mut scheduling = Scheduling::new()
         .set_provisioning_model(if spot {
             model::scheduling::ProvisioningModel::Spot
@@ -290,7 +290,7 @@ pub fn instance_body(
             model::scheduling::ProvisioningModel::Standard
         })
         .set_automatic_restart(!spot);
-    if gpu {
+    if gpu || spot {
         scheduling =
             scheduling.set_on_host_maintenance(model::scheduling::OnHostMaintenance::Terminate);
     }

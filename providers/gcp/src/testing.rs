@@ -10,7 +10,8 @@
 //! - `GET  .../zones/{z}/acceleratorTypes`;
 //! - `POST .../zones/{z}/instances?requestId=` → a zonal `compute#operation`; the same request
 //!   id answers with the same operation (as the real API deduplicates), another insert of an
-//!   existing name answers HTTP 409 `alreadyExists`; injected faults end the operation DONE
+//!   existing name answers HTTP 409 `alreadyExists`; a GPU or Spot VM that does not terminate on
+//!   maintenance answers 400, as the API does; injected faults end the operation DONE
 //!   with `error.errors[]` (`ZONE_RESOURCE_POOL_EXHAUSTED`, `QUOTA_EXCEEDED`) and
 //!   `httpErrorStatusCode`, and create no instance;
 //! - `POST .../zones/{z}/instances/bulkInsert` (named instances, `minCount == count`): all
@@ -816,6 +817,9 @@ impl FakeState {
             .as_str()
             .unwrap_or("STANDARD")
             .to_string();
+        if let Some(why) = self.scheduling_error(zone, &machine, &body) {
+            return api_error(400, "invalid", why);
+        }
         let error = self.fault_for(zone, &machine, &model);
         // A successful insert's instance exists (PROVISIONING) while the operation runs, as on
         // the real API; a failing one never shows up.
@@ -836,6 +840,29 @@ impl FakeState {
                 .insert(rid.clone(), (zone.to_string(), op_name));
         }
         ok(op)
+    }
+
+    /// The API's checks of `scheduling`: GPUs (attached or built in) cannot live-migrate, and
+    /// Spot VMs must terminate on maintenance and not restart automatically.
+    fn scheduling_error(&self, zone: &str, machine: &str, body: &Value) -> Option<&'static str> {
+        let s = &body["scheduling"];
+        let terminate = s["onHostMaintenance"] == "TERMINATE";
+        let builtin = self.machine_types.get(zone).is_some_and(|l| {
+            l.iter()
+                .any(|m| m["name"] == machine && m.get("accelerators").is_some())
+        });
+        let attached = body["guestAccelerators"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty());
+        if (builtin || attached) && !terminate {
+            return Some("Instances with guest accelerators do not support live migration.");
+        }
+        if s["provisioningModel"] == "SPOT" && (!terminate || s["automaticRestart"] == true) {
+            return Some(
+                "Invalid value for field 'resource.scheduling': Spot VMs must set onHostMaintenance to TERMINATE and automaticRestart to false.",
+            );
+        }
+        None
     }
 
     /// The injected operation error an insert of `machine` as `model` in `zone` meets, if any
@@ -923,6 +950,9 @@ impl FakeState {
             .as_str()
             .unwrap_or("STANDARD")
             .to_string();
+        if let Some(why) = self.scheduling_error(zone, &machine, props) {
+            return api_error(400, "invalid", why);
+        }
         let error = self.fault_for(zone, &machine, &model);
         let started = if error.is_none() {
             for n in &names {

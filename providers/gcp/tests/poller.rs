@@ -26,7 +26,7 @@ async fn the_library_poller_returns_ok_for_a_failed_operation() {
         .set_body(
             Instance::new()
                 .set_name("vm-1")
-                .set_machine_type("zones/us-central1-a/machineTypes/g2-standard-4"),
+                .set_machine_type("zones/us-central1-a/machineTypes/n2-standard-8"),
         )
         .poller()
         .until_done()

@@ -165,6 +165,11 @@ fn the_body_follows_the_class_template() {
     assert!(v.get("guestAccelerators").is_none());
     assert!(v["scheduling"].get("onHostMaintenance").is_none());
     assert_eq!(v["scheduling"]["provisioningModel"], "STANDARD");
+    // The same as Spot: Compute Engine requires TERMINATE on maintenance for Spot VMs.
+    r.candidates = vec![OfferingKey::new("e2-standard-4", "us-central1-b", Spot)];
+    let v = serde_json::to_value(instance_body(&t, &r, &r.candidates[0])).unwrap();
+    assert_eq!(v["scheduling"]["onHostMaintenance"], "TERMINATE");
+    assert_eq!(v["scheduling"]["instanceTerminationAction"], "DELETE");
 }
 
 #[test]
