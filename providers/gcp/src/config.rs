@@ -1,7 +1,8 @@
 //! Settings of the GCP provider: project, region and zones, endpoint, node classes (the
 //! per-NodePool instance template), rate limits, retries, timeouts, catalog cache and price
-//! overrides. Loaded from YAML (`--gcp-config FILE`) or built in code; every field has a default
-//! except the project, so that a file with only `project:` is valid.
+//! overrides. Loaded from YAML (`--gcp-config FILE`, see `providers/gcp/settings.example.yaml`)
+//! or built in code; every field has a default except the project, so that a file with only
+//! `project:` is valid.
 
 use std::collections::BTreeMap;
 
@@ -301,6 +302,15 @@ mod tests {
         assert_eq!(s.region, "us-central1");
         assert!(!s.is_anonymous());
         assert_eq!(s.class("gpu").1, NodeClass::default());
+    }
+
+    #[test]
+    fn the_example_file_parses() {
+        let s = GcpSettings::from_yaml(include_str!("../settings.example.yaml")).unwrap();
+        assert_eq!(s.zones.len(), 3);
+        assert_eq!(s.class("h100").1.boot_disk_type, "hyperdisk-balanced");
+        assert_eq!(s.class("anything").0, DEFAULT_CLASS);
+        assert_eq!(s.on_demand_prices["a4-highgpu-8g"], 120.0);
     }
 
     #[test]
