@@ -38,6 +38,10 @@ pub(crate) struct SimulateArgs {
     /// generators, on the bundled openb NodePools unless a scenario is given.
     #[arg(long)]
     openb: Option<PathBuf>,
+    /// Replay the Alibaba v2025 DLRM trace (`disaggregated_DLRM_trace.csv`) instead of the
+    /// scenario's generators, on the bundled openb NodePools unless a scenario is given.
+    #[arg(long, conflicts_with = "openb")]
+    dlrm: Option<PathBuf>,
     /// Divide the trace's times by this factor.
     #[arg(long, default_value_t = 1.0)]
     compression: f64,
@@ -99,13 +103,14 @@ fn run_once(
 
 /// Runs `simulate`.
 pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
-    let mut scenario = match (&args.scenario, &args.openb) {
+    let trace = args.openb.is_some() || args.dlrm.is_some();
+    let mut scenario = match (&args.scenario, trace) {
         (Some(p), _) => Scenario::load(p)?,
-        (None, Some(_)) => Scenario::parse(
+        (None, true) => Scenario::parse(
             std::path::Path::new("<embedded openb.yaml>"),
             openb_workload::OPENB_SCENARIO_YAML,
         )?,
-        (None, None) => Scenario::default_scenario()?,
+        (None, false) => Scenario::default_scenario()?,
     };
     let opts = RunOptions {
         seed: args.seed,
@@ -113,12 +118,21 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         policies: (!args.policies.is_empty()).then(|| args.policies.clone()),
     };
     let seed = opts.seed.unwrap_or(scenario.seed);
-    let workload = match &args.openb {
-        None => None,
-        Some(path) => {
-            let nodes = args.openb_nodes.clone().unwrap_or_else(|| {
-                path.with_file_name("openb_node_list_gpu_node.csv")
-            });
+    let workload = match (&args.openb, &args.dlrm) {
+        (None, None) => None,
+        (None, Some(path)) => {
+            let (w, horizon) = openb_workload::load_dlrm(path, args.compression)?;
+            if args.hours.is_none() {
+                scenario.duration_s = horizon;
+            }
+            scenario.name = format!("DLRM v2025 (compression {})", args.compression);
+            Some(w)
+        }
+        (Some(path), _) => {
+            let nodes = args
+                .openb_nodes
+                .clone()
+                .unwrap_or_else(|| path.with_file_name("openb_node_list_gpu_node.csv"));
             let o = OpenbOptions {
                 compression: args.compression,
                 fgd_share: args.fgd_share,

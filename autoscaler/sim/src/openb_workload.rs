@@ -183,3 +183,58 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
     w.finish();
     Ok((w, horizon))
 }
+
+/// Loads the Alibaba v2025 DLRM trace as a workload: every instance arrives at
+/// `creation_time / compression` (at 0 when it predates the trace) and leaves
+/// `(deletion_time - creation_time) / compression` after it is bound (never, when it outlives
+/// the trace). `HN` instances ask for their GPUs, `CN` instances for cpu and memory only.
+/// Returns the workload and the horizon it needs.
+///
+/// # Errors
+/// [`SimError`] from the loader, naming file, line and column; [`SimError::Scenario`] for a
+/// non-positive compression.
+pub fn load_dlrm(path: &Path, compression: f64) -> Result<(Workload, i64), SimError> {
+    if !(compression > 0.0 && compression.is_finite()) {
+        return Err(SimError::Scenario {
+            path: path.to_path_buf(),
+            line: 0,
+            field: "--compression".into(),
+            why: format!("{compression} must be positive"),
+        });
+    }
+    let records = crate::traces::dlrm::load(path)?;
+    let mut w = Workload::default();
+    let mut shapes: HashMap<(u64, u64, u32), u32> = HashMap::new();
+    let mut end = 0i64;
+    for r in &records {
+        let t = *shapes
+            .entry((r.cpu_milli, r.memory_mib, r.gpus))
+            .or_insert_with(|| {
+                let mut b = builders::pod("dlrm")
+                    .cpu(&format!("{}m", r.cpu_milli))
+                    .mem(&format!("{}Mi", r.memory_mib))
+                    .label("app", "dlrm");
+                if r.gpus > 0 {
+                    b = b.gpus(i64::from(r.gpus));
+                }
+                w.templates.push(b.build());
+                (w.templates.len() - 1) as u32
+            });
+        let created = r.creation_s.unwrap_or(0);
+        let arrival = (created as f64 / compression).floor() as i64;
+        let runtime = r
+            .deletion_s
+            .map(|d| (((d.saturating_sub(created)) as f64 / compression).round() as i64).max(1));
+        end = end.max(arrival + runtime.unwrap_or(0));
+        w.pods.push(PodSpec {
+            template: t,
+            name: r.name.clone(),
+            arrival,
+            runtime,
+            delete_at: None,
+            group: None,
+        });
+    }
+    w.finish();
+    Ok((w, end.max(3600) + 1))
+}

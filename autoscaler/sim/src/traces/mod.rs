@@ -5,4 +5,5 @@
 
 mod table;
 
+pub mod dlrm;
 pub mod openb;
