@@ -897,7 +897,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
             &self.disruption_config(),
         );
         self.disruption_state = plan.state.clone();
-        for v in plan.verdicts.iter().filter(|v| !v.disrupted && v.pool.is_some()) {
+        for v in plan
+            .verdicts
+            .iter()
+            .filter(|v| !v.disrupted && v.pool.is_some())
+        {
             tracing::debug!(node = %v.node, reason = %v.reason, "kept");
         }
         let busy: HashSet<&str> = self
