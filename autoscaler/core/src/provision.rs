@@ -337,6 +337,35 @@ struct Slot {
     open: bool,
 }
 
+impl Slot {
+    /// An open new-claim slot with nothing in it, `counts` as given.
+    fn empty(counts: Vec<u32>) -> Slot {
+        Slot {
+            kind: SlotKind::New,
+            name: String::new(),
+            pool: None,
+            labels: Labels::new(),
+            taints: vec![],
+            allocatable: Resources::new(),
+            used: Resources::new(),
+            devices: Devices::default(),
+            reqs: Requirements::new(),
+            candidates: vec![],
+            price: 0.0,
+            target: 0.0,
+            target_shape: None,
+            zone: None,
+            pods: vec![],
+            counts,
+            blocks: vec![],
+            sel_blocks: vec![],
+            reserved: Resources::new(),
+            reserved_models: BTreeMap::new(),
+            open: true,
+        }
+    }
+}
+
 /// Per-class data: pods with the same node selector and tolerations share these answers.
 #[derive(Debug)]
 struct Class {
@@ -689,21 +718,10 @@ impl<'a> Planner<'a> {
                 labels: n.labels.clone(),
                 taints: n.taints.clone(),
                 allocatable: n.allocatable.clone(),
-                used: Resources::new(),
-                devices: Devices::default(),
-                reqs: Requirements::new(),
-                candidates: vec![],
                 price: n.price.unwrap_or(0.0),
                 zone: n.labels.get(labels::ZONE).cloned(),
-                pods: vec![],
-                counts: vec![0; self.nsel()],
-                blocks: vec![],
-                sel_blocks: vec![],
-                target: 0.0,
-                target_shape: None,
-                reserved: Resources::new(),
-                reserved_models: BTreeMap::new(),
                 open: !(n.unschedulable || n.deleting),
+                ..Slot::empty(vec![0; self.nsel()])
             };
             for p in &n.pods {
                 let d = demand(p, &slot.devices);
@@ -770,21 +788,9 @@ impl<'a> Planner<'a> {
                 labels: common,
                 taints: snap.pools[pi].taints.clone(),
                 allocatable: alloc,
-                used: Resources::new(),
-                devices: Devices::default(),
                 reqs: c.requirements.clone(),
-                candidates: vec![],
-                price: 0.0,
                 zone,
-                pods: vec![],
-                counts: vec![0; self.nsel()],
-                blocks: vec![],
-                sel_blocks: vec![],
-                target: 0.0,
-                target_shape: None,
-                reserved: Resources::new(),
-                reserved_models: BTreeMap::new(),
-                open: true,
+                ..Slot::empty(vec![0; self.nsel()])
             };
             for p in &c.pods {
                 let d = demand(p, &slot.devices);
@@ -1544,29 +1550,7 @@ impl<'a> Planner<'a> {
         let wants_gpu = need.has_gpu_class();
         let mut best: Option<(i32, f64, usize, Requirements, Vec<usize>)> = None;
         let mut reasons: Vec<String> = Vec::new();
-        let empty = Slot {
-            kind: SlotKind::New,
-            name: String::new(),
-            pool: None,
-            labels: Labels::new(),
-            taints: vec![],
-            allocatable: Resources::new(),
-            used: Resources::new(),
-            devices: Devices::default(),
-            reqs: Requirements::new(),
-            candidates: vec![],
-            price: 0.0,
-            zone: None,
-            pods: vec![],
-            counts: vec![0; self.nsel()],
-            blocks: vec![],
-            sel_blocks: vec![],
-            target: 0.0,
-            target_shape: None,
-            reserved: Resources::new(),
-            reserved_models: BTreeMap::new(),
-            open: true,
-        };
+        let empty = Slot::empty(vec![0; self.nsel()]);
         for &pi in &self.pool_order {
             let pool = &self.snap.pools[pi];
             if let Some((w, ..)) = &best
@@ -1792,27 +1776,16 @@ impl<'a> Planner<'a> {
             .and_then(|c| c.single_value())
             .map(str::to_string);
         let slot = Slot {
-            kind: SlotKind::New,
             name,
             pool: Some(pi),
-            labels: Labels::new(),
             taints: pool.taints.clone(),
-            allocatable: Resources::new(),
-            used: Resources::new(),
-            devices: Devices::default(),
             reqs,
             candidates: cands,
             price,
             zone,
-            pods: vec![],
-            counts: vec![0; self.nsel()],
-            blocks: vec![],
-            sel_blocks: vec![],
             target: target.0,
             target_shape: target.1,
-            reserved: Resources::new(),
-            reserved_models: BTreeMap::new(),
-            open: true,
+            ..Slot::empty(vec![0; self.nsel()])
         };
         self.state.slots.push(slot);
         self.state.usage[pi].nodes += 1;
@@ -2037,26 +2010,7 @@ impl<'a> Planner<'a> {
 
 fn placeholder() -> Slot {
     Slot {
-        kind: SlotKind::New,
-        name: String::new(),
-        pool: None,
-        labels: Labels::new(),
-        taints: vec![],
-        allocatable: Resources::new(),
-        used: Resources::new(),
-        devices: Devices::default(),
-        reqs: Requirements::new(),
-        candidates: vec![],
-        price: 0.0,
-        zone: None,
-        pods: vec![],
-        counts: vec![],
-        blocks: vec![],
-        sel_blocks: vec![],
-        target: 0.0,
-        target_shape: None,
-        reserved: Resources::new(),
-        reserved_models: BTreeMap::new(),
         open: false,
+        ..Slot::empty(vec![])
     }
 }
