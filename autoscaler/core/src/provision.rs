@@ -292,6 +292,10 @@ fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
             .all(|(k, v)| v + used.get(k) <= alloc.get(k))
 }
 
+/// A pod's scan identity: demand group, matched selectors, and its spread, affinity and
+/// anti-affinity selectors.
+type ScanKey<'a> = (usize, &'a [usize], &'a [usize], &'a [usize], &'a [usize]);
+
 /// Selector identity for topology counting: namespace plus label requirements.
 type SelKey = (String, Requirements);
 
@@ -905,8 +909,7 @@ impl<'a> Planner<'a> {
         let pending = &self.snap.pending;
         let mut demand_index: HashMap<(usize, &Resources, &Option<GpuShare>), usize> =
             HashMap::new();
-        let mut scan_index: HashMap<(usize, &[usize], &[usize], &[usize], &[usize]), usize> =
-            HashMap::new();
+        let mut scan_index: HashMap<ScanKey<'_>, usize> = HashMap::new();
         for (i, p) in pending.iter().enumerate() {
             let n = demand_index.len();
             let g = *demand_index
