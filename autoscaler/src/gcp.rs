@@ -18,7 +18,11 @@ use crate::controller::error::Error;
 pub struct GcpArgs {
     /// GCP provider settings file (YAML: project, region, zones, node classes, limits,
     /// retries, price overrides; see the `provider-gcp` crate's `GcpSettings`).
-    #[arg(id = "gcp_config", long = "gcp-config", env = "GPU_AUTOSCALER_GCP_CONFIG")]
+    #[arg(
+        id = "gcp_config",
+        long = "gcp-config",
+        env = "GPU_AUTOSCALER_GCP_CONFIG"
+    )]
     pub config: Option<PathBuf>,
     /// GCP project (default: the settings file, then GOOGLE_CLOUD_PROJECT).
     #[arg(long = "project")]
