@@ -170,7 +170,8 @@ const COLORS: [&str; 10] = [
 
 /// A line chart of several series over time.
 fn line_chart(title: &str, unit: &str, series: &[(String, Vec<(i64, f64)>)]) -> String {
-    let (w, h, l, b) = (760.0, 240.0, 60.0, 30.0);
+    // Plot area: x in [l, w - r], y in [top, h - b].
+    let (w, h, l, b, r, top) = (760.0, 240.0, 60.0, 30.0, 30.0, 12.0);
     let tmax = series
         .iter()
         .flat_map(|(_, v)| v.iter().map(|p| p.0))
@@ -193,13 +194,14 @@ fn line_chart(title: &str, unit: &str, series: &[(String, Vec<(i64, f64)>)]) -> 
     );
     let _ = write!(
         s,
-        "<line x1=\"{l}\" y1=\"{}\" x2=\"{w}\" y2=\"{}\" stroke=\"#888\"/><line x1=\"{l}\" y1=\"0\" x2=\"{l}\" y2=\"{}\" stroke=\"#888\"/>",
+        "<line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#888\"/><line x1=\"{l}\" y1=\"{top}\" x2=\"{l}\" y2=\"{}\" stroke=\"#888\"/>",
         h - b,
+        w - r,
         h - b,
         h - b
     );
     for i in 0..=4 {
-        let y = (h - b) * (1.0 - f64::from(i) / 4.0);
+        let y = top + (h - b - top) * (1.0 - f64::from(i) / 4.0);
         let v = ymax * f64::from(i) / 4.0;
         let _ = write!(
             s,
@@ -211,7 +213,7 @@ fn line_chart(title: &str, unit: &str, series: &[(String, Vec<(i64, f64)>)]) -> 
         );
     }
     for i in 0..=6 {
-        let x = l + (w - l) * f64::from(i) / 6.0;
+        let x = l + (w - l - r) * f64::from(i) / 6.0;
         let _ = write!(
             s,
             "<text x=\"{x}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{:.1}h</text>",
@@ -223,8 +225,8 @@ fn line_chart(title: &str, unit: &str, series: &[(String, Vec<(i64, f64)>)]) -> 
         let color = COLORS[k % COLORS.len()];
         let mut d = String::new();
         for (i, (t, v)) in pts.iter().enumerate() {
-            let x = l + (w - l) * (*t as f64 / tmax);
-            let y = (h - b) * (1.0 - v / ymax);
+            let x = l + (w - l - r) * (*t as f64 / tmax);
+            let y = top + (h - b - top) * (1.0 - v / ymax);
             let _ = write!(d, "{}{x:.1},{y:.1}", if i == 0 { "M" } else { " L" });
         }
         let _ = write!(
