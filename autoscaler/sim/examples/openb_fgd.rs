@@ -25,10 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let pods = Path::new(args.get(2).ok_or(usage)?);
     let share: Option<f64> = args.get(3).and_then(|s| s.parse().ok());
-    let mut scenario = Scenario::parse(
-        Path::new("openb.yaml"),
-        openb_workload::OPENB_SCENARIO_YAML,
-    )?;
+    let mut scenario =
+        Scenario::parse(Path::new("openb.yaml"), openb_workload::OPENB_SCENARIO_YAML)?;
     let o = OpenbOptions {
         compression: 150.0,
         fgd_share: share,

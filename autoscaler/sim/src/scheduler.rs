@@ -302,7 +302,11 @@ fn ratio(used: i64, req: i64, alloc: i64) -> f64 {
 pub fn score(pod: &Pod, node: &NodeState, strategy: ScoreStrategy) -> f64 {
     let mut parts = vec![
         ratio(node.used.cpu, pod.requests.cpu, node.allocatable.cpu),
-        ratio(node.used.memory, pod.requests.memory, node.allocatable.memory),
+        ratio(
+            node.used.memory,
+            pod.requests.memory,
+            node.allocatable.memory,
+        ),
     ];
     let gpu_req = pod.requests.get(names::NVIDIA_GPU) * 1000
         + pod.gpu_share.as_ref().map_or(0, |s| i64::from(s.milli));

@@ -63,7 +63,12 @@ fn openb_replay_compresses_time_and_runs_safely() {
     let r = run_workload(&s, &w, &RunOptions::default(), &mut |_, _| {}).unwrap();
     for p in &r.policies {
         assert_eq!(p.safety_violations, 0);
-        assert_eq!(p.pending_at_end, 0, "{}", autoscaler_sim::report::summary(&r));
+        assert_eq!(
+            p.pending_at_end,
+            0,
+            "{}",
+            autoscaler_sim::report::summary(&r)
+        );
     }
 }
 
@@ -112,6 +117,11 @@ i1,CN,app_0,8,8,0,0,0,0,40.0,40.0,10,10,8,475.5,476,1200
     assert_eq!(w.materialize(0).requests.get("nvidia.com/gpu"), 1);
     assert!(horizon >= 3600);
     let bad = write("dlrm-bad.csv", &text.replace("475.5", "-3"));
-    let e = openb_workload::load_dlrm(&bad, 1.0).unwrap_err().to_string();
-    assert!(e.ends_with("dlrm-bad.csv:3: field creation_time: -3 is negative"), "{e}");
+    let e = openb_workload::load_dlrm(&bad, 1.0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with("dlrm-bad.csv:3: field creation_time: -3 is negative"),
+        "{e}"
+    );
 }
