@@ -417,8 +417,6 @@ struct Planner<'a> {
     sel_of_spread: Vec<Vec<usize>>,
     sel_of_affinity: Vec<Vec<usize>>,
     sel_of_anti: Vec<Vec<usize>>,
-    /// Cost of the cheapest new node for each pod alone (for the grow-or-open decision).
-    alone_cost: Vec<Option<f64>>,
     /// Per pod: its demand group (same class, requests and share); pods of a group are
     /// interchangeable for sizing claims.
     demand_group: Vec<usize>,
@@ -571,7 +569,6 @@ impl<'a> Planner<'a> {
             sel_of_spread,
             sel_of_affinity,
             sel_of_anti,
-            alone_cost: Vec::new(),
             demand_group: Vec::new(),
             remaining: Vec::new(),
             unit_cost: Vec::new(),
@@ -901,7 +898,6 @@ impl<'a> Planner<'a> {
         }
         self.classes = classes;
         self.class_of = class_of;
-        self.alone_cost = vec![None; self.snap.pending.len()];
         self.build_groups();
     }
 
@@ -1658,10 +1654,7 @@ impl<'a> Planner<'a> {
             }
         }
         match best {
-            Some((_, price, pi, reqs, cands)) => {
-                self.alone_cost[i] = Some(price);
-                Ok((pi, reqs, cands, price))
-            }
+            Some((_, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price)),
             None => Err(self.summarize(reasons)),
         }
     }
