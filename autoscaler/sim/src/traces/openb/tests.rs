@@ -4,13 +4,17 @@ use std::path::PathBuf;
 
 use super::*;
 
-/// A CSV written to a fresh file under the temp dir and removed again when dropped; the name
-/// carries the process id so parallel runs do not collide.
+/// A CSV written to a directory of its own under the temp dir and removed again when dropped.
+/// The directory carries the process id and the file name, so neither parallel runs nor
+/// parallel tests can remove a directory another test is about to write into.
 struct TempCsv(PathBuf);
 
 impl TempCsv {
     fn new(name: &str, text: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("autoscaler-sim-openb-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "autoscaler-sim-openb-{}-{name}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join(name);
         std::fs::write(&path, text).expect("write temp csv");
@@ -21,7 +25,6 @@ impl TempCsv {
 impl Drop for TempCsv {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
-        // Succeeds only once the last test's file is gone; the others leave it to that one.
         if let Some(dir) = self.0.parent() {
             let _ = std::fs::remove_dir(dir);
         }
