@@ -47,7 +47,9 @@ pub fn plan_provisioning(snapshot: &Snapshot) -> Plan {
 
 /// [`plan_provisioning`] with explicit options.
 pub fn plan_with(snapshot: &Snapshot, options: &PlanOptions) -> Plan {
-    Planner::new(snapshot, options).run()
+    let mut plan = Planner::new(snapshot, options).run();
+    crate::gang::prefer_one_zone(snapshot, &mut plan);
+    plan
 }
 
 /// An instance type as a node of one pool would offer it: sharing applied, pool labels added,

@@ -1,0 +1,200 @@
+//! Gang zone preference: an all-or-nothing group's new claims land in one zone when one zone can
+//! hold the whole group (`UPDATE_EXPECT=1 cargo test` refreshes the expectations).
+
+use autoscaler_core::builders::*;
+use autoscaler_core::instance::{CapacityType, InstanceType};
+use autoscaler_core::labels;
+use autoscaler_core::model::{Group, Snapshot};
+use autoscaler_core::plan::Plan;
+use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::taints::{Effect, Toleration};
+use expect_test::{Expect, expect};
+
+/// p4d.24xlarge on demand in three zones, cheapest in b.
+fn p4d() -> InstanceType {
+    itype("p4d.24xlarge")
+        .cpu("96")
+        .mem("1152Gi")
+        .gpus(8, "A100", 40)
+        .offer("us-east-1a", CapacityType::OnDemand, 21.96)
+        .offer("us-east-1b", CapacityType::OnDemand, 21.50)
+        .offer("us-east-1c", CapacityType::OnDemand, 22.40)
+        .build()
+}
+
+fn gpu_toleration() -> Toleration {
+    Toleration::exists("nvidia.com/gpu")
+}
+
+fn gang(name: &str, n: usize) -> Vec<PodBuilder> {
+    (0..n)
+        .map(|i| {
+            pod(&format!("{name}-{i}"))
+                .gpus(8)
+                .model("A100")
+                .tolerate(gpu_toleration())
+                .group(name)
+        })
+        .collect()
+}
+
+fn snapshot(pods: Vec<PodBuilder>, types: Vec<InstanceType>) -> Snapshot {
+    let mut snap = Snapshot {
+        pending: pods.into_iter().map(|p| p.build()).collect(),
+        pools: vec![
+            pool("gpu", types)
+                .taint("nvidia.com/gpu", "present")
+                .build(),
+        ],
+        ..Snapshot::default()
+    };
+    let groups: Vec<String> = snap
+        .pending
+        .iter()
+        .filter_map(|p| p.group.clone())
+        .collect();
+    for g in groups {
+        let n = snap
+            .pending
+            .iter()
+            .filter(|p| p.group.as_deref() == Some(&g))
+            .count() as u32;
+        snap.groups.insert(
+            g.clone(),
+            Group {
+                name: g,
+                min_count: n,
+            },
+        );
+    }
+    snap
+}
+
+fn zones(plan: &Plan) -> Vec<Vec<String>> {
+    plan.new_claims
+        .iter()
+        .map(|c| {
+            let mut z: Vec<String> = c
+                .instance_types
+                .iter()
+                .flat_map(|o| o.offerings.iter().map(|x| x.0.clone()))
+                .collect();
+            z.sort();
+            z.dedup();
+            z
+        })
+        .collect()
+}
+
+fn check(snap: &Snapshot, expected: Expect) -> Plan {
+    let plan = plan_provisioning(snap);
+    expected.assert_eq(&plan.render());
+    assert_eq!(plan, plan_provisioning(snap), "deterministic");
+    plan
+}
+
+#[test]
+fn gang_claims_are_narrowed_to_the_cheapest_common_zone() {
+    let snap = snapshot(gang("train", 3), vec![p4d()]);
+    let plan = check(
+        &snap,
+        expect![[r#"
+            claim gpu-1 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-0]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+            claim gpu-2 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-1]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+            claim gpu-3 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-2]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+        "#]],
+    );
+    assert_eq!(zones(&plan), vec![vec!["us-east-1b".to_string()]; 3]);
+}
+
+#[test]
+fn pods_outside_any_group_keep_every_zone() {
+    let pods = (0..2)
+        .map(|i| {
+            pod(&format!("solo-{i}"))
+                .gpus(8)
+                .model("A100")
+                .tolerate(gpu_toleration())
+        })
+        .collect();
+    let plan = plan_provisioning(&snapshot(pods, vec![p4d()]));
+    assert_eq!(plan.new_claims.len(), 2);
+    for z in zones(&plan) {
+        assert_eq!(z, ["us-east-1a", "us-east-1b", "us-east-1c"]);
+    }
+}
+
+#[test]
+fn a_member_on_an_existing_node_pulls_the_gang_into_its_zone() {
+    let mut snap = snapshot(gang("train", 3), vec![p4d()]);
+    snap.nodes.push(
+        node("gpu-c-0", &p4d(), "us-east-1c")
+            .pool("gpu")
+            .taint(autoscaler_core::taints::Taint::new(
+                "nvidia.com/gpu",
+                "present",
+                Effect::NoSchedule,
+            ))
+            .build(),
+    );
+    let plan = check(
+        &snap,
+        expect![[r#"
+            existing default/train-0 -> gpu-c-0
+            claim gpu-1 pool=gpu price=22.400 types=[p4d.24xlarge] pods=[train-1]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1c]
+            claim gpu-2 pool=gpu price=22.400 types=[p4d.24xlarge] pods=[train-2]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1c]
+        "#]],
+    );
+    assert_eq!(plan.existing.len(), 1);
+    assert_eq!(zones(&plan), vec![vec!["us-east-1c".to_string()]; 2]);
+}
+
+#[test]
+fn no_common_zone_leaves_the_claims_as_planned() {
+    // The existing node is in a zone the new type is not offered in.
+    let a100_only_a_b = itype("p4d.24xlarge")
+        .cpu("96")
+        .mem("1152Gi")
+        .gpus(8, "A100", 40)
+        .offer("us-east-1a", CapacityType::OnDemand, 21.96)
+        .offer("us-east-1b", CapacityType::OnDemand, 21.50)
+        .build();
+    let mut snap = snapshot(gang("train", 2), vec![a100_only_a_b.clone()]);
+    let elsewhere = itype("p4d.24xlarge")
+        .cpu("96")
+        .mem("1152Gi")
+        .gpus(8, "A100", 40)
+        .offer("us-east-1c", CapacityType::OnDemand, 22.40)
+        .build();
+    snap.nodes.push(
+        node("gpu-c-0", &elsewhere, "us-east-1c")
+            .pool("gpu")
+            .build(),
+    );
+    let plan = plan_provisioning(&snap);
+    assert_eq!(plan.existing.len(), 1);
+    assert_eq!(
+        zones(&plan),
+        vec![vec!["us-east-1a".to_string(), "us-east-1b".into()]]
+    );
+}
+
+#[test]
+fn a_gang_with_a_hard_zone_spread_is_not_pinned() {
+    let pods = gang("spread", 3)
+        .into_iter()
+        .map(|p| p.label("app", "spread").spread(labels::ZONE, 1, "spread"))
+        .collect();
+    let plan = plan_provisioning(&snapshot(pods, vec![p4d()]));
+    assert_eq!(plan.new_claims.len(), 3);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    // Each claim keeps the zone the spread gave it; nothing was narrowed to a common zone.
+    let z = zones(&plan);
+    let distinct: std::collections::BTreeSet<_> = z.iter().collect();
+    assert_eq!(distinct.len(), 3, "{z:?}");
+}
