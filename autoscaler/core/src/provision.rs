@@ -1140,7 +1140,7 @@ impl<'a> Planner<'a> {
         // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
         let alone = self.open_claim_candidates(i);
         if let Some((delta, si, grow)) = best {
-            let alone_price = alone.as_ref().ok().map(|(_, _, _, p)| *p);
+            let alone_price = alone.as_ref().ok().map(|(.., p)| *p);
             if alone_price.is_none_or(|a| delta <= a + 1e-12) {
                 self.commit(i, si, Some(grow), avoid_gpu);
                 let slot = &mut self.state.slots[si];
@@ -1153,7 +1153,7 @@ impl<'a> Planner<'a> {
         }
         // 4. a new claim, sized for the similar pods that follow.
         match alone {
-            Ok((pool, reqs, cands, price)) => {
+            Ok((pool, reqs, cands, price, _)) => {
                 self.open_claim(i, pool, reqs, cands, price, avoid_gpu);
                 true
             }
@@ -1538,18 +1538,20 @@ impl<'a> Planner<'a> {
         Ok(())
     }
 
-    /// The pool, requirements, candidates and price of a new claim for pod `i` alone, or the
-    /// reason there is none.
+    /// The pool, requirements, candidates and price of a new claim for pod `i`, and the price
+    /// of the cheapest node any pool could launch for it alone, or the reason there is none.
     #[allow(clippy::type_complexity)]
     fn open_claim_candidates(
         &mut self,
         i: usize,
-    ) -> Result<(usize, Requirements, Vec<usize>, f64), String> {
+    ) -> Result<(usize, Requirements, Vec<usize>, f64, f64), String> {
         let pod = &self.snap.pending[i];
         let ci = self.class_of[i];
         let need = demand(pod, &Devices::default());
         let wants_gpu = need.has_gpu_class();
-        let mut best: Option<(i32, f64, usize, Requirements, Vec<usize>)> = None;
+        let avoid_gpu = self.avoid_gpu(i);
+        let mut best: Option<(i32, f64, f64, usize, Requirements, Vec<usize>)> = None;
+        let mut cheapest = f64::INFINITY;
         let mut reasons: Vec<String> = Vec::new();
         let empty = Slot::empty(vec![0; self.nsel()]);
         for &pi in &self.pool_order {
@@ -1644,21 +1646,57 @@ impl<'a> Planner<'a> {
                 let Some(&(price, _)) = priced.first() else {
                     continue;
                 };
-                if best.as_ref().is_none_or(|b| price < b.1) {
-                    best = Some((
-                        pool.weight,
-                        price,
-                        pi,
-                        reqs,
-                        priced.into_iter().map(|(_, c)| c).collect(),
-                    ));
+                cheapest = cheapest.min(price);
+                let cands: Vec<usize> = priced.into_iter().map(|(_, c)| c).collect();
+                // Pools compete on the price per pod of the node the claim would be sized to,
+                // not on the cheapest node for this pod alone: a pool whose only small node is
+                // cheap can still cost more per pod than another pool's big node once the
+                // similar pods that follow share it.
+                let unit = self.claim_target(i, &reqs, &cands, avoid_gpu).0;
+                let better = best.as_ref().is_none_or(|b| {
+                    unit < b.1 * (1.0 - 1e-9) || (unit <= b.1 * (1.0 + 1e-9) && price < b.2)
+                });
+                if better {
+                    best = Some((pool.weight, unit, price, pi, reqs, cands));
                 }
             }
         }
         match best {
-            Some((_, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price)),
+            Some((_, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
             None => Err(self.summarize(reasons)),
         }
+    }
+
+    /// The lowest price per pod over `cands` (under `reqs`) for pod `i` and the members of its
+    /// demand group still pending, with that candidate's price and index; `(INFINITY, INFINITY,
+    /// None)` when no candidate is usable.
+    fn claim_target(
+        &self,
+        i: usize,
+        reqs: &Requirements,
+        cands: &[usize],
+        avoid_gpu: bool,
+    ) -> (f64, f64, Option<usize>) {
+        let need = demand(&self.snap.pending[i], &Devices::default());
+        let left = self.remaining[self.demand_group[i]].max(1) as f64;
+        let mut best = (f64::INFINITY, f64::INFINITY, None);
+        for c in cands {
+            let shape = &self.shapes[*c];
+            if avoid_gpu && shape.has_gpu {
+                continue;
+            }
+            let Some(p) = shape.price_under(reqs) else {
+                continue;
+            };
+            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
+                .floor()
+                .max(1.0);
+            let unit = p / per_node.min(left);
+            if unit < best.0 * (1.0 - 1e-9) {
+                best = (unit, p, Some(*c));
+            }
+        }
+        best
     }
 
     fn summarize(&self, mut reasons: Vec<String>) -> String {
@@ -1745,28 +1783,10 @@ impl<'a> Planner<'a> {
         self.state.claims_opened += 1;
         // Size the claim for the pods like this one that are still pending: the candidate with
         // the lowest price per pod it would hold, cheapest on ties.
-        let pod = &self.snap.pending[i];
-        let need = demand(pod, &Devices::default());
-        let left = self.remaining[self.demand_group[i]].max(1) as f64;
-        let mut target = (price, cands.first().copied());
-        let mut best_unit = f64::INFINITY;
-        for c in &cands {
-            let shape = &self.shapes[*c];
-            if avoid_gpu && shape.has_gpu {
-                continue;
-            }
-            let Some(p) = shape.price_under(&reqs) else {
-                continue;
-            };
-            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
-                .floor()
-                .max(1.0);
-            let unit = p / per_node.min(left);
-            if unit < best_unit * (1.0 - 1e-9) {
-                best_unit = unit;
-                target = (p, Some(*c));
-            }
-        }
+        let target = match self.claim_target(i, &reqs, &cands, avoid_gpu) {
+            (_, p, Some(c)) => (p, Some(c)),
+            _ => (price, cands.first().copied()),
+        };
         let pool = &self.snap.pools[pi];
         let name = format!("{}-{}", pool.name, self.state.claims_opened);
         let zone = reqs

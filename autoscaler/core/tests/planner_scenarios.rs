@@ -573,6 +573,52 @@ fn claims_are_sized_for_the_similar_pods_that_follow() {
 }
 
 #[test]
+fn claims_are_sized_across_pools_not_only_in_the_cheapest_pool_for_one_pod() {
+    // Pool "small" has the cheapest node for one pod, pool "big" the cheapest per pod once
+    // eight of them share it: the claim goes to "big" and holds all eight.
+    let small = vec![
+        itype("one.x")
+            .cpu("4")
+            .mem("16Gi")
+            .gpus(1, "A100", 40)
+            .on_demand(&["z1"], 2.0)
+            .build(),
+    ];
+    let big = vec![
+        itype("eight.x")
+            .cpu("64")
+            .mem("256Gi")
+            .gpus(8, "A100", 40)
+            .on_demand(&["z1"], 9.0)
+            .build(),
+    ];
+    let pods = (0..8)
+        .map(|i| pod(&format!("p{i}")).cpu("1").gpus(1))
+        .collect();
+    let plan = check(
+        &snapshot(
+            pods,
+            vec![pool("small", small.clone()), pool("big", big.clone())],
+        ),
+        expect![[r#"
+            claim big-1 pool=big price=9.000 types=[eight.x] pods=[p0,p1,p2,p3,p4,p5,p6,p7]
+        "#]],
+    );
+    assert!((plan.new_cost() - 9.0).abs() < 1e-9);
+    // One pod alone still takes the cheapest node for it.
+    let plan = check(
+        &snapshot(
+            vec![pod("solo").cpu("1").gpus(1)],
+            vec![pool("small", small), pool("big", big)],
+        ),
+        expect![[r#"
+            claim small-1 pool=small price=2.000 types=[one.x] pods=[solo]
+        "#]],
+    );
+    assert!((plan.new_cost() - 2.0).abs() < 1e-9);
+}
+
+#[test]
 fn flexible_pods_leave_expensive_pinned_capacity_to_pinned_pods() {
     let types = vec![
         itype("t4.8")
