@@ -113,12 +113,43 @@ pub fn fit_resources(pod: &Pod, node: &NodeState) -> Result<Vec<usize>, Unfit> {
     Ok(out)
 }
 
-/// What the scheduler reads: nodes (possibly a scratch copy for what-if questions) and the
+/// Copies of the few nodes a what-if question changes, laid over the real ones: copying every
+/// live node for each question made the baselines' scale-down quadratic in the cluster size.
+#[derive(Clone, Debug, Default)]
+pub struct Scratch {
+    /// Per node id, the index of its copy in `copies` (`u32::MAX`: not copied).
+    index: Vec<u32>,
+    /// The changed nodes.
+    copies: Vec<NodeState>,
+}
+
+impl Scratch {
+    /// An overlay with nothing copied yet, for a cluster of `nodes` nodes (gone ones included).
+    pub fn new(nodes: usize) -> Self {
+        Scratch {
+            index: vec![u32::MAX; nodes],
+            copies: Vec::new(),
+        }
+    }
+
+    /// The copy of node `id`, made from `base` on first use.
+    pub fn node_mut(&mut self, base: &[NodeState], id: NodeId) -> &mut NodeState {
+        if self.index[id] == u32::MAX {
+            self.index[id] = self.copies.len() as u32;
+            self.copies.push(base[id].clone());
+        }
+        &mut self.copies[self.index[id] as usize]
+    }
+}
+
+/// What the scheduler reads: nodes (with a scratch overlay for what-if questions) and the
 /// pods they hold.
 #[derive(Clone, Copy)]
 pub struct View<'a> {
     /// Nodes by id.
     pub nodes: &'a [NodeState],
+    /// Changed copies that stand in for some of `nodes`.
+    pub scratch: Option<&'a Scratch>,
     /// Pods by id.
     pub pods: &'a [PodState],
     /// Nodes not gone.
@@ -132,10 +163,22 @@ impl<'a> View<'a> {
     pub fn of(c: &'a Cluster) -> Self {
         View {
             nodes: &c.nodes,
+            scratch: None,
             pods: &c.pods,
             live: &c.live_nodes,
             any_anti: c.anti_bound > 0,
         }
+    }
+
+    /// Node `id` as this view sees it.
+    pub fn node(&self, id: NodeId) -> &'a NodeState {
+        if let Some(s) = self.scratch {
+            let i = s.index[id];
+            if i != u32::MAX {
+                return &s.copies[i as usize];
+            }
+        }
+        &self.nodes[id]
     }
 
     fn pod(&self, id: PodId) -> &'a Pod {
@@ -181,7 +224,7 @@ impl Topology {
         };
         let ns = &pod.key.namespace;
         for ni in view.live {
-            let n = &view.nodes[*ni];
+            let n = view.node(*ni);
             if !n.registered() {
                 continue;
             }
@@ -335,7 +378,7 @@ pub fn best_node(
     let topo = (has_topology(pod) || view.any_anti).then(|| Topology::of(view, pod));
     let mut best: Option<(f64, NodeId, Vec<usize>)> = None;
     for ni in nodes {
-        let n = &view.nodes[*ni];
+        let n = view.node(*ni);
         let Ok(devices) = filter(pod, n, topo.as_ref()) else {
             continue;
         };
@@ -347,18 +390,11 @@ pub fn best_node(
     best.map(|(_, n, d)| (n, d))
 }
 
-/// Adds a what-if placement to scratch nodes.
-pub fn place_what_if(
-    nodes: &mut [NodeState],
-    pod: &Pod,
-    id: PodId,
-    node: NodeId,
-    devices: &[usize],
-) {
+/// Adds a what-if placement to a scratch node.
+pub fn place_what_if(n: &mut NodeState, pod: &Pod, id: PodId, devices: &[usize]) {
     let mut req = pod.requests.clone();
     req.set(names::NVIDIA_GPU, 0);
     let share = pod.gpu_share.as_ref().map(|s| s.milli);
-    let n = &mut nodes[node];
     n.used.add(&req);
     for d in devices {
         n.devices[*d] += match share {
@@ -370,7 +406,7 @@ pub fn place_what_if(
 }
 
 /// Whether every pod bound to the `removed` nodes could be re-placed on `targets`, binding them
-/// one by one on a scratch copy of the live nodes, largest first: the "would the scheduler
+/// one by one on scratch copies of the nodes involved, largest first: the "would the scheduler
 /// find room" question the baselines' scale-down asks.
 pub fn can_move(
     cluster: &Cluster,
@@ -378,16 +414,17 @@ pub fn can_move(
     targets: &[NodeId],
     strategy: ScoreStrategy,
 ) -> bool {
-    // Only live nodes are copied (the cluster keeps every node ever launched).
-    let ids: Vec<NodeId> = cluster.live_nodes.iter().copied().collect();
-    let local = |n: NodeId| ids.binary_search(&n).ok();
-    let mut scratch: Vec<NodeState> = ids.iter().map(|n| cluster.nodes[*n].clone()).collect();
-    let live: BTreeSet<NodeId> = (0..ids.len()).collect();
-    let targets: Vec<NodeId> = targets.iter().filter_map(|n| local(*n)).collect();
+    let mut scratch = Scratch::new(cluster.nodes.len());
+    let targets: Vec<NodeId> = targets
+        .iter()
+        .copied()
+        .filter(|n| cluster.live_nodes.contains(n))
+        .collect();
     let mut order: Vec<PodId> = Vec::new();
-    for r in removed.iter().filter_map(|n| local(*n)) {
-        order.extend(scratch[r].pods.iter().copied());
-        scratch[r].pods.clear();
+    for &r in removed.iter().filter(|n| cluster.live_nodes.contains(n)) {
+        let copy = scratch.node_mut(&cluster.nodes, r);
+        order.extend(copy.pods.iter().copied());
+        copy.pods.clear();
     }
     order.sort_by_key(|p| {
         let r = &cluster.pod(*p).requests;
@@ -401,13 +438,13 @@ pub fn can_move(
     for p in order {
         let pod = cluster.pod(p);
         let view = View {
-            nodes: &scratch,
-            pods: &cluster.pods,
-            live: &live,
-            any_anti: cluster.anti_bound > 0,
+            scratch: Some(&scratch),
+            ..View::of(cluster)
         };
         match best_node(view, pod, &targets, strategy) {
-            Some((ni, devices)) => place_what_if(&mut scratch, pod, p, ni, &devices),
+            Some((ni, devices)) => {
+                place_what_if(scratch.node_mut(&cluster.nodes, ni), pod, p, &devices);
+            }
             None => return false,
         }
     }
