@@ -10,7 +10,7 @@ use autoscaler_core::model::{DaemonSet, Pool, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
 use providers::OfferingKey;
 
-use crate::cluster::{Cluster, NodeId, NodePhase, PodId};
+use crate::cluster::{Cluster, NodeId, NodePhase, PodId, SnapshotCache};
 use crate::scenario::ClusterConfig;
 use crate::workload::Workload;
 
@@ -66,6 +66,24 @@ impl Ctx<'_> {
         self.cluster
             .snapshot(self.pools, self.daemonsets, self.workload, pending)
     }
+
+    /// The same snapshot, brought up to date in `cache` rather than built afresh.
+    pub fn snapshot_in<'c>(&self, cache: &'c mut SnapshotCache, pending: bool) -> &'c Snapshot {
+        let snap = cache.sync(
+            self.cluster,
+            self.pools,
+            self.daemonsets,
+            self.workload,
+            pending,
+        );
+        // Tests run unoptimized, so every end-to-end test checks the incremental snapshot
+        // against a fresh one at each planner call.
+        debug_assert!(
+            *snap == self.snapshot(pending),
+            "incremental snapshot drifted from the cluster"
+        );
+        snap
+    }
 }
 
 /// A provisioning and disruption policy.
@@ -93,6 +111,7 @@ pub trait Policy {
 pub struct GpuAutoscaler {
     state: DisruptionState,
     config: DisruptionConfig,
+    cache: SnapshotCache,
 }
 
 impl GpuAutoscaler {
@@ -106,6 +125,7 @@ impl GpuAutoscaler {
                 delay_after_scale_up_s: cfg.scale_down_delay_after_add_s,
                 ..DisruptionConfig::default()
             },
+            cache: SnapshotCache::default(),
         }
     }
 }
@@ -136,8 +156,8 @@ impl Policy for GpuAutoscaler {
     }
 
     fn provision(&mut self, ctx: &Ctx, _now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
-        let snap = ctx.snapshot(true);
-        let plan = plan_provisioning(&snap);
+        let snap = ctx.snapshot_in(&mut self.cache, true);
+        let plan = plan_provisioning(snap);
         if std::env::var_os("SIM_DEBUG").is_some() {
             eprintln!(
                 "t={_now} pending={} nodes={} in_flight={} -> existing={} in_flight={} new={} unschedulable={}",
@@ -171,8 +191,8 @@ impl Policy for GpuAutoscaler {
     }
 
     fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {
-        let snap = ctx.snapshot(false);
-        let plan = plan_disruption(&snap, &self.state, now, &self.config);
+        let snap = ctx.snapshot_in(&mut self.cache, false);
+        let plan = plan_disruption(snap, &self.state, now, &self.config);
         self.state = plan.state.clone();
         let mut out = Vec::new();
         for cmd in plan.commands {
@@ -201,15 +221,15 @@ impl Policy for GpuAutoscaler {
                 command: Some(cmd),
             });
         }
-        (out, next_wake(&snap, &self.state, &self.config, now))
+        (out, next_wake(snap, &self.state, &self.config, now))
     }
 
     fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64) -> bool {
         let Some(cmd) = &decision.command else {
             return false;
         };
-        let snap = ctx.snapshot(false);
-        validate(cmd, &snap, now, &self.config).is_ok()
+        let snap = ctx.snapshot_in(&mut self.cache, false);
+        validate(cmd, snap, now, &self.config).is_ok()
     }
 
     fn on_scale_up(&mut self, now: i64) {
