@@ -17,6 +17,12 @@
 //!
 //! Terminating an instance deletes its `KwokInstance` and its Node.
 //!
+//! **Outages.** A `KwokInstance` labelled [`OUTAGE_LABEL`] is not an instance but a capacity
+//! outage of the emulated cloud: while it exists, launches refuse its instance type, zone and
+//! capacity type with an insufficient-capacity error, the way a real cloud runs out of an
+//! offering. It never boots and is never listed as an instance. Tests create and delete them
+//! to exercise insufficient-capacity handling mid-way through a scale-up.
+//!
 //! Behind the cargo feature `kwok`, which pulls in kube and tokio.
 
 use std::collections::BTreeMap;
@@ -38,6 +44,14 @@ use crate::provider::{
     CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef, OfferingKey,
     tags,
 };
+
+/// Label marking a [`KwokInstance`] as an outage of its offering rather than an instance.
+pub const OUTAGE_LABEL: &str = "kwok.gpu-autoscaler.dev/outage";
+
+/// Whether the object is an outage marker (see the module documentation).
+pub fn is_outage(ki: &KwokInstance) -> bool {
+    ki.labels().contains_key(OUTAGE_LABEL)
+}
 
 /// Scheme of kwok provider ids: `kwok://<instance name>`.
 pub const PROVIDER_ID_PREFIX: &str = "kwok://";
@@ -379,7 +393,9 @@ impl KwokProvider {
             nodes.items.iter().map(|n| (n.name_any(), n)).collect();
         let t = now();
         for ki in instances.items.iter().filter(|k| {
-            k.spec.cluster == self.config.cluster && k.metadata.deletion_timestamp.is_none()
+            k.spec.cluster == self.config.cluster
+                && k.metadata.deletion_timestamp.is_none()
+                && !is_outage(k)
         }) {
             let name = ki.name_any();
             let Some(node) = by_name.get(&name) else {
@@ -550,8 +566,23 @@ impl CloudProvider for KwokProvider {
         if !self.config.launch_latency.is_zero() {
             tokio::time::sleep(self.config.launch_latency).await;
         }
+        let outages: Vec<(String, String, String)> = api
+            .list(&ListParams::default().labels(OUTAGE_LABEL))
+            .await
+            .map_err(|e| kube_err(Action::Launch, e))?
+            .items
+            .into_iter()
+            .filter(is_outage)
+            .map(|o| (o.spec.instance_type, o.spec.zone, o.spec.capacity_type))
+            .collect();
         let mut refused: Vec<OfferingKey> = Vec::new();
         for key in &request.candidates {
+            if outages.iter().any(|(t, z, c)| {
+                *t == key.instance_type && *z == key.zone && c == key.capacity_type.as_str()
+            }) {
+                refused.push(key.clone());
+                continue;
+            }
             let it = self
                 .catalog
                 .iter()
@@ -658,7 +689,7 @@ impl CloudProvider for KwokProvider {
         let mut out: Vec<Instance> = list
             .items
             .iter()
-            .filter(|k| k.spec.cluster == self.config.cluster)
+            .filter(|k| k.spec.cluster == self.config.cluster && !is_outage(k))
             .map(|k| self.to_instance(k))
             .collect();
         out.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
