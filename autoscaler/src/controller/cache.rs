@@ -36,8 +36,8 @@ pub struct CachedPod {
     pub unschedulable_since_ms: Option<i64>,
     /// `Ready=True`.
     pub ready: bool,
-    /// Its all-or-nothing group and minimum count, if any.
-    pub group: Option<(String, u32)>,
+    /// Its gang, if any.
+    pub group: Option<super::gangs::Gang>,
     /// The translation, or why it failed.
     pub core: Result<CorePod, TranslateError>,
 }
@@ -62,7 +62,7 @@ impl From<Pod> for CachedPod {
             unschedulable: translate::is_unschedulable(&p),
             unschedulable_since_ms,
             ready,
-            group: translate::pod_group(&p),
+            group: super::gangs::gang_of(&p),
             core: translate::pod(&p),
             metadata: ObjectMeta {
                 name: p.metadata.name,

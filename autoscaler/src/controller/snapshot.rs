@@ -48,6 +48,8 @@ pub struct Inputs<'a> {
     pub instance_types: &'a BTreeMap<String, Arc<Vec<InstanceType>>>,
     /// The pods to plan for (the batch); others pending are left out.
     pub pending: &'a BTreeSet<PodKey>,
+    /// Minimum member counts of Volcano PodGroups by `namespace/name`.
+    pub volcano_min: &'a BTreeMap<String, u32>,
 }
 
 /// A built snapshot and what could not be translated.
@@ -163,12 +165,19 @@ impl SnapshotBuilder {
                     continue;
                 }
             };
-            if let Some((g, min)) = &p.group {
+            // Without a known minimum every pending member counts (the core's default).
+            if let Some(g) = &p.group
+                && let Some(min) = g.min.or_else(|| {
+                    g.volcano
+                        .as_ref()
+                        .and_then(|v| inputs.volcano_min.get(v).copied())
+                })
+            {
                 groups.insert(
-                    g.clone(),
+                    g.id.clone(),
                     Group {
-                        name: g.clone(),
-                        min_count: *min,
+                        name: g.id.clone(),
+                        min_count: min,
                     },
                 );
             }
@@ -400,6 +409,7 @@ mod tests {
             pdbs: &[],
             instance_types: &types,
             pending: &batch,
+            volcano_min: &BTreeMap::new(),
         });
         assert!(built.problems.is_empty(), "{:?}", built.problems);
         let s = &built.snapshot;

@@ -17,8 +17,8 @@
 //! - **Node selection**: `nodeSelector` AND (OR of required node-affinity terms); a term's
 //!   `matchFields` on `metadata.name` is read as the `kubernetes.io/hostname` label (the two are
 //!   equal on every node this autoscaler manages).
-//! - **Groups**: [`POD_GROUP_ANNOTATION`] names an all-or-nothing group, [`POD_GROUP_MIN_ANNOTATION`]
-//!   its minimum member count.
+//! - **Groups**: gang membership is read by [`super::gangs`] (this project's annotations,
+//!   Volcano, YuniKorn).
 
 use std::collections::BTreeMap;
 
@@ -44,10 +44,7 @@ use thiserror::Error;
 
 /// Pod annotation: the pod's share of one GPU in thousandths (`"250"` = a quarter device).
 pub const GPU_SHARE_ANNOTATION: &str = "gpu-autoscaler.dev/gpu-share";
-/// Pod annotation: the all-or-nothing group the pod belongs to.
-pub const POD_GROUP_ANNOTATION: &str = "gpu-autoscaler.dev/pod-group";
-/// Pod annotation: how many members of the group must get capacity together.
-pub const POD_GROUP_MIN_ANNOTATION: &str = "gpu-autoscaler.dev/pod-group-min-count";
+pub use super::gangs::{POD_GROUP_ANNOTATION, POD_GROUP_MIN_ANNOTATION};
 /// HAMi's per-device core percentage.
 pub const HAMI_GPU_CORES: &str = "nvidia.com/gpucores";
 /// HAMi's per-device memory in MiB.
@@ -425,7 +422,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         gpu_share,
         labels: p.metadata.labels.clone().unwrap_or_default(),
         mirror: annotations.contains_key(MIRROR_ANNOTATION),
-        group: annotations.get(POD_GROUP_ANNOTATION).cloned(),
+        group: super::gangs::gang_of(p).map(|g| g.id),
         annotations,
         node_selector,
         preferred,
@@ -437,17 +434,6 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         owner_kind,
         local_storage,
     })
-}
-
-/// The group a pod declares and its minimum count, if it declares one.
-pub fn pod_group(p: &Pod) -> Option<(String, u32)> {
-    let ann = p.metadata.annotations.as_ref()?;
-    let name = ann.get(POD_GROUP_ANNOTATION)?;
-    let min = ann
-        .get(POD_GROUP_MIN_ANNOTATION)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    Some((name.clone(), min))
 }
 
 /// Whether the scheduler has given up on the pod: `PodScheduled=False`,

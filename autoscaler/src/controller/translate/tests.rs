@@ -187,7 +187,8 @@ fn local_storage_mirror_and_group() {
     assert!(c.mirror);
     assert!(c.local_storage);
     assert_eq!(c.group.as_deref(), Some("gang-1"));
-    assert_eq!(pod_group(&p), Some(("gang-1".into(), 4)));
+    let gang = crate::controller::gangs::gang_of(&p).unwrap();
+    assert_eq!((gang.id.as_str(), gang.min), ("gang-1", Some(4)));
     let shm_only = pod_from(json!({
         "metadata": {"name": "s"},
         "spec": {"containers": [{"name": "c"}], "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory"}}]}
