@@ -233,6 +233,53 @@ impl Actuator {
         }
     }
 
+    /// Merge-patches a ProvisioningRequest's status (conditions are written whole; a `null`
+    /// detail removes it).
+    ///
+    /// # Errors
+    /// The API error; 404 (request deleted) is `Ok`.
+    pub async fn patch_provreq_status(&self, ns: &str, name: &str, status: &Value) -> Result<()> {
+        check(
+            "autoscaling.x-k8s.io",
+            "provisioningrequests/status",
+            "patch",
+        );
+        match Api::<super::provreq::ProvisioningRequest>::namespaced(self.client.clone(), ns)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(
+                format!("patching ProvisioningRequest {ns}/{name} status"),
+                e,
+            )),
+        }
+    }
+
+    /// Deletes a terminal ProvisioningRequest past its retention age.
+    ///
+    /// # Errors
+    /// The API error; 404 is `Ok`.
+    pub async fn delete_provreq(&self, ns: &str, name: &str) -> Result<()> {
+        check("autoscaling.x-k8s.io", "provisioningrequests", "delete");
+        match Api::<super::provreq::ProvisioningRequest>::namespaced(self.client.clone(), ns)
+            .delete(name, &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(
+                format!("deleting ProvisioningRequest {ns}/{name}"),
+                e,
+            )),
+        }
+    }
+
     /// Publishes an event about `regarding`; failures are logged, never fatal.
     pub async fn event(
         &self,

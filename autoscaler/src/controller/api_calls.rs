@@ -70,6 +70,21 @@ pub const API_CALLS: &[ApiCall] = &[
         &["list", "watch", "create", "patch", "delete"],
     ),
     call("gpu-autoscaler.dev", "nodeclaims/status", &["patch"]),
+    // Kueue's ProvisioningRequests and their PodTemplates (when the CRD is installed);
+    // terminal requests are deleted only with `--provreq-retention`.
+    call("", "podtemplates", &["list", "watch"]),
+    call(
+        "autoscaling.x-k8s.io",
+        "provisioningrequests",
+        &["list", "watch", "delete"],
+    ),
+    call(
+        "autoscaling.x-k8s.io",
+        "provisioningrequests/status",
+        &["patch"],
+    ),
+    // Volcano PodGroups (minMember of gangs), when Volcano is installed.
+    call("scheduling.volcano.sh", "podgroups", &["list", "watch"]),
     // Events on pods, nodes and NodeClaims (kube-runtime's recorder creates, then patches series).
     call("events.k8s.io", "events", &["create", "patch"]),
     // Leader election.

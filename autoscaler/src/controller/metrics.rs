@@ -47,6 +47,15 @@ pub struct ModelLabel {
     pub model: String,
 }
 
+/// Label set of a ProvisioningRequest count.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProvReqLabel {
+    /// Provisioning class (unknown classes too: they are left to other backends).
+    pub class: String,
+    /// `new`, `waiting`, `launching`, `booked`, `done`, or `ignored` for unknown classes.
+    pub state: String,
+}
+
 /// Label set with one loop name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LoopLabel {
@@ -89,6 +98,8 @@ pub struct Metrics {
     pub pending_to_claim_seconds: Histogram,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// ProvisioningRequests by class and lifecycle state.
+    pub provisioning_requests: Family<ProvReqLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -115,10 +126,16 @@ impl Metrics {
             loop_seconds: Family::new_with_constructor(seconds_histogram),
             pending_to_claim_seconds: seconds_histogram(),
             leader: Gauge::default(),
+            provisioning_requests: Family::default(),
             registry: Registry::default(),
         };
         registry.register("pending_pods", "Unschedulable pods", m.pending_pods.clone());
         registry.register("nodeclaims", "NodeClaims by phase", m.nodeclaims.clone());
+        registry.register(
+            "provisioning_requests",
+            "ProvisioningRequests by class and state",
+            m.provisioning_requests.clone(),
+        );
         registry.register(
             "launches",
             "Successful launches by NodePool",

@@ -25,7 +25,7 @@ use autoscaler_core::resources::{Resources, is_gpu_class};
 use futures::StreamExt;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -52,10 +52,12 @@ use super::batcher::{BatchConfig, Batcher};
 use super::cache::CachedPod;
 use super::disrupt::{self, Job, Stage};
 use super::error::{Error, Result};
+use super::gangs::VolcanoPodGroup;
 use super::keys;
 use super::leader::{self, LeaderConfig};
 use super::lifecycle::{self, Action, Phase, Timeouts};
 use super::metrics::{Health, LoopLabel, Metrics, ModelLabel, PhaseLabel, PoolLabel, ReasonLabel};
+use super::provreq::ProvisioningRequest;
 use super::settings::{LogFormat, ProviderKind, RunArgs};
 use super::snapshot::{Inputs, SnapshotBuilder, claims_by_provider_id};
 use super::translate;
@@ -80,6 +82,25 @@ pub struct Stores {
     pub daemonsets: Store<DaemonSet>,
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
+    /// ProvisioningRequests and PodTemplates, when the ProvisioningRequest CRD is installed.
+    pub provreqs: Option<(Store<ProvisioningRequest>, Store<PodTemplate>)>,
+    /// Volcano PodGroups, when Volcano is installed.
+    pub volcano: Option<Store<VolcanoPodGroup>>,
+}
+
+/// Whether the API serves `K` (its CRD is installed): one list call of at most one object.
+async fn served<K>(client: &kube::Client) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::info!(kind = %K::kind(&()), error = %e, "not served: its support is off until a restart");
+            false
+        }
+    }
 }
 
 fn reflect<K>(api: Api<K>, group: &'static str, resource: &'static str) -> Store<K>
@@ -113,9 +134,33 @@ where
 }
 
 impl Stores {
-    /// Starts every reflector.
-    pub fn start(client: &kube::Client) -> Self {
+    /// Starts every reflector; those of optional APIs (ProvisioningRequests, Volcano) only when
+    /// the API is served.
+    pub async fn start(client: &kube::Client) -> Self {
+        let provreqs = if served::<ProvisioningRequest>(client).await {
+            Some((
+                reflect(
+                    Api::all(client.clone()),
+                    "autoscaling.x-k8s.io",
+                    "provisioningrequests",
+                ),
+                reflect(Api::all(client.clone()), "", "podtemplates"),
+            ))
+        } else {
+            None
+        };
+        let volcano = if served::<VolcanoPodGroup>(client).await {
+            Some(reflect(
+                Api::all(client.clone()),
+                "scheduling.volcano.sh",
+                "podgroups",
+            ))
+        } else {
+            None
+        };
         Stores {
+            provreqs,
+            volcano,
             // Deserialized straight into the compact, translated form.
             pods: reflect(Api::<CachedPod>::all(client.clone()), "", "pods"),
             nodes: reflect(Api::all(client.clone()), "", "nodes"),
@@ -136,6 +181,20 @@ impl Stores {
             self.daemonsets.wait_until_ready(),
             self.pdbs.wait_until_ready(),
         );
+        if let Some((p, t)) = &self.provreqs {
+            let _ = futures::join!(p.wait_until_ready(), t.wait_until_ready());
+        }
+        if let Some(v) = &self.volcano {
+            let _ = v.wait_until_ready().await;
+        }
+    }
+
+    /// Minimum member counts of Volcano PodGroups.
+    pub fn volcano_min(&self) -> BTreeMap<String, u32> {
+        self.volcano
+            .as_ref()
+            .map(|v| super::gangs::volcano_minimums(v.state().iter().map(|g| g.as_ref())))
+            .unwrap_or_default()
     }
 }
 
@@ -305,6 +364,8 @@ struct Controller<P> {
     orphans: HashMap<String, i64>,
     notified: HashMap<PodKey, String>,
     first_round: bool,
+    /// ProvisioningRequests without capacity: attempts so far and when the next may run.
+    provreq_backoff: HashMap<String, (u32, Instant)>,
 }
 
 fn class_of(np: &NodePool) -> NodeClassRef {
@@ -319,6 +380,8 @@ fn class_of(np: &NodePool) -> NodeClassRef {
         })
         .unwrap_or_default()
 }
+
+mod provreqs;
 
 impl<P: CloudProvider + 'static> Controller<P> {
     fn disruption_config(&self) -> DisruptionConfig {
@@ -396,6 +459,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let t = Instant::now();
         self.provision().await;
         self.observe("provision", t);
+        if self.stores.provreqs.is_some() {
+            let t = Instant::now();
+            self.provisioning_requests().await;
+            self.observe("provisioning_requests", t);
+        }
         if self
             .last_disruption
             .is_none_or(|at| at.elapsed() >= self.args.disruption_interval)
@@ -735,9 +803,21 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
+    /// Unschedulable pods, except those consuming a live ProvisioningRequest's capacity: that
+    /// capacity is booked for them, so they never trigger a scale-up of their own.
     fn pending_now(&self, pods: &[Arc<CachedPod>]) -> BTreeSet<PodKey> {
+        let live = self.live_provreqs();
         pods.iter()
             .filter(|p| p.unschedulable)
+            .filter(|p| {
+                live.is_empty()
+                    || !p
+                        .core
+                        .as_ref()
+                        .ok()
+                        .and_then(super::provreq::consumed_request)
+                        .is_some_and(|r| live.contains(&r))
+            })
             .map(|p| p.key.clone())
             .collect()
     }
@@ -758,7 +838,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let claims = self.stores.claims.state();
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
-        let built = self.builder.build(&Inputs {
+        let volcano_min = self.stores.volcano_min();
+        let mut built = self.builder.build(&Inputs {
             pods: &pods,
             nodes: &nodes,
             pools: &pools,
@@ -767,7 +848,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             pdbs: &pdbs,
             instance_types: &types,
             pending: &batch,
+            volcano_min: &volcano_min,
         });
+        self.hold_bookings(&mut built.snapshot, &pods);
         for (obj, problem) in &built.problems {
             tracing::warn!(object = %obj, %problem, "left out of the snapshot");
         }
@@ -871,7 +954,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let claims = self.stores.claims.state();
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
-        self.builder
+        let volcano_min = self.stores.volcano_min();
+        let mut snap = self
+            .builder
             .build(&Inputs {
                 pods: &pods,
                 nodes: &nodes,
@@ -881,8 +966,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 pdbs: &pdbs,
                 instance_types: types,
                 pending: &pending,
+                volcano_min: &volcano_min,
             })
-            .snapshot
+            .snapshot;
+        self.hold_bookings(&mut snap, &pods);
+        snap
     }
 
     async fn disrupt(&mut self) {
@@ -1613,7 +1701,7 @@ async fn run_with<P: CloudProvider + 'static>(
     });
     let bound = super::metrics::serve(args.metrics_addr, health.clone()).await?;
     tracing::info!(identity = %me, metrics = %bound, provider = provider.name(), "starting");
-    let stores = Stores::start(&client);
+    let stores = Stores::start(&client).await;
     stores.ready().await;
     health.ready.store(true, Ordering::SeqCst);
     tracing::info!("caches synced");
@@ -1670,6 +1758,7 @@ async fn run_with<P: CloudProvider + 'static>(
         orphans: HashMap::new(),
         notified: HashMap::new(),
         first_round: true,
+        provreq_backoff: HashMap::new(),
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

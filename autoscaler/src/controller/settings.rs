@@ -137,6 +137,25 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// ProvisioningRequests: how long provisioned capacity stays booked for its pods, unless
+    /// the request's `BookingDurationSeconds` parameter says otherwise.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub provreq_booking: Duration,
+    /// ProvisioningRequests: how long after creation a request is retried before it fails,
+    /// unless its `ValidUntilSeconds` parameter says otherwise.
+    #[arg(long, default_value = "168h", value_parser = parse_duration)]
+    pub provreq_deadline: Duration,
+    /// ProvisioningRequests: first retry delay without capacity (doubling up to
+    /// `--provreq-retry-max`).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub provreq_retry: Duration,
+    /// ProvisioningRequests: longest retry delay.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub provreq_retry_max: Duration,
+    /// ProvisioningRequests: delete terminal requests (Failed, BookingExpired,
+    /// CapacityRevoked) this long after they ended; `0s` leaves them to their owner.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub provreq_retention: Duration,
     /// kwok: launch to Node registration.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub kwok_register_delay: Duration,

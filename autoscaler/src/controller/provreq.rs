@@ -1,0 +1,664 @@
+//! ProvisioningRequests (`autoscaling.x-k8s.io/v1`) for Kueue's admission check: the API types,
+//! the lifecycle as a state enum with a pure [`step`], bookings, and the phantom pods that hold
+//! booked capacity in the planner's snapshot.
+//!
+//! Lifecycle (conditions are written in this order; each carries observedGeneration):
+//!
+//! ```text
+//! New ──Accept──▶ Waiting ──(fits on existing/in-flight)──────────────▶ Booked ──▶ Done
+//!                   │  ▲                                                 │  (BookingExpired:
+//!                   │  └──Rollback (a claim failed or vanished)──┐       │   consumed or time;
+//!                   └──(best-effort-atomic: claims created)──▶ Launching │   CapacityRevoked)
+//!                                                                └──all launched──▶ Booked
+//! Waiting past the deadline, or with noRetry and no capacity: Failed (Done).
+//! ```
+//!
+//! A booking is written into `status.provisioningClassDetails[`[`BOOKING_DETAIL`]`]` as the
+//! nodes and NodeClaims holding the request's pods (`node/a=2,claim/b=1`), so it survives a
+//! leader change. While a request is Launching or Booked, [`hold`] puts phantom copies of its
+//! not-yet-arrived pods on those nodes and claims in every snapshot: other pods and other
+//! requests cannot be planned onto the capacity, and disruption never touches the nodes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use autoscaler_core::model::{Pod as CorePod, PodKey, Snapshot};
+use k8s_openapi::api::core::v1::{Pod, PodTemplate};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+
+/// Answer from existing and in-flight capacity only; never launch.
+pub const CHECK_CAPACITY: &str = "check-capacity.autoscaling.x-k8s.io";
+/// Launch the whole request or nothing.
+pub const BEST_EFFORT_ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
+/// Pod annotation naming the request whose capacity the pod consumes.
+pub const CONSUME_ANNOTATION: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
+/// The older form of [`CONSUME_ANNOTATION`].
+pub const CONSUME_ANNOTATION_CA: &str =
+    "cluster-autoscaler.kubernetes.io/consume-provisioning-request";
+/// Label on the nodes launched for a request (value: a unique id of the request), and the
+/// `provisioningClassDetails` key carrying that value, for Kueue's
+/// `podSetUpdates.nodeSelector[].valueFromProvisioningClassDetail`.
+pub const PIN_LABEL: &str = "gpu-autoscaler.dev/provisioning-request";
+/// `provisioningClassDetails` key of the booking.
+pub const BOOKING_DETAIL: &str = "gpu-autoscaler.dev/booking";
+/// Annotation on a NodeClaim created for a request: its `namespace/name`.
+pub const REQUEST_ANNOTATION: &str = "gpu-autoscaler.dev/provisioning-request-name";
+
+/// Parameter: `"true"` fails the request at the first attempt without capacity.
+pub const PARAM_NO_RETRY: &str = "noRetry";
+/// Parameter: seconds after creation during which the request is retried.
+pub const PARAM_VALID_UNTIL: &str = "ValidUntilSeconds";
+/// Parameter: seconds a booking is held once provisioned.
+pub const PARAM_BOOKING: &str = "BookingDurationSeconds";
+
+/// Condition types.
+pub mod conditions {
+    /// The request was accepted by this backend.
+    pub const ACCEPTED: &str = "Accepted";
+    /// Capacity is there (True) or not yet (False, with the reason or an ETA).
+    pub const PROVISIONED: &str = "Provisioned";
+    /// The request will never be provisioned.
+    pub const FAILED: &str = "Failed";
+    /// The booking ended (consumed, or its time ran out).
+    pub const BOOKING_EXPIRED: &str = "BookingExpired";
+    /// Booked capacity was lost before it was consumed.
+    pub const CAPACITY_REVOKED: &str = "CapacityRevoked";
+}
+
+/// Condition reasons.
+pub mod reasons {
+    /// Accepted.
+    pub const ACCEPTED: &str = "Accepted";
+    /// Capacity exists in the cluster.
+    pub const CAPACITY_IS_FOUND: &str = "CapacityIsFound";
+    /// Capacity was launched for the request.
+    pub const CAPACITY_IS_PROVISIONED: &str = "CapacityIsProvisioned";
+    /// No capacity (yet).
+    pub const CAPACITY_IS_NOT_FOUND: &str = "CapacityIsNotFound";
+    /// Nodes are being launched.
+    pub const PROVISIONING: &str = "Provisioning";
+    /// The request's deadline passed.
+    pub const EXPIRED: &str = "Expired";
+    /// `noRetry` and no capacity.
+    pub const NO_RETRY: &str = "CapacityIsNotFoundNoRetry";
+    /// The consuming pods arrived.
+    pub const CONSUMED: &str = "CapacityIsConsumed";
+    /// The booking time ran out.
+    pub const TIME_EXPIRED: &str = "CapacityReservationTimeExpired";
+    /// A booked node or claim is gone.
+    pub const REVOKED: &str = "CapacityIsRevoked";
+    /// The request's pod templates cannot be read.
+    pub const INVALID: &str = "InvalidRequest";
+}
+
+/// `spec` of a ProvisioningRequest.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "autoscaling.x-k8s.io",
+    version = "v1",
+    kind = "ProvisioningRequest",
+    plural = "provisioningrequests",
+    namespaced,
+    status = "ProvisioningRequestStatus",
+    schema = "disabled",
+    doc = "A request for capacity for a set of pods (Kueue's ProvisioningRequest admission check)."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningRequestSpec {
+    /// Provisioning class.
+    pub provisioning_class_name: String,
+    /// Pods to provision for.
+    pub pod_sets: Vec<PodSet>,
+    /// Class parameters.
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// `count` pods shaped like a PodTemplate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSet {
+    /// The PodTemplate, in the request's namespace.
+    pub pod_template_ref: TemplateRef,
+    /// How many pods.
+    pub count: i32,
+}
+
+/// A PodTemplate reference.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TemplateRef {
+    /// Its name.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `status` of a ProvisioningRequest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningRequestStatus {
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Class-specific details.
+    #[serde(default)]
+    pub provisioning_class_details: BTreeMap<String, String>,
+}
+
+/// The classes this backend serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// [`CHECK_CAPACITY`].
+    CheckCapacity,
+    /// [`BEST_EFFORT_ATOMIC`].
+    BestEffortAtomic,
+}
+
+impl Class {
+    /// The class of a request, `None` for classes left to other backends.
+    pub fn of(pr: &ProvisioningRequest) -> Option<Class> {
+        match pr.spec.provisioning_class_name.as_str() {
+            CHECK_CAPACITY => Some(Class::CheckCapacity),
+            BEST_EFFORT_ATOMIC => Some(Class::BestEffortAtomic),
+            _ => None,
+        }
+    }
+}
+
+/// Where booked pods sit.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// An existing Node.
+    Node(String),
+    /// A NodeClaim (in flight, or registered as a Node carrying its name in the claim label).
+    Claim(String),
+}
+
+/// The capacity a request holds: how many of its pods each target was planned to take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Booking {
+    /// Pods per target.
+    pub targets: BTreeMap<Target, u32>,
+}
+
+impl Booking {
+    /// `node/a=2,claim/b=1`.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        for (t, n) in &self.targets {
+            if !s.is_empty() {
+                s.push(',');
+            }
+            let _ = match t {
+                Target::Node(x) => write!(s, "node/{x}={n}"),
+                Target::Claim(x) => write!(s, "claim/{x}={n}"),
+            };
+        }
+        s
+    }
+
+    /// Parses [`Self::render`]'s output.
+    ///
+    /// # Errors
+    /// The malformed entry (the detail was edited by hand, or written by another backend).
+    pub fn parse(s: &str) -> Result<Booking, String> {
+        let mut targets = BTreeMap::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (target, n) = part
+                .rsplit_once('=')
+                .ok_or_else(|| format!("booking entry {part:?} has no '=<count>'"))?;
+            let n: u32 = n
+                .parse()
+                .map_err(|_| format!("booking entry {part:?}: count is not a number"))?;
+            let t = match target.split_once('/') {
+                Some(("node", x)) if !x.is_empty() => Target::Node(x.into()),
+                Some(("claim", x)) if !x.is_empty() => Target::Claim(x.into()),
+                _ => {
+                    return Err(format!(
+                        "booking entry {part:?}: expected node/<name> or claim/<name>"
+                    ));
+                }
+            };
+            *targets.entry(t).or_insert(0) += n;
+        }
+        Ok(Booking { targets })
+    }
+
+    /// Pods booked in all.
+    pub fn total(&self) -> u32 {
+        self.targets.values().sum()
+    }
+
+    /// The claims of the booking.
+    pub fn claims(&self) -> impl Iterator<Item = &str> {
+        self.targets.keys().filter_map(|t| match t {
+            Target::Claim(c) => Some(c.as_str()),
+            Target::Node(_) => None,
+        })
+    }
+}
+
+/// Where a request is in its lifecycle, read from its status.
+#[derive(Clone, Debug, PartialEq)]
+pub enum State {
+    /// Not accepted yet.
+    New,
+    /// Accepted; no capacity yet.
+    Waiting,
+    /// Claims created (best-effort-atomic); not all launched.
+    Launching(Booking),
+    /// Provisioned at `since` (seconds); capacity held.
+    Booked {
+        /// The capacity.
+        booking: Booking,
+        /// When Provisioned turned True.
+        since: i64,
+    },
+    /// Failed, BookingExpired or CapacityRevoked: nothing more to do.
+    Done,
+}
+
+fn is_true(pr: &ProvisioningRequest, type_: &str) -> bool {
+    condition(pr, type_).is_some_and(|c| c.status == "True")
+}
+
+/// The request's condition of `type_`.
+pub fn condition<'a>(pr: &'a ProvisioningRequest, type_: &str) -> Option<&'a Condition> {
+    pr.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// The request's booking detail, if it has one; a malformed detail reads as none.
+pub fn booking(pr: &ProvisioningRequest) -> Option<Booking> {
+    let s = pr
+        .status
+        .as_ref()?
+        .provisioning_class_details
+        .get(BOOKING_DETAIL)?;
+    Booking::parse(s).ok()
+}
+
+/// The lifecycle state of a request.
+pub fn state(pr: &ProvisioningRequest) -> State {
+    use conditions::*;
+    if is_true(pr, FAILED) || is_true(pr, BOOKING_EXPIRED) || is_true(pr, CAPACITY_REVOKED) {
+        return State::Done;
+    }
+    if !is_true(pr, ACCEPTED) {
+        return State::New;
+    }
+    match (condition(pr, PROVISIONED), booking(pr)) {
+        (Some(c), Some(b)) if c.status == "True" => State::Booked {
+            booking: b,
+            since: c.last_transition_time.0.as_second(),
+        },
+        // Provisioned by another writer without a booking: nothing of ours to hold.
+        (Some(c), None) if c.status == "True" => State::Booked {
+            booking: Booking::default(),
+            since: c.last_transition_time.0.as_second(),
+        },
+        (_, Some(b)) if !b.targets.is_empty() => State::Launching(b),
+        _ => State::Waiting,
+    }
+}
+
+/// What a booked target looks like now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetStatus {
+    /// There; for a claim, whether its instance has launched.
+    Alive {
+        /// Launched (always true for a Node).
+        launched: bool,
+    },
+    /// The claim's launch failed (message).
+    Failed(String),
+    /// Deleted, or being deleted.
+    Gone,
+}
+
+/// Settings of the lifecycle.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// Booking time when the request does not set [`PARAM_BOOKING`].
+    pub booking_s: i64,
+    /// Deadline after creation when the request does not set [`PARAM_VALID_UNTIL`].
+    pub deadline_s: i64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            booking_s: 600,
+            deadline_s: 7 * 24 * 3600,
+        }
+    }
+}
+
+/// What is known of a request beyond its own object.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// Now, seconds.
+    pub now: i64,
+    /// The request's creation time, seconds.
+    pub created: i64,
+    /// The status of every target of its booking.
+    pub targets: BTreeMap<Target, TargetStatus>,
+    /// Consuming pods bound to a node.
+    pub consumed: u32,
+}
+
+/// One step of the lifecycle.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Nothing to do.
+    Wait,
+    /// Write `Accepted=True` and `Provisioned=False`.
+    Accept,
+    /// Plan for the request (subject to the retry backoff).
+    Attempt,
+    /// Every claim launched: `Provisioned=True`.
+    Provisioned,
+    /// A claim failed or vanished: delete the booking's claims, back to Waiting.
+    Rollback {
+        /// Why.
+        message: String,
+    },
+    /// The deadline passed: `Failed=True`.
+    Fail {
+        /// Reason.
+        reason: &'static str,
+        /// Message.
+        message: String,
+    },
+    /// `BookingExpired=True`.
+    Expire {
+        /// Reason.
+        reason: &'static str,
+        /// Message.
+        message: String,
+    },
+    /// `CapacityRevoked=True`.
+    Revoke {
+        /// Message.
+        message: String,
+    },
+}
+
+fn param_i64(pr: &ProvisioningRequest, key: &str) -> Option<i64> {
+    pr.spec
+        .parameters
+        .get(key)
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|v| *v >= 0)
+}
+
+/// Whether the request asks not to be retried.
+pub fn no_retry(pr: &ProvisioningRequest) -> bool {
+    pr.spec
+        .parameters
+        .get(PARAM_NO_RETRY)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// The booking time of a request.
+pub fn booking_seconds(pr: &ProvisioningRequest, s: &Settings) -> i64 {
+    param_i64(pr, PARAM_BOOKING).unwrap_or(s.booking_s)
+}
+
+/// The next step of a request. Pure; `Attempt` is answered by the shell with a plan.
+pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Step {
+    if Class::of(pr).is_none() {
+        return Step::Wait;
+    }
+    match state(pr) {
+        State::New => Step::Accept,
+        State::Done => Step::Wait,
+        State::Waiting => {
+            let deadline = param_i64(pr, PARAM_VALID_UNTIL).unwrap_or(settings.deadline_s);
+            if facts.now >= facts.created.saturating_add(deadline) {
+                Step::Fail {
+                    reason: reasons::EXPIRED,
+                    message: format!("not provisioned within {deadline} s of its creation"),
+                }
+            } else {
+                Step::Attempt
+            }
+        }
+        State::Launching(b) => {
+            for t in b.targets.keys() {
+                match facts.targets.get(t) {
+                    Some(TargetStatus::Failed(m)) => {
+                        return Step::Rollback {
+                            message: format!("{} failed to launch: {m}", name(t)),
+                        };
+                    }
+                    Some(TargetStatus::Gone) | None => {
+                        return Step::Rollback {
+                            message: format!("{} disappeared before it launched", name(t)),
+                        };
+                    }
+                    Some(TargetStatus::Alive { .. }) => {}
+                }
+            }
+            if b.targets.keys().all(|t| {
+                matches!(
+                    facts.targets.get(t),
+                    Some(TargetStatus::Alive { launched: true })
+                )
+            }) {
+                Step::Provisioned
+            } else {
+                Step::Wait
+            }
+        }
+        State::Booked { booking, since } => {
+            if let Some(t) = booking
+                .targets
+                .keys()
+                .find(|t| !matches!(facts.targets.get(t), Some(TargetStatus::Alive { .. })))
+            {
+                return Step::Revoke {
+                    message: format!("booked {} is gone", name(t)),
+                };
+            }
+            let total = total_pods(pr);
+            if facts.consumed >= total && total > 0 {
+                return Step::Expire {
+                    reason: reasons::CONSUMED,
+                    message: format!("all {total} pods arrived and were scheduled"),
+                };
+            }
+            let secs = booking_seconds(pr, settings);
+            if facts.now >= since.saturating_add(secs) {
+                return Step::Expire {
+                    reason: reasons::TIME_EXPIRED,
+                    message: format!(
+                        "booking of {secs} s expired with {} of {total} pods consumed",
+                        facts.consumed
+                    ),
+                };
+            }
+            Step::Wait
+        }
+    }
+}
+
+fn name(t: &Target) -> String {
+    match t {
+        Target::Node(n) => format!("node {n}"),
+        Target::Claim(c) => format!("NodeClaim {c}"),
+    }
+}
+
+/// Pods the request asks for.
+pub fn total_pods(pr: &ProvisioningRequest) -> u32 {
+    pr.spec
+        .pod_sets
+        .iter()
+        .map(|s| u32::try_from(s.count).unwrap_or(0))
+        .sum()
+}
+
+/// The request's group id in the planner.
+pub fn group_id(pr: &ProvisioningRequest) -> String {
+    format!(
+        "provreq:{}/{}",
+        pr.metadata.namespace.as_deref().unwrap_or("default"),
+        pr.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The request's pods, built from its PodTemplates (`<request>-<set>-<i>` in its namespace),
+/// each translated for the planner and put in the request's group.
+///
+/// # Errors
+/// A message naming the missing template or the untranslatable field.
+pub fn pods(
+    pr: &ProvisioningRequest,
+    templates: &BTreeMap<(String, String), &PodTemplate>,
+) -> Result<Vec<CorePod>, String> {
+    let ns = pr
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = pr.metadata.name.clone().unwrap_or_default();
+    let group = group_id(pr);
+    let mut out = Vec::new();
+    for (si, set) in pr.spec.pod_sets.iter().enumerate() {
+        let tname = set
+            .pod_template_ref
+            .name
+            .clone()
+            .ok_or_else(|| format!("spec.podSets[{si}].podTemplateRef.name is empty"))?;
+        let t = templates
+            .get(&(ns.clone(), tname.clone()))
+            .ok_or_else(|| format!("PodTemplate {ns}/{tname} (spec.podSets[{si}]) not found"))?;
+        let tpl = t
+            .template
+            .as_ref()
+            .ok_or_else(|| format!("PodTemplate {ns}/{tname} has no template"))?;
+        for i in 0..set.count.max(0) {
+            let meta = tpl.metadata.clone().unwrap_or_default();
+            let pod = Pod {
+                metadata: ObjectMeta {
+                    name: Some(format!("{name}-{si}-{i}")),
+                    namespace: Some(ns.clone()),
+                    labels: meta.labels,
+                    annotations: meta.annotations,
+                    ..Default::default()
+                },
+                spec: tpl.spec.clone(),
+                status: None,
+            };
+            let mut core = super::translate::pod(&pod)
+                .map_err(|e| format!("PodTemplate {ns}/{tname}: {e}"))?;
+            core.group = Some(group.clone());
+            out.push(core);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a pod consumes a request's capacity, and which (`namespace/name`).
+pub fn consumed_request(p: &CorePod) -> Option<String> {
+    let name = p
+        .annotations
+        .get(CONSUME_ANNOTATION)
+        .or_else(|| p.annotations.get(CONSUME_ANNOTATION_CA))?;
+    Some(format!("{}/{name}", p.key.namespace))
+}
+
+/// Holds a booking in a snapshot: puts `phantoms` (the request's pods not yet consumed) on its
+/// targets in booking order, and marks its nodes booked. Targets that are no longer in the
+/// snapshot are skipped (the lifecycle revokes or rolls back the request).
+pub fn hold(snap: &mut Snapshot, booking: &Booking, phantoms: Vec<CorePod>) {
+    let mut phantoms = phantoms.into_iter();
+    for (t, n) in &booking.targets {
+        let node = match t {
+            Target::Node(name) => snap.nodes.iter().position(|x| &x.name == name),
+            Target::Claim(c) => snap
+                .nodes
+                .iter()
+                .position(|x| x.claim.as_deref() == Some(c.as_str())),
+        };
+        let take: Vec<CorePod> = phantoms.by_ref().take(*n as usize).collect();
+        if let Some(i) = node {
+            let name = snap.nodes[i].name.clone();
+            snap.nodes[i].pods.extend(take);
+            snap.booked_nodes.insert(name);
+        } else if let Target::Claim(c) = t
+            && let Some(claim) = snap.in_flight.iter_mut().find(|x| &x.name == c)
+        {
+            claim.pods.extend(take);
+        }
+    }
+}
+
+/// The phantom pods of a request: its pods minus as many as have been consumed, renamed so
+/// they can never collide with real pods.
+pub fn phantoms(mut pods: Vec<CorePod>, consumed: u32) -> Vec<CorePod> {
+    let keep = pods.len().saturating_sub(consumed as usize);
+    pods.truncate(keep);
+    for p in &mut pods {
+        p.key = PodKey {
+            namespace: p.key.namespace.clone(),
+            name: format!("{}.booked", p.key.name),
+        };
+        p.group = None;
+    }
+    pods
+}
+
+/// The booking of a plan for a request's pods: targets from its placements on existing nodes
+/// and in-flight claims, plus the created claims (`created`: plan-local name → cluster name).
+pub fn booking_of(
+    plan: &autoscaler_core::plan::Plan,
+    created: &BTreeMap<String, String>,
+) -> Booking {
+    let mut b = Booking::default();
+    for p in &plan.existing {
+        *b.targets.entry(Target::Node(p.target.clone())).or_insert(0) += 1;
+    }
+    for p in &plan.in_flight {
+        *b.targets
+            .entry(Target::Claim(p.target.clone()))
+            .or_insert(0) += 1;
+    }
+    for c in &plan.new_claims {
+        if let Some(name) = created.get(&c.name) {
+            *b.targets.entry(Target::Claim(name.clone())).or_insert(0) += c.pods.len() as u32;
+        }
+    }
+    b
+}
+
+/// The requests' ids seen by [`PIN_LABEL`]: a label value unique to the request.
+pub fn pin_value(pr: &ProvisioningRequest) -> String {
+    // A uid is 36 characters of [0-9a-f-]: always a valid label value.
+    pr.metadata
+        .uid
+        .clone()
+        .unwrap_or_else(|| group_id(pr).replace([':', '/'], "."))
+}
+
+/// Names of the requests whose capacity consumer pods may use: those not Done.
+pub fn live(prs: &[std::sync::Arc<ProvisioningRequest>]) -> BTreeSet<String> {
+    prs.iter()
+        .filter(|p| Class::of(p).is_some() && state(p) != State::Done)
+        .map(|p| {
+            format!(
+                "{}/{}",
+                p.metadata.namespace.as_deref().unwrap_or("default"),
+                p.metadata.name.as_deref().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,643 @@
+//! The ProvisioningRequest loop of the controller: one [`provreq::step`] per request, the
+//! planner asked for requests that are waiting, and bookings held in every snapshot.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use autoscaler_core::model::{Group, Snapshot};
+use autoscaler_core::provision::plan_provisioning;
+use k8s_openapi::api::core::v1::PodTemplate;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use nodepools::conditions as claim_conditions;
+use nodepools::conditions::reasons as claim_reasons;
+use providers::CloudProvider;
+use serde_json::{Value, json};
+
+use super::super::actuator::set_condition;
+use super::super::cache::CachedPod;
+use super::super::metrics::ProvReqLabel;
+use super::super::provreq::{
+    self, BOOKING_DETAIL, Class, Facts, PIN_LABEL, ProvisioningRequest, REQUEST_ANNOTATION, State,
+    Step, Target, TargetStatus, conditions, reasons,
+};
+use super::{Controller, claim_object, epoch};
+
+/// `provisioningClassDetails` key: when the booking was written (seconds), so a claim not yet
+/// in the cache right after its creation is not mistaken for a vanished one.
+const BOOKED_AT_DETAIL: &str = "gpu-autoscaler.dev/booked-at";
+/// How long a just-created claim may be missing from the cache.
+const CACHE_GRACE_S: i64 = 15;
+
+fn ns_name(pr: &ProvisioningRequest) -> (String, String) {
+    (
+        pr.namespace().unwrap_or_else(|| "default".into()),
+        pr.name_any(),
+    )
+}
+
+fn state_name(s: &State) -> &'static str {
+    match s {
+        State::New => "new",
+        State::Waiting => "waiting",
+        State::Launching(_) => "launching",
+        State::Booked { .. } => "booked",
+        State::Done => "done",
+    }
+}
+
+impl<P: CloudProvider + 'static> Controller<P> {
+    /// `namespace/name` of the requests whose capacity consuming pods wait for.
+    pub(super) fn live_provreqs(&self) -> BTreeSet<String> {
+        match &self.stores.provreqs {
+            Some((prs, _)) => provreq::live(&prs.state()),
+            None => BTreeSet::new(),
+        }
+    }
+
+    fn templates(&self) -> Vec<Arc<PodTemplate>> {
+        self.stores
+            .provreqs
+            .as_ref()
+            .map(|(_, t)| t.state())
+            .unwrap_or_default()
+    }
+
+    /// Consuming pods bound to a node, per request `namespace/name`.
+    fn consumed(pods: &[Arc<CachedPod>]) -> BTreeMap<String, u32> {
+        let mut out = BTreeMap::new();
+        for p in pods {
+            if p.node_name.is_none() || !p.active {
+                continue;
+            }
+            if let Some(r) = p.core.as_ref().ok().and_then(provreq::consumed_request) {
+                *out.entry(r).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// Holds every Launching or Booked request's capacity in `snap`.
+    pub(super) fn hold_bookings(&self, snap: &mut Snapshot, pods: &[Arc<CachedPod>]) {
+        let Some((prs, _)) = &self.stores.provreqs else {
+            return;
+        };
+        let templates = self.templates();
+        let by_name: BTreeMap<(String, String), &PodTemplate> = templates
+            .iter()
+            .map(|t| {
+                (
+                    (t.namespace().unwrap_or_default(), t.name_any()),
+                    t.as_ref(),
+                )
+            })
+            .collect();
+        let consumed = Self::consumed(pods);
+        for pr in prs.state() {
+            if Class::of(&pr).is_none() {
+                continue;
+            }
+            let booking = match provreq::state(&pr) {
+                State::Launching(b) | State::Booked { booking: b, .. } => b,
+                _ => continue,
+            };
+            let (ns, name) = ns_name(&pr);
+            let used = consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0);
+            // Without its templates the request's nodes are still kept from disruption.
+            let phantoms = provreq::pods(&pr, &by_name)
+                .map(|p| provreq::phantoms(p, used))
+                .unwrap_or_default();
+            provreq::hold(snap, &booking, phantoms);
+        }
+    }
+
+    fn target_status(&self, pr: &ProvisioningRequest, t: &Target, now: i64) -> TargetStatus {
+        match t {
+            Target::Node(n) => match self
+                .stores
+                .nodes
+                .find(|x| x.metadata.name.as_deref() == Some(n.as_str()))
+            {
+                Some(x) if x.metadata.deletion_timestamp.is_none() => {
+                    TargetStatus::Alive { launched: true }
+                }
+                _ => TargetStatus::Gone,
+            },
+            Target::Claim(c) => {
+                let Some(claim) = self
+                    .stores
+                    .claims
+                    .find(|x| x.metadata.name.as_deref() == Some(c.as_str()))
+                else {
+                    let booked_at = pr
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.provisioning_class_details.get(BOOKED_AT_DETAIL))
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .unwrap_or(0);
+                    return if now - booked_at < CACHE_GRACE_S {
+                        TargetStatus::Alive { launched: false }
+                    } else {
+                        TargetStatus::Gone
+                    };
+                };
+                if claim.metadata.deletion_timestamp.is_some() {
+                    return TargetStatus::Gone;
+                }
+                let launched = claim
+                    .status
+                    .as_ref()
+                    .and_then(|s| {
+                        s.conditions
+                            .iter()
+                            .find(|x| x.type_ == claim_conditions::LAUNCHED)
+                    })
+                    .cloned();
+                match launched {
+                    Some(x) if x.status == "True" => TargetStatus::Alive { launched: true },
+                    Some(x)
+                        if x.reason == claim_reasons::INSUFFICIENT_CAPACITY
+                            || x.reason == claim_reasons::LAUNCH_FAILED =>
+                    {
+                        TargetStatus::Failed(x.message)
+                    }
+                    _ => TargetStatus::Alive { launched: false },
+                }
+            }
+        }
+    }
+
+    /// One step per ProvisioningRequest; waiting requests are planned for (with backoff).
+    pub(super) async fn provisioning_requests(&mut self) {
+        let Some((store, _)) = &self.stores.provreqs else {
+            return;
+        };
+        let prs = store.state();
+        let now = epoch();
+        let settings = provreq::Settings {
+            booking_s: secs(self.args.provreq_booking),
+            deadline_s: secs(self.args.provreq_deadline),
+        };
+        let pods = self.stores.pods.state();
+        let consumed = Self::consumed(&pods);
+        let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
+        // The snapshot waiting requests are planned against, built once per round and updated
+        // with each booking made in it.
+        let mut base: Option<Snapshot> = None;
+        let mut launched_this_round = false;
+        for pr in &prs {
+            let class = pr.spec.provisioning_class_name.clone();
+            let state = provreq::state(pr);
+            let label = if Class::of(pr).is_some() {
+                state_name(&state)
+            } else {
+                "ignored"
+            };
+            *counts.entry((class, label.into())).or_default() += 1;
+            let (ns, name) = ns_name(pr);
+            let mut facts = Facts {
+                now,
+                created: pr
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(now, |t| t.0.as_second()),
+                targets: BTreeMap::new(),
+                consumed: consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0),
+            };
+            if let State::Launching(b) | State::Booked { booking: b, .. } = &state {
+                for t in b.targets.keys() {
+                    facts
+                        .targets
+                        .insert(t.clone(), self.target_status(pr, t, now));
+                }
+            }
+            let step = provreq::step(pr, &facts, &settings);
+            let result = match step {
+                Step::Wait => {
+                    if state == State::Done {
+                        self.retire(pr, now).await;
+                    }
+                    Ok(())
+                }
+                Step::Accept => {
+                    self.write(
+                        pr,
+                        &[
+                            (
+                                conditions::ACCEPTED,
+                                true,
+                                reasons::ACCEPTED,
+                                "accepted by gpu-autoscaler",
+                            ),
+                            (
+                                conditions::PROVISIONED,
+                                false,
+                                reasons::CAPACITY_IS_NOT_FOUND,
+                                "waiting for the first capacity check",
+                            ),
+                        ],
+                        json!({}),
+                    )
+                    .await
+                }
+                Step::Attempt => {
+                    let key = format!("{ns}/{name}");
+                    let due = self
+                        .provreq_backoff
+                        .get(&key)
+                        .is_none_or(|(_, at)| Instant::now() >= *at);
+                    if !due || launched_this_round {
+                        Ok(())
+                    } else {
+                        if base.is_none() {
+                            let pools = self.stores.pools.state();
+                            let types = self.instance_types(&pools).await;
+                            base = Some(self.full_snapshot(&types));
+                        }
+                        let snap = base.as_mut().expect("just built");
+                        let launched = self.attempt(pr, snap, now).await;
+                        launched_this_round |= launched;
+                        Ok(())
+                    }
+                }
+                Step::Provisioned => {
+                    let n = provreq::booking(pr).map_or(0, |b| b.claims().count());
+                    self.provreq_backoff.remove(&format!("{ns}/{name}"));
+                    self.write(
+                        pr,
+                        &[(
+                            conditions::PROVISIONED,
+                            true,
+                            reasons::CAPACITY_IS_PROVISIONED,
+                            &format!("capacity is provisioned: {n} node(s) launched"),
+                        )],
+                        json!({}),
+                    )
+                    .await
+                }
+                Step::Rollback { message } => {
+                    let booking = provreq::booking(pr).unwrap_or_default();
+                    for c in booking.claims() {
+                        if let Err(e) = self.shared.actuator.delete_claim(c).await {
+                            tracing::warn!(claim = c, error = %e, "rolling back a ProvisioningRequest");
+                        }
+                    }
+                    let wait = self.backoff(&format!("{ns}/{name}"));
+                    tracing::info!(request = %format!("{ns}/{name}"), %message, "rolled back");
+                    self.write(
+                        pr,
+                        &[(
+                            conditions::PROVISIONED,
+                            false,
+                            reasons::CAPACITY_IS_NOT_FOUND,
+                            &format!(
+                                "{message}; every NodeClaim of the request was deleted (all or nothing); retrying in {} s",
+                                wait.as_secs()
+                            ),
+                        )],
+                        json!({BOOKING_DETAIL: Value::Null, BOOKED_AT_DETAIL: Value::Null, PIN_LABEL: Value::Null}),
+                    )
+                    .await
+                }
+                Step::Fail { reason, message } => {
+                    self.write(
+                        pr,
+                        &[(conditions::FAILED, true, reason, &message)],
+                        json!({}),
+                    )
+                    .await
+                }
+                Step::Expire { reason, message } => {
+                    self.write(
+                        pr,
+                        &[(conditions::BOOKING_EXPIRED, true, reason, &message)],
+                        json!({}),
+                    )
+                    .await
+                }
+                Step::Revoke { message } => {
+                    self.write(
+                        pr,
+                        &[(
+                            conditions::CAPACITY_REVOKED,
+                            true,
+                            reasons::REVOKED,
+                            &message,
+                        )],
+                        json!({}),
+                    )
+                    .await
+                }
+            };
+            if let Err(e) = result {
+                tracing::warn!(request = %format!("{ns}/{name}"), error = %e, "ProvisioningRequest");
+            }
+        }
+        let live: BTreeSet<String> = prs
+            .iter()
+            .map(|p| {
+                let (ns, name) = ns_name(p);
+                format!("{ns}/{name}")
+            })
+            .collect();
+        self.provreq_backoff.retain(|k, _| live.contains(k));
+        let m = &self.shared.metrics.provisioning_requests;
+        m.clear();
+        for ((class, state), n) in counts {
+            m.get_or_create(&ProvReqLabel { class, state }).set(n);
+        }
+    }
+
+    /// The next retry delay of a request without capacity (doubling from `--provreq-retry`).
+    fn backoff(&mut self, key: &str) -> std::time::Duration {
+        let base = self.args.provreq_retry;
+        let max = self.args.provreq_retry_max;
+        let entry = self
+            .provreq_backoff
+            .entry(key.to_string())
+            .or_insert((0, Instant::now()));
+        let delay = base.saturating_mul(1u32 << entry.0.min(16)).min(max);
+        entry.0 += 1;
+        entry.1 = Instant::now() + delay;
+        delay
+    }
+
+    /// Plans for a waiting request against `snap`; books what it finds, creates the claims of
+    /// a best-effort-atomic request, or records why there is no capacity. Returns whether
+    /// claims were created (their capacity is not in `snap`, so no other request is planned
+    /// in this round).
+    async fn attempt(&mut self, pr: &ProvisioningRequest, snap: &mut Snapshot, now: i64) -> bool {
+        let (ns, name) = ns_name(pr);
+        let key = format!("{ns}/{name}");
+        let class = Class::of(pr).expect("only known classes are attempted");
+        let templates = self.templates();
+        let by_name: BTreeMap<(String, String), &PodTemplate> = templates
+            .iter()
+            .map(|t| {
+                (
+                    (t.namespace().unwrap_or_default(), t.name_any()),
+                    t.as_ref(),
+                )
+            })
+            .collect();
+        let pods = match provreq::pods(pr, &by_name) {
+            Ok(p) => p,
+            Err(why) => {
+                let wait = self.backoff(&key);
+                let msg = format!("{why}; retrying in {} s", wait.as_secs());
+                if let Err(e) = self
+                    .write(
+                        pr,
+                        &[(conditions::PROVISIONED, false, reasons::INVALID, &msg)],
+                        json!({}),
+                    )
+                    .await
+                {
+                    tracing::warn!(request = %key, error = %e, "ProvisioningRequest");
+                }
+                return false;
+            }
+        };
+        let mut trial = snap.clone();
+        trial.pending = pods.clone();
+        let group = provreq::group_id(pr);
+        trial.groups = BTreeMap::from([(
+            group.clone(),
+            Group {
+                name: group,
+                min_count: u32::try_from(pods.len()).unwrap_or(u32::MAX),
+            },
+        )]);
+        if class == Class::CheckCapacity {
+            // Existing and in-flight capacity only: no NodePool to launch from.
+            trial.pools.clear();
+        }
+        let plan = plan_provisioning(&trial);
+        let result = if let Some(u) = plan.unschedulable.first() {
+            let why = format!("pod {} {}", u.pod.name, u.reason);
+            if provreq::no_retry(pr) {
+                self.write(
+                    pr,
+                    &[
+                        (
+                            conditions::PROVISIONED,
+                            false,
+                            reasons::CAPACITY_IS_NOT_FOUND,
+                            &why,
+                        ),
+                        (
+                            conditions::FAILED,
+                            true,
+                            reasons::NO_RETRY,
+                            &format!("no capacity and noRetry is set: {why}"),
+                        ),
+                    ],
+                    json!({}),
+                )
+                .await
+            } else {
+                let wait = self.backoff(&key);
+                self.write(
+                    pr,
+                    &[(
+                        conditions::PROVISIONED,
+                        false,
+                        reasons::CAPACITY_IS_NOT_FOUND,
+                        &format!("{why}; retrying in {} s", wait.as_secs()),
+                    )],
+                    json!({}),
+                )
+                .await
+            }
+        } else if plan.new_claims.is_empty() {
+            let booking = provreq::booking_of(&plan, &BTreeMap::new());
+            provreq::hold(snap, &booking, provreq::phantoms(pods, 0));
+            self.provreq_backoff.remove(&key);
+            tracing::info!(request = %key, booking = %booking.render(), "capacity found");
+            self.write(
+                pr,
+                &[(
+                    conditions::PROVISIONED,
+                    true,
+                    reasons::CAPACITY_IS_FOUND,
+                    &format!("capacity is found in the cluster: {}", booking.render()),
+                )],
+                json!({BOOKING_DETAIL: booking.render(), BOOKED_AT_DETAIL: now.to_string()}),
+            )
+            .await
+        } else {
+            return self.launch_for(pr, &plan, now).await;
+        };
+        if let Err(e) = result {
+            tracing::warn!(request = %key, error = %e, "ProvisioningRequest");
+        }
+        false
+    }
+
+    /// Creates a best-effort-atomic request's claims; if any creation fails, deletes the ones
+    /// made (all or nothing). Returns whether claims now exist.
+    async fn launch_for(
+        &mut self,
+        pr: &ProvisioningRequest,
+        plan: &autoscaler_core::plan::Plan,
+        now: i64,
+    ) -> bool {
+        let (ns, name) = ns_name(pr);
+        let key = format!("{ns}/{name}");
+        let pools = self.stores.pools.state();
+        let pin = provreq::pin_value(pr);
+        let mut created: BTreeMap<String, String> = BTreeMap::new();
+        let mut failure: Option<String> = None;
+        for nc in &plan.new_claims {
+            let Some(np) = pools.iter().find(|p| p.name_any() == nc.pool) else {
+                failure = Some(format!("NodePool {} disappeared", nc.pool));
+                break;
+            };
+            let mut obj = claim_object(nc, np);
+            obj.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(PIN_LABEL.into(), pin.clone());
+            obj.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(REQUEST_ANNOTATION.into(), key.clone());
+            match self.shared.actuator.create_claim(&obj).await {
+                Ok(c) => {
+                    created.insert(nc.name.clone(), c.name_any());
+                }
+                Err(e) => {
+                    failure = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        if let Some(why) = failure {
+            for c in created.values() {
+                let _ = self.shared.actuator.delete_claim(c).await;
+            }
+            let wait = self.backoff(&key);
+            let msg = format!(
+                "creating NodeClaims failed: {why}; retrying in {} s",
+                wait.as_secs()
+            );
+            if let Err(e) = self
+                .write(
+                    pr,
+                    &[(
+                        conditions::PROVISIONED,
+                        false,
+                        reasons::CAPACITY_IS_NOT_FOUND,
+                        &msg,
+                    )],
+                    json!({}),
+                )
+                .await
+            {
+                tracing::warn!(request = %key, error = %e, "ProvisioningRequest");
+            }
+            return false;
+        }
+        self.disruption_state.last_scale_up = Some(now);
+        let booking = provreq::booking_of(plan, &created);
+        // Pinning works only when every pod goes to the new nodes.
+        let pinned = plan.existing.is_empty() && plan.in_flight.is_empty();
+        let types: BTreeSet<&str> = plan
+            .new_claims
+            .iter()
+            .filter_map(|c| c.instance_types.first().map(|o| o.instance_type.as_str()))
+            .collect();
+        let msg = format!(
+            "launching {} node(s) ({}) for {} pod(s); Provisioned turns True once every one has launched",
+            created.len(),
+            types.into_iter().collect::<Vec<_>>().join(", "),
+            booking.total()
+        );
+        tracing::info!(request = %key, claims = ?created.values().collect::<Vec<_>>(), "launching for ProvisioningRequest");
+        let details = json!({
+            BOOKING_DETAIL: booking.render(),
+            BOOKED_AT_DETAIL: now.to_string(),
+            PIN_LABEL: if pinned { Value::String(pin) } else { Value::Null },
+        });
+        if let Err(e) = self
+            .write(
+                pr,
+                &[(conditions::PROVISIONED, false, reasons::PROVISIONING, &msg)],
+                details,
+            )
+            .await
+        {
+            tracing::warn!(request = %key, error = %e, "ProvisioningRequest");
+        }
+        true
+    }
+
+    /// Sets conditions (in the order given, with observedGeneration) and merges `details`
+    /// into `provisioningClassDetails`.
+    async fn write(
+        &self,
+        pr: &ProvisioningRequest,
+        set: &[(&str, bool, &str, &str)],
+        details: Value,
+    ) -> super::super::Result<()> {
+        let (ns, name) = ns_name(pr);
+        let mut conds: Vec<Condition> = pr
+            .status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default();
+        let ts = jiff::Timestamp::now();
+        for (type_, status, reason, message) in set {
+            set_condition(&mut conds, type_, *status, reason, message, ts);
+            if let Some(c) = conds.iter_mut().find(|c| c.type_ == *type_) {
+                c.observed_generation = pr.metadata.generation;
+            }
+        }
+        let mut status = json!({"conditions": conds});
+        if details.as_object().is_some_and(|d| !d.is_empty()) {
+            status["provisioningClassDetails"] = details;
+        }
+        self.shared
+            .actuator
+            .patch_provreq_status(&ns, &name, &status)
+            .await
+    }
+
+    /// Deletes a terminal request once `--provreq-retention` has passed since it ended.
+    async fn retire(&self, pr: &ProvisioningRequest, now: i64) {
+        let keep = secs(self.args.provreq_retention);
+        if keep == 0 {
+            return;
+        }
+        let ended = pr
+            .status
+            .as_ref()
+            .into_iter()
+            .flat_map(|s| s.conditions.iter())
+            .filter(|c| {
+                c.status == "True"
+                    && [
+                        conditions::FAILED,
+                        conditions::BOOKING_EXPIRED,
+                        conditions::CAPACITY_REVOKED,
+                    ]
+                    .contains(&c.type_.as_str())
+            })
+            .map(|c| c.last_transition_time.0.as_second())
+            .min();
+        if let Some(t) = ended
+            && now - t >= keep
+        {
+            let (ns, name) = ns_name(pr);
+            if let Err(e) = self.shared.actuator.delete_provreq(&ns, &name).await {
+                tracing::warn!(request = %format!("{ns}/{name}"), error = %e, "retiring");
+            }
+        }
+    }
+}
+
+fn secs(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
