@@ -106,6 +106,11 @@ fn root() -> PathBuf {
 impl Cluster {
     /// A fresh server with the CRDs registered and the harness scheduler binding pods.
     pub async fn start() -> Cluster {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Self::start`], with more CRDs (YAML texts) registered.
+    pub async fn start_with(extra_crds: &[&str]) -> Cluster {
         let server = FakeApiServer::new(Options {
             binder: Some(BinderOptions {
                 interval: Duration::from_millis(100),
@@ -124,6 +129,9 @@ impl Cluster {
         server
             .register_crd_yaml(providers::kwok::CRD_YAML)
             .expect("kwok CRD registers");
+        for crd in extra_crds {
+            server.register_crd_yaml(crd).expect("extra CRD registers");
+        }
         let running = server
             .serve("127.0.0.1:0".parse().unwrap())
             .await

@@ -5,4 +5,5 @@ mod harness;
 
 mod crash;
 mod provisioning;
+mod provreq;
 mod safety;

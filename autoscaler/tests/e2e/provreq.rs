@@ -1,0 +1,527 @@
+//! ProvisioningRequests shaped exactly as Kueue creates them (the real CRD from
+//! ../shared/data/crds), and a Volcano gang: all-or-nothing capacity end to end.
+//!
+//! These tests need the ProvisioningRequest CRD from ../shared; without it they say so and
+//! skip (CI always has it).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod, PodTemplate};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use nodepools::NodePool;
+use providers::kwok::{KwokInstance, OUTAGE_LABEL};
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn provreq_crd() -> Option<String> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+    match std::fs::read_to_string(&p) {
+        Ok(s) => Some(s),
+        Err(_) => {
+            eprintln!(
+                "SKIPPED: {} is absent (the ProvisioningRequest CRD comes from ../shared)",
+                p.display()
+            );
+            None
+        }
+    }
+}
+
+/// Kueue's objects for one workload: `ppt-<request>-<podset>` PodTemplate and the request,
+/// both labelled `kueue.x-k8s.io/managed: "true"`.
+async fn kueue_request(
+    c: &Cluster,
+    name: &str,
+    class: &str,
+    count: i32,
+    gpus: u32,
+    parameters: Value,
+) {
+    let template = format!("ppt-{name}-main");
+    let _: PodTemplate = c
+        .create(json!({
+            "apiVersion": "v1", "kind": "PodTemplate",
+            "metadata": {"name": template, "namespace": "default",
+                         "labels": {"kueue.x-k8s.io/managed": "true"}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "train", "image": "train:1",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus.to_string()},
+                                      "limits": {"nvidia.com/gpu": gpus.to_string()}}}],
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                    "restartPolicy": "Never"
+                }
+            }
+        }))
+        .await;
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        c.client.clone(),
+        "default",
+        &kube::api::ApiResource {
+            group: "autoscaling.x-k8s.io".into(),
+            version: "v1".into(),
+            api_version: "autoscaling.x-k8s.io/v1".into(),
+            kind: "ProvisioningRequest".into(),
+            plural: "provisioningrequests".into(),
+        },
+    );
+    let obj: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": "default",
+                     "labels": {"kueue.x-k8s.io/managed": "true"}},
+        "spec": {
+            "provisioningClassName": class,
+            "parameters": parameters,
+            "podSets": [{"podTemplateRef": {"name": template}, "count": count}]
+        }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create ProvisioningRequest");
+}
+
+/// The request's status as JSON.
+async fn status(c: &Cluster, name: &str) -> Value {
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        c.client.clone(),
+        "default",
+        &kube::api::ApiResource {
+            group: "autoscaling.x-k8s.io".into(),
+            version: "v1".into(),
+            api_version: "autoscaling.x-k8s.io/v1".into(),
+            kind: "ProvisioningRequest".into(),
+            plural: "provisioningrequests".into(),
+        },
+    );
+    api.get(name)
+        .await
+        .map(|o| o.data["status"].clone())
+        .unwrap_or(Value::Null)
+}
+
+fn cond<'a>(s: &'a Value, type_: &str) -> Option<&'a Value> {
+    s["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn is(s: &Value, type_: &str, status: &str) -> bool {
+    cond(s, type_).is_some_and(|c| c["status"] == status)
+}
+
+/// Waits until condition `type_` is `True`; returns the status.
+async fn until_true(c: &Cluster, name: &str, type_: &str) -> Value {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let s = status(c, name).await;
+        if is(&s, type_, "True") {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {type_}=True on {name}: {s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A Ready node outside any NodePool with `gpus` T4s.
+async fn plain_gpu_node(c: &Cluster, name: &str, gpus: u32) {
+    let _: Node = c
+        .create(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name,
+                "topology.kubernetes.io/zone": "us-east-1a",
+                "node.kubernetes.io/instance-type": "g4dn.12xlarge",
+                "nvidia.com/gpu.product": "Tesla-T4"}},
+            "spec": {},
+            "status": {
+                "capacity": {"cpu": "48", "memory": "192Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
+                "allocatable": {"cpu": "48", "memory": "192Gi", "pods": "110", "nvidia.com/gpu": gpus.to_string()},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }))
+        .await;
+}
+
+/// A pod consuming request `request`'s capacity, as Kueue creates it once admitted.
+fn consumer(name: &str, request: &str, gpus: u32, selector: Option<(&str, &str)>) -> Value {
+    let mut spec = json!({
+        "containers": [{"name": "train", "image": "train:1",
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus.to_string()},
+                          "limits": {"nvidia.com/gpu": gpus.to_string()}}}],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    });
+    if let Some((k, v)) = selector {
+        spec["nodeSelector"] = json!({k: v});
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": {"autoscaling.x-k8s.io/consume-provisioning-request": request},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": request,
+                                 "uid": "00000000-0000-0000-0000-0000000000aa", "controller": true}]},
+        "spec": spec
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_7a_check_capacity_books_existing_capacity_and_never_launches() {
+    let Some(crd) = provreq_crd() else { return };
+    let c = Cluster::start_with(&[&crd]).await;
+    let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
+    plain_gpu_node(&c, "existing-gpu", 4).await;
+    let _ctl = c.controller("provreq-check", &["--leader-elect=false"]);
+    const CHECK: &str = "check-capacity.autoscaling.x-k8s.io";
+
+    // 2 × 2 GPUs fit on the existing node: Accepted, then Provisioned (CapacityIsFound).
+    kueue_request(&c, "fits", CHECK, 2, 2, json!({})).await;
+    let s = until_true(&c, "fits", "Provisioned").await;
+    assert!(is(&s, "Accepted", "True"), "{s:#}");
+    assert_eq!(
+        cond(&s, "Provisioned").unwrap()["reason"],
+        "CapacityIsFound"
+    );
+    assert_eq!(
+        s["provisioningClassDetails"]["gpu-autoscaler.dev/booking"],
+        "node/existing-gpu=2"
+    );
+
+    // The node's 4 GPUs are booked: 1 × 2 more GPUs do not fit, and noRetry fails the request.
+    kueue_request(&c, "no-room", CHECK, 1, 2, json!({"noRetry": "true"})).await;
+    let s = until_true(&c, "no-room", "Failed").await;
+    assert!(is(&s, "Provisioned", "False"), "{s:#}");
+    assert_eq!(
+        cond(&s, "Provisioned").unwrap()["reason"],
+        "CapacityIsNotFound"
+    );
+
+    // Without noRetry a request that cannot fit stays Provisioned=False with the reason.
+    kueue_request(&c, "too-big", CHECK, 1, 8, json!({})).await;
+    let deadline = Instant::now() + DEADLINE;
+    let s = loop {
+        let s = status(&c, "too-big").await;
+        if cond(&s, "Provisioned")
+            .is_some_and(|p| p["message"].as_str().unwrap_or("").contains("retrying"))
+        {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no retry message: {s:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!is(&s, "Failed", "True"), "{s:#}");
+
+    // The consuming pods arrive and bind: the booking ends as consumed. No NodeClaim ever.
+    for i in 0..2 {
+        let _: Pod = c
+            .create(consumer(&format!("fits-{i}"), "fits", 2, None))
+            .await;
+    }
+    let s = until_true(&c, "fits", "BookingExpired").await;
+    assert_eq!(
+        cond(&s, "BookingExpired").unwrap()["reason"],
+        "CapacityIsConsumed"
+    );
+    assert!(c.claims().await.is_empty(), "check-capacity never launches");
+}
+
+/// An A100 NodePool of p4d.24xlarge (8 GPUs) on demand.
+fn a100_pool() -> Value {
+    json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": "a100"},
+        "spec": {
+            "template": {
+                "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}],
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["p4d.24xlarge"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+                ]
+            },
+            "disruption": {"consolidateAfter": "0s", "unneededTime": "1s", "budgets": [{"nodes": "100%"}]}
+        }
+    })
+}
+
+fn claim_zone(c: &nodepools::NodeClaim) -> Option<String> {
+    c.spec
+        .requirements
+        .iter()
+        .find(|r| r.key == "topology.kubernetes.io/zone" && r.values.len() == 1)
+        .map(|r| r.values[0].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_7b_best_effort_atomic_launches_all_four_nodes_or_none() {
+    let Some(crd) = provreq_crd() else { return };
+    let c = Cluster::start_with(&[&crd]).await;
+    let _: NodePool = c.create(a100_pool()).await;
+    let ctl = c.controller(
+        "provreq-atomic",
+        &[
+            "--leader-elect=false",
+            "--kwok-launch-latency=2s",
+            "--provreq-retry=1s",
+        ],
+    );
+    kueue_request(
+        &c,
+        "train",
+        "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+        4,
+        8,
+        json!({}),
+    )
+    .await;
+
+    // The gang's 4 claims are created together, all in one zone.
+    let first = eventually("4 NodeClaims", DEADLINE, || async {
+        let claims = c.claims().await;
+        (claims.len() == 4).then_some(claims)
+    })
+    .await;
+    let zones: std::collections::BTreeSet<_> = first.iter().map(claim_zone).collect();
+    assert_eq!(zones.len(), 1, "one zone for the gang: {zones:?}");
+    let zone = zones.into_iter().next().unwrap().expect("a zone");
+    // Mid-way (the launches are in flight): the offering runs out.
+    let outage: KwokInstance = serde_json::from_value(json!({
+        "apiVersion": "kwok.gpu-autoscaler.dev/v1alpha1", "kind": "KwokInstance",
+        "metadata": {"name": "outage-p4d", "labels": {OUTAGE_LABEL: "true"}},
+        "spec": {"cluster": "-", "claim": "", "pool": "", "instanceType": "p4d.24xlarge",
+                 "zone": zone, "capacityType": "on-demand"}
+    }))
+    .unwrap();
+    Api::<KwokInstance>::all(c.client.clone())
+        .create(&PostParams::default(), &outage)
+        .await
+        .unwrap();
+
+    // Either all 4 launch or none stays: the first attempt is rolled back, the retry lands
+    // all 4 in another zone. Never a partial set of nodes with the request Provisioned.
+    let deadline = Instant::now() + DEADLINE;
+    let s = loop {
+        let s = status(&c, "train").await;
+        let nodes = c.nodes().await;
+        if is(&s, "Provisioned", "True") {
+            break s;
+        }
+        assert!(nodes.len() <= 4, "more than 4 nodes: {}", nodes.len());
+        assert!(
+            Instant::now() < deadline,
+            "not provisioned: {s:#}\n{}",
+            ctl.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        cond(&s, "Provisioned").unwrap()["reason"],
+        "CapacityIsProvisioned"
+    );
+    assert!(ctl.log().contains("rolled back"), "{}", ctl.log());
+    let claims = c.claims().await;
+    let live: Vec<_> = claims
+        .iter()
+        .filter(|x| x.metadata.deletion_timestamp.is_none())
+        .collect();
+    assert_eq!(live.len(), 4, "{live:#?}");
+    for cl in &live {
+        assert_ne!(claim_zone(cl).as_deref(), Some(zone.as_str()));
+    }
+    let pin = s["provisioningClassDetails"]["gpu-autoscaler.dev/provisioning-request"]
+        .as_str()
+        .expect("pin detail")
+        .to_string();
+
+    // Kueue admits: 4 pods pinned to the provisioned nodes consume the booking; no new claim.
+    for i in 0..4 {
+        let _: Pod = c
+            .create(consumer(
+                &format!("train-{i}"),
+                "train",
+                8,
+                Some(("gpu-autoscaler.dev/provisioning-request", &pin)),
+            ))
+            .await;
+    }
+    let s = until_true(&c, "train", "BookingExpired").await;
+    assert_eq!(
+        cond(&s, "BookingExpired").unwrap()["reason"],
+        "CapacityIsConsumed"
+    );
+    let live = c
+        .claims()
+        .await
+        .into_iter()
+        .filter(|x| x.metadata.deletion_timestamp.is_none())
+        .count();
+    assert_eq!(live, 4, "consuming pods never trigger a scale-up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_revoked_when_lost() {
+    let Some(crd) = provreq_crd() else { return };
+    let c = Cluster::start_with(&[&crd]).await;
+    let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
+    let ctl = c.controller("provreq-booking", &["--leader-elect=false"]);
+    const ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
+
+    // A booking of 8 s on an empty node: consolidation (1 s unneeded) must wait for it.
+    kueue_request(
+        &c,
+        "held",
+        ATOMIC,
+        1,
+        1,
+        json!({"BookingDurationSeconds": "8"}),
+    )
+    .await;
+    let s = until_true(&c, "held", "Provisioned").await;
+    let booked_at = Instant::now();
+    let booking = s["provisioningClassDetails"]["gpu-autoscaler.dev/booking"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let claim = booking
+        .strip_prefix("claim/")
+        .and_then(|b| b.split('=').next())
+        .unwrap()
+        .to_string();
+    // While booked, the empty node stays.
+    while booked_at.elapsed() < Duration::from_secs(5) {
+        let s = status(&c, "held").await;
+        assert!(!is(&s, "BookingExpired", "True"), "expired early: {s:#}");
+        let claims = c.claims().await;
+        assert!(
+            claims
+                .iter()
+                .any(|x| x.metadata.name.as_deref() == Some(claim.as_str())
+                    && x.metadata.deletion_timestamp.is_none()),
+            "booked claim {claim} was disrupted:\n{}",
+            ctl.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let s = until_true(&c, "held", "BookingExpired").await;
+    assert_eq!(
+        cond(&s, "BookingExpired").unwrap()["reason"],
+        "CapacityReservationTimeExpired"
+    );
+    // Then the idle node is consolidated away.
+    eventually("the expired booking's node removed", DEADLINE, || async {
+        c.claims()
+            .await
+            .iter()
+            .all(|x| x.metadata.name.as_deref() != Some(claim.as_str()))
+            .then_some(())
+    })
+    .await;
+
+    // A booked node lost before its pods arrive: CapacityRevoked.
+    kueue_request(&c, "lost", ATOMIC, 1, 1, json!({})).await;
+    until_true(&c, "lost", "Provisioned").await;
+    let node = eventually("the booked node registered", DEADLINE, || async {
+        c.nodes()
+            .await
+            .into_iter()
+            .find(|n| n.metadata.deletion_timestamp.is_none())
+    })
+    .await;
+    Api::<Node>::all(c.client.clone())
+        .delete(
+            node.metadata.name.as_deref().unwrap(),
+            &DeleteParams::default(),
+        )
+        .await
+        .unwrap();
+    let s = until_true(&c, "lost", "CapacityRevoked").await;
+    assert!(!is(&s, "BookingExpired", "True"), "{s:#}");
+}
+
+const VOLCANO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: podgroups.scheduling.volcano.sh
+spec:
+  group: scheduling.volcano.sh
+  names: {kind: PodGroup, listKind: PodGroupList, plural: podgroups, singular: podgroup}
+  scope: Namespaced
+  versions:
+    - name: v1beta1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+      subresources: {status: {}}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
+    let c = Cluster::start_with(&[VOLCANO_CRD]).await;
+    // 6 GPUs at most: a gang of 8 single-GPU pods cannot all get capacity.
+    let mut pool = gpu_pool("gpu", "1s");
+    pool["spec"]["limits"] = json!({"nvidia.com/gpu": "6"});
+    let _: NodePool = c.create(pool).await;
+    let pg: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"minMember": 8}
+    }))
+    .unwrap();
+    let ar = kube::api::ApiResource {
+        group: "scheduling.volcano.sh".into(),
+        version: "v1beta1".into(),
+        api_version: "scheduling.volcano.sh/v1beta1".into(),
+        kind: "PodGroup".into(),
+        plural: "podgroups".into(),
+    };
+    Api::<kube::api::DynamicObject>::namespaced_with(c.client.clone(), "default", &ar)
+        .create(&PostParams::default(), &pg)
+        .await
+        .unwrap();
+    let ctl = c.controller("volcano", &["--leader-elect=false"]);
+    for i in 0..8 {
+        let mut p = gpu_pod(&format!("train-{i}"));
+        p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": "train"});
+        let _: Pod = c.create(p).await;
+    }
+    // Every member is told why, and nothing is launched meanwhile.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(c.client.clone(), "default");
+    let reasons = eventually("NotTriggerScaleUp for all 8 members", DEADLINE, || async {
+        assert!(c.claims().await.is_empty(), "a partial gang was launched");
+        let evs = events.list(&ListParams::default()).await.unwrap().items;
+        let per_pod: BTreeMap<String, String> = evs
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("NotTriggerScaleUp"))
+            .filter_map(|e| {
+                Some((
+                    e.regarding.as_ref()?.name.clone()?,
+                    e.note.clone().unwrap_or_default(),
+                ))
+            })
+            .collect();
+        (per_pod.len() == 8).then_some(per_pod)
+    })
+    .await;
+    for note in reasons.values() {
+        assert!(
+            note.contains("all-or-nothing group volcano:default/train needs 8 pods"),
+            "{note}\n{}",
+            ctl.log()
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(c.claims().await.is_empty(), "a partial gang was launched");
+}
