@@ -83,8 +83,9 @@ pub const API_CALLS: &[ApiCall] = &[
         "provisioningrequests/status",
         &["patch"],
     ),
-    // Volcano PodGroups (minMember of gangs), when Volcano is installed.
+    // Gang minimums: Volcano PodGroups and Kubernetes PodGroups, when served.
     call("scheduling.volcano.sh", "podgroups", &["list", "watch"]),
+    call("scheduling.k8s.io", "podgroups", &["list", "watch"]),
     // Events on pods, nodes and NodeClaims (kube-runtime's recorder creates, then patches series).
     call("events.k8s.io", "events", &["create", "patch"]),
     // Leader election.

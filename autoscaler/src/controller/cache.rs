@@ -19,7 +19,7 @@ use super::translate::{self, TranslateError};
 
 /// A pod as the controller caches it.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(from = "Pod")]
+#[serde(from = "PodWire")]
 pub struct CachedPod {
     /// Name, namespace, uid, resourceVersion, creation and deletion timestamps only (labels
     /// and annotations live in [`Self::core`]).
@@ -42,8 +42,59 @@ pub struct CachedPod {
     pub core: Result<CorePod, TranslateError>,
 }
 
+/// A pod as it comes over the wire: the typed `Pod` plus `spec.schedulingGroup`, which is
+/// newer than the API types this project builds with.
+#[derive(Deserialize)]
+struct PodWire {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<SpecWire>,
+    #[serde(default)]
+    status: Option<k8s_openapi::api::core::v1::PodStatus>,
+}
+
+#[derive(Deserialize)]
+struct SpecWire {
+    #[serde(flatten)]
+    spec: k8s_openapi::api::core::v1::PodSpec,
+    #[serde(default, rename = "schedulingGroup")]
+    scheduling_group: Option<SchedulingGroupWire>,
+}
+
+#[derive(Deserialize)]
+struct SchedulingGroupWire {
+    #[serde(default, rename = "podGroupName")]
+    pod_group_name: Option<String>,
+}
+
+impl From<PodWire> for CachedPod {
+    fn from(w: PodWire) -> Self {
+        let (spec, group_name) = match w.spec {
+            Some(s) => (
+                Some(s.spec),
+                s.scheduling_group.and_then(|g| g.pod_group_name),
+            ),
+            None => (None, None),
+        };
+        let pod = Pod {
+            metadata: w.metadata,
+            spec,
+            status: w.status,
+        };
+        CachedPod::new(pod, group_name.as_deref())
+    }
+}
+
 impl From<Pod> for CachedPod {
     fn from(p: Pod) -> Self {
+        CachedPod::new(p, None)
+    }
+}
+
+impl CachedPod {
+    /// Caches `p`, whose `spec.schedulingGroup.podGroupName` is `scheduling_group`.
+    pub fn new(p: Pod, scheduling_group: Option<&str>) -> Self {
         let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
         let unschedulable_since_ms = conditions
             .into_iter()
@@ -55,6 +106,7 @@ impl From<Pod> for CachedPod {
             .into_iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
+        let gang = super::gangs::gang_of(&p, scheduling_group);
         CachedPod {
             key: translate::pod_key(&p),
             node_name: translate::node_name(&p).map(str::to_string),
@@ -62,8 +114,11 @@ impl From<Pod> for CachedPod {
             unschedulable: translate::is_unschedulable(&p),
             unschedulable_since_ms,
             ready,
-            group: super::gangs::gang_of(&p),
-            core: translate::pod(&p),
+            group: gang.clone(),
+            core: translate::pod(&p).map(|mut c| {
+                c.group = gang.map(|g| g.id);
+                c
+            }),
             metadata: ObjectMeta {
                 name: p.metadata.name,
                 namespace: p.metadata.namespace,

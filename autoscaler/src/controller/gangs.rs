@@ -5,6 +5,9 @@
 //! - Volcano: `scheduling.k8s.io/group-name` (or `scheduling.volcano.sh/group-name`) names a
 //!   `PodGroup` (`scheduling.volcano.sh/v1beta1`) in the pod's namespace whose `spec.minMember`
 //!   is the minimum ([`VolcanoPodGroup`]; when it is not known, every pending member counts);
+//! - Kubernetes' own PodGroup (`scheduling.k8s.io/v1alpha2`, GenericWorkload feature): the
+//!   pod's `spec.schedulingGroup.podGroupName` names a [`SchedulingPodGroup`] in its namespace;
+//!   a `gang` policy's `minCount` is the minimum, a `basic` policy is no gang at all;
 //! - YuniKorn: `yunikorn.apache.org/task-group-name` names one of the task groups listed (JSON)
 //!   in `yunikorn.apache.org/task-groups`, whose `minMember` is the minimum; the group is scoped
 //!   by the application id (label `applicationId` or `yunikorn.apache.org/app-id`).
@@ -36,7 +39,8 @@ pub const YUNIKORN_TASK_GROUPS: &str = "yunikorn.apache.org/task-groups";
 #[kube(
     group = "scheduling.volcano.sh",
     version = "v1beta1",
-    kind = "VolcanoPodGroup",
+    kind = "PodGroup",
+    root = "VolcanoPodGroup",
     plural = "podgroups",
     namespaced,
     schema = "disabled",
@@ -49,6 +53,94 @@ pub struct VolcanoPodGroupSpec {
     pub min_member: Option<i32>,
 }
 
+/// Kubernetes' PodGroup (`scheduling.k8s.io/v1alpha2`), reduced to its scheduling policy.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "scheduling.k8s.io",
+    version = "v1alpha2",
+    kind = "PodGroup",
+    root = "SchedulingPodGroup",
+    plural = "podgroups",
+    namespaced,
+    schema = "disabled",
+    doc = "Kubernetes' PodGroup (only spec.schedulingPolicy is read)."
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPodGroupSpec {
+    /// Exactly one of `basic` or `gang`.
+    #[serde(default)]
+    pub scheduling_policy: SchedulingPolicy,
+}
+
+/// A PodGroup's scheduling policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedulingPolicy {
+    /// All-or-nothing.
+    #[serde(default)]
+    pub gang: Option<GangPolicy>,
+}
+
+/// The gang policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GangPolicy {
+    /// Pods that must be schedulable together.
+    #[serde(default)]
+    pub min_count: Option<i32>,
+}
+
+/// What the gang objects in the cluster say, for the snapshot builder.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GangObjects {
+    /// Volcano PodGroups' `minMember` by `namespace/name`.
+    pub volcano: BTreeMap<String, u32>,
+    /// Kubernetes PodGroups by `namespace/name`: `Some(minCount)` for a gang, `None` for the
+    /// basic policy (no gang).
+    pub k8s: BTreeMap<String, Option<u32>>,
+}
+
+impl GangObjects {
+    /// The minimum of `g`: `Ok(Some(n))` known, `Ok(None)` unknown (every member counts),
+    /// `Err(())` not a gang at all (a Kubernetes PodGroup with the basic policy).
+    #[allow(clippy::result_unit_err)]
+    pub fn minimum(&self, g: &Gang) -> Result<Option<u32>, ()> {
+        if let Some(m) = g.min {
+            return Ok(Some(m));
+        }
+        if let Some(v) = &g.volcano {
+            return Ok(self.volcano.get(v).copied());
+        }
+        if let Some(k) = &g.k8s {
+            return match self.k8s.get(k) {
+                Some(Some(m)) => Ok(Some(*m)),
+                Some(None) => Err(()),
+                None => Ok(None),
+            };
+        }
+        Ok(None)
+    }
+}
+
+/// Kubernetes PodGroups' policies by `namespace/name`.
+pub fn k8s_policies<'a>(
+    groups: impl IntoIterator<Item = &'a SchedulingPodGroup>,
+) -> BTreeMap<String, Option<u32>> {
+    groups
+        .into_iter()
+        .filter_map(|g| {
+            let ns = g.metadata.namespace.as_deref()?;
+            let name = g.metadata.name.as_deref()?;
+            let min = g.spec.scheduling_policy.gang.as_ref().map(|gang| {
+                gang.min_count
+                    .and_then(|m| u32::try_from(m).ok())
+                    .filter(|m| *m > 0)
+                    .unwrap_or(1)
+            });
+            Some((format!("{ns}/{name}"), min))
+        })
+        .collect()
+}
+
 /// A pod's gang.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gang {
@@ -59,6 +151,8 @@ pub struct Gang {
     pub min: Option<u32>,
     /// For Volcano: the PodGroup's `namespace/name`, to look its minimum up.
     pub volcano: Option<String>,
+    /// For Kubernetes' PodGroup: its `namespace/name`, to look its policy up.
+    pub k8s: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -69,11 +163,22 @@ struct TaskGroup {
     min_member: Option<i64>,
 }
 
-/// The gang a pod belongs to, if any. Malformed minimums are ignored (every pending member
-/// then counts), never an error: a gang is a scheduling hint, and the strictest reading is safe.
-pub fn gang_of(p: &Pod) -> Option<Gang> {
-    let ann = p.metadata.annotations.as_ref()?;
+/// The gang a pod belongs to, if any; `scheduling_group` is the pod's
+/// `spec.schedulingGroup.podGroupName` (a field newer than the API types this project builds
+/// with, so the caller reads it from the wire). Malformed minimums are ignored (every pending
+/// member then counts), never an error: a gang is a scheduling hint, and the strictest reading
+/// is safe.
+pub fn gang_of(p: &Pod, scheduling_group: Option<&str>) -> Option<Gang> {
     let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+    if let Some(name) = scheduling_group.filter(|n| !n.is_empty()) {
+        return Some(Gang {
+            id: format!("k8s:{ns}/{name}"),
+            min: None,
+            volcano: None,
+            k8s: Some(format!("{ns}/{name}")),
+        });
+    }
+    let ann = p.metadata.annotations.as_ref()?;
     if let Some(name) = ann.get(POD_GROUP_ANNOTATION) {
         let min = ann
             .get(POD_GROUP_MIN_ANNOTATION)
@@ -83,6 +188,7 @@ pub fn gang_of(p: &Pod) -> Option<Gang> {
             id: name.clone(),
             min,
             volcano: None,
+            k8s: None,
         });
     }
     if let Some(name) = ann
@@ -93,6 +199,7 @@ pub fn gang_of(p: &Pod) -> Option<Gang> {
             id: format!("volcano:{ns}/{name}"),
             min: None,
             volcano: Some(format!("{ns}/{name}")),
+            k8s: None,
         });
     }
     if let Some(task_group) = ann.get(YUNIKORN_TASK_GROUP_NAME) {
@@ -113,6 +220,7 @@ pub fn gang_of(p: &Pod) -> Option<Gang> {
             id: format!("yunikorn:{ns}/{app}/{task_group}"),
             min,
             volcano: None,
+            k8s: None,
         });
     }
     None
@@ -138,6 +246,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn gang_of_(p: &Pod) -> Option<Gang> {
+        gang_of(p, None)
+    }
+
     fn pod(annotations: serde_json::Value, labels: serde_json::Value) -> Pod {
         serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "ml", "annotations": annotations, "labels": labels}
@@ -147,13 +259,13 @@ mod tests {
 
     #[test]
     fn own_annotations_with_and_without_a_minimum() {
-        let g = gang_of(&pod(
+        let g = gang_of_(&pod(
             json!({POD_GROUP_ANNOTATION: "job", POD_GROUP_MIN_ANNOTATION: "3"}),
             json!({}),
         ))
         .unwrap();
         assert_eq!((g.id.as_str(), g.min), ("job", Some(3)));
-        let g = gang_of(&pod(
+        let g = gang_of_(&pod(
             json!({POD_GROUP_ANNOTATION: "job", POD_GROUP_MIN_ANNOTATION: "x"}),
             json!({}),
         ))
@@ -164,7 +276,7 @@ mod tests {
     #[test]
     fn volcano_group_names_its_podgroup() {
         for key in [VOLCANO_GROUP_ANNOTATION, VOLCANO_GROUP_ANNOTATION_ALT] {
-            let g = gang_of(&pod(json!({key: "pg"}), json!({}))).unwrap();
+            let g = gang_of_(&pod(json!({key: "pg"}), json!({}))).unwrap();
             assert_eq!(g.id, "volcano:ml/pg");
             assert_eq!(g.volcano.as_deref(), Some("ml/pg"));
             assert_eq!(g.min, None);
@@ -175,19 +287,25 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(volcano_minimums([&pg]).get("ml/pg"), Some(&8));
+        let g = gang_of_(&pod(json!({VOLCANO_GROUP_ANNOTATION: "pg"}), json!({}))).unwrap();
+        let objects = GangObjects {
+            volcano: volcano_minimums([&pg]),
+            ..Default::default()
+        };
+        assert_eq!(objects.minimum(&g), Ok(Some(8)));
     }
 
     #[test]
     fn yunikorn_task_group_minimum_from_the_task_groups_list() {
         let groups = r#"[{"name":"driver","minMember":1},{"name":"workers","minMember":4,"minResource":{"nvidia.com/gpu":"8"}}]"#;
-        let g = gang_of(&pod(
+        let g = gang_of_(&pod(
             json!({YUNIKORN_TASK_GROUP_NAME: "workers", YUNIKORN_TASK_GROUPS: groups}),
             json!({"applicationId": "app-1"}),
         ))
         .unwrap();
         assert_eq!(g.id, "yunikorn:ml/app-1/workers");
         assert_eq!(g.min, Some(4));
-        let g = gang_of(&pod(
+        let g = gang_of_(&pod(
             json!({YUNIKORN_TASK_GROUP_NAME: "workers", YUNIKORN_TASK_GROUPS: "not json"}),
             json!({}),
         ))
@@ -196,7 +314,36 @@ mod tests {
     }
 
     #[test]
+    fn kubernetes_podgroup_policy_decides_gang_or_not() {
+        let p = pod(json!({}), json!({}));
+        let g = gang_of(&p, Some("workers")).unwrap();
+        assert_eq!(g.id, "k8s:ml/workers");
+        let groups: Vec<SchedulingPodGroup> = [
+            json!({"metadata": {"name": "workers", "namespace": "ml"},
+                   "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}}),
+            json!({"metadata": {"name": "web", "namespace": "ml"},
+                   "spec": {"schedulingPolicy": {"basic": {}}}}),
+        ]
+        .into_iter()
+        .map(|mut v| {
+            v["apiVersion"] = json!("scheduling.k8s.io/v1alpha2");
+            v["kind"] = json!("PodGroup");
+            serde_json::from_value(v).unwrap()
+        })
+        .collect();
+        let objects = GangObjects {
+            k8s: k8s_policies(&groups),
+            ..Default::default()
+        };
+        assert_eq!(objects.minimum(&g), Ok(Some(4)));
+        let basic = gang_of(&p, Some("web")).unwrap();
+        assert_eq!(objects.minimum(&basic), Err(()));
+        let unknown = gang_of(&p, Some("later")).unwrap();
+        assert_eq!(objects.minimum(&unknown), Ok(None));
+    }
+
+    #[test]
     fn pods_without_gang_annotations_have_no_gang() {
-        assert_eq!(gang_of(&pod(json!({"x": "y"}), json!({}))), None);
+        assert_eq!(gang_of_(&pod(json!({"x": "y"}), json!({}))), None);
     }
 }

@@ -52,7 +52,7 @@ use super::batcher::{BatchConfig, Batcher};
 use super::cache::CachedPod;
 use super::disrupt::{self, Job, Stage};
 use super::error::{Error, Result};
-use super::gangs::VolcanoPodGroup;
+use super::gangs::{GangObjects, SchedulingPodGroup, VolcanoPodGroup};
 use super::keys;
 use super::leader::{self, LeaderConfig};
 use super::lifecycle::{self, Action, Phase, Timeouts};
@@ -86,6 +86,8 @@ pub struct Stores {
     pub provreqs: Option<(Store<ProvisioningRequest>, Store<PodTemplate>)>,
     /// Volcano PodGroups, when Volcano is installed.
     pub volcano: Option<Store<VolcanoPodGroup>>,
+    /// Kubernetes PodGroups, when `scheduling.k8s.io/v1alpha2` is served.
+    pub k8s_groups: Option<Store<SchedulingPodGroup>>,
 }
 
 /// Whether the API serves `K` (its CRD is installed): one list call of at most one object.
@@ -158,9 +160,19 @@ impl Stores {
         } else {
             None
         };
+        let k8s_groups = if served::<SchedulingPodGroup>(client).await {
+            Some(reflect(
+                Api::all(client.clone()),
+                "scheduling.k8s.io",
+                "podgroups",
+            ))
+        } else {
+            None
+        };
         Stores {
             provreqs,
             volcano,
+            k8s_groups,
             // Deserialized straight into the compact, translated form.
             pods: reflect(Api::<CachedPod>::all(client.clone()), "", "pods"),
             nodes: reflect(Api::all(client.clone()), "", "nodes"),
@@ -187,14 +199,25 @@ impl Stores {
         if let Some(v) = &self.volcano {
             let _ = v.wait_until_ready().await;
         }
+        if let Some(k) = &self.k8s_groups {
+            let _ = k.wait_until_ready().await;
+        }
     }
 
-    /// Minimum member counts of Volcano PodGroups.
-    pub fn volcano_min(&self) -> BTreeMap<String, u32> {
-        self.volcano
-            .as_ref()
-            .map(|v| super::gangs::volcano_minimums(v.state().iter().map(|g| g.as_ref())))
-            .unwrap_or_default()
+    /// What the cluster's gang objects say of gang minimums.
+    pub fn gang_objects(&self) -> GangObjects {
+        GangObjects {
+            volcano: self
+                .volcano
+                .as_ref()
+                .map(|v| super::gangs::volcano_minimums(v.state().iter().map(|g| g.as_ref())))
+                .unwrap_or_default(),
+            k8s: self
+                .k8s_groups
+                .as_ref()
+                .map(|k| super::gangs::k8s_policies(k.state().iter().map(|g| g.as_ref())))
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -838,7 +861,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let claims = self.stores.claims.state();
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
-        let volcano_min = self.stores.volcano_min();
+        let gangs = self.stores.gang_objects();
         let mut built = self.builder.build(&Inputs {
             pods: &pods,
             nodes: &nodes,
@@ -848,7 +871,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             pdbs: &pdbs,
             instance_types: &types,
             pending: &batch,
-            volcano_min: &volcano_min,
+            gangs: &gangs,
         });
         self.hold_bookings(&mut built.snapshot, &pods);
         for (obj, problem) in &built.problems {
@@ -954,7 +977,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let claims = self.stores.claims.state();
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
-        let volcano_min = self.stores.volcano_min();
+        let gangs = self.stores.gang_objects();
         let mut snap = self
             .builder
             .build(&Inputs {
@@ -966,7 +989,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 pdbs: &pdbs,
                 instance_types: types,
                 pending: &pending,
-                volcano_min: &volcano_min,
+                gangs: &gangs,
             })
             .snapshot;
         self.hold_bookings(&mut snap, &pods);

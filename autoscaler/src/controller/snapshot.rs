@@ -48,8 +48,8 @@ pub struct Inputs<'a> {
     pub instance_types: &'a BTreeMap<String, Arc<Vec<InstanceType>>>,
     /// The pods to plan for (the batch); others pending are left out.
     pub pending: &'a BTreeSet<PodKey>,
-    /// Minimum member counts of Volcano PodGroups by `namespace/name`.
-    pub volcano_min: &'a BTreeMap<String, u32>,
+    /// What gang objects (Volcano and Kubernetes PodGroups) say of gang minimums.
+    pub gangs: &'a super::gangs::GangObjects,
 }
 
 /// A built snapshot and what could not be translated.
@@ -158,7 +158,7 @@ impl SnapshotBuilder {
             if !(pending || (node.is_some() && p.active)) {
                 continue;
             }
-            let core = match &p.core {
+            let mut core = match &p.core {
                 Ok(c) => c.clone(),
                 Err(e) => {
                     out.problems.push((format!("pod {key}"), e.to_string()));
@@ -166,20 +166,21 @@ impl SnapshotBuilder {
                 }
             };
             // Without a known minimum every pending member counts (the core's default).
-            if let Some(g) = &p.group
-                && let Some(min) = g.min.or_else(|| {
-                    g.volcano
-                        .as_ref()
-                        .and_then(|v| inputs.volcano_min.get(v).copied())
-                })
-            {
-                groups.insert(
-                    g.id.clone(),
-                    Group {
-                        name: g.id.clone(),
-                        min_count: min,
-                    },
-                );
+            if let Some(g) = &p.group {
+                match inputs.gangs.minimum(g) {
+                    Ok(Some(min)) => {
+                        groups.insert(
+                            g.id.clone(),
+                            Group {
+                                name: g.id.clone(),
+                                min_count: min,
+                            },
+                        );
+                    }
+                    Ok(None) => {}
+                    // A Kubernetes PodGroup with the basic policy: scheduled pod by pod.
+                    Err(()) => core.group = None,
+                }
             }
             match node {
                 Some(n) => bound.entry(n).or_default().push(core),
@@ -409,7 +410,7 @@ mod tests {
             pdbs: &[],
             instance_types: &types,
             pending: &batch,
-            volcano_min: &BTreeMap::new(),
+            gangs: &Default::default(),
         });
         assert!(built.problems.is_empty(), "{:?}", built.problems);
         let s = &built.snapshot;

@@ -422,7 +422,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         gpu_share,
         labels: p.metadata.labels.clone().unwrap_or_default(),
         mirror: annotations.contains_key(MIRROR_ANNOTATION),
-        group: super::gangs::gang_of(p).map(|g| g.id),
+        group: super::gangs::gang_of(p, None).map(|g| g.id),
         annotations,
         node_selector,
         preferred,

@@ -466,62 +466,125 @@ spec:
       subresources: {status: {}}
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
-    let c = Cluster::start_with(&[VOLCANO_CRD]).await;
-    // 6 GPUs at most: a gang of 8 single-GPU pods cannot all get capacity.
-    let mut pool = gpu_pool("gpu", "1s");
-    pool["spec"]["limits"] = json!({"nvidia.com/gpu": "6"});
-    let _: NodePool = c.create(pool).await;
-    let pg: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-        "metadata": {"name": "train", "namespace": "default"},
-        "spec": {"minMember": 8}
-    }))
-    .unwrap();
+const K8S_PODGROUP_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: podgroups.scheduling.k8s.io
+spec:
+  group: scheduling.k8s.io
+  names: {kind: PodGroup, listKind: PodGroupList, plural: podgroups, singular: podgroup}
+  scope: Namespaced
+  versions:
+    - name: v1alpha2
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
+"#;
+
+async fn create_dynamic(c: &Cluster, api_version: &str, plural: &str, obj: Value) {
+    let (group, version) = api_version.split_once('/').unwrap();
     let ar = kube::api::ApiResource {
-        group: "scheduling.volcano.sh".into(),
-        version: "v1beta1".into(),
-        api_version: "scheduling.volcano.sh/v1beta1".into(),
-        kind: "PodGroup".into(),
-        plural: "podgroups".into(),
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: obj["kind"].as_str().unwrap().into(),
+        plural: plural.into(),
     };
+    let o: kube::api::DynamicObject = serde_json::from_value(obj).unwrap();
     Api::<kube::api::DynamicObject>::namespaced_with(c.client.clone(), "default", &ar)
-        .create(&PostParams::default(), &pg)
+        .create(&PostParams::default(), &o)
         .await
         .unwrap();
-    let ctl = c.controller("volcano", &["--leader-elect=false"]);
+}
+
+/// Two gangs of 8 single-GPU pods and room for 6 GPUs: the Volcano gang (minMember 8) cannot
+/// fit and launches nothing, each member told why; the Kubernetes PodGroup gang (gang policy,
+/// minCount 6) gets its 6 nodes, which proves both minimums are read from their objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
+    let c = Cluster::start_with(&[VOLCANO_CRD, K8S_PODGROUP_CRD]).await;
+    let mut pool = gpu_pool("gpu", "30s");
+    pool["spec"]["limits"] = json!({"nvidia.com/gpu": "6"});
+    let _: NodePool = c.create(pool).await;
+    create_dynamic(
+        &c,
+        "scheduling.volcano.sh/v1beta1",
+        "podgroups",
+        json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+               "metadata": {"name": "vc", "namespace": "default"}, "spec": {"minMember": 8}}),
+    )
+    .await;
+    create_dynamic(
+        &c,
+        "scheduling.k8s.io/v1alpha2",
+        "podgroups",
+        json!({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+               "metadata": {"name": "kg", "namespace": "default"},
+               "spec": {"schedulingPolicy": {"gang": {"minCount": 6}}}}),
+    )
+    .await;
+    let ctl = c.controller("gangs", &["--leader-elect=false"]);
     for i in 0..8 {
-        let mut p = gpu_pod(&format!("train-{i}"));
-        p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": "train"});
+        let mut p = gpu_pod(&format!("vc-{i}"));
+        p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": "vc"});
+        let _: Pod = c.create(p).await;
+        let mut p = gpu_pod(&format!("kg-{i}"));
+        p["spec"]["schedulingGroup"] = json!({"podGroupName": "kg"});
         let _: Pod = c.create(p).await;
     }
-    // Every member is told why, and nothing is launched meanwhile.
+    // Every Volcano member is told why; the Kubernetes gang gets exactly its minimum.
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(c.client.clone(), "default");
-    let reasons = eventually("NotTriggerScaleUp for all 8 members", DEADLINE, || async {
-        assert!(c.claims().await.is_empty(), "a partial gang was launched");
-        let evs = events.list(&ListParams::default()).await.unwrap().items;
-        let per_pod: BTreeMap<String, String> = evs
-            .iter()
-            .filter(|e| e.reason.as_deref() == Some("NotTriggerScaleUp"))
-            .filter_map(|e| {
-                Some((
-                    e.regarding.as_ref()?.name.clone()?,
-                    e.note.clone().unwrap_or_default(),
-                ))
-            })
-            .collect();
-        (per_pod.len() == 8).then_some(per_pod)
-    })
+    let notes = eventually(
+        "NotTriggerScaleUp for all 8 Volcano members",
+        DEADLINE,
+        || async {
+            let evs = events.list(&ListParams::default()).await.unwrap().items;
+            let per_pod: BTreeMap<String, String> = evs
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("NotTriggerScaleUp"))
+                .filter_map(|e| {
+                    let name = e.regarding.as_ref()?.name.clone()?;
+                    name.starts_with("vc-")
+                        .then(|| (name, e.note.clone().unwrap_or_default()))
+                })
+                .collect();
+            (per_pod.len() == 8).then_some(per_pod)
+        },
+    )
     .await;
-    for note in reasons.values() {
+    for note in notes.values() {
         assert!(
-            note.contains("all-or-nothing group volcano:default/train needs 8 pods"),
+            note.contains("all-or-nothing group volcano:default/vc needs 8 pods"),
             "{note}\n{}",
             ctl.log()
         );
     }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(c.claims().await.is_empty(), "a partial gang was launched");
+    let claims = eventually("6 claims for the Kubernetes gang", DEADLINE, || async {
+        let claims = c.claims().await;
+        (claims.len() >= 6).then_some(claims)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let claims_after = c.claims().await;
+    assert_eq!(claims_after.len(), 6, "{claims:#?}");
+    // Every launched node went to a Kubernetes-gang pod, none to the Volcano gang.
+    let bound: Vec<String> = eventually("6 kg pods bound", DEADLINE, || async {
+        let pods = Api::<Pod>::namespaced(c.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let bound: Vec<String> = pods
+            .iter()
+            .filter(|p| bound_to(p).is_some())
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        (bound.len() >= 6).then_some(bound)
+    })
+    .await;
+    assert!(bound.iter().all(|n| n.starts_with("kg-")), "{bound:?}");
 }

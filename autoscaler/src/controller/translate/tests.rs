@@ -187,7 +187,7 @@ fn local_storage_mirror_and_group() {
     assert!(c.mirror);
     assert!(c.local_storage);
     assert_eq!(c.group.as_deref(), Some("gang-1"));
-    let gang = crate::controller::gangs::gang_of(&p).unwrap();
+    let gang = crate::controller::gangs::gang_of(&p, None).unwrap();
     assert_eq!((gang.id.as_str(), gang.min), ("gang-1", Some(4)));
     let shm_only = pod_from(json!({
         "metadata": {"name": "s"},
