@@ -72,7 +72,7 @@ pub fn prefer_one_zone(snap: &Snapshot, plan: &mut Plan) {
     // The new claims of each group.
     let mut claims_of: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (ci, c) in plan.new_claims.iter().enumerate() {
-        let groups: BTreeSet<&str> = c.pods.iter().filter_map(|p| group_key(p)).collect();
+        let groups: BTreeSet<&str> = c.pods.iter().filter_map(&group_key).collect();
         for g in groups {
             claims_of.entry(g).or_default().push(ci);
         }

@@ -574,11 +574,14 @@ pub fn consumed_request(p: &CorePod) -> Option<String> {
 }
 
 /// Holds a booking in a snapshot: puts `phantoms` (the request's pods not yet consumed) on its
-/// targets in booking order, and marks its nodes booked. Targets that are no longer in the
-/// snapshot are skipped (the lifecycle revokes or rolls back the request).
+/// targets in booking order, and marks its nodes booked. A claim's phantoms go where the
+/// planner counts the claim: on its in-flight entry while it is not initialized (its registered
+/// Node is then booked too), on its Node once initialized. Targets no longer in the snapshot
+/// are skipped (the lifecycle revokes or rolls back the request).
 pub fn hold(snap: &mut Snapshot, booking: &Booking, phantoms: Vec<CorePod>) {
     let mut phantoms = phantoms.into_iter();
     for (t, n) in &booking.targets {
+        let take: Vec<CorePod> = phantoms.by_ref().take(*n as usize).collect();
         let node = match t {
             Target::Node(name) => snap.nodes.iter().position(|x| &x.name == name),
             Target::Claim(c) => snap
@@ -586,15 +589,17 @@ pub fn hold(snap: &mut Snapshot, booking: &Booking, phantoms: Vec<CorePod>) {
                 .iter()
                 .position(|x| x.claim.as_deref() == Some(c.as_str())),
         };
-        let take: Vec<CorePod> = phantoms.by_ref().take(*n as usize).collect();
         if let Some(i) = node {
-            let name = snap.nodes[i].name.clone();
-            snap.nodes[i].pods.extend(take);
-            snap.booked_nodes.insert(name);
-        } else if let Target::Claim(c) = t
-            && let Some(claim) = snap.in_flight.iter_mut().find(|x| &x.name == c)
-        {
-            claim.pods.extend(take);
+            snap.booked_nodes.insert(snap.nodes[i].name.clone());
+        }
+        let in_flight = match t {
+            Target::Claim(c) => snap.in_flight.iter_mut().find(|x| &x.name == c),
+            Target::Node(_) => None,
+        };
+        match (in_flight, node) {
+            (Some(claim), _) => claim.pods.extend(take),
+            (None, Some(i)) => snap.nodes[i].pods.extend(take),
+            (None, None) => {}
         }
     }
 }
