@@ -20,7 +20,7 @@ use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId, PodPhase};
 use crate::policy::{Ctx, Decision, LaunchSpec, Policy};
 use crate::rng::Rng;
 use crate::scenario::ClusterConfig;
-use crate::scheduler::{self, View, has_topology, untolerated};
+use crate::scheduler::{self, SelectorCache, View, has_topology, untolerated};
 use crate::workload::Workload;
 
 /// The taint put on nodes being disrupted (Karpenter's key).
@@ -153,6 +153,7 @@ pub struct Engine<'a> {
     disrupt_version: u64,
     disrupt_wake: i64,
     group_bound: Vec<u32>,
+    selectors: SelectorCache,
     // Metrics.
     pending_samples: Vec<i64>,
     gpu_requested_s: f64,
@@ -231,6 +232,7 @@ impl<'a> Engine<'a> {
             disrupt_version: u64::MAX,
             disrupt_wake: 0,
             group_bound: vec![0; workload.groups.len()],
+            selectors: SelectorCache::default(),
             pending_samples: Vec::new(),
             gpu_requested_s: 0.0,
             nodes_launched: 0,
@@ -480,7 +482,11 @@ impl<'a> Engine<'a> {
                 unschedulable.push(p);
                 continue;
             }
-            match scheduler::best_node(View::of(&self.cluster), pod, &nodes, self.cfg.score) {
+            let cand = self
+                .selectors
+                .matching(&self.cluster.nodes, tpl, pod, &nodes);
+            match scheduler::best_matching_node(View::of(&self.cluster), pod, &cand, self.cfg.score)
+            {
                 Some((n, devices)) => self.bind(p, n, devices),
                 None => {
                     if !topo {
@@ -519,7 +525,12 @@ impl<'a> Engine<'a> {
                 _ => self.now,
             };
             let pod = self.cluster.pod(m);
-            match scheduler::best_node(View::of(&self.cluster), pod, nodes, self.cfg.score) {
+            let tpl = self.workload.pods[m].template;
+            let cand = self
+                .selectors
+                .matching(&self.cluster.nodes, tpl, pod, nodes);
+            match scheduler::best_matching_node(View::of(&self.cluster), pod, &cand, self.cfg.score)
+            {
                 Some((n, devices)) => {
                     if let Err(e) = self.cluster.bind(m, n, devices, self.now) {
                         self.violation(e.0);

@@ -64,13 +64,37 @@ pub fn untolerated<'a>(tolerations: &[Toleration], taints: &'a [Taint]) -> Optio
 /// resources. Whole GPUs take the lowest-numbered free units; a share takes the fullest unit it
 /// still fits on (best fit).
 pub fn fit_resources(pod: &Pod, node: &NodeState) -> Result<Vec<usize>, Unfit> {
-    for (k, v) in pod.requests.iter() {
+    fit_units(pod, node).map_err(|k| Unfit::Resource(k.to_string()))
+}
+
+/// [`fit_resources`], naming the short resource without allocating: the scheduler asks this
+/// for every pending pod and candidate node, and mostly throws the reason away.
+fn fit_units<'p>(pod: &'p Pod, node: &NodeState) -> Result<Vec<usize>, &'p str> {
+    let (r, a, u) = (&pod.requests, &node.allocatable, &node.used);
+    // The fixed fields first (none is GPU-class, so the device plugin does not hide them), in
+    // the order `Resources::iter` yields them.
+    for (k, want, alloc, used) in [
+        (names::CPU, r.cpu, a.cpu, u.cpu),
+        (names::MEMORY, r.memory, a.memory, u.memory),
+        (
+            names::EPHEMERAL_STORAGE,
+            r.ephemeral_storage,
+            a.ephemeral_storage,
+            u.ephemeral_storage,
+        ),
+        (names::PODS, r.pods, a.pods, u.pods),
+    ] {
+        if want != 0 && want > alloc - used {
+            return Err(k);
+        }
+    }
+    for (k, v) in &r.extended {
         if k == names::NVIDIA_GPU {
             continue;
         }
         let free = node.alloc_get(k) - node.used.get(k);
-        if v > free {
-            return Err(Unfit::Resource(k.to_string()));
+        if *v > free {
+            return Err(k);
         }
     }
     let units = node.alloc_get(names::NVIDIA_GPU).max(0) as usize;
@@ -87,14 +111,14 @@ pub fn fit_resources(pod: &Pod, node: &NodeState) -> Result<Vec<usize>, Unfit> {
                 .take(whole),
         );
         if out.len() < whole {
-            return Err(Unfit::Resource(names::NVIDIA_GPU.into()));
+            return Err(names::NVIDIA_GPU);
         }
     }
     if let Some(share) = &pod.gpu_share {
         if share.resource != names::NVIDIA_GPU {
             // Shares of other resources are counted as whole units.
             if node.alloc_get(&share.resource) - node.used.get(&share.resource) < 1 {
-                return Err(Unfit::Resource(share.resource.clone()));
+                return Err(&share.resource);
             }
             return Ok(out);
         }
@@ -106,8 +130,8 @@ pub fn fit_resources(pod: &Pod, node: &NodeState) -> Result<Vec<usize>, Unfit> {
             .map(|(i, _)| i);
         match best {
             Some(i) if out.is_empty() => out.push(i),
-            Some(_) => return Err(Unfit::Resource(names::NVIDIA_GPU.into())),
-            None => return Err(Unfit::Resource(names::NVIDIA_GPU.into())),
+            Some(_) => return Err(names::NVIDIA_GPU),
+            None => return Err(names::NVIDIA_GPU),
         }
     }
     Ok(out)
@@ -318,18 +342,45 @@ pub fn has_topology(pod: &Pod) -> bool {
 
 /// Runs every filter; `Ok` carries the GPU units the pod would take.
 pub fn filter(pod: &Pod, node: &NodeState, topo: Option<&Topology>) -> Result<Vec<usize>, Unfit> {
+    filter_cheap(pod, node, topo, false).map_err(|r| match r {
+        Reject::Unschedulable => Unfit::Unschedulable,
+        Reject::Taint(t) => Unfit::Taint(t.to_string()),
+        Reject::Selector => Unfit::Selector,
+        Reject::Resource(k) => Unfit::Resource(k.to_string()),
+        Reject::Topology(u) => u,
+    })
+}
+
+/// Why [`filter_cheap`] rejected a node, borrowed rather than formatted: most rejections are
+/// never shown to anyone.
+enum Reject<'a> {
+    Unschedulable,
+    Taint(&'a Taint),
+    Selector,
+    Resource(&'a str),
+    Topology(Unfit),
+}
+
+/// The filters in their order; `selector_known` skips NodeAffinity for nodes the caller has
+/// already matched against the pod's selector.
+fn filter_cheap<'a>(
+    pod: &'a Pod,
+    node: &'a NodeState,
+    topo: Option<&Topology>,
+    selector_known: bool,
+) -> Result<Vec<usize>, Reject<'a>> {
     if !node.registered() || node.cordoned || node.deleting {
-        return Err(Unfit::Unschedulable);
+        return Err(Reject::Unschedulable);
     }
     if let Some(t) = untolerated(&pod.tolerations, &node.taints) {
-        return Err(Unfit::Taint(t.to_string()));
+        return Err(Reject::Taint(t));
     }
-    if !pod.node_selector.matches(&node.labels) {
-        return Err(Unfit::Selector);
+    if !selector_known && !pod.node_selector.matches(&node.labels) {
+        return Err(Reject::Selector);
     }
-    let devices = fit_resources(pod, node)?;
+    let devices = fit_units(pod, node).map_err(Reject::Resource)?;
     if let Some(t) = topo {
-        t.check(pod, node)?;
+        t.check(pod, node).map_err(Reject::Topology)?;
     }
     Ok(devices)
 }
@@ -375,11 +426,32 @@ pub fn best_node(
     nodes: &[NodeId],
     strategy: ScoreStrategy,
 ) -> Option<(NodeId, Vec<usize>)> {
+    best_of(view, pod, nodes, strategy, false)
+}
+
+/// [`best_node`] among nodes already known to match the pod's node selector and required
+/// node affinity (node labels never change, so the engine remembers that per pod template).
+pub fn best_matching_node(
+    view: View,
+    pod: &Pod,
+    nodes: &[NodeId],
+    strategy: ScoreStrategy,
+) -> Option<(NodeId, Vec<usize>)> {
+    best_of(view, pod, nodes, strategy, true)
+}
+
+fn best_of(
+    view: View,
+    pod: &Pod,
+    nodes: &[NodeId],
+    strategy: ScoreStrategy,
+    selector_known: bool,
+) -> Option<(NodeId, Vec<usize>)> {
     let topo = (has_topology(pod) || view.any_anti).then(|| Topology::of(view, pod));
     let mut best: Option<(f64, NodeId, Vec<usize>)> = None;
     for ni in nodes {
         let n = view.node(*ni);
-        let Ok(devices) = filter(pod, n, topo.as_ref()) else {
+        let Ok(devices) = filter_cheap(pod, n, topo.as_ref(), selector_known) else {
             continue;
         };
         let s = score(pod, n, strategy);
@@ -388,6 +460,49 @@ pub fn best_node(
         }
     }
     best.map(|(_, n, d)| (n, d))
+}
+
+/// Per pod template, whether each node matches the template's node selector and required
+/// node affinity. Both sides are fixed (templates are immutable and node labels are set at
+/// launch), so the answer is computed once per pair instead of at every scheduling attempt.
+#[derive(Clone, Debug, Default)]
+pub struct SelectorCache {
+    /// Per template, per node id: 0 not known yet, 1 matches, 2 does not.
+    known: Vec<Vec<u8>>,
+}
+
+impl SelectorCache {
+    /// The nodes of `nodes` that `pod` (of template `template`) selects, in the same order.
+    pub fn matching(
+        &mut self,
+        nodes_by_id: &[NodeState],
+        template: u32,
+        pod: &Pod,
+        nodes: &[NodeId],
+    ) -> Vec<NodeId> {
+        let t = template as usize;
+        if self.known.len() <= t {
+            self.known.resize(t + 1, Vec::new());
+        }
+        let known = &mut self.known[t];
+        if known.len() < nodes_by_id.len() {
+            known.resize(nodes_by_id.len(), 0);
+        }
+        nodes
+            .iter()
+            .copied()
+            .filter(|&n| {
+                if known[n] == 0 {
+                    known[n] = if pod.node_selector.matches(&nodes_by_id[n].labels) {
+                        1
+                    } else {
+                        2
+                    };
+                }
+                known[n] == 1
+            })
+            .collect()
+    }
 }
 
 /// Adds a what-if placement to a scratch node.
