@@ -211,4 +211,39 @@ pub trait CloudProvider: Send + Sync {
     ///
     /// Read-only, safe to retry.
     fn list(&self) -> impl Future<Output = Result<Vec<Instance>, ProviderError>> + Send;
+
+    /// Whether [`Self::launch_group`] is an atomic cloud primitive here (all instances or none,
+    /// decided by the cloud). Callers use it for all-or-nothing groups and otherwise launch one
+    /// claim at a time and roll back themselves. Default: `false`.
+    fn atomic_groups(&self) -> bool {
+        false
+    }
+
+    /// Launches one instance per request, all or none, when [`Self::atomic_groups`] says the
+    /// cloud can. The requests share one template (pool, class, labels, taints, candidates);
+    /// only the claim differs. Returns the launches in request order.
+    ///
+    /// Idempotent per group (the set of claims): a retry returns the group's instances rather
+    /// than creating it again.
+    ///
+    /// # Errors
+    /// As [`Self::launch`]: [`ProviderError::InsufficientCapacity`] when no candidate could
+    /// host the whole group (nothing was created); [`ProviderError::InvalidRequest`] for
+    /// requests that do not share a template, and always from the default implementation
+    /// (no atomic primitive).
+    fn launch_group(
+        &self,
+        requests: &[LaunchRequest],
+    ) -> impl Future<Output = Result<Vec<Launched>, ProviderError>> + Send {
+        let n = requests.len();
+        async move {
+            Err(ProviderError::InvalidRequest {
+                action: crate::error::Action::Launch,
+                why: format!(
+                    "{} has no atomic group launch (asked for {n} instances)",
+                    self.name()
+                ),
+            })
+        }
+    }
 }

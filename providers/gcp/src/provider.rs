@@ -681,6 +681,18 @@ impl CloudProvider for GcpProvider {
             .map_err(|e| e.into_provider(Action::Launch))
     }
 
+    fn atomic_groups(&self) -> bool {
+        true
+    }
+
+    async fn launch_group(
+        &self,
+        requests: &[LaunchRequest],
+    ) -> Result<Vec<Launched>, ProviderError> {
+        // instances.bulkInsert with count = minCount: Compute Engine creates all or none.
+        GcpProvider::launch_group(self, requests).await
+    }
+
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
         self.delete_inner(provider_id)
             .await
