@@ -301,3 +301,111 @@ async fn run_with_gcp_deletes_unregistered_vms_and_collects_orphans() {
         "GC lists by the cluster label"
     );
 }
+
+/// A best-effort-atomic ProvisioningRequest (shaped as Kueue creates it) for 3 one-T4 pods on
+/// GCP: its 3 claims are launched with one `instances.bulkInsert` (all or none, decided by
+/// Compute Engine), and the request turns Provisioned once all 3 VMs exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_gcp_launches_an_atomic_provisioning_request_with_one_bulk_insert() {
+    let crd_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/data/crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+    let Ok(crd) = std::fs::read_to_string(&crd_path) else {
+        eprintln!("SKIPPED: {} is absent", crd_path.display());
+        return;
+    };
+    let fake = FakeCompute::new(PROJECT);
+    let addr = fake.serve().await.unwrap();
+    let cluster = Cluster::start_with(&[&crd]).await;
+    // Single-T4 machines: one claim per pod, all three of one template.
+    let mut pool = t4_pool("t4");
+    pool["spec"]["template"]["requirements"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"key": "gpu-autoscaler.dev/instance-gpu-count", "operator": "In", "values": ["1"]}));
+    let _: NodePool = cluster.create(pool).await;
+    let _: k8s_openapi::api::core::v1::PodTemplate = cluster
+        .create(json!({
+            "apiVersion": "v1", "kind": "PodTemplate",
+            "metadata": {"name": "ppt-train-main", "namespace": "default",
+                         "labels": {"kueue.x-k8s.io/managed": "true"}},
+            "template": {"spec": {
+                "containers": [{"name": "c", "image": "cuda",
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+            }}
+        }))
+        .await;
+    let ar = kube::api::ApiResource {
+        group: "autoscaling.x-k8s.io".into(),
+        version: "v1".into(),
+        api_version: "autoscaling.x-k8s.io/v1".into(),
+        kind: "ProvisioningRequest".into(),
+        plural: "provisioningrequests".into(),
+    };
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(cluster.client.clone(), "default", &ar);
+    let pr: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": "train", "namespace": "default"},
+        "spec": {"provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+                 "podSets": [{"podTemplateRef": {"name": "ppt-train-main"}, "count": 3}]}
+    }))
+    .unwrap();
+    api.create(&Default::default(), &pr).await.unwrap();
+    let ctl = cluster.controller(
+        "gcp-atomic",
+        &[
+            "--provider=gcp",
+            &format!("--project={PROJECT}"),
+            &format!("--endpoint-url=http://{addr}"),
+            "--cluster-name=e2e",
+            "--leader-elect=false",
+        ],
+    );
+    let status = eventually("Provisioned=True", Duration::from_secs(60), || {
+        let api = api.clone();
+        async move {
+            let s = api.get("train").await.ok()?.data["status"].clone();
+            s["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Provisioned" && c["status"] == "True")
+                .then_some(s)
+        }
+    })
+    .await;
+    let booking = status["provisioningClassDetails"]["gpu-autoscaler.dev/booking"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(booking.matches("claim/").count(), 3, "{booking}");
+    let vms = fake.instances();
+    assert_eq!(vms.len(), 3, "{vms:#?}");
+    let bulk: Vec<String> = fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.contains("/instances/bulkInsert"))
+        .collect();
+    assert_eq!(bulk.len(), 1, "{bulk:?}\n{}", ctl.log());
+    assert!(
+        !fake
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("POST") && c.contains("/instances?")),
+        "no single inserts: {:?}",
+        fake.calls()
+    );
+    // Every VM carries its claim's label, set after the bulk insert.
+    let claims: Vec<String> = cluster
+        .claims()
+        .await
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    for vm in &vms {
+        let label = vm["labels"]["gpu-autoscaler-nodeclaim"]
+            .as_str()
+            .unwrap_or("");
+        assert!(claims.iter().any(|c| c == label), "{vm:#}");
+    }
+}

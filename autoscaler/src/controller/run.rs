@@ -115,13 +115,50 @@ where
         + Sync
         + 'static,
 {
+    reflect_trimmed(api, group, resource, |_| {})
+}
+
+/// Node status the controller never reads; on a real node the image list alone is kilobytes.
+fn trim_node(n: &mut Node) {
+    if let Some(s) = n.status.as_mut() {
+        s.images = None;
+        s.node_info = None;
+        s.daemon_endpoints = None;
+        s.volumes_attached = None;
+        s.volumes_in_use = None;
+        s.config = None;
+        s.runtime_handlers = None;
+        s.features = None;
+        s.addresses = None;
+    }
+}
+
+/// [`reflect`], with `trim` dropping what is never read before an object is cached.
+fn reflect_trimmed<K>(
+    api: Api<K>,
+    group: &'static str,
+    resource: &'static str,
+    trim: fn(&mut K),
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     check(group, resource, "list");
     check(group, resource, "watch");
     let (reader, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         // managedFields are never read: drop them to keep the cache small.
-        .modify(|o| o.managed_fields_mut().clear())
+        .modify(move |o| {
+            o.managed_fields_mut().clear();
+            trim(o);
+        })
         .reflect(writer)
         .applied_objects();
     tokio::spawn(async move {
@@ -175,7 +212,7 @@ impl Stores {
             k8s_groups,
             // Deserialized straight into the compact, translated form.
             pods: reflect(Api::<CachedPod>::all(client.clone()), "", "pods"),
-            nodes: reflect(Api::all(client.clone()), "", "nodes"),
+            nodes: reflect_trimmed(Api::all(client.clone()), "", "nodes", trim_node),
             pools: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodepools"),
             claims: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodeclaims"),
             daemonsets: reflect(Api::all(client.clone()), "apps", "daemonsets"),
@@ -590,7 +627,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 self.shared.actuator.set_claim_finalizers(claim, &f).await
             }
             Action::Launch => {
-                self.spawn_launch(claim.clone());
+                // A live ProvisioningRequest's claims are launched together by its loop when
+                // the cloud has an atomic group launch.
+                if !self.launched_by_request(claim) {
+                    self.spawn_launch(claim.clone());
+                }
                 Ok(())
             }
             Action::Register { node: node_name } => {
@@ -750,6 +791,52 @@ impl<P: CloudProvider + 'static> Controller<P> {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Launches a group of claims of one NodePool in a task with [`launch_group`], unless one of
+    /// them is being launched already.
+    fn spawn_group_launch(&self, claims: Vec<Arc<NodeClaim>>) {
+        let names: Vec<String> = claims.iter().map(|c| c.name_any()).collect();
+        {
+            let mut l = self.shared.launching.lock().expect("lock");
+            if names.iter().any(|n| l.contains_key(n)) {
+                return;
+            }
+            for n in &names {
+                l.insert(n.clone(), Instant::now());
+            }
+        }
+        let pool = claims
+            .first()
+            .map(|c| c.spec.node_pool.clone())
+            .unwrap_or_default();
+        let types = self
+            .stores
+            .pools
+            .find(|p| p.name_any() == pool)
+            .and_then(|np| self.types.get(&class_of(&np)).map(|(_, t)| t.clone()))
+            .unwrap_or_default();
+        if types.is_empty() || claims.iter().any(|c| c.spec.node_pool != pool) {
+            // No catalog yet, or claims of several pools (no shared template): next round,
+            // or one by one.
+            let mut l = self.shared.launching.lock().expect("lock");
+            for n in &names {
+                l.remove(n);
+            }
+            drop(l);
+            if !types.is_empty() {
+                for c in claims {
+                    self.spawn_launch(c);
+                }
+            }
+            return;
+        }
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = launch_group(&shared, &claims, &types).await {
+                tracing::warn!(claims = ?names, error = %e, "group launch");
+            }
+        });
+    }
+
     /// Launches in a task: rate-limited, retried, and recorded on the claim.
     fn spawn_launch(&self, claim: Arc<NodeClaim>) {
         let name = claim.name_any();
@@ -862,7 +949,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
         let gangs = self.stores.gang_objects();
-        let mut built = self.builder.build(&Inputs {
+        let mut built = self.builder.build_for_provisioning(&Inputs {
             pods: &pods,
             nodes: &nodes,
             pools: &pools,
@@ -1462,17 +1549,19 @@ impl<P: CloudProvider + 'static> Controller<P> {
 }
 
 /// Launches one claim and records the outcome on it.
-async fn launch<P: CloudProvider + 'static>(
+/// The launch request of a claim: its candidates (minus offerings marked unavailable), the
+/// node's labels (the claim's, plus the claim label) and taints.
+fn launch_request<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claim: &NodeClaim,
     types: &[InstanceType],
-) -> Result<()> {
+    now: i64,
+) -> Result<LaunchRequest> {
     let name = claim.name_any();
     let spec = claim
         .spec
         .to_core()
         .map_err(|e| Error::Config(format!("NodeClaim {name}: {e}")))?;
-    let now = epoch();
     let offered = {
         let u = shared.unavailable.lock().expect("lock");
         candidates(&spec.requirements, types, &u, now)
@@ -1497,9 +1586,20 @@ async fn launch<P: CloudProvider + 'static>(
         taints: spec.taints.clone(),
         startup_taints: spec.startup_taints.clone(),
     };
-    let result = shared
-        .cloud("launch", || shared.provider.launch(&request))
-        .await;
+    Ok(request)
+}
+
+/// Records a launch's outcome on the claim: Launched with the instance, or Launched=False
+/// with the capacity or request error (transient errors leave the claim Pending for a retry).
+async fn record_launch<P: CloudProvider + 'static>(
+    shared: &Shared<P>,
+    claim: &NodeClaim,
+    types: &[InstanceType],
+    result: Result<providers::Launched, ProviderError>,
+    now: i64,
+) -> Result<()> {
+    let name = claim.name_any();
+    let node_pool = claim.spec.node_pool.clone();
     let mut status: NodeClaimStatus = claim.status.clone().unwrap_or_default();
     let ts = jiff::Timestamp::now();
     match result {
@@ -1539,7 +1639,7 @@ async fn launch<P: CloudProvider + 'static>(
                 .metrics
                 .launches
                 .get_or_create(&PoolLabel {
-                    pool: spec.node_pool.clone(),
+                    pool: node_pool.clone(),
                 })
                 .inc();
             tracing::info!(claim = %name, instance = %i.provider_id, instance_type = %i.instance_type, zone = %i.zone, "launched");
@@ -1589,6 +1689,71 @@ async fn launch<P: CloudProvider + 'static>(
         .actuator
         .patch_claim_status(&name, &json!(status))
         .await
+}
+
+async fn launch<P: CloudProvider + 'static>(
+    shared: &Shared<P>,
+    claim: &NodeClaim,
+    types: &[InstanceType],
+) -> Result<()> {
+    let now = epoch();
+    let request = launch_request(shared, claim, types, now)?;
+    let result = shared
+        .cloud("launch", || shared.provider.launch(&request))
+        .await;
+    record_launch(shared, claim, types, result, now).await
+}
+
+/// Launches the claims of an all-or-nothing group with the provider's atomic group launch
+/// when they share one template (the claim label is added at registration instead), or one
+/// by one otherwise. A failed group launch fails every claim, so the caller rolls back.
+async fn launch_group<P: CloudProvider + 'static>(
+    shared: &Shared<P>,
+    claims: &[Arc<NodeClaim>],
+    types: &[InstanceType],
+) -> Result<()> {
+    let now = epoch();
+    let mut requests = Vec::with_capacity(claims.len());
+    for c in claims {
+        let mut r = launch_request(shared, c, types, now)?;
+        r.labels.remove(keys::CLAIM_LABEL);
+        requests.push(r);
+    }
+    let shared_template = requests.windows(2).all(|w| {
+        w[0].pool == w[1].pool
+            && w[0].class == w[1].class
+            && w[0].candidates == w[1].candidates
+            && w[0].labels == w[1].labels
+            && w[0].taints == w[1].taints
+            && w[0].startup_taints == w[1].startup_taints
+    });
+    if !shared_template {
+        tracing::info!(
+            claims = claims.len(),
+            "group claims differ: launching one by one"
+        );
+        for c in claims {
+            launch(shared, c, types).await?;
+        }
+        return Ok(());
+    }
+    let result = shared
+        .cloud("launch group", || shared.provider.launch_group(&requests))
+        .await;
+    match result {
+        Ok(launched) => {
+            tracing::info!(claims = claims.len(), "group launched atomically");
+            for (c, l) in claims.iter().zip(launched) {
+                record_launch(shared, c, types, Ok(l), now).await?;
+            }
+        }
+        Err(e) => {
+            for c in claims {
+                record_launch(shared, c, types, Err(e.clone()), now).await?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn identity(args: &RunArgs) -> String {

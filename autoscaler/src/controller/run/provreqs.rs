@@ -10,13 +10,16 @@ use autoscaler_core::provision::plan_provisioning;
 use k8s_openapi::api::core::v1::PodTemplate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
+use nodepools::NodeClaim;
 use nodepools::conditions as claim_conditions;
 use nodepools::conditions::reasons as claim_reasons;
 use providers::CloudProvider;
 use serde_json::{Value, json};
 
+use super::super::actuator::has_finalizer;
 use super::super::actuator::set_condition;
 use super::super::cache::CachedPod;
+use super::super::lifecycle::{self, Phase};
 use super::super::metrics::ProvReqLabel;
 use super::super::provreq::{
     self, BOOKING_DETAIL, Class, Facts, PIN_LABEL, ProvisioningRequest, REQUEST_ANNOTATION, State,
@@ -62,6 +65,50 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .as_ref()
             .map(|(_, t)| t.state())
             .unwrap_or_default()
+    }
+
+    /// Whether `claim` belongs to a live best-effort-atomic request whose claims this loop
+    /// launches together (the provider has an atomic group launch).
+    pub(super) fn launched_by_request(&self, claim: &NodeClaim) -> bool {
+        if !self.shared.provider.atomic_groups() {
+            return false;
+        }
+        let Some(key) = claim.annotations().get(REQUEST_ANNOTATION) else {
+            return false;
+        };
+        let Some((store, _)) = &self.stores.provreqs else {
+            return false;
+        };
+        store.state().iter().any(|pr| {
+            let (ns, name) = ns_name(pr);
+            // Waiting too: the request's status may lag its claims in the cache.
+            format!("{ns}/{name}") == *key
+                && matches!(provreq::state(pr), State::Waiting | State::Launching(_))
+        })
+    }
+
+    /// Launches a Launching request's claims as one atomic group once they are all pending.
+    fn launch_booking(&self, booking: &provreq::Booking) {
+        if !self.shared.provider.atomic_groups() {
+            return;
+        }
+        let claims = self.stores.claims.state();
+        let mut group = Vec::new();
+        for c in booking.claims() {
+            match claims
+                .iter()
+                .find(|x| x.metadata.name.as_deref() == Some(c))
+            {
+                Some(x) if lifecycle::phase(x) == Phase::Pending && has_finalizer(&x.metadata) => {
+                    group.push(x.clone());
+                }
+                // Not cached yet, or past Pending: nothing to launch as a group now.
+                _ => return,
+            }
+        }
+        if !group.is_empty() {
+            self.spawn_group_launch(group);
+        }
     }
 
     /// Consuming pods bound to a node, per request `namespace/name`.
@@ -206,6 +253,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 targets: BTreeMap::new(),
                 consumed: consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0),
             };
+            if let State::Launching(b) = &state {
+                self.launch_booking(b);
+            }
             if let State::Launching(b) | State::Booked { booking: b, .. } = &state {
                 for t in b.targets.keys() {
                     facts
