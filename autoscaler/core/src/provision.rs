@@ -301,6 +301,17 @@ type ScanKey<'a> = (usize, &'a [usize], &'a [usize], &'a [usize], &'a [usize]);
 /// Selector identity for topology counting: namespace plus label requirements.
 type SelKey = (String, Requirements);
 
+/// A new claim's answer to a pod in step 2 of `place_inner`.
+#[derive(Clone, Copy, Debug)]
+enum Verdict {
+    /// The pod cannot join it.
+    No,
+    /// The pod joins it below the price it was opened for, at a fair share.
+    Join,
+    /// The pod can join it; the claim's price would grow by this much.
+    Grow(f64),
+}
+
 #[derive(Clone, Debug, PartialEq)]
 enum SlotKind {
     Existing(usize),
@@ -341,6 +352,9 @@ struct Slot {
     reserved: Resources,
     reserved_models: BTreeMap<String, i64>,
     open: bool,
+    /// New claims: a number no other state of any slot has had (0 for the others), renewed
+    /// on every change, so that a verdict computed for this stamp is still the verdict.
+    stamp: u64,
 }
 
 impl Slot {
@@ -368,6 +382,7 @@ impl Slot {
             reserved: Resources::new(),
             reserved_models: BTreeMap::new(),
             open: true,
+            stamp: 0,
         }
     }
 }
@@ -431,6 +446,10 @@ struct Planner<'a> {
     /// first slot worth trying: earlier slots rejected an identical pod, and slots only fill.
     scan_group: Vec<usize>,
     scan_from: Vec<usize>,
+    /// Per scan group, per slot: the stamp a verdict was computed at and the verdict.
+    verdicts: Vec<Vec<(u64, Verdict)>>,
+    /// The last stamp given out; outside `state`, so that stamps stay unique across rollbacks.
+    last_stamp: u64,
     /// Per pod: whether rejections stay rejections as the plan grows (no zone spread or
     /// affinity, whose domains can open up later).
     monotone: Vec<bool>,
@@ -576,6 +595,8 @@ impl<'a> Planner<'a> {
             unit_cost: Vec::new(),
             scan_group: Vec::new(),
             scan_from: Vec::new(),
+            verdicts: Vec::new(),
+            last_stamp: 0,
             monotone: Vec::new(),
             any_gpu_shape: false,
             zone_total: 0,
@@ -937,6 +958,7 @@ impl<'a> Planner<'a> {
         }
         self.unit_cost = vec![None; self.remaining.len()];
         self.scan_from = vec![0; scan_index.len()];
+        self.verdicts = vec![Vec::new(); scan_index.len()];
     }
 
     /// The lowest hourly cost per pod of demand group `g` on a node of its own kind: over the
@@ -1104,42 +1126,58 @@ impl<'a> Planner<'a> {
         }
         // 2. a new claim that takes it below the price it was opened for, if the pod's fair
         // share of that price is no more than the pod would cost on a node of its own kind.
-        let mut best: Option<(f64, usize, Grow)> = None;
+        let mut best: Option<(f64, usize, Option<Grow>)> = None;
         let avoid_gpu = self.avoid_gpu(i);
         let own = self.unit_cost(i, avoid_gpu);
+        // Identical pods come one after another and a placement changes one claim, so for
+        // pods whose answer depends on nothing but the claim itself, each claim's verdict is
+        // kept per scan group and recomputed only when the claim's stamp moved on.
+        let cacheable = self.verdict_depends_on_slot_only(i);
+        if cacheable && self.verdicts[sg].len() < n {
+            self.verdicts[sg].resize(n, (0, Verdict::No));
+        }
         for si in start..n {
             let slot = &self.state.slots[si];
             if !slot.open || slot.kind != SlotKind::New {
                 continue;
             }
-            if !quick_fit(&pod.requests, &slot.allocatable, &slot.used) {
-                continue;
-            }
-            if !self.new_slot_may_fit(ci, si) {
-                continue;
-            }
-            let Some(grow) = self.try_new_slot(i, si, avoid_gpu) else {
-                continue;
+            let stamp = slot.stamp;
+            // The claim's grown form comes with a fresh verdict; a cached one recomputes it
+            // only for the claim the pod goes to.
+            let (verdict, grow) = match self.verdicts[sg].get(si) {
+                Some((s, v)) if cacheable && *s == stamp => (*v, None),
+                _ => {
+                    let (v, grow) = self.verdict(i, si, avoid_gpu, own);
+                    if cacheable {
+                        self.verdicts[sg][si] = (stamp, v);
+                    }
+                    (v, grow)
+                }
+            };
+            let delta = match verdict {
+                Verdict::No => continue,
+                Verdict::Join => {
+                    first_ok.get_or_insert(si);
+                    if let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu)) {
+                        self.scan_from[sg] = first_ok.unwrap_or(si);
+                        self.commit(i, si, Some(grow), avoid_gpu);
+                        return true;
+                    }
+                    continue;
+                }
+                Verdict::Grow(delta) => delta,
             };
             first_ok.get_or_insert(si);
-            let slot = &self.state.slots[si];
-            let delta = grow.price - slot.target.max(slot.price);
-            if delta <= 1e-12 {
-                if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12 {
-                    self.scan_from[sg] = first_ok.unwrap_or(si);
-                    self.commit(i, si, Some(grow), avoid_gpu);
-                    return true;
-                }
-                continue;
-            }
-            if best.as_ref().is_none_or(|b| delta < b.0) {
+            if delta > 1e-12 && best.as_ref().is_none_or(|b| delta < b.0) {
                 best = Some((delta, si, grow));
             }
         }
         self.scan_from[sg] = first_ok.unwrap_or(n);
         // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
         let alone = self.open_claim_candidates(i);
-        if let Some((delta, si, grow)) = best {
+        if let Some((delta, si, grow)) = best
+            && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
+        {
             let alone_price = alone.as_ref().ok().map(|(.., p)| *p);
             if alone_price.is_none_or(|a| delta <= a + 1e-12) {
                 self.commit(i, si, Some(grow), avoid_gpu);
@@ -1162,6 +1200,49 @@ impl<'a> Planner<'a> {
                 false
             }
         }
+    }
+
+    /// What new claim `si` means for pod `i` in step 2 of [`Self::place_inner`], with what
+    /// the claim would become when the pod can join it.
+    fn verdict(
+        &mut self,
+        i: usize,
+        si: usize,
+        avoid_gpu: bool,
+        own: f64,
+    ) -> (Verdict, Option<Grow>) {
+        let pod = &self.snap.pending[i];
+        let slot = &self.state.slots[si];
+        if !quick_fit(&pod.requests, &slot.allocatable, &slot.used)
+            || !self.new_slot_may_fit(self.class_of[i], si)
+        {
+            return (Verdict::No, None);
+        }
+        let Some(grow) = self.try_new_slot(i, si, avoid_gpu) else {
+            return (Verdict::No, None);
+        };
+        let slot = &self.state.slots[si];
+        let delta = grow.price - slot.target.max(slot.price);
+        let v = if delta > 1e-12 {
+            Verdict::Grow(delta)
+        } else if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12 {
+            Verdict::Join
+        } else {
+            // Fits for free, but the pod would take more of the claim than it is worth.
+            Verdict::Grow(0.0)
+        };
+        (v, Some(grow))
+    }
+
+    /// Whether pod `i`'s verdict on a new claim depends on that claim alone (and on the pod's
+    /// scan group): no topology term of its own, and no zone anti-affinity placed so far that
+    /// could hold against it.
+    fn verdict_depends_on_slot_only(&self, i: usize) -> bool {
+        let pod = &self.snap.pending[i];
+        pod.spread.is_empty()
+            && pod.affinity.is_empty()
+            && pod.anti_affinity.is_empty()
+            && self.state.zone_blocks.is_empty()
     }
 
     fn slot_compatible(&mut self, ci: usize, si: usize) -> bool {
@@ -1550,7 +1631,7 @@ impl<'a> Planner<'a> {
         let need = demand(pod, &Devices::default());
         let wants_gpu = need.has_gpu_class();
         let avoid_gpu = self.avoid_gpu(i);
-        let mut best: Option<(i32, f64, f64, usize, Requirements, Vec<usize>)> = None;
+        let mut best: Option<(i32, Option<f64>, f64, usize, Requirements, Vec<usize>)> = None;
         let mut cheapest = f64::INFINITY;
         let mut reasons: Vec<String> = Vec::new();
         let empty = Slot::empty(vec![0; self.nsel()]);
@@ -1651,11 +1732,20 @@ impl<'a> Planner<'a> {
                 // Pools compete on the price per pod of the node the claim would be sized to,
                 // not on the cheapest node for this pod alone: a pool whose only small node is
                 // cheap can still cost more per pod than another pool's big node once the
-                // similar pods that follow share it.
-                let unit = self.claim_target(i, &reqs, &cands, avoid_gpu).0;
-                let better = best.as_ref().is_none_or(|b| {
-                    unit < b.1 * (1.0 - 1e-9) || (unit <= b.1 * (1.0 + 1e-9) && price < b.2)
-                });
+                // similar pods that follow share it. Prices per pod are worked out only when
+                // there is a choice.
+                let (better, unit) = match &mut best {
+                    None => (true, None),
+                    Some(b) => {
+                        let theirs = *b
+                            .1
+                            .get_or_insert_with(|| self.claim_target(i, &b.4, &b.5, avoid_gpu).0);
+                        let unit = self.claim_target(i, &reqs, &cands, avoid_gpu).0;
+                        let better = unit < theirs * (1.0 - 1e-9)
+                            || (unit <= theirs * (1.0 + 1e-9) && price < b.2);
+                        (better, Some(unit))
+                    }
+                };
                 if better {
                     best = Some((pool.weight, unit, price, pi, reqs, cands));
                 }
@@ -1808,6 +1898,12 @@ impl<'a> Planner<'a> {
         self.state.slots.push(slot);
         self.state.usage[pi].nodes += 1;
         let si = self.state.slots.len() - 1;
+        // A rolled-back group can leave answers about an earlier claim at this index.
+        for class in &mut self.classes {
+            if let Some(ok) = class.slot_ok.get_mut(si) {
+                *ok = 0;
+            }
+        }
         self.commit(i, si, None, false);
         self.refresh_new_slot(si);
     }
@@ -1919,6 +2015,8 @@ impl<'a> Planner<'a> {
     /// later pods), close it when even the smallest pending pod no longer fits, and re-reserve
     /// limits.
     fn refresh_new_slot(&mut self, si: usize) {
+        self.last_stamp += 1;
+        self.state.slots[si].stamp = self.last_stamp;
         let mut most = Resources::new();
         for c in &self.state.slots[si].candidates {
             most = most.max(&self.shapes[*c].allocatable);
