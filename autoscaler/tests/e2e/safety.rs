@@ -116,8 +116,10 @@ const WRITES: [&str; 4] = ["created NodeClaim", "launched", "registered", "initi
 async fn e2e_4b_two_replicas_only_the_leader_writes() {
     let c = Cluster::start().await;
     let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
-    let mut a = c.controller("replica-a", &[]);
-    let mut b = c.controller("replica-b", &[]);
+    // A lease long enough that a loaded machine never lets it lapse between renewals (the
+    // hand-over below is a graceful release, which does not wait for it).
+    let mut a = c.controller("replica-a", &["--lease-duration=15s"]);
+    let mut b = c.controller("replica-b", &["--lease-duration=15s"]);
     let leader = eventually("a leader to be elected", DEADLINE, || lease_holder(&c)).await;
     let (leader_ctl, follower_ctl) = if leader == "replica-a" {
         (&mut a, &mut b)
