@@ -562,8 +562,8 @@ impl NodeKey {
 /// Building the snapshot afresh cloned every bound pod at every provisioning batch, disruption
 /// pass and validation, which was most of the simulator's time at 100,000 pods. The planner
 /// only reads the snapshot, so its nodes and in-flight claims are kept, and a node's entries
-/// are rebuilt only when what they were built from ([`NodeKey`]) changed. The result equals
-/// [`Cluster::snapshot`] exactly.
+/// are refreshed only when what they were built from ([`NodeKey`]) changed, cloning just the
+/// newly bound pods. The result equals [`Cluster::snapshot`] exactly.
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotCache {
     snap: Snapshot,
@@ -571,8 +571,6 @@ pub struct SnapshotCache {
     nodes: Vec<(NodeId, NodeKey)>,
     /// Node id and key of each entry of `snap.in_flight`, in the same order.
     in_flight: Vec<(NodeId, NodeKey)>,
-    /// Whether the last [`SnapshotCache::sync`] changed the nodes or in-flight claims.
-    nodes_changed: bool,
 }
 
 impl SnapshotCache {
@@ -588,33 +586,23 @@ impl SnapshotCache {
     ) -> &Snapshot {
         cluster.fill_small_parts(&mut self.snap, pools, daemonsets, workload, include_pending);
         let live = &cluster.live_nodes;
-        let (nodes, c1) = Self::merge(
+        self.snap.nodes = Self::merge(
             std::mem::take(&mut self.snap.nodes),
             &mut self.nodes,
             live.iter()
                 .copied()
                 .filter(|n| cluster.nodes[*n].registered()),
             cluster,
-            |c, ni| c.core_node(ni),
         );
-        let (in_flight, c2) = Self::merge(
+        self.snap.in_flight = Self::merge(
             std::mem::take(&mut self.snap.in_flight),
             &mut self.in_flight,
             live.iter()
                 .copied()
                 .filter(|n| cluster.nodes[*n].phase != NodePhase::Ready),
             cluster,
-            |c, ni| c.in_flight_claim(ni),
         );
-        self.snap.nodes = nodes;
-        self.snap.in_flight = in_flight;
-        self.nodes_changed = c1 || c2;
         &self.snap
-    }
-
-    /// Whether the last sync had to add, drop or rebuild any node or in-flight claim.
-    pub fn nodes_changed(&self) -> bool {
-        self.nodes_changed
     }
 
     /// The snapshot as of the last sync.
@@ -623,44 +611,106 @@ impl SnapshotCache {
     }
 
     /// The entries for `wanted` (ascending node ids), moving unchanged ones over from `old`
-    /// (also ascending) and building the rest; `keys` is replaced by the new keys. Returns
-    /// whether anything was added, dropped or rebuilt.
-    fn merge<T>(
+    /// (also ascending), refreshing changed ones in place and building new ones; `keys` is
+    /// replaced by the new keys.
+    fn merge<T: Entry>(
         old: Vec<T>,
         keys: &mut Vec<(NodeId, NodeKey)>,
         wanted: impl Iterator<Item = NodeId>,
         cluster: &Cluster,
-        build: impl Fn(&Cluster, NodeId) -> T,
-    ) -> (Vec<T>, bool) {
-        let mut changed = false;
+    ) -> Vec<T> {
         let old_keys = std::mem::take(keys);
-        let old_len = old_keys.len();
         let mut old = old.into_iter().zip(old_keys).peekable();
-        let mut out = Vec::with_capacity(old_len);
+        let mut out = Vec::with_capacity(old.len());
         for ni in wanted {
-            while old.peek().is_some_and(|(_, (id, _))| *id < ni) {
-                old.next();
-                changed = true;
-            }
+            while old.next_if(|(_, (id, _))| *id < ni).is_some() {}
             let n = &cluster.nodes[ni];
-            match old.next_if(|(_, (id, key))| *id == ni && key.matches(n)) {
-                Some((entry, k)) => {
+            match old.next_if(|(_, (id, _))| *id == ni) {
+                Some((entry, k)) if k.1.matches(n) => {
                     out.push(entry);
                     keys.push(k);
                 }
-                None => {
-                    if old.peek().is_some_and(|(_, (id, _))| *id == ni) {
-                        old.next();
-                    }
-                    out.push(build(cluster, ni));
+                Some((mut entry, (_, key))) => {
+                    entry.refresh(cluster, ni, &key);
+                    out.push(entry);
                     keys.push((ni, NodeKey::of(n)));
-                    changed = true;
+                }
+                None => {
+                    out.push(T::build(cluster, ni));
+                    keys.push((ni, NodeKey::of(n)));
                 }
             }
         }
-        if old.next().is_some() {
-            changed = true;
+        out
+    }
+}
+
+/// A per-node entry of the snapshot ([`Node`] or [`InFlightClaim`]).
+trait Entry: Sized {
+    /// The entry for node `ni`, built from scratch.
+    fn build(c: &Cluster, ni: NodeId) -> Self;
+    /// Brings an entry built when the node looked like `old` up to date, touching only what
+    /// can change after launch.
+    fn refresh(&mut self, c: &Cluster, ni: NodeId, old: &NodeKey);
+}
+
+impl Entry for Node {
+    fn build(c: &Cluster, ni: NodeId) -> Self {
+        c.core_node(ni)
+    }
+
+    fn refresh(&mut self, c: &Cluster, ni: NodeId, old: &NodeKey) {
+        let n = &c.nodes[ni];
+        if self.taints != n.taints {
+            self.taints = n.taints.clone();
         }
-        (out, changed)
+        if old.phase != n.phase {
+            self.allocatable = n.effective_allocatable();
+            self.initialized = n.phase == NodePhase::Ready;
+        }
+        self.unschedulable = n.cordoned;
+        self.deleting = n.deleting;
+        c.refresh_pods(&mut self.pods, ni, old);
+    }
+}
+
+impl Entry for InFlightClaim {
+    fn build(c: &Cluster, ni: NodeId) -> Self {
+        c.in_flight_claim(ni)
+    }
+
+    fn refresh(&mut self, c: &Cluster, ni: NodeId, old: &NodeKey) {
+        if c.nodes[ni].registered() {
+            c.refresh_pods(&mut self.pods, ni, old);
+        } else {
+            self.pods.clear();
+        }
+    }
+}
+
+impl Cluster {
+    /// Brings `pods`, built by [`Cluster::node_pods`] when the node looked like `old`, up to
+    /// date. Unbinding keeps the order of the others and binding appends, so the pods still
+    /// bound are moved over and only newly bound ones are cloned; any other change is still
+    /// handled correctly, by cloning whatever does not line up.
+    fn refresh_pods(&self, pods: &mut Vec<Pod>, ni: NodeId, old: &NodeKey) {
+        let n = &self.nodes[ni];
+        let ds = n.ds_pods.len();
+        if old.ds_pods != ds || pods.len() != ds + old.pods.len() {
+            *pods = self.node_pods(ni);
+            return;
+        }
+        let mut previous = std::mem::take(pods).into_iter();
+        let mut out = Vec::with_capacity(ds + n.pods.len());
+        out.extend(previous.by_ref().take(ds));
+        let mut next = 0;
+        for (id, pod) in old.pods.iter().zip(previous) {
+            if n.pods.get(next) == Some(id) {
+                out.push(pod);
+                next += 1;
+            }
+        }
+        out.extend(n.pods[next..].iter().map(|p| self.pod(*p).clone()));
+        *pods = out;
     }
 }
