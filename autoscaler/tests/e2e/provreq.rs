@@ -180,7 +180,10 @@ async fn e2e_7a_check_capacity_books_existing_capacity_and_never_launches() {
     let c = Cluster::start_with(&[&crd]).await;
     let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
     plain_gpu_node(&c, "existing-gpu", 4).await;
-    let _ctl = c.controller("provreq-check", &["--leader-elect=false"]);
+    let _ctl = c.controller(
+        "provreq-check",
+        &["--leader-elect=false", "--provreq-retention=10s"],
+    );
     const CHECK: &str = "check-capacity.autoscaling.x-k8s.io";
 
     // 2 × 2 GPUs fit on the existing node: Accepted, then Provisioned (CapacityIsFound).
@@ -232,6 +235,13 @@ async fn e2e_7a_check_capacity_books_existing_capacity_and_never_launches() {
         "CapacityIsConsumed"
     );
     assert!(c.claims().await.is_empty(), "check-capacity never launches");
+
+    // Terminal requests are deleted once the retention has passed since they ended.
+    eventually("the failed request retired", DEADLINE, || async {
+        status(&c, "no-room").await.is_null().then_some(())
+    })
+    .await;
+    assert!(!status(&c, "too-big").await.is_null(), "a waiting request is kept");
 }
 
 /// An A100 NodePool of p4d.24xlarge (8 GPUs) on demand.
