@@ -37,7 +37,7 @@ use providers::{OfferingKey, UnavailableOfferings};
 use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId};
 use crate::policy::{Ctx, Decision, LaunchSpec, Policy, disruptable};
 use crate::scenario::{ScoreStrategy, type_in_pool};
-use crate::scheduler::{self, untolerated};
+use crate::scheduler::{self, SelectorCache, untolerated};
 
 /// An instance type as a node of one pool would be: what the baselines pack against and what
 /// the engine builds nodes from.
@@ -442,12 +442,17 @@ fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
 pub struct KarpenterLike {
     shapes: Vec<Shape>,
     score: ScoreStrategy,
+    selectors: SelectorCache,
 }
 
 impl KarpenterLike {
     /// A policy packing against `shapes`.
     pub fn new(shapes: Vec<Shape>, score: ScoreStrategy) -> Self {
-        KarpenterLike { shapes, score }
+        KarpenterLike {
+            shapes,
+            score,
+            selectors: SelectorCache::default(),
+        }
     }
 }
 
@@ -599,7 +604,7 @@ impl Policy for KarpenterLike {
                 continue;
             }
             let others = targets(ctx.cluster, &[n]);
-            if scheduler::can_move(ctx.cluster, &[n], &others, self.score) {
+            if scheduler::can_move(ctx.cluster, &[n], &others, self.score, &mut self.selectors) {
                 return (
                     vec![Decision {
                         nodes: vec![n],
@@ -646,7 +651,13 @@ impl Policy for KarpenterLike {
         let n = d.nodes[0];
         if d.replacement.is_none() {
             let others = targets(ctx.cluster, &d.nodes);
-            return scheduler::can_move(ctx.cluster, &d.nodes, &others, self.score);
+            return scheduler::can_move(
+                ctx.cluster,
+                &d.nodes,
+                &others,
+                self.score,
+                &mut self.selectors,
+            );
         }
         node_pods_fit_new(ctx, &self.shapes, ctx.unavailable, n, now).is_some()
     }
@@ -712,6 +723,7 @@ pub struct CaLike {
     unneeded_since: HashMap<NodeId, i64>,
     last_scale_up: Option<i64>,
     delay_after_add: i64,
+    selectors: SelectorCache,
 }
 
 impl CaLike {
@@ -723,6 +735,7 @@ impl CaLike {
             unneeded_since: HashMap::new(),
             last_scale_up: None,
             delay_after_add,
+            selectors: SelectorCache::default(),
         }
     }
 }
@@ -882,7 +895,8 @@ impl Policy for CaLike {
             }
             if !empty {
                 let others = targets(ctx.cluster, &[n]);
-                if !scheduler::can_move(ctx.cluster, &[n], &others, self.score) {
+                if !scheduler::can_move(ctx.cluster, &[n], &others, self.score, &mut self.selectors)
+                {
                     continue;
                 }
             }
@@ -951,7 +965,13 @@ impl Policy for CaLike {
                 .all(|n| ctx.cluster.nodes[*n].pods.is_empty());
         }
         let others = targets(ctx.cluster, &d.nodes);
-        scheduler::can_move(ctx.cluster, &d.nodes, &others, self.score)
+        scheduler::can_move(
+            ctx.cluster,
+            &d.nodes,
+            &others,
+            self.score,
+            &mut self.selectors,
+        )
     }
 
     fn on_scale_up(&mut self, now: i64) {

@@ -522,12 +522,14 @@ pub fn place_what_if(n: &mut NodeState, pod: &Pod, id: PodId, devices: &[usize])
 
 /// Whether every pod bound to the `removed` nodes could be re-placed on `targets`, binding them
 /// one by one on scratch copies of the nodes involved, largest first: the "would the scheduler
-/// find room" question the baselines' scale-down asks.
+/// find room" question the baselines' scale-down asks. `selectors` remembers which nodes each
+/// pod template selects, across calls.
 pub fn can_move(
     cluster: &Cluster,
     removed: &[NodeId],
     targets: &[NodeId],
     strategy: ScoreStrategy,
+    selectors: &mut SelectorCache,
 ) -> bool {
     let mut scratch = Scratch::new(cluster.nodes.len());
     let targets: Vec<NodeId> = targets
@@ -556,7 +558,8 @@ pub fn can_move(
             scratch: Some(&scratch),
             ..View::of(cluster)
         };
-        match best_node(view, pod, &targets, strategy) {
+        let cand = selectors.matching(&cluster.nodes, cluster.template_of[p], pod, &targets);
+        match best_matching_node(view, pod, &cand, strategy) {
             Some((ni, devices)) => {
                 place_what_if(scratch.node_mut(&cluster.nodes, ni), pod, p, &devices);
             }

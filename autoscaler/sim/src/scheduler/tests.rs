@@ -59,8 +59,9 @@ fn cluster(nodes: Vec<NodeState>, bound: Vec<(Pod, usize)>) -> Cluster {
         nodes,
         ..Default::default()
     };
-    c.template_of = vec![0; bound.len()];
-    c.template_counts = vec![(0, 0)];
+    // A template per pod: the scheduler's caches take a template's pods to be alike.
+    c.template_of = (0..bound.len() as u32).collect();
+    c.template_counts = vec![(0, 0); bound.len()];
     for (i, (p, n)) in bound.into_iter().enumerate() {
         c.pods.push(crate::cluster::PodState {
             pod: None,
@@ -268,7 +269,13 @@ fn can_move_answers_the_scale_down_question() {
             (pod("y").cpu("2").build(), 1),
         ],
     );
-    assert!(can_move(&c, &[0], &[1], ScoreStrategy::LeastAllocated));
+    assert!(can_move(
+        &c,
+        &[0],
+        &[1],
+        ScoreStrategy::LeastAllocated,
+        &mut SelectorCache::default()
+    ));
     let c = cluster(
         vec![node("a", "z1", 4000, 0), node("b", "z1", 4000, 0)],
         vec![
@@ -276,5 +283,11 @@ fn can_move_answers_the_scale_down_question() {
             (pod("y").cpu("2").build(), 1),
         ],
     );
-    assert!(!can_move(&c, &[0], &[1], ScoreStrategy::LeastAllocated));
+    assert!(!can_move(
+        &c,
+        &[0],
+        &[1],
+        ScoreStrategy::LeastAllocated,
+        &mut SelectorCache::default()
+    ));
 }
