@@ -60,6 +60,18 @@ fn is(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
+/// A write's result with 404 (the object is gone, nothing left to write) as success.
+fn gone_is_ok<T>(
+    r: std::result::Result<T, kube::Error>,
+    action: impl FnOnce() -> String,
+) -> Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(e) if is(&e, 404) => Ok(()),
+        Err(e) => Err(Error::kube(action(), e)),
+    }
+}
+
 /// The API writer.
 #[derive(Clone)]
 pub struct Actuator {
@@ -108,19 +120,15 @@ impl Actuator {
     /// The API error; 404 (claim gone) is `Ok`.
     pub async fn patch_claim_status(&self, name: &str, status: &Value) -> Result<()> {
         check(GROUP, "nodeclaims/status", "patch");
-        match self
+        let r = self
             .claims()
             .patch_status(
                 name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": status })),
             )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is(&e, 404) => Ok(()),
-            Err(e) => Err(Error::kube(format!("patching NodeClaim {name} status"), e)),
-        }
+            .await;
+        gone_is_ok(r, || format!("patching NodeClaim {name} status"))
     }
 
     /// Replaces the finalizers of a NodeClaim, guarded by the resourceVersion it was read at.
@@ -244,21 +252,16 @@ impl Actuator {
             "provisioningrequests/status",
             "patch",
         );
-        match Api::<super::provreq::ProvisioningRequest>::namespaced(self.client.clone(), ns)
+        let r = Api::<super::provreq::ProvisioningRequest>::namespaced(self.client.clone(), ns)
             .patch_status(
                 name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "status": status })),
             )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is(&e, 404) => Ok(()),
-            Err(e) => Err(Error::kube(
-                format!("patching ProvisioningRequest {ns}/{name} status"),
-                e,
-            )),
-        }
+            .await;
+        gone_is_ok(r, || {
+            format!("patching ProvisioningRequest {ns}/{name} status")
+        })
     }
 
     /// Deletes a terminal ProvisioningRequest past its retention age.
@@ -267,17 +270,10 @@ impl Actuator {
     /// The API error; 404 is `Ok`.
     pub async fn delete_provreq(&self, ns: &str, name: &str) -> Result<()> {
         check("autoscaling.x-k8s.io", "provisioningrequests", "delete");
-        match Api::<super::provreq::ProvisioningRequest>::namespaced(self.client.clone(), ns)
+        let r = Api::<super::provreq::ProvisioningRequest>::namespaced(self.client.clone(), ns)
             .delete(name, &kube::api::DeleteParams::default())
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is(&e, 404) => Ok(()),
-            Err(e) => Err(Error::kube(
-                format!("deleting ProvisioningRequest {ns}/{name}"),
-                e,
-            )),
-        }
+            .await;
+        gone_is_ok(r, || format!("deleting ProvisioningRequest {ns}/{name}"))
     }
 
     /// Publishes an event about `regarding`; failures are logged, never fatal.

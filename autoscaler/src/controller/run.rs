@@ -172,6 +172,26 @@ where
     reader
 }
 
+/// A reflector for `K` when the API serves it, `None` otherwise.
+async fn reflect_if_served<K>(
+    client: &kube::Client,
+    group: &'static str,
+    resource: &'static str,
+) -> Option<Store<K>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    served::<K>(client)
+        .await
+        .then(|| reflect(Api::all(client.clone()), group, resource))
+}
+
 impl Stores {
     /// Starts every reflector; those of optional APIs (ProvisioningRequests, Volcano) only when
     /// the API is served.
@@ -188,24 +208,8 @@ impl Stores {
         } else {
             None
         };
-        let volcano = if served::<VolcanoPodGroup>(client).await {
-            Some(reflect(
-                Api::all(client.clone()),
-                "scheduling.volcano.sh",
-                "podgroups",
-            ))
-        } else {
-            None
-        };
-        let k8s_groups = if served::<SchedulingPodGroup>(client).await {
-            Some(reflect(
-                Api::all(client.clone()),
-                "scheduling.k8s.io",
-                "podgroups",
-            ))
-        } else {
-            None
-        };
+        let volcano = reflect_if_served(client, "scheduling.volcano.sh", "podgroups").await;
+        let k8s_groups = reflect_if_served(client, "scheduling.k8s.io", "podgroups").await;
         Stores {
             provreqs,
             volcano,

@@ -60,17 +60,6 @@ async fn kueue_request(
             }
         }))
         .await;
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        c.client.clone(),
-        "default",
-        &kube::api::ApiResource {
-            group: "autoscaling.x-k8s.io".into(),
-            version: "v1".into(),
-            api_version: "autoscaling.x-k8s.io/v1".into(),
-            kind: "ProvisioningRequest".into(),
-            plural: "provisioningrequests".into(),
-        },
-    );
     let obj: kube::api::DynamicObject = serde_json::from_value(json!({
         "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
         "metadata": {"name": name, "namespace": "default",
@@ -82,14 +71,15 @@ async fn kueue_request(
         }
     }))
     .unwrap();
-    api.create(&PostParams::default(), &obj)
+    provreqs(c)
+        .create(&PostParams::default(), &obj)
         .await
         .expect("create ProvisioningRequest");
 }
 
-/// The request's status as JSON.
-async fn status(c: &Cluster, name: &str) -> Value {
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+/// ProvisioningRequests in `default`, untyped as a test client sees them.
+fn provreqs(c: &Cluster) -> Api<kube::api::DynamicObject> {
+    Api::namespaced_with(
         c.client.clone(),
         "default",
         &kube::api::ApiResource {
@@ -99,8 +89,13 @@ async fn status(c: &Cluster, name: &str) -> Value {
             kind: "ProvisioningRequest".into(),
             plural: "provisioningrequests".into(),
         },
-    );
-    api.get(name)
+    )
+}
+
+/// The request's status as JSON (`null` once it is gone).
+async fn status(c: &Cluster, name: &str) -> Value {
+    provreqs(c)
+        .get(name)
         .await
         .map(|o| o.data["status"].clone())
         .unwrap_or(Value::Null)
@@ -241,7 +236,10 @@ async fn e2e_7a_check_capacity_books_existing_capacity_and_never_launches() {
         status(&c, "no-room").await.is_null().then_some(())
     })
     .await;
-    assert!(!status(&c, "too-big").await.is_null(), "a waiting request is kept");
+    assert!(
+        !status(&c, "too-big").await.is_null(),
+        "a waiting request is kept"
+    );
 }
 
 /// An A100 NodePool of p4d.24xlarge (8 GPUs) on demand.

@@ -40,6 +40,19 @@ fn ns_name(pr: &ProvisioningRequest) -> (String, String) {
     )
 }
 
+/// PodTemplates by `(namespace, name)`.
+fn by_name(templates: &[Arc<PodTemplate>]) -> BTreeMap<(String, String), &PodTemplate> {
+    templates
+        .iter()
+        .map(|t| {
+            (
+                (t.namespace().unwrap_or_default(), t.name_any()),
+                t.as_ref(),
+            )
+        })
+        .collect()
+}
+
 fn state_name(s: &State) -> &'static str {
     match s {
         State::New => "new",
@@ -131,15 +144,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             return;
         };
         let templates = self.templates();
-        let by_name: BTreeMap<(String, String), &PodTemplate> = templates
-            .iter()
-            .map(|t| {
-                (
-                    (t.namespace().unwrap_or_default(), t.name_any()),
-                    t.as_ref(),
-                )
-            })
-            .collect();
+        let by_name = by_name(&templates);
         let consumed = Self::consumed(pods);
         for pr in prs.state() {
             if Class::of(&pr).is_none() {
@@ -423,15 +428,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let key = format!("{ns}/{name}");
         let class = Class::of(pr).expect("only known classes are attempted");
         let templates = self.templates();
-        let by_name: BTreeMap<(String, String), &PodTemplate> = templates
-            .iter()
-            .map(|t| {
-                (
-                    (t.namespace().unwrap_or_default(), t.name_any()),
-                    t.as_ref(),
-                )
-            })
-            .collect();
+        let by_name = by_name(&templates);
         let pods = match provreq::pods(pr, &by_name) {
             Ok(p) => p,
             Err(why) => {
