@@ -49,7 +49,7 @@ use tokio::sync::watch;
 use super::actuator::{Actuator, Evicted, has_finalizer, reference, set_condition};
 use super::api_calls::check;
 use super::batcher::{BatchConfig, Batcher};
-use super::cache::CachedPod;
+use super::cache::{CachedPod, PodStore, PodWire};
 use super::disrupt::{self, Job, Stage};
 use super::error::{Error, Result};
 use super::gangs::{GangObjects, SchedulingPodGroup, VolcanoPodGroup};
@@ -71,7 +71,7 @@ fn epoch() -> i64 {
 #[derive(Clone)]
 pub struct Stores {
     /// Pods, compact and translated.
-    pub pods: Store<CachedPod>,
+    pub pods: PodStore,
     /// Nodes.
     pub nodes: Store<Node>,
     /// NodePools.
@@ -116,6 +116,25 @@ where
         + 'static,
 {
     reflect_trimmed(api, group, resource, |_| {})
+}
+
+/// The pod reflector, into the compact [`PodStore`].
+fn reflect_pods(api: Api<PodWire>) -> PodStore {
+    check("", "pods", "list");
+    check("", "pods", "watch");
+    let store = PodStore::new();
+    let writer = store.clone();
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => writer.apply(event),
+                Err(e) => tracing::warn!(resource = "pods", error = %e, "watch"),
+            }
+        }
+    });
+    store
 }
 
 /// Node status the controller never reads; on a real node the image list alone is kilobytes.
@@ -214,8 +233,8 @@ impl Stores {
             provreqs,
             volcano,
             k8s_groups,
-            // Deserialized straight into the compact, translated form.
-            pods: reflect(Api::<CachedPod>::all(client.clone()), "", "pods"),
+            // Translated and compacted as they arrive.
+            pods: reflect_pods(Api::all(client.clone())),
             nodes: reflect_trimmed(Api::all(client.clone()), "", "nodes", trim_node),
             pools: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodepools"),
             claims: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodeclaims"),
@@ -953,6 +972,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
         let gangs = self.stores.gang_objects();
+        let building = Instant::now();
         let mut built = self.builder.build_for_provisioning(&Inputs {
             pods: &pods,
             nodes: &nodes,
@@ -968,8 +988,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
         for (obj, problem) in &built.problems {
             tracing::warn!(object = %obj, %problem, "left out of the snapshot");
         }
+        let planning = Instant::now();
         let plan = plan_provisioning(&built.snapshot);
         tracing::info!(
+            snapshot_ms = (planning - building).as_millis() as u64,
+            plan_ms = planning.elapsed().as_millis() as u64,
             pending = batch.len(),
             existing = plan.existing.len(),
             in_flight = plan.in_flight.len(),
@@ -1019,7 +1042,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                 );
                             }
                             events.push((
-                                reference(p.as_ref()),
+                                p.reference(),
                                 false,
                                 "TriggeredScaleUp",
                                 format!(
@@ -1042,7 +1065,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             if let Some(p) = pod_by_key.get(&u.pod) {
                 self.notified.insert(u.pod.clone(), u.reason.clone());
                 events.push((
-                    reference(p.as_ref()),
+                    p.reference(),
                     true,
                     "NotTriggerScaleUp",
                     format!("pod didn't trigger scale-up: {}", u.reason),
@@ -1219,7 +1242,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .as_deref()
                         .is_some_and(|n| nodes_present.iter().any(|x| x == n))
                         && p.active
-                        && p.metadata.deletion_timestamp.is_none()
+                        && !p.deleting
                         && !p.stays_with_node()
                 })
                 .map(|p| p.key.clone())

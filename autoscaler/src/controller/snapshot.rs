@@ -67,6 +67,83 @@ pub struct Built {
 #[derive(Debug, Default)]
 pub struct SnapshotBuilder {}
 
+/// Folding bound pods for provisioning.
+///
+/// Provisioning reads a bound pod on an existing node for three things: its requests (used
+/// capacity), its labels when a pending pod's topology spread or pod (anti-)affinity term
+/// selects pods of its namespace, and its own anti-affinity terms and GPU share. A pod with
+/// no GPU share and no anti-affinity, in a namespace no pending pod's term looks at, is read
+/// only as requests; the requests of all such pods on a node are summed into one pod in no
+/// namespace (which no term can select). Every other pod is kept as it is.
+struct Fold {
+    /// Namespaces whose pods a pending pod's topology terms select.
+    selected: BTreeSet<String>,
+}
+
+impl Fold {
+    fn for_pending(pending: &[CorePod]) -> Self {
+        Fold {
+            selected: pending
+                .iter()
+                .filter(|p| {
+                    !(p.spread.is_empty() && p.affinity.is_empty() && p.anti_affinity.is_empty())
+                })
+                .map(|p| p.key.namespace.clone())
+                .collect(),
+        }
+    }
+
+    fn keeps(&self, p: &CorePod) -> bool {
+        p.gpu_share.is_some()
+            || !p.anti_affinity.is_empty()
+            || self.selected.contains(&p.key.namespace)
+    }
+
+    /// The pods of one node, plain ones folded.
+    fn apply(&self, pods: &[&CachedPod]) -> Vec<CorePod> {
+        let mut out = Vec::new();
+        let mut folded: Option<(CorePod, usize)> = None;
+        for p in pods {
+            let Ok(c) = p.core.as_ref() else {
+                continue;
+            };
+            if self.keeps(c) {
+                out.extend(p.core_pod().ok());
+                continue;
+            }
+            match &mut folded {
+                Some((f, n)) => {
+                    f.requests.add(&c.requests);
+                    *n += 1;
+                }
+                None => {
+                    // Starting from a copy keeps every field the core may add later; those
+                    // that could tie the sum to other pods are cleared.
+                    let mut f = c.clone();
+                    f.labels.clear();
+                    f.annotations.clear();
+                    f.preferred.clear();
+                    f.spread.clear();
+                    f.affinity.clear();
+                    f.group = None;
+                    f.owner_kind = None;
+                    f.mirror = false;
+                    f.local_storage = false;
+                    folded = Some((f, 1));
+                }
+            }
+        }
+        if let Some((mut f, n)) = folded {
+            f.key = PodKey {
+                namespace: String::new(),
+                name: format!("{n} folded pods"),
+            };
+            out.push(f);
+        }
+        out
+    }
+}
+
 /// The claim a node belongs to, by providerID.
 pub fn claims_by_provider_id(claims: &[Arc<NodeClaim>]) -> HashMap<&str, &NodeClaim> {
     claims
@@ -108,8 +185,20 @@ impl SnapshotBuilder {
         Self::default()
     }
 
-    /// Builds the snapshot at `now` (seconds).
+    /// Builds the whole snapshot, every bound pod included (disruption moves them).
     pub fn build(&mut self, inputs: &Inputs<'_>) -> Built {
+        self.build_with(inputs, false)
+    }
+
+    /// Builds the snapshot provisioning plans on: as [`Self::build`], except that on each
+    /// node the bound pods provisioning reads only as used capacity are folded into one
+    /// pod (see [`Fold`]). Planning on it gives the plan the whole snapshot gives, without a
+    /// copy of every pod in the cluster each round.
+    pub fn build_for_provisioning(&mut self, inputs: &Inputs<'_>) -> Built {
+        self.build_with(inputs, true)
+    }
+
+    fn build_with(&mut self, inputs: &Inputs<'_>, fold_plain: bool) -> Built {
         let mut out = Built::default();
 
         // Pools.
@@ -139,14 +228,20 @@ impl SnapshotBuilder {
             .collect();
 
         // Pods: pending ones from the batch, bound ones per node, groups.
-        let mut bound: HashMap<&str, Vec<CorePod>> = HashMap::new();
+        let pdb_namespaces: BTreeSet<&str> = inputs
+            .pdbs
+            .iter()
+            .filter_map(|b| b.metadata.namespace.as_deref())
+            .collect();
+        let mut bound: HashMap<&str, Vec<&CachedPod>> = HashMap::new();
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
         let mut ns_pods: BTreeMap<&str, Vec<(&Labels, bool)>> = BTreeMap::new();
         for p in inputs.pods.iter() {
             let key = &p.key;
             if p.active
-                && p.metadata.deletion_timestamp.is_none()
-                && let Ok(c) = &p.core
+                && !p.deleting
+                && pdb_namespaces.contains(key.namespace.as_str())
+                && let Ok(c) = p.core.as_ref()
             {
                 ns_pods
                     .entry(key.namespace.as_str())
@@ -158,37 +253,46 @@ impl SnapshotBuilder {
             if !(pending || (node.is_some() && p.active)) {
                 continue;
             }
-            let mut core = match &p.core {
-                Ok(c) => c.clone(),
-                Err(e) => {
-                    out.problems.push((format!("pod {key}"), e.to_string()));
+            if let Err(e) = p.core.as_ref() {
+                out.problems.push((format!("pod {key}"), e.to_string()));
+                continue;
+            }
+            let Some(n) = node else {
+                let Ok(mut core) = p.core_pod() else {
                     continue;
-                }
-            };
-            // Without a known minimum every pending member counts (the core's default).
-            if let Some(g) = &p.group {
-                match inputs.gangs.minimum(g) {
-                    Ok(Some(min)) => {
-                        groups.insert(
-                            g.id.clone(),
-                            Group {
-                                name: g.id.clone(),
-                                min_count: min,
-                            },
-                        );
+                };
+                // Without a known minimum every pending member counts (the core's default).
+                if let Some(g) = &p.group {
+                    match inputs.gangs.minimum(g) {
+                        Ok(Some(min)) => {
+                            groups.insert(
+                                g.id.clone(),
+                                Group {
+                                    name: g.id.clone(),
+                                    min_count: min,
+                                },
+                            );
+                        }
+                        Ok(None) => {}
+                        // A Kubernetes PodGroup with the basic policy: scheduled pod by pod.
+                        Err(()) => core.group = None,
                     }
-                    Ok(None) => {}
-                    // A Kubernetes PodGroup with the basic policy: scheduled pod by pod.
-                    Err(()) => core.group = None,
                 }
-            }
-            match node {
-                Some(n) => bound.entry(n).or_default().push(core),
-                None => out.snapshot.pending.push(core),
-            }
+                out.snapshot.pending.push(core);
+                continue;
+            };
+            bound.entry(n).or_default().push(p);
         }
         out.snapshot.pending.sort_by(|a, b| a.key.cmp(&b.key));
         out.snapshot.groups = groups;
+        let fold = fold_plain.then(|| Fold::for_pending(&out.snapshot.pending));
+        let pods_of = |pods: Option<&Vec<&CachedPod>>, fold: Option<&Fold>| -> Vec<CorePod> {
+            let pods = pods.map_or(&[][..], Vec::as_slice);
+            match fold {
+                Some(f) => f.apply(pods),
+                None => pods.iter().filter_map(|p| p.core_pod().ok()).collect(),
+            }
+        };
 
         // Claims.
         let by_pid = claims_by_provider_id(inputs.claims);
@@ -237,12 +341,8 @@ impl SnapshotBuilder {
                     );
                 }
             }
-            let pods = status
-                .node_name
-                .as_deref()
-                .and_then(|n| bound.get(n))
-                .cloned()
-                .unwrap_or_default();
+            // The claim's own pods are few and stay whole.
+            let pods = pods_of(status.node_name.as_deref().and_then(|n| bound.get(n)), None);
             in_flight_names.insert(name.clone());
             out.snapshot.in_flight.push(InFlightClaim {
                 name,
@@ -288,7 +388,7 @@ impl SnapshotBuilder {
                 annotations: n.metadata.annotations.clone().unwrap_or_default(),
                 taints: translate::node_taints(n),
                 allocatable,
-                pods: bound.remove(name.as_str()).unwrap_or_default(),
+                pods: pods_of(bound.get(name.as_str()), fold.as_ref()),
                 unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
                 deleting: n.metadata.deletion_timestamp.is_some() || has_disruption_taint(n),
                 pool,
@@ -427,5 +527,177 @@ mod tests {
         let plan = autoscaler_core::plan_provisioning(s);
         assert!(plan.new_claims.is_empty(), "{}", plan.render());
         assert_eq!(plan.in_flight.len(), 1, "{}", plan.render());
+    }
+
+    fn node_json(name: &str) -> serde_json::Value {
+        json!({
+            "metadata": {"name": name, "uid": name, "labels": {
+                "kubernetes.io/hostname": name,
+                "node.kubernetes.io/instance-type": "m5.xlarge",
+                "topology.kubernetes.io/zone": "us-east-1a",
+                "gpu-autoscaler.dev/nodepool": "general"
+            }},
+            "spec": {"providerID": format!("existing://{name}")},
+            "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]}
+        })
+    }
+
+    /// A pod in `ns` labelled `app`, bound to `node` or pending, with extra spec fields.
+    fn pod_json(
+        ns: &str,
+        name: &str,
+        app: &str,
+        node: Option<&str>,
+        cpu: &str,
+        extra: serde_json::Value,
+    ) -> Arc<CachedPod> {
+        let mut spec = json!({"containers": [{"name": "c",
+            "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]});
+        if let Some(n) = node {
+            spec["nodeName"] = json!(n);
+        }
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            spec[k] = v.clone();
+        }
+        let status = match node {
+            Some(_) => json!({"phase": "Running"}),
+            None => json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                "status": "False", "reason": "Unschedulable"}]}),
+        };
+        arc(json!({
+            "metadata": {"name": name, "namespace": ns, "uid": name, "labels": {"app": app}},
+            "spec": spec, "status": status
+        }))
+    }
+
+    #[test]
+    fn folding_plain_bound_pods_plans_as_the_whole_snapshot() {
+        let pool: Arc<NodePool> = arc(json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": "general"}, "spec": {"template": {}}
+        }));
+        let m5 = itype("m5.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .on_demand(&["us-east-1a"], 0.192)
+            .build();
+        let types = BTreeMap::from([("general".to_string(), Arc::new(vec![m5]))]);
+        let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "web"}}}]});
+        let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "solo"}}}]}}});
+        let mut pods = Vec::new();
+        for i in 0..8 {
+            pods.push(pod_json(
+                "a",
+                &format!("plain-{i}"),
+                "x",
+                Some("n1"),
+                "300m",
+                json!({}),
+            ));
+        }
+        for i in 0..5 {
+            pods.push(pod_json(
+                "a",
+                &format!("other-{i}"),
+                "x",
+                Some("n2"),
+                "500m",
+                json!({}),
+            ));
+        }
+        for i in 0..2 {
+            pods.push(pod_json(
+                "b",
+                &format!("web-{i}"),
+                "web",
+                Some("n1"),
+                "100m",
+                json!({}),
+            ));
+        }
+        pods.push(pod_json(
+            "c",
+            "solo-0",
+            "solo",
+            Some("n2"),
+            "100m",
+            anti.clone(),
+        ));
+        for i in 0..4 {
+            pods.push(pod_json(
+                "b",
+                &format!("new-web-{i}"),
+                "web",
+                None,
+                "500m",
+                spread.clone(),
+            ));
+        }
+        for i in 1..3 {
+            pods.push(pod_json(
+                "c",
+                &format!("solo-{i}"),
+                "solo",
+                None,
+                "200m",
+                anti.clone(),
+            ));
+        }
+        for i in 0..3 {
+            pods.push(pod_json(
+                "d",
+                &format!("batch-{i}"),
+                "batch",
+                None,
+                "1",
+                json!({}),
+            ));
+        }
+        let batch: BTreeSet<PodKey> = pods
+            .iter()
+            .filter(|p| p.node_name.is_none())
+            .map(|p| p.key.clone())
+            .collect();
+        let nodes: Vec<Arc<Node>> = ["n1", "n2"].iter().map(|n| arc(node_json(n))).collect();
+        let inputs = Inputs {
+            pods: &pods,
+            nodes: &nodes,
+            pools: &[pool],
+            claims: &[],
+            daemonsets: &[],
+            pdbs: &[],
+            instance_types: &types,
+            pending: &batch,
+            gangs: &Default::default(),
+        };
+        let mut b = SnapshotBuilder::new();
+        let whole = b.build(&inputs);
+        let folded = b.build_for_provisioning(&inputs);
+        assert!(whole.problems.is_empty(), "{:?}", whole.problems);
+        let counts = |s: &Snapshot| s.nodes.iter().map(|n| n.pods.len()).collect::<Vec<_>>();
+        assert_eq!(counts(&whole.snapshot), vec![10, 6]);
+        // n1: the web pods stay (a pending pod's spread selects namespace b), the rest folds;
+        // n2: the anti-affinity pod stays.
+        assert_eq!(counts(&folded.snapshot), vec![3, 2]);
+        let sum = |s: &Snapshot, i: usize| {
+            let mut r = autoscaler_core::resources::Resources::new();
+            s.nodes[i].pods.iter().for_each(|p| r.add(&p.requests));
+            r
+        };
+        for i in 0..2 {
+            assert_eq!(sum(&whole.snapshot, i), sum(&folded.snapshot, i));
+        }
+        let a = autoscaler_core::plan_provisioning(&whole.snapshot);
+        let b = autoscaler_core::plan_provisioning(&folded.snapshot);
+        assert!(
+            !a.existing.is_empty() && !a.new_claims.is_empty(),
+            "{}",
+            a.render()
+        );
+        assert_eq!(a.render(), b.render());
     }
 }
