@@ -311,10 +311,12 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
 
     // The burst.
     let marked: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let last_mark: Arc<Mutex<jiff::Timestamp>> = Arc::default();
     stream::iter(0..args.burst)
         .map(|i| {
             let pods = pods.clone();
             let marked = marked.clone();
+            let last_mark = last_mark.clone();
             async move {
                 let name = format!("burst-{i:06}");
                 let p: Pod = serde_json::from_value(json!({
@@ -335,6 +337,9 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
                 )
                 .await?;
                 marked.lock().expect("lock").push(Instant::now());
+                let at = jiff::Timestamp::now();
+                let mut last = last_mark.lock().expect("lock");
+                *last = (*last).max(at);
                 Ok::<(), kube::Error>(())
             }
         })
@@ -359,10 +364,45 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
     }
     let rss = rss_mib(controller.0.id());
     watch_task.abort();
+    let last_mark_at = *last_mark.lock().expect("lock");
     let mut marks = marked.lock().expect("lock").clone();
     marks.sort();
     let mut claims = seen.lock().expect("lock").clone();
     claims.sort_by_key(|(t, _)| *t);
+    if let (Some(first), Some(last), Some(c0), Some(c1)) =
+        (marks.first(), marks.last(), claims.first(), claims.last())
+    {
+        let s = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
+        eprintln!(
+            "burst marked over {:.2}s; NodeClaims seen {:.2}s to {:.2}s after the last mark",
+            s(*first, *last),
+            s(*last, c0.0),
+            s(*last, c1.0)
+        );
+    }
+    // Where the time goes, from the controller's own log: its planning rounds and the span
+    // of its NodeClaim creations, relative to the last pod marked.
+    let mut created = Vec::new();
+    for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(at) = v["timestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        else {
+            continue;
+        };
+        let d = at.duration_since(last_mark_at).as_secs_f64();
+        match v["fields"]["message"].as_str() {
+            Some("planned") => eprintln!("controller planned at {d:+.2}s: {}", v["fields"]),
+            Some("created NodeClaim") => created.push(d),
+            _ => {}
+        }
+    }
+    if let (Some(a), Some(b)) = (created.first(), created.last()) {
+        eprintln!("controller created NodeClaims from {a:+.2}s to {b:+.2}s");
+    }
     let mut slots: Vec<Instant> = Vec::new();
     for (t, n) in &claims {
         slots.extend(std::iter::repeat_n(*t, *n));
