@@ -714,3 +714,6 @@ impl Cluster {
         *pods = out;
     }
 }
+
+#[cfg(test)]
+mod tests;
