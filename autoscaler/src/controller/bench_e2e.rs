@@ -96,6 +96,26 @@ fn rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// Controller rounds completed so far, from its `/metrics` (0 when it cannot be read). A
+/// short blocking exchange on the loopback.
+fn rounds_done(addr: &str) -> u64 {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = std::net::TcpStream::connect(addr) else {
+        return 0;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let mut body = String::new();
+    if conn.write_all(request.as_bytes()).is_err() || conn.read_to_string(&mut body).is_err() {
+        return 0;
+    }
+    body.lines()
+        .find(|l| l.starts_with("gpu_autoscaler_loop_duration_seconds_count{name=\"round\"}"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|n| n.parse::<f64>().ok())
+        .map_or(0, |n| n as u64)
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -282,6 +302,29 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
         "controller synced; RSS {:.1} MiB",
         rss_mib(controller.0.id())
     );
+    // The first round also plans disruption (then not again for an hour), over the whole
+    // cluster; a burst arriving during it would be measured waiting for it.
+    let first_round = Instant::now();
+    let metrics = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).ok()?["fields"]["metrics"]
+                .as_str()
+                .map(str::to_string)
+        });
+    match metrics {
+        Some(addr) => {
+            while rounds_done(&addr) == 0 && Instant::now() < sync_deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            eprintln!(
+                "first round (with disruption) done {:.2}s after the sync",
+                first_round.elapsed().as_secs_f64()
+            );
+        }
+        None => eprintln!("the controller's metrics address is not in its log; not waiting"),
+    }
 
     // Watch NodeClaims: (seen at, pods covered).
     let seen: Arc<Mutex<Vec<(Instant, usize)>>> = Arc::default();
