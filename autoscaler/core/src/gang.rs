@@ -5,7 +5,8 @@
 //! collective traffic is slow and billed. After planning, [`prefer_one_zone`] looks at every
 //! group whose members were all placed and, when one zone can hold every member (the zones of
 //! the existing nodes and in-flight claims used, and a zone every new claim offers), narrows the
-//! group's new claims to the cheapest such zone. It only removes offerings, never members, so a
+//! group's new claims to the cheapest such zone. A group that fits on one new node is left as
+//! planned: it is in one zone anyway, and the other zones stay as launch fallbacks. It only removes offerings, never members, so a
 //! plan that was feasible stays feasible; groups with a hard zone topology spread are left alone
 //! because one zone would break their spread.
 
@@ -42,10 +43,13 @@ pub fn prefer_one_zone(snap: &Snapshot, plan: &mut Plan) {
     let group_key = |pod: &PodKey| group_of.get(pod).copied();
     // Zones each group is already tied to by existing nodes and in-flight claims.
     let mut fixed: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+    // Members placed outside new claims, per group.
+    let mut elsewhere: BTreeMap<&str, usize> = BTreeMap::new();
     for pl in &plan.existing {
         let Some(g) = group_key(&pl.pod) else {
             continue;
         };
+        *elsewhere.entry(g).or_default() += 1;
         let zone = snap
             .nodes
             .iter()
@@ -59,6 +63,7 @@ pub fn prefer_one_zone(snap: &Snapshot, plan: &mut Plan) {
         let Some(g) = group_key(&pl.pod) else {
             continue;
         };
+        *elsewhere.entry(g).or_default() += 1;
         let zone = snap
             .in_flight
             .iter()
@@ -83,6 +88,11 @@ pub fn prefer_one_zone(snap: &Snapshot, plan: &mut Plan) {
             continue;
         }
         let claims = &claims_of[g];
+        // A gang on a single new node is in one zone whichever the cloud picks: narrowing it
+        // would only take away the launch's fallback zones.
+        if claims.len() == 1 && !elsewhere.contains_key(g) {
+            continue;
+        }
         let mut zones: Option<BTreeSet<String>> = fixed.get(g).cloned();
         for &ci in claims {
             let offered = claim_zones(&plan.new_claims[ci]);

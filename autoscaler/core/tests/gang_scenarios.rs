@@ -198,3 +198,23 @@ fn a_gang_with_a_hard_zone_spread_is_not_pinned() {
     let distinct: std::collections::BTreeSet<_> = z.iter().collect();
     assert_eq!(distinct.len(), 3, "{z:?}");
 }
+
+#[test]
+fn a_gang_on_one_new_node_keeps_its_fallback_zones() {
+    // Two 4-GPU members share one 8-GPU node: one zone whatever the cloud picks.
+    let pods = (0..2)
+        .map(|i| {
+            pod(&format!("pair-{i}"))
+                .gpus(4)
+                .model("A100")
+                .tolerate(gpu_toleration())
+                .group("pair")
+        })
+        .collect();
+    let plan = plan_provisioning(&snapshot(pods, vec![p4d()]));
+    assert_eq!(plan.new_claims.len(), 1);
+    assert_eq!(
+        zones(&plan),
+        vec![vec!["us-east-1a", "us-east-1b", "us-east-1c"]]
+    );
+}
