@@ -93,7 +93,7 @@ pub struct Stores {
 /// Whether the API serves `K` (its CRD is installed): one list call of at most one object.
 async fn served<K>(client: &kube::Client) -> bool
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Cacheable,
 {
     let api: Api<K> = Api::all(client.clone());
     match api.list(&kube::api::ListParams::default().limit(1)).await {
@@ -105,15 +105,32 @@ where
     }
 }
 
-fn reflect<K>(api: Api<K>, group: &'static str, resource: &'static str) -> Store<K>
-where
+/// What a reflector can cache: a typed, cluster-listable Kubernetes object.
+trait Cacheable:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Cacheable for K where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
+{
+}
+
+fn reflect<K>(api: Api<K>, group: &'static str, resource: &'static str) -> Store<K>
+where
+    K: Cacheable,
 {
     reflect_trimmed(api, group, resource, |_| {})
 }
@@ -160,13 +177,7 @@ fn reflect_trimmed<K>(
     trim: fn(&mut K),
 ) -> Store<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Cacheable,
 {
     check(group, resource, "list");
     check(group, resource, "watch");
@@ -198,13 +209,7 @@ async fn reflect_if_served<K>(
     resource: &'static str,
 ) -> Option<Store<K>>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Cacheable,
 {
     served::<K>(client)
         .await

@@ -455,42 +455,28 @@ async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_revoked_when_lost() {
     assert!(!is(&s, "BookingExpired", "True"), "{s:#}");
 }
 
-const VOLCANO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+/// A PodGroup CRD of `group`/`version` (schema-less: the tests write only what is read).
+fn podgroup_crd(group: &str, version: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: podgroups.scheduling.volcano.sh
+  name: podgroups.{group}
 spec:
-  group: scheduling.volcano.sh
-  names: {kind: PodGroup, listKind: PodGroupList, plural: podgroups, singular: podgroup}
+  group: {group}
+  names: {{kind: PodGroup, listKind: PodGroupList, plural: podgroups, singular: podgroup}}
   scope: Namespaced
   versions:
-    - name: v1beta1
+    - name: {version}
       served: true
       storage: true
       schema:
         openAPIV3Schema:
           type: object
           x-kubernetes-preserve-unknown-fields: true
-      subresources: {status: {}}
-"#;
-
-const K8S_PODGROUP_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: podgroups.scheduling.k8s.io
-spec:
-  group: scheduling.k8s.io
-  names: {kind: PodGroup, listKind: PodGroupList, plural: podgroups, singular: podgroup}
-  scope: Namespaced
-  versions:
-    - name: v1alpha2
-      served: true
-      storage: true
-      schema:
-        openAPIV3Schema:
-          type: object
-          x-kubernetes-preserve-unknown-fields: true
-"#;
+"
+    )
+}
 
 async fn create_dynamic(c: &Cluster, api_version: &str, plural: &str, obj: Value) {
     let (group, version) = api_version.split_once('/').unwrap();
@@ -513,7 +499,9 @@ async fn create_dynamic(c: &Cluster, api_version: &str, plural: &str, obj: Value
 /// minCount 6) gets its 6 nodes, which proves both minimums are read from their objects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
-    let c = Cluster::start_with(&[VOLCANO_CRD, K8S_PODGROUP_CRD]).await;
+    let volcano = podgroup_crd("scheduling.volcano.sh", "v1beta1");
+    let k8s = podgroup_crd("scheduling.k8s.io", "v1alpha2");
+    let c = Cluster::start_with(&[&volcano, &k8s]).await;
     let mut pool = gpu_pool("gpu", "30s");
     pool["spec"]["limits"] = json!({"nvidia.com/gpu": "6"});
     let _: NodePool = c.create(pool).await;
