@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::harness::*;
 
-const DEADLINE: Duration = Duration::from_secs(40);
+const DEADLINE: Duration = Duration::from_secs(90);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_4a_pdb_with_zero_disruptions_blocks_consolidation() {
