@@ -1088,7 +1088,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    fn full_snapshot(&mut self, types: &BTreeMap<String, Arc<Vec<InstanceType>>>) -> Snapshot {
+    /// The cluster with every pending pod. For disruption (`for_disruption`) the plain pods of
+    /// nodes no NodePool manages are folded (`SnapshotBuilder::build_for_disruption`): those
+    /// nodes are never candidates, only places pods may move to.
+    fn full_snapshot(
+        &mut self,
+        types: &BTreeMap<String, Arc<Vec<InstanceType>>>,
+        for_disruption: bool,
+    ) -> Snapshot {
         let pods = self.stores.pods.state();
         let pending = self.pending_now(&pods);
         let nodes = self.stores.nodes.state();
@@ -1097,20 +1104,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
         let gangs = self.stores.gang_objects();
-        let mut snap = self
-            .builder
-            .build(&Inputs {
-                pods: &pods,
-                nodes: &nodes,
-                pools: &pools,
-                claims: &claims,
-                daemonsets: &daemonsets,
-                pdbs: &pdbs,
-                instance_types: types,
-                pending: &pending,
-                gangs: &gangs,
-            })
-            .snapshot;
+        let inputs = Inputs {
+            pods: &pods,
+            nodes: &nodes,
+            pools: &pools,
+            claims: &claims,
+            daemonsets: &daemonsets,
+            pdbs: &pdbs,
+            instance_types: types,
+            pending: &pending,
+            gangs: &gangs,
+        };
+        let mut snap = if for_disruption {
+            self.builder.build_for_disruption(&inputs)
+        } else {
+            self.builder.build(&inputs)
+        }
+        .snapshot;
         self.hold_bookings(&mut snap, &pods);
         snap
     }
@@ -1118,7 +1128,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     async fn disrupt(&mut self) {
         let pools = self.stores.pools.state();
         let types = self.instance_types(&pools).await;
-        let snap = self.full_snapshot(&types);
+        let snap = self.full_snapshot(&types, true);
         let now = epoch();
         let plan = plan_disruption(
             &snap,
@@ -1221,7 +1231,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     async fn run_jobs(&mut self) {
         let pools = self.stores.pools.state();
         let types = self.instance_types(&pools).await;
-        let snap = self.full_snapshot(&types);
+        let snap = self.full_snapshot(&types, true);
         let config = self.disruption_config();
         let now = epoch();
         let pods = self.stores.pods.state();

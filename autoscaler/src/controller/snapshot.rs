@@ -75,6 +75,17 @@ pub struct SnapshotBuilder {}
 /// no GPU share and no anti-affinity, in a namespace no pending pod's term looks at, is read
 /// only as requests; the requests of all such pods on a node are summed into one pod in no
 /// namespace (which no term can select). Every other pod is kept as it is.
+/// Which bound pods a build folds (see [`Fold`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Folding {
+    /// None: the whole snapshot.
+    None,
+    /// Plain pods on every node (provisioning).
+    Plain,
+    /// Plain pods on nodes no NodePool manages (disruption).
+    Unmanaged,
+}
+
 struct Fold {
     /// Namespaces whose pods a pending pod's topology terms select.
     selected: BTreeSet<String>,
@@ -91,6 +102,18 @@ impl Fold {
                 .map(|p| p.key.namespace.clone())
                 .collect(),
         }
+    }
+
+    /// Also keeps whole the namespaces that `pods` (the pods disruption may move) select.
+    fn and_movable<'a>(mut self, pods: impl IntoIterator<Item = &'a CorePod>) -> Self {
+        self.selected.extend(
+            pods.into_iter()
+                .filter(|p| {
+                    !(p.spread.is_empty() && p.affinity.is_empty() && p.anti_affinity.is_empty())
+                })
+                .map(|p| p.key.namespace.clone()),
+        );
+        self
     }
 
     fn keeps(&self, p: &CorePod) -> bool {
@@ -185,9 +208,17 @@ impl SnapshotBuilder {
         Self::default()
     }
 
-    /// Builds the whole snapshot, every bound pod included (disruption moves them).
+    /// Builds the whole snapshot, every bound pod included.
     pub fn build(&mut self, inputs: &Inputs<'_>) -> Built {
-        self.build_with(inputs, false)
+        self.build_with(inputs, Folding::None)
+    }
+
+    /// Builds the snapshot disruption plans on: as [`Self::build`], except that on nodes no
+    /// NodePool manages (never disruption candidates, only places pods may move to) the plain
+    /// bound pods are folded, with the namespaces selected by the pods of managed nodes (the
+    /// pods disruption may move) and of pending pods kept whole.
+    pub fn build_for_disruption(&mut self, inputs: &Inputs<'_>) -> Built {
+        self.build_with(inputs, Folding::Unmanaged)
     }
 
     /// Builds the snapshot provisioning plans on: as [`Self::build`], except that on each
@@ -195,10 +226,10 @@ impl SnapshotBuilder {
     /// pod (see [`Fold`]). Planning on it gives the plan the whole snapshot gives, without a
     /// copy of every pod in the cluster each round.
     pub fn build_for_provisioning(&mut self, inputs: &Inputs<'_>) -> Built {
-        self.build_with(inputs, true)
+        self.build_with(inputs, Folding::Plain)
     }
 
-    fn build_with(&mut self, inputs: &Inputs<'_>, fold_plain: bool) -> Built {
+    fn build_with(&mut self, inputs: &Inputs<'_>, folding: Folding) -> Built {
         let mut out = Built::default();
 
         // Pools.
@@ -285,7 +316,32 @@ impl SnapshotBuilder {
         }
         out.snapshot.pending.sort_by(|a, b| a.key.cmp(&b.key));
         out.snapshot.groups = groups;
-        let fold = fold_plain.then(|| Fold::for_pending(&out.snapshot.pending));
+        let by_pid = claims_by_provider_id(inputs.claims);
+        let managed = |n: &Node| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| by_pid.contains_key(p))
+                || n.metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(keys::POOL_LABEL))
+        };
+        let fold = match folding {
+            Folding::None => None,
+            Folding::Plain => Some(Fold::for_pending(&out.snapshot.pending)),
+            Folding::Unmanaged => Some(
+                Fold::for_pending(&out.snapshot.pending).and_movable(
+                    inputs
+                        .nodes
+                        .iter()
+                        .filter(|n| managed(n))
+                        .filter_map(|n| bound.get(n.metadata.name.as_deref().unwrap_or_default()))
+                        .flatten()
+                        .filter_map(|p| p.core.as_ref().ok()),
+                ),
+            ),
+        };
         let pods_of = |pods: Option<&Vec<&CachedPod>>, fold: Option<&Fold>| -> Vec<CorePod> {
             let pods = pods.map_or(&[][..], Vec::as_slice);
             match fold {
@@ -295,7 +351,6 @@ impl SnapshotBuilder {
         };
 
         // Claims.
-        let by_pid = claims_by_provider_id(inputs.claims);
         let mut in_flight_names = BTreeSet::new();
         for c in inputs.claims {
             let phase = lifecycle::phase(c);
@@ -388,7 +443,11 @@ impl SnapshotBuilder {
                 annotations: n.metadata.annotations.clone().unwrap_or_default(),
                 taints: translate::node_taints(n),
                 allocatable,
-                pods: pods_of(bound.get(name.as_str()), fold.as_ref()),
+                pods: pods_of(
+                    bound.get(name.as_str()),
+                    fold.as_ref()
+                        .filter(|_| folding == Folding::Plain || pool.is_none()),
+                ),
                 unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
                 deleting: n.metadata.deletion_timestamp.is_some() || has_disruption_taint(n),
                 pool,
@@ -566,7 +625,9 @@ mod tests {
                 "status": "False", "reason": "Unschedulable"}]}),
         };
         arc(json!({
-            "metadata": {"name": name, "namespace": ns, "uid": name, "labels": {"app": app}},
+            "metadata": {"name": name, "namespace": ns, "uid": name, "labels": {"app": app},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": app,
+                    "uid": format!("rs-{app}"), "controller": true}]},
             "spec": spec, "status": status
         }))
     }
@@ -699,5 +760,101 @@ mod tests {
             a.render()
         );
         assert_eq!(a.render(), b.render());
+    }
+
+    #[test]
+    fn disruption_folds_only_nodes_no_nodepool_manages() {
+        let pool: Arc<NodePool> = arc(json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": "general"},
+            "spec": {"template": {}, "disruption": {"consolidateAfter": "0s", "unneededTime": "0s",
+                     "budgets": [{"nodes": "100%"}]}}
+        }));
+        let m5 = itype("m5.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .on_demand(&["us-east-1a"], 0.192)
+            .build();
+        let types = BTreeMap::from([("general".to_string(), Arc::new(vec![m5]))]);
+        // web-1 must share a host with a web pod: it can move only next to web-0, so web-0
+        // must survive the folding for the plans to agree.
+        let with_web = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}]}}});
+        let mut pods = Vec::new();
+        // The unmanaged node: plain pods (fold) and a web pod that a movable pod's affinity
+        // selects (kept).
+        for i in 0..6 {
+            pods.push(pod_json(
+                "a",
+                &format!("plain-{i}"),
+                "x",
+                Some("static"),
+                "250m",
+                json!({}),
+            ));
+        }
+        pods.push(pod_json(
+            "b",
+            "web-0",
+            "web",
+            Some("static"),
+            "100m",
+            json!({}),
+        ));
+        // The managed node: a lightly used candidate whose pods may move.
+        pods.push(pod_json(
+            "b",
+            "web-1",
+            "web",
+            Some("managed"),
+            "100m",
+            with_web,
+        ));
+        pods.push(pod_json(
+            "a",
+            "plain-m",
+            "x",
+            Some("managed"),
+            "200m",
+            json!({}),
+        ));
+        let mut unmanaged = node_json("static");
+        unmanaged["metadata"]["labels"]
+            .as_object_mut()
+            .unwrap()
+            .remove("gpu-autoscaler.dev/nodepool");
+        unmanaged["spec"] = json!({});
+        let nodes = vec![arc(unmanaged), arc(node_json("managed"))];
+        let batch = BTreeSet::new();
+        let inputs = Inputs {
+            pods: &pods,
+            nodes: &nodes,
+            pools: &[pool],
+            claims: &[],
+            daemonsets: &[],
+            pdbs: &[],
+            instance_types: &types,
+            pending: &batch,
+            gangs: &Default::default(),
+        };
+        let mut b = SnapshotBuilder::new();
+        let whole = b.build(&inputs);
+        let folded = b.build_for_disruption(&inputs);
+        let counts = |s: &Snapshot| s.nodes.iter().map(|n| n.pods.len()).collect::<Vec<_>>();
+        // Nodes by name: managed, static.
+        assert_eq!(counts(&whole.snapshot), vec![2, 7]);
+        // managed: untouched; static: six plain pods fold into one, web-0 stays.
+        assert_eq!(counts(&folded.snapshot), vec![2, 2]);
+        let config = autoscaler_core::disruption::DisruptionConfig::default();
+        let state = autoscaler_core::disruption::DisruptionState::default();
+        let a = autoscaler_core::disruption::plan_disruption(&whole.snapshot, &state, 0, &config);
+        let c = autoscaler_core::disruption::plan_disruption(&folded.snapshot, &state, 0, &config);
+        assert!(
+            !a.commands.is_empty(),
+            "the managed node's pods fit on the static node: {:?}",
+            a.verdicts
+        );
+        assert_eq!(a.commands, c.commands);
+        assert_eq!(a.verdicts, c.verdicts);
     }
 }

@@ -309,7 +309,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         if base.is_none() {
                             let pools = self.stores.pools.state();
                             let types = self.instance_types(&pools).await;
-                            base = Some(self.full_snapshot(&types));
+                            // Whole: the request's own pods may select any namespace.
+                            base = Some(self.full_snapshot(&types, false));
                         }
                         let snap = base.as_mut().expect("just built");
                         let launched = self.attempt(pr, snap, now).await;
