@@ -8,7 +8,8 @@
 //!    reason=Unschedulable` (what kube-scheduler does) and notes when.
 //! 4. Watches NodeClaims; each claim covers `spec.resources.requests.pods` pods. Pods are
 //!    matched to claims first come, first served (the pods are identical), giving each pod a
-//!    pending-to-create latency; p50 and p99 are reported with the controller's RSS.
+//!    pending-to-create latency; p50 and p99 are reported with the controller's RSS after the
+//!    burst and its peak RSS over the run (which includes a disruption pass over the cluster).
 //!
 //! Disruption is planned every hour only, so that the numbers measure provisioning alone.
 
@@ -65,6 +66,9 @@ pub struct E2eResult {
     pub pending_to_create_p99_s: f64,
     /// Controller resident memory after the burst, MiB.
     pub controller_rss_mib: f64,
+    /// The controller's peak resident memory over the whole run (sync, the first round's
+    /// disruption pass over the whole cluster, the burst), MiB.
+    pub controller_peak_rss_mib: f64,
 }
 
 struct Killed(Child);
@@ -85,11 +89,16 @@ fn kerr(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
 }
 
 fn rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS:")
+}
+
+/// A memory line of `/proc/<pid>/status` (`VmRSS:`, `VmHWM:`) in MiB; 0 when unreadable.
+fn status_mib(pid: u32, field: &str) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
@@ -406,6 +415,7 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let rss = rss_mib(controller.0.id());
+    let peak_rss = status_mib(controller.0.id(), "VmHWM:");
     watch_task.abort();
     let last_mark_at = *last_mark.lock().expect("lock");
     let mut marks = marked.lock().expect("lock").clone();
@@ -473,5 +483,6 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
         pending_to_create_p50_s: percentile(&lat, 0.5),
         pending_to_create_p99_s: percentile(&lat, 0.99),
         controller_rss_mib: rss,
+        controller_peak_rss_mib: peak_rss,
     })
 }
