@@ -3,7 +3,6 @@
 //! in code; every field has a default so that an empty file is valid.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -295,38 +294,9 @@ impl Default for Limits {
     }
 }
 
-/// Retries of throttled calls, 5xx answers, timeouts and connection failures: exponential
-/// backoff with full jitter, `min(max_delay, base_delay * 2^attempt) * random[0, 1)`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetrySettings {
-    /// Attempts in all, the first included.
-    pub max_attempts: u32,
-    /// Backoff base in milliseconds.
-    pub base_delay_ms: u64,
-    /// Backoff cap in milliseconds.
-    pub max_delay_ms: u64,
-}
-
-impl Default for RetrySettings {
-    fn default() -> Self {
-        RetrySettings {
-            max_attempts: 5,
-            base_delay_ms: 200,
-            max_delay_ms: 10_000,
-        }
-    }
-}
-
-impl RetrySettings {
-    /// The largest delay before attempt `attempt + 1` (0-based `attempt`).
-    pub fn ceiling(&self, attempt: u32) -> Duration {
-        let exp = self
-            .base_delay_ms
-            .saturating_mul(1u64.checked_shl(attempt.min(30)).unwrap_or(u64::MAX));
-        Duration::from_millis(exp.min(self.max_delay_ms))
-    }
-}
+/// Retries of throttled calls, 5xx answers, timeouts and connection failures: the providers'
+/// shared settings (exponential backoff with full jitter).
+pub use providers::common::RetrySettings;
 
 /// Network timeouts, so that an unreachable endpoint fails instead of hanging.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -350,6 +320,7 @@ impl Default for Timeouts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn the_example_parses() {
