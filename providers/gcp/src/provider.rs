@@ -144,98 +144,98 @@ impl GcpProvider {
     }
 
     async fn fetch_facts(&self) -> Result<Facts, GcpError> {
-        let project = self.project().to_string();
+        let project = self.project();
         let mut machines = Vec::new();
         let zones: Vec<String> = if self.settings.zones.is_empty() {
             // One aggregated call finds the region's zones and their machine types together.
             let prefix = format!("{}-", self.settings.region);
-            let mut token = String::new();
             let mut zones = BTreeSet::new();
-            loop {
-                let page = self
-                    .api
-                    .call_ok(Family::Read, "machineTypes.aggregatedList", || {
-                        self.api
-                            .machine_types
-                            .aggregated_list()
-                            .set_project(project.clone())
-                            .set_page_token(token.clone())
-                            .send()
-                    })
-                    .await?;
-                for (scope, list) in &page.items {
-                    let zone = catalog::last_segment(scope);
-                    if !zone.starts_with(&prefix) {
-                        continue;
-                    }
-                    for m in &list.machine_types {
-                        if let Some(f) = MachineFacts::from_api(m, zone) {
-                            zones.insert(f.zone.clone());
-                            machines.push(f);
-                        }
-                    }
-                }
-                match page.next_page_token {
-                    Some(t) if !t.is_empty() => token = t,
-                    _ => break,
-                }
-            }
-            zones.into_iter().collect()
-        } else {
-            for zone in &self.settings.zones {
-                let mut token = String::new();
-                loop {
-                    let page = self
-                        .api
-                        .call_ok(Family::Read, "machineTypes.list", || {
+            paginate(
+                |token| async move {
+                    self.api
+                        .call_ok(Family::Read, "machineTypes.aggregatedList", || {
                             self.api
                                 .machine_types
-                                .list()
-                                .set_project(project.clone())
-                                .set_zone(zone.clone())
+                                .aggregated_list()
+                                .set_project(project.to_string())
                                 .set_page_token(token.clone())
                                 .send()
                         })
-                        .await?;
-                    machines.extend(
-                        page.items
-                            .iter()
-                            .filter_map(|m| MachineFacts::from_api(m, zone)),
-                    );
-                    match page.next_page_token {
-                        Some(t) if !t.is_empty() => token = t,
-                        _ => break,
+                        .await
+                },
+                |page| {
+                    for (scope, list) in &page.items {
+                        let zone = catalog::last_segment(scope);
+                        if !zone.starts_with(&prefix) {
+                            continue;
+                        }
+                        for m in &list.machine_types {
+                            if let Some(f) = MachineFacts::from_api(m, zone) {
+                                zones.insert(f.zone.clone());
+                                machines.push(f);
+                            }
+                        }
                     }
-                }
+                    page.next_page_token
+                },
+            )
+            .await?;
+            zones.into_iter().collect()
+        } else {
+            for zone in &self.settings.zones {
+                paginate(
+                    |token| async move {
+                        self.api
+                            .call_ok(Family::Read, "machineTypes.list", || {
+                                self.api
+                                    .machine_types
+                                    .list()
+                                    .set_project(project.to_string())
+                                    .set_zone(zone.clone())
+                                    .set_page_token(token.clone())
+                                    .send()
+                            })
+                            .await
+                    },
+                    |page| {
+                        machines.extend(
+                            page.items
+                                .iter()
+                                .filter_map(|m| MachineFacts::from_api(m, zone)),
+                        );
+                        page.next_page_token
+                    },
+                )
+                .await?;
             }
             self.settings.zones.clone()
         };
         let mut accelerators = Vec::new();
         for zone in &zones {
-            let mut token = String::new();
-            loop {
-                let page = self
-                    .api
-                    .call_ok(Family::Read, "acceleratorTypes.list", || {
-                        self.api
-                            .accelerator_types
-                            .list()
-                            .set_project(project.clone())
-                            .set_zone(zone.clone())
-                            .set_page_token(token.clone())
-                            .send()
-                    })
-                    .await?;
-                accelerators.extend(
-                    page.items
-                        .iter()
-                        .filter_map(|a| AcceleratorFacts::from_api(a, zone)),
-                );
-                match page.next_page_token {
-                    Some(t) if !t.is_empty() => token = t,
-                    _ => break,
-                }
-            }
+            paginate(
+                |token| async move {
+                    self.api
+                        .call_ok(Family::Read, "acceleratorTypes.list", || {
+                            self.api
+                                .accelerator_types
+                                .list()
+                                .set_project(project.to_string())
+                                .set_zone(zone.clone())
+                                .set_page_token(token.clone())
+                                .send()
+                        })
+                        .await
+                },
+                |page| {
+                    accelerators.extend(
+                        page.items
+                            .iter()
+                            .filter_map(|a| AcceleratorFacts::from_api(a, zone)),
+                    );
+                    page.next_page_token
+                },
+            )
+            .await?;
         }
         machines.sort_by(|a, b| (&a.name, &a.zone).cmp(&(&b.name, &b.zone)));
         accelerators.sort_by(|a, b| (&a.name, &a.zone).cmp(&(&b.name, &b.zone)));
@@ -395,28 +395,29 @@ impl GcpProvider {
             filter.push_str(&format!(" AND ({e})"));
         }
         let mut out = Vec::new();
-        let mut token = String::new();
-        loop {
-            let page = self
-                .api
-                .call_ok(Family::Read, "instances.aggregatedList", || {
-                    self.api
-                        .instances
-                        .aggregated_list()
-                        .set_project(self.project().to_string())
-                        .set_filter(filter.clone())
-                        .set_page_token(token.clone())
-                        .send()
-                })
-                .await?;
-            for list in page.items.values() {
-                out.extend(list.instances.iter().filter_map(|i| self.to_instance(i)));
-            }
-            match page.next_page_token {
-                Some(t) if !t.is_empty() => token = t,
-                _ => break,
-            }
-        }
+        let filter = &filter;
+        paginate(
+            |token| async move {
+                self.api
+                    .call_ok(Family::Read, "instances.aggregatedList", || {
+                        self.api
+                            .instances
+                            .aggregated_list()
+                            .set_project(self.project().to_string())
+                            .set_filter(filter.clone())
+                            .set_page_token(token.clone())
+                            .send()
+                    })
+                    .await
+            },
+            |page| {
+                for list in page.items.values() {
+                    out.extend(list.instances.iter().filter_map(|i| self.to_instance(i)));
+                }
+                page.next_page_token
+            },
+        )
+        .await?;
         out.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
         Ok(out)
     }
@@ -714,5 +715,24 @@ impl CloudProvider for GcpProvider {
                     .collect()
             })
             .map_err(|e| e.into_provider(Action::List))
+    }
+}
+
+/// Follows `nextPageToken` from the first page to the last: `fetch(token)` reads one page,
+/// `take(page)` keeps its items and hands back the page's next token.
+async fn paginate<P, F, Fut>(
+    mut fetch: F,
+    mut take: impl FnMut(P) -> Option<String>,
+) -> Result<(), GcpError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = Result<P, GcpError>>,
+{
+    let mut token = String::new();
+    loop {
+        match take(fetch(token).await?) {
+            Some(t) if !t.is_empty() => token = t,
+            _ => return Ok(()),
+        }
     }
 }
