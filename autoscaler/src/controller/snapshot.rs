@@ -602,6 +602,25 @@ mod tests {
         })
     }
 
+    /// NodePool `general` of m5.xlarge nodes (empty nodes removable at once), with its catalog.
+    fn general_pool() -> (Arc<NodePool>, BTreeMap<String, Arc<Vec<InstanceType>>>) {
+        let pool = arc(json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodePool",
+            "metadata": {"name": "general"},
+            "spec": {"template": {}, "disruption": {"consolidateAfter": "0s", "unneededTime": "0s",
+                     "budgets": [{"nodes": "100%"}]}}
+        }));
+        let m5 = itype("m5.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .on_demand(&["us-east-1a"], 0.192)
+            .build();
+        (
+            pool,
+            BTreeMap::from([("general".to_string(), Arc::new(vec![m5]))]),
+        )
+    }
+
     /// A pod in `ns` labelled `app`, bound to `node` or pending, with extra spec fields.
     fn pod_json(
         ns: &str,
@@ -634,16 +653,7 @@ mod tests {
 
     #[test]
     fn folding_plain_bound_pods_plans_as_the_whole_snapshot() {
-        let pool: Arc<NodePool> = arc(json!({
-            "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodePool",
-            "metadata": {"name": "general"}, "spec": {"template": {}}
-        }));
-        let m5 = itype("m5.xlarge")
-            .cpu("4")
-            .mem("16Gi")
-            .on_demand(&["us-east-1a"], 0.192)
-            .build();
-        let types = BTreeMap::from([("general".to_string(), Arc::new(vec![m5]))]);
+        let (pool, types) = general_pool();
         let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1,
             "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
             "labelSelector": {"matchLabels": {"app": "web"}}}]});
@@ -764,18 +774,7 @@ mod tests {
 
     #[test]
     fn disruption_folds_only_nodes_no_nodepool_manages() {
-        let pool: Arc<NodePool> = arc(json!({
-            "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodePool",
-            "metadata": {"name": "general"},
-            "spec": {"template": {}, "disruption": {"consolidateAfter": "0s", "unneededTime": "0s",
-                     "budgets": [{"nodes": "100%"}]}}
-        }));
-        let m5 = itype("m5.xlarge")
-            .cpu("4")
-            .mem("16Gi")
-            .on_demand(&["us-east-1a"], 0.192)
-            .build();
-        let types = BTreeMap::from([("general".to_string(), Arc::new(vec![m5]))]);
+        let (pool, types) = general_pool();
         // web-1 must share a host with a web pod: it can move only next to web-0, so web-0
         // must survive the folding for the plans to agree.
         let with_web = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
