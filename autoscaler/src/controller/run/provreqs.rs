@@ -143,17 +143,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let Some((prs, _)) = &self.stores.provreqs else {
             return;
         };
+        // Most rounds hold nothing: walk the pods only when a booking needs its phantoms.
+        let held: Vec<(Arc<ProvisioningRequest>, provreq::Booking)> = prs
+            .state()
+            .into_iter()
+            .filter(|pr| Class::of(pr).is_some())
+            .filter_map(|pr| match provreq::state(&pr) {
+                State::Launching(b) | State::Booked { booking: b, .. } => Some((pr, b)),
+                _ => None,
+            })
+            .collect();
+        if held.is_empty() {
+            return;
+        }
         let templates = self.templates();
         let by_name = by_name(&templates);
         let consumed = Self::consumed(pods);
-        for pr in prs.state() {
-            if Class::of(&pr).is_none() {
-                continue;
-            }
-            let booking = match provreq::state(&pr) {
-                State::Launching(b) | State::Booked { booking: b, .. } => b,
-                _ => continue,
-            };
+        for (pr, booking) in held {
             let (ns, name) = ns_name(&pr);
             let used = consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0);
             // Without its templates the request's nodes are still kept from disruption.
@@ -231,8 +237,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
             booking_s: secs(self.args.provreq_booking),
             deadline_s: secs(self.args.provreq_deadline),
         };
-        let pods = self.stores.pods.state();
-        let consumed = Self::consumed(&pods);
+        // Consumption matters only to booked requests; most rounds have none.
+        let consumed = if prs
+            .iter()
+            .any(|pr| matches!(provreq::state(pr), State::Booked { .. }))
+        {
+            Self::consumed(&self.stores.pods.state())
+        } else {
+            BTreeMap::new()
+        };
         let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
         // The snapshot waiting requests are planned against, built once per round and updated
         // with each booking made in it.
