@@ -132,7 +132,14 @@ async fn e2e_4b_two_replicas_only_the_leader_writes() {
     })
     .await;
     assert_eq!(c.claims().await.len(), 1);
-    let leader_log = leader_ctl.log();
+    // The fake scheduler binds the pod as soon as the node is Ready with a GPU, which can be
+    // before the controller's watch sees the node initialized: wait for the leader's log to
+    // catch up rather than reading it once.
+    let leader_log = eventually("the leader to log every write", DEADLINE, || async {
+        let log = leader_ctl.log();
+        WRITES.iter().all(|w| log.contains(w)).then_some(log)
+    })
+    .await;
     let follower_log = follower_ctl.log();
     for w in WRITES {
         assert!(
@@ -170,10 +177,13 @@ async fn e2e_4b_two_replicas_only_the_leader_writes() {
     })
     .await;
     assert_eq!(c.claims().await.len(), 2);
-    let log = follower_ctl.log();
-    assert!(log.contains("became the leader"), "{log}");
+    let log = eventually("the new leader to log its claim", DEADLINE, || async {
+        let log = follower_ctl.log();
+        log.contains("created NodeClaim").then_some(log)
+    })
+    .await;
     assert!(
-        log.contains("created NodeClaim"),
-        "{new_leader} acted after taking over:\n{log}"
+        log.contains("became the leader"),
+        "{new_leader} logged its election:\n{log}"
     );
 }
