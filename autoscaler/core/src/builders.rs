@@ -319,6 +319,7 @@ pub fn pool(name: &str, types: Vec<InstanceType>) -> PoolBuilder {
         sharing: GpuSharing::default(),
         limits: Limits::default(),
         min_nodes: 0,
+        min_values: Default::default(),
         disruption: DisruptionPolicy::default(),
         instance_types: Arc::new(types),
     })
@@ -378,6 +379,11 @@ impl PoolBuilder {
     /// Sets the sharing configuration.
     pub fn sharing(mut self, s: GpuSharing) -> Self {
         self.0.sharing = s;
+        self
+    }
+    /// Requires `n` distinct values of `key` among a new claim's instance types (`minValues`).
+    pub fn min_values(mut self, key: &str, n: u32) -> Self {
+        self.0.min_values.insert(key.into(), n);
         self
     }
     /// Sets minNodes.

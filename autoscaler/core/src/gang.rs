@@ -8,7 +8,7 @@
 //! group's new claims to the cheapest such zone. A group that fits on one new node is left as
 //! planned: it is in one zone anyway, and the other zones stay as launch fallbacks. It only removes offerings, never members, so a
 //! plan that was feasible stays feasible; groups with a hard zone topology spread are left alone
-//! because one zone would break their spread.
+//! because one zone would break their spread, and so are groups in a pool with `minValues`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -88,6 +88,15 @@ pub fn prefer_one_zone(snap: &Snapshot, plan: &mut Plan) {
             continue;
         }
         let claims = &claims_of[g];
+        // Narrowing drops instance types without an offering in the zone: a pool's minValues
+        // (flexibility the user demands) outranks this preference.
+        if claims.iter().any(|ci| {
+            snap.pools
+                .iter()
+                .any(|p| p.name == plan.new_claims[*ci].pool && !p.min_values.is_empty())
+        }) {
+            continue;
+        }
         // A gang on a single new node is in one zone whichever the cloud picks: narrowing it
         // would only take away the launch's fallback zones.
         if claims.len() == 1 && !elsewhere.contains_key(g) {

@@ -308,6 +308,11 @@ pub struct Pool {
     pub limits: Limits,
     /// Minimum node count.
     pub min_nodes: u32,
+    /// Karpenter's `minValues`: per requirement key, how many distinct values the acceptable
+    /// instance types of one new claim must span, so the launch has that much to fall back on.
+    /// A claim that cannot keep that many is not opened (its pods get the reason).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub min_values: BTreeMap<String, u32>,
     /// Disruption settings.
     pub disruption: DisruptionPolicy,
     /// The instance types this pool's provider class can launch (before sharing is applied).

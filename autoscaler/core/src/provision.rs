@@ -91,6 +91,48 @@ fn offering_allowed(o: &Offering, zc: Option<&Constraint>, cc: Option<&Constrain
         && cc.is_none_or(|c| c.matches(Some(o.capacity_type.as_str())))
 }
 
+/// How many distinct values of `key` the candidate shapes span: their labels for instance
+/// keys, their offerings allowed under `reqs` for zone and capacity type.
+fn distinct_values(shapes: &[Shape], cands: &[usize], key: &str, reqs: &Requirements) -> usize {
+    let zc = reqs.get(labels::ZONE);
+    let cc = reqs.get(labels::CAPACITY_TYPE);
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for c in cands {
+        let s = &shapes[*c];
+        if key == labels::ZONE || key == labels::CAPACITY_TYPE {
+            for o in s.offerings.iter().filter(|o| offering_allowed(o, zc, cc)) {
+                seen.insert(if key == labels::ZONE {
+                    o.zone.as_str()
+                } else {
+                    o.capacity_type.as_str()
+                });
+            }
+        } else if let Some(v) = s.labels.get(key) {
+            seen.insert(v.as_str());
+        }
+    }
+    seen.len()
+}
+
+/// The first `minValues` rule of `pool` the candidates cannot meet, as a reason for the pod.
+fn min_values_short(
+    pool: &Pool,
+    shapes: &[Shape],
+    cands: &[usize],
+    reqs: &Requirements,
+) -> Option<String> {
+    pool.min_values.iter().find_map(|(key, &need)| {
+        let have = distinct_values(shapes, cands, key, reqs);
+        (have < need as usize).then(|| {
+            format!(
+                "NodePool {} needs {need} distinct values of {key} among a node's instance types \
+                 (minValues); only {have} fit",
+                pool.name
+            )
+        })
+    })
+}
+
 /// Builds the shapes of every pool: what the planner and disruption both launch from.
 ///
 /// Instance types whose sharing configuration is invalid for their GPU are left out (NodePool
@@ -1442,7 +1484,10 @@ impl<'a> Planner<'a> {
                 && need.fits(&self.shapes[c].allocatable)
         };
         let zone_rules = self.needs_zone(i) && slot.zone.is_none();
-        if class.terms.len() == 1 && class.terms[0].is_empty() && !zone_rules {
+        // The quick paths below do not list the narrowed candidates; minValues needs them.
+        let pool = slot.pool.map(|pi| &self.snap.pools[pi]);
+        let strict = pool.is_some_and(|p| !p.min_values.is_empty());
+        if class.terms.len() == 1 && class.terms[0].is_empty() && !zone_rules && !strict {
             // Requirements stay as they are, so candidates stay in price order and the first
             // usable one sets the price; narrowing waits until the pod is committed.
             if !self.topology_ok(i, slot, slot.zone.as_deref()) {
@@ -1456,7 +1501,7 @@ impl<'a> Planner<'a> {
                 price,
             });
         }
-        if class.terms.len() == 1 && class.terms[0].is_empty() {
+        if class.terms.len() == 1 && class.terms[0].is_empty() && !strict {
             // Pin a zone without narrowing everything: a cheapest-first prefix of the usable
             // candidates that reaches every zone tells which zones are possible and their price.
             let mut prefix = Vec::new();
@@ -1529,6 +1574,9 @@ impl<'a> Planner<'a> {
                 if cands.is_empty() {
                     continue;
                 }
+            }
+            if pool.is_some_and(|p| min_values_short(p, &self.shapes, &cands, &reqs).is_some()) {
+                continue;
             }
             let zone = slot.zone.clone().or_else(|| {
                 reqs.get(labels::ZONE)
@@ -1692,7 +1740,10 @@ impl<'a> Planner<'a> {
                         .copied()
                         .filter(|s| term_fits_shape(&r2, &self.shapes[*s]))
                         .collect();
-                    if r2.satisfiable() && !kept.is_empty() {
+                    if r2.satisfiable()
+                        && !kept.is_empty()
+                        && min_values_short(pool, &self.shapes, &kept, &r2).is_none()
+                    {
                         reqs = r2;
                         fitting = kept;
                     }
@@ -1727,8 +1778,12 @@ impl<'a> Planner<'a> {
                 let Some(&(price, _)) = priced.first() else {
                     continue;
                 };
-                cheapest = cheapest.min(price);
                 let cands: Vec<usize> = priced.into_iter().map(|(_, c)| c).collect();
+                if let Some(why) = min_values_short(pool, &self.shapes, &cands, &reqs) {
+                    reasons.push(why);
+                    continue;
+                }
+                cheapest = cheapest.min(price);
                 // Pools compete on the price per pod of the node the claim would be sized to,
                 // not on the cheapest node for this pod alone: a pool whose only small node is
                 // cheap can still cost more per pod than another pool's big node once the
@@ -2011,6 +2066,63 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// The cheapest `max_instance_types` options, swapping in the cheapest options that bring a
+    /// value `minValues` still lacks, so truncation never breaks what the claim was planned with.
+    fn truncate_options(
+        &self,
+        pool: &Pool,
+        reqs: &Requirements,
+        options: Vec<(ClaimOption, usize)>,
+    ) -> Vec<ClaimOption> {
+        let max = self.options.max_instance_types;
+        if options.len() <= max {
+            return options.into_iter().map(|(o, _)| o).collect();
+        }
+        let mut keep = vec![false; options.len()];
+        let mut kept = 0;
+        for (key, &need) in &pool.min_values {
+            let chosen: Vec<usize> = options
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|((_, c), _)| *c)
+                .collect();
+            let mut have = distinct_values(&self.shapes, &chosen, key, reqs);
+            let mut chosen = chosen;
+            for (j, (_, c)) in options.iter().enumerate() {
+                if have >= need as usize || kept >= max {
+                    break;
+                }
+                if keep[j] {
+                    continue;
+                }
+                chosen.push(*c);
+                let now = distinct_values(&self.shapes, &chosen, key, reqs);
+                if now > have {
+                    keep[j] = true;
+                    kept += 1;
+                    have = now;
+                } else {
+                    chosen.pop();
+                }
+            }
+        }
+        for k in keep.iter_mut() {
+            if kept >= max {
+                break;
+            }
+            if !*k {
+                *k = true;
+                kept += 1;
+            }
+        }
+        options
+            .into_iter()
+            .zip(keep)
+            .filter_map(|((o, _), k)| k.then_some(o))
+            .collect()
+    }
+
     /// After a new claim narrowed: recompute the most any candidate offers (a quick reject for
     /// later pods), close it when even the smallest pending pod no longer fits, and re-reserve
     /// limits.
@@ -2062,7 +2174,7 @@ impl<'a> Planner<'a> {
             let pool = &self.snap.pools[slot.pool.expect("new claims have a pool")];
             let zc = slot.reqs.get(labels::ZONE);
             let cc = slot.reqs.get(labels::CAPACITY_TYPE);
-            let mut options: Vec<ClaimOption> = slot
+            let mut options: Vec<(ClaimOption, usize)> = slot
                 .candidates
                 .iter()
                 .map(|c| {
@@ -2073,20 +2185,21 @@ impl<'a> Planner<'a> {
                         .filter(|o| offering_allowed(o, zc, cc))
                         .map(|o| (o.zone.clone(), o.capacity_type, o.price))
                         .collect();
-                    ClaimOption {
+                    let o = ClaimOption {
                         instance_type: s.name.clone(),
                         price: offerings.first().map_or(f64::INFINITY, |o| o.2),
                         offerings,
-                    }
+                    };
+                    (o, *c)
                 })
-                .filter(|o| !o.offerings.is_empty())
+                .filter(|o| !o.0.offerings.is_empty())
                 .collect();
-            options.sort_by(|a, b| {
+            options.sort_by(|(a, _), (b, _)| {
                 a.price
                     .total_cmp(&b.price)
                     .then_with(|| a.instance_type.cmp(&b.instance_type))
             });
-            options.truncate(self.options.max_instance_types);
+            let options = self.truncate_options(pool, &slot.reqs, options);
             let gpus = slot
                 .candidates
                 .iter()

@@ -1253,6 +1253,7 @@ fn build_pool(
         },
         limits,
         min_nodes: f.min_nodes,
+        min_values: Default::default(),
         disruption,
         instance_types: catalog.clone(),
     })

@@ -300,6 +300,29 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool) -> NodeClaim {
             .collect(),
         min_values: None,
     });
+    // The pool's minValues travel with the claim, as Karpenter's do, so the claim says what
+    // flexibility it was planned with (the planner kept at least that many values).
+    for r in &mut requirements {
+        let Some(m) = pool
+            .spec
+            .template
+            .requirements
+            .iter()
+            .filter(|p| p.key == r.key)
+            .filter_map(|p| p.min_values)
+            .max()
+        else {
+            continue;
+        };
+        let holds = match r.operator.as_str() {
+            "In" => r.values.len() >= m as usize,
+            "Exists" => true,
+            _ => false,
+        };
+        if holds {
+            r.min_values = Some(m);
+        }
+    }
     let mut claim_labels = nc.labels.clone();
     claim_labels.insert(keys::POOL_LABEL.into(), nc.pool.clone());
     let taint = |t: &autoscaler_core::Taint| ApiTaint {
@@ -2066,5 +2089,58 @@ mod tests {
             .map(|(k, _)| k.to_string())
             .collect();
         assert_eq!(got, vec!["small/b/on-demand", "big/a/on-demand"]);
+    }
+
+    #[test]
+    fn a_pools_min_values_reach_the_plan_and_the_nodeclaim() {
+        let np: NodePool = serde_yaml::from_str(
+            r#"
+apiVersion: gpu-autoscaler.dev/v1alpha1
+kind: NodePool
+metadata: {name: flex}
+spec:
+  template:
+    nodeClassRef: {group: gpu-autoscaler.dev, kind: KwokNodeClass, name: default}
+    requirements:
+      - {key: node.kubernetes.io/instance-type, operator: Exists, minValues: 2}
+"#,
+        )
+        .expect("valid NodePool");
+        let types = vec![
+            itype("m.small")
+                .cpu("2")
+                .mem("8Gi")
+                .on_demand(&["a"], 1.0)
+                .build(),
+            itype("m.big")
+                .cpu("8")
+                .mem("32Gi")
+                .on_demand(&["a"], 4.0)
+                .build(),
+        ];
+        let pool = np.to_core(Arc::new(types)).expect("converts");
+        assert_eq!(pool.min_values.get(labels::INSTANCE_TYPE), Some(&2));
+        let plan_for = |cpu: &str| {
+            autoscaler_core::provision::plan_provisioning(&autoscaler_core::model::Snapshot {
+                pending: vec![autoscaler_core::builders::pod("p").cpu(cpu).build()],
+                pools: vec![pool.clone()],
+                ..Default::default()
+            })
+        };
+        // Only the big type holds 4 CPUs: one type is less than the two the pool demands.
+        assert!(plan_for("4").new_claims.is_empty());
+        let plan = plan_for("1");
+        let obj = claim_object(&plan.new_claims[0], &np);
+        let it = obj
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == labels::INSTANCE_TYPE)
+            .expect("instance types listed");
+        assert_eq!(it.values, ["m.small", "m.big"]);
+        assert_eq!(it.min_values, Some(2));
+        obj.spec
+            .to_core()
+            .expect("the NodeClaim the controller writes is valid");
     }
 }

@@ -97,6 +97,7 @@ impl NodePool {
             sharing,
             limits,
             min_nodes,
+            min_values: template.min_values,
             disruption,
             instance_types,
         })
@@ -191,6 +192,7 @@ struct Template {
     taints: Vec<CoreTaint>,
     startup_taints: Vec<CoreTaint>,
     requirements: Requirements,
+    min_values: BTreeMap<String, u32>,
 }
 
 fn parse_template(path: &FieldPath, t: &NodePoolTemplate, errs: &mut ValidationErrors) -> Template {
@@ -216,6 +218,16 @@ fn parse_template(path: &FieldPath, t: &NodePoolTemplate, errs: &mut ValidationE
         }
     }
     let requirements = parse_requirements(&path.field("requirements"), &t.requirements, errs);
+    // Out-of-range values were reported above; the strictest of repeated keys wins.
+    let mut min_values = BTreeMap::new();
+    for r in &t.requirements {
+        if let Some(m) = r.min_values.and_then(|m| u32::try_from(m).ok())
+            && (1..=50).contains(&m)
+        {
+            let e = min_values.entry(r.key.clone()).or_insert(0);
+            *e = (*e).max(m);
+        }
+    }
     for (k, v) in &labels {
         if let Some(c) = requirements.get(k)
             && !c.matches(Some(v))
@@ -246,6 +258,7 @@ fn parse_template(path: &FieldPath, t: &NodePoolTemplate, errs: &mut ValidationE
         taints,
         startup_taints,
         requirements,
+        min_values,
     }
 }
 
