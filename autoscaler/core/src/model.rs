@@ -71,7 +71,8 @@ pub struct Pod {
     pub gpu_share: Option<GpuShare>,
     /// Pod labels.
     pub labels: Labels,
-    /// Pod annotations (disruption reads do-not-disrupt / safe-to-evict).
+    /// Pod annotations that matter (disruption reads do-not-disrupt, safe-to-evict and deletion
+    /// cost); the controller keeps only the ones something reads.
     pub annotations: Labels,
     /// nodeSelector AND (OR of required node affinity terms).
     pub node_selector: NodeSelector,

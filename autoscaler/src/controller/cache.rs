@@ -500,4 +500,39 @@ mod tests {
         let other = replica("c", "n2");
         assert_eq!(other.node_name.as_deref(), Some("n2"));
     }
+
+    #[test]
+    fn only_annotations_something_reads_tell_replicas_apart() {
+        let annotated = |name: &str, ann: serde_json::Value| -> CachedPod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ml", "uid": name, "annotations": ann},
+                "spec": {"containers": [{"name": "c",
+                    "resources": {"requests": {"cpu": "1"}}}]},
+                "status": {"phase": "Running"}
+            }))
+            .unwrap()
+        };
+        // Per-pod annotations such as a restart stamp or a metrics scrape port are not read.
+        let a = annotated(
+            "a",
+            json!({"kubectl.kubernetes.io/restartedAt": "1", "x/port": "1"}),
+        );
+        let b = annotated("b", json!({"kubectl.kubernetes.io/restartedAt": "2"}));
+        let keep = annotated(
+            "c",
+            json!({"karpenter.sh/do-not-disrupt": "true", "x/port": "3"}),
+        );
+        let (Ok(ca), Ok(cb), Ok(cc)) = (a.core.as_ref(), b.core.as_ref(), keep.core.as_ref())
+        else {
+            panic!("translates");
+        };
+        assert!(ca.annotations.is_empty(), "{:?}", ca.annotations);
+        assert!(std::ptr::eq(ca, cb));
+        assert!(!std::ptr::eq(ca, cc));
+        let kept: Vec<&str> = cc.annotations.keys().map(String::as_str).collect();
+        assert_eq!(kept, ["karpenter.sh/do-not-disrupt"]);
+        // The one it keeps still blocks disruption.
+        let snap = autoscaler_core::model::Snapshot::default();
+        assert!(autoscaler_core::disruption::pod_blocker(cc, &snap).is_some());
+    }
 }

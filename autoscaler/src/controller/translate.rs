@@ -353,6 +353,17 @@ pub fn pod_key(pod: &Pod) -> PodKey {
     }
 }
 
+/// The pod annotations the core pod keeps: those disruption and the ProvisioningRequest loop
+/// read. Any other would only make pods that are otherwise alike translate apart, defeating
+/// the sharing of translations in the pod cache.
+pub const KEPT_ANNOTATIONS: [&str; 5] = [
+    autoscaler_core::disruption::DO_NOT_DISRUPT,
+    autoscaler_core::disruption::SAFE_TO_EVICT,
+    autoscaler_core::disruption::POD_DELETION_COST,
+    super::provreq::CONSUME_ANNOTATION,
+    super::provreq::CONSUME_ANNOTATION_CA,
+];
+
 /// Translates a pod.
 ///
 /// # Errors
@@ -423,7 +434,10 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         labels: p.metadata.labels.clone().unwrap_or_default(),
         mirror: annotations.contains_key(MIRROR_ANNOTATION),
         group: super::gangs::gang_of(p, None).map(|g| g.id),
-        annotations,
+        annotations: annotations
+            .into_iter()
+            .filter(|(k, _)| KEPT_ANNOTATIONS.contains(&k.as_str()))
+            .collect(),
         node_selector,
         preferred,
         tolerations,
