@@ -82,12 +82,68 @@ pub struct Stores {
     pub daemonsets: Store<DaemonSet>,
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
-    /// ProvisioningRequests and PodTemplates, when the ProvisioningRequest CRD is installed.
-    pub provreqs: Option<(Store<ProvisioningRequest>, Store<PodTemplate>)>,
-    /// Volcano PodGroups, when Volcano is installed.
-    pub volcano: Option<Store<VolcanoPodGroup>>,
-    /// Kubernetes PodGroups, when `scheduling.k8s.io/v1alpha2` is served.
-    pub k8s_groups: Option<Store<SchedulingPodGroup>>,
+    /// ProvisioningRequests and PodTemplates, once the ProvisioningRequest CRD is served.
+    pub provreqs: Late<(Store<ProvisioningRequest>, Store<PodTemplate>)>,
+    /// Volcano PodGroups, once Volcano is installed.
+    pub volcano: Late<Store<VolcanoPodGroup>>,
+    /// Kubernetes PodGroups, once `scheduling.k8s.io/v1alpha2` is served.
+    pub k8s_groups: Late<Store<SchedulingPodGroup>>,
+}
+
+/// The store of an optional API: empty while the API is not served, then set for good. The
+/// API is asked at start-up and, while it does not answer, again every `--optional-api-recheck`,
+/// so a CRD installed after the autoscaler (Kueue's ProvisioningRequest, Volcano) is picked up
+/// without a restart. The store is set only once it has listed, so a reader never mistakes a
+/// cache still filling for an empty cluster.
+pub struct Late<T>(Arc<std::sync::OnceLock<T>>);
+
+impl<T> Clone for Late<T> {
+    fn clone(&self) -> Self {
+        Late(self.0.clone())
+    }
+}
+
+impl<T> Default for Late<T> {
+    fn default() -> Self {
+        Late(Arc::new(std::sync::OnceLock::new()))
+    }
+}
+
+impl<T: Send + Sync + 'static> Late<T> {
+    /// The store, once the API is served and listed.
+    pub fn get(&self) -> Option<&T> {
+        self.0.get()
+    }
+
+    /// Tries `attempt` now and, while it gives nothing, every `every` in the background.
+    async fn start<F, Fut>(kind: &'static str, every: Duration, attempt: F) -> Self
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Option<T>> + Send,
+    {
+        let late = Late::default();
+        if let Some(v) = attempt().await {
+            let _ = late.0.set(v);
+            return late;
+        }
+        tracing::info!(
+            kind,
+            recheck = ?every,
+            "not served: its support is off until the API appears"
+        );
+        let slot = late.0.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Some(v) = attempt().await {
+                    let _ = slot.set(v);
+                    tracing::info!(kind, "now served: its support is on");
+                    return;
+                }
+            }
+        });
+        late
+    }
 }
 
 /// Whether the API serves `K` (its CRD is installed): one list call of at most one object.
@@ -99,7 +155,7 @@ where
     match api.list(&kube::api::ListParams::default().limit(1)).await {
         Ok(_) => true,
         Err(e) => {
-            tracing::info!(kind = %K::kind(&()), error = %e, "not served: its support is off until a restart");
+            tracing::debug!(kind = %K::kind(&()), error = %e, "not served");
             false
         }
     }
@@ -202,38 +258,60 @@ where
     reader
 }
 
-/// A reflector for `K` when the API serves it, `None` otherwise.
-async fn reflect_if_served<K>(
+/// A listed reflector for `K` once the API serves it (see [`Late`]).
+async fn reflect_when_served<K>(
     client: &kube::Client,
     group: &'static str,
     resource: &'static str,
-) -> Option<Store<K>>
+    every: Duration,
+) -> Late<Store<K>>
 where
     K: Cacheable,
 {
-    served::<K>(client)
-        .await
-        .then(|| reflect(Api::all(client.clone()), group, resource))
+    let client = client.clone();
+    Late::start(resource, every, move || {
+        let client = client.clone();
+        async move {
+            if !served::<K>(&client).await {
+                return None;
+            }
+            let store = reflect(Api::all(client), group, resource);
+            let _ = store.wait_until_ready().await;
+            Some(store)
+        }
+    })
+    .await
 }
 
 impl Stores {
-    /// Starts every reflector; those of optional APIs (ProvisioningRequests, Volcano) only when
-    /// the API is served.
-    pub async fn start(client: &kube::Client) -> Self {
-        let provreqs = if served::<ProvisioningRequest>(client).await {
-            Some((
-                reflect(
-                    Api::all(client.clone()),
-                    "autoscaling.x-k8s.io",
-                    "provisioningrequests",
-                ),
-                reflect(Api::all(client.clone()), "", "podtemplates"),
-            ))
-        } else {
-            None
+    /// Starts every reflector; those of optional APIs (ProvisioningRequests, Volcano, the
+    /// Kubernetes PodGroup) once the API is served, checking again every `recheck`.
+    pub async fn start(client: &kube::Client, recheck: Duration) -> Self {
+        let provreqs = {
+            let client = client.clone();
+            Late::start("provisioningrequests", recheck, move || {
+                let client = client.clone();
+                async move {
+                    if !served::<ProvisioningRequest>(&client).await {
+                        return None;
+                    }
+                    let requests = reflect(
+                        Api::all(client.clone()),
+                        "autoscaling.x-k8s.io",
+                        "provisioningrequests",
+                    );
+                    let templates = reflect(Api::all(client), "", "podtemplates");
+                    let _ =
+                        futures::join!(requests.wait_until_ready(), templates.wait_until_ready());
+                    Some((requests, templates))
+                }
+            })
+            .await
         };
-        let volcano = reflect_if_served(client, "scheduling.volcano.sh", "podgroups").await;
-        let k8s_groups = reflect_if_served(client, "scheduling.k8s.io", "podgroups").await;
+        let volcano =
+            reflect_when_served(client, "scheduling.volcano.sh", "podgroups", recheck).await;
+        let k8s_groups =
+            reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck).await;
         Stores {
             provreqs,
             volcano,
@@ -258,15 +336,7 @@ impl Stores {
             self.daemonsets.wait_until_ready(),
             self.pdbs.wait_until_ready(),
         );
-        if let Some((p, t)) = &self.provreqs {
-            let _ = futures::join!(p.wait_until_ready(), t.wait_until_ready());
-        }
-        if let Some(v) = &self.volcano {
-            let _ = v.wait_until_ready().await;
-        }
-        if let Some(k) = &self.k8s_groups {
-            let _ = k.wait_until_ready().await;
-        }
+        // Optional APIs' stores are set only once listed.
     }
 
     /// What the cluster's gang objects say of gang minimums.
@@ -274,12 +344,12 @@ impl Stores {
         GangObjects {
             volcano: self
                 .volcano
-                .as_ref()
+                .get()
                 .map(|v| super::gangs::volcano_minimums(v.state().iter().map(|g| g.as_ref())))
                 .unwrap_or_default(),
             k8s: self
                 .k8s_groups
-                .as_ref()
+                .get()
                 .map(|k| super::gangs::k8s_policies(k.state().iter().map(|g| g.as_ref())))
                 .unwrap_or_default(),
         }
@@ -570,7 +640,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let t = Instant::now();
         self.provision().await;
         self.observe("provision", t);
-        if self.stores.provreqs.is_some() {
+        if self.stores.provreqs.get().is_some() {
             let t = Instant::now();
             self.provisioning_requests().await;
             self.observe("provisioning_requests", t);
@@ -1954,7 +2024,7 @@ async fn run_with<P: CloudProvider + 'static>(
     });
     let bound = super::metrics::serve(args.metrics_addr, health.clone()).await?;
     tracing::info!(identity = %me, metrics = %bound, provider = provider.name(), "starting");
-    let stores = Stores::start(&client).await;
+    let stores = Stores::start(&client, args.optional_api_recheck).await;
     stores.ready().await;
     health.ready.store(true, Ordering::SeqCst);
     tracing::info!("caches synced");

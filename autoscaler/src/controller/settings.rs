@@ -119,6 +119,10 @@ pub struct RunArgs {
     /// A replacement node must initialize within this long, or the replace is dropped.
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub replacement_timeout: Duration,
+    /// How often an optional API not served yet (ProvisioningRequest, Volcano or Kubernetes
+    /// PodGroup) is asked again, so installing its CRD later needs no restart.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub optional_api_recheck: Duration,
     /// How often instances and claims are garbage-collected.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub gc_interval: Duration,

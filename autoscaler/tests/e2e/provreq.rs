@@ -584,3 +584,42 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
     .await;
     assert!(bound.iter().all(|n| n.starts_with("kg-")), "{bound:?}");
 }
+
+/// Kueue installed after the autoscaler: the ProvisioningRequest CRD appears while the
+/// controller runs, and its requests are answered without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_7e_a_crd_installed_after_start_is_picked_up_without_a_restart() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let Some(crd) = provreq_crd() else { return };
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
+    plain_gpu_node(&c, "existing-gpu", 4).await;
+    let ctl = c.controller(
+        "provreq-late",
+        &["--leader-elect=false", "--optional-api-recheck=1s"],
+    );
+    eventually(
+        "the controller to find the API missing",
+        DEADLINE,
+        || async { ctl.log().contains("not served").then_some(()) },
+    )
+    .await;
+    let crd: serde_json::Value = serde_yaml::from_str(&crd).expect("CRD YAML");
+    let _: CustomResourceDefinition = c.create(crd).await;
+    kueue_request(
+        &c,
+        "late",
+        "check-capacity.autoscaling.x-k8s.io",
+        1,
+        2,
+        json!({}),
+    )
+    .await;
+    let s = until_true(&c, "late", "Provisioned").await;
+    assert_eq!(
+        cond(&s, "Provisioned").unwrap()["reason"],
+        "CapacityIsFound",
+        "{s:#}"
+    );
+    assert!(ctl.log().contains("now served"), "{}", ctl.log());
+}

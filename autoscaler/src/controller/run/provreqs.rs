@@ -66,7 +66,7 @@ fn state_name(s: &State) -> &'static str {
 impl<P: CloudProvider + 'static> Controller<P> {
     /// `namespace/name` of the requests whose capacity consuming pods wait for.
     pub(super) fn live_provreqs(&self) -> BTreeSet<String> {
-        match &self.stores.provreqs {
+        match self.stores.provreqs.get() {
             Some((prs, _)) => provreq::live(&prs.state()),
             None => BTreeSet::new(),
         }
@@ -75,7 +75,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     fn templates(&self) -> Vec<Arc<PodTemplate>> {
         self.stores
             .provreqs
-            .as_ref()
+            .get()
             .map(|(_, t)| t.state())
             .unwrap_or_default()
     }
@@ -89,7 +89,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let Some(key) = claim.annotations().get(REQUEST_ANNOTATION) else {
             return false;
         };
-        let Some((store, _)) = &self.stores.provreqs else {
+        let Some((store, _)) = self.stores.provreqs.get() else {
             return false;
         };
         store.state().iter().any(|pr| {
@@ -140,7 +140,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// Holds every Launching or Booked request's capacity in `snap`.
     pub(super) fn hold_bookings(&self, snap: &mut Snapshot, pods: &[Arc<CachedPod>]) {
-        let Some((prs, _)) = &self.stores.provreqs else {
+        let Some((prs, _)) = self.stores.provreqs.get() else {
             return;
         };
         // Most rounds hold nothing: walk the pods only when a booking needs its phantoms.
@@ -228,7 +228,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// One step per ProvisioningRequest; waiting requests are planned for (with backoff).
     pub(super) async fn provisioning_requests(&mut self) {
-        let Some((store, _)) = &self.stores.provreqs else {
+        let Some((store, _)) = self.stores.provreqs.get() else {
             return;
         };
         let prs = store.state();
