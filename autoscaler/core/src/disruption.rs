@@ -711,7 +711,8 @@ pub fn plan_disruption(
         let replacement = (plan.unschedulable.is_empty()
             && plan.new_claims.len() == 1
             && plan.new_claims[0].price < price)
-            .then(|| plan.new_claims[0].clone());
+            .then(|| cheaper_only(snap, plan.new_claims[0].clone(), price))
+            .flatten();
         match replacement {
             Some(claim) => {
                 if let Err(e) =
@@ -760,10 +761,18 @@ pub fn plan_disruption(
                 .iter()
                 .filter_map(|name| index_in(work, name))
                 .collect();
-            let plan = simulate(snap, work, &removed, true);
+            let mut plan = simulate(snap, work, &removed, true);
             let cost: f64 = removed.iter().map(|i| work[*i].price.unwrap_or(0.0)).sum();
-            (plan.unschedulable.is_empty() && plan.new_claims.len() <= 1 && plan.new_cost() < cost)
-                .then_some((removed, plan, cost))
+            if !(plan.unschedulable.is_empty()
+                && plan.new_claims.len() <= 1
+                && plan.new_cost() < cost)
+            {
+                return None;
+            }
+            if let Some(c) = plan.new_claims.pop() {
+                plan.new_claims.push(cheaper_only(snap, c, cost)?);
+            }
+            Some((removed, plan, cost))
         };
         let (mut lo, mut hi) = (2usize, leftovers.len());
         let mut best = None;
@@ -826,6 +835,20 @@ pub fn plan_disruption(
     }
     out.verdicts = verdict.into_values().collect();
     out
+}
+
+/// Keeps only the offerings of a replacement priced below `below` (what the replaced nodes
+/// cost), so that whichever one the launch falls back to when cheaper ones are out of capacity,
+/// the replacement is still strictly cheaper. The cheapest option is below by construction, so
+/// the claim's price and GPU count do not change. `None` when what is left no longer meets the
+/// pool's `minValues`.
+fn cheaper_only(snap: &Snapshot, mut claim: NewClaim, below: f64) -> Option<NewClaim> {
+    for o in &mut claim.instance_types {
+        o.offerings.retain(|(_, _, p)| *p < below);
+    }
+    claim.instance_types.retain(|o| !o.offerings.is_empty());
+    let pool = snap.pools.iter().find(|p| p.name == claim.pool)?;
+    crate::provision::claim_meets_min_values(pool, &claim).then_some(claim)
 }
 
 /// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was

@@ -114,6 +114,29 @@ fn distinct_values(shapes: &[Shape], cands: &[usize], key: &str, reqs: &Requirem
     seen.len()
 }
 
+/// Whether a planned claim's options (after offerings were removed from it) still span the
+/// distinct values its pool's `minValues` demand.
+pub fn claim_meets_min_values(pool: &Pool, claim: &NewClaim) -> bool {
+    pool.min_values.iter().all(|(key, &need)| {
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        for o in &claim.instance_types {
+            if key == labels::ZONE {
+                seen.extend(o.offerings.iter().map(|x| x.0.as_str()));
+            } else if key == labels::CAPACITY_TYPE {
+                seen.extend(o.offerings.iter().map(|x| x.1.as_str()));
+            } else if let Some(v) = pool.labels.get(key).or_else(|| {
+                pool.instance_types
+                    .iter()
+                    .find(|t| t.name == o.instance_type)
+                    .and_then(|t| t.labels.get(key))
+            }) {
+                seen.insert(v.as_str());
+            }
+        }
+        seen.len() >= need as usize
+    })
+}
+
 /// The first `minValues` rule of `pool` the candidates cannot meet, as a reason for the pod.
 fn min_values_short(
     pool: &Pool,

@@ -135,13 +135,16 @@ fn check(snap: &Snapshot) -> Result<(), String> {
                     .unwrap()
             })
             .sum();
+        // Every offering the launch may fall back to, not only the cheapest, is cheaper.
         if let Some(r) = &c.replacement
-            && r.price >= old_cost
+            && let Some(p) = r
+                .instance_types
+                .iter()
+                .flat_map(|o| o.offerings.iter().map(|x| x.2))
+                .chain([r.price])
+                .find(|p| *p >= old_cost)
         {
-            return Err(format!(
-                "replacement not cheaper: {} >= {old_cost}",
-                r.price
-            ));
+            return Err(format!("replacement not cheaper: {p} >= {old_cost}"));
         }
         for name in &c.nodes {
             let n = snap

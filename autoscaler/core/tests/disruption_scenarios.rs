@@ -202,6 +202,37 @@ fn replacement_must_be_strictly_cheaper() {
             Underutilized Replace nodes=[big] pods=1 savings=0.576 replacement=m5.xlarge@0.192
         "#]],
     );
+    // The launch falls back through the claim's options when cheaper ones are out of capacity,
+    // so options not cheaper than the node are left out: m5.2xlarge (0.384) stays, the 16-cpu
+    // types (0.768 and 0.9) go.
+    let m8 = itype("m5.2xlarge")
+        .cpu("8")
+        .mem("32Gi")
+        .on_demand(&ZONES, 0.384)
+        .build();
+    let c16 = itype("c5.4xlarge")
+        .cpu("16")
+        .mem("32Gi")
+        .on_demand(&ZONES, 0.9)
+        .build();
+    let big = managed("big", &m16(), "cpu").with_pod(pod("w").cpu("3"));
+    let s = snap(
+        vec![big],
+        vec![pool("cpu", vec![m4(), m8, m16(), c16]).disruption(quick())],
+    );
+    let out = plan_disruption(
+        &s,
+        &DisruptionState::default(),
+        0,
+        &DisruptionConfig::default(),
+    );
+    let r = out.commands[0].replacement.as_ref().expect("replaced");
+    let types: Vec<&str> = r
+        .instance_types
+        .iter()
+        .map(|o| o.instance_type.as_str())
+        .collect();
+    assert_eq!(types, ["m5.xlarge", "m5.2xlarge"]);
     // Only the same type available: not strictly cheaper, kept.
     let big = managed("big", &m16(), "cpu").with_pod(pod("w").cpu("3"));
     check(
