@@ -3,9 +3,14 @@
 //!
 //! No `helm` binary is available here, so the chart's templates keep to a small subset of the
 //! template language that [`render`] implements exactly: `{{ .Values.a.b }}`,
-//! `{{ .Release.Namespace }}`, `{{ .Release.Name }}`, and whole-line
-//! `{{- if .Values.x }}` / `{{- if eq .Values.x "v" }}` ... `{{- end }}` blocks. Any other
-//! construct fails the test, so the subset cannot drift.
+//! `{{ .Release.Namespace }}`, `{{ .Release.Name }}`, `{{ . }}` and `{{ $v }}` inside a range,
+//! `$.Values.a` anywhere, the pipeline `| quote`; and, alone on their line, `{{- if X }}` /
+//! `{{- if eq X "v" }}`, `{{- range X }}` / `{{- range $k, $v := X }}` (lists in order, maps
+//! in key order), `{{- end }}` and `{{- X | nindent N }}`. Any other construct fails the test,
+//! so the subset cannot drift. Missing values fail too, where Helm would print `<no value>`.
+//!
+//! Every argument the chart passes is parsed with the binary's own `RunArgs`, so a misspelt
+//! flag or a value the binary rejects fails here rather than in a crash-looping pod.
 //!
 //! The RBAC test parses the rendered ClusterRole and Role and compares them, rule by rule, with
 //! `autoscaler::controller::api_calls::API_CALLS`, the list every API call of the controller is
@@ -48,57 +53,257 @@ fn scalar(v: &Value) -> String {
     }
 }
 
-fn eval(expr: &str, values: &Value) -> String {
-    match expr {
+/// One parsed piece of a template.
+enum Node {
+    /// A line, with `{{ pipeline }}` substitutions.
+    Line(String),
+    /// `{{- pipeline | nindent N }}` alone on its line.
+    Nindent(String, usize),
+    /// `{{- if condition }}` ... `{{- end }}`.
+    If(String, Vec<Node>),
+    /// `{{- range pipeline }}` or `{{- range $k, $v := pipeline }}` ... `{{- end }}`.
+    Range {
+        vars: Option<(String, String)>,
+        over: String,
+        body: Vec<Node>,
+    },
+}
+
+/// An open block while parsing.
+enum Open {
+    Root,
+    If(String),
+    Range(Option<(String, String)>, String),
+}
+
+/// Splits a template into lines and blocks. Actions that trim whitespace (`{{-`) must be alone
+/// on their line, where trimming the line break before them is what dropping the line does.
+fn parse(template: &str) -> Vec<Node> {
+    let mut stack: Vec<(Open, Vec<Node>)> = vec![(Open::Root, Vec::new())];
+    for line in template.lines() {
+        let t = line.trim();
+        let Some(action) = t.strip_prefix("{{-") else {
+            assert!(
+                !line.contains("{{-") && !line.contains("-}}"),
+                "whitespace trimming outside a whole-line action: {line:?}"
+            );
+            stack.last_mut().unwrap().1.push(Node::Line(line.to_string()));
+            continue;
+        };
+        let action = action
+            .strip_suffix("}}")
+            .filter(|a| !a.contains("}}") && !a.ends_with('-'))
+            .unwrap_or_else(|| panic!("a {{{{- line must hold exactly one action: {line:?}"))
+            .trim();
+        let node = if let Some(cond) = action.strip_prefix("if ") {
+            stack.push((Open::If(cond.trim().to_string()), Vec::new()));
+            continue;
+        } else if let Some(r) = action.strip_prefix("range ") {
+            let open = match r.split_once(":=") {
+                Some((vars, over)) => {
+                    let (k, v) = vars
+                        .split_once(',')
+                        .unwrap_or_else(|| panic!("range takes `$k, $v :=`: {line:?}"));
+                    let var = |n: &str| {
+                        let n = n.trim();
+                        assert!(n.len() > 1 && n.starts_with('$'), "range variable {n:?}");
+                        n.to_string()
+                    };
+                    Open::Range(Some((var(k), var(v))), over.trim().to_string())
+                }
+                None => Open::Range(None, r.trim().to_string()),
+            };
+            stack.push((open, Vec::new()));
+            continue;
+        } else if action == "end" {
+            assert!(stack.len() > 1, "{{{{- end }}}} without if or range");
+            match stack.pop().unwrap() {
+                (Open::If(cond), body) => Node::If(cond, body),
+                (Open::Range(vars, over), body) => Node::Range { vars, over, body },
+                (Open::Root, _) => unreachable!(),
+            }
+        } else if let Some((pipeline, width)) = action.rsplit_once("| nindent ") {
+            Node::Nindent(
+                pipeline.trim().to_string(),
+                width.trim().parse().expect("nindent width"),
+            )
+        } else {
+            panic!("template construct outside the supported subset: {line:?}")
+        };
+        stack.last_mut().unwrap().1.push(node);
+    }
+    assert_eq!(stack.len(), 1, "unbalanced if/range/end");
+    stack.pop().unwrap().1
+}
+
+/// What names resolve to: the values, `.` (the root outside `range`, the element inside, as in
+/// Go templates, so `.Values` inside a range is an error there too; `$.Values` is not) and the
+/// range variables.
+#[derive(Clone)]
+struct Ctx<'a> {
+    values: &'a Value,
+    dot: Option<Value>,
+    vars: Vec<(String, Value)>,
+}
+
+/// Go's `%q` (Helm's `quote`) for the characters templates here meet.
+fn quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => panic!("quote of a control character {c:?}"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn term(t: &str, scope: &Ctx) -> Value {
+    if let Some(lit) = t.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        return Value::String(lit.to_string());
+    }
+    if t == "." {
+        return scope
+            .dot
+            .clone()
+            .expect("`.` outside range is the whole context");
+    }
+    if let Some(name) = t.strip_prefix('$').filter(|n| !n.starts_with('.')) {
+        let var = format!("${name}");
+        return scope
+            .vars
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == var)
+            .unwrap_or_else(|| panic!("undefined variable {var}"))
+            .1
+            .clone();
+    }
+    let path = match t.strip_prefix('$') {
+        Some(p) => p,
+        None => {
+            assert!(
+                scope.dot.is_none(),
+                "inside range `.` is the element: write ${t}"
+            );
+            t
+        }
+    };
+    match path {
         ".Release.Namespace" => NAMESPACE.into(),
         ".Release.Name" => "gpu-autoscaler".into(),
-        e if e.starts_with(".Values.") => scalar(lookup(values, &e[".Values.".len()..])),
-        e => panic!("template construct outside the supported subset: {{{{ {e} }}}}"),
+        p if p.starts_with(".Values.") => lookup(scope.values, &p[".Values.".len()..]).clone(),
+        _ => panic!("template construct outside the supported subset: {{{{ {t} }}}}"),
     }
 }
 
-fn condition(expr: &str, values: &Value) -> bool {
+/// `term | quote`.
+fn pipeline(expr: &str, scope: &Ctx) -> Value {
+    let mut stages = expr.split('|').map(str::trim);
+    let mut v = term(stages.next().unwrap(), scope);
+    for f in stages {
+        v = match f {
+            "quote" => Value::String(quote(&scalar(&v))),
+            _ => panic!("template function outside the supported subset: {f:?}"),
+        };
+    }
+    v
+}
+
+/// Go templates' truth: false, 0, null and empty strings, lists and maps are false.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Sequence(s) => !s.is_empty(),
+        Value::Mapping(m) => !m.is_empty(),
+        Value::Tagged(_) => true,
+    }
+}
+
+fn condition(expr: &str, scope: &Ctx) -> bool {
     let parts: Vec<&str> = expr.split_whitespace().collect();
     match parts.as_slice() {
-        ["eq", path, lit] => eval(path, values) == lit.trim_matches('"'),
-        [path] => match lookup(values, &path[".Values.".len()..]) {
-            Value::Bool(b) => *b,
-            Value::Null => false,
-            Value::String(s) => !s.is_empty(),
-            _ => true,
-        },
+        ["eq", a, b] => scalar(&term(a, scope)) == scalar(&term(b, scope)),
+        [t] => truthy(&term(t, scope)),
         _ => panic!("unsupported condition {expr:?}"),
+    }
+}
+
+fn emit(nodes: &[Node], scope: &Ctx, out: &mut String) {
+    for node in nodes {
+        match node {
+            Node::Line(line) => {
+                let mut rest = line.as_str();
+                while let Some(start) = rest.find("{{") {
+                    out.push_str(&rest[..start]);
+                    let end = rest[start..].find("}}").expect("closed {{") + start;
+                    out.push_str(&scalar(&pipeline(rest[start + 2..end].trim(), scope)));
+                    rest = &rest[end + 2..];
+                }
+                out.push_str(rest);
+                out.push('\n');
+            }
+            Node::Nindent(expr, width) => {
+                // Helm: the `{{-` eats the line break before, nindent puts one back, then
+                // indents every line (empty ones too).
+                let pad = " ".repeat(*width);
+                let text = scalar(&pipeline(expr, scope));
+                out.push_str(&pad);
+                out.push_str(&text.replace('\n', &format!("\n{pad}")));
+                out.push('\n');
+            }
+            Node::If(cond, body) => {
+                if condition(cond, scope) {
+                    emit(body, scope, out);
+                }
+            }
+            Node::Range { vars, over, body } => {
+                let items: Vec<(Value, Value)> = match pipeline(over, scope) {
+                    Value::Null => Vec::new(),
+                    Value::Sequence(s) => s
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, e)| (Value::Number((i as u64).into()), e))
+                        .collect(),
+                    // Go ranges over a map in key order.
+                    Value::Mapping(m) => {
+                        let mut kv: Vec<(Value, Value)> = m.into_iter().collect();
+                        kv.sort_by_key(|(k, _)| scalar(k));
+                        kv
+                    }
+                    other => panic!("range over {other:?}"),
+                };
+                for (key, element) in items {
+                    let mut inner = scope.clone();
+                    inner.dot = Some(element.clone());
+                    if let Some((k, v)) = vars {
+                        inner.vars.push((k.clone(), key));
+                        inner.vars.push((v.clone(), element));
+                    }
+                    emit(body, &inner, out);
+                }
+            }
+        }
     }
 }
 
 /// Renders one template with `values`.
 fn render(template: &str, values: &Value) -> String {
     let mut out = String::new();
-    let mut active: Vec<bool> = Vec::new();
-    for line in template.lines() {
-        let t = line.trim();
-        if let Some(rest) = t.strip_prefix("{{- if ").and_then(|r| r.strip_suffix("}}")) {
-            active.push(condition(rest.trim(), values));
-            continue;
-        }
-        if t == "{{- end }}" {
-            active.pop().expect("balanced if/end");
-            continue;
-        }
-        if !active.iter().all(|a| *a) {
-            continue;
-        }
-        let mut rest = line;
-        while let Some(start) = rest.find("{{") {
-            out.push_str(&rest[..start]);
-            let end = rest[start..].find("}}").expect("closed {{") + start;
-            out.push_str(&eval(rest[start + 2..end].trim(), values));
-            rest = &rest[end + 2..];
-        }
-        out.push_str(rest);
-        out.push('\n');
-    }
-    assert!(active.is_empty(), "unbalanced if/end");
+    let scope = Ctx {
+        values,
+        dot: None,
+        vars: Vec::new(),
+    };
+    emit(&parse(template), &scope, &mut out);
     out
 }
 
@@ -136,6 +341,10 @@ fn render_chart(values: &Value) -> String {
         let name = f.file_name().unwrap().to_string_lossy().to_string();
         let text = render(&std::fs::read_to_string(&f).unwrap(), values);
         for doc in text.split("\n---\n") {
+            // Helm leaves out documents a false `if` emptied (configmap.yaml by default).
+            if doc.trim().is_empty() {
+                continue;
+            }
             out.push_str(&format!("---\n# Source: gpu-autoscaler/templates/{name}\n"));
             out.push_str(doc.trim_start_matches("---\n").trim_end());
             out.push('\n');

@@ -3,13 +3,18 @@
 //! ```text
 //! Decided ──validation delay, core `validate` ok──▶ (Replacing ──replacement initialized──▶)
 //!    │                                                  Tainted ──evict──▶ Draining ──no pods
-//!    └─ validate failed ─▶ Abandoned ──untaint──▶ Done       left──▶ Deleting ──Nodes gone──▶ Done
+//!    │                                                     │                  │     left──▶ Deleting ──Nodes gone──▶ Done
+//!    └─ validate failed, pod arrived, drain or replacement timed out, action kept failing
+//!                                                       ─▶ Abandoned ──untaint──▶ Done
 //! ```
 //!
 //! [`step`] is pure: it reads a [`Job`] and the [`Facts`] the runtime gathered and returns the
 //! action to perform and the stage to enter once it succeeded. The runtime owns the queue, does
 //! the I/O and reports eviction refusals back through [`Job::evictions_refused`], which backs
-//! the next attempt off exponentially (PodDisruptionBudgets answer 429 until pods move).
+//! the next attempt off exponentially (PodDisruptionBudgets answer 429 until pods move), and
+//! failed actions through [`Job::action_failed`]. A step that gives up on nodes it had started
+//! to remove says so in [`Step::failure`]: the runtime then records a failed deletion, which
+//! pauses scale-down for `--scale-down-delay-after-failure`.
 
 use autoscaler_core::disruption::{Command, DisruptionConfig, Method, validate};
 use autoscaler_core::model::{PodKey, Snapshot};
@@ -65,6 +70,10 @@ pub struct Job {
     pub next_eviction_at: i64,
     /// Current eviction backoff (seconds), doubled on every refusal up to a minute.
     pub backoff_s: i64,
+    /// When the first eviction round was sent (seconds).
+    pub draining_since: Option<i64>,
+    /// Actions that failed in a row (API errors); reset by one that succeeds.
+    pub failed_actions: u32,
 }
 
 impl Job {
@@ -75,21 +84,38 @@ impl Job {
             stage: Stage::Decided,
             next_eviction_at: 0,
             backoff_s: 1,
+            draining_since: None,
+            failed_actions: 0,
         }
     }
 
     /// Records that some evictions were refused (429) at `now`: retry later, backing off.
     pub fn evictions_refused(&mut self, now: i64) {
+        self.draining_since.get_or_insert(now);
         self.next_eviction_at = now + self.backoff_s;
         self.backoff_s = (self.backoff_s * 2).min(60);
     }
 
     /// Records a round in which every eviction was accepted.
     pub fn evictions_accepted(&mut self, now: i64) {
+        self.draining_since.get_or_insert(now);
         self.next_eviction_at = now + 1;
         self.backoff_s = 1;
     }
+
+    /// Records an action that failed (the job stays where it is and tries again).
+    pub fn action_failed(&mut self) {
+        self.failed_actions += 1;
+    }
+
+    /// Records an action that succeeded.
+    pub fn action_succeeded(&mut self) {
+        self.failed_actions = 0;
+    }
 }
+
+/// Failed actions in a row after which a job gives up on its nodes.
+pub const MAX_FAILED_ACTIONS: u32 = 5;
 
 /// What the runtime knows about a job's nodes right now.
 #[derive(Clone, Debug)]
@@ -108,6 +134,8 @@ pub struct Facts<'a> {
     pub replacement_initialized: Option<bool>,
     /// How long a replacement may take to initialize (seconds).
     pub replacement_timeout_s: i64,
+    /// How long pods may take to leave once evictions started (seconds).
+    pub drain_timeout_s: i64,
 }
 
 /// The one thing to do for a job now.
@@ -134,12 +162,28 @@ pub struct Step {
     pub action: Action,
     /// Where the job is after doing it.
     pub next: Stage,
+    /// The job gives up on nodes it had started to remove (a failed deletion, in Cluster
+    /// Autoscaler's terms): the runtime records it, pausing scale-down for a while.
+    pub failure: bool,
 }
 
 fn stay(job: &Job) -> Step {
+    go(Action::Wait, job.stage.clone())
+}
+
+fn go(action: Action, next: Stage) -> Step {
+    Step {
+        action,
+        next,
+        failure: false,
+    }
+}
+
+fn give_up(why: String, failure: bool) -> Step {
     Step {
         action: Action::Wait,
-        next: job.stage.clone(),
+        next: Stage::Abandoned(why),
+        failure,
     }
 }
 
@@ -148,79 +192,87 @@ pub fn step(job: &Job, facts: &Facts<'_>) -> Step {
     let cmd = &job.command;
     let drain = |next_if_empty: Stage| {
         if facts.pods_left.is_empty() {
-            Step {
-                action: Action::DeleteNodes(facts.nodes_present.clone()),
-                next: Stage::Deleting,
-            }
+            go(
+                Action::DeleteNodes(facts.nodes_present.clone()),
+                Stage::Deleting,
+            )
+        } else if let Some(since) = job.draining_since
+            && facts.now - since >= facts.drain_timeout_s
+        {
+            give_up(
+                format!(
+                    "drain timed out after {}s with {} pod(s) left (first: {})",
+                    facts.now - since,
+                    facts.pods_left.len(),
+                    facts.pods_left[0]
+                ),
+                true,
+            )
         } else if facts.now >= job.next_eviction_at {
-            Step {
-                action: Action::Evict(facts.pods_left.clone()),
-                next: Stage::Draining,
-            }
+            go(Action::Evict(facts.pods_left.clone()), Stage::Draining)
         } else {
-            Step {
-                action: Action::Wait,
-                next: next_if_empty,
-            }
+            go(Action::Wait, next_if_empty)
         }
     };
+    if job.failed_actions >= MAX_FAILED_ACTIONS
+        && !matches!(job.stage, Stage::Abandoned(_) | Stage::Done)
+    {
+        // Before the taint nothing was started; after it, the nodes could not be removed.
+        let started = !matches!(job.stage, Stage::Decided | Stage::Replacing { .. });
+        return give_up(
+            format!(
+                "{} failed {} times in a row",
+                job.stage.as_str(),
+                job.failed_actions
+            ),
+            started,
+        );
+    }
     match &job.stage {
         Stage::Decided => {
             if facts.now < cmd.decided_at + facts.config.validation_delay_s {
                 return stay(job);
             }
             if let Err(why) = validate(cmd, facts.snapshot, facts.now, facts.config) {
-                return Step {
-                    action: Action::Wait,
-                    next: Stage::Abandoned(why),
-                };
+                return give_up(why, false);
             }
             match (&cmd.method, &cmd.replacement) {
-                (Method::Replace, Some(claim)) => Step {
-                    action: Action::CreateReplacement(Box::new(claim.clone())),
+                (Method::Replace, Some(claim)) => go(
+                    Action::CreateReplacement(Box::new(claim.clone())),
                     // The runtime fills in the claim's cluster name once created.
-                    next: Stage::Replacing {
+                    Stage::Replacing {
                         claim: String::new(),
                         since: facts.now,
                     },
-                },
-                _ => Step {
-                    action: Action::Taint(cmd.nodes.clone()),
-                    next: Stage::Tainted,
-                },
+                ),
+                _ => go(Action::Taint(cmd.nodes.clone()), Stage::Tainted),
             }
         }
         Stage::Replacing { since, .. } => match facts.replacement_initialized {
-            Some(true) => Step {
-                action: Action::Taint(cmd.nodes.clone()),
-                next: Stage::Tainted,
-            },
-            None => Step {
-                action: Action::Wait,
-                next: Stage::Abandoned("the replacement NodeClaim is gone".into()),
-            },
-            Some(false) if facts.now - since >= facts.replacement_timeout_s => Step {
-                action: Action::Wait,
-                next: Stage::Abandoned("the replacement did not initialize in time".into()),
-            },
+            Some(true) => go(Action::Taint(cmd.nodes.clone()), Stage::Tainted),
+            None => give_up("the replacement NodeClaim is gone".into(), true),
+            Some(false) if facts.now - since >= facts.replacement_timeout_s => {
+                give_up("the replacement did not initialize in time".into(), true)
+            }
             Some(false) => stay(job),
         },
-        Stage::Tainted => drain(Stage::Tainted),
+        Stage::Tainted => {
+            // Validation simulated the pods the nodes had then; one bound between validation
+            // and the taint was never given a place, so the command no longer holds.
+            if let Some(p) = facts.pods_left.iter().find(|p| !cmd.pods.contains(p)) {
+                return give_up(format!("pod {p} arrived after validation"), false);
+            }
+            drain(Stage::Tainted)
+        }
         Stage::Draining => drain(Stage::Draining),
         Stage::Deleting => {
             if facts.nodes_present.is_empty() {
-                Step {
-                    action: Action::Wait,
-                    next: Stage::Done,
-                }
+                go(Action::Wait, Stage::Done)
             } else {
                 stay(job)
             }
         }
-        Stage::Abandoned(_) => Step {
-            action: Action::Untaint(facts.nodes_present.clone()),
-            next: Stage::Done,
-        },
+        Stage::Abandoned(_) => go(Action::Untaint(facts.nodes_present.clone()), Stage::Done),
         Stage::Done => stay(job),
     }
 }
@@ -281,6 +333,7 @@ mod tests {
             pods_left: vec![],
             replacement_initialized: None,
             replacement_timeout_s: 900,
+            drain_timeout_s: 600,
         }
     }
 
@@ -322,6 +375,7 @@ mod tests {
         let snap = snapshot();
         let config = DisruptionConfig::default();
         let mut job = Job::new(command(Method::Delete));
+        job.command.pods = vec![key("a")];
         job.stage = Stage::Tainted;
         let mut f = facts(&snap, &config, 200);
         f.pods_left = vec![key("a")];
@@ -360,6 +414,75 @@ mod tests {
         assert_eq!(step(&job, &f).action, Action::Taint(vec!["n1".into()]));
         f.replacement_initialized = Some(false);
         f.now = 1_000;
-        assert!(matches!(step(&job, &f).next, Stage::Abandoned(_)));
+        let s = step(&job, &f);
+        assert!(matches!(s.next, Stage::Abandoned(_)));
+        assert!(
+            s.failure,
+            "a replacement that never came is a failed scale-down"
+        );
+    }
+
+    #[test]
+    fn a_pod_bound_between_validation_and_taint_abandons_without_failure() {
+        let snap = snapshot();
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Delete));
+        job.command.pods = vec![key("a")];
+        job.stage = Stage::Tainted;
+        let mut f = facts(&snap, &config, 200);
+        f.pods_left = vec![key("a"), key("late")];
+        let s = step(&job, &f);
+        assert!(
+            matches!(s.next, Stage::Abandoned(ref why) if why.contains("default/late arrived")),
+            "{s:?}"
+        );
+        assert!(!s.failure);
+        // Only the pods validation saw: the drain goes on.
+        f.pods_left = vec![key("a")];
+        assert_eq!(step(&job, &f).action, Action::Evict(vec![key("a")]));
+    }
+
+    #[test]
+    fn a_drain_that_does_not_finish_in_time_gives_up_as_a_failure() {
+        let snap = snapshot();
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Delete));
+        job.command.pods = vec![key("a")];
+        job.stage = Stage::Draining;
+        job.evictions_refused(200);
+        let mut f = facts(&snap, &config, 799);
+        f.pods_left = vec![key("a")];
+        assert_eq!(step(&job, &f).action, Action::Evict(vec![key("a")]));
+        f.now = 800;
+        let s = step(&job, &f);
+        assert!(
+            matches!(s.next, Stage::Abandoned(ref why) if why.contains("drain timed out after 600s")),
+            "{s:?}"
+        );
+        assert!(s.failure);
+        job.stage = s.next;
+        assert_eq!(step(&job, &f).action, Action::Untaint(vec!["n1".into()]));
+    }
+
+    #[test]
+    fn actions_that_keep_failing_give_up() {
+        let snap = snapshot();
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Delete));
+        job.stage = Stage::Deleting;
+        for _ in 0..MAX_FAILED_ACTIONS - 1 {
+            job.action_failed();
+        }
+        let f = facts(&snap, &config, 200);
+        assert_eq!(step(&job, &f).next, Stage::Deleting);
+        job.action_failed();
+        let s = step(&job, &f);
+        assert!(matches!(s.next, Stage::Abandoned(_)) && s.failure, "{s:?}");
+        // Nothing was started before the taint: giving up there is no failed deletion.
+        job.stage = Stage::Decided;
+        let s = step(&job, &f);
+        assert!(matches!(s.next, Stage::Abandoned(_)) && !s.failure, "{s:?}");
+        job.action_succeeded();
+        assert!(!matches!(step(&job, &f).next, Stage::Abandoned(_)));
     }
 }

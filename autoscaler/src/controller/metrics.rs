@@ -86,6 +86,9 @@ pub struct Metrics {
     pub evictions: Counter,
     /// Evictions refused (429, PodDisruptionBudget).
     pub evictions_refused: Counter,
+    /// Disruptions given up after their nodes were tainted (drain or replacement timed out,
+    /// actions kept failing); each pauses scale-down.
+    pub disruption_failures: Counter,
     /// Instances without a NodeClaim terminated by garbage collection.
     pub gc_instances: Counter,
     /// GPU-class allocatable by GPU model.
@@ -120,6 +123,7 @@ impl Metrics {
             disruptions: Family::default(),
             evictions: Counter::default(),
             evictions_refused: Counter::default(),
+            disruption_failures: Counter::default(),
             gc_instances: Counter::default(),
             gpu_allocatable: Family::default(),
             gpu_allocated: Family::default(),
@@ -156,6 +160,11 @@ impl Metrics {
             "evictions_refused",
             "Evictions refused by a PodDisruptionBudget",
             m.evictions_refused.clone(),
+        );
+        registry.register(
+            "disruption_failures",
+            "Disruptions given up after their nodes were tainted",
+            m.disruption_failures.clone(),
         );
         registry.register(
             "gc_instances",

@@ -1371,6 +1371,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 replacement_initialized,
                 replacement_timeout_s: i64::try_from(self.args.replacement_timeout.as_secs())
                     .unwrap_or(i64::MAX),
+                drain_timeout_s: i64::try_from(self.args.drain_timeout.as_secs())
+                    .unwrap_or(i64::MAX),
             };
             let step = disrupt::step(job, &facts);
             let reason = format!("{:?}", job.command.reason);
@@ -1474,13 +1476,21 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 }
             };
             if ok {
+                job.action_succeeded();
+                if step.failure {
+                    // Cluster Autoscaler's scale-down-delay-after-failure starts here.
+                    self.disruption_state.last_failure = Some(now);
+                    self.shared.metrics.disruption_failures.inc();
+                }
                 if job.stage != step.next {
                     tracing::info!(nodes = ?job.command.nodes, from = job.stage.as_str(), to = step.next.as_str(), "disruption");
                     if let Stage::Abandoned(why) = &step.next {
-                        tracing::info!(nodes = ?job.command.nodes, %why, "disruption abandoned");
+                        tracing::info!(nodes = ?job.command.nodes, %why, failure = step.failure, "disruption abandoned");
                     }
                 }
                 job.stage = step.next;
+            } else {
+                job.action_failed();
             }
         }
         jobs.retain(|j| j.stage != Stage::Done);

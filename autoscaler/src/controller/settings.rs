@@ -123,6 +123,11 @@ pub struct RunArgs {
     /// PodGroup) is asked again, so installing its CRD later needs no restart.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub optional_api_recheck: Duration,
+    /// Disruption: how long pods may take to leave once evictions started (PodDisruptionBudgets
+    /// refusing, slow termination) before the nodes are untainted and the attempt counts as a
+    /// failed deletion.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
     /// How often instances and claims are garbage-collected.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub gc_interval: Duration,
