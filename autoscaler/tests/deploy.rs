@@ -22,6 +22,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use autoscaler::controller::api_calls::{Scope, triples};
+use autoscaler::controller::settings::RunArgs;
 use serde_yaml::Value;
 
 const NAMESPACE: &str = "gpu-autoscaler";
@@ -87,7 +88,11 @@ fn parse(template: &str) -> Vec<Node> {
                 !line.contains("{{-") && !line.contains("-}}"),
                 "whitespace trimming outside a whole-line action: {line:?}"
             );
-            stack.last_mut().unwrap().1.push(Node::Line(line.to_string()));
+            stack
+                .last_mut()
+                .unwrap()
+                .1
+                .push(Node::Line(line.to_string()));
             continue;
         };
         let action = action
@@ -515,7 +520,356 @@ fn deployment_is_hardened_and_highly_available() {
 /// The subset renderer itself.
 #[test]
 fn renderer_subset() {
-    let values: Value = serde_yaml::from_str("a: {b: 3}\np: kwok\nflag: false\n").unwrap();
+    let values: Value = serde_yaml::from_str(
+        "a: {b: 3}\np: kwok\nflag: false\nnone: {}\nlist: [x, y]\nmap: {z: 1, a: 'q\"2'}\ntext: \"l1\\nl2\\n\"\n",
+    )
+    .unwrap();
     let t = "x: {{ .Values.a.b }}\n{{- if eq .Values.p \"kwok\" }}\nk: 1\n{{- end }}\n{{- if .Values.flag }}\nf: 1\n{{- end }}\nns: {{ .Release.Namespace }}\n";
     assert_eq!(render(t, &values), "x: 3\nk: 1\nns: gpu-autoscaler\n");
+    // An empty map is false, as in Go templates.
+    assert_eq!(
+        render("{{- if .Values.none }}\nn: 1\n{{- end }}\n", &values),
+        ""
+    );
+    // A list in order, `.` its element; `$.Values` reaches the root from inside.
+    assert_eq!(
+        render(
+            "  {{- range .Values.list }}\n  - {{ . }}{{ $.Values.a.b }}\n  {{- end }}\n",
+            &values
+        ),
+        "  - x3\n  - y3\n"
+    );
+    // A map in key order, values quoted as Go's %q does.
+    assert_eq!(
+        render(
+            "{{- range $k, $v := .Values.map }}\n{{ $k }}: {{ $v | quote }}\n{{- end }}\n",
+            &values
+        ),
+        "a: \"q\\\"2\"\nz: \"1\"\n"
+    );
+    // nindent indents every line, the empty one after the last line break too.
+    assert_eq!(
+        render("d: |\n  {{- .Values.text | nindent 2 }}\n", &values),
+        "d: |\n  l1\n  l2\n  \n"
+    );
+    // Ranges over nothing emit nothing; nested blocks close in order.
+    assert_eq!(
+        render(
+            "{{- range .Values.none }}\nno\n{{- end }}\n{{- if .Values.list }}\n{{- range .Values.list }}\n{{ . }}\n{{- end }}\n{{- end }}\n",
+            &values
+        ),
+        "x\ny\n"
+    );
+}
+
+/// Constructs outside the subset, and Go-template errors, fail instead of rendering wrongly.
+#[test]
+fn renderer_rejects_what_it_does_not_implement() {
+    let values: Value = serde_yaml::from_str("a: 1\nlist: [x]\n").unwrap();
+    for t in [
+        // Inside range `.` is the element, so Helm fails on `.Values` there.
+        "{{- range .Values.list }}\n{{ .Values.a }}\n{{- end }}\n",
+        "{{ .Values.missing }}\n",
+        "{{ .Values.a | upper }}\n",
+        "{{- else }}\n",
+        "a: {{- .Values.a }}\n",
+        "{{- if .Values.a }}\n",
+        "{{- end }}\n",
+        "{{ include \"x\" . }}\n",
+    ] {
+        let r = std::panic::catch_unwind(|| render(t, &values));
+        assert!(r.is_err(), "rendered {t:?} as {:?}", r.unwrap());
+    }
+}
+
+/// `values.yaml` with `overrides` merged in as `helm install -f` does: maps key by key,
+/// anything else replaced.
+fn values_with(overrides: &str) -> Value {
+    fn merge(base: &mut Value, over: Value) {
+        match (base, over) {
+            (Value::Mapping(b), Value::Mapping(o)) => {
+                for (k, v) in o {
+                    match b.get_mut(&k) {
+                        Some(slot) => merge(slot, v),
+                        None => {
+                            b.insert(k, v);
+                        }
+                    }
+                }
+            }
+            (b, o) => *b = o,
+        }
+    }
+    let mut v = default_values();
+    merge(&mut v, serde_yaml::from_str(overrides).unwrap());
+    v
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+}
+
+fn container(docs: &[Value]) -> &Value {
+    &find(docs, "Deployment", "gpu-autoscaler").expect("the Deployment")["spec"]["template"]["spec"]
+        ["containers"][0]
+}
+
+fn args(docs: &[Value]) -> Vec<String> {
+    container(docs)["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string args").to_string())
+        .collect()
+}
+
+/// The binary's command line, as `src/main.rs` declares it: `gpu-autoscaler run` with
+/// [`RunArgs`], the very parser the container's arguments meet.
+#[derive(clap::Parser)]
+#[command(name = "gpu-autoscaler")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    Run(RunArgs),
+}
+
+fn parse_run(args: &[String]) -> Result<RunArgs, clap::Error> {
+    use clap::Parser as _;
+    let argv = std::iter::once("gpu-autoscaler".to_string()).chain(args.iter().cloned());
+    Cli::try_parse_from(argv).map(|c| match c.command {
+        Command::Run(r) => r,
+    })
+}
+
+/// Parses the rendered arguments, failing with clap's message (which names the bad flag).
+fn run_args(docs: &[Value]) -> RunArgs {
+    let a = args(docs);
+    parse_run(&a).unwrap_or_else(|e| panic!("the chart's args {a:?} do not parse:\n{e}"))
+}
+
+/// Where the container finds the provider settings file: the mount of the volume that holds the
+/// ConfigMap, joined with the ConfigMap's only key; and that file's text.
+fn mounted_settings(docs: &[Value]) -> (String, String) {
+    let cm = find(docs, "ConfigMap", "gpu-autoscaler-provider").expect("the settings ConfigMap");
+    assert_eq!(cm["metadata"]["namespace"], NAMESPACE);
+    let data = cm["data"].as_mapping().expect("data");
+    assert_eq!(data.len(), 1, "one file");
+    let (key, text) = data.iter().next().unwrap();
+    let pod = &find(docs, "Deployment", "gpu-autoscaler").unwrap()["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["configMap"]["name"] == "gpu-autoscaler-provider")
+        .expect("a volume of the ConfigMap");
+    let mount = container(docs)["volumeMounts"]
+        .as_sequence()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("the volume mounted");
+    assert_eq!(mount["readOnly"], true);
+    (
+        format!(
+            "{}/{}",
+            mount["mountPath"].as_str().unwrap(),
+            key.as_str().unwrap()
+        ),
+        text.as_str().unwrap().to_string(),
+    )
+}
+
+/// The settings text as the binary would read it from the mount: written to a temporary file
+/// that stands in for the mounted path.
+fn local_copy(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("provider.yaml");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn with_config(overrides: &str, config: &str) -> Value {
+    let mut v = values_with(overrides);
+    v["providerConfig"] = Value::String(config.to_string());
+    v
+}
+
+const AWS_VALUES: &str = "
+provider: aws
+region: us-west-2
+clusterName: prod
+serviceAccount:
+  annotations:
+    eks.amazonaws.com/role-arn: arn:aws:iam::123456789012:role/gpu-autoscaler
+";
+
+const GCP_VALUES: &str = "
+provider: gcp
+region: us-central1
+project: ml-prod
+zones: [us-central1-a, us-central1-b]
+serviceAccount:
+  annotations:
+    iam.gke.io/gcp-service-account: gpu-autoscaler@ml-prod.iam.gserviceaccount.com
+";
+
+/// AWS: the settings file reaches the binary through a ConfigMap, a read-only mount and
+/// `--aws-config`, and the binary's own loader accepts it; IRSA's role annotation is on the
+/// pod's ServiceAccount.
+#[test]
+fn aws_values_mount_the_settings_file_and_annotate_for_irsa() {
+    let config = provider_aws::config::EXAMPLE_SETTINGS;
+    let d = docs(&render_chart(&with_config(AWS_VALUES, config)));
+    let (path, text) = mounted_settings(&d);
+    assert_eq!(text, config);
+    let a = args(&d);
+    assert!(a.contains(&format!("--aws-config={path}")), "{a:?}");
+    assert!(a.contains(&"--provider=aws".to_string()));
+    assert!(a.contains(&"--region=us-west-2".to_string()));
+    assert!(!a.iter().any(|x| x.starts_with("--gcp-config")
+        || x.starts_with("--project")
+        || x.starts_with("--zone")));
+    let mut run = run_args(&d);
+    assert_eq!(run.aws.config.as_deref(), Some(Path::new(&path)));
+    let (_dir, local) = local_copy(&text);
+    run.aws.config = Some(local);
+    let s = run
+        .aws
+        .settings(Some(&run.region), Some(&run.cluster_name))
+        .expect("the binary loads the mounted settings");
+    assert_eq!(s.region.as_deref(), Some("us-west-2"), "--region wins");
+    assert_eq!(s.cluster, "prod");
+    assert!(!s.node_classes["default"].ami.is_empty(), "an AMI");
+    let sa = find(&d, "ServiceAccount", "gpu-autoscaler").expect("the ServiceAccount");
+    assert_eq!(
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::123456789012:role/gpu-autoscaler"
+    );
+    let pod = &find(&d, "Deployment", "gpu-autoscaler").unwrap()["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
+}
+
+/// GCP: the settings file through `--gcp-config`, the project and every zone as flags that win
+/// over the file, and workload identity's annotation.
+#[test]
+fn gcp_values_pass_project_zones_and_the_settings_file() {
+    let config =
+        std::fs::read_to_string(root().join("providers/gcp/settings.example.yaml")).unwrap();
+    let d = docs(&render_chart(&with_config(GCP_VALUES, &config)));
+    let (path, text) = mounted_settings(&d);
+    assert_eq!(text, config);
+    let a = args(&d);
+    assert!(a.contains(&format!("--gcp-config={path}")), "{a:?}");
+    for want in [
+        "--provider=gcp",
+        "--region=us-central1",
+        "--project=ml-prod",
+        "--zone=us-central1-a",
+        "--zone=us-central1-b",
+    ] {
+        assert!(a.contains(&want.to_string()), "{want} missing from {a:?}");
+    }
+    assert!(!a.iter().any(|x| x.starts_with("--aws-config")));
+    let mut run = run_args(&d);
+    assert_eq!(run.gcp.config.as_deref(), Some(Path::new(&path)));
+    assert_eq!(run.gcp.project.as_deref(), Some("ml-prod"));
+    assert_eq!(run.gcp.zones, ["us-central1-a", "us-central1-b"]);
+    let (_dir, local) = local_copy(&text);
+    run.gcp.config = Some(local);
+    let s = run
+        .gcp
+        .settings(autoscaler::gcp::Common {
+            cluster: Some(&run.cluster_name),
+            region: Some(&run.region),
+            endpoint_url: run.aws.endpoint_url.as_deref(),
+        })
+        .expect("the binary loads the mounted settings");
+    assert_eq!(s.project, "ml-prod", "--project wins over the file");
+    assert_eq!(s.zones, ["us-central1-a", "us-central1-b"]);
+    assert!(s.node_classes.contains_key("default"));
+    let sa = find(&d, "ServiceAccount", "gpu-autoscaler").unwrap();
+    assert_eq!(
+        sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"],
+        "gpu-autoscaler@ml-prod.iam.gserviceaccount.com"
+    );
+}
+
+/// The default (kwok) install has no settings file, no mount and no annotations.
+#[test]
+fn default_values_render_no_provider_file() {
+    let d = docs(&render_chart(&default_values()));
+    assert!(find(&d, "ConfigMap", "gpu-autoscaler-provider").is_none());
+    assert!(container(&d).get("volumeMounts").is_none());
+    let sa = find(&d, "ServiceAccount", "gpu-autoscaler").unwrap();
+    assert!(sa["metadata"].get("annotations").is_none());
+    assert!(!args(&d).iter().any(|a| a.contains("-config=")));
+}
+
+/// Every argument the chart can emit parses with the binary's `RunArgs`: each value set below
+/// turns on other conditional flags, and together they cover every flag the template names, so
+/// a misspelt flag or an unparsable default fails here.
+#[test]
+fn every_argument_the_chart_can_emit_parses_with_the_binary() {
+    let sets = [
+        default_values(),
+        values_with("provider: fake"),
+        with_config(
+            &format!(
+                "{AWS_VALUES}\nendpointUrl: http://127.0.0.1:5000\nextraArgs: [--lease-name=blue]\n"
+            ),
+            "region: us-west-2\n",
+        ),
+        with_config(
+            &format!("{GCP_VALUES}\nendpointUrl: http://127.0.0.1:8085\n"),
+            "project: p\n",
+        ),
+    ];
+    let mut seen = BTreeSet::new();
+    for values in &sets {
+        let d = docs(&render_chart(values));
+        run_args(&d);
+        for a in args(&d) {
+            if let Some(flag) = a.split('=').next().filter(|f| f.starts_with("--")) {
+                seen.insert(flag.to_string());
+            }
+        }
+    }
+    let template = std::fs::read_to_string(chart().join("templates/deployment.yaml")).unwrap();
+    let named: BTreeSet<String> = template
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- --"))
+        .map(|f| format!("--{}", f.split('=').next().unwrap()))
+        .collect();
+    assert!(named.len() > 30, "the scan found the flags: {named:?}");
+    let uncovered: Vec<_> = named.difference(&seen).collect();
+    assert!(
+        uncovered.is_empty(),
+        "flags no value set renders, so unchecked: {uncovered:?}"
+    );
+    // The check bites: a misspelt flag, and a flag extraArgs repeats, are rejected.
+    for extra in ["[--provreq-bookin=1m]", "[--region=eu-west-1]"] {
+        let d = docs(&render_chart(&values_with(&format!("extraArgs: {extra}"))));
+        assert!(parse_run(&args(&d)).is_err(), "{extra} was accepted");
+    }
+}
+
+/// The chart's defaults are the binary's, apart from the region and the log format, so the
+/// generated manifest runs what `gpu-autoscaler run` documents.
+#[test]
+fn chart_defaults_are_the_binarys_defaults() {
+    let mut chart = run_args(&docs(&render_chart(&default_values())));
+    let binary = parse_run(&["run".to_string()]).unwrap();
+    assert_eq!(chart.region, "us-east-1");
+    assert_eq!(
+        chart.log_format,
+        autoscaler::controller::settings::LogFormat::Json
+    );
+    chart.region = binary.region.clone();
+    chart.log_format = binary.log_format;
+    assert_eq!(format!("{chart:#?}"), format!("{binary:#?}"));
 }

@@ -110,19 +110,23 @@ pub trait Policy {
 /// driven as the controller drives them.
 pub struct GpuAutoscaler {
     state: DisruptionState,
-    config: DisruptionConfig,
+    pub(crate) config: DisruptionConfig,
     cache: SnapshotCache,
 }
 
 impl GpuAutoscaler {
-    /// A policy with the core's disruption defaults, the validation delay and scale-down
-    /// delay of `cfg`.
+    /// A policy with the core's disruption defaults and `cfg`'s validation delay, scale-down
+    /// delays and utilization options.
     pub fn new(cfg: &ClusterConfig) -> Self {
         GpuAutoscaler {
             state: DisruptionState::default(),
             config: DisruptionConfig {
                 validation_delay_s: cfg.validation_delay_s,
                 delay_after_scale_up_s: cfg.scale_down_delay_after_add_s,
+                delay_after_delete_s: cfg.scale_down_delay_after_delete_s,
+                delay_after_failure_s: cfg.scale_down_delay_after_failure_s,
+                ignore_daemonset_utilization: cfg.ignore_daemonsets_utilization,
+                ignore_mirror_utilization: cfg.ignore_mirror_pods_utilization,
                 ..DisruptionConfig::default()
             },
             cache: SnapshotCache::default(),

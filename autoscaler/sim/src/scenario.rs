@@ -228,6 +228,14 @@ struct ClusterFile {
     validation_delay: Option<Dur>,
     #[serde(default)]
     scale_down_delay_after_add: Option<Dur>,
+    #[serde(default)]
+    scale_down_delay_after_delete: Option<Dur>,
+    #[serde(default)]
+    scale_down_delay_after_failure: Option<Dur>,
+    #[serde(default)]
+    ignore_daemonsets_utilization: Option<bool>,
+    #[serde(default)]
+    ignore_mirror_pods_utilization: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -552,6 +560,14 @@ pub struct ClusterConfig {
     pub validation_delay_s: i64,
     /// No scale-down this long after a scale-up (Cluster Autoscaler's default 10 min).
     pub scale_down_delay_after_add_s: i64,
+    /// No scale-down this long after a node deletion (default 0).
+    pub scale_down_delay_after_delete_s: i64,
+    /// No scale-down this long after a failed deletion (default 3 min).
+    pub scale_down_delay_after_failure_s: i64,
+    /// Leave DaemonSet pods out of utilization.
+    pub ignore_daemonsets_utilization: bool,
+    /// Leave mirror pods out of utilization.
+    pub ignore_mirror_pods_utilization: bool,
 }
 
 impl Default for ClusterConfig {
@@ -572,6 +588,10 @@ impl Default for ClusterConfig {
             disruption_interval_s: 10,
             validation_delay_s: 15,
             scale_down_delay_after_add_s: 600,
+            scale_down_delay_after_delete_s: 0,
+            scale_down_delay_after_failure_s: 180,
+            ignore_daemonsets_utilization: false,
+            ignore_mirror_pods_utilization: false,
         }
     }
 }
@@ -1023,6 +1043,18 @@ fn build_cluster(
     }
     if let Some(d) = f.scale_down_delay_after_add {
         c.scale_down_delay_after_add_s = d.0;
+    }
+    if let Some(d) = f.scale_down_delay_after_delete {
+        c.scale_down_delay_after_delete_s = d.0;
+    }
+    if let Some(d) = f.scale_down_delay_after_failure {
+        c.scale_down_delay_after_failure_s = d.0;
+    }
+    if let Some(b) = f.ignore_daemonsets_utilization {
+        c.ignore_daemonsets_utilization = b;
+    }
+    if let Some(b) = f.ignore_mirror_pods_utilization {
+        c.ignore_mirror_pods_utilization = b;
     }
     Ok(c)
 }

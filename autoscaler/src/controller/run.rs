@@ -572,6 +572,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             delay_after_delete_s: s(self.args.scale_down_delay_after_delete),
             delay_after_failure_s: s(self.args.scale_down_delay_after_failure),
             validation_delay_s: s(self.args.validation_delay),
+            ignore_daemonset_utilization: self.args.ignore_daemonsets_utilization,
+            ignore_mirror_utilization: self.args.ignore_mirror_pods_utilization,
             ..DisruptionConfig::default()
         }
     }

@@ -116,6 +116,14 @@ pub struct RunArgs {
     /// No scale-down this long after a failed disruption.
     #[arg(long, default_value = "3m", value_parser = parse_duration)]
     pub scale_down_delay_after_failure: Duration,
+    /// Leave DaemonSet pods out of a node's utilization (Cluster Autoscaler's
+    /// `--ignore-daemonsets-utilization`).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub ignore_daemonsets_utilization: bool,
+    /// Leave mirror (static) pods out of a node's utilization (Cluster Autoscaler's
+    /// `--ignore-mirror-pods-utilization`).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub ignore_mirror_pods_utilization: bool,
     /// A replacement node must initialize within this long, or the replace is dropped.
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub replacement_timeout: Duration,
@@ -197,5 +205,32 @@ mod tests {
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("x").is_err());
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    #[test]
+    fn disruption_flags_parse_with_cluster_autoscalers_defaults() {
+        use clap::Parser;
+        let d = Cli::try_parse_from(["x"]).expect("defaults parse").run;
+        assert!(!d.ignore_daemonsets_utilization && !d.ignore_mirror_pods_utilization);
+        assert_eq!(d.drain_timeout, Duration::from_secs(600));
+        assert_eq!(d.optional_api_recheck, Duration::from_secs(60));
+        let s = Cli::try_parse_from([
+            "x",
+            "--ignore-daemonsets-utilization=true",
+            "--ignore-mirror-pods-utilization",
+            "true",
+            "--drain-timeout=30s",
+        ])
+        .expect("flags parse")
+        .run;
+        assert!(s.ignore_daemonsets_utilization && s.ignore_mirror_pods_utilization);
+        assert_eq!(s.drain_timeout, Duration::from_secs(30));
+        assert!(Cli::try_parse_from(["x", "--ignore-daemonsets-utilization=maybe"]).is_err());
     }
 }

@@ -56,6 +56,30 @@ fn a_good_file_parses() {
 }
 
 #[test]
+fn disruption_options_reach_the_policy() {
+    let text = GOOD.replace(
+        "catalog: aws\n",
+        "catalog: aws\ncluster:\n  scaleDownDelayAfterDelete: 1m\n  scaleDownDelayAfterFailure: 5m\n  ignoreDaemonsetsUtilization: true\n  ignoreMirrorPodsUtilization: true\n",
+    );
+    let s = Scenario::parse(Path::new("good.yaml"), &text).unwrap();
+    let p = crate::policy::GpuAutoscaler::new(&s.cluster);
+    assert_eq!(p.config.delay_after_delete_s, 60);
+    assert_eq!(p.config.delay_after_failure_s, 300);
+    assert!(p.config.ignore_daemonset_utilization && p.config.ignore_mirror_utilization);
+    // Defaults are Cluster Autoscaler's.
+    let d =
+        crate::policy::GpuAutoscaler::new(&Scenario::parse(Path::new("g"), GOOD).unwrap().cluster);
+    assert_eq!(
+        (
+            d.config.delay_after_delete_s,
+            d.config.delay_after_failure_s
+        ),
+        (0, 180)
+    );
+    assert!(!d.config.ignore_daemonset_utilization);
+}
+
+#[test]
 fn missing_field_names_line_and_field() {
     let text = GOOD.replace("      duration: {min: 5m, max: 10m}\n", "");
     let (line, field, why) = err(&text);
