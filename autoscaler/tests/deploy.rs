@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use autoscaler::controller::api_calls::{Scope, triples};
-use autoscaler::controller::settings::RunArgs;
+use autoscaler::controller::settings::{ProviderKind, RunArgs};
 use serde_yaml::Value;
 
 const NAMESPACE: &str = "gpu-autoscaler";
@@ -872,4 +872,61 @@ fn chart_defaults_are_the_binarys_defaults() {
     chart.region = binary.region.clone();
     chart.log_format = binary.log_format;
     assert_eq!(format!("{chart:#?}"), format!("{binary:#?}"));
+}
+
+/// The install snippets of the README's "Install in a cluster" section render, every argument
+/// parses, and the binary loads their settings files.
+#[test]
+fn readme_install_snippets_render_and_load() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Install in a cluster\n")
+        .nth(1)
+        .expect("the README's install section")
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let snippets: Vec<&str> = section
+        .split("```yaml\n")
+        .skip(1)
+        .map(|s| s.split("```").next().unwrap())
+        .collect();
+    let mut providers = BTreeSet::new();
+    for snippet in snippets {
+        let d = docs(&render_chart(&values_with(snippet)));
+        let mut run = run_args(&d);
+        let (path, text) = mounted_settings(&d);
+        let (_dir, local) = local_copy(&text);
+        match run.provider {
+            ProviderKind::Aws => {
+                assert_eq!(run.aws.config.as_deref(), Some(Path::new(&path)));
+                run.aws.config = Some(local);
+                let s = run
+                    .aws
+                    .settings(Some(&run.region), Some(&run.cluster_name))
+                    .unwrap_or_else(|e| panic!("README AWS settings: {e}"));
+                assert!(!s.node_classes["default"].ami.is_empty());
+            }
+            ProviderKind::Gcp => {
+                assert_eq!(run.gcp.config.as_deref(), Some(Path::new(&path)));
+                run.gcp.config = Some(local);
+                run.gcp
+                    .settings(autoscaler::gcp::Common {
+                        cluster: Some(&run.cluster_name),
+                        region: Some(&run.region),
+                        endpoint_url: None,
+                    })
+                    .unwrap_or_else(|e| panic!("README GCP settings: {e}"));
+            }
+            other => panic!("README snippet for {other:?}"),
+        }
+        let sa = find(&d, "ServiceAccount", "gpu-autoscaler").unwrap();
+        assert!(sa["metadata"]["annotations"].is_mapping(), "{snippet}");
+        providers.insert(format!("{:?}", run.provider));
+    }
+    assert_eq!(
+        providers.len(),
+        2,
+        "an AWS and a GCP snippet: {providers:?}"
+    );
 }
