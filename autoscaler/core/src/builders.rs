@@ -427,6 +427,7 @@ pub fn node(name: &str, it: &InstanceType, zone: &str) -> NodeBuilder {
         instance_type: Some(it.name.clone()),
         price,
         created_at: 0,
+        last_pod_event: None,
         initialized: true,
         claim: None,
     })
@@ -466,6 +467,11 @@ impl NodeBuilder {
     /// Sets creation time.
     pub fn created(mut self, t: i64) -> Self {
         self.0.created_at = t;
+        self
+    }
+    /// Sets when a pod was last bound to or removed from the node.
+    pub fn pod_event(mut self, t: i64) -> Self {
+        self.0.last_pod_event = Some(t);
         self
     }
     /// Adds an annotation.

@@ -568,11 +568,23 @@ pub fn plan_disruption(
             verdict.insert(n.name.clone(), v);
             continue;
         }
-        if now - n.created_at < policy.consolidate_after_s {
-            v.reason = format!(
-                "younger than consolidateAfter {}",
-                fmt_duration(policy.consolidate_after_s)
-            );
+        // Karpenter's consolidateAfter: the node's pods have not changed for that long.
+        let stable_since = n
+            .last_pod_event
+            .map_or(n.created_at, |t| t.max(n.created_at));
+        if now - stable_since < policy.consolidate_after_s {
+            v.reason = if stable_since > n.created_at {
+                format!(
+                    "a pod was bound or removed {} ago (consolidateAfter {})",
+                    fmt_duration(now - stable_since),
+                    fmt_duration(policy.consolidate_after_s)
+                )
+            } else {
+                format!(
+                    "younger than consolidateAfter {}",
+                    fmt_duration(policy.consolidate_after_s)
+                )
+            };
             verdict.insert(n.name.clone(), v);
             continue;
         }

@@ -132,6 +132,11 @@ pub struct Node {
     pub price: Option<f64>,
     /// When the node was created, seconds on the caller's clock.
     pub created_at: i64,
+    /// When a pod was last bound to or removed from the node, if known (seconds on the
+    /// caller's clock). Consolidation waits `consolidateAfter` from the later of this and
+    /// `created_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pod_event: Option<i64>,
     /// Whether the node is initialized (Ready, startup taints gone, device plugin up).
     pub initialized: bool,
     /// The NodeClaim behind the node, when managed.

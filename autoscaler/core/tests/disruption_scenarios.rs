@@ -621,3 +621,53 @@ fn validation_drops_commands_the_cluster_no_longer_supports() {
         "node a: pod default/new has karpenter.sh/do-not-disrupt"
     );
 }
+
+#[test]
+fn consolidate_after_counts_from_the_last_pod_event_not_the_node_age() {
+    let mut policy = quick();
+    policy.consolidate_after_s = 600;
+    // An old node whose pods changed 200 s ago (at 1000): it waits until 1600.
+    let churned = |t: i64| {
+        snap(
+            vec![
+                managed("a", &m16(), "cpu")
+                    .with_pod(pod("w1").cpu("2"))
+                    .pod_event(t),
+            ],
+            vec![pool("cpu", vec![m4(), m16()]).disruption(policy.clone())],
+        )
+    };
+    check(
+        &churned(1000),
+        1200,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep a: a pod was bound or removed 3m20s ago (consolidateAfter 10m)
+        "#]],
+    );
+    check(
+        &churned(1000),
+        1600,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Replace nodes=[a] pods=1 savings=0.576 replacement=m5.xlarge@0.192
+        "#]],
+    );
+    // A young node with no pod event since creation waits from its creation.
+    let young = snap(
+        vec![
+            managed("a", &m16(), "cpu")
+                .with_pod(pod("w1").cpu("2"))
+                .created(900),
+        ],
+        vec![pool("cpu", vec![m4(), m16()]).disruption(policy.clone())],
+    );
+    check(
+        &young,
+        1200,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep a: younger than consolidateAfter 10m
+        "#]],
+    );
+}

@@ -468,6 +468,7 @@ impl Cluster {
             instance_type: Some(n.instance_type.clone()),
             price: Some(n.price),
             created_at: n.launched_at,
+            last_pod_event: Some(n.last_pod_change),
             initialized: n.phase == NodePhase::Ready,
             claim: Some(n.claim.clone()),
         }

@@ -13,7 +13,7 @@
 //! MiB and a few dozen.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -312,6 +312,9 @@ pub struct PodStore {
     relist: Arc<Mutex<Option<HashSet<ByKey>>>>,
     ready: Arc<tokio::sync::Notify>,
     synced: Arc<std::sync::atomic::AtomicBool>,
+    /// When a pod that moves with consolidation was last bound to or removed from each node,
+    /// seconds since the epoch, as the watch saw it (see [`PodStore::pod_events`]).
+    pod_events: Arc<Mutex<HashMap<Arc<str>, i64>>>,
 }
 
 /// A cached pod hashed and compared by its key.
@@ -399,7 +402,9 @@ impl PodStore {
                 self.ready.notify_waiters();
             }
             Event::Apply(p) => {
-                self.write().replace(ByKey(Arc::new(p.into())));
+                let new = Arc::new(CachedPod::from(p));
+                let old = self.write().replace(ByKey(new.clone()));
+                self.record(old.as_ref().map(|o| &*o.0), Some(&new));
             }
             Event::Delete(p) => {
                 // As `translate::pod_key` names it.
@@ -407,9 +412,43 @@ impl PodStore {
                     namespace: p.metadata.namespace.unwrap_or_else(|| "default".into()),
                     name: p.metadata.name.unwrap_or_default(),
                 };
-                self.write().remove(&key);
+                let old = self.write().take(&key);
+                self.record(old.as_ref().map(|o| &*o.0), None);
             }
         }
+    }
+
+    /// Notes a pod arriving on or leaving a node (bound, finished, deleted). DaemonSet and
+    /// mirror pods are left out: they come and go with the node and never hold it.
+    fn record(&self, old: Option<&CachedPod>, new: Option<&CachedPod>) {
+        let on = |p: Option<&CachedPod>| {
+            p.filter(|p| p.active && !p.stays_with_node())
+                .and_then(|p| p.node_name.clone())
+        };
+        let (before, after) = (on(old), on(new));
+        if before == after {
+            return;
+        }
+        let now = jiff::Timestamp::now().as_second();
+        let mut events = self
+            .pod_events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for node in before.into_iter().chain(after) {
+            events.insert(node, now);
+        }
+    }
+
+    /// When a pod was last bound to or removed from each node, seconds since the epoch, for
+    /// the nodes where the watch saw one happen since start-up (a relist is not an event).
+    /// Nodes not in `keep` are forgotten.
+    pub fn pod_events(&self, keep: impl Fn(&str) -> bool) -> HashMap<Arc<str>, i64> {
+        let mut events = self
+            .pod_events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        events.retain(|n, _| keep(n));
+        events.clone()
     }
 }
 
@@ -499,6 +538,58 @@ mod tests {
         ));
         let other = replica("c", "n2");
         assert_eq!(other.node_name.as_deref(), Some("n2"));
+    }
+
+    #[test]
+    fn binding_finishing_and_deleting_are_pod_events_of_their_node() {
+        use kube::runtime::watcher::Event;
+        let wire = |name: &str, node: Option<&str>, phase: &str, owner: Option<&str>| -> PodWire {
+            let owners = owner.map_or(json!([]), |k| {
+                json!([{"apiVersion": "apps/v1", "kind": k, "name": "o", "uid": "u", "controller": true}])
+            });
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ml", "uid": name, "ownerReferences": owners},
+                "spec": {"nodeName": node, "containers": [{"name": "c"}]},
+                "status": {"phase": phase}
+            }))
+            .unwrap()
+        };
+        let store = PodStore::new();
+        store.apply(Event::Init);
+        // What was there at the (re)list is no event: its time is unknown.
+        store.apply(Event::InitApply(wire("old", Some("n0"), "Running", None)));
+        store.apply(Event::InitDone);
+        let events = |s: &PodStore| {
+            let mut v: Vec<String> = s
+                .pod_events(|_| true)
+                .into_keys()
+                .map(|k| k.to_string())
+                .collect();
+            v.sort();
+            v
+        };
+        assert!(events(&store).is_empty());
+        // Pending, then bound to n1: n1 gets an event.
+        store.apply(Event::Apply(wire("a", None, "Pending", None)));
+        assert!(events(&store).is_empty());
+        store.apply(Event::Apply(wire("a", Some("n1"), "Running", None)));
+        assert_eq!(events(&store), ["n1"]);
+        // A DaemonSet pod arriving on n2 is not one; a pod finishing on n3 and one deleted
+        // from n0 are.
+        store.apply(Event::Apply(wire(
+            "ds",
+            Some("n2"),
+            "Running",
+            Some("DaemonSet"),
+        )));
+        assert_eq!(events(&store), ["n1"]);
+        store.apply(Event::Apply(wire("b", Some("n3"), "Running", None)));
+        store.apply(Event::Apply(wire("b", Some("n3"), "Succeeded", None)));
+        store.apply(Event::Delete(wire("old", Some("n0"), "Running", None)));
+        assert_eq!(events(&store), ["n0", "n1", "n3"]);
+        // Nodes that are gone are forgotten.
+        store.pod_events(|n| n != "n0");
+        assert_eq!(events(&store), ["n1", "n3"]);
     }
 
     #[test]

@@ -307,6 +307,7 @@ mod tests {
             instance_type: None,
             price: Some(1.0),
             created_at: 0,
+            last_pod_event: None,
             initialized: true,
             claim: None,
         }

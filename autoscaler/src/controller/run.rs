@@ -67,6 +67,9 @@ fn epoch() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
+/// Least time between two `lastPodEventTime` writes to one NodeClaim, seconds.
+const POD_EVENT_WRITE_EVERY_S: i64 = 5;
+
 /// The reflectors' stores.
 #[derive(Clone)]
 pub struct Stores {
@@ -637,6 +640,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         let t = Instant::now();
         self.lifecycle().await;
+        self.persist_pod_events().await;
         self.terminate_nodes().await;
         self.observe("lifecycle", t);
         let t = Instant::now();
@@ -993,6 +997,42 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// Managed Nodes being deleted: terminate the instance, delete the claim, release the
     /// Node's finalizer.
+    /// Writes the watch's pod events onto the claims of their nodes (`lastPodEventTime`), where
+    /// disruption reads them for `consolidateAfter` and where they outlive a restart. Under pod
+    /// churn a claim is written at most once per [`POD_EVENT_WRITE_EVERY_S`]; consolidation
+    /// may then start that much before `consolidateAfter` is over, never more.
+    async fn persist_pod_events(&mut self) {
+        let claims = self.stores.claims.state();
+        let node_of = |c: &NodeClaim| c.status.as_ref().and_then(|s| s.node_name.clone());
+        let live: HashSet<String> = claims.iter().filter_map(|c| node_of(c)).collect();
+        let events = self.stores.pods.pod_events(|n| live.contains(n));
+        for c in &claims {
+            let Some(node) = node_of(c) else { continue };
+            let Some(&at) = events.get(node.as_str()) else {
+                continue;
+            };
+            let written = c
+                .status
+                .as_ref()
+                .and_then(|s| s.last_pod_event_time.as_ref())
+                .map(translate::epoch_seconds);
+            if written.is_some_and(|w| at < w + POD_EVENT_WRITE_EVERY_S) {
+                continue;
+            }
+            let Ok(t) = jiff::Timestamp::from_second(at) else {
+                continue;
+            };
+            if let Err(e) = self
+                .shared
+                .actuator
+                .patch_claim_status(&c.name_any(), &json!({"lastPodEventTime": t.to_string()}))
+                .await
+            {
+                tracing::warn!(claim = %c.name_any(), error = %e, "recording the last pod event");
+            }
+        }
+    }
+
     async fn terminate_nodes(&mut self) {
         let claims = self.stores.claims.state();
         let by_pid = claims_by_provider_id(&claims);

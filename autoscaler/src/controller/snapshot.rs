@@ -459,6 +459,11 @@ impl SnapshotBuilder {
                     .as_ref()
                     .map(translate::epoch_seconds)
                     .unwrap_or(0),
+                // Persisted on the claim, so a restart does not forget recent pod churn.
+                last_pod_event: claim
+                    .and_then(|c| c.status.as_ref())
+                    .and_then(|s| s.last_pod_event_time.as_ref())
+                    .map(translate::epoch_seconds),
                 initialized,
                 claim: claim.and_then(|c| c.metadata.name.clone()),
                 name,

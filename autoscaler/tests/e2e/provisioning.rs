@@ -114,6 +114,14 @@ async fn e2e_1_pending_gpu_pod_gets_a_node_once_the_device_plugin_is_up() {
     let (c, ctl, _node) = scale_up().await;
     let log = ctl.log();
     assert!(log.contains("created NodeClaim"), "{log}");
+    // The pod's binding is a pod event on the node, recorded on its claim for consolidateAfter.
+    eventually("the claim to record the pod event", DEADLINE, || async {
+        let cl = c.claims().await.into_iter().next()?;
+        let created = cl.metadata.creation_timestamp.clone()?;
+        let at = cl.status?.last_pod_event_time?;
+        (at.0 >= created.0).then_some(())
+    })
+    .await;
     // The pod got a TriggeredScaleUp event naming its claim.
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(c.client.clone(), "default");
