@@ -28,14 +28,14 @@ pub enum Evicted {
 }
 
 /// Sets (or replaces) condition `type_` in `conditions`, keeping the transition time when the
-/// status did not change.
+/// status did not change, and stamping the object's `generation` it was decided on.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
+    (type_, status): (&str, bool),
     reason: &str,
     message: &str,
     now: jiff::Timestamp,
+    generation: Option<i64>,
 ) {
     let status = if status { "True" } else { "False" };
     let new = Condition {
@@ -44,12 +44,13 @@ pub fn set_condition(
         reason: reason.to_string(),
         message: message.to_string(),
         last_transition_time: Time(now),
-        observed_generation: None,
+        observed_generation: generation,
     };
     match conditions.iter_mut().find(|c| c.type_ == type_) {
         Some(c) if c.status == status => {
             c.reason = new.reason;
             c.message = new.message;
+            c.observed_generation = generation;
         }
         Some(c) => *c = new,
         None => conditions.push(new),
@@ -319,4 +320,36 @@ pub fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
         .iter()
         .flatten()
         .any(|f| f == keys::FINALIZER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_keep_their_transition_time_and_follow_the_generation() {
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        let t1 = jiff::Timestamp::from_second(2_000).unwrap();
+        let mut conds = Vec::new();
+        set_condition(&mut conds, ("Ready", false), "NotYet", "wait", t0, Some(1));
+        set_condition(
+            &mut conds,
+            ("Ready", false),
+            "StillNot",
+            "more",
+            t1,
+            Some(2),
+        );
+        assert_eq!(conds.len(), 1);
+        let c = &conds[0];
+        // Same status: the transition is still the first one; reason and generation move on.
+        assert_eq!(c.last_transition_time, Time(t0));
+        assert_eq!(
+            (c.reason.as_str(), c.observed_generation),
+            ("StillNot", Some(2))
+        );
+        set_condition(&mut conds, ("Ready", true), "Done", "", t1, Some(3));
+        assert_eq!(conds[0].last_transition_time, Time(t1));
+        assert_eq!(conds[0].observed_generation, Some(3));
+    }
 }

@@ -810,19 +810,19 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 s.node_name = Some(node_name.clone());
                 set_condition(
                     &mut s.conditions,
-                    conditions::REGISTERED,
-                    true,
+                    (conditions::REGISTERED, true),
                     reasons::SUCCEEDED,
                     "",
                     ts,
+                    claim.metadata.generation,
                 );
                 set_condition(
                     &mut s.conditions,
-                    conditions::INITIALIZED,
-                    false,
+                    (conditions::INITIALIZED, false),
                     reasons::NODE_NOT_READY,
                     "the Node is not Ready",
                     ts,
+                    claim.metadata.generation,
                 );
                 tracing::info!(claim = %name, node = %node_name, "registered");
                 self.shared
@@ -834,19 +834,19 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 let mut s = status();
                 set_condition(
                     &mut s.conditions,
-                    conditions::INITIALIZED,
-                    false,
+                    (conditions::INITIALIZED, false),
                     reason,
                     &message,
                     ts,
+                    claim.metadata.generation,
                 );
                 set_condition(
                     &mut s.conditions,
-                    conditions::READY,
-                    false,
+                    (conditions::READY, false),
                     reason,
                     &message,
                     ts,
+                    claim.metadata.generation,
                 );
                 self.shared
                     .actuator
@@ -856,7 +856,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
             Action::Initialize => {
                 let mut s = status();
                 for c in [conditions::INITIALIZED, conditions::READY] {
-                    set_condition(&mut s.conditions, c, true, reasons::SUCCEEDED, "", ts);
+                    set_condition(
+                        &mut s.conditions,
+                        (c, true),
+                        reasons::SUCCEEDED,
+                        "",
+                        ts,
+                        claim.metadata.generation,
+                    );
                 }
                 tracing::info!(claim = %name, "initialized");
                 self.shared
@@ -1623,31 +1630,38 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 Ok(()) => {
                     set_condition(
                         &mut conds,
-                        conditions::VALIDATION_SUCCEEDED,
-                        true,
+                        (conditions::VALIDATION_SUCCEEDED, true),
                         reasons::VALID,
                         "",
                         ts,
+                        np.metadata.generation,
                     );
-                    set_condition(&mut conds, conditions::READY, true, reasons::VALID, "", ts);
+                    set_condition(
+                        &mut conds,
+                        (conditions::READY, true),
+                        reasons::VALID,
+                        "",
+                        ts,
+                        np.metadata.generation,
+                    );
                 }
                 Err(e) => {
                     let msg = e.to_string();
                     set_condition(
                         &mut conds,
-                        conditions::VALIDATION_SUCCEEDED,
-                        false,
+                        (conditions::VALIDATION_SUCCEEDED, false),
                         reasons::INVALID_SPEC,
                         &msg,
                         ts,
+                        np.metadata.generation,
                     );
                     set_condition(
                         &mut conds,
-                        conditions::READY,
-                        false,
+                        (conditions::READY, false),
                         reasons::INVALID_SPEC,
                         &msg,
                         ts,
+                        np.metadata.generation,
                     );
                 }
             }
@@ -1808,19 +1822,19 @@ async fn record_launch<P: CloudProvider + 'static>(
             }
             set_condition(
                 &mut status.conditions,
-                conditions::LAUNCHED,
-                true,
+                (conditions::LAUNCHED, true),
                 reasons::SUCCEEDED,
                 "",
                 ts,
+                claim.metadata.generation,
             );
             set_condition(
                 &mut status.conditions,
-                conditions::REGISTERED,
-                false,
+                (conditions::REGISTERED, false),
                 reasons::NODE_NOT_FOUND,
                 "waiting for the Node to join",
                 ts,
+                claim.metadata.generation,
             );
             shared
                 .metrics
@@ -1863,11 +1877,11 @@ async fn record_launch<P: CloudProvider + 'static>(
                 .inc();
             set_condition(
                 &mut status.conditions,
-                conditions::LAUNCHED,
-                false,
+                (conditions::LAUNCHED, false),
                 reason,
                 &e.to_string(),
                 ts,
+                claim.metadata.generation,
             );
             tracing::warn!(claim = %name, error = %e, "launch failed");
         }

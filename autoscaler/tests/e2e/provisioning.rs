@@ -166,4 +166,13 @@ async fn e2e_2_completed_pod_node_is_drained_and_removed_pool_at_zero() {
         },
     )
     .await;
+    // Its conditions say which spec they judged.
+    let p = c.pool("gpu").await;
+    let generation = p.metadata.generation;
+    assert!(generation.is_some());
+    let conds = p.status.expect("status").conditions;
+    assert!(!conds.is_empty());
+    for cond in &conds {
+        assert_eq!(cond.observed_generation, generation, "{cond:?}");
+    }
 }

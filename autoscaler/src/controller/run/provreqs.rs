@@ -651,10 +651,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .unwrap_or_default();
         let ts = jiff::Timestamp::now();
         for (type_, status, reason, message) in set {
-            set_condition(&mut conds, type_, *status, reason, message, ts);
-            if let Some(c) = conds.iter_mut().find(|c| c.type_ == *type_) {
-                c.observed_generation = pr.metadata.generation;
-            }
+            set_condition(
+                &mut conds,
+                (type_, *status),
+                reason,
+                message,
+                ts,
+                pr.metadata.generation,
+            );
         }
         let mut status = json!({"conditions": conds});
         if details.as_object().is_some_and(|d| !d.is_empty()) {
