@@ -533,6 +533,7 @@ struct NodeKey {
     taints: Vec<Taint>,
     ds_pods: usize,
     pods: Vec<PodId>,
+    last_pod_change: i64,
 }
 
 impl NodeKey {
@@ -544,6 +545,7 @@ impl NodeKey {
             taints: n.taints.clone(),
             ds_pods: n.ds_pods.len(),
             pods: n.pods.clone(),
+            last_pod_change: n.last_pod_change,
         }
     }
 
@@ -555,6 +557,7 @@ impl NodeKey {
             && self.ds_pods == n.ds_pods.len()
             && self.taints == n.taints
             && self.pods == n.pods
+            && self.last_pod_change == n.last_pod_change
     }
 }
 
@@ -671,6 +674,7 @@ impl Entry for Node {
         }
         self.unschedulable = n.cordoned;
         self.deleting = n.deleting;
+        self.last_pod_event = Some(n.last_pod_change);
         c.refresh_pods(&mut self.pods, ni, old);
     }
 }
