@@ -161,12 +161,24 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         let Some((key, values)) = sweep.split_once('=') else {
             bail!("--sweep wants KEY=v1,v2,... (got {sweep:?})");
         };
+        if args.report.is_some() {
+            bail!("--report writes one run's page; with --sweep use --json");
+        }
         println!("sweep {key} on scenario {}:", scenario.name);
+        let mut runs = Vec::new();
         for v in values.split(',').map(str::trim).filter(|v| !v.is_empty()) {
             let mut s = scenario.clone();
             autoscaler_sim::apply_sweep(&mut s, key, v).map_err(anyhow::Error::msg)?;
             let r = run_once(&s, workload.as_ref(), &opts, args.quiet)?;
             println!("{}", report::sweep_line(v, &r));
+            let result: serde_json::Value = serde_json::from_str(&report::to_json(&r))
+                .context("re-reading a run's JSON report")?;
+            runs.push(serde_json::json!({"value": v, "result": result}));
+        }
+        if let Some(p) = &args.json {
+            let doc = serde_json::json!({"sweep": key, "scenario": scenario.name, "runs": runs});
+            std::fs::write(p, format!("{doc:#}\n"))
+                .with_context(|| format!("writing {}", p.display()))?;
         }
         return Ok(());
     }
@@ -182,4 +194,48 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         eprintln!("wrote {}", p.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimulateArgs,
+    }
+
+    #[test]
+    fn a_sweep_writes_one_json_run_per_value() {
+        let dir = std::env::temp_dir().join(format!("gpu-autoscaler-sweep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("sweep.json");
+        let cli = Cli::try_parse_from([
+            "x",
+            "--quiet",
+            "--hours=2",
+            "--policy=gpu-autoscaler",
+            "--sweep=unneeded-time=1m,30m",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+        .unwrap();
+        run(cli.sim).expect("the sweep runs");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(doc["sweep"], "unneeded-time");
+        let runs = doc["runs"].as_array().expect("runs");
+        let values: Vec<&str> = runs.iter().map(|r| r["value"].as_str().unwrap()).collect();
+        assert_eq!(values, ["1m", "30m"]);
+        assert!(runs.iter().all(|r| r["result"].is_object()));
+        // A one-run HTML page cannot hold a sweep: said, not ignored.
+        let cli =
+            Cli::try_parse_from(["x", "--sweep=unneeded-time=1m", "--report", "r.html"]).unwrap();
+        let err = run(cli.sim).unwrap_err().to_string();
+        assert!(err.contains("--report"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
