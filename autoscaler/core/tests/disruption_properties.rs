@@ -1,12 +1,14 @@
 //! Property tests: no disruption command ever violates a safety rule, budget or minimum, and
-//! the pods of removed nodes always have room on what remains (checked independently of the
-//! planner, by capacity accounting).
+//! the pods of removed nodes always have a place on what remains plus the replacements
+//! (checked independently of the planner, by an exact search over pod placements).
 
 use std::collections::BTreeMap;
 
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, Method, plan_disruption};
-use autoscaler_core::model::{Budget, BudgetValue, DisruptionPolicy, Pdb, Snapshot};
+use autoscaler_core::model::{
+    Budget, BudgetValue, DisruptionPolicy, DisruptionReason, Pdb, Snapshot,
+};
 use autoscaler_core::requirements::{Operator, Requirements};
 use autoscaler_core::resources::Resources;
 use proptest::prelude::*;
@@ -20,7 +22,7 @@ struct PodSpec {
 }
 
 fn arb_pod() -> impl Strategy<Value = PodSpec> {
-    (1u32..80, 0u8..3, 0u8..8, proptest::bool::weighted(0.1)).prop_map(
+    (1u32..80, 0u8..3, 0u8..12, proptest::bool::weighted(0.1)).prop_map(
         |(cpu, app, annotation, bare)| PodSpec {
             cpu,
             app,
@@ -30,12 +32,56 @@ fn arb_pod() -> impl Strategy<Value = PodSpec> {
     )
 }
 
+/// What may keep a node from being disrupted, drawn per node.
+#[derive(Debug, Clone, Copy)]
+enum NodeFlag {
+    None,
+    DoNotDisrupt,
+    ScaleDownDisabled,
+    Uninitialized,
+    Booked,
+    MigPending,
+}
+
+fn arb_flag() -> impl Strategy<Value = NodeFlag> {
+    prop_oneof![
+        10 => Just(NodeFlag::None),
+        1 => Just(NodeFlag::DoNotDisrupt),
+        1 => Just(NodeFlag::ScaleDownDisabled),
+        1 => Just(NodeFlag::Uninitialized),
+        1 => Just(NodeFlag::Booked),
+        1 => Just(NodeFlag::MigPending),
+    ]
+}
+
+/// A budget as a count or a percent, for every reason or only some.
+#[derive(Debug, Clone, Copy)]
+struct BudgetSpec {
+    value: u32,
+    percent: bool,
+    underutilized_only: bool,
+}
+
+fn arb_budget() -> impl Strategy<Value = BudgetSpec> {
+    (
+        0u32..4,
+        0u32..80,
+        proptest::bool::weighted(0.3),
+        proptest::bool::weighted(0.3),
+    )
+        .prop_map(|(count, pct, percent, underutilized_only)| BudgetSpec {
+            value: if percent { pct } else { count },
+            percent,
+            underutilized_only,
+        })
+}
+
 fn build(
     nodes: &[Vec<PodSpec>],
     pdb_allowed: [i32; 3],
-    budget: u32,
+    budget: BudgetSpec,
     min_nodes: u32,
-    node_dnd: &[bool],
+    flags: &[NodeFlag],
 ) -> Snapshot {
     let small = itype("c.4")
         .cpu("4")
@@ -48,11 +94,25 @@ fn build(
         .on_demand(&["z"], 0.7)
         .build();
     let mut built = Vec::new();
+    let mut booked = std::collections::BTreeSet::new();
     for (i, pods) in nodes.iter().enumerate() {
         let it = if i % 2 == 0 { &big } else { &small };
-        let mut n = node(&format!("n{i}"), it, "z").pool("p");
-        if node_dnd.get(i).copied().unwrap_or(false) {
-            n = n.annotate("karpenter.sh/do-not-disrupt", "true");
+        let name = format!("n{i}");
+        let mut n = node(&name, it, "z").pool("p");
+        match flags.get(i).copied().unwrap_or(NodeFlag::None) {
+            NodeFlag::None => {}
+            NodeFlag::DoNotDisrupt => n = n.annotate("karpenter.sh/do-not-disrupt", "true"),
+            NodeFlag::ScaleDownDisabled => {
+                n = n.annotate(
+                    "cluster-autoscaler.kubernetes.io/scale-down-disabled",
+                    "true",
+                );
+            }
+            NodeFlag::Uninitialized => n = n.initialized(false),
+            NodeFlag::Booked => {
+                booked.insert(name.clone());
+            }
+            NodeFlag::MigPending => n = n.label("nvidia.com/mig.config.state", "pending"),
         }
         for (j, p) in pods.iter().enumerate() {
             let mut b = pod(&format!("n{i}-p{j}"))
@@ -61,6 +121,13 @@ fn build(
             b = match p.annotation {
                 0 => b.annotate("karpenter.sh/do-not-disrupt", "true"),
                 1 => b.annotate("cluster-autoscaler.kubernetes.io/safe-to-evict", "false"),
+                // An explicit safe-to-evict overrides the other pod rules.
+                2 => b.annotate("cluster-autoscaler.kubernetes.io/safe-to-evict", "true"),
+                3 => {
+                    b.0.local_storage = true;
+                    b
+                }
+                4 => b.ns("kube-system"),
                 _ => b,
             };
             if p.bare {
@@ -81,8 +148,16 @@ fn build(
     let policy = DisruptionPolicy {
         unneeded_s: 0,
         budgets: vec![Budget {
-            nodes: BudgetValue::Count(budget),
-            reasons: vec![],
+            nodes: if budget.percent {
+                BudgetValue::Percent(budget.value)
+            } else {
+                BudgetValue::Count(budget.value)
+            },
+            reasons: if budget.underutilized_only {
+                vec![DisruptionReason::Underutilized]
+            } else {
+                vec![]
+            },
         }],
         ..DisruptionPolicy::default()
     };
@@ -102,8 +177,34 @@ fn build(
                 disruptions_allowed: pdb_allowed[a],
             })
             .collect(),
+        booked_nodes: booked,
         ..Snapshot::default()
     }
+}
+
+/// Whether pods of these CPU sizes fit into bins with this much free CPU: an exhaustive
+/// search (biggest pods first, bins of equal room tried once), independent of the planner.
+fn packs(pods: &mut [i64], bins: &mut [i64]) -> bool {
+    pods.sort_unstable_by(|a, b| b.cmp(a));
+    fn place(pods: &[i64], bins: &mut [i64]) -> bool {
+        let Some((&p, rest)) = pods.split_first() else {
+            return true;
+        };
+        let mut tried: Vec<i64> = Vec::new();
+        for i in 0..bins.len() {
+            if bins[i] < p || tried.contains(&bins[i]) {
+                continue;
+            }
+            tried.push(bins[i]);
+            bins[i] -= p;
+            if place(rest, bins) {
+                return true;
+            }
+            bins[i] += p;
+        }
+        false
+    }
+    place(pods, bins)
 }
 
 fn check(snap: &Snapshot) -> Result<(), String> {
@@ -152,14 +253,33 @@ fn check(snap: &Snapshot) -> Result<(), String> {
                 .iter()
                 .find(|x| &x.name == name)
                 .ok_or("unknown node")?;
-            if n.annotations.contains_key("karpenter.sh/do-not-disrupt") {
-                return Err(format!("{name} has do-not-disrupt"));
+            if n.annotations.contains_key("karpenter.sh/do-not-disrupt")
+                || n.annotations
+                    .contains_key("cluster-autoscaler.kubernetes.io/scale-down-disabled")
+            {
+                return Err(format!("{name} is annotated against disruption"));
+            }
+            if !n.initialized
+                || snap.booked_nodes.contains(name)
+                || n.labels.contains_key("nvidia.com/mig.config.state")
+            {
+                return Err(format!(
+                    "{name} is uninitialized, booked or reconfiguring MIG"
+                ));
             }
             for p in &n.pods {
                 let a = |k: &str| p.annotations.get(k).map(String::as_str);
+                let evictable = a("cluster-autoscaler.kubernetes.io/safe-to-evict") == Some("true");
+                let has_pdb = snap
+                    .pdbs
+                    .iter()
+                    .any(|b| b.namespace == p.key.namespace && b.selector.matches(&p.labels));
                 if a("karpenter.sh/do-not-disrupt") == Some("true")
                     || a("cluster-autoscaler.kubernetes.io/safe-to-evict") == Some("false")
-                    || p.owner_kind.is_none()
+                    || (!evictable
+                        && (p.owner_kind.is_none()
+                            || p.local_storage
+                            || (p.key.namespace == "kube-system" && !has_pdb)))
                 {
                     return Err(format!("{name} holds protected pod {}", p.key));
                 }
@@ -178,37 +298,63 @@ fn check(snap: &Snapshot) -> Result<(), String> {
         }
     }
     let pool = &snap.pools[0];
-    let BudgetValue::Count(budget) = pool.disruption.budgets[0].nodes else {
-        unreachable!()
+    let b = &pool.disruption.budgets[0];
+    let budget = match b.nodes {
+        BudgetValue::Count(n) => n as usize,
+        BudgetValue::Percent(p) => (snap.nodes.len() * p as usize).div_ceil(100),
     };
-    if removed.len() > budget as usize {
-        return Err(format!(
-            "{} nodes disrupted with budget {budget}",
-            removed.len()
-        ));
+    for reason in [DisruptionReason::Empty, DisruptionReason::Underutilized] {
+        let by_reason: usize = plan
+            .commands
+            .iter()
+            .filter(|c| c.reason == reason)
+            .map(|c| c.nodes.len())
+            .sum();
+        let limit = if b.reasons.is_empty() || b.reasons.contains(&reason) {
+            budget
+        } else {
+            usize::MAX
+        };
+        if by_reason > limit {
+            return Err(format!(
+                "{by_reason} nodes disrupted for {reason:?} with budget {limit}"
+            ));
+        }
     }
     let remaining = snap.nodes.len() - removed.len() + replacements;
     if remaining < pool.min_nodes as usize && !removed.is_empty() {
         return Err(format!("below minNodes: {remaining}"));
     }
-    // Room for the moved pods: on remaining nodes plus replacements, by capacity.
-    if replacements == 0 {
-        let mut moved = Resources::new();
-        let mut free = Resources::new();
-        for n in &snap.nodes {
-            let mut used = Resources::new();
-            for p in &n.pods {
-                used.add(&p.requests);
-            }
-            if removed.contains(&n.name.as_str()) {
-                moved.add(&used);
-            } else {
-                free.add(&n.allocatable.minus(&used));
-            }
+    // A place for every moved pod, pod by pod: on the remaining nodes (not cordoned or being
+    // deleted) and on the replacements' smallest option.
+    let mut moved: Vec<i64> = Vec::new();
+    let mut bins: Vec<i64> = Vec::new();
+    for n in &snap.nodes {
+        let used: i64 = n.pods.iter().map(|p| p.requests.get("cpu")).sum();
+        if removed.contains(&n.name.as_str()) {
+            moved.extend(n.pods.iter().map(|p| p.requests.get("cpu")));
+        } else if !n.unschedulable && !n.deleting {
+            bins.push(n.allocatable.get("cpu") - used);
         }
-        if !moved.fits(&free) {
-            return Err(format!("moved {moved} exceeds free {free}"));
+    }
+    for c in &plan.commands {
+        if let Some(r) = &c.replacement {
+            let smallest = r
+                .instance_types
+                .iter()
+                .filter_map(|o| {
+                    pool.instance_types
+                        .iter()
+                        .find(|t| t.name == o.instance_type)
+                })
+                .map(|t| t.allocatable().get("cpu"))
+                .min()
+                .ok_or("a replacement without a known option")?;
+            bins.push(smallest);
         }
+    }
+    if !packs(&mut moved, &mut bins) {
+        return Err(format!("moved pods {moved:?} have no place in {bins:?}"));
     }
     Ok(())
 }
@@ -218,10 +364,10 @@ proptest! {
     #[test]
     fn disruption_is_always_safe(nodes in proptest::collection::vec(proptest::collection::vec(arb_pod(), 0..4), 1..7),
                                  pdb in proptest::array::uniform3(0i32..3),
-                                 budget in 0u32..4,
+                                 budget in arb_budget(),
                                  min_nodes in 0u32..3,
-                                 dnd in proptest::collection::vec(proptest::bool::weighted(0.15), 7)) {
-        let snap = build(&nodes, pdb, budget, min_nodes, &dnd);
+                                 flags in proptest::collection::vec(arb_flag(), 7)) {
+        let snap = build(&nodes, pdb, budget, min_nodes, &flags);
         if let Err(e) = check(&snap) {
             let plan = plan_disruption(&snap, &DisruptionState::default(), 0, &DisruptionConfig::default());
             prop_assert!(false, "{e}\n{}", plan.render());
