@@ -22,7 +22,14 @@
 //! others on max(cpu, memory)) is below the NodePool's threshold and whose pods the scheduler
 //! can place elsewhere is unneeded; after the NodePool's unneeded time (10 minutes by
 //! default) it is removed, empty nodes in bulk and others one per loop, with no scale-down for
-//! `scaleDownDelayAfterAdd` after a scale-up.
+//! `scaleDownDelayAfterAdd` after a scale-up. ProvisioningRequests, as the Cluster Autoscaler
+//! serves them: the request's pods are placed by the scheduler's rules on Ready nodes (other
+//! bookings held); check-capacity is answered from that alone, best-effort-atomic scales up one
+//! node group for all the pods left, or for none.
+//!
+//! karpenter-like has no ProvisioningRequest support: the model is of a cluster where Kueue runs
+//! without the ProvisioningRequest admission check, so a request's pods are created at its
+//! arrival and provisioned for as an ordinary gang (its report says "not served").
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -35,9 +42,9 @@ use autoscaler_core::{CapacityType, labels};
 use providers::{OfferingKey, UnavailableOfferings};
 
 use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId};
-use crate::policy::{Ctx, Decision, LaunchSpec, Policy, disruptable};
-use crate::scenario::{ScoreStrategy, type_in_pool};
-use crate::scheduler::{self, SelectorCache, untolerated};
+use crate::policy::{Ctx, Decision, LaunchSpec, Policy, RequestAnswer, RequestAsk, disruptable};
+use crate::scenario::{ProvReqClass, ScoreStrategy, type_in_pool};
+use crate::scheduler::{self, Scratch, SelectorCache, View, untolerated};
 
 /// An instance type as a node of one pool would be: what the baselines pack against and what
 /// the engine builds nodes from.
@@ -199,14 +206,23 @@ fn pools_by_weight(pools: &[Pool]) -> Vec<usize> {
     order
 }
 
-/// Pending pods a baseline should provision for: not nominated to a node in flight.
+/// Pending pods a baseline should provision for: not nominated to a node in flight, not
+/// waiting for booked capacity.
 fn unhelped(ctx: &Ctx) -> Vec<PodId> {
     ctx.cluster
         .pending
         .iter()
         .copied()
-        .filter(|p| !ctx.nominated.contains_key(p))
+        .filter(|p| !ctx.nominated.contains_key(p) && !consumes_booking(ctx, *p))
         .collect()
+}
+
+/// Whether a pending pod belongs to a ProvisioningRequest whose booking is live (it waits for
+/// that capacity and is never provisioned for again).
+fn consumes_booking(ctx: &Ctx, p: PodId) -> bool {
+    ctx.workload.pods[p]
+        .group
+        .is_some_and(|g| ctx.cluster.live_bookings.contains(&g))
 }
 
 /// The disruption budget left per pool: the tightest budget minus nodes being deleted.
@@ -273,23 +289,15 @@ fn pdb_snapshot(ctx: &Ctx) -> Snapshot {
     };
     for ni in &ctx.cluster.live_nodes {
         let n = &ctx.cluster.nodes[*ni];
-        if let Some(g) = n.booked_for {
-            let group = &ctx.workload.groups[g as usize];
-            let all_bound = group.members.iter().all(|m| {
-                matches!(
-                    ctx.cluster.pods[*m as usize].phase,
-                    crate::cluster::PodPhase::Bound { .. }
-                )
-            });
-            if !all_bound {
-                snap.booked_nodes.insert(n.name.clone());
-            }
+        if n.registered() && !n.held.is_empty() {
+            snap.booked_nodes.insert(n.name.clone());
         }
     }
     snap
 }
 
-/// Ready, schedulable nodes other than `except`.
+/// Ready, schedulable nodes other than `except`, booked ones left out (their capacity is
+/// held for a ProvisioningRequest's pods).
 fn targets(cluster: &Cluster, except: &[NodeId]) -> Vec<NodeId> {
     cluster
         .live_nodes
@@ -300,6 +308,7 @@ fn targets(cluster: &Cluster, except: &[NodeId]) -> Vec<NodeId> {
             node.phase == NodePhase::Ready
                 && !node.deleting
                 && !node.cordoned
+                && node.held.is_empty()
                 && !except.contains(n)
         })
         .collect()
@@ -408,7 +417,7 @@ fn bin_spec(shapes: &[Shape], b: &Bin) -> LaunchSpec {
     }
 }
 
-/// Room left on in-flight nodes (requests of bound and nominated pods subtracted).
+/// Room left on in-flight nodes (requests of bound, nominated and booked pods subtracted).
 fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
     let mut room: BTreeMap<NodeId, Resources> = BTreeMap::new();
     for ni in &ctx.cluster.live_nodes {
@@ -425,6 +434,10 @@ fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
         let mut r = sh.allocatable.minus(&sh.ds_overhead);
         for p in &n.pods {
             r.sub(&whole_demand(ctx.cluster.pod(*p)));
+        }
+        // Capacity booked for a ProvisioningRequest is not room.
+        for (_, p) in &n.held {
+            r.sub(&whole_demand(p));
         }
         room.insert(*ni, r);
     }
@@ -496,7 +509,8 @@ impl Policy for KarpenterLike {
     fn description(&self) -> &'static str {
         "a model of Karpenter from its documentation: first-fit-decreasing by cpu then memory, \
          cheapest instance type that fits, price-only consolidation, no GPU-utilization \
-         threshold"
+         threshold; no ProvisioningRequest support (Kueue without the admission check: a \
+         request's pods are created at once, as a plain gang)"
     }
 
     fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
@@ -740,6 +754,98 @@ impl CaLike {
     }
 }
 
+impl CaLike {
+    /// Per node group, `pods` packed first-fit-decreasing onto fresh nodes of its cheapest
+    /// available offering; the least-waste expander's choice among them (among the groups
+    /// that take every pod when `all`).
+    fn best_group(
+        &self,
+        ctx: &Ctx,
+        pods: &[(PodId, &Pod)],
+        now: i64,
+        all: bool,
+    ) -> Option<CaOption> {
+        let usage = pool_usage(ctx, &self.shapes);
+        // One option per node group: its cheapest available offering; pack FFD.
+        let mut best: Option<CaOption> = None;
+        for (si, sh) in self.shapes.iter().enumerate() {
+            let Some(oi) = (0..sh.offerings.len())
+                .find(|oi| available(&self.shapes, ctx.unavailable, si, *oi, now))
+            else {
+                continue;
+            };
+            let o = &sh.offerings[oi];
+            let cap = sh.allocatable.minus(&sh.ds_overhead);
+            let pool = &ctx.pools[sh.pool];
+            let mut nodes: Vec<(Resources, Vec<PodId>)> = Vec::new();
+            let mut u = usage[sh.pool].clone();
+            for &(p, pod) in pods {
+                if !pod_allows(pod, sh, oi) {
+                    continue;
+                }
+                let d = whole_demand(pod);
+                if !d.fits(&cap) {
+                    continue;
+                }
+                if let Some(slot) = nodes.iter_mut().find(|(used, _)| used.plus(&d).fits(&cap)) {
+                    slot.0.add(&d);
+                    slot.1.push(p);
+                    continue;
+                }
+                if !within_limits(pool, &u, sh) || nodes.len() >= 200 {
+                    continue;
+                }
+                u.0 += 1;
+                u.1.add(&sh.capacity);
+                nodes.push((d, vec![p]));
+            }
+            if nodes.is_empty() {
+                continue;
+            }
+            let count = nodes.len() as f64;
+            let cpu: i64 = nodes.iter().map(|n| n.0.cpu).sum();
+            let mem: i64 = nodes.iter().map(|n| n.0.memory).sum();
+            let waste = 1.0
+                - (cpu as f64 / (count * cap.cpu.max(1) as f64)
+                    + mem as f64 / (count * cap.memory.max(1) as f64))
+                    / 2.0;
+            let helped: usize = nodes.iter().map(|n| n.1.len()).sum();
+            if all && helped < pods.len() {
+                continue;
+            }
+            let option = CaOption {
+                waste,
+                helped,
+                cost: o.2 * count,
+                shape: si,
+                offering: oi,
+                nodes: nodes.into_iter().map(|n| n.1).collect(),
+            };
+            if best
+                .as_ref()
+                .is_none_or(|b| option.better_than(b, &self.shapes))
+            {
+                best = Some(option);
+            }
+        }
+        best
+    }
+
+    /// The launches of a scale-up option: one node per packed bin.
+    fn specs(&self, best: CaOption) -> Vec<LaunchSpec> {
+        let sh = &self.shapes[best.shape];
+        let (z, ct, _) = &sh.offerings[best.offering];
+        best.nodes
+            .into_iter()
+            .map(|pods| LaunchSpec {
+                pool: sh.pool,
+                candidates: vec![OfferingKey::new(&sh.name, z, *ct)],
+                pods,
+            })
+            .collect()
+    }
+}
+
 impl Policy for CaLike {
     fn name(&self) -> &'static str {
         "ca-like"
@@ -748,7 +854,8 @@ impl Policy for CaLike {
     fn description(&self) -> &'static str {
         "a model of the Cluster Autoscaler from its documentation: fixed node groups per \
          instance type, least-waste expander, threshold scale-down after the unneeded time \
-         (10 min by default)"
+         (10 min by default); ProvisioningRequests: check-capacity on Ready nodes, \
+         best-effort-atomic as one node group's scale-up"
     }
 
     fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
@@ -783,80 +890,79 @@ impl Policy for CaLike {
                 None => rest.push(p),
             }
         }
-        let usage = pool_usage(ctx, &self.shapes);
-        // One option per node group: its cheapest available offering; pack FFD.
-        let mut best: Option<CaOption> = None;
-        for (si, sh) in self.shapes.iter().enumerate() {
-            let Some(oi) = (0..sh.offerings.len())
-                .find(|oi| available(&self.shapes, ctx.unavailable, si, *oi, now))
-            else {
-                continue;
-            };
-            let o = &sh.offerings[oi];
-            let cap = sh.allocatable.minus(&sh.ds_overhead);
-            let pool = &ctx.pools[sh.pool];
-            let mut nodes: Vec<(Resources, Vec<PodId>)> = Vec::new();
-            let mut u = usage[sh.pool].clone();
-            for &p in &rest {
-                let pod = ctx.cluster.pod(p);
-                if !pod_allows(pod, sh, oi) {
-                    continue;
-                }
-                let d = whole_demand(pod);
-                if !d.fits(&cap) {
-                    continue;
-                }
-                if let Some(slot) = nodes.iter_mut().find(|(used, _)| used.plus(&d).fits(&cap)) {
-                    slot.0.add(&d);
-                    slot.1.push(p);
-                    continue;
-                }
-                if !within_limits(pool, &u, sh) || nodes.len() >= 200 {
-                    continue;
-                }
-                u.0 += 1;
-                u.1.add(&sh.capacity);
-                nodes.push((d, vec![p]));
-            }
-            if nodes.is_empty() {
-                continue;
-            }
-            let count = nodes.len() as f64;
-            let cpu: i64 = nodes.iter().map(|n| n.0.cpu).sum();
-            let mem: i64 = nodes.iter().map(|n| n.0.memory).sum();
-            let waste = 1.0
-                - (cpu as f64 / (count * cap.cpu.max(1) as f64)
-                    + mem as f64 / (count * cap.memory.max(1) as f64))
-                    / 2.0;
-            let helped: usize = nodes.iter().map(|n| n.1.len()).sum();
-            let option = CaOption {
-                waste,
-                helped,
-                cost: o.2 * count,
-                shape: si,
-                offering: oi,
-                nodes: nodes.into_iter().map(|n| n.1).collect(),
-            };
-            if best
-                .as_ref()
-                .is_none_or(|b| option.better_than(b, &self.shapes))
-            {
-                best = Some(option);
-            }
-        }
-        let mut specs = Vec::new();
-        if let Some(best) = best {
-            let sh = &self.shapes[best.shape];
-            let (z, ct, _) = &sh.offerings[best.offering];
-            for pods in best.nodes {
-                specs.push(LaunchSpec {
-                    pool: sh.pool,
-                    candidates: vec![OfferingKey::new(&sh.name, z, *ct)],
-                    pods,
-                });
-            }
-        }
+        let rest: Vec<(PodId, &Pod)> = rest.iter().map(|p| (*p, ctx.cluster.pod(*p))).collect();
+        let best = self.best_group(ctx, &rest, now, false);
+        let specs = best.map(|b| self.specs(b)).unwrap_or_default();
         (specs, noms)
+    }
+
+    /// As the Cluster Autoscaler's ProvisioningRequest classes, within its node-group model:
+    /// the pods are first placed by the scheduler's rules on Ready nodes (other bookings held);
+    /// check-capacity stops there, best-effort-atomic scales up one node group for all the
+    /// rest or for none of it.
+    fn provision_request(&mut self, ctx: &Ctx, ask: &RequestAsk, now: i64) -> RequestAnswer {
+        let cluster = ctx.cluster;
+        let mut scratch = Scratch::new(cluster.nodes.len());
+        scheduler::reserve_bookings(
+            cluster,
+            &mut scratch,
+            cluster.live_nodes.iter().copied(),
+            None,
+        );
+        let nodes: Vec<NodeId> = cluster
+            .live_nodes
+            .iter()
+            .copied()
+            .filter(|n| {
+                let node = &cluster.nodes[*n];
+                node.phase == NodePhase::Ready && !node.deleting && !node.cordoned
+            })
+            .collect();
+        let mut order: Vec<&(PodId, Pod)> = ask.pods.iter().collect();
+        order.sort_by_key(|(id, p)| {
+            (
+                std::cmp::Reverse(p.requests.get(names::NVIDIA_GPU)),
+                std::cmp::Reverse(p.requests.cpu),
+                std::cmp::Reverse(p.requests.memory),
+                *id,
+            )
+        });
+        let mut on: BTreeMap<NodeId, Vec<PodId>> = BTreeMap::new();
+        let mut rest: Vec<(PodId, &Pod)> = Vec::new();
+        for (id, pod) in order {
+            let view = View {
+                scratch: Some(&scratch),
+                ..View::of(cluster)
+            };
+            match scheduler::best_node(view, pod, &nodes, self.score) {
+                Some((n, devices)) => {
+                    scheduler::reserve(scratch.node_mut(&cluster.nodes, n), pod, &devices);
+                    on.entry(n).or_default().push(*id);
+                }
+                None => rest.push((*id, pod)),
+            }
+        }
+        let on: Vec<(NodeId, Vec<PodId>)> = on.into_iter().collect();
+        if rest.is_empty() {
+            return RequestAnswer::Capacity { on, launch: vec![] };
+        }
+        if ask.class == ProvReqClass::CheckCapacity {
+            return RequestAnswer::NoCapacity(format!(
+                "{} of {} pods do not fit the existing nodes",
+                rest.len(),
+                ask.pods.len()
+            ));
+        }
+        match self.best_group(ctx, &rest, now, true) {
+            Some(b) => RequestAnswer::Capacity {
+                on,
+                launch: self.specs(b),
+            },
+            _ => RequestAnswer::NoCapacity(format!(
+                "no node group can take all {} remaining pods",
+                rest.len()
+            )),
+        }
     }
 
     fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {

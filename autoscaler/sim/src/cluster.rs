@@ -118,8 +118,14 @@ pub struct NodeState {
     pub gpus: u32,
     /// Last time a pod was bound to or left the node.
     pub last_pod_change: i64,
-    /// ProvisioningRequest group the node's capacity is booked for, until its pods bind.
-    pub booked_for: Option<u32>,
+    /// Booked ProvisioningRequest capacity on the node: per phantom, the request's group and
+    /// the pod it stands for (renamed `<pod>.booked`, no group). Phantoms are in every
+    /// snapshot the policies plan with (on the in-flight claim until the node is initialized,
+    /// then on the node), the node is listed as booked, and the engine's scheduler keeps other
+    /// pods off the capacity. Empty when nothing is booked.
+    pub held: Vec<(u32, Pod)>,
+    /// Bumped whenever `held` changes, so the kept snapshot knows to refresh the node.
+    pub hold_version: u64,
 }
 
 impl NodeState {
@@ -204,6 +210,9 @@ pub struct Cluster {
     pub template_counts: Vec<(i32, i32)>,
     /// Bound pods with required anti-affinity (which every placement must then respect).
     pub anti_bound: usize,
+    /// Groups of the ProvisioningRequests whose booking is live: their pending pods consume
+    /// the booking and, as in the controller, never enter a provisioning batch.
+    pub live_bookings: BTreeSet<u32>,
 }
 
 /// Why a bind failed the capacity check (a scheduler bug guard).
@@ -414,6 +423,14 @@ impl Cluster {
         if include_pending {
             let mut group_counts: BTreeMap<String, u32> = BTreeMap::new();
             for id in &self.pending {
+                if workload
+                    .pods
+                    .get(*id)
+                    .and_then(|p| p.group)
+                    .is_some_and(|g| self.live_bookings.contains(&g))
+                {
+                    continue;
+                }
                 let p = self.pod(*id);
                 if let Some(g) = &p.group {
                     *group_counts.entry(g.clone()).or_default() += 1;
@@ -428,15 +445,8 @@ impl Cluster {
         snap.booked_nodes.clear();
         for ni in &self.live_nodes {
             let n = &self.nodes[*ni];
-            if let (true, Some(g)) = (n.registered(), n.booked_for) {
-                let group = &workload.groups[g as usize];
-                let all_bound = group
-                    .members
-                    .iter()
-                    .all(|m| matches!(self.pods[*m as usize].phase, PodPhase::Bound { .. }));
-                if !all_bound {
-                    snap.booked_nodes.insert(n.name.clone());
-                }
+            if n.registered() && !n.held.is_empty() {
+                snap.booked_nodes.insert(n.name.clone());
             }
         }
         snap.pdbs = self.pdbs(workload);
@@ -452,6 +462,11 @@ impl Cluster {
             .collect()
     }
 
+    /// The node's booked phantoms.
+    fn phantoms(&self, ni: NodeId) -> impl Iterator<Item = Pod> + '_ {
+        self.nodes[ni].held.iter().map(|(_, p)| p.clone())
+    }
+
     /// The Node object of a registered node.
     fn core_node(&self, ni: NodeId) -> Node {
         let n = &self.nodes[ni];
@@ -461,7 +476,15 @@ impl Cluster {
             annotations: Labels::new(),
             taints: n.taints.clone(),
             allocatable: n.effective_allocatable(),
-            pods: self.node_pods(ni),
+            // Phantoms of a booking sit on the Node once it is initialized (before, on its
+            // in-flight claim), as the controller's `provreq::hold` puts them.
+            pods: if n.phase == NodePhase::Ready {
+                let mut pods = self.node_pods(ni);
+                pods.extend(self.phantoms(ni));
+                pods
+            } else {
+                self.node_pods(ni)
+            },
             unschedulable: n.cordoned,
             deleting: n.deleting,
             pool: Some(n.pool_name.clone()),
@@ -499,7 +522,10 @@ impl Cluster {
                 self.node_pods(ni)
             } else {
                 vec![]
-            },
+            }
+            .into_iter()
+            .chain(self.phantoms(ni))
+            .collect(),
             created_at: n.launched_at,
         }
     }
@@ -534,6 +560,7 @@ struct NodeKey {
     ds_pods: usize,
     pods: Vec<PodId>,
     last_pod_change: i64,
+    hold_version: u64,
 }
 
 impl NodeKey {
@@ -546,7 +573,14 @@ impl NodeKey {
             ds_pods: n.ds_pods.len(),
             pods: n.pods.clone(),
             last_pod_change: n.last_pod_change,
+            hold_version: n.hold_version,
         }
+    }
+
+    /// Whether the entry holds or held phantoms: such entries (a few nodes, for minutes) are
+    /// rebuilt rather than patched.
+    fn booked(&self, n: &NodeState) -> bool {
+        self.hold_version != n.hold_version || !n.held.is_empty()
     }
 
     /// Compares without building a key: this runs for every live node at every planner call.
@@ -558,6 +592,7 @@ impl NodeKey {
             && self.taints == n.taints
             && self.pods == n.pods
             && self.last_pod_change == n.last_pod_change
+            && self.hold_version == n.hold_version
     }
 }
 
@@ -665,6 +700,10 @@ impl Entry for Node {
 
     fn refresh(&mut self, c: &Cluster, ni: NodeId, old: &NodeKey) {
         let n = &c.nodes[ni];
+        if old.booked(n) {
+            *self = c.core_node(ni);
+            return;
+        }
         if self.taints != n.taints {
             self.taints = n.taints.clone();
         }
@@ -685,7 +724,9 @@ impl Entry for InFlightClaim {
     }
 
     fn refresh(&mut self, c: &Cluster, ni: NodeId, old: &NodeKey) {
-        if c.nodes[ni].registered() {
+        if old.booked(&c.nodes[ni]) {
+            *self = c.in_flight_claim(ni);
+        } else if c.nodes[ni].registered() {
             c.refresh_pods(&mut self.pods, ni, old);
         } else {
             self.pods.clear();

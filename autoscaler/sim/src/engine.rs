@@ -1,7 +1,7 @@
 //! The discrete-event engine: a virtual clock, a binary heap of events, and the loops of the
 //! controller (batch window, provisioning, disruption with validation), the cloud (launch
-//! latency, registration, device plugin, capacity errors, spot interruptions) and the
-//! kube-scheduler, run for one policy.
+//! latency, registration, device plugin, capacity errors, spot interruptions), the
+//! kube-scheduler and Kueue's ProvisioningRequest flow (`engine/requests.rs`), run for one policy.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
@@ -19,8 +19,8 @@ use crate::baselines::Shape;
 use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId, PodPhase};
 use crate::policy::{Ctx, Decision, LaunchSpec, Policy};
 use crate::rng::Rng;
-use crate::scenario::ClusterConfig;
-use crate::scheduler::{self, SelectorCache, View, has_topology, untolerated};
+use crate::scenario::{ClusterConfig, ProvReqSpec};
+use crate::scheduler::{self, Scratch, SelectorCache, View, has_topology, untolerated};
 use crate::workload::Workload;
 
 /// The taint put on nodes being disrupted (Karpenter's key).
@@ -31,6 +31,11 @@ pub const SAMPLE_S: i64 = 300;
 pub const REPLACEMENT_TIMEOUT_S: i64 = 900;
 /// Seconds between re-plans while pods are pending and not nominated anywhere.
 pub const REPLAN_S: i64 = 30;
+/// First retry of a ProvisioningRequest without capacity (the controller's `--provreq-retry`),
+/// doubling up to [`PROVREQ_RETRY_MAX_S`].
+pub const PROVREQ_RETRY_S: i64 = 10;
+/// Longest retry delay of a ProvisioningRequest (`--provreq-retry-max`).
+pub const PROVREQ_RETRY_MAX_S: i64 = 300;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
@@ -48,6 +53,105 @@ enum Ev {
     Validate(u64),
     ReplacementTimeout(u64),
     Sample,
+    /// A ProvisioningRequest (by group) is created.
+    ReqCreate(u32),
+    /// A request without capacity is planned for again.
+    ReqAttempt(u32),
+    /// Kueue admits a Provisioned request's workload: its pods are created.
+    ReqAdmit(u32),
+    /// A Provisioned request's booking time is up.
+    ReqExpire(u32),
+}
+
+/// Where a ProvisioningRequest is in its lifecycle (the controller's `provreq::State`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReqPhase {
+    /// No capacity yet.
+    Waiting,
+    /// Capacity booked on nodes not all initialized yet.
+    Launching,
+    /// Provisioned: capacity booked until consumed or expired.
+    Booked,
+    /// Consumed, expired, revoked, or not served by the policy.
+    Done,
+}
+
+/// How a request's booking ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReqEnd {
+    /// Its pods bound (CapacityIsConsumed).
+    Consumed,
+    /// Its time ran out before the pods bound (CapacityReservationTimeExpired).
+    Expired,
+    /// A booked node was lost (CapacityRevoked).
+    Revoked,
+}
+
+/// One ProvisioningRequest as the engine tracks it.
+#[derive(Clone, Debug)]
+struct Request {
+    spec: ProvReqSpec,
+    created: i64,
+    phase: ReqPhase,
+    /// Each booked node and the pods it holds for the request.
+    booking: Vec<(NodeId, Vec<PodId>)>,
+    /// Nodes launched for the current attempt (deleted on rollback).
+    launched: Vec<NodeId>,
+    provisioned_at: Option<i64>,
+    admitted_at: Option<i64>,
+    bound_at: Option<i64>,
+    end: Option<ReqEnd>,
+    attempts: u32,
+    /// Whether the policy served it (false: pods created at arrival).
+    served: bool,
+}
+
+/// ProvisioningRequest outcomes of one policy.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProvReqStats {
+    /// Whether the policy serves ProvisioningRequests at all (otherwise the pods were created
+    /// at the request's arrival as an ordinary gang, and the counts below are zero).
+    pub supported: bool,
+    /// Requests created.
+    pub requests: u64,
+    /// Requests that reached Provisioned.
+    pub provisioned: u64,
+    /// Of those, bookings consumed by their pods.
+    pub consumed: u64,
+    /// Of those, bookings that expired before their pods bound.
+    pub expired: u64,
+    /// Of those, bookings revoked because a booked node was lost.
+    pub revoked: u64,
+    /// Requests never Provisioned by the end of the run.
+    pub never_provisioned: u64,
+    /// Seconds from creation to Provisioned, median over provisioned requests.
+    pub to_provisioned_p50_s: f64,
+    /// 95th percentile.
+    pub to_provisioned_p95_s: f64,
+    /// Every served request, in creation order of their groups.
+    pub records: Vec<RequestRecord>,
+}
+
+/// What happened to one ProvisioningRequest (virtual seconds).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestRecord {
+    /// Its name (the group's).
+    pub name: String,
+    /// Class, as scenarios name it.
+    pub class: &'static str,
+    /// Created.
+    pub created: i64,
+    /// Provisioned (every booked node initialized).
+    pub provisioned_at: Option<i64>,
+    /// Its pods created (Kueue admitted the workload).
+    pub admitted_at: Option<i64>,
+    /// Every pod bound at once, the first time.
+    pub bound_at: Option<i64>,
+    /// How the booking ended: `consumed`, `expired`, `revoked`, or `None` (not ended).
+    pub end: Option<&'static str>,
+    /// Per node launched for it (by the attempt that succeeded): when it was launched and
+    /// when it was terminated, if it was.
+    pub nodes: Vec<(i64, Option<i64>)>,
 }
 
 /// One point of the time series.
@@ -111,6 +215,8 @@ pub struct PolicyResult {
     pub samples: Vec<Sample>,
     /// Wall-clock seconds this policy took.
     pub wall_seconds: f64,
+    /// ProvisioningRequest outcomes; `None` when the workload has no requests.
+    pub provisioning_requests: Option<ProvReqStats>,
 }
 
 struct Pending {
@@ -154,6 +260,10 @@ pub struct Engine<'a> {
     disrupt_wake: i64,
     group_bound: Vec<u32>,
     selectors: SelectorCache,
+    /// ProvisioningRequests by group.
+    requests: BTreeMap<u32, Request>,
+    /// Nodes holding booked phantoms (the scheduler keeps other pods off their capacity).
+    held_nodes: std::collections::BTreeSet<NodeId>,
     // Metrics.
     pending_samples: Vec<i64>,
     gpu_requested_s: f64,
@@ -233,6 +343,8 @@ impl<'a> Engine<'a> {
             disrupt_wake: 0,
             group_bound: vec![0; workload.groups.len()],
             selectors: SelectorCache::default(),
+            requests: BTreeMap::new(),
+            held_nodes: Default::default(),
             pending_samples: Vec::new(),
             gpu_requested_s: 0.0,
             nodes_launched: 0,
@@ -246,8 +358,20 @@ impl<'a> Engine<'a> {
             samples: Vec::new(),
         };
         for (i, p) in workload.pods.iter().enumerate() {
-            if p.arrival < horizon {
+            let request = p
+                .group
+                .is_some_and(|g| workload.groups[g as usize].provisioning_request.is_some());
+            if p.arrival < horizon && !request {
                 e.push(p.arrival, Ev::Arrive(i));
+            }
+        }
+        for (g, group) in workload.groups.iter().enumerate() {
+            let Some(first) = group.members.first() else {
+                continue;
+            };
+            let created = workload.pods[*first as usize].arrival;
+            if group.provisioning_request.is_some() && created < horizon {
+                e.push(created, Ev::ReqCreate(g as u32));
             }
         }
         e.push(cfg.disruption_interval_s, Ev::DisruptTick);
@@ -367,14 +491,20 @@ impl<'a> Engine<'a> {
                 self.sample();
                 self.push(self.now + SAMPLE_S, Ev::Sample);
             }
+            Ev::ReqCreate(g) => self.request_create(g),
+            Ev::ReqAttempt(g) => self.request_attempt(g),
+            Ev::ReqAdmit(g) => self.request_admit(g),
+            Ev::ReqExpire(g) => self.request_expire(g),
         }
     }
 
     fn unhelped_pending(&self) -> bool {
-        self.cluster
-            .pending
-            .iter()
-            .any(|p| !self.nominated.contains_key(p))
+        self.cluster.pending.iter().any(|p| {
+            !self.nominated.contains_key(p)
+                && !self.workload.pods[*p]
+                    .group
+                    .is_some_and(|g| self.cluster.live_bookings.contains(&g))
+        })
     }
 
     /// Completion or deletion: the pod leaves for good.
@@ -485,8 +615,12 @@ impl<'a> Engine<'a> {
             let cand = self
                 .selectors
                 .matching(&self.cluster.nodes, tpl, pod, &nodes);
-            match scheduler::best_matching_node(View::of(&self.cluster), pod, &cand, self.cfg.score)
-            {
+            let reserved = self.reserved(None);
+            let view = View {
+                scratch: reserved.as_ref(),
+                ..View::of(&self.cluster)
+            };
+            match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
                 Some((n, devices)) => self.bind(p, n, devices),
                 None => {
                     if !topo {
@@ -529,8 +663,13 @@ impl<'a> Engine<'a> {
             let cand = self
                 .selectors
                 .matching(&self.cluster.nodes, tpl, pod, nodes);
-            match scheduler::best_matching_node(View::of(&self.cluster), pod, &cand, self.cfg.score)
-            {
+            // A request's own pods may use its booking; everyone else's is held.
+            let reserved = self.reserved(Some(g));
+            let view = View {
+                scratch: reserved.as_ref(),
+                ..View::of(&self.cluster)
+            };
+            match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
                 Some((n, devices)) => {
                     if let Err(e) = self.cluster.bind(m, n, devices, self.now) {
                         self.violation(e.0);
@@ -553,6 +692,23 @@ impl<'a> Engine<'a> {
             self.after_bind(m);
         }
         true
+    }
+
+    /// The nodes holding booked phantoms, with the capacity of every phantom but those of
+    /// request `except` taken: the view other pods are scheduled against, so they never take
+    /// a booking. `None` when nothing is booked (the common case).
+    fn reserved(&self, except: Option<u32>) -> Option<Scratch> {
+        if self.held_nodes.is_empty() {
+            return None;
+        }
+        let mut s = Scratch::new(self.cluster.nodes.len());
+        scheduler::reserve_bookings(
+            &self.cluster,
+            &mut s,
+            self.held_nodes.iter().copied(),
+            except,
+        );
+        Some(s)
     }
 
     fn bind(&mut self, p: PodId, n: NodeId, devices: Vec<usize>) {
@@ -587,6 +743,7 @@ impl<'a> Engine<'a> {
             let generation = self.cluster.pods[p].generation;
             self.push(self.now + rt, Ev::Complete(p, generation));
         }
+        self.request_pod_bound(p);
     }
 
     fn trigger_batch(&mut self) {
@@ -643,7 +800,7 @@ impl<'a> Engine<'a> {
         }
         let mut failed = false;
         for spec in specs {
-            match self.launch(&spec, None) {
+            match self.launch(&spec) {
                 Some(n) => {
                     for p in &spec.pods {
                         self.nominated.insert(*p, n);
@@ -694,7 +851,7 @@ impl<'a> Engine<'a> {
             .collect()
     }
 
-    fn launch(&mut self, spec: &LaunchSpec, booked: Option<u32>) -> Option<NodeId> {
+    fn launch(&mut self, spec: &LaunchSpec) -> Option<NodeId> {
         if spec.candidates.is_empty() {
             return None;
         }
@@ -760,14 +917,6 @@ impl<'a> Engine<'a> {
         let units = shape.allocatable.get(names::NVIDIA_GPU).max(0) as usize;
         let mut taints = pool.taints.clone();
         taints.extend(pool.startup_taints.iter().cloned());
-        let booked_for = booked.or_else(|| {
-            spec.pods.iter().find_map(|p| {
-                let g = self.workload.pods[*p].group?;
-                self.workload.groups[g as usize]
-                    .provisioning_request
-                    .then_some(g)
-            })
-        });
         self.cluster.nodes.push(NodeState {
             name,
             claim: claim.clone(),
@@ -793,7 +942,8 @@ impl<'a> Engine<'a> {
             gone_at: None,
             gpus: shape.gpus,
             last_pod_change: self.now,
-            booked_for,
+            held: Vec::new(),
+            hold_version: 0,
         });
         self.cluster.live_nodes.insert(id);
         self.claims.insert(claim, id);
@@ -875,6 +1025,7 @@ impl<'a> Engine<'a> {
         self.nominated.retain(|_, v| *v != n);
         self.request_pass(true);
         self.changed();
+        self.request_node_ready(n);
         // Replacements waiting for this node go ahead.
         let waiting: Vec<u64> = self
             .decisions
@@ -929,6 +1080,7 @@ impl<'a> Engine<'a> {
         self.nodes_terminated += 1;
         self.request_pass(true);
         self.changed();
+        self.request_node_gone(n);
     }
 
     fn disrupt_tick(&mut self) {
@@ -996,7 +1148,7 @@ impl<'a> Engine<'a> {
         self.changed();
         match &decision.replacement {
             None => self.drain(i),
-            Some(spec) => match self.launch(spec, None) {
+            Some(spec) => match self.launch(spec) {
                 Some(r) => {
                     if let Some(p) = self.decisions.get_mut(&i) {
                         p.replacement = Some(r);
@@ -1121,6 +1273,7 @@ impl<'a> Engine<'a> {
 
     fn finish(mut self, wall: f64) -> PolicyResult {
         let end = self.horizon;
+        let provreq = self.request_stats();
         for (i, st) in self.cluster.pods.iter().enumerate() {
             match st.phase {
                 PodPhase::Bound { since, .. } => {
@@ -1178,11 +1331,14 @@ impl<'a> Engine<'a> {
                 .collect(),
             pods_created: self.pods_created,
             launch_failures: self.launch_failures,
+            provisioning_requests: provreq,
             samples: self.samples,
             wall_seconds: wall,
         }
     }
 }
+
+mod requests;
 
 /// A policy that does nothing, parked in the engine while the real one is borrowed out.
 struct Noop;

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use autoscaler_core::disruption::{
     Command, DisruptionConfig, DisruptionState, Method, plan_disruption, validate,
 };
-use autoscaler_core::model::{DaemonSet, Pool, Snapshot};
+use autoscaler_core::model::{DaemonSet, Group, Pod, Pool, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
 use providers::OfferingKey;
 
 use crate::cluster::{Cluster, NodeId, NodePhase, PodId, SnapshotCache};
-use crate::scenario::ClusterConfig;
+use crate::scenario::{ClusterConfig, ProvReqClass};
 use crate::workload::Workload;
 
 /// A node to launch.
@@ -36,6 +36,34 @@ pub struct Decision {
     pub reason: String,
     /// The core's command, for the core policy's validation.
     pub command: Option<Command>,
+}
+
+/// A ProvisioningRequest a policy is asked to find or launch capacity for.
+pub struct RequestAsk<'a> {
+    /// Its group in [`Workload::groups`].
+    pub group: u32,
+    /// Its class.
+    pub class: ProvReqClass,
+    /// Its pods as they will be created (ids and specs; they do not exist yet).
+    pub pods: &'a [(PodId, Pod)],
+}
+
+/// A policy's answer to a [`RequestAsk`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum RequestAnswer {
+    /// The policy does not serve ProvisioningRequests: the engine creates the pods at once
+    /// (Kueue without the admission check), as an ordinary gang.
+    Unsupported,
+    /// Not every pod can be placed now (why); the request is retried later.
+    NoCapacity(String),
+    /// Every pod has a place: on existing or in-flight nodes (`on`) and on new nodes to launch
+    /// (`launch`, each with the pods planned onto it). `launch` is empty for check-capacity.
+    Capacity {
+        /// Pods per existing or in-flight node.
+        on: Vec<(NodeId, Vec<PodId>)>,
+        /// Nodes to launch, all or nothing.
+        launch: Vec<LaunchSpec>,
+    },
 }
 
 /// What a policy reads.
@@ -100,6 +128,10 @@ pub trait Policy {
     fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64);
     /// Whether a decision still holds after the validation delay.
     fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64) -> bool;
+    /// Capacity for a ProvisioningRequest; the default serves none ([`RequestAnswer::Unsupported`]).
+    fn provision_request(&mut self, _ctx: &Ctx, _ask: &RequestAsk, _now: i64) -> RequestAnswer {
+        RequestAnswer::Unsupported
+    }
     /// A node was launched at `now`.
     fn on_scale_up(&mut self, now: i64);
     /// Nodes were deleted at `now`.
@@ -192,6 +224,68 @@ impl Policy for GpuAutoscaler {
             .filter_map(|p| Some((*ctx.pod_ids.get(&p.pod.name)?, *ctx.claims.get(&p.target)?)))
             .collect();
         (specs, noms)
+    }
+
+    /// As the controller's request loop: the request's pods as one all-or-nothing group against
+    /// the full snapshot (other bookings held), check-capacity with no NodePool so that only
+    /// existing and in-flight capacity can answer.
+    fn provision_request(&mut self, ctx: &Ctx, ask: &RequestAsk, _now: i64) -> RequestAnswer {
+        let mut trial = ctx.snapshot_in(&mut self.cache, false).clone();
+        let group = ctx.workload.groups[ask.group as usize].name.clone();
+        trial.pending = ask.pods.iter().map(|(_, p)| p.clone()).collect();
+        trial.groups = BTreeMap::from([(
+            group.clone(),
+            Group {
+                name: group,
+                min_count: ask.pods.len() as u32,
+            },
+        )]);
+        if ask.class == ProvReqClass::CheckCapacity {
+            trial.pools.clear();
+        }
+        let plan = plan_provisioning(&trial);
+        if let Some(u) = plan.unschedulable.first() {
+            return RequestAnswer::NoCapacity(format!("pod {} {}", u.pod.name, u.reason));
+        }
+        let id = |name: &str| {
+            ask.pods
+                .iter()
+                .find(|(_, p)| p.key.name == name)
+                .map(|(i, _)| *i)
+        };
+        let mut on: BTreeMap<NodeId, Vec<PodId>> = BTreeMap::new();
+        let existing = plan
+            .existing
+            .iter()
+            .map(|p| (node_by_name(ctx.cluster, &p.target), &p.pod));
+        let in_flight = plan
+            .in_flight
+            .iter()
+            .map(|p| (ctx.claims.get(&p.target).copied(), &p.pod));
+        for (node, pod) in existing.chain(in_flight) {
+            match (node, id(&pod.name)) {
+                (Some(n), Some(i)) => on.entry(n).or_default().push(i),
+                _ => {
+                    return RequestAnswer::NoCapacity(format!(
+                        "pod {} was planned onto a node that is gone",
+                        pod.name
+                    ));
+                }
+            }
+        }
+        let launch = plan
+            .new_claims
+            .iter()
+            .map(|c| LaunchSpec {
+                pool: pool_index(ctx.pools, &c.pool),
+                candidates: claim_candidates(c),
+                pods: c.pods.iter().filter_map(|k| id(&k.name)).collect(),
+            })
+            .collect();
+        RequestAnswer::Capacity {
+            on: on.into_iter().collect(),
+            launch,
+        }
     }
 
     fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {

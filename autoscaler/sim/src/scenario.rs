@@ -5,7 +5,8 @@
 //! under `nodePools`, files of them under `nodePoolFiles`, or the compact form under `pools`),
 //! DaemonSets, cluster timings (launch latency per family, device-plugin delay, capacity
 //! errors, spot interruptions) and workload generators (deployments with replica schedules,
-//! batch jobs, gangs, ProvisioningRequest-like groups, Poisson or periodic arrivals).
+//! batch jobs, gangs, ProvisioningRequests with their class, booking and admission delay,
+//! Poisson or periodic arrivals).
 //!
 //! Every problem is reported as [`SimError::Scenario`] with the file, the line and the field:
 //! serde_yaml supplies line and path for shape errors (a missing field, a negative duration is
@@ -446,14 +447,14 @@ struct WorkloadEntry {
     #[serde(default)]
     gangs: Option<GangsFile>,
     #[serde(default)]
-    provisioning_requests: Option<GangsFile>,
+    provisioning_requests: Option<ProvReqFile>,
 }
 
 enum WorkloadFile<'a> {
     Deployment(&'a DeploymentFile),
     Jobs(&'a JobsFile),
     Gangs(&'a GangsFile),
-    ProvisioningRequests(&'a GangsFile),
+    ProvisioningRequests(&'a ProvReqFile),
 }
 
 #[derive(Deserialize)]
@@ -494,6 +495,25 @@ struct GangsFile {
     pod: PodFile,
     #[serde(default)]
     limit: Option<u32>,
+}
+
+/// A `provisioningRequests` entry: a gang's fields plus the request's class and timings.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ProvReqFile {
+    name: String,
+    size: u32,
+    arrivals: ArrivalsFile,
+    duration: DurationFile,
+    pod: PodFile,
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    class: Option<String>,
+    #[serde(default)]
+    booking_duration: Option<Dur>,
+    #[serde(default)]
+    admission_delay: Option<Dur>,
 }
 
 #[derive(Deserialize)]
@@ -662,9 +682,61 @@ pub enum Generator {
         runtime: Runtime,
         /// Most groups generated.
         limit: Option<u32>,
-        /// Whether the group is a ProvisioningRequest (its capacity is booked).
-        provisioning_request: bool,
+        /// For ProvisioningRequests: the request's class and timings (its pods are created
+        /// only once it is Provisioned); `None` for plain gangs.
+        provisioning_request: Option<ProvReqSpec>,
     },
+}
+
+/// The provisioning class of a ProvisioningRequest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProvReqClass {
+    /// `best-effort-atomic-scale-up.autoscaling.x-k8s.io`: the capacity of all its pods is
+    /// launched, all or nothing.
+    BestEffortAtomic,
+    /// `check-capacity.autoscaling.x-k8s.io`: answered from existing and in-flight capacity
+    /// only; never launches.
+    CheckCapacity,
+}
+
+impl ProvReqClass {
+    /// The short name scenarios use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProvReqClass::BestEffortAtomic => "best-effort-atomic",
+            ProvReqClass::CheckCapacity => "check-capacity",
+        }
+    }
+
+    /// Parses the short name or the full class name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "best-effort-atomic" | "best-effort-atomic-scale-up.autoscaling.x-k8s.io" => {
+                Some(ProvReqClass::BestEffortAtomic)
+            }
+            "check-capacity" | "check-capacity.autoscaling.x-k8s.io" => {
+                Some(ProvReqClass::CheckCapacity)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Default time a Provisioned request's capacity stays booked (the controller's
+/// `--provreq-booking`).
+pub const DEFAULT_BOOKING_S: i64 = 600;
+/// Default time from Provisioned until Kueue has admitted the workload and its pods exist.
+pub const DEFAULT_ADMISSION_DELAY_S: i64 = 5;
+
+/// What a `provisioningRequests` workload's requests ask for, beyond their pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProvReqSpec {
+    /// Provisioning class.
+    pub class: ProvReqClass,
+    /// Seconds the capacity stays booked after Provisioned (`BookingDurationSeconds`).
+    pub booking_s: i64,
+    /// Seconds from Provisioned until the pods are created (Kueue's admission).
+    pub admission_delay_s: i64,
 }
 
 /// One workload entry: a pod template and its generator.
@@ -1376,7 +1448,7 @@ fn build_workload(
         WorkloadFile::Deployment(d) => (&d.name, "deployment", &d.pod, "ReplicaSet"),
         WorkloadFile::Jobs(j) => (&j.name, "jobs", &j.pod, "Job"),
         WorkloadFile::Gangs(g) => (&g.name, "gangs", &g.pod, "Job"),
-        WorkloadFile::ProvisioningRequests(g) => (&g.name, "provisioningRequests", &g.pod, "Job"),
+        WorkloadFile::ProvisioningRequests(r) => (&r.name, "provisioningRequests", &r.pod, "Job"),
     };
     let base = format!("workloads[{i}].{kind}");
     let template = build_pod(cx, name, &format!("{base}.pod"), pod, owner, pools)?;
@@ -1401,27 +1473,76 @@ fn build_workload(
             runtime: build_runtime(cx, name, &format!("{base}.duration"), &j.duration)?,
             limit: j.limit,
         },
-        WorkloadFile::Gangs(g) | WorkloadFile::ProvisioningRequests(g) => {
-            if g.size == 0 {
-                return Err(cx.err(
-                    &["workloads:", &format!("name: {name}"), "size:"],
-                    format!("{base}.size"),
-                    "must be at least 1",
-                ));
-            }
-            Generator::Groups {
-                size: g.size,
-                arrivals: build_arrivals(cx, name, &format!("{base}.arrivals"), &g.arrivals)?,
-                runtime: build_runtime(cx, name, &format!("{base}.duration"), &g.duration)?,
-                limit: g.limit,
-                provisioning_request: matches!(w, WorkloadFile::ProvisioningRequests(_)),
-            }
-        }
+        WorkloadFile::Gangs(g) => Generator::Groups {
+            size: check_size(cx, name, &base, g.size)?,
+            arrivals: build_arrivals(cx, name, &format!("{base}.arrivals"), &g.arrivals)?,
+            runtime: build_runtime(cx, name, &format!("{base}.duration"), &g.duration)?,
+            limit: g.limit,
+            provisioning_request: None,
+        },
+        WorkloadFile::ProvisioningRequests(r) => Generator::Groups {
+            size: check_size(cx, name, &base, r.size)?,
+            arrivals: build_arrivals(cx, name, &format!("{base}.arrivals"), &r.arrivals)?,
+            runtime: build_runtime(cx, name, &format!("{base}.duration"), &r.duration)?,
+            limit: r.limit,
+            provisioning_request: Some(build_provreq(cx, name, &base, r)?),
+        },
     };
     Ok(WorkloadSpec {
         name: name.clone(),
         template,
         generator,
+    })
+}
+
+fn check_size(cx: &Ctx, name: &str, base: &str, size: u32) -> Result<u32, SimError> {
+    if size == 0 {
+        return Err(cx.err(
+            &["workloads:", &format!("name: {name}"), "size:"],
+            format!("{base}.size"),
+            "must be at least 1",
+        ));
+    }
+    Ok(size)
+}
+
+fn build_provreq(
+    cx: &Ctx,
+    name: &str,
+    base: &str,
+    r: &ProvReqFile,
+) -> Result<ProvReqSpec, SimError> {
+    let err = |key: &str, field: &str, why: String| {
+        cx.err(
+            &["workloads:", &format!("name: {name}"), key],
+            format!("{base}.{field}"),
+            why,
+        )
+    };
+    let class = match &r.class {
+        None => ProvReqClass::BestEffortAtomic,
+        Some(c) => ProvReqClass::parse(c).ok_or_else(|| {
+            err(
+                "class:",
+                "class",
+                format!(
+                    "unknown provisioning class {c:?} (known: best-effort-atomic, check-capacity)"
+                ),
+            )
+        })?,
+    };
+    let booking_s = r.booking_duration.map_or(DEFAULT_BOOKING_S, |d| d.0);
+    if booking_s <= 0 {
+        return Err(err(
+            "bookingDuration:",
+            "bookingDuration",
+            "must be positive (capacity booked for no time could never be consumed)".into(),
+        ));
+    }
+    Ok(ProvReqSpec {
+        class,
+        booking_s,
+        admission_delay_s: r.admission_delay.map_or(DEFAULT_ADMISSION_DELAY_S, |d| d.0),
     })
 }
 

@@ -505,8 +505,36 @@ impl SelectorCache {
     }
 }
 
+/// Takes the capacity of the booked phantoms on `nodes` in `scratch`, except those of request
+/// `except` (its own pods may use its booking). GPU units are taken only where the phantom
+/// fits them (once the device plugin is up); the rest of its requests at once.
+pub fn reserve_bookings(
+    cluster: &Cluster,
+    scratch: &mut Scratch,
+    nodes: impl Iterator<Item = NodeId>,
+    except: Option<u32>,
+) {
+    for n in nodes {
+        for (g, pod) in &cluster.nodes[n].held {
+            if Some(*g) == except {
+                continue;
+            }
+            let copy = scratch.node_mut(&cluster.nodes, n);
+            let devices = fit_resources(pod, copy).unwrap_or_default();
+            reserve(copy, pod, &devices);
+        }
+    }
+}
+
 /// Adds a what-if placement to a scratch node.
 pub fn place_what_if(n: &mut NodeState, pod: &Pod, id: PodId, devices: &[usize]) {
+    reserve(n, pod, devices);
+    n.pods.push(id);
+}
+
+/// Takes a pod's requests (and the GPU units `devices`) on a scratch node without listing the
+/// pod on it: booked capacity, held for pods that do not exist yet.
+pub fn reserve(n: &mut NodeState, pod: &Pod, devices: &[usize]) {
     let mut req = pod.requests.clone();
     req.set(names::NVIDIA_GPU, 0);
     let share = pod.gpu_share.as_ref().map(|s| s.milli);
@@ -517,7 +545,6 @@ pub fn place_what_if(n: &mut NodeState, pod: &Pod, id: PodId, devices: &[usize])
             _ => 1000,
         };
     }
-    n.pods.push(id);
 }
 
 /// Whether every pod bound to the `removed` nodes could be re-placed on `targets`, binding them

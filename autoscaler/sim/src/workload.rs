@@ -6,7 +6,7 @@ use autoscaler_core::model::{Pod, PodKey};
 use autoscaler_core::requirements::{Operator, Requirements};
 
 use crate::rng::Rng;
-use crate::scenario::{Arrivals, Generator, Runtime, Scenario};
+use crate::scenario::{Arrivals, Generator, ProvReqSpec, Runtime, Scenario};
 
 /// One pod of the workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,8 +33,11 @@ pub struct GroupSpec {
     pub name: String,
     /// Member pod indices.
     pub members: Vec<u32>,
-    /// Whether it is a ProvisioningRequest (capacity booked until its pods bind).
-    pub provisioning_request: bool,
+    /// For a ProvisioningRequest: its class and timings. Its members' `arrival` is then the
+    /// request's creation; the engine creates the pods only once the request is admitted
+    /// (Provisioned, then the admission delay), or at creation under a policy without
+    /// ProvisioningRequest support.
+    pub provisioning_request: Option<ProvReqSpec>,
 }
 
 /// A PodDisruptionBudget of a deployment: at most `max_unavailable` of its pods may be down.

@@ -41,7 +41,8 @@ fn node(name: &str, phase: NodePhase) -> NodeState {
         gone_at: None,
         gpus: 0,
         last_pod_change: 0,
-        booked_for: None,
+        held: vec![],
+        hold_version: 0,
     }
 }
 
@@ -115,4 +116,25 @@ fn incremental_snapshot_follows_every_change() {
     c.nodes[1].phase = NodePhase::Gone;
     c.live_nodes.remove(&1);
     check(&mut cache, &c, &w);
+    // A booking: phantoms on an initialized node and on one still in flight, one of them
+    // consumed, then all released.
+    let phantom = |n: &str| pod(&format!("{n}.booked")).cpu("2").build();
+    c.nodes[0].held = vec![(0, phantom("r-0")), (0, phantom("r-1"))];
+    c.nodes[0].hold_version += 1;
+    c.nodes[3].held = vec![(0, phantom("r-2"))];
+    c.nodes[3].hold_version += 1;
+    check(&mut cache, &c, &w);
+    let fresh = c.snapshot(&[], &[], &w, false);
+    assert!(fresh.booked_nodes.contains("a") && fresh.booked_nodes.contains("d"));
+    let a = fresh.nodes.iter().find(|n| n.name == "a").unwrap();
+    assert!(a.pods.iter().any(|p| p.key.name == "r-1.booked"));
+    c.nodes[0].held.pop();
+    c.nodes[0].hold_version += 1;
+    check(&mut cache, &c, &w);
+    c.nodes[0].held.clear();
+    c.nodes[0].hold_version += 1;
+    c.nodes[3].held.clear();
+    c.nodes[3].hold_version += 1;
+    check(&mut cache, &c, &w);
+    assert!(c.snapshot(&[], &[], &w, false).booked_nodes.is_empty());
 }

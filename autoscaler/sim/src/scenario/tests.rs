@@ -171,3 +171,93 @@ workloads:
     let s = Scenario::parse(Path::new("np.yaml"), text).unwrap();
     assert_eq!(s.pools[0].name, "gpus");
 }
+
+/// `GOOD` with a ProvisioningRequest workload whose last lines are `extra`.
+fn with_request(extra: &str) -> String {
+    format!(
+        "{GOOD}  - provisioningRequests:
+      name: eval
+      size: 2
+      arrivals: {{at: [10m]}}
+      duration: {{fixed: 5m}}
+      pod: {{nodePool: cpu, cpu: 1, memory: 1Gi}}
+{extra}"
+    )
+}
+
+fn request_spec(s: &Scenario) -> ProvReqSpec {
+    match &s.workloads[1].generator {
+        Generator::Groups {
+            provisioning_request: Some(r),
+            ..
+        } => *r,
+        other => panic!("not a request: {other:?}"),
+    }
+}
+
+#[test]
+fn provisioning_request_keys_and_defaults() {
+    let s = Scenario::parse(Path::new("r.yaml"), &with_request("")).unwrap();
+    assert_eq!(
+        request_spec(&s),
+        ProvReqSpec {
+            class: ProvReqClass::BestEffortAtomic,
+            booking_s: 600,
+            admission_delay_s: 5,
+        }
+    );
+    let text = with_request(
+        "      class: check-capacity.autoscaling.x-k8s.io\n      bookingDuration: 1h\n      admissionDelay: 0s\n",
+    );
+    let s = Scenario::parse(Path::new("r.yaml"), &text).unwrap();
+    assert_eq!(
+        request_spec(&s),
+        ProvReqSpec {
+            class: ProvReqClass::CheckCapacity,
+            booking_s: 3600,
+            admission_delay_s: 0,
+        }
+    );
+    // Gangs are not requests.
+    let gang = GOOD.to_string()
+        + "  - gangs:\n      name: g\n      size: 2\n      arrivals: {at: [1m]}\n      duration: {fixed: 5m}\n      pod: {nodePool: cpu, cpu: 1}\n";
+    let s = Scenario::parse(Path::new("g.yaml"), &gang).unwrap();
+    assert!(matches!(
+        s.workloads[1].generator,
+        Generator::Groups {
+            provisioning_request: None,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn bad_provisioning_request_values_name_line_and_field() {
+    let (line, field, why) = err(&with_request("      class: queued-provisioning\n"));
+    assert_eq!(line, 19, "{field}: {why}");
+    assert_eq!(field, "workloads[1].provisioningRequests.class");
+    assert!(
+        why.contains("unknown provisioning class \"queued-provisioning\"")
+            && why.contains("check-capacity"),
+        "{why}"
+    );
+    let (line, field, why) = err(&with_request("      bookingDuration: 0s\n"));
+    assert_eq!(line, 19, "{field}: {why}");
+    assert_eq!(field, "workloads[1].provisioningRequests.bookingDuration");
+    assert!(why.contains("must be positive"), "{why}");
+    let (line, field, why) = err(&with_request("      admissionDelay: -5s\n"));
+    assert_eq!(line, 19, "{field}: {why}");
+    assert_eq!(field, "workloads[1].provisioningRequests.admissionDelay");
+    assert!(why.contains("negative duration"), "{why}");
+    let (line, field, why) = err(&with_request("      bookingDuration: soon\n"));
+    assert_eq!(
+        (line, field.as_str()),
+        (19, "workloads[1].provisioningRequests.bookingDuration"),
+        "{why}"
+    );
+    // Gangs do not take request keys.
+    let gang =
+        with_request("      class: check-capacity\n").replace("provisioningRequests:", "gangs:");
+    let (_, _, why) = err(&gang);
+    assert!(why.contains("unknown field `class`"), "{why}");
+}

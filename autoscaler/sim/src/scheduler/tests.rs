@@ -48,7 +48,8 @@ fn node(name: &str, zone: &str, cpu: i64, gpus: usize) -> NodeState {
         gone_at: None,
         gpus: gpus as u32,
         last_pod_change: 0,
-        booked_for: None,
+        held: vec![],
+        hold_version: 0,
     }
 }
 

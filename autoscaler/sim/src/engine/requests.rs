@@ -1,0 +1,389 @@
+//! ProvisioningRequests in the engine, as Kueue and the controller handle them: a request
+//! arrives without pods; the policy finds (check-capacity) or launches (best-effort-atomic,
+//! all or nothing) capacity for all of them; once every booked node is initialized the request
+//! is Provisioned and its capacity stays booked (phantom pods in every snapshot, kept from
+//! other pods and from disruption) until its pods, created by Kueue `admissionDelay` later,
+//! bind, or until `bookingDuration` runs out.
+
+use autoscaler_core::model::{Pod, PodKey};
+
+use super::{
+    Engine, Ev, PROVREQ_RETRY_MAX_S, PROVREQ_RETRY_S, ProvReqStats, ReqEnd, ReqPhase, Request,
+    RequestRecord, percentile,
+};
+use crate::cluster::{NodeId, NodePhase, PodId, PodPhase};
+use crate::policy::{Ctx, RequestAnswer, RequestAsk};
+
+impl Engine<'_> {
+    fn members(&self, g: u32) -> Vec<PodId> {
+        self.workload.groups[g as usize]
+            .members
+            .iter()
+            .map(|m| *m as usize)
+            .collect()
+    }
+
+    /// A request is created: track it and plan for it at once.
+    pub(super) fn request_create(&mut self, g: u32) {
+        let Some(spec) = self.workload.groups[g as usize].provisioning_request else {
+            return;
+        };
+        self.requests.insert(
+            g,
+            Request {
+                spec,
+                created: self.now,
+                phase: ReqPhase::Waiting,
+                booking: Vec::new(),
+                launched: Vec::new(),
+                provisioned_at: None,
+                admitted_at: None,
+                bound_at: None,
+                end: None,
+                attempts: 0,
+                served: true,
+            },
+        );
+        self.request_attempt(g);
+    }
+
+    /// Asks the policy for a Waiting request's capacity and books (or launches) it.
+    pub(super) fn request_attempt(&mut self, g: u32) {
+        let Some(r) = self.requests.get(&g) else {
+            return;
+        };
+        if r.phase != ReqPhase::Waiting {
+            return;
+        }
+        let class = r.spec.class;
+        let members = self.members(g);
+        let pods: Vec<(PodId, Pod)> = members
+            .iter()
+            .map(|m| (*m, self.workload.materialize(*m)))
+            .collect();
+        self.unavailable.prune(self.now);
+        let pools = self.pools_now();
+        let mut taken = std::mem::replace(&mut self.policy, Box::new(super::Noop));
+        let answer = {
+            let ctx = Ctx {
+                pools: &pools,
+                ..self.ctx()
+            };
+            let ask = RequestAsk {
+                group: g,
+                class,
+                pods: &pods,
+            };
+            taken.provision_request(&ctx, &ask, self.now)
+        };
+        self.policy = taken;
+        match answer {
+            RequestAnswer::Unsupported => {
+                if let Some(r) = self.requests.get_mut(&g) {
+                    r.served = false;
+                    r.phase = ReqPhase::Done;
+                }
+                // Kueue without the admission check: the workload's pods are created now.
+                for m in members {
+                    self.handle(Ev::Arrive(m));
+                }
+            }
+            RequestAnswer::NoCapacity(_) => self.request_retry(g),
+            RequestAnswer::Capacity { on, launch } => {
+                let mut booking = on;
+                let mut launched = Vec::new();
+                let mut failed = false;
+                for spec in &launch {
+                    match self.launch(spec) {
+                        Some(n) => {
+                            launched.push(n);
+                            booking.push((n, spec.pods.clone()));
+                        }
+                        None => {
+                            failed = true;
+                            break;
+                        }
+                    }
+                }
+                if failed {
+                    // All or nothing: what was launched goes again.
+                    for n in launched {
+                        self.terminate(n);
+                    }
+                    self.request_retry(g);
+                    return;
+                }
+                if let Some(r) = self.requests.get_mut(&g) {
+                    r.booking = booking;
+                    r.launched = launched;
+                    r.phase = ReqPhase::Launching;
+                }
+                self.hold(g);
+                self.request_check(g);
+            }
+        }
+    }
+
+    /// Plans for the request again after the controller's backoff (10 s doubling to 5 min).
+    fn request_retry(&mut self, g: u32) {
+        let Some(r) = self.requests.get_mut(&g) else {
+            return;
+        };
+        let delay = PROVREQ_RETRY_S
+            .saturating_mul(1i64 << r.attempts.min(16))
+            .min(PROVREQ_RETRY_MAX_S);
+        r.attempts += 1;
+        self.push(self.now + delay, Ev::ReqAttempt(g));
+    }
+
+    /// Puts the request's phantoms on its booked nodes.
+    fn hold(&mut self, g: u32) {
+        let Some(r) = self.requests.get(&g) else {
+            return;
+        };
+        let booking = r.booking.clone();
+        for (n, pods) in booking {
+            for m in pods {
+                let mut p = self.workload.materialize(m);
+                p.key = PodKey {
+                    namespace: p.key.namespace.clone(),
+                    name: format!("{}.booked", p.key.name),
+                };
+                p.group = None;
+                self.cluster.nodes[n].held.push((g, p));
+            }
+            self.cluster.nodes[n].hold_version += 1;
+            self.held_nodes.insert(n);
+        }
+        self.changed();
+    }
+
+    /// Releases whatever the request still holds.
+    fn release(&mut self, g: u32) {
+        let Some(r) = self.requests.get(&g) else {
+            return;
+        };
+        let nodes: Vec<NodeId> = r.booking.iter().map(|(n, _)| *n).collect();
+        for n in nodes {
+            let node = &mut self.cluster.nodes[n];
+            let before = node.held.len();
+            node.held.retain(|(x, _)| *x != g);
+            if node.held.len() != before {
+                node.hold_version += 1;
+            }
+            if node.held.is_empty() {
+                self.held_nodes.remove(&n);
+            }
+        }
+        self.cluster.live_bookings.remove(&g);
+        self.request_pass(true);
+        self.changed();
+    }
+
+    /// A Launching request whose booked nodes are all initialized is Provisioned.
+    fn request_check(&mut self, g: u32) {
+        let Some(r) = self.requests.get(&g) else {
+            return;
+        };
+        if r.phase != ReqPhase::Launching {
+            return;
+        }
+        if r.booking
+            .iter()
+            .any(|(n, _)| !self.cluster.nodes[*n].alive())
+        {
+            self.rollback(g);
+            return;
+        }
+        if r.booking
+            .iter()
+            .any(|(n, _)| self.cluster.nodes[*n].phase != NodePhase::Ready)
+        {
+            return;
+        }
+        let spec = r.spec;
+        if let Some(r) = self.requests.get_mut(&g) {
+            r.phase = ReqPhase::Booked;
+            r.provisioned_at = Some(self.now);
+        }
+        self.cluster.live_bookings.insert(g);
+        self.push(self.now + spec.admission_delay_s, Ev::ReqAdmit(g));
+        self.push(self.now + spec.booking_s, Ev::ReqExpire(g));
+        self.changed();
+    }
+
+    /// A booked node of a Launching request was lost: every node launched for it goes, and
+    /// the request waits again (all or nothing).
+    fn rollback(&mut self, g: u32) {
+        self.release(g);
+        let Some(r) = self.requests.get_mut(&g) else {
+            return;
+        };
+        r.phase = ReqPhase::Waiting;
+        r.booking.clear();
+        let launched = std::mem::take(&mut r.launched);
+        for n in launched {
+            self.terminate(n);
+        }
+        self.request_retry(g);
+    }
+
+    /// Kueue admits the workload: the request's pods are created.
+    pub(super) fn request_admit(&mut self, g: u32) {
+        if let Some(r) = self.requests.get_mut(&g) {
+            r.admitted_at = Some(self.now);
+        }
+        for m in self.members(g) {
+            if self.cluster.pods[m].phase == PodPhase::Waiting {
+                self.handle(Ev::Arrive(m));
+            }
+        }
+    }
+
+    /// The booking time is up: if not consumed, the capacity is released.
+    pub(super) fn request_expire(&mut self, g: u32) {
+        let Some(r) = self.requests.get_mut(&g) else {
+            return;
+        };
+        if r.phase != ReqPhase::Booked {
+            return;
+        }
+        r.phase = ReqPhase::Done;
+        r.end = Some(ReqEnd::Expired);
+        self.release(g);
+    }
+
+    /// A pod bound: if it consumes a live booking, its phantom goes, and the booking ends once
+    /// every pod of the request is bound.
+    pub(super) fn request_pod_bound(&mut self, p: PodId) {
+        let Some(g) = self.workload.pods[p].group else {
+            return;
+        };
+        let all = self
+            .members(g)
+            .into_iter()
+            .all(|m| matches!(self.cluster.pods[m].phase, PodPhase::Bound { .. }));
+        let Some(r) = self.requests.get_mut(&g) else {
+            return;
+        };
+        if all && r.bound_at.is_none() {
+            r.bound_at = Some(self.now);
+        }
+        if r.phase != ReqPhase::Booked {
+            return;
+        }
+        let phantom = format!("{}.booked", self.workload.pods[p].name);
+        if let Some((n, _)) = r.booking.iter().find(|(_, pods)| pods.contains(&p)) {
+            let node = &mut self.cluster.nodes[*n];
+            node.held
+                .retain(|(x, pod)| !(*x == g && pod.key.name == phantom));
+            node.hold_version += 1;
+            if node.held.is_empty() {
+                self.held_nodes.remove(n);
+            }
+            self.changed();
+        }
+        if all {
+            if let Some(r) = self.requests.get_mut(&g) {
+                r.phase = ReqPhase::Done;
+                r.end = Some(ReqEnd::Consumed);
+            }
+            self.release(g);
+        }
+    }
+
+    /// A node was initialized: Launching requests booked on it may now be Provisioned.
+    pub(super) fn request_node_ready(&mut self, n: NodeId) {
+        let gs: Vec<u32> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| {
+                r.phase == ReqPhase::Launching && r.booking.iter().any(|(x, _)| *x == n)
+            })
+            .map(|(g, _)| *g)
+            .collect();
+        for g in gs {
+            self.request_check(g);
+        }
+    }
+
+    /// A node is gone: Launching requests on it roll back, Booked ones are revoked.
+    pub(super) fn request_node_gone(&mut self, n: NodeId) {
+        let gs: Vec<(u32, ReqPhase)> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| {
+                matches!(r.phase, ReqPhase::Launching | ReqPhase::Booked)
+                    && r.booking.iter().any(|(x, _)| *x == n)
+            })
+            .map(|(g, r)| (*g, r.phase))
+            .collect();
+        for (g, phase) in gs {
+            if phase == ReqPhase::Launching {
+                self.rollback(g);
+            } else if let Some(r) = self.requests.get_mut(&g) {
+                r.phase = ReqPhase::Done;
+                r.end = Some(ReqEnd::Revoked);
+                self.release(g);
+            }
+        }
+    }
+
+    /// The outcomes, or `None` when the workload has no requests.
+    pub(super) fn request_stats(&self) -> Option<ProvReqStats> {
+        let any = self
+            .workload
+            .groups
+            .iter()
+            .any(|g| g.provisioning_request.is_some());
+        if !any {
+            return None;
+        }
+        let mut st = ProvReqStats {
+            supported: self.requests.values().all(|r| r.served),
+            ..Default::default()
+        };
+        let mut waits = Vec::new();
+        for (g, r) in self.requests.iter().filter(|(_, r)| r.served) {
+            st.records.push(RequestRecord {
+                name: self.workload.groups[*g as usize].name.clone(),
+                class: r.spec.class.as_str(),
+                created: r.created,
+                provisioned_at: r.provisioned_at,
+                admitted_at: r.admitted_at,
+                bound_at: r.bound_at,
+                end: r.end.map(|e| match e {
+                    ReqEnd::Consumed => "consumed",
+                    ReqEnd::Expired => "expired",
+                    ReqEnd::Revoked => "revoked",
+                }),
+                nodes: r
+                    .launched
+                    .iter()
+                    .map(|n| {
+                        let node = &self.cluster.nodes[*n];
+                        (node.launched_at, node.gone_at)
+                    })
+                    .collect(),
+            });
+            st.requests += 1;
+            match r.provisioned_at {
+                Some(t) => {
+                    st.provisioned += 1;
+                    waits.push(t - r.created);
+                }
+                None => st.never_provisioned += 1,
+            }
+            match r.end {
+                Some(ReqEnd::Consumed) => st.consumed += 1,
+                Some(ReqEnd::Expired) => st.expired += 1,
+                Some(ReqEnd::Revoked) => st.revoked += 1,
+                None => {}
+            }
+        }
+        waits.sort_unstable();
+        st.to_provisioned_p50_s = percentile(&waits, 0.50);
+        st.to_provisioned_p95_s = percentile(&waits, 0.95);
+        Some(st)
+    }
+}
