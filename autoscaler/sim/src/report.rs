@@ -33,6 +33,22 @@ struct JsonPolicy<'a> {
     nodes_terminated: u64,
     pods_disrupted: u64,
     safety_violations: u64,
+    /// Only when the scenario has ProvisioningRequests, so other reports keep their shape.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    provisioning_requests: Option<JsonProvReq>,
+}
+
+#[derive(Serialize)]
+struct JsonProvReq {
+    supported: bool,
+    requests: u64,
+    provisioned: u64,
+    consumed: u64,
+    expired: u64,
+    revoked: u64,
+    never_provisioned: u64,
+    to_provisioned_p50_s: f64,
+    to_provisioned_p95_s: f64,
 }
 
 /// Rounds for stable, readable JSON (wall time aside, the values are deterministic anyway).
@@ -64,6 +80,17 @@ pub fn to_json(report: &RunReport) -> String {
                 nodes_terminated: p.nodes_terminated,
                 pods_disrupted: p.pods_disrupted,
                 safety_violations: p.safety_violations,
+                provisioning_requests: p.provisioning_requests.as_ref().map(|q| JsonProvReq {
+                    supported: q.supported,
+                    requests: q.requests,
+                    provisioned: q.provisioned,
+                    consumed: q.consumed,
+                    expired: q.expired,
+                    revoked: q.revoked,
+                    never_provisioned: q.never_provisioned,
+                    to_provisioned_p50_s: q.to_provisioned_p50_s,
+                    to_provisioned_p95_s: q.to_provisioned_p95_s,
+                }),
             })
             .collect(),
     };
@@ -133,6 +160,7 @@ pub fn summary(report: &RunReport) -> String {
             p.pending_at_end
         );
     }
+    provreq_table(&mut s, report);
     for p in &report.policies {
         if p.name != "gpu-autoscaler" {
             let _ = writeln!(
@@ -154,6 +182,57 @@ pub fn summary(report: &RunReport) -> String {
         }
     }
     s
+}
+
+/// The ProvisioningRequest lines of the summary, only when the scenario has requests.
+fn provreq_table(s: &mut String, report: &RunReport) {
+    if report
+        .policies
+        .iter()
+        .all(|p| p.provisioning_requests.is_none())
+    {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "{:<15} {:>8} {:>8} {:>8} {:>11} {:>9} {:>8} {:>8} {:>6}",
+        "ProvReqs",
+        "created",
+        "to-prov",
+        "to-prov",
+        "provisioned",
+        "consumed",
+        "expired",
+        "revoked",
+        "never"
+    );
+    let _ = writeln!(s, "{:<15} {:>8} {:>8} {:>8}", "", "", "p50", "p95");
+    for p in &report.policies {
+        let Some(q) = &p.provisioning_requests else {
+            continue;
+        };
+        if !q.supported {
+            let _ = writeln!(
+                s,
+                "{:<15} not served: each request's pods were created at once, as a plain gang",
+                p.name
+            );
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "{:<15} {:>8} {:>8} {:>8} {:>11} {:>9} {:>8} {:>8} {:>6}",
+            p.name,
+            q.requests,
+            hours(q.to_provisioned_p50_s),
+            hours(q.to_provisioned_p95_s),
+            q.provisioned,
+            q.consumed,
+            q.expired,
+            q.revoked,
+            q.never_provisioned
+        );
+    }
 }
 
 fn esc(s: &str) -> String {
