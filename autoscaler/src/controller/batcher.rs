@@ -4,7 +4,10 @@
 //! pod shows up that the previous round did not see (or when something [`Batcher::flag`]s that
 //! the world changed, e.g. a claim failed); it closes after `idle` without another new pod, or
 //! after `max` in all, whichever comes first. Closing hands back every pod pending *then*, so
-//! a round always plans the whole backlog, not just the newcomers.
+//! a round always plans the whole backlog, not just the newcomers. Pods a round could not help
+//! are planned again every `replan` while they stay pending, so that a change no event
+//! announces (a NodePool's limit raised, a PodGroup's minimum lowered, room freed elsewhere)
+//! reaches them, as Cluster Autoscaler's scan interval does.
 
 use std::collections::BTreeSet;
 
@@ -17,6 +20,8 @@ pub struct BatchConfig {
     pub idle_ms: u64,
     /// Close after this long in all (default 10 s).
     pub max_ms: u64,
+    /// Plan pods still pending again this long after the last round (default 10 s).
+    pub replan_ms: u64,
 }
 
 impl Default for BatchConfig {
@@ -24,6 +29,7 @@ impl Default for BatchConfig {
         BatchConfig {
             idle_ms: 1_000,
             max_ms: 10_000,
+            replan_ms: 10_000,
         }
     }
 }
@@ -51,6 +57,8 @@ pub struct Batcher {
     seen: BTreeSet<PodKey>,
     /// Pods that arrived while the window is open.
     arrived: BTreeSet<PodKey>,
+    /// When the last round closed.
+    closed_at: u64,
 }
 
 impl Batcher {
@@ -61,6 +69,7 @@ impl Batcher {
             window: Window::Closed,
             seen: BTreeSet::new(),
             arrived: BTreeSet::new(),
+            closed_at: 0,
         }
     }
 
@@ -96,7 +105,10 @@ impl Batcher {
                 new = true;
             }
         }
-        if new {
+        let backlog_due = self.window == Window::Closed
+            && !pending.is_empty()
+            && now.saturating_sub(self.closed_at) >= self.config.replan_ms;
+        if new || backlog_due {
             self.touch(now);
         }
         let Window::Open { opened, last } = self.window else {
@@ -108,6 +120,7 @@ impl Batcher {
             return None;
         }
         self.window = Window::Closed;
+        self.closed_at = now;
         self.seen = pending.clone();
         self.arrived.clear();
         Some(pending.clone())
@@ -138,8 +151,17 @@ mod tests {
         // 1 s after b arrived, not after a.
         assert_eq!(b.step(1_500, &set(&["a", "b"])), None);
         assert_eq!(b.step(1_600, &set(&["a", "b"])), Some(set(&["a", "b"])));
-        // Still pending but already handed out: no new window.
+        // Still pending but already handed out: no new window...
         assert_eq!(b.step(5_000, &set(&["a", "b"])), None);
+        assert_eq!(b.window(), &Window::Closed);
+        // ...until the backlog is due again, 10 s after the round; then it closes as usual.
+        assert_eq!(b.step(11_599, &set(&["a", "b"])), None);
+        assert_eq!(b.window(), &Window::Closed);
+        assert_eq!(b.step(11_600, &set(&["a", "b"])), None);
+        assert!(matches!(b.window(), Window::Open { .. }));
+        assert_eq!(b.step(12_600, &set(&["a", "b"])), Some(set(&["a", "b"])));
+        // Nothing pending: nothing to plan again.
+        assert_eq!(b.step(30_000, &set(&[])), None);
         assert_eq!(b.window(), &Window::Closed);
     }
 
@@ -163,6 +185,7 @@ mod tests {
         let mut b = Batcher::new(BatchConfig {
             idle_ms: 10,
             max_ms: 100,
+            replan_ms: 1_000,
         });
         b.step(0, &set(&["a"]));
         assert!(b.step(10, &set(&["a"])).is_some());

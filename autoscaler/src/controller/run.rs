@@ -2134,6 +2134,7 @@ async fn run_with<P: CloudProvider + 'static>(
         batcher: Batcher::new(BatchConfig {
             idle_ms: u64::try_from(args.batch_idle.as_millis()).unwrap_or(u64::MAX),
             max_ms: u64::try_from(args.batch_max.as_millis()).unwrap_or(u64::MAX),
+            replan_ms: u64::try_from(args.replan_interval.as_millis()).unwrap_or(u64::MAX),
         }),
         args: args.clone(),
         builder: SnapshotBuilder::new(),

@@ -95,6 +95,10 @@ pub struct RunArgs {
     /// Close a batch after this long in all.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub batch_max: Duration,
+    /// Plan pods that are still pending again this long after the last round, so that changes
+    /// no pod event announces (a NodePool or PodGroup edited, room freed) reach them.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub replan_interval: Duration,
     /// Delete a launched NodeClaim whose Node has not registered after this long.
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub registration_timeout: Duration,

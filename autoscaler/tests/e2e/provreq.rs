@@ -496,8 +496,9 @@ async fn create_dynamic(c: &Cluster, api_version: &str, plural: &str, obj: Value
 }
 
 /// Two gangs of 8 single-GPU pods and room for 6 GPUs: the Volcano gang (minMember 8) cannot
-/// fit and launches nothing, each member told why; the Kubernetes PodGroup gang (gang policy,
-/// minCount 6) gets its 6 nodes, which proves both minimums are read from their objects.
+/// fit and launches nothing, each member told why; so does the Kubernetes PodGroup gang while
+/// its minCount is 7, and once its PodGroup says 6 it gets its 6 nodes: both minimums are read
+/// from their objects (as plain pods, 6 of either would have launched at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
     let volcano = podgroup_crd("scheduling.volcano.sh", "v1beta1");
@@ -520,17 +521,35 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
         "podgroups",
         json!({"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
                "metadata": {"name": "kg", "namespace": "default"},
-               "spec": {"schedulingPolicy": {"gang": {"minCount": 6}}}}),
+               "spec": {"schedulingPolicy": {"gang": {"minCount": 7}}}}),
     )
     .await;
     let ctl = c.controller("gangs", &["--leader-elect=false"]);
+    // Raw objects: the typed Pod of this project's API version has no `spec.schedulingGroup`.
+    let pods_api = kube::api::ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        plural: "pods".into(),
+    };
+    let raw_pods: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(c.client.clone(), "default", &pods_api);
     for i in 0..8 {
         let mut p = gpu_pod(&format!("vc-{i}"));
         p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": "vc"});
         let _: Pod = c.create(p).await;
         let mut p = gpu_pod(&format!("kg-{i}"));
         p["spec"]["schedulingGroup"] = json!({"podGroupName": "kg"});
-        let _: Pod = c.create(p).await;
+        let obj: kube::api::DynamicObject = serde_json::from_value(p).unwrap();
+        let stored = raw_pods
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("create kg pod");
+        assert_eq!(
+            stored.data["spec"]["schedulingGroup"]["podGroupName"], "kg",
+            "the server keeps spec.schedulingGroup"
+        );
     }
     // Every Volcano member is told why; the Kubernetes gang gets exactly its minimum.
     let events: Api<k8s_openapi::api::events::v1::Event> =
@@ -560,6 +579,53 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
             ctl.log()
         );
     }
+    let kg_notes = eventually(
+        "NotTriggerScaleUp for all 8 Kubernetes-gang members",
+        DEADLINE,
+        || async {
+            let evs = events.list(&ListParams::default()).await.unwrap().items;
+            let per_pod: BTreeMap<String, String> = evs
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some("NotTriggerScaleUp"))
+                .filter_map(|e| {
+                    let name = e.regarding.as_ref()?.name.clone()?;
+                    name.starts_with("kg-")
+                        .then(|| (name, e.note.clone().unwrap_or_default()))
+                })
+                .collect();
+            (per_pod.len() == 8).then_some(per_pod)
+        },
+    )
+    .await;
+    for note in kg_notes.values() {
+        assert!(
+            note.contains("all-or-nothing group k8s:default/kg needs 7 pods"),
+            "{note}\n{}",
+            ctl.log()
+        );
+    }
+    assert!(
+        c.claims().await.is_empty(),
+        "neither gang fits: nothing launched"
+    );
+    // The PodGroup now asks for 6: the gang fits.
+    let k8s_groups = kube::api::ApiResource {
+        group: "scheduling.k8s.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "scheduling.k8s.io/v1alpha2".into(),
+        kind: "PodGroup".into(),
+        plural: "podgroups".into(),
+    };
+    Api::<kube::api::DynamicObject>::namespaced_with(c.client.clone(), "default", &k8s_groups)
+        .patch(
+            "kg",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"schedulingPolicy": {"gang": {"minCount": 6}}}}),
+            ),
+        )
+        .await
+        .expect("patch PodGroup kg");
     let claims = eventually("6 claims for the Kubernetes gang", DEADLINE, || async {
         let claims = c.claims().await;
         (claims.len() >= 6).then_some(claims)

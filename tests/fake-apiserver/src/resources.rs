@@ -392,7 +392,20 @@ fn roundtrip<T: DeserializeOwned + Serialize>(v: Value) -> Result<Value, serde_j
 pub(crate) fn typed_roundtrip(b: Builtin, v: Value) -> Result<Value, serde_json::Error> {
     use k8s_openapi::api;
     match b {
-        Builtin::Pod => roundtrip::<api::core::v1::Pod>(v),
+        Builtin::Pod => {
+            // `spec.schedulingGroup` (the GenericWorkload gang field) is newer than the API
+            // types this fake is built on; a server that has it keeps it, so the fake does too.
+            let group = v
+                .pointer("/spec/schedulingGroup")
+                .filter(|g| g.is_object())
+                .cloned();
+            let mut out = roundtrip::<api::core::v1::Pod>(v)?;
+            if let (Some(g), Some(spec)) = (group, out.get_mut("spec").and_then(Value::as_object_mut))
+            {
+                spec.insert("schedulingGroup".into(), g);
+            }
+            Ok(out)
+        }
         Builtin::Node => roundtrip::<api::core::v1::Node>(v),
         Builtin::Namespace => roundtrip::<api::core::v1::Namespace>(v),
         Builtin::Event => roundtrip::<api::core::v1::Event>(v),
