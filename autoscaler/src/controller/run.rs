@@ -1617,9 +1617,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         // Placement groups no live instance is in and no claim names any more (a claim's
-        // group must survive until its launch, however late). In the background, once per
-        // round at most and without the retry loop: the next collection is the retry, and
-        // the reconcile loop never waits on it.
+        // group must survive until its launch, however late). In the background, one
+        // collection at a time and without the retry loop: the next GC pass is the retry,
+        // and the reconcile loop never waits on the cloud's placement API.
         let keep: BTreeSet<String> = claims
             .iter()
             .filter_map(|c| placement_group_of(c))
@@ -1974,6 +1974,7 @@ async fn launch_group<P: CloudProvider + 'static>(
             && w[0].labels == w[1].labels
             && w[0].taints == w[1].taints
             && w[0].startup_taints == w[1].startup_taints
+            && w[0].placement_group == w[1].placement_group
     });
     if !shared_template {
         tracing::info!(

@@ -924,7 +924,7 @@ impl AwsProvider {
                 batch: &batch,
                 zone_of_subnet: &zone_of_subnet,
             };
-            let mut outcome = match group.as_deref() {
+            let grouped = match group.as_deref() {
                 Some(g) => {
                     let mut in_group = tags.clone();
                     in_group.insert(tags::PLACEMENT_GROUP.into(), g.to_string());
@@ -950,7 +950,7 @@ impl AwsProvider {
                 }
                 None => None,
             };
-            let (outcome, used_tags) = match outcome.take() {
+            let (outcome, used_tags) = match grouped {
                 Some(o) => o,
                 None => (
                     self.create_fleet(req, &fleet, &tags, None).await,
