@@ -2359,7 +2359,7 @@ spec:
         // Only the big type holds 4 CPUs: one type is less than the two the pool demands.
         assert!(plan_for("4").new_claims.is_empty());
         let plan = plan_for("1");
-        let obj = claim_object(&plan.new_claims[0], &np);
+        let obj = claim_object(&plan.new_claims[0], &np, "test");
         let it = obj
             .spec
             .requirements
