@@ -1,6 +1,7 @@
 //! The GCP provider in the real binary, against the fake Compute REST API of `provider-gcp`:
 //! `gpu-autoscaler catalog --provider gcp --json`, and `gpu-autoscaler run --provider gcp`
-//! with the fake Kubernetes API server launching a GPU VM for a pending GPU pod.
+//! with the fake Kubernetes API server launching a GPU VM for a pending GPU pod, and an atomic
+//! ProvisioningRequest's VMs bulk-inserted into one placement policy.
 
 // The e2e harness (fake API server, controller process, polling) is shared, not copied.
 #[allow(dead_code)]
@@ -407,5 +408,24 @@ async fn run_with_gcp_launches_an_atomic_provisioning_request_with_one_bulk_inse
             .as_str()
             .unwrap_or("");
         assert!(claims.iter().any(|c| c == label), "{vm:#}");
+    }
+    // The request's nodes are one placement group: one compact resource policy, created
+    // before the bulk insert and listed by every VM.
+    let group = providers::placement_group_name("e2e", "provreq:default/train");
+    let policies = fake.resource_policies();
+    assert_eq!(policies.len(), 1, "{policies:#?}");
+    assert_eq!(policies[0]["name"], group.as_str());
+    assert_eq!(
+        policies[0]["groupPlacementPolicy"]["collocation"],
+        "COLLOCATED"
+    );
+    for vm in &vms {
+        let listed: Vec<&str> = vm["resourcePolicies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.as_str()?.rsplit('/').next())
+            .collect();
+        assert_eq!(listed, [group.as_str()], "{vm:#}");
     }
 }

@@ -19,6 +19,8 @@ pub enum Action {
     Get,
     /// [`crate::CloudProvider::list`].
     List,
+    /// [`crate::CloudProvider::collect_placement_groups`].
+    CollectPlacementGroups,
 }
 
 impl fmt::Display for Action {
@@ -29,6 +31,7 @@ impl fmt::Display for Action {
             Action::Delete => "deleting an instance",
             Action::Get => "getting an instance",
             Action::List => "listing instances",
+            Action::CollectPlacementGroups => "collecting placement groups",
         })
     }
 }

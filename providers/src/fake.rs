@@ -6,7 +6,7 @@
 //! offerings, queue errors for the next call of an action, plant instances the autoscaler did not
 //! launch, and read back every call made.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,6 +38,8 @@ pub enum Call {
     Get(String),
     /// `list()`.
     List,
+    /// `collect_placement_groups(live, keep, grace)`: the groups kept.
+    CollectPlacementGroups(BTreeSet<String>),
 }
 
 #[derive(Default)]
@@ -49,6 +51,8 @@ struct State {
     capacity: BTreeMap<OfferingKey, u32>,
     injected: BTreeMap<Action, VecDeque<ProviderError>>,
     calls: Vec<Call>,
+    /// Placement groups that launches created and collection has not deleted.
+    placement_groups: BTreeSet<String>,
 }
 
 /// The in-memory provider. Share it behind an `Arc`; all methods take `&self`.
@@ -150,6 +154,11 @@ impl FakeProvider {
         self.state().instances.values().cloned().collect()
     }
 
+    /// The placement groups launches created and collection has not deleted, sorted.
+    pub fn placement_groups(&self) -> Vec<String> {
+        self.state().placement_groups.iter().cloned().collect()
+    }
+
     /// Every call so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.state().calls.clone()
@@ -224,11 +233,15 @@ impl FakeProvider {
             }
             s.next_id += 1;
             let provider_id = format!("fake:///{}/fake-{}", key.zone, s.next_id);
-            let tags = BTreeMap::from([
+            let mut tags = BTreeMap::from([
                 (tags::CLUSTER.to_string(), self.cluster.clone()),
                 (tags::CLAIM.to_string(), request.claim.clone()),
                 (tags::POOL.to_string(), request.pool.clone()),
             ]);
+            if let Some(g) = &request.placement_group {
+                s.placement_groups.insert(g.clone());
+                tags.insert(tags::PLACEMENT_GROUP.to_string(), g.clone());
+            }
             let instance = Instance {
                 provider_id: provider_id.clone(),
                 claim: Some(request.claim.clone()),
@@ -298,6 +311,34 @@ impl FakeProvider {
             .collect())
     }
 
+    fn collect_placement_groups_now(
+        &self,
+        live: &[Instance],
+        keep: &BTreeSet<String>,
+    ) -> Result<Vec<String>, ProviderError> {
+        let mut s = self.state();
+        self.begin(
+            &mut s,
+            Action::CollectPlacementGroups,
+            Call::CollectPlacementGroups(keep.clone()),
+        )?;
+        let used: BTreeSet<&String> = live
+            .iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .filter_map(|i| i.tags.get(tags::PLACEMENT_GROUP))
+            .collect();
+        let gone: Vec<String> = s
+            .placement_groups
+            .iter()
+            .filter(|g| !used.contains(g) && !keep.contains(*g))
+            .cloned()
+            .collect();
+        for g in &gone {
+            s.placement_groups.remove(g);
+        }
+        Ok(gone)
+    }
+
     fn instance_types_now(&self, class: &NodeClassRef) -> Result<Vec<InstanceType>, ProviderError> {
         let mut s = self.state();
         self.begin(
@@ -336,6 +377,16 @@ impl CloudProvider for FakeProvider {
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
         self.list_now()
+    }
+
+    /// The fake's groups have no age: `grace_s` is ignored.
+    async fn collect_placement_groups(
+        &self,
+        live: &[Instance],
+        keep: &BTreeSet<String>,
+        _grace_s: i64,
+    ) -> Result<Vec<String>, ProviderError> {
+        self.collect_placement_groups_now(live, keep)
     }
 }
 

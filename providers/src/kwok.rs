@@ -17,6 +17,11 @@
 //!
 //! Terminating an instance deletes its `KwokInstance` and its Node.
 //!
+//! **Placement groups** are recorded, not emulated: a launch with
+//! [`LaunchRequest::placement_group`] puts the name in the instance's labels under
+//! [`tags::PLACEMENT_GROUP`], so its Node carries it as a label, and the instance lists with it
+//! as a tag.
+//!
 //! **Outages.** A `KwokInstance` labelled [`OUTAGE_LABEL`] is not an instance but a capacity
 //! outage of the emulated cloud: while it exists, launches refuse its instance type, zone and
 //! capacity type with an insufficient-capacity error, the way a real cloud runs out of an
@@ -262,11 +267,14 @@ impl KwokProvider {
 
     fn to_instance(&self, ki: &KwokInstance) -> Instance {
         let s = &ki.spec;
-        let tags = BTreeMap::from([
+        let mut tags = BTreeMap::from([
             (tags::CLUSTER.to_string(), s.cluster.clone()),
             (tags::CLAIM.to_string(), s.claim.clone()),
             (tags::POOL.to_string(), s.pool.clone()),
         ]);
+        if let Some(g) = s.labels.get(tags::PLACEMENT_GROUP) {
+            tags.insert(tags::PLACEMENT_GROUP.to_string(), g.clone());
+        }
         Instance {
             provider_id: format!("{PROVIDER_ID_PREFIX}{}", ki.name_any()),
             claim: Some(s.claim.clone()),
@@ -596,6 +604,10 @@ impl CloudProvider for KwokProvider {
                 refused.push(key.clone());
                 continue;
             };
+            let mut node_labels = request.labels.clone();
+            if let Some(g) = &request.placement_group {
+                node_labels.insert(tags::PLACEMENT_GROUP.to_string(), g.clone());
+            }
             let ki = KwokInstance {
                 metadata: ObjectMeta {
                     name: Some(request.claim.clone()),
@@ -613,7 +625,7 @@ impl CloudProvider for KwokProvider {
                     zone: key.zone.clone(),
                     capacity_type: key.capacity_type.as_str().to_string(),
                     price: Some(offering.price),
-                    labels: request.labels.clone(),
+                    labels: node_labels,
                     taints: request.taints.iter().map(Self::taint).collect(),
                     startup_taints: request.startup_taints.iter().map(Self::taint).collect(),
                 },

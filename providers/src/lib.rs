@@ -24,6 +24,6 @@ mod unavailable;
 pub use error::{Action, ProviderError};
 pub use provider::{
     CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef, OfferingKey,
-    tags,
+    PLACEMENT_GROUP_NAME_MAX, placement_group_name, tags,
 };
 pub use unavailable::UnavailableOfferings;

@@ -1,6 +1,6 @@
 //! The `CloudProvider` trait and the values that cross it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 
@@ -17,6 +17,70 @@ pub mod tags {
     pub const CLAIM: &str = "gpu-autoscaler.dev/nodeclaim";
     /// The NodePool of that claim.
     pub const POOL: &str = autoscaler_core::labels::NODEPOOL;
+    /// The placement group the instance was launched into (only when it was), so that garbage
+    /// collection can tell groups in use from groups left over.
+    pub const PLACEMENT_GROUP: &str = "gpu-autoscaler.dev/placement-group";
+}
+
+/// How long a cloud placement group name may be: GCP resource names (`[a-z]([-a-z0-9]{0,61}
+/// [a-z0-9])?`) are the tightest limit; AWS allows 255 characters.
+pub const PLACEMENT_GROUP_NAME_MAX: usize = 63;
+
+/// 64-bit FNV-1a of `parts` (each followed by a zero byte): stable across builds and platforms.
+fn fnv1a(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain(std::iter::once(0u8)) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Lower-case letters, digits and single dashes of `s`, at most `max` characters, without a
+/// leading or trailing dash.
+fn name_part(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.truncate(max);
+    out.trim_end_matches('-').to_string()
+}
+
+/// The cloud placement group name of an all-or-nothing group (`group` as the planner names it,
+/// e.g. `volcano:team-a/train`) in `cluster`:
+/// `gpu-autoscaler-<cluster>-<group>-<hash>`, the two middle parts reduced to lower-case
+/// letters, digits and dashes and shortened so the whole is at most
+/// [`PLACEMENT_GROUP_NAME_MAX`] characters, the hash (8 hex digits of cluster and group) keeping
+/// distinct groups apart after shortening.
+///
+/// Deterministic, so every claim of a group and every retry after a crash names the same
+/// group; valid as an AWS placement group name, a GCP resource policy name and a Kubernetes
+/// label value.
+pub fn placement_group_name(cluster: &str, group: &str) -> String {
+    let hash = fnv1a(&[cluster, group]) & 0xffff_ffff;
+    // "gpu-autoscaler-" (15) + cluster (<= 16) + "-" + group + "-" + 8 hex digits.
+    let cluster = name_part(cluster, 16);
+    let mut name = String::from("gpu-autoscaler-");
+    if !cluster.is_empty() {
+        name.push_str(&cluster);
+        name.push('-');
+    }
+    let room = PLACEMENT_GROUP_NAME_MAX - name.len() - 9;
+    let group = name_part(group, room);
+    if !group.is_empty() {
+        name.push_str(&group);
+        name.push('-');
+    }
+    name.push_str(&format!("{hash:08x}"));
+    name
 }
 
 /// Which provider-specific node class (image, subnets, IAM role, ...) to use.
@@ -87,6 +151,10 @@ pub struct LaunchRequest {
     pub taints: Vec<Taint>,
     /// Taints present at registration until an agent (device plugin, CNI...) removes them.
     pub startup_taints: Vec<Taint>,
+    /// The placement group to launch into, when the claim is one node of an all-or-nothing
+    /// group spread over several nodes (see [`placement_group_name`]); every claim of the group
+    /// names the same one. A preference, not a requirement: see [`CloudProvider::launch`].
+    pub placement_group: Option<String>,
 }
 
 /// Lifecycle of a cloud instance as providers report it.
@@ -151,8 +219,10 @@ pub struct Launched {
 ///
 /// Every method may be retried by the caller after any error except
 /// [`ProviderError::InvalidRequest`]; implementations must make retries safe as documented per
-/// method. Implementations do not read a clock or keep an insufficient-capacity cache of their
-/// own: the caller owns [`crate::UnavailableOfferings`] and passes time in.
+/// method. Implementations do not keep an insufficient-capacity cache of their own: the caller
+/// owns [`crate::UnavailableOfferings`] and passes time in. The one use of a clock is aging the
+/// placement groups a provider creates (see [`Self::collect_placement_groups`]), where a cloud
+/// does not record a group's creation time itself.
 pub trait CloudProvider: Send + Sync {
     /// Short provider name (`aws`, `gcp`, `fake`), the scheme of its provider ids.
     fn name(&self) -> &str;
@@ -173,6 +243,15 @@ pub trait CloudProvider: Send + Sync {
     /// (for as long as the cloud remembers the token; the claim tag lets [`Self::list`] find it
     /// afterwards). The instance is tagged with [`tags::CLUSTER`], [`tags::CLAIM`] and
     /// [`tags::POOL`].
+    ///
+    /// With [`LaunchRequest::placement_group`], a provider whose cloud has placement groups
+    /// (AWS `cluster` placement groups, GCP collocated group placement policies) first makes
+    /// sure a group of that name exists, tagged with [`tags::CLUSTER`] (creating one that
+    /// exists already is success, so concurrent launches of a group's claims and retries are
+    /// safe), launches into it and tags the instance with [`tags::PLACEMENT_GROUP`]. When the
+    /// cloud has no capacity for a candidate inside the group, the provider launches without
+    /// the group instead of failing: the group is a preference. Providers without placement
+    /// groups ignore the field.
     ///
     /// # Errors
     /// [`ProviderError::InsufficientCapacity`] naming every candidate when none could be
@@ -212,6 +291,28 @@ pub trait CloudProvider: Send + Sync {
     /// Read-only, safe to retry.
     fn list(&self) -> impl Future<Output = Result<Vec<Instance>, ProviderError>> + Send;
 
+    /// Deletes this cluster's placement groups (those [`Self::launch`] created, tagged with
+    /// [`tags::CLUSTER`]) that are no longer needed: no instance of `live` (the answer of
+    /// [`Self::list`]) is in one, `keep` does not name it (the caller passes the groups its
+    /// NodeClaims still name, launched or not), and it is at least `grace_s` seconds old, so
+    /// that a group created for a launch in progress survives. Returns the names deleted.
+    ///
+    /// Idempotent: a group already gone, or one the cloud refuses to delete because an
+    /// instance is still in it, is skipped, so a retry after any error is safe. Default: no
+    /// placement groups, nothing to do.
+    ///
+    /// # Errors
+    /// [`ProviderError::Throttled`] / [`ProviderError::Other`]: retry at the next collection.
+    fn collect_placement_groups(
+        &self,
+        live: &[Instance],
+        keep: &BTreeSet<String>,
+        grace_s: i64,
+    ) -> impl Future<Output = Result<Vec<String>, ProviderError>> + Send {
+        let _ = (live, keep, grace_s);
+        async { Ok(Vec::new()) }
+    }
+
     /// Whether [`Self::launch_group`] is an atomic cloud primitive here (all instances or none,
     /// decided by the cloud). Callers use it for all-or-nothing groups and otherwise launch one
     /// claim at a time and roll back themselves. Default: `false`.
@@ -245,5 +346,55 @@ pub trait CloudProvider: Send + Sync {
                 ),
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gcp_valid(n: &str) -> bool {
+        let b = n.as_bytes();
+        !b.is_empty()
+            && b.len() <= 63
+            && b[0].is_ascii_lowercase()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && !n.ends_with('-')
+    }
+
+    #[test]
+    fn placement_group_names_are_readable_stable_and_distinct() {
+        let n = placement_group_name("prod", "volcano:team-a/train");
+        assert!(
+            n.starts_with("gpu-autoscaler-prod-volcano-team-a-train-"),
+            "{n}"
+        );
+        assert_eq!(n, placement_group_name("prod", "volcano:team-a/train"));
+        assert_ne!(n, placement_group_name("prod", "volcano:team-b/train"));
+        assert_ne!(n, placement_group_name("staging", "volcano:team-a/train"));
+        assert!(gcp_valid(&n), "{n}");
+    }
+
+    #[test]
+    fn placement_group_names_fit_every_cloud_whatever_the_input() {
+        let long = "k8s:Some_Namespace-With.A.Very.Long.Name/".repeat(5);
+        let cases = [
+            ("", ""),
+            ("prod", ""),
+            ("", "x"),
+            ("---", "///"),
+            ("ÜBER", "gang/ÄÖ"),
+            ("a-very-long-cluster-name-indeed-much-longer", long.as_str()),
+        ];
+        for (c, g) in cases {
+            let n = placement_group_name(c, g);
+            assert!(gcp_valid(&n), "{c:?} {g:?} -> {n:?}");
+        }
+        // Two groups that shorten alike stay apart by the hash.
+        let a = placement_group_name("prod", &format!("{long}a"));
+        let b = placement_group_name("prod", &format!("{long}b"));
+        assert_ne!(a, b);
+        assert_eq!(a.len(), PLACEMENT_GROUP_NAME_MAX);
     }
 }

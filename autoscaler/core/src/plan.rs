@@ -57,6 +57,15 @@ pub struct NewClaim {
     pub price: f64,
     /// Physical GPUs of the cheapest option.
     pub gpus: u32,
+    /// The all-or-nothing group (gang or atomic ProvisioningRequest, as in
+    /// [`crate::model::Pod::group`]) this claim is one node of, when the nodes should be placed
+    /// close together (a placement group where the cloud has them).
+    ///
+    /// Set only when every pod of the claim belongs to this one group and the group's pods land
+    /// on at least two new claims of the plan: a group on a single new node needs no placement
+    /// group, and a node shared with pods outside the group is not the group's to place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// A pod the plan could not help, with a human-readable reason.
@@ -114,6 +123,9 @@ impl Plan {
             );
             if !c.requirements.is_empty() {
                 let _ = writeln!(s, "  requirements: {}", c.requirements);
+            }
+            if let Some(g) = &c.group {
+                let _ = writeln!(s, "  group: {g}");
             }
         }
         for u in &self.unschedulable {

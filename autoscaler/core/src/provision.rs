@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::gpu::apply_sharing;
 use crate::instance::{CapacityType, InstanceType, Offering};
 use crate::labels;
-use crate::model::{GpuShare, Pod, Pool, Snapshot};
+use crate::model::{GpuShare, Pod, PodKey, Pool, Snapshot};
 use crate::plan::{ClaimOption, NewClaim, Placement, Plan, Unschedulable};
 use crate::requirements::{Constraint, Labels, Requirements, ValueSet};
 use crate::resources::{Resources, format_amount};
@@ -2245,8 +2245,10 @@ impl<'a> Planner<'a> {
                 pods,
                 requests: slot.used.clone(),
                 gpus,
+                group: None,
             });
         }
+        mark_group_claims(pending, &mut plan);
         for i in unplaced {
             plan.unschedulable.push(Unschedulable {
                 pod: pending[i].key.clone(),
@@ -2257,6 +2259,39 @@ impl<'a> Planner<'a> {
         }
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
         plan
+    }
+}
+
+/// Sets [`NewClaim::group`] on the claims that hold only members of one all-or-nothing group,
+/// for the groups with at least two such claims in the plan. A claim shared with pods outside
+/// the group gets none and does not count: one node of a group in a placement group of its own
+/// would only narrow where the cloud may put it.
+fn mark_group_claims(pending: &[Pod], plan: &mut Plan) {
+    let group_of: BTreeMap<&PodKey, &str> = pending
+        .iter()
+        .filter_map(|p| p.group.as_deref().map(|g| (&p.key, g)))
+        .collect();
+    if group_of.is_empty() {
+        return;
+    }
+    // The one group of each claim whose pods all belong to it.
+    let only: Vec<Option<&str>> = plan
+        .new_claims
+        .iter()
+        .map(|c| {
+            let mut groups = c.pods.iter().map(|k| group_of.get(k).copied());
+            let first = groups.next().flatten()?;
+            groups.all(|g| g == Some(first)).then_some(first)
+        })
+        .collect();
+    let mut claims_of: BTreeMap<&str, usize> = BTreeMap::new();
+    for g in only.iter().flatten() {
+        *claims_of.entry(g).or_default() += 1;
+    }
+    for (c, g) in plan.new_claims.iter_mut().zip(only) {
+        c.group = g
+            .filter(|g| claims_of.get(g).is_some_and(|n| *n >= 2))
+            .map(str::to_string);
     }
 }
 

@@ -279,6 +279,43 @@ fn multi_node_consolidation_merges_several_into_one() {
 }
 
 #[test]
+fn a_replacement_for_a_gangs_nodes_names_no_placement_group() {
+    // The multi-node merge above with both pods members of one gang: the replacement is one
+    // node, and one node needs no placement group.
+    let c8 = itype("c.8")
+        .cpu("8")
+        .mem("32Gi")
+        .on_demand(&ZONES, 0.40)
+        .build();
+    let c16 = itype("c.16")
+        .cpu("16")
+        .mem("64Gi")
+        .on_demand(&ZONES, 0.60)
+        .build();
+    let mut policy = quick();
+    policy.utilization_threshold = 0.6;
+    let n = |name: &str| {
+        managed(name, &c8, "cpu").with_pod(pod(&format!("w-{name}")).cpu("4500m").group("g"))
+    };
+    let plan = check(
+        &snap(
+            vec![n("a"), n("b")],
+            vec![pool("cpu", vec![c8.clone(), c16.clone()]).disruption(policy)],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Replace nodes=[a,b] pods=2 savings=0.200 replacement=c.16@0.600
+        "#]],
+    );
+    let replacement = plan.commands[0]
+        .replacement
+        .as_ref()
+        .expect("a replacement");
+    assert_eq!(replacement.group, None);
+}
+
+#[test]
 fn safety_rules_block_disruption() {
     let pol = || pool("cpu", vec![m4(), m16()]).disruption(quick());
     let target = || managed("target", &m16(), "cpu").with_pod(pod("fill").cpu("10"));

@@ -101,10 +101,13 @@ fn gang_claims_are_narrowed_to_the_cheapest_common_zone() {
         expect![[r#"
             claim gpu-1 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-0]
               requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: train
             claim gpu-2 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-1]
               requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: train
             claim gpu-3 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-2]
               requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: train
         "#]],
     );
     assert_eq!(zones(&plan), vec![vec!["us-east-1b".to_string()]; 3]);
@@ -146,8 +149,10 @@ fn a_member_on_an_existing_node_pulls_the_gang_into_its_zone() {
             existing default/train-0 -> gpu-c-0
             claim gpu-1 pool=gpu price=22.400 types=[p4d.24xlarge] pods=[train-1]
               requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1c]
+              group: train
             claim gpu-2 pool=gpu price=22.400 types=[p4d.24xlarge] pods=[train-2]
               requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1c]
+              group: train
         "#]],
     );
     assert_eq!(plan.existing.len(), 1);
@@ -217,4 +222,134 @@ fn a_gang_on_one_new_node_keeps_its_fallback_zones() {
         zones(&plan),
         vec![vec!["us-east-1a", "us-east-1b", "us-east-1c"]]
     );
+}
+
+/// The placement group each new claim names, in plan order.
+fn claim_groups(plan: &Plan) -> Vec<Option<&str>> {
+    plan.new_claims.iter().map(|c| c.group.as_deref()).collect()
+}
+
+#[test]
+fn a_gang_on_four_new_nodes_names_its_group_on_every_claim() {
+    let snap = snapshot(gang("train", 4), vec![p4d()]);
+    let plan = check(
+        &snap,
+        expect![[r#"
+            claim gpu-1 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-0]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: train
+            claim gpu-2 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-1]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: train
+            claim gpu-3 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-2]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: train
+            claim gpu-4 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[train-3]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: train
+        "#]],
+    );
+    assert_eq!(claim_groups(&plan), vec![Some("train"); 4]);
+}
+
+#[test]
+fn a_gang_on_one_new_node_and_ordinary_pods_name_no_group() {
+    let mut pods: Vec<PodBuilder> = (0..2)
+        .map(|i| {
+            pod(&format!("pair-{i}"))
+                .gpus(4)
+                .model("A100")
+                .tolerate(gpu_toleration())
+                .group("pair")
+        })
+        .collect();
+    pods.extend((0..2).map(|i| {
+        pod(&format!("solo-{i}"))
+            .gpus(8)
+            .model("A100")
+            .tolerate(gpu_toleration())
+    }));
+    let plan = check(
+        &snapshot(pods, vec![p4d()]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[solo-0]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100]
+            claim gpu-2 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[solo-1]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100]
+            claim gpu-3 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[pair-0,pair-1]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100]
+        "#]],
+    );
+    assert_eq!(plan.new_claims.len(), 3);
+    assert_eq!(claim_groups(&plan), vec![None; 3]);
+}
+
+#[test]
+fn a_claim_shared_with_a_pod_outside_the_gang_names_no_group() {
+    // Two whole-node members, one half-node member and a half-node pod of no group: the two
+    // half-node pods share a node, which is not the gang's alone.
+    let mut pods = gang("mix", 2);
+    pods.push(
+        pod("mix-half")
+            .gpus(4)
+            .model("A100")
+            .tolerate(gpu_toleration())
+            .group("mix"),
+    );
+    pods.push(
+        pod("other")
+            .gpus(4)
+            .model("A100")
+            .tolerate(gpu_toleration()),
+    );
+    let plan = check(
+        &snapshot(pods, vec![p4d()]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[mix-0]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: mix
+            claim gpu-2 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[mix-1]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+              group: mix
+            claim gpu-3 pool=gpu price=21.500 types=[p4d.24xlarge] pods=[mix-half,other]
+              requirements: gpu-autoscaler.dev/instance-gpu-name In [a100], topology.kubernetes.io/zone In [us-east-1b]
+        "#]],
+    );
+    let shared: Vec<&autoscaler_core::plan::NewClaim> = plan
+        .new_claims
+        .iter()
+        .filter(|c| c.pods.len() == 2)
+        .collect();
+    assert_eq!(shared.len(), 1, "{}", plan.render());
+    assert_eq!(shared[0].group, None);
+    let whole: Vec<Option<&str>> = plan
+        .new_claims
+        .iter()
+        .filter(|c| c.pods.len() == 1)
+        .map(|c| c.group.as_deref())
+        .collect();
+    assert_eq!(whole, vec![Some("mix"); 2]);
+}
+
+#[test]
+fn a_gang_with_one_pure_claim_names_no_group() {
+    // One whole-node member and a half-node member sharing a node with a pod of no group:
+    // only one claim is the gang's alone, and a placement group of one node helps nothing.
+    let mut pods = gang("lone", 1);
+    pods.push(
+        pod("lone-half")
+            .gpus(4)
+            .model("A100")
+            .tolerate(gpu_toleration())
+            .group("lone"),
+    );
+    pods.push(
+        pod("other")
+            .gpus(4)
+            .model("A100")
+            .tolerate(gpu_toleration()),
+    );
+    let plan = plan_provisioning(&snapshot(pods, vec![p4d()]));
+    assert_eq!(plan.new_claims.len(), 2, "{}", plan.render());
+    assert_eq!(claim_groups(&plan), vec![None; 2]);
 }

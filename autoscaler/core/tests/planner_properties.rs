@@ -301,6 +301,30 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
             return Err(format!("group {g} has {placed} of {min} members placed"));
         }
     }
+    // Placement groups: a claim names a group exactly when all its pods are that group's and
+    // the group has at least two such claims (an independent restatement of the rule).
+    let only_group = |c: &autoscaler_core::plan::NewClaim| -> Option<String> {
+        let first = by_key[&c.pods[0]].group.clone()?;
+        c.pods
+            .iter()
+            .all(|k| by_key[k].group.as_ref() == Some(&first))
+            .then_some(first)
+    };
+    for c in &plan.new_claims {
+        let expected = only_group(c).filter(|g| {
+            plan.new_claims
+                .iter()
+                .filter(|o| only_group(o).as_ref() == Some(g))
+                .count()
+                >= 2
+        });
+        if c.group != expected {
+            return Err(format!(
+                "claim {} names group {:?}, expected {expected:?}",
+                c.name, c.group
+            ));
+        }
+    }
     Ok(())
 }
 

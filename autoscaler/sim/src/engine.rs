@@ -879,6 +879,8 @@ impl<'a> Engine<'a> {
             labels: pool.labels.clone(),
             taints: pool.taints.clone(),
             startup_taints: pool.startup_taints.clone(),
+            // The simulated cloud has no network topology to place into.
+            placement_group: None,
         };
         let result = block_on(self.provider.launch(&req));
         for k in &refused {

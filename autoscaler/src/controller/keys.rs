@@ -15,5 +15,12 @@ pub const DISRUPTION_TAINT: &str = "gpu-autoscaler.dev/disrupted";
 /// Annotation on a NodeClaim created as the replacement of a disrupted node.
 pub const REPLACES_ANNOTATION: &str = "gpu-autoscaler.dev/replaces";
 
+/// Annotation on a NodeClaim that is one node of an all-or-nothing group spread over several
+/// nodes: the cloud placement group to launch it into
+/// ([`providers::placement_group_name`] of the cluster and the group). Written with the claim,
+/// before the cloud call, and read back by every launch of it, so a relaunch after a crash
+/// uses the same group.
+pub const PLACEMENT_GROUP_ANNOTATION: &str = providers::tags::PLACEMENT_GROUP;
+
 /// The field manager of every write (server-side apply and patches).
 pub const FIELD_MANAGER: &str = "gpu-autoscaler";

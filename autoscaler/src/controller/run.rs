@@ -359,8 +359,9 @@ impl Stores {
     }
 }
 
-/// The NodeClaim to create for a planned claim.
-pub fn claim_object(nc: &NewClaim, pool: &NodePool) -> NodeClaim {
+/// The NodeClaim to create for a planned claim of `cluster`: the claim of a group's node
+/// carries the group's placement group ([`keys::PLACEMENT_GROUP_ANNOTATION`]).
+pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim {
     let mut requirements = requirement_exprs(&nc.requirements);
     requirements.retain(|r| r.key != labels::INSTANCE_TYPE);
     requirements.push(NodeSelectorRequirement {
@@ -403,10 +404,17 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool) -> NodeClaim {
         value: t.value.clone(),
         effect: format!("{:?}", t.effect),
     };
+    let annotations = nc.group.as_ref().map(|g| {
+        BTreeMap::from([(
+            keys::PLACEMENT_GROUP_ANNOTATION.to_string(),
+            providers::placement_group_name(cluster, g),
+        )])
+    });
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-", nc.pool)),
             labels: Some(claim_labels),
+            annotations,
             finalizers: Some(vec![keys::FINALIZER.into()]),
             ..Default::default()
         },
@@ -502,6 +510,8 @@ struct Shared<P> {
     unavailable: Mutex<UnavailableOfferings>,
     /// Claims with a launch task running (or just finished, until the store shows it).
     launching: Mutex<HashMap<String, Instant>>,
+    /// A placement group collection is running (at most one at a time).
+    collecting_groups: AtomicBool,
 }
 
 impl<P: CloudProvider + 'static> Shared<P> {
@@ -1156,7 +1166,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .iter()
             .filter_map(|nc| {
                 let np = pools.iter().find(|p| p.name_any() == nc.pool)?;
-                Some((nc, claim_object(nc, np)))
+                Some((nc, claim_object(nc, np, &self.args.cluster_name)))
             })
             .collect();
         let actuator = self.shared.actuator.clone();
@@ -1430,7 +1440,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 disrupt::Action::CreateReplacement(nc) => {
                     match pools.iter().find(|p| p.name_any() == nc.pool) {
                         Some(np) => {
-                            let mut obj = claim_object(&nc, np);
+                            let mut obj = claim_object(&nc, np, &self.args.cluster_name);
                             obj.annotations_mut().insert(
                                 keys::REPLACES_ANNOTATION.into(),
                                 job.command.nodes.join(","),
@@ -1606,6 +1616,33 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 let _ = shared.actuator.delete_claim(&c.name_any()).await;
             }
         }
+        // Placement groups no live instance is in and no claim names any more (a claim's
+        // group must survive until its launch, however late). In the background, one
+        // collection at a time and without the retry loop: the next GC pass is the retry,
+        // and the reconcile loop never waits on the cloud's placement API.
+        let keep: BTreeSet<String> = claims
+            .iter()
+            .filter_map(|c| placement_group_of(c))
+            .collect();
+        if shared.collecting_groups.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        tokio::spawn(async move {
+            shared.limiter.until_ready().await;
+            match shared
+                .provider
+                .collect_placement_groups(&instances, &keep, grace)
+                .await
+            {
+                Ok(deleted) => {
+                    for g in deleted {
+                        tracing::info!(placement_group = %g, "gc: deleted unused placement group");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "gc: collecting placement groups"),
+            }
+            shared.collecting_groups.store(false, Ordering::SeqCst);
+        });
     }
 
     async fn pool_status(&mut self) {
@@ -1786,8 +1823,18 @@ fn launch_request<P: CloudProvider + 'static>(
         labels: node_labels,
         taints: spec.taints.clone(),
         startup_taints: spec.startup_taints.clone(),
+        placement_group: placement_group_of(claim),
     };
     Ok(request)
+}
+
+/// The placement group a claim is to be launched into, as written by [`claim_object`].
+pub fn placement_group_of(claim: &NodeClaim) -> Option<String> {
+    claim
+        .annotations()
+        .get(keys::PLACEMENT_GROUP_ANNOTATION)
+        .filter(|g| !g.is_empty())
+        .cloned()
 }
 
 /// Records a launch's outcome on the claim: Launched with the instance, or Launched=False
@@ -1927,6 +1974,7 @@ async fn launch_group<P: CloudProvider + 'static>(
             && w[0].labels == w[1].labels
             && w[0].taints == w[1].taints
             && w[0].startup_taints == w[1].startup_taints
+            && w[0].placement_group == w[1].placement_group
     });
     if !shared_template {
         tracing::info!(
@@ -2126,6 +2174,7 @@ async fn run_with<P: CloudProvider + 'static>(
         limiter: RateLimiter::direct(Quota::per_second(qps)),
         unavailable: Mutex::new(UnavailableOfferings::default()),
         launching: Mutex::new(HashMap::new()),
+        collecting_groups: AtomicBool::new(false),
     });
     let mut ctl = Controller {
         shared,
@@ -2208,6 +2257,50 @@ mod tests {
     }
 
     #[test]
+    fn a_group_claim_carries_its_placement_group_and_others_none() {
+        let np: NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+            "kind": "NodePool",
+            "metadata": {"name": "gpu"},
+            "spec": {"template": {}},
+        }))
+        .expect("a NodePool");
+        let plain = NewClaim {
+            name: "gpu-1".into(),
+            pool: "gpu".into(),
+            instance_types: vec![],
+            requirements: Requirements::new(),
+            labels: Default::default(),
+            taints: vec![],
+            startup_taints: vec![],
+            pods: vec![],
+            requests: Resources::default(),
+            price: 1.0,
+            gpus: 1,
+            group: None,
+        };
+        let grouped = NewClaim {
+            group: Some("volcano:team-a/train".into()),
+            ..plain.clone()
+        };
+        let obj = claim_object(&plain, &np, "prod");
+        assert_eq!(placement_group_of(&obj), None);
+        assert!(obj.metadata.annotations.is_none());
+        let a = claim_object(&grouped, &np, "prod");
+        let b = claim_object(&grouped, &np, "prod");
+        let name = placement_group_of(&a).expect("a placement group");
+        assert_eq!(placement_group_of(&b).as_deref(), Some(name.as_str()));
+        assert_eq!(
+            name,
+            providers::placement_group_name("prod", "volcano:team-a/train")
+        );
+        assert_ne!(
+            Some(name),
+            placement_group_of(&claim_object(&grouped, &np, "staging"))
+        );
+    }
+
+    #[test]
     fn candidates_follow_requirements_and_skip_refused_offerings() {
         let types = vec![
             itype("small")
@@ -2267,7 +2360,7 @@ spec:
         // Only the big type holds 4 CPUs: one type is less than the two the pool demands.
         assert!(plan_for("4").new_claims.is_empty());
         let plan = plan_for("1");
-        let obj = claim_object(&plan.new_claims[0], &np);
+        let obj = claim_object(&plan.new_claims[0], &np, "test");
         let it = obj
             .spec
             .requirements

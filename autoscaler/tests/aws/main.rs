@@ -1,7 +1,9 @@
 //! The `gpu-autoscaler` binary with the AWS provider against moto's EC2 server: the `catalog`
 //! subcommand (table and `--json`, credentials from environment variables as a user would set
 //! them, a clear and quick failure without credentials), and `run --provider aws` end to end
-//! against the fake API server, the test playing the kubelet.
+//! against the fake API server, the test playing the kubelet; and a gang's placement group
+//! from NodeClaims to EC2 and back through garbage collection, with the test proxy answering
+//! the placement group calls moto lacks.
 //!
 //! Without `moto_server` on PATH the moto tests print `SKIPPED: moto_server not found` and
 //! pass; `.ci/run` installs moto, so CI runs them.
@@ -11,6 +13,8 @@
 mod e2e;
 #[path = "../../../providers/aws/tests/moto/harness.rs"]
 mod moto;
+#[path = "../../../providers/aws/tests/moto/proxy.rs"]
+mod proxy;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
@@ -317,5 +321,130 @@ async fn run_with_aws_launches_a_gpu_instance_for_a_pending_pod() {
         },
     )
     .await;
+    drop(ctl);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_aws_puts_a_gang_in_one_placement_group_and_collects_it() {
+    let Some(moto) = Moto::start("run_with_aws_puts_a_gang_in_one_placement_group_and_collects_it")
+    else {
+        return;
+    };
+    let proxy = proxy::Proxy::start(&moto.url).await;
+    let class = moto.node_class("pg", &["us-east-1a", "us-east-1b"]).await;
+    let mut settings = moto.settings(&proxy.url, "pg");
+    settings.node_classes.insert("default".into(), class);
+    let settings_file = moto.dir().join("aws.yaml");
+    std::fs::write(&settings_file, serde_yaml::to_string(&settings).unwrap()).unwrap();
+
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool()).await;
+    let ctl = c.controller(
+        "aws-gang",
+        &[
+            "--provider=aws",
+            &format!("--aws-config={}", settings_file.display()),
+            "--cluster-name=pg",
+            "--leader-elect=false",
+        ],
+    );
+    for i in 0..2 {
+        let mut p = gpu_pod(&format!("train-{i}"));
+        p["metadata"]["annotations"] = json!({
+            "gpu-autoscaler.dev/pod-group": "train",
+            "gpu-autoscaler.dev/pod-group-min-count": "2",
+        });
+        let _: Pod = c.create(p).await;
+    }
+    let group = providers::placement_group_name("pg", "train");
+
+    // Both claims name the group and launch into it.
+    let claims = eventually(
+        "two launched NodeClaims",
+        Duration::from_secs(60),
+        || async {
+            let claims = c.claims().await;
+            let launched = claims
+                .iter()
+                .filter(|cl| {
+                    cl.status
+                        .as_ref()
+                        .and_then(|s| s.provider_id.as_deref())
+                        .is_some_and(|p| p.starts_with("aws:///"))
+                })
+                .count();
+            (launched == 2).then_some(claims)
+        },
+    )
+    .await;
+    for cl in &claims {
+        let named = cl
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(providers::tags::PLACEMENT_GROUP));
+        assert_eq!(named, Some(&group), "{cl:#?}");
+    }
+    let groups = proxy.placement_groups();
+    assert_eq!(groups.len(), 1, "{groups:?}\n{}", ctl.log());
+    assert_eq!(groups[&group].0, "cluster");
+    assert_eq!(groups[&group].1[providers::tags::CLUSTER], "pg");
+    let fleets = proxy.fleet_groups();
+    assert_eq!(fleets.len(), 2, "{fleets:?}");
+    assert!(
+        fleets
+            .iter()
+            .flatten()
+            .all(|g| g.as_deref() == Some(group.as_str())),
+        "{fleets:?}"
+    );
+    let tagged = moto
+        .client()
+        .describe_instances()
+        .filters(
+            Filter::builder()
+                .name(format!("tag:{}", providers::tags::PLACEMENT_GROUP))
+                .values(&group)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let n: usize = tagged
+        .reservations()
+        .iter()
+        .map(|r| r.instances().len())
+        .sum();
+    assert_eq!(n, 2);
+
+    // The claims go (the job was cancelled): the instances are terminated, and once the group
+    // is unused and older than the grace period, garbage collection deletes it.
+    let api: kube::Api<nodepools::NodeClaim> = kube::Api::all(c.client.clone());
+    for cl in &claims {
+        let name = cl.metadata.name.clone().unwrap();
+        api.delete(&name, &Default::default()).await.unwrap();
+    }
+    eventually(
+        "the instances terminated",
+        Duration::from_secs(60),
+        || async {
+            let i = moto_instances(&moto, "pg").await;
+            i.iter()
+                .all(|(_, state)| state == "terminated" || state == "shutting-down")
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(
+        "the placement group deleted",
+        Duration::from_secs(60),
+        || async { proxy.placement_groups().is_empty().then_some(()) },
+    )
+    .await;
+    assert!(
+        ctl.log().contains("gc: deleted unused placement group"),
+        "{}",
+        ctl.log()
+    );
     drop(ctl);
 }

@@ -176,3 +176,65 @@ async fn e2e_2_completed_pod_node_is_drained_and_removed_pool_at_zero() {
         assert_eq!(cond.observed_generation, generation, "{cond:?}");
     }
 }
+
+/// A gang over three nodes: each of its NodeClaims names the gang's placement group, each
+/// instance is launched into it and its Node carries it; an ordinary pod's claim names none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_gang_claims_carry_one_placement_group() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "30s")).await;
+    let ctl = c.controller("placement", &["--leader-elect=false"]);
+    for i in 0..3 {
+        let mut p = gpu_pod(&format!("train-{i}"));
+        p["metadata"]["annotations"] = json!({
+            "gpu-autoscaler.dev/pod-group": "train",
+            "gpu-autoscaler.dev/pod-group-min-count": "3",
+        });
+        let _: Pod = c.create(p).await;
+    }
+    let _: Pod = c.create(gpu_pod("solo")).await;
+    let group = providers::placement_group_name("default", "train");
+    let pg = providers::tags::PLACEMENT_GROUP;
+    let nodes = eventually("four nodes", DEADLINE, || async {
+        let n = c.nodes().await;
+        (n.len() >= 4).then_some(n)
+    })
+    .await;
+    let claims = c.claims().await;
+    assert_eq!(claims.len(), 4, "{claims:#?}\n{}", ctl.log());
+    let annotated = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        m.annotations.as_ref().and_then(|a| a.get(pg)).cloned()
+    };
+    let mut named: Vec<Option<String>> = claims.iter().map(|c| annotated(&c.metadata)).collect();
+    named.sort();
+    assert_eq!(
+        named,
+        vec![
+            None,
+            Some(group.clone()),
+            Some(group.clone()),
+            Some(group.clone())
+        ],
+        "{}",
+        ctl.log()
+    );
+    // The launches read it back off the claims: the kwok instances and their Nodes have it.
+    let instances = c.instances().await;
+    assert_eq!(
+        instances
+            .iter()
+            .filter(|i| i.spec.labels.get(pg) == Some(&group))
+            .count(),
+        3,
+        "{instances:#?}"
+    );
+    let labelled = |n: &k8s_openapi::api::core::v1::Node| {
+        n.metadata.labels.as_ref().and_then(|l| l.get(pg)).cloned()
+    };
+    let mut node_groups: Vec<Option<String>> = nodes.iter().map(labelled).collect();
+    node_groups.sort();
+    assert_eq!(
+        node_groups,
+        vec![None, Some(group.clone()), Some(group.clone()), Some(group)]
+    );
+}

@@ -58,17 +58,34 @@ pub fn fnv1a(parts: &[&str]) -> u64 {
     h
 }
 
-/// The CreateFleet ClientToken of one fleet request of a claim.
+/// The CreateFleet ClientToken of one fleet request of a claim, outside any placement group.
+///
+/// See [`client_token_in`]; this is it with no group, unchanged from before placement groups
+/// so that a launch in flight across an upgrade keeps its token.
+pub fn client_token(cluster: &str, claim: &str, batch: &[OfferingKey]) -> String {
+    client_token_in(cluster, claim, batch, None)
+}
+
+/// The CreateFleet ClientToken of one fleet request of a claim, into `placement_group` if any.
 ///
 /// EC2 answers a repeated token with the first call's result, so a retried request (timeout,
 /// crash, throttling) never buys a second instance. The token covers the cluster (two clusters
 /// in one account may use the same claim name) and the request's overrides: after an
 /// insufficient-capacity answer the next request offers other overrides, and reusing the token
 /// with different parameters would be refused (`IdempotentParameterMismatch`). Readable prefix
-/// for the audit trail; at most 64 characters, EC2's limit.
-pub fn client_token(cluster: &str, claim: &str, batch: &[OfferingKey]) -> String {
+/// for the audit trail; at most 64 characters, EC2's limit. The placement group is part of the
+/// request too: the fallback outside the group after a refusal inside it is another request.
+pub fn client_token_in(
+    cluster: &str,
+    claim: &str,
+    batch: &[OfferingKey],
+    placement_group: Option<&str>,
+) -> String {
     let mut parts: Vec<String> = vec![cluster.to_string(), claim.to_string()];
     parts.extend(batch.iter().map(ToString::to_string));
+    if let Some(g) = placement_group {
+        parts.push(format!("placement-group={g}"));
+    }
     let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
     let h = fnv1a(&refs);
     let prefix: String = claim
@@ -305,6 +322,50 @@ pub fn interpret(
     }
 }
 
+/// Whether a fleet request into a placement group was refused for reasons a launch outside the
+/// group might not meet: no capacity (a cluster placement group needs room for its instances
+/// close together) or a problem with the group itself (`InvalidPlacementGroup.*`, e.g. an
+/// instance type that cluster placement does not support). Such a launch is retried without the
+/// group, since the group is a preference.
+/// `outcome` is the fleet's answer, or the code of the API error the call ended with.
+pub fn refused_in_group(outcome: Result<&FleetOutcome, &str>) -> bool {
+    let group_code = |c: &str| c.starts_with("InvalidPlacementGroup");
+    match outcome {
+        Ok(FleetOutcome::Launched { .. }) => false,
+        Ok(FleetOutcome::NoCapacity { .. }) => true,
+        Ok(FleetOutcome::Failed { failures }) => failures
+            .iter()
+            .all(|f| is_capacity_error(&f.code) || group_code(&f.code) || f.code == "Unsupported"),
+        Err(code) => is_capacity_error(code) || group_code(code),
+    }
+}
+
+/// The launch template overrides of one fleet request: per offering of `batch`, its instance
+/// type, the subnet of its zone, the AMI of its architecture (from `ami_of`), and, with a
+/// `placement_group`, that group (CreateFleet takes `Placement.GroupName` per override).
+pub fn fleet_overrides(
+    batch: &[OfferingKey],
+    subnets: &BTreeMap<String, String>,
+    ami_of: impl Fn(&str) -> Option<String>,
+    placement_group: Option<&str>,
+) -> Vec<aws_sdk_ec2::types::FleetLaunchTemplateOverridesRequest> {
+    batch
+        .iter()
+        .map(|k| {
+            aws_sdk_ec2::types::FleetLaunchTemplateOverridesRequest::builder()
+                .instance_type(k.instance_type.as_str().into())
+                .set_subnet_id(subnets.get(&k.zone).cloned())
+                .set_image_id(ami_of(&k.instance_type))
+                .set_placement(placement_group.map(|g| {
+                    aws_sdk_ec2::types::Placement::builder()
+                        .group_name(g)
+                        .build()
+                }))
+                .build()
+        })
+        .collect()
+}
+
 /// Tags on every instance (and its volumes) of a claim.
 pub fn instance_tags(
     cluster: &str,
@@ -348,6 +409,66 @@ mod tests {
     }
 
     #[test]
+    fn overrides_name_the_placement_group_on_every_offering_when_given() {
+        let b = vec![
+            key("g5.xlarge", "a", OnDemand),
+            key("g6.xlarge", "b", OnDemand),
+        ];
+        let subnets: BTreeMap<String, String> = [
+            ("a".into(), "subnet-a".into()),
+            ("b".into(), "subnet-b".into()),
+        ]
+        .into();
+        let ami = |_: &str| Some("ami-1".to_string());
+        let grouped = fleet_overrides(&b, &subnets, ami, Some("gpu-autoscaler-c-g-0000abcd"));
+        assert_eq!(grouped.len(), 2);
+        for (o, k) in grouped.iter().zip(&b) {
+            assert_eq!(
+                o.instance_type().map(|t| t.as_str()),
+                Some(k.instance_type.as_str())
+            );
+            assert_eq!(o.subnet_id(), subnets.get(&k.zone).map(String::as_str));
+            assert_eq!(o.image_id(), Some("ami-1"));
+            let p = o.placement().expect("a placement");
+            assert_eq!(p.group_name(), Some("gpu-autoscaler-c-g-0000abcd"));
+            // CreateFleet refuses zones in the placement: the subnet decides.
+            assert_eq!(p.availability_zone(), None);
+        }
+        let plain = fleet_overrides(&b, &subnets, ami, None);
+        assert!(plain.iter().all(|o| o.placement().is_none()));
+    }
+
+    #[test]
+    fn refusals_inside_a_group_fall_back_and_others_do_not() {
+        let f = |code: &str| FleetFailure {
+            offering: None,
+            code: code.into(),
+            message: String::new(),
+        };
+        let no_capacity = FleetOutcome::NoCapacity {
+            unavailable: vec![],
+        };
+        assert!(refused_in_group(Ok(&no_capacity)));
+        assert!(refused_in_group(Err("InsufficientInstanceCapacity")));
+        assert!(refused_in_group(Err("InvalidPlacementGroup.Unknown")));
+        let group_problems = FleetOutcome::Failed {
+            failures: vec![f("InvalidPlacementGroup.InUse"), f("Unsupported")],
+        };
+        assert!(refused_in_group(Ok(&group_problems)));
+        assert!(!refused_in_group(Err("UnauthorizedOperation")));
+        let bad_parameter = FleetOutcome::Failed {
+            failures: vec![f("InvalidParameterValue")],
+        };
+        assert!(!refused_in_group(Ok(&bad_parameter)));
+        let launched = FleetOutcome::Launched {
+            instance_id: "i-1".into(),
+            instance_type: None,
+            unavailable: vec![],
+        };
+        assert!(!refused_in_group(Ok(&launched)));
+    }
+
+    #[test]
     fn tokens_are_stable_bounded_and_distinct() {
         let b1 = vec![key("g5.xlarge", "a", Spot)];
         let b2 = vec![key("g6.xlarge", "a", Spot)];
@@ -355,6 +476,13 @@ mod tests {
         assert_eq!(t, client_token("c1", "gpu-abc12", &b1));
         assert_ne!(t, client_token("c2", "gpu-abc12", &b1));
         assert_ne!(t, client_token("c1", "gpu-abc12", &b2));
+        assert_eq!(t, client_token_in("c1", "gpu-abc12", &b1, None));
+        let grouped = client_token_in("c1", "gpu-abc12", &b1, Some("pg"));
+        assert_ne!(t, grouped, "in and outside a group are two requests");
+        assert_ne!(
+            grouped,
+            client_token_in("c1", "gpu-abc12", &b1, Some("pg2"))
+        );
         assert!(t.starts_with("gpu-abc12-"), "{t}");
         let long = client_token("c1", &"x".repeat(300), &b1);
         assert!(long.len() <= 64, "{}", long.len());

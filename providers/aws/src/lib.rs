@@ -14,6 +14,13 @@
 //!   [`providers::Launched::unavailable`] (or in [`providers::ProviderError::InsufficientCapacity`]
 //!   when nothing could be bought) for the caller's [`providers::UnavailableOfferings`]; the
 //!   launch itself moves on to the remaining candidates.
+//! - **Placement groups**: a launch for a claim with a placement group (one node of a gang over
+//!   several nodes) first creates a `cluster` placement group of that name, tagged with the
+//!   cluster and its creation time (`InvalidPlacementGroup.Duplicate` is success), and puts
+//!   `Placement.GroupName` on every fleet override; when the fleet finds no room inside the
+//!   group, the same offerings are asked for outside it (the group is a preference).
+//!   [`providers::CloudProvider::collect_placement_groups`] deletes the cluster's groups no
+//!   live instance is in, no claim names and older than the grace period.
 //! - **Delete / get / list**: `TerminateInstances` (an unknown or terminated instance is
 //!   success), `DescribeInstances` by id or by the cluster tag.
 //! - **Limits**: a token bucket for describe calls and one for mutating calls, and retries with
@@ -41,4 +48,6 @@ pub use api::CallStats;
 pub use clock::{Clock, FakeClock, SystemClock};
 pub use config::AwsSettings;
 pub use error::AwsError;
-pub use provider::{AwsProvider, ResolvedClass, instance_id, provider_id};
+pub use provider::{
+    AwsProvider, PLACEMENT_GROUP_CREATED_TAG, ResolvedClass, instance_id, provider_id,
+};

@@ -13,14 +13,14 @@ use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_sdk_ec2::primitives::DateTime;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycleType, InstanceStateName,
-    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy, FleetType,
+    InstanceLifecycleType, InstanceStateName, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateTagSpecificationRequest,
-    LocationType, OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType,
-    SpotAllocationStrategy, SpotOptionsRequest, TagSpecification,
-    TargetCapacitySpecificationRequest, VolumeType,
+    LocationType, OnDemandOptionsRequest, PlacementGroupState, PlacementStrategy,
+    RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest,
+    TagSpecification, TargetCapacitySpecificationRequest, VolumeType,
 };
 use providers::{
     Action, CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef,
@@ -92,6 +92,21 @@ struct MarketCache {
     facts: Arc<Vec<TypeFacts>>,
     market: Arc<Market>,
 }
+
+/// What the fleet requests of one batch of a launch share.
+#[derive(Clone, Copy)]
+struct FleetInput<'a> {
+    class: &'a ResolvedClass,
+    template: &'a str,
+    arch: &'a HashMap<&'a str, &'a str>,
+    ct: CapacityType,
+    batch: &'a [OfferingKey],
+    zone_of_subnet: &'a HashMap<&'a str, &'a str>,
+}
+
+/// Tag on the placement groups this provider creates: when (epoch seconds on the provider's
+/// clock), since EC2 does not say. Garbage collection spares younger groups.
+pub const PLACEMENT_GROUP_CREATED_TAG: &str = "gpu-autoscaler.dev/created-at";
 
 /// The AWS EC2 provider. Share it behind an `Arc`; every method takes `&self`.
 pub struct AwsProvider {
@@ -894,21 +909,54 @@ impl AwsProvider {
             .iter()
             .map(|(z, s)| (s.as_str(), z.as_str()))
             .collect();
+        let group = match &req.placement_group {
+            Some(g) => self.placement_group_for_launch(&req.claim, g).await?,
+            None => None,
+        };
 
         let mut unavailable: Vec<OfferingKey> = Vec::new();
         while let Some((ct, batch)) = launch::next_batch(&remaining) {
-            let outcome = self
-                .create_fleet(
-                    req,
-                    &class,
-                    &template,
-                    &arch,
-                    ct,
-                    &batch,
-                    &tags,
-                    &zone_of_subnet,
-                )
-                .await;
+            let fleet = FleetInput {
+                class: &class,
+                template: &template,
+                arch: &arch,
+                ct,
+                batch: &batch,
+                zone_of_subnet: &zone_of_subnet,
+            };
+            let grouped = match group.as_deref() {
+                Some(g) => {
+                    let mut in_group = tags.clone();
+                    in_group.insert(tags::PLACEMENT_GROUP.into(), g.to_string());
+                    let o = self.create_fleet(req, &fleet, &in_group, Some(g)).await;
+                    let code = match &o {
+                        Err(AwsError::Api { code, .. }) => Err(code.as_str()),
+                        Err(_) => Err(""),
+                        Ok(f) => Ok(f),
+                    };
+                    if launch::refused_in_group(code) {
+                        // The group is a preference: an offering refused inside it may well
+                        // have capacity elsewhere, so it is not marked unavailable either.
+                        tracing::info!(
+                            claim = %req.claim,
+                            placement_group = %g,
+                            outcome = ?o,
+                            "EC2 fleet: refused inside the placement group, launching outside it"
+                        );
+                        None
+                    } else {
+                        Some((o, in_group))
+                    }
+                }
+                None => None,
+            };
+            let (outcome, used_tags) = match grouped {
+                Some(o) => o,
+                None => (
+                    self.create_fleet(req, &fleet, &tags, None).await,
+                    tags.clone(),
+                ),
+            };
             match outcome {
                 Ok(FleetOutcome::Launched {
                     instance_id,
@@ -917,12 +965,20 @@ impl AwsProvider {
                 }) => {
                     unavailable.extend(refused);
                     let instance = self
-                        .launched_instance(&instance_id, instance_type, ct, &batch, &tags, &market)
+                        .launched_instance(
+                            &instance_id,
+                            instance_type,
+                            ct,
+                            &batch,
+                            &used_tags,
+                            &market,
+                        )
                         .await;
                     tracing::info!(
                         claim = %req.claim,
                         instance = %instance.provider_id,
                         instance_type = %instance.instance_type,
+                        placement_group = used_tags.get(tags::PLACEMENT_GROUP).map_or("", String::as_str),
                         "EC2 fleet launched an instance"
                     );
                     return Ok(Launched {
@@ -961,32 +1017,32 @@ impl AwsProvider {
         Err(AwsError::InsufficientCapacity(unavailable))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One CreateFleet request for `fleet`'s batch, its instance tagged with `tags`, into
+    /// `placement_group` if any.
     async fn create_fleet(
         &self,
         req: &LaunchRequest,
-        class: &ResolvedClass,
-        template: &str,
-        arch: &HashMap<&str, &str>,
-        ct: CapacityType,
-        batch: &[OfferingKey],
+        fleet: &FleetInput<'_>,
         tags: &BTreeMap<String, String>,
-        zone_of_subnet: &HashMap<&str, &str>,
+        placement_group: Option<&str>,
     ) -> Result<FleetOutcome, AwsError> {
-        let overrides: Vec<FleetLaunchTemplateOverridesRequest> = batch
-            .iter()
-            .map(|k| {
-                let a = arch
-                    .get(k.instance_type.as_str())
-                    .copied()
-                    .unwrap_or("amd64");
-                FleetLaunchTemplateOverridesRequest::builder()
-                    .instance_type(k.instance_type.as_str().into())
-                    .set_subnet_id(class.subnets.get(&k.zone).cloned())
-                    .set_image_id(class.amis.get(a).cloned())
-                    .build()
-            })
-            .collect();
+        let FleetInput {
+            class,
+            template,
+            arch,
+            ct,
+            batch,
+            zone_of_subnet,
+        } = *fleet;
+        let overrides = launch::fleet_overrides(
+            batch,
+            &class.subnets,
+            |t| {
+                let a = arch.get(t).copied().unwrap_or("amd64");
+                class.amis.get(a).cloned()
+            },
+            placement_group,
+        );
         let config = FleetLaunchTemplateConfigRequest::builder()
             .launch_template_specification(
                 FleetLaunchTemplateSpecificationRequest::builder()
@@ -1000,7 +1056,8 @@ impl AwsProvider {
             .iter()
             .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
             .collect();
-        let token = launch::client_token(&self.settings.cluster, &req.claim, batch);
+        let token =
+            launch::client_token_in(&self.settings.cluster, &req.claim, batch, placement_group);
         let (target, spot, on_demand) = match ct {
             CapacityType::Spot => (
                 DefaultTargetCapacityType::Spot,
@@ -1133,6 +1190,171 @@ impl AwsProvider {
         }
     }
 
+    /// The placement group a launch goes into: `name`, made sure to exist; `None` (launch
+    /// outside any group, logged) when EC2 refuses to make it for a reason retrying will not
+    /// change (permissions, the account's placement group limit).
+    ///
+    /// # Errors
+    /// Transient failures (throttling, 5xx), so the caller retries the launch.
+    async fn placement_group_for_launch(
+        &self,
+        claim: &str,
+        name: &str,
+    ) -> Result<Option<String>, AwsError> {
+        match self.ensure_placement_group(name).await {
+            Ok(()) => Ok(Some(name.to_string())),
+            Err(e @ AwsError::Throttled { .. })
+            | Err(
+                e @ AwsError::Api {
+                    transient: true, ..
+                },
+            ) => Err(e),
+            Err(e) => {
+                tracing::warn!(%claim, placement_group = %name, error = %e, "cannot create the placement group; launching outside it");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Creates the `cluster` placement group `name`, tagged as this cluster's with its
+    /// creation time; one that exists already is success (another claim of the group, or an
+    /// earlier attempt, made it).
+    ///
+    /// # Errors
+    /// API errors other than `InvalidPlacementGroup.Duplicate`.
+    pub async fn ensure_placement_group(&self, name: &str) -> Result<(), AwsError> {
+        let tag_list = vec![
+            aws_sdk_ec2::types::Tag::builder()
+                .key(tags::CLUSTER)
+                .value(&self.settings.cluster)
+                .build(),
+            aws_sdk_ec2::types::Tag::builder()
+                .key(PLACEMENT_GROUP_CREATED_TAG)
+                .value(self.clock.now_s().to_string())
+                .build(),
+        ];
+        let r = self
+            .api
+            .call(Family::Mutate, "CreatePlacementGroup", || {
+                self.api
+                    .client
+                    .create_placement_group()
+                    .group_name(name)
+                    .strategy(PlacementStrategy::Cluster)
+                    .tag_specifications(
+                        TagSpecification::builder()
+                            .resource_type(ResourceType::PlacementGroup)
+                            .set_tags(Some(tag_list.clone()))
+                            .build(),
+                    )
+                    .send()
+            })
+            .await;
+        match r {
+            Ok(_) => {
+                tracing::info!(placement_group = %name, "created placement group");
+                Ok(())
+            }
+            Err(AwsError::Api { code, .. }) if code == "InvalidPlacementGroup.Duplicate" => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// This cluster's placement groups (by the cluster tag) with their creation times (epoch
+    /// seconds from [`PLACEMENT_GROUP_CREATED_TAG`], `None` when absent or unreadable), sorted
+    /// by name; groups being deleted are left out.
+    ///
+    /// # Errors
+    /// API errors.
+    pub async fn placement_groups(&self) -> Result<Vec<(String, Option<i64>)>, AwsError> {
+        let out = self
+            .api
+            .call(Family::Describe, "DescribePlacementGroups", || {
+                self.api
+                    .client
+                    .describe_placement_groups()
+                    .filters(filter(
+                        &format!("tag:{}", tags::CLUSTER),
+                        [self.settings.cluster.clone()],
+                    ))
+                    .send()
+            })
+            .await?;
+        let mut groups: Vec<(String, Option<i64>)> = out
+            .placement_groups()
+            .iter()
+            .filter(|g| {
+                !matches!(
+                    g.state(),
+                    Some(PlacementGroupState::Deleting | PlacementGroupState::Deleted)
+                )
+            })
+            // The filter is the server's; check the tag again rather than trust it blindly.
+            .filter(|g| tag_map(g.tags()).get(tags::CLUSTER) == Some(&self.settings.cluster))
+            .filter_map(|g| {
+                let created = tag_map(g.tags())
+                    .get(PLACEMENT_GROUP_CREATED_TAG)
+                    .and_then(|v| v.parse::<i64>().ok());
+                Some((g.group_name()?.to_string(), created))
+            })
+            .collect();
+        groups.sort();
+        Ok(groups)
+    }
+
+    async fn collect_placement_groups_inner(
+        &self,
+        live: &[Instance],
+        keep: &BTreeSet<String>,
+        grace_s: i64,
+    ) -> Result<Vec<String>, AwsError> {
+        let used: BTreeSet<&String> = live
+            .iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .filter_map(|i| i.tags.get(tags::PLACEMENT_GROUP))
+            .collect();
+        let now = self.clock.now_s();
+        let mut deleted = Vec::new();
+        let mut failed: Option<AwsError> = None;
+        for (name, created) in self.placement_groups().await? {
+            // A group without a readable creation time is as old as can be: only this
+            // provider tags groups with the cluster, and it always writes the time.
+            let old = created.is_none_or(|at| now.saturating_sub(at) >= grace_s);
+            if used.contains(&name) || keep.contains(&name) || !old {
+                continue;
+            }
+            let r = self
+                .api
+                .call(Family::Mutate, "DeletePlacementGroup", || {
+                    self.api
+                        .client
+                        .delete_placement_group()
+                        .group_name(&name)
+                        .send()
+                })
+                .await;
+            match r {
+                Ok(_) => {
+                    tracing::info!(placement_group = %name, "deleted unused placement group");
+                    deleted.push(name);
+                }
+                // Gone already, or an instance is still in it (one this cluster's listing
+                // does not show yet): nothing to do now.
+                Err(AwsError::Api { code, .. })
+                    if code == "InvalidPlacementGroup.Unknown"
+                        || code == "InvalidPlacementGroup.InUse" => {}
+                Err(e) => {
+                    tracing::warn!(placement_group = %name, error = %e, "deleting placement group");
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(deleted),
+        }
+    }
+
     async fn get_inner(&self, pid: &str) -> Result<Instance, AwsError> {
         let id = instance_id(pid).ok_or_else(|| AwsError::NotFound(pid.to_string()))?;
         let market = self.cached_market();
@@ -1229,6 +1451,17 @@ impl CloudProvider for AwsProvider {
         self.list_inner()
             .await
             .map_err(|e| e.into_provider(Action::List))
+    }
+
+    async fn collect_placement_groups(
+        &self,
+        live: &[Instance],
+        keep: &BTreeSet<String>,
+        grace_s: i64,
+    ) -> Result<Vec<String>, ProviderError> {
+        self.collect_placement_groups_inner(live, keep, grace_s)
+            .await
+            .map_err(|e| e.into_provider(Action::CollectPlacementGroups))
     }
 }
 

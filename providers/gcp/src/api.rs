@@ -11,7 +11,9 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use google_cloud_compute_v1::client::{AcceleratorTypes, Instances, MachineTypes, ZoneOperations};
+use google_cloud_compute_v1::client::{
+    AcceleratorTypes, Instances, MachineTypes, RegionOperations, ResourcePolicies, ZoneOperations,
+};
 use google_cloud_gax::error::Error as GaxError;
 use google_cloud_gax::error::rpc::{Code, StatusDetails};
 use google_cloud_gax::retry_policy::NeverRetry;
@@ -152,6 +154,8 @@ pub(crate) struct Api {
     pub(crate) machine_types: MachineTypes,
     pub(crate) accelerator_types: AcceleratorTypes,
     pub(crate) operations: ZoneOperations,
+    pub(crate) region_operations: RegionOperations,
+    pub(crate) resource_policies: ResourcePolicies,
     read: DefaultDirectRateLimiter,
     mutate: DefaultDirectRateLimiter,
     retry: RetrySettings,
@@ -198,6 +202,8 @@ impl Api {
             machine_types: client!(MachineTypes, settings, creds),
             accelerator_types: client!(AcceleratorTypes, settings, creds),
             operations: client!(ZoneOperations, settings, creds),
+            region_operations: client!(RegionOperations, settings, creds),
+            resource_policies: client!(ResourcePolicies, settings, creds),
             read: bucket(settings.limits.read),
             mutate: bucket(settings.limits.mutate),
             retry: settings.retry.clone(),

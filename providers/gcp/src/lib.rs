@@ -24,6 +24,13 @@
 //!   with one `instances.bulkInsert` (`count = minCount`) per zone tried. The
 //!   [`providers::CloudProvider`] trait launches one claim at a time, so the controller does not
 //!   call it yet.
+//! - **Placement groups**: a launch with a placement group first makes sure a regional
+//!   resource policy of that name exists (`groupPlacementPolicy.collocation = COLLOCATED`,
+//!   `description` naming the cluster, since resource policies have no labels; 409 is
+//!   success), then inserts (or bulk-inserts) the instance with it in `resourcePolicies`; an
+//!   offering refused inside the policy is asked for outside it with its own request id.
+//!   Collection deletes the cluster's policies no live instance lists, no claim names and older
+//!   than the grace period (by `creationTimestamp`).
 //! - **Delete / get / list**: `instances.delete` (404 is success), `instances.get`,
 //!   `instances.aggregatedList` filtered on the cluster label.
 //! - **Limits**: a token bucket for reads and one for mutations, and retries with jittered
@@ -45,4 +52,4 @@ pub mod testing;
 pub use api::CallStats;
 pub use config::GcpSettings;
 pub use error::GcpError;
-pub use provider::{Facts, GROUP_LABEL, GcpProvider, group_id};
+pub use provider::{Facts, GROUP_LABEL, GcpProvider, group_id, placement_description, policy_url};

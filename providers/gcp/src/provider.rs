@@ -19,8 +19,10 @@ use crate::error::GcpError;
 use crate::launch::{self, OpOutcome, Template, gce_labels};
 
 mod group;
+mod placement;
 
 pub use group::{GROUP_LABEL, group_id};
+pub use placement::{description as placement_description, policy_url};
 
 /// The machine and accelerator types of the region's zones, as last fetched.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -313,7 +315,13 @@ impl GcpProvider {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let metadata = metadata_map(i.metadata.as_ref());
-        let tags = launch::neutral_tags(&gce, &metadata);
+        let mut tags = launch::neutral_tags(&gce, &metadata);
+        if let Some(p) = i.resource_policies.first() {
+            tags.insert(
+                providers::tags::PLACEMENT_GROUP.to_string(),
+                catalog::last_segment(p).to_string(),
+            );
+        }
         let machine = catalog::last_segment(i.machine_type.as_deref().unwrap_or_default());
         let instance_type = match i.guest_accelerators.first() {
             Some(a) if machine.starts_with("n1-") => {
@@ -450,6 +458,10 @@ impl GcpProvider {
         }
         let facts = self.facts().await?;
         let (_, class) = self.settings.class(&request.class.name);
+        let policy = match &request.placement_group {
+            Some(g) => self.placement_for_launch(&request.claim, g).await?,
+            None => None,
+        };
         let mut unavailable = Vec::new();
         let mut known_any = false;
         for offering in &request.candidates {
@@ -475,7 +487,34 @@ impl GcpProvider {
                 class: &class,
                 builtin_gpu: m.accelerator.is_some(),
             };
-            match self.try_offering(&template, request, offering).await? {
+            let inside = match policy.as_deref() {
+                Some(p) => match self
+                    .try_offering(&template, request, offering, Some(p))
+                    .await
+                {
+                    Ok(Some(i)) => Some(i),
+                    // Refused inside the placement group (no room close together, or the
+                    // policy does not suit the machine): the group is a preference, so the
+                    // same offering is asked for outside it.
+                    Ok(None)
+                    | Err(GcpError::Api {
+                        transient: false, ..
+                    }) => {
+                        tracing::info!(claim = %request.claim, offering = %offering, placement_group = %p, "refused inside the placement group, launching outside it");
+                        None
+                    }
+                    Err(e) => return Err(e),
+                },
+                None => None,
+            };
+            let got = match inside {
+                Some(i) => Some(i),
+                None => {
+                    self.try_offering(&template, request, offering, None)
+                        .await?
+                }
+            };
+            match got {
                 Some(instance) => {
                     return Ok(Launched {
                         instance,
@@ -494,18 +533,27 @@ impl GcpProvider {
         Err(GcpError::InsufficientCapacity(unavailable))
     }
 
-    /// One insert: `Some(instance)` on success, `None` when the offering lacks capacity or
-    /// quota.
+    /// One insert, into the resource policy `policy` (a URL) if any: `Some(instance)` on
+    /// success, `None` when the offering lacks capacity or quota.
     async fn try_offering(
         &self,
         template: &Template<'_>,
         request: &LaunchRequest,
         offering: &OfferingKey,
+        policy: Option<&str>,
     ) -> Result<Option<Instance>, GcpError> {
         let zone = offering.zone.clone();
         let name = launch::instance_name(&request.claim);
-        let body = launch::instance_body(template, request, offering);
-        let request_id = launch::request_id(&request.claim, offering);
+        let mut body = launch::instance_body(template, request, offering);
+        // Inside and outside a placement group are two requests: the server would answer a
+        // reused request id with the first one's (failed) operation.
+        let request_id = match policy {
+            Some(p) => {
+                body.resource_policies = vec![p.to_string()];
+                launch::request_id(&format!("{}/placement/{p}", request.claim), offering)
+            }
+            None => launch::request_id(&request.claim, offering),
+        };
         let sent = self
             .api
             .call(Family::Mutate, "instances.insert", || {
@@ -704,6 +752,17 @@ impl CloudProvider for GcpProvider {
         self.get_inner(provider_id)
             .await
             .map_err(|e| e.into_provider(Action::Get))
+    }
+
+    async fn collect_placement_groups(
+        &self,
+        live: &[Instance],
+        keep: &BTreeSet<String>,
+        grace_s: i64,
+    ) -> Result<Vec<String>, ProviderError> {
+        self.collect_placement_inner(live, keep, grace_s)
+            .await
+            .map_err(|e| e.into_provider(Action::CollectPlacementGroups))
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {

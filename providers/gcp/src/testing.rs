@@ -22,6 +22,14 @@
 //!   `labels.KEY = "VALUE"` and `name = "VALUE"` terms joined by `AND`;
 //! - `GET  .../zones/{z}/operations/{op}` and `POST .../operations/{op}/wait`: operations start
 //!   `RUNNING` and are `DONE` after a configurable number of polls.
+//! - Resource policies (placement groups): `POST .../regions/{r}/resourcePolicies` (409
+//!   `alreadyExists` for a taken name, a DONE regional operation otherwise), `GET` of one and
+//!   of the list, `DELETE` (400 `resourceInUseByAnotherResource` while an instance lists it,
+//!   404 `notFound` when absent); `GET`/`POST wait` of `.../regions/{r}/operations/{op}`
+//!   (regional operations are DONE at once). Instances (insert and bulkInsert) referencing an
+//!   unknown policy answer 404; their `resourcePolicies` are kept as full URLs. A full
+//!   placement ([`FakeCompute::fill_placement`]) fails every insert into a policy with
+//!   `ZONE_RESOURCE_POOL_EXHAUSTED`.
 //!
 //! HTTP errors carry the documented body, `{"error": {"code", "message", "errors": [{"domain",
 //! "reason", "message"}]}}`. Faults can also be queued per method as HTTP answers (429
@@ -90,6 +98,10 @@ struct FakeState {
     page_size: usize,
     next_id: u64,
     calls: Vec<String>,
+    /// (region, name) -> resource policy.
+    resource_policies: BTreeMap<(String, String), Value>,
+    /// Inserts into a resource policy fail for capacity.
+    placement_full: bool,
 }
 
 /// The fake's state. Clones share it.
@@ -482,6 +494,36 @@ impl FakeCompute {
         self.lock().instances.values().cloned().collect()
     }
 
+    /// Every resource policy as JSON, by region and name.
+    pub fn resource_policies(&self) -> Vec<Value> {
+        self.lock().resource_policies.values().cloned().collect()
+    }
+
+    /// Plants a resource policy as another tool would have made it (`creationTimestamp` as
+    /// given, RFC 3339).
+    pub fn plant_resource_policy(
+        &self,
+        region: &str,
+        name: &str,
+        description: &str,
+        created: &str,
+    ) {
+        let mut s = self.lock();
+        let v = s.policy(
+            region,
+            json!({"name": name, "description": description,
+            "groupPlacementPolicy": {"collocation": "COLLOCATED"}}),
+            created,
+        );
+        s.resource_policies
+            .insert((region.to_string(), name.to_string()), v);
+    }
+
+    /// Makes every insert into a resource policy fail for capacity (or stops doing so).
+    pub fn fill_placement(&self, full: bool) {
+        self.lock().placement_full = full;
+    }
+
     /// Every call as `METHOD path?query`, in order.
     pub fn calls(&self) -> Vec<String> {
         self.lock().calls.clone()
@@ -524,6 +566,163 @@ impl FakeState {
     fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
+    }
+
+    /// A resource policy resource from an insert body.
+    fn policy(&mut self, region: &str, mut body: Value, created: &str) -> Value {
+        let id = self.id();
+        let name = body["name"].as_str().unwrap_or_default().to_string();
+        let region_url = format!("{API}/projects/{}/regions/{region}", self.project);
+        body["kind"] = json!("compute#resourcePolicy");
+        body["id"] = json!(id.to_string());
+        body["creationTimestamp"] = json!(created);
+        body["region"] = json!(region_url);
+        body["status"] = json!("READY");
+        body["selfLink"] = json!(format!("{region_url}/resourcePolicies/{name}"));
+        body
+    }
+
+    /// The region of a zone (`us-central1-a` -> `us-central1`).
+    fn region_of(zone: &str) -> &str {
+        zone.rsplit_once('-').map_or(zone, |(r, _)| r)
+    }
+
+    /// The full URLs of the resource policies `refs` (URLs or names) of an instance in
+    /// `zone`, or the 404 message for the first unknown one.
+    fn policy_urls(&self, zone: &str, refs: &Value) -> Result<Vec<String>, String> {
+        let region = Self::region_of(zone);
+        let mut out = Vec::new();
+        for r in refs.as_array().into_iter().flatten() {
+            let name = last(r.as_str().unwrap_or_default());
+            if !self
+                .resource_policies
+                .contains_key(&(region.to_string(), name.to_string()))
+            {
+                return Err(format!(
+                    "The resource 'projects/{}/regions/{region}/resourcePolicies/{name}' was not found",
+                    self.project
+                ));
+            }
+            out.push(format!(
+                "{API}/projects/{}/regions/{region}/resourcePolicies/{name}",
+                self.project
+            ));
+        }
+        Ok(out)
+    }
+
+    /// A regional operation, DONE at once.
+    fn region_op(&mut self, region: &str, kind: &str, target: &str) -> Value {
+        let id = self.id();
+        let name = format!("operation-1764532800000-{id:013x}-r");
+        let region_url = format!("{API}/projects/{}/regions/{region}", self.project);
+        let v = json!({
+            "kind": "compute#operation",
+            "id": id.to_string(),
+            "name": name,
+            "region": region_url,
+            "operationType": kind,
+            "targetLink": format!("{region_url}/resourcePolicies/{target}"),
+            "status": "DONE",
+            "progress": 100,
+            "selfLink": format!("{region_url}/operations/{name}"),
+        });
+        self.operations.insert(
+            (region.to_string(), name),
+            Op {
+                value: v.clone(),
+                polls_left: 0,
+                starts: Vec::new(),
+            },
+        );
+        v
+    }
+
+    fn insert_policy(
+        &mut self,
+        region: &str,
+        q: &BTreeMap<String, String>,
+        body: &[u8],
+    ) -> Response {
+        if let Some(rid) = q.get("requestId")
+            && let Some((r, op)) = self.request_ids.get(rid).cloned()
+            && let Some(op) = self.operations.get(&(r, op))
+        {
+            return ok(op.value.clone());
+        }
+        let Ok(body) = serde_json::from_slice::<Value>(body) else {
+            return api_error(400, "parseError", "Parse Error");
+        };
+        let name = body["name"].as_str().unwrap_or_default().to_string();
+        let valid = name.len() <= 63
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && !name.ends_with('-')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid {
+            return api_error(
+                400,
+                "invalid",
+                &format!(
+                    "Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'"
+                ),
+            );
+        }
+        let key = (region.to_string(), name.clone());
+        if self.resource_policies.contains_key(&key) {
+            return api_error(
+                409,
+                "alreadyExists",
+                &format!(
+                    "The resource 'projects/{}/regions/{region}/resourcePolicies/{name}' already exists",
+                    self.project
+                ),
+            );
+        }
+        let created = jiff::Timestamp::now().to_string();
+        let v = self.policy(region, body, &created);
+        self.resource_policies.insert(key, v);
+        let op = self.region_op(region, "insert", &name);
+        if let Some(rid) = q.get("requestId") {
+            let op_name = op["name"].as_str().unwrap_or_default().to_string();
+            self.request_ids
+                .insert(rid.clone(), (region.to_string(), op_name));
+        }
+        ok(op)
+    }
+
+    fn delete_policy(&mut self, region: &str, name: &str) -> Response {
+        let project = self.project.clone();
+        let key = (region.to_string(), name.to_string());
+        if !self.resource_policies.contains_key(&key) {
+            return api_error(
+                404,
+                "notFound",
+                &format!(
+                    "The resource 'projects/{project}/regions/{region}/resourcePolicies/{name}' was not found"
+                ),
+            );
+        }
+        let in_use = self.instances.iter().any(|((z, _), i)| {
+            Self::region_of(z) == region
+                && i["resourcePolicies"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|p| last(p.as_str().unwrap_or_default()) == name)
+        });
+        if in_use {
+            return api_error(
+                400,
+                "resourceInUseByAnotherResource",
+                &format!(
+                    "The resource_policy resource 'projects/{project}/regions/{region}/resourcePolicies/{name}' is already being used by an instance"
+                ),
+            );
+        }
+        self.resource_policies.remove(&key);
+        ok(self.region_op(region, "delete", name))
     }
 
     /// An instance resource from an insert body.
@@ -820,10 +1019,22 @@ impl FakeState {
         if let Some(why) = self.scheduling_error(zone, &machine, &body) {
             return api_error(400, "invalid", why);
         }
-        let error = self.fault_for(zone, &machine, &model);
+        let policies = match self.policy_urls(zone, &body["resourcePolicies"]) {
+            Ok(p) => p,
+            Err(m) => return api_error(404, "notFound", &m),
+        };
+        let error = if self.placement_full && !policies.is_empty() {
+            Some("ZONE_RESOURCE_POOL_EXHAUSTED".to_string())
+        } else {
+            self.fault_for(zone, &machine, &model)
+        };
         // A successful insert's instance exists (PROVISIONING) while the operation runs, as on
         // the real API; a failing one never shows up.
         if error.is_none() {
+            let mut body = body;
+            if !policies.is_empty() {
+                body["resourcePolicies"] = json!(policies);
+            }
             let inst = self.materialize(zone, body, "PROVISIONING");
             self.instances
                 .insert((zone.to_string(), name.clone()), inst);
@@ -953,11 +1164,22 @@ impl FakeState {
         if let Some(why) = self.scheduling_error(zone, &machine, props) {
             return api_error(400, "invalid", why);
         }
-        let error = self.fault_for(zone, &machine, &model);
+        let policies = match self.policy_urls(zone, &props["resourcePolicies"]) {
+            Ok(p) => p,
+            Err(m) => return api_error(404, "notFound", &m),
+        };
+        let error = if self.placement_full && !policies.is_empty() {
+            Some("ZONE_RESOURCE_POOL_EXHAUSTED".to_string())
+        } else {
+            self.fault_for(zone, &machine, &model)
+        };
         let started = if error.is_none() {
             for n in &names {
                 let mut inst = props.clone();
                 inst["name"] = json!(n);
+                if !policies.is_empty() {
+                    inst["resourcePolicies"] = json!(policies);
+                }
                 inst["machineType"] = json!(format!("zones/{zone}/machineTypes/{machine}"));
                 let v = self.materialize(zone, inst, "PROVISIONING");
                 self.instances.insert((zone.to_string(), n.clone()), v);
@@ -1095,6 +1317,14 @@ impl FakeState {
             }
             (["zones", _, "operations", _], true, _) => "zoneOperations.get",
             (["zones", _, "operations", _, "wait"], _, true) => "zoneOperations.wait",
+            (["regions", _, "resourcePolicies"], true, _) => "resourcePolicies.list",
+            (["regions", _, "resourcePolicies"], _, true) => "resourcePolicies.insert",
+            (["regions", _, "resourcePolicies", _], true, _) => "resourcePolicies.get",
+            (["regions", _, "resourcePolicies", _], false, false) if *method == Method::DELETE => {
+                "resourcePolicies.delete"
+            }
+            (["regions", _, "operations", _], true, _) => "regionOperations.get",
+            (["regions", _, "operations", _, "wait"], _, true) => "regionOperations.wait",
             _ => return api_error(404, "notFound", &format!("no such method {method} {path}")),
         };
         if let Some(f) = self.take_http_fault(rpc) {
@@ -1183,6 +1413,52 @@ impl FakeState {
                 ),
             },
             "instances.delete" => self.delete(&zone, parts[4], q),
+            // `zone` is the region on these paths.
+            "resourcePolicies.insert" => self.insert_policy(&zone, q, body),
+            "resourcePolicies.delete" => self.delete_policy(&zone, parts[4]),
+            "resourcePolicies.get" => {
+                match self
+                    .resource_policies
+                    .get(&(zone.clone(), parts[4].to_string()))
+                {
+                    Some(v) => ok(v.clone()),
+                    None => api_error(
+                        404,
+                        "notFound",
+                        &format!(
+                            "The resource 'projects/{project}/regions/{zone}/resourcePolicies/{}' was not found",
+                            parts[4]
+                        ),
+                    ),
+                }
+            }
+            "resourcePolicies.list" => {
+                let items = self
+                    .resource_policies
+                    .iter()
+                    .filter(|((r, _), _)| *r == zone)
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                ok(self.list(
+                    "compute#resourcePolicyList",
+                    &format!("projects/{project}/regions/{zone}/resourcePolicies"),
+                    items,
+                    q,
+                ))
+            }
+            "regionOperations.get" | "regionOperations.wait" => {
+                match self.operations.get(&(zone.clone(), parts[4].to_string())) {
+                    Some(op) => ok(op.value.clone()),
+                    None => api_error(
+                        404,
+                        "notFound",
+                        &format!(
+                            "The resource 'projects/{project}/regions/{zone}/operations/{}' was not found",
+                            parts[4]
+                        ),
+                    ),
+                }
+            }
             "zoneOperations.get" | "zoneOperations.wait" => {
                 let v = self.advance(&zone, parts[4]);
                 if v.is_null() {

@@ -69,6 +69,7 @@ fn request(
             "",
             Effect::NoSchedule,
         )],
+        placement_group: None,
     }
 }
 

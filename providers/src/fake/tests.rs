@@ -24,6 +24,7 @@ fn request(
         labels: Default::default(),
         taints: vec![],
         startup_taints: vec![],
+        placement_group: None,
     }
 }
 
@@ -166,6 +167,56 @@ fn delete_is_idempotent_and_list_shows_live_instances_of_this_cluster() {
     // A terminated instance stays the answer for its claim: the token is not reusable.
     let again = block_on(cloud.launch(&request("a", &c))).unwrap().instance;
     assert_eq!(again.state, InstanceState::Terminated);
+}
+
+#[test]
+fn placement_groups_are_recorded_and_collected_when_unused() {
+    let cloud = FakeProvider::with_default_catalog();
+    let mut a = request("claim-a", &[("g5.xlarge", "us-east-1a", Spot)]);
+    a.placement_group = Some("pg-1".into());
+    let mut b = request("claim-b", &[("g5.xlarge", "us-east-1a", Spot)]);
+    b.placement_group = Some("pg-1".into());
+    let plain = request("claim-c", &[("g5.xlarge", "us-east-1a", Spot)]);
+    let la = block_on(cloud.launch(&a)).unwrap();
+    let lb = block_on(cloud.launch(&b)).unwrap();
+    let lc = block_on(cloud.launch(&plain)).unwrap();
+    assert_eq!(la.instance.tags[tags::PLACEMENT_GROUP], "pg-1");
+    assert_eq!(lb.instance.tags[tags::PLACEMENT_GROUP], "pg-1");
+    assert!(!lc.instance.tags.contains_key(tags::PLACEMENT_GROUP));
+    assert_eq!(cloud.placement_groups(), ["pg-1"]);
+    let recorded: Vec<Option<String>> = cloud
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::Launch(r) => Some(r.placement_group),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(recorded, [Some("pg-1".into()), Some("pg-1".into()), None]);
+
+    let keep = BTreeSet::new();
+    // In use while one of its instances lives.
+    block_on(cloud.delete(&la.instance.provider_id)).unwrap();
+    let live = block_on(cloud.list()).unwrap();
+    assert!(
+        block_on(cloud.collect_placement_groups(&live, &keep, 0))
+            .unwrap()
+            .is_empty()
+    );
+    block_on(cloud.delete(&lb.instance.provider_id)).unwrap();
+    let live = block_on(cloud.list()).unwrap();
+    // Kept while the caller still names it.
+    let named = BTreeSet::from(["pg-1".to_string()]);
+    assert!(
+        block_on(cloud.collect_placement_groups(&live, &named, 0))
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        block_on(cloud.collect_placement_groups(&live, &keep, 0)).unwrap(),
+        ["pg-1"]
+    );
+    assert!(cloud.placement_groups().is_empty());
 }
 
 #[test]

@@ -556,7 +556,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 failure = Some(format!("NodePool {} disappeared", nc.pool));
                 break;
             };
-            let mut obj = claim_object(nc, np);
+            let mut obj = claim_object(nc, np, &self.args.cluster_name);
             obj.metadata
                 .labels
                 .get_or_insert_with(Default::default)

@@ -37,6 +37,7 @@ pub fn request(claim: &str, candidates: Vec<OfferingKey>) -> LaunchRequest {
             "",
             Effect::NoSchedule,
         )],
+        placement_group: None,
     }
 }
 

@@ -9,3 +9,4 @@ mod proxy;
 mod catalog;
 mod faults;
 mod lifecycle;
+mod placement;

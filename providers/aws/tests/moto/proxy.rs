@@ -9,6 +9,12 @@
 //!   skips pools without capacity. When every override is exhausted the proxy answers itself
 //!   with the errors and no instance. Alternatively a whole CreateFleet call can be refused
 //!   with an API error (`InsufficientInstanceCapacity`, HTTP 500).
+//! - **Placement groups**, which moto (5.2) does not emulate at all (it answers 500):
+//!   CreatePlacementGroup (with tags, `InvalidPlacementGroup.Duplicate` for a taken name),
+//!   DescribePlacementGroups (filtered by `tag:KEY` and `group-name`) and DeletePlacementGroup
+//!   (`InvalidPlacementGroup.Unknown` for an unknown name) are answered by the proxy itself.
+//!   moto ignores `Placement` on CreateFleet overrides; the proxy records it, and can refuse
+//!   every fleet into a group for capacity (a full cluster placement group).
 //! - **Faults**: the next N requests (optionally of one action) get an EC2 error answer with a
 //!   chosen status and code (`503 RequestLimitExceeded`, `500 InternalError`).
 //!
@@ -48,6 +54,12 @@ struct ProxyState {
     requests: BTreeMap<String, u32>,
     /// Overrides ((type, subnet) pairs) of every CreateFleet as received.
     fleets: Vec<Vec<(String, String)>>,
+    /// `Placement.GroupName` of each override of every CreateFleet as received.
+    fleet_groups: Vec<Vec<Option<String>>>,
+    /// Placement groups by name: (id, strategy, tags).
+    placement_groups: BTreeMap<String, (String, String, BTreeMap<String, String>)>,
+    /// Refuse every fleet into a placement group for capacity.
+    full_groups: bool,
 }
 
 /// The running proxy; stopped on drop.
@@ -123,6 +135,25 @@ impl Proxy {
     pub fn fleets(&self) -> Vec<Vec<(String, String)>> {
         lock(&self.state).fleets.clone()
     }
+
+    /// `Placement.GroupName` of each override of every CreateFleet call as received.
+    pub fn fleet_groups(&self) -> Vec<Vec<Option<String>>> {
+        lock(&self.state).fleet_groups.clone()
+    }
+
+    /// The placement groups that exist: name → (strategy, tags).
+    pub fn placement_groups(&self) -> BTreeMap<String, (String, BTreeMap<String, String>)> {
+        lock(&self.state)
+            .placement_groups
+            .iter()
+            .map(|(n, (_, s, t))| (n.clone(), (s.clone(), t.clone())))
+            .collect()
+    }
+
+    /// Makes every fleet into a placement group fail for capacity (or stops doing so).
+    pub fn fill_placement_groups(&self, full: bool) {
+        lock(&self.state).full_groups = full;
+    }
 }
 
 impl Drop for Proxy {
@@ -163,6 +194,124 @@ fn error_items(refused: &[(String, String)]) -> String {
         .collect()
 }
 
+fn xml_ok(action: &str, inner: &str) -> Response {
+    let xml = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<{action}Response xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>proxy</requestId>{inner}</{action}Response>"
+    );
+    let mut r = (StatusCode::OK, xml).into_response();
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static("text/xml"));
+    r
+}
+
+/// `Prefix.N.Field` values grouped by N.
+fn indexed(pairs: &[(String, String)], prefix: &str) -> BTreeMap<u32, BTreeMap<String, String>> {
+    let mut out: BTreeMap<u32, BTreeMap<String, String>> = BTreeMap::new();
+    for (k, v) in pairs {
+        if let Some(rest) = k.strip_prefix(prefix)
+            && let Some((n, field)) = rest.split_once('.')
+            && let Ok(n) = n.parse()
+        {
+            out.entry(n)
+                .or_default()
+                .insert(field.to_string(), v.clone());
+        }
+    }
+    out
+}
+
+/// Answers the placement group actions moto lacks; `None` for every other action.
+fn placement_group_action(
+    s: &mut ProxyState,
+    action: &str,
+    pairs: &[(String, String)],
+) -> Option<Response> {
+    let param = |k: &str| {
+        pairs
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
+    match action {
+        "CreatePlacementGroup" => {
+            let name = param("GroupName").unwrap_or_default();
+            if s.placement_groups.contains_key(&name) {
+                return Some(ec2_error(
+                    400,
+                    "InvalidPlacementGroup.Duplicate",
+                    &format!("The Placement Group '{name}' already exists."),
+                ));
+            }
+            let strategy = param("Strategy").unwrap_or_default();
+            let mut tags = BTreeMap::new();
+            // TagSpecification.1.Tag.N.Key / .Value
+            for t in indexed(pairs, "TagSpecification.1.Tag.").values() {
+                if let Some(k) = t.get("Key") {
+                    tags.insert(k.clone(), t.get("Value").cloned().unwrap_or_default());
+                }
+            }
+            let id = format!("pg-{:017x}", s.placement_groups.len() + 1);
+            s.placement_groups
+                .insert(name.clone(), (id.clone(), strategy.clone(), tags));
+            Some(xml_ok(
+                "CreatePlacementGroup",
+                &format!(
+                    "<placementGroup><groupName>{name}</groupName><groupId>{id}</groupId><state>available</state><strategy>{strategy}</strategy></placementGroup>"
+                ),
+            ))
+        }
+        "DescribePlacementGroups" => {
+            let filters = indexed(pairs, "Filter.");
+            let items: String = s
+                .placement_groups
+                .iter()
+                .filter(|(name, (_, _, tags))| {
+                    filters.values().all(|f| {
+                        let fname = f.get("Name").map_or("", String::as_str);
+                        let values: Vec<&String> = f
+                            .iter()
+                            .filter(|(k, _)| k.starts_with("Value."))
+                            .map(|(_, v)| v)
+                            .collect();
+                        if let Some(key) = fname.strip_prefix("tag:") {
+                            tags.get(key).is_some_and(|v| values.contains(&v))
+                        } else if fname == "group-name" {
+                            values.contains(name)
+                        } else {
+                            true
+                        }
+                    })
+                })
+                .map(|(name, (id, strategy, tags))| {
+                    let tag_items: String = tags
+                        .iter()
+                        .map(|(k, v)| format!("<item><key>{k}</key><value>{v}</value></item>"))
+                        .collect();
+                    format!(
+                        "<item><groupName>{name}</groupName><groupId>{id}</groupId><state>available</state><strategy>{strategy}</strategy><tagSet>{tag_items}</tagSet></item>"
+                    )
+                })
+                .collect();
+            Some(xml_ok(
+                "DescribePlacementGroups",
+                &format!("<placementGroupSet>{items}</placementGroupSet>"),
+            ))
+        }
+        "DeletePlacementGroup" => {
+            let name = param("GroupName").unwrap_or_default();
+            if s.placement_groups.remove(&name).is_none() {
+                return Some(ec2_error(
+                    400,
+                    "InvalidPlacementGroup.Unknown",
+                    &format!("The Placement Group '{name}' is unknown."),
+                ));
+            }
+            Some(xml_ok("DeletePlacementGroup", "<return>true</return>"))
+        }
+        _ => None,
+    }
+}
+
 async fn handle(State(sh): State<Shared>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, 16 << 20).await else {
@@ -187,6 +336,9 @@ async fn handle(State(sh): State<Shared>, req: Request) -> Response {
         if let Some(f) = pos.and_then(|i| s.faults.remove(i)) {
             return ec2_error(f.status, &f.code, "fault injected by the test proxy");
         }
+        if let Some(r) = placement_group_action(&mut s, &action, &pairs) {
+            return r;
+        }
         if action == "CreateFleet" {
             // Group override fields by index.
             let mut overrides: BTreeMap<u32, BTreeMap<String, String>> = BTreeMap::new();
@@ -205,13 +357,20 @@ async fn handle(State(sh): State<Shared>, req: Request) -> Response {
                     .map(|o| (get(o, "InstanceType"), get(o, "SubnetId")))
                     .collect(),
             );
+            s.fleet_groups.push(
+                overrides
+                    .values()
+                    .map(|o| o.get("Placement.GroupName").cloned())
+                    .collect(),
+            );
             if let Some(code) = &s.refuse_fleets {
                 let code = code.clone();
                 return ec2_error(500, &code, "refused by the test proxy");
             }
             let is_exhausted = |o: &BTreeMap<String, String>| {
                 let t = get(o, "InstanceType");
-                s.exhausted.contains(&(t.clone(), None))
+                (s.full_groups && o.contains_key("Placement.GroupName"))
+                    || s.exhausted.contains(&(t.clone(), None))
                     || s.exhausted.contains(&(t, Some(get(o, "SubnetId"))))
             };
             let kept: Vec<&BTreeMap<String, String>> =

@@ -19,6 +19,7 @@ fn request() -> LaunchRequest {
         labels: BTreeMap::from([("team".to_string(), "it's".to_string())]),
         taints: vec![Taint::new("nvidia.com/gpu", "", Effect::NoSchedule)],
         startup_taints: Vec::new(),
+        placement_group: None,
     }
 }
 

@@ -101,11 +101,12 @@ impl GcpProvider {
                 && r.labels == first.labels
                 && r.taints == first.taints
                 && r.startup_taints == first.startup_taints
+                && r.placement_group == first.placement_group
         };
         if !requests.iter().all(shared) {
             return Err(GcpError::InvalidRequest(
-                "a bulkInsert group needs one template: the same pool, class, labels, taints and \
-                 candidates for every claim"
+                "a bulkInsert group needs one template: the same pool, class, labels, taints, \
+                 candidates and placement group for every claim"
                     .into(),
             ));
         }
@@ -121,8 +122,24 @@ impl GcpProvider {
         }
         let facts = self.facts().await?;
         let (_, class) = self.settings.class(&first.class.name);
+        let policy = match &first.placement_group {
+            Some(g) => self
+                .placement_for_launch(&first.claim, g)
+                .await?
+                .map(|_| g.clone()),
+            None => None,
+        };
         let mut unavailable = Vec::new();
-        for offering in &first.candidates {
+        // Each offering is tried inside the placement group first (when there is one), then
+        // outside it: the group is a preference.
+        let mut attempts: Vec<(&OfferingKey, Option<&str>)> = Vec::new();
+        for o in &first.candidates {
+            if let Some(p) = policy.as_deref() {
+                attempts.push((o, Some(p)));
+            }
+            attempts.push((o, None));
+        }
+        for (offering, policy) in attempts {
             let (machine, _) = launch::machine_and_gpus(&offering.instance_type);
             let Some(m) = facts
                 .machines
@@ -144,6 +161,10 @@ impl GcpProvider {
                 launch::startup_script(first, &class, &launch::node_labels(first, offering), "")
                     .replace(" --provider-id=", "");
             let mut props = properties(&body, offering, &group);
+            if let Some(p) = policy {
+                // Names, not URLs, in instance properties.
+                props.resource_policies = vec![p.to_string()];
+            }
             if let Some(md) = props.metadata.as_mut() {
                 md.items.push(
                     model::metadata::Items::new()
@@ -167,7 +188,10 @@ impl GcpProvider {
                 .set_per_instance_properties(names)
                 .set_instance_properties(props);
             let zone = offering.zone.clone();
-            let request_id = launch::request_id(&format!("group/{group}"), offering);
+            let request_id = match policy {
+                Some(p) => launch::request_id(&format!("group/{group}/placement/{p}"), offering),
+                None => launch::request_id(&format!("group/{group}"), offering),
+            };
             let sent = self
                 .api
                 .call(Family::Mutate, "instances.bulkInsert", || {
@@ -183,6 +207,12 @@ impl GcpProvider {
                 .await?;
             let op = match sent {
                 Ok(op) => op,
+                // Refused inside the placement group: the same offering outside it is next,
+                // and it is not marked unavailable for what the group asked.
+                Err(f) if policy.is_some() => {
+                    tracing::info!(offering = %offering, reason = %f.reason, "group refused inside the placement group, launching outside it");
+                    continue;
+                }
                 Err(f) if is_unavailable_failure(&f) => {
                     unavailable.push(offering.clone());
                     continue;
@@ -196,6 +226,9 @@ impl GcpProvider {
                         .list_filtered(Some(launch::label_filter(GROUP_LABEL, &group)))
                         .await?;
                     return self.label_claims(requests, created, unavailable).await;
+                }
+                OpOutcome::Failed { code, .. } if policy.is_some() => {
+                    tracing::info!(offering = %offering, %code, "group refused inside the placement group, launching outside it");
                 }
                 OpOutcome::Failed {
                     unavailable: true, ..
