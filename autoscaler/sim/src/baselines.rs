@@ -417,6 +417,36 @@ fn bin_spec(shapes: &[Shape], b: &Bin) -> LaunchSpec {
     }
 }
 
+/// Puts each pod, in the given order, on the first in-flight node with room that takes its
+/// taints and selector; returns those nominations and the pods left for new nodes.
+fn nominate_in_flight(
+    ctx: &Ctx,
+    shapes: &[Shape],
+    pods: Vec<PodId>,
+) -> (Vec<(PodId, NodeId)>, Vec<PodId>) {
+    let mut room = in_flight_room(ctx, shapes);
+    let mut noms = Vec::new();
+    let mut rest = Vec::new();
+    for p in pods {
+        let pod = ctx.cluster.pod(p);
+        let d = whole_demand(pod);
+        let hit = room.iter_mut().find(|(n, r)| {
+            let node = &ctx.cluster.nodes[*n];
+            d.fits(r)
+                && untolerated(&pod.tolerations, &node.taints).is_none()
+                && pod.node_selector.matches(&node.labels)
+        });
+        match hit {
+            Some((n, r)) => {
+                r.sub(&d);
+                noms.push((p, *n));
+            }
+            None => rest.push(p),
+        }
+    }
+    (noms, rest)
+}
+
 /// Room left on in-flight nodes (requests of bound, nominated and booked pods subtracted).
 fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
     let mut room: BTreeMap<NodeId, Resources> = BTreeMap::new();
@@ -520,26 +550,7 @@ impl Policy for KarpenterLike {
             (std::cmp::Reverse(r.cpu), std::cmp::Reverse(r.memory), *p)
         });
         // In-flight nodes first.
-        let mut room = in_flight_room(ctx, &self.shapes);
-        let mut noms = Vec::new();
-        let mut rest = Vec::new();
-        for p in pods {
-            let pod = ctx.cluster.pod(p);
-            let d = whole_demand(pod);
-            let hit = room.iter_mut().find(|(n, r)| {
-                let node = &ctx.cluster.nodes[*n];
-                d.fits(r)
-                    && untolerated(&pod.tolerations, &node.taints).is_none()
-                    && pod.node_selector.matches(&node.labels)
-            });
-            match hit {
-                Some((n, r)) => {
-                    r.sub(&d);
-                    noms.push((p, *n));
-                }
-                None => rest.push(p),
-            }
-        }
+        let (noms, rest) = nominate_in_flight(ctx, &self.shapes, pods);
         let mut usage = pool_usage(ctx, &self.shapes);
         let mut bins = Vec::new();
         pack(
@@ -870,26 +881,7 @@ impl Policy for CaLike {
             )
         });
         // Upcoming nodes absorb what they can (the autoscaler counts them as capacity).
-        let mut room = in_flight_room(ctx, &self.shapes);
-        let mut noms = Vec::new();
-        let mut rest = Vec::new();
-        for p in pods {
-            let pod = ctx.cluster.pod(p);
-            let d = whole_demand(pod);
-            let hit = room.iter_mut().find(|(n, r)| {
-                let node = &ctx.cluster.nodes[*n];
-                d.fits(r)
-                    && untolerated(&pod.tolerations, &node.taints).is_none()
-                    && pod.node_selector.matches(&node.labels)
-            });
-            match hit {
-                Some((n, r)) => {
-                    r.sub(&d);
-                    noms.push((p, *n));
-                }
-                None => rest.push(p),
-            }
-        }
+        let (noms, rest) = nominate_in_flight(ctx, &self.shapes, pods);
         let rest: Vec<(PodId, &Pod)> = rest.iter().map(|p| (*p, ctx.cluster.pod(*p))).collect();
         let best = self.best_group(ctx, &rest, now, false);
         let specs = best.map(|b| self.specs(b)).unwrap_or_default();

@@ -495,6 +495,28 @@ async fn create_dynamic(c: &Cluster, api_version: &str, plural: &str, obj: Value
         .unwrap();
 }
 
+/// Waits until `n` pods named `prefix…` in `default` each have a NotTriggerScaleUp event;
+/// returns each pod's latest note.
+async fn not_triggered(c: &Cluster, prefix: &str, n: usize) -> BTreeMap<String, String> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(c.client.clone(), "default");
+    let what = format!("NotTriggerScaleUp for {n} pods {prefix}*");
+    eventually(&what, DEADLINE, || async {
+        let evs = events.list(&ListParams::default()).await.unwrap().items;
+        let per_pod: BTreeMap<String, String> = evs
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("NotTriggerScaleUp"))
+            .filter_map(|e| {
+                let name = e.regarding.as_ref()?.name.clone()?;
+                name.starts_with(prefix)
+                    .then(|| (name, e.note.clone().unwrap_or_default()))
+            })
+            .collect();
+        (per_pod.len() == n).then_some(per_pod)
+    })
+    .await
+}
+
 /// Two gangs of 8 single-GPU pods and room for 6 GPUs: the Volcano gang (minMember 8) cannot
 /// fit and launches nothing, each member told why; so does the Kubernetes PodGroup gang while
 /// its minCount is 7, and once its PodGroup says 6 it gets its 6 nodes: both minimums are read
@@ -551,27 +573,8 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
             "the server keeps spec.schedulingGroup"
         );
     }
-    // Every Volcano member is told why; the Kubernetes gang gets exactly its minimum.
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(c.client.clone(), "default");
-    let notes = eventually(
-        "NotTriggerScaleUp for all 8 Volcano members",
-        DEADLINE,
-        || async {
-            let evs = events.list(&ListParams::default()).await.unwrap().items;
-            let per_pod: BTreeMap<String, String> = evs
-                .iter()
-                .filter(|e| e.reason.as_deref() == Some("NotTriggerScaleUp"))
-                .filter_map(|e| {
-                    let name = e.regarding.as_ref()?.name.clone()?;
-                    name.starts_with("vc-")
-                        .then(|| (name, e.note.clone().unwrap_or_default()))
-                })
-                .collect();
-            (per_pod.len() == 8).then_some(per_pod)
-        },
-    )
-    .await;
+    // Every member of both gangs is told why nothing launched.
+    let notes = not_triggered(&c, "vc-", 8).await;
     for note in notes.values() {
         assert!(
             note.contains("all-or-nothing group volcano:default/vc needs 8 pods"),
@@ -579,24 +582,7 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
             ctl.log()
         );
     }
-    let kg_notes = eventually(
-        "NotTriggerScaleUp for all 8 Kubernetes-gang members",
-        DEADLINE,
-        || async {
-            let evs = events.list(&ListParams::default()).await.unwrap().items;
-            let per_pod: BTreeMap<String, String> = evs
-                .iter()
-                .filter(|e| e.reason.as_deref() == Some("NotTriggerScaleUp"))
-                .filter_map(|e| {
-                    let name = e.regarding.as_ref()?.name.clone()?;
-                    name.starts_with("kg-")
-                        .then(|| (name, e.note.clone().unwrap_or_default()))
-                })
-                .collect();
-            (per_pod.len() == 8).then_some(per_pod)
-        },
-    )
-    .await;
+    let kg_notes = not_triggered(&c, "kg-", 8).await;
     for note in kg_notes.values() {
         assert!(
             note.contains("all-or-nothing group k8s:default/kg needs 7 pods"),
