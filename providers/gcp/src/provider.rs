@@ -268,14 +268,41 @@ impl GcpProvider {
         ))
     }
 
-    /// Waits for a zonal operation to be DONE, up to `timeout`, with `zoneOperations.wait`
-    /// (which blocks server-side until DONE or about two minutes) and a pause between calls.
+    /// Waits for a zonal operation to be DONE, up to `timeout`, with `zoneOperations.wait`.
     async fn wait(
         &self,
         zone: &str,
-        mut op: model::Operation,
+        op: model::Operation,
         timeout: Duration,
     ) -> Result<model::Operation, GcpError> {
+        self.poll(op, timeout, |name| {
+            self.api
+                .call_ok(Family::Read, "zoneOperations.wait", move || {
+                    self.api
+                        .operations
+                        .wait()
+                        .set_project(self.project().to_string())
+                        .set_zone(zone.to_string())
+                        .set_operation(name.clone())
+                        .send()
+                })
+        })
+        .await
+    }
+
+    /// Polls an operation until it is no longer running, up to `timeout`: `fetch` is the
+    /// scope's `wait` call (it blocks server-side until DONE or about two minutes), with a
+    /// pause between calls.
+    async fn poll<F, Fut>(
+        &self,
+        mut op: model::Operation,
+        timeout: Duration,
+        fetch: F,
+    ) -> Result<model::Operation, GcpError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<model::Operation, GcpError>>,
+    {
         let start = Instant::now();
         let name = op.name.clone().unwrap_or_default();
         loop {
@@ -288,18 +315,7 @@ impl GcpProvider {
                     waited_s: start.elapsed().as_secs(),
                 });
             }
-            op = self
-                .api
-                .call_ok(Family::Read, "zoneOperations.wait", || {
-                    self.api
-                        .operations
-                        .wait()
-                        .set_project(self.project().to_string())
-                        .set_zone(zone.to_string())
-                        .set_operation(name.clone())
-                        .send()
-                })
-                .await?;
+            op = fetch(name.clone()).await?;
             if launch::outcome(&op) == OpOutcome::Running {
                 tokio::time::sleep(Duration::from_millis(self.settings.timeouts.poll_ms)).await;
             }

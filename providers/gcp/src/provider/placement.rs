@@ -131,24 +131,12 @@ impl GcpProvider {
     /// `regionOperations.wait`.
     async fn wait_region(
         &self,
-        mut op: model::Operation,
+        op: model::Operation,
         timeout: Duration,
     ) -> Result<model::Operation, GcpError> {
-        let start = std::time::Instant::now();
-        let name = op.name.clone().unwrap_or_default();
-        loop {
-            if launch::outcome(&op) != OpOutcome::Running {
-                return Ok(op);
-            }
-            if start.elapsed() >= timeout || name.is_empty() {
-                return Err(GcpError::OperationTimeout {
-                    operation: name,
-                    waited_s: start.elapsed().as_secs(),
-                });
-            }
-            op = self
-                .api
-                .call_ok(Family::Read, "regionOperations.wait", || {
+        self.poll(op, timeout, |name| {
+            self.api
+                .call_ok(Family::Read, "regionOperations.wait", move || {
                     self.api
                         .region_operations
                         .wait()
@@ -157,11 +145,8 @@ impl GcpProvider {
                         .set_operation(name.clone())
                         .send()
                 })
-                .await?;
-            if launch::outcome(&op) == OpOutcome::Running {
-                tokio::time::sleep(Duration::from_millis(self.settings.timeouts.poll_ms)).await;
-            }
-        }
+        })
+        .await
     }
 
     /// This cluster's placement policies in the region (by [`description`]) with their
