@@ -136,6 +136,23 @@ pub fn prefer_one_zone(snap: &Snapshot, plan: &mut Plan) {
     }
 }
 
+/// Clears `NewClaim::group` on the claims of a group whose claims may land in more than one
+/// zone (a hard zone spread, or a pool's `minValues` kept them apart): cloud placement groups
+/// live in one zone, so one member's zone would refuse the others.
+pub fn placement_only_in_one_zone(plan: &mut Plan) {
+    let mut zones: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for c in &plan.new_claims {
+        if let Some(g) = &c.group {
+            zones.entry(g.clone()).or_default().extend(claim_zones(c));
+        }
+    }
+    for c in &mut plan.new_claims {
+        if c.group.as_ref().is_some_and(|g| zones[g].len() > 1) {
+            c.group = None;
+        }
+    }
+}
+
 fn claim_zones(c: &NewClaim) -> BTreeSet<String> {
     c.instance_types
         .iter()

@@ -49,6 +49,7 @@ pub fn plan_provisioning(snapshot: &Snapshot) -> Plan {
 pub fn plan_with(snapshot: &Snapshot, options: &PlanOptions) -> Plan {
     let mut plan = Planner::new(snapshot, options).run();
     crate::gang::prefer_one_zone(snapshot, &mut plan);
+    crate::gang::placement_only_in_one_zone(&mut plan);
     plan
 }
 
@@ -1750,7 +1751,16 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 if !wants_gpu && fitting.iter().any(|s| !self.shapes[*s].has_gpu) {
-                    fitting.retain(|s| !self.shapes[*s].has_gpu);
+                    // GPU types are a last resort for a pod that needs none, unless dropping
+                    // them leaves fewer values than the pool's minValues.
+                    let cpu_only: Vec<usize> = fitting
+                        .iter()
+                        .copied()
+                        .filter(|s| !self.shapes[*s].has_gpu)
+                        .collect();
+                    if min_values_short(pool, &self.shapes, &cpu_only, &reqs).is_none() {
+                        fitting = cpu_only;
+                    }
                 }
                 // Preferred node affinity breaks ties: keep it when something still fits.
                 let mut reqs = reqs;

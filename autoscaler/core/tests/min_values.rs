@@ -206,7 +206,53 @@ fn a_gang_in_a_pool_with_zone_flexibility_is_not_narrowed_to_one_zone() {
     let narrowed = gang(pool("p", types()));
     assert_eq!(narrowed.new_claims.len(), 2, "{}", narrowed.render());
     assert!(narrowed.new_claims.iter().all(|c| zones(c) == 1));
+    // One zone: one placement group for both members.
+    assert!(
+        narrowed
+            .new_claims
+            .iter()
+            .all(|c| c.group.as_deref() == Some("job")),
+        "{}",
+        narrowed.render()
+    );
     let flexible = gang(pool("p", types()).min_values(labels::ZONE, 2));
     assert_eq!(flexible.new_claims.len(), 2, "{}", flexible.render());
     assert!(flexible.new_claims.iter().all(|c| zones(c) >= 2));
+    // Several zones: a placement group (one zone in every cloud) would refuse some members.
+    assert!(
+        flexible.new_claims.iter().all(|c| c.group.is_none()),
+        "{}",
+        flexible.render()
+    );
+}
+
+#[test]
+fn gpu_types_count_toward_min_values_when_cpu_types_alone_fall_short() {
+    let mixed = vec![
+        itype("m5.large")
+            .cpu("2")
+            .mem("8Gi")
+            .on_demand(&ZONES, 0.1)
+            .build(),
+        itype("m5.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .on_demand(&ZONES, 0.2)
+            .build(),
+        itype("g5.xlarge")
+            .cpu("4")
+            .mem("16Gi")
+            .gpus(1, "A10G", 24)
+            .on_demand(&ZONES, 1.0)
+            .build(),
+    ];
+    let plan = plan_provisioning(&snapshot(
+        vec![pod("web").cpu("1")],
+        pool("p", mixed.clone()).min_values(labels::INSTANCE_TYPE, 3),
+    ));
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+    assert_eq!(distinct(&plan.new_claims[0], str::to_string), 3);
+    // Without the rule the GPU type stays a last resort, left out of the claim.
+    let plan = plan_provisioning(&snapshot(vec![pod("web").cpu("1")], pool("p", mixed)));
+    assert_eq!(distinct(&plan.new_claims[0], str::to_string), 2);
 }
