@@ -165,7 +165,14 @@ pub struct Step {
     /// The job gives up on nodes it had started to remove (a failed deletion, in Cluster
     /// Autoscaler's terms): the runtime records it, pausing scale-down for a while.
     pub failure: bool,
+    /// The pods a validation just passed with: the runtime makes them the command's pods, the
+    /// set a later arrival is judged against.
+    pub validated_pods: Option<Vec<PodKey>>,
 }
+
+/// How long a freshly created replacement may be missing from the claim cache (the watch has
+/// not delivered it yet) before it counts as gone.
+pub const REPLACEMENT_CACHE_GRACE_S: i64 = 30;
 
 fn stay(job: &Job) -> Step {
     go(Action::Wait, job.stage.clone())
@@ -176,6 +183,7 @@ fn go(action: Action, next: Stage) -> Step {
         action,
         next,
         failure: false,
+        validated_pods: None,
     }
 }
 
@@ -184,6 +192,7 @@ fn give_up(why: String, failure: bool) -> Step {
         action: Action::Wait,
         next: Stage::Abandoned(why),
         failure,
+        validated_pods: None,
     }
 }
 
@@ -236,7 +245,7 @@ pub fn step(job: &Job, facts: &Facts<'_>) -> Step {
             if let Err(why) = validate(cmd, facts.snapshot, facts.now, facts.config) {
                 return give_up(why, false);
             }
-            match (&cmd.method, &cmd.replacement) {
+            let mut step = match (&cmd.method, &cmd.replacement) {
                 (Method::Replace, Some(claim)) => go(
                     Action::CreateReplacement(Box::new(claim.clone())),
                     // The runtime fills in the claim's cluster name once created.
@@ -246,10 +255,22 @@ pub fn step(job: &Job, facts: &Facts<'_>) -> Step {
                     },
                 ),
                 _ => go(Action::Taint(cmd.nodes.clone()), Stage::Tainted),
-            }
+            };
+            step.validated_pods = Some(facts.pods_left.clone());
+            step
         }
         Stage::Replacing { since, .. } => match facts.replacement_initialized {
-            Some(true) => go(Action::Taint(cmd.nodes.clone()), Stage::Tainted),
+            Some(true) => {
+                // The nodes kept taking pods while the replacement booted: check again, with
+                // the replacement now among the places they may go.
+                if let Err(why) = validate(cmd, facts.snapshot, facts.now, facts.config) {
+                    return give_up(format!("after the replacement came up: {why}"), true);
+                }
+                let mut step = go(Action::Taint(cmd.nodes.clone()), Stage::Tainted);
+                step.validated_pods = Some(facts.pods_left.clone());
+                step
+            }
+            None if facts.now - since < REPLACEMENT_CACHE_GRACE_S => stay(job),
             None => give_up("the replacement NodeClaim is gone".into(), true),
             Some(false) if facts.now - since >= facts.replacement_timeout_s => {
                 give_up("the replacement did not initialize in time".into(), true)
@@ -257,10 +278,14 @@ pub fn step(job: &Job, facts: &Facts<'_>) -> Step {
             Some(false) => stay(job),
         },
         Stage::Tainted => {
-            // Validation simulated the pods the nodes had then; one bound between validation
-            // and the taint was never given a place, so the command no longer holds.
+            // The last validation placed the pods the nodes had then; one bound between it and
+            // the taint was never given a place, so the command no longer holds. After a
+            // replacement came up, giving up leaves that node behind: a failed deletion.
             if let Some(p) = facts.pods_left.iter().find(|p| !cmd.pods.contains(p)) {
-                return give_up(format!("pod {p} arrived after validation"), false);
+                return give_up(
+                    format!("pod {p} arrived after validation"),
+                    cmd.method == Method::Replace,
+                );
             }
             drain(Stage::Tainted)
         }
@@ -355,6 +380,8 @@ mod tests {
         let s = step(&job, &facts(&snap, &config, 115));
         assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
         assert_eq!(s.next, Stage::Tainted);
+        // What the validation saw becomes the command's pods.
+        assert_eq!(s.validated_pods, Some(vec![]));
     }
 
     #[test]
@@ -412,7 +439,16 @@ mod tests {
         f.replacement_initialized = Some(false);
         assert_eq!(step(&job, &f).action, Action::Wait);
         f.replacement_initialized = Some(true);
-        assert_eq!(step(&job, &f).action, Action::Taint(vec!["n1".into()]));
+        let s = step(&job, &f);
+        assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
+        assert_eq!(s.validated_pods, Some(vec![]));
+        // Not in the claim cache yet just after its creation: wait, then give up.
+        f.replacement_initialized = None;
+        f.now = 100 + REPLACEMENT_CACHE_GRACE_S - 1;
+        assert_eq!(step(&job, &f).next, job.stage);
+        f.now = 100 + REPLACEMENT_CACHE_GRACE_S;
+        let s = step(&job, &f);
+        assert!(matches!(s.next, Stage::Abandoned(_)) && s.failure, "{s:?}");
         f.replacement_initialized = Some(false);
         f.now = 1_000;
         let s = step(&job, &f);
@@ -421,6 +457,28 @@ mod tests {
             s.failure,
             "a replacement that never came is a failed scale-down"
         );
+    }
+
+    #[test]
+    fn the_nodes_are_validated_again_once_the_replacement_is_up() {
+        // The node took a pod while its replacement booted: validation (an empty-node
+        // command) fails, the job gives up, and as a replacement exists it is a failure.
+        let mut snap = snapshot();
+        snap.nodes[0].pods.push(pod("late").build());
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Replace));
+        job.stage = Stage::Replacing {
+            claim: "default-x".into(),
+            since: 100,
+        };
+        let mut f = facts(&snap, &config, 200);
+        f.replacement_initialized = Some(true);
+        let s = step(&job, &f);
+        assert!(
+            matches!(s.next, Stage::Abandoned(ref why) if why.contains("after the replacement came up")),
+            "{s:?}"
+        );
+        assert!(s.failure);
     }
 
     #[test]

@@ -1012,8 +1012,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
         });
     }
 
-    /// Managed Nodes being deleted: terminate the instance, delete the claim, release the
-    /// Node's finalizer.
     /// Writes the watch's pod events onto the claims of their nodes (`lastPodEventTime`), where
     /// disruption reads them for `consolidateAfter` and where they outlive a restart. Under pod
     /// churn a claim is written at most once per [`POD_EVENT_WRITE_EVERY_S`]; consolidation
@@ -1050,6 +1048,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
+    /// Managed Nodes being deleted: terminate the instance, delete the claim, release the
+    /// Node's finalizer.
     async fn terminate_nodes(&mut self) {
         let claims = self.stores.claims.state();
         let by_pid = claims_by_provider_id(&claims);
@@ -1451,6 +1451,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                         claim: c.name_any(),
                                         since: now,
                                     };
+                                    if let Some(pods) = step.validated_pods.clone() {
+                                        job.command.pods = pods;
+                                    }
+                                    job.action_succeeded();
                                     continue;
                                 }
                                 Err(e) => {
@@ -1528,14 +1532,22 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     ok
                 }
                 disrupt::Action::Untaint(names) => {
+                    // A node left tainted is capacity nobody uses: stay Abandoned and retry.
+                    let mut ok = true;
                     for n in &names {
-                        let _ = self.untaint(n).await;
+                        if let Err(e) = self.untaint(n).await {
+                            tracing::warn!(node = %n, error = %e, "untainting after an abandoned disruption");
+                            ok = false;
+                        }
                     }
-                    true
+                    ok
                 }
             };
             if ok {
                 job.action_succeeded();
+                if let Some(pods) = step.validated_pods {
+                    job.command.pods = pods;
+                }
                 if step.failure {
                     // Cluster Autoscaler's scale-down-delay-after-failure starts here.
                     self.disruption_state.last_failure = Some(now);
@@ -1628,6 +1640,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
             return;
         }
         tokio::spawn(async move {
+            // Cleared however the task ends (a panic too), or collection would stop for good.
+            struct Done<'a>(&'a AtomicBool);
+            impl Drop for Done<'_> {
+                fn drop(&mut self) {
+                    self.0.store(false, Ordering::SeqCst);
+                }
+            }
+            let _done = Done(&shared.collecting_groups);
             shared.limiter.until_ready().await;
             match shared
                 .provider
@@ -1641,7 +1661,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 }
                 Err(e) => tracing::warn!(error = %e, "gc: collecting placement groups"),
             }
-            shared.collecting_groups.store(false, Ordering::SeqCst);
         });
     }
 
