@@ -301,8 +301,9 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
             return Err(format!("group {g} has {placed} of {min} members placed"));
         }
     }
-    // Placement groups: a claim names a group exactly when all its pods are that group's and
-    // the group has at least two such claims (an independent restatement of the rule).
+    // Placement groups: a claim names a group exactly when all its pods are that group's, the
+    // group has at least two such claims, and those claims offer one zone between them (cloud
+    // placement groups are zonal) — an independent restatement of the rule.
     let only_group = |c: &autoscaler_core::plan::NewClaim| -> Option<String> {
         let first = by_key[&c.pods[0]].group.clone()?;
         c.pods
@@ -312,11 +313,17 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
     };
     for c in &plan.new_claims {
         let expected = only_group(c).filter(|g| {
-            plan.new_claims
+            let mine: Vec<_> = plan
+                .new_claims
                 .iter()
                 .filter(|o| only_group(o).as_ref() == Some(g))
-                .count()
-                >= 2
+                .collect();
+            let zones: std::collections::BTreeSet<&str> = mine
+                .iter()
+                .flat_map(|o| o.instance_types.iter())
+                .flat_map(|t| t.offerings.iter().map(|x| x.0.as_str()))
+                .collect();
+            mine.len() >= 2 && zones.len() == 1
         });
         if c.group != expected {
             return Err(format!(
