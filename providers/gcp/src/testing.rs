@@ -338,6 +338,24 @@ impl Default for FakeCompute {
     }
 }
 
+/// Provider settings for a fake served at `addr`: project `project`, cluster `cluster`, and
+/// retries and polls of a millisecond or so, so tests do not wait on backoff meant for a cloud.
+pub fn settings_for(addr: SocketAddr, project: &str, cluster: &str) -> crate::GcpSettings {
+    let mut s = crate::GcpSettings {
+        project: project.into(),
+        endpoint_url: Some(format!("http://{addr}")),
+        cluster: cluster.into(),
+        retry: providers::common::RetrySettings {
+            max_attempts: 3,
+            base_delay_ms: 1,
+            max_delay_ms: 5,
+        },
+        ..crate::GcpSettings::default()
+    };
+    s.timeouts.poll_ms = 1;
+    s
+}
+
 impl FakeCompute {
     /// A fake of project `project` with the default us-central1 zones, machine types (CPU,
     /// N1, G2, A2, A3, A4, G4) and accelerator types, operations DONE after one poll.

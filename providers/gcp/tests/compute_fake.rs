@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 
 use autoscaler_core::CapacityType::{OnDemand, Spot};
 use autoscaler_core::{Effect, Taint, labels};
-use provider_gcp::testing::FakeCompute;
+use provider_gcp::testing::{FakeCompute, settings_for};
 use provider_gcp::{GcpProvider, GcpSettings};
-use providers::common::RetrySettings;
 use providers::{
     CloudProvider, InstanceState, LaunchRequest, NodeClassRef, OfferingKey, ProviderError,
 };
@@ -25,18 +24,7 @@ async fn start_with(
     tweak: impl FnOnce(&mut GcpSettings),
 ) -> (FakeCompute, GcpProvider) {
     let addr = fake.serve().await.expect("bind");
-    let mut s = GcpSettings {
-        project: PROJECT.into(),
-        endpoint_url: Some(format!("http://{addr}")),
-        cluster: "test-cluster".into(),
-        retry: RetrySettings {
-            max_attempts: 3,
-            base_delay_ms: 1,
-            max_delay_ms: 5,
-        },
-        ..GcpSettings::default()
-    };
-    s.timeouts.poll_ms = 1;
+    let mut s = settings_for(addr, PROJECT, "test-cluster");
     tweak(&mut s);
     let p = GcpProvider::connect(s).await.expect("connect");
     (fake, p)

@@ -6,9 +6,8 @@
 use std::collections::BTreeSet;
 
 use autoscaler_core::CapacityType::OnDemand;
-use provider_gcp::testing::FakeCompute;
-use provider_gcp::{GcpProvider, GcpSettings, placement_description};
-use providers::common::RetrySettings;
+use provider_gcp::testing::{FakeCompute, settings_for};
+use provider_gcp::{GcpProvider, placement_description};
 use providers::{CloudProvider, LaunchRequest, NodeClassRef, OfferingKey, tags};
 use serde_json::Value;
 
@@ -17,19 +16,9 @@ const GROUP: &str = "gpu-autoscaler-test-cluster-train-0123abcd";
 
 async fn start(fake: &FakeCompute) -> GcpProvider {
     let addr = fake.serve().await.expect("bind");
-    let mut s = GcpSettings {
-        project: PROJECT.into(),
-        endpoint_url: Some(format!("http://{addr}")),
-        cluster: "test-cluster".into(),
-        retry: RetrySettings {
-            max_attempts: 3,
-            base_delay_ms: 1,
-            max_delay_ms: 5,
-        },
-        ..GcpSettings::default()
-    };
-    s.timeouts.poll_ms = 1;
-    GcpProvider::connect(s).await.expect("connect")
+    GcpProvider::connect(settings_for(addr, PROJECT, "test-cluster"))
+        .await
+        .expect("connect")
 }
 
 fn request(claim: &str, group: Option<&str>) -> LaunchRequest {
