@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use nodepools::NodePool;
 use serde_json::{Value, json};
 
-use e2e::{Cluster, bound_to, eventually, gpu_pod};
+use e2e::{Cluster, Controller, bound_to, eventually, gpu_pod};
 use moto::Moto;
 
 /// Runs `gpu-autoscaler catalog ...` with only the given AWS variables in its environment (no
@@ -241,28 +241,41 @@ async fn moto_instances(moto: &Moto, cluster: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The controller with `--provider=aws` for cluster `cluster`, its settings file (a node class
+/// over two moto zones, EC2 at `endpoint`) written next to moto's state.
+async fn aws_controller(
+    c: &Cluster,
+    moto: &Moto,
+    endpoint: &str,
+    cluster: &str,
+    name: &str,
+) -> Controller {
+    let class = moto
+        .node_class(cluster, &["us-east-1a", "us-east-1b"])
+        .await;
+    let mut settings = moto.settings(endpoint, cluster);
+    settings.node_classes.insert("default".into(), class);
+    let settings_file = moto.dir().join("aws.yaml");
+    std::fs::write(&settings_file, serde_yaml::to_string(&settings).unwrap()).unwrap();
+    c.controller(
+        name,
+        &[
+            "--provider=aws",
+            &format!("--aws-config={}", settings_file.display()),
+            &format!("--cluster-name={cluster}"),
+            "--leader-elect=false",
+        ],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_aws_launches_a_gpu_instance_for_a_pending_pod() {
     let Some(moto) = Moto::start("run_with_aws_launches_a_gpu_instance_for_a_pending_pod") else {
         return;
     };
-    let class = moto.node_class("e2e", &["us-east-1a", "us-east-1b"]).await;
-    let mut settings = moto.settings(&moto.url, "e2e");
-    settings.node_classes.insert("default".into(), class);
-    let settings_file = moto.dir().join("aws.yaml");
-    std::fs::write(&settings_file, serde_yaml::to_string(&settings).unwrap()).unwrap();
-
     let c = Cluster::start().await;
     let _: NodePool = c.create(gpu_pool()).await;
-    let ctl = c.controller(
-        "aws",
-        &[
-            "--provider=aws",
-            &format!("--aws-config={}", settings_file.display()),
-            "--cluster-name=e2e",
-            "--leader-elect=false",
-        ],
-    );
+    let ctl = aws_controller(&c, &moto, &moto.url, "e2e", "aws").await;
     let _: Pod = c.create(gpu_pod("train")).await;
 
     // A NodeClaim is written, then launched on EC2 (moto) with its provider id.
@@ -331,23 +344,9 @@ async fn run_with_aws_puts_a_gang_in_one_placement_group_and_collects_it() {
         return;
     };
     let proxy = proxy::Proxy::start(&moto.url).await;
-    let class = moto.node_class("pg", &["us-east-1a", "us-east-1b"]).await;
-    let mut settings = moto.settings(&proxy.url, "pg");
-    settings.node_classes.insert("default".into(), class);
-    let settings_file = moto.dir().join("aws.yaml");
-    std::fs::write(&settings_file, serde_yaml::to_string(&settings).unwrap()).unwrap();
-
     let c = Cluster::start().await;
     let _: NodePool = c.create(gpu_pool()).await;
-    let ctl = c.controller(
-        "aws-gang",
-        &[
-            "--provider=aws",
-            &format!("--aws-config={}", settings_file.display()),
-            "--cluster-name=pg",
-            "--leader-elect=false",
-        ],
-    );
+    let ctl = aws_controller(&c, &moto, &proxy.url, "pg", "aws-gang").await;
     for i in 0..2 {
         let mut p = gpu_pod(&format!("train-{i}"));
         p["metadata"]["annotations"] = json!({
