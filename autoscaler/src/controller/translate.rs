@@ -419,13 +419,16 @@ pub const KEPT_ANNOTATIONS: [&str; 5] = [
 /// Translates a pod.
 ///
 /// # Errors
-/// [`TranslateError`] naming the first field that does not parse, or `spec.resourceClaims`
-/// ([`Why::Unsupported`]): the planner has no model of DRA devices, and planning such a pod
-/// without them would launch nodes it cannot use.
+/// [`TranslateError`] naming the first field that does not parse, or, for a pod not bound to
+/// a node, `spec.resourceClaims` ([`Why::Unsupported`]): the planner has no model of DRA
+/// devices, and planning such a pod without them would launch nodes it cannot use. A bound
+/// pod with claims translates without them, so that what else it requests still counts as
+/// used on its node.
 pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
     let empty = PodSpec::default();
     let spec = p.spec.as_ref().unwrap_or(&empty);
-    if let Some(claims) = spec.resource_claims.as_ref().filter(|c| !c.is_empty()) {
+    let claims = spec.resource_claims.as_ref().filter(|c| !c.is_empty());
+    if let Some(claims) = claims.filter(|_| node_name(p).is_none()) {
         let names: Vec<&str> = claims.iter().map(|c| c.name.as_str()).collect();
         return Err(TranslateError {
             field: "spec.resourceClaims".into(),

@@ -417,6 +417,10 @@ fn resource_claims_are_refused_as_unsupported() {
         "spec": {"containers": [{"name": "c"}], "resourceClaims": []}
     }));
     assert!(pod(&empty).is_ok());
+    // Once bound (by a scheduler that allocated the claim), the pod's other requests count.
+    let mut bound = p.clone();
+    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+    assert_eq!(pod(&bound).unwrap().requests.get(names::CPU), 1000);
 }
 
 #[test]
