@@ -27,7 +27,7 @@ pub enum Error {
         object: String,
         /// What was wrong.
         #[source]
-        source: super::translate::TranslateError,
+        source: Box<super::translate::TranslateError>,
     },
     /// A command-line or configuration value is unusable.
     #[error("configuration: {0}")]

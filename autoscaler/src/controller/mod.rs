@@ -4,6 +4,7 @@
 //! reconcile loop, run only by the elected leader, turns it into actions:
 //!
 //! - [`translate`] / [`snapshot`]: Kubernetes objects into the core's [`autoscaler_core::Snapshot`];
+//! - [`pod_problems`]: telling pending pods, once per problem, why they get no node;
 //! - [`batcher`]: when to plan (1 s idle / 10 s max windows over unschedulable pods);
 //! - [`lifecycle`]: the NodeClaim state machine (Pending → Launched → Registered → Initialized);
 //! - [`disrupt`]: the disruption queue state machine (Decided → Tainted → Draining → Deleting);
@@ -24,6 +25,7 @@ pub mod keys;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
+pub mod pod_problems;
 pub mod provreq;
 pub mod run;
 pub mod settings;

@@ -57,6 +57,7 @@ use super::keys;
 use super::leader::{self, LeaderConfig};
 use super::lifecycle::{self, Action, Phase, Timeouts};
 use super::metrics::{Health, LoopLabel, Metrics, ModelLabel, PhaseLabel, PoolLabel, ReasonLabel};
+use super::pod_problems;
 use super::provreq::ProvisioningRequest;
 use super::settings::{LogFormat, ProviderKind, RunArgs};
 use super::snapshot::{Inputs, SnapshotBuilder, claims_by_provider_id};
@@ -556,7 +557,8 @@ struct Controller<P> {
     last_gc: Option<Instant>,
     last_pool_status: Option<Instant>,
     orphans: HashMap<String, i64>,
-    notified: HashMap<PodKey, String>,
+    /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
+    notices: pod_problems::Notices,
     first_round: bool,
     /// ProvisioningRequests without capacity: attempts so far and when the next may run.
     provreq_backoff: HashMap<String, (u32, Instant)>,
@@ -1142,8 +1144,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
             gangs: &gangs,
         });
         self.hold_bookings(&mut built.snapshot, &pods);
+        let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
+            pods.iter().map(|p| (&p.key, p)).collect();
+        // Pending pods left out for their own fields are told below, once; not logged per round.
+        let refused: Vec<(&CachedPod, String)> = pod_problems::refusals(
+            batch
+                .iter()
+                .filter_map(|k| pod_by_key.get(k).map(|p| p.as_ref())),
+        )
+        .collect();
+        let refused_objects: HashSet<String> = refused
+            .iter()
+            .map(|(p, _)| format!("pod {}", p.key))
+            .collect();
         for (obj, problem) in &built.problems {
-            tracing::warn!(object = %obj, %problem, "left out of the snapshot");
+            if !refused_objects.contains(obj) {
+                tracing::warn!(object = %obj, %problem, "left out of the snapshot");
+            }
         }
         let planning = Instant::now();
         let plan = plan_provisioning(&built.snapshot);
@@ -1157,8 +1174,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
             unschedulable = plan.unschedulable.len(),
             "planned"
         );
-        let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
-            pods.iter().map(|p| (&p.key, p)).collect();
         let mut events = Vec::new();
         // Claims are written concurrently (a burst may need hundreds), results kept in order.
         let objects: Vec<(&NewClaim, NodeClaim)> = plan
@@ -1208,28 +1223,30 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                     types.join(", ")
                                 ),
                             ));
-                            self.notified.remove(pk);
+                            self.notices.forget(&pod_problems::pod_id(p));
                         }
                     }
                 }
                 Err(e) => tracing::warn!(pool = %nc.pool, error = %e, "creating NodeClaim"),
             }
         }
-        for u in &plan.unschedulable {
-            if self.notified.get(&u.pod) == Some(&u.reason) {
-                continue;
-            }
-            if let Some(p) = pod_by_key.get(&u.pod) {
-                self.notified.insert(u.pod.clone(), u.reason.clone());
-                events.push((
-                    p.reference(),
-                    true,
-                    "NotTriggerScaleUp",
-                    format!("pod didn't trigger scale-up: {}", u.reason),
-                ));
+        let now_ms = jiff::Timestamp::now().as_millisecond();
+        let unplanned = plan.unschedulable.iter().filter_map(|u| {
+            let p = pod_by_key.get(&u.pod)?;
+            Some((p.as_ref(), pod_problems::not_triggered(&u.reason)))
+        });
+        for (p, note) in refused.into_iter().chain(unplanned) {
+            if self.notices.admit(&pod_problems::pod_id(p), &note, now_ms) {
+                tracing::info!(pod = %p.key, %note, "NotTriggerScaleUp");
+                events.push((p.reference(), true, "NotTriggerScaleUp", note));
             }
         }
-        self.notified.retain(|k, _| pending.contains(k));
+        let pending_ids: HashSet<String> = pods
+            .iter()
+            .filter(|p| pending.contains(&p.key))
+            .map(|p| pod_problems::pod_id(p))
+            .collect();
+        self.notices.retain(|id| pending_ids.contains(id));
         if !events.is_empty() {
             let actuator = self.shared.actuator.clone();
             tokio::spawn(async move {
@@ -2214,7 +2231,7 @@ async fn run_with<P: CloudProvider + 'static>(
         last_gc: None,
         last_pool_status: None,
         orphans: HashMap::new(),
-        notified: HashMap::new(),
+        notices: pod_problems::Notices::default(),
         first_round: true,
         provreq_backoff: HashMap::new(),
     };

@@ -54,19 +54,69 @@ pub const HAMI_GPU_MEM_PERCENT: &str = "nvidia.com/gpumem-percentage";
 /// Annotation the kubelet puts on mirror (static) pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
-/// An object field that could not be translated.
+/// An object field that could not be translated, or that asks for something the autoscaler
+/// cannot plan for yet. Its text names the field and the value, so it can be shown to the
+/// object's owner as it is (the pod events of [`super::pod_problems`]).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{field}: {source}")]
+#[error("{field}: {value}: {why}")]
 pub struct TranslateError {
     /// Path of the offending field, e.g. `spec.containers[0].resources.requests["cpu"]`.
     pub field: String,
-    /// What was wrong.
-    pub source: CoreError,
+    /// The offending value as JSON (strings quoted), cut to [`VALUE_CHARS`] characters.
+    pub value: String,
+    /// What is wrong with it.
+    pub why: Why,
 }
 
-fn at(field: impl Into<String>) -> impl FnOnce(CoreError) -> TranslateError {
+/// Longest rendering of a value kept in a [`TranslateError`]: an annotation may hold 256 KiB,
+/// and the error is kept with the pod and sent in an event.
+pub const VALUE_CHARS: usize = 200;
+
+/// Why a field could not be translated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// The value is not valid (the core says why).
+    Invalid(CoreError),
+    /// Valid Kubernetes the planner has no model of yet; the pod must not be planned as if the
+    /// field were absent.
+    Unsupported(&'static str),
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Why::Invalid(e) => e.fmt(f),
+            Why::Unsupported(what) => f.write_str(what),
+        }
+    }
+}
+
+/// The message of a pod with `spec.resourceClaims`.
+pub const DRA_UNSUPPORTED: &str = "resource claims (DRA) are not supported yet";
+
+/// `value` as JSON, cut to [`VALUE_CHARS`] characters.
+fn render(value: &impl serde::Serialize) -> String {
+    let text = serde_json::to_string(value).unwrap_or_else(|e| format!("<{e}>"));
+    if text.chars().count() <= VALUE_CHARS {
+        return text;
+    }
+    let mut cut: String = text.chars().take(VALUE_CHARS).collect();
+    cut.push('…');
+    cut
+}
+
+/// Wraps a core error into a [`TranslateError`] for `field` holding `value`.
+fn at(
+    field: impl Into<String>,
+    value: &impl serde::Serialize,
+) -> impl FnOnce(CoreError) -> TranslateError {
     let field = field.into();
-    move |source| TranslateError { field, source }
+    let value = render(value);
+    move |e| TranslateError {
+        field,
+        value,
+        why: Why::Invalid(e),
+    }
 }
 
 /// Seconds since the Unix epoch of a Kubernetes timestamp (the core's clock).
@@ -82,14 +132,13 @@ fn add_map(
 ) -> Result<(), TranslateError> {
     for (name, q) in map.into_iter().flatten() {
         let field = format!("{path}[{name:?}]");
-        let parsed = CoreQuantity::parse(&q.0).map_err(|source| TranslateError {
-            field: field.clone(),
-            source: CoreError::ParseQuantity {
+        let parsed = CoreQuantity::parse(&q.0)
+            .map_err(|source| CoreError::ParseQuantity {
                 resource: name.clone(),
                 source,
-            },
-        })?;
-        into.add_quantity(name, parsed).map_err(at(field))?;
+            })
+            .map_err(at(field.clone(), &q.0))?;
+        into.add_quantity(name, parsed).map_err(at(field, &q.0))?;
     }
     Ok(())
 }
@@ -165,9 +214,10 @@ pub fn label_selector(sel: &LabelSelector, path: &str) -> Result<Requirements, T
     let mut r = Requirements::from_labels(&sel.match_labels.clone().unwrap_or_default());
     for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
         let field = format!("{path}.matchExpressions[{i}]");
-        let op = Operator::parse(&e.operator).map_err(at(field.clone()))?;
+        let op =
+            Operator::parse(&e.operator).map_err(at(format!("{field}.operator"), &e.operator))?;
         r.add(&e.key, op, e.values.as_deref().unwrap_or_default())
-            .map_err(at(field))?;
+            .map_err(at(field, e))?;
     }
     Ok(r)
 }
@@ -176,9 +226,10 @@ fn node_selector_term(term: &NodeSelectorTerm, path: &str) -> Result<Requirement
     let mut r = Requirements::new();
     for (i, e) in term.match_expressions.iter().flatten().enumerate() {
         let field = format!("{path}.matchExpressions[{i}]");
-        let op = Operator::parse(&e.operator).map_err(at(field.clone()))?;
+        let op =
+            Operator::parse(&e.operator).map_err(at(format!("{field}.operator"), &e.operator))?;
         r.add(&e.key, op, e.values.as_deref().unwrap_or_default())
-            .map_err(at(field))?;
+            .map_err(at(field, e))?;
     }
     for (i, e) in term.match_fields.iter().flatten().enumerate() {
         let field = format!("{path}.matchFields[{i}]");
@@ -189,9 +240,10 @@ fn node_selector_term(term: &NodeSelectorTerm, path: &str) -> Result<Requirement
         } else {
             e.key.as_str()
         };
-        let op = Operator::parse(&e.operator).map_err(at(field.clone()))?;
+        let op =
+            Operator::parse(&e.operator).map_err(at(format!("{field}.operator"), &e.operator))?;
         r.add(key, op, e.values.as_deref().unwrap_or_default())
-            .map_err(at(field))?;
+            .map_err(at(field, e))?;
     }
     Ok(r)
 }
@@ -256,7 +308,7 @@ pub fn toleration(t: &Toleration, path: &str) -> Result<CoreToleration, Translat
         t.value.as_deref().unwrap_or_default(),
         t.effect.as_deref().unwrap_or_default(),
     )
-    .map_err(at(path))
+    .map_err(at(path, t))
 }
 
 /// Converts a node taint.
@@ -264,7 +316,7 @@ pub fn toleration(t: &Toleration, path: &str) -> Result<CoreToleration, Translat
 /// # Errors
 /// [`TranslateError`] for an unknown effect.
 pub fn taint(t: &Taint, path: &str) -> Result<CoreTaint, TranslateError> {
-    let effect = Effect::parse(&t.effect).map_err(at(format!("{path}.effect")))?;
+    let effect = Effect::parse(&t.effect).map_err(at(format!("{path}.effect"), &t.effect))?;
     Ok(CoreTaint::new(
         &t.key,
         t.value.as_deref().unwrap_or_default(),
@@ -313,14 +365,14 @@ fn gpu_share(
                 .parse()
                 .ok()
                 .filter(|m| (1..=1000).contains(m))
-                .ok_or_else(|| TranslateError {
-                    field: format!("metadata.annotations[{GPU_SHARE_ANNOTATION:?}]"),
-                    source: CoreError::InvalidResource {
-                        resource: names::NVIDIA_GPU.into(),
-                        why: format!(
-                            "share {v:?} is not a whole number of thousandths in 1..=1000"
-                        ),
-                    },
+                .ok_or_else(|| {
+                    at(format!("metadata.annotations[{GPU_SHARE_ANNOTATION:?}]"), v)(
+                        CoreError::InvalidResource {
+                            resource: names::NVIDIA_GPU.into(),
+                            why: "a GPU share must be a whole number of thousandths in 1..=1000"
+                                .into(),
+                        },
+                    )
                 })?;
             Some(milli)
         }
@@ -367,10 +419,23 @@ pub const KEPT_ANNOTATIONS: [&str; 5] = [
 /// Translates a pod.
 ///
 /// # Errors
-/// [`TranslateError`] naming the first field that does not parse.
+/// [`TranslateError`] naming the first field that does not parse, or, for a pod not bound to
+/// a node, `spec.resourceClaims` ([`Why::Unsupported`]): the planner has no model of DRA
+/// devices, and planning such a pod without them would launch nodes it cannot use. A bound
+/// pod with claims translates without them, so that what else it requests still counts as
+/// used on its node.
 pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
     let empty = PodSpec::default();
     let spec = p.spec.as_ref().unwrap_or(&empty);
+    let claims = spec.resource_claims.as_ref().filter(|c| !c.is_empty());
+    if let Some(claims) = claims.filter(|_| node_name(p).is_none()) {
+        let names: Vec<&str> = claims.iter().map(|c| c.name.as_str()).collect();
+        return Err(TranslateError {
+            field: "spec.resourceClaims".into(),
+            value: render(&names),
+            why: Why::Unsupported(DRA_UNSUPPORTED),
+        });
+    }
     let annotations: Labels = p.metadata.annotations.clone().unwrap_or_default();
     let mut requests = effective_requests(spec)?;
     requests.set(names::PODS, 1);

@@ -168,6 +168,7 @@ fn bad_quantity_names_the_field() {
     }));
     let err = pod(&p).unwrap_err();
     assert_eq!(err.field, "spec.containers[0].resources.requests[\"cpu\"]");
+    assert_eq!(err.value, "\"lots\"");
 }
 
 #[test]
@@ -313,4 +314,123 @@ fn node_fields() {
     let back = kube_taint(&node_taints(&n)[0]);
     assert_eq!(back.value.as_deref(), Some("present"));
     assert_eq!(back.effect, "NoSchedule");
+}
+
+/// Each pod the controller cannot plan for, as a user would write it, with the full message
+/// its owner is shown. The core's wording of why is its own business; the field and the value
+/// are this module's.
+#[test]
+fn refusals_name_the_field_and_the_value() {
+    let container = |resources: serde_json::Value| json!({"containers": [{"name": "c", "image": "app", "resources": resources}]});
+    let cases = [
+        (
+            json!({"metadata": {"name": "p"}, "spec": container(json!({"requests": {"cpu": "1e400"}}))}),
+            r#"spec.containers[0].resources.requests["cpu"]"#,
+            r#""1e400""#,
+        ),
+        (
+            json!({"metadata": {"name": "p"}, "spec": container(json!({"requests": {"cpu": "-1"}}))}),
+            r#"spec.containers[0].resources.requests["cpu"]"#,
+            r#""-1""#,
+        ),
+        (
+            json!({"metadata": {"name": "p"}, "spec": container(json!({"limits": {"nvidia.com/gpu": "0.5"}}))}),
+            r#"spec.containers[0].resources.limits["nvidia.com/gpu"]"#,
+            r#""0.5""#,
+        ),
+        (
+            json!({"metadata": {"name": "p"}, "spec": container(json!({"requests": {"memory": "99999999999999999999Ei"}}))}),
+            r#"spec.containers[0].resources.requests["memory"]"#,
+            r#""99999999999999999999Ei""#,
+        ),
+        (
+            json!({"metadata": {"name": "p", "annotations": {"gpu-autoscaler.dev/gpu-share": "half"}},
+                   "spec": container(json!({"limits": {"nvidia.com/gpu": "1"}}))}),
+            r#"metadata.annotations["gpu-autoscaler.dev/gpu-share"]"#,
+            r#""half""#,
+        ),
+        (
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}], "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "Near", "values": ["a"]}]}]}}}}}),
+            r#"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator"#,
+            r#""Near""#,
+        ),
+        (
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}], "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["new"]}]}]}}}}}),
+            r#"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]"#,
+            r#"{"key":"gen","operator":"Gt","values":["new"]}"#,
+        ),
+        (
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}], "affinity": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchExpressions": [{"key": "app", "operator": "in", "values": ["a"]}]}}]}}}}),
+            r#"spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector.matchExpressions[0].operator"#,
+            r#""in""#,
+        ),
+        (
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}],
+                   "tolerations": [{"key": "gpu", "operator": "Maybe", "effect": "NoSchedule"}]}}),
+            r#"spec.tolerations[0]"#,
+            r#"{"effect":"NoSchedule","key":"gpu","operator":"Maybe"}"#,
+        ),
+    ];
+    for (object, field, value) in cases {
+        let err = pod(&pod_from(object)).unwrap_err();
+        assert_eq!((err.field.as_str(), err.value.as_str()), (field, value));
+        assert!(matches!(err.why, Why::Invalid(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.starts_with(&format!("{field}: {value}: ")), "{text}");
+        assert!(
+            text.len() > field.len() + value.len() + 4,
+            "says why: {text}"
+        );
+    }
+    let share = pod_from(
+        json!({"metadata": {"name": "p", "annotations": {"gpu-autoscaler.dev/gpu-share": "half"}},
+                                "spec": {"containers": [{"name": "c"}]}}),
+    );
+    assert_eq!(
+        pod(&share).unwrap_err().to_string(),
+        r#"metadata.annotations["gpu-autoscaler.dev/gpu-share"]: "half": resource nvidia.com/gpu: a GPU share must be a whole number of thousandths in 1..=1000"#
+    );
+}
+
+#[test]
+fn resource_claims_are_refused_as_unsupported() {
+    let p = pod_from(json!({
+        "metadata": {"name": "dra"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}],
+                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}
+    }));
+    let err = pod(&p).unwrap_err();
+    assert_eq!(err.why, Why::Unsupported(DRA_UNSUPPORTED));
+    assert_eq!(
+        err.to_string(),
+        r#"spec.resourceClaims: ["gpu"]: resource claims (DRA) are not supported yet"#
+    );
+    // An empty list asks for nothing.
+    let empty = pod_from(json!({
+        "metadata": {"name": "dra"},
+        "spec": {"containers": [{"name": "c"}], "resourceClaims": []}
+    }));
+    assert!(pod(&empty).is_ok());
+    // Once bound (by a scheduler that allocated the claim), the pod's other requests count.
+    let mut bound = p.clone();
+    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+    assert_eq!(pod(&bound).unwrap().requests.get(names::CPU), 1000);
+}
+
+#[test]
+fn long_values_are_cut() {
+    let share = "9".repeat(10_000);
+    let p = pod_from(json!({
+        "metadata": {"name": "p", "annotations": {"gpu-autoscaler.dev/gpu-share": share}},
+        "spec": {"containers": [{"name": "c"}]}
+    }));
+    let err = pod(&p).unwrap_err();
+    assert_eq!(err.value.chars().count(), VALUE_CHARS + 1);
+    assert!(err.value.ends_with('…'), "{}", err.value);
 }
