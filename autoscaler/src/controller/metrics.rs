@@ -323,15 +323,16 @@ impl Metrics {
     pub fn with_every_family() -> Self {
         let m = Self::new();
         let x = || "example".to_string();
-        m.nodeclaims.get_or_create(&PhaseLabel { phase: x() });
-        m.launches.get_or_create(&PoolLabel { pool: x() });
-        m.launch_failures
+        let _ = m.nodeclaims.get_or_create(&PhaseLabel { phase: x() });
+        let _ = m.launches.get_or_create(&PoolLabel { pool: x() });
+        let _ = m
+            .launch_failures
             .get_or_create(&ReasonLabel { reason: x() });
-        m.disruptions.get_or_create(&ReasonLabel { reason: x() });
-        m.gpu_allocatable.get_or_create(&ModelLabel { model: x() });
-        m.gpu_allocated.get_or_create(&ModelLabel { model: x() });
-        m.loop_seconds.get_or_create(&LoopLabel { name: x() });
-        m.provisioning_requests.get_or_create(&ProvReqLabel {
+        let _ = m.disruptions.get_or_create(&ReasonLabel { reason: x() });
+        let _ = m.gpu_allocatable.get_or_create(&ModelLabel { model: x() });
+        let _ = m.gpu_allocated.get_or_create(&ModelLabel { model: x() });
+        let _ = m.loop_seconds.get_or_create(&LoopLabel { name: x() });
+        let _ = m.provisioning_requests.get_or_create(&ProvReqLabel {
             class: x(),
             state: x(),
         });
@@ -342,7 +343,7 @@ impl Metrics {
             &Resources::new().with(resource_names::CPU, 1000),
             Some(1),
         );
-        m.build_info.get_or_create(&BuildLabel {
+        let _ = m.build_info.get_or_create(&BuildLabel {
             version: x(),
             provider: x(),
         });

@@ -25,7 +25,7 @@ use autoscaler_core::resources::{Resources, is_gpu_class};
 use futures::StreamExt;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PodTemplate};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -1528,6 +1528,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         match self.shared.actuator.evict(pk).await {
                             Ok(Evicted::Yes) => {
                                 self.shared.metrics.evictions.inc();
+                                self.shared
+                                    .actuator
+                                    .event(
+                                        &pod_reference(pk),
+                                        false,
+                                        "Evicted",
+                                        "Disrupt",
+                                        format!(
+                                            "evicted by gpu-autoscaler to remove its node ({reason})"
+                                        ),
+                                    )
+                                    .await;
                             }
                             Ok(Evicted::Refused) => {
                                 self.shared.metrics.evictions_refused.inc();
@@ -1585,6 +1597,25 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     // Cluster Autoscaler's scale-down-delay-after-failure starts here.
                     self.disruption_state.last_failure = Some(now);
                     self.shared.metrics.disruption_failures.inc();
+                    let why = match &step.next {
+                        Stage::Abandoned(why) => why.clone(),
+                        other => other.as_str().to_string(),
+                    };
+                    for node in nodes
+                        .iter()
+                        .filter(|n| job.command.nodes.contains(&n.name_any()))
+                    {
+                        self.shared
+                            .actuator
+                            .event(
+                                &reference(node.as_ref()),
+                                true,
+                                "DrainFailed",
+                                "Disrupt",
+                                format!("disruption given up, node untainted: {why}"),
+                            )
+                            .await;
+                    }
                 }
                 if job.stage != step.next {
                     tracing::info!(nodes = ?job.command.nodes, from = job.stage.as_str(), to = step.next.as_str(), "disruption");
@@ -1860,6 +1891,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
     }
 }
 
+/// A reference to a pod known by its key, for events about it.
+fn pod_reference(pk: &PodKey) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pk.name.clone()),
+        namespace: Some(pk.namespace.clone()),
+        ..Default::default()
+    }
+}
+
 /// Launches one claim and records the outcome on it.
 /// The launch request of a claim: its candidates (minus offerings marked unavailable), the
 /// node's labels (the claim's, plus the claim label) and taints.
@@ -2005,6 +2047,10 @@ async fn record_launch<P: CloudProvider + 'static>(
                 claim.metadata.generation,
             );
             tracing::warn!(claim = %name, error = %e, "launch failed");
+            shared
+                .actuator
+                .event(&reference(claim), true, reason, "Launch", e.to_string())
+                .await;
         }
     }
     shared
