@@ -114,4 +114,16 @@ impl ProviderError {
             ProviderError::Throttled { .. } | ProviderError::Other { .. }
         )
     }
+
+    /// The error's class, as the `code` label of the cloud API call metric:
+    /// `insufficient_capacity`, `not_found`, `throttled`, `invalid_request` or `other`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProviderError::InsufficientCapacity { .. } => "insufficient_capacity",
+            ProviderError::NotFound { .. } => "not_found",
+            ProviderError::Throttled { .. } => "throttled",
+            ProviderError::InvalidRequest { .. } => "invalid_request",
+            ProviderError::Other { .. } => "other",
+        }
+    }
 }

@@ -2,7 +2,8 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -16,6 +17,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use autoscaler_core::resources::{Resources, names as resource_names};
 
 use super::error::{Error, Result};
 
@@ -63,7 +66,58 @@ pub struct LoopLabel {
     pub name: String,
 }
 
+/// Label set of a cloud API call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudCallLabel {
+    /// The provider's name (`aws`, `gcp`, `kwok`, `fake`).
+    pub provider: String,
+    /// The operation: `launch`, `launch_group`, `terminate`, `list`, `get`, `gc`,
+    /// `instance_types`.
+    pub operation: String,
+    /// `ok`, or the error's class: `insufficient_capacity`, `not_found`, `throttled`,
+    /// `invalid_request`, `other`.
+    pub code: String,
+}
+
+/// Label set of a cloud API call's duration.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CloudOpLabel {
+    /// The provider's name.
+    pub provider: String,
+    /// The operation, as in [`CloudCallLabel`].
+    pub operation: String,
+}
+
+/// Label set of a NodePool's usage or limit of one resource.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolResourceLabel {
+    /// NodePool.
+    pub nodepool: String,
+    /// `cpu` (cores), `memory` (bytes), `nodes`, or an extended resource (`nvidia.com/gpu`).
+    pub resource: String,
+}
+
+/// Label set of `build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabel {
+    /// The crate version of the binary.
+    pub version: String,
+    /// The provider this process runs with.
+    pub provider: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Buckets of the launch-to-initialized histogram: 5 s to 30 min, where device plugins and
+/// GPU driver installs land.
+const LAUNCH_BUCKETS: [f64; 14] = [
+    5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1200.0, 1800.0,
+];
+
+fn launch_histogram() -> Histogram {
+    Histogram::new(LAUNCH_BUCKETS.into_iter())
+}
 
 fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 18))
@@ -103,6 +157,22 @@ pub struct Metrics {
     pub leader: Gauge,
     /// ProvisioningRequests by class and lifecycle state.
     pub provisioning_requests: Family<ProvReqLabel, Gauge>,
+    /// Cloud API calls (each attempt), by provider, operation and outcome.
+    pub cloud_calls: Family<CloudCallLabel, Counter>,
+    /// Cloud API call durations, by provider and operation.
+    pub cloud_call_seconds: HistogramFamily<CloudOpLabel>,
+    /// A NodePool's usage (its NodeClaims' capacity, and its node count).
+    pub nodepool_usage: Family<PoolResourceLabel, FloatGauge>,
+    /// A NodePool's limits, for the resources it limits.
+    pub nodepool_limit: Family<PoolResourceLabel, FloatGauge>,
+    /// From a NodeClaim's creation to its Initialized condition.
+    pub launch_to_initialized_seconds: Histogram,
+    /// Age of the oldest pod the scheduler marked unschedulable (0 when none).
+    pub oldest_pending_pod_seconds: FloatGauge,
+    /// Unix time at which the leader last completed a reconcile round.
+    pub last_round_timestamp_seconds: FloatGauge,
+    /// Always 1; the labels say which build runs.
+    pub build_info: Family<BuildLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -131,6 +201,14 @@ impl Metrics {
             pending_to_claim_seconds: seconds_histogram(),
             leader: Gauge::default(),
             provisioning_requests: Family::default(),
+            cloud_calls: Family::default(),
+            cloud_call_seconds: Family::new_with_constructor(seconds_histogram),
+            nodepool_usage: Family::default(),
+            nodepool_limit: Family::default(),
+            launch_to_initialized_seconds: launch_histogram(),
+            oldest_pending_pod_seconds: FloatGauge::default(),
+            last_round_timestamp_seconds: FloatGauge::default(),
+            build_info: Family::default(),
             registry: Registry::default(),
         };
         registry.register("pending_pods", "Unschedulable pods", m.pending_pods.clone());
@@ -196,7 +274,133 @@ impl Metrics {
             "1 while this replica is the leader",
             m.leader.clone(),
         );
+        registry.register(
+            "cloud_api_calls",
+            "Cloud API calls (every attempt) by provider, operation and outcome code",
+            m.cloud_calls.clone(),
+        );
+        registry.register(
+            "cloud_api_call_duration_seconds",
+            "Duration of cloud API calls by provider and operation",
+            m.cloud_call_seconds.clone(),
+        );
+        registry.register(
+            "nodepool_usage",
+            "NodePool usage by resource (cpu in cores, memory in bytes, nodes, devices)",
+            m.nodepool_usage.clone(),
+        );
+        registry.register(
+            "nodepool_limit",
+            "NodePool limits by resource, for the resources a pool limits",
+            m.nodepool_limit.clone(),
+        );
+        registry.register(
+            "launch_to_initialized_seconds",
+            "From a NodeClaim's creation to its node being initialized",
+            m.launch_to_initialized_seconds.clone(),
+        );
+        registry.register(
+            "oldest_pending_pod_seconds",
+            "Age of the oldest unschedulable pod",
+            m.oldest_pending_pod_seconds.clone(),
+        );
+        registry.register(
+            "last_round_timestamp_seconds",
+            "Unix time of the last completed reconcile round of the leader",
+            m.last_round_timestamp_seconds.clone(),
+        );
+        registry.register(
+            "build_info",
+            "Always 1: the build and provider of this process",
+            m.build_info.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Metrics in which every labelled family has one example series, so that [`Self::render`]
+    /// names every series the controller can export (families print nothing until a series
+    /// exists). Dashboards and alert rules are checked against it.
+    pub fn with_every_family() -> Self {
+        let m = Self::new();
+        let x = || "example".to_string();
+        let _ = m.nodeclaims.get_or_create(&PhaseLabel { phase: x() });
+        let _ = m.launches.get_or_create(&PoolLabel { pool: x() });
+        let _ = m
+            .launch_failures
+            .get_or_create(&ReasonLabel { reason: x() });
+        let _ = m.disruptions.get_or_create(&ReasonLabel { reason: x() });
+        let _ = m.gpu_allocatable.get_or_create(&ModelLabel { model: x() });
+        let _ = m.gpu_allocated.get_or_create(&ModelLabel { model: x() });
+        let _ = m.loop_seconds.get_or_create(&LoopLabel { name: x() });
+        let _ = m.provisioning_requests.get_or_create(&ProvReqLabel {
+            class: x(),
+            state: x(),
+        });
+        m.cloud_call(&x(), &x(), &x(), 0.0);
+        m.set_pool_usage(&x(), &Resources::new().with(resource_names::CPU, 1000), 1);
+        m.set_pool_limits(
+            &x(),
+            &Resources::new().with(resource_names::CPU, 1000),
+            Some(1),
+        );
+        let _ = m.build_info.get_or_create(&BuildLabel {
+            version: x(),
+            provider: x(),
+        });
+        m
+    }
+
+    /// Sets a NodePool's usage gauges: every resource of `usage` (cpu in cores) and `nodes`.
+    pub fn set_pool_usage(&self, pool: &str, usage: &Resources, nodes: i64) {
+        self.set_pool(&self.nodepool_usage, pool, usage, Some(nodes));
+    }
+
+    /// Sets a NodePool's limit gauges, for the resources it limits.
+    pub fn set_pool_limits(&self, pool: &str, limits: &Resources, nodes: Option<i64>) {
+        self.set_pool(&self.nodepool_limit, pool, limits, nodes);
+    }
+
+    fn set_pool(
+        &self,
+        family: &Family<PoolResourceLabel, FloatGauge>,
+        pool: &str,
+        amounts: &Resources,
+        nodes: Option<i64>,
+    ) {
+        let label = |resource: &str| PoolResourceLabel {
+            nodepool: pool.into(),
+            resource: resource.into(),
+        };
+        for (name, amount) in amounts.iter() {
+            // Cores, as Prometheus' node exporters count them; every other unit is Kubernetes'.
+            let value = if name == resource_names::CPU {
+                amount as f64 / 1000.0
+            } else {
+                amount as f64
+            };
+            family.get_or_create(&label(name)).set(value);
+        }
+        if let Some(n) = nodes {
+            family.get_or_create(&label("nodes")).set(n as f64);
+        }
+    }
+
+    /// Counts one cloud API call attempt and its duration.
+    pub fn cloud_call(&self, provider: &str, operation: &str, code: &str, seconds: f64) {
+        let operation = operation.replace(' ', "_");
+        self.cloud_calls
+            .get_or_create(&CloudCallLabel {
+                provider: provider.into(),
+                operation: operation.clone(),
+                code: code.into(),
+            })
+            .inc();
+        self.cloud_call_seconds
+            .get_or_create(&CloudOpLabel {
+                provider: provider.into(),
+                operation,
+            })
+            .observe(seconds);
     }
 
     /// The text exposition.
@@ -214,6 +418,72 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// Set once every reflector has listed.
     pub ready: AtomicBool,
+    /// Liveness: whether the leader's loop still completes rounds.
+    pub liveness: Liveness,
+}
+
+/// Whether the reconcile loop is stuck: the leader must complete a round within `stall_after`
+/// of the previous one (or of becoming leader). A follower runs no rounds and is always live,
+/// so a stuck follower is not restarted for nothing and a live leader is never killed for a
+/// follower's silence.
+#[derive(Debug)]
+pub struct Liveness {
+    stall_after_ms: i64,
+    leading: AtomicBool,
+    /// Unix milliseconds of the last completed round, or of becoming leader.
+    progress_ms: AtomicI64,
+}
+
+impl Liveness {
+    /// A loop that stalls after `stall_after` without a completed round.
+    pub fn new(stall_after: Duration) -> Self {
+        Self {
+            stall_after_ms: i64::try_from(stall_after.as_millis()).unwrap_or(i64::MAX),
+            leading: AtomicBool::new(false),
+            progress_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// Records whether this replica leads at `now_ms`; becoming leader starts the clock.
+    pub fn set_leading(&self, leading: bool, now_ms: i64) {
+        let was = self.leading.swap(leading, Ordering::SeqCst);
+        if leading && !was {
+            self.progress_ms.store(now_ms, Ordering::SeqCst);
+        }
+    }
+
+    /// Records a completed round at `now_ms`.
+    pub fn round_done(&self, now_ms: i64) {
+        self.progress_ms.store(now_ms, Ordering::SeqCst);
+    }
+
+    /// `Err` with the stall's length when the leader has completed no round for too long.
+    pub fn check(&self, now_ms: i64) -> std::result::Result<(), String> {
+        if !self.leading.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let since = now_ms.saturating_sub(self.progress_ms.load(Ordering::SeqCst));
+        if since > self.stall_after_ms {
+            Err(format!(
+                "no reconcile round completed for {} s (limit {} s)",
+                since / 1000,
+                self.stall_after_ms / 1000
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+async fn healthz(State(h): State<Arc<Health>>) -> impl IntoResponse {
+    match h.liveness.check(now_ms()) {
+        Ok(()) => (StatusCode::OK, "ok".to_string()),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    }
 }
 
 async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
@@ -242,7 +512,7 @@ async fn readyz(State(h): State<Arc<Health>>) -> impl IntoResponse {
 pub async fn serve(addr: SocketAddr, health: Arc<Health>) -> Result<SocketAddr> {
     let app = Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(health);
     let listener = tokio::net::TcpListener::bind(addr)
@@ -288,6 +558,39 @@ mod tests {
         assert!(
             text.contains("gpu_autoscaler_launches_total{pool=\"gpu\"} 1"),
             "{text}"
+        );
+        m.cloud_call("aws", "launch group", "throttled", 0.5);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "gpu_autoscaler_cloud_api_calls_total{provider=\"aws\",operation=\"launch_group\",code=\"throttled\"} 1"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_leader_without_rounds_is_not_live_and_a_follower_always_is() {
+        let l = Liveness::new(Duration::from_secs(60));
+        assert!(l.check(1_000_000).is_ok(), "a follower is live");
+        l.set_leading(true, 1_000_000);
+        assert!(
+            l.check(1_059_000).is_ok(),
+            "within the limit of becoming leader"
+        );
+        let err = l.check(1_061_000).expect_err("stalled");
+        assert!(err.contains("61 s"), "{err}");
+        l.round_done(1_061_000);
+        assert!(l.check(1_100_000).is_ok(), "a round restarts the clock");
+        // Staying leader does not restart the clock; only a new leadership does.
+        l.set_leading(true, 1_200_000);
+        assert!(l.check(1_200_000).is_err());
+        l.set_leading(false, 1_200_000);
+        assert!(l.check(1_200_000).is_ok(), "a follower again");
+        l.set_leading(true, 1_300_000);
+        assert!(
+            l.check(1_300_000).is_ok(),
+            "a new leadership starts the clock"
         );
     }
 }

@@ -25,7 +25,7 @@ use autoscaler_core::resources::{Resources, is_gpu_class};
 use futures::StreamExt;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PodTemplate};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -56,7 +56,9 @@ use super::gangs::{GangObjects, SchedulingPodGroup, VolcanoPodGroup};
 use super::keys;
 use super::leader::{self, LeaderConfig};
 use super::lifecycle::{self, Action, Phase, Timeouts};
-use super::metrics::{Health, LoopLabel, Metrics, ModelLabel, PhaseLabel, PoolLabel, ReasonLabel};
+use super::metrics::{
+    Health, Liveness, LoopLabel, Metrics, ModelLabel, PhaseLabel, PoolLabel, ReasonLabel,
+};
 use super::pod_problems;
 use super::provreq::ProvisioningRequest;
 use super::settings::{LogFormat, ProviderKind, RunArgs};
@@ -527,7 +529,19 @@ impl<P: CloudProvider + 'static> Shared<P> {
         let mut attempt = 0;
         loop {
             self.limiter.until_ready().await;
-            match f().await {
+            let started = Instant::now();
+            let result = f().await;
+            let code = match &result {
+                Ok(_) => "ok",
+                Err(e) => e.code(),
+            };
+            self.metrics.cloud_call(
+                self.provider.name(),
+                what,
+                code,
+                started.elapsed().as_secs_f64(),
+            );
+            match result {
                 Ok(v) => return Ok(v),
                 Err(e) if e.is_retryable() && attempt < 4 => {
                     attempt += 1;
@@ -866,6 +880,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .await
             }
             Action::Initialize => {
+                if let Some(created) = &claim.metadata.creation_timestamp {
+                    let secs = (ts.as_millisecond() - created.0.as_millisecond()) as f64 / 1000.0;
+                    self.shared
+                        .metrics
+                        .launch_to_initialized_seconds
+                        .observe(secs.max(0.0));
+                }
                 let mut s = status();
                 for c in [conditions::INITIALIZED, conditions::READY] {
                     set_condition(
@@ -1118,6 +1139,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let pods = self.stores.pods.state();
         let pending = self.pending_now(&pods);
         self.shared.metrics.pending_pods.set(pending.len() as i64);
+        let now_ms = jiff::Timestamp::now().as_millisecond();
+        let oldest = pods
+            .iter()
+            .filter(|p| pending.contains(&p.key))
+            .filter_map(|p| p.unschedulable_since_ms)
+            .map(|since| now_ms.saturating_sub(since))
+            .max()
+            .unwrap_or(0);
+        self.shared
+            .metrics
+            .oldest_pending_pod_seconds
+            .set(oldest as f64 / 1000.0);
         let Some(batch) = self.batcher.step(self.millis(), &pending) else {
             return;
         };
@@ -1512,6 +1545,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         match self.shared.actuator.evict(pk).await {
                             Ok(Evicted::Yes) => {
                                 self.shared.metrics.evictions.inc();
+                                self.shared
+                                    .actuator
+                                    .event(
+                                        &pod_reference(pk),
+                                        false,
+                                        "Evicted",
+                                        "Disrupt",
+                                        format!(
+                                            "evicted by gpu-autoscaler to remove its node ({reason})"
+                                        ),
+                                    )
+                                    .await;
                             }
                             Ok(Evicted::Refused) => {
                                 self.shared.metrics.evictions_refused.inc();
@@ -1569,6 +1614,25 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     // Cluster Autoscaler's scale-down-delay-after-failure starts here.
                     self.disruption_state.last_failure = Some(now);
                     self.shared.metrics.disruption_failures.inc();
+                    let why = match &step.next {
+                        Stage::Abandoned(why) => why.clone(),
+                        other => other.as_str().to_string(),
+                    };
+                    for node in nodes
+                        .iter()
+                        .filter(|n| job.command.nodes.contains(&n.name_any()))
+                    {
+                        self.shared
+                            .actuator
+                            .event(
+                                &reference(node.as_ref()),
+                                true,
+                                "DrainFailed",
+                                "Disrupt",
+                                format!("disruption given up, node untainted: {why}"),
+                            )
+                            .await;
+                    }
                 }
                 if job.stage != step.next {
                     tracing::info!(nodes = ?job.command.nodes, from = job.stage.as_str(), to = step.next.as_str(), "disruption");
@@ -1697,6 +1761,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     total.add(&r);
                 }
             }
+            self.pool_metrics(&np, &total, mine.len() as i64);
             let mut conds = np.status.clone().unwrap_or_default().conditions;
             let ts = jiff::Timestamp::now();
             match np.validate() {
@@ -1754,6 +1819,27 @@ impl<P: CloudProvider + 'static> Controller<P> {
             {
                 tracing::warn!(pool = %name, error = %e, "NodePool status");
             }
+        }
+    }
+
+    /// A NodePool's usage and limit gauges.
+    fn pool_metrics(&self, np: &NodePool, usage: &Resources, nodes: i64) {
+        let m = &self.shared.metrics;
+        let name = np.name_any();
+        m.set_pool_usage(&name, usage, nodes);
+        let (node_limit, others): (BTreeMap<_, _>, BTreeMap<_, _>) = np
+            .spec
+            .limits
+            .clone()
+            .into_iter()
+            .partition(|(k, _)| k == "nodes");
+        // An unparsable limit is reported by the pool's ValidationSucceeded condition.
+        if let Ok(limits) = translate::resources(Some(&others), "spec.limits") {
+            let nodes = node_limit
+                .get("nodes")
+                .and_then(|q| autoscaler_core::quantity::Quantity::parse(&q.0).ok())
+                .and_then(|q| i64::try_from(q.units_ceil()).ok());
+            m.set_pool_limits(&name, &limits, nodes);
         }
     }
 
@@ -1819,6 +1905,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .set(v);
             m.gpu_allocated.get_or_create(&ModelLabel { model }).set(u);
         }
+    }
+}
+
+/// A reference to a pod known by its key, for events about it.
+fn pod_reference(pk: &PodKey) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pk.name.clone()),
+        namespace: Some(pk.namespace.clone()),
+        ..Default::default()
     }
 }
 
@@ -1967,6 +2064,10 @@ async fn record_launch<P: CloudProvider + 'static>(
                 claim.metadata.generation,
             );
             tracing::warn!(claim = %name, error = %e, "launch failed");
+            shared
+                .actuator
+                .event(&reference(claim), true, reason, "Launch", e.to_string())
+                .await;
         }
     }
     shared
@@ -2168,9 +2269,17 @@ async fn run_with<P: CloudProvider + 'static>(
 ) -> Result<()> {
     let me = identity(&args);
     let metrics = Arc::new(Metrics::new());
+    metrics
+        .build_info
+        .get_or_create(&super::metrics::BuildLabel {
+            version: env!("CARGO_PKG_VERSION").into(),
+            provider: provider.name().into(),
+        })
+        .set(1);
     let health = Arc::new(Health {
         metrics: metrics.clone(),
         ready: AtomicBool::new(false),
+        liveness: Liveness::new(args.stall_timeout),
     });
     let bound = super::metrics::serve(args.metrics_addr, health.clone()).await?;
     tracing::info!(identity = %me, metrics = %bound, provider = provider.name(), "starting");
@@ -2241,8 +2350,16 @@ async fn run_with<P: CloudProvider + 'static>(
     loop {
         let leading = is_leader.load(Ordering::SeqCst);
         metrics.leader.set(i64::from(leading));
+        health
+            .liveness
+            .set_leading(leading, jiff::Timestamp::now().as_millisecond());
         if leading {
             ctl.round().await;
+            let done = jiff::Timestamp::now().as_millisecond();
+            health.liveness.round_done(done);
+            metrics
+                .last_round_timestamp_seconds
+                .set(done as f64 / 1000.0);
         }
         tokio::select! {
             _ = tokio::time::sleep(args.loop_interval) => {}

@@ -152,6 +152,10 @@ pub struct RunArgs {
     /// How often the reconcile loop runs.
     #[arg(long, default_value = "250ms", value_parser = parse_duration)]
     pub loop_interval: Duration,
+    /// `/healthz` fails once the leader has completed no reconcile round for this long (the
+    /// loop is stuck), so the kubelet restarts the pod; followers are always healthy.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub stall_timeout: Duration,
     /// Address of `/metrics`, `/healthz`, `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,

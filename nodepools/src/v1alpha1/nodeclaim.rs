@@ -27,7 +27,13 @@ use super::schema;
     derive = "PartialEq",
     derive = "Default",
     doc = "A NodeClaim is one node gpu-autoscaler launches: the acceptable instance types, zones and capacity types, the resources it must offer and its taints; its status follows the instance from launch to an initialized Node.",
+    printcolumn(name = "NodePool", type_ = "string", json_path = ".spec.nodePool"),
     printcolumn(name = "Type", type_ = "string", json_path = ".status.instanceType"),
+    printcolumn(
+        name = "GPUs",
+        type_ = "string",
+        json_path = ".status.capacity.nvidia\\.com/gpu"
+    ),
     printcolumn(name = "Zone", type_ = "string", json_path = ".status.zone"),
     printcolumn(
         name = "Capacity",

@@ -32,6 +32,11 @@ use crate::names::{QUALIFIED_NAME_MAX, QUALIFIED_NAME_PATTERN};
     derive = "Default",
     doc = "A NodePool says which nodes gpu-autoscaler may launch for pending pods: their labels, taints and instance-type requirements, how their GPUs are shared, the pool's limits and when its nodes may be removed.",
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.nodes"),
+    printcolumn(
+        name = "GPUs",
+        type_ = "string",
+        json_path = ".status.resources.nvidia\\.com/gpu"
+    ),
     printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight"),
     printcolumn(
         name = "Ready",
