@@ -348,6 +348,17 @@ fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool) -> f64 {
     share
 }
 
+/// How many nodes of `alloc` a demand needs if it could be split freely: its largest ratio
+/// over the resources the node has (resources it lacks are someone else's concern).
+fn even_spread(need: &Resources, alloc: &Resources) -> f64 {
+    need.iter()
+        .filter_map(|(name, amount)| {
+            let have = alloc.get(name);
+            (have > 0).then(|| amount as f64 / have as f64)
+        })
+        .fold(0.0, f64::max)
+}
+
 /// A cheap necessary condition for `req` (without shares) fitting into `alloc - used`, with no
 /// allocation: most slots fail it.
 fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
@@ -511,6 +522,8 @@ struct Planner<'a> {
     demand_group: Vec<usize>,
     /// Per demand group: pods not yet placed.
     remaining: Vec<usize>,
+    /// Per class: the summed demand of its pods not yet placed.
+    class_left: Vec<Resources>,
     /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
     /// how many of the group one node would really hold (lazy).
     unit_cost: Vec<Option<f64>>,
@@ -669,6 +682,7 @@ impl<'a> Planner<'a> {
             sel_of_anti,
             demand_group: Vec::new(),
             remaining: Vec::new(),
+            class_left: Vec::new(),
             unit_cost: Vec::new(),
             scan_group: Vec::new(),
             scan_from: Vec::new(),
@@ -1058,6 +1072,10 @@ impl<'a> Planner<'a> {
             );
         }
         self.unit_cost = vec![None; self.remaining.len()];
+        self.class_left = vec![Resources::new(); self.classes.len()];
+        for (i, p) in pending.iter().enumerate() {
+            self.class_left[self.class_of[i]].add(&demand(p, &Devices::default()));
+        }
         self.scan_from = vec![0; scan_index.len()];
         self.verdicts = vec![Vec::new(); scan_index.len()];
     }
@@ -1200,6 +1218,8 @@ impl<'a> Planner<'a> {
         if placed {
             let g = self.demand_group[i];
             self.remaining[g] = self.remaining[g].saturating_sub(1);
+            let need = demand(&self.snap.pending[i], &Devices::default());
+            self.class_left[self.class_of[i]].sub(&need);
         }
         placed
     }
@@ -1946,6 +1966,12 @@ impl<'a> Planner<'a> {
     /// The lowest price per pod over `cands` (under `reqs`) for pod `i` and the members of its
     /// demand group still pending, with that candidate's price and index; `(INFINITY, INFINITY,
     /// None)` when no candidate is usable.
+    ///
+    /// A candidate is priced by the nodes of its kind the pending pods would need: the group's
+    /// pods at the whole number one node holds and, for a GPU pod, also the whole pending
+    /// demand of its class (pods that may share its nodes, whatever their size) spread evenly.
+    /// Without the second term a 2-GPU pod sized alone gets a 4-GPU node of its own, and the
+    /// 1-GPU pods after it an 8-GPU node that would have held it too.
     fn claim_target(
         &self,
         i: usize,
@@ -1955,6 +1981,9 @@ impl<'a> Planner<'a> {
     ) -> (f64, f64, Option<usize>) {
         let need = demand(&self.snap.pending[i], &Devices::default());
         let left = self.remaining[self.demand_group[i]].max(1) as f64;
+        let class_left = need
+            .has_gpu_class()
+            .then(|| &self.class_left[self.class_of[i]]);
         let mut best = (f64::INFINITY, f64::INFINITY, None);
         for c in cands {
             let shape = &self.shapes[*c];
@@ -1967,7 +1996,8 @@ impl<'a> Planner<'a> {
             let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
                 .floor()
                 .max(1.0);
-            let unit = p / per_node.min(left);
+            let spread = class_left.map_or(0.0, |d| even_spread(d, &shape.allocatable));
+            let unit = p * (left / per_node).max(spread).max(1.0) / left;
             if unit < best.0 * (1.0 - 1e-9) {
                 best = (unit, p, Some(*c));
             }

@@ -416,6 +416,31 @@ fn startup_taint_ds_excluded_by_selector() -> Snapshot {
     startup_taint_daemonset(false)
 }
 
+// ---- 6. plan cost ----
+
+/// A 2-GPU pod and six 1-GPU pods; a 4-GPU type and an 8-GPU type that is cheaper per GPU.
+fn two_gpu_pod_and_peers() -> Snapshot {
+    let t = |name: &str, gpus: u32, price: f64| {
+        itype(name)
+            .cpu("32")
+            .mem("256Gi")
+            .gpus(gpus, "A10G", 24)
+            .on_demand(&ZONES, price)
+            .build()
+    };
+    let mut pending = vec![pod("two").cpu("3").mem("8Gi").gpus(2)];
+    pending.extend((0..6).map(|i| pod(&format!("one-{i}")).cpu("500m").mem("4Gi").gpus(1)));
+    snap(
+        pending,
+        vec![],
+        vec![
+            pool("a", vec![t("g4.x32", 4, 7.71)]),
+            pool("b", vec![t("g8.x32", 8, 11.213)]),
+        ],
+        vec![],
+    )
+}
+
 fn cases() -> Vec<Case> {
     vec![
         // 1
@@ -633,6 +658,15 @@ fn cases() -> Vec<Case> {
             run: Run::Provision,
             has: &["pods=[a,b]"],
             lacks: &[],
+        },
+        // 6
+        Case {
+            name: "a 2-GPU pod shares the 8-GPU node its 1-GPU peers fill, not a node of its own",
+            upstream: "issue 12, item 6(b) (seed 294 of the small-exact suite)",
+            snapshot: two_gpu_pod_and_peers,
+            run: Run::Provision,
+            has: &["claim b-1 pool=b price=11.213 types=[g8.x32] pods=[one-0,one-1,one-2,one-3,one-4,one-5,two]"],
+            lacks: &["pool=a"],
         },
         // 2
         Case {
