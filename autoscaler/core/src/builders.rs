@@ -9,8 +9,8 @@ use std::sync::Arc;
 use crate::instance::{CapacityType, GpuSpec, InstanceType, Offering};
 use crate::labels;
 use crate::model::{
-    DaemonSet, DisruptionPolicy, GpuShare, GpuSharing, HostPort, Limits, Node, Pod, PodAffinityTerm, PodKey,
-    Pool, TopologySpread,
+    DaemonSet, DisruptionPolicy, GpuShare, GpuSharing, HostPort, Limits, Node, Pod,
+    PodAffinityTerm, PodKey, Pool, TopologySpread,
 };
 use crate::quantity::Quantity;
 use crate::requirements::{Labels, NodeSelector, Operator, Requirements};

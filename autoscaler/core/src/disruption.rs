@@ -1013,7 +1013,11 @@ fn is_spot(n: &Node) -> bool {
 /// and then at least `min_types` instance types must offer spot below the node's price, so
 /// the launch has room to pick a type that is not the next to be interrupted. A replacement
 /// with only on-demand offerings is an ordinary (strictly cheaper) replacement.
-fn spot_to_spot(snap: &Snapshot, mut claim: NewClaim, min_types: usize) -> Result<NewClaim, String> {
+fn spot_to_spot(
+    snap: &Snapshot,
+    mut claim: NewClaim,
+    min_types: usize,
+) -> Result<NewClaim, String> {
     let spot = crate::instance::CapacityType::Spot;
     if !claim
         .instance_types

@@ -199,8 +199,14 @@ mod tests {
     fn optimum_of_a_hand_solved_instance() {
         // Three 1.5-cpu pods: one 4-cpu node (2 pods, 0.20) + one 2-cpu node (0.11) = 0.31
         // beats two 4-cpu nodes (0.40), three 2-cpu nodes (0.33) and no 8-cpu type exists.
-        let small = itype("s").cpu("2").mem("8Gi").offer("z1", CapacityType::OnDemand, 0.11);
-        let big = itype("b").cpu("4").mem("16Gi").offer("z1", CapacityType::OnDemand, 0.20);
+        let small = itype("s")
+            .cpu("2")
+            .mem("8Gi")
+            .offer("z1", CapacityType::OnDemand, 0.11);
+        let big = itype("b")
+            .cpu("4")
+            .mem("16Gi")
+            .offer("z1", CapacityType::OnDemand, 0.20);
         let snap = Snapshot {
             pending: (0..3)
                 .map(|i| pod(&format!("p{i}")).cpu("1500m").build())
@@ -214,7 +220,10 @@ mod tests {
 
     #[test]
     fn a_pod_that_fits_nowhere_has_no_optimum() {
-        let small = itype("s").cpu("2").mem("8Gi").offer("z1", CapacityType::OnDemand, 0.11);
+        let small = itype("s")
+            .cpu("2")
+            .mem("8Gi")
+            .offer("z1", CapacityType::OnDemand, 0.11);
         let snap = Snapshot {
             pending: vec![pod("huge").cpu("3").build()],
             pools: vec![pool("a", vec![small.build()]).build()],

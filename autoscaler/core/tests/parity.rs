@@ -237,7 +237,10 @@ fn pns_two_pools() -> Snapshot {
     snap(
         vec![pod("web").cpu("1")],
         vec![],
-        vec![prefer_no_schedule("a-tainted"), pool("b-plain", cpu_types())],
+        vec![
+            prefer_no_schedule("a-tainted"),
+            pool("b-plain", cpu_types()),
+        ],
         vec![],
     )
 }
@@ -258,11 +261,7 @@ fn pns_two_nodes() -> Snapshot {
     snap(
         vec![pod("web").cpu("1")],
         vec![
-            node("n-a", &t, "z1").taint(Taint::new(
-                "dedicated",
-                "batch",
-                Effect::PreferNoSchedule,
-            )),
+            node("n-a", &t, "z1").taint(Taint::new("dedicated", "batch", Effect::PreferNoSchedule)),
             node("n-b", &t, "z1"),
         ],
         vec![],
@@ -279,7 +278,10 @@ fn pns_tolerated() -> Snapshot {
                 .tolerate(Toleration::equal("dedicated", "batch")),
         ],
         vec![],
-        vec![prefer_no_schedule("a-tainted"), pool("b-plain", cpu_types())],
+        vec![
+            prefer_no_schedule("a-tainted"),
+            pool("b-plain", cpu_types()),
+        ],
         vec![],
     )
 }
@@ -328,7 +330,12 @@ fn spot_fifteen_cheaper() -> Snapshot {
 // ---- 3. host ports ----
 
 fn proxy_ds(port: u16) -> DaemonSet {
-    let mut ds = daemonset("kube-system/proxy", "100m", "64Mi", vec![Toleration::exists("")]);
+    let mut ds = daemonset(
+        "kube-system/proxy",
+        "100m",
+        "64Mi",
+        vec![Toleration::exists("")],
+    );
     ds.host_ports.push(HostPort::tcp(port));
     ds
 }
@@ -602,7 +609,10 @@ fn cases() -> Vec<Case> {
             upstream: "karpenter consolidation_test.go \"can replace spot with spot\"",
             snapshot: spot_fifteen_cheaper,
             run: disrupt(1000),
-            has: &["Underutilized Replace nodes=[spot-a] pods=1", "replacement=c0.large@0.030"],
+            has: &[
+                "Underutilized Replace nodes=[spot-a] pods=1",
+                "replacement=c0.large@0.030",
+            ],
             lacks: &[],
         },
         Case {
@@ -665,7 +675,9 @@ fn cases() -> Vec<Case> {
             upstream: "issue 12, item 6(b) (seed 294 of the small-exact suite)",
             snapshot: two_gpu_pod_and_peers,
             run: Run::Provision,
-            has: &["claim b-1 pool=b price=11.213 types=[g8.x32] pods=[one-0,one-1,one-2,one-3,one-4,one-5,two]"],
+            has: &[
+                "claim b-1 pool=b price=11.213 types=[g8.x32] pods=[one-0,one-1,one-2,one-3,one-4,one-5,two]",
+            ],
             lacks: &["pool=a"],
         },
         // 2

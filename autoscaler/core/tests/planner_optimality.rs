@@ -71,4 +71,3 @@ fn plans_never_exceed_1_25_times_the_optimum() {
         "a plan costs more than 1.25x the optimum; worst: {text}"
     );
 }
-
