@@ -94,6 +94,27 @@ pub fn optimum(snap: &Snapshot) -> Option<f64> {
     best[full].is_finite().then_some(best[full])
 }
 
+/// `plan cost / optimum` of the planner on the draws `0..draws` of [`small_instance`] that have
+/// an optimum, with their seeds, in seed order. A plan that leaves a pod the optimum places is
+/// infinitely worse.
+pub fn plan_ratios(draws: u64) -> Vec<(f64, u64)> {
+    let mut ratios = Vec::new();
+    for seed in 0..draws {
+        let snap = small_instance(seed);
+        let Some(opt) = optimum(&snap) else {
+            continue;
+        };
+        let plan = crate::provision::plan_provisioning(&snap);
+        let r = if plan.unschedulable.is_empty() {
+            plan.new_cost() / opt
+        } else {
+            f64::INFINITY
+        };
+        ratios.push((r, seed));
+    }
+    ratios
+}
+
 /// A xorshift64* stream: enough to vary small instances, fixed forever for a given seed.
 struct Draw(u64);
 

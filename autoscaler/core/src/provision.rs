@@ -375,6 +375,15 @@ fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
 /// anti-affinity selectors.
 type ScanKey<'a> = (usize, &'a [usize], &'a [usize], &'a [usize], &'a [usize]);
 
+/// A pod's class identity: node selection, tolerations, whether it takes a GPU share, and
+/// its host ports.
+type ClassKey<'a> = (
+    &'a crate::requirements::NodeSelector,
+    &'a Vec<Toleration>,
+    bool,
+    &'a Vec<HostPort>,
+);
+
 /// Selector identity for topology counting: namespace plus label requirements.
 type SelKey = (String, Requirements);
 
@@ -952,15 +961,7 @@ impl<'a> Planner<'a> {
     }
 
     fn build_classes(&mut self) {
-        let mut index: HashMap<
-            (
-                &crate::requirements::NodeSelector,
-                &Vec<Toleration>,
-                bool,
-                &Vec<HostPort>,
-            ),
-            usize,
-        > = HashMap::new();
+        let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         for p in &self.snap.pending {

@@ -3,30 +3,14 @@
 //! the draws, and never more than 1.25 times it. The draws are fixed by their seeds, so a
 //! failure names the seeds to replay.
 
-use autoscaler_core::exact::{optimum, small_instance};
-use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::exact::plan_ratios;
 
 /// Seeds drawn; instances a pod of which fits no type are skipped.
 const DRAWS: u64 = 600;
 
-/// Plan cost over the optimum for every solvable draw, with its seed (infinite when the plan
-/// leaves a pod the optimum places).
+/// Plan cost over the optimum for every solvable draw, with its seed.
 fn ratios() -> Vec<(f64, u64)> {
-    let mut ratios: Vec<(f64, u64)> = Vec::new();
-    for seed in 0..DRAWS {
-        let snap = small_instance(seed);
-        let Some(opt) = optimum(&snap) else {
-            continue;
-        };
-        let plan = plan_provisioning(&snap);
-        let ratio = if plan.unschedulable.is_empty() {
-            plan.new_cost() / opt
-        } else {
-            f64::INFINITY
-        };
-        ratios.push((ratio, seed));
-    }
-    ratios
+    plan_ratios(DRAWS)
 }
 
 /// The ten worst draws, as text.

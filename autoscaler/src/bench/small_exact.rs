@@ -2,8 +2,7 @@
 //! instances (`autoscaler_core::exact`: at most 8 pods, 5 instance types, 2 NodePools), as a
 //! distribution of `plan cost / optimum`.
 
-use autoscaler_core::exact::{optimum, small_instance};
-use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::exact::plan_ratios;
 use serde::Serialize;
 
 /// Seeds drawn by default (the property test in `autoscaler/core/tests/planner_optimality.rs`
@@ -30,20 +29,7 @@ pub(crate) struct Distribution {
 /// Plans the first `draws` seeds and measures each plan against its optimum. A plan that
 /// leaves a pod the optimum places counts as infinitely worse.
 pub(crate) fn distribution(draws: u64) -> Distribution {
-    let mut ratios: Vec<(f64, u64)> = Vec::new();
-    for seed in 0..draws {
-        let snap = small_instance(seed);
-        let Some(opt) = optimum(&snap) else {
-            continue;
-        };
-        let plan = plan_provisioning(&snap);
-        let r = if plan.unschedulable.is_empty() {
-            plan.new_cost() / opt
-        } else {
-            f64::INFINITY
-        };
-        ratios.push((r, seed));
-    }
+    let mut ratios = plan_ratios(draws);
     ratios.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let n = ratios.len();
     let at = |p: u32| -> f64 {
