@@ -9,8 +9,8 @@ use std::sync::Arc;
 use crate::instance::{CapacityType, GpuSpec, InstanceType, Offering};
 use crate::labels;
 use crate::model::{
-    DaemonSet, DisruptionPolicy, GpuShare, GpuSharing, Limits, Node, Pod, PodAffinityTerm, PodKey,
-    Pool, TopologySpread,
+    DaemonSet, DisruptionPolicy, GpuShare, GpuSharing, HostPort, Limits, Node, Pod,
+    PodAffinityTerm, PodKey, Pool, TopologySpread,
 };
 use crate::quantity::Quantity;
 use crate::requirements::{Labels, NodeSelector, Operator, Requirements};
@@ -45,6 +45,8 @@ pub fn pod(name: &str) -> PodBuilder {
         owner_kind: Some("ReplicaSet".into()),
         local_storage: false,
         mirror: false,
+        host_ports: vec![],
+        started_at: None,
     })
 }
 
@@ -186,6 +188,16 @@ impl PodBuilder {
     /// Sets the owner kind (`None` for a bare pod).
     pub fn owner(mut self, kind: Option<&str>) -> Self {
         self.0.owner_kind = kind.map(str::to_string);
+        self
+    }
+    /// Binds a TCP host port on every address.
+    pub fn host_port(mut self, port: u16) -> Self {
+        self.0.host_ports.push(HostPort::tcp(port));
+        self
+    }
+    /// Sets when the pod started running.
+    pub fn started(mut self, t: i64) -> Self {
+        self.0.started_at = Some(t);
         self
     }
     /// Finishes.
@@ -505,6 +517,7 @@ pub fn daemonset(name: &str, cpu: &str, mem: &str, tolerations: Vec<Toleration>)
         requests: r,
         node_selector: NodeSelector::default(),
         tolerations,
+        host_ports: vec![],
     }
 }
 

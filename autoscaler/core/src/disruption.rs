@@ -47,6 +47,15 @@ pub struct DisruptionConfig {
     pub validation_delay_s: i64,
     /// Most candidates a multi-node consolidation considers.
     pub max_multi_node_candidates: usize,
+    /// A spot node is replaced by a cheaper spot node only when at least this many spot
+    /// instance types cheaper than it can hold its pods (Karpenter's figure, 15): with fewer,
+    /// the replacement would likely be the type interrupted next.
+    #[serde(default = "default_spot_to_spot_types")]
+    pub min_spot_to_spot_types: usize,
+}
+
+fn default_spot_to_spot_types() -> usize {
+    15
 }
 
 impl Default for DisruptionConfig {
@@ -59,6 +68,7 @@ impl Default for DisruptionConfig {
             delay_after_failure_s: 180,
             validation_delay_s: 15,
             max_multi_node_candidates: 100,
+            min_spot_to_spot_types: default_spot_to_spot_types(),
         }
     }
 }
@@ -214,11 +224,81 @@ fn movable(node: &Node) -> Vec<&Pod> {
         .collect()
 }
 
-/// Why a pod blocks the disruption of its node, if it does.
-pub fn pod_blocker(pod: &Pod, snap: &Snapshot) -> Option<String> {
+/// Seconds in a Go duration (`time.ParseDuration`, which Karpenter reads the annotation
+/// with): a sequence of decimal numbers with units `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`, or a
+/// bare `0`. `None` for anything else, negative durations included.
+fn go_duration_seconds(text: &str) -> Option<f64> {
+    if text == "0" {
+        return Some(0.0);
+    }
+    let mut rest = text;
+    let mut total = 0.0;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "ns" => 1e-9,
+            "us" | "µs" | "μs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += n * scale;
+    }
+    total.is_finite().then_some(total)
+}
+
+/// Why a `karpenter.sh/do-not-disrupt` value on a pod or node (`who`) still protects it at
+/// `now`, if it does. `"true"` protects for good; a duration (`"30m"`) protects until the pod
+/// has run (or the node has existed) that long, counted from `since` (`None`: not started,
+/// so the whole duration is still ahead); a value that is neither protects as `"true"` would,
+/// and the reason names it.
+fn do_not_disrupt(who: &str, value: &str, since: Option<i64>, now: i64) -> Option<String> {
+    if value == "true" {
+        return Some(format!("{who} has {DO_NOT_DISRUPT}"));
+    }
+    if value == "false" || value.is_empty() {
+        return None;
+    }
+    let Some(secs) = go_duration_seconds(value) else {
+        return Some(format!(
+            "{who} has {DO_NOT_DISRUPT}={value:?}, neither \"true\" nor a duration; it protects \
+             as \"true\" would"
+        ));
+    };
+    let until = since.unwrap_or(now).saturating_add(secs.ceil() as i64);
+    (now < until).then(|| {
+        format!(
+            "{who} has {DO_NOT_DISRUPT}={value} ({} left)",
+            fmt_duration(until - now)
+        )
+    })
+}
+
+/// Why the pod's `karpenter.sh/do-not-disrupt` annotation still protects it at `now`, if it
+/// does.
+pub fn pod_protection(pod: &Pod, now: i64) -> Option<String> {
+    let v = pod.annotations.get(DO_NOT_DISRUPT)?;
+    do_not_disrupt(&format!("pod {}", pod.key), v, pod.started_at, now)
+}
+
+/// Why a pod blocks the disruption of its node at `now`, if it does.
+pub fn pod_blocker(pod: &Pod, snap: &Snapshot, now: i64) -> Option<String> {
     let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
-    if ann(DO_NOT_DISRUPT) == Some("true") {
-        return Some(format!("pod {} has {DO_NOT_DISRUPT}", pod.key));
+    if let Some(why) = pod_protection(pod, now) {
+        return Some(why);
     }
     match ann(SAFE_TO_EVICT) {
         Some("false") => return Some(format!("pod {} has {SAFE_TO_EVICT}=false", pod.key)),
@@ -248,8 +328,8 @@ pub fn pod_blocker(pod: &Pod, snap: &Snapshot) -> Option<String> {
     None
 }
 
-/// Why a node may not be disrupted at all, ignoring thresholds and budgets.
-pub fn node_blocker(node: &Node, snap: &Snapshot) -> Option<String> {
+/// Why a node may not be disrupted at `now`, ignoring thresholds and budgets.
+pub fn node_blocker(node: &Node, snap: &Snapshot, now: i64) -> Option<String> {
     let ann = |k: &str| node.annotations.get(k).map(String::as_str);
     if node.pool.is_none() {
         return Some("not managed by a NodePool".into());
@@ -257,8 +337,10 @@ pub fn node_blocker(node: &Node, snap: &Snapshot) -> Option<String> {
     if node.deleting {
         return Some("already being deleted".into());
     }
-    if ann(DO_NOT_DISRUPT) == Some("true") {
-        return Some(format!("node has {DO_NOT_DISRUPT}"));
+    if let Some(v) = ann(DO_NOT_DISRUPT)
+        && let Some(why) = do_not_disrupt("node", v, Some(node.created_at), now)
+    {
+        return Some(why);
     }
     if ann(SCALE_DOWN_DISABLED) == Some("true") {
         return Some(format!("node has {SCALE_DOWN_DISABLED}"));
@@ -274,7 +356,9 @@ pub fn node_blocker(node: &Node, snap: &Snapshot) -> Option<String> {
     {
         return Some(format!("MIG reconfiguration in progress ({state})"));
     }
-    movable(node).into_iter().find_map(|p| pod_blocker(p, snap))
+    movable(node)
+        .into_iter()
+        .find_map(|p| pod_blocker(p, snap, now))
 }
 
 fn fmt_duration(s: i64) -> String {
@@ -432,7 +516,9 @@ impl Allowance {
 
 /// Where the pods of `removed` nodes would go: the planner run on the cluster without them,
 /// with no in-flight capacity (evicting onto capacity that may never arrive is unsafe) and,
-/// unless `allow_new`, no NodePool to launch from.
+/// unless `allow_new`, no NodePool to launch from. A pod the planner puts on a node that has
+/// not initialized is listed unschedulable ([`UNINITIALIZED_TARGET`]): evicted pods go only to
+/// initialized, schedulable nodes or to the command's own replacement.
 pub fn simulate(
     snap: &Snapshot,
     nodes: &[Node],
@@ -466,7 +552,48 @@ pub fn simulate(
         pdbs: vec![],
         booked_nodes: BTreeSet::new(),
     };
-    plan_provisioning(&sim)
+    let mut plan = plan_provisioning(&sim);
+    refuse_uninitialized_targets(&mut plan, &sim.nodes);
+    plan
+}
+
+/// Reason given to an evicted pod whose only place is a node that has not initialized.
+pub const UNINITIALIZED_TARGET: &str = "would schedule against an uninitialized node";
+
+/// Turns every placement of an evicted pod onto an uninitialized node into an unschedulable
+/// pod: such a node may never come up (startup taints, device plugin), and a disruption must
+/// not bet on it. Its NodeClaim is left out of the simulation, but its Node is not, so the
+/// planner would otherwise count it as ordinary capacity (as Karpenter does, the command then
+/// fails rather than being re-planned around the node).
+fn refuse_uninitialized_targets(plan: &mut Plan, nodes: &[Node]) {
+    let uninitialized: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| !n.initialized)
+        .map(|n| n.name.as_str())
+        .collect();
+    if uninitialized.is_empty() {
+        return;
+    }
+    let (refused, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.existing)
+        .into_iter()
+        .partition(|p| uninitialized.contains(p.target.as_str()));
+    plan.existing = kept;
+    for p in refused {
+        plan.unschedulable.push(crate::plan::Unschedulable {
+            reason: format!("{UNINITIALIZED_TARGET} {}", p.target),
+            pod: p.pod,
+        });
+    }
+    plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+}
+
+/// How a verdict names an evicted pod that cannot be placed.
+fn nowhere_to_go(u: &crate::plan::Unschedulable) -> String {
+    if u.reason.starts_with(UNINITIALIZED_TARGET) {
+        format!("pod {} {}", u.pod, u.reason)
+    } else {
+        format!("pod {} has nowhere to go: {}", u.pod, u.reason)
+    }
 }
 
 /// Moves the pods of `removed` onto their simulated nodes, and removes the nodes.
@@ -551,7 +678,7 @@ pub fn plan_disruption(
             verdict.insert(n.name.clone(), v);
             continue;
         }
-        if let Some(b) = node_blocker(n, snap) {
+        if let Some(b) = node_blocker(n, snap, now) {
             v.reason = b;
             verdict.insert(n.name.clone(), v);
             continue;
@@ -720,11 +847,23 @@ pub fn plan_disruption(
         }
         let plan = simulate(snap, &work, &removed, true);
         let price = n.price.unwrap_or(0.0);
-        let replacement = (plan.unschedulable.is_empty()
+        let mut replacement = (plan.unschedulable.is_empty()
             && plan.new_claims.len() == 1
             && plan.new_claims[0].price < price)
             .then(|| cheaper_only(snap, plan.new_claims[0].clone(), price))
             .flatten();
+        if is_spot(n)
+            && let Some(claim) = replacement.take()
+        {
+            match spot_to_spot(snap, claim, config.min_spot_to_spot_types) {
+                Ok(claim) => replacement = Some(claim),
+                Err(why) => {
+                    verdict.get_mut(&n.name).expect("verdict").reason = why;
+                    leftovers.push(n.name.clone());
+                    continue;
+                }
+            }
+        }
         match replacement {
             Some(claim) => {
                 if let Err(e) =
@@ -756,7 +895,7 @@ pub fn plan_disruption(
                 let why = plan
                     .unschedulable
                     .first()
-                    .map(|u| format!("pod {} has nowhere to go: {}", u.pod, u.reason))
+                    .map(nowhere_to_go)
                     .unwrap_or_else(|| "no strictly cheaper replacement".into());
                 verdict.get_mut(&n.name).expect("verdict").reason = why;
                 leftovers.push(n.name.clone());
@@ -863,6 +1002,66 @@ fn cheaper_only(snap: &Snapshot, mut claim: NewClaim, below: f64) -> Option<NewC
     crate::provision::claim_meets_min_values(pool, &claim).then_some(claim)
 }
 
+/// Whether a node runs on spot capacity.
+fn is_spot(n: &Node) -> bool {
+    n.labels.get(labels::CAPACITY_TYPE).map(String::as_str)
+        == Some(crate::instance::CapacityType::Spot.as_str())
+}
+
+/// The replacement for one spot node, as Karpenter's spot-to-spot consolidation allows it:
+/// when the replacement could launch as spot it must (its on-demand offerings are dropped),
+/// and then at least `min_types` instance types must offer spot below the node's price, so
+/// the launch has room to pick a type that is not the next to be interrupted. A replacement
+/// with only on-demand offerings is an ordinary (strictly cheaper) replacement.
+fn spot_to_spot(
+    snap: &Snapshot,
+    mut claim: NewClaim,
+    min_types: usize,
+) -> Result<NewClaim, String> {
+    let spot = crate::instance::CapacityType::Spot;
+    if !claim
+        .instance_types
+        .iter()
+        .any(|o| o.offerings.iter().any(|x| x.1 == spot))
+    {
+        return Ok(claim);
+    }
+    for o in &mut claim.instance_types {
+        o.offerings.retain(|x| x.1 == spot);
+        if let Some(first) = o.offerings.first() {
+            o.price = first.2;
+        }
+    }
+    claim.instance_types.retain(|o| !o.offerings.is_empty());
+    claim.instance_types.sort_by(|a, b| {
+        a.price
+            .total_cmp(&b.price)
+            .then_with(|| a.instance_type.cmp(&b.instance_type))
+    });
+    if let Ok(c) = crate::requirements::Constraint::from_operator(
+        labels::CAPACITY_TYPE,
+        crate::requirements::Operator::In,
+        &[spot.as_str().to_string()],
+    ) {
+        claim.requirements.add_constraint(labels::CAPACITY_TYPE, c);
+    }
+    let count = claim.instance_types.len();
+    if count < min_types {
+        return Err(format!(
+            "spot-to-spot replacement needs at least {min_types} cheaper spot instance types \
+             that fit its pods; only {count} found"
+        ));
+    }
+    if let Some(first) = claim.instance_types.first() {
+        claim.price = first.price;
+    }
+    let pool = snap.pools.iter().find(|p| p.name == claim.pool);
+    if pool.is_some_and(|p| !crate::provision::claim_meets_min_values(p, &claim)) {
+        return Err("spot-to-spot replacement would not meet the NodePool's minValues".into());
+    }
+    Ok(claim)
+}
+
 /// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was
 /// decided. `Err` says why it no longer holds; the caller then drops it.
 pub fn validate(
@@ -883,7 +1082,7 @@ pub fn validate(
             return Err(format!("node {name} is gone"));
         };
         let n = &snap.nodes[i];
-        if let Some(b) = node_blocker(n, snap) {
+        if let Some(b) = node_blocker(n, snap, now) {
             return Err(format!("node {name}: {b}"));
         }
         if command.reason == DisruptionReason::Empty && !movable(n).is_empty() {
@@ -909,7 +1108,7 @@ pub fn validate(
         command.method == Method::Replace,
     );
     if let Some(u) = plan.unschedulable.first() {
-        return Err(format!("pod {} has nowhere to go: {}", u.pod, u.reason));
+        return Err(nowhere_to_go(u));
     }
     let cost: f64 = nodes.iter().map(|n| n.price.unwrap_or(0.0)).sum();
     if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {

@@ -70,4 +70,7 @@ pub enum CoreError {
         /// What cannot be done and what would work instead.
         why: String,
     },
+    /// A container port's `hostPort` is outside 1..=65535 or its protocol is unknown.
+    #[error("invalid host port: {0}")]
+    InvalidHostPort(String),
 }

@@ -7,6 +7,7 @@
 pub mod builders;
 pub mod disruption;
 pub mod error;
+pub mod exact;
 pub mod gang;
 pub mod gpu;
 pub mod instance;

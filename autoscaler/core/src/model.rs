@@ -59,6 +59,49 @@ pub struct PodAffinityTerm {
     pub selector: Requirements,
 }
 
+/// A port a container binds on its node's network (`containers[].ports[].hostPort`): two pods
+/// whose host ports conflict never share a node.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct HostPort {
+    /// The port number on the node.
+    pub port: u16,
+    /// `TCP`, `UDP` or `SCTP` (the API's default is `TCP`).
+    pub protocol: String,
+    /// The node address it binds; empty or `0.0.0.0` means every address.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host_ip: String,
+}
+
+impl HostPort {
+    /// A `TCP` port on every address.
+    pub fn tcp(port: u16) -> Self {
+        HostPort {
+            port,
+            protocol: "TCP".into(),
+            host_ip: String::new(),
+        }
+    }
+
+    /// Whether two bindings cannot live on one node, as the scheduler's NodePorts filter
+    /// decides: same port and protocol, and addresses that overlap (equal, or either binds
+    /// every address).
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        let any = |ip: &str| ip.is_empty() || ip == "0.0.0.0" || ip == "::";
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (any(&self.host_ip) || any(&other.host_ip) || self.host_ip == other.host_ip)
+    }
+
+    /// `8080/TCP`, or `10.0.0.1:8080/TCP` with an address.
+    pub fn describe(&self) -> String {
+        if self.host_ip.is_empty() {
+            format!("{}/{}", self.port, self.protocol)
+        } else {
+            format!("{}:{}/{}", self.host_ip, self.port, self.protocol)
+        }
+    }
+}
+
 /// A pod, as the planner needs it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Pod {
@@ -96,6 +139,13 @@ pub struct Pod {
     pub local_storage: bool,
     /// Whether this is a mirror (static) pod.
     pub mirror: bool,
+    /// Host ports its containers bind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPort>,
+    /// When the pod started running (seconds on the caller's clock), when it matters: a
+    /// `karpenter.sh/do-not-disrupt` duration counts from it. `None` reads as "just started".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
 }
 
 impl Pod {
@@ -171,6 +221,9 @@ pub struct DaemonSet {
     pub node_selector: NodeSelector,
     /// Its tolerations.
     pub tolerations: Vec<Toleration>,
+    /// Host ports its pods bind on every node they run on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<HostPort>,
 }
 
 /// Time-slicing configuration of a NodePool.

@@ -16,11 +16,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::gpu::apply_sharing;
 use crate::instance::{CapacityType, InstanceType, Offering};
 use crate::labels;
-use crate::model::{GpuShare, Pod, PodKey, Pool, Snapshot};
+use crate::model::{GpuShare, HostPort, Pod, PodKey, Pool, Snapshot};
 use crate::plan::{ClaimOption, NewClaim, Placement, Plan, Unschedulable};
 use crate::requirements::{Constraint, Labels, Requirements, ValueSet};
 use crate::resources::{Resources, format_amount};
-use crate::taints::{Taint, Toleration, untolerated};
+use crate::taints::{Effect, Taint, Toleration, untolerated};
 
 /// Tunables of the planner.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,6 +73,8 @@ pub struct Shape {
     pub gpus: (u32, Option<String>),
     /// Whether the shape offers any GPU-class resource.
     pub has_gpu: bool,
+    /// Host ports the DaemonSets reserved on it bind, with the DaemonSet's name.
+    pub host_ports: Vec<(HostPort, String)>,
 }
 
 impl Shape {
@@ -207,18 +209,15 @@ fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> 
             .then_with(|| a.capacity_type.cmp(&b.capacity_type))
     });
     let mut allocatable = shared.allocatable();
-    // DaemonSets that would run on this node: selector matches, taints tolerated (startup
-    // taints too, since DaemonSet pods start while they are present).
-    let all_taints: Vec<Taint> = pool
-        .taints
-        .iter()
-        .chain(&pool.startup_taints)
-        .cloned()
-        .collect();
+    // DaemonSets that will run on this node: selector and affinity match and the pool's taints
+    // are tolerated. Startup taints do not count: a DaemonSet that does not tolerate them still
+    // lands once they are removed, and the node must have room for it then.
+    let mut host_ports = Vec::new();
     for ds in &snapshot.daemonsets {
-        if ds.node_selector.matches(&labels) && untolerated(&ds.tolerations, &all_taints).is_none()
+        if ds.node_selector.matches(&labels) && untolerated(&ds.tolerations, &pool.taints).is_none()
         {
             allocatable.sub(&ds.requests);
+            host_ports.extend(ds.host_ports.iter().map(|p| (p.clone(), ds.name.clone())));
         }
     }
     let has_gpu = shared.capacity.has_gpu_class();
@@ -234,6 +233,7 @@ fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> 
             shared.gpu.as_ref().map(|g| g.model.clone()),
         ),
         has_gpu,
+        host_ports,
     })
 }
 
@@ -348,6 +348,17 @@ fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool) -> f64 {
     share
 }
 
+/// How many nodes of `alloc` a demand needs if it could be split freely: its largest ratio
+/// over the resources the node has (resources it lacks are someone else's concern).
+fn even_spread(need: &Resources, alloc: &Resources) -> f64 {
+    need.iter()
+        .filter_map(|(name, amount)| {
+            let have = alloc.get(name);
+            (have > 0).then(|| amount as f64 / have as f64)
+        })
+        .fold(0.0, f64::max)
+}
+
 /// A cheap necessary condition for `req` (without shares) fitting into `alloc - used`, with no
 /// allocation: most slots fail it.
 fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
@@ -363,6 +374,15 @@ fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
 /// A pod's scan identity: demand group, matched selectors, and its spread, affinity and
 /// anti-affinity selectors.
 type ScanKey<'a> = (usize, &'a [usize], &'a [usize], &'a [usize], &'a [usize]);
+
+/// A pod's class identity: node selection, tolerations, whether it takes a GPU share, and
+/// its host ports.
+type ClassKey<'a> = (
+    &'a crate::requirements::NodeSelector,
+    &'a Vec<Toleration>,
+    bool,
+    &'a Vec<HostPort>,
+);
 
 /// Selector identity for topology counting: namespace plus label requirements.
 type SelKey = (String, Requirements);
@@ -414,6 +434,9 @@ struct Slot {
     blocks: Vec<(String, Requirements, String)>,
     /// Hostname anti-affinity of planned pods on this slot, as selector ids.
     sel_blocks: Vec<usize>,
+    /// Host ports bound on this slot: its pods' and, for in-flight claims, its DaemonSets'
+    /// (a new claim's DaemonSets rule out its candidate shapes instead, per class).
+    ports: Vec<HostPort>,
     /// Limit reservation of a new claim.
     reserved: Resources,
     reserved_models: BTreeMap<String, i64>,
@@ -445,6 +468,7 @@ impl Slot {
             counts,
             blocks: vec![],
             sel_blocks: vec![],
+            ports: vec![],
             reserved: Resources::new(),
             reserved_models: BTreeMap::new(),
             open: true,
@@ -466,6 +490,8 @@ struct Class {
     slot_ok: Vec<u8>,
     /// Zones any node for this class could be in.
     zones: BTreeSet<String>,
+    /// Host ports the pods bind.
+    host_ports: Vec<HostPort>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -505,6 +531,8 @@ struct Planner<'a> {
     demand_group: Vec<usize>,
     /// Per demand group: pods not yet placed.
     remaining: Vec<usize>,
+    /// Per class: the summed demand of its pods not yet placed.
+    class_left: Vec<Resources>,
     /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
     /// how many of the group one node would really hold (lazy).
     unit_cost: Vec<Option<f64>>,
@@ -523,6 +551,11 @@ struct Planner<'a> {
     zone_total: usize,
     /// Whether any shape has a GPU (otherwise the GPU-avoidance rule costs nothing to skip).
     any_gpu_shape: bool,
+    /// Whether any pool or node has a `PreferNoSchedule` taint.
+    any_prefer_no_schedule: bool,
+    /// Placing a pod a second time, now allowed onto `PreferNoSchedule` taints it does not
+    /// tolerate (the first try avoids them).
+    relaxed: bool,
     /// Per-resource minimum over pending pods' requests: a claim that cannot fit it is closed.
     smallest: Resources,
     state: State,
@@ -658,6 +691,7 @@ impl<'a> Planner<'a> {
             sel_of_anti,
             demand_group: Vec::new(),
             remaining: Vec::new(),
+            class_left: Vec::new(),
             unit_cost: Vec::new(),
             scan_group: Vec::new(),
             scan_from: Vec::new(),
@@ -665,6 +699,8 @@ impl<'a> Planner<'a> {
             last_stamp: 0,
             monotone: Vec::new(),
             any_gpu_shape: false,
+            any_prefer_no_schedule: false,
+            relaxed: false,
             zone_total: 0,
             smallest: Resources::new(),
             state: State {
@@ -678,6 +714,9 @@ impl<'a> Planner<'a> {
             reasons: vec![None; snap.pending.len()],
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
+        let pns = |t: &crate::taints::Taint| t.effect == Effect::PreferNoSchedule;
+        planner.any_prefer_no_schedule = snap.pools.iter().any(|p| p.taints.iter().any(pns))
+            || snap.nodes.iter().any(|n| n.taints.iter().any(pns));
         planner.zone_total = planner
             .shapes
             .iter()
@@ -716,6 +755,7 @@ impl<'a> Planner<'a> {
         pod: &Pod,
         pending: Option<usize>,
     ) {
+        slot.ports.extend(pod.host_ports.iter().cloned());
         let nsel = self.selectors.len();
         let mut bump = |i: usize| {
             slot.counts[i] += 1;
@@ -871,8 +911,16 @@ impl<'a> Planner<'a> {
                     *e = (*e).max(i64::from(*n));
                 }
             }
+            // Its DaemonSets' ports, whichever candidate it becomes.
+            let mut ports: Vec<HostPort> = shapes
+                .iter()
+                .flat_map(|s| s.host_ports.iter().map(|(p, _)| p.clone()))
+                .collect();
+            ports.sort();
+            ports.dedup();
             let mut slot = Slot {
                 kind: SlotKind::InFlight(ci),
+                ports,
                 name: c.name.clone(),
                 pool: Some(pi),
                 labels: common,
@@ -913,15 +961,12 @@ impl<'a> Planner<'a> {
     }
 
     fn build_classes(&mut self) {
-        let mut index: HashMap<
-            (&crate::requirements::NodeSelector, &Vec<Toleration>, bool),
-            usize,
-        > = HashMap::new();
+        let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         for p in &self.snap.pending {
             let share = p.gpu_share.is_some();
-            let key = (&p.node_selector, &p.tolerations, share);
+            let key = (&p.node_selector, &p.tolerations, share, &p.host_ports);
             let ci = match index.get(&key) {
                 Some(ci) => *ci,
                 None => {
@@ -944,6 +989,10 @@ impl<'a> Planner<'a> {
                             if share && !pool.sharing.fractional {
                                 return false;
                             }
+                            // A DaemonSet on every such node holds one of the pod's ports.
+                            if ports_conflict(&p.host_ports, s.host_ports.iter().map(|(h, _)| h)) {
+                                return false;
+                            }
                             let mut ok = false;
                             for t in &terms {
                                 if term_fits_shape(t, s) {
@@ -963,6 +1012,7 @@ impl<'a> Planner<'a> {
                     classes.push(Class {
                         terms,
                         share,
+                        host_ports: p.host_ports.clone(),
                         tolerations: p.tolerations.clone(),
                         shape_ok,
                         slot_ok: Vec::new(),
@@ -1023,6 +1073,10 @@ impl<'a> Planner<'a> {
             );
         }
         self.unit_cost = vec![None; self.remaining.len()];
+        self.class_left = vec![Resources::new(); self.classes.len()];
+        for (i, p) in pending.iter().enumerate() {
+            self.class_left[self.class_of[i]].add(&demand(p, &Devices::default()));
+        }
         self.scan_from = vec![0; scan_index.len()];
         self.verdicts = vec![Vec::new(); scan_index.len()];
     }
@@ -1147,45 +1201,59 @@ impl<'a> Planner<'a> {
     }
 
     /// Places pod `i`; on failure records the reason and returns false.
+    ///
+    /// `PreferNoSchedule` is a soft preference, as Karpenter relaxes it: the pod first tries
+    /// every place without such a taint it does not tolerate, and only when none takes it
+    /// tries again with those places allowed.
     fn place(&mut self, i: usize) -> bool {
-        let placed = self.place_inner(i);
+        let mut placed = self.place_inner(i);
+        if !placed && self.any_prefer_no_schedule {
+            let sg = self.scan_group[i];
+            let from = self.scan_from[sg];
+            self.relaxed = true;
+            placed = self.place_inner(i);
+            self.relaxed = false;
+            // What the relaxed scan skipped says nothing about identical pods' first try.
+            self.scan_from[sg] = from;
+        }
         if placed {
             let g = self.demand_group[i];
             self.remaining[g] = self.remaining[g].saturating_sub(1);
+            let need = demand(&self.snap.pending[i], &Devices::default());
+            self.class_left[self.class_of[i]].sub(&need);
         }
         placed
     }
 
     fn place_inner(&mut self, i: usize) -> bool {
-        let pod = &self.snap.pending[i];
         let ci = self.class_of[i];
         let sg = self.scan_group[i];
-        let start = if self.monotone[i] {
+        let start = if self.monotone[i] && !self.relaxed {
             self.scan_from[sg]
         } else {
             0
         };
         let mut first_ok: Option<usize> = None;
         // 1. existing nodes and in-flight claims, in that order (slots are laid out that way).
+        // Capacity that is already there is used under a PreferNoSchedule taint the pod does
+        // not tolerate too (the scheduler would put the pod there rather than leave it
+        // pending), but only once no other node or claim takes it.
         let n = self.state.slots.len();
-        for si in start..n {
-            let slot = &self.state.slots[si];
-            if !slot.open || slot.kind == SlotKind::New {
-                continue;
+        let was_relaxed = self.relaxed;
+        let mut from = start;
+        let fixed = loop {
+            if let Some(si) = self.scan_fixed(i, from) {
+                break Some(si);
             }
-            if !quick_fit(&pod.requests, &slot.allocatable, &slot.used) {
-                continue;
+            if self.relaxed || !self.any_prefer_no_schedule {
+                break None;
             }
-            let need = demand(pod, &slot.devices);
-            if !need.fits(&slot.allocatable.minus(&slot.used)) {
-                continue;
-            }
-            if !self.slot_compatible(ci, si) {
-                continue;
-            }
-            if !self.topology_ok_fixed(i, si) {
-                continue;
-            }
+            // Slots before `start` may only have been avoided, not refused.
+            self.relaxed = true;
+            from = 0;
+        };
+        self.relaxed = was_relaxed;
+        if let Some(si) = fixed {
             self.scan_from[sg] = si;
             self.commit(i, si, None, false);
             return true;
@@ -1204,7 +1272,7 @@ impl<'a> Planner<'a> {
         }
         for si in start..n {
             let slot = &self.state.slots[si];
-            if !slot.open || slot.kind != SlotKind::New {
+            if !slot.open || slot.kind != SlotKind::New || self.avoids(ci, &slot.taints) {
                 continue;
             }
             let stamp = slot.stamp;
@@ -1268,6 +1336,36 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
+    fn scan_fixed(&mut self, i: usize, start: usize) -> Option<usize> {
+        let pod = &self.snap.pending[i];
+        let ci = self.class_of[i];
+        for si in start..self.state.slots.len() {
+            let slot = &self.state.slots[si];
+            if !slot.open || slot.kind == SlotKind::New {
+                continue;
+            }
+            if !quick_fit(&pod.requests, &slot.allocatable, &slot.used) {
+                continue;
+            }
+            if self.avoids(ci, &slot.taints) {
+                continue;
+            }
+            let need = demand(pod, &slot.devices);
+            if !need.fits(&slot.allocatable.minus(&slot.used)) {
+                continue;
+            }
+            if !self.slot_compatible(ci, si) {
+                continue;
+            }
+            if !self.topology_ok_fixed(i, si) {
+                continue;
+            }
+            return Some(si);
+        }
+        None
+    }
+
     /// What new claim `si` means for pod `i` in step 2 of [`Self::place_inner`], with what
     /// the claim would become when the pod can join it.
     fn verdict(
@@ -1298,6 +1396,14 @@ impl<'a> Planner<'a> {
             Verdict::Grow(0.0)
         };
         (v, Some(grow))
+    }
+
+    /// Whether pods of class `ci` keep off a place with these taints on their first try: a
+    /// `PreferNoSchedule` taint they do not tolerate.
+    fn avoids(&self, ci: usize, taints: &[Taint]) -> bool {
+        !self.relaxed
+            && self.any_prefer_no_schedule
+            && prefers_not(&self.classes[ci].tolerations, taints)
     }
 
     /// Whether pod `i`'s verdict on a new claim depends on that claim alone (and on the pod's
@@ -1374,6 +1480,9 @@ impl<'a> Planner<'a> {
     /// rules must be settled by pinning first).
     fn topology_ok(&self, i: usize, slot: &Slot, zone: Option<&str>) -> bool {
         let pod = &self.snap.pending[i];
+        if ports_conflict(&pod.host_ports, slot.ports.iter()) {
+            return false;
+        }
         // Anti-affinity of pods already there against this pod.
         if slot
             .sel_blocks
@@ -1430,9 +1539,12 @@ impl<'a> Planner<'a> {
             if !t.hard {
                 continue;
             }
+            // The pod counts in its own domain only when it matches the constraint's selector
+            // (as the scheduler's PodTopologySpread does).
+            let itself = u32::from(self.matches[i].binary_search(sel).is_ok());
             if t.topology_key == labels::HOSTNAME {
                 // A new node is always a possible domain with no matching pod, so min is 0.
-                if slot.counts[*sel] + 1 > t.max_skew {
+                if slot.counts[*sel] + itself > t.max_skew {
                     return false;
                 }
             } else if t.topology_key == labels::ZONE {
@@ -1443,7 +1555,7 @@ impl<'a> Planner<'a> {
                     .map(|d| self.zone_count(*sel, d))
                     .min()
                     .unwrap_or(0);
-                if self.zone_count(*sel, z) + 1 > min + t.max_skew {
+                if self.zone_count(*sel, z) + itself > min + t.max_skew {
                     return false;
                 }
             }
@@ -1718,6 +1830,13 @@ impl<'a> Planner<'a> {
                 reasons.push(format!("taint {t} of NodePool {} not tolerated", pool.name));
                 continue;
             }
+            if self.avoids(ci, &pool.taints) {
+                reasons.push(format!(
+                    "NodePool {} has a PreferNoSchedule taint the pod does not tolerate",
+                    pool.name
+                ));
+                continue;
+            }
             for term in self.classes[ci].terms.clone() {
                 let reqs = pool.requirements.intersect(&term);
                 if let Some(k) = pool.requirements.conflict_with(&term) {
@@ -1848,6 +1967,12 @@ impl<'a> Planner<'a> {
     /// The lowest price per pod over `cands` (under `reqs`) for pod `i` and the members of its
     /// demand group still pending, with that candidate's price and index; `(INFINITY, INFINITY,
     /// None)` when no candidate is usable.
+    ///
+    /// A candidate is priced by the nodes of its kind the pending pods would need: the group's
+    /// pods at the whole number one node holds and, for a GPU pod, also the whole pending
+    /// demand of its class (pods that may share its nodes, whatever their size) spread evenly.
+    /// Without the second term a 2-GPU pod sized alone gets a 4-GPU node of its own, and the
+    /// 1-GPU pods after it an 8-GPU node that would have held it too.
     fn claim_target(
         &self,
         i: usize,
@@ -1857,6 +1982,9 @@ impl<'a> Planner<'a> {
     ) -> (f64, f64, Option<usize>) {
         let need = demand(&self.snap.pending[i], &Devices::default());
         let left = self.remaining[self.demand_group[i]].max(1) as f64;
+        let class_left = need
+            .has_gpu_class()
+            .then(|| &self.class_left[self.class_of[i]]);
         let mut best = (f64::INFINITY, f64::INFINITY, None);
         for c in cands {
             let shape = &self.shapes[*c];
@@ -1869,7 +1997,8 @@ impl<'a> Planner<'a> {
             let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
                 .floor()
                 .max(1.0);
-            let unit = p / per_node.min(left);
+            let spread = class_left.map_or(0.0, |d| even_spread(d, &shape.allocatable));
+            let unit = p * (left / per_node).max(spread).max(1.0) / left;
             if unit < best.0 * (1.0 - 1e-9) {
                 best = (unit, p, Some(*c));
             }
@@ -1918,6 +2047,20 @@ impl<'a> Planner<'a> {
             if self.classes[ci].share && !pool.sharing.fractional {
                 return format!(
                     "NodePool {} does not offer fractional GPU shares (gpuSharing.fractional)",
+                    pool.name
+                );
+            }
+            let class = &self.classes[ci];
+            let port_taken = self
+                .shapes
+                .iter()
+                .filter(|sh| sh.pool == pi && term_fits_shape(term, sh))
+                .flat_map(|sh| sh.host_ports.iter())
+                .find(|(h, _)| class.host_ports.iter().any(|w| w.conflicts(h)));
+            if let Some((port, ds)) = port_taken {
+                return format!(
+                    "host port {} is taken by DaemonSet {ds} on the nodes of NodePool {}",
+                    port.describe(),
                     pool.name
                 );
             }
@@ -2303,6 +2446,18 @@ fn mark_group_claims(pending: &[Pod], plan: &mut Plan) {
             .filter(|g| claims_of.get(g).is_some_and(|n| *n >= 2))
             .map(str::to_string);
     }
+}
+
+/// Whether any of `wanted` conflicts with a port already bound (`bound`).
+fn ports_conflict<'a>(wanted: &[HostPort], mut bound: impl Iterator<Item = &'a HostPort>) -> bool {
+    !wanted.is_empty() && bound.any(|b| wanted.iter().any(|w| w.conflicts(b)))
+}
+
+/// Whether `taints` hold a `PreferNoSchedule` taint that `tolerations` do not tolerate.
+fn prefers_not(tolerations: &[Toleration], taints: &[Taint]) -> bool {
+    taints.iter().any(|t| {
+        t.effect == Effect::PreferNoSchedule && !tolerations.iter().any(|tol| tol.tolerates(t))
+    })
 }
 
 fn placeholder() -> Slot {

@@ -258,7 +258,7 @@ fn budgets_left(ctx: &Ctx) -> Vec<i64> {
 
 /// Why a node may not be disrupted by a baseline (the same safety rules as the core: PDBs,
 /// do-not-disrupt, safe-to-evict, controller-less pods, booked capacity).
-fn blocked(ctx: &Ctx, snap: &Snapshot, n: NodeId) -> bool {
+fn blocked(ctx: &Ctx, snap: &Snapshot, n: NodeId, now: i64) -> bool {
     let node = &ctx.cluster.nodes[n];
     if snap.booked_nodes.contains(&node.name) {
         return true;
@@ -266,7 +266,7 @@ fn blocked(ctx: &Ctx, snap: &Snapshot, n: NodeId) -> bool {
     if node
         .pods
         .iter()
-        .any(|p| pod_blocker(ctx.cluster.pod(*p), snap).is_some())
+        .any(|p| pod_blocker(ctx.cluster.pod(*p), snap, now).is_some())
     {
         return true;
     }
@@ -587,7 +587,7 @@ impl Policy for KarpenterLike {
                 wake = wake.min(ready_at);
                 continue;
             }
-            if blocked(ctx, &snap, n) {
+            if blocked(ctx, &snap, n, now) {
                 continue;
             }
             if node.pods.is_empty() {
@@ -663,7 +663,7 @@ impl Policy for KarpenterLike {
     fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64) -> bool {
         let snap = pdb_snapshot(ctx);
         for &n in &d.nodes {
-            if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n) {
+            if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n, now) {
                 return false;
             }
         }
@@ -988,7 +988,7 @@ impl Policy for CaLike {
             {
                 continue;
             }
-            if blocked(ctx, &snap, n) {
+            if blocked(ctx, &snap, n, now) {
                 continue;
             }
             if !empty {
@@ -1049,10 +1049,10 @@ impl Policy for CaLike {
         (vec![], wake)
     }
 
-    fn validate(&mut self, ctx: &Ctx, d: &Decision, _now: i64) -> bool {
+    fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64) -> bool {
         let snap = pdb_snapshot(ctx);
         for &n in &d.nodes {
-            if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n) {
+            if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n, now) {
                 return false;
             }
         }

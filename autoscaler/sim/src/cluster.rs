@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use autoscaler_core::disruption::DO_NOT_DISRUPT;
 use autoscaler_core::model::{DaemonSet, Group, InFlightClaim, Node, Pdb, Pod, Pool, Snapshot};
 use autoscaler_core::requirements::{Labels, Operator, Requirements};
 use autoscaler_core::resources::{Resources, is_gpu_class, names};
@@ -337,6 +338,12 @@ impl Cluster {
         }
         let st = &mut self.pods[pod];
         st.phase = PodPhase::Bound { node, since: now };
+        // A do-not-disrupt duration counts from here (the simulated pod starts on binding).
+        if let Some(p) = st.pod.as_mut()
+            && p.annotations.contains_key(DO_NOT_DISRUPT)
+        {
+            p.started_at = Some(now);
+        }
         st.devices = devices;
         st.gpu_equiv = gpu_equiv;
         st.generation += 1;

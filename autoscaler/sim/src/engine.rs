@@ -7,7 +7,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::time::Instant;
 
-use autoscaler_core::disruption::{DO_NOT_DISRUPT, SAFE_TO_EVICT};
+use autoscaler_core::disruption::{SAFE_TO_EVICT, pod_protection};
 use autoscaler_core::model::{DaemonSet, Pool};
 use autoscaler_core::resources::names;
 use autoscaler_core::taints::{Effect, Taint};
@@ -1201,8 +1201,8 @@ impl<'a> Engine<'a> {
                 let pod = self.cluster.pod(p);
                 let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
                 let mut problems = Vec::new();
-                if ann(DO_NOT_DISRUPT) == Some("true") {
-                    problems.push(format!("evicted {} which has {DO_NOT_DISRUPT}", pod.key));
+                if let Some(why) = pod_protection(pod, self.now) {
+                    problems.push(format!("evicted a pod while it is protected: {why}"));
                 }
                 if ann(SAFE_TO_EVICT) == Some("false") {
                     problems.push(format!(

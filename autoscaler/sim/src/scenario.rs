@@ -1148,6 +1148,7 @@ fn build_daemonset(f: &DaemonSetFile) -> DaemonSet {
         } else {
             vec![]
         },
+        host_ports: vec![],
     }
 }
 
@@ -1717,6 +1718,8 @@ fn build_pod(
         owner_kind: Some(owner.to_string()),
         local_storage: f.local_storage,
         mirror: false,
+        host_ports: vec![],
+        started_at: None,
     })
 }
 

@@ -8,6 +8,7 @@
 //! ./target/release/gpu-autoscaler bench planner --suite karpenter --json karpenter.json
 //! ./target/release/gpu-autoscaler bench planner --suite gpu-mix --json gpu-mix.json
 //! ./target/release/gpu-autoscaler bench planner --suite openb --data-dir ../shared/data
+//! ./target/release/gpu-autoscaler bench planner --suite small-exact
 //! ```
 //!
 //! Only `plan_provisioning` is timed (best of `--runs`, default 3), by the wall clock and by the
@@ -22,6 +23,7 @@ pub(crate) mod gpu_mix;
 pub(crate) mod karpenter;
 pub(crate) mod openb;
 mod rng;
+pub(crate) mod small_exact;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -76,6 +78,8 @@ pub(crate) enum Suite {
     GpuMix,
     /// The Alibaba openb GPU trace, from ../shared/data.
     Openb,
+    /// Small seeded instances against their exact optimum: the distribution of cost ratios.
+    SmallExact,
 }
 
 impl Suite {
@@ -84,6 +88,7 @@ impl Suite {
             Suite::Karpenter => "karpenter",
             Suite::GpuMix => "gpu-mix",
             Suite::Openb => "openb",
+            Suite::SmallExact => "small-exact",
         }
     }
 }
@@ -161,6 +166,7 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
         eprintln!("warning: this is a debug build; timings are not representative (use --release)");
     }
     let (cases, notes) = match args.suite {
+        Suite::SmallExact => return small_exact_report(args),
         Suite::Karpenter => (karpenter_cases(&karpenter::CASES), None),
         Suite::GpuMix => (gpu_mix_cases(gpu_mix::PODS), None),
         Suite::Openb => {
@@ -190,6 +196,19 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
     };
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs the small-exact suite: prints the distribution of plan cost over the optimum.
+fn small_exact_report(args: &PlannerArgs) -> anyhow::Result<()> {
+    let d = small_exact::distribution(small_exact::DRAWS);
+    println!("suite small-exact");
+    print!("{}", small_exact::render(&d));
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&d)?;
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }

@@ -196,3 +196,16 @@ fn share_waste_bound_counts_residuals_nothing_small_can_fill() {
     // 650 leaves 350, 810 leaves 190: R = 190 gives 0.19 - 0.1, R = 350 gives 0.54 - 0.4.
     assert!((share_waste_bound(&[810, 650, 100, 300]) - 0.14).abs() < 1e-12);
 }
+
+#[test]
+fn small_exact_prints_the_ratio_distribution() {
+    let d = small_exact::distribution(60);
+    assert!(d.solvable > 0 && d.solvable <= 60);
+    assert!(d.optimal <= d.solvable);
+    // Counts above a threshold shrink as the threshold grows, and every ratio is at least 1
+    // (no plan can beat the optimum).
+    assert!(d.above.windows(2).all(|w| w[0].1 >= w[1].1));
+    assert!(d.percentiles.iter().all(|(_, r)| *r >= 1.0 - 1e-9));
+    let text = small_exact::render(&d);
+    assert!(text.contains("optimal") && text.contains("p95") && text.contains("worst: seed"));
+}

@@ -624,6 +624,6 @@ mod tests {
         assert_eq!(kept, ["karpenter.sh/do-not-disrupt"]);
         // The one it keeps still blocks disruption.
         let snap = autoscaler_core::model::Snapshot::default();
-        assert!(autoscaler_core::disruption::pod_blocker(cc, &snap).is_some());
+        assert!(autoscaler_core::disruption::pod_blocker(cc, &snap, 0).is_some());
     }
 }

@@ -137,6 +137,8 @@ impl Fold {
             match &mut folded {
                 Some((f, n)) => {
                     f.requests.add(&c.requests);
+                    // Ports bound on the node stay bound, whichever pod holds them.
+                    f.host_ports.extend(c.host_ports.iter().cloned());
                     *n += 1;
                 }
                 None => {
@@ -152,6 +154,7 @@ impl Fold {
                     f.owner_kind = None;
                     f.mirror = false;
                     f.local_storage = false;
+                    f.started_at = None;
                     folded = Some((f, 1));
                 }
             }
@@ -775,6 +778,46 @@ mod tests {
             a.render()
         );
         assert_eq!(a.render(), b.render());
+    }
+
+    #[test]
+    fn folded_pods_keep_the_host_ports_they_bind() {
+        let (pool, types) = general_pool();
+        let port = |p: u16| {
+            json!({"containers": [{"name": "c", "ports": [{"containerPort": p, "hostPort": p}],
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}]})
+        };
+        let pods = vec![
+            pod_json("a", "first", "x", Some("n1"), "100m", port(9000)),
+            pod_json("a", "second", "x", Some("n1"), "100m", port(9001)),
+            pod_json("d", "wants-9001", "y", None, "100m", port(9001)),
+        ];
+        let batch: BTreeSet<PodKey> = pods
+            .iter()
+            .filter(|p| p.node_name.is_none())
+            .map(|p| p.key.clone())
+            .collect();
+        let nodes: Vec<Arc<Node>> = vec![arc(node_json("n1"))];
+        let inputs = Inputs {
+            pods: &pods,
+            nodes: &nodes,
+            pools: &[pool],
+            claims: &[],
+            daemonsets: &[],
+            pdbs: &[],
+            instance_types: &types,
+            pending: &batch,
+            gangs: &Default::default(),
+        };
+        let mut b = SnapshotBuilder::new();
+        let folded = b.build_for_provisioning(&inputs);
+        // Both bound pods fold into one, which still binds both ports.
+        assert_eq!(folded.snapshot.nodes[0].pods.len(), 1);
+        let plan = autoscaler_core::plan_provisioning(&folded.snapshot);
+        assert!(plan.existing.is_empty(), "{}", plan.render());
+        assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+        let whole = autoscaler_core::plan_provisioning(&b.build(&inputs).snapshot);
+        assert_eq!(plan.render(), whole.render());
     }
 
     #[test]

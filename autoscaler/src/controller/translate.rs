@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use autoscaler_core::error::CoreError;
 use autoscaler_core::labels as core_labels;
 use autoscaler_core::model::{
-    DaemonSet as CoreDaemonSet, GpuShare, Pdb, Pod as CorePod, PodAffinityTerm, PodKey,
+    DaemonSet as CoreDaemonSet, GpuShare, HostPort, Pdb, Pod as CorePod, PodAffinityTerm, PodKey,
     TopologySpread,
 };
 use autoscaler_core::quantity::Quantity as CoreQuantity;
@@ -416,6 +416,61 @@ pub const KEPT_ANNOTATIONS: [&str; 5] = [
     super::provreq::CONSUME_ANNOTATION_CA,
 ];
 
+/// The host ports a pod's containers bind (`spec.containers[].ports[].hostPort`; init
+/// containers do not hold theirs while the pod runs). `prefix` is the spec's field path.
+///
+/// # Errors
+/// [`TranslateError`] naming a port outside 1..=65535 or an unknown protocol.
+pub fn host_ports(spec: &PodSpec, prefix: &str) -> Result<Vec<HostPort>, TranslateError> {
+    let mut out = Vec::new();
+    for (ci, c) in spec.containers.iter().enumerate() {
+        for (pi, p) in c.ports.iter().flatten().enumerate() {
+            let Some(port) = p.host_port.filter(|p| *p != 0) else {
+                continue;
+            };
+            let field = format!("{prefix}.containers[{ci}].ports[{pi}]");
+            let port =
+                u16::try_from(port)
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| TranslateError {
+                        field: format!("{field}.hostPort"),
+                        source: CoreError::InvalidHostPort(format!("{port} is outside 1..=65535")),
+                    })?;
+            let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+            if !matches!(protocol.as_str(), "TCP" | "UDP" | "SCTP") {
+                return Err(TranslateError {
+                    field: format!("{field}.protocol"),
+                    source: CoreError::InvalidHostPort(format!(
+                        "protocol {protocol:?} is not TCP, UDP or SCTP"
+                    )),
+                });
+            }
+            out.push(HostPort {
+                port,
+                protocol,
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            });
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// When a pod started running, kept only for a pod with a `karpenter.sh/do-not-disrupt`
+/// value other than `"true"` (a duration counts from it): every other pod leaves it out so
+/// that replicas still translate alike and share one translation in the pod cache.
+fn started_at(p: &Pod, annotations: &Labels) -> Option<i64> {
+    annotations
+        .get(autoscaler_core::disruption::DO_NOT_DISRUPT)
+        .filter(|v| v.as_str() != "true")?;
+    p.status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(epoch_seconds)
+}
+
 /// Translates a pod.
 ///
 /// # Errors
@@ -492,6 +547,8 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
                 .as_ref()
                 .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
     });
+    let host_ports = host_ports(spec, "spec")?;
+    let started_at = started_at(p, &annotations);
     Ok(CorePod {
         key: pod_key(p),
         requests,
@@ -512,6 +569,8 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         priority: spec.priority.unwrap_or(0),
         owner_kind,
         local_storage,
+        host_ports,
+        started_at,
     })
 }
 
@@ -591,6 +650,7 @@ pub fn daemonset(ds: &DaemonSet) -> Result<CoreDaemonSet, TranslateError> {
         requests,
         node_selector,
         tolerations,
+        host_ports: host_ports(spec, "spec.template.spec")?,
     })
 }
 

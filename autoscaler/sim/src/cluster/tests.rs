@@ -138,3 +138,31 @@ fn incremental_snapshot_follows_every_change() {
     check(&mut cache, &c, &w);
     assert!(c.snapshot(&[], &[], &w, false).booked_nodes.is_empty());
 }
+
+#[test]
+fn a_do_not_disrupt_duration_counts_from_the_binding() {
+    let mut c = cluster();
+    let guarded = pod("guarded")
+        .cpu("1")
+        .annotate(DO_NOT_DISRUPT, "30m")
+        .build();
+    c.pods.push(PodState {
+        pod: None,
+        phase: PodPhase::Waiting,
+        generation: 0,
+        devices: vec![],
+        gpu_equiv: 0.0,
+    });
+    c.template_of.push(6);
+    c.template_counts.push((0, 0));
+    c.arrive(6, guarded, 100);
+    c.bind(6, 0, vec![], 400).unwrap();
+    let p = c.pod(6);
+    assert_eq!(p.started_at, Some(400));
+    // Protected for 30 minutes from the binding, not from the arrival.
+    assert!(autoscaler_core::disruption::pod_protection(p, 400 + 1799).is_some());
+    assert!(autoscaler_core::disruption::pod_protection(p, 400 + 1800).is_none());
+    // Other pods carry no start time (it would only make them differ).
+    c.bind(0, 0, vec![], 400).unwrap();
+    assert_eq!(c.pod(0).started_at, None);
+}

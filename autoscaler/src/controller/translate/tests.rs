@@ -433,4 +433,87 @@ fn long_values_are_cut() {
     let err = pod(&p).unwrap_err();
     assert_eq!(err.value.chars().count(), VALUE_CHARS + 1);
     assert!(err.value.ends_with('…'), "{}", err.value);
+
+#[test]
+fn host_ports_of_pods_and_daemonsets() {
+    let p = pod_from(json!({
+        "metadata": {"name": "proxy", "namespace": "default"},
+        "spec": {"containers": [
+            {"name": "a", "ports": [
+                {"containerPort": 80, "hostPort": 8080},
+                {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"},
+                {"containerPort": 9090}
+            ]}
+        ]}
+    }));
+    let c = pod(&p).unwrap();
+    assert_eq!(
+        c.host_ports,
+        vec![
+            HostPort {
+                port: 53,
+                protocol: "UDP".into(),
+                host_ip: "10.0.0.1".into()
+            },
+            HostPort::tcp(8080),
+        ]
+    );
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "node-exporter", "namespace": "monitoring"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "ne"}},
+            "template": {"spec": {"containers": [
+                {"name": "c", "ports": [{"containerPort": 9100, "hostPort": 9100}]}
+            ]}}
+        }
+    }))
+    .unwrap();
+    assert_eq!(
+        daemonset(&ds).unwrap().host_ports,
+        vec![HostPort::tcp(9100)]
+    );
+}
+
+#[test]
+fn a_bad_host_port_names_its_field() {
+    let p = pod_from(json!({
+        "metadata": {"name": "bad"},
+        "spec": {"containers": [
+            {"name": "a", "ports": [{"containerPort": 80}, {"containerPort": 81, "hostPort": 70000}]}
+        ]}
+    }));
+    let e = pod(&p).unwrap_err();
+    assert_eq!(e.field, "spec.containers[0].ports[1].hostPort");
+    assert!(e.to_string().contains("70000 is outside 1..=65535"), "{e}");
+    let p = pod_from(json!({
+        "metadata": {"name": "bad"},
+        "spec": {"containers": [
+            {"name": "a", "ports": [{"containerPort": 80, "hostPort": 80, "protocol": "HTTP"}]}
+        ]}
+    }));
+    assert_eq!(
+        pod(&p).unwrap_err().field,
+        "spec.containers[0].ports[0].protocol"
+    );
+}
+
+#[test]
+fn start_time_is_kept_only_for_a_do_not_disrupt_duration() {
+    let with = |value: &str| {
+        pod_from(json!({
+            "metadata": {"name": "p", "annotations": {"karpenter.sh/do-not-disrupt": value}},
+            "spec": {"containers": [{"name": "a"}]},
+            "status": {"startTime": "2026-01-01T00:00:00Z"}
+        }))
+    };
+    let started = pod(&with("30m")).unwrap();
+    assert_eq!(started.started_at, Some(1_767_225_600));
+    // "true" needs no start time, so replicas keep translating alike.
+    assert_eq!(pod(&with("true")).unwrap().started_at, None);
+    let plain = pod_from(json!({
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "a"}]},
+        "status": {"startTime": "2026-01-01T00:00:00Z"}
+    }));
+    assert_eq!(pod(&plain).unwrap().started_at, None);
 }
