@@ -433,6 +433,7 @@ fn long_values_are_cut() {
     let err = pod(&p).unwrap_err();
     assert_eq!(err.value.chars().count(), VALUE_CHARS + 1);
     assert!(err.value.ends_with('…'), "{}", err.value);
+}
 
 #[test]
 fn host_ports_of_pods_and_daemonsets() {
