@@ -138,8 +138,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         out
     }
 
-    /// Holds every Launching or Booked request's capacity in `snap`.
+    /// Holds every Launching or Booked request's capacity in `snap`, and offers the pin label
+    /// to pending pods that require it ([`provreq::offer_pin`]).
     pub(super) fn hold_bookings(&self, snap: &mut Snapshot, pods: &[Arc<CachedPod>]) {
+        provreq::offer_pin(snap);
         let Some((prs, _)) = self.stores.provreqs.get() else {
             return;
         };
@@ -159,11 +161,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let templates = self.templates();
         let by_name = by_name(&templates);
         let consumed = Self::consumed(pods);
+        let settings = self.provreq_settings();
         for (pr, booking) in held {
             let (ns, name) = ns_name(&pr);
             let used = consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0);
             // Without its templates the request's nodes are still kept from disruption.
-            let phantoms = provreq::pods(&pr, &by_name)
+            let phantoms = provreq::pods(&pr, &by_name, settings.max_pods)
                 .map(|p| provreq::phantoms(p, used))
                 .unwrap_or_default();
             provreq::hold(snap, &booking, phantoms);
@@ -177,9 +180,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .nodes
                 .find(|x| x.metadata.name.as_deref() == Some(n.as_str()))
             {
-                Some(x) if x.metadata.deletion_timestamp.is_none() => {
-                    TargetStatus::Alive { launched: true }
-                }
+                Some(x) if x.metadata.deletion_timestamp.is_none() => TargetStatus::Alive {
+                    launched: true,
+                    initialized: true,
+                },
                 _ => TargetStatus::Gone,
             },
             Target::Claim(c) => {
@@ -195,7 +199,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .and_then(|v| v.parse::<i64>().ok())
                         .unwrap_or(0);
                     return if now - booked_at < CACHE_GRACE_S {
-                        TargetStatus::Alive { launched: false }
+                        TargetStatus::Alive {
+                            launched: false,
+                            initialized: false,
+                        }
                     } else {
                         TargetStatus::Gone
                     };
@@ -203,26 +210,40 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 if claim.metadata.deletion_timestamp.is_some() {
                     return TargetStatus::Gone;
                 }
-                let launched = claim
-                    .status
-                    .as_ref()
-                    .and_then(|s| {
-                        s.conditions
-                            .iter()
-                            .find(|x| x.type_ == claim_conditions::LAUNCHED)
-                    })
-                    .cloned();
-                match launched {
-                    Some(x) if x.status == "True" => TargetStatus::Alive { launched: true },
+                let cond = |type_: &str| {
+                    claim
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.iter().find(|x| x.type_ == type_))
+                        .cloned()
+                };
+                let initialized =
+                    cond(claim_conditions::INITIALIZED).is_some_and(|x| x.status == "True");
+                match cond(claim_conditions::LAUNCHED) {
+                    Some(x) if x.status == "True" => TargetStatus::Alive {
+                        launched: true,
+                        initialized,
+                    },
                     Some(x)
                         if x.reason == claim_reasons::INSUFFICIENT_CAPACITY
                             || x.reason == claim_reasons::LAUNCH_FAILED =>
                     {
                         TargetStatus::Failed(x.message)
                     }
-                    _ => TargetStatus::Alive { launched: false },
+                    _ => TargetStatus::Alive {
+                        launched: false,
+                        initialized: false,
+                    },
                 }
             }
+        }
+    }
+
+    fn provreq_settings(&self) -> provreq::Settings {
+        provreq::Settings {
+            booking_s: secs(self.args.provreq_booking),
+            deadline_s: secs(self.args.provreq_deadline),
+            max_pods: self.args.provreq_max_pods,
         }
     }
 
@@ -233,10 +254,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         };
         let prs = store.state();
         let now = epoch();
-        let settings = provreq::Settings {
-            booking_s: secs(self.args.provreq_booking),
-            deadline_s: secs(self.args.provreq_deadline),
-        };
+        let settings = self.provreq_settings();
         // Consumption matters only to booked requests; most rounds have none.
         let consumed = if prs
             .iter()
@@ -347,13 +365,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .await
                 }
                 Step::Rollback { message } => {
-                    let booking = provreq::booking(pr).unwrap_or_default();
-                    for c in booking.claims() {
-                        if let Err(e) = self.shared.actuator.delete_claim(c).await {
-                            tracing::warn!(claim = c, error = %e, "rolling back a ProvisioningRequest");
-                        }
-                    }
-                    let wait = self.backoff(&format!("{ns}/{name}"));
+                    self.delete_claims(pr).await;
+                    self.backoff(&format!("{ns}/{name}"));
                     tracing::info!(request = %format!("{ns}/{name}"), %message, "rolled back");
                     self.write(
                         pr,
@@ -362,11 +375,34 @@ impl<P: CloudProvider + 'static> Controller<P> {
                             false,
                             reasons::CAPACITY_IS_NOT_FOUND,
                             &format!(
-                                "{message}; every NodeClaim of the request was deleted (all or nothing); retrying in {} s",
-                                wait.as_secs()
+                                "{message}; every NodeClaim of the request was deleted (all or nothing); retrying"
                             ),
                         )],
                         json!({BOOKING_DETAIL: Value::Null, BOOKED_AT_DETAIL: Value::Null, PIN_LABEL: Value::Null}),
+                    )
+                    .await
+                }
+                Step::StartClock => {
+                    self.write(pr, &[], json!({provreq::CLOCK_DETAIL: now.to_string()}))
+                        .await
+                }
+                Step::Lost { message } => {
+                    let deleted = self.delete_claims(pr).await;
+                    tracing::info!(request = %format!("{ns}/{name}"), %message, "booked capacity lost");
+                    let cleanup = if deleted > 0 {
+                        format!("; its {deleted} NodeClaim(s) were deleted")
+                    } else {
+                        String::new()
+                    };
+                    self.write(
+                        pr,
+                        &[(
+                            conditions::FAILED,
+                            true,
+                            reasons::CAPACITY_LOST,
+                            &format!("{message}{cleanup}; a new attempt books capacity again"),
+                        )],
+                        json!({}),
                     )
                     .await
                 }
@@ -419,6 +455,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
+    /// Deletes the NodeClaims of a request's booking; returns how many it named.
+    async fn delete_claims(&self, pr: &ProvisioningRequest) -> usize {
+        let booking = provreq::booking(pr).unwrap_or_default();
+        for c in booking.claims() {
+            if let Err(e) = self.shared.actuator.delete_claim(c).await {
+                tracing::warn!(claim = c, error = %e, "deleting a ProvisioningRequest's NodeClaim");
+            }
+        }
+        booking.claims().count()
+    }
+
     /// The next retry delay of a request without capacity (doubling from `--provreq-retry`).
     fn backoff(&mut self, key: &str) -> std::time::Duration {
         let base = self.args.provreq_retry;
@@ -443,17 +490,27 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let class = Class::of(pr).expect("only known classes are attempted");
         let templates = self.templates();
         let by_name = by_name(&templates);
-        let pods = match provreq::pods(pr, &by_name) {
+        let pods = match provreq::pods(pr, &by_name, self.args.provreq_max_pods) {
             Ok(p) => p,
             Err(why) => {
-                let wait = self.backoff(&key);
-                let msg = format!("{why}; retrying in {} s", wait.as_secs());
+                // Only a missing template is worth waiting for: Kueue creates the templates
+                // right after the request.
+                let set = match &why {
+                    provreq::PodsError::Missing(m) => {
+                        self.backoff(&key);
+                        (
+                            conditions::PROVISIONED,
+                            false,
+                            reasons::TEMPLATE_MISSING,
+                            format!("{m}; retrying"),
+                        )
+                    }
+                    provreq::PodsError::Invalid(m) => {
+                        (conditions::FAILED, true, reasons::INVALID, m.clone())
+                    }
+                };
                 if let Err(e) = self
-                    .write(
-                        pr,
-                        &[(conditions::PROVISIONED, false, reasons::INVALID, &msg)],
-                        json!({}),
-                    )
+                    .write(pr, &[(set.0, set.1, set.2, &set.3)], json!({}))
                     .await
                 {
                     tracing::warn!(request = %key, error = %e, "ProvisioningRequest");
@@ -477,7 +534,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         let plan = plan_provisioning(&trial);
         let result = if let Some(u) = plan.unschedulable.first() {
-            let why = format!("pod {} {}", u.pod.name, u.reason);
+            let why = if class == Class::CheckCapacity {
+                // The planner saw no NodePool because this class never launches; NodePools
+                // may well exist.
+                format!(
+                    "{} of {} pod(s) do not fit on existing or launching nodes (check-capacity never launches nodes)",
+                    plan.unschedulable.len(),
+                    trial.pending.len()
+                )
+            } else {
+                format!("pod {} {}", u.pod.name, u.reason)
+            };
             if provreq::no_retry(pr) {
                 self.write(
                     pr,
@@ -499,14 +566,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 )
                 .await
             } else {
-                let wait = self.backoff(&key);
+                // Stable text: Kueue copies it into the Workload on every change.
+                self.backoff(&key);
                 self.write(
                     pr,
                     &[(
                         conditions::PROVISIONED,
                         false,
                         reasons::CAPACITY_IS_NOT_FOUND,
-                        &format!("{why}; retrying in {} s", wait.as_secs()),
+                        &format!("{why}; retrying"),
                     )],
                     json!({}),
                 )
@@ -579,11 +647,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             for c in created.values() {
                 let _ = self.shared.actuator.delete_claim(c).await;
             }
-            let wait = self.backoff(&key);
-            let msg = format!(
-                "creating NodeClaims failed: {why}; retrying in {} s",
-                wait.as_secs()
-            );
+            self.backoff(&key);
+            let msg = format!("creating NodeClaims failed: {why}; retrying");
             if let Err(e) = self
                 .write(
                     pr,
@@ -660,6 +725,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 pr.metadata.generation,
             );
         }
+        let old = pr.status.clone().unwrap_or_default();
+        let same_details = details.as_object().is_none_or(|d| {
+            d.iter().all(|(k, v)| match v {
+                Value::Null => !old.provisioning_class_details.contains_key(k),
+                Value::String(s) => old.provisioning_class_details.get(k) == Some(s),
+                _ => false,
+            })
+        });
+        // An unchanged status is not written: every write wakes Kueue up.
+        if same_details && same_conditions(&old.conditions, &conds) {
+            return Ok(());
+        }
         let mut status = json!({"conditions": conds});
         if details.as_object().is_some_and(|d| !d.is_empty()) {
             status["provisioningClassDetails"] = details;
@@ -701,6 +778,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
     }
+}
+
+/// Equal apart from the transition times (which [`set_condition`] keeps on unchanged status).
+fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.type_ == y.type_
+                && x.status == y.status
+                && x.reason == y.reason
+                && x.message == y.message
+                && x.observed_generation == y.observed_generation
+        })
 }
 
 fn secs(d: std::time::Duration) -> i64 {
