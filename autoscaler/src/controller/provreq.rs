@@ -186,14 +186,37 @@ pub enum Target {
     Claim(String),
 }
 
+/// Longest booking written out in full into `provisioningClassDetails` (whose values the
+/// API server caps at 32,768 characters, shared with the other details): a larger one is
+/// written as a [`Booking::detail`] summary and held by the leader.
+pub const BOOKING_BUDGET: usize = 16 * 1024;
+
 /// The capacity a request holds: how many of its pods each target was planned to take.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Booking {
     /// Pods per target.
     pub targets: BTreeMap<Target, u32>,
+    /// Read from a summary detail: the targets are not in the object (the leader that wrote
+    /// it holds them; another one finds them again by planning).
+    pub elided: bool,
 }
 
 impl Booking {
+    /// What is written into the status: [`Self::render`] when it fits [`BOOKING_BUDGET`],
+    /// otherwise a bounded summary (`summary/pods=1010,nodes=1010,claims=0`).
+    pub fn detail(&self) -> String {
+        let full = self.render();
+        if full.len() <= BOOKING_BUDGET {
+            return full;
+        }
+        let claims = self.claims().count();
+        format!(
+            "summary/pods={},nodes={},claims={claims}",
+            self.total(),
+            self.targets.len() - claims
+        )
+    }
+
     /// `node/a=2,claim/b=1`.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -214,6 +237,12 @@ impl Booking {
     /// # Errors
     /// The malformed entry (the detail was edited by hand, or written by another backend).
     pub fn parse(s: &str) -> Result<Booking, String> {
+        if s.starts_with("summary/") {
+            return Ok(Booking {
+                targets: BTreeMap::new(),
+                elided: true,
+            });
+        }
         let mut targets = BTreeMap::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (target, n) = part
@@ -233,7 +262,10 @@ impl Booking {
             };
             *targets.entry(t).or_insert(0) += n;
         }
-        Ok(Booking { targets })
+        Ok(Booking {
+            targets,
+            elided: false,
+        })
     }
 
     /// Pods booked in all.
@@ -321,7 +353,7 @@ pub fn state(pr: &ProvisioningRequest) -> State {
             since: c.last_transition_time.0.as_second(),
             clock,
         },
-        (_, Some(b)) if !b.targets.is_empty() => State::Launching(b),
+        (_, Some(b)) if !b.targets.is_empty() || b.elided => State::Launching(b),
         _ => State::Waiting,
     }
 }
@@ -521,10 +553,20 @@ pub fn booking_seconds(pr: &ProvisioningRequest, s: &Settings) -> i64 {
 
 /// The next step of a request. Pure; `Attempt` is answered by the shell with a plan.
 pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Step {
+    step_from(pr, state(pr), facts, settings)
+}
+
+/// [`step`] from a given state: the shell passes the request's [`state`] with an elided
+/// booking replaced by the one it holds; a booking still elided could not be found again.
+pub fn step_from(
+    pr: &ProvisioningRequest,
+    state: State,
+    facts: &Facts,
+    settings: &Settings,
+) -> Step {
     if Class::of(pr).is_none() {
         return Step::Wait;
     }
-    let state = state(pr);
     if matches!(state, State::New | State::Waiting)
         && let Err((reason, message)) = validate(pr, settings)
     {
@@ -547,6 +589,9 @@ pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Ste
                 Step::Attempt
             }
         }
+        State::Launching(b) if b.elided => Step::Rollback {
+            message: "the NodeClaims being launched are not known to this leader".into(),
+        },
         State::Launching(b) => {
             for t in b.targets.keys() {
                 match facts.targets.get(t) {
@@ -579,25 +624,26 @@ pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Ste
             since,
             clock,
         } => {
-            if let Some(t) = booking
-                .targets
-                .keys()
-                .find(|t| !matches!(facts.targets.get(t), Some(TargetStatus::Alive { .. })))
-            {
+            let lost = if booking.elided {
+                Some("the booked capacity could not be found again by this leader".to_string())
+            } else {
+                booking
+                    .targets
+                    .keys()
+                    .find(|t| !matches!(facts.targets.get(t), Some(TargetStatus::Alive { .. })))
+                    .map(|t| format!("booked {}", name(t)))
+            };
+            if let Some(what) = lost {
                 // Kueue deactivates the workload on CapacityRevoked; a booking nothing has
                 // used yet is a failed attempt instead, which Kueue retries.
                 return if facts.consumed == 0 {
                     Step::Lost {
-                        message: format!(
-                            "booked {} was lost before any pod of the request started",
-                            name(t)
-                        ),
+                        message: format!("{what} was lost before any pod of the request started"),
                     }
                 } else {
                     Step::Revoke {
                         message: format!(
-                            "booked {} is gone after {} pod(s) of the request started",
-                            name(t),
+                            "{what} is gone after {} pod(s) of the request started",
                             facts.consumed
                         ),
                     }
@@ -612,7 +658,7 @@ pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Ste
             }
             let start = match clock {
                 Some(t) => t,
-                None if booking.targets.is_empty() => since,
+                None if booking.targets.is_empty() && !booking.elided => since,
                 None => {
                     let ready = booking.targets.keys().all(|t| {
                         matches!(

@@ -558,8 +558,8 @@ struct Controller<P> {
     orphans: HashMap<String, i64>,
     notified: HashMap<PodKey, String>,
     first_round: bool,
-    /// ProvisioningRequests without capacity: attempts so far and when the next may run.
-    provreq_backoff: HashMap<String, (u32, Instant)>,
+    /// ProvisioningRequests: retry back-offs and bookings too large for their status.
+    provreq_memory: provreqs::Memory,
 }
 
 fn class_of(np: &NodePool) -> NodeClassRef {
@@ -2216,7 +2216,7 @@ async fn run_with<P: CloudProvider + 'static>(
         orphans: HashMap::new(),
         notified: HashMap::new(),
         first_round: true,
-        provreq_backoff: HashMap::new(),
+        provreq_memory: provreqs::Memory::default(),
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

@@ -4,6 +4,7 @@
 mod harness;
 
 mod crash;
+mod kueue;
 mod provisioning;
 mod provreq;
 mod safety;

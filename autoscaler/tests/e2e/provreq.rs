@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 // Upper bounds, not expectations: a loaded machine can take minutes to boot kwok nodes.
-const DEADLINE: Duration = Duration::from_secs(120);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
-fn provreq_crd() -> Option<String> {
+pub(crate) fn provreq_crd() -> Option<String> {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/data/crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
     match std::fs::read_to_string(&p) {
@@ -79,7 +79,7 @@ async fn kueue_request(
 }
 
 /// ProvisioningRequests in `default`, untyped as a test client sees them.
-fn provreqs(c: &Cluster) -> Api<kube::api::DynamicObject> {
+pub(crate) fn provreqs(c: &Cluster) -> Api<kube::api::DynamicObject> {
     Api::namespaced_with(
         c.client.clone(),
         "default",
@@ -94,7 +94,7 @@ fn provreqs(c: &Cluster) -> Api<kube::api::DynamicObject> {
 }
 
 /// The request's status as JSON (`null` once it is gone).
-async fn status(c: &Cluster, name: &str) -> Value {
+pub(crate) async fn status(c: &Cluster, name: &str) -> Value {
     provreqs(c)
         .get(name)
         .await
@@ -102,19 +102,19 @@ async fn status(c: &Cluster, name: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn cond<'a>(s: &'a Value, type_: &str) -> Option<&'a Value> {
+pub(crate) fn cond<'a>(s: &'a Value, type_: &str) -> Option<&'a Value> {
     s["conditions"]
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
 }
 
-fn is(s: &Value, type_: &str, status: &str) -> bool {
+pub(crate) fn is(s: &Value, type_: &str, status: &str) -> bool {
     cond(s, type_).is_some_and(|c| c["status"] == status)
 }
 
 /// Waits until condition `type_` is `True`; returns the status.
-async fn until_true(c: &Cluster, name: &str, type_: &str) -> Value {
+pub(crate) async fn until_true(c: &Cluster, name: &str, type_: &str) -> Value {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let s = status(c, name).await;
@@ -130,7 +130,7 @@ async fn until_true(c: &Cluster, name: &str, type_: &str) -> Value {
 }
 
 /// A Ready node outside any NodePool with `gpus` T4s.
-async fn plain_gpu_node(c: &Cluster, name: &str, gpus: u32) {
+pub(crate) async fn plain_gpu_node(c: &Cluster, name: &str, gpus: u32) {
     let _: Node = c
         .create(json!({
             "apiVersion": "v1", "kind": "Node",
@@ -244,7 +244,7 @@ async fn e2e_7a_check_capacity_books_existing_capacity_and_never_launches() {
 }
 
 /// An A100 NodePool of p4d.24xlarge (8 GPUs) on demand.
-fn a100_pool() -> Value {
+pub(crate) fn a100_pool() -> Value {
     json!({
         "apiVersion": "gpu-autoscaler.dev/v1alpha1",
         "kind": "NodePool",

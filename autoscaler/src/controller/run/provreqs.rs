@@ -1,7 +1,7 @@
 //! The ProvisioningRequest loop of the controller: one [`provreq::step`] per request, the
 //! planner asked for requests that are waiting, and bookings held in every snapshot.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,6 +32,15 @@ use super::{Controller, claim_object, epoch};
 const BOOKED_AT_DETAIL: &str = "gpu-autoscaler.dev/booked-at";
 /// How long a just-created claim may be missing from the cache.
 const CACHE_GRACE_S: i64 = 15;
+
+/// What the request loop keeps between rounds.
+#[derive(Default)]
+pub(super) struct Memory {
+    /// Requests without capacity: attempts so far and when the next may run.
+    backoff: HashMap<String, (u32, Instant)>,
+    /// Bookings too large for the status ([`provreq::Booking::detail`] wrote a summary).
+    bookings: HashMap<String, provreq::Booking>,
+}
 
 fn ns_name(pr: &ProvisioningRequest) -> (String, String) {
     (
@@ -164,6 +173,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let settings = self.provreq_settings();
         for (pr, booking) in held {
             let (ns, name) = ns_name(&pr);
+            let Some(booking) = self.resolved(&format!("{ns}/{name}"), booking) else {
+                // Elided and not found again yet: the request loop plans it this round.
+                continue;
+            };
             let used = consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0);
             // Without its templates the request's nodes are still kept from disruption.
             let phantoms = provreq::pods(&pr, &by_name, settings.max_pods)
@@ -239,6 +252,51 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
+    /// A booking with its targets: an elided one from memory (`None` when not held).
+    fn resolved(&self, key: &str, b: provreq::Booking) -> Option<provreq::Booking> {
+        if !b.elided {
+            return Some(b);
+        }
+        self.provreq_memory.bookings.get(key).cloned()
+    }
+
+    /// The snapshot waiting requests are planned against, built once per round.
+    async fn round_base<'a>(&mut self, base: &'a mut Option<Snapshot>) -> &'a mut Snapshot {
+        if base.is_none() {
+            let pools = self.stores.pools.state();
+            let types = self.instance_types(&pools).await;
+            // Whole: the request's own pods may select any namespace.
+            *base = Some(self.full_snapshot(&types, false));
+        }
+        base.as_mut().expect("just built")
+    }
+
+    /// Finds an elided booking again (this leader did not write it): plans the request's
+    /// pods not yet consumed on existing and in-flight capacity, as check-capacity does, and
+    /// holds the result in `snap`. `None` when they no longer fit.
+    fn find_again(
+        &mut self,
+        pr: &ProvisioningRequest,
+        snap: &mut Snapshot,
+        consumed: u32,
+    ) -> Option<provreq::Booking> {
+        let templates = self.templates();
+        let pods = provreq::pods(pr, &by_name(&templates), self.args.provreq_max_pods).ok()?;
+        let keep = pods.len().saturating_sub(consumed as usize);
+        let pods: Vec<_> = pods.into_iter().take(keep).collect();
+        let plan = plan_provisioning(&trial(pr, snap, pods.clone(), true));
+        if !plan.unschedulable.is_empty() {
+            return None;
+        }
+        let booking = provreq::booking_of(&plan, &BTreeMap::new());
+        provreq::hold(snap, &booking, provreq::phantoms(pods, 0));
+        let (ns, name) = ns_name(pr);
+        self.provreq_memory
+            .bookings
+            .insert(format!("{ns}/{name}"), booking.clone());
+        Some(booking)
+    }
+
     fn provreq_settings(&self) -> provreq::Settings {
         provreq::Settings {
             booking_s: secs(self.args.provreq_booking),
@@ -271,7 +329,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let mut launched_this_round = false;
         for pr in &prs {
             let class = pr.spec.provisioning_class_name.clone();
-            let state = provreq::state(pr);
+            let mut state = provreq::state(pr);
             let label = if Class::of(pr).is_some() {
                 state_name(&state)
             } else {
@@ -289,6 +347,22 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 targets: BTreeMap::new(),
                 consumed: consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0),
             };
+            if let State::Launching(b) | State::Booked { booking: b, .. } = &mut state
+                && b.elided
+            {
+                let key = format!("{ns}/{name}");
+                if let Some(held) = self.provreq_memory.bookings.get(&key) {
+                    *b = held.clone();
+                } else if Class::of(pr).is_some() {
+                    let snap = self.round_base(&mut base).await;
+                    let mut snap = std::mem::take(snap);
+                    if let Some(found) = self.find_again(pr, &mut snap, facts.consumed) {
+                        tracing::info!(request = %key, "large booking found again by planning");
+                        *b = found;
+                    }
+                    base = Some(snap);
+                }
+            }
             if let State::Launching(b) = &state {
                 self.launch_booking(b);
             }
@@ -299,7 +373,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .insert(t.clone(), self.target_status(pr, t, now));
                 }
             }
-            let step = provreq::step(pr, &facts, &settings);
+            let booking = match &state {
+                State::Launching(b) | State::Booked { booking: b, .. } => b.clone(),
+                _ => provreq::Booking::default(),
+            };
+            let step = provreq::step_from(pr, state.clone(), &facts, &settings);
             let result = match step {
                 Step::Wait => {
                     if state == State::Done {
@@ -331,27 +409,24 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 Step::Attempt => {
                     let key = format!("{ns}/{name}");
                     let due = self
-                        .provreq_backoff
+                        .provreq_memory
+                        .backoff
                         .get(&key)
                         .is_none_or(|(_, at)| Instant::now() >= *at);
                     if !due || launched_this_round {
                         Ok(())
                     } else {
-                        if base.is_none() {
-                            let pools = self.stores.pools.state();
-                            let types = self.instance_types(&pools).await;
-                            // Whole: the request's own pods may select any namespace.
-                            base = Some(self.full_snapshot(&types, false));
-                        }
-                        let snap = base.as_mut().expect("just built");
-                        let launched = self.attempt(pr, snap, now).await;
+                        let snap = self.round_base(&mut base).await;
+                        let mut snap = std::mem::take(snap);
+                        let launched = self.attempt(pr, &mut snap, now).await;
+                        base = Some(snap);
                         launched_this_round |= launched;
                         Ok(())
                     }
                 }
                 Step::Provisioned => {
-                    let n = provreq::booking(pr).map_or(0, |b| b.claims().count());
-                    self.provreq_backoff.remove(&format!("{ns}/{name}"));
+                    let n = booking.claims().count();
+                    self.provreq_memory.backoff.remove(&format!("{ns}/{name}"));
                     self.write(
                         pr,
                         &[(
@@ -365,7 +440,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .await
                 }
                 Step::Rollback { message } => {
-                    self.delete_claims(pr).await;
+                    self.delete_claims(&booking).await;
+                    self.provreq_memory.bookings.remove(&format!("{ns}/{name}"));
                     self.backoff(&format!("{ns}/{name}"));
                     tracing::info!(request = %format!("{ns}/{name}"), %message, "rolled back");
                     self.write(
@@ -387,7 +463,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .await
                 }
                 Step::Lost { message } => {
-                    let deleted = self.delete_claims(pr).await;
+                    let deleted = self.delete_claims(&booking).await;
                     tracing::info!(request = %format!("{ns}/{name}"), %message, "booked capacity lost");
                     let cleanup = if deleted > 0 {
                         format!("; its {deleted} NodeClaim(s) were deleted")
@@ -447,7 +523,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 format!("{ns}/{name}")
             })
             .collect();
-        self.provreq_backoff.retain(|k, _| live.contains(k));
+        self.provreq_memory.backoff.retain(|k, _| live.contains(k));
+        let booked: BTreeSet<String> = prs
+            .iter()
+            .filter(|p| {
+                matches!(
+                    provreq::state(p),
+                    State::Launching(_) | State::Booked { .. }
+                )
+            })
+            .map(|p| {
+                let (ns, name) = ns_name(p);
+                format!("{ns}/{name}")
+            })
+            .collect();
+        self.provreq_memory
+            .bookings
+            .retain(|k, _| booked.contains(k));
         let m = &self.shared.metrics.provisioning_requests;
         m.clear();
         for ((class, state), n) in counts {
@@ -455,9 +547,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    /// Deletes the NodeClaims of a request's booking; returns how many it named.
-    async fn delete_claims(&self, pr: &ProvisioningRequest) -> usize {
-        let booking = provreq::booking(pr).unwrap_or_default();
+    /// Deletes the NodeClaims of a booking; returns how many it named.
+    async fn delete_claims(&self, booking: &provreq::Booking) -> usize {
         for c in booking.claims() {
             if let Err(e) = self.shared.actuator.delete_claim(c).await {
                 tracing::warn!(claim = c, error = %e, "deleting a ProvisioningRequest's NodeClaim");
@@ -471,7 +562,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let base = self.args.provreq_retry;
         let max = self.args.provreq_retry_max;
         let entry = self
-            .provreq_backoff
+            .provreq_memory
+            .backoff
             .entry(key.to_string())
             .or_insert((0, Instant::now()));
         let delay = base.saturating_mul(1u32 << entry.0.min(16)).min(max);
@@ -518,20 +610,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 return false;
             }
         };
-        let mut trial = snap.clone();
-        trial.pending = pods.clone();
-        let group = provreq::group_id(pr);
-        trial.groups = BTreeMap::from([(
-            group.clone(),
-            Group {
-                name: group,
-                min_count: u32::try_from(pods.len()).unwrap_or(u32::MAX),
-            },
-        )]);
-        if class == Class::CheckCapacity {
-            // Existing and in-flight capacity only: no NodePool to launch from.
-            trial.pools.clear();
-        }
+        let trial = trial(pr, snap, pods.clone(), class == Class::CheckCapacity);
         let plan = plan_provisioning(&trial);
         let result = if let Some(u) = plan.unschedulable.first() {
             let why = if class == Class::CheckCapacity {
@@ -583,17 +662,25 @@ impl<P: CloudProvider + 'static> Controller<P> {
         } else if plan.new_claims.is_empty() {
             let booking = provreq::booking_of(&plan, &BTreeMap::new());
             provreq::hold(snap, &booking, provreq::phantoms(pods, 0));
-            self.provreq_backoff.remove(&key);
-            tracing::info!(request = %key, booking = %booking.render(), "capacity found");
+            self.provreq_memory.backoff.remove(&key);
+            let detail = booking.detail();
+            tracing::info!(request = %key, booking = %detail, "capacity found");
+            self.provreq_memory
+                .bookings
+                .insert(key.clone(), booking.clone());
             self.write(
                 pr,
                 &[(
                     conditions::PROVISIONED,
                     true,
                     reasons::CAPACITY_IS_FOUND,
-                    &format!("capacity is found in the cluster: {}", booking.render()),
+                    &format!(
+                        "capacity is found in the cluster: {} pod(s) on {} node(s)",
+                        booking.total(),
+                        booking.targets.len()
+                    ),
                 )],
-                json!({BOOKING_DETAIL: booking.render(), BOOKED_AT_DETAIL: now.to_string()}),
+                json!({BOOKING_DETAIL: detail, BOOKED_AT_DETAIL: now.to_string()}),
             )
             .await
         } else {
@@ -682,8 +769,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
             booking.total()
         );
         tracing::info!(request = %key, claims = ?created.values().collect::<Vec<_>>(), "launching for ProvisioningRequest");
+        self.provreq_memory
+            .bookings
+            .insert(key.clone(), booking.clone());
         let details = json!({
-            BOOKING_DETAIL: booking.render(),
+            BOOKING_DETAIL: booking.detail(),
             BOOKED_AT_DETAIL: now.to_string(),
             PIN_LABEL: if pinned { Value::String(pin) } else { Value::Null },
         });
@@ -790,6 +880,31 @@ fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
                 && x.message == y.message
                 && x.observed_generation == y.observed_generation
         })
+}
+
+/// The snapshot a request is planned in: `snap` with the request's pods as the only pending
+/// ones, in one all-or-nothing group; without NodePools for `existing_only` (check-capacity).
+fn trial(
+    pr: &ProvisioningRequest,
+    snap: &Snapshot,
+    pods: Vec<autoscaler_core::model::Pod>,
+    existing_only: bool,
+) -> Snapshot {
+    let mut trial = snap.clone();
+    let group = provreq::group_id(pr);
+    trial.groups = BTreeMap::from([(
+        group.clone(),
+        Group {
+            name: group,
+            min_count: u32::try_from(pods.len()).unwrap_or(u32::MAX),
+        },
+    )]);
+    trial.pending = pods;
+    if existing_only {
+        // Existing and in-flight capacity only: no NodePool to launch from.
+        trial.pools.clear();
+    }
+    trial
 }
 
 fn secs(d: std::time::Duration) -> i64 {
