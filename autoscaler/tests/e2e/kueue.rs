@@ -375,6 +375,17 @@ async fn sync_until_true(c: &Cluster, w: &mut Workload, type_: &str) -> Value {
     }
 }
 
+/// The job finishes: once the booking has ended as consumed (the controller saw every pod
+/// scheduled), the pods go away.
+async fn finish(c: &Cluster, w: &mut Workload) {
+    let s = crate::provreq::until_true(c, &w.request(), "BookingExpired").await;
+    assert_eq!(
+        cond(&s, "BookingExpired").unwrap()["reason"],
+        "CapacityIsConsumed"
+    );
+    w.delete_pods(c).await;
+}
+
 /// Waits until no NodeClaim is left (idle nodes consolidated), so the next request is
 /// planned on a clean cluster.
 async fn no_claims(c: &Cluster) {
@@ -683,6 +694,7 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
         w.history
     );
     assert!(!w.history.iter().any(|h| h.contains("CapacityRevoked")));
+    finish(&c, &mut w).await;
     let now: Vec<String> = live_claims(&c)
         .await
         .iter()
@@ -692,7 +704,6 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
         first.iter().all(|f| !now.contains(f)),
         "the first attempt's surviving claim was deleted: {first:?} {now:?}"
     );
-    w.delete_pods(&c).await;
 
     // check-capacity, not admitted yet: the booked existing node goes away.
     plain_gpu_node(&c, "plain-a", 4).await;
@@ -712,7 +723,7 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
     chk.others_ready = true;
     until_running(&c, &mut chk).await;
     assert!(chk.attempt >= 2, "{:#?}", chk.history);
-    chk.delete_pods(&c).await;
+    finish(&c, &mut chk).await;
     nodes
         .delete("plain-b", &DeleteParams::default())
         .await

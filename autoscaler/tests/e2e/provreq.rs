@@ -19,8 +19,14 @@ use crate::harness::*;
 pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
 pub(crate) fn provreq_crd() -> Option<String> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data/crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+    // `../shared/data` beside the checkout, or `$GPU_AUTOSCALER_SHARED_DATA` (a checkout that
+    // is not a sibling of `shared`, such as a git worktree elsewhere).
+    let data = std::env::var_os("GPU_AUTOSCALER_SHARED_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data")
+        });
+    let p = data.join("crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
     match std::fs::read_to_string(&p) {
         Ok(s) => Some(s),
         Err(_) => {
@@ -377,7 +383,7 @@ async fn e2e_7b_best_effort_atomic_launches_all_four_nodes_or_none() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_revoked_when_lost() {
+async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_fail_when_lost_unused() {
     let Some(crd) = provreq_crd() else { return };
     let c = Cluster::start_with(&[&crd]).await;
     let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
@@ -435,7 +441,8 @@ async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_revoked_when_lost() {
     })
     .await;
 
-    // A booked node lost before its pods arrive: CapacityRevoked.
+    // A booked node lost before its pods arrive: a failed attempt (Kueue retries it), not a
+    // revocation (Kueue would deactivate the workload).
     kueue_request(&c, "lost", ATOMIC, 1, 1, json!({})).await;
     until_true(&c, "lost", "Provisioned").await;
     let node = eventually("the booked node registered", DEADLINE, || async {
@@ -452,7 +459,13 @@ async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_revoked_when_lost() {
         )
         .await
         .unwrap();
-    let s = until_true(&c, "lost", "CapacityRevoked").await;
+    let s = until_true(&c, "lost", "Failed").await;
+    assert_eq!(
+        cond(&s, "Failed").unwrap()["reason"],
+        "BookedCapacityLost",
+        "{s:#}"
+    );
+    assert!(!is(&s, "CapacityRevoked", "True"), "{s:#}");
     assert!(!is(&s, "BookingExpired", "True"), "{s:#}");
 }
 
