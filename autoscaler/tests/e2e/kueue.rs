@@ -776,20 +776,36 @@ async fn kueue_request_over_1000_nodes_is_booked_within_the_status_limit() {
     for n in &nodes {
         plain_gpu_node(&c, n, 1).await;
     }
-    let _ctl = c.controller("kueue-1000", CONTROLLER_FLAGS);
+    let mut ctl = c.controller("kueue-1000", CONTROLLER_FLAGS);
     let mut w = Workload::new("wide", CHECK_CAPACITY, &[("main", N as i32, 1)]);
-    drive(&c, &mut w, "admission", |w| {
-        let a = w.phase == Phase::Admitted;
-        async move { a }
-    })
-    .await;
-    let s = crate::provreq::status(&c, &w.request()).await;
+    w.others_ready = false;
+    let s = sync_until_true(&c, &mut w, "Provisioned").await;
     for (k, v) in s["provisioningClassDetails"].as_object().unwrap() {
         let len = v.as_str().unwrap_or_default().len();
         assert!(len <= 32_768, "detail {k} is {len} characters");
     }
-    assert_eq!(w.attempt, 1);
+    assert_eq!(
+        s["provisioningClassDetails"]["gpu-autoscaler.dev/booking"],
+        format!("summary/pods={N},nodes={N},claims=0"),
+        "too large to list: summarized"
+    );
+    // A new leader finds the booking again (every node is still free for it).
+    ctl.kill9();
+    let ctl = c.controller("kueue-1000-next", CONTROLLER_FLAGS);
+    eventually("the new leader to find the booking", DEADLINE, || async {
+        ctl.log()
+            .contains("large booking found again by planning")
+            .then_some(())
+    })
+    .await;
+    let s = crate::provreq::status(&c, &w.request()).await;
+    assert!(
+        is(&s, "Provisioned", "True") && !is(&s, "Failed", "True"),
+        "{s:#}"
+    );
+    w.others_ready = true;
     until_running(&c, &mut w).await;
+    assert_eq!(w.attempt, 1, "{:#?}", w.history);
     let s = crate::provreq::until_true(&c, &w.request(), "BookingExpired").await;
     assert_eq!(
         cond(&s, "BookingExpired").unwrap()["reason"],
