@@ -332,17 +332,18 @@ impl Workload {
     }
 }
 
-/// Syncs `w` (as Kueue would, continuously) until `done` holds, with a deadline.
-async fn drive<F, Fut>(c: &Cluster, w: &mut Workload, what: &str, mut done: F)
-where
-    F: FnMut(&Workload) -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
+/// Syncs `w` (as Kueue would, continuously) until `check` gives a value, with a deadline.
+async fn sync_until<T>(
+    c: &Cluster,
+    w: &mut Workload,
+    what: &str,
+    check: impl AsyncFn(&Workload) -> Option<T>,
+) -> T {
     let deadline = Instant::now() + DEADLINE;
     loop {
         w.sync(c).await;
-        if done(w).await {
-            return;
+        if let Some(v) = check(w).await {
+            return v;
         }
         assert!(
             Instant::now() < deadline,
@@ -356,23 +357,36 @@ where
     }
 }
 
+/// [`sync_until`] a condition on the workload alone.
+async fn drive(c: &Cluster, w: &mut Workload, what: &str, done: fn(&Workload) -> bool) {
+    sync_until(c, w, what, async |w: &Workload| done(w).then_some(())).await
+}
+
+fn admitted(w: &Workload) -> bool {
+    w.phase == Phase::Admitted
+}
+
+fn rejected(w: &Workload) -> bool {
+    matches!(w.phase, Phase::Rejected(_))
+}
+
+/// Names of the NodeClaims (`live`: only those not being deleted).
+async fn claim_names(c: &Cluster, live: bool) -> Vec<String> {
+    c.claims()
+        .await
+        .into_iter()
+        .filter(|x| !live || x.metadata.deletion_timestamp.is_none())
+        .filter_map(|x| x.metadata.name)
+        .collect()
+}
+
 /// Syncs `w` until its current request has condition `type_` True; returns the status.
 async fn sync_until_true(c: &Cluster, w: &mut Workload, type_: &str) -> Value {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        w.sync(c).await;
+    sync_until(c, w, &format!("{type_}=True"), async |w: &Workload| {
         let s = crate::provreq::status(c, &w.request()).await;
-        if is(&s, type_, "True") {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {type_}=True on {}: {s:#} {:#?}",
-            w.request(),
-            w.history
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        is(&s, type_, "True").then_some(s)
+    })
+    .await
 }
 
 /// The job finishes: once the booking has ended as consumed (the controller saw every pod
@@ -395,14 +409,9 @@ async fn no_claims(c: &Cluster) {
     .await;
 }
 
+/// Syncs `w` until it is admitted and running; it must never be rejected or deactivated.
 async fn until_running(c: &Cluster, w: &mut Workload) {
-    // `drive` takes a closure over the workload; the check needs the cluster too.
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        w.sync(c).await;
-        if w.running(c).await {
-            return;
-        }
+    sync_until(c, w, "running", async |w: &Workload| {
         assert!(
             !matches!(w.phase, Phase::Rejected(_) | Phase::Deactivated(_)),
             "{} ended {:?}: {:#?}",
@@ -410,25 +419,17 @@ async fn until_running(c: &Cluster, w: &mut Workload) {
             w.phase,
             w.history
         );
-        assert!(
-            Instant::now() < deadline,
-            "{} not running: {:?} {:#?} {:#}",
-            w.name,
-            w.phase,
-            w.history,
-            crate::provreq::status(c, &w.request()).await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        w.running(c).await.then_some(())
+    })
+    .await
 }
 
-/// Claims not being deleted.
-async fn live_claims(c: &Cluster) -> Vec<nodepools::NodeClaim> {
-    c.claims()
+/// Deletes a Node (the machine is gone).
+async fn delete_node(c: &Cluster, name: &str) {
+    Api::<Node>::all(c.client.clone())
+        .delete(name, &DeleteParams::default())
         .await
-        .into_iter()
-        .filter(|x| x.metadata.deletion_timestamp.is_none())
-        .collect()
+        .expect("delete Node");
 }
 
 /// The nodes the workload's pods are bound to.
@@ -450,6 +451,16 @@ const CONTROLLER_FLAGS: &[&str] = &[
     "--provreq-retry=1s",
     "--provreq-retry-max=2s",
 ];
+
+/// A cluster with the ProvisioningRequest CRD, the one-GPU NodePool `gpu` (idle nodes removed
+/// after 1 s) and the controller; `None` (said) without the CRD.
+async fn kueue_cluster(name: &str) -> Option<(Cluster, Controller)> {
+    let crd = provreq_crd()?;
+    let c = Cluster::start_with(&[&crd]).await;
+    let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
+    let ctl = c.controller(name, CONTROLLER_FLAGS);
+    Some((c, ctl))
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_normal_path_admits_and_runs_for_both_classes() {
@@ -479,7 +490,7 @@ async fn kueue_normal_path_admits_and_runs_for_both_classes() {
         nodes.iter().all(|n| label(n, PIN) == Some(pin)),
         "{nodes:#?}"
     );
-    assert_eq!(live_claims(&c).await.len(), 2, "no extra launch");
+    assert_eq!(claim_names(&c, true).await.len(), 2, "no extra launch");
     assert_eq!(atomic.attempt, 1, "{:#?}", atomic.history);
     // The booking ends as consumed once all pods run.
     let s = crate::provreq::until_true(&c, &atomic.request(), "BookingExpired").await;
@@ -491,20 +502,15 @@ async fn kueue_normal_path_admits_and_runs_for_both_classes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_no_capacity_retries_with_and_without_no_retry() {
-    let Some(crd) = provreq_crd() else { return };
-    let c = Cluster::start_with(&[&crd]).await;
-    let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
-    let _ctl = c.controller("kueue-nocap", CONTROLLER_FLAGS);
+    let Some((c, _ctl)) = kueue_cluster("kueue-nocap").await else {
+        return;
+    };
 
     // noRetry: every attempt fails at once; Kueue retries up to its limit, then rejects.
     let mut quick = Workload::new("quick", CHECK_CAPACITY, &[("main", 1, 2)]);
     quick.config_params.insert("noRetry".into(), "true".into());
     quick.backoff_limit = 1;
-    drive(&c, &mut quick, "rejection", |w| {
-        let r = matches!(w.phase, Phase::Rejected(_));
-        async move { r }
-    })
-    .await;
+    drive(&c, &mut quick, "rejection", rejected).await;
     assert_eq!(quick.attempt, 2, "{:#?}", quick.history);
     let Phase::Rejected(m) = &quick.phase else {
         unreachable!()
@@ -557,21 +563,16 @@ async fn kueue_no_capacity_retries_with_and_without_no_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_booking_expiry_before_admission_is_retried() {
-    let Some(crd) = provreq_crd() else { return };
-    let c = Cluster::start_with(&[&crd]).await;
-    let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
-    let _ctl = c.controller("kueue-expiry-before", CONTROLLER_FLAGS);
+    let Some((c, _ctl)) = kueue_cluster("kueue-expiry-before").await else {
+        return;
+    };
     // Another admission check is still pending: the 3 s booking runs out before admission.
     let mut w = Workload::new("late", ATOMIC, &[("main", 2, 1)]);
     w.pin = true;
     w.others_ready = false;
     w.annotations
         .insert(format!("{PARAM_PREFIX}BookingDurationSeconds"), "3".into());
-    drive(&c, &mut w, "a second attempt", |w| {
-        let a = w.attempt;
-        async move { a == 2 }
-    })
-    .await;
+    drive(&c, &mut w, "a second attempt", |w| w.attempt == 2).await;
     assert!(
         w.history
             .iter()
@@ -598,10 +599,9 @@ async fn kueue_booking_expiry_before_admission_is_retried() {
 /// removed: with pinning, new nodes carry the label the pods select; without, plain nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_pods_arriving_after_the_booking_expired_still_run() {
-    let Some(crd) = provreq_crd() else { return };
-    let c = Cluster::start_with(&[&crd]).await;
-    let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
-    let _ctl = c.controller("kueue-expiry-after", CONTROLLER_FLAGS);
+    let Some((c, _ctl)) = kueue_cluster("kueue-expiry-after").await else {
+        return;
+    };
     for pin in [true, false] {
         no_claims(&c).await;
         let name = if pin { "pinned" } else { "free" };
@@ -610,25 +610,12 @@ async fn kueue_pods_arriving_after_the_booking_expired_still_run() {
         w.create_pods = false;
         w.annotations
             .insert(format!("{PARAM_PREFIX}BookingDurationSeconds"), "2".into());
-        drive(&c, &mut w, "admission", |w| {
-            let a = w.phase == Phase::Admitted;
-            async move { a }
-        })
-        .await;
-        let booked: Vec<String> = live_claims(&c)
-            .await
-            .iter()
-            .filter_map(|x| x.metadata.name.clone())
-            .collect();
+        drive(&c, &mut w, "admission", admitted).await;
+        let booked: Vec<String> = claim_names(&c, true).await;
         assert_eq!(booked.len(), 2);
         crate::provreq::until_true(&c, &w.request(), "BookingExpired").await;
         eventually("the idle booked nodes removed", DEADLINE, || async {
-            let now: Vec<String> = c
-                .claims()
-                .await
-                .iter()
-                .filter_map(|x| x.metadata.name.clone())
-                .collect();
+            let now = claim_names(&c, false).await;
             booked.iter().all(|b| !now.contains(b)).then_some(())
         })
         .await;
@@ -651,26 +638,16 @@ async fn kueue_pods_arriving_after_the_booking_expired_still_run() {
 /// deactivates the workload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
-    let Some(crd) = provreq_crd() else { return };
-    let c = Cluster::start_with(&[&crd]).await;
-    let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
-    let _ctl = c.controller("kueue-lost", CONTROLLER_FLAGS);
-    let nodes: Api<Node> = Api::all(c.client.clone());
+    let Some((c, _ctl)) = kueue_cluster("kueue-lost").await else {
+        return;
+    };
 
     // best-effort-atomic, admitted, pods not created yet.
     let mut w = Workload::new("atomic", ATOMIC, &[("main", 2, 1)]);
     w.pin = true;
     w.create_pods = false;
-    drive(&c, &mut w, "admission", |w| {
-        let a = w.phase == Phase::Admitted;
-        async move { a }
-    })
-    .await;
-    let first: Vec<String> = live_claims(&c)
-        .await
-        .iter()
-        .filter_map(|x| x.metadata.name.clone())
-        .collect();
+    drive(&c, &mut w, "admission", admitted).await;
+    let first: Vec<String> = claim_names(&c, true).await;
     let victim = eventually("a booked node registered", DEADLINE, || async {
         c.nodes()
             .await
@@ -678,13 +655,7 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
             .find(|n| n.metadata.deletion_timestamp.is_none())
     })
     .await;
-    nodes
-        .delete(
-            victim.metadata.name.as_deref().unwrap(),
-            &DeleteParams::default(),
-        )
-        .await
-        .unwrap();
+    delete_node(&c, victim.metadata.name.as_deref().unwrap()).await;
     w.create_pods = true;
     until_running(&c, &mut w).await;
     assert_eq!(w.attempt, 2, "{:#?}", w.history);
@@ -695,11 +666,7 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
     );
     assert!(!w.history.iter().any(|h| h.contains("CapacityRevoked")));
     finish(&c, &mut w).await;
-    let now: Vec<String> = live_claims(&c)
-        .await
-        .iter()
-        .filter_map(|x| x.metadata.name.clone())
-        .collect();
+    let now: Vec<String> = claim_names(&c, true).await;
     assert!(
         first.iter().all(|f| !now.contains(f)),
         "the first attempt's surviving claim was deleted: {first:?} {now:?}"
@@ -710,13 +677,9 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
     let mut chk = Workload::new("check", CHECK_CAPACITY, &[("main", 1, 4)]);
     chk.others_ready = false;
     sync_until_true(&c, &mut chk, "Provisioned").await;
-    nodes
-        .delete("plain-a", &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_node(&c, "plain-a").await;
     drive(&c, &mut chk, "the lost booking failed", |w| {
-        let done = w.history.iter().any(|h| h == "1 Failed=BookedCapacityLost");
-        async move { done }
+        w.history.iter().any(|h| h == "1 Failed=BookedCapacityLost")
     })
     .await;
     plain_gpu_node(&c, "plain-b", 4).await;
@@ -724,10 +687,7 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
     until_running(&c, &mut chk).await;
     assert!(chk.attempt >= 2, "{:#?}", chk.history);
     finish(&c, &mut chk).await;
-    nodes
-        .delete("plain-b", &DeleteParams::default())
-        .await
-        .unwrap();
+    delete_node(&c, "plain-b").await;
     no_claims(&c).await;
 
     // A pod of the booking runs, then another booked node is lost: revoked, deactivated.
@@ -749,16 +709,9 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
         })
     })
     .await;
-    nodes
-        .delete(
-            other.metadata.name.as_deref().unwrap(),
-            &DeleteParams::default(),
-        )
-        .await
-        .unwrap();
+    delete_node(&c, other.metadata.name.as_deref().unwrap()).await;
     drive(&c, &mut run, "deactivation", |w| {
-        let d = matches!(w.phase, Phase::Deactivated(_));
-        async move { d }
+        matches!(w.phase, Phase::Deactivated(_))
     })
     .await;
 }
@@ -825,17 +778,12 @@ fn rss_kib(pid: u32) -> Option<u64> {
 /// answering); invalid parameters are refused naming the parameter; neither launches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huge_and_invalid_requests_fail_and_launch_nothing() {
-    let Some(crd) = provreq_crd() else { return };
-    let c = Cluster::start_with(&[&crd]).await;
-    let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
-    let ctl = c.controller("provreq-bounds", CONTROLLER_FLAGS);
+    let Some((c, ctl)) = kueue_cluster("provreq-bounds").await else {
+        return;
+    };
     let mut huge = Workload::new("huge", ATOMIC, &[("main", i32::MAX, 1)]);
     huge.backoff_limit = 0;
-    drive(&c, &mut huge, "rejection", |w| {
-        let r = matches!(w.phase, Phase::Rejected(_));
-        async move { r }
-    })
-    .await;
+    drive(&c, &mut huge, "rejection", rejected).await;
     let s = crate::provreq::status(&c, &huge.request()).await;
     assert_eq!(
         cond(&s, "Failed").unwrap()["reason"],
@@ -866,11 +814,7 @@ async fn huge_and_invalid_requests_fail_and_launch_nothing() {
         );
         w.config_params.insert(param.into(), value.into());
         w.backoff_limit = 0;
-        drive(&c, &mut w, "rejection", |w| {
-            let r = matches!(w.phase, Phase::Rejected(_));
-            async move { r }
-        })
-        .await;
+        drive(&c, &mut w, "rejection", rejected).await;
         let s = crate::provreq::status(&c, &w.request()).await;
         let f = cond(&s, "Failed").unwrap();
         assert_eq!(f["reason"], "InvalidParameters", "{s:#}");
@@ -880,7 +824,7 @@ async fn huge_and_invalid_requests_fail_and_launch_nothing() {
     let mut ok = Workload::new("ok", ATOMIC, &[("main", 1, 1)]);
     until_running(&c, &mut ok).await;
     assert_eq!(
-        live_claims(&c).await.len(),
+        claim_names(&c, true).await.len(),
         1,
         "only the valid request launched"
     );
