@@ -43,6 +43,9 @@ pub const CONSUME_ANNOTATION_CA: &str =
 pub const PIN_LABEL: &str = "gpu-autoscaler.dev/provisioning-request";
 /// `provisioningClassDetails` key of the booking.
 pub const BOOKING_DETAIL: &str = "gpu-autoscaler.dev/booking";
+/// `provisioningClassDetails` key: when every booked node was initialized (seconds), the start
+/// of the booking time. A node still booting holds no clock: the pods could not have used it.
+pub const CLOCK_DETAIL: &str = "gpu-autoscaler.dev/booking-started";
 /// Annotation on a NodeClaim created for a request: its `namespace/name`.
 pub const REQUEST_ANNOTATION: &str = "gpu-autoscaler.dev/provisioning-request-name";
 
@@ -89,8 +92,16 @@ pub mod reasons {
     pub const TIME_EXPIRED: &str = "CapacityReservationTimeExpired";
     /// A booked node or claim is gone.
     pub const REVOKED: &str = "CapacityIsRevoked";
-    /// The request's pod templates cannot be read.
+    /// The request cannot be served as written: a PodTemplate that does not translate, a
+    /// negative count, or more pods than `--provreq-max-pods`.
     pub const INVALID: &str = "InvalidRequest";
+    /// A class parameter is not a valid value (the message names it).
+    pub const INVALID_PARAMETERS: &str = "InvalidParameters";
+    /// A PodTemplate of the request does not exist (yet: Kueue creates them after the request).
+    pub const TEMPLATE_MISSING: &str = "PodTemplateNotFound";
+    /// A booked node or claim was lost before any of the request's pods started: the request
+    /// failed so that Kueue retries it as a new attempt.
+    pub const CAPACITY_LOST: &str = "BookedCapacityLost";
 }
 
 /// `spec` of a ProvisioningRequest.
@@ -175,14 +186,37 @@ pub enum Target {
     Claim(String),
 }
 
+/// Longest booking written out in full into `provisioningClassDetails` (whose values the
+/// API server caps at 32,768 characters, shared with the other details): a larger one is
+/// written as a [`Booking::detail`] summary and held by the leader.
+pub const BOOKING_BUDGET: usize = 16 * 1024;
+
 /// The capacity a request holds: how many of its pods each target was planned to take.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Booking {
     /// Pods per target.
     pub targets: BTreeMap<Target, u32>,
+    /// Read from a summary detail: the targets are not in the object (the leader that wrote
+    /// it holds them; another one finds them again by planning).
+    pub elided: bool,
 }
 
 impl Booking {
+    /// What is written into the status: [`Self::render`] when it fits [`BOOKING_BUDGET`],
+    /// otherwise a bounded summary (`summary/pods=1010,nodes=1010,claims=0`).
+    pub fn detail(&self) -> String {
+        let full = self.render();
+        if full.len() <= BOOKING_BUDGET {
+            return full;
+        }
+        let claims = self.claims().count();
+        format!(
+            "summary/pods={},nodes={},claims={claims}",
+            self.total(),
+            self.targets.len() - claims
+        )
+    }
+
     /// `node/a=2,claim/b=1`.
     pub fn render(&self) -> String {
         let mut s = String::new();
@@ -203,6 +237,12 @@ impl Booking {
     /// # Errors
     /// The malformed entry (the detail was edited by hand, or written by another backend).
     pub fn parse(s: &str) -> Result<Booking, String> {
+        if s.starts_with("summary/") {
+            return Ok(Booking {
+                targets: BTreeMap::new(),
+                elided: true,
+            });
+        }
         let mut targets = BTreeMap::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (target, n) = part
@@ -222,7 +262,10 @@ impl Booking {
             };
             *targets.entry(t).or_insert(0) += n;
         }
-        Ok(Booking { targets })
+        Ok(Booking {
+            targets,
+            elided: false,
+        })
     }
 
     /// Pods booked in all.
@@ -254,6 +297,8 @@ pub enum State {
         booking: Booking,
         /// When Provisioned turned True.
         since: i64,
+        /// When every booked node was initialized: the booking time runs from here.
+        clock: Option<i64>,
     },
     /// Failed, BookingExpired or CapacityRevoked: nothing more to do.
     Done,
@@ -291,17 +336,24 @@ pub fn state(pr: &ProvisioningRequest) -> State {
     if !is_true(pr, ACCEPTED) {
         return State::New;
     }
+    let clock = pr
+        .status
+        .as_ref()
+        .and_then(|s| s.provisioning_class_details.get(CLOCK_DETAIL))
+        .and_then(|v| v.parse::<i64>().ok());
     match (condition(pr, PROVISIONED), booking(pr)) {
         (Some(c), Some(b)) if c.status == "True" => State::Booked {
             booking: b,
             since: c.last_transition_time.0.as_second(),
+            clock,
         },
         // Provisioned by another writer without a booking: nothing of ours to hold.
         (Some(c), None) if c.status == "True" => State::Booked {
             booking: Booking::default(),
             since: c.last_transition_time.0.as_second(),
+            clock,
         },
-        (_, Some(b)) if !b.targets.is_empty() => State::Launching(b),
+        (_, Some(b)) if !b.targets.is_empty() || b.elided => State::Launching(b),
         _ => State::Waiting,
     }
 }
@@ -309,10 +361,12 @@ pub fn state(pr: &ProvisioningRequest) -> State {
 /// What a booked target looks like now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetStatus {
-    /// There; for a claim, whether its instance has launched.
+    /// There; for a claim, whether its instance has launched and its node is initialized.
     Alive {
         /// Launched (always true for a Node).
         launched: bool,
+        /// Initialized: pods can run there (always true for a Node).
+        initialized: bool,
     },
     /// The claim's launch failed (message).
     Failed(String),
@@ -327,6 +381,9 @@ pub struct Settings {
     pub booking_s: i64,
     /// Deadline after creation when the request does not set [`PARAM_VALID_UNTIL`].
     pub deadline_s: i64,
+    /// Most pods one request may ask for (all pod sets together); checked from the spec
+    /// before any pod is built.
+    pub max_pods: u64,
 }
 
 impl Default for Settings {
@@ -334,6 +391,7 @@ impl Default for Settings {
         Settings {
             booking_s: 600,
             deadline_s: 7 * 24 * 3600,
+            max_pods: 10_000,
         }
     }
 }
@@ -367,7 +425,16 @@ pub enum Step {
         /// Why.
         message: String,
     },
-    /// The deadline passed: `Failed=True`.
+    /// Every booked node is initialized: the booking time starts now.
+    StartClock,
+    /// A booked node or claim was lost before any pod started: delete the booking's claims
+    /// and write `Failed=True` ([`reasons::CAPACITY_LOST`]) so that Kueue retries.
+    Lost {
+        /// Why.
+        message: String,
+    },
+    /// The request is invalid, its deadline passed, or it asked not to be retried:
+    /// `Failed=True`.
     Fail {
         /// Reason.
         reason: &'static str,
@@ -381,44 +448,138 @@ pub enum Step {
         /// Message.
         message: String,
     },
-    /// `CapacityRevoked=True`.
+    /// `CapacityRevoked=True`: booked capacity lost after some of the pods started.
     Revoke {
         /// Message.
         message: String,
     },
 }
 
-fn param_i64(pr: &ProvisioningRequest, key: &str) -> Option<i64> {
-    pr.spec
-        .parameters
-        .get(key)
-        .and_then(|v| v.trim().parse::<i64>().ok())
-        .filter(|v| *v >= 0)
+/// Longest time a parameter may give, in seconds (10 years, the bound of every duration).
+pub const MAX_PARAM_SECONDS: i64 = 10 * 365 * 24 * 3600;
+
+/// A seconds parameter: absent, or a whole number from 0 to [`MAX_PARAM_SECONDS`].
+///
+/// # Errors
+/// A message naming the parameter and its value.
+fn param_seconds(pr: &ProvisioningRequest, key: &str) -> Result<Option<i64>, String> {
+    let Some(v) = pr.spec.parameters.get(key) else {
+        return Ok(None);
+    };
+    match v.trim().parse::<i64>() {
+        Ok(n) if (0..=MAX_PARAM_SECONDS).contains(&n) => Ok(Some(n)),
+        Ok(_) => Err(format!(
+            "parameter {key}={v:?} is out of range: seconds from 0 to {MAX_PARAM_SECONDS}"
+        )),
+        Err(_) => Err(format!(
+            "parameter {key}={v:?} is not a whole number of seconds"
+        )),
+    }
 }
 
-/// Whether the request asks not to be retried.
+/// The request's `noRetry` parameter.
+///
+/// # Errors
+/// A message naming the parameter when it is neither `"true"` nor `"false"`.
+fn param_no_retry(pr: &ProvisioningRequest) -> Result<bool, String> {
+    match pr.spec.parameters.get(PARAM_NO_RETRY) {
+        None => Ok(false),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(format!(
+            "parameter {PARAM_NO_RETRY}={v:?} must be \"true\" or \"false\""
+        )),
+    }
+}
+
+/// Checks a request from its spec alone, before anything is built for it: its parameters
+/// ([`reasons::INVALID_PARAMETERS`]) and its pod counts ([`reasons::INVALID`]).
+///
+/// # Errors
+/// The reason and a message naming the parameter or field.
+pub fn validate(
+    pr: &ProvisioningRequest,
+    settings: &Settings,
+) -> Result<(), (&'static str, String)> {
+    let bad = |m: String| (reasons::INVALID_PARAMETERS, m);
+    param_seconds(pr, PARAM_VALID_UNTIL).map_err(bad)?;
+    param_seconds(pr, PARAM_BOOKING).map_err(bad)?;
+    param_no_retry(pr).map_err(bad)?;
+    if pr.spec.pod_sets.is_empty() {
+        return Err((reasons::INVALID, "spec.podSets is empty".into()));
+    }
+    if let Some((i, s)) = pr
+        .spec
+        .pod_sets
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.count < 0)
+    {
+        return Err((
+            reasons::INVALID,
+            format!(
+                "spec.podSets[{i}].count is {}; it must not be negative",
+                s.count
+            ),
+        ));
+    }
+    let total = total_pods(pr);
+    if total > settings.max_pods {
+        return Err((
+            reasons::INVALID,
+            format!(
+                "the request asks for {total} pods (spec.podSets[*].count); at most {} per request \
+                 (--provreq-max-pods)",
+                settings.max_pods
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether the request asks not to be retried (an invalid value reads as not set; [`validate`]
+/// fails such a request first).
 pub fn no_retry(pr: &ProvisioningRequest) -> bool {
-    pr.spec
-        .parameters
-        .get(PARAM_NO_RETRY)
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    param_no_retry(pr).unwrap_or(false)
 }
 
 /// The booking time of a request.
 pub fn booking_seconds(pr: &ProvisioningRequest, s: &Settings) -> i64 {
-    param_i64(pr, PARAM_BOOKING).unwrap_or(s.booking_s)
+    param_seconds(pr, PARAM_BOOKING)
+        .ok()
+        .flatten()
+        .unwrap_or(s.booking_s)
 }
 
 /// The next step of a request. Pure; `Attempt` is answered by the shell with a plan.
 pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Step {
+    step_from(pr, state(pr), facts, settings)
+}
+
+/// [`step`] from a given state: the shell passes the request's [`state`] with an elided
+/// booking replaced by the one it holds; a booking still elided could not be found again.
+pub fn step_from(
+    pr: &ProvisioningRequest,
+    state: State,
+    facts: &Facts,
+    settings: &Settings,
+) -> Step {
     if Class::of(pr).is_none() {
         return Step::Wait;
     }
-    match state(pr) {
+    if matches!(state, State::New | State::Waiting)
+        && let Err((reason, message)) = validate(pr, settings)
+    {
+        return Step::Fail { reason, message };
+    }
+    match state {
         State::New => Step::Accept,
         State::Done => Step::Wait,
         State::Waiting => {
-            let deadline = param_i64(pr, PARAM_VALID_UNTIL).unwrap_or(settings.deadline_s);
+            let deadline = param_seconds(pr, PARAM_VALID_UNTIL)
+                .ok()
+                .flatten()
+                .unwrap_or(settings.deadline_s);
             if facts.now >= facts.created.saturating_add(deadline) {
                 Step::Fail {
                     reason: reasons::EXPIRED,
@@ -428,6 +589,9 @@ pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Ste
                 Step::Attempt
             }
         }
+        State::Launching(b) if b.elided => Step::Rollback {
+            message: "the NodeClaims being launched are not known to this leader".into(),
+        },
         State::Launching(b) => {
             for t in b.targets.keys() {
                 match facts.targets.get(t) {
@@ -447,7 +611,7 @@ pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Ste
             if b.targets.keys().all(|t| {
                 matches!(
                     facts.targets.get(t),
-                    Some(TargetStatus::Alive { launched: true })
+                    Some(TargetStatus::Alive { launched: true, .. })
                 )
             }) {
                 Step::Provisioned
@@ -455,25 +619,61 @@ pub fn step(pr: &ProvisioningRequest, facts: &Facts, settings: &Settings) -> Ste
                 Step::Wait
             }
         }
-        State::Booked { booking, since } => {
-            if let Some(t) = booking
-                .targets
-                .keys()
-                .find(|t| !matches!(facts.targets.get(t), Some(TargetStatus::Alive { .. })))
-            {
-                return Step::Revoke {
-                    message: format!("booked {} is gone", name(t)),
+        State::Booked {
+            booking,
+            since,
+            clock,
+        } => {
+            let lost = if booking.elided {
+                Some("the booked capacity could not be found again by this leader".to_string())
+            } else {
+                booking
+                    .targets
+                    .keys()
+                    .find(|t| !matches!(facts.targets.get(t), Some(TargetStatus::Alive { .. })))
+                    .map(|t| format!("booked {}", name(t)))
+            };
+            if let Some(what) = lost {
+                // Kueue deactivates the workload on CapacityRevoked; a booking nothing has
+                // used yet is a failed attempt instead, which Kueue retries.
+                return if facts.consumed == 0 {
+                    Step::Lost {
+                        message: format!("{what} was lost before any pod of the request started"),
+                    }
+                } else {
+                    Step::Revoke {
+                        message: format!(
+                            "{what} is gone after {} pod(s) of the request started",
+                            facts.consumed
+                        ),
+                    }
                 };
             }
             let total = total_pods(pr);
-            if facts.consumed >= total && total > 0 {
+            if u64::from(facts.consumed) >= total && total > 0 {
                 return Step::Expire {
                     reason: reasons::CONSUMED,
                     message: format!("all {total} pods arrived and were scheduled"),
                 };
             }
+            let start = match clock {
+                Some(t) => t,
+                None if booking.targets.is_empty() && !booking.elided => since,
+                None => {
+                    let ready = booking.targets.keys().all(|t| {
+                        matches!(
+                            facts.targets.get(t),
+                            Some(TargetStatus::Alive {
+                                initialized: true,
+                                ..
+                            })
+                        )
+                    });
+                    return if ready { Step::StartClock } else { Step::Wait };
+                }
+            };
             let secs = booking_seconds(pr, settings);
-            if facts.now >= since.saturating_add(secs) {
+            if facts.now >= start.saturating_add(secs) {
                 return Step::Expire {
                     reason: reasons::TIME_EXPIRED,
                     message: format!(
@@ -494,12 +694,12 @@ fn name(t: &Target) -> String {
     }
 }
 
-/// Pods the request asks for.
-pub fn total_pods(pr: &ProvisioningRequest) -> u32 {
+/// Pods the request asks for (negative counts read as none; [`validate`] refuses them).
+pub fn total_pods(pr: &ProvisioningRequest) -> u64 {
     pr.spec
         .pod_sets
         .iter()
-        .map(|s| u32::try_from(s.count).unwrap_or(0))
+        .map(|s| u64::try_from(s.count).unwrap_or(0))
         .sum()
 }
 
@@ -512,15 +712,33 @@ pub fn group_id(pr: &ProvisioningRequest) -> String {
     )
 }
 
-/// The request's pods, built from its PodTemplates (`<request>-<set>-<i>` in its namespace),
-/// each translated for the planner and put in the request's group.
+/// Why a request's pods cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodsError {
+    /// A PodTemplate does not exist (yet): worth retrying.
+    Missing(String),
+    /// A PodTemplate exists but cannot be translated, or the request is too large: retrying
+    /// cannot help. The message names the field.
+    Invalid(String),
+}
+
+impl std::fmt::Display for PodsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PodsError::Missing(m) | PodsError::Invalid(m) => f.write_str(m),
+        }
+    }
+}
+
+/// The request's pod shapes: one translated pod per pod set (named `<request>-<set>`, in the
+/// request's group) with its count. Nothing is built per pod here, whatever the counts say.
 ///
 /// # Errors
-/// A message naming the missing template or the untranslatable field.
-pub fn pods(
+/// [`PodsError`] naming the missing template or the untranslatable field.
+pub fn shapes(
     pr: &ProvisioningRequest,
     templates: &BTreeMap<(String, String), &PodTemplate>,
-) -> Result<Vec<CorePod>, String> {
+) -> Result<Vec<(CorePod, u32)>, PodsError> {
     let ns = pr
         .metadata
         .namespace
@@ -528,37 +746,63 @@ pub fn pods(
         .unwrap_or_else(|| "default".into());
     let name = pr.metadata.name.clone().unwrap_or_default();
     let group = group_id(pr);
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(pr.spec.pod_sets.len());
     for (si, set) in pr.spec.pod_sets.iter().enumerate() {
-        let tname = set
-            .pod_template_ref
-            .name
-            .clone()
-            .ok_or_else(|| format!("spec.podSets[{si}].podTemplateRef.name is empty"))?;
-        let t = templates
-            .get(&(ns.clone(), tname.clone()))
-            .ok_or_else(|| format!("PodTemplate {ns}/{tname} (spec.podSets[{si}]) not found"))?;
-        let tpl = t
-            .template
-            .as_ref()
-            .ok_or_else(|| format!("PodTemplate {ns}/{tname} has no template"))?;
-        for i in 0..set.count.max(0) {
-            let meta = tpl.metadata.clone().unwrap_or_default();
-            let pod = Pod {
-                metadata: ObjectMeta {
-                    name: Some(format!("{name}-{si}-{i}")),
-                    namespace: Some(ns.clone()),
-                    labels: meta.labels,
-                    annotations: meta.annotations,
-                    ..Default::default()
-                },
-                spec: tpl.spec.clone(),
-                status: None,
-            };
-            let mut core = super::translate::pod(&pod)
-                .map_err(|e| format!("PodTemplate {ns}/{tname}: {e}"))?;
-            core.group = Some(group.clone());
-            out.push(core);
+        let tname = set.pod_template_ref.name.clone().ok_or_else(|| {
+            PodsError::Invalid(format!("spec.podSets[{si}].podTemplateRef.name is empty"))
+        })?;
+        let t = templates.get(&(ns.clone(), tname.clone())).ok_or_else(|| {
+            PodsError::Missing(format!(
+                "PodTemplate {ns}/{tname} (spec.podSets[{si}]) not found"
+            ))
+        })?;
+        let tpl = t.template.as_ref().ok_or_else(|| {
+            PodsError::Invalid(format!("PodTemplate {ns}/{tname} has no template"))
+        })?;
+        let meta = tpl.metadata.clone().unwrap_or_default();
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("{name}-{si}")),
+                namespace: Some(ns.clone()),
+                labels: meta.labels,
+                annotations: meta.annotations,
+                ..Default::default()
+            },
+            spec: tpl.spec.clone(),
+            status: None,
+        };
+        let mut core = super::translate::pod(&pod)
+            .map_err(|e| PodsError::Invalid(format!("PodTemplate {ns}/{tname}: template.{e}")))?;
+        core.group = Some(group.clone());
+        out.push((core, u32::try_from(set.count).unwrap_or(0)));
+    }
+    Ok(out)
+}
+
+/// The request's pods for the planner (`<request>-<set>-<i>`): copies of its [`shapes`],
+/// refused above `max_pods` before any copy is made.
+///
+/// # Errors
+/// [`PodsError`] as [`shapes`], and [`PodsError::Invalid`] for more than `max_pods` pods.
+pub fn pods(
+    pr: &ProvisioningRequest,
+    templates: &BTreeMap<(String, String), &PodTemplate>,
+    max_pods: u64,
+) -> Result<Vec<CorePod>, PodsError> {
+    let total = total_pods(pr);
+    if total > max_pods {
+        return Err(PodsError::Invalid(format!(
+            "the request asks for {total} pods; at most {max_pods} per request (--provreq-max-pods)"
+        )));
+    }
+    let shapes = shapes(pr, templates)?;
+    let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    for (shape, count) in shapes {
+        let base = shape.key.name.clone();
+        for i in 0..count {
+            let mut p = shape.clone();
+            p.key.name = format!("{base}-{i}");
+            out.push(p);
         }
     }
     Ok(out)
@@ -601,6 +845,44 @@ pub fn hold(snap: &mut Snapshot, booking: &Booking, phantoms: Vec<CorePod>) {
             (None, Some(i)) => snap.nodes[i].pods.extend(take),
             (None, None) => {}
         }
+    }
+}
+
+/// The [`PIN_LABEL`] value a pod requires (a single value in every term of its node
+/// selector), if any.
+pub fn pinned_to(p: &CorePod) -> Option<&str> {
+    let mut values = p
+        .node_selector
+        .terms
+        .iter()
+        .map(|t| t.get(PIN_LABEL).and_then(|c| c.single_value()));
+    let first = values.next()??;
+    values.all(|v| v == Some(first)).then_some(first)
+}
+
+/// Offers [`PIN_LABEL`] to the pending pods that require it: every pool of `snap` sets the
+/// label to the value such pods ask for, so their new claims (and the in-flight claims
+/// launched for them, which the planner sees through their pool) carry it, as Kueue's
+/// `podSetUpdates` expect once the booking that pinned them has ended. One value per plan:
+/// the one most pending pods ask for (ties: the smallest), so pods of a second request wait
+/// for a later plan instead of landing on nodes they cannot select. The label only adds a
+/// value no other pod selects, so pods that do not ask for it are placed as before.
+pub fn offer_pin(snap: &mut Snapshot) {
+    let mut wanted: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in &snap.pending {
+        if let Some(v) = pinned_to(p) {
+            *wanted.entry(v).or_default() += 1;
+        }
+    }
+    let Some(value) = wanted
+        .iter()
+        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(v, _)| (*v).to_string())
+    else {
+        return;
+    };
+    for pool in &mut snap.pools {
+        pool.labels.insert(PIN_LABEL.into(), value.clone());
     }
 }
 

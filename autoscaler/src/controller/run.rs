@@ -574,8 +574,8 @@ struct Controller<P> {
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
     first_round: bool,
-    /// ProvisioningRequests without capacity: attempts so far and when the next may run.
-    provreq_backoff: HashMap<String, (u32, Instant)>,
+    /// ProvisioningRequests: retry back-offs and bookings too large for their status.
+    provreq_memory: provreqs::Memory,
 }
 
 fn class_of(np: &NodePool) -> NodeClassRef {
@@ -2342,7 +2342,7 @@ async fn run_with<P: CloudProvider + 'static>(
         orphans: HashMap::new(),
         notices: pod_problems::Notices::default(),
         first_round: true,
-        provreq_backoff: HashMap::new(),
+        provreq_memory: provreqs::Memory::default(),
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

@@ -181,6 +181,10 @@ pub struct RunArgs {
     /// CapacityRevoked) this long after they ended; `0s` leaves them to their owner.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub provreq_retention: Duration,
+    /// ProvisioningRequests: most pods one request may ask for (all pod sets together);
+    /// larger requests fail with `InvalidRequest` before any pod is built.
+    #[arg(long, default_value_t = 10_000)]
+    pub provreq_max_pods: u64,
     /// kwok: launch to Node registration.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub kwok_register_delay: Duration,

@@ -429,22 +429,21 @@ pub fn host_ports(spec: &PodSpec, prefix: &str) -> Result<Vec<HostPort>, Transla
                 continue;
             };
             let field = format!("{prefix}.containers[{ci}].ports[{pi}]");
-            let port =
-                u16::try_from(port)
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| TranslateError {
-                        field: format!("{field}.hostPort"),
-                        source: CoreError::InvalidHostPort(format!("{port} is outside 1..=65535")),
-                    })?;
+            let port = u16::try_from(port)
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| {
+                    at(format!("{field}.hostPort"), &port)(CoreError::InvalidHostPort(format!(
+                        "{port} is outside 1..=65535"
+                    )))
+                })?;
             let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
             if !matches!(protocol.as_str(), "TCP" | "UDP" | "SCTP") {
-                return Err(TranslateError {
-                    field: format!("{field}.protocol"),
-                    source: CoreError::InvalidHostPort(format!(
+                return Err(at(format!("{field}.protocol"), &protocol)(
+                    CoreError::InvalidHostPort(format!(
                         "protocol {protocol:?} is not TCP, UDP or SCTP"
                     )),
-                });
+                ));
             }
             out.push(HostPort {
                 port,

@@ -16,11 +16,17 @@ use serde_json::{Value, json};
 use crate::harness::*;
 
 // Upper bounds, not expectations: a loaded machine can take minutes to boot kwok nodes.
-const DEADLINE: Duration = Duration::from_secs(120);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
-fn provreq_crd() -> Option<String> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/data/crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+pub(crate) fn provreq_crd() -> Option<String> {
+    // `../shared/data` beside the checkout, or `$GPU_AUTOSCALER_SHARED_DATA` (a checkout that
+    // is not a sibling of `shared`, such as a git worktree elsewhere).
+    let data = std::env::var_os("GPU_AUTOSCALER_SHARED_DATA")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data")
+        });
+    let p = data.join("crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
     match std::fs::read_to_string(&p) {
         Ok(s) => Some(s),
         Err(_) => {
@@ -79,7 +85,7 @@ async fn kueue_request(
 }
 
 /// ProvisioningRequests in `default`, untyped as a test client sees them.
-fn provreqs(c: &Cluster) -> Api<kube::api::DynamicObject> {
+pub(crate) fn provreqs(c: &Cluster) -> Api<kube::api::DynamicObject> {
     Api::namespaced_with(
         c.client.clone(),
         "default",
@@ -94,7 +100,7 @@ fn provreqs(c: &Cluster) -> Api<kube::api::DynamicObject> {
 }
 
 /// The request's status as JSON (`null` once it is gone).
-async fn status(c: &Cluster, name: &str) -> Value {
+pub(crate) async fn status(c: &Cluster, name: &str) -> Value {
     provreqs(c)
         .get(name)
         .await
@@ -102,19 +108,19 @@ async fn status(c: &Cluster, name: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
-fn cond<'a>(s: &'a Value, type_: &str) -> Option<&'a Value> {
+pub(crate) fn cond<'a>(s: &'a Value, type_: &str) -> Option<&'a Value> {
     s["conditions"]
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
 }
 
-fn is(s: &Value, type_: &str, status: &str) -> bool {
+pub(crate) fn is(s: &Value, type_: &str, status: &str) -> bool {
     cond(s, type_).is_some_and(|c| c["status"] == status)
 }
 
 /// Waits until condition `type_` is `True`; returns the status.
-async fn until_true(c: &Cluster, name: &str, type_: &str) -> Value {
+pub(crate) async fn until_true(c: &Cluster, name: &str, type_: &str) -> Value {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let s = status(c, name).await;
@@ -130,7 +136,7 @@ async fn until_true(c: &Cluster, name: &str, type_: &str) -> Value {
 }
 
 /// A Ready node outside any NodePool with `gpus` T4s.
-async fn plain_gpu_node(c: &Cluster, name: &str, gpus: u32) {
+pub(crate) async fn plain_gpu_node(c: &Cluster, name: &str, gpus: u32) {
     let _: Node = c
         .create(json!({
             "apiVersion": "v1", "kind": "Node",
@@ -244,7 +250,7 @@ async fn e2e_7a_check_capacity_books_existing_capacity_and_never_launches() {
 }
 
 /// An A100 NodePool of p4d.24xlarge (8 GPUs) on demand.
-fn a100_pool() -> Value {
+pub(crate) fn a100_pool() -> Value {
     json!({
         "apiVersion": "gpu-autoscaler.dev/v1alpha1",
         "kind": "NodePool",
@@ -377,7 +383,7 @@ async fn e2e_7b_best_effort_atomic_launches_all_four_nodes_or_none() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_revoked_when_lost() {
+async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_fail_when_lost_unused() {
     let Some(crd) = provreq_crd() else { return };
     let c = Cluster::start_with(&[&crd]).await;
     let _: NodePool = c.create(gpu_pool("gpu", "1s")).await;
@@ -435,7 +441,8 @@ async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_revoked_when_lost() {
     })
     .await;
 
-    // A booked node lost before its pods arrive: CapacityRevoked.
+    // A booked node lost before its pods arrive: a failed attempt (Kueue retries it), not a
+    // revocation (Kueue would deactivate the workload).
     kueue_request(&c, "lost", ATOMIC, 1, 1, json!({})).await;
     until_true(&c, "lost", "Provisioned").await;
     let node = eventually("the booked node registered", DEADLINE, || async {
@@ -452,7 +459,13 @@ async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_revoked_when_lost() {
         )
         .await
         .unwrap();
-    let s = until_true(&c, "lost", "CapacityRevoked").await;
+    let s = until_true(&c, "lost", "Failed").await;
+    assert_eq!(
+        cond(&s, "Failed").unwrap()["reason"],
+        "BookedCapacityLost",
+        "{s:#}"
+    );
+    assert!(!is(&s, "CapacityRevoked", "True"), "{s:#}");
     assert!(!is(&s, "BookingExpired", "True"), "{s:#}");
 }
 

@@ -93,8 +93,14 @@ fn launching_waits_for_every_claim_and_rolls_back_on_any_failure() {
     );
     let a = Target::Claim("a".into());
     let b = Target::Claim("b".into());
-    let up = TargetStatus::Alive { launched: true };
-    let pending = TargetStatus::Alive { launched: false };
+    let up = TargetStatus::Alive {
+        launched: true,
+        initialized: false,
+    };
+    let pending = TargetStatus::Alive {
+        launched: false,
+        initialized: false,
+    };
     assert!(matches!(state(&p), State::Launching(_)));
     let f = facts(T0, &[(a.clone(), up.clone()), (b.clone(), pending)], 0);
     assert_eq!(step(&p, &f, &settings()), Step::Wait);
@@ -115,47 +121,161 @@ fn launching_waits_for_every_claim_and_rolls_back_on_any_failure() {
     assert!(matches!(step(&p, &f, &settings()), Step::Rollback { .. }));
 }
 
+const UP: TargetStatus = TargetStatus::Alive {
+    launched: true,
+    initialized: true,
+};
+
 #[test]
-fn booked_request_is_revoked_consumed_or_expired() {
+fn booked_request_is_lost_revoked_consumed_or_expired() {
     let p = pr(
         BEST_EFFORT_ATOMIC,
         &[("Accepted", "True", T0), ("Provisioned", "True", T0 + 5)],
-        json!({BOOKING_DETAIL: "node/n1=2"}),
+        json!({BOOKING_DETAIL: "node/n1=2", CLOCK_DETAIL: (T0 + 5).to_string()}),
     );
     let n1 = Target::Node("n1".into());
-    let up = TargetStatus::Alive { launched: true };
-    assert!(matches!(state(&p), State::Booked { since, .. } if since == T0 + 5));
+    assert!(
+        matches!(state(&p), State::Booked { since, clock: Some(c), .. } if since == T0 + 5 && c == T0 + 5)
+    );
     // Held: one pod of two arrived, 30 s of the 60 s booking passed.
     assert_eq!(
-        step(
-            &p,
-            &facts(T0 + 35, &[(n1.clone(), up.clone())], 1),
-            &settings()
-        ),
+        step(&p, &facts(T0 + 35, &[(n1.clone(), UP)], 1), &settings()),
         Step::Wait
     );
     assert!(matches!(
-        step(
-            &p,
-            &facts(T0 + 35, &[(n1.clone(), up.clone())], 2),
-            &settings()
-        ),
+        step(&p, &facts(T0 + 35, &[(n1.clone(), UP)], 2), &settings()),
         Step::Expire {
             reason: reasons::CONSUMED,
             ..
         }
     ));
     assert!(matches!(
-        step(&p, &facts(T0 + 65, &[(n1.clone(), up)], 1), &settings()),
+        step(&p, &facts(T0 + 65, &[(n1.clone(), UP)], 1), &settings()),
         Step::Expire {
             reason: reasons::TIME_EXPIRED,
             ..
         }
     ));
+    // Lost before any pod started: a failed attempt (Kueue retries), not a revocation.
     assert!(matches!(
-        step(&p, &facts(T0 + 35, &[(n1, TargetStatus::Gone)], 0), &settings()),
-        Step::Revoke { message } if message.contains("node n1")
+        step(&p, &facts(T0 + 35, &[(n1.clone(), TargetStatus::Gone)], 0), &settings()),
+        Step::Lost { message } if message.contains("node n1") && message.contains("before any pod")
     ));
+    assert!(matches!(
+        step(&p, &facts(T0 + 35, &[(n1, TargetStatus::Gone)], 1), &settings()),
+        Step::Revoke { message } if message.contains("node n1") && message.contains("1 pod(s)")
+    ));
+}
+
+#[test]
+fn booking_time_starts_once_every_booked_node_is_initialized() {
+    let p = pr(
+        BEST_EFFORT_ATOMIC,
+        &[("Accepted", "True", T0), ("Provisioned", "True", T0 + 5)],
+        json!({BOOKING_DETAIL: "claim/c1=1,claim/c2=1"}),
+    );
+    let c1 = Target::Claim("c1".into());
+    let c2 = Target::Claim("c2".into());
+    let booting = TargetStatus::Alive {
+        launched: true,
+        initialized: false,
+    };
+    // Long past the 60 s booking counted from Provisioned, but c2 still boots: no expiry.
+    let f = facts(T0 + 600, &[(c1.clone(), UP), (c2.clone(), booting)], 0);
+    assert_eq!(step(&p, &f, &settings()), Step::Wait);
+    let f = facts(T0 + 600, &[(c1, UP), (c2, UP)], 0);
+    assert_eq!(step(&p, &f, &settings()), Step::StartClock);
+}
+
+#[test]
+fn invalid_parameters_and_counts_fail_naming_the_field() {
+    let base = pr(CHECK_CAPACITY, &[], json!({}));
+    let with = |params: serde_json::Value, count: i64| {
+        let mut v = serde_json::to_value(&base).unwrap();
+        v["spec"]["parameters"] = params;
+        v["spec"]["podSets"][0]["count"] = json!(count);
+        serde_json::from_value::<ProvisioningRequest>(v).unwrap()
+    };
+    let cases = [
+        (
+            json!({"ValidUntilSeconds": "-5"}),
+            1,
+            reasons::INVALID_PARAMETERS,
+            "ValidUntilSeconds=\"-5\"",
+        ),
+        (
+            json!({"ValidUntilSeconds": "1.5"}),
+            1,
+            reasons::INVALID_PARAMETERS,
+            "ValidUntilSeconds",
+        ),
+        (
+            json!({"BookingDurationSeconds": "abc"}),
+            1,
+            reasons::INVALID_PARAMETERS,
+            "BookingDurationSeconds=\"abc\"",
+        ),
+        (
+            json!({"BookingDurationSeconds": "99999999999999999999"}),
+            1,
+            reasons::INVALID_PARAMETERS,
+            "BookingDurationSeconds",
+        ),
+        (
+            json!({"noRetry": "maybe"}),
+            1,
+            reasons::INVALID_PARAMETERS,
+            "noRetry=\"maybe\"",
+        ),
+        (
+            json!({}),
+            -1,
+            reasons::INVALID,
+            "spec.podSets[0].count is -1",
+        ),
+        (json!({}), 10_001, reasons::INVALID, "asks for 10001 pods"),
+        (
+            json!({}),
+            i64::from(i32::MAX),
+            reasons::INVALID,
+            "at most 10000",
+        ),
+    ];
+    for (params, count, want_reason, want) in cases {
+        let p = with(params.clone(), count);
+        match step(&p, &facts(T0, &[], 0), &settings()) {
+            Step::Fail { reason, message } => {
+                assert_eq!(reason, want_reason, "{params} {count}");
+                assert!(message.contains(want), "{message} lacks {want}");
+            }
+            other => panic!("{params} {count}: {other:?}"),
+        }
+    }
+    for ok in [
+        json!({"noRetry": "false", "ValidUntilSeconds": "0", "BookingDurationSeconds": "3600"}),
+        json!({"noRetry": "TRUE"}),
+    ] {
+        assert_eq!(
+            step(&with(ok.clone(), 10_000), &facts(T0, &[], 0), &settings()),
+            Step::Accept,
+            "{ok}"
+        );
+    }
+}
+
+#[test]
+fn a_huge_request_builds_no_pod() {
+    let mut p = pr(CHECK_CAPACITY, &[], json!({}));
+    p.spec.pod_sets[0].count = i32::MAX;
+    let t = template();
+    let templates = BTreeMap::from([(("ml".to_string(), "ppt-train-main".to_string()), &t)]);
+    // One translated pod per pod set, whatever the count.
+    let sh = shapes(&p, &templates).unwrap();
+    assert_eq!(sh.len(), 1);
+    assert_eq!(sh[0].1, i32::MAX as u32);
+    assert!(
+        matches!(pods(&p, &templates, 10_000), Err(PodsError::Invalid(m)) if m.contains("2147483647 pods"))
+    );
 }
 
 #[test]
@@ -175,23 +295,26 @@ fn terminal_conditions_end_the_lifecycle() {
     }
 }
 
-#[test]
-fn pods_come_from_the_templates_in_the_request_group() {
-    let p = pr(CHECK_CAPACITY, &[], json!({}));
-    let t: PodTemplate = serde_json::from_value(json!({
+fn template() -> PodTemplate {
+    serde_json::from_value(json!({
         "metadata": {"name": "ppt-train-main", "namespace": "ml"},
         "template": {"metadata": {"labels": {"app": "train"}},
             "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "2"}}}]}}
     }))
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn pods_come_from_the_templates_in_the_request_group() {
+    let p = pr(CHECK_CAPACITY, &[], json!({}));
+    let t = template();
     let mut templates = BTreeMap::new();
-    assert!(
-        pods(&p, &templates)
-            .unwrap_err()
-            .contains("PodTemplate ml/ppt-train-main (spec.podSets[0]) not found")
+    assert_eq!(
+        pods(&p, &templates, 10).unwrap_err(),
+        PodsError::Missing("PodTemplate ml/ppt-train-main (spec.podSets[0]) not found".into())
     );
     templates.insert(("ml".to_string(), "ppt-train-main".to_string()), &t);
-    let made = pods(&p, &templates).unwrap();
+    let made = pods(&p, &templates, 10).unwrap();
     assert_eq!(made.len(), 2);
     assert_eq!(made[1].key.name, "train-0-1");
     assert_eq!(made[0].requests.get("nvidia.com/gpu"), 2);
@@ -200,6 +323,71 @@ fn pods_come_from_the_templates_in_the_request_group() {
     assert_eq!(ph.len(), 1);
     assert_eq!(ph[0].key.name, "train-0-0.booked");
     assert_eq!(ph[0].group, None);
+}
+
+#[test]
+fn an_untranslatable_template_is_invalid_naming_the_field() {
+    let p = pr(CHECK_CAPACITY, &[], json!({}));
+    let t: PodTemplate = serde_json::from_value(json!({
+        "metadata": {"name": "ppt-train-main", "namespace": "ml"},
+        "template": {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}}
+    }))
+    .unwrap();
+    let templates = BTreeMap::from([(("ml".to_string(), "ppt-train-main".to_string()), &t)]);
+    match pods(&p, &templates, 10) {
+        Err(PodsError::Invalid(m)) => assert!(
+            m.contains("PodTemplate ml/ppt-train-main: template.spec.containers[0]"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_pin_label_is_offered_for_the_value_most_pending_pods_require() {
+    let t = itype("g4dn.xlarge")
+        .cpu("4")
+        .mem("16Gi")
+        .gpus(1, "T4", 16)
+        .on_demand(&["us-east-1a"], 0.5)
+        .build();
+    let pool = autoscaler_core::builders::pool("gpu", vec![t]).build();
+    let mut snap = Snapshot {
+        pools: vec![pool],
+        pending: vec![
+            pod("a").gpus(1).select(PIN_LABEL, "r1").build(),
+            pod("b").gpus(1).select(PIN_LABEL, "r2").build(),
+            pod("c").gpus(1).select(PIN_LABEL, "r2").build(),
+            pod("d").gpus(1).build(),
+        ],
+        ..Snapshot::default()
+    };
+    assert_eq!(pinned_to(&snap.pending[0]), Some("r1"));
+    assert_eq!(pinned_to(&snap.pending[3]), None);
+    offer_pin(&mut snap);
+    assert_eq!(
+        snap.pools[0].labels.get(PIN_LABEL).map(String::as_str),
+        Some("r2")
+    );
+    let plan = autoscaler_core::provision::plan_provisioning(&snap);
+    // r2's pods and the unpinned pod get nodes carrying r2; r1's pod waits for a later plan.
+    assert!(
+        plan.new_claims
+            .iter()
+            .all(|c| c.labels.get(PIN_LABEL).map(String::as_str) == Some("r2"))
+    );
+    let placed: usize = plan.new_claims.iter().map(|c| c.pods.len()).sum();
+    assert_eq!(placed, 3, "{plan:#?}");
+    assert_eq!(plan.unschedulable.len(), 1);
+    assert_eq!(plan.unschedulable[0].pod.name, "a");
+    // Without pinned pods, pools are left as they are.
+    let mut plain = Snapshot {
+        pending: vec![pod("d").gpus(1).build()],
+        ..snap.clone()
+    };
+    plain.pools[0].labels.remove(PIN_LABEL);
+    offer_pin(&mut plain);
+    assert!(!plain.pools[0].labels.contains_key(PIN_LABEL));
 }
 
 #[test]

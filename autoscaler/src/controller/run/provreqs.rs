@@ -1,7 +1,7 @@
 //! The ProvisioningRequest loop of the controller: one [`provreq::step`] per request, the
 //! planner asked for requests that are waiting, and bookings held in every snapshot.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,6 +32,15 @@ use super::{Controller, claim_object, epoch};
 const BOOKED_AT_DETAIL: &str = "gpu-autoscaler.dev/booked-at";
 /// How long a just-created claim may be missing from the cache.
 const CACHE_GRACE_S: i64 = 15;
+
+/// What the request loop keeps between rounds.
+#[derive(Default)]
+pub(super) struct Memory {
+    /// Requests without capacity: attempts so far and when the next may run.
+    backoff: HashMap<String, (u32, Instant)>,
+    /// Bookings too large for the status ([`provreq::Booking::detail`] wrote a summary).
+    bookings: HashMap<String, provreq::Booking>,
+}
 
 fn ns_name(pr: &ProvisioningRequest) -> (String, String) {
     (
@@ -138,8 +147,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         out
     }
 
-    /// Holds every Launching or Booked request's capacity in `snap`.
+    /// Holds every Launching or Booked request's capacity in `snap`, and offers the pin label
+    /// to pending pods that require it ([`provreq::offer_pin`]).
     pub(super) fn hold_bookings(&self, snap: &mut Snapshot, pods: &[Arc<CachedPod>]) {
+        provreq::offer_pin(snap);
         let Some((prs, _)) = self.stores.provreqs.get() else {
             return;
         };
@@ -159,11 +170,16 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let templates = self.templates();
         let by_name = by_name(&templates);
         let consumed = Self::consumed(pods);
+        let settings = self.provreq_settings();
         for (pr, booking) in held {
             let (ns, name) = ns_name(&pr);
+            let Some(booking) = self.resolved(&format!("{ns}/{name}"), booking) else {
+                // Elided and not found again yet: the request loop plans it this round.
+                continue;
+            };
             let used = consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0);
             // Without its templates the request's nodes are still kept from disruption.
-            let phantoms = provreq::pods(&pr, &by_name)
+            let phantoms = provreq::pods(&pr, &by_name, settings.max_pods)
                 .map(|p| provreq::phantoms(p, used))
                 .unwrap_or_default();
             provreq::hold(snap, &booking, phantoms);
@@ -177,9 +193,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .nodes
                 .find(|x| x.metadata.name.as_deref() == Some(n.as_str()))
             {
-                Some(x) if x.metadata.deletion_timestamp.is_none() => {
-                    TargetStatus::Alive { launched: true }
-                }
+                Some(x) if x.metadata.deletion_timestamp.is_none() => TargetStatus::Alive {
+                    launched: true,
+                    initialized: true,
+                },
                 _ => TargetStatus::Gone,
             },
             Target::Claim(c) => {
@@ -195,7 +212,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .and_then(|v| v.parse::<i64>().ok())
                         .unwrap_or(0);
                     return if now - booked_at < CACHE_GRACE_S {
-                        TargetStatus::Alive { launched: false }
+                        TargetStatus::Alive {
+                            launched: false,
+                            initialized: false,
+                        }
                     } else {
                         TargetStatus::Gone
                     };
@@ -203,26 +223,85 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 if claim.metadata.deletion_timestamp.is_some() {
                     return TargetStatus::Gone;
                 }
-                let launched = claim
-                    .status
-                    .as_ref()
-                    .and_then(|s| {
-                        s.conditions
-                            .iter()
-                            .find(|x| x.type_ == claim_conditions::LAUNCHED)
-                    })
-                    .cloned();
-                match launched {
-                    Some(x) if x.status == "True" => TargetStatus::Alive { launched: true },
+                let cond = |type_: &str| {
+                    claim
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.iter().find(|x| x.type_ == type_))
+                        .cloned()
+                };
+                let initialized =
+                    cond(claim_conditions::INITIALIZED).is_some_and(|x| x.status == "True");
+                match cond(claim_conditions::LAUNCHED) {
+                    Some(x) if x.status == "True" => TargetStatus::Alive {
+                        launched: true,
+                        initialized,
+                    },
                     Some(x)
                         if x.reason == claim_reasons::INSUFFICIENT_CAPACITY
                             || x.reason == claim_reasons::LAUNCH_FAILED =>
                     {
                         TargetStatus::Failed(x.message)
                     }
-                    _ => TargetStatus::Alive { launched: false },
+                    _ => TargetStatus::Alive {
+                        launched: false,
+                        initialized: false,
+                    },
                 }
             }
+        }
+    }
+
+    /// A booking with its targets: an elided one from memory (`None` when not held).
+    fn resolved(&self, key: &str, b: provreq::Booking) -> Option<provreq::Booking> {
+        if !b.elided {
+            return Some(b);
+        }
+        self.provreq_memory.bookings.get(key).cloned()
+    }
+
+    /// The snapshot waiting requests are planned against, built once per round.
+    async fn round_base<'a>(&mut self, base: &'a mut Option<Snapshot>) -> &'a mut Snapshot {
+        if base.is_none() {
+            let pools = self.stores.pools.state();
+            let types = self.instance_types(&pools).await;
+            // Whole: the request's own pods may select any namespace.
+            *base = Some(self.full_snapshot(&types, false));
+        }
+        base.as_mut().expect("just built")
+    }
+
+    /// Finds an elided booking again (this leader did not write it): plans the request's
+    /// pods not yet consumed on existing and in-flight capacity, as check-capacity does, and
+    /// holds the result in `snap`. `None` when they no longer fit.
+    fn find_again(
+        &mut self,
+        pr: &ProvisioningRequest,
+        snap: &mut Snapshot,
+        consumed: u32,
+    ) -> Option<provreq::Booking> {
+        let templates = self.templates();
+        let pods = provreq::pods(pr, &by_name(&templates), self.args.provreq_max_pods).ok()?;
+        let keep = pods.len().saturating_sub(consumed as usize);
+        let pods: Vec<_> = pods.into_iter().take(keep).collect();
+        let plan = plan_provisioning(&trial(pr, snap, pods.clone(), true));
+        if !plan.unschedulable.is_empty() {
+            return None;
+        }
+        let booking = provreq::booking_of(&plan, &BTreeMap::new());
+        provreq::hold(snap, &booking, provreq::phantoms(pods, 0));
+        let (ns, name) = ns_name(pr);
+        self.provreq_memory
+            .bookings
+            .insert(format!("{ns}/{name}"), booking.clone());
+        Some(booking)
+    }
+
+    fn provreq_settings(&self) -> provreq::Settings {
+        provreq::Settings {
+            booking_s: secs(self.args.provreq_booking),
+            deadline_s: secs(self.args.provreq_deadline),
+            max_pods: self.args.provreq_max_pods,
         }
     }
 
@@ -233,10 +312,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         };
         let prs = store.state();
         let now = epoch();
-        let settings = provreq::Settings {
-            booking_s: secs(self.args.provreq_booking),
-            deadline_s: secs(self.args.provreq_deadline),
-        };
+        let settings = self.provreq_settings();
         // Consumption matters only to booked requests; most rounds have none.
         let consumed = if prs
             .iter()
@@ -253,7 +329,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let mut launched_this_round = false;
         for pr in &prs {
             let class = pr.spec.provisioning_class_name.clone();
-            let state = provreq::state(pr);
+            let mut state = provreq::state(pr);
             let label = if Class::of(pr).is_some() {
                 state_name(&state)
             } else {
@@ -271,6 +347,22 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 targets: BTreeMap::new(),
                 consumed: consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0),
             };
+            if let State::Launching(b) | State::Booked { booking: b, .. } = &mut state
+                && b.elided
+            {
+                let key = format!("{ns}/{name}");
+                if let Some(held) = self.provreq_memory.bookings.get(&key) {
+                    *b = held.clone();
+                } else if Class::of(pr).is_some() {
+                    let snap = self.round_base(&mut base).await;
+                    let mut snap = std::mem::take(snap);
+                    if let Some(found) = self.find_again(pr, &mut snap, facts.consumed) {
+                        tracing::info!(request = %key, "large booking found again by planning");
+                        *b = found;
+                    }
+                    base = Some(snap);
+                }
+            }
             if let State::Launching(b) = &state {
                 self.launch_booking(b);
             }
@@ -281,7 +373,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .insert(t.clone(), self.target_status(pr, t, now));
                 }
             }
-            let step = provreq::step(pr, &facts, &settings);
+            let booking = match &state {
+                State::Launching(b) | State::Booked { booking: b, .. } => b.clone(),
+                _ => provreq::Booking::default(),
+            };
+            let step = provreq::step_from(pr, state.clone(), &facts, &settings);
             let result = match step {
                 Step::Wait => {
                     if state == State::Done {
@@ -313,27 +409,24 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 Step::Attempt => {
                     let key = format!("{ns}/{name}");
                     let due = self
-                        .provreq_backoff
+                        .provreq_memory
+                        .backoff
                         .get(&key)
                         .is_none_or(|(_, at)| Instant::now() >= *at);
                     if !due || launched_this_round {
                         Ok(())
                     } else {
-                        if base.is_none() {
-                            let pools = self.stores.pools.state();
-                            let types = self.instance_types(&pools).await;
-                            // Whole: the request's own pods may select any namespace.
-                            base = Some(self.full_snapshot(&types, false));
-                        }
-                        let snap = base.as_mut().expect("just built");
-                        let launched = self.attempt(pr, snap, now).await;
+                        let snap = self.round_base(&mut base).await;
+                        let mut snap = std::mem::take(snap);
+                        let launched = self.attempt(pr, &mut snap, now).await;
+                        base = Some(snap);
                         launched_this_round |= launched;
                         Ok(())
                     }
                 }
                 Step::Provisioned => {
-                    let n = provreq::booking(pr).map_or(0, |b| b.claims().count());
-                    self.provreq_backoff.remove(&format!("{ns}/{name}"));
+                    let n = booking.claims().count();
+                    self.provreq_memory.backoff.remove(&format!("{ns}/{name}"));
                     self.write(
                         pr,
                         &[(
@@ -347,13 +440,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .await
                 }
                 Step::Rollback { message } => {
-                    let booking = provreq::booking(pr).unwrap_or_default();
-                    for c in booking.claims() {
-                        if let Err(e) = self.shared.actuator.delete_claim(c).await {
-                            tracing::warn!(claim = c, error = %e, "rolling back a ProvisioningRequest");
-                        }
-                    }
-                    let wait = self.backoff(&format!("{ns}/{name}"));
+                    self.delete_claims(&booking).await;
+                    self.provreq_memory.bookings.remove(&format!("{ns}/{name}"));
+                    self.backoff(&format!("{ns}/{name}"));
                     tracing::info!(request = %format!("{ns}/{name}"), %message, "rolled back");
                     self.write(
                         pr,
@@ -362,11 +451,34 @@ impl<P: CloudProvider + 'static> Controller<P> {
                             false,
                             reasons::CAPACITY_IS_NOT_FOUND,
                             &format!(
-                                "{message}; every NodeClaim of the request was deleted (all or nothing); retrying in {} s",
-                                wait.as_secs()
+                                "{message}; every NodeClaim of the request was deleted (all or nothing); retrying"
                             ),
                         )],
                         json!({BOOKING_DETAIL: Value::Null, BOOKED_AT_DETAIL: Value::Null, PIN_LABEL: Value::Null}),
+                    )
+                    .await
+                }
+                Step::StartClock => {
+                    self.write(pr, &[], json!({provreq::CLOCK_DETAIL: now.to_string()}))
+                        .await
+                }
+                Step::Lost { message } => {
+                    let deleted = self.delete_claims(&booking).await;
+                    tracing::info!(request = %format!("{ns}/{name}"), %message, "booked capacity lost");
+                    let cleanup = if deleted > 0 {
+                        format!("; its {deleted} NodeClaim(s) were deleted")
+                    } else {
+                        String::new()
+                    };
+                    self.write(
+                        pr,
+                        &[(
+                            conditions::FAILED,
+                            true,
+                            reasons::CAPACITY_LOST,
+                            &format!("{message}{cleanup}; a new attempt books capacity again"),
+                        )],
+                        json!({}),
                     )
                     .await
                 }
@@ -411,7 +523,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 format!("{ns}/{name}")
             })
             .collect();
-        self.provreq_backoff.retain(|k, _| live.contains(k));
+        self.provreq_memory.backoff.retain(|k, _| live.contains(k));
+        let booked: BTreeSet<String> = prs
+            .iter()
+            .filter(|p| {
+                matches!(
+                    provreq::state(p),
+                    State::Launching(_) | State::Booked { .. }
+                )
+            })
+            .map(|p| {
+                let (ns, name) = ns_name(p);
+                format!("{ns}/{name}")
+            })
+            .collect();
+        self.provreq_memory
+            .bookings
+            .retain(|k, _| booked.contains(k));
         let m = &self.shared.metrics.provisioning_requests;
         m.clear();
         for ((class, state), n) in counts {
@@ -419,12 +547,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
+    /// Deletes the NodeClaims of a booking; returns how many it named.
+    async fn delete_claims(&self, booking: &provreq::Booking) -> usize {
+        for c in booking.claims() {
+            if let Err(e) = self.shared.actuator.delete_claim(c).await {
+                tracing::warn!(claim = c, error = %e, "deleting a ProvisioningRequest's NodeClaim");
+            }
+        }
+        booking.claims().count()
+    }
+
     /// The next retry delay of a request without capacity (doubling from `--provreq-retry`).
     fn backoff(&mut self, key: &str) -> std::time::Duration {
         let base = self.args.provreq_retry;
         let max = self.args.provreq_retry_max;
         let entry = self
-            .provreq_backoff
+            .provreq_memory
+            .backoff
             .entry(key.to_string())
             .or_insert((0, Instant::now()));
         let delay = base.saturating_mul(1u32 << entry.0.min(16)).min(max);
@@ -443,17 +582,27 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let class = Class::of(pr).expect("only known classes are attempted");
         let templates = self.templates();
         let by_name = by_name(&templates);
-        let pods = match provreq::pods(pr, &by_name) {
+        let pods = match provreq::pods(pr, &by_name, self.args.provreq_max_pods) {
             Ok(p) => p,
             Err(why) => {
-                let wait = self.backoff(&key);
-                let msg = format!("{why}; retrying in {} s", wait.as_secs());
+                // Only a missing template is worth waiting for: Kueue creates the templates
+                // right after the request.
+                let set = match &why {
+                    provreq::PodsError::Missing(m) => {
+                        self.backoff(&key);
+                        (
+                            conditions::PROVISIONED,
+                            false,
+                            reasons::TEMPLATE_MISSING,
+                            format!("{m}; retrying"),
+                        )
+                    }
+                    provreq::PodsError::Invalid(m) => {
+                        (conditions::FAILED, true, reasons::INVALID, m.clone())
+                    }
+                };
                 if let Err(e) = self
-                    .write(
-                        pr,
-                        &[(conditions::PROVISIONED, false, reasons::INVALID, &msg)],
-                        json!({}),
-                    )
+                    .write(pr, &[(set.0, set.1, set.2, &set.3)], json!({}))
                     .await
                 {
                     tracing::warn!(request = %key, error = %e, "ProvisioningRequest");
@@ -461,23 +610,20 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 return false;
             }
         };
-        let mut trial = snap.clone();
-        trial.pending = pods.clone();
-        let group = provreq::group_id(pr);
-        trial.groups = BTreeMap::from([(
-            group.clone(),
-            Group {
-                name: group,
-                min_count: u32::try_from(pods.len()).unwrap_or(u32::MAX),
-            },
-        )]);
-        if class == Class::CheckCapacity {
-            // Existing and in-flight capacity only: no NodePool to launch from.
-            trial.pools.clear();
-        }
+        let trial = trial(pr, snap, pods.clone(), class == Class::CheckCapacity);
         let plan = plan_provisioning(&trial);
         let result = if let Some(u) = plan.unschedulable.first() {
-            let why = format!("pod {} {}", u.pod.name, u.reason);
+            let why = if class == Class::CheckCapacity {
+                // The planner saw no NodePool because this class never launches; NodePools
+                // may well exist.
+                format!(
+                    "{} of {} pod(s) do not fit on existing or launching nodes (check-capacity never launches nodes)",
+                    plan.unschedulable.len(),
+                    trial.pending.len()
+                )
+            } else {
+                format!("pod {} {}", u.pod.name, u.reason)
+            };
             if provreq::no_retry(pr) {
                 self.write(
                     pr,
@@ -499,14 +645,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 )
                 .await
             } else {
-                let wait = self.backoff(&key);
+                // Stable text: Kueue copies it into the Workload on every change.
+                self.backoff(&key);
                 self.write(
                     pr,
                     &[(
                         conditions::PROVISIONED,
                         false,
                         reasons::CAPACITY_IS_NOT_FOUND,
-                        &format!("{why}; retrying in {} s", wait.as_secs()),
+                        &format!("{why}; retrying"),
                     )],
                     json!({}),
                 )
@@ -515,17 +662,25 @@ impl<P: CloudProvider + 'static> Controller<P> {
         } else if plan.new_claims.is_empty() {
             let booking = provreq::booking_of(&plan, &BTreeMap::new());
             provreq::hold(snap, &booking, provreq::phantoms(pods, 0));
-            self.provreq_backoff.remove(&key);
-            tracing::info!(request = %key, booking = %booking.render(), "capacity found");
+            self.provreq_memory.backoff.remove(&key);
+            let detail = booking.detail();
+            tracing::info!(request = %key, booking = %detail, "capacity found");
+            self.provreq_memory
+                .bookings
+                .insert(key.clone(), booking.clone());
             self.write(
                 pr,
                 &[(
                     conditions::PROVISIONED,
                     true,
                     reasons::CAPACITY_IS_FOUND,
-                    &format!("capacity is found in the cluster: {}", booking.render()),
+                    &format!(
+                        "capacity is found in the cluster: {} pod(s) on {} node(s)",
+                        booking.total(),
+                        booking.targets.len()
+                    ),
                 )],
-                json!({BOOKING_DETAIL: booking.render(), BOOKED_AT_DETAIL: now.to_string()}),
+                json!({BOOKING_DETAIL: detail, BOOKED_AT_DETAIL: now.to_string()}),
             )
             .await
         } else {
@@ -579,11 +734,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             for c in created.values() {
                 let _ = self.shared.actuator.delete_claim(c).await;
             }
-            let wait = self.backoff(&key);
-            let msg = format!(
-                "creating NodeClaims failed: {why}; retrying in {} s",
-                wait.as_secs()
-            );
+            self.backoff(&key);
+            let msg = format!("creating NodeClaims failed: {why}; retrying");
             if let Err(e) = self
                 .write(
                     pr,
@@ -617,8 +769,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
             booking.total()
         );
         tracing::info!(request = %key, claims = ?created.values().collect::<Vec<_>>(), "launching for ProvisioningRequest");
+        self.provreq_memory
+            .bookings
+            .insert(key.clone(), booking.clone());
         let details = json!({
-            BOOKING_DETAIL: booking.render(),
+            BOOKING_DETAIL: booking.detail(),
             BOOKED_AT_DETAIL: now.to_string(),
             PIN_LABEL: if pinned { Value::String(pin) } else { Value::Null },
         });
@@ -659,6 +814,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 ts,
                 pr.metadata.generation,
             );
+        }
+        let old = pr.status.clone().unwrap_or_default();
+        let same_details = details.as_object().is_none_or(|d| {
+            d.iter().all(|(k, v)| match v {
+                Value::Null => !old.provisioning_class_details.contains_key(k),
+                Value::String(s) => old.provisioning_class_details.get(k) == Some(s),
+                _ => false,
+            })
+        });
+        // An unchanged status is not written: every write wakes Kueue up.
+        if same_details && same_conditions(&old.conditions, &conds) {
+            return Ok(());
         }
         let mut status = json!({"conditions": conds});
         if details.as_object().is_some_and(|d| !d.is_empty()) {
@@ -701,6 +868,43 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
     }
+}
+
+/// Equal apart from the transition times (which [`set_condition`] keeps on unchanged status).
+fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.type_ == y.type_
+                && x.status == y.status
+                && x.reason == y.reason
+                && x.message == y.message
+                && x.observed_generation == y.observed_generation
+        })
+}
+
+/// The snapshot a request is planned in: `snap` with the request's pods as the only pending
+/// ones, in one all-or-nothing group; without NodePools for `existing_only` (check-capacity).
+fn trial(
+    pr: &ProvisioningRequest,
+    snap: &Snapshot,
+    pods: Vec<autoscaler_core::model::Pod>,
+    existing_only: bool,
+) -> Snapshot {
+    let mut trial = snap.clone();
+    let group = provreq::group_id(pr);
+    trial.groups = BTreeMap::from([(
+        group.clone(),
+        Group {
+            name: group,
+            min_count: u32::try_from(pods.len()).unwrap_or(u32::MAX),
+        },
+    )]);
+    trial.pending = pods;
+    if existing_only {
+        // Existing and in-flight capacity only: no NodePool to launch from.
+        trial.pools.clear();
+    }
+    trial
 }
 
 fn secs(d: std::time::Duration) -> i64 {
