@@ -75,6 +75,12 @@ impl<'de> Deserialize<'de> for Dur {
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
                 self.visit_str(&v.to_string())
             }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Dur, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Dur, E> {
+                self.visit_str(&v.to_string())
+            }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
                 duration::from_secs_f64(v)
                     .map(|d| Dur(duration::whole_seconds(d)))
@@ -104,6 +110,12 @@ impl<'de> Deserialize<'de> for Qty {
                 self.visit_str(&v.to_string())
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Qty, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Qty, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Qty, E> {
                 self.visit_str(&v.to_string())
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Qty, E> {
