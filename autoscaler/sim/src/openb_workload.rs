@@ -158,7 +158,7 @@ fn compressed(
             line,
             field: field.to_string(),
             value: seconds.to_string(),
-            why: format!("divided by --compression {compression} is later than ten years"),
+            why: format!("divided by --compression {compression:?} is later than ten years"),
         });
     }
     Ok(t)
