@@ -106,7 +106,10 @@ fn every_corpus_case_is_refused_cleanly_under_memory_and_time_limits() {
             _ => {}
         }
         if !case.ok {
-            assert!(!case.expect.is_empty(), "{name}: a bad case must say what to expect");
+            assert!(
+                !case.expect.is_empty(),
+                "{name}: a bad case must say what to expect"
+            );
             for e in &case.expect {
                 if !out.stderr.contains(e.as_str()) {
                     why.push(format!("message lacks {e:?}"));
@@ -136,12 +139,18 @@ fn every_corpus_file_is_used_by_a_case() {
     let mut unused = Vec::new();
     for dir in ["scenarios", "nodepools", "traces", "settings"] {
         for entry in std::fs::read_dir(corpus().join(dir)).expect("corpus directory") {
-            let name = entry.expect("entry").file_name().to_string_lossy().into_owned();
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
             let used = cases.iter().any(|c| {
                 c.args.iter().any(|a| a.contains(&name))
                     || (dir == "nodepools"
                         && cases.iter().any(|c2| {
-                            c2.args.iter().any(|a| a.contains(&format!("nodepool-{name}")))
+                            c2.args
+                                .iter()
+                                .any(|a| a.contains(&format!("nodepool-{name}")))
                         }))
             });
             if !used {

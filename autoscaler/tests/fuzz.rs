@@ -140,13 +140,17 @@ fn check_quantity(text: &str) -> bool {
 
 #[test]
 fn fuzz_quantities() {
-    for seed in ["1", "-0", "0.166153499473114484112975882535043071Ki", "1e40", "9Ei"] {
+    for seed in [
+        "1",
+        "-0",
+        "0.166153499473114484112975882535043071Ki",
+        "1e40",
+        "9Ei",
+    ] {
         check_quantity(seed);
     }
     let strategy = prop_oneof!["\\PC{0,48}", wild_number()];
-    fuzz("quantities", strategy, |text| {
-        check_quantity(&text)
-    });
+    fuzz("quantities", strategy, |text| check_quantity(&text));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -174,13 +178,19 @@ fn check_duration(text: &str) -> bool {
 
 #[test]
 fn fuzz_durations() {
-    for seed in ["90s", "1h30m", "1.5h", "90", "1e23", "99999999999999999h", "inf"] {
+    for seed in [
+        "90s",
+        "1h30m",
+        "1.5h",
+        "90",
+        "1e23",
+        "99999999999999999h",
+        "inf",
+    ] {
         check_duration(seed);
     }
     let strategy = prop_oneof!["\\PC{0,32}", "[0-9.smhd -]{0,24}", wild_number()];
-    fuzz("durations", strategy, |text| {
-        check_duration(&text)
-    });
+    fuzz("durations", strategy, |text| check_duration(&text));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -249,9 +259,11 @@ fn pod_json() -> impl Strategy<Value = String> {
 #[test]
 fn fuzz_pod_translation() {
     check_pod_json(r#"{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c"}]}}"#);
-    fuzz("pod translation", prop_oneof!["\\PC{0,64}", pod_json()], |json| {
-        check_pod_json(&json)
-    });
+    fuzz(
+        "pod translation",
+        prop_oneof!["\\PC{0,64}", pod_json()],
+        |json| check_pod_json(&json),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -297,9 +309,11 @@ fn fuzz_nodepool_files() {
     for (_, text) in corpus("nodepools") {
         check_nodepools(&text);
     }
-    fuzz("NodePool files", prop_oneof!["\\PC{0,64}", nodepool_yaml()], |text| {
-        check_nodepools(&text)
-    });
+    fuzz(
+        "NodePool files",
+        prop_oneof!["\\PC{0,64}", nodepool_yaml()],
+        |text| check_nodepools(&text),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -314,7 +328,12 @@ fn check_scenario(path: &Path, text: &str) -> bool {
     assert!(s.duration_s >= 0 && s.duration_s <= MAX_DURATION.as_secs() as i64);
     let c = &s.cluster;
     assert!(c.spot_interruptions_per_hour.is_finite() && c.spot_interruptions_per_hour >= 0.0);
-    for v in [c.registration_s, c.device_plugin_s, c.launch_cpu_s, c.launch_gpu_s] {
+    for v in [
+        c.registration_s,
+        c.device_plugin_s,
+        c.launch_cpu_s,
+        c.launch_gpu_s,
+    ] {
         assert!((0..=MAX_DURATION.as_secs() as i64).contains(&v), "{text}");
     }
     match workload::generate(&s, s.seed, s.duration_s.min(3600), FUZZ_MAX_PODS) {
@@ -353,9 +372,11 @@ fn fuzz_scenario_files() {
         check_scenario(&path, &text);
     }
     check_scenario(Path::new("default.yaml"), scenario::DEFAULT_SCENARIO_YAML);
-    fuzz("scenario files", prop_oneof!["\\PC{0,64}", scenario_yaml()], |text| {
-        check_scenario(Path::new("fuzz.yaml"), &text)
-    });
+    fuzz(
+        "scenario files",
+        prop_oneof!["\\PC{0,64}", scenario_yaml()],
+        |text| check_scenario(Path::new("fuzz.yaml"), &text),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -363,8 +384,7 @@ fn fuzz_scenario_files() {
 
 const OPENB_HEADER: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,\
                             creation_time,deletion_time,scheduled_time\n";
-const DLRM_HEADER: &str =
-    "instance_sn,role,app_name,cpu_request,gpu_request,memory_request,creation_time,deletion_time\n";
+const DLRM_HEADER: &str = "instance_sn,role,app_name,cpu_request,gpu_request,memory_request,creation_time,deletion_time\n";
 
 fn check_trace(dir: &Path, text: &str) -> bool {
     let file = dir.join("trace.csv");
@@ -382,7 +402,10 @@ fn check_trace(dir: &Path, text: &str) -> bool {
         openb_workload::load_dlrm(&file, 1.0),
     ] {
         if let Ok((w, horizon)) = result {
-            assert!(horizon <= 2 * MAX_DURATION.as_secs() as i64 + 3601, "{text}");
+            assert!(
+                horizon <= 2 * MAX_DURATION.as_secs() as i64 + 3601,
+                "{text}"
+            );
             for t in &w.templates {
                 assert!(t.requests.get("memory") >= 0 && t.requests.get("cpu") >= 0);
             }
@@ -408,9 +431,13 @@ fn openb_row() -> impl Strategy<Value = String> {
             mostly(&["", "0"]),
         ),
     )
-        .prop_map(|((cpu, mem, n, milli), spec, (created, deleted, scheduled))| {
-            format!("pod,{cpu},{mem},{n},{milli},{spec},LS,Running,{created},{deleted},{scheduled}")
-        })
+        .prop_map(
+            |((cpu, mem, n, milli), spec, (created, deleted, scheduled))| {
+                format!(
+                    "pod,{cpu},{mem},{n},{milli},{spec},LS,Running,{created},{deleted},{scheduled}"
+                )
+            },
+        )
 }
 
 fn dlrm_row() -> impl Strategy<Value = String> {
@@ -502,7 +529,9 @@ fn fuzz_provider_settings() {
     for (_, text) in corpus("settings") {
         check_settings(&text);
     }
-    fuzz("provider settings", prop_oneof!["\\PC{0,64}", settings_yaml()], |text| {
-        check_settings(&text)
-    });
+    fuzz(
+        "provider settings",
+        prop_oneof!["\\PC{0,64}", settings_yaml()],
+        |text| check_settings(&text),
+    );
 }

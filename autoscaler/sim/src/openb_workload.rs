@@ -190,7 +190,12 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
     if let Some(share) = o.fgd_share
         && !(share > 0.0 && share.is_finite())
     {
-        return Err(bad_option(path, "--fgd-share", share, "must be a positive number"));
+        return Err(bad_option(
+            path,
+            "--fgd-share",
+            share,
+            "must be a positive number",
+        ));
     }
     if !(o.fgd_interval_s >= 0.0 && o.fgd_interval_s <= openb::MAX_TIME_S as f64) {
         return Err(bad_option(
@@ -224,12 +229,24 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
         None => {
             let mut end = 0i64;
             for r in &records {
-                let arrival = compressed(path, r.line, "creation_time", r.creation_time, o.compression)?
-                        .floor() as i64;
+                let arrival = compressed(
+                    path,
+                    r.line,
+                    "creation_time",
+                    r.creation_time,
+                    o.compression,
+                )?
+                .floor() as i64;
                 let runtime = match r.deletion_time.filter(|d| *d > r.creation_time) {
                     Some(d) => Some(
-                        (compressed(path, r.line, "deletion_time", d - r.creation_time, o.compression)?
-                            .round() as i64)
+                        (compressed(
+                            path,
+                            r.line,
+                            "deletion_time",
+                            d - r.creation_time,
+                            o.compression,
+                        )?
+                        .round() as i64)
                             .max(1),
                     ),
                     None => None,
@@ -344,8 +361,14 @@ pub fn load_dlrm(path: &Path, compression: f64) -> Result<(Workload, i64), SimEr
             compressed(path, r.line, "creation_time", created, compression)?.floor() as i64;
         let runtime = match r.deletion_s {
             Some(d) => Some(
-                (compressed(path, r.line, "deletion_time", d.saturating_sub(created), compression)?
-                    .round() as i64)
+                (compressed(
+                    path,
+                    r.line,
+                    "deletion_time",
+                    d.saturating_sub(created),
+                    compression,
+                )?
+                .round() as i64)
                     .max(1),
             ),
             None => None,

@@ -235,7 +235,9 @@ pub fn generate(
                 runtime,
                 limit,
             } => {
-                let cap = limit.map_or(usize::MAX, |l| l as usize).min(room.saturating_add(1));
+                let cap = limit
+                    .map_or(usize::MAX, |l| l as usize)
+                    .min(room.saturating_add(1));
                 let times = arrival_times(arrivals, horizon, &mut rng, cap);
                 if times.len() > room {
                     return Err(too_many());

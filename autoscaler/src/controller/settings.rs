@@ -202,11 +202,17 @@ mod tests {
         use clap::Parser;
         for (flag, why) in [
             ("--batch-idle=1e23", "expected a number with a unit"),
-            ("--lease-duration=99999999999999999h", "longer than 10 years"),
+            (
+                "--lease-duration=99999999999999999h",
+                "longer than 10 years",
+            ),
             ("--gc-grace=inf", "expected a number with a unit"),
             ("--loop-interval=-1s", "negative duration"),
         ] {
-            let e = Cli::try_parse_from(["x", flag]).err().expect(flag).to_string();
+            let e = Cli::try_parse_from(["x", flag])
+                .err()
+                .expect(flag)
+                .to_string();
             assert!(e.contains(why), "{flag}: {e}");
         }
     }

@@ -74,7 +74,10 @@ fn scaled(f: &Field, factor: f64, max: u64) -> Result<u64, SimError> {
     let v = required(f)? * factor;
     // `v` is finite and not negative; the comparison keeps the cast below exact.
     if v.round() > max as f64 {
-        return Err(f.out_of_range(f.text.trim(), format!("is above the largest accepted ({max} after conversion)")));
+        return Err(f.out_of_range(
+            f.text.trim(),
+            format!("is above the largest accepted ({max} after conversion)"),
+        ));
     }
     Ok(v.round() as u64)
 }
@@ -85,7 +88,10 @@ fn seconds(f: &Field) -> Result<Option<u64>, SimError> {
         return Ok(None);
     };
     if v.round() > MAX_TIME_S as f64 {
-        return Err(f.out_of_range(f.text.trim(), format!("is later than ten years ({MAX_TIME_S} s)")));
+        return Err(f.out_of_range(
+            f.text.trim(),
+            format!("is later than ten years ({MAX_TIME_S} s)"),
+        ));
     }
     Ok(Some(v.round() as u64))
 }

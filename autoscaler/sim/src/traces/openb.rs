@@ -201,10 +201,9 @@ fn pods_from(table: &Table) -> Result<Vec<PodRecord>, SimError> {
         let milli_field = f(4);
         let gpu_milli = narrow(milli_field.uint(1000)?);
         if num_gpu == 0 && gpu_milli > 0 {
-            return Err(milli_field.out_of_range(
-                gpu_milli,
-                "is a share of a GPU, but num_gpu is 0",
-            ));
+            return Err(
+                milli_field.out_of_range(gpu_milli, "is a share of a GPU, but num_gpu is 0")
+            );
         }
         let mut gpu_spec: Vec<String> = Vec::new();
         for m in f(5).text.split('|').map(str::trim) {
