@@ -397,20 +397,19 @@ fn check_trace(dir: &Path, text: &str) -> bool {
         seed: 1,
     };
     let mut accepted = false;
-    for result in [
+    let loaded = [
         openb_workload::load(&file, &o, &[]),
         openb_workload::load_dlrm(&file, 1.0),
-    ] {
-        if let Ok((w, horizon)) = result {
-            assert!(
-                horizon <= 2 * MAX_DURATION.as_secs() as i64 + 3601,
-                "{text}"
-            );
-            for t in &w.templates {
-                assert!(t.requests.get("memory") >= 0 && t.requests.get("cpu") >= 0);
-            }
-            accepted = !w.pods.is_empty();
+    ];
+    for (w, horizon) in loaded.into_iter().flatten() {
+        assert!(
+            horizon <= 2 * MAX_DURATION.as_secs() as i64 + 3601,
+            "{text}"
+        );
+        for t in &w.templates {
+            assert!(t.requests.get("memory") >= 0 && t.requests.get("cpu") >= 0);
         }
+        accepted |= !w.pods.is_empty();
     }
     let _ = traces::openb::parse_nodes(&file, text);
     accepted

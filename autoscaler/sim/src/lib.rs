@@ -132,7 +132,7 @@ pub fn horizon(scenario: &Scenario, opts: &RunOptions) -> Result<i64, SimError> 
         option: "--hours".into(),
         why: format!("{h} is not a positive number of hours of at most ten years"),
     };
-    if !(h > 0.0) {
+    if h.is_nan() || h <= 0.0 {
         return Err(bad());
     }
     let d = autoscaler_core::duration::from_secs_f64(h * 3600.0).map_err(|_| bad())?;

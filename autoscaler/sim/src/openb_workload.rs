@@ -152,7 +152,7 @@ fn compressed(
     compression: f64,
 ) -> Result<f64, SimError> {
     let t = seconds as f64 / compression;
-    if !(t <= openb::MAX_TIME_S as f64) {
+    if t.is_nan() || t > openb::MAX_TIME_S as f64 {
         return Err(SimError::OutOfRange {
             path: path.to_path_buf(),
             line,
