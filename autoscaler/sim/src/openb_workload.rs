@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use autoscaler_core::labels;
 use autoscaler_core::model::{GpuShare, Pod, PodKey, Pool};
-use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements};
-use autoscaler_core::resources::{Resources, names};
+use autoscaler_core::requirements::{NodeSelector, Operator, Requirements};
+use autoscaler_core::resources::names;
 use autoscaler_core::taints::Toleration;
 
 use crate::error::SimError;
@@ -79,30 +79,31 @@ fn trace_pod(
         .checked_mul(1 << 20)
         .and_then(|b| i64::try_from(b).ok())
         .ok_or_else(|| too_large(memory_field, memory_mib))?;
-    Ok(Pod {
-        key: PodKey {
-            namespace: "default".into(),
-            name: app.into(),
-        },
-        requests: Resources::new()
-            .with(names::PODS, 1)
-            .with(names::CPU, cpu)
-            .with(names::MEMORY, memory),
-        gpu_share: None,
-        labels: [("app".to_string(), app.to_string())].into_iter().collect(),
-        annotations: Labels::new(),
-        node_selector: NodeSelector::default(),
-        preferred: vec![],
-        tolerations: vec![],
-        spread: vec![],
-        anti_affinity: vec![],
-        affinity: vec![],
-        priority: 0,
-        group: None,
-        owner_kind: Some("ReplicaSet".into()),
-        local_storage: false,
-        mirror: false,
-    })
+    let mut pod = Pod::new(PodKey {
+        namespace: "default".into(),
+        name: app.into(),
+    });
+    pod.requests.set(names::CPU, cpu);
+    pod.requests.set(names::MEMORY, memory);
+    pod.labels.insert("app".into(), app.into());
+    pod.owner_kind = Some("ReplicaSet".into());
+    Ok(pod)
+}
+
+/// The index of the template for `key`, made by `make` the first time that shape is seen.
+fn intern<K: std::hash::Hash + Eq>(
+    shapes: &mut HashMap<K, u32>,
+    w: &mut Workload,
+    key: K,
+    make: impl FnOnce() -> Result<Pod, SimError>,
+) -> Result<u32, SimError> {
+    if let Some(t) = shapes.get(&key) {
+        return Ok(*t);
+    }
+    w.templates.push(make()?);
+    let t = (w.templates.len() - 1) as u32;
+    shapes.insert(key, t);
+    Ok(t)
 }
 
 fn template(path: &Path, r: &PodRecord) -> Result<Pod, SimError> {
@@ -216,13 +217,7 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
             r.gpu_milli,
             r.gpu_spec.clone(),
         );
-        if let Some(t) = shapes.get(&key) {
-            return Ok(*t);
-        }
-        w.templates.push(template(path, r)?);
-        let t = (w.templates.len() - 1) as u32;
-        shapes.insert(key, t);
-        Ok(t)
+        intern(&mut shapes, w, key, || template(path, r))
     };
     let horizon;
     match o.fgd_share {
@@ -335,10 +330,11 @@ pub fn load_dlrm(path: &Path, compression: f64) -> Result<(Workload, i64), SimEr
     let mut shapes: HashMap<(u64, u64, u32), u32> = HashMap::new();
     let mut end = 0i64;
     for r in &records {
-        let key = (r.cpu_milli, r.memory_mib, r.gpus);
-        let t = match shapes.get(&key) {
-            Some(t) => *t,
-            None => {
+        let t = intern(
+            &mut shapes,
+            &mut w,
+            (r.cpu_milli, r.memory_mib, r.gpus),
+            || {
                 let mut pod = trace_pod(
                     "dlrm",
                     ("cpu_request", r.cpu_milli),
@@ -350,12 +346,9 @@ pub fn load_dlrm(path: &Path, compression: f64) -> Result<(Workload, i64), SimEr
                     pod.requests.set(names::NVIDIA_GPU, i64::from(r.gpus));
                     pod.tolerations.push(Toleration::exists(names::NVIDIA_GPU));
                 }
-                w.templates.push(pod);
-                let t = (w.templates.len() - 1) as u32;
-                shapes.insert(key, t);
-                t
-            }
-        };
+                Ok(pod)
+            },
+        )?;
         let created = r.creation_s.unwrap_or(0);
         let arrival =
             compressed(path, r.line, "creation_time", created, compression)?.floor() as i64;
