@@ -38,7 +38,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// Options of `gpu-autoscaler run`. Durations take `500ms`, `1s`, `10m`, `1h`.
+/// Options of `gpu-autoscaler run`. Durations take `500ms`, `90s`, `1h30m`, `1.5h`, `2d` or a
+/// number of seconds, at most ten years.
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
     /// Cloud provider.
