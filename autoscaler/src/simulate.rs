@@ -57,6 +57,9 @@ pub(crate) struct SimulateArgs {
     /// `openb_node_list_gpu_node.csv` next to the pod list.
     #[arg(long)]
     openb_nodes: Option<PathBuf>,
+    /// Refuse a run whose workload (generated or from a trace) has more pods than this.
+    #[arg(long, default_value_t = autoscaler_sim::workload::DEFAULT_MAX_PODS)]
+    max_pods: usize,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -116,6 +119,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         seed: args.seed,
         hours: args.hours,
         policies: (!args.policies.is_empty()).then(|| args.policies.clone()),
+        max_pods: Some(args.max_pods),
     };
     let seed = opts.seed.unwrap_or(scenario.seed);
     let workload = match (&args.openb, &args.dlrm) {

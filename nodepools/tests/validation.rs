@@ -290,22 +290,22 @@ fn nodepool_cases() {
             expect![[r#"
                 rust:
                   spec.disruption.consolidationPolicy: unknown consolidation policy "Always" (expected WhenEmpty or WhenEmptyOrUnderutilized)
-                  spec.disruption.consolidateAfter: invalid duration "10 minutes" (expected e.g. 30s, 10m, 1h30m or Never)
-                  spec.disruption.unneededTime: invalid duration "Never" (expected e.g. 30s, 10m or 1h30m)
+                  spec.disruption.consolidateAfter: invalid duration "10 minutes": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
+                  spec.disruption.unneededTime: invalid duration "Never": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
                 server:
-                  spec.disruption.consolidateAfter: "10 minutes" does not match ^(([0-9]+(s|m|h))+|Never)$
+                  spec.disruption.consolidateAfter: "10 minutes" does not match ^(([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+|Never)$
                   spec.disruption.consolidationPolicy: "Always" is not one of ["WhenEmpty","WhenEmptyOrUnderutilized"]
-                  spec.disruption.unneededTime: "Never" does not match ^([0-9]+(s|m|h))+$
+                  spec.disruption.unneededTime: "Never" does not match ^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$
             "#]],
         ),
         (
-            "disruption:\n  consolidateAfter: 1d\n  unneededTime: 99999999999999999999h",
+            "disruption:\n  consolidateAfter: 1w\n  unneededTime: 99999999999999999999h",
             expect![[r#"
                 rust:
-                  spec.disruption.consolidateAfter: invalid duration "1d" (expected e.g. 30s, 10m, 1h30m or Never)
-                  spec.disruption.unneededTime: duration "99999999999999999999h" is too large
+                  spec.disruption.consolidateAfter: invalid duration "1w": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
+                  spec.disruption.unneededTime: invalid duration "99999999999999999999h": longer than 10 years
                 server:
-                  spec.disruption.consolidateAfter: "1d" does not match ^(([0-9]+(s|m|h))+|Never)$
+                  spec.disruption.consolidateAfter: "1w" does not match ^(([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+|Never)$
             "#]],
         ),
         (

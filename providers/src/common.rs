@@ -35,7 +35,38 @@ impl Default for RetrySettings {
     }
 }
 
+/// Checks settings that are durations (given with their field names) against the project's
+/// bound of ten years ([`autoscaler_core::duration::MAX_DURATION`]), so that a mistyped
+/// timeout is refused when the file is read rather than overflowing a deadline later.
+///
+/// # Errors
+/// The first field that is longer, with its value.
+pub fn check_durations(fields: &[(&str, Duration)]) -> Result<(), String> {
+    let max = autoscaler_core::duration::MAX_DURATION;
+    match fields.iter().find(|(_, d)| *d > max) {
+        Some((name, d)) => Err(format!(
+            "{name}: {} s is longer than ten years",
+            d.as_secs()
+        )),
+        None => Ok(()),
+    }
+}
+
 impl RetrySettings {
+    /// The retry delays as named durations, for [`check_durations`].
+    pub fn durations(&self) -> [(&'static str, Duration); 2] {
+        [
+            (
+                "retry.base_delay_ms",
+                Duration::from_millis(self.base_delay_ms),
+            ),
+            (
+                "retry.max_delay_ms",
+                Duration::from_millis(self.max_delay_ms),
+            ),
+        ]
+    }
+
     /// The largest delay before attempt `attempt + 1` (0-based `attempt`).
     pub fn ceiling(&self, attempt: u32) -> Duration {
         let exp = self

@@ -25,29 +25,12 @@ fn parse_into(r: &mut Resources, name: &str, q: &str) {
 
 /// Starts a pod in namespace `default` requesting one pod slot and nothing else.
 pub fn pod(name: &str) -> PodBuilder {
-    PodBuilder(Pod {
-        key: PodKey {
-            namespace: "default".into(),
-            name: name.into(),
-        },
-        requests: Resources::new().with(names::PODS, 1),
-        gpu_share: None,
-        labels: Labels::new(),
-        annotations: Labels::new(),
-        node_selector: NodeSelector::default(),
-        preferred: vec![],
-        tolerations: vec![],
-        spread: vec![],
-        anti_affinity: vec![],
-        affinity: vec![],
-        priority: 0,
-        group: None,
-        owner_kind: Some("ReplicaSet".into()),
-        local_storage: false,
-        mirror: false,
-        host_ports: vec![],
-        started_at: None,
-    })
+    let mut p = Pod::new(PodKey {
+        namespace: "default".into(),
+        name: name.into(),
+    });
+    p.owner_kind = Some("ReplicaSet".into());
+    PodBuilder(p)
 }
 
 /// Builder for [`Pod`].

@@ -12,6 +12,43 @@ pub struct QuantityError {
     pub why: &'static str,
 }
 
+/// A duration that could not be parsed (see [`crate::duration`]); `why` says what was wrong
+/// with `input`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid duration {input:?}: {why}")]
+pub struct DurationError {
+    /// The text (or number) that was rejected.
+    pub input: String,
+    /// What was wrong.
+    pub why: DurationProblem,
+}
+
+/// What was wrong with a duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurationProblem {
+    /// Nothing was given.
+    Empty,
+    /// A minus sign.
+    Negative,
+    /// Not the grammar.
+    Syntax,
+    /// Longer than ten years.
+    TooLong,
+}
+
+impl std::fmt::Display for DurationProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DurationProblem::Empty => "empty duration",
+            DurationProblem::Negative => "negative duration",
+            DurationProblem::Syntax => {
+                "expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)"
+            }
+            DurationProblem::TooLong => "longer than 10 years",
+        })
+    }
+}
+
 /// Errors from turning user-written values into core vocabulary.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CoreError {

@@ -2,10 +2,11 @@
 //!
 //! Snapshot in, plan out. Nothing here does I/O, reads a clock (time is a parameter), spawns a
 //! task or draws an unseeded random number, and planning never fails: a pod that cannot be
-//! helped is returned as data with a reason. The only `Result`s parse user-written values.
+//! helped is returned as data with a reason. The only `Result`s parse user-written values (quantities, durations, selectors).
 
 pub mod builders;
 pub mod disruption;
+pub mod duration;
 pub mod error;
 pub mod exact;
 pub mod gang;
@@ -22,7 +23,7 @@ pub mod resources;
 pub mod taints;
 
 pub use disruption::{DisruptionConfig, DisruptionPlan, DisruptionState, plan_disruption};
-pub use error::{CoreError, QuantityError};
+pub use error::{CoreError, DurationError, QuantityError};
 pub use instance::{CapacityType, GpuSpec, InstanceType, Offering};
 pub use model::{DaemonSet, InFlightClaim, Node, Pod, PodKey, Pool, Snapshot};
 pub use plan::Plan;

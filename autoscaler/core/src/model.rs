@@ -149,6 +149,31 @@ pub struct Pod {
 }
 
 impl Pod {
+    /// A pod `key` requesting one pod slot and nothing else: no labels, selectors, tolerations
+    /// or owner. Builders and loaders start here and fill in what they know.
+    pub fn new(key: PodKey) -> Pod {
+        Pod {
+            key,
+            requests: Resources::new().with(crate::resources::names::PODS, 1),
+            gpu_share: None,
+            labels: Labels::new(),
+            annotations: Labels::new(),
+            node_selector: NodeSelector::default(),
+            preferred: vec![],
+            tolerations: vec![],
+            spread: vec![],
+            anti_affinity: vec![],
+            affinity: vec![],
+            priority: 0,
+            group: None,
+            owner_kind: None,
+            local_storage: false,
+            mirror: false,
+            host_ports: vec![],
+            started_at: None,
+        }
+    }
+
     /// Whether the pod belongs to a DaemonSet.
     pub fn is_daemonset(&self) -> bool {
         self.owner_kind.as_deref() == Some("DaemonSet")

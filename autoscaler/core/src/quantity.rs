@@ -121,9 +121,10 @@ impl Quantity {
                 .checked_mul(p)
                 .ok_or_else(|| err("quantity too large"))?
         } else {
-            let p = 10i128.checked_pow((-exp) as u32);
-            match p {
-                Some(p) => (scaled + p - 1) / p,
+            // Round up without `scaled + p - 1`, which wraps when `scaled` is within `p` of
+            // the i128 limit (a 36-digit mantissa with a binary suffix).
+            match 10i128.checked_pow((-exp) as u32) {
+                Some(p) => scaled / p + i128::from(scaled % p != 0),
                 None => i128::from(scaled > 0),
             }
         };
@@ -240,11 +241,27 @@ mod tests {
             ("1e", "bad exponent"),
             ("1e99", "exponent out of range"),
             ("99999999999999999999Ei", "quantity too large"),
+            // mantissa × 1024 lands just below the i128 limit; rounding must not wrap it.
+            (
+                "166153499473114484112975.882535043071Ki",
+                "quantity too large",
+            ),
         ] {
             let e = Quantity::parse(input).unwrap_err();
             assert_eq!(e.why, why, "{input}");
             assert!(e.to_string().contains(&format!("{input:?}")), "{e}");
         }
+    }
+
+    #[test]
+    fn values_near_the_i128_limit_round_without_wrapping() {
+        // i128::MAX / 1024 as a 36-digit mantissa, scaled down so the value itself is small:
+        // the product with the suffix is within rounding distance of the i128 limit.
+        let q = Quantity::parse("0.166153499473114484112975882535043071Ki").unwrap();
+        assert_eq!(q.millis(), 170_142);
+        assert!(!q.is_negative());
+        let q = Quantity::parse("-0.166153499473114484112975882535043071Ki").unwrap();
+        assert_eq!(q.millis(), -170_142);
     }
 
     #[test]

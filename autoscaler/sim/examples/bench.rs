@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (scenario, work) = match what {
         "default" => {
             let s = Scenario::default_scenario()?;
-            let w = workload::generate(&s, s.seed, s.duration_s);
+            let w = workload::generate(&s, s.seed, s.duration_s, workload::DEFAULT_MAX_PODS)?;
             (s, w)
         }
         "openb" => {
@@ -61,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         path => {
             let s = Scenario::load(Path::new(path))?;
-            let w = workload::generate(&s, s.seed, s.duration_s);
+            let w = workload::generate(&s, s.seed, s.duration_s, workload::DEFAULT_MAX_PODS)?;
             (s, w)
         }
     };

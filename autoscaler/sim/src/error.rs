@@ -75,8 +75,8 @@ pub enum SimError {
         line: usize,
         /// Column name.
         field: String,
-        /// The value found.
-        value: i64,
+        /// The value found, as written.
+        value: String,
         /// Which range it is outside of.
         why: String,
     },
@@ -101,6 +101,29 @@ pub enum SimError {
         line: usize,
         /// The field, as a path from the document root (`workloads[2].pod.cpu`).
         field: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A workload (a scenario generator or a trace) would create more pods than the run allows
+    /// (`--max-pods`).
+    #[error(
+        "{}: workload {workload:?} would take the run past {max} pods (raise --max-pods if you mean it)",
+        path.display()
+    )]
+    TooManyPods {
+        /// The scenario or trace file.
+        path: PathBuf,
+        /// The workload's name (the trace file's name for a trace).
+        workload: String,
+        /// The limit in force.
+        max: usize,
+    },
+    /// A command-line option of a run that the simulator cannot use (a non-finite or
+    /// out-of-range number).
+    #[error("option {option}: {why}")]
+    BadOption {
+        /// The option, as spelled on the command line (`--hours`).
+        option: String,
         /// What is wrong.
         why: String,
     },

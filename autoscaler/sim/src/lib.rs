@@ -43,6 +43,15 @@ pub struct RunOptions {
     pub hours: Option<f64>,
     /// Only these policies.
     pub policies: Option<Vec<String>>,
+    /// Most pods the workload may have ([`workload::DEFAULT_MAX_PODS`] when `None`).
+    pub max_pods: Option<usize>,
+}
+
+impl RunOptions {
+    /// The pod limit in force.
+    pub fn max_pods(&self) -> usize {
+        self.max_pods.unwrap_or(workload::DEFAULT_MAX_PODS)
+    }
 }
 
 /// The result of one run: every policy on the same workload.
@@ -98,29 +107,43 @@ pub fn make_policy<'a>(
 /// workload. `progress` receives the policy name and the fraction of its virtual time done.
 ///
 /// # Errors
-/// [`SimError::Scenario`] for an unknown policy name.
+/// [`SimError::Scenario`] for an unknown policy name, [`SimError::BadOption`] for a bad
+/// `--hours`, [`SimError::TooManyPods`] when a generator exceeds the pod limit.
 pub fn run(
     scenario: &Scenario,
     opts: &RunOptions,
     progress: &mut dyn FnMut(&str, f64),
 ) -> Result<RunReport, SimError> {
     let seed = opts.seed.unwrap_or(scenario.seed);
-    let horizon = horizon(scenario, opts);
-    let workload = workload::generate(scenario, seed, horizon);
+    let horizon = horizon(scenario, opts)?;
+    let workload = workload::generate(scenario, seed, horizon, opts.max_pods())?;
     run_workload(scenario, &workload, opts, progress)
 }
 
 /// Virtual seconds a run covers.
-pub fn horizon(scenario: &Scenario, opts: &RunOptions) -> i64 {
-    opts.hours
-        .map_or(scenario.duration_s, |h| (h * 3600.0).round() as i64)
-        .max(1)
+///
+/// # Errors
+/// [`SimError::BadOption`] when `--hours` is not a positive number of at most ten years.
+pub fn horizon(scenario: &Scenario, opts: &RunOptions) -> Result<i64, SimError> {
+    let Some(h) = opts.hours else {
+        return Ok(scenario.duration_s.max(1));
+    };
+    let bad = || SimError::BadOption {
+        option: "--hours".into(),
+        why: format!("{h} is not a positive number of hours of at most ten years"),
+    };
+    if h.is_nan() || h <= 0.0 {
+        return Err(bad());
+    }
+    let d = autoscaler_core::duration::from_secs_f64(h * 3600.0).map_err(|_| bad())?;
+    Ok(autoscaler_core::duration::whole_seconds(d).max(1))
 }
 
 /// Runs the policies on an already generated (or loaded) workload.
 ///
 /// # Errors
-/// [`SimError::Scenario`] for an unknown policy name.
+/// [`SimError::Scenario`] for an unknown policy name, [`SimError::BadOption`] for a bad
+/// `--hours`, [`SimError::TooManyPods`] when the workload has more pods than the limit.
 pub fn run_workload(
     scenario: &Scenario,
     workload: &Workload,
@@ -129,7 +152,14 @@ pub fn run_workload(
 ) -> Result<RunReport, SimError> {
     let start = Instant::now();
     let seed = opts.seed.unwrap_or(scenario.seed);
-    let horizon = horizon(scenario, opts);
+    let horizon = horizon(scenario, opts)?;
+    if workload.pods.len() > opts.max_pods() {
+        return Err(SimError::TooManyPods {
+            path: scenario.path.clone(),
+            workload: scenario.name.clone(),
+            max: opts.max_pods(),
+        });
+    }
     let shapes = build_shapes(&scenario.pools, &scenario.daemonsets);
     let names = opts
         .policies

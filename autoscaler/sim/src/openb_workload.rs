@@ -15,9 +15,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use autoscaler_core::builders;
 use autoscaler_core::labels;
-use autoscaler_core::model::{GpuShare, Pod, Pool};
+use autoscaler_core::model::{GpuShare, Pod, PodKey, Pool};
 use autoscaler_core::requirements::{NodeSelector, Operator, Requirements};
 use autoscaler_core::resources::names;
 use autoscaler_core::taints::Toleration;
@@ -58,12 +57,63 @@ pub fn catalog_gpu(model: &str) -> Option<&'static str> {
 
 type Shape = (u64, u64, u32, u32, Vec<String>);
 
-fn template(r: &PodRecord) -> Pod {
-    let mut b = builders::pod("openb")
-        .cpu(&format!("{}m", r.cpu_milli))
-        .mem(&format!("{}Mi", r.memory_mib));
-    b.0.labels.insert("app".into(), "openb".into());
-    let mut pod = b.build();
+/// A trace pod asking for `cpu_milli` and `memory_mib`, labelled `app=<app>`, built without the
+/// test builders: a value the pod cannot hold is an error naming the row's file, line and
+/// column (the loaders bound them already; this keeps the guarantee where the pod is made).
+fn trace_pod(
+    app: &str,
+    (cpu_field, cpu_milli): (&str, u64),
+    (memory_field, memory_mib): (&str, u64),
+    path: &Path,
+    line: usize,
+) -> Result<Pod, SimError> {
+    let too_large = |field: &str, value: u64| SimError::OutOfRange {
+        path: path.to_path_buf(),
+        line,
+        field: field.to_string(),
+        value: value.to_string(),
+        why: "is too large for a pod".into(),
+    };
+    let cpu = i64::try_from(cpu_milli).map_err(|_| too_large(cpu_field, cpu_milli))?;
+    let memory = memory_mib
+        .checked_mul(1 << 20)
+        .and_then(|b| i64::try_from(b).ok())
+        .ok_or_else(|| too_large(memory_field, memory_mib))?;
+    let mut pod = Pod::new(PodKey {
+        namespace: "default".into(),
+        name: app.into(),
+    });
+    pod.requests.set(names::CPU, cpu);
+    pod.requests.set(names::MEMORY, memory);
+    pod.labels.insert("app".into(), app.into());
+    pod.owner_kind = Some("ReplicaSet".into());
+    Ok(pod)
+}
+
+/// The index of the template for `key`, made by `make` the first time that shape is seen.
+fn intern<K: std::hash::Hash + Eq>(
+    shapes: &mut HashMap<K, u32>,
+    w: &mut Workload,
+    key: K,
+    make: impl FnOnce() -> Result<Pod, SimError>,
+) -> Result<u32, SimError> {
+    if let Some(t) = shapes.get(&key) {
+        return Ok(*t);
+    }
+    w.templates.push(make()?);
+    let t = (w.templates.len() - 1) as u32;
+    shapes.insert(key, t);
+    Ok(t)
+}
+
+fn template(path: &Path, r: &PodRecord) -> Result<Pod, SimError> {
+    let mut pod = trace_pod(
+        "openb",
+        ("cpu_milli", r.cpu_milli),
+        ("memory_mib", r.memory_mib),
+        path,
+        r.line,
+    )?;
     if let Some(m) = r.gpu_share() {
         pod.gpu_share = Some(GpuShare {
             resource: names::NVIDIA_GPU.into(),
@@ -89,7 +139,39 @@ fn template(r: &PodRecord) -> Pod {
             .expect("non-empty In");
         pod.node_selector = NodeSelector::single(req);
     }
-    pod
+    Ok(pod)
+}
+
+/// `seconds / compression`, or an error naming the row's field when that is later than ten
+/// years (a tiny `--compression` stretches a trace that far); casting it to `i64` is exact
+/// after rounding.
+fn compressed(
+    path: &Path,
+    line: usize,
+    field: &str,
+    seconds: u64,
+    compression: f64,
+) -> Result<f64, SimError> {
+    let t = seconds as f64 / compression;
+    if t.is_nan() || t > openb::MAX_TIME_S as f64 {
+        return Err(SimError::OutOfRange {
+            path: path.to_path_buf(),
+            line,
+            field: field.to_string(),
+            value: seconds.to_string(),
+            why: format!("divided by --compression {compression:?} is later than ten years"),
+        });
+    }
+    Ok(t)
+}
+
+fn bad_option(path: &Path, option: &str, value: f64, why: &str) -> SimError {
+    SimError::Scenario {
+        path: path.to_path_buf(),
+        line: 0,
+        field: option.into(),
+        why: format!("{value} {why}"),
+    }
 }
 
 /// Loads `path` as a workload. Returns it with the horizon (seconds) it needs.
@@ -106,10 +188,28 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
             why: format!("{} must be positive", o.compression),
         });
     }
+    if let Some(share) = o.fgd_share
+        && !(share > 0.0 && share.is_finite())
+    {
+        return Err(bad_option(
+            path,
+            "--fgd-share",
+            share,
+            "must be a positive number",
+        ));
+    }
+    if !(o.fgd_interval_s >= 0.0 && o.fgd_interval_s <= openb::MAX_TIME_S as f64) {
+        return Err(bad_option(
+            path,
+            "--fgd-interval",
+            o.fgd_interval_s,
+            "must be a number of seconds in [0, ten years]",
+        ));
+    }
     let mut records = openb::load_pods(path)?;
     let mut w = Workload::default();
     let mut shapes: HashMap<Shape, u32> = HashMap::new();
-    let mut tpl = |w: &mut Workload, r: &PodRecord| -> u32 {
+    let mut tpl = |w: &mut Workload, r: &PodRecord| -> Result<u32, SimError> {
         let key = (
             r.cpu_milli,
             r.memory_mib,
@@ -117,22 +217,37 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
             r.gpu_milli,
             r.gpu_spec.clone(),
         );
-        *shapes.entry(key).or_insert_with(|| {
-            w.templates.push(template(r));
-            (w.templates.len() - 1) as u32
-        })
+        intern(&mut shapes, w, key, || template(path, r))
     };
     let horizon;
     match o.fgd_share {
         None => {
             let mut end = 0i64;
             for r in &records {
-                let arrival = (r.creation_time as f64 / o.compression).floor() as i64;
-                let runtime = r.deletion_time.filter(|d| *d > r.creation_time).map(|d| {
-                    (((d - r.creation_time) as f64 / o.compression).round() as i64).max(1)
-                });
+                let arrival = compressed(
+                    path,
+                    r.line,
+                    "creation_time",
+                    r.creation_time,
+                    o.compression,
+                )?
+                .floor() as i64;
+                let runtime = match r.deletion_time.filter(|d| *d > r.creation_time) {
+                    Some(d) => Some(
+                        (compressed(
+                            path,
+                            r.line,
+                            "deletion_time",
+                            d - r.creation_time,
+                            o.compression,
+                        )?
+                        .round() as i64)
+                            .max(1),
+                    ),
+                    None => None,
+                };
                 end = end.max(arrival + runtime.unwrap_or(0));
-                let t = tpl(&mut w, r);
+                let t = tpl(&mut w, r)?;
                 w.pods.push(PodSpec {
                     template: t,
                     name: r.name.clone(),
@@ -165,7 +280,7 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
                     break;
                 }
                 requested += r.gpu_milli_total() as f64 / 1000.0;
-                let tp = tpl(&mut w, r);
+                let tp = tpl(&mut w, r)?;
                 w.pods.push(PodSpec {
                     template: tp,
                     name: r.name.clone(),
@@ -175,6 +290,14 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
                     group: None,
                 });
                 t += o.fgd_interval_s;
+                if t > openb::MAX_TIME_S as f64 {
+                    return Err(bad_option(
+                        path,
+                        "--fgd-interval",
+                        o.fgd_interval_s,
+                        "puts the last submission past ten years",
+                    ));
+                }
             }
             // Leave an hour after the last submission for the cluster to settle.
             horizon = t.ceil() as i64 + 3600;
@@ -207,24 +330,42 @@ pub fn load_dlrm(path: &Path, compression: f64) -> Result<(Workload, i64), SimEr
     let mut shapes: HashMap<(u64, u64, u32), u32> = HashMap::new();
     let mut end = 0i64;
     for r in &records {
-        let t = *shapes
-            .entry((r.cpu_milli, r.memory_mib, r.gpus))
-            .or_insert_with(|| {
-                let mut b = builders::pod("dlrm")
-                    .cpu(&format!("{}m", r.cpu_milli))
-                    .mem(&format!("{}Mi", r.memory_mib))
-                    .label("app", "dlrm");
+        let t = intern(
+            &mut shapes,
+            &mut w,
+            (r.cpu_milli, r.memory_mib, r.gpus),
+            || {
+                let mut pod = trace_pod(
+                    "dlrm",
+                    ("cpu_request", r.cpu_milli),
+                    ("memory_request", r.memory_mib),
+                    path,
+                    r.line,
+                )?;
                 if r.gpus > 0 {
-                    b = b.gpus(i64::from(r.gpus));
+                    pod.requests.set(names::NVIDIA_GPU, i64::from(r.gpus));
+                    pod.tolerations.push(Toleration::exists(names::NVIDIA_GPU));
                 }
-                w.templates.push(b.build());
-                (w.templates.len() - 1) as u32
-            });
+                Ok(pod)
+            },
+        )?;
         let created = r.creation_s.unwrap_or(0);
-        let arrival = (created as f64 / compression).floor() as i64;
-        let runtime = r
-            .deletion_s
-            .map(|d| (((d.saturating_sub(created)) as f64 / compression).round() as i64).max(1));
+        let arrival =
+            compressed(path, r.line, "creation_time", created, compression)?.floor() as i64;
+        let runtime = match r.deletion_s {
+            Some(d) => Some(
+                (compressed(
+                    path,
+                    r.line,
+                    "deletion_time",
+                    d.saturating_sub(created),
+                    compression,
+                )?
+                .round() as i64)
+                    .max(1),
+            ),
+            None => None,
+        };
         end = end.max(arrival + runtime.unwrap_or(0));
         w.pods.push(PodSpec {
             template: t,

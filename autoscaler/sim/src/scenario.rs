@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use autoscaler_core::disruption::{DO_NOT_DISRUPT, SAFE_TO_EVICT};
+use autoscaler_core::duration::{self, Bare};
 use autoscaler_core::gpu::apply_sharing;
 use autoscaler_core::model::{
     Budget, BudgetValue, ConsolidationPolicy, DaemonSet, DisruptionPolicy, GpuShare, GpuSharing,
@@ -44,56 +45,20 @@ pub const DEFAULT_SCENARIO_NAME: &str = "default";
 // ---------------------------------------------------------------------------------------------
 // Scalar helpers that fail while deserializing, so serde_yaml attaches line and field.
 
-/// A duration in seconds: a number of seconds, or text such as `90s`, `10m`, `1h30m`, `1.5h`,
-/// `2d`. Negative durations are rejected.
+/// A duration in whole seconds, in the core's one grammar ([`autoscaler_core::duration`]): a
+/// number of seconds, or text such as `90s`, `10m`, `1h30m`, `1.5h`, `2d`. Negative,
+/// non-finite and longer than ten years are rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub i64);
 
-/// Parses a duration as [`Dur`] accepts it.
+/// Parses a duration as [`Dur`] accepts it, in whole seconds (rounded to the nearest).
 ///
 /// # Errors
-/// A short reason for negative, empty or malformed text.
+/// The core's message naming the text: negative, empty, malformed or longer than ten years.
 pub fn parse_duration(text: &str) -> Result<i64, String> {
-    let t = text.trim();
-    if t.starts_with('-') {
-        return Err(format!("negative duration {t:?}"));
-    }
-    if t.is_empty() {
-        return Err("empty duration".into());
-    }
-    if let Ok(n) = t.parse::<f64>() {
-        return Ok(n.round() as i64);
-    }
-    let mut total = 0.0f64;
-    let mut num = String::new();
-    for c in t.chars() {
-        if c.is_ascii_digit() || c == '.' {
-            num.push(c);
-            continue;
-        }
-        let unit = match c {
-            's' => 1.0,
-            'm' => 60.0,
-            'h' => 3600.0,
-            'd' => 86400.0,
-            _ => {
-                return Err(format!(
-                    "invalid duration {t:?} (expected e.g. 90s, 10m, 1h30m)"
-                ));
-            }
-        };
-        let n: f64 = num
-            .parse()
-            .map_err(|_| format!("invalid duration {t:?} (expected e.g. 90s, 10m, 1h30m)"))?;
-        total += n * unit;
-        num.clear();
-    }
-    if !num.is_empty() {
-        return Err(format!(
-            "invalid duration {t:?}: a unit (s, m, h, d) must follow {num}"
-        ));
-    }
-    Ok(total.round() as i64)
+    duration::parse(text.trim(), Bare::Seconds)
+        .map(duration::whole_seconds)
+        .map_err(|e| e.to_string())
 }
 
 impl<'de> Deserialize<'de> for Dur {
@@ -105,21 +70,21 @@ impl<'de> Deserialize<'de> for Dur {
                 f.write_str("a duration such as 90, \"90s\", \"10m\" or \"1h30m\"")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
-                if v < 0 {
-                    return Err(E::custom(format!("negative duration {v}")));
-                }
-                Ok(Dur(v))
+                self.visit_str(&v.to_string())
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
-                i64::try_from(v)
-                    .map(Dur)
-                    .map_err(|_| E::custom("duration too large"))
+                self.visit_str(&v.to_string())
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Dur, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Dur, E> {
+                self.visit_str(&v.to_string())
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
-                if v < 0.0 || !v.is_finite() {
-                    return Err(E::custom(format!("negative or invalid duration {v}")));
-                }
-                Ok(Dur(v.round() as i64))
+                duration::from_secs_f64(v)
+                    .map(|d| Dur(duration::whole_seconds(d)))
+                    .map_err(E::custom)
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Dur, E> {
                 parse_duration(v).map(Dur).map_err(E::custom)
@@ -145,6 +110,12 @@ impl<'de> Deserialize<'de> for Qty {
                 self.visit_str(&v.to_string())
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Qty, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Qty, E> {
+                self.visit_str(&v.to_string())
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Qty, E> {
                 self.visit_str(&v.to_string())
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Qty, E> {
@@ -1089,11 +1060,12 @@ fn build_cluster(
         }
     }
     if let Some(r) = f.spot_interruptions_per_hour {
-        if r < 0.0 {
+        // Written so that NaN fails too.
+        if !(r >= 0.0 && r.is_finite()) {
             return Err(cx.err(
                 &["spotInterruptionsPerHour:"],
                 "cluster.spotInterruptionsPerHour",
-                "must not be negative",
+                format!("{r} is not a finite rate of at least 0"),
             ));
         }
         c.spot_interruptions_per_hour = r;
@@ -1388,7 +1360,7 @@ fn build_arrivals(
     }
     if let Some(r) = a.per_hour {
         if !(r > 0.0 && r.is_finite()) {
-            return Err(err("perHour must be positive"));
+            return Err(err(&format!("perHour {r} is not a finite positive rate")));
         }
         return Ok(Arrivals::Poisson {
             per_hour: r,

@@ -5,6 +5,7 @@
 use autoscaler_core::model::{Pod, PodKey};
 use autoscaler_core::requirements::{Operator, Requirements};
 
+use crate::error::SimError;
 use crate::rng::Rng;
 use crate::scenario::{Arrivals, Generator, ProvReqSpec, Runtime, Scenario};
 
@@ -109,8 +110,11 @@ impl Workload {
     }
 }
 
-fn arrival_times(a: &Arrivals, horizon: i64, rng: &mut Rng, limit: Option<u32>) -> Vec<i64> {
-    let cap = limit.map_or(usize::MAX, |l| l as usize);
+/// The most pods a generated or loaded workload may have unless told otherwise (`--max-pods`):
+/// far above any scenario we run, low enough that the engine's memory stays in a few GiB.
+pub const DEFAULT_MAX_PODS: usize = 5_000_000;
+
+fn arrival_times(a: &Arrivals, horizon: i64, rng: &mut Rng, cap: usize) -> Vec<i64> {
     let mut out = Vec::new();
     match a {
         Arrivals::Poisson {
@@ -134,7 +138,11 @@ fn arrival_times(a: &Arrivals, horizon: i64, rng: &mut Rng, limit: Option<u32>) 
             let mut t = *start;
             while t < end && out.len() < cap {
                 out.push(t);
-                t += every;
+                // Scenario durations are at most ten years, but stop rather than wrap.
+                let Some(next) = t.checked_add(*every) else {
+                    break;
+                };
+                t = next;
             }
         }
         Arrivals::At(ts) => {
@@ -153,10 +161,29 @@ fn draw_runtime(r: &Runtime, rng: &mut Rng) -> i64 {
     .max(1)
 }
 
-/// Generates the workload of `scenario` with `seed`, up to `horizon` seconds.
-pub fn generate(scenario: &Scenario, seed: u64, horizon: i64) -> Workload {
+/// Generates the workload of `scenario` with `seed`, up to `horizon` seconds, with at most
+/// `max_pods` pods in all.
+///
+/// # Errors
+/// [`SimError::TooManyPods`] naming the first workload that would take the total past
+/// `max_pods`; it is found before that workload's pods are built, so a generator asking for
+/// billions costs nothing.
+pub fn generate(
+    scenario: &Scenario,
+    seed: u64,
+    horizon: i64,
+    max_pods: usize,
+) -> Result<Workload, SimError> {
+    // Pods and groups are indexed by u32.
+    let max_pods = max_pods.min(u32::MAX as usize);
     let mut w = Workload::default();
     for spec in &scenario.workloads {
+        let too_many = || SimError::TooManyPods {
+            path: scenario.path.clone(),
+            workload: spec.name.clone(),
+            max: max_pods,
+        };
+        let room = max_pods.saturating_sub(w.pods.len());
         let ti = w.templates.len() as u32;
         w.templates.push(spec.template.clone());
         // One stream per workload: adding a workload does not change the others' pods.
@@ -172,7 +199,10 @@ pub fn generate(scenario: &Scenario, seed: u64, horizon: i64) -> Workload {
                     if *at >= horizon {
                         break;
                     }
-                    let count = *count as usize;
+                    let count = usize::try_from(*count).unwrap_or(usize::MAX);
+                    if count.saturating_sub(live.len()) > room.saturating_sub(n) {
+                        return Err(too_many());
+                    }
                     while live.len() < count {
                         live.push(w.pods.len());
                         w.pods.push(PodSpec {
@@ -205,10 +235,14 @@ pub fn generate(scenario: &Scenario, seed: u64, horizon: i64) -> Workload {
                 runtime,
                 limit,
             } => {
-                for (n, at) in arrival_times(arrivals, horizon, &mut rng, *limit)
-                    .into_iter()
-                    .enumerate()
-                {
+                let cap = limit
+                    .map_or(usize::MAX, |l| l as usize)
+                    .min(room.saturating_add(1));
+                let times = arrival_times(arrivals, horizon, &mut rng, cap);
+                if times.len() > room {
+                    return Err(too_many());
+                }
+                for (n, at) in times.into_iter().enumerate() {
                     let rt = draw_runtime(runtime, &mut rng);
                     w.pods.push(PodSpec {
                         template: ti,
@@ -227,15 +261,21 @@ pub fn generate(scenario: &Scenario, seed: u64, horizon: i64) -> Workload {
                 limit,
                 provisioning_request,
             } => {
-                for (n, at) in arrival_times(arrivals, horizon, &mut rng, *limit)
-                    .into_iter()
-                    .enumerate()
-                {
+                let size = usize::try_from(*size).unwrap_or(usize::MAX).max(1);
+                let groups_room = room / size;
+                let cap = limit
+                    .map_or(usize::MAX, |l| l as usize)
+                    .min(groups_room.saturating_add(1));
+                let times = arrival_times(arrivals, horizon, &mut rng, cap);
+                if times.len() > groups_room {
+                    return Err(too_many());
+                }
+                for (n, at) in times.into_iter().enumerate() {
                     let rt = draw_runtime(runtime, &mut rng);
                     let gi = w.groups.len() as u32;
                     let gname = format!("{}-{n}", spec.name);
-                    let mut members = Vec::new();
-                    for m in 0..*size {
+                    let mut members = Vec::with_capacity(size);
+                    for m in 0..size {
                         members.push(w.pods.len() as u32);
                         w.pods.push(PodSpec {
                             template: ti,
@@ -256,5 +296,5 @@ pub fn generate(scenario: &Scenario, seed: u64, horizon: i64) -> Workload {
         }
     }
     w.finish();
-    w
+    Ok(w)
 }

@@ -107,6 +107,7 @@ fn node(name: &str, cpu: u64, mem_gib: u64, gpus: u32, model: &str) -> NodeRecor
 
 fn trace_pod(i: usize, cpu_milli: u64, num_gpu: u32, gpu_milli: u32, spec: &[&str]) -> PodRecord {
     PodRecord {
+        line: 0,
         name: format!("openb-pod-{i:04}"),
         cpu_milli,
         memory_mib: 4096,

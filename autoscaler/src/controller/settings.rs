@@ -5,30 +5,14 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-/// Parses `250ms`, `1s`, `10m`, `1h`, or a bare number of seconds.
+/// Parses a flag's duration in the core's one grammar ([`autoscaler_core::duration`]): `250ms`,
+/// `90s`, `1h30m`, `1.5h`, `2d`, or a bare number of seconds; at most ten years.
 ///
 /// # Errors
-/// A message naming the bad value.
+/// The core's message naming the bad value (the same one NodePools and scenarios give).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => (&s[..i], &s[i..]),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?} (expected e.g. 500ms, 1s, 10m, 1h)"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m or h)")),
-    };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("invalid duration {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    use autoscaler_core::duration::{Bare, parse};
+    parse(s.trim(), Bare::Seconds).map_err(|e| e.to_string())
 }
 
 /// Which cloud provider to use.
@@ -54,7 +38,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// Options of `gpu-autoscaler run`. Durations take `500ms`, `1s`, `10m`, `1h`.
+/// Options of `gpu-autoscaler run`. Durations take `500ms`, `90s`, `1h30m`, `1.5h`, `2d` or a
+/// number of seconds, at most ten years.
 #[derive(Args, Clone, Debug)]
 pub struct RunArgs {
     /// Cloud provider.
@@ -215,8 +200,30 @@ mod tests {
         assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn absurd_durations_are_clean_errors() {
+        use clap::Parser;
+        for (flag, why) in [
+            ("--batch-idle=1e23", "expected a number with a unit"),
+            (
+                "--lease-duration=99999999999999999h",
+                "longer than 10 years",
+            ),
+            ("--gc-grace=inf", "expected a number with a unit"),
+            ("--loop-interval=-1s", "negative duration"),
+        ] {
+            let e = Cli::try_parse_from(["x", flag])
+                .err()
+                .expect(flag)
+                .to_string();
+            assert!(e.contains(why), "{flag}: {e}");
+        }
     }
 
     #[derive(clap::Parser)]

@@ -196,7 +196,8 @@ pub struct DisruptionSpec {
     #[schemars(extend("enum" = ["WhenEmpty", "WhenEmptyOrUnderutilized"]))]
     pub consolidation_policy: String,
     /// How long a node must be stable (no pod added or removed) before consolidation considers
-    /// it: `30s`, `10m`, `1h`, or `Never` to disable consolidation.
+    /// it: `30s`, `10m`, `1h30m`, `1.5h` (at most ten years), or `Never` to disable
+    /// consolidation.
     #[serde(default = "default_consolidate_after")]
     #[schemars(pattern(DURATION_OR_NEVER_PATTERN))]
     pub consolidate_after: String,
@@ -209,7 +210,8 @@ pub struct DisruptionSpec {
     #[serde(default = "default_threshold")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub utilization_threshold: f64,
-    /// How long a node must stay unneeded before it is removed.
+    /// How long a node must stay unneeded before it is removed (`10m`, `1h30m`, `1.5h`; at
+    /// most ten years).
     #[serde(default = "default_unneeded_time")]
     #[schemars(pattern(DURATION_PATTERN))]
     pub unneeded_time: String,

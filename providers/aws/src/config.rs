@@ -3,6 +3,7 @@
 //! in code; every field has a default so that an empty file is valid.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -151,6 +152,24 @@ impl AwsSettings {
         if self.retry.max_attempts == 0 {
             return bad("retry.max_attempts must be at least 1");
         }
+        let [base, max] = self.retry.durations();
+        providers::common::check_durations(&[
+            (
+                "catalog_ttl_s",
+                Duration::from_secs(self.catalog_ttl_s.unsigned_abs()),
+            ),
+            (
+                "timeouts.connect_ms",
+                Duration::from_millis(self.timeouts.connect_ms),
+            ),
+            (
+                "timeouts.attempt_ms",
+                Duration::from_millis(self.timeouts.attempt_ms),
+            ),
+            base,
+            max,
+        ])
+        .map_err(AwsError::Config)?;
         for (name, class) in &self.node_classes {
             if class.root_volume_gib == 0 {
                 return Err(AwsError::Config(format!(

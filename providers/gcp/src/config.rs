@@ -5,6 +5,7 @@
 //! `project:` is valid.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use providers::common::{RateLimit, RetrySettings};
 use serde::{Deserialize, Serialize};
@@ -146,6 +147,28 @@ impl GcpSettings {
         if self.timeouts.operation_s == 0 {
             return bad("timeouts.operation_s must be positive".into());
         }
+        let [base, max] = self.retry.durations();
+        providers::common::check_durations(&[
+            (
+                "catalog_ttl_s",
+                Duration::from_secs(self.catalog_ttl_s.unsigned_abs()),
+            ),
+            (
+                "timeouts.attempt_ms",
+                Duration::from_millis(self.timeouts.attempt_ms),
+            ),
+            (
+                "timeouts.operation_s",
+                Duration::from_secs(self.timeouts.operation_s),
+            ),
+            (
+                "timeouts.poll_ms",
+                Duration::from_millis(self.timeouts.poll_ms),
+            ),
+            base,
+            max,
+        ])
+        .map_err(GcpError::Config)?;
         for (name, class) in &self.node_classes {
             if class.boot_disk_gib < 10 {
                 return bad(format!(

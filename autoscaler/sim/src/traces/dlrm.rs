@@ -9,11 +9,14 @@
 use std::path::Path;
 
 use crate::error::SimError;
+use crate::traces::openb::{MAX_CPU_MILLI, MAX_MEMORY_MIB, MAX_TIME_S};
 use crate::traces::table::{Field, Table};
 
 /// One instance of the trace.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DlrmRecord {
+    /// The 1-based line of the file it was read from.
+    pub line: usize,
     /// Instance name.
     pub name: String,
     /// `HN` or `CN`.
@@ -53,12 +56,7 @@ fn decimal(f: &Field) -> Result<Option<f64>, SimError> {
         });
     }
     if v < 0.0 {
-        return Err(SimError::Negative {
-            path: f.path.to_path_buf(),
-            line: f.line,
-            field: f.name.to_string(),
-            value: v.floor() as i64,
-        });
+        return Err(f.out_of_range(t, "is negative"));
     }
     Ok(Some(v))
 }
@@ -69,6 +67,33 @@ fn required(f: &Field) -> Result<f64, SimError> {
         line: f.line,
         field: f.name.to_string(),
     })
+}
+
+/// A required field times `factor`, rounded, at most `max`: cores to millicores, GiB to MiB.
+fn scaled(f: &Field, factor: f64, max: u64) -> Result<u64, SimError> {
+    let v = required(f)? * factor;
+    // `v` is finite and not negative; the comparison keeps the cast below exact.
+    if v.round() > max as f64 {
+        return Err(f.out_of_range(
+            f.text.trim(),
+            format!("is above the largest accepted ({max} after conversion)"),
+        ));
+    }
+    Ok(v.round() as u64)
+}
+
+/// An optional time in seconds, rounded, at most ten years.
+fn seconds(f: &Field) -> Result<Option<u64>, SimError> {
+    let Some(v) = decimal(f)? else {
+        return Ok(None);
+    };
+    if v.round() > MAX_TIME_S as f64 {
+        return Err(f.out_of_range(
+            f.text.trim(),
+            format!("is later than ten years ({MAX_TIME_S} s)"),
+        ));
+    }
+    Ok(Some(v.round() as u64))
 }
 
 /// Loads the trace.
@@ -113,22 +138,24 @@ fn from_table(table: &Table) -> Result<Vec<DlrmRecord>, SimError> {
         };
         let gpus = required(&f(4))?;
         if gpus.fract() != 0.0 || gpus > 65_536.0 {
-            return Err(f(4).out_of_range(gpus as i64, "is not a whole number of GPUs"));
+            return Err(f(4).out_of_range(gpus, "is not a whole number of GPUs up to 65536"));
         }
-        let creation = decimal(&f(6))?.map(|v| v.round() as u64);
-        let deletion = decimal(&f(7))?.map(|v| v.round() as u64);
+        let creation = seconds(&f(6))?;
+        let deletion = seconds(&f(7))?;
         if let (Some(c), Some(d)) = (creation, deletion)
             && d < c
         {
-            return Err(f(7).out_of_range(d as i64, "is before creation_time"));
+            return Err(f(7).out_of_range(d, "is before creation_time"));
         }
         out.push(DlrmRecord {
+            line: row.line,
             name: f(0).text()?.to_string(),
             role: f(1).text.trim().to_string(),
             app: f(2).text.trim().to_string(),
-            cpu_milli: (required(&f(3))? * 1000.0).round() as u64,
+            cpu_milli: scaled(&f(3), 1000.0, MAX_CPU_MILLI)?,
+            // Checked above: a whole number in [0, 65536].
             gpus: gpus as u32,
-            memory_mib: (required(&f(5))? * 1024.0).round() as u64,
+            memory_mib: scaled(&f(5), 1024.0, MAX_MEMORY_MIB)?,
             creation_s: creation,
             deletion_s: deletion,
         });

@@ -34,6 +34,8 @@ pub struct NodeRecord {
 /// One pod of a pod list.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodRecord {
+    /// The 1-based line of the file it was read from (0 when made up in code).
+    pub line: usize,
     /// Pod name (`openb-pod-0000`).
     pub name: String,
     /// CPU request in millicores.
@@ -82,8 +84,14 @@ impl PodRecord {
 /// Largest GPU count per node or pod we accept; far above any real machine, low enough that
 /// sums over a whole trace cannot overflow.
 const MAX_GPUS: u64 = 1 << 16;
-/// Largest cpu (millicores), memory (MiB) or time (seconds) we accept, for the same reason.
-const MAX_AMOUNT: u64 = 1 << 48;
+/// Largest cpu we accept, in millicores (a billion cores); pods and nodes keep cpu in `i64`
+/// millicores, and sums saturate.
+pub const MAX_CPU_MILLI: u64 = 1 << 40;
+/// Largest memory we accept, in MiB (an exbibyte): 2^60 bytes still fits the `i64` bytes of a
+/// pod's or node's memory.
+pub const MAX_MEMORY_MIB: u64 = 1 << 40;
+/// Latest time we accept, in seconds from the trace start: ten years, the longest simulation.
+pub const MAX_TIME_S: u64 = autoscaler_core::duration::MAX_DURATION.as_secs();
 
 /// Loads a node list.
 ///
@@ -162,8 +170,8 @@ fn nodes_from(table: &Table) -> Result<Vec<NodeRecord>, SimError> {
         let model = f(4).text.trim();
         out.push(NodeRecord {
             name: f(0).text()?.to_string(),
-            cpu_milli: f(1).uint(MAX_AMOUNT)?,
-            memory_mib: f(2).uint(MAX_AMOUNT)?,
+            cpu_milli: f(1).uint(MAX_CPU_MILLI)?,
+            memory_mib: f(2).uint(MAX_MEMORY_MIB)?,
             gpus: narrow(f(3).uint(MAX_GPUS)?),
             model: (!model.is_empty()).then(|| model.to_string()),
         });
@@ -193,10 +201,9 @@ fn pods_from(table: &Table) -> Result<Vec<PodRecord>, SimError> {
         let milli_field = f(4);
         let gpu_milli = narrow(milli_field.uint(1000)?);
         if num_gpu == 0 && gpu_milli > 0 {
-            return Err(milli_field.out_of_range(
-                i64::from(gpu_milli),
-                "is a share of a GPU, but num_gpu is 0",
-            ));
+            return Err(
+                milli_field.out_of_range(gpu_milli, "is a share of a GPU, but num_gpu is 0")
+            );
         }
         let mut gpu_spec: Vec<String> = Vec::new();
         for m in f(5).text.split('|').map(str::trim) {
@@ -205,17 +212,18 @@ fn pods_from(table: &Table) -> Result<Vec<PodRecord>, SimError> {
             }
         }
         out.push(PodRecord {
+            line: row.line,
             name: f(0).text()?.to_string(),
-            cpu_milli: f(1).uint(MAX_AMOUNT)?,
-            memory_mib: f(2).uint(MAX_AMOUNT)?,
+            cpu_milli: f(1).uint(MAX_CPU_MILLI)?,
+            memory_mib: f(2).uint(MAX_MEMORY_MIB)?,
             num_gpu,
             gpu_milli,
             gpu_spec,
             qos: f(6).text.trim().to_string(),
             pod_phase: f(7).text.trim().to_string(),
-            creation_time: f(8).uint(MAX_AMOUNT)?,
-            deletion_time: f(9).opt_uint(MAX_AMOUNT)?,
-            scheduled_time: f(10).opt_uint(MAX_AMOUNT)?,
+            creation_time: f(8).uint(MAX_TIME_S)?,
+            deletion_time: f(9).opt_uint(MAX_TIME_S)?,
+            scheduled_time: f(10).opt_uint(MAX_TIME_S)?,
         });
     }
     Ok(out)

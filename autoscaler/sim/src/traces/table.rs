@@ -199,12 +199,12 @@ impl Field<'_> {
     }
 
     /// An [`SimError::OutOfRange`] about this field.
-    pub(crate) fn out_of_range(&self, value: i64, why: impl Into<String>) -> SimError {
+    pub(crate) fn out_of_range(&self, value: impl ToString, why: impl Into<String>) -> SimError {
         SimError::OutOfRange {
             path: self.path.to_path_buf(),
             line: self.line,
             field: self.name.to_string(),
-            value,
+            value: value.to_string(),
             why: why.into(),
         }
     }

@@ -1,0 +1,162 @@
+//! The bad-input corpus (`tests/bad-inputs/cases.yaml`) through the real binary: every case
+//! runs under a 3 GB address-space limit and a 20 s deadline, and must end in a clean refusal
+//! (exit status 1 or 2, never a signal, a panic or the deadline) that names what was wrong;
+//! the controls must succeed under the same limits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+/// Address space a case may use: what an abort by memory exhaustion would need is far above.
+const ADDRESS_SPACE_BYTES: u64 = 3_000_000_000;
+/// Wall-clock limit per case (a hang shows up as this).
+const DEADLINE: Duration = Duration::from_secs(20);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    args: Vec<String>,
+    #[serde(default)]
+    expect: Vec<String>,
+    #[serde(default)]
+    ok: bool,
+}
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bad-inputs")
+}
+
+fn cases() -> Vec<Case> {
+    let path = corpus().join("cases.yaml");
+    let text = std::fs::read_to_string(&path).expect("read cases.yaml");
+    serde_yaml::from_str(&text).expect("cases.yaml parses")
+}
+
+/// What became of one run.
+struct Outcome {
+    code: Option<i32>,
+    stderr: String,
+    timed_out: bool,
+}
+
+fn run_limited(args: &[String]) -> Outcome {
+    let mut child = Command::new("prlimit")
+        .arg(format!("--as={ADDRESS_SPACE_BYTES}"))
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_gpu-autoscaler"))
+        .args(args)
+        .current_dir(corpus())
+        // Nothing may reach out: no kubeconfig, no cloud credentials or endpoints.
+        .env("KUBECONFIG", "/nonexistent")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("POD_NAMESPACE")
+        .env_remove("POD_NAME")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn prlimit (util-linux) with gpu-autoscaler");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).ok();
+        s
+    });
+    let start = Instant::now();
+    let (status, timed_out) = loop {
+        if let Some(status) = child.try_wait().expect("wait for the binary") {
+            break (status, false);
+        }
+        if start.elapsed() > DEADLINE {
+            child.kill().ok();
+            break (child.wait().expect("reap the binary"), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Outcome {
+        code: status.code(),
+        stderr: reader.join().expect("stderr reader"),
+        timed_out,
+    }
+}
+
+#[test]
+fn every_corpus_case_is_refused_cleanly_under_memory_and_time_limits() {
+    let cases = cases();
+    assert!(cases.len() >= 40, "the corpus shrank to {}", cases.len());
+    let mut failures = Vec::new();
+    for case in &cases {
+        let out = run_limited(&case.args);
+        let name = case.args.join(" ");
+        let mut why = Vec::new();
+        if out.timed_out {
+            why.push(format!("still running after {DEADLINE:?}"));
+        }
+        if out.stderr.contains("panicked") || out.code == Some(101) {
+            why.push("panicked".to_string());
+        }
+        match (case.ok, out.code) {
+            (_, None) if !out.timed_out => why.push("killed by a signal".into()),
+            (true, Some(c)) if c != 0 => why.push(format!("control failed with status {c}")),
+            (false, Some(0)) => why.push("bad input accepted (status 0)".into()),
+            (false, Some(c)) if c != 1 && c != 2 => why.push(format!("status {c}")),
+            _ => {}
+        }
+        if !case.ok {
+            assert!(
+                !case.expect.is_empty(),
+                "{name}: a bad case must say what to expect"
+            );
+            for e in &case.expect {
+                if !out.stderr.contains(e.as_str()) {
+                    why.push(format!("message lacks {e:?}"));
+                }
+            }
+        }
+        if !why.is_empty() {
+            failures.push(format!(
+                "{name}: {}\n  stderr: {}",
+                why.join("; "),
+                out.stderr.trim()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} corpus cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn every_corpus_file_is_used_by_a_case() {
+    let cases = cases();
+    let mut unused = Vec::new();
+    for dir in ["scenarios", "nodepools", "traces", "settings"] {
+        for entry in std::fs::read_dir(corpus().join(dir)).expect("corpus directory") {
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            let used = cases.iter().any(|c| {
+                c.args.iter().any(|a| a.contains(&name))
+                    || (dir == "nodepools"
+                        && cases.iter().any(|c2| {
+                            c2.args
+                                .iter()
+                                .any(|a| a.contains(&format!("nodepool-{name}")))
+                        }))
+            });
+            if !used {
+                unused.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    assert!(unused.is_empty(), "corpus files no case runs: {unused:?}");
+}
