@@ -560,6 +560,8 @@ struct Controller<P> {
     first_round: bool,
     /// ProvisioningRequests without capacity: attempts so far and when the next may run.
     provreq_backoff: HashMap<String, (u32, Instant)>,
+    /// The launch guard and the shapes kept out of planning for delivering too little.
+    guard: GuardState,
 }
 
 fn class_of(np: &NodePool) -> NodeClassRef {
@@ -575,7 +577,10 @@ fn class_of(np: &NodePool) -> NodeClassRef {
         .unwrap_or_default()
 }
 
+mod guard;
 mod provreqs;
+
+use guard::{GuardState, LaunchCatalog};
 
 impl<P: CloudProvider + 'static> Controller<P> {
     fn disruption_config(&self) -> DisruptionConfig {
@@ -596,6 +601,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             registration_s: i64::try_from(self.args.registration_timeout.as_secs())
                 .unwrap_or(i64::MAX),
             initialization_s: i64::try_from(self.args.initialization_timeout.as_secs())
+                .unwrap_or(i64::MAX),
+            device_plugin_s: i64::try_from(self.args.device_plugin_timeout.as_secs())
                 .unwrap_or(i64::MAX),
         }
     }
@@ -635,6 +642,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .lock()
                     .expect("lock")
                     .apply(&mut t, now);
+                self.guard.shapes.apply_to_pool(&np.name_any(), &mut t, now);
                 out.insert(np.name_any(), Arc::new(t));
             }
         }
@@ -881,6 +889,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .patch_claim_status(&name, &json!(s))
                     .await
             }
+            Action::ResourceMismatch { message } => self.report_mismatch(claim, message).await,
             Action::Delete { reason } => {
                 tracing::info!(claim = %name, %reason, "deleting NodeClaim");
                 self.shared
@@ -952,13 +961,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .first()
             .map(|c| c.spec.node_pool.clone())
             .unwrap_or_default();
-        let types = self
-            .stores
-            .pools
-            .find(|p| p.name_any() == pool)
-            .and_then(|np| self.types.get(&class_of(&np)).map(|(_, t)| t.clone()))
-            .unwrap_or_default();
-        if types.is_empty() || claims.iter().any(|c| c.spec.node_pool != pool) {
+        let catalog = self.launch_catalog(&pool);
+        if catalog.is_none() || claims.iter().any(|c| c.spec.node_pool != pool) {
             // No catalog yet, or claims of several pools (no shared template): next round,
             // or one by one.
             let mut l = self.shared.launching.lock().expect("lock");
@@ -966,16 +970,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 l.remove(n);
             }
             drop(l);
-            if !types.is_empty() {
+            if catalog.is_some() {
                 for c in claims {
                     self.spawn_launch(c);
                 }
             }
             return;
         }
+        let Some(catalog) = catalog else { return };
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            if let Err(e) = launch_group(&shared, &claims, &types).await {
+            if let Err(e) = launch_group(&shared, &claims, &catalog).await {
                 tracing::warn!(claims = ?names, error = %e, "group launch");
             }
         });
@@ -993,20 +998,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         let shared = self.shared.clone();
         let pool = claim.spec.node_pool.clone();
-        let types = self
-            .stores
-            .pools
-            .find(|p| p.name_any() == pool)
-            .and_then(|np| self.types.get(&class_of(&np)).map(|(_, t)| t.clone()))
-            .unwrap_or_default();
-        if types.is_empty() {
+        let Some(catalog) = self.launch_catalog(&pool) else {
             // No catalog yet (the provider did not answer): try again next round rather than
             // fail the claim for want of candidates.
             self.shared.launching.lock().expect("lock").remove(&name);
             return;
-        }
+        };
         tokio::spawn(async move {
-            if let Err(e) = launch(&shared, &claim, &types).await {
+            if let Err(e) = launch(&shared, &claim, &catalog).await {
                 tracing::warn!(claim = %claim.name_any(), error = %e, "launch");
             }
         });
@@ -1116,6 +1115,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let pods = self.stores.pods.state();
         let pending = self.pending_now(&pods);
         self.shared.metrics.pending_pods.set(pending.len() as i64);
+        self.guard_observe(&pending);
         let Some(batch) = self.batcher.step(self.millis(), &pending) else {
             return;
         };
@@ -1146,7 +1146,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             tracing::warn!(object = %obj, %problem, "left out of the snapshot");
         }
         let planning = Instant::now();
-        let plan = plan_provisioning(&built.snapshot);
+        let mut plan = plan_provisioning(&built.snapshot);
         tracing::info!(
             snapshot_ms = (planning - building).as_millis() as u64,
             plan_ms = planning.elapsed().as_millis() as u64,
@@ -1160,6 +1160,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
             pods.iter().map(|p| (&p.key, p)).collect();
         let mut events = Vec::new();
+        self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
         // Claims are written concurrently (a burst may need hundreds), results kept in order.
         let objects: Vec<(&NewClaim, NodeClaim)> = plan
             .new_claims
@@ -1189,6 +1190,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .map(|o| o.instance_type.as_str())
                         .collect();
                     tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
+                    self.guard.launches.created(&cname, &nc.pods);
                     self.disruption_state.last_scale_up = Some(epoch());
                     for pk in &nc.pods {
                         if let Some(p) = pod_by_key.get(pk) {
@@ -1721,6 +1723,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     );
                 }
             }
+            let (delivered, reason, message) = self.delivered_condition(&name, epoch());
+            set_condition(
+                &mut conds,
+                (conditions::CAPACITY_DELIVERED, delivered),
+                reason,
+                &message,
+                ts,
+                np.metadata.generation,
+            );
             let status = nodepools::NodePoolStatus {
                 conditions: conds,
                 nodes: mine.len() as i64,
@@ -1811,7 +1822,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
 fn launch_request<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claim: &NodeClaim,
-    types: &[InstanceType],
+    catalog: &LaunchCatalog,
     now: i64,
 ) -> Result<LaunchRequest> {
     let name = claim.name_any();
@@ -1821,7 +1832,7 @@ fn launch_request<P: CloudProvider + 'static>(
         .map_err(|e| Error::Config(format!("NodeClaim {name}: {e}")))?;
     let offered = {
         let u = shared.unavailable.lock().expect("lock");
-        candidates(&spec.requirements, types, &u, now)
+        candidates(&spec.requirements, &catalog.types, &u, now)
     };
     let mut node_labels = claim.labels().clone();
     node_labels.insert(keys::CLAIM_LABEL.into(), name.clone());
@@ -1843,6 +1854,7 @@ fn launch_request<P: CloudProvider + 'static>(
         taints: spec.taints.clone(),
         startup_taints: spec.startup_taints.clone(),
         placement_group: placement_group_of(claim),
+        gpu_sharing: catalog.sharing.clone(),
     };
     Ok(request)
 }
@@ -1858,10 +1870,12 @@ pub fn placement_group_of(claim: &NodeClaim) -> Option<String> {
 
 /// Records a launch's outcome on the claim: Launched with the instance, or Launched=False
 /// with the capacity or request error (transient errors leave the claim Pending for a retry).
+/// The claim's capacity and allocatable are the instance type as the NodePool's node (GPU
+/// sharing applied): what it was launched for, which initialization checks the Node against.
 async fn record_launch<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claim: &NodeClaim,
-    types: &[InstanceType],
+    catalog: &LaunchCatalog,
     result: Result<providers::Launched, ProviderError>,
     now: i64,
 ) -> Result<()> {
@@ -1877,7 +1891,7 @@ async fn record_launch<P: CloudProvider + 'static>(
                 .expect("lock")
                 .mark_all(launched.unavailable.clone(), now);
             let i = &launched.instance;
-            let it = types.iter().find(|t| t.name == i.instance_type);
+            let it = catalog.types.iter().find(|t| t.name == i.instance_type);
             status.provider_id = Some(i.provider_id.clone());
             status.instance_type = Some(i.instance_type.clone());
             status.zone = Some(i.zone.clone());
@@ -1961,14 +1975,14 @@ async fn record_launch<P: CloudProvider + 'static>(
 async fn launch<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claim: &NodeClaim,
-    types: &[InstanceType],
+    catalog: &LaunchCatalog,
 ) -> Result<()> {
     let now = epoch();
-    let request = launch_request(shared, claim, types, now)?;
+    let request = launch_request(shared, claim, catalog, now)?;
     let result = shared
         .cloud("launch", || shared.provider.launch(&request))
         .await;
-    record_launch(shared, claim, types, result, now).await
+    record_launch(shared, claim, catalog, result, now).await
 }
 
 /// Launches the claims of an all-or-nothing group with the provider's atomic group launch
@@ -1977,12 +1991,12 @@ async fn launch<P: CloudProvider + 'static>(
 async fn launch_group<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claims: &[Arc<NodeClaim>],
-    types: &[InstanceType],
+    catalog: &LaunchCatalog,
 ) -> Result<()> {
     let now = epoch();
     let mut requests = Vec::with_capacity(claims.len());
     for c in claims {
-        let mut r = launch_request(shared, c, types, now)?;
+        let mut r = launch_request(shared, c, catalog, now)?;
         r.labels.remove(keys::CLAIM_LABEL);
         requests.push(r);
     }
@@ -1994,6 +2008,7 @@ async fn launch_group<P: CloudProvider + 'static>(
             && w[0].taints == w[1].taints
             && w[0].startup_taints == w[1].startup_taints
             && w[0].placement_group == w[1].placement_group
+            && w[0].gpu_sharing == w[1].gpu_sharing
     });
     if !shared_template {
         tracing::info!(
@@ -2001,7 +2016,7 @@ async fn launch_group<P: CloudProvider + 'static>(
             "group claims differ: launching one by one"
         );
         for c in claims {
-            launch(shared, c, types).await?;
+            launch(shared, c, catalog).await?;
         }
         return Ok(());
     }
@@ -2012,12 +2027,12 @@ async fn launch_group<P: CloudProvider + 'static>(
         Ok(launched) => {
             tracing::info!(claims = claims.len(), "group launched atomically");
             for (c, l) in claims.iter().zip(launched) {
-                record_launch(shared, c, types, Ok(l), now).await?;
+                record_launch(shared, c, catalog, Ok(l), now).await?;
             }
         }
         Err(e) => {
             for c in claims {
-                record_launch(shared, c, types, Err(e.clone()), now).await?;
+                record_launch(shared, c, catalog, Err(e.clone()), now).await?;
             }
         }
     }
@@ -2089,6 +2104,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     ready_delay: args.kwok_ready_delay,
                     gpu_delay: args.kwok_gpu_delay,
                     launch_latency: args.kwok_launch_latency,
+                    gpu_fraction: args.kwok_register_gpu_fraction,
                 },
             );
             run_with(client, Arc::new(kwok.clone()), Some(kwok), args).await
@@ -2217,6 +2233,7 @@ async fn run_with<P: CloudProvider + 'static>(
         notified: HashMap::new(),
         first_round: true,
         provreq_backoff: HashMap::new(),
+        guard: GuardState::new(&args),
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
