@@ -4,6 +4,7 @@
 mod harness;
 
 mod crash;
+mod guard;
 mod provisioning;
 mod provreq;
 mod safety;
