@@ -362,7 +362,6 @@ impl KwokProvider {
         node_status(it, ready, gpus, self.config.gpu_fraction)
     }
 
-
     /// Boots instances: creates their Nodes, makes them Ready, then starts their device
     /// plugins, each after its delay. Idempotent; call it every second or so.
     ///
@@ -828,7 +827,10 @@ mod tests {
         assert_eq!(g(&node_status(&booted, true, true, 1.0)), [n("16")]);
         assert_eq!(g(&node_status(&booted, true, true, 0.25)), [n("4")]);
         assert_eq!(
-            booted.labels.get("nvidia.com/gpu.replicas").map(String::as_str),
+            booted
+                .labels
+                .get("nvidia.com/gpu.replicas")
+                .map(String::as_str),
             Some("4")
         );
         // MIG: the device plugin advertises MIG instances, not whole GPUs.

@@ -205,10 +205,20 @@ mod tests {
         // The launch after the back-off doubles the next wait, up to the cap.
         g.created("nb-2", std::slice::from_ref(&p));
         g.observe([("nb-2", Some(400))], &pending(&["big"]));
-        assert!(matches!(g.verdict(&p, 999), Verdict::Blocked { until: 1000, .. }));
+        assert!(matches!(
+            g.verdict(&p, 999),
+            Verdict::Blocked { until: 1000, .. }
+        ));
         g.created("nb-3", std::slice::from_ref(&p));
         g.observe([("nb-3", Some(1000))], &pending(&["big"]));
-        assert!(matches!(g.verdict(&p, 1000), Verdict::Blocked { until: 2000, launches: 3, .. }));
+        assert!(matches!(
+            g.verdict(&p, 1000),
+            Verdict::Blocked {
+                until: 2000,
+                launches: 3,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -240,7 +250,14 @@ mod tests {
         assert_eq!(g.verdict(&p, 11), Verdict::Allowed);
         g.created("c-2", std::slice::from_ref(&p));
         g.observe([("c-1", Some(10)), ("c-2", Some(50))], &pending(&["p"]));
-        assert!(matches!(g.verdict(&p, 51), Verdict::Blocked { until: 350, launches: 2, .. }));
+        assert!(matches!(
+            g.verdict(&p, 51),
+            Verdict::Blocked {
+                until: 350,
+                launches: 2,
+                ..
+            }
+        ));
 
         let mut off = guard(0);
         for i in 0..5 {

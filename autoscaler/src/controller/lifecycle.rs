@@ -34,8 +34,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use nodepools::NodeClaim;
 use nodepools::conditions::{self, reasons};
 
-use super::translate::{self, epoch_seconds, node_ready};
 use super::keys;
+use super::translate::{self, epoch_seconds, node_ready};
 
 /// Where a NodeClaim is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -210,8 +210,7 @@ pub fn shortfalls(claim: &NodeClaim, node: &Node) -> Vec<Shortfall> {
     let Some(status) = claim.status.as_ref() else {
         return Vec::new();
     };
-    let Ok(expected) = translate::resources(Some(&status.allocatable), "status.allocatable")
-    else {
+    let Ok(expected) = translate::resources(Some(&status.allocatable), "status.allocatable") else {
         return Vec::new();
     };
     let registered = translate::node_allocatable(node).unwrap_or_default();

@@ -38,7 +38,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 pub fn parse_fraction(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
-        _ => Err(format!("invalid fraction {s:?} (expected a number in (0, 1])")),
+        _ => Err(format!(
+            "invalid fraction {s:?} (expected a number in (0, 1])"
+        )),
     }
 }
 
@@ -289,7 +291,10 @@ mod tests {
                 .err()
                 .expect("refused")
                 .to_string();
-            assert!(e.contains("kwok-register-gpu-fraction") && e.contains(bad), "{e}");
+            assert!(
+                e.contains("kwok-register-gpu-fraction") && e.contains(bad),
+                "{e}"
+            );
         }
     }
 }

@@ -127,17 +127,28 @@ async fn e2e_guard_every_example_nodepool_serves_a_fitting_pod() {
         .await;
         let s = np.status.unwrap();
         let cd = condition(&s.conditions, "CapacityDelivered").unwrap();
-        assert_eq!((cd.status.as_str(), cd.reason.as_str()), ("True", "AsLaunched"));
+        assert_eq!(
+            (cd.status.as_str(), cd.reason.as_str()),
+            ("True", "AsLaunched")
+        );
     }
     // The notebooks node advertises the pool's time slices; the inference node MIG instances.
     let nodes = c.nodes().await;
     let alloc = |pool: &str, res: &str| -> Option<String> {
         nodes
             .iter()
-            .find(|n| n.labels().get("gpu-autoscaler.dev/nodepool").map(String::as_str) == Some(pool))
+            .find(|n| {
+                n.labels()
+                    .get("gpu-autoscaler.dev/nodepool")
+                    .map(String::as_str)
+                    == Some(pool)
+            })
             .and_then(|n| crate::harness::allocatable(n, res))
     };
-    let shared: i64 = alloc("notebooks", "nvidia.com/gpu").unwrap().parse().unwrap();
+    let shared: i64 = alloc("notebooks", "nvidia.com/gpu")
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(shared >= 16 && shared % 4 == 0, "{shared}");
     assert!(alloc("gpu-inference", "nvidia.com/mig-1g.10gb").is_some());
     assert_eq!(alloc("gpu-inference", "nvidia.com/gpu"), None);
@@ -199,8 +210,14 @@ async fn e2e_guard_a_node_short_of_devices_costs_one_launch_and_is_reported() {
                 Some(BTreeMap::from([
                     ("claim condition", message),
                     ("pool condition", pool_cond),
-                    ("claim event", reported(&evs, "NodeClaim", "ResourceMismatch")?),
-                    ("pool event", reported(&evs, "NodePool", "ResourceMismatch")?),
+                    (
+                        "claim event",
+                        reported(&evs, "NodeClaim", "ResourceMismatch")?,
+                    ),
+                    (
+                        "pool event",
+                        reported(&evs, "NodePool", "ResourceMismatch")?,
+                    ),
                     ("pod event", reported(&evs, "Pod", "LaunchBackoff")?),
                 ]))
             }

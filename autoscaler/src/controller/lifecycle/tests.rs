@@ -279,7 +279,14 @@ fn fewer_devices_than_launched_for_is_a_mismatch_after_the_device_plugin_timeout
     ));
     // A Node that is not Ready is waited for, not judged.
     let mut not_ready = short.clone();
-    not_ready.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+    not_ready
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .as_mut()
+        .unwrap()[0]
+        .status = "False".into();
     assert!(matches!(
         step(&launched_for_16(vec![]), Some(&not_ready), NOW + 60, &t),
         Action::NotInitialized {
