@@ -31,7 +31,7 @@ pub enum Call {
     /// `instance_types(class)`.
     InstanceTypes(NodeClassRef),
     /// `launch(request)`.
-    Launch(LaunchRequest),
+    Launch(Box<LaunchRequest>),
     /// `delete(provider_id)`.
     Delete(String),
     /// `get(provider_id)`.
@@ -180,7 +180,11 @@ impl FakeProvider {
 
     fn launch_now(&self, request: &LaunchRequest) -> Result<Launched, ProviderError> {
         let mut s = self.state();
-        self.begin(&mut s, Action::Launch, Call::Launch(request.clone()))?;
+        self.begin(
+            &mut s,
+            Action::Launch,
+            Call::Launch(Box::new(request.clone())),
+        )?;
         let invalid = |why: String| ProviderError::InvalidRequest {
             action: Action::Launch,
             why,

@@ -15,6 +15,13 @@
 //! 3. `gpu_delay` after that, the device plugin "starts": GPU-class allocatable is raised to
 //!    the capacity and the startup taints are removed (as the GPU Operator would).
 //!
+//! The emulated device plugin is configured as the NodePool says: the Node advertises the
+//! instance type with the pool's GPU sharing applied ([`autoscaler_core::gpu::apply_sharing`]:
+//! time-slicing replicas, MIG instances, and the GPU Operator's labels). With
+//! [`KwokConfig::gpu_fraction`] below one it advertises fewer devices than that, the way a
+//! device plugin configured otherwise than the pool (or missing devices) would, so tests can
+//! drive the controller's delivered-capacity check.
+//!
 //! Terminating an instance deletes its `KwokInstance` and its Node.
 //!
 //! **Placement groups** are recorded, not emulated: a launch with
@@ -33,7 +40,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use autoscaler_core::gpu::apply_sharing;
 use autoscaler_core::labels;
+use autoscaler_core::model::GpuSharing;
 use autoscaler_core::resources::{Resources, is_gpu_class, names};
 use autoscaler_core::{CapacityType, InstanceType};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
@@ -103,6 +112,13 @@ pub struct KwokInstanceSpec {
     /// Startup taints, removed when the device plugin starts.
     #[serde(default)]
     pub startup_taints: Vec<Taint>,
+    /// The NodePool's GPU sharing, which the emulated device plugin applies.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub gpu_sharing: GpuSharing,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// The CRD of [`KwokInstance`]; install it (or let the Helm chart do so) before using the
@@ -152,6 +168,9 @@ spec:
                   items:
                     type: object
                     x-kubernetes-preserve-unknown-fields: true
+                gpuSharing:
+                  type: object
+                  x-kubernetes-preserve-unknown-fields: true
 "#;
 
 /// Settings of the kwok provider.
@@ -167,6 +186,10 @@ pub struct KwokConfig {
     pub gpu_delay: Duration,
     /// How long a launch call takes before the instance exists (cloud API latency).
     pub launch_latency: Duration,
+    /// The share of each GPU-class resource the device plugin advertises, in (0, 1]: each
+    /// count is rounded down, to at least one device. Below 1 the Node comes up with fewer
+    /// devices than its NodePool promised.
+    pub gpu_fraction: f64,
 }
 
 impl Default for KwokConfig {
@@ -177,6 +200,7 @@ impl Default for KwokConfig {
             ready_delay: Duration::from_secs(5),
             gpu_delay: Duration::from_secs(10),
             launch_latency: Duration::ZERO,
+            gpu_fraction: 1.0,
         }
     }
 }
@@ -296,10 +320,15 @@ impl KwokProvider {
         }
     }
 
+    fn booted_type(&self, ki: &KwokInstance) -> Option<InstanceType> {
+        booted_type(&self.catalog, ki)
+    }
+
     /// The Node a [`KwokInstance`] boots into, before it is Ready.
     pub fn node_for(&self, ki: &KwokInstance) -> Option<Node> {
         let s = &ki.spec;
-        let it = self.catalog.iter().find(|t| t.name == s.instance_type)?;
+        let booted = self.booted_type(ki)?;
+        let it = &booted;
         let name = ki.name_any();
         let mut node_labels = it.labels.clone();
         node_labels.extend(s.labels.clone());
@@ -330,55 +359,7 @@ impl KwokProvider {
     }
 
     fn node_status(&self, it: &InstanceType, ready: bool, gpus: bool) -> NodeStatus {
-        let mut alloc = it.allocatable();
-        if !gpus {
-            let gpu_names: Vec<String> = alloc
-                .extended
-                .keys()
-                .filter(|k| is_gpu_class(k))
-                .cloned()
-                .collect();
-            for n in gpu_names {
-                // Present with zero, as a registered-but-not-started device plugin shows it.
-                alloc.set(&n, 0);
-            }
-        }
-        let mut alloc_map = quantities(&alloc);
-        let mut cap_map = quantities(&it.capacity);
-        for k in it.capacity.extended.keys() {
-            alloc_map
-                .entry(k.clone())
-                .or_insert_with(|| Quantity("0".into()));
-            if !gpus && is_gpu_class(k) {
-                cap_map.insert(k.clone(), Quantity("0".into()));
-            }
-        }
-        let t = Time(now());
-        NodeStatus {
-            allocatable: Some(alloc_map),
-            capacity: Some(cap_map),
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                reason: Some(
-                    if ready {
-                        "KubeletReady"
-                    } else {
-                        "KubeletNotReady"
-                    }
-                    .into(),
-                ),
-                message: Some(if ready {
-                    "kubelet is posting ready status (kwok)".into()
-                } else {
-                    "kubelet is starting (kwok)".into()
-                }),
-                last_transition_time: Some(t.clone()),
-                last_heartbeat_time: Some(t),
-            }]),
-            phase: Some("Running".into()),
-            ..Default::default()
-        }
+        node_status(it, ready, gpus, self.config.gpu_fraction)
     }
 
     /// Boots instances: creates their Nodes, makes them Ready, then starts their device
@@ -415,13 +396,10 @@ impl KwokProvider {
             if node.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let Some(it) = self
-                .catalog
-                .iter()
-                .find(|x| x.name == ki.spec.instance_type)
-            else {
+            let Some(booted) = self.booted_type(ki) else {
                 continue;
             };
+            let it = &booted;
             let ready = node
                 .status
                 .as_ref()
@@ -538,6 +516,78 @@ impl KwokProvider {
     }
 }
 
+/// The machine a [`KwokInstance`] boots as: its catalog type with the NodePool's GPU sharing
+/// applied (an invalid sharing, which NodePool validation refuses, leaves the type as is).
+fn booted_type(catalog: &[InstanceType], ki: &KwokInstance) -> Option<InstanceType> {
+    let it = catalog.iter().find(|t| t.name == ki.spec.instance_type)?;
+    Some(apply_sharing(it, &ki.spec.gpu_sharing).unwrap_or_else(|e| {
+        tracing::warn!(instance = %ki.name_any(), error = %e, "kwok: GPU sharing not applied");
+        it.clone()
+    }))
+}
+
+/// How many of `count` devices the device plugin advertises at `fraction`.
+fn advertised(count: i64, fraction: f64) -> i64 {
+    if count <= 0 || fraction >= 1.0 {
+        return count;
+    }
+    // Rounded down, at least one: in range, since the fraction is below one.
+    ((count as f64 * fraction).floor() as i64).clamp(1, count)
+}
+
+/// A kwok Node's status: Ready or not, GPU-class resources zero until the device plugin is up
+/// (`gpus`), then advertised at `fraction`.
+fn node_status(it: &InstanceType, ready: bool, gpus: bool, fraction: f64) -> NodeStatus {
+    let mut alloc = it.allocatable();
+    let mut cap = it.capacity.clone();
+    let gpu_names: Vec<(String, i64)> = cap
+        .extended
+        .iter()
+        .filter(|(k, _)| is_gpu_class(k))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    for (n, count) in gpu_names {
+        // Zero while the device plugin is not up, as a registered-but-not-started plugin
+        // shows it; then what the plugin advertises.
+        let shown = if gpus { advertised(count, fraction) } else { 0 };
+        alloc.set(&n, shown);
+        cap.set(&n, shown);
+    }
+    let mut alloc_map = quantities(&alloc);
+    let mut cap_map = quantities(&cap);
+    for k in it.capacity.extended.keys() {
+        for m in [&mut alloc_map, &mut cap_map] {
+            m.entry(k.clone()).or_insert_with(|| Quantity("0".into()));
+        }
+    }
+    let t = Time(now());
+    NodeStatus {
+        allocatable: Some(alloc_map),
+        capacity: Some(cap_map),
+        conditions: Some(vec![NodeCondition {
+            type_: "Ready".into(),
+            status: if ready { "True" } else { "False" }.into(),
+            reason: Some(
+                if ready {
+                    "KubeletReady"
+                } else {
+                    "KubeletNotReady"
+                }
+                .into(),
+            ),
+            message: Some(if ready {
+                "kubelet is posting ready status (kwok)".into()
+            } else {
+                "kubelet is starting (kwok)".into()
+            }),
+            last_transition_time: Some(t.clone()),
+            last_heartbeat_time: Some(t),
+        }]),
+        phase: Some("Running".into()),
+        ..Default::default()
+    }
+}
+
 impl CloudProvider for KwokProvider {
     fn name(&self) -> &str {
         "kwok"
@@ -628,6 +678,7 @@ impl CloudProvider for KwokProvider {
                     labels: node_labels,
                     taints: request.taints.iter().map(Self::taint).collect(),
                     startup_taints: request.startup_taints.iter().map(Self::taint).collect(),
+                    gpu_sharing: request.gpu_sharing.clone(),
                 },
             };
             let created = match api.create(&PostParams::default(), &ki).await {
@@ -711,6 +762,8 @@ impl CloudProvider for KwokProvider {
 
 #[cfg(test)]
 mod tests {
+    use autoscaler_core::model::{MigSharing, MigStrategy, TimeSlicing};
+
     use super::*;
 
     #[test]
@@ -728,5 +781,79 @@ mod tests {
         let v: serde_json::Value = serde_yaml::from_str(CRD_YAML).unwrap();
         assert_eq!(v["spec"]["names"]["kind"], "KwokInstance");
         assert_eq!(v["spec"]["group"], "kwok.gpu-autoscaler.dev");
+    }
+
+    fn instance(type_name: &str, sharing: GpuSharing) -> KwokInstance {
+        let mut ki: KwokInstance = serde_json::from_value(json!({
+            "metadata": {"name": "nb-1"},
+            "spec": {"cluster": "c", "claim": "nb-1", "pool": "notebooks",
+                     "instanceType": type_name, "zone": "us-east-1a",
+                     "capacityType": "on-demand"}
+        }))
+        .unwrap();
+        ki.spec.gpu_sharing = sharing;
+        // The sharing survives the round trip through the API.
+        let back: KwokInstance = serde_json::from_value(json!(ki)).unwrap();
+        assert_eq!(back.spec, ki.spec);
+        ki
+    }
+
+    fn gpus(status: &NodeStatus) -> Vec<(String, String, String)> {
+        let a = status.allocatable.as_ref().unwrap();
+        let c = status.capacity.as_ref().unwrap();
+        a.iter()
+            .filter(|(k, _)| is_gpu_class(k))
+            .map(|(k, v)| (k.clone(), v.0.clone(), c[k].0.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn the_node_advertises_the_pools_sharing_and_the_configured_share_of_it() {
+        let catalog = crate::catalog::default_catalog();
+        let ki = instance(
+            "g4dn.12xlarge",
+            GpuSharing {
+                time_slicing: Some(TimeSlicing {
+                    replicas: 4,
+                    rename: false,
+                }),
+                ..GpuSharing::default()
+            },
+        );
+        let booted = booted_type(&catalog, &ki).unwrap();
+        let g = |s: &NodeStatus| gpus(s);
+        let n = |v: &str| ("nvidia.com/gpu".to_string(), v.to_string(), v.to_string());
+        assert_eq!(g(&node_status(&booted, true, false, 1.0)), [n("0")]);
+        assert_eq!(g(&node_status(&booted, true, true, 1.0)), [n("16")]);
+        assert_eq!(g(&node_status(&booted, true, true, 0.25)), [n("4")]);
+        assert_eq!(
+            booted
+                .labels
+                .get("nvidia.com/gpu.replicas")
+                .map(String::as_str),
+            Some("4")
+        );
+        // MIG: the device plugin advertises MIG instances, not whole GPUs.
+        let ki = instance(
+            "p4d.24xlarge",
+            GpuSharing {
+                mig: Some(MigSharing {
+                    config: "all-1g.5gb".into(),
+                    strategy: MigStrategy::Mixed,
+                }),
+                ..GpuSharing::default()
+            },
+        );
+        let booted = booted_type(&catalog, &ki).unwrap();
+        let shown = gpus(&node_status(&booted, true, true, 1.0));
+        assert_eq!(shown.len(), 1, "{shown:?}");
+        assert!(shown[0].0.starts_with("nvidia.com/mig-"), "{shown:?}");
+        // Unshared and no fraction: the catalog type as it is.
+        let ki = instance("g4dn.12xlarge", GpuSharing::default());
+        let plain = booted_type(&catalog, &ki).unwrap();
+        assert_eq!(g(&node_status(&plain, true, true, 1.0)), [n("4")]);
+        assert_eq!(advertised(1, 0.1), 1);
+        assert_eq!(advertised(8, 0.5), 4);
+        assert_eq!(advertised(0, 0.5), 0);
     }
 }

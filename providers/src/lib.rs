@@ -3,7 +3,8 @@
 //! - [`CloudProvider`]: the async trait every cloud implements (instance types, launch, delete,
 //!   get, list), with its idempotency and retry contract written on each method.
 //! - [`ProviderError`]: the one error type, naming the action that failed.
-//! - [`UnavailableOfferings`]: the insufficient-capacity cache, with time passed in.
+//! - [`UnavailableOfferings`]: the insufficient-capacity cache, and [`UnavailableShapes`]: NodePool
+//!   instance types whose nodes came up short, both [`Expiring`] with time passed in.
 //! - [`catalog`]: the embedded default catalog of AWS and GCP instance types, the project's own
 //!   file of public facts, turned into core [`autoscaler_core::InstanceType`]s.
 //! - [`common`]: what real providers share: retry/backoff and token-bucket settings, label-safe
@@ -26,4 +27,4 @@ pub use provider::{
     CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef, OfferingKey,
     PLACEMENT_GROUP_NAME_MAX, placement_group_name, tags,
 };
-pub use unavailable::UnavailableOfferings;
+pub use unavailable::{Expiring, ShapeKey, UnavailableOfferings, UnavailableShapes};

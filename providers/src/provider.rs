@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::future::Future;
 
+use autoscaler_core::model::GpuSharing;
 use autoscaler_core::{CapacityType, InstanceType, Labels, Taint};
 
 use crate::error::ProviderError;
@@ -155,6 +156,10 @@ pub struct LaunchRequest {
     /// group spread over several nodes (see [`placement_group_name`]); every claim of the group
     /// names the same one. A preference, not a requirement: see [`CloudProvider::launch`].
     pub placement_group: Option<String>,
+    /// How the NodePool says the node's GPUs are shared (time-slicing, MIG): what its device
+    /// plugin is expected to advertise. Clouds do not act on it; the kwok provider's emulated
+    /// device plugin advertises the node accordingly.
+    pub gpu_sharing: GpuSharing,
 }
 
 /// Lifecycle of a cloud instance as providers report it.

@@ -881,6 +881,7 @@ impl<'a> Engine<'a> {
             startup_taints: pool.startup_taints.clone(),
             // The simulated cloud has no network topology to place into.
             placement_group: None,
+            gpu_sharing: Default::default(),
         };
         let result = block_on(self.provider.launch(&req));
         for k in &refused {

@@ -2,13 +2,27 @@
 //!
 //! ```text
 //! Pending ──launch──▶ Launched ──Node with providerID──▶ Registered ──Ready, no startup
-//!    │                   │                                  │          taints, GPUs──▶ Initialized
+//!    │                   │                                  │          taints, every device
+//!    │                   │                                  │          delivered──▶ Initialized
+//!    │                   │                                  │ fewer devices than launched for,
+//!    │                   │                                  │ past the device-plugin timeout
+//!    │                   │                                  ▼
+//!    │                   │                        Registered (Initialized=False,
+//!    │                   │                                    reason ResourceMismatch)
 //!    └─launch failed─▶ Failed        registration timeout   │ initialization timeout
 //!                        │                 │                │
 //!                        └────────────────▶ Deleting ◀──────┘  (claim deleted: terminate the
 //!                                                              instance, delete the Node,
 //!                                                              release the finalizer)
 //! ```
+//!
+//! **Delivered capacity.** A claim records at launch what its node was launched as
+//! (`status.allocatable`: the instance type with the NodePool's GPU sharing applied). A Node
+//! that advertises less of a GPU-class resource (or of another extended resource the claim's
+//! pods asked for) is given the device-plugin timeout to catch up; after that the claim is
+//! `Initialized=False` with reason `ResourceMismatch` and the numbers ([`Action::ResourceMismatch`]),
+//! stays in that state (the planner no longer counts on it once the runtime excludes its shape)
+//! until the Node catches up or the initialization timeout deletes it.
 //!
 //! [`phase`] reads the state off the object (its conditions and deletionTimestamp), so the
 //! controller keeps no state of its own across restarts; [`step`] decides the one action to
@@ -21,7 +35,7 @@ use nodepools::NodeClaim;
 use nodepools::conditions::{self, reasons};
 
 use super::keys;
-use super::translate::{epoch_seconds, node_ready};
+use super::translate::{self, epoch_seconds, node_ready};
 
 /// Where a NodeClaim is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,6 +85,9 @@ pub struct Timeouts {
     pub registration_s: i64,
     /// From launch to an initialized Node (default 15 min).
     pub initialization_s: i64,
+    /// From registration until a Node advertising fewer devices than its claim was launched
+    /// for is reported as a mismatch (default 5 min).
+    pub device_plugin_s: i64,
 }
 
 impl Default for Timeouts {
@@ -78,6 +95,7 @@ impl Default for Timeouts {
         Timeouts {
             registration_s: 900,
             initialization_s: 900,
+            device_plugin_s: 300,
         }
     }
 }
@@ -171,6 +189,71 @@ pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'static str, 
     None
 }
 
+/// A resource the Node advertises less of than its claim was launched for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    /// Resource name (`nvidia.com/gpu`).
+    pub resource: String,
+    /// What the Node advertises (allocatable).
+    pub registered: i64,
+    /// What the claim was launched for.
+    pub expected: i64,
+}
+
+/// The resources `node` advertises less of than `claim` was launched for, in name order:
+/// every GPU-class resource of the claim's `status.allocatable`, and the other extended
+/// resources there that the claim's pods asked for (a resource no pod asked for strands no
+/// pod, and clusters often run without the plugins of such extras). CPU, memory and pods are
+/// not compared: kubelet reserves differ from the catalog's estimate. Unreadable quantities
+/// compare as nothing expected (the Node side as nothing advertised).
+pub fn shortfalls(claim: &NodeClaim, node: &Node) -> Vec<Shortfall> {
+    let Some(status) = claim.status.as_ref() else {
+        return Vec::new();
+    };
+    let Ok(expected) = translate::resources(Some(&status.allocatable), "status.allocatable") else {
+        return Vec::new();
+    };
+    let registered = translate::node_allocatable(node).unwrap_or_default();
+    expected
+        .extended
+        .iter()
+        .filter(|(name, _)| {
+            is_gpu_class(name) || claim.spec.resources.requests.contains_key(name.as_str())
+        })
+        .filter_map(|(name, want)| {
+            let have = registered.get(name);
+            (have < *want).then(|| Shortfall {
+                resource: name.clone(),
+                registered: have,
+                expected: *want,
+            })
+        })
+        .collect()
+}
+
+/// `nvidia.com/gpu 4 of 16, ...`.
+fn describe(short: &[Shortfall]) -> String {
+    short
+        .iter()
+        .map(|s| format!("{} {} of {}", s.resource, s.registered, s.expected))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The `ResourceMismatch` message: the numbers, the instance type and the pool.
+fn mismatch_message(claim: &NodeClaim, short: &[Shortfall]) -> String {
+    let it = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.instance_type.as_deref())
+        .unwrap_or("unknown");
+    format!(
+        "the Node advertises less than the claim was launched for: {} (instance type {it}, NodePool {})",
+        describe(short),
+        claim.spec.node_pool
+    )
+}
+
 /// What the runtime should do next for one claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
@@ -195,6 +278,14 @@ pub enum Action {
     },
     /// Initialized=True and Ready=True.
     Initialize,
+    /// The Node came up with less than the claim was launched for and the device-plugin
+    /// timeout is over: Initialized=False and Ready=False with reason `ResourceMismatch` and
+    /// `message`, a Warning Event to the claim and its NodePool, and the shape (NodePool x
+    /// instance type) kept out of planning. Returned again only when the message changes.
+    ResourceMismatch {
+        /// Condition and event message, with the numbers.
+        message: String,
+    },
     /// Delete the claim (its finalizer then terminates everything).
     Delete {
         /// Why, for the log and the event.
@@ -224,6 +315,59 @@ fn since_launch(claim: &NodeClaim, now: i64) -> i64 {
         })
         .unwrap_or(now);
     now - at
+}
+
+/// Seconds since the claim's Node registered (since the launch, when not recorded).
+fn since_registration(claim: &NodeClaim, now: i64) -> i64 {
+    condition(claim, conditions::REGISTERED)
+        .filter(|c| c.status == "True")
+        .map(|c| now - epoch_seconds(&c.last_transition_time))
+        .unwrap_or_else(|| since_launch(claim, now))
+}
+
+/// The Registered phase: wait for the Node, initialize it, or report what it lacks.
+fn step_registered(claim: &NodeClaim, n: &Node, now: i64, timeouts: &Timeouts) -> Action {
+    let short = shortfalls(claim, n);
+    let waiting = not_initialized(claim, n);
+    if waiting.is_none() && short.is_empty() {
+        return Action::Initialize;
+    }
+    if since_launch(claim, now) >= timeouts.initialization_s {
+        return Action::Delete {
+            reason: format!(
+                "the Node did not initialize within {}s of the launch",
+                timeouts.initialization_s
+            ),
+        };
+    }
+    let current = condition(claim, conditions::INITIALIZED);
+    let unchanged = |reason: &str, message: &str| {
+        current.is_some_and(|c| c.reason == reason && c.message == message)
+    };
+    if !short.is_empty()
+        && node_ready(n)
+        && since_registration(claim, now) >= timeouts.device_plugin_s
+    {
+        let message = mismatch_message(claim, &short);
+        if unchanged(reasons::RESOURCE_MISMATCH, &message) {
+            return Action::Wait;
+        }
+        return Action::ResourceMismatch { message };
+    }
+    let (reason, message) = waiting.unwrap_or_else(|| {
+        (
+            reasons::DEVICE_PLUGIN_NOT_READY,
+            format!(
+                "waiting for the device plugin to advertise {}",
+                describe(&short)
+            ),
+        )
+    });
+    if unchanged(reason, &message) {
+        Action::Wait
+    } else {
+        Action::NotInitialized { reason, message }
+    }
 }
 
 /// Decides the next action for `claim`, given the Node carrying its providerID (if any).
@@ -272,30 +416,10 @@ pub fn step(claim: &NodeClaim, node: Option<&Node>, now: i64, timeouts: &Timeout
             },
             None => Action::Wait,
         },
-        Phase::Registered => {
-            let Some(n) = node else {
-                return node_gone();
-            };
-            match not_initialized(claim, n) {
-                None => Action::Initialize,
-                Some(_) if since_launch(claim, now) >= timeouts.initialization_s => {
-                    Action::Delete {
-                        reason: format!(
-                            "the Node did not initialize within {}s of the launch",
-                            timeouts.initialization_s
-                        ),
-                    }
-                }
-                Some((reason, message)) => {
-                    let current = condition(claim, conditions::INITIALIZED);
-                    if current.is_some_and(|c| c.reason == reason && c.message == message) {
-                        Action::Wait
-                    } else {
-                        Action::NotInitialized { reason, message }
-                    }
-                }
-            }
-        }
+        Phase::Registered => match node {
+            Some(n) => step_registered(claim, n, now, timeouts),
+            None => node_gone(),
+        },
         Phase::Initialized => match node {
             Some(_) => Action::Wait,
             None => node_gone(),

@@ -6,7 +6,9 @@
 //! - [`translate`] / [`snapshot`]: Kubernetes objects into the core's [`autoscaler_core::Snapshot`];
 //! - [`pod_problems`]: telling pending pods, once per problem, why they get no node;
 //! - [`batcher`]: when to plan (1 s idle / 10 s max windows over unschedulable pods);
-//! - [`lifecycle`]: the NodeClaim state machine (Pending → Launched → Registered → Initialized);
+//! - [`lifecycle`]: the NodeClaim state machine (Pending → Launched → Registered → Initialized),
+//!   with the delivered-capacity check (`ResourceMismatch`);
+//! - [`guard`]: the launch guard (no more launches for a pod that launched without binding);
 //! - [`disrupt`]: the disruption queue state machine (Decided → Tainted → Draining → Deleting);
 //! - [`api_calls`]: the single list of API calls the controller makes (RBAC is checked against it);
 //! - [`run`]: the wiring: client, reflectors, leader election, the loop, metrics and health.
@@ -21,6 +23,7 @@ pub mod cache;
 pub mod disrupt;
 pub mod error;
 pub mod gangs;
+pub mod guard;
 pub mod keys;
 pub mod leader;
 pub mod lifecycle;

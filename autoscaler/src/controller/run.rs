@@ -576,6 +576,8 @@ struct Controller<P> {
     first_round: bool,
     /// ProvisioningRequests: retry back-offs and bookings too large for their status.
     provreq_memory: provreqs::Memory,
+    /// The launch guard and the shapes kept out of planning for delivering too little.
+    guard: GuardState,
 }
 
 fn class_of(np: &NodePool) -> NodeClassRef {
@@ -591,7 +593,10 @@ fn class_of(np: &NodePool) -> NodeClassRef {
         .unwrap_or_default()
 }
 
+mod guard;
 mod provreqs;
+
+use guard::{GuardState, LaunchCatalog};
 
 impl<P: CloudProvider + 'static> Controller<P> {
     fn disruption_config(&self) -> DisruptionConfig {
@@ -612,6 +617,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             registration_s: i64::try_from(self.args.registration_timeout.as_secs())
                 .unwrap_or(i64::MAX),
             initialization_s: i64::try_from(self.args.initialization_timeout.as_secs())
+                .unwrap_or(i64::MAX),
+            device_plugin_s: i64::try_from(self.args.device_plugin_timeout.as_secs())
                 .unwrap_or(i64::MAX),
         }
     }
@@ -651,6 +658,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .lock()
                     .expect("lock")
                     .apply(&mut t, now);
+                self.guard.shapes.apply_to_pool(&np.name_any(), &mut t, now);
                 out.insert(np.name_any(), Arc::new(t));
             }
         }
@@ -904,6 +912,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .patch_claim_status(&name, &json!(s))
                     .await
             }
+            Action::ResourceMismatch { message } => self.report_mismatch(claim, message).await,
             Action::Delete { reason } => {
                 tracing::info!(claim = %name, %reason, "deleting NodeClaim");
                 self.shared
@@ -975,13 +984,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .first()
             .map(|c| c.spec.node_pool.clone())
             .unwrap_or_default();
-        let types = self
-            .stores
-            .pools
-            .find(|p| p.name_any() == pool)
-            .and_then(|np| self.types.get(&class_of(&np)).map(|(_, t)| t.clone()))
-            .unwrap_or_default();
-        if types.is_empty() || claims.iter().any(|c| c.spec.node_pool != pool) {
+        let catalog = self.launch_catalog(&pool);
+        if catalog.is_none() || claims.iter().any(|c| c.spec.node_pool != pool) {
             // No catalog yet, or claims of several pools (no shared template): next round,
             // or one by one.
             let mut l = self.shared.launching.lock().expect("lock");
@@ -989,16 +993,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 l.remove(n);
             }
             drop(l);
-            if !types.is_empty() {
+            if catalog.is_some() {
                 for c in claims {
                     self.spawn_launch(c);
                 }
             }
             return;
         }
+        let Some(catalog) = catalog else { return };
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            if let Err(e) = launch_group(&shared, &claims, &types).await {
+            if let Err(e) = launch_group(&shared, &claims, &catalog).await {
                 tracing::warn!(claims = ?names, error = %e, "group launch");
             }
         });
@@ -1016,20 +1021,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         let shared = self.shared.clone();
         let pool = claim.spec.node_pool.clone();
-        let types = self
-            .stores
-            .pools
-            .find(|p| p.name_any() == pool)
-            .and_then(|np| self.types.get(&class_of(&np)).map(|(_, t)| t.clone()))
-            .unwrap_or_default();
-        if types.is_empty() {
+        let Some(catalog) = self.launch_catalog(&pool) else {
             // No catalog yet (the provider did not answer): try again next round rather than
             // fail the claim for want of candidates.
             self.shared.launching.lock().expect("lock").remove(&name);
             return;
-        }
+        };
         tokio::spawn(async move {
-            if let Err(e) = launch(&shared, &claim, &types).await {
+            if let Err(e) = launch(&shared, &claim, &catalog).await {
                 tracing::warn!(claim = %claim.name_any(), error = %e, "launch");
             }
         });
@@ -1151,6 +1150,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .metrics
             .oldest_pending_pod_seconds
             .set(oldest as f64 / 1000.0);
+        self.guard_observe(&pending);
         let Some(batch) = self.batcher.step(self.millis(), &pending) else {
             return;
         };
@@ -1196,7 +1196,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         let planning = Instant::now();
-        let plan = plan_provisioning(&built.snapshot);
+        let mut plan = plan_provisioning(&built.snapshot);
         tracing::info!(
             snapshot_ms = (planning - building).as_millis() as u64,
             plan_ms = planning.elapsed().as_millis() as u64,
@@ -1208,6 +1208,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             "planned"
         );
         let mut events = Vec::new();
+        self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
         // Claims are written concurrently (a burst may need hundreds), results kept in order.
         let objects: Vec<(&NewClaim, NodeClaim)> = plan
             .new_claims
@@ -1237,6 +1238,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .map(|o| o.instance_type.as_str())
                         .collect();
                     tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
+                    self.guard.launches.created(&cname, &nc.pods);
                     self.disruption_state.last_scale_up = Some(epoch());
                     for pk in &nc.pods {
                         if let Some(p) = pod_by_key.get(pk) {
@@ -1803,6 +1805,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     );
                 }
             }
+            let (delivered, reason, message) = self.delivered_condition(&name, epoch());
+            set_condition(
+                &mut conds,
+                (conditions::CAPACITY_DELIVERED, delivered),
+                reason,
+                &message,
+                ts,
+                np.metadata.generation,
+            );
             let status = nodepools::NodePoolStatus {
                 conditions: conds,
                 nodes: mine.len() as i64,
@@ -1925,7 +1936,7 @@ fn pod_reference(pk: &PodKey) -> ObjectReference {
 fn launch_request<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claim: &NodeClaim,
-    types: &[InstanceType],
+    catalog: &LaunchCatalog,
     now: i64,
 ) -> Result<LaunchRequest> {
     let name = claim.name_any();
@@ -1935,7 +1946,7 @@ fn launch_request<P: CloudProvider + 'static>(
         .map_err(|e| Error::Config(format!("NodeClaim {name}: {e}")))?;
     let offered = {
         let u = shared.unavailable.lock().expect("lock");
-        candidates(&spec.requirements, types, &u, now)
+        candidates(&spec.requirements, &catalog.types, &u, now)
     };
     let mut node_labels = claim.labels().clone();
     node_labels.insert(keys::CLAIM_LABEL.into(), name.clone());
@@ -1957,6 +1968,7 @@ fn launch_request<P: CloudProvider + 'static>(
         taints: spec.taints.clone(),
         startup_taints: spec.startup_taints.clone(),
         placement_group: placement_group_of(claim),
+        gpu_sharing: catalog.sharing.clone(),
     };
     Ok(request)
 }
@@ -1972,10 +1984,12 @@ pub fn placement_group_of(claim: &NodeClaim) -> Option<String> {
 
 /// Records a launch's outcome on the claim: Launched with the instance, or Launched=False
 /// with the capacity or request error (transient errors leave the claim Pending for a retry).
+/// The claim's capacity and allocatable are the instance type as the NodePool's node (GPU
+/// sharing applied): what it was launched for, which initialization checks the Node against.
 async fn record_launch<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claim: &NodeClaim,
-    types: &[InstanceType],
+    catalog: &LaunchCatalog,
     result: Result<providers::Launched, ProviderError>,
     now: i64,
 ) -> Result<()> {
@@ -1991,7 +2005,7 @@ async fn record_launch<P: CloudProvider + 'static>(
                 .expect("lock")
                 .mark_all(launched.unavailable.clone(), now);
             let i = &launched.instance;
-            let it = types.iter().find(|t| t.name == i.instance_type);
+            let it = catalog.types.iter().find(|t| t.name == i.instance_type);
             status.provider_id = Some(i.provider_id.clone());
             status.instance_type = Some(i.instance_type.clone());
             status.zone = Some(i.zone.clone());
@@ -2079,14 +2093,14 @@ async fn record_launch<P: CloudProvider + 'static>(
 async fn launch<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claim: &NodeClaim,
-    types: &[InstanceType],
+    catalog: &LaunchCatalog,
 ) -> Result<()> {
     let now = epoch();
-    let request = launch_request(shared, claim, types, now)?;
+    let request = launch_request(shared, claim, catalog, now)?;
     let result = shared
         .cloud("launch", || shared.provider.launch(&request))
         .await;
-    record_launch(shared, claim, types, result, now).await
+    record_launch(shared, claim, catalog, result, now).await
 }
 
 /// Launches the claims of an all-or-nothing group with the provider's atomic group launch
@@ -2095,12 +2109,12 @@ async fn launch<P: CloudProvider + 'static>(
 async fn launch_group<P: CloudProvider + 'static>(
     shared: &Shared<P>,
     claims: &[Arc<NodeClaim>],
-    types: &[InstanceType],
+    catalog: &LaunchCatalog,
 ) -> Result<()> {
     let now = epoch();
     let mut requests = Vec::with_capacity(claims.len());
     for c in claims {
-        let mut r = launch_request(shared, c, types, now)?;
+        let mut r = launch_request(shared, c, catalog, now)?;
         r.labels.remove(keys::CLAIM_LABEL);
         requests.push(r);
     }
@@ -2112,6 +2126,7 @@ async fn launch_group<P: CloudProvider + 'static>(
             && w[0].taints == w[1].taints
             && w[0].startup_taints == w[1].startup_taints
             && w[0].placement_group == w[1].placement_group
+            && w[0].gpu_sharing == w[1].gpu_sharing
     });
     if !shared_template {
         tracing::info!(
@@ -2119,7 +2134,7 @@ async fn launch_group<P: CloudProvider + 'static>(
             "group claims differ: launching one by one"
         );
         for c in claims {
-            launch(shared, c, types).await?;
+            launch(shared, c, catalog).await?;
         }
         return Ok(());
     }
@@ -2130,12 +2145,12 @@ async fn launch_group<P: CloudProvider + 'static>(
         Ok(launched) => {
             tracing::info!(claims = claims.len(), "group launched atomically");
             for (c, l) in claims.iter().zip(launched) {
-                record_launch(shared, c, types, Ok(l), now).await?;
+                record_launch(shared, c, catalog, Ok(l), now).await?;
             }
         }
         Err(e) => {
             for c in claims {
-                record_launch(shared, c, types, Err(e.clone()), now).await?;
+                record_launch(shared, c, catalog, Err(e.clone()), now).await?;
             }
         }
     }
@@ -2207,6 +2222,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     ready_delay: args.kwok_ready_delay,
                     gpu_delay: args.kwok_gpu_delay,
                     launch_latency: args.kwok_launch_latency,
+                    gpu_fraction: args.kwok_register_gpu_fraction,
                 },
             );
             run_with(client, Arc::new(kwok.clone()), Some(kwok), args).await
@@ -2343,6 +2359,7 @@ async fn run_with<P: CloudProvider + 'static>(
         notices: pod_problems::Notices::default(),
         first_round: true,
         provreq_memory: provreqs::Memory::default(),
+        guard: GuardState::new(&args),
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

@@ -15,6 +15,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     parse(s.trim(), Bare::Seconds).map_err(|e| e.to_string())
 }
 
+/// Parses a fraction in (0, 1].
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!(
+            "invalid fraction {s:?} (expected a number in (0, 1])"
+        )),
+    }
+}
+
 /// Which cloud provider to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ProviderKind {
@@ -182,6 +195,28 @@ pub struct RunArgs {
     /// kwok: how long a launch call takes (cloud API latency).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub kwok_launch_latency: Duration,
+    /// kwok: the share of each GPU-class resource (after the NodePool's GPU sharing) its Nodes
+    /// advertise, in (0, 1], rounded down to at least one device; below 1 emulates a device
+    /// plugin configured otherwise than the NodePool.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_fraction)]
+    pub kwok_register_gpu_fraction: f64,
+    /// A Node advertising fewer devices than its NodeClaim was launched for (GPU-class
+    /// resources, and extended resources its pods asked for) gets this long after registration
+    /// before the claim is marked `ResourceMismatch`.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub device_plugin_timeout: Duration,
+    /// An instance type whose node came up with fewer devices is kept out of its NodePool's
+    /// plans this long (renewed while such a claim exists).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub resource_mismatch_ttl: Duration,
+    /// Launches a pending pod may cause without binding before it causes no more until the
+    /// back-off has passed (0: no limit).
+    #[arg(long, default_value_t = 1)]
+    pub max_launches_per_pod: u32,
+    /// The wait after a pod's launches reached `--max-launches-per-pod`, counted from the
+    /// last; doubled for every further launch, up to one hour (or this, if longer).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub launch_backoff: Duration,
     /// AWS provider options (with `--provider aws`).
     #[command(flatten)]
     pub aws: crate::aws::AwsArgs,
@@ -251,5 +286,30 @@ mod tests {
         assert!(s.ignore_daemonsets_utilization && s.ignore_mirror_pods_utilization);
         assert_eq!(s.drain_timeout, Duration::from_secs(30));
         assert!(Cli::try_parse_from(["x", "--ignore-daemonsets-utilization=maybe"]).is_err());
+    }
+
+    #[test]
+    fn guard_flags_parse_and_bad_fractions_are_refused() {
+        use clap::Parser;
+        let d = Cli::try_parse_from(["x"]).expect("defaults parse").run;
+        assert_eq!(d.max_launches_per_pod, 1);
+        assert_eq!(d.launch_backoff, Duration::from_secs(300));
+        assert_eq!(d.device_plugin_timeout, Duration::from_secs(300));
+        assert_eq!(d.resource_mismatch_ttl, Duration::from_secs(1800));
+        assert_eq!(d.kwok_register_gpu_fraction, 1.0);
+        let s = Cli::try_parse_from(["x", "--kwok-register-gpu-fraction=0.25"])
+            .expect("flags parse")
+            .run;
+        assert_eq!(s.kwok_register_gpu_fraction, 0.25);
+        for bad in ["0", "1.5", "-1", "NaN", "inf", "x"] {
+            let e = Cli::try_parse_from(["x", &format!("--kwok-register-gpu-fraction={bad}")])
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(
+                e.contains("kwok-register-gpu-fraction") && e.contains(bad),
+                "{e}"
+            );
+        }
     }
 }

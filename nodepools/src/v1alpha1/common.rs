@@ -98,8 +98,12 @@ pub mod conditions {
     /// NodeClaim: a Node for the instance joined the cluster.
     pub const REGISTERED: &str = "Registered";
     /// NodeClaim: the Node is Ready, its startup taints are gone and every GPU-class resource
-    /// it was launched for shows non-zero allocatable.
+    /// it was launched for shows its full allocatable (see `reasons::RESOURCE_MISMATCH`).
     pub const INITIALIZED: &str = "Initialized";
+    /// NodePool: its recent nodes came up with what they were launched for. False (reason
+    /// `ResourceMismatch`) while an instance type of the pool is kept out of planning because
+    /// a node of it advertised fewer devices; the message names the type and the numbers.
+    pub const CAPACITY_DELIVERED: &str = "CapacityDelivered";
 
     /// Condition reasons (CamelCase, as the API requires).
     pub mod reasons {
@@ -122,6 +126,12 @@ pub mod conditions {
         /// A GPU-class resource the claim was launched for shows zero allocatable (the device
         /// plugin is not up yet).
         pub const DEVICE_PLUGIN_NOT_READY: &str = "DevicePluginNotReady";
+        /// The Node advertises less of a GPU-class (or requested extended) resource than the
+        /// claim was launched for, past the device-plugin timeout; the message has the numbers.
+        /// On a NodePool: the reason of [`super::CAPACITY_DELIVERED`] false.
+        pub const RESOURCE_MISMATCH: &str = "ResourceMismatch";
+        /// Every node of the NodePool delivered what it was launched for.
+        pub const AS_LAUNCHED: &str = "AsLaunched";
         /// The condition holds.
         pub const SUCCEEDED: &str = "Succeeded";
     }

@@ -58,6 +58,7 @@ fn request(
             Effect::NoSchedule,
         )],
         placement_group: None,
+        gpu_sharing: Default::default(),
     }
 }
 

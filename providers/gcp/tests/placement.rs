@@ -38,6 +38,7 @@ fn request(claim: &str, group: Option<&str>) -> LaunchRequest {
         taints: vec![],
         startup_taints: vec![],
         placement_group: group.map(str::to_string),
+        gpu_sharing: Default::default(),
     }
 }
 

@@ -25,6 +25,7 @@ fn request(
         taints: vec![],
         startup_taints: vec![],
         placement_group: None,
+        gpu_sharing: Default::default(),
     }
 }
 

@@ -193,3 +193,126 @@ fn initialized_claim_whose_node_vanished_is_deleted() {
         Action::Delete { .. }
     ));
 }
+
+/// A registered claim launched as a g4dn.12xlarge of a time-sliced pool: 16 `nvidia.com/gpu`,
+/// plus an extended resource one of its pods asked for (`example.com/fpga`) and one nobody did
+/// (`vpc.amazonaws.com/efa`).
+fn launched_for_16(extra_conditions: Vec<serde_json::Value>) -> NodeClaim {
+    let mut conds = vec![
+        cond("Launched", "True", "Succeeded"),
+        cond("Registered", "True", "Succeeded"),
+    ];
+    conds.extend(extra_conditions);
+    claim(json!({
+        "spec": {"nodePool": "notebooks",
+                 "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "16", "example.com/fpga": "1"}}},
+        "status": {"providerID": "kwok://gpu-abc12", "nodeName": "gpu-abc12",
+                   "instanceType": "g4dn.12xlarge",
+                   "allocatable": {"cpu": "47", "nvidia.com/gpu": "16", "example.com/fpga": "2",
+                                   "vpc.amazonaws.com/efa": "1"},
+                   "conditions": conds}
+    }))
+}
+
+fn node_with(alloc: serde_json::Value) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": "gpu-abc12"},
+        "spec": {"providerID": "kwok://gpu-abc12", "taints": []},
+        "status": {"allocatable": alloc,
+                   "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap()
+}
+
+const MISMATCH: &str = "the Node advertises less than the claim was launched for: \
+    example.com/fpga 1 of 2, nvidia.com/gpu 4 of 16 (instance type g4dn.12xlarge, NodePool notebooks)";
+
+#[test]
+fn fewer_devices_than_launched_for_is_a_mismatch_after_the_device_plugin_timeout() {
+    let t = Timeouts {
+        device_plugin_s: 60,
+        ..Timeouts::default()
+    };
+    let c = launched_for_16(vec![]);
+    // CPU below the catalog's estimate and the un-requested EFA missing are no shortfall.
+    let short = node_with(json!({"cpu": "46", "nvidia.com/gpu": "4", "example.com/fpga": "1"}));
+    assert_eq!(
+        shortfalls(&c, &short)
+            .iter()
+            .map(|s| (s.resource.as_str(), s.registered, s.expected))
+            .collect::<Vec<_>>(),
+        [("example.com/fpga", 1, 2), ("nvidia.com/gpu", 4, 16)]
+    );
+    // Within the timeout the device plugin may still be coming up: wait, saying for what.
+    assert_eq!(
+        step(&c, Some(&short), NOW + 59, &t),
+        Action::NotInitialized {
+            reason: "DevicePluginNotReady",
+            message: "waiting for the device plugin to advertise example.com/fpga 1 of 2, \
+                      nvidia.com/gpu 4 of 16"
+                .into()
+        }
+    );
+    assert_eq!(
+        step(&c, Some(&short), NOW + 60, &t),
+        Action::ResourceMismatch {
+            message: MISMATCH.into()
+        }
+    );
+    // Reported once; the initialization timeout still deletes the claim.
+    let mut reported = cond("Initialized", "False", "ResourceMismatch");
+    reported["message"] = json!(MISMATCH);
+    let c = launched_for_16(vec![reported]);
+    assert_eq!(step(&c, Some(&short), NOW + 120, &t), Action::Wait);
+    assert!(matches!(
+        step(&c, Some(&short), NOW + 900, &t),
+        Action::Delete { .. }
+    ));
+    // A device plugin that catches up initializes the claim after all.
+    let full = node_with(json!({"cpu": "46", "nvidia.com/gpu": "16", "example.com/fpga": "2"}));
+    assert_eq!(step(&c, Some(&full), NOW + 130, &t), Action::Initialize);
+    // No devices at all past the timeout is a mismatch too.
+    let none = node_with(json!({"cpu": "46", "nvidia.com/gpu": "0", "example.com/fpga": "2"}));
+    assert!(matches!(
+        step(&launched_for_16(vec![]), Some(&none), NOW + 60, &t),
+        Action::ResourceMismatch { message } if message.contains("nvidia.com/gpu 0 of 16")
+    ));
+    // A Node that is not Ready is waited for, not judged.
+    let mut not_ready = short.clone();
+    not_ready
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .as_mut()
+        .unwrap()[0]
+        .status = "False".into();
+    assert!(matches!(
+        step(&launched_for_16(vec![]), Some(&not_ready), NOW + 60, &t),
+        Action::NotInitialized {
+            reason: "NodeNotReady",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn the_device_plugin_timeout_counts_from_registration() {
+    let t = Timeouts {
+        device_plugin_s: 60,
+        ..Timeouts::default()
+    };
+    let mut registered_late = cond("Registered", "True", "Succeeded");
+    registered_late["lastTransitionTime"] = json!("2026-01-01T00:05:00Z");
+    let mut c = launched_for_16(vec![]);
+    c.status.as_mut().unwrap().conditions[1] = serde_json::from_value(registered_late).unwrap();
+    let short = node_with(json!({"nvidia.com/gpu": "4", "example.com/fpga": "2"}));
+    assert!(matches!(
+        step(&c, Some(&short), NOW + 300 + 59, &t),
+        Action::NotInitialized { .. }
+    ));
+    assert!(matches!(
+        step(&c, Some(&short), NOW + 300 + 60, &t),
+        Action::ResourceMismatch { .. }
+    ));
+}

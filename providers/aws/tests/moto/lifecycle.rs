@@ -38,6 +38,7 @@ pub fn request(claim: &str, candidates: Vec<OfferingKey>) -> LaunchRequest {
             Effect::NoSchedule,
         )],
         placement_group: None,
+        gpu_sharing: Default::default(),
     }
 }
 

@@ -32,6 +32,7 @@ async fn provider_at(moto: &Moto, endpoint: &str, cluster: &str, clock: &FakeClo
 fn grouped(claim: &str) -> LaunchRequest {
     LaunchRequest {
         placement_group: Some(GROUP.into()),
+        gpu_sharing: Default::default(),
         ..request(
             claim,
             vec![

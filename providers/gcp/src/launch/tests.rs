@@ -20,6 +20,7 @@ fn request() -> LaunchRequest {
         taints: vec![Taint::new("nvidia.com/gpu", "", Effect::NoSchedule)],
         startup_taints: Vec::new(),
         placement_group: None,
+        gpu_sharing: Default::default(),
     }
 }
 

@@ -1,0 +1,253 @@
+//! Delivered capacity and the launch guard, end to end: every example NodePool serves pods
+//! that fit it (the kwok Nodes advertising the pools' GPU sharing), and a Node that comes up
+//! with fewer devices than planned costs one launch, then is reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use nodepools::{NodeClaim, NodePool};
+use serde_json::{Value, json};
+
+use crate::harness::{Cluster, bound_to, eventually};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn examples() -> Vec<(PathBuf, Value)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+            if !v.is_null() {
+                out.push((f.clone(), v));
+            }
+        }
+    }
+    out
+}
+
+/// A pod for `pool`, asking for `resources`, pinned to the pool and tolerating its GPU taint.
+fn pod_for(name: &str, pool: &str, resources: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{name}-rs"),
+                                 "uid": "00000000-0000-0000-0000-00000000000a", "controller": true}]},
+        "spec": {
+            "nodeSelector": {"gpu-autoscaler.dev/nodepool": pool},
+            "containers": [{"name": "main", "image": "main", "resources": {"requests": resources, "limits": resources}}],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        }
+    })
+}
+
+/// What fits each example pool: CPU on the CPU pool, a whole 4-GPU node's worth of time
+/// slices on notebooks (the pod of the runaway report), one MIG instance on inference, four
+/// GPUs on training.
+fn fitting_pod(pool: &str) -> Value {
+    let r = match pool {
+        "cpu-default" => json!({"cpu": "1", "memory": "1Gi"}),
+        "notebooks" => json!({"cpu": "1", "nvidia.com/gpu": "16"}),
+        "gpu-inference" => json!({"cpu": "1", "nvidia.com/mig-1g.10gb": "1"}),
+        "gpu-train" => json!({"cpu": "8", "nvidia.com/gpu": "4"}),
+        other => panic!(
+            "deploy/examples has NodePool {other}: give it a fitting pod in tests/e2e/guard.rs"
+        ),
+    };
+    pod_for(&format!("{pool}-pod"), pool, r)
+}
+
+fn condition<'a>(
+    conds: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    t: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    conds.iter().find(|c| c.type_ == t)
+}
+
+fn claim_condition(cl: &NodeClaim, t: &str) -> Option<(String, String, String)> {
+    let c = condition(&cl.status.as_ref()?.conditions, t)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_guard_every_example_nodepool_serves_a_fitting_pod() {
+    let c = Cluster::start().await;
+    let mut pools = Vec::new();
+    for (file, v) in examples() {
+        assert_eq!(v["kind"], "NodePool", "{}", file.display());
+        let np: NodePool = c.create(v).await;
+        pools.push(np.name_any());
+    }
+    assert!(pools.len() >= 4, "{pools:?}");
+    let _ctl = c.controller("guard-examples", &[]);
+    for pool in &pools {
+        let _: Pod = c.create(fitting_pod(pool)).await;
+    }
+    for pool in &pools {
+        let name = format!("{pool}-pod");
+        let node = eventually(&format!("{name} to bind"), DEADLINE, || async {
+            bound_to(&c.pod("default", &name).await?)
+        })
+        .await;
+        // Bound to a node of its pool whose claim initialized.
+        let claims = c.claims().await;
+        let claim = claims
+            .iter()
+            .find(|cl| cl.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+            .unwrap_or_else(|| panic!("no claim for node {node}: {claims:#?}"));
+        assert_eq!(&claim.spec.node_pool, pool);
+        assert_eq!(
+            claim_condition(claim, "Initialized").map(|c| c.0),
+            Some("True".into()),
+            "{claim:#?}"
+        );
+    }
+    // One node per pod, and every pool reports delivering what it launched.
+    assert_eq!(c.claims().await.len(), pools.len());
+    for pool in &pools {
+        let np = eventually("CapacityDelivered on the pool", DEADLINE, || async {
+            let np = c.pool(pool).await;
+            let s = np.status.clone()?;
+            condition(&s.conditions, "CapacityDelivered").map(|_| np)
+        })
+        .await;
+        let s = np.status.unwrap();
+        let cd = condition(&s.conditions, "CapacityDelivered").unwrap();
+        assert_eq!(
+            (cd.status.as_str(), cd.reason.as_str()),
+            ("True", "AsLaunched")
+        );
+    }
+    // The notebooks node advertises the pool's time slices; the inference node MIG instances.
+    let nodes = c.nodes().await;
+    let alloc = |pool: &str, res: &str| -> Option<String> {
+        nodes
+            .iter()
+            .find(|n| {
+                n.labels()
+                    .get("gpu-autoscaler.dev/nodepool")
+                    .map(String::as_str)
+                    == Some(pool)
+            })
+            .and_then(|n| crate::harness::allocatable(n, res))
+    };
+    let shared: i64 = alloc("notebooks", "nvidia.com/gpu")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(shared >= 16 && shared % 4 == 0, "{shared}");
+    assert!(alloc("gpu-inference", "nvidia.com/mig-1g.10gb").is_some());
+    assert_eq!(alloc("gpu-inference", "nvidia.com/gpu"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_guard_a_node_short_of_devices_costs_one_launch_and_is_reported() {
+    let c = Cluster::start().await;
+    let (_, notebooks) = examples()
+        .into_iter()
+        .find(|(_, v)| v["metadata"]["name"] == "notebooks")
+        .expect("deploy/examples has the notebooks NodePool");
+    let _: NodePool = c.create(notebooks).await;
+    // The device plugin advertises a quarter of what the pool's time-slicing promises: what a
+    // device plugin without the time-slicing configuration does.
+    let _ctl = c.controller(
+        "guard-runaway",
+        &[
+            "--kwok-register-gpu-fraction=0.25",
+            "--device-plugin-timeout=3s",
+        ],
+    );
+    let mut big = fitting_pod("notebooks");
+    big["metadata"]["name"] = json!("big");
+    let _: Pod = c.create(big).await;
+
+    // Every claim name ever listed, polled throughout.
+    let seen: Arc<Mutex<BTreeSet<String>>> = Arc::default();
+    let events = Api::<Event>::all(c.client.clone());
+    let reported = |evs: &[Event], kind: &str, reason: &str| -> Option<String> {
+        evs.iter()
+            .find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some(kind)
+            })
+            .and_then(|e| e.note.clone())
+    };
+    let all = eventually(
+        "the mismatch on claim, pool and pod, and the guard's event",
+        DEADLINE,
+        || {
+            let (c, events, seen) = (&c, &events, seen.clone());
+            async move {
+                let claims = c.claims().await;
+                seen.lock()
+                    .unwrap()
+                    .extend(claims.iter().map(|cl| cl.name_any()));
+                let claim = claims.first()?;
+                let (status, reason, message) = claim_condition(claim, "Initialized")?;
+                if (status.as_str(), reason.as_str()) != ("False", "ResourceMismatch") {
+                    return None;
+                }
+                let np = c.pool("notebooks").await;
+                let pool_cond = condition(&np.status?.conditions, "CapacityDelivered")
+                    .filter(|c| c.status == "False" && c.reason == "ResourceMismatch")?
+                    .message
+                    .clone();
+                let evs = events.list(&ListParams::default()).await.ok()?.items;
+                Some(BTreeMap::from([
+                    ("claim condition", message),
+                    ("pool condition", pool_cond),
+                    (
+                        "claim event",
+                        reported(&evs, "NodeClaim", "ResourceMismatch")?,
+                    ),
+                    (
+                        "pool event",
+                        reported(&evs, "NodePool", "ResourceMismatch")?,
+                    ),
+                    ("pod event", reported(&evs, "Pod", "LaunchBackoff")?),
+                ]))
+            }
+        },
+    )
+    .await;
+    for (what, text) in &all {
+        if *what != "pod event" {
+            assert!(
+                text.contains("nvidia.com/gpu 4 of 16") && text.contains("g4dn.12xlarge"),
+                "{what}: {text}"
+            );
+        }
+    }
+    assert!(all["pod event"].contains("caused 1 launch"), "{all:#?}");
+    // Replans after the report (pending pods are planned again every 10 s) launch nothing.
+    let plans = || {
+        std::fs::read_to_string(c.dir.join("guard-runaway.log"))
+            .unwrap_or_default()
+            .matches("plan_ms=")
+            .count()
+    };
+    let before = plans();
+    eventually("two more planning rounds", DEADLINE, || async {
+        (plans() >= before + 2).then_some(())
+    })
+    .await;
+    let mut seen = seen.lock().unwrap().clone();
+    seen.extend(c.claims().await.iter().map(|cl| cl.name_any()));
+    assert_eq!(seen.len(), 1, "one launch for the pod, saw claims {seen:?}");
+    assert_eq!(c.instances().await.len(), 1);
+    assert_eq!(bound_to(&c.pod("default", "big").await.unwrap()), None);
+}
