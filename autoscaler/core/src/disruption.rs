@@ -224,40 +224,18 @@ fn movable(node: &Node) -> Vec<&Pod> {
         .collect()
 }
 
-/// Seconds in a Go duration (`time.ParseDuration`, which Karpenter reads the annotation
-/// with): a sequence of decimal numbers with units `ns`, `us`, `µs`, `ms`, `s`, `m`, `h`, or a
-/// bare `0`. `None` for anything else, negative durations included.
-fn go_duration_seconds(text: &str) -> Option<f64> {
+/// Whole seconds (rounded up) of a `karpenter.sh/do-not-disrupt` duration, in the project's
+/// one duration grammar ([`crate::duration`]: `30m`, `1h30m`, `1.5h`; Karpenter reads the
+/// annotation as a Go duration, whose common forms this accepts), or Go's bare `0`. `None` for
+/// anything else.
+fn annotation_seconds(text: &str) -> Option<i64> {
     if text == "0" {
-        return Some(0.0);
+        return Some(0);
     }
-    let mut rest = text;
-    let mut total = 0.0;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let n: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += n * scale;
-    }
-    total.is_finite().then_some(total)
+    let d = crate::duration::parse(text, crate::duration::Bare::Refused).ok()?;
+    i64::try_from(d.as_secs())
+        .ok()
+        .map(|s| s + i64::from(d.subsec_nanos() > 0))
 }
 
 /// Why a `karpenter.sh/do-not-disrupt` value on a pod or node (`who`) still protects it at
@@ -272,13 +250,13 @@ fn do_not_disrupt(who: &str, value: &str, since: Option<i64>, now: i64) -> Optio
     if value == "false" || value.is_empty() {
         return None;
     }
-    let Some(secs) = go_duration_seconds(value) else {
+    let Some(secs) = annotation_seconds(value) else {
         return Some(format!(
             "{who} has {DO_NOT_DISRUPT}={value:?}, neither \"true\" nor a duration; it protects \
              as \"true\" would"
         ));
     };
-    let until = since.unwrap_or(now).saturating_add(secs.ceil() as i64);
+    let until = since.unwrap_or(now).saturating_add(secs);
     (now < until).then(|| {
         format!(
             "{who} has {DO_NOT_DISRUPT}={value} ({} left)",
