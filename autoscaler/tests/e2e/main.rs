@@ -4,6 +4,7 @@
 mod harness;
 
 mod crash;
+mod faults;
 mod pod_problems;
 mod provisioning;
 mod provreq;
