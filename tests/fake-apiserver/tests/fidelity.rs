@@ -366,7 +366,7 @@ async fn injected_faults_hit_the_faulty_client_only() {
         "{codes:?}"
     );
     assert!(
-        codes.get(&429).is_some() && codes.get(&200).is_some(),
+        codes.contains_key(&429) && codes.contains_key(&200),
         "{codes:?}"
     );
     let counts = s.faults_injected();
