@@ -111,13 +111,14 @@ impl Cluster {
 
     /// [`Self::start`], with more CRDs (YAML texts) registered.
     pub async fn start_with(extra_crds: &[&str]) -> Cluster {
-        let server = FakeApiServer::new(Options {
-            binder: Some(BinderOptions {
-                interval: Duration::from_millis(100),
-                ..BinderOptions::default()
-            }),
-            ..Options::default()
-        });
+        Self::start_opts(options(), extra_crds).await
+    }
+
+    /// [`Self::start_with`] with the server's options (start from [`options`]). With faults
+    /// configured, the test's own client is exempt from them: only the controller gets them.
+    pub async fn start_opts(options: Options, extra_crds: &[&str]) -> Cluster {
+        let faults = options.faults.enabled();
+        let server = FakeApiServer::new(options);
         for f in [
             "deploy/crds/gpu-autoscaler.dev_nodepools.yaml",
             "deploy/crds/gpu-autoscaler.dev_nodeclaims.yaml",
@@ -142,13 +143,22 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let kubeconfig = dir.join("kubeconfig");
         std::fs::write(&kubeconfig, running.kubeconfig_yaml()).unwrap();
-        let client = running.client().await.expect("client");
+        let client = if faults {
+            server.client_without_faults()
+        } else {
+            running.client().await.expect("client")
+        };
         Cluster {
             _server: running,
             client,
             dir,
             kubeconfig,
         }
+    }
+
+    /// The server's state and helpers.
+    pub fn server(&self) -> &FakeApiServer {
+        self._server.server()
     }
 
     /// Starts the controller binary with [`FAST`] flags plus `extra`.
@@ -239,6 +249,17 @@ impl Cluster {
             .get(name)
             .await
             .unwrap()
+    }
+}
+
+/// The harness server options: the harness scheduler binds pods every 100 ms.
+pub fn options() -> Options {
+    Options {
+        binder: Some(BinderOptions {
+            interval: Duration::from_millis(100),
+            ..BinderOptions::default()
+        }),
+        ..Options::default()
     }
 }
 

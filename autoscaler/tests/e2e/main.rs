@@ -4,6 +4,7 @@
 mod harness;
 
 mod crash;
+mod faults;
 mod guard;
 mod kueue;
 mod pod_problems;

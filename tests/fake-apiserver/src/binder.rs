@@ -92,7 +92,7 @@ pub(crate) fn pod_requests(pod: &Value) -> Resources {
     total
 }
 
-fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
+pub(crate) fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
     tolerations.iter().any(|t| {
         let key = t["key"].as_str().unwrap_or_default();
         let op = t["operator"].as_str().unwrap_or("Equal");
@@ -130,7 +130,7 @@ fn requirement_matches(expr: &Value, value: Option<&str>) -> bool {
     }
 }
 
-fn affinity_matches(pod: &Value, node: &Value) -> bool {
+pub(crate) fn affinity_matches(pod: &Value, node: &Value) -> bool {
     let Some(terms) = pod
         .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array)
@@ -224,7 +224,7 @@ fn fits_resources(req: &Resources, n: &NodeView) -> bool {
         .all(|(res, want)| *want <= 0 || n.free.get(res).copied().unwrap_or(0) >= *want)
 }
 
-fn terminal(p: &Value) -> bool {
+pub(crate) fn terminal(p: &Value) -> bool {
     matches!(
         p.pointer("/status/phase").and_then(Value::as_str),
         Some("Succeeded" | "Failed")

@@ -74,6 +74,9 @@ pub enum Error {
     /// 500 InternalError.
     #[error("{0}")]
     Internal(String),
+    /// 503 ServiceUnavailable (only ever injected, see `Options::faults`).
+    #[error("{0}")]
+    Unavailable(String),
     /// A CRD document could not be parsed or registered.
     #[error("invalid CustomResourceDefinition: {0}")]
     Crd(String),
@@ -133,6 +136,7 @@ impl Error {
             Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Error::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::Gone(_) => StatusCode::GONE,
+            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) | Error::Io { .. } | Error::Client(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
@@ -176,6 +180,7 @@ impl Error {
                 ("TooManyRequests", Some(json!({"causes": causes})))
             }
             Error::Gone(_) => ("Expired", None),
+            Error::Unavailable(_) => ("ServiceUnavailable", None),
             Error::Internal(_) | Error::Io { .. } | Error::Client(_) => ("InternalError", None),
         };
         let mut status = json!({

@@ -18,16 +18,65 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::Shared;
 use crate::error::{Error, Result};
+use crate::faults::{Class, Verdict};
 use crate::resources::{self, Builtin, ResourceDef};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{Change, ChangeKind, Part, PatchKind, State, WriteOpts};
 
-/// Builds the router over shared state.
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+/// Builds the router over shared state; `faults` says whether configured faults apply to
+/// its callers.
+pub(crate) fn router(shared: Arc<Shared>, faults: bool) -> Router {
     Router::new()
         .fallback(handle)
         .layer(DefaultBodyLimit::max(32 << 20))
-        .with_state(shared)
+        .with_state(Ctx { shared, faults })
+}
+
+/// The router's state.
+#[derive(Clone)]
+struct Ctx {
+    shared: Arc<Shared>,
+    faults: bool,
+}
+
+/// The fault class of a request, `None` for discovery and health endpoints.
+fn fault_class(req: &Req) -> Option<Class> {
+    let segs = req.path.trim_matches('/').split('/').count();
+    let resource = (req.path.starts_with("/api/") && segs >= 3)
+        || (req.path.starts_with("/apis/") && segs >= 4);
+    if !resource {
+        return None;
+    }
+    Some(match req.method {
+        Method::GET if req.flag("watch") => Class::Watch,
+        Method::GET => Class::Read,
+        Method::POST => Class::Write { update: false },
+        _ => Class::Write { update: true },
+    })
+}
+
+fn injected(code: u16) -> Response {
+    let e = match code {
+        409 => Error::Conflict {
+            message: "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again (injected fault)".into(),
+            kind: String::new(),
+            name: String::new(),
+        },
+        429 => Error::TooManyRequests {
+            message: "the server is currently unable to handle the request (injected fault)".into(),
+            causes: Vec::new(),
+        },
+        503 => Error::Unavailable("the server is currently unable to handle the request (injected fault)".into()),
+        _ => Error::Internal("an error on the server has prevented the request from succeeding (injected fault)".into()),
+    };
+    let mut r = error_response(&e);
+    if code == 429 || code == 503 {
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+    }
+    r
 }
 
 fn json_response(code: StatusCode, body: Vec<u8>) -> Response {
@@ -47,7 +96,7 @@ fn success_status(code: u16, details: Value) -> Value {
 }
 
 async fn handle(
-    AxState(sh): AxState<Arc<Shared>>,
+    AxState(ctx): AxState<Ctx>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -60,10 +109,24 @@ async fn handle(
         headers,
         query,
         body,
+        faults: ctx.faults && ctx.shared.injector.faults.enabled(),
     };
-    match dispatch(&sh, &req) {
+    let sh = ctx.shared;
+    let verdict = match fault_class(&req) {
+        Some(class) if req.faults => sh.injector.decide(class),
+        _ => Verdict::Pass,
+    };
+    if let Verdict::Fail(code) = verdict {
+        return injected(code);
+    }
+    let response = match dispatch(&sh, &req) {
         Ok(r) => r,
         Err(e) => error_response(&e),
+    };
+    match verdict {
+        // The write went through (or failed on its own); the client hears of a server error.
+        Verdict::FailAfter(code) => injected(code),
+        _ => response,
     }
 }
 
@@ -73,6 +136,8 @@ struct Req {
     headers: HeaderMap,
     query: Vec<(String, String)>,
     body: Bytes,
+    /// Whether configured faults apply to this request.
+    faults: bool,
 }
 
 impl Req {
@@ -92,6 +157,7 @@ impl Req {
         WriteOpts {
             dry_run: self.q("dryRun") == Some("All"),
             field_manager: self.q("fieldManager").map(str::to_string),
+            grace_period: self.q("gracePeriodSeconds").and_then(|g| g.parse().ok()),
         }
     }
 
@@ -452,6 +518,9 @@ fn object(
             {
                 opts.dry_run = true;
             }
+            if let Some(g) = body["gracePeriodSeconds"].as_i64() {
+                opts.grace_period = Some(g);
+            }
             let (obj, gone) = lock(sh).delete(def, ns, name, &body["preconditions"], &opts)?;
             if gone {
                 let uid = obj["metadata"]["uid"].clone();
@@ -499,7 +568,16 @@ fn list(
             st.rv
         )));
     }
-    let result = st.list(def, ns, labels, fields, limit, req.q("continue"))?;
+    let stale = sh
+        .options
+        .stale_lists
+        .filter(|_| req.q("resourceVersion") == Some("0") && req.q("continue").is_none());
+    let result = match stale {
+        // The watch cache's view: served without pagination, as kube-apiserver does for
+        // resourceVersion=0 lists.
+        Some(lag) => st.list_as_of(def, ns, labels, fields, lag)?,
+        None => st.list(def, ns, labels, fields, limit, req.q("continue"))?,
+    };
     drop(st);
     // Serialise outside the lock, item by item, without cloning the objects.
     let (api_version, kind) = if view.meta_only {
@@ -648,7 +726,7 @@ fn watch(
             let from: u64 = rv_param
                 .parse()
                 .map_err(|_| Error::BadRequest(format!("invalid resourceVersion {rv_param:?}")))?;
-            if from < st.compacted {
+            if from < st.compacted || (req.faults && sh.injector.watch_gone()) {
                 // Like the real server: 200, then one ERROR event carrying 410, then the end.
                 let body = Body::from(gone_line(&rv_param, current));
                 return Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response());
@@ -663,6 +741,7 @@ fn watch(
     };
     let (mut tx, body_rx) = futures::channel::mpsc::channel::<Result<Bytes, Infallible>>(256);
     let sh = sh.clone();
+    let drop_watches = req.faults && sh.injector.faults.watch_drop > 0.0;
     let mut shutdown = sh.shutdown.subscribe();
     let mut expire = sh.expire.subscribe();
     tokio::spawn(async move {
@@ -726,6 +805,10 @@ fn watch(
                     None
                 }
             };
+            if drop_watches && sh.injector.watch_drop() {
+                // Cut without an ERROR event: the client resumes from its last resourceVersion.
+                return;
+            }
             if let Some(line) = line {
                 let is_error = line.starts_with(b"{\"type\":\"ERROR\"");
                 if tx.send(Ok(line)).await.is_err() || is_error {

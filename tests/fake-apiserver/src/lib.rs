@@ -32,6 +32,7 @@
 
 mod binder;
 mod error;
+mod faults;
 mod http;
 mod patch;
 mod quantity;
@@ -39,6 +40,7 @@ mod resources;
 mod schema;
 mod selector;
 mod store;
+mod workloads;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -49,6 +51,7 @@ use serde_json::Value;
 
 pub use binder::BinderOptions;
 pub use error::{Error, Result};
+pub use faults::{FaultCounts, FaultRates, Faults};
 pub use selector::{FieldSelector, LabelSelector};
 
 use store::{State, WriteOpts};
@@ -64,8 +67,25 @@ pub struct Options {
     pub watch_buffer: usize,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
-    /// Delete the pods bound to a Node when the Node is deleted (what pod GC does, at once).
+    /// Delete the pods bound to a Node when the Node is deleted (what pod GC does), after
+    /// [`pod_gc_delay`](Self::pod_gc_delay).
     pub gc_orphan_pods: bool,
+    /// How long a pod bound to a deleted Node stays before pod GC force-deletes it (zero: at
+    /// once, inline with the Node's deletion).
+    pub pod_gc_delay: Duration,
+    /// Graceful pod deletion: `Some(scale)` gives a deleted bound pod a `deletionTimestamp` and
+    /// removes it after its grace period (`DeleteOptions.gracePeriodSeconds`, else the pod's
+    /// `terminationGracePeriodSeconds`, else 30 s) times `scale` (e.g. 0.1 so tests stay fast);
+    /// finalizers still hold it after that. `None` removes pods at once.
+    pub graceful_deletion: Option<f64>,
+    /// Run the workload controllers: pods of ReplicaSets (and Deployments through them),
+    /// StatefulSets and DaemonSets held by the server are created and recreated.
+    pub workloads: bool,
+    /// Serve `resourceVersion=0` lists from the state this long ago (within the retained
+    /// history), as kube-apiserver's lagging watch cache can; `None` serves them current.
+    pub stale_lists: Option<Duration>,
+    /// Calls failing at a configured rate; the default injects nothing.
+    pub faults: Faults,
     /// Run the harness scheduler (binder); `None` leaves pods pending until a test binds them.
     pub binder: Option<BinderOptions>,
 }
@@ -77,6 +97,11 @@ impl Default for Options {
             watch_buffer: 16_384,
             bookmark_interval: Duration::from_secs(1),
             gc_orphan_pods: true,
+            pod_gc_delay: Duration::ZERO,
+            graceful_deletion: None,
+            workloads: true,
+            stale_lists: None,
+            faults: Faults::default(),
             binder: None,
         }
     }
@@ -90,6 +115,8 @@ pub(crate) struct Shared {
     pub shutdown: tokio::sync::watch::Sender<bool>,
     /// Bumped to end every open watch with a 410 ERROR event.
     pub expire: tokio::sync::watch::Sender<u64>,
+    /// Fault injection (a no-op without configured faults).
+    pub injector: faults::Injector,
 }
 
 /// A fake API server: the state plus its HTTP router. Cheap to clone (shared state).
@@ -103,13 +130,16 @@ impl FakeApiServer {
     /// and `kube-node-lease` namespaces. With [`Options::binder`] set this must run inside a
     /// Tokio runtime (the binder is a spawned task).
     pub fn new(options: Options) -> Self {
-        let state = State::new(
+        let mut state = State::new(
             options.history_limit,
             options.watch_buffer,
             options.gc_orphan_pods,
         );
+        state.grace_scale = options.graceful_deletion;
+        state.pod_gc_delay = options.pod_gc_delay;
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
+            injector: faults::Injector::new(options.faults.clone()),
             options,
             shutdown: tokio::sync::watch::channel(false).0,
             expire: tokio::sync::watch::channel(0).0,
@@ -118,7 +148,55 @@ impl FakeApiServer {
         if let Some(opts) = server.shared.options.binder.clone() {
             server.spawn_binder(opts);
         }
+        // Outside a runtime (a synchronous unit test) the controllers run only through
+        // `run_controllers_now`.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            server.spawn_controllers();
+        }
         server
+    }
+
+    fn spawn_controllers(&self) {
+        let shared = self.shared.clone();
+        let notify = self.lock().controllers_notify.clone();
+        let mut shutdown = shared.shutdown.subscribe();
+        // Grace periods and GC delays end without a write; a short tick notices.
+        let tick = Duration::from_millis(50);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.changed() => return,
+                    _ = notify.notified() => {}
+                    _ = tokio::time::sleep(tick) => {}
+                }
+                let mut st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                st.controllers_pass(shared.options.workloads);
+            }
+        });
+    }
+
+    /// Runs the cluster controllers (graceful termination, pod GC, workloads) until they make
+    /// no more writes (at most 10 passes); returns the writes made. For deterministic tests.
+    pub fn run_controllers_now(&self) -> usize {
+        let mut total = 0;
+        for _ in 0..10 {
+            let n = self.lock().controllers_pass(self.shared.options.workloads);
+            total += n;
+            if n == 0 {
+                break;
+            }
+        }
+        total
+    }
+
+    /// The faults injected so far.
+    pub fn faults_injected(&self) -> FaultCounts {
+        self.shared.injector.counts()
+    }
+
+    /// Evictions accepted and refused (429 by a PodDisruptionBudget) so far.
+    pub fn evictions(&self) -> (u64, u64) {
+        self.lock().evictions
     }
 
     /// Starts a server with default options (no binder) on `addr`, e.g. `127.0.0.1:0`.
@@ -153,12 +231,19 @@ impl FakeApiServer {
 
     /// The axum router serving the API; hand it to `kube::Client::new` or serve it yourself.
     pub fn router(&self) -> axum::Router {
-        http::router(self.shared.clone())
+        http::router(self.shared.clone(), true)
     }
 
     /// A kube client talking to this server in-process (no socket), default namespace `default`.
+    /// Configured faults apply to it as to every other caller.
     pub fn client(&self) -> kube::Client {
         kube::Client::new(self.router(), "default")
+    }
+
+    /// An in-process kube client that [`Options::faults`] never touch: a test's own setup and
+    /// assertions, while the system under test gets the faults.
+    pub fn client_without_faults(&self) -> kube::Client {
+        kube::Client::new(http::router(self.shared.clone(), false), "default")
     }
 
     /// Serves the API over plain HTTP on `addr` (use `127.0.0.1:0` for a free port).

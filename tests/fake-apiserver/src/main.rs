@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use fake_apiserver::{BinderOptions, FakeApiServer, Options};
+use fake_apiserver::{BinderOptions, FakeApiServer, FaultRates, Faults, Options};
 
 /// Command-line arguments.
 #[derive(Parser, Debug)]
@@ -37,6 +37,36 @@ struct Args {
     /// Changes kept for watches; older resourceVersions get 410 Gone.
     #[arg(long, default_value_t = 10_000)]
     history: usize,
+    /// Graceful pod deletion with grace periods multiplied by this (e.g. 0.1); off by default.
+    #[arg(long, value_name = "SCALE")]
+    graceful_deletion: Option<f64>,
+    /// Milliseconds pod GC waits before deleting pods bound to a deleted Node.
+    #[arg(long, default_value_t = 0)]
+    pod_gc_delay_ms: u64,
+    /// Do not run the ReplicaSet/Deployment/StatefulSet/DaemonSet controllers.
+    #[arg(long)]
+    no_workloads: bool,
+    /// Serve resourceVersion=0 lists as of this many milliseconds ago.
+    #[arg(long, value_name = "MS")]
+    stale_lists_ms: Option<u64>,
+    /// Seed of the fault injection.
+    #[arg(long, default_value_t = 0)]
+    fault_seed: u64,
+    /// Faults on gets and lists, e.g. `429=0.05,5xx=0.05`.
+    #[arg(long, default_value = "")]
+    read_faults: FaultRates,
+    /// Faults on writes, e.g. `409=0.05,429=0.05,5xx=0.05`.
+    #[arg(long, default_value = "")]
+    write_faults: FaultRates,
+    /// Faults when a watch is opened, e.g. `429=0.05,5xx=0.05`.
+    #[arg(long, default_value = "")]
+    watch_faults: FaultRates,
+    /// Chance per watch line that the stream is cut.
+    #[arg(long, default_value_t = 0.0)]
+    watch_drop_rate: f64,
+    /// Chance that a watch from a resourceVersion gets 410 Gone.
+    #[arg(long, default_value_t = 0.0)]
+    watch_gone_rate: f64,
 }
 
 #[tokio::main]
@@ -49,6 +79,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             mark_running: !args.no_kubelet,
             ..BinderOptions::default()
         }),
+        graceful_deletion: args.graceful_deletion,
+        pod_gc_delay: Duration::from_millis(args.pod_gc_delay_ms),
+        workloads: !args.no_workloads,
+        stale_lists: args.stale_lists_ms.map(Duration::from_millis),
+        faults: Faults {
+            seed: args.fault_seed,
+            reads: args.read_faults,
+            writes: args.write_faults,
+            watches: args.watch_faults,
+            watch_drop: args.watch_drop_rate,
+            watch_gone: args.watch_gone_rate,
+        },
         ..Options::default()
     };
     let server = FakeApiServer::new(options);

@@ -96,10 +96,19 @@ fn strategy(kind: Builtin, path: &[&str]) -> ListStrategy {
         (Builtin::Pod, ["status", "podIPs"]) => MergeKey("ip"),
         (Builtin::Node, ["status", "conditions" | "addresses"]) => MergeKey("type"),
         (Builtin::Node, ["spec", "podCIDRs"]) => MergePrimitive,
-        (Builtin::DaemonSet, ["spec", "template", "spec", rest @ ..]) => pod_spec_strategy(rest),
+        (
+            Builtin::DaemonSet | Builtin::ReplicaSet | Builtin::Deployment | Builtin::StatefulSet,
+            ["spec", "template", "spec", rest @ ..],
+        ) => pod_spec_strategy(rest),
         (Builtin::PodTemplate, ["template", "spec", rest @ ..]) => pod_spec_strategy(rest),
         (
-            Builtin::DaemonSet | Builtin::Pdb | Builtin::Namespace | Builtin::Crd,
+            Builtin::DaemonSet
+            | Builtin::ReplicaSet
+            | Builtin::Deployment
+            | Builtin::StatefulSet
+            | Builtin::Pdb
+            | Builtin::Namespace
+            | Builtin::Crd,
             ["status", "conditions"],
         ) => MergeKey("type"),
         _ => Replace,

@@ -13,6 +13,7 @@ use crate::patch;
 use crate::resources::{self, Builtin, ResourceDef};
 use crate::schema;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::workloads::force;
 
 /// The kind of a change, as a watch event type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub(crate) struct Change {
     pub object: Arc<Value>,
     /// The object before the write (for selector transitions); `None` for creates.
     pub prev: Option<Arc<Value>>,
+    /// When it was committed (stale `resourceVersion=0` lists roll back to a past instant).
+    pub at: std::time::Instant,
 }
 
 /// Objects of one resource type, keyed by `(namespace, name)` ("" for cluster-scoped).
@@ -63,7 +66,12 @@ pub(crate) enum PatchKind {
 pub(crate) struct WriteOpts {
     pub dry_run: bool,
     pub field_manager: Option<String>,
+    /// `DeleteOptions.gracePeriodSeconds` of a delete or eviction.
+    pub grace_period: Option<i64>,
 }
+
+/// A namespace and name.
+pub(crate) type ObjKey = (String, String);
 
 /// The result of a list: items (already filtered), the list's resourceVersion and a continue token.
 pub(crate) struct ListResult {
@@ -87,6 +95,22 @@ pub(crate) struct State {
     /// The harness scheduler's parsed pod requests by pod uid (pod specs are immutable, so
     /// parsing each pod once keeps a scheduling pass linear in cheap lookups).
     pub request_cache: std::collections::HashMap<String, Arc<BTreeMap<String, i128>>>,
+    /// Graceful pod deletion: a pod's grace period is multiplied by this; `None` removes pods
+    /// at once (see `Options::graceful_deletion`).
+    pub grace_scale: Option<f64>,
+    /// How long pod GC waits before deleting a pod bound to a missing Node (zero: at once).
+    pub pod_gc_delay: std::time::Duration,
+    /// Terminating pods and when their grace period ends (the fake kubelet then removes them).
+    pub removals: std::collections::HashMap<ObjKey, std::time::Instant>,
+    /// Pods bound to a missing Node and since when (pod GC with a delay).
+    pub orphan_since: std::collections::HashMap<ObjKey, std::time::Instant>,
+    /// Pods evicted under a PodDisruptionBudget, by uid: listed in its `disruptedPods` (and not
+    /// counted healthy) until they are gone.
+    pub evicted: std::collections::HashMap<ObjKey, String>,
+    /// Evictions accepted and refused with 429 (for tests to show the back-off path ran).
+    pub evictions: (u64, u64),
+    /// Woken on every commit, for the workload controllers (the binder has `notify`).
+    pub controllers_notify: Arc<tokio::sync::Notify>,
     uid_counter: u64,
 }
 
@@ -97,14 +121,14 @@ pub(crate) fn now() -> String {
         .to_string()
 }
 
-fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
     obj.get("metadata")
         .and_then(|m| m.get(field))
         .and_then(Value::as_str)
         .unwrap_or_default()
 }
 
-fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+pub(crate) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.is_object() {
         *obj = json!({});
     }
@@ -116,7 +140,7 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     m.as_object_mut().expect("object")
 }
 
-fn finalizers(obj: &Value) -> Vec<String> {
+pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
         .map(|a| {
@@ -174,6 +198,13 @@ impl State {
             gc_orphan_pods,
             notify: Arc::new(tokio::sync::Notify::new()),
             request_cache: Default::default(),
+            grace_scale: None,
+            pod_gc_delay: std::time::Duration::ZERO,
+            removals: Default::default(),
+            orphan_since: Default::default(),
+            evicted: Default::default(),
+            evictions: (0, 0),
+            controllers_notify: Arc::new(tokio::sync::Notify::new()),
             uid_counter: 0,
         };
         for def in resources::builtins() {
@@ -230,7 +261,7 @@ impl State {
         self.table(def).objects.values()
     }
 
-    fn table(&self, def: &ResourceDef) -> &Table {
+    pub(crate) fn table(&self, def: &ResourceDef) -> &Table {
         self.tables
             .get(&def.key())
             .expect("defs come from the table")
@@ -318,8 +349,57 @@ impl State {
         })
     }
 
+    /// Lists objects as they were `lag` ago (a lagging watch cache), rebuilt by undoing the
+    /// retained history's later changes; the list's resourceVersion is that past revision, so a
+    /// watch from it replays what the list missed. A history shorter than `lag` gives its oldest
+    /// reconstructable revision.
+    pub fn list_as_of(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        lag: std::time::Duration,
+    ) -> Result<ListResult> {
+        let cutoff = std::time::Instant::now().checked_sub(lag);
+        let target = self
+            .history
+            .iter()
+            .rev()
+            .find(|c| cutoff.is_some_and(|t| c.at <= t))
+            .map_or(self.compacted.min(self.rv), |c| c.rv);
+        let key = def.key();
+        let mut objects = self.table(def).objects.clone();
+        for c in self.history.iter().rev().take_while(|c| c.rv > target) {
+            if *c.key != *key {
+                continue;
+            }
+            let k = (c.namespace.clone(), meta_str(&c.object, "name").to_string());
+            match (&c.kind, &c.prev) {
+                (ChangeKind::Added, _) => {
+                    objects.remove(&k);
+                }
+                (_, Some(prev)) => {
+                    objects.insert(k, prev.clone());
+                }
+                (_, None) => {}
+            }
+        }
+        let items = objects
+            .into_iter()
+            .filter(|((ons, _), _)| !def.namespaced || ns.is_none_or(|n| n == ons))
+            .filter(|(_, o)| labels.matches(o) && fields.matches(o))
+            .map(|(_, o)| o)
+            .collect();
+        Ok(ListResult {
+            items,
+            rv: target,
+            continue_token: None,
+        })
+    }
+
     /// Commits a write: bumps the global resourceVersion, stores, records and broadcasts.
-    fn commit(
+    pub(crate) fn commit(
         &mut self,
         def: &ResourceDef,
         ns: &str,
@@ -343,6 +423,7 @@ impl State {
             kind,
             object: obj,
             prev,
+            at: std::time::Instant::now(),
         });
         self.history.push_back(change.clone());
         while self.history.len() > self.history_limit {
@@ -353,6 +434,7 @@ impl State {
         // No receiver is fine: nobody is watching.
         let _ = self.tx.send(change.clone());
         self.notify.notify_one();
+        self.controllers_notify.notify_one();
         change
     }
 
@@ -699,8 +781,13 @@ impl State {
         if opts.dry_run {
             return Ok(Arc::new(new));
         }
-        let finished =
-            new.pointer("/metadata/deletionTimestamp").is_some() && finalizers(&new).is_empty();
+        // A pod still in its grace period stays until the kubelet (the controllers pass)
+        // removes it, even once its finalizers are gone.
+        let finished = new.pointer("/metadata/deletionTimestamp").is_some()
+            && finalizers(&new).is_empty()
+            && !self
+                .removals
+                .contains_key(&(ns.to_string(), name.to_string()));
         let kind = if finished {
             ChangeKind::Deleted
         } else {
@@ -816,6 +903,9 @@ impl State {
                 ),
             ));
         }
+        if let Some(grace) = self.grace_of(def, &old, opts) {
+            return self.delete_gracefully(def, ns, name, old, grace, opts);
+        }
         if !finalizers(&old).is_empty() {
             if old.pointer("/metadata/deletionTimestamp").is_some() {
                 return Ok((old, false));
@@ -840,7 +930,7 @@ impl State {
     }
 
     /// Side effects of a committed write: registered CRDs, PDB status, orphaned pods.
-    fn after_write(&mut self, def: &ResourceDef, change: &Change) {
+    pub(crate) fn after_write(&mut self, def: &ResourceDef, change: &Change) {
         match def.builtin {
             Some(Builtin::Crd) if change.kind == ChangeKind::Deleted => {
                 if let Ok(d) = resources::from_crd(&change.object) {
@@ -849,6 +939,14 @@ impl State {
                 }
             }
             Some(Builtin::Pod) => {
+                if change.kind == ChangeKind::Deleted {
+                    let key = (
+                        change.namespace.clone(),
+                        meta_str(&change.object, "name").into(),
+                    );
+                    self.removals.remove(&key);
+                    self.orphan_since.remove(&key);
+                }
                 let mut labels = vec![crate::selector::labels_of(&change.object)];
                 if let Some(p) = &change.prev {
                     labels.push(crate::selector::labels_of(p));
@@ -859,7 +957,11 @@ impl State {
                 let name = meta_str(&change.object, "name").to_string();
                 self.refresh_pdb(&change.namespace, &name);
             }
-            Some(Builtin::Node) if change.kind == ChangeKind::Deleted && self.gc_orphan_pods => {
+            Some(Builtin::Node)
+                if change.kind == ChangeKind::Deleted
+                    && self.gc_orphan_pods
+                    && self.pod_gc_delay.is_zero() =>
+            {
                 let node = meta_str(&change.object, "name").to_string();
                 let pods = self.def("", "pods").expect("builtin");
                 let orphans: Vec<(String, String)> = self
@@ -872,8 +974,8 @@ impl State {
                     .map(|(k, _)| k.clone())
                     .collect();
                 for (ns, name) in orphans {
-                    // Pod GC deletes pods of a node that no longer exists.
-                    let _ = self.delete(&pods, &ns, &name, &Value::Null, &WriteOpts::default());
+                    // Pod GC force-deletes pods of a node that no longer exists.
+                    let _ = self.delete(&pods, &ns, &name, &Value::Null, &force());
                 }
             }
             _ => {}
@@ -909,7 +1011,26 @@ impl State {
         let Ok(pdb) = self.get(&pdbs, ns, name) else {
             return;
         };
-        let budget = self.pdb_budget(&pdb);
+        // Evicted pods stay listed until they are gone (or replaced by a new pod of that name).
+        let pods = self.def("", "pods").expect("builtin");
+        let mut disrupted = Map::new();
+        for (pod, at) in pdb
+            .pointer("/status/disruptedPods")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let key = (ns.to_string(), pod.clone());
+            let live = self.get(&pods, ns, pod).ok();
+            if live.is_some_and(|p| {
+                Some(meta_str(&p, "uid")) == self.evicted.get(&key).map(String::as_str)
+            }) {
+                disrupted.insert(pod.clone(), at.clone());
+            }
+        }
+        let mut pdb_now = (*pdb).clone();
+        pdb_now["status"]["disruptedPods"] = Value::Object(disrupted.clone());
+        let budget = self.pdb_budget(&pdb_now);
         let mut new = (*pdb).clone();
         let allowed = budget.disruptions_allowed();
         let mut status = json!({
@@ -918,6 +1039,7 @@ impl State {
             "currentHealthy": budget.current_healthy,
             "desiredHealthy": budget.desired_healthy,
             "expectedPods": budget.expected,
+            "disruptedPods": disrupted,
             "conditions": [{
                 "type": "DisruptionAllowed",
                 "status": if allowed > 0 { "True" } else { "False" },
@@ -945,8 +1067,14 @@ impl State {
         let ns = meta_str(pdb, "namespace");
         let pods = self.def("", "pods").expect("builtin");
         let selector = pdb_selector(pdb);
+        let disrupted = pdb
+            .pointer("/status/disruptedPods")
+            .and_then(Value::as_object);
         let mut expected = 0i64;
         let mut healthy = 0i64;
+        // Pods whose controller is known count through its desired replicas, once per
+        // controller, as the disruption controller does with the scale subresource.
+        let mut owners = std::collections::BTreeSet::new();
         for ((_, _), p) in self
             .table(&pods)
             .objects
@@ -963,8 +1091,17 @@ impl State {
             if matches!(phase, "Succeeded" | "Failed") {
                 continue;
             }
-            expected += 1;
-            if pod_healthy(p) {
+            match self.desired_replicas_of_owner(ns, p) {
+                Some((uid, n)) => {
+                    if owners.insert(uid) {
+                        expected += n;
+                    }
+                }
+                None => expected += 1,
+            }
+            // An evicted pod stays out of the healthy count until it is gone.
+            let name = meta_str(p, "name");
+            if pod_healthy(p) && !disrupted.is_some_and(|d| d.contains_key(name)) {
                 healthy += 1;
             }
         }
@@ -1012,6 +1149,7 @@ impl State {
         // Terminal, pending and already-terminating pods are evicted without consulting PDBs.
         let ignore_pdb = matches!(phase, "Succeeded" | "Failed" | "Pending")
             || pod.pointer("/metadata/deletionTimestamp").is_some();
+        let mut disrupting = None;
         if !ignore_pdb {
             let pdb_def = self.def("policy", "poddisruptionbudgets").expect("builtin");
             let labels = crate::selector::labels_of(&pod);
@@ -1036,6 +1174,7 @@ impl State {
                     b.always_allow_unhealthy || b.current_healthy >= b.desired_healthy
                 };
                 if !allowed {
+                    self.evictions.1 += 1;
                     let pdb_name = meta_str(pdb, "name");
                     return Err(Error::TooManyRequests {
                         message:
@@ -1050,9 +1189,25 @@ impl State {
                         )],
                     });
                 }
+                if !opts.dry_run && pod_healthy(&pod) {
+                    disrupting = Some(pdb.clone());
+                }
             }
         }
-        self.delete(&pods, ns, name, &preconditions, opts)?;
+        let mut opts = opts.clone();
+        if let Some(g) = body
+            .pointer("/deleteOptions/gracePeriodSeconds")
+            .and_then(Value::as_i64)
+        {
+            opts.grace_period = Some(g);
+        }
+        let (_, gone) = self.delete(&pods, ns, name, &preconditions, &opts)?;
+        self.evictions.0 += 1;
+        if let Some(pdb) = disrupting
+            && !gone
+        {
+            self.record_disruption(&pdb, &pod);
+        }
         Ok(())
     }
 
