@@ -429,14 +429,11 @@ pub fn host_ports(spec: &PodSpec, prefix: &str) -> Result<Vec<HostPort>, Transla
                 continue;
             };
             let field = format!("{prefix}.containers[{ci}].ports[{pi}]");
-            let port = u16::try_from(port)
-                .ok()
-                .filter(|p| *p > 0)
-                .ok_or_else(|| {
-                    at(format!("{field}.hostPort"), &port)(CoreError::InvalidHostPort(format!(
-                        "{port} is outside 1..=65535"
-                    )))
-                })?;
+            let port = u16::try_from(port).ok().filter(|p| *p > 0).ok_or_else(|| {
+                at(format!("{field}.hostPort"), &port)(CoreError::InvalidHostPort(format!(
+                    "{port} is outside 1..=65535"
+                )))
+            })?;
             let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
             if !matches!(protocol.as_str(), "TCP" | "UDP" | "SCTP") {
                 return Err(at(format!("{field}.protocol"), &protocol)(

@@ -656,6 +656,9 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
     })
     .await;
     delete_node(&c, victim.metadata.name.as_deref().unwrap()).await;
+    // "Before any pod started" is the precondition: the job's pods come only once Kueue has
+    // retried, or a loaded machine lets them bind before the controller sees the loss.
+    drive(&c, &mut w, "the lost booking retried", |w| w.attempt >= 2).await;
     w.create_pods = true;
     until_running(&c, &mut w).await;
     assert_eq!(w.attempt, 2, "{:#?}", w.history);
