@@ -116,7 +116,7 @@ const LAUNCH_BUCKETS: [f64; 14] = [
 ];
 
 fn launch_histogram() -> Histogram {
-    Histogram::new(LAUNCH_BUCKETS.into_iter())
+    Histogram::new(LAUNCH_BUCKETS)
 }
 
 fn seconds_histogram() -> Histogram {
