@@ -163,12 +163,14 @@ async fn e2e_guard_a_node_short_of_devices_costs_one_launch_and_is_reported() {
         .expect("deploy/examples has the notebooks NodePool");
     let _: NodePool = c.create(notebooks).await;
     // The device plugin advertises a quarter of what the pool's time-slicing promises: what a
-    // device plugin without the time-slicing configuration does.
+    // device plugin without the time-slicing configuration does. The timeout leaves kwok's GPU
+    // delay (2 s) a wide margin, so the report shows the devices advertised, not the zero
+    // before the plugin starts, however loaded the machine.
     let _ctl = c.controller(
         "guard-runaway",
         &[
             "--kwok-register-gpu-fraction=0.25",
-            "--device-plugin-timeout=3s",
+            "--device-plugin-timeout=10s",
         ],
     );
     let mut big = fitting_pod("notebooks");
