@@ -534,3 +534,124 @@ fn fuzz_provider_settings() {
         |text| check_settings(&text),
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// ProvisioningRequest parameters and pod counts (checked from the spec before anything is built).
+
+/// Validates a request read from `json`: never panics; an accepted request has parameters
+/// that read back as what they say and a pod count within the limit; a refusal names the
+/// parameter or field. Returns whether the request was accepted.
+fn check_provreq(json: &str) -> bool {
+    use autoscaler::controller::provreq::{self, ProvisioningRequest, Settings};
+    let Ok(pr) = serde_json::from_str::<ProvisioningRequest>(json) else {
+        return false;
+    };
+    let settings = Settings::default();
+    match provreq::validate(&pr, &settings) {
+        Ok(()) => {
+            assert!(provreq::total_pods(&pr) <= settings.max_pods, "{json}");
+            let booking = provreq::booking_seconds(&pr, &settings);
+            assert!(booking >= 0, "{json}: booking {booking}");
+            if let Some(v) = pr.spec.parameters.get(provreq::PARAM_BOOKING) {
+                assert_eq!(v.trim().parse::<i64>().ok(), Some(booking), "{json}");
+            }
+            let no_retry = provreq::no_retry(&pr);
+            let said = pr.spec.parameters.get(provreq::PARAM_NO_RETRY);
+            assert_eq!(
+                no_retry,
+                said.is_some_and(|v| v.eq_ignore_ascii_case("true")),
+                "{json}"
+            );
+            true
+        }
+        Err((reason, message)) => {
+            assert!(
+                [
+                    provreq::PARAM_BOOKING,
+                    provreq::PARAM_VALID_UNTIL,
+                    provreq::PARAM_NO_RETRY,
+                    "spec.podSets",
+                ]
+                .iter()
+                .any(|k| message.contains(k)),
+                "{reason}: {message} names nothing ({json})"
+            );
+            false
+        }
+    }
+}
+
+fn provreq_json() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        3 => (0..1_000_000i64).prop_map(|n| n.to_string()),
+        1 => wild_number(),
+        2 => mostly(&["true", "false", "TRUE", "maybe", "", " 600 ", "-5", "abc"]),
+    ];
+    let key = mostly(&[
+        "ValidUntilSeconds",
+        "BookingDurationSeconds",
+        "noRetry",
+        "other",
+    ]);
+    let count = prop_oneof![
+        1 => any::<i32>(),
+        6 => 0..20i32,
+        1 => Just(i32::MAX),
+        1 => Just(i32::MIN),
+        1 => Just(-1)
+    ];
+    (
+        proptest::collection::btree_map(key, value, 0..4),
+        proptest::collection::vec(count, 0..4),
+    )
+        .prop_map(|(params, counts)| {
+            let sets: Vec<serde_json::Value> = counts
+                .iter()
+                .map(|c| serde_json::json!({"podTemplateRef": {"name": "t"}, "count": c}))
+                .collect();
+            serde_json::json!({
+                "apiVersion": "autoscaling.x-k8s.io/v1",
+                "kind": "ProvisioningRequest",
+                "metadata": {"name": "r", "namespace": "default"},
+                "spec": {
+                    "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io",
+                    "podSets": sets,
+                    "parameters": params,
+                }
+            })
+            .to_string()
+        })
+}
+
+#[test]
+fn fuzz_provisioning_request_parameters() {
+    // The issue's cases are refused naming the parameter; the same request with good values
+    // is accepted (so the refusals are the parameters' doing, not a request that never parsed).
+    let request = |k: &str, v: &str| {
+        let json = serde_json::json!({
+            "metadata": {"name": "r"},
+            "spec": {"provisioningClassName": "x", "podSets": [{"podTemplateRef": {"name": "t"}, "count": 1}],
+                     "parameters": {k: v}}
+        })
+        .to_string();
+        assert!(
+            serde_json::from_str::<autoscaler::controller::provreq::ProvisioningRequest>(&json)
+                .is_ok(),
+            "{json}"
+        );
+        json
+    };
+    for (k, bad, good) in [
+        ("ValidUntilSeconds", "-5", "3600"),
+        ("BookingDurationSeconds", "abc", "600"),
+        ("noRetry", "maybe", "true"),
+    ] {
+        assert!(!check_provreq(&request(k, bad)), "{k}={bad} accepted");
+        assert!(check_provreq(&request(k, good)), "{k}={good} refused");
+    }
+    fuzz(
+        "provisioning request parameters",
+        prop_oneof!["\\PC{0,64}", provreq_json()],
+        |json| check_provreq(&json),
+    );
+}
