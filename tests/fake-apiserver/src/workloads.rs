@@ -92,6 +92,19 @@ impl State {
         self.def(group, plural).expect("builtin")
     }
 
+    /// Deletes a pod a workload controller no longer wants, as its controller would (default
+    /// options, so graceful deletion applies). A pod already gone is no error: the next sync
+    /// sees the store as it is.
+    fn remove_pod(&mut self, pods: &ResourceDef, ns: &str, p: &Value) {
+        let _ = self.delete(
+            pods,
+            ns,
+            meta_str(p, "name"),
+            &Value::Null,
+            &WriteOpts::default(),
+        );
+    }
+
     /// The desired replicas of a pod's controller, found in the store, keyed by the uid of
     /// the controller whose scale counts (a Deployment for its ReplicaSets' pods).
     pub(crate) fn desired_replicas_of_owner(&self, ns: &str, pod: &Value) -> Option<(String, i64)> {
@@ -467,13 +480,7 @@ impl State {
                     )
                 });
                 for p in active.iter().take((have - want) as usize) {
-                    let _ = self.delete(
-                        &pods,
-                        &ns,
-                        meta_str(p, "name"),
-                        &Value::Null,
-                        &WriteOpts::default(),
-                    );
+                    self.remove_pod(&pods, &ns, p);
                 }
             }
             let ready = owned.iter().filter(|p| pod_healthy(p)).count();
@@ -514,13 +521,7 @@ impl State {
                     .strip_prefix(&format!("{name}-"))
                     .and_then(|o| o.parse::<i64>().ok());
                 if ordinal.is_none_or(|o| o >= want) && !terminating(p) {
-                    let _ = self.delete(
-                        &pods,
-                        &ns,
-                        meta_str(p, "name"),
-                        &Value::Null,
-                        &WriteOpts::default(),
-                    );
+                    self.remove_pod(&pods, &ns, p);
                 }
             }
             let ready = owned.iter().filter(|p| pod_healthy(p)).count();
@@ -614,13 +615,7 @@ impl State {
             for p in &owned {
                 let t = target(p);
                 if !terminating(p) && node_exists(&t) && !eligible.contains(&t) {
-                    let _ = self.delete(
-                        &pods,
-                        &ns,
-                        meta_str(p, "name"),
-                        &Value::Null,
-                        &WriteOpts::default(),
-                    );
+                    self.remove_pod(&pods, &ns, p);
                 }
             }
             let scheduled = owned
