@@ -103,18 +103,31 @@ async fn e2e_guard_every_example_nodepool_serves_a_fitting_pod() {
             bound_to(&c.pod("default", &name).await?)
         })
         .await;
-        // Bound to a node of its pool whose claim initialized.
+        // Bound to a node of its pool whose claim initializes. kwok may bind the pod a moment
+        // before the controller's next round writes Initialized, so that part is waited on.
         let claims = c.claims().await;
         let claim = claims
             .iter()
             .find(|cl| cl.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
             .unwrap_or_else(|| panic!("no claim for node {node}: {claims:#?}"));
         assert_eq!(&claim.spec.node_pool, pool);
-        assert_eq!(
-            claim_condition(claim, "Initialized").map(|c| c.0),
-            Some("True".into()),
-            "{claim:#?}"
-        );
+        let claim_name = claim.name_any();
+        // Times out (and fails) unless the claim reports Initialized=True.
+        eventually(
+            &format!("claim {claim_name} to initialize"),
+            DEADLINE,
+            || async {
+                let cl = c
+                    .claims()
+                    .await
+                    .into_iter()
+                    .find(|cl| cl.name_any() == claim_name)?;
+                claim_condition(&cl, "Initialized")
+                    .map(|x| x.0)
+                    .filter(|s| s == "True")
+            },
+        )
+        .await;
     }
     // One node per pod, and every pool reports delivering what it launched.
     assert_eq!(c.claims().await.len(), pools.len());
