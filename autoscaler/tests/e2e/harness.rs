@@ -62,6 +62,30 @@ impl Controller {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The value of an unlabelled metric on the controller's `/metrics` page, once it serves one
+    /// (its address is the `metrics=` field of the start-up log line).
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        use std::io::{Read, Write};
+        let log = self.log();
+        let addr = log
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("metrics="))?
+            .to_string();
+        let mut conn = std::net::TcpStream::connect(&addr).ok()?;
+        conn.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            conn,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut page = String::new();
+        conn.read_to_string(&mut page).ok()?;
+        page.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == name).then(|| v.trim().parse().ok())?
+        })
+    }
+
     /// SIGKILL, no chance to clean up.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -179,7 +203,12 @@ impl Cluster {
             .arg(format!("--identity={name}"))
             .args(extra)
             .env("KUBECONFIG", &self.kubeconfig)
-            .env("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn")
+            // GPU_AUTOSCALER_E2E_LOG raises the controller's log level when diagnosing a test.
+            .env(
+                "RUST_LOG",
+                std::env::var("GPU_AUTOSCALER_E2E_LOG")
+                    .unwrap_or_else(|_| "info,kube=warn,tower=warn,hyper=warn".into()),
+            )
             .env_remove("POD_NAMESPACE")
             .env_remove("POD_NAME")
             .stdin(Stdio::null())
