@@ -1,10 +1,12 @@
 //! Test 3: the controller is SIGKILLed between NodeClaim creation and launch, and between
 //! launch and registration; after a restart there is no duplicate node and no leaked instance.
+//! A restart does not start a consolidation early either.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
 use nodepools::NodePool;
 
 use crate::harness::*;
@@ -95,4 +97,77 @@ async fn e2e_3b_sigkill_between_launch_and_registration() {
     );
     let _second = c.controller("second", &["--leader-elect=false"]);
     converges_to_one(&c, &claim).await;
+}
+
+/// Restart continuity: a node's last pod event outlives the controller. The pod on a node
+/// older than `consolidateAfter` completes, the controller records the event on the claim and
+/// is killed; its successor must not consolidate the node before `consolidateAfter` has passed
+/// since the event (a successor that forgot it would count from the node's creation, already
+/// far enough back, and delete the node at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_3c_restart_keeps_consolidate_after_from_the_last_pod_event() {
+    const AFTER: f64 = 12.0;
+    let c = Cluster::start().await;
+    let mut pool = gpu_pool("gpu", "0s");
+    pool["spec"]["disruption"]["consolidateAfter"] = serde_json::json!(format!("{AFTER}s"));
+    let _: NodePool = c.create(pool).await;
+    let mut first = c.controller("first", &["--leader-elect=false"]);
+    let _: Pod = c.create(gpu_pod("train")).await;
+    let node = eventually("the pod to be bound", DEADLINE, || async {
+        bound_to(&c.pod("default", "train").await?)
+    })
+    .await;
+    let claim = c.claims().await.remove(0).name_any();
+    // The node must be older than consolidateAfter, so that forgetting the event would show.
+    let created = c
+        .nodes()
+        .await
+        .iter()
+        .find(|n| n.name_any() == node)
+        .and_then(|n| n.metadata.creation_timestamp.clone())
+        .expect("the node has a creation time")
+        .0;
+    eventually(
+        "the node to be older than consolidateAfter",
+        DEADLINE,
+        || async {
+            let age = jiff::Timestamp::now().duration_since(created).as_secs_f64();
+            (age > AFTER + 1.0).then_some(())
+        },
+    )
+    .await;
+    let completed = jiff::Timestamp::now();
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .patch_status(
+            "train",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    // The first controller writes the event onto the claim, then dies without cleaning up.
+    let event = eventually("the claim's lastPodEventTime", DEADLINE, || async {
+        let cl = c
+            .claims()
+            .await
+            .into_iter()
+            .find(|x| x.name_any() == claim)?;
+        let t = cl.status?.last_pod_event_time?.0;
+        (t.as_second() + 1 >= completed.as_second()).then_some(t)
+    })
+    .await;
+    first.kill9();
+    let _second = c.controller("second", &["--leader-elect=false"]);
+    eventually(
+        "the node to be consolidated",
+        Duration::from_secs(90),
+        || async { (!c.nodes().await.iter().any(|n| n.name_any() == node)).then_some(()) },
+    )
+    .await;
+    let waited = jiff::Timestamp::now().duration_since(event).as_secs_f64();
+    // Timestamps are whole seconds: one second of slack.
+    assert!(
+        waited >= AFTER - 1.0,
+        "consolidated {waited:.1}s after the last pod event, before consolidateAfter ({AFTER}s)"
+    );
 }
