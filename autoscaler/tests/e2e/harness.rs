@@ -123,7 +123,7 @@ impl Drop for Controller {
     }
 }
 
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
@@ -187,6 +187,29 @@ impl Cluster {
 
     /// Starts the controller binary with [`FAST`] flags plus `extra`.
     pub fn controller(&self, name: &str, extra: &[&str]) -> Controller {
+        let mut args = vec!["run".to_string()];
+        args.extend(
+            FAST.iter()
+                .filter(|f| {
+                    // A flag given in `extra` overrides the default here.
+                    let name = f.split('=').next().unwrap_or(f);
+                    !extra.iter().any(|e| e.split('=').next() == Some(name))
+                })
+                .map(|f| f.to_string()),
+        );
+        args.push(format!("--identity={name}"));
+        args.extend(extra.iter().map(|e| e.to_string()));
+        self.controller_exact(name, &args, &[])
+    }
+
+    /// Starts the controller binary with exactly `args` (the subcommand included) and `env`
+    /// added to the test's kubeconfig; its stderr goes to `<name>.log`.
+    pub fn controller_exact(
+        &self,
+        name: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Controller {
         let log = self.dir.join(format!("{name}.log"));
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -194,14 +217,7 @@ impl Cluster {
             .open(&log)
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
-            .arg("run")
-            .args(FAST.iter().filter(|f| {
-                // A flag given in `extra` overrides the default here.
-                let name = f.split('=').next().unwrap_or(f);
-                !extra.iter().any(|e| e.split('=').next() == Some(name))
-            }))
-            .arg(format!("--identity={name}"))
-            .args(extra)
+            .args(args)
             .env("KUBECONFIG", &self.kubeconfig)
             // GPU_AUTOSCALER_E2E_LOG raises the controller's log level when diagnosing a test.
             .env(
@@ -211,6 +227,7 @@ impl Cluster {
             )
             .env_remove("POD_NAMESPACE")
             .env_remove("POD_NAME")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)

@@ -10,4 +10,5 @@ mod kueue;
 mod pod_problems;
 mod provisioning;
 mod provreq;
+mod quickstart;
 mod safety;
