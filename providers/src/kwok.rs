@@ -40,13 +40,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use autoscaler_core::gpu::apply_sharing;
 use autoscaler_core::labels;
 use autoscaler_core::model::GpuSharing;
-use autoscaler_core::resources::{Resources, is_gpu_class, names};
+use autoscaler_core::resources::is_gpu_class;
 use autoscaler_core::{CapacityType, InstanceType};
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Taint};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{CustomResource, ResourceExt};
@@ -58,6 +56,11 @@ use crate::provider::{
     CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef, OfferingKey,
     tags,
 };
+
+mod api;
+
+use api::{api_taint, booted_type, node_status};
+pub use api::{quantities, quantity};
 
 /// Label marking a [`KwokInstance`] as an outage of its offering rather than an instance.
 pub const OUTAGE_LABEL: &str = "kwok.gpu-autoscaler.dev/outage";
@@ -239,26 +242,6 @@ pub fn instance_name(provider_id: &str) -> Option<&str> {
     provider_id
         .strip_prefix(PROVIDER_ID_PREFIX)
         .filter(|n| !n.is_empty())
-}
-
-/// A resource amount as a Kubernetes quantity string.
-pub fn quantity(name: &str, amount: i64) -> Quantity {
-    Quantity(if name == names::CPU {
-        if amount % 1000 == 0 {
-            (amount / 1000).to_string()
-        } else {
-            format!("{amount}m")
-        }
-    } else {
-        amount.to_string()
-    })
-}
-
-/// Resources as a Kubernetes resource map.
-pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
-    r.iter()
-        .map(|(n, a)| (n.to_string(), quantity(n, a)))
-        .collect()
 }
 
 fn now() -> jiff::Timestamp {
@@ -505,87 +488,6 @@ impl KwokProvider {
             .or_else(|e| if is_status(&e, 409) { Ok(()) } else { Err(e) })
             .map_err(|e| kube_err(Action::Launch, e))
     }
-
-    fn taint(t: &autoscaler_core::Taint) -> Taint {
-        Taint {
-            key: t.key.clone(),
-            value: (!t.value.is_empty()).then(|| t.value.clone()),
-            effect: format!("{:?}", t.effect),
-            time_added: None,
-        }
-    }
-}
-
-/// The machine a [`KwokInstance`] boots as: its catalog type with the NodePool's GPU sharing
-/// applied (an invalid sharing, which NodePool validation refuses, leaves the type as is).
-fn booted_type(catalog: &[InstanceType], ki: &KwokInstance) -> Option<InstanceType> {
-    let it = catalog.iter().find(|t| t.name == ki.spec.instance_type)?;
-    Some(apply_sharing(it, &ki.spec.gpu_sharing).unwrap_or_else(|e| {
-        tracing::warn!(instance = %ki.name_any(), error = %e, "kwok: GPU sharing not applied");
-        it.clone()
-    }))
-}
-
-/// How many of `count` devices the device plugin advertises at `fraction`.
-fn advertised(count: i64, fraction: f64) -> i64 {
-    if count <= 0 || fraction >= 1.0 {
-        return count;
-    }
-    // Rounded down, at least one: in range, since the fraction is below one.
-    ((count as f64 * fraction).floor() as i64).clamp(1, count)
-}
-
-/// A kwok Node's status: Ready or not, GPU-class resources zero until the device plugin is up
-/// (`gpus`), then advertised at `fraction`.
-fn node_status(it: &InstanceType, ready: bool, gpus: bool, fraction: f64) -> NodeStatus {
-    let mut alloc = it.allocatable();
-    let mut cap = it.capacity.clone();
-    let gpu_names: Vec<(String, i64)> = cap
-        .extended
-        .iter()
-        .filter(|(k, _)| is_gpu_class(k))
-        .map(|(k, v)| (k.clone(), *v))
-        .collect();
-    for (n, count) in gpu_names {
-        // Zero while the device plugin is not up, as a registered-but-not-started plugin
-        // shows it; then what the plugin advertises.
-        let shown = if gpus { advertised(count, fraction) } else { 0 };
-        alloc.set(&n, shown);
-        cap.set(&n, shown);
-    }
-    let mut alloc_map = quantities(&alloc);
-    let mut cap_map = quantities(&cap);
-    for k in it.capacity.extended.keys() {
-        for m in [&mut alloc_map, &mut cap_map] {
-            m.entry(k.clone()).or_insert_with(|| Quantity("0".into()));
-        }
-    }
-    let t = Time(now());
-    NodeStatus {
-        allocatable: Some(alloc_map),
-        capacity: Some(cap_map),
-        conditions: Some(vec![NodeCondition {
-            type_: "Ready".into(),
-            status: if ready { "True" } else { "False" }.into(),
-            reason: Some(
-                if ready {
-                    "KubeletReady"
-                } else {
-                    "KubeletNotReady"
-                }
-                .into(),
-            ),
-            message: Some(if ready {
-                "kubelet is posting ready status (kwok)".into()
-            } else {
-                "kubelet is starting (kwok)".into()
-            }),
-            last_transition_time: Some(t.clone()),
-            last_heartbeat_time: Some(t),
-        }]),
-        phase: Some("Running".into()),
-        ..Default::default()
-    }
 }
 
 impl CloudProvider for KwokProvider {
@@ -676,8 +578,8 @@ impl CloudProvider for KwokProvider {
                     capacity_type: key.capacity_type.as_str().to_string(),
                     price: Some(offering.price),
                     labels: node_labels,
-                    taints: request.taints.iter().map(Self::taint).collect(),
-                    startup_taints: request.startup_taints.iter().map(Self::taint).collect(),
+                    taints: request.taints.iter().map(api_taint).collect(),
+                    startup_taints: request.startup_taints.iter().map(api_taint).collect(),
                     gpu_sharing: request.gpu_sharing.clone(),
                 },
             };
@@ -764,6 +666,7 @@ impl CloudProvider for KwokProvider {
 mod tests {
     use autoscaler_core::model::{MigSharing, MigStrategy, TimeSlicing};
 
+    use super::api::advertised;
     use super::*;
 
     #[test]

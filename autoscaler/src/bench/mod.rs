@@ -19,6 +19,7 @@
 //! GPUs: a share counts its thousandths, a MIG instance its compute slices out of 7, a
 //! time-sliced replica 1/replicas), the physical GPUs provisioned and their ratio.
 
+mod e2e;
 pub(crate) mod gpu_mix;
 pub(crate) mod karpenter;
 pub(crate) mod openb;
@@ -43,8 +44,8 @@ pub(crate) enum BenchCommand {
     /// Time the provisioning planner and grade its plans against an LP lower bound.
     Planner(PlannerArgs),
     /// Run the controller binary against a local fake API server and time a burst of pending
-    /// pods to their NodeClaims (see `autoscaler::controller::bench_e2e`).
-    E2e(autoscaler::controller::bench_e2e::E2eArgs),
+    /// pods to their NodeClaims (see `e2e`).
+    E2e(e2e::E2eArgs),
 }
 
 /// Options of `bench planner`.
@@ -155,9 +156,7 @@ pub(crate) struct Report {
 pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Planner(args) => planner(&args),
-        BenchCommand::E2e(args) => autoscaler::controller::bench_e2e::run(args)
-            .map(|_| ())
-            .map_err(Into::into),
+        BenchCommand::E2e(args) => e2e::run(args).map(|_| ()).map_err(Into::into),
     }
 }
 

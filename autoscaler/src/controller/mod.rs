@@ -18,7 +18,6 @@
 pub mod actuator;
 pub mod api_calls;
 pub mod batcher;
-pub mod bench_e2e;
 pub mod cache;
 pub mod disrupt;
 pub mod error;

@@ -28,47 +28,47 @@ use nodepools::{NodeClaim, NodePool};
 use serde::Serialize;
 use serde_json::json;
 
-use super::error::{Error, Result};
+use autoscaler::controller::{Error, Result};
 
 /// Options of `bench e2e`.
 #[derive(clap::Args, Debug, Clone)]
-pub struct E2eArgs {
+pub(crate) struct E2eArgs {
     /// Existing nodes.
     #[arg(long, default_value_t = 100)]
-    pub nodes: usize,
+    pub(crate) nodes: usize,
     /// Bound pods per existing node.
     #[arg(long, default_value_t = 30)]
-    pub pods_per_node: usize,
+    pub(crate) pods_per_node: usize,
     /// Pending one-GPU pods in the burst.
     #[arg(long, default_value_t = 200)]
-    pub burst: usize,
+    pub(crate) burst: usize,
     /// Also write the result as JSON here.
     #[arg(long)]
-    pub json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
     /// The fake-apiserver binary (default: next to this executable).
     #[arg(long)]
-    pub fake_apiserver: Option<PathBuf>,
+    pub(crate) fake_apiserver: Option<PathBuf>,
     /// Concurrent requests while filling the server.
     #[arg(long, default_value_t = 32)]
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
 }
 
 /// The result.
 #[derive(Clone, Debug, Serialize)]
-pub struct E2eResult {
+pub(crate) struct E2eResult {
     /// Existing nodes.
-    pub nodes: usize,
+    pub(crate) nodes: usize,
     /// Pods cached (existing plus burst).
-    pub pods: usize,
+    pub(crate) pods: usize,
     /// Median pending-to-NodeClaim latency, seconds.
     pub pending_to_create_p50_s: f64,
     /// 99th percentile, seconds.
     pub pending_to_create_p99_s: f64,
     /// Controller resident memory after the burst, MiB.
-    pub controller_rss_mib: f64,
+    pub(crate) controller_rss_mib: f64,
     /// The controller's peak resident memory over the whole run (sync, the first round's
     /// disruption pass over the whole cluster, the burst), MiB.
-    pub controller_peak_rss_mib: f64,
+    pub(crate) controller_peak_rss_mib: f64,
 }
 
 struct Killed(Child);
@@ -137,7 +137,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 ///
 /// # Errors
 /// When the fake server or the controller cannot be started, or an API call fails.
-pub fn run(args: E2eArgs) -> Result<E2eResult> {
+pub(crate) fn run(args: E2eArgs) -> Result<E2eResult> {
     if cfg!(debug_assertions) {
         eprintln!("warning: this is a debug build; timings are not representative (use --release)");
     }

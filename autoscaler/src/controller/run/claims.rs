@@ -1,0 +1,365 @@
+//! The NodeClaim lifecycle stage: one [`lifecycle::step`] per claim performed, pod events
+//! persisted onto claims, and deleted managed Nodes terminated.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use nodepools::NodeClaim;
+use nodepools::conditions::{self, reasons};
+use providers::CloudProvider;
+use serde_json::json;
+
+use crate::controller::actuator::{has_finalizer, reference, set_condition};
+use crate::controller::error::Result;
+use crate::controller::keys;
+use crate::controller::lifecycle::{self, Action, Phase, Timeouts};
+use crate::controller::snapshot::claims_by_provider_id;
+use crate::controller::translate;
+
+use super::{Controller, epoch};
+
+/// Least time between two `lastPodEventTime` writes to one NodeClaim, seconds.
+const POD_EVENT_WRITE_EVERY_S: i64 = 5;
+
+impl<P: CloudProvider + 'static> Controller<P> {
+    /// The stage: every claim's lifecycle step, pod events onto claims, deleted Nodes
+    /// terminated.
+    pub(super) async fn claims_stage(&mut self) {
+        let t = Instant::now();
+        self.lifecycle().await;
+        self.persist_pod_events().await;
+        self.terminate_nodes().await;
+        self.observe("lifecycle", t);
+    }
+
+    fn timeouts(&self) -> Timeouts {
+        Timeouts {
+            registration_s: i64::try_from(self.args.registration_timeout.as_secs())
+                .unwrap_or(i64::MAX),
+            initialization_s: i64::try_from(self.args.initialization_timeout.as_secs())
+                .unwrap_or(i64::MAX),
+            device_plugin_s: i64::try_from(self.args.device_plugin_timeout.as_secs())
+                .unwrap_or(i64::MAX),
+        }
+    }
+
+    /// One [`lifecycle::step`] per NodeClaim.
+    async fn lifecycle(&mut self) {
+        // Launches need the pools' catalogs; after a restart they are not loaded yet.
+        let pools = self.stores.pools.state();
+        self.instance_types(&pools).await;
+        let claims = self.stores.claims.state();
+        let nodes = self.stores.nodes.state();
+        let by_pid: HashMap<&str, &Arc<Node>> = nodes
+            .iter()
+            .filter_map(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .map(|p| (p, n))
+            })
+            .collect();
+        let now = epoch();
+        let timeouts = self.timeouts();
+        // Forget launches the store has caught up with.
+        {
+            let mut l = self.shared.launching.lock().expect("lock");
+            l.retain(|name, at| {
+                let pending = claims
+                    .iter()
+                    .find(|c| c.name_any() == *name)
+                    .is_some_and(|c| lifecycle::phase(c) == Phase::Pending);
+                // A launch that failed transiently is retried after this pause; one that
+                // succeeded is forgotten as soon as the store shows the claim launched.
+                pending && at.elapsed() < Duration::from_secs(10)
+            });
+        }
+        for claim in &claims {
+            let name = claim.name_any();
+            let node = lifecycle::provider_id(claim)
+                .and_then(|p| by_pid.get(p))
+                .map(|n| n.as_ref());
+            let action = lifecycle::step(claim, node, now, &timeouts);
+            if let Err(e) = self.perform(claim, node, action, now).await {
+                tracing::warn!(claim = %name, error = %e, "NodeClaim lifecycle");
+            }
+        }
+    }
+
+    async fn perform(
+        &mut self,
+        claim: &Arc<NodeClaim>,
+        node: Option<&Node>,
+        action: Action,
+        now: i64,
+    ) -> Result<()> {
+        let name = claim.name_any();
+        let status = || claim.status.clone().unwrap_or_default();
+        let ts = jiff::Timestamp::now();
+        match action {
+            Action::Wait => Ok(()),
+            Action::AddFinalizer => {
+                let mut f = claim.finalizers().to_vec();
+                f.push(keys::FINALIZER.into());
+                self.shared.actuator.set_claim_finalizers(claim, &f).await
+            }
+            Action::Launch => {
+                // A live ProvisioningRequest's claims are launched together by its loop when
+                // the cloud has an atomic group launch.
+                if !self.launched_by_request(claim) {
+                    self.spawn_launch(claim.clone());
+                }
+                Ok(())
+            }
+            Action::Register { node: node_name } => {
+                let Some(n) = node else { return Ok(()) };
+                // Label and taint the Node as its NodePool says (the cloud's boot config
+                // normally did already), and put the finalizer on it.
+                let mut node_labels = n.labels().clone();
+                for (k, v) in claim.labels() {
+                    node_labels.insert(k.clone(), v.clone());
+                }
+                node_labels.insert(keys::CLAIM_LABEL.into(), name.clone());
+                let mut taints = n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.clone())
+                    .unwrap_or_default();
+                for t in &claim.spec.taints {
+                    if !taints
+                        .iter()
+                        .any(|x| x.key == t.key && x.effect == t.effect)
+                    {
+                        taints.push(k8s_openapi::api::core::v1::Taint {
+                            key: t.key.clone(),
+                            value: (!t.value.is_empty()).then(|| t.value.clone()),
+                            effect: t.effect.clone(),
+                            time_added: None,
+                        });
+                    }
+                }
+                let mut finalizers = n.finalizers().to_vec();
+                if !has_finalizer(&n.metadata) {
+                    finalizers.push(keys::FINALIZER.into());
+                }
+                self.shared
+                    .actuator
+                    .patch_node(
+                        &node_name,
+                        &json!({
+                            "metadata": {
+                                "labels": node_labels,
+                                "finalizers": finalizers,
+                                "resourceVersion": n.resource_version(),
+                            },
+                            "spec": {"taints": taints},
+                        }),
+                    )
+                    .await?;
+                let mut s = status();
+                s.node_name = Some(node_name.clone());
+                set_condition(
+                    &mut s.conditions,
+                    (conditions::REGISTERED, true),
+                    reasons::SUCCEEDED,
+                    "",
+                    ts,
+                    claim.metadata.generation,
+                );
+                set_condition(
+                    &mut s.conditions,
+                    (conditions::INITIALIZED, false),
+                    reasons::NODE_NOT_READY,
+                    "the Node is not Ready",
+                    ts,
+                    claim.metadata.generation,
+                );
+                tracing::info!(claim = %name, node = %node_name, "registered");
+                self.shared
+                    .actuator
+                    .patch_claim_status(&name, &json!(s))
+                    .await
+            }
+            Action::NotInitialized { reason, message } => {
+                let mut s = status();
+                set_condition(
+                    &mut s.conditions,
+                    (conditions::INITIALIZED, false),
+                    reason,
+                    &message,
+                    ts,
+                    claim.metadata.generation,
+                );
+                set_condition(
+                    &mut s.conditions,
+                    (conditions::READY, false),
+                    reason,
+                    &message,
+                    ts,
+                    claim.metadata.generation,
+                );
+                self.shared
+                    .actuator
+                    .patch_claim_status(&name, &json!(s))
+                    .await
+            }
+            Action::Initialize => {
+                if let Some(created) = &claim.metadata.creation_timestamp {
+                    let secs = (ts.as_millisecond() - created.0.as_millisecond()) as f64 / 1000.0;
+                    self.shared
+                        .metrics
+                        .launch_to_initialized_seconds
+                        .observe(secs.max(0.0));
+                }
+                let mut s = status();
+                for c in [conditions::INITIALIZED, conditions::READY] {
+                    set_condition(
+                        &mut s.conditions,
+                        (c, true),
+                        reasons::SUCCEEDED,
+                        "",
+                        ts,
+                        claim.metadata.generation,
+                    );
+                }
+                tracing::info!(claim = %name, "initialized");
+                self.shared
+                    .actuator
+                    .patch_claim_status(&name, &json!(s))
+                    .await
+            }
+            Action::ResourceMismatch { message } => self.report_mismatch(claim, message).await,
+            Action::Delete { reason } => {
+                tracing::info!(claim = %name, %reason, "deleting NodeClaim");
+                self.shared
+                    .actuator
+                    .event(
+                        &reference(claim.as_ref()),
+                        true,
+                        "NodeClaimDeleted",
+                        "Delete",
+                        reason,
+                    )
+                    .await;
+                self.batcher.flag(self.millis());
+                self.shared.actuator.delete_claim(&name).await
+            }
+            Action::Terminate {
+                provider_id,
+                node: node_name,
+            } => {
+                // The Node goes first (its own finalizer path terminates too); the claim's
+                // finalizer is released only once the Node is gone and the instance terminated.
+                if let Some(nn) = &node_name
+                    && let Some(n) = self
+                        .stores
+                        .nodes
+                        .find(|n| n.metadata.name.as_deref() == Some(nn.as_str()))
+                {
+                    if n.metadata.deletion_timestamp.is_none() {
+                        self.shared.actuator.delete_node(nn).await?;
+                    }
+                    return Ok(());
+                }
+                if let Some(pid) = provider_id {
+                    let shared = self.shared.clone();
+                    shared
+                        .cloud("terminate", || shared.provider.delete(&pid))
+                        .await?;
+                }
+                let f: Vec<String> = claim
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != keys::FINALIZER)
+                    .cloned()
+                    .collect();
+                tracing::info!(claim = %name, at = now, "terminated");
+                self.shared.actuator.set_claim_finalizers(claim, &f).await
+            }
+        }
+    }
+
+    /// Writes the watch's pod events onto the claims of their nodes (`lastPodEventTime`), where
+    /// disruption reads them for `consolidateAfter` and where they outlive a restart. Under pod
+    /// churn a claim is written at most once per [`POD_EVENT_WRITE_EVERY_S`]; consolidation
+    /// may then start that much before `consolidateAfter` is over, never more.
+    async fn persist_pod_events(&mut self) {
+        let claims = self.stores.claims.state();
+        let node_of = |c: &NodeClaim| c.status.as_ref().and_then(|s| s.node_name.clone());
+        let live: HashSet<String> = claims.iter().filter_map(|c| node_of(c)).collect();
+        let events = self.stores.pods.pod_events(|n| live.contains(n));
+        for c in &claims {
+            let Some(node) = node_of(c) else { continue };
+            let Some(&at) = events.get(node.as_str()) else {
+                continue;
+            };
+            let written = c
+                .status
+                .as_ref()
+                .and_then(|s| s.last_pod_event_time.as_ref())
+                .map(translate::epoch_seconds);
+            if written.is_some_and(|w| at < w + POD_EVENT_WRITE_EVERY_S) {
+                continue;
+            }
+            let Ok(t) = jiff::Timestamp::from_second(at) else {
+                continue;
+            };
+            if let Err(e) = self
+                .shared
+                .actuator
+                .patch_claim_status(&c.name_any(), &json!({"lastPodEventTime": t.to_string()}))
+                .await
+            {
+                tracing::warn!(claim = %c.name_any(), error = %e, "recording the last pod event");
+            }
+        }
+    }
+
+    /// Managed Nodes being deleted: terminate the instance, delete the claim, release the
+    /// Node's finalizer.
+    async fn terminate_nodes(&mut self) {
+        let claims = self.stores.claims.state();
+        let by_pid = claims_by_provider_id(&claims);
+        for n in self.stores.nodes.state() {
+            if n.metadata.deletion_timestamp.is_none() || !has_finalizer(&n.metadata) {
+                continue;
+            }
+            let name = n.name_any();
+            let pid = n.spec.as_ref().and_then(|s| s.provider_id.clone());
+            let result: Result<()> = async {
+                if let Some(pid) = &pid {
+                    if let Some(c) = by_pid.get(pid.as_str())
+                        && c.metadata.deletion_timestamp.is_none()
+                    {
+                        self.shared.actuator.delete_claim(&c.name_any()).await?;
+                    }
+                    let shared = self.shared.clone();
+                    shared
+                        .cloud("terminate", || shared.provider.delete(pid))
+                        .await?;
+                }
+                let f: Vec<String> = n
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != keys::FINALIZER)
+                    .cloned()
+                    .collect();
+                self.shared
+                    .actuator
+                    .patch_node(
+                        &name,
+                        &json!({"metadata": {"finalizers": f, "resourceVersion": n.resource_version()}}),
+                    )
+                    .await
+            }
+            .await;
+            match result {
+                Ok(()) => tracing::info!(node = %name, "node terminated"),
+                Err(e) => tracing::warn!(node = %name, error = %e, "terminating node"),
+            }
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! The disruption stage: plan commands with the core's [`plan_disruption`] every
+//! `--disruption-interval`, then run the queued jobs (taint, replace, drain, terminate).
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use autoscaler_core::disruption::{DisruptionConfig, plan_disruption};
+use autoscaler_core::model::PodKey;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use providers::CloudProvider;
+use serde_json::json;
+
+use crate::controller::actuator::{Evicted, reference};
+use crate::controller::disrupt::{self, Job, Stage};
+use crate::controller::error::Result;
+use crate::controller::keys;
+use crate::controller::lifecycle::{self, Phase};
+use crate::controller::metrics::ReasonLabel;
+
+use super::provisioning::*;
+use super::{Controller, due, epoch};
+
+/// A reference to a pod known by its key, for events about it.
+fn pod_reference(pk: &PodKey) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some(pk.name.clone()),
+        namespace: Some(pk.namespace.clone()),
+        ..Default::default()
+    }
+}
+
+impl<P: CloudProvider + 'static> Controller<P> {
+    /// The stage: commands planned every `--disruption-interval`; queued jobs advanced every
+    /// round.
+    pub(super) async fn disruption_stage(&mut self) {
+        if due(&mut self.last_disruption, self.args.disruption_interval) {
+            let t = Instant::now();
+            self.disrupt().await;
+            self.observe("disrupt", t);
+        }
+        if !self.jobs.is_empty() {
+            self.run_jobs().await;
+        }
+    }
+
+    fn disruption_config(&self) -> DisruptionConfig {
+        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        DisruptionConfig {
+            delay_after_scale_up_s: s(self.args.scale_down_delay_after_add),
+            delay_after_delete_s: s(self.args.scale_down_delay_after_delete),
+            delay_after_failure_s: s(self.args.scale_down_delay_after_failure),
+            validation_delay_s: s(self.args.validation_delay),
+            ignore_daemonset_utilization: self.args.ignore_daemonsets_utilization,
+            ignore_mirror_utilization: self.args.ignore_mirror_pods_utilization,
+            ..DisruptionConfig::default()
+        }
+    }
+
+    async fn disrupt(&mut self) {
+        let pools = self.stores.pools.state();
+        let types = self.instance_types(&pools).await;
+        let snap = self.full_snapshot(&types, true);
+        let now = epoch();
+        let plan = plan_disruption(
+            &snap,
+            &self.disruption_state,
+            now,
+            &self.disruption_config(),
+        );
+        self.disruption_state = plan.state.clone();
+        for v in plan
+            .verdicts
+            .iter()
+            .filter(|v| !v.disrupted && v.pool.is_some())
+        {
+            tracing::debug!(node = %v.node, reason = %v.reason, "kept");
+        }
+        let busy: HashSet<&str> = self
+            .jobs
+            .iter()
+            .flat_map(|j| j.command.nodes.iter().map(String::as_str))
+            .collect();
+        let mut new_jobs = Vec::new();
+        for cmd in plan.commands {
+            if cmd.nodes.iter().any(|n| busy.contains(n.as_str())) {
+                continue;
+            }
+            tracing::info!(reason = ?cmd.reason, method = ?cmd.method, nodes = ?cmd.nodes, "disruption decided");
+            new_jobs.push(Job::new(cmd));
+        }
+        self.jobs.extend(new_jobs);
+        // Nodes left tainted by a previous leader's unfinished job are released.
+        if self.first_round {
+            for n in self.stores.nodes.state() {
+                let name = n.name_any();
+                if crate::controller::snapshot::has_disruption_taint(&n)
+                    && n.metadata.deletion_timestamp.is_none()
+                    && !self.jobs.iter().any(|j| j.command.nodes.contains(&name))
+                {
+                    let _ = self.untaint(&name).await;
+                }
+            }
+        }
+    }
+
+    async fn taint(&self, name: &str) -> Result<()> {
+        let Some(n) = self
+            .stores
+            .nodes
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+        else {
+            return Ok(());
+        };
+        let mut taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if taints.iter().any(|t| t.key == keys::DISRUPTION_TAINT) {
+            return Ok(());
+        }
+        taints.push(k8s_openapi::api::core::v1::Taint {
+            key: keys::DISRUPTION_TAINT.into(),
+            value: None,
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+        self.shared
+            .actuator
+            .patch_node(
+                name,
+                &json!({"metadata": {"resourceVersion": n.resource_version()}, "spec": {"taints": taints}}),
+            )
+            .await
+    }
+
+    async fn untaint(&self, name: &str) -> Result<()> {
+        let Some(n) = self
+            .stores
+            .nodes
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+        else {
+            return Ok(());
+        };
+        let taints: Vec<_> = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key != keys::DISRUPTION_TAINT)
+            .collect();
+        self.shared
+            .actuator
+            .patch_node(
+                name,
+                &json!({"metadata": {"resourceVersion": n.resource_version()}, "spec": {"taints": taints}}),
+            )
+            .await
+    }
+
+    async fn run_jobs(&mut self) {
+        let pools = self.stores.pools.state();
+        let types = self.instance_types(&pools).await;
+        let snap = self.full_snapshot(&types, true);
+        let config = self.disruption_config();
+        let now = epoch();
+        let pods = self.stores.pods.state();
+        let nodes = self.stores.nodes.state();
+        let claims = self.stores.claims.state();
+        let mut jobs = std::mem::take(&mut self.jobs);
+        for job in &mut jobs {
+            let nodes_present: Vec<String> = job
+                .command
+                .nodes
+                .iter()
+                .filter(|n| {
+                    nodes
+                        .iter()
+                        .any(|x| x.metadata.name.as_deref() == Some(n.as_str()))
+                })
+                .cloned()
+                .collect();
+            let pods_left: Vec<PodKey> = pods
+                .iter()
+                .filter(|p| {
+                    p.node_name
+                        .as_deref()
+                        .is_some_and(|n| nodes_present.iter().any(|x| x == n))
+                        && p.active
+                        && !p.deleting
+                        && !p.stays_with_node()
+                })
+                .map(|p| p.key.clone())
+                .collect();
+            let replacement_initialized = match &job.stage {
+                Stage::Replacing { claim, .. } => claims
+                    .iter()
+                    .find(|c| c.name_any() == *claim)
+                    .map(|c| lifecycle::phase(c) == Phase::Initialized),
+                _ => None,
+            };
+            let facts = disrupt::Facts {
+                snapshot: &snap,
+                now,
+                config: &config,
+                nodes_present: nodes_present.clone(),
+                pods_left,
+                replacement_initialized,
+                replacement_timeout_s: i64::try_from(self.args.replacement_timeout.as_secs())
+                    .unwrap_or(i64::MAX),
+                drain_timeout_s: i64::try_from(self.args.drain_timeout.as_secs())
+                    .unwrap_or(i64::MAX),
+            };
+            let step = disrupt::step(job, &facts);
+            let reason = format!("{:?}", job.command.reason);
+            let ok = match step.action {
+                disrupt::Action::Wait => true,
+                disrupt::Action::CreateReplacement(nc) => {
+                    match pools.iter().find(|p| p.name_any() == nc.pool) {
+                        Some(np) => {
+                            let mut obj = claim_object(&nc, np, &self.args.cluster_name);
+                            obj.annotations_mut().insert(
+                                keys::REPLACES_ANNOTATION.into(),
+                                job.command.nodes.join(","),
+                            );
+                            match self.shared.actuator.create_claim(&obj).await {
+                                Ok(c) => {
+                                    job.stage = Stage::Replacing {
+                                        claim: c.name_any(),
+                                        since: now,
+                                    };
+                                    if let Some(pods) = step.validated_pods.clone() {
+                                        job.command.pods = pods;
+                                    }
+                                    job.action_succeeded();
+                                    continue;
+                                }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "creating replacement");
+                                    false
+                                }
+                            }
+                        }
+                        None => false,
+                    }
+                }
+                disrupt::Action::Taint(names) => {
+                    let mut ok = true;
+                    for n in &names {
+                        ok &= self.taint(n).await.is_ok();
+                        if let Some(node) = nodes.iter().find(|x| x.name_any() == *n) {
+                            self.shared
+                                .actuator
+                                .event(
+                                    &reference(node.as_ref()),
+                                    false,
+                                    "DisruptionStarted",
+                                    "Disrupt",
+                                    format!(
+                                        "disrupting node ({reason}, {:?}): tainted {}",
+                                        job.command.method,
+                                        keys::DISRUPTION_TAINT
+                                    ),
+                                )
+                                .await;
+                        }
+                    }
+                    ok
+                }
+                disrupt::Action::Evict(pods) => {
+                    let mut refused = false;
+                    for pk in &pods {
+                        match self.shared.actuator.evict(pk).await {
+                            Ok(Evicted::Yes) => {
+                                self.shared.metrics.evictions.inc();
+                                self.shared
+                                    .actuator
+                                    .event(
+                                        &pod_reference(pk),
+                                        false,
+                                        "Evicted",
+                                        "Disrupt",
+                                        format!(
+                                            "evicted by gpu-autoscaler to remove its node ({reason})"
+                                        ),
+                                    )
+                                    .await;
+                            }
+                            Ok(Evicted::Refused) => {
+                                self.shared.metrics.evictions_refused.inc();
+                                refused = true;
+                            }
+                            Ok(Evicted::Gone) => {}
+                            Err(e) => {
+                                tracing::warn!(error = %e, "eviction");
+                                refused = true;
+                            }
+                        }
+                    }
+                    if refused {
+                        job.evictions_refused(now);
+                    } else {
+                        job.evictions_accepted(now);
+                    }
+                    true
+                }
+                disrupt::Action::DeleteNodes(names) => {
+                    let mut ok = true;
+                    for n in &names {
+                        ok &= self.shared.actuator.delete_node(n).await.is_ok();
+                    }
+                    if ok {
+                        self.shared
+                            .metrics
+                            .disruptions
+                            .get_or_create(&ReasonLabel {
+                                reason: reason.clone(),
+                            })
+                            .inc();
+                        self.disruption_state.last_delete = Some(now);
+                    }
+                    ok
+                }
+                disrupt::Action::Untaint(names) => {
+                    // A node left tainted is capacity nobody uses: stay Abandoned and retry.
+                    let mut ok = true;
+                    for n in &names {
+                        if let Err(e) = self.untaint(n).await {
+                            tracing::warn!(node = %n, error = %e, "untainting after an abandoned disruption");
+                            ok = false;
+                        }
+                    }
+                    ok
+                }
+            };
+            if ok {
+                job.action_succeeded();
+                if let Some(pods) = step.validated_pods {
+                    job.command.pods = pods;
+                }
+                if step.failure {
+                    // Cluster Autoscaler's scale-down-delay-after-failure starts here.
+                    self.disruption_state.last_failure = Some(now);
+                    self.shared.metrics.disruption_failures.inc();
+                    let why = match &step.next {
+                        Stage::Abandoned(why) => why.clone(),
+                        other => other.as_str().to_string(),
+                    };
+                    for node in nodes
+                        .iter()
+                        .filter(|n| job.command.nodes.contains(&n.name_any()))
+                    {
+                        self.shared
+                            .actuator
+                            .event(
+                                &reference(node.as_ref()),
+                                true,
+                                "DrainFailed",
+                                "Disrupt",
+                                format!("disruption given up, node untainted: {why}"),
+                            )
+                            .await;
+                    }
+                }
+                if job.stage != step.next {
+                    tracing::info!(nodes = ?job.command.nodes, from = job.stage.as_str(), to = step.next.as_str(), "disruption");
+                    if let Stage::Abandoned(why) = &step.next {
+                        tracing::info!(nodes = ?job.command.nodes, %why, failure = step.failure, "disruption abandoned");
+                    }
+                }
+                job.stage = step.next;
+            } else {
+                job.action_failed();
+            }
+        }
+        jobs.retain(|j| j.stage != Stage::Done);
+        self.jobs = jobs;
+    }
+}

@@ -1,0 +1,499 @@
+//! Provisioning: the pending pods of a closed batch window planned onto new NodeClaims, and
+//! the NodeClaim objects written for a plan.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use autoscaler_core::instance::InstanceType;
+use autoscaler_core::labels;
+use autoscaler_core::model::{PodKey, Snapshot};
+use autoscaler_core::plan::NewClaim;
+use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::requirements::{Requirements, ValueSet};
+use autoscaler_core::resources::Resources;
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+use nodepools::{
+    NodeClaim, NodeClaimSpec, NodePool, NodeSelectorRequirement, ResourceRequirements,
+    Taint as ApiTaint,
+};
+use providers::CloudProvider;
+
+use crate::controller::cache::CachedPod;
+use crate::controller::error::Result;
+use crate::controller::keys;
+use crate::controller::pod_problems;
+use crate::controller::snapshot::Inputs;
+
+use super::{Controller, epoch};
+
+/// The NodeClaim to create for a planned claim of `cluster`: the claim of a group's node
+/// carries the group's placement group ([`keys::PLACEMENT_GROUP_ANNOTATION`]).
+pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim {
+    let mut requirements = requirement_exprs(&nc.requirements);
+    requirements.retain(|r| r.key != labels::INSTANCE_TYPE);
+    requirements.push(NodeSelectorRequirement {
+        key: labels::INSTANCE_TYPE.into(),
+        operator: "In".into(),
+        values: nc
+            .instance_types
+            .iter()
+            .map(|o| o.instance_type.clone())
+            .collect(),
+        min_values: None,
+    });
+    // The pool's minValues travel with the claim, as Karpenter's do, so the claim says what
+    // flexibility it was planned with (the planner kept at least that many values).
+    for r in &mut requirements {
+        let Some(m) = pool
+            .spec
+            .template
+            .requirements
+            .iter()
+            .filter(|p| p.key == r.key)
+            .filter_map(|p| p.min_values)
+            .max()
+        else {
+            continue;
+        };
+        let holds = match r.operator.as_str() {
+            "In" => r.values.len() >= m as usize,
+            "Exists" => true,
+            _ => false,
+        };
+        if holds {
+            r.min_values = Some(m);
+        }
+    }
+    let mut claim_labels = nc.labels.clone();
+    claim_labels.insert(keys::POOL_LABEL.into(), nc.pool.clone());
+    let taint = |t: &autoscaler_core::Taint| ApiTaint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: format!("{:?}", t.effect),
+    };
+    let annotations = nc.group.as_ref().map(|g| {
+        BTreeMap::from([(
+            keys::PLACEMENT_GROUP_ANNOTATION.to_string(),
+            providers::placement_group_name(cluster, g),
+        )])
+    });
+    NodeClaim {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}-", nc.pool)),
+            labels: Some(claim_labels),
+            annotations,
+            finalizers: Some(vec![keys::FINALIZER.into()]),
+            ..Default::default()
+        },
+        spec: NodeClaimSpec {
+            node_pool: nc.pool.clone(),
+            requirements,
+            resources: ResourceRequirements {
+                requests: quantities(&nc.requests),
+            },
+            taints: nc.taints.iter().map(taint).collect(),
+            startup_taints: nc.startup_taints.iter().map(taint).collect(),
+            node_class_ref: pool.spec.template.node_class_ref.clone(),
+        },
+        status: None,
+    }
+}
+
+/// Resources as a Kubernetes resource map.
+pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
+    providers::kwok::quantities(r)
+}
+
+/// Requirements as API expressions (one key may need two: `Exists` plus `NotIn`).
+pub fn requirement_exprs(r: &Requirements) -> Vec<NodeSelectorRequirement> {
+    let mut out = Vec::new();
+    let expr = |key: &str, op: &str, values: Vec<String>| NodeSelectorRequirement {
+        key: key.to_string(),
+        operator: op.to_string(),
+        values,
+        min_values: None,
+    };
+    for (key, c) in r.iter() {
+        match &c.values {
+            ValueSet::In(set) if set.is_empty() => {
+                if c.allow_absent {
+                    out.push(expr(key, "DoesNotExist", vec![]));
+                }
+            }
+            ValueSet::In(set) => out.push(expr(key, "In", set.iter().cloned().collect())),
+            ValueSet::NotIn(set) => {
+                if !c.allow_absent && c.gt.is_none() && c.lt.is_none() {
+                    out.push(expr(key, "Exists", vec![]));
+                }
+                if !set.is_empty() {
+                    out.push(expr(key, "NotIn", set.iter().cloned().collect()));
+                }
+                if let Some(g) = c.gt {
+                    out.push(expr(key, "Gt", vec![g.to_string()]));
+                }
+                if let Some(l) = c.lt {
+                    out.push(expr(key, "Lt", vec![l.to_string()]));
+                }
+            }
+        }
+    }
+    out
+}
+
+impl<P: CloudProvider + 'static> Controller<P> {
+    /// The stage: pending pods planned when the batcher closes a window, then the
+    /// ProvisioningRequests (once their API is served).
+    pub(super) async fn provisioning_stage(&mut self) {
+        let t = Instant::now();
+        self.provision().await;
+        self.observe("provision", t);
+        if self.stores.provreqs.get().is_some() {
+            let t = Instant::now();
+            self.provisioning_requests().await;
+            self.observe("provisioning_requests", t);
+        }
+    }
+
+    /// Unschedulable pods, except those consuming a live ProvisioningRequest's capacity: that
+    /// capacity is booked for them, so they never trigger a scale-up of their own.
+    fn pending_now(&self, pods: &[Arc<CachedPod>]) -> BTreeSet<PodKey> {
+        let live = self.live_provreqs();
+        pods.iter()
+            .filter(|p| p.unschedulable)
+            .filter(|p| {
+                live.is_empty()
+                    || !p
+                        .core
+                        .as_ref()
+                        .ok()
+                        .and_then(crate::controller::provreq::consumed_request)
+                        .is_some_and(|r| live.contains(&r))
+            })
+            .map(|p| p.key.clone())
+            .collect()
+    }
+
+    async fn provision(&mut self) {
+        let pods = self.stores.pods.state();
+        let pending = self.pending_now(&pods);
+        self.shared.metrics.pending_pods.set(pending.len() as i64);
+        let now_ms = jiff::Timestamp::now().as_millisecond();
+        let oldest = pods
+            .iter()
+            .filter(|p| pending.contains(&p.key))
+            .filter_map(|p| p.unschedulable_since_ms)
+            .map(|since| now_ms.saturating_sub(since))
+            .max()
+            .unwrap_or(0);
+        self.shared
+            .metrics
+            .oldest_pending_pod_seconds
+            .set(oldest as f64 / 1000.0);
+        self.guard_observe(&pending);
+        let Some(batch) = self.batcher.step(self.millis(), &pending) else {
+            return;
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let pools = self.stores.pools.state();
+        let types = self.instance_types(&pools).await;
+        let nodes = self.stores.nodes.state();
+        let claims = self.stores.claims.state();
+        let daemonsets = self.stores.daemonsets.state();
+        let pdbs = self.stores.pdbs.state();
+        let gangs = self.stores.gang_objects();
+        let building = Instant::now();
+        let mut built = self.builder.build_for_provisioning(&Inputs {
+            pods: &pods,
+            nodes: &nodes,
+            pools: &pools,
+            claims: &claims,
+            daemonsets: &daemonsets,
+            pdbs: &pdbs,
+            instance_types: &types,
+            pending: &batch,
+            gangs: &gangs,
+        });
+        self.hold_bookings(&mut built.snapshot, &pods);
+        let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
+            pods.iter().map(|p| (&p.key, p)).collect();
+        // Pending pods left out for their own fields are told below, once; not logged per round.
+        let refused: Vec<(&CachedPod, String)> = pod_problems::refusals(
+            batch
+                .iter()
+                .filter_map(|k| pod_by_key.get(k).map(|p| p.as_ref())),
+        )
+        .collect();
+        let refused_objects: HashSet<String> = refused
+            .iter()
+            .map(|(p, _)| format!("pod {}", p.key))
+            .collect();
+        for (obj, problem) in &built.problems {
+            if !refused_objects.contains(obj) {
+                tracing::warn!(object = %obj, %problem, "left out of the snapshot");
+            }
+        }
+        let planning = Instant::now();
+        let mut plan = plan_provisioning(&built.snapshot);
+        tracing::info!(
+            snapshot_ms = (planning - building).as_millis() as u64,
+            plan_ms = planning.elapsed().as_millis() as u64,
+            pending = batch.len(),
+            existing = plan.existing.len(),
+            in_flight = plan.in_flight.len(),
+            new_claims = plan.new_claims.len(),
+            unschedulable = plan.unschedulable.len(),
+            "planned"
+        );
+        let mut events = Vec::new();
+        self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
+        // Claims are written concurrently (a burst may need hundreds), results kept in order.
+        let objects: Vec<(&NewClaim, NodeClaim)> = plan
+            .new_claims
+            .iter()
+            .filter_map(|nc| {
+                let np = pools.iter().find(|p| p.name_any() == nc.pool)?;
+                Some((nc, claim_object(nc, np, &self.args.cluster_name)))
+            })
+            .collect();
+        let actuator = self.shared.actuator.clone();
+        let created: Vec<(&NewClaim, Result<NodeClaim>)> = futures::stream::iter(objects)
+            .map(|(nc, obj)| {
+                let actuator = actuator.clone();
+                async move { (nc, actuator.create_claim(&obj).await) }
+            })
+            .buffered(16)
+            .collect()
+            .await;
+        for (nc, result) in created {
+            match result {
+                Ok(created) => {
+                    let cname = created.name_any();
+                    let types: Vec<&str> = nc
+                        .instance_types
+                        .iter()
+                        .take(5)
+                        .map(|o| o.instance_type.as_str())
+                        .collect();
+                    tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
+                    self.guard.launches.created(&cname, &nc.pods);
+                    self.disruption_state.last_scale_up = Some(epoch());
+                    for pk in &nc.pods {
+                        if let Some(p) = pod_by_key.get(pk) {
+                            if let Some(since) = p.unschedulable_since_ms {
+                                self.shared.metrics.pending_to_claim_seconds.observe(
+                                    (jiff::Timestamp::now().as_millisecond() - since) as f64
+                                        / 1000.0,
+                                );
+                            }
+                            events.push((
+                                p.reference(),
+                                false,
+                                "TriggeredScaleUp",
+                                format!(
+                                    "pod triggered scale-up: NodeClaim {cname} (NodePool {}) with instance types [{}]",
+                                    nc.pool,
+                                    types.join(", ")
+                                ),
+                            ));
+                            self.notices.forget(&pod_problems::pod_id(p));
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(pool = %nc.pool, error = %e, "creating NodeClaim"),
+            }
+        }
+        let now_ms = jiff::Timestamp::now().as_millisecond();
+        let unplanned = plan.unschedulable.iter().filter_map(|u| {
+            let p = pod_by_key.get(&u.pod)?;
+            Some((p.as_ref(), pod_problems::not_triggered(&u.reason)))
+        });
+        for (p, note) in refused.into_iter().chain(unplanned) {
+            if self.notices.admit(&pod_problems::pod_id(p), &note, now_ms) {
+                tracing::info!(pod = %p.key, %note, "NotTriggerScaleUp");
+                events.push((p.reference(), true, "NotTriggerScaleUp", note));
+            }
+        }
+        let pending_ids: HashSet<String> = pods
+            .iter()
+            .filter(|p| pending.contains(&p.key))
+            .map(|p| pod_problems::pod_id(p))
+            .collect();
+        self.notices.retain(|id| pending_ids.contains(id));
+        if !events.is_empty() {
+            let actuator = self.shared.actuator.clone();
+            tokio::spawn(async move {
+                for (r, warning, reason, note) in events {
+                    actuator.event(&r, warning, reason, "ScaleUp", note).await;
+                }
+            });
+        }
+    }
+
+    /// The cluster with every pending pod. For disruption (`for_disruption`) the plain pods of
+    /// nodes no NodePool manages are folded (`SnapshotBuilder::build_for_disruption`): those
+    /// nodes are never candidates, only places pods may move to.
+    pub(super) fn full_snapshot(
+        &mut self,
+        types: &BTreeMap<String, Arc<Vec<InstanceType>>>,
+        for_disruption: bool,
+    ) -> Snapshot {
+        let pods = self.stores.pods.state();
+        let pending = self.pending_now(&pods);
+        let nodes = self.stores.nodes.state();
+        let pools = self.stores.pools.state();
+        let claims = self.stores.claims.state();
+        let daemonsets = self.stores.daemonsets.state();
+        let pdbs = self.stores.pdbs.state();
+        let gangs = self.stores.gang_objects();
+        let inputs = Inputs {
+            pods: &pods,
+            nodes: &nodes,
+            pools: &pools,
+            claims: &claims,
+            daemonsets: &daemonsets,
+            pdbs: &pdbs,
+            instance_types: types,
+            pending: &pending,
+            gangs: &gangs,
+        };
+        let mut snap = if for_disruption {
+            self.builder.build_for_disruption(&inputs)
+        } else {
+            self.builder.build(&inputs)
+        }
+        .snapshot;
+        self.hold_bookings(&mut snap, &pods);
+        snap
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use autoscaler_core::builders::itype;
+    use autoscaler_core::requirements::Operator;
+
+    use super::super::placement_group_of;
+
+    use super::*;
+
+    #[test]
+    fn requirements_round_trip_through_api_expressions() {
+        let r = Requirements::new()
+            .with(labels::ZONE, Operator::In, &["a", "b"])
+            .with("team", Operator::NotIn, &["x"])
+            .with("gpu", Operator::Exists, &[])
+            .with("old", Operator::DoesNotExist, &[])
+            .with("count", Operator::Gt, &["2"]);
+        let exprs = requirement_exprs(&r);
+        let spec = NodeClaimSpec {
+            node_pool: "p".into(),
+            requirements: exprs,
+            ..Default::default()
+        };
+        let back = spec.to_core().expect("valid").requirements;
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn a_group_claim_carries_its_placement_group_and_others_none() {
+        let np: NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+            "kind": "NodePool",
+            "metadata": {"name": "gpu"},
+            "spec": {"template": {}},
+        }))
+        .expect("a NodePool");
+        let plain = NewClaim {
+            name: "gpu-1".into(),
+            pool: "gpu".into(),
+            instance_types: vec![],
+            requirements: Requirements::new(),
+            labels: Default::default(),
+            taints: vec![],
+            startup_taints: vec![],
+            pods: vec![],
+            requests: Resources::default(),
+            price: 1.0,
+            gpus: 1,
+            group: None,
+        };
+        let grouped = NewClaim {
+            group: Some("volcano:team-a/train".into()),
+            ..plain.clone()
+        };
+        let obj = claim_object(&plain, &np, "prod");
+        assert_eq!(placement_group_of(&obj), None);
+        assert!(obj.metadata.annotations.is_none());
+        let a = claim_object(&grouped, &np, "prod");
+        let b = claim_object(&grouped, &np, "prod");
+        let name = placement_group_of(&a).expect("a placement group");
+        assert_eq!(placement_group_of(&b).as_deref(), Some(name.as_str()));
+        assert_eq!(
+            name,
+            providers::placement_group_name("prod", "volcano:team-a/train")
+        );
+        assert_ne!(
+            Some(name),
+            placement_group_of(&claim_object(&grouped, &np, "staging"))
+        );
+    }
+
+    #[test]
+    fn a_pools_min_values_reach_the_plan_and_the_nodeclaim() {
+        let np: NodePool = serde_yaml::from_str(
+            r#"
+apiVersion: gpu-autoscaler.dev/v1alpha1
+kind: NodePool
+metadata: {name: flex}
+spec:
+  template:
+    nodeClassRef: {group: gpu-autoscaler.dev, kind: KwokNodeClass, name: default}
+    requirements:
+      - {key: node.kubernetes.io/instance-type, operator: Exists, minValues: 2}
+"#,
+        )
+        .expect("valid NodePool");
+        let types = vec![
+            itype("m.small")
+                .cpu("2")
+                .mem("8Gi")
+                .on_demand(&["a"], 1.0)
+                .build(),
+            itype("m.big")
+                .cpu("8")
+                .mem("32Gi")
+                .on_demand(&["a"], 4.0)
+                .build(),
+        ];
+        let pool = np.to_core(Arc::new(types)).expect("converts");
+        assert_eq!(pool.min_values.get(labels::INSTANCE_TYPE), Some(&2));
+        let plan_for = |cpu: &str| {
+            autoscaler_core::provision::plan_provisioning(&autoscaler_core::model::Snapshot {
+                pending: vec![autoscaler_core::builders::pod("p").cpu(cpu).build()],
+                pools: vec![pool.clone()],
+                ..Default::default()
+            })
+        };
+        // Only the big type holds 4 CPUs: one type is less than the two the pool demands.
+        assert!(plan_for("4").new_claims.is_empty());
+        let plan = plan_for("1");
+        let obj = claim_object(&plan.new_claims[0], &np, "test");
+        let it = obj
+            .spec
+            .requirements
+            .iter()
+            .find(|r| r.key == labels::INSTANCE_TYPE)
+            .expect("instance types listed");
+        assert_eq!(it.values, ["m.small", "m.big"]);
+        assert_eq!(it.min_values, Some(2));
+        obj.spec
+            .to_core()
+            .expect("the NodeClaim the controller writes is valid");
+    }
+}
