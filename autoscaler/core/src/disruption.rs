@@ -114,6 +114,106 @@ pub struct Command {
     pub decided_at: i64,
 }
 
+/// The kind of a [`Verdict`]: what a caller (conditions, events, metrics) switches on, so it
+/// never parses [`Verdict::reason`], which says the same in words with the numbers.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum VerdictKind {
+    /// Chosen: an empty node, removed.
+    Empty,
+    /// Chosen: its pods fit elsewhere (deleted, replaced or consolidated with others).
+    Underutilized,
+    /// A candidate no command took and no rule named (not expected in a finished plan).
+    #[default]
+    Candidate,
+    /// Below its threshold and unblocked, waiting out the pool's `unneededTime`.
+    Unneeded,
+    /// Below its threshold and unblocked, waiting out `consolidateAfter` since its last pod
+    /// change (or its creation).
+    ConsolidateAfter,
+    /// A candidate while scale-down is paused after a scale-up, deletion or failure.
+    Paused,
+    /// No NodePool manages the node.
+    NotManaged,
+    /// The node is already being deleted.
+    Deleting,
+    /// Utilization above the pool's threshold.
+    AboveThreshold,
+    /// The pool consolidates only empty nodes, and this one runs pods.
+    WhenEmptyOnly,
+    /// `karpenter.sh/do-not-disrupt` on the node or one of its pods.
+    DoNotDisrupt,
+    /// `cluster-autoscaler.kubernetes.io/scale-down-disabled` on the node.
+    ScaleDownDisabled,
+    /// Capacity booked for a ProvisioningRequest.
+    Booked,
+    /// The node has not initialized.
+    NotInitialized,
+    /// A MIG reconfiguration is in progress.
+    MigReconfiguring,
+    /// A pod that may not be evicted: `safe-to-evict=false`, no controller, local storage,
+    /// or a kube-system pod without a PodDisruptionBudget.
+    NotEvictable,
+    /// A PodDisruptionBudget allows too few disruptions.
+    PdbBlocked,
+    /// The pool's disruption budget is used up.
+    BudgetExhausted,
+    /// Removing the node would take the pool below `minNodes`.
+    AtMinNodes,
+    /// Its pods have nowhere to go (or no strictly cheaper replacement holds them).
+    NoPlaceForPods,
+}
+
+impl VerdictKind {
+    /// Whether the node is a scale-down candidate under this verdict: chosen, or below its
+    /// threshold with nothing but time between it and a command.
+    pub fn is_candidate(self) -> bool {
+        matches!(
+            self,
+            VerdictKind::Empty
+                | VerdictKind::Underutilized
+                | VerdictKind::Candidate
+                | VerdictKind::Unneeded
+                | VerdictKind::ConsolidateAfter
+                | VerdictKind::Paused
+        )
+    }
+}
+
+/// A wait that ends by time alone, in the caller's seconds: what a verdict's relative
+/// durations ("3m of 10m") are counted from, for callers that must write a message that does
+/// not change every round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wait {
+    /// When the wait began (the node became unneeded, its pods last changed, the scale-up,
+    /// the pod started).
+    pub since: i64,
+    /// When it ends.
+    pub until: i64,
+}
+
+/// Why a node may not be disrupted: its kind, the words, and the wait when it lapses by time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocker {
+    /// The kind.
+    pub kind: VerdictKind,
+    /// The words, naming the pod, PDB, budget or minimum.
+    pub message: String,
+    /// When the blocker lapses by time alone (a do-not-disrupt duration).
+    pub wait: Option<Wait>,
+}
+
+impl Blocker {
+    fn new(kind: VerdictKind, message: impl Into<String>) -> Self {
+        Blocker {
+            kind,
+            message: message.into(),
+            wait: None,
+        }
+    }
+}
+
 /// What happens to one node, for `explain` and events.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
@@ -123,10 +223,33 @@ pub struct Verdict {
     pub pool: Option<String>,
     /// Utilization as Cluster Autoscaler measures it, when computed.
     pub utilization: Option<f64>,
+    /// The threshold the utilization was compared with, when the node's pool has one.
+    #[serde(default)]
+    pub threshold: Option<f64>,
     /// Whether a command removes it.
     pub disrupted: bool,
     /// Why it is removed, or why it stays.
     pub reason: String,
+    /// The kind of `reason`.
+    #[serde(default)]
+    pub kind: VerdictKind,
+    /// For a verdict that lapses by time alone, the wait.
+    #[serde(default)]
+    pub wait: Option<Wait>,
+}
+
+impl Verdict {
+    fn set(&mut self, kind: VerdictKind, reason: impl Into<String>) {
+        self.kind = kind;
+        self.reason = reason.into();
+        self.wait = None;
+    }
+
+    fn block(&mut self, b: Blocker) {
+        self.kind = b.kind;
+        self.reason = b.message;
+        self.wait = b.wait;
+    }
 }
 
 /// The result of [`plan_disruption`].
@@ -176,6 +299,16 @@ impl DisruptionPlan {
 /// thousandths of a device); elsewhere max(cpu, memory). DaemonSet and mirror pods are left out
 /// of both sides when the matching option is on. Returns (utilization, is GPU node).
 pub fn utilization(node: &Node, config: &DisruptionConfig) -> (f64, bool) {
+    let (ratios, gpu) = utilization_by_resource(node, config);
+    (ratios.iter().map(|(_, r)| *r).fold(0.0, f64::max), gpu)
+}
+
+/// The ratios [`utilization`] takes the highest of, by resource name (GPU-class resources on a
+/// GPU node, else cpu and memory), and whether the node is a GPU node.
+pub fn utilization_by_resource(
+    node: &Node,
+    config: &DisruptionConfig,
+) -> (Vec<(String, f64)>, bool) {
     let ignored = |p: &Pod| {
         (config.ignore_daemonset_utilization && p.is_daemonset())
             || (config.ignore_mirror_utilization && p.mirror)
@@ -207,12 +340,11 @@ pub fn utilization(node: &Node, config: &DisruptionConfig) -> (f64, bool) {
         if denom <= 0.0 { 0.0 } else { used / denom }
     };
     if gpu_resources.is_empty() {
-        (ratio(names::CPU).max(ratio(names::MEMORY)), false)
+        let r = [names::CPU, names::MEMORY].map(|n| (n.to_string(), ratio(n)));
+        (r.into(), false)
     } else {
-        (
-            gpu_resources.iter().map(|r| ratio(r)).fold(0.0, f64::max),
-            true,
-        )
+        let r = gpu_resources.iter().map(|n| (n.to_string(), ratio(n)));
+        (r.collect(), true)
     }
 }
 
@@ -243,51 +375,71 @@ fn annotation_seconds(text: &str) -> Option<i64> {
 /// has run (or the node has existed) that long, counted from `since` (`None`: not started,
 /// so the whole duration is still ahead); a value that is neither protects as `"true"` would,
 /// and the reason names it.
-fn do_not_disrupt(who: &str, value: &str, since: Option<i64>, now: i64) -> Option<String> {
+fn do_not_disrupt(who: &str, value: &str, since: Option<i64>, now: i64) -> Option<Blocker> {
+    let kind = VerdictKind::DoNotDisrupt;
     if value == "true" {
-        return Some(format!("{who} has {DO_NOT_DISRUPT}"));
+        return Some(Blocker::new(kind, format!("{who} has {DO_NOT_DISRUPT}")));
     }
     if value == "false" || value.is_empty() {
         return None;
     }
     let Some(secs) = annotation_seconds(value) else {
-        return Some(format!(
-            "{who} has {DO_NOT_DISRUPT}={value:?}, neither \"true\" nor a duration; it protects \
-             as \"true\" would"
+        return Some(Blocker::new(
+            kind,
+            format!(
+                "{who} has {DO_NOT_DISRUPT}={value:?}, neither \"true\" nor a duration; it \
+                 protects as \"true\" would"
+            ),
         ));
     };
-    let until = since.unwrap_or(now).saturating_add(secs);
-    (now < until).then(|| {
-        format!(
+    let start = since.unwrap_or(now);
+    let until = start.saturating_add(secs);
+    (now < until).then(|| Blocker {
+        kind,
+        message: format!(
             "{who} has {DO_NOT_DISRUPT}={value} ({} left)",
             fmt_duration(until - now)
-        )
+        ),
+        wait: Some(Wait {
+            since: start,
+            until,
+        }),
     })
 }
 
 /// Why the pod's `karpenter.sh/do-not-disrupt` annotation still protects it at `now`, if it
 /// does.
 pub fn pod_protection(pod: &Pod, now: i64) -> Option<String> {
+    pod_protection_block(pod, now).map(|b| b.message)
+}
+
+fn pod_protection_block(pod: &Pod, now: i64) -> Option<Blocker> {
     let v = pod.annotations.get(DO_NOT_DISRUPT)?;
     do_not_disrupt(&format!("pod {}", pod.key), v, pod.started_at, now)
 }
 
 /// Why a pod blocks the disruption of its node at `now`, if it does.
 pub fn pod_blocker(pod: &Pod, snap: &Snapshot, now: i64) -> Option<String> {
+    pod_block(pod, snap, now).map(|b| b.message)
+}
+
+/// [`pod_blocker`] with the blocker's kind and wait.
+pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
     let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
-    if let Some(why) = pod_protection(pod, now) {
+    if let Some(why) = pod_protection_block(pod, now) {
         return Some(why);
     }
+    let evict = |m: String| Some(Blocker::new(VerdictKind::NotEvictable, m));
     match ann(SAFE_TO_EVICT) {
-        Some("false") => return Some(format!("pod {} has {SAFE_TO_EVICT}=false", pod.key)),
+        Some("false") => return evict(format!("pod {} has {SAFE_TO_EVICT}=false", pod.key)),
         Some("true") => return None,
         _ => {}
     }
     if pod.owner_kind.is_none() {
-        return Some(format!("pod {} has no controller", pod.key));
+        return evict(format!("pod {} has no controller", pod.key));
     }
     if pod.local_storage {
-        return Some(format!("pod {} uses local storage", pod.key));
+        return evict(format!("pod {} uses local storage", pod.key));
     }
     let pdbs: Vec<_> = snap
         .pdbs
@@ -295,25 +447,37 @@ pub fn pod_blocker(pod: &Pod, snap: &Snapshot, now: i64) -> Option<String> {
         .filter(|b| b.namespace == pod.key.namespace && b.selector.matches(&pod.labels))
         .collect();
     if pod.key.namespace == "kube-system" && pdbs.is_empty() {
-        return Some(format!(
+        return evict(format!(
             "kube-system pod {} has no PodDisruptionBudget",
             pod.key
         ));
     }
     if let Some(b) = pdbs.iter().find(|b| b.disruptions_allowed <= 0) {
-        return Some(format!("blocked by PDB {}/{}", b.namespace, b.name));
+        return Some(Blocker::new(
+            VerdictKind::PdbBlocked,
+            format!(
+                "blocked by PDB {}/{} (allows {} disruptions)",
+                b.namespace, b.name, b.disruptions_allowed
+            ),
+        ));
     }
     None
 }
 
 /// Why a node may not be disrupted at `now`, ignoring thresholds and budgets.
 pub fn node_blocker(node: &Node, snap: &Snapshot, now: i64) -> Option<String> {
+    node_block(node, snap, now).map(|b| b.message)
+}
+
+/// [`node_blocker`] with the blocker's kind and wait.
+pub fn node_block(node: &Node, snap: &Snapshot, now: i64) -> Option<Blocker> {
+    use VerdictKind as K;
     let ann = |k: &str| node.annotations.get(k).map(String::as_str);
     if node.pool.is_none() {
-        return Some("not managed by a NodePool".into());
+        return Some(Blocker::new(K::NotManaged, "not managed by a NodePool"));
     }
     if node.deleting {
-        return Some("already being deleted".into());
+        return Some(Blocker::new(K::Deleting, "already being deleted"));
     }
     if let Some(v) = ann(DO_NOT_DISRUPT)
         && let Some(why) = do_not_disrupt("node", v, Some(node.created_at), now)
@@ -321,22 +485,34 @@ pub fn node_blocker(node: &Node, snap: &Snapshot, now: i64) -> Option<String> {
         return Some(why);
     }
     if ann(SCALE_DOWN_DISABLED) == Some("true") {
-        return Some(format!("node has {SCALE_DOWN_DISABLED}"));
+        return Some(Blocker::new(
+            K::ScaleDownDisabled,
+            format!("node has {SCALE_DOWN_DISABLED}"),
+        ));
     }
     if snap.booked_nodes.contains(&node.name) {
-        return Some("capacity booked for a ProvisioningRequest".into());
+        return Some(Blocker::new(
+            K::Booked,
+            "capacity booked for a ProvisioningRequest",
+        ));
     }
     if !node.initialized {
-        return Some("not initialized yet (device plugin or startup taints pending)".into());
+        return Some(Blocker::new(
+            K::NotInitialized,
+            "not initialized yet (device plugin or startup taints pending)",
+        ));
     }
     if let Some(state) = node.labels.get(labels::NVIDIA_MIG_CONFIG_STATE)
         && (state == "pending" || state == "rebooting")
     {
-        return Some(format!("MIG reconfiguration in progress ({state})"));
+        return Some(Blocker::new(
+            K::MigReconfiguring,
+            format!("MIG reconfiguration in progress ({state})"),
+        ));
     }
     movable(node)
         .into_iter()
-        .find_map(|p| pod_blocker(p, snap, now))
+        .find_map(|p| pod_block(p, snap, now))
 }
 
 fn fmt_duration(s: i64) -> String {
@@ -428,7 +604,7 @@ impl Allowance {
         reason: DisruptionReason,
         replaced: bool,
         take: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Blocker> {
         let mut per_pool: BTreeMap<usize, i64> = BTreeMap::new();
         for n in nodes {
             if let Some(pi) = snap
@@ -442,16 +618,22 @@ impl Allowance {
         for (pi, count) in &per_pool {
             let left = self.budget.get(&(*pi, reason)).copied().unwrap_or(i64::MAX);
             if *count > left {
-                return Err(format!(
-                    "disruption budget of NodePool {} exhausted for {reason:?}",
-                    snap.pools[*pi].name
+                return Err(Blocker::new(
+                    VerdictKind::BudgetExhausted,
+                    format!(
+                        "disruption budget of NodePool {} exhausted for {reason:?}",
+                        snap.pools[*pi].name
+                    ),
                 ));
             }
             let removed = if replaced { count - 1 } else { *count };
             if removed > self.above_min[*pi] {
-                return Err(format!(
-                    "NodePool {} is at minNodes {}",
-                    snap.pools[*pi].name, snap.pools[*pi].min_nodes
+                return Err(Blocker::new(
+                    VerdictKind::AtMinNodes,
+                    format!(
+                        "NodePool {} is at minNodes {}",
+                        snap.pools[*pi].name, snap.pools[*pi].min_nodes
+                    ),
                 ));
             }
         }
@@ -468,7 +650,15 @@ impl Allowance {
         for (bi, used) in &pdb_use {
             if *used > self.pdb_left[*bi] {
                 let b = &snap.pdbs[*bi];
-                return Err(format!("blocked by PDB {}/{}", b.namespace, b.name));
+                return Err(Blocker::new(
+                    VerdictKind::PdbBlocked,
+                    format!(
+                        "blocked by PDB {}/{} (allows {} more disruptions, needs {used})",
+                        b.namespace,
+                        b.name,
+                        self.pdb_left[*bi].max(0)
+                    ),
+                ));
             }
         }
         if take {
@@ -627,11 +817,14 @@ pub fn plan_disruption(
             node: n.name.clone(),
             pool: n.pool.clone(),
             utilization: Some(util),
+            threshold: None,
             disrupted: false,
             reason: String::new(),
+            kind: VerdictKind::Candidate,
+            wait: None,
         };
         let Some(pi) = pool_of(n) else {
-            v.reason = "not managed by a NodePool".into();
+            v.set(VerdictKind::NotManaged, "not managed by a NodePool");
             verdict.insert(n.name.clone(), v);
             continue;
         };
@@ -642,22 +835,29 @@ pub fn plan_disruption(
         } else {
             policy.utilization_threshold
         };
+        v.threshold = Some(threshold);
         let below = empty || util <= threshold;
         if !below {
-            v.reason = format!(
-                "{} utilization {util:.2} above threshold {threshold:.2}",
-                if gpu { "GPU" } else { "cpu/memory" }
+            v.set(
+                VerdictKind::AboveThreshold,
+                format!(
+                    "{} utilization {util:.2} above threshold {threshold:.2}",
+                    if gpu { "GPU" } else { "cpu/memory" }
+                ),
             );
             verdict.insert(n.name.clone(), v);
             continue;
         }
         if !empty && policy.consolidation_policy == ConsolidationPolicy::WhenEmpty {
-            v.reason = "NodePool consolidates only empty nodes".into();
+            v.set(
+                VerdictKind::WhenEmptyOnly,
+                "NodePool consolidates only empty nodes",
+            );
             verdict.insert(n.name.clone(), v);
             continue;
         }
-        if let Some(b) = node_blocker(n, snap, now) {
-            v.reason = b;
+        if let Some(b) = node_block(n, snap, now) {
+            v.block(b);
             verdict.insert(n.name.clone(), v);
             continue;
         }
@@ -665,11 +865,18 @@ pub fn plan_disruption(
         out.state.unneeded_since.insert(n.name.clone(), since);
         let wait = policy.unneeded_s.max(0);
         if now - since < wait {
-            v.reason = format!(
-                "unneeded for {} of {}",
-                fmt_duration(now - since),
-                fmt_duration(wait)
+            v.set(
+                VerdictKind::Unneeded,
+                format!(
+                    "unneeded for {} of {}",
+                    fmt_duration(now - since),
+                    fmt_duration(wait)
+                ),
             );
+            v.wait = Some(Wait {
+                since,
+                until: since + wait,
+            });
             verdict.insert(n.name.clone(), v);
             continue;
         }
@@ -678,7 +885,7 @@ pub fn plan_disruption(
             .last_pod_event
             .map_or(n.created_at, |t| t.max(n.created_at));
         if now - stable_since < policy.consolidate_after_s {
-            v.reason = if stable_since > n.created_at {
+            let reason = if stable_since > n.created_at {
                 format!(
                     "a pod was bound or removed {} ago (consolidateAfter {})",
                     fmt_duration(now - stable_since),
@@ -690,10 +897,15 @@ pub fn plan_disruption(
                     fmt_duration(policy.consolidate_after_s)
                 )
             };
+            v.set(VerdictKind::ConsolidateAfter, reason);
+            v.wait = Some(Wait {
+                since: stable_since,
+                until: stable_since + policy.consolidate_after_s,
+            });
             verdict.insert(n.name.clone(), v);
             continue;
         }
-        v.reason = "candidate".into();
+        v.set(VerdictKind::Candidate, "candidate");
         verdict.insert(n.name.clone(), v);
         candidates.push(ni);
     }
@@ -720,10 +932,17 @@ pub fn plan_disruption(
                 let v = verdict
                     .get_mut(&snap.nodes[*ni].name)
                     .expect("verdict exists");
-                v.reason = format!(
-                    "scale-down paused for {} after {what}",
-                    fmt_duration(t + delay - now)
+                v.set(
+                    VerdictKind::Paused,
+                    format!(
+                        "scale-down paused for {} after {what}",
+                        fmt_duration(t + delay - now)
+                    ),
                 );
+                v.wait = Some(Wait {
+                    since: t,
+                    until: t + delay,
+                });
             }
             out.verdicts = verdict.into_values().collect();
             return out;
@@ -751,7 +970,7 @@ pub fn plan_disruption(
         }
         match allowance.admit(snap, &[n], DisruptionReason::Empty, false, true) {
             Ok(()) => empties.push(n.name.clone()),
-            Err(e) => verdict.get_mut(&n.name).expect("verdict").reason = e,
+            Err(e) => verdict.get_mut(&n.name).expect("verdict").block(e),
         }
     }
     if !empties.is_empty() {
@@ -767,7 +986,7 @@ pub fn plan_disruption(
         for name in &empties {
             let v = verdict.get_mut(name).expect("verdict");
             v.disrupted = true;
-            v.reason = "empty".into();
+            v.set(VerdictKind::Empty, "empty");
             gone.insert(name.clone());
         }
         let removed: BTreeSet<usize> = empties.iter().filter_map(|n| index_in(&work, n)).collect();
@@ -803,7 +1022,7 @@ pub fn plan_disruption(
             if let Err(e) =
                 allowance.admit(snap, &[n], DisruptionReason::Underutilized, false, true)
             {
-                verdict.get_mut(&n.name).expect("verdict").reason = e;
+                verdict.get_mut(&n.name).expect("verdict").block(e);
                 continue;
             }
             let pods = movable(n).iter().map(|p| p.key.clone()).collect();
@@ -811,7 +1030,10 @@ pub fn plan_disruption(
             gone.insert(n.name.clone());
             let v = verdict.get_mut(&n.name).expect("verdict");
             v.disrupted = true;
-            v.reason = "underutilized: its pods fit on other nodes".into();
+            v.set(
+                VerdictKind::Underutilized,
+                "underutilized: its pods fit on other nodes",
+            );
             out.commands.push(Command {
                 reason: DisruptionReason::Underutilized,
                 method: Method::Delete,
@@ -836,7 +1058,8 @@ pub fn plan_disruption(
             match spot_to_spot(snap, claim, config.min_spot_to_spot_types) {
                 Ok(claim) => replacement = Some(claim),
                 Err(why) => {
-                    verdict.get_mut(&n.name).expect("verdict").reason = why;
+                    let v = verdict.get_mut(&n.name).expect("verdict");
+                    v.set(VerdictKind::NoPlaceForPods, why);
                     leftovers.push(n.name.clone());
                     continue;
                 }
@@ -847,7 +1070,7 @@ pub fn plan_disruption(
                 if let Err(e) =
                     allowance.admit(snap, &[n], DisruptionReason::Underutilized, true, true)
                 {
-                    verdict.get_mut(&n.name).expect("verdict").reason = e;
+                    verdict.get_mut(&n.name).expect("verdict").block(e);
                     continue;
                 }
                 let pods = movable(n).iter().map(|p| p.key.clone()).collect();
@@ -855,9 +1078,12 @@ pub fn plan_disruption(
                 gone.insert(n.name.clone());
                 let v = verdict.get_mut(&n.name).expect("verdict");
                 v.disrupted = true;
-                v.reason = format!(
-                    "underutilized: replaced by a cheaper node ({:.3} < {price:.3} per hour)",
-                    claim.price
+                v.set(
+                    VerdictKind::Underutilized,
+                    format!(
+                        "underutilized: replaced by a cheaper node ({:.3} < {price:.3} per hour)",
+                        claim.price
+                    ),
                 );
                 out.commands.push(Command {
                     reason: DisruptionReason::Underutilized,
@@ -875,7 +1101,8 @@ pub fn plan_disruption(
                     .first()
                     .map(nowhere_to_go)
                     .unwrap_or_else(|| "no strictly cheaper replacement".into());
-                verdict.get_mut(&n.name).expect("verdict").reason = why;
+                let v = verdict.get_mut(&n.name).expect("verdict");
+                v.set(VerdictKind::NoPlaceForPods, why);
                 leftovers.push(n.name.clone());
             }
         }
@@ -936,8 +1163,10 @@ pub fn plan_disruption(
                     for name in &names {
                         let v = verdict.get_mut(name).expect("verdict");
                         v.disrupted = true;
-                        v.reason =
-                            format!("underutilized: consolidated with {} other nodes", k - 1);
+                        v.set(
+                            VerdictKind::Underutilized,
+                            format!("underutilized: consolidated with {} other nodes", k - 1),
+                        );
                     }
                     apply(&mut work, &removed, &plan);
                     out.commands.push(Command {
@@ -956,7 +1185,7 @@ pub fn plan_disruption(
                 }
                 Err(e) => {
                     for n in nodes {
-                        verdict.get_mut(&n.name).expect("verdict").reason = e.clone();
+                        verdict.get_mut(&n.name).expect("verdict").block(e.clone());
                     }
                 }
             }
@@ -1069,13 +1298,15 @@ pub fn validate(
         removed.insert(i);
     }
     let nodes: Vec<&Node> = removed.iter().map(|i| &snap.nodes[*i]).collect();
-    Allowance::new(snap).admit(
-        snap,
-        &nodes,
-        command.reason,
-        command.method == Method::Replace,
-        false,
-    )?;
+    Allowance::new(snap)
+        .admit(
+            snap,
+            &nodes,
+            command.reason,
+            command.method == Method::Replace,
+            false,
+        )
+        .map_err(|b| b.message)?;
     if command.reason == DisruptionReason::Empty {
         return Ok(());
     }

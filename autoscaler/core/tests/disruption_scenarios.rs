@@ -463,9 +463,9 @@ fn pdb_with_zero_disruptions_blocks_and_one_allows() {
         0,
         &DisruptionState::default(),
         expect![[r#"
-        keep n: blocked by PDB default/web
-        keep target: cpu/memory utilization 0.63 above threshold 0.50
-    "#]],
+            keep n: blocked by PDB default/web (allows 0 disruptions)
+            keep target: cpu/memory utilization 0.63 above threshold 0.50
+        "#]],
     );
     s.pdbs[0] = pdb(1);
     check(
@@ -707,4 +707,131 @@ fn consolidate_after_counts_from_the_last_pod_event_not_the_node_age() {
             keep a: younger than consolidateAfter 10m
         "#]],
     );
+}
+
+/// Every verdict carries a kind a caller can switch on, the threshold it was measured against,
+/// and, when it lapses by time alone, the wait; the kinds agree with the reasons in words.
+#[test]
+fn verdicts_carry_their_kind_threshold_and_wait() {
+    let mut out = String::new();
+    let mut show = |case: &str, s: &Snapshot, now: i64, state: &DisruptionState| {
+        let plan = plan_disruption(s, state, now, &DisruptionConfig::default());
+        for v in &plan.verdicts {
+            out.push_str(&format!(
+                "{case} {}: {:?} candidate={} threshold={:?} wait={:?} | {}\n",
+                v.node,
+                v.kind,
+                v.kind.is_candidate(),
+                v.threshold,
+                v.wait.map(|w| (w.since, w.until)),
+                v.reason
+            ));
+        }
+    };
+    let fresh = DisruptionState::default();
+    // Above threshold, chosen (empty and underutilized), and a PDB that allows none.
+    let mut s = snap(
+        vec![
+            managed("busy", &m16(), "cpu").with_pod(pod("fill").cpu("10")),
+            managed("idle", &m16(), "cpu"),
+            managed("web", &m4(), "cpu").with_pod(pod("w").cpu("1").label("app", "web")),
+        ],
+        vec![pool("cpu", vec![m4(), m16()]).disruption(quick())],
+    );
+    s.pdbs.push(Pdb {
+        namespace: "default".into(),
+        name: "web".into(),
+        selector: Requirements::new().with("app", Operator::In, &["web"]),
+        disruptions_allowed: 0,
+    });
+    show("pdb", &s, 0, &fresh);
+    // Waits: unneeded time, consolidateAfter from the last pod event, a pause, a pod's
+    // do-not-disrupt duration.
+    let mut policy = quick();
+    policy.unneeded_s = 600;
+    let s = snap(
+        vec![managed("n", &g1(), "gpu")],
+        vec![pool("gpu", vec![g1()]).disruption(policy)],
+    );
+    show("unneeded", &s, 100, &fresh);
+    let mut policy = quick();
+    policy.consolidate_after_s = 300;
+    let s = snap(
+        vec![
+            managed("n", &m16(), "cpu")
+                .with_pod(pod("w").cpu("1"))
+                .pod_event(1000),
+            managed("dnd", &m16(), "cpu").with_pod(
+                pod("d")
+                    .cpu("1")
+                    .started(900)
+                    .annotate("karpenter.sh/do-not-disrupt", "30m"),
+            ),
+        ],
+        vec![pool("cpu", vec![m4(), m16()]).disruption(policy)],
+    );
+    show("after", &s, 1100, &fresh);
+    let s = snap(
+        vec![managed("n", &g1(), "gpu")],
+        vec![pool("gpu", vec![g1()]).disruption(quick())],
+    );
+    let paused = DisruptionState {
+        last_scale_up: Some(50),
+        ..DisruptionState::default()
+    };
+    show("paused", &s, 100, &paused);
+    // Budget, minNodes, booked capacity.
+    let mut budget = quick();
+    budget.budgets = vec![Budget {
+        nodes: BudgetValue::Count(1),
+        reasons: vec![],
+    }];
+    let empties = || {
+        ["a", "b", "c"]
+            .map(|n| managed(n, &g1(), "gpu"))
+            .into_iter()
+            .collect::<Vec<_>>()
+    };
+    let mut s = snap(empties(), vec![pool("gpu", vec![g1()]).disruption(budget)]);
+    s.booked_nodes.insert("c".into());
+    show("budget", &s, 0, &fresh);
+    let s = snap(
+        empties(),
+        vec![pool("gpu", vec![g1()]).disruption(quick()).min_nodes(2)],
+    );
+    show("min", &s, 0, &fresh);
+    // A PDB that allows one disruption where two pods would move.
+    let mut s = snap(
+        vec![
+            managed("two", &m4(), "cpu")
+                .with_pod(pod("x1").cpu("500m").label("app", "x"))
+                .with_pod(pod("x2").cpu("500m").label("app", "x")),
+            managed("big", &m16(), "cpu").with_pod(pod("fill").cpu("10")),
+        ],
+        vec![pool("cpu", vec![m4(), m16()]).disruption(quick())],
+    );
+    s.pdbs.push(Pdb {
+        namespace: "default".into(),
+        name: "x".into(),
+        selector: Requirements::new().with("app", Operator::In, &["x"]),
+        disruptions_allowed: 1,
+    });
+    show("pdb-one", &s, 0, &fresh);
+    expect![[r#"
+        pdb busy: AboveThreshold candidate=false threshold=Some(0.5) wait=None | cpu/memory utilization 0.63 above threshold 0.50
+        pdb idle: Empty candidate=true threshold=Some(0.5) wait=None | empty
+        pdb web: PdbBlocked candidate=false threshold=Some(0.5) wait=None | blocked by PDB default/web (allows 0 disruptions)
+        unneeded n: Unneeded candidate=true threshold=Some(0.5) wait=Some((100, 700)) | unneeded for 0s of 10m
+        after dnd: DoNotDisrupt candidate=false threshold=Some(0.5) wait=Some((900, 2700)) | pod default/d has karpenter.sh/do-not-disrupt=30m (26m40s left)
+        after n: ConsolidateAfter candidate=true threshold=Some(0.5) wait=Some((1000, 1300)) | a pod was bound or removed 1m40s ago (consolidateAfter 5m)
+        paused n: Paused candidate=true threshold=Some(0.5) wait=Some((50, 650)) | scale-down paused for 9m10s after a scale-up
+        budget a: Empty candidate=true threshold=Some(0.5) wait=None | empty
+        budget b: BudgetExhausted candidate=false threshold=Some(0.5) wait=None | disruption budget of NodePool gpu exhausted for Empty
+        budget c: Booked candidate=false threshold=Some(0.5) wait=None | capacity booked for a ProvisioningRequest
+        min a: Empty candidate=true threshold=Some(0.5) wait=None | empty
+        min b: AtMinNodes candidate=false threshold=Some(0.5) wait=None | NodePool gpu is at minNodes 2
+        min c: AtMinNodes candidate=false threshold=Some(0.5) wait=None | NodePool gpu is at minNodes 2
+        pdb-one big: AboveThreshold candidate=false threshold=Some(0.5) wait=None | cpu/memory utilization 0.63 above threshold 0.50
+        pdb-one two: PdbBlocked candidate=false threshold=Some(0.5) wait=None | blocked by PDB default/x (allows 1 more disruptions, needs 2)
+    "#]].assert_eq(&out);
 }
