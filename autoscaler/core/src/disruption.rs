@@ -464,6 +464,13 @@ pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
     None
 }
 
+fn booked() -> Blocker {
+    Blocker::new(
+        VerdictKind::Booked,
+        "capacity booked for a ProvisioningRequest",
+    )
+}
+
 /// Why a node may not be disrupted at `now`, ignoring thresholds and budgets.
 pub fn node_blocker(node: &Node, snap: &Snapshot, now: i64) -> Option<String> {
     node_block(node, snap, now).map(|b| b.message)
@@ -491,10 +498,7 @@ pub fn node_block(node: &Node, snap: &Snapshot, now: i64) -> Option<Blocker> {
         ));
     }
     if snap.booked_nodes.contains(&node.name) {
-        return Some(Blocker::new(
-            K::Booked,
-            "capacity booked for a ProvisioningRequest",
-        ));
+        return Some(booked());
     }
     if !node.initialized {
         return Some(Blocker::new(
@@ -836,6 +840,12 @@ pub fn plan_disruption(
             policy.utilization_threshold
         };
         v.threshold = Some(threshold);
+        // A booked node's phantom pods make it look busy: the booking is why it stays.
+        if snap.booked_nodes.contains(&n.name) {
+            v.block(booked());
+            verdict.insert(n.name.clone(), v);
+            continue;
+        }
         let below = empty || util <= threshold;
         if !below {
             v.set(

@@ -817,6 +817,13 @@ fn verdicts_carry_their_kind_threshold_and_wait() {
         disruptions_allowed: 1,
     });
     show("pdb-one", &s, 0, &fresh);
+    // A booked node its request's pods fill: the booking, not the utilization, keeps it.
+    let mut s = snap(
+        vec![managed("full", &g1(), "gpu").with_pod(pod("phantom").gpus(1))],
+        vec![pool("gpu", vec![g1()]).disruption(quick())],
+    );
+    s.booked_nodes.insert("full".into());
+    show("booked", &s, 0, &fresh);
     expect![[r#"
         pdb busy: AboveThreshold candidate=false threshold=Some(0.5) wait=None | cpu/memory utilization 0.63 above threshold 0.50
         pdb idle: Empty candidate=true threshold=Some(0.5) wait=None | empty
@@ -833,5 +840,6 @@ fn verdicts_carry_their_kind_threshold_and_wait() {
         min c: AtMinNodes candidate=false threshold=Some(0.5) wait=None | NodePool gpu is at minNodes 2
         pdb-one big: AboveThreshold candidate=false threshold=Some(0.5) wait=None | cpu/memory utilization 0.63 above threshold 0.50
         pdb-one two: PdbBlocked candidate=false threshold=Some(0.5) wait=None | blocked by PDB default/x (allows 1 more disruptions, needs 2)
+        booked full: Booked candidate=false threshold=Some(0.5) wait=None | capacity booked for a ProvisioningRequest
     "#]].assert_eq(&out);
 }

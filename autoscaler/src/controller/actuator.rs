@@ -132,6 +132,63 @@ impl Actuator {
         gone_is_ok(r, || format!("patching NodeClaim {name} status"))
     }
 
+    /// Replaces a NodeClaim's conditions, guarded by the resourceVersion it was read at, so
+    /// a condition another stage wrote meanwhile is never reverted from a stale copy.
+    ///
+    /// # Errors
+    /// The API error (409 when the claim changed meanwhile: retry on the next round); 404 is
+    /// `Ok`.
+    pub async fn patch_claim_conditions(
+        &self,
+        claim: &NodeClaim,
+        conditions: &[Condition],
+    ) -> Result<()> {
+        check(GROUP, "nodeclaims/status", "patch");
+        let name = claim.name_any();
+        let r = self
+            .claims()
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": {"resourceVersion": claim.resource_version()},
+                    "status": {"conditions": conditions},
+                })),
+            )
+            .await;
+        gone_is_ok(r, || format!("patching NodeClaim {name} conditions"))
+    }
+
+    /// Writes (creating or replacing) the data of ConfigMap `name` in `namespace`, by
+    /// server-side apply as field manager `gpu-autoscaler`.
+    ///
+    /// # Errors
+    /// The API error.
+    pub async fn apply_configmap(
+        &self,
+        namespace: &str,
+        name: &str,
+        data: &BTreeMap<String, String>,
+    ) -> Result<()> {
+        check("", "configmaps", "patch");
+        check("", "configmaps", "create");
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.client.clone(), namespace);
+        api.patch(
+            name,
+            &PatchParams::apply("gpu-autoscaler").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace},
+                "data": data,
+            })),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::kube(format!("writing ConfigMap {namespace}/{name}"), e))
+    }
+
     /// Replaces the finalizers of a NodeClaim, guarded by the resourceVersion it was read at.
     ///
     /// # Errors

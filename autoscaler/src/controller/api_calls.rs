@@ -19,7 +19,7 @@ pub enum When {
 pub enum Scope {
     /// Cluster-wide (ClusterRole).
     Cluster,
-    /// The controller's own namespace (Role): leader election.
+    /// The controller's own namespace (Role): leader election, the status ConfigMap.
     OwnNamespace,
 }
 
@@ -93,6 +93,15 @@ pub const API_CALLS: &[ApiCall] = &[
         group: "coordination.k8s.io",
         resource: "leases",
         verbs: &["get", "create", "update"],
+        scope: Scope::OwnNamespace,
+        when: When::Always,
+    },
+    // The cluster status summary (`gpu-autoscaler-status`), by server-side apply (which the
+    // API server authorizes as `create` when the ConfigMap does not exist yet).
+    ApiCall {
+        group: "",
+        resource: "configmaps",
+        verbs: &["create", "patch"],
         scope: Scope::OwnNamespace,
         when: When::Always,
     },

@@ -97,6 +97,16 @@ pub struct PoolResourceLabel {
     pub resource: String,
 }
 
+/// Label set of a count of nodes kept by one disruption reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReasonLabel {
+    /// NodePool.
+    pub nodepool: String,
+    /// The reason of the node's `Consolidatable=False` condition (`AboveThreshold`,
+    /// `PdbBlocked`, `DoNotDisrupt`, `BudgetExhausted`, `AtMinNodes`, `Booked`, ...).
+    pub reason: String,
+}
+
 /// Label set of `build_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BuildLabel {
@@ -173,6 +183,9 @@ pub struct Metrics {
     pub last_round_timestamp_seconds: FloatGauge,
     /// Always 1; the labels say which build runs.
     pub build_info: Family<BuildLabel, Gauge>,
+    /// Managed nodes the last disruption round kept, by NodePool and reason (reset each
+    /// round, so a reason no node has any more disappears).
+    pub unremovable_nodes: Family<PoolReasonLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -209,6 +222,7 @@ impl Metrics {
             oldest_pending_pod_seconds: FloatGauge::default(),
             last_round_timestamp_seconds: FloatGauge::default(),
             build_info: Family::default(),
+            unremovable_nodes: Family::default(),
             registry: Registry::default(),
         };
         registry.register("pending_pods", "Unschedulable pods", m.pending_pods.clone());
@@ -310,6 +324,11 @@ impl Metrics {
             m.last_round_timestamp_seconds.clone(),
         );
         registry.register(
+            "unremovable_nodes",
+            "Managed nodes the last disruption round kept, by NodePool and reason",
+            m.unremovable_nodes.clone(),
+        );
+        registry.register(
             "build_info",
             "Always 1: the build and provider of this process",
             m.build_info.clone(),
@@ -347,7 +366,18 @@ impl Metrics {
             version: x(),
             provider: x(),
         });
+        m.set_unremovable([((x(), x()), 1)]);
         m
+    }
+
+    /// Replaces every `unremovable_nodes` series with `counts` ((pool, reason) -> nodes).
+    pub fn set_unremovable(&self, counts: impl IntoIterator<Item = ((String, String), i64)>) {
+        self.unremovable_nodes.clear();
+        for ((nodepool, reason), n) in counts {
+            self.unremovable_nodes
+                .get_or_create(&PoolReasonLabel { nodepool, reason })
+                .set(n);
+        }
     }
 
     /// Sets a NodePool's usage gauges: every resource of `usage` (cpu in cores) and `nodes`.

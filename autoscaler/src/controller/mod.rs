@@ -10,6 +10,9 @@
 //!   with the delivered-capacity check (`ResourceMismatch`);
 //! - [`guard`]: the launch guard (no more launches for a pod that launched without binding);
 //! - [`disrupt`]: the disruption queue state machine (Decided → Tainted → Draining → Deleting);
+//! - [`consolidatable`]: disruption verdicts as the `Consolidatable` NodeClaim condition,
+//!   rate-limited `DisruptionBlocked` events and the `unremovable_nodes` reason label;
+//! - [`cluster_status`]: the `gpu-autoscaler-status` ConfigMap summary;
 //! - [`api_calls`]: the single list of API calls the controller makes (RBAC is checked against it);
 //! - [`run`]: the wiring: client, reflectors, leader election, the loop, metrics and health.
 //!
@@ -19,6 +22,8 @@ pub mod actuator;
 pub mod api_calls;
 pub mod batcher;
 pub mod cache;
+pub mod cluster_status;
+pub mod consolidatable;
 pub mod disrupt;
 pub mod error;
 pub mod gangs;

@@ -114,6 +114,12 @@ struct Controller<P> {
     provreq_memory: provreqs::Memory,
     /// The launch guard and the shapes kept out of planning for delivering too little.
     guard: GuardState,
+    /// This replica's identity (leader election, events, the status ConfigMap).
+    identity: String,
+    /// Conditions, events and the status summary already published.
+    visibility: visibility::Visibility,
+    /// When the last round completed (ms since the epoch; 0 before the first).
+    last_round_ms: i64,
 }
 
 fn class_of(np: &NodePool) -> NodeClassRef {
@@ -138,6 +144,7 @@ mod provisioning;
 mod provreqs;
 mod status;
 mod stores;
+mod visibility;
 
 use guard::GuardState;
 pub use launch::{candidates, placement_group_of};
@@ -156,7 +163,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         self.disruption_stage().await;
         self.gc_stage().await;
         self.status_stage().await;
+        self.cluster_status_stage(self.last_round_ms).await;
         self.first_round = false;
+        self.last_round_ms = jiff::Timestamp::now().as_millisecond();
         self.observe("round", started);
     }
 
@@ -385,6 +394,9 @@ async fn run_with<P: CloudProvider + 'static>(
         first_round: true,
         provreq_memory: provreqs::Memory::default(),
         guard: GuardState::new(&args),
+        identity: me.clone(),
+        visibility: visibility::Visibility::default(),
+        last_round_ms: 0,
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

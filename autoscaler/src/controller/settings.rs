@@ -106,6 +106,10 @@ pub struct RunArgs {
     /// How often disruption is planned.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub disruption_interval: Duration,
+    /// How often the leader writes the cluster status summary, the ConfigMap
+    /// `gpu-autoscaler-status` in `--namespace` (`0s`: never).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub status_configmap_interval: Duration,
     /// A disruption decision is re-validated this long after it was made.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub validation_delay: Duration,

@@ -65,6 +65,36 @@ impl Controller {
     /// The value of an unlabelled metric on the controller's `/metrics` page, once it serves one
     /// (its address is the `metrics=` field of the start-up log line).
     pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metric_with(name, &[])
+    }
+
+    /// The value of the series of metric `name` whose labels are exactly `labels` (in any
+    /// order), once the controller serves it.
+    pub fn metric_with(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let want: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        self.metrics_page()?.lines().find_map(|l| {
+            let (series, v) = l.rsplit_once(' ')?;
+            let (n, set) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.strip_suffix('}')?),
+                None => (series, ""),
+            };
+            let got: BTreeMap<String, String> = set
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .filter_map(|p| {
+                    let (k, v) = p.split_once('=')?;
+                    Some((k.to_string(), v.trim_matches('"').to_string()))
+                })
+                .collect();
+            (n == name && got == want).then(|| v.trim().parse().ok())?
+        })
+    }
+
+    /// The controller's whole `/metrics` page.
+    pub fn metrics_page(&self) -> Option<String> {
         use std::io::{Read, Write};
         let log = self.log();
         let addr = log
@@ -80,10 +110,7 @@ impl Controller {
         .ok()?;
         let mut page = String::new();
         conn.read_to_string(&mut page).ok()?;
-        page.lines().find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == name).then(|| v.trim().parse().ok())?
-        })
+        Some(page)
     }
 
     /// SIGKILL, no chance to clean up.

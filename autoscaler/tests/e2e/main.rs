@@ -12,3 +12,4 @@ mod provisioning;
 mod provreq;
 mod quickstart;
 mod safety;
+mod visibility;

@@ -41,7 +41,7 @@ pub(crate) fn provreq_crd() -> Option<String> {
 
 /// Kueue's objects for one workload: `ppt-<request>-<podset>` PodTemplate and the request,
 /// both labelled `kueue.x-k8s.io/managed: "true"`.
-async fn kueue_request(
+pub(crate) async fn kueue_request(
     c: &Cluster,
     name: &str,
     class: &str,

@@ -24,6 +24,7 @@ pub(crate) enum Builtin {
     Pdb,
     Lease,
     PodTemplate,
+    ConfigMap,
     Crd,
 }
 
@@ -233,6 +234,16 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
             true,
             false,
             Builtin::PodTemplate,
+            &[],
+        ),
+        builtin(
+            "",
+            "v1",
+            "ConfigMap",
+            "configmaps",
+            true,
+            false,
+            Builtin::ConfigMap,
             &[],
         ),
         builtin(
@@ -450,6 +461,7 @@ pub(crate) fn typed_roundtrip(b: Builtin, v: Value) -> Result<Value, serde_json:
         Builtin::Pdb => roundtrip::<api::policy::v1::PodDisruptionBudget>(v),
         Builtin::Lease => roundtrip::<api::coordination::v1::Lease>(v),
         Builtin::PodTemplate => roundtrip::<api::core::v1::PodTemplate>(v),
+        Builtin::ConfigMap => roundtrip::<api::core::v1::ConfigMap>(v),
         Builtin::Crd => roundtrip::<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         >(v),

@@ -78,6 +78,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
         {
             tracing::debug!(node = %v.node, reason = %v.reason, "kept");
         }
+        self.publish_verdicts(&snap, &plan.verdicts, &self.disruption_config(), now)
+            .await;
         let busy: HashSet<&str> = self
             .jobs
             .iter()
@@ -89,6 +91,25 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 continue;
             }
             tracing::info!(reason = ?cmd.reason, method = ?cmd.method, nodes = ?cmd.nodes, "disruption decided");
+            let pool = plan
+                .verdicts
+                .iter()
+                .find(|v| cmd.nodes.contains(&v.node))
+                .and_then(|v| v.pool.clone())
+                .unwrap_or_default();
+            self.visibility.decided(
+                now,
+                "ScaleDown",
+                &pool,
+                cmd.nodes.clone(),
+                format!(
+                    "{:?} {:?}: {} pods to move, saving {:.3} per hour",
+                    cmd.reason,
+                    cmd.method,
+                    cmd.pods.len(),
+                    cmd.savings
+                ),
+            );
             new_jobs.push(Job::new(cmd));
         }
         self.jobs.extend(new_jobs);

@@ -283,6 +283,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
                     self.guard.launches.created(&cname, &nc.pods);
                     self.disruption_state.last_scale_up = Some(epoch());
+                    self.visibility.decided(
+                        epoch(),
+                        "ScaleUp",
+                        &nc.pool,
+                        vec![cname.clone()],
+                        format!(
+                            "for {} pods; instance types [{}]",
+                            nc.pods.len(),
+                            types.join(", ")
+                        ),
+                    );
                     for pk in &nc.pods {
                         if let Some(p) = pod_by_key.get(pk) {
                             if let Some(since) = p.unschedulable_since_ms {

@@ -1,0 +1,252 @@
+//! What operators see of the disruption verdicts: each managed node's `Consolidatable`
+//! NodeClaim condition, its `DisruptionBlocked` events (rate-limited per node and reason), and
+//! the reason label of `gpu_autoscaler_unremovable_nodes`. Pure: the caller passes `now` and
+//! performs the writes.
+//!
+//! A condition message must not change from one round to the next while nothing changed, or
+//! every round would write every claim; so verdicts that wait on time alone (unneeded time,
+//! `consolidateAfter`, a pause, a do-not-disrupt duration) are written with the wait's start
+//! and end instead of the core's "3m of 10m".
+
+use std::collections::HashMap;
+
+use autoscaler_core::disruption::{Verdict, VerdictKind};
+
+/// The NodeClaim condition type.
+pub const CONDITION: &str = "Consolidatable";
+/// The event reason for a node a safety rule keeps.
+pub const BLOCKED_EVENT: &str = "DisruptionBlocked";
+/// Least time between two `DisruptionBlocked` events for one node and reason, seconds.
+pub const EVENT_EVERY_S: i64 = 600;
+
+/// The condition reason (CamelCase) of a verdict kind; also the metric's `reason` label.
+pub fn reason(kind: VerdictKind) -> &'static str {
+    use VerdictKind as K;
+    match kind {
+        K::Empty => "Empty",
+        K::Underutilized => "Underutilized",
+        K::Candidate => "Candidate",
+        K::Unneeded => "Unneeded",
+        K::ConsolidateAfter => "ConsolidateAfter",
+        K::Paused => "ScaleDownPaused",
+        K::NotManaged => "NotManaged",
+        K::Deleting => "Deleting",
+        K::AboveThreshold => "AboveThreshold",
+        K::WhenEmptyOnly => "WhenEmptyOnly",
+        K::DoNotDisrupt => "DoNotDisrupt",
+        K::ScaleDownDisabled => "ScaleDownDisabled",
+        K::Booked => "Booked",
+        K::NotInitialized => "NotInitialized",
+        K::MigReconfiguring => "MigReconfiguring",
+        K::NotEvictable => "NotEvictable",
+        K::PdbBlocked => "PdbBlocked",
+        K::BudgetExhausted => "BudgetExhausted",
+        K::AtMinNodes => "AtMinNodes",
+        K::NoPlaceForPods => "NoPlaceForPods",
+    }
+}
+
+/// Whether a kept node deserves a `DisruptionBlocked` event: a safety rule or a limit keeps
+/// a node that is otherwise a candidate (as Karpenter reports them). Nodes above their
+/// threshold, waiting on time, or not yet initialized are the normal state of a cluster and
+/// get none; the condition and the metric still say why they stay.
+pub fn blocks(kind: VerdictKind) -> bool {
+    use VerdictKind as K;
+    matches!(
+        kind,
+        K::DoNotDisrupt
+            | K::ScaleDownDisabled
+            | K::Booked
+            | K::MigReconfiguring
+            | K::NotEvictable
+            | K::PdbBlocked
+            | K::BudgetExhausted
+            | K::AtMinNodes
+    )
+}
+
+/// The `Consolidatable` condition a verdict asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    /// `True`: a scale-down candidate (chosen, or waiting on time alone); `False`: kept.
+    pub status: bool,
+    /// CamelCase reason ([`reason`]).
+    pub reason: &'static str,
+    /// The numbers: what keeps it (or why it goes) and its utilization per resource against
+    /// the threshold.
+    pub message: String,
+}
+
+impl Desired {
+    /// Whether a stored condition already says this.
+    pub fn matches(&self, c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition) -> bool {
+        c.type_ == CONDITION
+            && c.status == if self.status { "True" } else { "False" }
+            && c.reason == self.reason
+            && c.message == self.message
+    }
+}
+
+/// Seconds since the epoch as RFC 3339 (the number itself if out of range).
+pub fn at(t: i64) -> String {
+    jiff::Timestamp::from_second(t).map_or_else(|_| t.to_string(), |t| t.to_string())
+}
+
+fn span(s: i64) -> String {
+    match (s / 3600, s % 3600 / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, sec) => format!("{m}m{sec}s"),
+        (h, 0, _) => format!("{h}h"),
+        (h, m, _) => format!("{h}h{m}m"),
+    }
+}
+
+/// The condition for `v`, with `by_resource` the node's utilization per resource (from
+/// [`autoscaler_core::disruption::utilization_by_resource`]).
+pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
+    use VerdictKind as K;
+    let words = match (v.kind, v.wait) {
+        (K::Unneeded, Some(w)) => format!(
+            "unneeded since {}; removable once unneededTime {} is over at {}",
+            at(w.since),
+            span(w.until - w.since),
+            at(w.until)
+        ),
+        (K::ConsolidateAfter, Some(w)) => format!(
+            "pods last changed at {}; consolidateAfter {} is over at {}",
+            at(w.since),
+            span(w.until - w.since),
+            at(w.until)
+        ),
+        (K::Paused, Some(w)) => format!(
+            "scale-down paused after the event at {} until {}",
+            at(w.since),
+            at(w.until)
+        ),
+        (K::DoNotDisrupt, Some(w)) => format!(
+            "a karpenter.sh/do-not-disrupt duration ({}) protects it until {}",
+            span(w.until - w.since),
+            at(w.until)
+        ),
+        _ => v.reason.clone(),
+    };
+    let mut message = words;
+    if let Some(threshold) = v.threshold
+        && !by_resource.is_empty()
+    {
+        let parts: Vec<String> = by_resource
+            .iter()
+            .map(|(r, u)| format!("{r} {u:.2}"))
+            .collect();
+        message.push_str(&format!(
+            "; utilization {} against threshold {threshold:.2}",
+            parts.join(", ")
+        ));
+    }
+    Desired {
+        status: v.kind.is_candidate(),
+        reason: reason(v.kind),
+        message,
+    }
+}
+
+/// When each node was last told each blocking reason ([`EVENT_EVERY_S`] apart at most once).
+#[derive(Debug, Default)]
+pub struct EventLimiter {
+    last: HashMap<(String, &'static str), i64>,
+}
+
+impl EventLimiter {
+    /// Whether `node` may be told `reason` at `now`; if so, it counts as told.
+    pub fn allow(&mut self, node: &str, reason: &'static str, now: i64) -> bool {
+        let key = (node.to_string(), reason);
+        match self.last.get(&key) {
+            Some(t) if now < t + EVENT_EVERY_S => false,
+            _ => {
+                self.last.insert(key, now);
+                true
+            }
+        }
+    }
+
+    /// Forgets entries older than the interval (their nodes may be told again anyway), so the
+    /// memory holds at most one interval's worth of nodes.
+    pub fn prune(&mut self, now: i64) {
+        self.last.retain(|_, t| now < *t + EVENT_EVERY_S);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autoscaler_core::disruption::Wait;
+
+    fn verdict(kind: VerdictKind, reason: &str, wait: Option<Wait>) -> Verdict {
+        Verdict {
+            node: "n".into(),
+            pool: Some("gpu".into()),
+            utilization: Some(0.25),
+            threshold: Some(0.5),
+            disrupted: false,
+            reason: reason.into(),
+            kind,
+            wait,
+        }
+    }
+
+    #[test]
+    fn messages_carry_the_numbers_and_do_not_change_while_waiting() {
+        let gpu = [("nvidia.com/gpu".to_string(), 0.25)];
+        let kept = condition(
+            &verdict(
+                VerdictKind::PdbBlocked,
+                "blocked by PDB default/web (allows 0 disruptions)",
+                None,
+            ),
+            &gpu,
+        );
+        assert_eq!(
+            (kept.status, kept.reason, kept.message.as_str()),
+            (
+                false,
+                "PdbBlocked",
+                "blocked by PDB default/web (allows 0 disruptions); utilization nvidia.com/gpu \
+                 0.25 against threshold 0.50"
+            )
+        );
+        // Two rounds of the same wait, the core's words having moved on: one message.
+        let wait = Some(Wait {
+            since: 1_700_000_000,
+            until: 1_700_000_600,
+        });
+        let a = condition(
+            &verdict(VerdictKind::Unneeded, "unneeded for 0s of 10m", wait),
+            &gpu,
+        );
+        let b = condition(
+            &verdict(VerdictKind::Unneeded, "unneeded for 1m of 10m", wait),
+            &gpu,
+        );
+        assert_eq!(a, b);
+        assert!(a.status);
+        assert_eq!(
+            a.message,
+            "unneeded since 2023-11-14T22:13:20Z; removable once unneededTime 10m is over at \
+             2023-11-14T22:23:20Z; utilization nvidia.com/gpu 0.25 against threshold 0.50"
+        );
+    }
+
+    #[test]
+    fn events_once_per_node_and_reason_per_interval() {
+        let mut l = EventLimiter::default();
+        assert!(l.allow("n", "PdbBlocked", 0));
+        assert!(!l.allow("n", "PdbBlocked", EVENT_EVERY_S - 1));
+        assert!(l.allow("n", "DoNotDisrupt", 1), "another reason is told");
+        assert!(l.allow("m", "PdbBlocked", 1), "another node is told");
+        assert!(l.allow("n", "PdbBlocked", EVENT_EVERY_S));
+        l.prune(EVENT_EVERY_S + 1);
+        assert!(l.allow("n", "DoNotDisrupt", EVENT_EVERY_S + 1));
+        assert!(blocks(VerdictKind::BudgetExhausted) && !blocks(VerdictKind::AboveThreshold));
+    }
+}
