@@ -54,40 +54,29 @@ struct Shared<P> {
 }
 
 impl<P: CloudProvider + 'static> Shared<P> {
-    /// A provider call under the rate limit, retried with exponential backoff while the error
-    /// is retryable (the provider's idempotency contract makes that safe).
+    /// A provider operation under the rate limit, made once. Retrying transient failures is
+    /// the provider's job (one retry layer: AWS and GCP retry each API call, kwok each
+    /// operation, `max_attempts` 5 by default), so an error here has exhausted those retries
+    /// and is final for this round; the next round plans again.
     async fn cloud<T, F, Fut>(&self, what: &str, f: F) -> Result<T, ProviderError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, ProviderError>>,
     {
-        let mut delay = Duration::from_millis(200);
-        let mut attempt = 0;
-        loop {
-            self.limiter.until_ready().await;
-            let started = Instant::now();
-            let result = f().await;
-            let code = match &result {
-                Ok(_) => "ok",
-                Err(e) => e.code(),
-            };
-            self.metrics.cloud_call(
-                self.provider.name(),
-                what,
-                code,
-                started.elapsed().as_secs_f64(),
-            );
-            match result {
-                Ok(v) => return Ok(v),
-                Err(e) if e.is_retryable() && attempt < 4 => {
-                    attempt += 1;
-                    tracing::debug!(what, error = %e, attempt, "retrying cloud call");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.limiter.until_ready().await;
+        let started = Instant::now();
+        let result = f().await;
+        let code = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.code(),
+        };
+        self.metrics.cloud_call(
+            self.provider.name(),
+            what,
+            code,
+            started.elapsed().as_secs_f64(),
+        );
+        result
     }
 }
 
@@ -222,9 +211,11 @@ pub fn run_blocking(args: RunArgs) -> Result<()> {
 /// # Errors
 /// Configuration, client or server errors, or lost leadership.
 pub async fn run(args: RunArgs) -> Result<()> {
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
         .map_err(|e| Error::KubeConfig(e.to_string()))?;
+    let client =
+        kube::Client::try_from(config.clone()).map_err(|e| Error::KubeConfig(e.to_string()))?;
     let mut catalog = providers::catalog::default_catalog_for(&args.catalog);
     if !args.region.is_empty() {
         catalog.retain(|t| t.labels.get(labels::REGION) == Some(&args.region));
@@ -238,8 +229,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
     }
     match args.provider {
         ProviderKind::Kwok => {
+            // kwok's machines are API objects. Its client leaves retries to the provider, so
+            // an operation has one retry layer (kube's default would retry each call 15 times
+            // on 429/503/504, under the provider's 5 attempts).
+            let mut kwok_config = config;
+            kwok_config.default_retry = false;
+            let kwok_client = kube::Client::try_from(kwok_config)
+                .map_err(|e| Error::KubeConfig(e.to_string()))?;
             let kwok = KwokProvider::new(
-                client.clone(),
+                kwok_client,
                 catalog,
                 KwokConfig {
                     cluster: args.cluster_name.clone(),
@@ -248,6 +246,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     gpu_delay: args.kwok_gpu_delay,
                     launch_latency: args.kwok_launch_latency,
                     gpu_fraction: args.kwok_register_gpu_fraction,
+                    ..KwokConfig::default()
                 },
             );
             run_with(client, Arc::new(kwok.clone()), Some(kwok), args).await
