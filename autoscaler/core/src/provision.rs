@@ -560,6 +560,8 @@ struct Planner<'a> {
     smallest: Resources,
     state: State,
     reasons: Vec<Option<String>>,
+    /// Known label values, for "did you mean" in reasons; built for the first pod that fails.
+    vocabulary: std::cell::OnceCell<crate::vocabulary::Vocabulary>,
 }
 
 fn sel_matches(sel: &SelKey, ns: &str, labels: &Labels) -> bool {
@@ -712,6 +714,7 @@ impl<'a> Planner<'a> {
                 claims_opened: 0,
             },
             reasons: vec![None; snap.pending.len()],
+            vocabulary: std::cell::OnceCell::new(),
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
         let pns = |t: &crate::taints::Taint| t.effect == Effect::PreferNoSchedule;
@@ -1960,7 +1963,11 @@ impl<'a> Planner<'a> {
         }
         match best {
             Some((_, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
-            None => Err(self.summarize(reasons)),
+            None => {
+                let vocabulary = (self.vocabulary)
+                    .get_or_init(|| crate::vocabulary::Vocabulary::of_pools(&self.snap.pools));
+                Err(self.summarize(reasons) + &vocabulary.hint(&self.classes[ci].terms))
+            }
         }
     }
 
