@@ -11,6 +11,7 @@
 pub mod crds;
 mod duration;
 pub mod error;
+pub mod lint;
 pub mod mig;
 pub mod names;
 pub mod openapi;

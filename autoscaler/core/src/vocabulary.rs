@@ -282,17 +282,14 @@ impl Vocabulary {
 pub fn did_you_mean(key: &str, value: &str, suggestions: &[String]) -> String {
     let quoted: Vec<String> = suggestions.iter().map(|s| format!("{s:?}")).collect();
     let mut out = format!("did you mean {}?", quoted.join(" or "));
-    if suggestions.iter().any(|s| s.eq_ignore_ascii_case(value)) {
-        out.push_str(if key == labels::GPU_NAME {
-            " GPU names in labels are lower case"
-        } else {
-            " values are case-sensitive"
-        });
-    } else if key == labels::GPU_NAME {
-        out.push_str(" the label holds the lower-case GPU name");
-    } else if key == MODEL_KEY {
-        out.push_str(" GPU models are named as in the catalog");
-    }
+    let case_only = suggestions.iter().any(|s| s.eq_ignore_ascii_case(value));
+    out.push_str(match key {
+        labels::GPU_NAME if case_only => " GPU names in labels are lower case",
+        labels::GPU_NAME => " the label holds the lower-case GPU name",
+        MODEL_KEY => " GPU models are named as in the catalog",
+        _ if case_only => " values are case-sensitive",
+        _ => "",
+    });
     out
 }
 
