@@ -144,15 +144,14 @@ impl Linter {
                 Err(_) => {}
             },
         }
-        // The controller's validation repeats much of the schema's; a field the schema already
-        // refused is reported once.
+        // The controller's validation and the catalog repeat some of the schema's checks and
+        // each other's: a field already refused is reported once.
         for p in more {
             let covered = problems[..by_schema].iter().any(|s| {
-                p.path == s.path
-                    || p.path
-                        .strip_prefix(&s.path)
-                        .is_some_and(|rest| rest.starts_with(['.', '[']))
-            }) || problems.contains(&p);
+                p.path
+                    .strip_prefix(&s.path)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+            }) || problems.iter().any(|q| q.path == p.path);
             if !covered {
                 problems.push(p);
             }

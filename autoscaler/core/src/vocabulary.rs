@@ -285,7 +285,9 @@ pub fn did_you_mean(key: &str, value: &str, suggestions: &[String]) -> String {
     let case_only = suggestions.iter().any(|s| s.eq_ignore_ascii_case(value));
     out.push_str(match key {
         labels::GPU_NAME if case_only => " GPU names in labels are lower case",
-        labels::GPU_NAME => " the label holds the lower-case GPU name",
+        labels::GPU_NAME if value.chars().any(|c| c.is_ascii_uppercase()) => {
+            " the label holds the lower-case GPU name"
+        }
         MODEL_KEY => " GPU models are named as in the catalog",
         _ if case_only => " values are case-sensitive",
         _ => "",
