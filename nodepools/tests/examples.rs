@@ -119,3 +119,34 @@ fn loading_reports_wrong_kinds_and_all_problems() {
     let e = nodepools::load_nodepools(unnamed).unwrap_err();
     assert!(e.to_string().ends_with("metadata.name: must be set"), "{e}");
 }
+
+/// Files are read strictly: a misspelled field is an error naming its path and the field meant,
+/// reported with the object's other problems; the same object read as the API server serves
+/// it (plain serde, which the controller's watches use) keeps working.
+#[test]
+fn loading_files_rejects_unknown_fields_with_the_closest_known_one() {
+    let text = "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodePool\n\
+                metadata: {name: x, lables: {a: b}}\n\
+                spec:\n  template: {}\n  minNodes: -1\n  disruption:\n    gpuUtilisationThreshold: 0.3\n";
+    let e = nodepools::load_nodepools(text).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "validating NodePool \"x\":\n\
+         metadata.lables: unknown field (did you mean labels?)\n\
+         spec.disruption.gpuUtilisationThreshold: unknown field (did you mean gpuUtilizationThreshold?)\n\
+         spec.minNodes: must not be negative"
+    );
+    let e = nodepools::from_yaml::<nodepools::NodeClaim>(
+        "NodeClaim",
+        "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: c}\n\
+         spec: {nodePool: p, requirments: []}\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("spec.requirments: unknown field (did you mean requirements?)"),
+        "{e}"
+    );
+    let lenient: nodepools::NodePool = serde_yaml::from_str(text).unwrap();
+    assert_eq!(lenient.spec.disruption.gpu_utilization_threshold, 0.5);
+}

@@ -230,6 +230,8 @@ struct Planner<'a> {
     smallest: Resources,
     state: State,
     reasons: Vec<Option<String>>,
+    /// Known label values, for "did you mean" in reasons; built for the first pod that fails.
+    vocabulary: std::cell::OnceCell<crate::vocabulary::Vocabulary>,
 }
 
 impl<'a> Planner<'a> {
@@ -321,6 +323,7 @@ impl<'a> Planner<'a> {
                 claims_opened: 0,
             },
             reasons: vec![None; snap.pending.len()],
+            vocabulary: std::cell::OnceCell::new(),
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
         let pns = |t: &crate::taints::Taint| t.effect == Effect::PreferNoSchedule;

@@ -152,7 +152,7 @@ struct File {
     cluster: ClusterFile,
     #[serde(default)]
     daemon_sets: Vec<DaemonSetFile>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nodepools::strict::nodepools")]
     node_pools: Vec<nodepools::NodePool>,
     #[serde(default)]
     node_pool_files: Vec<String>,

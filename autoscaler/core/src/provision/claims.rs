@@ -373,7 +373,11 @@ impl<'a> Planner<'a> {
         }
         match best {
             Some((_, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
-            None => Err(self.summarize(reasons)),
+            None => {
+                let vocabulary = (self.vocabulary)
+                    .get_or_init(|| crate::vocabulary::Vocabulary::of_pools(&self.snap.pools));
+                Err(self.summarize(reasons) + &vocabulary.hint(&self.classes[ci].terms))
+            }
         }
     }
 
