@@ -30,20 +30,6 @@ pub(crate) struct ValidateArgs {
     provider: Option<String>,
 }
 
-/// One row of `catalog --json`, as much of it as a catalog check reads.
-#[derive(Deserialize)]
-struct JsonRow {
-    name: String,
-    #[serde(default)]
-    arch: String,
-    #[serde(default)]
-    gpu: Option<autoscaler_core::GpuSpec>,
-    #[serde(default)]
-    labels: autoscaler_core::Labels,
-    #[serde(default)]
-    offerings: Vec<autoscaler_core::Offering>,
-}
-
 fn catalog(args: &ValidateArgs) -> anyhow::Result<Vec<autoscaler_core::InstanceType>> {
     let Some(path) = &args.catalog_file else {
         return Ok(match &args.provider {
@@ -60,20 +46,8 @@ fn catalog(args: &ValidateArgs) -> anyhow::Result<Vec<autoscaler_core::InstanceT
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     if text.trim_start().starts_with('[') {
-        let rows: Vec<JsonRow> = serde_json::from_str(&text)
-            .with_context(|| format!("reading {} as `catalog --json` output", path.display()))?;
-        return Ok(rows
-            .into_iter()
-            .map(|r| autoscaler_core::InstanceType {
-                name: r.name,
-                arch: r.arch,
-                capacity: autoscaler_core::Resources::new(),
-                overhead: autoscaler_core::Resources::new(),
-                gpu: r.gpu,
-                labels: r.labels,
-                offerings: r.offerings,
-            })
-            .collect());
+        return providers::catalog::parse_json_rows(&text)
+            .with_context(|| format!("reading {} as `catalog --json` output", path.display()));
     }
     let c = providers::catalog::Catalog::parse(&text)
         .with_context(|| format!("reading catalog {}", path.display()))?;

@@ -206,27 +206,58 @@ pub fn run_blocking(args: RunArgs) -> Result<()> {
     rt.block_on(run(args))
 }
 
+/// The instance types the kwok and fake providers offer: `--catalog-file`, else the embedded
+/// `--catalog`, filtered to `--region`. AWS and GCP discover their own (an empty list here).
+///
+/// # Errors
+/// [`Error::Config`] naming the file and the bad entry, a catalog file given to a cloud
+/// provider, or no instance type left for the region.
+fn catalog_of(args: &RunArgs) -> Result<Vec<InstanceType>> {
+    let cloud = matches!(args.provider, ProviderKind::Aws | ProviderKind::Gcp);
+    let (mut catalog, source) = match &args.catalog_file {
+        Some(_) if cloud => {
+            return Err(Error::Config(
+                "--catalog-file serves the kwok and fake providers; AWS and GCP read their \
+                 instance types and prices from the cloud"
+                    .into(),
+            ));
+        }
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Config(format!("--catalog-file {}: {e}", path.display())))?;
+            let types = providers::catalog::parse_user_catalog(&text)
+                .map_err(|e| Error::Config(format!("--catalog-file {}: {e}", path.display())))?;
+            (types, format!("catalog file {}", path.display()))
+        }
+        None => (
+            providers::catalog::default_catalog_for(&args.catalog),
+            format!("embedded {:?} catalog (catalogs: aws, gcp)", args.catalog),
+        ),
+    };
+    if !args.region.is_empty() {
+        catalog.retain(|t| t.labels.get(labels::REGION) == Some(&args.region));
+    }
+    if catalog.is_empty() && !cloud {
+        return Err(Error::Config(format!(
+            "no instance types in the {source} for region {:?}",
+            args.region
+        )));
+    }
+    Ok(catalog)
+}
+
 /// Runs the controller until SIGTERM or SIGINT.
 ///
 /// # Errors
 /// Configuration, client or server errors, or lost leadership.
 pub async fn run(args: RunArgs) -> Result<()> {
+    // Bad settings are refused before connecting.
+    let catalog = catalog_of(&args)?;
     let config = kube::Config::infer()
         .await
         .map_err(|e| Error::KubeConfig(e.to_string()))?;
     let client =
         kube::Client::try_from(config.clone()).map_err(|e| Error::KubeConfig(e.to_string()))?;
-    let mut catalog = providers::catalog::default_catalog_for(&args.catalog);
-    if !args.region.is_empty() {
-        catalog.retain(|t| t.labels.get(labels::REGION) == Some(&args.region));
-    }
-    // The embedded catalog serves kwok and fake; AWS and GCP discover their own.
-    if catalog.is_empty() && !matches!(args.provider, ProviderKind::Aws | ProviderKind::Gcp) {
-        return Err(Error::Config(format!(
-            "no instance types in the embedded {:?} catalog for region {:?} (catalogs: aws, gcp)",
-            args.catalog, args.region
-        )));
-    }
     match args.provider {
         ProviderKind::Kwok => {
             // kwok's machines are API objects. Its client leaves retries to the provider, so

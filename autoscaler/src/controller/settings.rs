@@ -61,6 +61,11 @@ pub struct RunArgs {
     /// Which embedded catalog the kwok and fake providers offer (`aws` or `gcp`).
     #[arg(long, default_value = "aws")]
     pub catalog: String,
+    /// The kwok and fake providers offer the instance types of this file instead of an
+    /// embedded catalog: `gpu-autoscaler catalog --json` output (capacity, allocatable,
+    /// offerings and prices per type) or a catalog YAML file. `--region` still filters it.
+    #[arg(long)]
+    pub catalog_file: Option<std::path::PathBuf>,
     /// Only offer instance types of this region (e.g. `us-east-1`); empty offers every region
     /// of the catalog.
     #[arg(long, default_value = "")]
