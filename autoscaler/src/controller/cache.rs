@@ -44,6 +44,8 @@ pub struct CachedPod {
     pub unschedulable: bool,
     /// When it became unschedulable, milliseconds since the epoch.
     pub unschedulable_since_ms: Option<i64>,
+    /// Its creation time, milliseconds since the epoch (for `--new-pod-scale-up-delay`).
+    pub created_ms: Option<i64>,
     /// `Ready=True`.
     pub ready: bool,
     /// Its gang, if any (boxed: most pods have none).
@@ -248,6 +250,11 @@ impl CachedPod {
             active: translate::is_active(&p),
             unschedulable: translate::is_unschedulable(&p),
             unschedulable_since_ms,
+            created_ms: p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond()),
             ready,
             core: Translated::new(translate::pod(&p).map(|mut c| {
                 c.group = gang.as_ref().map(|g| g.id.clone());

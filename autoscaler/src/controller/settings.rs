@@ -92,6 +92,11 @@ pub struct RunArgs {
     /// How often to acquire or renew the lease.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub lease_retry: Duration,
+    /// Unschedulable pods younger than this (from their creation) are not acted on yet, as
+    /// the Cluster Autoscaler's flag of the same name: a burst of pods that the scheduler
+    /// might still place elsewhere does not launch nodes. Off (0s) by default.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub new_pod_scale_up_delay: Duration,
     /// Close a batch of unschedulable pods after this long without a new one.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub batch_idle: Duration,

@@ -308,3 +308,31 @@ async fn e2e_catalog_file_from_catalog_json_is_what_kwok_offers() {
         "{err}"
     );
 }
+
+/// `--new-pod-scale-up-delay`: a pod younger than the delay launches nothing; its claim is
+/// created once the pod is that old (timestamps are whole seconds, hence the second of slack).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_new_pod_scale_up_delay_holds_young_pods() {
+    const DELAY_S: i64 = 6;
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
+    let _ctl = c.controller(
+        "delay",
+        &[
+            "--leader-elect=false",
+            &format!("--new-pod-scale-up-delay={DELAY_S}s"),
+        ],
+    );
+    let pod: Pod = c.create(gpu_pod("train")).await;
+    let born = pod.metadata.creation_timestamp.expect("created").0;
+    let claim = eventually("a claim for the pod", DEADLINE, || async {
+        c.claims().await.into_iter().next()
+    })
+    .await;
+    let made = claim.metadata.creation_timestamp.expect("created").0;
+    let waited = made.as_second() - born.as_second();
+    assert!(
+        waited >= DELAY_S - 1,
+        "the claim came {waited}s after the pod, before the {DELAY_S}s delay"
+    );
+}
