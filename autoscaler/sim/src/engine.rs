@@ -154,6 +154,8 @@ pub struct Engine<'a> {
     // Metrics.
     pending_samples: Vec<i64>,
     gpu_requested_s: f64,
+    /// GPU-seconds of job work thrown away by evictions (the job runs again from the start).
+    gpu_rerun_s: f64,
     nodes_launched: u64,
     nodes_terminated: u64,
     pods_disrupted: u64,
@@ -234,6 +236,7 @@ impl<'a> Engine<'a> {
             held_nodes: Default::default(),
             pending_samples: Vec::new(),
             gpu_requested_s: 0.0,
+            gpu_rerun_s: 0.0,
             nodes_launched: 0,
             nodes_terminated: 0,
             pods_disrupted: 0,
@@ -425,7 +428,12 @@ impl<'a> Engine<'a> {
         };
         for m in members {
             if let PodPhase::Bound { since, .. } = self.cluster.pods[m].phase {
-                self.gpu_requested_s += self.cluster.pods[m].gpu_equiv * (self.now - since) as f64;
+                let held = self.cluster.pods[m].gpu_equiv * (self.now - since) as f64;
+                self.gpu_requested_s += held;
+                // A job restarts from the beginning; a service's time served is not lost.
+                if self.workload.pods[m].runtime.is_some() {
+                    self.gpu_rerun_s += held;
+                }
                 if let Some(g) = self.workload.pods[m].group {
                     self.group_bound[g as usize] = self.group_bound[g as usize].saturating_sub(1);
                 }
@@ -798,13 +806,17 @@ impl<'a> Engine<'a> {
         s.sort_unstable();
         let paid_h = gpu_s / 3600.0;
         let req_h = self.gpu_requested_s / 3600.0;
+        let rerun_h = self.gpu_rerun_s / 3600.0;
+        let useful_h = (req_h - rerun_h).max(0.0);
         PolicyResult {
             name: self.policy.name().to_string(),
             description: self.policy.description().to_string(),
             cost,
             gpu_hours_paid: paid_h,
             gpu_hours_requested: req_h,
-            gpu_allocation: if paid_h > 0.0 { req_h / paid_h } else { 0.0 },
+            gpu_hours_useful: useful_h,
+            gpu_hours_rerun: rerun_h,
+            gpu_allocation: if paid_h > 0.0 { useful_h / paid_h } else { 0.0 },
             pending_p50_s: percentile(&s, 0.50),
             pending_p95_s: percentile(&s, 0.95),
             pending_p99_s: percentile(&s, 0.99),

@@ -79,7 +79,13 @@ pub struct PolicyResult {
     pub gpu_hours_paid: f64,
     /// GPU-hours pods held (shares, MIG slices and time-sliced replicas as fractions).
     pub gpu_hours_requested: f64,
-    /// requested / paid.
+    /// Of `gpu_hours_requested`, what was not thrown away by a later eviction of a job (the
+    /// job's time bound before the eviction is run again).
+    pub gpu_hours_useful: f64,
+    /// GPU-hours of job work thrown away by evictions, to be run again.
+    pub gpu_hours_rerun: f64,
+    /// useful / paid: work re-run after an eviction does not count, so disrupting more never
+    /// looks more efficient.
     pub gpu_allocation: f64,
     /// Pending time percentiles (seconds) over pending episodes, unbound ones counted to the
     /// end of the run.
