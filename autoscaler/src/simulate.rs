@@ -5,8 +5,6 @@
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
-use std::time::Instant;
-
 use anyhow::Context as _;
 use autoscaler_sim::openb_workload::{self, OpenbOptions};
 use autoscaler_sim::{RunOptions, RunReport, Scenario, report, seeds, sweep};
@@ -234,52 +232,33 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(text) => seeds::parse_seeds(text)?,
         None => vec![setup.opts.seed.unwrap_or(setup.scenario.seed)],
     };
-    let threads = seeds::threads();
     if let Some(text) = &args.sweep {
         let sweep = sweep::parse(text, &setup.scenario)?;
-        let start = Instant::now();
-        let jobs = sweep::jobs(&sweep, &setup.scenario, &setup.policies(), &seeds);
-        let pb = runs_bar(args.quiet, jobs.len());
-        let runs = seeds::par_map(
-            &jobs,
-            threads,
-            |j| {
-                setup.run(
-                    &j.scenario,
-                    j.seed,
-                    Some(j.policies.clone()),
-                    &mut |_, _| {},
-                )
-            },
-            || pb.inc(1),
-        );
-        pb.finish_and_clear();
-        let runs = runs.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
-        let r = sweep::gather(
+        let policies = setup.policies();
+        let runs = sweep::jobs(&sweep, &setup.scenario, &policies, &seeds).len();
+        let pb = runs_bar(args.quiet, runs);
+        let r = sweep::run(
             &sweep,
             &setup.scenario,
-            &jobs,
-            runs,
-            start.elapsed().as_secs_f64(),
-            threads,
-        );
+            &policies,
+            &seeds,
+            |s, seed, policies| setup.run(s, seed, Some(policies), &mut |_, _| {}),
+            || pb.inc(1),
+        )?;
+        pb.finish_and_clear();
         print!("{}", sweep::text(&r));
         write(&args.json, &(sweep::to_json(&r) + "\n"))?;
         write(&args.report, &sweep::to_html(&r))?;
         return Ok(());
     }
     if seeds.len() > 1 {
-        let start = Instant::now();
         let pb = runs_bar(args.quiet, seeds.len());
-        let runs = seeds::par_map(
+        let s = seeds::run_seeds(
             &seeds,
-            threads,
-            |seed| setup.run(&setup.scenario, *seed, None, &mut |_, _| {}),
+            |seed| setup.run(&setup.scenario, seed, None, &mut |_, _| {}),
             || pb.inc(1),
-        );
+        )?;
         pb.finish_and_clear();
-        let runs = runs.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
-        let s = seeds::summarize(&runs, start.elapsed().as_secs_f64(), threads);
         print!("{}", seeds::summary_text(&s));
         write(&args.json, &(seeds::to_json(&s) + "\n"))?;
         write(&args.report, &seeds::to_html(&s))?;

@@ -112,6 +112,24 @@ pub fn par_map<T: Sync, R: Send>(
     out.into_iter().map(|(_, r)| r).collect()
 }
 
+/// Runs `run_one(seed)` for every seed on [`threads`] threads and summarizes the runs;
+/// `done` is called after each run (for progress). The first failed run's error is returned.
+///
+/// # Errors
+/// Whatever `run_one` returns.
+pub fn run_seeds<E: Send>(
+    seeds: &[u64],
+    run_one: impl Fn(u64) -> Result<RunReport, E> + Sync,
+    done: impl Fn() + Sync,
+) -> Result<SeedSummary, E> {
+    let start = std::time::Instant::now();
+    let threads = threads();
+    let runs = par_map(seeds, threads, |s| run_one(*s), done)
+        .into_iter()
+        .collect::<Result<Vec<_>, E>>()?;
+    Ok(summarize(&runs, start.elapsed().as_secs_f64(), threads))
+}
+
 /// A per-run number a summary reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Metric {

@@ -411,6 +411,40 @@ pub fn gather(
     }
 }
 
+/// Runs the sweep's [`jobs`] on every core and [`gather`]s them; `run_one(scenario, seed,
+/// policies)` makes one run and `done` is called after each (for progress).
+///
+/// # Errors
+/// The first error of `run_one`.
+pub fn run<E: Send>(
+    sweep: &Sweep,
+    scenario: &Scenario,
+    policies: &[String],
+    seeds: &[u64],
+    run_one: impl Fn(&Scenario, u64, Vec<String>) -> Result<crate::RunReport, E> + Sync,
+    done: impl Fn() + Sync,
+) -> Result<SweepResult, E> {
+    let start = std::time::Instant::now();
+    let threads = seeds::threads();
+    let jobs = jobs(sweep, scenario, policies, seeds);
+    let runs = seeds::par_map(
+        &jobs,
+        threads,
+        |j| run_one(&j.scenario, j.seed, j.policies.clone()),
+        done,
+    )
+    .into_iter()
+    .collect::<Result<Vec<_>, E>>()?;
+    Ok(gather(
+        sweep,
+        scenario,
+        &jobs,
+        runs,
+        start.elapsed().as_secs_f64(),
+        threads,
+    ))
+}
+
 fn refs(runs: &[PolicyResult]) -> Vec<&PolicyResult> {
     runs.iter().collect()
 }

@@ -342,20 +342,22 @@ fn a_sweep_runs_readers_per_value_and_the_others_once() {
     for j in jobs.iter().filter(|j| j.variant > 0) {
         assert_eq!(j.policies, ["gpu-autoscaler", "ca-like"]);
     }
-    let runs = seeds::par_map(
-        &jobs,
-        2,
-        |j| {
+    let r = sweep::run(
+        &sw,
+        &s,
+        &s.policies,
+        &seeds,
+        |scenario, seed, policies| {
             let opts = RunOptions {
-                seed: Some(j.seed),
-                policies: Some(j.policies.clone()),
+                seed: Some(seed),
+                policies: Some(policies),
                 ..Default::default()
             };
-            run(&j.scenario, &opts, &mut |_, _| {}).unwrap()
+            run(scenario, &opts, &mut |_, _| {})
         },
         || {},
-    );
-    let r = sweep::gather(&sw, &s, &jobs, runs, 1.0, 2);
+    )
+    .unwrap();
     let names: Vec<&str> = r.tables.iter().map(|t| t.policy.as_str()).collect();
     assert_eq!(names, ["gpu-autoscaler", "ca-like"]);
     for t in &r.tables {
