@@ -345,7 +345,7 @@ pub fn summary_text(s: &SeedSummary) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<15} {:>14} {:>34} {:>13} {:>28} {:>11} {:>13} {:>11} {:>11} {:>9} {:>6}",
+        "{:<15} {:>14} {:>38} {:>12} {:>27} {:>12} {:>13} {:>15} {:>11} {:>11} {:>6}",
         "policy",
         "cost $",
         "cost vs ours",
@@ -391,7 +391,7 @@ pub fn summary_text(s: &SeedSummary) -> String {
         let unsafe_total: u64 = p.runs.iter().map(|r| r.safety_violations).sum();
         let _ = writeln!(
             out,
-            "{:<15} {:>14} {:>34} {:>13} {:>28} {:>11} {:>13} {:>11} {:>11} {:>9} {:>6}",
+            "{:<15} {:>14} {:>38} {:>12} {:>27} {:>12} {:>13} {:>15} {:>11} {:>11} {:>6}",
             p.name,
             cost.show(cd),
             cost_vs,

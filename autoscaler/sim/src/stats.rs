@@ -172,7 +172,12 @@ impl Estimate {
 
     /// As [`Estimate::show`] with a sign on the mean (`+1.2 ±0.8`), for differences.
     pub fn show_signed(&self, digits: usize) -> String {
-        let sign = if self.mean >= 0.0 { "+" } else { "" };
+        // A mean that rounds to zero prints as +0, not as a bare 0.
+        let sign = if group(self.mean, digits).starts_with('-') {
+            ""
+        } else {
+            "+"
+        };
         match self.half_width() {
             Some(h) => format!("{sign}{} ±{}", group(self.mean, digits), group(h, digits)),
             None => format!("{sign}{}", group(self.mean, digits)),
@@ -298,6 +303,7 @@ mod tests {
         assert_eq!(e.show(1), "1.5 ±0.9");
         assert_eq!(e.show_signed(2), "+1.50 ±0.92");
         assert_eq!(Estimate::of(&[-3.0]).show_signed(0), "-3");
+        assert_eq!(Estimate::of(&[-0.2]).show_signed(0), "+0");
         assert_eq!([56.0, 560.0, 5600.0].map(digits_for), [2, 1, 0]);
     }
 }

@@ -303,11 +303,12 @@ pub struct Job {
 /// folded into row 0.
 fn variants(sweep: &Sweep, scenario: &Scenario) -> Vec<(String, Option<String>, Option<Setting>)> {
     let current = sweep.current(scenario);
-    let mut out: Vec<(String, Option<String>, Option<Setting>)> = vec![(
-        format!("current ({})", sweep.current_text(scenario)),
-        None,
-        None,
-    )];
+    // Settings that differ per pool are spelled out in the heading, not in the row.
+    let label = match current {
+        Some(v) => format!("current ({v})"),
+        None => "current".to_string(),
+    };
+    let mut out: Vec<(String, Option<String>, Option<Setting>)> = vec![(label, None, None)];
     for (text, v) in &sweep.values {
         if current == Some(*v) {
             out[0] = (format!("{text} (current)"), Some(text.clone()), None);
