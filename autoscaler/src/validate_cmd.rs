@@ -91,9 +91,9 @@ struct Tally {
 }
 
 fn check_file(name: &str, text: &str, linter: &Linter, tally: &mut Tally) {
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
         let n = i + 1;
-        let value = match serde_yaml::Value::deserialize(doc) {
+        let value = match serde_norway::Value::deserialize(doc) {
             Ok(v) => v,
             Err(e) => {
                 let at = e

@@ -66,18 +66,20 @@ fn read_strict<T: DeserializeOwned>(
     text: &str,
 ) -> Result<Vec<(T, String, ValidationErrors)>, Error> {
     let mut out = Vec::new();
-    for (document, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (document, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
         let err = |source| Error::ParseYaml {
             kind,
             document,
             source,
         };
-        let value = serde_yaml::Value::deserialize(doc).map_err(err)?;
+        let value = serde_norway::Value::deserialize(doc).map_err(err)?;
         if value.is_null() {
             continue;
         }
-        let found_kind = value.get("kind").and_then(serde_yaml::Value::as_str);
-        let found_version = value.get("apiVersion").and_then(serde_yaml::Value::as_str);
+        let found_kind = value.get("kind").and_then(serde_norway::Value::as_str);
+        let found_version = value
+            .get("apiVersion")
+            .and_then(serde_norway::Value::as_str);
         if found_kind != Some(kind) || found_version != Some(API_VERSION) {
             return Err(Error::CheckKind {
                 document,
@@ -92,7 +94,7 @@ fn read_strict<T: DeserializeOwned>(
         let name = value
             .get("metadata")
             .and_then(|m| m.get("name"))
-            .and_then(serde_yaml::Value::as_str)
+            .and_then(serde_norway::Value::as_str)
             .unwrap_or_default()
             .to_string();
         let unknown = match (openapi::schema_of(kind), serde_json::to_value(&value)) {
@@ -102,7 +104,7 @@ fn read_strict<T: DeserializeOwned>(
             // Not JSON-shaped (a non-string key): the typed read below says why.
             _ => Vec::new(),
         };
-        let object = serde_yaml::from_value(value).map_err(err)?;
+        let object = serde_norway::from_value(value).map_err(err)?;
         out.push((object, name, ValidationErrors { errors: unknown }));
     }
     Ok(out)

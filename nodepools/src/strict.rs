@@ -65,10 +65,13 @@ mod tests {
     #[test]
     fn embedded_nodepools_are_strict() {
         let good = "pools:\n- {metadata: {name: a}, spec: {template: {}, weight: 3}}\n";
-        let f: File = serde_yaml::from_str(good).unwrap();
+        let f: File = serde_norway::from_str(good).unwrap();
         assert_eq!(f.pools[0].spec.weight, Some(3));
         let bad = "pools:\n- metadata: {name: a}\n  spec:\n    template: {}\n    disruption: {gpuUtilisationThreshold: 0.3}\n";
-        let e = serde_yaml::from_str::<File>(bad).err().unwrap().to_string();
+        let e = serde_norway::from_str::<File>(bad)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("NodePool \"a\": spec.disruption.gpuUtilisationThreshold: unknown field (did you mean gpuUtilizationThreshold?)"),
             "{e}"

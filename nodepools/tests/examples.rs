@@ -43,7 +43,7 @@ fn every_example_loads_and_validates() {
             .to_core(Arc::new(Vec::new()))
             .unwrap_or_else(|e| panic!("{name}:\n{e}"));
         assert_eq!(core.name, name);
-        let raw: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+        let raw: serde_json::Value = serde_norway::from_str(&text).unwrap();
         assert_eq!(
             common::server_side("NodePool", &raw),
             Vec::<String>::new(),
@@ -147,6 +147,6 @@ fn loading_files_rejects_unknown_fields_with_the_closest_known_one() {
             .ends_with("spec.requirments: unknown field (did you mean requirements?)"),
         "{e}"
     );
-    let lenient: nodepools::NodePool = serde_yaml::from_str(text).unwrap();
+    let lenient: nodepools::NodePool = serde_norway::from_str(text).unwrap();
     assert_eq!(lenient.spec.disruption.gpu_utilization_threshold, 0.5);
 }

@@ -26,7 +26,7 @@ fn report(kind: &str, text: &str, rust: Result<Vec<String>, String>) -> String {
             }
         }
     }
-    let raw: serde_json::Value = serde_yaml::from_str(text).expect("test YAML is valid YAML");
+    let raw: serde_json::Value = serde_norway::from_str(text).expect("test YAML is valid YAML");
     let server = common::server_side(kind, &raw);
     if server.is_empty() {
         out.push_str("server: ok\n");

@@ -436,7 +436,7 @@ impl Catalog {
     /// (non-positive sizes or prices, unknown GPU model, invalid label values, duplicate names).
     pub fn parse(yaml: &str) -> Result<Catalog, CatalogError> {
         let file: File =
-            serde_yaml::from_str(yaml).map_err(|e| CatalogError::Parse(e.to_string()))?;
+            serde_norway::from_str(yaml).map_err(|e| CatalogError::Parse(e.to_string()))?;
         check_gpu_models(&file.gpus)?;
         let mut seen = BTreeSet::new();
         let mut types = Vec::new();
@@ -530,7 +530,7 @@ struct JsonRow {
 pub fn parse_json_rows(text: &str) -> Result<Vec<InstanceType>, CatalogError> {
     // JSON is YAML: one parser, and its messages carry line and column.
     let rows: Vec<JsonRow> =
-        serde_yaml::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
+        serde_norway::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
     let mut seen = BTreeSet::new();
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {

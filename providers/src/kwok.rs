@@ -733,7 +733,7 @@ mod tests {
 
     #[test]
     fn crd_yaml_names_the_type() {
-        let v: serde_json::Value = serde_yaml::from_str(CRD_YAML).unwrap();
+        let v: serde_json::Value = serde_norway::from_str(CRD_YAML).unwrap();
         assert_eq!(v["spec"]["names"]["kind"], "KwokInstance");
         assert_eq!(v["spec"]["group"], "kwok.gpu-autoscaler.dev");
     }

@@ -9,7 +9,7 @@
 //! Poisson or periodic arrivals).
 //!
 //! Every problem is reported as [`SimError::Scenario`] with the file, the line and the field:
-//! serde_yaml supplies line and path for shape errors (a missing field, a negative duration is
+//! serde_norway supplies line and path for shape errors (a missing field, a negative duration is
 //! rejected while deserializing so it gets the same treatment); semantic checks done after
 //! parsing (an unknown NodePool or resource) find their line by searching the text.
 //!
@@ -43,7 +43,7 @@ pub const DEFAULT_SCENARIO_YAML: &str = include_str!("../scenarios/default.yaml"
 pub const DEFAULT_SCENARIO_NAME: &str = "default";
 
 // ---------------------------------------------------------------------------------------------
-// Scalar helpers that fail while deserializing, so serde_yaml attaches line and field.
+// Scalar helpers that fail while deserializing, so serde_norway attaches line and field.
 
 /// A duration in whole seconds, in the core's one grammar ([`autoscaler_core::duration`]): a
 /// number of seconds, or text such as `90s`, `10m`, `1h30m`, `1.5h`, `2d`. Negative,
@@ -549,10 +549,10 @@ pub fn locate(text: &str, anchors: &[&str]) -> usize {
     found
 }
 
-fn yaml_error(path: &Path, e: &serde_yaml::Error) -> SimError {
+fn yaml_error(path: &Path, e: &serde_norway::Error) -> SimError {
     let line = e.location().map_or(0, |l| l.line());
     let msg = e.to_string();
-    // serde_yaml renders `path.to.field: message at line L column C`.
+    // serde_norway renders `path.to.field: message at line L column C`.
     let msg = match msg.rfind(" at line ") {
         Some(i) => msg[..i].to_string(),
         None => msg,
@@ -595,7 +595,7 @@ impl Scenario {
     /// # Errors
     /// [`SimError::Scenario`] naming the file, line and field of the first problem.
     pub fn parse(path: &Path, text: &str) -> Result<Scenario, SimError> {
-        let file: File = serde_yaml::from_str(text).map_err(|e| yaml_error(path, &e))?;
+        let file: File = serde_norway::from_str(text).map_err(|e| yaml_error(path, &e))?;
         let cx = Ctx { path, text };
         let catalog = Arc::new(match file.catalog {
             CatalogChoice::Embedded => providers::catalog::default_catalog(),

@@ -119,6 +119,11 @@ pub struct RunArgs {
     /// A disruption decision is re-validated this long after it was made.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub validation_delay: Duration,
+    /// A spot node is replaced by a cheaper spot node only when at least this many cheaper
+    /// instance types could hold its pods (Karpenter's spot-to-spot rule, 15): with fewer, the
+    /// replacement is likely the type interrupted next. 1 allows any cheaper spot type.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub min_spot_to_spot_types: u32,
     /// No scale-down this long after a scale-up.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub scale_down_delay_after_add: Duration,

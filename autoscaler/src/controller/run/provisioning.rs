@@ -452,7 +452,7 @@ mod tests {
 
     #[test]
     fn a_pools_min_values_reach_the_plan_and_the_nodeclaim() {
-        let np: NodePool = serde_yaml::from_str(
+        let np: NodePool = serde_norway::from_str(
             r#"
 apiVersion: gpu-autoscaler.dev/v1alpha1
 kind: NodePool
