@@ -9,7 +9,7 @@
 //! all-or-nothing group are placed together and rolled back together.
 //!
 //! The fit rules (resources with per-device GPU shares, labels, taints, topology) are written
-//! once here, in [`Fit`], and reused by disruption.
+//! once here (`shapes`, `slots`, `topology`) and reused by disruption.
 //!
 //! # The rules in detail
 //!
