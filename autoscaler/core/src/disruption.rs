@@ -6,6 +6,37 @@
 //! provisioning planner ([`crate::provision`]) on the cluster without the candidate nodes, so
 //! the fit rules exist once. Like the planner this is pure: the caller passes `now` and carries
 //! [`DisruptionState`] from one call to the next.
+//!
+//! One file per phase, in the order [`plan_disruption`] runs them: `candidates` (utilization,
+//! blockers, the unneeded time), `budgets` (the global scale-down delays; NodePool budgets,
+//! minNodes and PDBs as an allowance the later phases draw on), then one file per
+//! consolidation method, `empty`, `delete`, `replace` and `multi_node`, each on the cluster as
+//! the previous commands left it (`simulate` moves the pods), and `validation` for the re-check
+//! of a command before it runs.
+//!
+//! # The rules in detail
+//!
+//! `disruption::plan_disruption(&Snapshot, &DisruptionState, now, &DisruptionConfig)`: Cluster
+//! Autoscaler's utilization (GPU nodes on GPU-class resources only, DaemonSet/mirror options),
+//! unneeded-time tracking carried in `DisruptionState`, `consolidateAfter` counted from the node's
+//! last pod event (`Node.last_pod_event`: the pod watch notes bindings, completions and deletions
+//! per node and the controller writes them to the NodeClaim's `lastPodEventTime`, at most every 5
+//! s, so they survive a restart; the simulator tracks them itself), global delays, then empty →
+//! delete → replace (strictly cheaper: a replacement keeps only offerings priced below what it
+//! replaces, so a capacity fallback cannot cost more; a spot node's replacement that can be spot
+//! must be, and needs at least `DisruptionConfig::min_spot_to_spot_types` (15, Karpenter's figure)
+//! spot types below the node's price, else the verdict says how many there were) → multi-node
+//! (binary search over a prefix of at most 100 candidates). "Do the pods fit elsewhere" re-runs
+//! `plan_provisioning` on the cluster without the candidates (one piece of fit logic), without
+//! in-flight claims; a pod it puts on a Node that has not initialized makes the command fail
+//! ("would schedule against an uninitialized node"), so evicted pods go only to initialized,
+//! schedulable nodes or the command's own replacement. Safety: PDBs, `karpenter.sh/do-not-disrupt`
+//! (`"true"`, or a Go duration such as `"30m"` protecting a pod until it has run that long, from
+//! `Pod::started_at`, and a node until it has existed that long; any other value protects and the
+//! verdict names it), `cluster-autoscaler.kubernetes.io/safe-to-evict`, `scale-down-disabled`, bare
+//! pods, local storage, kube-system pods without a PDB, budgets (percent rounds up), minNodes,
+//! booked ProvisioningRequest capacity, uninitialized nodes, MIG reconfiguration. Every node gets a
+//! verdict with a reason. `validate` re-checks a command after the validation delay.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -9,7 +9,60 @@
 //! all-or-nothing group are placed together and rolled back together.
 //!
 //! The fit rules (resources with per-device GPU shares, labels, taints, topology) are written
-//! once here, in [`Fit`], and reused by disruption.
+//! once here (`shapes`, `slots`, `topology`) and reused by disruption.
+//!
+//! # The rules in detail
+//!
+//! `provision::plan_provisioning(&Snapshot) -> Plan`. Builds *shapes* (an instance type as a given
+//! pool's node: sharing applied, pool labels, DaemonSet overhead and reserve removed, offerings
+//! filtered by the pool's requirements). A DaemonSet is reserved on a shape when its
+//! selector/affinity matches and it tolerates the pool's taints; startup taints do not exclude it
+//! (it lands once they are removed). Pods go largest first to: an existing node → an in-flight
+//! claim (counted with the GPUs it was launched for, conservatively the smallest candidate) → an
+//! open new claim that holds it below the price the claim was opened for, when the pod's fair share
+//! of that price (its dominant share of the claim's target type, GPU-class resources only on GPU
+//! types) is no more than it would cost per pod on a node of its own kind → the open claim whose
+//! price grows least, if that costs less than the cheapest node any pool could launch for it alone
+//! → a new claim in the highest-weight pool that can take it. A new claim is *sized* for the
+//! identical pods still pending (the candidate with the lowest price per pod it would hold; for a
+//! GPU pod the candidate is priced by the nodes of its kind the whole pending demand of the pod's
+//! class would need, spread evenly, when that is more, so a 2-GPU pod is not given a 4-GPU node of
+//! its own while its 1-GPU peers open an 8-GPU node that would hold it too), and the tail falls
+//! back to the cheapest candidate that holds what it got. Equal-weight pools compete on that sized
+//! price per pod, not on their cheapest node for the one pod (a pool with a cheap 1-GPU type can
+//! lose to another pool's 8-GPU type that is cheaper per GPU once shared). Pods whose rejections
+//! are monotone (no zone spread or affinity) skip slots an identical pod was already refused by.
+//! Each open new claim's answer to a pod (no / joins below its price / grows by so much) is kept
+//! per group of identical pods under a stamp the claim renews on every change, so a pod re-asks
+//! only the claims changed since the last identical pod; pods with topology terms of their own, or
+//! any pod once a zone anti-affinity is placed, ask every claim afresh. A new claim keeps the set
+//! of candidate types that fit all its pods, cheapest first, and reports up to 60. A pool's
+//! `minValues` (distinct values of a key, instance labels or the offerings' zones and capacity
+//! types) is a hard rule: a pod does not join a claim whose candidates would fall below it, a claim
+//! that cannot meet it is not opened (the pods get the reason), truncation to 60 swaps in the
+//! cheapest types carrying a missing value, and the controller writes the rule onto the NodeClaim's
+//! requirements. Fractional GPU shares are packed per device (best fit), never pooled, and only on
+//! pools with `gpuSharing.fractional`. Topology: zone and hostname spread (DoNotSchedule; the pod
+//! counts in its own domain only when it matches the constraint's selector, as in the scheduler),
+//! hostname/zone anti-affinity (both directions), zone/hostname affinity; a claim is pinned to one
+//! zone when a zone rule needs it. Host ports (`Pod::host_ports`, `DaemonSet::host_ports`;
+//! conflicts as the NodePorts filter decides: same port and protocol, overlapping host IP): two
+//! pods that conflict never share a node or claim, ports bound on existing nodes and in-flight
+//! claims' DaemonSets count, and a shape whose DaemonSets bind a pod's port is not a candidate for
+//! it (the reason names the port and DaemonSet). `PreferNoSchedule` taints are a soft preference,
+//! relaxed as Karpenter does: a pod first tries every place without such a taint it does not
+//! tolerate; an existing node or in-flight claim under one is used only when no other takes the
+//! pod, and a pool under one only when the pod can be helped nowhere else. Limits (resources,
+//! nodes, GPUs per model) count existing nodes, in-flight claims and the largest candidate of each
+//! new claim. All-or-nothing groups are placed together and rolled back together. Pods that cannot
+//! be helped carry a reason. After planning, `gang::prefer_one_zone` narrows each fully placed
+//! group's new claims to the cheapest zone that holds every member (the zones of existing nodes and
+//! in-flight claims it uses included); it only removes offerings, and leaves groups with a hard
+//! zone spread, or in a pool with `minValues`, alone. `NewClaim::group` names the group a claim is
+//! one node of when every pod of the claim belongs to that group and the group has at least two
+//! such claims in the plan (set in `provision`'s `finish`); a group on one new node, a node shared
+//! with other pods, and disruption's replacements (one node) get none. The shell turns it into a
+//! placement group.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

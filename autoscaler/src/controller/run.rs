@@ -5,8 +5,9 @@
 //! provider's boot step (kwok only), the NodeClaim lifecycle ([`super::lifecycle::step`] per
 //! claim), the termination of deleted managed Nodes, provisioning (when the batcher closes a
 //! window), disruption (every `--disruption-interval`), garbage collection (every
-//! `--gc-interval`), NodePool status and metrics. Launches run as spawned tasks (rate-limited,
-//! retried with backoff) so a slow cloud never stalls the loop.
+//! `--gc-interval`), NodePool status and metrics: `Controller::round` calls one method per
+//! stage, each in its own module below. Launches run as spawned tasks (rate-limited, retried
+//! with backoff) so a slow cloud never stalls the loop.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -34,6 +35,21 @@ use super::metrics::{Health, Liveness, LoopLabel, Metrics};
 use super::pod_problems;
 use super::settings::{LogFormat, ProviderKind, RunArgs};
 use super::snapshot::SnapshotBuilder;
+
+mod claims;
+mod disruption;
+mod gc;
+mod guard;
+mod launch;
+mod provisioning;
+mod provreqs;
+mod status;
+mod stores;
+
+use guard::GuardState;
+pub use launch::{candidates, placement_group_of};
+pub use provisioning::{claim_object, quantities, requirement_exprs};
+pub use stores::{Late, Stores};
 
 /// Seconds since the Unix epoch: the core's clock.
 fn epoch() -> i64 {
@@ -117,21 +133,6 @@ fn class_of(np: &NodePool) -> NodeClassRef {
         })
         .unwrap_or_default()
 }
-
-mod claims;
-mod disruption;
-mod gc;
-mod guard;
-mod launch;
-mod provisioning;
-mod provreqs;
-mod status;
-mod stores;
-
-use guard::GuardState;
-pub use launch::{candidates, placement_group_of};
-pub use provisioning::{claim_object, quantities, requirement_exprs};
-pub use stores::{Late, Stores};
 
 impl<P: CloudProvider + 'static> Controller<P> {
     /// One round of the loop: the stages in order, each in its own module and timed under its
