@@ -3,7 +3,7 @@
 //! embedded catalog. Users check a NodePool against it; tests use `--json`.
 
 use std::collections::BTreeSet;
-use std::io::Write as _;
+use std::io::Write;
 
 use anyhow::Context as _;
 use autoscaler::aws::AwsArgs;
@@ -177,32 +177,38 @@ fn print(args: CatalogArgs) -> anyhow::Result<()> {
 
     let mut out = std::io::stdout().lock();
     if args.json {
-        let rows: Vec<Row<'_>> = types
-            .iter()
-            .map(|t| Row {
-                name: &t.name,
-                arch: &t.arch,
-                gpu: t.gpu.as_ref(),
-                capacity: &t.capacity,
-                allocatable: t.allocatable(),
-                zones: t
-                    .offerings
-                    .iter()
-                    .map(|o| o.zone.as_str())
-                    .collect::<BTreeSet<_>>()
-                    .into_iter()
-                    .collect(),
-                on_demand_price: min_price(t, CapacityType::OnDemand),
-                spot_price: min_price(t, CapacityType::Spot),
-                labels: &t.labels,
-                offerings: &t.offerings,
-            })
-            .collect();
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        writeln!(out)?;
-        return Ok(());
+        return write_json(&mut out, &types);
     }
     print_table(&mut out, &types)?;
+    Ok(())
+}
+
+/// Writes `types` as the `--json` document, which `run --catalog-file` and `validate
+/// --catalog-file` read back ([`providers::catalog::parse_json_rows`]).
+fn write_json(out: &mut impl Write, types: &[InstanceType]) -> anyhow::Result<()> {
+    let rows: Vec<Row<'_>> = types
+        .iter()
+        .map(|t| Row {
+            name: &t.name,
+            arch: &t.arch,
+            gpu: t.gpu.as_ref(),
+            capacity: &t.capacity,
+            allocatable: t.allocatable(),
+            zones: t
+                .offerings
+                .iter()
+                .map(|o| o.zone.as_str())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            on_demand_price: min_price(t, CapacityType::OnDemand),
+            spot_price: min_price(t, CapacityType::Spot),
+            labels: &t.labels,
+            offerings: &t.offerings,
+        })
+        .collect();
+    serde_json::to_writer_pretty(&mut *out, &rows)?;
+    writeln!(out)?;
     Ok(())
 }
 
@@ -297,5 +303,37 @@ mod tests {
         assert!(s.contains("nvidia.com/gpu"), "{s}");
         assert!(s.contains("1.006 "), "{s}");
         assert!(s.trim_end().ends_with("1 instance types"), "{s}");
+    }
+
+    #[test]
+    fn json_reads_back_as_the_same_instance_types() {
+        let mut types = providers::catalog::default_catalog();
+        types.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut buf = Vec::new();
+        write_json(&mut buf, &types).unwrap();
+        let back = providers::catalog::parse_json_rows(&String::from_utf8(buf).unwrap())
+            .expect("our own output reads back");
+        assert_eq!(back.len(), types.len());
+        for (a, b) in types.iter().zip(&back) {
+            assert_eq!(a, b, "{} changed in the round trip", a.name);
+        }
+    }
+
+    #[test]
+    fn a_bad_catalog_file_names_the_type_and_field() {
+        let mut types = providers::catalog::default_catalog();
+        types.retain(|t| t.name == "g5.xlarge");
+        types[0].offerings[0].price = -1.0;
+        let mut buf = Vec::new();
+        write_json(&mut buf, &types).unwrap();
+        let err = providers::catalog::parse_json_rows(&String::from_utf8(buf).unwrap())
+            .expect_err("a negative price");
+        assert_eq!(
+            err.to_string(),
+            "catalog entry \"g5.xlarge\", field offerings[0].price: -1 is not a positive price"
+        );
+        let err = providers::catalog::parse_json_rows("[{\"name\": \"x\", \"cpu\": 1}]")
+            .expect_err("not the format");
+        assert!(err.to_string().contains("unknown field `cpu`"), "{err}");
     }
 }

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod catalog_cmd;
 mod simulate;
+mod validate_cmd;
 
 /// GPU-aware Kubernetes node autoscaler.
 #[derive(Parser, Debug)]
@@ -38,6 +39,10 @@ enum Commands {
     /// capacity after reserve, zones, prices), from a cloud's API (`--provider aws|gcp`) or the
     /// embedded catalog.
     Catalog(catalog_cmd::CatalogArgs),
+    /// Check NodePool (and NodeClaim) files as the API server and the controller would, and
+    /// against the catalog; every problem is printed with its file, document and field path,
+    /// and the exit status is 1 if there is any (for NodePool repositories' CI).
+    Validate(validate_cmd::ValidateArgs),
     /// Benchmarks; build with `--release` first (see `bench planner --help`).
     Bench {
         /// Which benchmark.
@@ -54,6 +59,7 @@ fn main() -> anyhow::Result<()> {
         Commands::Bench { what } => bench::run(what),
         Commands::Simulate(args) => simulate::run(args),
         Commands::Catalog(args) => catalog_cmd::run(args),
+        Commands::Validate(args) => validate_cmd::run(args),
     }
 }
 

@@ -5,9 +5,9 @@
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use autoscaler_sim::openb_workload::{self, OpenbOptions};
-use autoscaler_sim::{RunOptions, RunReport, Scenario, report};
+use autoscaler_sim::{RunOptions, RunReport, Scenario, report, seeds, sweep};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Options of `simulate`.
@@ -16,8 +16,13 @@ pub(crate) struct SimulateArgs {
     /// Scenario file (YAML); the bundled default when absent.
     scenario: Option<PathBuf>,
     /// Seed instead of the scenario's.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "seeds")]
     seed: Option<u64>,
+    /// Run several seeds, in parallel on every core: `N` for seeds 1 to N, `A..B` for seeds A
+    /// to B. Reports per policy the mean and 95 % interval and the difference to
+    /// gpu-autoscaler paired by seed (parity when its interval contains 0).
+    #[arg(long)]
+    seeds: Option<String>,
     /// Virtual hours instead of the scenario's duration.
     #[arg(long)]
     hours: Option<f64>,
@@ -27,11 +32,14 @@ pub(crate) struct SimulateArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Write a self-contained HTML report with charts here.
+    /// Write a self-contained HTML report with charts here (with --seeds or --sweep: the
+    /// cost against pending-p95 chart with intervals).
     #[arg(long)]
     report: Option<PathBuf>,
-    /// Re-run once per value and print cost against wait: `KEY=v1,v2,...` with KEY one of
-    /// gpu-utilization-threshold, utilization-threshold, unneeded-time, consolidate-after.
+    /// Run each value on the same seeds as the scenario's own setting and print a decision
+    /// table with a recommendation: `[POOL:]KEY=v1,v2,...`, KEY one of
+    /// gpu-utilization-threshold, utilization-threshold, unneeded-time, consolidate-after, on
+    /// every NodePool or only on POOL. Use with --seeds 10 or more.
     #[arg(long)]
     sweep: Option<String>,
     /// Replay an openb pod list (`openb_pod_list_*.csv`) instead of the scenario's
@@ -80,32 +88,58 @@ fn progress_bar(quiet: bool, policies: usize) -> ProgressBar {
     pb
 }
 
-fn run_once(
-    scenario: &Scenario,
-    workload: Option<&autoscaler_sim::workload::Workload>,
-    opts: &RunOptions,
-    quiet: bool,
-) -> anyhow::Result<RunReport> {
-    let names = opts
-        .policies
-        .clone()
-        .unwrap_or_else(|| scenario.policies.clone());
-    let pb = progress_bar(quiet, names.len());
-    let mut progress = |name: &str, f: f64| {
-        let i = names.iter().position(|n| n == name).unwrap_or(0) as u64;
-        pb.set_message(name.to_string());
-        pb.set_position(i * 1000 + (f * 1000.0) as u64);
-    };
-    let r = match workload {
-        Some(w) => autoscaler_sim::run_workload(scenario, w, opts, &mut progress)?,
-        None => autoscaler_sim::run(scenario, opts, &mut progress)?,
-    };
-    pb.finish_and_clear();
-    Ok(r)
+/// Where each run's pods come from.
+enum Source {
+    /// The scenario's generators, drawn per seed inside the run.
+    Generated,
+    /// A trace replayed the same way whatever the seed.
+    Fixed(autoscaler_sim::workload::Workload),
+    /// An openb trace in FGD mode: the seed shuffles the pods, so one load per seed.
+    PerSeed(std::path::PathBuf, OpenbOptions),
 }
 
-/// Runs `simulate`.
-pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
+/// The scenario, where its pods come from, and the command line's overrides.
+struct Setup {
+    scenario: Scenario,
+    source: Source,
+    opts: RunOptions,
+}
+
+impl Setup {
+    /// One run of `scenario` (the setup's, or a sweep's variant of it) on `seed`.
+    fn run(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        policies: Option<Vec<String>>,
+        progress: &mut dyn FnMut(&str, f64),
+    ) -> anyhow::Result<RunReport> {
+        let opts = RunOptions {
+            seed: Some(seed),
+            policies: policies.or_else(|| self.opts.policies.clone()),
+            ..self.opts.clone()
+        };
+        Ok(match &self.source {
+            Source::Generated => autoscaler_sim::run(scenario, &opts, progress)?,
+            Source::Fixed(w) => autoscaler_sim::run_workload(scenario, w, &opts, progress)?,
+            Source::PerSeed(path, o) => {
+                let o = OpenbOptions { seed, ..o.clone() };
+                let (w, _) = openb_workload::load(path, &o, &scenario.pools)?;
+                autoscaler_sim::run_workload(scenario, &w, &opts, progress)?
+            }
+        })
+    }
+
+    fn policies(&self) -> Vec<String> {
+        self.opts
+            .policies
+            .clone()
+            .unwrap_or_else(|| self.scenario.policies.clone())
+    }
+}
+
+/// Builds the scenario and the workload source from the command line.
+fn setup(args: &SimulateArgs) -> anyhow::Result<Setup> {
     let trace = args.openb.is_some() || args.dlrm.is_some();
     let mut scenario = match (&args.scenario, trace) {
         (Some(p), _) => Scenario::load(p)?,
@@ -122,15 +156,15 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         max_pods: Some(args.max_pods),
     };
     let seed = opts.seed.unwrap_or(scenario.seed);
-    let workload = match (&args.openb, &args.dlrm) {
-        (None, None) => None,
+    let source = match (&args.openb, &args.dlrm) {
+        (None, None) => Source::Generated,
         (None, Some(path)) => {
             let (w, horizon) = openb_workload::load_dlrm(path, args.compression)?;
             if args.hours.is_none() {
                 scenario.duration_s = horizon;
             }
             scenario.name = format!("DLRM v2025 (compression {})", args.compression);
-            Some(w)
+            Source::Fixed(w)
         }
         (Some(path), _) => {
             let nodes = args
@@ -158,43 +192,91 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
                     format!("compression {}", args.compression)
                 }
             );
-            Some(w)
+            if args.fgd_share.is_some() {
+                Source::PerSeed(path.clone(), o)
+            } else {
+                Source::Fixed(w)
+            }
         }
     };
-    if let Some(sweep) = &args.sweep {
-        let Some((key, values)) = sweep.split_once('=') else {
-            bail!("--sweep wants KEY=v1,v2,... (got {sweep:?})");
-        };
-        if args.report.is_some() {
-            bail!("--report writes one run's page; with --sweep use --json");
-        }
-        println!("sweep {key} on scenario {}:", scenario.name);
-        let mut runs = Vec::new();
-        for v in values.split(',').map(str::trim).filter(|v| !v.is_empty()) {
-            let mut s = scenario.clone();
-            autoscaler_sim::apply_sweep(&mut s, key, v).map_err(anyhow::Error::msg)?;
-            let r = run_once(&s, workload.as_ref(), &opts, args.quiet)?;
-            println!("{}", report::sweep_line(v, &r));
-            let result: serde_json::Value = serde_json::from_str(&report::to_json(&r))
-                .context("re-reading a run's JSON report")?;
-            runs.push(serde_json::json!({"value": v, "result": result}));
-        }
-        if let Some(p) = &args.json {
-            let doc = serde_json::json!({"sweep": key, "scenario": scenario.name, "runs": runs});
-            std::fs::write(p, format!("{doc:#}\n"))
-                .with_context(|| format!("writing {}", p.display()))?;
-        }
+    Ok(Setup {
+        scenario,
+        source,
+        opts,
+    })
+}
+
+fn write(path: &Option<PathBuf>, text: &str) -> anyhow::Result<()> {
+    if let Some(p) = path {
+        std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// A progress bar counting finished runs.
+fn runs_bar(quiet: bool, runs: usize) -> ProgressBar {
+    let pb = progress_bar(quiet, 1);
+    pb.set_length(runs as u64);
+    if let Ok(style) =
+        ProgressStyle::with_template("{spinner} runs [{bar:40}] {pos}/{len} {elapsed}")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb
+}
+
+/// Runs `simulate`.
+pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let setup = setup(&args)?;
+    let seeds = match &args.seeds {
+        Some(text) => seeds::parse_seeds(text)?,
+        None => vec![setup.opts.seed.unwrap_or(setup.scenario.seed)],
+    };
+    if let Some(text) = &args.sweep {
+        let sweep = sweep::parse(text, &setup.scenario)?;
+        let policies = setup.policies();
+        let runs = sweep::jobs(&sweep, &setup.scenario, &policies, &seeds).len();
+        let pb = runs_bar(args.quiet, runs);
+        let r = sweep::run(
+            &sweep,
+            &setup.scenario,
+            &policies,
+            &seeds,
+            |s, seed, policies| setup.run(s, seed, Some(policies), &mut |_, _| {}),
+            || pb.inc(1),
+        )?;
+        pb.finish_and_clear();
+        print!("{}", sweep::text(&r));
+        write(&args.json, &(sweep::to_json(&r) + "\n"))?;
+        write(&args.report, &sweep::to_html(&r))?;
         return Ok(());
     }
-    let r = run_once(&scenario, workload.as_ref(), &opts, args.quiet)?;
-    print!("{}", report::summary(&r));
-    if let Some(p) = &args.json {
-        std::fs::write(p, report::to_json(&r) + "\n")
-            .with_context(|| format!("writing {}", p.display()))?;
+    if seeds.len() > 1 {
+        let pb = runs_bar(args.quiet, seeds.len());
+        let s = seeds::run_seeds(
+            &seeds,
+            |seed| setup.run(&setup.scenario, seed, None, &mut |_, _| {}),
+            || pb.inc(1),
+        )?;
+        pb.finish_and_clear();
+        print!("{}", seeds::summary_text(&s));
+        write(&args.json, &(seeds::to_json(&s) + "\n"))?;
+        write(&args.report, &seeds::to_html(&s))?;
+        return Ok(());
     }
+    let names = setup.policies();
+    let pb = progress_bar(args.quiet, names.len());
+    let mut progress = |name: &str, f: f64| {
+        let i = names.iter().position(|n| n == name).unwrap_or(0) as u64;
+        pb.set_message(name.to_string());
+        pb.set_position(i * 1000 + (f * 1000.0) as u64);
+    };
+    let r = setup.run(&setup.scenario, seeds[0], None, &mut progress)?;
+    pb.finish_and_clear();
+    print!("{}", report::summary(&r));
+    write(&args.json, &(report::to_json(&r) + "\n"))?;
     if let Some(p) = &args.report {
-        std::fs::write(p, report::to_html(&r))
-            .with_context(|| format!("writing {}", p.display()))?;
+        write(&args.report, &report::to_html(&r))?;
         eprintln!("wrote {}", p.display());
     }
     Ok(())
@@ -212,34 +294,79 @@ mod tests {
         sim: SimulateArgs,
     }
 
+    fn parse(args: &[&str]) -> SimulateArgs {
+        Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+            .unwrap()
+            .sim
+    }
+
     #[test]
-    fn a_sweep_writes_one_json_run_per_value() {
+    fn a_sweep_over_seeds_writes_its_table_json_and_page() {
         let dir = std::env::temp_dir().join(format!("gpu-autoscaler-sweep-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let json = dir.join("sweep.json");
-        let cli = Cli::try_parse_from([
-            "x",
+        let html = dir.join("sweep.html");
+        run(parse(&[
             "--quiet",
-            "--hours=2",
+            "--hours=1",
             "--policy=gpu-autoscaler",
-            "--sweep=unneeded-time=1m,30m",
+            "--policy=karpenter-like",
+            "--sweep=gpu-train:unneeded-time=1m,30m",
+            "--seeds=2",
             "--json",
             json.to_str().unwrap(),
-        ])
-        .unwrap();
-        run(cli.sim).expect("the sweep runs");
+            "--report",
+            html.to_str().unwrap(),
+        ]))
+        .expect("the sweep runs");
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(doc["sweep"], "unneeded-time");
-        let runs = doc["runs"].as_array().expect("runs");
-        let values: Vec<&str> = runs.iter().map(|r| r["value"].as_str().unwrap()).collect();
-        assert_eq!(values, ["1m", "30m"]);
-        assert!(runs.iter().all(|r| r["result"].is_object()));
-        // A one-run HTML page cannot hold a sweep: said, not ignored.
-        let cli =
-            Cli::try_parse_from(["x", "--sweep=unneeded-time=1m", "--report", "r.html"]).unwrap();
-        let err = run(cli.sim).unwrap_err().to_string();
-        assert!(err.contains("--report"), "{err}");
+        assert_eq!(doc["seeds"], serde_json::json!([1, 2]));
+        let policies = doc["policies"].as_array().expect("policies");
+        // gpu-autoscaler reads the key: one row per setting; karpenter-like does not: once.
+        let ours = &policies[0];
+        assert_eq!(ours["name"], "gpu-autoscaler");
+        let values: Vec<&str> = ours["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(values, ["current (10m)", "1m", "30m"]);
+        for v in ours["values"].as_array().unwrap() {
+            assert!(
+                v["cost_ci95"].as_array().is_some_and(|c| c.len() == 2),
+                "{v}"
+            );
+        }
+        assert!(ours["values"][1]["cost_change_vs_current_ci95"].is_array());
+        assert_eq!(policies[1]["name"], "karpenter-like");
+        assert_eq!(policies[1]["reads_key"], false);
+        assert!(policies[1]["values"].is_null());
+        assert!(doc["recommendation"]["text"].is_string());
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.contains("<svg") && page.contains("Recommendation"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bad_seeds_and_sweeps_are_refused_before_running() {
+        for (args, says) in [
+            (vec!["--seeds=0"], "--seeds"),
+            (vec!["--seeds=9..3"], "9..3 is empty"),
+            (
+                vec!["--sweep=nope:unneeded-time=1m"],
+                "unknown NodePool \"nope\"",
+            ),
+            (vec!["--sweep=colour=1"], "unknown key \"colour\""),
+        ] {
+            let err = run(parse(&args)).unwrap_err().to_string();
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+        assert!(
+            Cli::try_parse_from(["x", "--seed=1", "--seeds=3"]).is_err(),
+            "--seed and --seeds together"
+        );
     }
 }

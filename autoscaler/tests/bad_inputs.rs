@@ -31,7 +31,7 @@ fn corpus() -> PathBuf {
 fn cases() -> Vec<Case> {
     let path = corpus().join("cases.yaml");
     let text = std::fs::read_to_string(&path).expect("read cases.yaml");
-    serde_yaml::from_str(&text).expect("cases.yaml parses")
+    serde_norway::from_str(&text).expect("cases.yaml parses")
 }
 
 /// What became of one run.

@@ -24,7 +24,7 @@ use std::process::Command as Process;
 
 use autoscaler::controller::api_calls::{Scope, triples};
 use autoscaler::controller::settings::{ProviderKind, RunArgs};
-use serde_yaml::Value;
+use serde_norway::Value;
 
 const NAMESPACE: &str = "gpu-autoscaler";
 const RELEASE: &str = "gpu-autoscaler";
@@ -116,7 +116,7 @@ fn manifest_text(rendered: &str) -> String {
 }
 
 fn docs(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    serde_norway::Deserializer::from_str(text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
         .filter(|v: &Value| !v.is_null())
         .collect()
@@ -390,7 +390,7 @@ fn provider_config_change_rolls_the_pods() {
 #[test]
 fn values_schema_covers_exactly_the_values() {
     let values: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap())
+        serde_norway::from_str(&std::fs::read_to_string(chart().join("values.yaml")).unwrap())
             .unwrap();
     let schema: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(chart().join("values.schema.json")).unwrap())
@@ -454,7 +454,7 @@ fn alerts_and_dashboard_use_only_exported_series() {
     }
     assert!(names.len() > 15, "{exported}");
     let alerts = std::fs::read_to_string(chart().join("files/alerts.yaml")).unwrap();
-    let rules: Value = serde_yaml::from_str(&alerts).unwrap();
+    let rules: Value = serde_norway::from_str(&alerts).unwrap();
     let mut alert_names = BTreeSet::new();
     for rule in rules["groups"][0]["rules"].as_sequence().unwrap() {
         alert_names.insert(rule["alert"].as_str().unwrap().to_string());
@@ -750,9 +750,9 @@ fn local_copy(text: &str) -> (tempfile::TempDir, PathBuf) {
 
 /// Value overrides with the provider settings file `config` added as `providerConfig`.
 fn with_config(overrides: &str, config: &str) -> String {
-    let mut v: Value = serde_yaml::from_str(overrides).unwrap();
+    let mut v: Value = serde_norway::from_str(overrides).unwrap();
     v["providerConfig"] = Value::String(config.to_string());
-    serde_yaml::to_string(&v).unwrap()
+    serde_norway::to_string(&v).unwrap()
 }
 
 const AWS_VALUES: &str = "

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde_yaml::Value;
+use serde_norway::Value;
 
 #[path = "support/tools.rs"]
 mod tools;
@@ -143,7 +143,7 @@ fn fields(schema: &Value, path: &str, required: bool, out: &mut String) {
 
 /// The reference page of one CRD file.
 fn crd_page(file: &Path) -> String {
-    let crd: Value = serde_yaml::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let crd: Value = serde_norway::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     let kind = crd["spec"]["names"]["kind"].as_str().unwrap();
     let group = crd["spec"]["group"].as_str().unwrap();
     let version = &crd["spec"]["versions"][0];

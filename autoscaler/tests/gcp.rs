@@ -11,10 +11,10 @@ mod harness;
 use std::process::Command;
 use std::time::Duration;
 
+use fake_compute::FakeCompute;
 use harness::{Cluster, eventually, gpu_pod};
 use k8s_openapi::api::core::v1::Pod;
 use nodepools::NodePool;
-use provider_gcp::testing::FakeCompute;
 use serde_json::{Value, json};
 
 const PROJECT: &str = "fake-project";

@@ -20,7 +20,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
 /// # Errors
 /// [`Error::RenderCrd`] if the serializer fails.
 pub fn render(crd: &CustomResourceDefinition) -> Result<String, Error> {
-    serde_yaml::to_string(crd).map_err(|source| Error::RenderCrd {
+    serde_norway::to_string(crd).map_err(|source| Error::RenderCrd {
         name: crd.metadata.name.clone().unwrap_or_default(),
         source,
     })

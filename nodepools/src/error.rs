@@ -119,7 +119,7 @@ pub enum Error {
         document: usize,
         /// The parser's complaint.
         #[source]
-        source: serde_yaml::Error,
+        source: serde_norway::Error,
     },
     /// A YAML document is not of the expected `apiVersion` and `kind`.
     #[error(
@@ -152,7 +152,7 @@ pub enum Error {
         name: String,
         /// The serializer's complaint.
         #[source]
-        source: serde_yaml::Error,
+        source: serde_norway::Error,
     },
 }
 

@@ -43,7 +43,7 @@ fn every_example_loads_and_validates() {
             .to_core(Arc::new(Vec::new()))
             .unwrap_or_else(|e| panic!("{name}:\n{e}"));
         assert_eq!(core.name, name);
-        let raw: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+        let raw: serde_json::Value = serde_norway::from_str(&text).unwrap();
         assert_eq!(
             common::server_side("NodePool", &raw),
             Vec::<String>::new(),
@@ -118,4 +118,35 @@ fn loading_reports_wrong_kinds_and_all_problems() {
     let unnamed = "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodePool\nmetadata: {}\nspec: {template: {}}\n";
     let e = nodepools::load_nodepools(unnamed).unwrap_err();
     assert!(e.to_string().ends_with("metadata.name: must be set"), "{e}");
+}
+
+/// Files are read strictly: a misspelled field is an error naming its path and the field meant,
+/// reported with the object's other problems; the same object read as the API server serves
+/// it (plain serde, which the controller's watches use) keeps working.
+#[test]
+fn loading_files_rejects_unknown_fields_with_the_closest_known_one() {
+    let text = "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodePool\n\
+                metadata: {name: x, lables: {a: b}}\n\
+                spec:\n  template: {}\n  minNodes: -1\n  disruption:\n    gpuUtilisationThreshold: 0.3\n";
+    let e = nodepools::load_nodepools(text).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "validating NodePool \"x\":\n\
+         metadata.lables: unknown field (did you mean labels?)\n\
+         spec.disruption.gpuUtilisationThreshold: unknown field (did you mean gpuUtilizationThreshold?)\n\
+         spec.minNodes: must not be negative"
+    );
+    let e = nodepools::from_yaml::<nodepools::NodeClaim>(
+        "NodeClaim",
+        "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodeClaim\nmetadata: {name: c}\n\
+         spec: {nodePool: p, requirments: []}\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("spec.requirments: unknown field (did you mean requirements?)"),
+        "{e}"
+    );
+    let lenient: nodepools::NodePool = serde_norway::from_str(text).unwrap();
+    assert_eq!(lenient.spec.disruption.gpu_utilization_threshold, 0.5);
 }

@@ -26,7 +26,7 @@ fn report(kind: &str, text: &str, rust: Result<Vec<String>, String>) -> String {
             }
         }
     }
-    let raw: serde_json::Value = serde_yaml::from_str(text).expect("test YAML is valid YAML");
+    let raw: serde_json::Value = serde_norway::from_str(text).expect("test YAML is valid YAML");
     let server = common::server_side(kind, &raw);
     if server.is_empty() {
         out.push_str("server: ok\n");
@@ -109,7 +109,7 @@ fn nodepool_cases() {
                 rust:
                   spec.template.requirements[2].operator: unknown operator "Equals" (expected In, NotIn, Exists, DoesNotExist, Gt or Lt)
                 server:
-                  spec.template.requirements[2].operator: "Equals" is not one of ["In","NotIn","Exists","DoesNotExist","Gt","Lt"]
+                  spec.template.requirements[2].operator: "Equals" is not one of "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
             "#]],
         ),
         (
@@ -212,7 +212,7 @@ fn nodepool_cases() {
                   spec.gpuSharing.mig.config: unknown MIG configuration "all-9g.99gb" (expected all-disabled, all-balanced or all-<profile> such as all-1g.10gb)
                 server:
                   spec.gpuSharing.mig.config: "all-9g.99gb" does not match ^all-([a-z]+|[1-7]g\.[0-9]+gb(\.me)?)$
-                  spec.gpuSharing.mig.strategy: "both" is not one of ["single","mixed"]
+                  spec.gpuSharing.mig.strategy: "both" is not one of "single", "mixed"
             "#]],
         ),
         (
@@ -253,7 +253,7 @@ fn nodepool_cases() {
                   spec.template.startupTaints[1].value: invalid value "a b": must be at most 63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric
                 server:
                   spec.template.startupTaints[1].key: "-bad" does not match ^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$
-                  spec.template.taints[3].effect: "Sometimes" is not one of ["NoSchedule","PreferNoSchedule","NoExecute"]
+                  spec.template.taints[3].effect: "Sometimes" is not one of "NoSchedule", "PreferNoSchedule", "NoExecute"
                   spec.template: taints must not repeat a key and effect
                   spec.template: startupTaints must not repeat a key and effect, nor one of taints
             "#]],
@@ -279,7 +279,7 @@ fn nodepool_cases() {
                   spec.disruption.budgets[0].nodes: "110%" does not match ^((100|[0-9]{1,2})%|[0-9]+)$
                   spec.disruption.budgets[1].nodes: "abc" does not match ^((100|[0-9]{1,2})%|[0-9]+)$
                   spec.disruption.budgets[2].nodes: "-1" does not match ^((100|[0-9]{1,2})%|[0-9]+)$
-                  spec.disruption.budgets[4].reasons[0]: "Bored" is not one of ["Empty","Underutilized","Drifted"]
+                  spec.disruption.budgets[4].reasons[0]: "Bored" is not one of "Empty", "Underutilized", "Drifted"
             "#]],
         ),
         (
@@ -294,7 +294,7 @@ fn nodepool_cases() {
                   spec.disruption.unneededTime: invalid duration "Never": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
                 server:
                   spec.disruption.consolidateAfter: "10 minutes" does not match ^(([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+|Never)$
-                  spec.disruption.consolidationPolicy: "Always" is not one of ["WhenEmpty","WhenEmptyOrUnderutilized"]
+                  spec.disruption.consolidationPolicy: "Always" is not one of "WhenEmpty", "WhenEmptyOrUnderutilized"
                   spec.disruption.unneededTime: "Never" does not match ^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$
             "#]],
         ),

@@ -436,7 +436,7 @@ impl Catalog {
     /// (non-positive sizes or prices, unknown GPU model, invalid label values, duplicate names).
     pub fn parse(yaml: &str) -> Result<Catalog, CatalogError> {
         let file: File =
-            serde_yaml::from_str(yaml).map_err(|e| CatalogError::Parse(e.to_string()))?;
+            serde_norway::from_str(yaml).map_err(|e| CatalogError::Parse(e.to_string()))?;
         check_gpu_models(&file.gpus)?;
         let mut seen = BTreeSet::new();
         let mut types = Vec::new();
@@ -494,6 +494,91 @@ impl Catalog {
     /// Whether the catalog is empty.
     pub fn is_empty(&self) -> bool {
         self.types.is_empty()
+    }
+}
+
+/// One instance type as `gpu-autoscaler catalog --json` writes it. `zones` and the two
+/// minimum prices are derived from `offerings`, so they are read and not trusted.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonRow {
+    name: String,
+    arch: String,
+    gpu: Option<GpuSpec>,
+    capacity: Resources,
+    allocatable: Resources,
+    #[serde(default, rename = "zones")]
+    _zones: Vec<String>,
+    #[serde(default, rename = "on_demand_price")]
+    _on_demand_price: Option<f64>,
+    #[serde(default, rename = "spot_price")]
+    _spot_price: Option<f64>,
+    #[serde(default)]
+    labels: Labels,
+    offerings: Vec<Offering>,
+}
+
+/// Reads instance types in exactly the format `gpu-autoscaler catalog --json` writes (capacity,
+/// allocatable and offerings per type; the overhead is their difference), so a catalog printed
+/// from a cloud or edited by hand can be handed back to `run --catalog-file` and `validate`.
+///
+/// # Errors
+/// [`CatalogError::Parse`] when the text is not that JSON (unknown fields included);
+/// [`CatalogError::Invalid`] naming the type and field of a bad value: an empty or repeated
+/// name, allocatable above capacity, an offering whose price is not a positive number, a type
+/// without offerings.
+pub fn parse_json_rows(text: &str) -> Result<Vec<InstanceType>, CatalogError> {
+    // JSON is YAML: one parser, and its messages carry line and column.
+    let rows: Vec<JsonRow> =
+        serde_norway::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        if r.name.is_empty() {
+            return Err(invalid("", "name", "is empty"));
+        }
+        if !seen.insert(r.name.clone()) {
+            return Err(invalid(&r.name, "name", "listed twice"));
+        }
+        let overhead = r.capacity.minus(&r.allocatable);
+        if !r.allocatable.fits(&r.capacity) {
+            return Err(invalid(&r.name, "allocatable", "is larger than capacity"));
+        }
+        if r.offerings.is_empty() {
+            return Err(invalid(&r.name, "offerings", "is empty"));
+        }
+        for (i, o) in r.offerings.iter().enumerate() {
+            if !(o.price.is_finite() && o.price > 0.0) {
+                return Err(invalid(
+                    &r.name,
+                    &format!("offerings[{i}].price"),
+                    format!("{} is not a positive price", o.price),
+                ));
+            }
+        }
+        out.push(InstanceType {
+            name: r.name,
+            arch: r.arch,
+            capacity: r.capacity,
+            overhead,
+            gpu: r.gpu,
+            labels: r.labels,
+            offerings: r.offerings,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads a user's catalog file: `catalog --json` output (a JSON array) or a catalog YAML file
+/// of the embedded catalog's shape (every provider's types).
+///
+/// # Errors
+/// As [`parse_json_rows`] and [`Catalog::parse`].
+pub fn parse_user_catalog(text: &str) -> Result<Vec<InstanceType>, CatalogError> {
+    if text.trim_start().starts_with('[') {
+        parse_json_rows(text)
+    } else {
+        Catalog::parse(text).map(|c| c.instance_types())
     }
 }
 

@@ -51,6 +51,7 @@ use kube::{CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::common::RetrySettings;
 use crate::error::{Action, ProviderError};
 use crate::provider::{
     CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef, OfferingKey,
@@ -193,6 +194,9 @@ pub struct KwokConfig {
     /// count is rounded down, to at least one device. Below 1 the Node comes up with fewer
     /// devices than its NodePool promised.
     pub gpu_fraction: f64,
+    /// Retries of an operation whose API calls failed transiently (429, 5xx, conflicts,
+    /// network): the provider's single retry layer.
+    pub retry: RetrySettings,
 }
 
 impl Default for KwokConfig {
@@ -204,6 +208,7 @@ impl Default for KwokConfig {
             gpu_delay: Duration::from_secs(10),
             launch_latency: Duration::ZERO,
             gpu_fraction: 1.0,
+            retry: RetrySettings::default(),
         }
     }
 }
@@ -225,6 +230,11 @@ fn kube_err(action: Action, e: kube::Error) -> ProviderError {
         kube::Error::Api(s) if s.code == 404 && action == Action::Get => ProviderError::NotFound {
             action,
             provider_id: s.message.clone(),
+        },
+        // Refused as made (a malformed or invalid object): repeating it cannot help.
+        kube::Error::Api(s) if s.code == 400 || s.code == 422 => ProviderError::InvalidRequest {
+            action,
+            why: s.message.clone(),
         },
         _ => ProviderError::Other {
             action,
@@ -503,6 +513,48 @@ impl CloudProvider for KwokProvider {
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, ProviderError> {
+        self.retrying(|| self.launch_once(request)).await
+    }
+
+    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+        self.retrying(|| self.delete_once(provider_id)).await
+    }
+
+    async fn get(&self, provider_id: &str) -> Result<Instance, ProviderError> {
+        self.retrying(|| self.get_once(provider_id)).await
+    }
+
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+        self.retrying(|| self.list_once()).await
+    }
+}
+
+/// One attempt of each operation; every one is idempotent (launch on the claim name, delete
+/// of a missing instance succeeds), so [`KwokProvider::retrying`] may repeat it.
+impl KwokProvider {
+    /// Runs `op` until it succeeds, fails for good, or `config.retry.max_attempts` attempts
+    /// were made, sleeping a jittered exponential delay between attempts.
+    async fn retrying<T, F, Fut>(&self, op: F) -> Result<T, ProviderError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ProviderError>>,
+    {
+        let mut attempts = 0;
+        loop {
+            let result = op().await;
+            attempts += 1;
+            match result {
+                Err(e) if e.is_retryable() && self.config.retry.may_retry(attempts) => {
+                    let delay = self.config.retry.delay(attempts - 1, fastrand::f64());
+                    tracing::debug!(error = %e, attempts, ?delay, "retrying kwok operation");
+                    tokio::time::sleep(delay).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn launch_once(&self, request: &LaunchRequest) -> Result<Launched, ProviderError> {
         let invalid = |why: String| ProviderError::InvalidRequest {
             action: Action::Launch,
             why,
@@ -609,7 +661,7 @@ impl CloudProvider for KwokProvider {
         })
     }
 
-    async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
+    async fn delete_once(&self, provider_id: &str) -> Result<(), ProviderError> {
         let Some(name) = instance_name(provider_id) else {
             return Ok(());
         };
@@ -632,7 +684,7 @@ impl CloudProvider for KwokProvider {
         Ok(())
     }
 
-    async fn get(&self, provider_id: &str) -> Result<Instance, ProviderError> {
+    async fn get_once(&self, provider_id: &str) -> Result<Instance, ProviderError> {
         let not_found = || ProviderError::NotFound {
             action: Action::Get,
             provider_id: provider_id.to_string(),
@@ -645,7 +697,7 @@ impl CloudProvider for KwokProvider {
         }
     }
 
-    async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
+    async fn list_once(&self) -> Result<Vec<Instance>, ProviderError> {
         let list = self
             .instances_api()
             .list(&ListParams::default())
@@ -681,7 +733,7 @@ mod tests {
 
     #[test]
     fn crd_yaml_names_the_type() {
-        let v: serde_json::Value = serde_yaml::from_str(CRD_YAML).unwrap();
+        let v: serde_json::Value = serde_norway::from_str(CRD_YAML).unwrap();
         assert_eq!(v["spec"]["names"]["kind"], "KwokInstance");
         assert_eq!(v["spec"]["group"], "kwok.gpu-autoscaler.dev");
     }

@@ -21,6 +21,7 @@ pub mod quantity;
 pub mod requirements;
 pub mod resources;
 pub mod taints;
+pub mod vocabulary;
 
 pub use disruption::{DisruptionConfig, DisruptionPlan, DisruptionState, plan_disruption};
 pub use error::{CoreError, DurationError, QuantityError};

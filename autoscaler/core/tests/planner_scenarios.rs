@@ -705,3 +705,39 @@ impl WithTypes for autoscaler_core::model::Pool {
         PoolBuilder(self)
     }
 }
+
+/// A pod that spells a label value as another place names it (the catalog's `H100`, NVIDIA's
+/// product string) is told the spelling nodes carry.
+#[test]
+fn misspelled_label_values_get_did_you_mean() {
+    let pods = vec![
+        pod("upper").gpus(1).select(labels::GPU_NAME, "H100"),
+        pod("product")
+            .gpus(1)
+            .select(labels::GPU_NAME, "NVIDIA-H100-80GB-HBM3"),
+        pod("typo")
+            .cpu("1")
+            .select(labels::INSTANCE_TYPE, "m5.4xlarg"),
+        pod("key")
+            .cpu("1")
+            .select("gpu-autoscaler.dev/instance-gpu-nam", "l4"),
+    ];
+    let mut h100 = gpu_types();
+    for t in &mut h100 {
+        if t.gpu.as_ref().is_some_and(|g| g.model == "H100") {
+            t.labels.insert(
+                labels::NVIDIA_PRODUCT.into(),
+                "NVIDIA-H100-80GB-HBM3".into(),
+            );
+        }
+    }
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types()), pool("gpu", h100)]),
+        expect![[r#"
+            unschedulable default/key: no instance type in NodePool default matches the pod's node selector and affinity; no instance type in NodePool gpu matches the pod's node selector and affinity; no instance type has the label gpu-autoscaler.dev/instance-gpu-nam (did you mean gpu-autoscaler.dev/instance-gpu-name?)
+            unschedulable default/product: no instance type in NodePool default matches the pod's node selector and affinity; no instance type in NodePool gpu matches the pod's node selector and affinity; no instance type has gpu-autoscaler.dev/instance-gpu-name="NVIDIA-H100-80GB-HBM3" (did you mean "h100"? the label holds the lower-case GPU name)
+            unschedulable default/typo: no instance type in NodePool default matches the pod's node selector and affinity; no instance type in NodePool gpu matches the pod's node selector and affinity; no instance type has node.kubernetes.io/instance-type="m5.4xlarg" (did you mean "m5.4xlarge"?)
+            unschedulable default/upper: no instance type in NodePool default matches the pod's node selector and affinity; no instance type in NodePool gpu matches the pod's node selector and affinity; no instance type has gpu-autoscaler.dev/instance-gpu-name="H100" (did you mean "h100"? GPU names in labels are lower case)
+        "#]],
+    );
+}

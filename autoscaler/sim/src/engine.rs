@@ -2,26 +2,26 @@
 //! controller (batch window, provisioning, disruption with validation), the cloud (launch
 //! latency, registration, device plugin, capacity errors, spot interruptions), the
 //! kube-scheduler and Kueue's ProvisioningRequest flow (`engine/requests.rs`), run for one policy.
+//! Node lifecycle is in `engine/nodes.rs`, disruption decisions in `engine/disruption.rs`, and
+//! what is measured in `engine/result.rs`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::time::Instant;
 
-use autoscaler_core::disruption::{SAFE_TO_EVICT, pod_protection};
 use autoscaler_core::model::{DaemonSet, Pool};
-use autoscaler_core::resources::names;
-use autoscaler_core::taints::{Effect, Taint};
-use autoscaler_core::{CapacityType, labels};
-use providers::fake::{FakeProvider, block_on};
-use providers::{CloudProvider, LaunchRequest, NodeClassRef, ProviderError, UnavailableOfferings};
+use providers::UnavailableOfferings;
+use providers::fake::FakeProvider;
 
 use crate::baselines::Shape;
-use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId, PodPhase};
+use crate::cluster::{Cluster, NodeId, PodId, PodPhase};
 use crate::policy::{Ctx, Decision, LaunchSpec, Policy};
 use crate::rng::Rng;
 use crate::scenario::{ClusterConfig, ProvReqSpec};
 use crate::scheduler::{self, Scratch, SelectorCache, View, has_topology, untolerated};
 use crate::workload::Workload;
+
+pub use result::{PolicyResult, ProvReqStats, RequestRecord, Sample};
 
 /// The taint put on nodes being disrupted (Karpenter's key).
 pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
@@ -106,119 +106,6 @@ struct Request {
     served: bool,
 }
 
-/// ProvisioningRequest outcomes of one policy.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProvReqStats {
-    /// Whether the policy serves ProvisioningRequests at all (otherwise the pods were created
-    /// at the request's arrival as an ordinary gang, and the counts below are zero).
-    pub supported: bool,
-    /// Requests created.
-    pub requests: u64,
-    /// Requests that reached Provisioned.
-    pub provisioned: u64,
-    /// Of those, bookings consumed by their pods.
-    pub consumed: u64,
-    /// Of those, bookings that expired before their pods bound.
-    pub expired: u64,
-    /// Of those, bookings revoked because a booked node was lost.
-    pub revoked: u64,
-    /// Requests never Provisioned by the end of the run.
-    pub never_provisioned: u64,
-    /// Seconds from creation to Provisioned, median over provisioned requests.
-    pub to_provisioned_p50_s: f64,
-    /// 95th percentile.
-    pub to_provisioned_p95_s: f64,
-    /// Every served request, in creation order of their groups.
-    pub records: Vec<RequestRecord>,
-}
-
-/// What happened to one ProvisioningRequest (virtual seconds).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RequestRecord {
-    /// Its name (the group's).
-    pub name: String,
-    /// Class, as scenarios name it.
-    pub class: &'static str,
-    /// Created.
-    pub created: i64,
-    /// Provisioned (every booked node initialized).
-    pub provisioned_at: Option<i64>,
-    /// Its pods created (Kueue admitted the workload).
-    pub admitted_at: Option<i64>,
-    /// Every pod bound at once, the first time.
-    pub bound_at: Option<i64>,
-    /// How the booking ended: `consumed`, `expired`, `revoked`, or `None` (not ended).
-    pub end: Option<&'static str>,
-    /// Per node launched for it (by the attempt that succeeded): when it was launched and
-    /// when it was terminated, if it was.
-    pub nodes: Vec<(i64, Option<i64>)>,
-}
-
-/// One point of the time series.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Sample {
-    /// Virtual seconds.
-    pub t: i64,
-    /// Live nodes per instance type.
-    pub nodes_by_type: BTreeMap<String, u32>,
-    /// Pending pods.
-    pub pending: u32,
-    /// Requested / paid GPUs at that moment.
-    pub gpu_allocation: f64,
-    /// Cost so far, USD.
-    pub cost: f64,
-}
-
-/// Everything measured for one policy.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PolicyResult {
-    /// Policy name.
-    pub name: String,
-    /// What the policy is.
-    pub description: String,
-    /// USD.
-    pub cost: f64,
-    /// GPU-hours of the GPUs on nodes paid for.
-    pub gpu_hours_paid: f64,
-    /// GPU-hours pods held (shares, MIG slices and time-sliced replicas as fractions).
-    pub gpu_hours_requested: f64,
-    /// requested / paid.
-    pub gpu_allocation: f64,
-    /// Pending time percentiles (seconds) over pending episodes, unbound ones counted to the
-    /// end of the run.
-    pub pending_p50_s: f64,
-    /// 95th percentile.
-    pub pending_p95_s: f64,
-    /// 99th percentile.
-    pub pending_p99_s: f64,
-    /// Nodes launched.
-    pub nodes_launched: u64,
-    /// Nodes terminated (disruption and interruptions).
-    pub nodes_terminated: u64,
-    /// Pods evicted (disruption and interruptions).
-    pub pods_disrupted: u64,
-    /// Of which by spot interruptions.
-    pub pods_interrupted: u64,
-    /// Safety violations (must be 0).
-    pub safety_violations: u64,
-    /// The first few violations, described.
-    pub violation_examples: Vec<String>,
-    /// Pods still pending at the end.
-    pub pending_at_end: u64,
-    /// A few of them, with how long they had been pending.
-    pub pending_examples: Vec<String>,
-    /// Pods created.
-    pub pods_created: u64,
-    /// Launches refused for lack of capacity.
-    pub launch_failures: u64,
-    /// Time series.
-    pub samples: Vec<Sample>,
-    /// Wall-clock seconds this policy took.
-    pub wall_seconds: f64,
-    /// ProvisioningRequest outcomes; `None` when the workload has no requests.
-    pub provisioning_requests: Option<ProvReqStats>,
-}
-
 struct Pending {
     decision: Decision,
     replacement: Option<NodeId>,
@@ -267,6 +154,8 @@ pub struct Engine<'a> {
     // Metrics.
     pending_samples: Vec<i64>,
     gpu_requested_s: f64,
+    /// GPU-seconds of job work thrown away by evictions (the job runs again from the start).
+    gpu_rerun_s: f64,
     nodes_launched: u64,
     nodes_terminated: u64,
     pods_disrupted: u64,
@@ -347,6 +236,7 @@ impl<'a> Engine<'a> {
             held_nodes: Default::default(),
             pending_samples: Vec::new(),
             gpu_requested_s: 0.0,
+            gpu_rerun_s: 0.0,
             nodes_launched: 0,
             nodes_terminated: 0,
             pods_disrupted: 0,
@@ -538,7 +428,12 @@ impl<'a> Engine<'a> {
         };
         for m in members {
             if let PodPhase::Bound { since, .. } = self.cluster.pods[m].phase {
-                self.gpu_requested_s += self.cluster.pods[m].gpu_equiv * (self.now - since) as f64;
+                let held = self.cluster.pods[m].gpu_equiv * (self.now - since) as f64;
+                self.gpu_requested_s += held;
+                // A job restarts from the beginning; a service's time served is not lost.
+                if self.workload.pods[m].runtime.is_some() {
+                    self.gpu_rerun_s += held;
+                }
                 if let Some(g) = self.workload.pods[m].group {
                     self.group_bound[g as usize] = self.group_bound[g as usize].saturating_sub(1);
                 }
@@ -851,388 +746,6 @@ impl<'a> Engine<'a> {
             .collect()
     }
 
-    fn launch(&mut self, spec: &LaunchSpec) -> Option<NodeId> {
-        if spec.candidates.is_empty() {
-            return None;
-        }
-        let pool = &self.pools[spec.pool];
-        let claim = format!(
-            "{}-{}",
-            pool.name,
-            self.nodes_launched + self.launch_failures
-        );
-        // Random capacity errors: refuse some candidates for this one call.
-        let mut refused = Vec::new();
-        if self.cfg.ice_probability > 0.0 {
-            for k in &spec.candidates {
-                if self.rng_ice.chance(self.cfg.ice_probability) {
-                    self.provider.fail_offering(k.clone());
-                    refused.push(k.clone());
-                }
-            }
-        }
-        let req = LaunchRequest {
-            claim: claim.clone(),
-            pool: pool.name.clone(),
-            class: NodeClassRef::default(),
-            candidates: spec.candidates.clone(),
-            labels: pool.labels.clone(),
-            taints: pool.taints.clone(),
-            startup_taints: pool.startup_taints.clone(),
-            // The simulated cloud has no network topology to place into.
-            placement_group: None,
-            gpu_sharing: Default::default(),
-        };
-        let result = block_on(self.provider.launch(&req));
-        for k in &refused {
-            if !self.cfg.ice_offerings.contains(k) {
-                self.provider.restore_offering(k);
-            }
-        }
-        self.provider.clear_calls();
-        let launched = match result {
-            Ok(l) => l,
-            Err(ProviderError::InsufficientCapacity { offerings, .. }) => {
-                self.unavailable.mark_all(offerings, self.now);
-                self.launch_failures += 1;
-                return None;
-            }
-            Err(_) => {
-                self.launch_failures += 1;
-                return None;
-            }
-        };
-        self.unavailable.mark_all(launched.unavailable, self.now);
-        let inst = launched.instance;
-        let shape = self
-            .shapes
-            .iter()
-            .find(|s| s.pool == spec.pool && s.name == inst.instance_type)?;
-        let id = self.cluster.nodes.len();
-        let name = format!("node-{id}");
-        let mut node_labels = shape.labels.clone();
-        node_labels.insert(labels::HOSTNAME.into(), name.clone());
-        node_labels.insert(labels::ZONE.into(), inst.zone.clone());
-        node_labels.insert(
-            labels::CAPACITY_TYPE.into(),
-            inst.capacity_type.as_str().into(),
-        );
-        let units = shape.allocatable.get(names::NVIDIA_GPU).max(0) as usize;
-        let mut taints = pool.taints.clone();
-        taints.extend(pool.startup_taints.iter().cloned());
-        self.cluster.nodes.push(NodeState {
-            name,
-            claim: claim.clone(),
-            provider_id: inst.provider_id.clone(),
-            pool: spec.pool,
-            pool_name: pool.name.clone(),
-            instance_type: inst.instance_type.clone(),
-            zone: inst.zone.clone(),
-            capacity_type: inst.capacity_type,
-            price: inst.price.unwrap_or(0.0),
-            labels: std::sync::Arc::new(node_labels),
-            taints,
-            startup_taints: pool.startup_taints.clone(),
-            allocatable: shape.allocatable.clone(),
-            used: Default::default(),
-            devices: vec![0; units],
-            pods: vec![],
-            ds_pods: Default::default(),
-            phase: NodePhase::Launching,
-            cordoned: false,
-            deleting: false,
-            launched_at: self.now,
-            gone_at: None,
-            gpus: shape.gpus,
-            last_pod_change: self.now,
-            held: Vec::new(),
-            hold_version: 0,
-        });
-        self.cluster.live_nodes.insert(id);
-        self.claims.insert(claim, id);
-        self.nodes_launched += 1;
-        let family = shape
-            .labels
-            .get(labels::INSTANCE_FAMILY)
-            .cloned()
-            .unwrap_or_default();
-        let base = self
-            .cfg
-            .launch_family_s
-            .get(&family)
-            .copied()
-            .unwrap_or(if shape.gpus > 0 {
-                self.cfg.launch_gpu_s
-            } else {
-                self.cfg.launch_cpu_s
-            });
-        let j = self.cfg.launch_jitter;
-        let latency = (base as f64 * self.rng_launch.uniform(1.0 - j, 1.0 + j)).round() as i64;
-        self.push(
-            self.now + latency.max(1) + self.cfg.registration_s,
-            Ev::Registered(id),
-        );
-        if inst.capacity_type == CapacityType::Spot && self.cfg.spot_interruptions_per_hour > 0.0 {
-            let after = self
-                .rng_spot
-                .exponential(3600.0 / self.cfg.spot_interruptions_per_hour);
-            if after < (self.horizon - self.now) as f64 {
-                self.push(self.now + after.ceil() as i64, Ev::Interrupt(id));
-            }
-        }
-        self.policy.on_scale_up(self.now);
-        self.changed();
-        Some(id)
-    }
-
-    fn register(&mut self, n: NodeId) {
-        if self.cluster.nodes[n].phase != NodePhase::Launching {
-            return;
-        }
-        let node = &mut self.cluster.nodes[n];
-        node.phase = NodePhase::Registered;
-        for ds in self.daemonsets {
-            if ds.node_selector.matches(&node.labels)
-                && untolerated(&ds.tolerations, &node.taints).is_none()
-            {
-                let mut pod = autoscaler_core::builders::pod(&format!(
-                    "{}-{}",
-                    ds.name.replace('/', "-"),
-                    node.name
-                ))
-                .owner(Some("DaemonSet"))
-                .build();
-                pod.requests = ds.requests.clone();
-                node.used.add(&ds.requests);
-                std::sync::Arc::make_mut(&mut node.ds_pods).push(pod);
-            }
-        }
-        let delay = if node.gpus > 0 {
-            self.cfg.device_plugin_s
-        } else {
-            0
-        };
-        self.push(self.now + delay, Ev::Initialized(n));
-        self.request_pass(true);
-        self.changed();
-    }
-
-    fn initialize(&mut self, n: NodeId) {
-        if self.cluster.nodes[n].phase != NodePhase::Registered {
-            return;
-        }
-        let node = &mut self.cluster.nodes[n];
-        node.phase = NodePhase::Ready;
-        let startup = std::mem::take(&mut node.startup_taints);
-        node.taints.retain(|t| !startup.contains(t));
-        self.nominated.retain(|_, v| *v != n);
-        self.request_pass(true);
-        self.changed();
-        self.request_node_ready(n);
-        // Replacements waiting for this node go ahead.
-        let waiting: Vec<u64> = self
-            .decisions
-            .iter()
-            .filter(|(_, d)| d.replacement == Some(n) && !d.executing)
-            .map(|(i, _)| *i)
-            .collect();
-        for d in waiting {
-            self.drain(d);
-        }
-    }
-
-    fn interrupt(&mut self, n: NodeId) {
-        if !self.cluster.nodes[n].alive() {
-            return;
-        }
-        // Two-minute notice: cordon and drain now, the instance goes at the end of the notice.
-        let node = &mut self.cluster.nodes[n];
-        node.deleting = true;
-        node.taints
-            .push(Taint::new(DISRUPTED_TAINT, "", Effect::NoSchedule));
-        let pods = node.pods.clone();
-        for p in pods {
-            if matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
-                let k = self.evict(p);
-                self.pods_disrupted += k;
-                self.pods_interrupted += k;
-            }
-        }
-        self.nominated.retain(|_, v| *v != n);
-        self.push(self.now + 120, Ev::Terminate(n));
-        self.changed();
-    }
-
-    fn terminate(&mut self, n: NodeId) {
-        if !self.cluster.nodes[n].alive() {
-            return;
-        }
-        let pods = self.cluster.nodes[n].pods.clone();
-        for p in pods {
-            let k = self.evict(p);
-            self.pods_disrupted += k;
-        }
-        let node = &mut self.cluster.nodes[n];
-        node.phase = NodePhase::Gone;
-        node.gone_at = Some(self.now);
-        let pid = node.provider_id.clone();
-        self.cluster.live_nodes.remove(&n);
-        self.nominated.retain(|_, v| *v != n);
-        let _ = block_on(self.provider.delete(&pid));
-        self.provider.clear_calls();
-        self.nodes_terminated += 1;
-        self.request_pass(true);
-        self.changed();
-        self.request_node_gone(n);
-    }
-
-    fn disrupt_tick(&mut self) {
-        if !self.decisions.is_empty() {
-            return;
-        }
-        if self.version == self.disrupt_version && self.now < self.disrupt_wake {
-            return;
-        }
-        let pools = self.pools_now();
-        let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
-        let (decisions, wake) = {
-            let ctx = Ctx {
-                pools: &pools,
-                ..self.ctx()
-            };
-            taken.disrupt(&ctx, self.now)
-        };
-        self.policy = taken;
-        self.disrupt_version = self.version;
-        self.disrupt_wake = wake;
-        for d in decisions {
-            if d.nodes.is_empty() {
-                continue;
-            }
-            let i = self.next_decision;
-            self.next_decision += 1;
-            self.decisions.insert(
-                i,
-                Pending {
-                    decision: d,
-                    replacement: None,
-                    executing: false,
-                },
-            );
-            self.push(self.now + self.cfg.validation_delay_s, Ev::Validate(i));
-        }
-    }
-
-    fn validate(&mut self, i: u64) {
-        let Some(p) = self.decisions.get(&i) else {
-            return;
-        };
-        let decision = p.decision.clone();
-        let pools = self.pools_now();
-        let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
-        let ok = {
-            let ctx = Ctx {
-                pools: &pools,
-                ..self.ctx()
-            };
-            taken.validate(&ctx, &decision, self.now)
-        };
-        self.policy = taken;
-        if !ok {
-            self.finish_decision(i);
-            return;
-        }
-        for &n in &decision.nodes {
-            let node = &mut self.cluster.nodes[n];
-            node.deleting = true;
-            node.taints
-                .push(Taint::new(DISRUPTED_TAINT, "", Effect::NoSchedule));
-        }
-        self.changed();
-        match &decision.replacement {
-            None => self.drain(i),
-            Some(spec) => match self.launch(spec) {
-                Some(r) => {
-                    if let Some(p) = self.decisions.get_mut(&i) {
-                        p.replacement = Some(r);
-                    }
-                    self.push(self.now + REPLACEMENT_TIMEOUT_S, Ev::ReplacementTimeout(i));
-                }
-                None => self.abandon(i),
-            },
-        }
-    }
-
-    fn abandon(&mut self, i: u64) {
-        let Some(nodes) = self.decisions.get(&i).map(|p| p.decision.nodes.clone()) else {
-            return;
-        };
-        for n in nodes {
-            let node = &mut self.cluster.nodes[n];
-            if node.alive() {
-                node.deleting = false;
-                node.taints.retain(|t| t.key != DISRUPTED_TAINT);
-            }
-        }
-        self.finish_decision(i);
-        self.request_pass(true);
-        self.changed();
-    }
-
-    fn finish_decision(&mut self, i: u64) {
-        self.decisions.remove(&i);
-    }
-
-    /// Evicts the pods of a validated decision's nodes and terminates them, counting any
-    /// eviction that breaks a safety rule.
-    fn drain(&mut self, i: u64) {
-        let Some(nodes) = self.decisions.get(&i).map(|p| p.decision.nodes.clone()) else {
-            return;
-        };
-        let mut pdbs = self.cluster.pdbs(self.workload);
-        for &n in &nodes {
-            if !self.cluster.nodes[n].alive() {
-                continue;
-            }
-            let pods = self.cluster.nodes[n].pods.clone();
-            for p in pods {
-                if !matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
-                    continue;
-                }
-                let pod = self.cluster.pod(p);
-                let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
-                let mut problems = Vec::new();
-                if let Some(why) = pod_protection(pod, self.now) {
-                    problems.push(format!("evicted a pod while it is protected: {why}"));
-                }
-                if ann(SAFE_TO_EVICT) == Some("false") {
-                    problems.push(format!(
-                        "evicted {} which has {SAFE_TO_EVICT}=false",
-                        pod.key
-                    ));
-                }
-                for b in pdbs.iter_mut() {
-                    if b.namespace == pod.key.namespace && b.selector.matches(&pod.labels) {
-                        if b.disruptions_allowed <= 0 {
-                            problems.push(format!(
-                                "evicted {} beyond PDB {}/{}",
-                                pod.key, b.namespace, b.name
-                            ));
-                        }
-                        b.disruptions_allowed -= 1;
-                    }
-                }
-                for m in problems {
-                    self.violation(m);
-                }
-                self.pods_disrupted += self.evict(p);
-            }
-            self.terminate(n);
-        }
-        self.policy.on_delete(self.now);
-        self.finish_decision(i);
-    }
-
     fn paid_gpus_now(&self) -> f64 {
         self.cluster
             .live_nodes
@@ -1293,13 +806,17 @@ impl<'a> Engine<'a> {
         s.sort_unstable();
         let paid_h = gpu_s / 3600.0;
         let req_h = self.gpu_requested_s / 3600.0;
+        let rerun_h = self.gpu_rerun_s / 3600.0;
+        let useful_h = (req_h - rerun_h).max(0.0);
         PolicyResult {
             name: self.policy.name().to_string(),
             description: self.policy.description().to_string(),
             cost,
             gpu_hours_paid: paid_h,
             gpu_hours_requested: req_h,
-            gpu_allocation: if paid_h > 0.0 { req_h / paid_h } else { 0.0 },
+            gpu_hours_useful: useful_h,
+            gpu_hours_rerun: rerun_h,
+            gpu_allocation: if paid_h > 0.0 { useful_h / paid_h } else { 0.0 },
             pending_p50_s: percentile(&s, 0.50),
             pending_p95_s: percentile(&s, 0.95),
             pending_p99_s: percentile(&s, 0.99),
@@ -1341,7 +858,10 @@ impl<'a> Engine<'a> {
     }
 }
 
+mod disruption;
+mod nodes;
 mod requests;
+mod result;
 
 /// A policy that does nothing, parked in the engine while the real one is borrowed out.
 struct Noop;

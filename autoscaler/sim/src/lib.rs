@@ -9,17 +9,25 @@
 //! ([`scheduler`]) written apart from the planner, so a plan the scheduler would not follow
 //! shows up as pods that stay pending. Same seed, same result: nothing reads the wall clock
 //! except the `wall_seconds` measurements, and iteration orders are fixed.
+//!
+//! Several seeds ([`seeds`]) give each policy a mean with a 95 % interval ([`stats`]) and a
+//! difference to gpu-autoscaler paired by seed; [`sweep`] turns one disruption knob over
+//! several values on the same seeds and says which value to use, or that it cannot decide.
 
 pub mod baselines;
 pub mod cluster;
 pub mod engine;
 pub mod error;
+pub mod frontier;
 pub mod openb_workload;
 pub mod policy;
 pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod scheduler;
+pub mod seeds;
+pub mod stats;
+pub mod sweep;
 pub mod traces;
 pub mod workload;
 
@@ -189,46 +197,4 @@ pub fn run_workload(
         pods: workload.len(),
         policies: results,
     })
-}
-
-/// Keys `--sweep` understands, applied to every NodePool.
-pub const SWEEP_KEYS: [&str; 4] = [
-    "gpu-utilization-threshold",
-    "utilization-threshold",
-    "unneeded-time",
-    "consolidate-after",
-];
-
-/// Sets one disruption knob on every NodePool of `scenario`.
-///
-/// # Errors
-/// A message naming the key or value that is not understood.
-pub fn apply_sweep(scenario: &mut Scenario, key: &str, value: &str) -> Result<(), String> {
-    for p in &mut scenario.pools {
-        let d = &mut p.disruption;
-        match key {
-            "gpu-utilization-threshold" | "utilization-threshold" => {
-                let v: f64 = value
-                    .parse()
-                    .map_err(|_| format!("{key}: {value:?} is not a number"))?;
-                if !(0.0..=1.0).contains(&v) {
-                    return Err(format!("{key}: {v} is outside [0, 1]"));
-                }
-                if key == "gpu-utilization-threshold" {
-                    d.gpu_utilization_threshold = v;
-                } else {
-                    d.utilization_threshold = v;
-                }
-            }
-            "unneeded-time" => d.unneeded_s = scenario::parse_duration(value)?,
-            "consolidate-after" => d.consolidate_after_s = scenario::parse_duration(value)?,
-            other => {
-                return Err(format!(
-                    "unknown sweep key {other:?} (known: {})",
-                    SWEEP_KEYS.join(", ")
-                ));
-            }
-        }
-    }
-    Ok(())
 }

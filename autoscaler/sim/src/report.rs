@@ -25,6 +25,8 @@ struct JsonPolicy<'a> {
     cost: f64,
     gpu_hours_paid: f64,
     gpu_hours_requested: f64,
+    gpu_hours_useful: f64,
+    gpu_hours_rerun: f64,
     gpu_allocation: f64,
     pending_p50_s: f64,
     pending_p95_s: f64,
@@ -72,6 +74,8 @@ pub fn to_json(report: &RunReport) -> String {
                 cost: r(p.cost, 4),
                 gpu_hours_paid: r(p.gpu_hours_paid, 4),
                 gpu_hours_requested: r(p.gpu_hours_requested, 4),
+                gpu_hours_useful: r(p.gpu_hours_useful, 4),
+                gpu_hours_rerun: r(p.gpu_hours_rerun, 4),
                 gpu_allocation: r(p.gpu_allocation, 4),
                 pending_p50_s: p.pending_p50_s,
                 pending_p95_s: p.pending_p95_s,
@@ -121,9 +125,10 @@ pub fn summary(report: &RunReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<15} {:>11} {:>9} {:>9} {:>6} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6}",
+        "{:<15} {:>11} {:>9} {:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6}",
         "policy",
         "cost $",
+        "GPU-h",
         "GPU-h",
         "GPU-h",
         "GPU",
@@ -138,17 +143,31 @@ pub fn summary(report: &RunReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<15} {:>11} {:>9} {:>9} {:>6} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6}",
-        "", "", "paid", "used", "alloc", "p50", "p95", "p99", "up", "down", "moved", "", "pending"
+        "{:<15} {:>11} {:>9} {:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6}",
+        "",
+        "",
+        "paid",
+        "useful",
+        "rerun",
+        "alloc",
+        "p50",
+        "p95",
+        "p99",
+        "up",
+        "down",
+        "moved",
+        "",
+        "pending"
     );
     for p in &report.policies {
         let _ = writeln!(
             s,
-            "{:<15} {:>11.2} {:>9.1} {:>9.1} {:>5.1}% {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6}",
+            "{:<15} {:>11.2} {:>9.1} {:>9.1} {:>7.1} {:>5.1}% {:>7} {:>7} {:>7} {:>6} {:>6} {:>6} {:>6} {:>6}",
             p.name,
             p.cost,
             p.gpu_hours_paid,
-            p.gpu_hours_requested,
+            p.gpu_hours_useful,
+            p.gpu_hours_rerun,
             p.gpu_allocation * 100.0,
             hours(p.pending_p50_s),
             hours(p.pending_p95_s),
@@ -235,14 +254,28 @@ fn provreq_table(s: &mut String, report: &RunReport) {
     }
 }
 
-fn esc(s: &str) -> String {
+/// The start of a report page (doctype, title, style), up to the open `<body>`.
+pub(crate) fn page_head(title: &str) -> String {
+    format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpu-autoscaler simulation: {}</title>\
+         <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}\
+         th{{background:#f4f4f4}}td:first-child{{text-align:left}}.note{{color:#555;font-size:90%}}\
+         pre{{font-size:11px;overflow-x:auto}}</style></head><body>",
+        esc(title)
+    )
+}
+
+/// `s` with HTML's special characters escaped.
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
 }
 
-const COLORS: [&str; 10] = [
+/// Series colours, in order.
+pub(crate) const COLORS: [&str; 10] = [
     "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
     "#9c755f", "#bab0ac",
 ];
@@ -373,15 +406,7 @@ fn per_policy(report: &RunReport, f: impl Fn(&Sample) -> f64) -> Vec<(String, Ve
 
 /// The self-contained HTML report.
 pub fn to_html(report: &RunReport) -> String {
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>gpu-autoscaler simulation: {}</title>\
-         <style>body{{font-family:sans-serif;max-width:900px;margin:2em auto;color:#222}}\
-         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}\
-         th{{background:#f4f4f4}}td:first-child{{text-align:left}}.note{{color:#555;font-size:90%}}</style></head><body>",
-        esc(&report.scenario)
-    );
+    let mut s = page_head(&report.scenario);
     let _ = write!(
         s,
         "<h1>Simulation: {}</h1><p>Seed {} · {:.1} virtual hours · {} pods · {:.2} s wall.</p>",
@@ -392,19 +417,20 @@ pub fn to_html(report: &RunReport) -> String {
         report.wall_seconds
     );
     s.push_str(
-        "<table><tr><th>policy</th><th>cost $</th><th>GPU-h paid</th><th>GPU-h used</th>\
-         <th>GPU alloc</th><th>pending p50</th><th>p95</th><th>p99</th><th>nodes up</th>\
+        "<table><tr><th>policy</th><th>cost $</th><th>GPU-h paid</th><th>GPU-h useful</th>\
+         <th>GPU-h re-run</th><th>GPU alloc</th><th>pending p50</th><th>p95</th><th>p99</th><th>nodes up</th>\
          <th>nodes down</th><th>pods disrupted</th><th>safety violations</th><th>pending at end</th></tr>",
     );
     for p in &report.policies {
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td>\
+            "<tr><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&p.name),
             p.cost,
             p.gpu_hours_paid,
-            p.gpu_hours_requested,
+            p.gpu_hours_useful,
+            p.gpu_hours_rerun,
             p.gpu_allocation * 100.0,
             hours(p.pending_p50_s),
             hours(p.pending_p95_s),
@@ -431,7 +457,7 @@ pub fn to_html(report: &RunReport) -> String {
             esc(&p.description)
         );
     }
-    s.push_str("</ul><p class=\"note\">GPU-hours used count fractional shares, MIG slices (n/7 of a GPU) and time-sliced replicas (1/replicas) as fractions of a physical GPU. Pending times are per pending episode; pods still pending at the end count until the end.</p>");
+    s.push_str("</ul><p class=\"note\">GPU-hours count fractional shares, MIG slices (n/7 of a GPU) and time-sliced replicas (1/replicas) as fractions of a physical GPU; useful GPU-hours leave out job work thrown away by an eviction (re-run), and GPU alloc is useful over paid. Pending times are per pending episode; pods still pending at the end count until the end.</p>");
     s.push_str(&line_chart(
         "Pending pods",
         "",

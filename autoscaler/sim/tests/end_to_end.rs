@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use autoscaler_sim::{RunOptions, Scenario, report, run};
+use autoscaler_sim::{RunOptions, Scenario, report, run, seeds, sweep};
 
 const TINY: &str = "\
 name: tiny
@@ -130,14 +130,252 @@ fn default_scenario_runs_on_a_short_horizon() {
 }
 
 #[test]
-fn sweep_changes_the_knob() {
-    let mut s = tiny();
-    autoscaler_sim::apply_sweep(&mut s, "consolidate-after", "30m").unwrap();
+fn a_sweep_sets_its_key_on_one_pool_or_all_and_names_what_it_does_not_know() {
+    use autoscaler_sim::sweep::{self, Setting};
+    let s = tiny();
+    let all = sweep::parse("consolidate-after=30m,1h", &s).unwrap();
+    let changed = all.apply(&s, Setting::Secs(1800));
     assert!(
-        s.pools
+        changed
+            .pools
             .iter()
             .all(|p| p.disruption.consolidate_after_s == 1800)
     );
-    assert!(autoscaler_sim::apply_sweep(&mut s, "colour", "1").is_err());
-    assert!(autoscaler_sim::apply_sweep(&mut s, "gpu-utilization-threshold", "2").is_err());
+    let one = sweep::parse("gpu:gpu-utilization-threshold=0.3, 0.7", &s).unwrap();
+    assert_eq!(one.values.len(), 2);
+    let changed = one.apply(&s, Setting::Ratio(0.3));
+    for p in &changed.pools {
+        let want = if p.name == "gpu" { 0.3 } else { 0.5 };
+        assert_eq!(p.disruption.gpu_utilization_threshold, want, "{}", p.name);
+    }
+    for (bad, says) in [
+        ("gpux:unneeded-time=1m", "unknown NodePool \"gpux\""),
+        ("gpux:unneeded-time=1m", "known: cpu, gpu"),
+        ("colour=1", "unknown key \"colour\""),
+        (
+            "gpu:colour=1",
+            "gpu-utilization-threshold, utilization-threshold",
+        ),
+        ("gpu-utilization-threshold=2", "2 is outside [0, 1]"),
+        ("unneeded-time=soon", "unneeded-time"),
+        ("unneeded-time=1m,60s", "given twice"),
+        ("unneeded-time", "[POOL:]KEY=v1,v2"),
+    ] {
+        let e = sweep::parse(bad, &s).unwrap_err().to_string();
+        assert!(e.contains("--sweep") && e.contains(says), "{bad}: {e}");
+    }
+}
+
+const EVICTED_JOBS: &str = "\
+name: evicted-jobs
+seed: 3
+duration: 4h
+catalog: aws
+cluster:
+  spotInterruptionsPerHour: 2
+pools:
+  - name: gpu
+    families: [g6]
+    capacityTypes: [spot]
+    taints: [{key: nvidia.com/gpu, value: present}]
+workloads:
+  - jobs:
+      name: train
+      arrivals: {every: 10m, end: 2h}
+      duration: {fixed: 90m}
+      pod: {nodePool: gpu, cpu: 1, memory: 2Gi, gpus: 1}
+";
+
+fn ours_only() -> RunOptions {
+    RunOptions {
+        policies: Some(vec!["gpu-autoscaler".into()]),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn job_work_thrown_away_by_evictions_is_rerun_not_useful() {
+    let jobs = Scenario::parse(Path::new("jobs.yaml"), EVICTED_JOBS).unwrap();
+    let r = run(&jobs, &ours_only(), &mut |_, _| {}).unwrap();
+    let p = &r.policies[0];
+    let summary = report::summary(&r);
+    assert!(p.pods_interrupted > 0, "{summary}");
+    assert!(p.gpu_hours_rerun > 0.0, "{summary}");
+    assert!(
+        (p.gpu_hours_useful + p.gpu_hours_rerun - p.gpu_hours_requested).abs() < 1e-9,
+        "{summary}"
+    );
+    assert!((p.gpu_allocation - p.gpu_hours_useful / p.gpu_hours_paid).abs() < 1e-12);
+    // The same pods as a service: evicted as often, but the time served is not lost.
+    let service = EVICTED_JOBS.replace(
+        "  - jobs:\n      name: train\n      arrivals: {every: 10m, end: 2h}\n      duration: {fixed: 90m}\n",
+        "  - deployment:\n      name: train\n      replicas: [{at: 0s, count: 6}]\n",
+    );
+    let svc = Scenario::parse(Path::new("service.yaml"), &service).unwrap();
+    let r = run(&svc, &ours_only(), &mut |_, _| {}).unwrap();
+    let q = &r.policies[0];
+    assert!(q.pods_interrupted > 0, "{}", report::summary(&r));
+    assert_eq!(q.gpu_hours_rerun, 0.0);
+    assert_eq!(q.gpu_hours_useful, q.gpu_hours_requested);
+}
+
+fn runs_on(s: &Scenario, seeds: &[u64]) -> Vec<autoscaler_sim::RunReport> {
+    seeds::par_map(
+        seeds,
+        2,
+        |seed| {
+            let opts = RunOptions {
+                seed: Some(*seed),
+                ..Default::default()
+            };
+            run(s, &opts, &mut |_, _| {}).unwrap()
+        },
+        || {},
+    )
+}
+
+#[test]
+fn seeds_give_intervals_and_differences_paired_by_seed() {
+    let s = tiny();
+    let runs = runs_on(&s, &[1, 2, 3]);
+    // In parallel, the same as one at a time.
+    let two = run(
+        &s,
+        &RunOptions {
+            seed: Some(2),
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(stable_json(&runs[1]), stable_json(&two));
+    let sum = seeds::summarize(&runs, 1.0, 2);
+    let doc: serde_json::Value = serde_json::from_str(&seeds::to_json(&sum)).unwrap();
+    assert_eq!(doc["seeds"], serde_json::json!([1, 2, 3]));
+    let policies = doc["policies"].as_array().unwrap();
+    let per_seed_cost = |p: &serde_json::Value| -> Vec<f64> {
+        p["per_seed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["cost"].as_f64().unwrap())
+            .collect()
+    };
+    let ours = per_seed_cost(&policies[0]);
+    assert_eq!(policies[0]["name"], "gpu-autoscaler");
+    for p in policies {
+        for key in ["cost", "pending_p95_s"] {
+            let mean = p[format!("{key}_mean")].as_f64().unwrap();
+            let ci = p[format!("{key}_ci95")].as_array().unwrap();
+            let (lo, hi) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
+            assert!(lo <= mean && mean <= hi, "{key} {p}");
+            assert!(p[format!("{key}_diff_vs_ours_ci95")].is_array(), "{p}");
+        }
+        assert!(p["gpu_hours_useful"].as_f64().unwrap() > 0.0);
+        assert!(p["gpu_hours_rerun"].as_f64().unwrap() >= 0.0);
+        // The paired difference, by hand from the per-seed costs.
+        let mine = per_seed_cost(p);
+        let d: Vec<f64> = mine.iter().zip(&ours).map(|(a, b)| a - b).collect();
+        let want = d.iter().sum::<f64>() / 3.0;
+        let got = p["cost_diff_vs_ours_mean"].as_f64().unwrap();
+        assert!((want - got).abs() < 1e-3, "{want} {got}");
+    }
+    assert_eq!(
+        policies[0]["cost_diff_vs_ours_ci95"],
+        serde_json::json!([0.0, 0.0])
+    );
+    let text = seeds::summary_text(&sum);
+    assert!(text.contains("seeds 1-3 (3 runs)"), "{text}");
+    for p in &sum.policies[1..] {
+        let line = text.lines().find(|l| l.starts_with(&p.name)).unwrap();
+        assert!(
+            ["parity", "ours cheaper", "ours dearer"]
+                .iter()
+                .any(|w| line.contains(w)),
+            "{line}"
+        );
+    }
+    let html = seeds::to_html(&sum);
+    assert!(html.contains("<svg") && html.contains("cost, USD"));
+}
+
+#[test]
+fn policies_that_ignore_a_key_do_not_change() {
+    let s = tiny();
+    let json_of = |s: &Scenario, policies: &[&str]| {
+        let opts = RunOptions {
+            policies: Some(policies.iter().map(|p| p.to_string()).collect()),
+            ..Default::default()
+        };
+        stable_json(&run(s, &opts, &mut |_, _| {}).unwrap())
+    };
+    for key in sweep::KEYS {
+        let ignoring: Vec<&str> = autoscaler_sim::scenario::POLICY_NAMES
+            .into_iter()
+            .filter(|p| !sweep::policy_reads(p, key))
+            .collect();
+        if ignoring.is_empty() {
+            continue;
+        }
+        let values = match key {
+            sweep::Key::GpuUtilizationThreshold | sweep::Key::UtilizationThreshold => "0.05,0.95",
+            _ => "0s,5h",
+        };
+        let sw = sweep::parse(&format!("{}={values}", key.name()), &s).unwrap();
+        let [a, b] = [0, 1].map(|i| json_of(&sw.apply(&s, sw.values[i].1), &ignoring));
+        assert_eq!(a, b, "{ignoring:?} ignore {}", key.name());
+    }
+    // The control: a policy that reads the key does change with it.
+    let sw = sweep::parse("unneeded-time=0s,5h", &s).unwrap();
+    let [a, b] = [0, 1].map(|i| json_of(&sw.apply(&s, sw.values[i].1), &["gpu-autoscaler"]));
+    assert_ne!(a, b);
+}
+
+#[test]
+fn a_sweep_runs_readers_per_value_and_the_others_once() {
+    let s = tiny();
+    // Both pools' unneeded time is 2m: that value is the current row, not run twice.
+    let sw = sweep::parse("unneeded-time=1m,2m,1h", &s).unwrap();
+    let seeds = [1, 2];
+    let jobs = sweep::jobs(&sw, &s, &s.policies, &seeds);
+    assert_eq!(jobs.len(), 6);
+    for j in jobs.iter().filter(|j| j.variant > 0) {
+        assert_eq!(j.policies, ["gpu-autoscaler", "ca-like"]);
+    }
+    let r = sweep::run(
+        &sw,
+        &s,
+        &s.policies,
+        &seeds,
+        |scenario, seed, policies| {
+            let opts = RunOptions {
+                seed: Some(seed),
+                policies: Some(policies),
+                ..Default::default()
+            };
+            run(scenario, &opts, &mut |_, _| {})
+        },
+        || {},
+    )
+    .unwrap();
+    let names: Vec<&str> = r.tables.iter().map(|t| t.policy.as_str()).collect();
+    assert_eq!(names, ["gpu-autoscaler", "ca-like"]);
+    for t in &r.tables {
+        let labels: Vec<&str> = t.rows.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(labels, ["2m (current)", "1m", "1h"]);
+        assert!(t.rows.iter().all(|r| r.runs.len() == 2));
+    }
+    assert_eq!(r.others.len(), 1);
+    assert_eq!(r.others[0].name, "karpenter-like");
+    let text = sweep::text(&r);
+    assert!(
+        text.contains("not affected by unneeded-time")
+            && text.contains("recommendation (gpu-autoscaler): "),
+        "{text}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&sweep::to_json(&r)).unwrap();
+    assert_eq!(doc["recommendation"]["policy"], "gpu-autoscaler");
+    assert_eq!(doc["current"], "2m");
+    let html = sweep::to_html(&r);
+    assert!(html.contains("<svg") && html.contains("Decision tables"));
 }

@@ -11,6 +11,19 @@
 //! translation is therefore shared ([`Translated`]) by every pod that translates alike, and
 //! node names are shared too; with 150,000 pods this is the difference between a few hundred
 //! MiB and a few dozen.
+//!
+//! # Memory at scale
+//!
+//! Memory at scale (`cache`): pods are watched in their wire form and cached only as a compact
+//! `CachedPod` in a `PodStore` keyed by the pod's own key (no `ObjectMeta`, no second key copy);
+//! pods that translate alike apart from their name share one translated core pod, and node names
+//! are shared. Nodes drop status fields never read (images, nodeInfo...). For provisioning,
+//! `SnapshotBuilder::build_for_provisioning` folds each node's bound pods that the planner reads
+//! only as used capacity (no GPU share, no anti-affinity, namespace not selected by a pending pod's
+//! topology term) into one pod, which keeps every host port they bind; unit tests check the plan is
+//! unchanged. For disruption, `build_for_disruption` folds the same way but only on nodes no
+//! NodePool manages (never candidates, only places pods may move to), keeping whole the namespaces
+//! that pending pods or the pods of managed nodes select; managed nodes keep every pod.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -44,6 +57,8 @@ pub struct CachedPod {
     pub unschedulable: bool,
     /// When it became unschedulable, milliseconds since the epoch.
     pub unschedulable_since_ms: Option<i64>,
+    /// Its creation time, milliseconds since the epoch (for `--new-pod-scale-up-delay`).
+    pub created_ms: Option<i64>,
     /// `Ready=True`.
     pub ready: bool,
     /// Its gang, if any (boxed: most pods have none).
@@ -248,6 +263,11 @@ impl CachedPod {
             active: translate::is_active(&p),
             unschedulable: translate::is_unschedulable(&p),
             unschedulable_since_ms,
+            created_ms: p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond()),
             ready,
             core: Translated::new(translate::pod(&p).map(|mut c| {
                 c.group = gang.as_ref().map(|g| g.id.clone());

@@ -119,7 +119,7 @@ impl ClusterStatus {
     /// The YAML text written under [`KEY`].
     pub fn render(&self) -> String {
         // Plain strings, numbers and maps: serializing cannot fail.
-        serde_yaml::to_string(self).unwrap_or_default()
+        serde_norway::to_string(self).unwrap_or_default()
     }
 }
 

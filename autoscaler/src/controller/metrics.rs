@@ -290,7 +290,7 @@ impl Metrics {
         );
         registry.register(
             "cloud_api_calls",
-            "Cloud API calls (every attempt) by provider, operation and outcome code",
+            "Cloud provider operations by provider, operation and outcome code (each includes the provider's own retries)",
             m.cloud_calls.clone(),
         );
         registry.register(

@@ -10,6 +10,18 @@
 //!
 //! [`Notices`] is pure: the caller passes `now`. What it remembers is in memory only, so a new
 //! leader tells each pod once more.
+//!
+//! # Budget and memory
+//!
+//! Telling pods why (`pod_problems`): a pending pod the planner cannot help, and a pending pod left
+//! out because its own fields do not translate (bad quantity, gpu-share annotation, operator, DRA
+//! claims), gets a `NotTriggerScaleUp` Warning event, "pod didn't trigger scale-up: FIELD: VALUE:
+//! WHY" or the planner's reason. `pod_problems::Notices` (pure, `now` passed in) tells each pod (by
+//! uid) each distinct problem once, remembers at most 8 problems per pod, forgets a pod that stops
+//! pending or triggers a scale-up, and spends a cluster-wide budget (100 at once, then 10 a
+//! second); a problem over budget is not remembered, so a later round tells it. The memory is the
+//! leader's only: a new leader tells each pod once more. Such pods are logged once, when told, not
+//! every round.
 
 use std::collections::{HashMap, VecDeque};
 

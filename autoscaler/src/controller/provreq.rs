@@ -18,6 +18,52 @@
 //! leader change. While a request is Launching or Booked, [`hold`] puts phantom copies of its
 //! not-yet-arrived pods on those nodes and claims in every snapshot: other pods and other
 //! requests cannot be planned onto the capacity, and disruption never touches the nodes.
+//!
+//! # The controller's handling in detail
+//!
+//! ProvisioningRequests (`provreq`, `run/provreqs.rs`), handled once the CRD is served (same `Late`
+//! check, so installing Kueue after the autoscaler needs no restart); the user's guide is
+//! `docs/src/how-to/kueue.md`. `provreq::state` reads the lifecycle off the object (New → Waiting →
+//! \[Launching\] → Booked → Done) and `provreq::step` decides one action from it and observed facts
+//! (its booking's nodes and claims, consumed pods, `now`). New and Waiting requests are first
+//! checked from the spec alone (`provreq::validate`): `noRetry`, `ValidUntilSeconds` and
+//! `BookingDurationSeconds` must be valid (`Failed`, `InvalidParameters`, naming the parameter) and
+//! the pod sets non-negative and at most `--provreq-max-pods` pods together (`Failed`,
+//! `InvalidRequest`); nothing is built for a refused request. `provreq::shapes` translates one pod
+//! per pod set whatever its count; the planner's copies (`provreq::pods`) are made only under that
+//! bound. A PodTemplate that does not exist yet is waited for (`Provisioned=False`,
+//! `PodTemplateNotFound`); one that does not translate fails the request naming the field. Waiting
+//! requests are planned one at a time against the full snapshot with their pods as one
+//! all-or-nothing group: `check-capacity` with no NodePool (existing and in-flight capacity only),
+//! `best-effort-atomic` with all of them. What a request gets is its *booking*
+//! (`node/<n>=k,claim/<c>=k` in `status.provisioningClassDetails`, so it survives a leader change);
+//! one longer than `provreq::BOOKING_BUDGET` (16 KiB; the field is capped at 32,768 characters) is
+//! written as `summary/pods=..,nodes=..,claims=..` and held in the leader's `run/provreqs.rs`
+//! `Memory`, and a new leader finds it again by planning the request's unconsumed pods on existing
+//! and in-flight capacity (`find_again`; not found: lost, below). Atomic requests turn
+//! `Provisioned=True` only when every claim has launched; one failed or vanished claim deletes all
+//! of them (rollback) and the request retries with backoff, the unavailable offering now skipped.
+//! While Launching or Booked, `provreq::hold` puts phantom copies of the request's not-yet-bound
+//! pods on its nodes and claims in every snapshot (provisioning, disruption, other requests) and
+//! lists the nodes as booked (never disrupted). Consuming pods
+//! (`autoscaling.x-k8s.io/consume-provisioning-request`) of a live request never enter a batch. The
+//! booking time runs from when every booked node is initialized
+//! (`gpu-autoscaler.dev/booking-started`), not from launch. The booking ends when all its pods are
+//! bound (`BookingExpired`, `CapacityIsConsumed`) or when its time runs out
+//! (`CapacityReservationTimeExpired`). A booked node or claim lost before any of the pods started
+//! is a failed attempt: the booking's other claims are deleted and the request gets `Failed=True`,
+//! `BookedCapacityLost`, which Kueue retries as a new request; only a loss after some pods started
+//! is `CapacityRevoked` (which makes Kueue deactivate the workload). Retry messages do not change
+//! between retries, and a status equal to the one stored is not written (each change makes Kueue
+//! rewrite the Workload). Nodes launched for a request carry
+//! `gpu-autoscaler.dev/provisioning-request=<uid>`, and the same key in `provisioningClassDetails`
+//! lets Kueue's `podSetUpdates.nodeSelector` pin the pods to them; pending pods that select that
+//! label (pinned pods arriving after their booking ended) get it offered by every pool
+//! (`provreq::offer_pin`, in `hold_bookings`, one value per plan), so their new claims carry it
+//! too. Where the cloud has an atomic group launch (`CloudProvider::atomic_groups`; GCP's
+//! `instances.bulkInsert` with `minCount = count`), a request's claims are not launched one by one
+//! by the lifecycle but together by the request loop, so the cloud itself decides all or none;
+//! elsewhere the rollback above gives the same outcome.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

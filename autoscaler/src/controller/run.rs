@@ -5,8 +5,9 @@
 //! provider's boot step (kwok only), the NodeClaim lifecycle ([`super::lifecycle::step`] per
 //! claim), the termination of deleted managed Nodes, provisioning (when the batcher closes a
 //! window), disruption (every `--disruption-interval`), garbage collection (every
-//! `--gc-interval`), NodePool status and metrics. Launches run as spawned tasks (rate-limited,
-//! retried with backoff) so a slow cloud never stalls the loop.
+//! `--gc-interval`), NodePool status and metrics: `Controller::round` calls one method per
+//! stage, each in its own module below. Launches run as spawned tasks (rate-limited, retried
+//! with backoff) so a slow cloud never stalls the loop.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -35,6 +36,22 @@ use super::pod_problems;
 use super::settings::{LogFormat, ProviderKind, RunArgs};
 use super::snapshot::SnapshotBuilder;
 
+mod claims;
+mod disruption;
+mod gc;
+mod guard;
+mod launch;
+mod provisioning;
+mod provreqs;
+mod status;
+mod stores;
+mod visibility;
+
+use guard::GuardState;
+pub use launch::{candidates, placement_group_of};
+pub use provisioning::{claim_object, quantities, requirement_exprs};
+pub use stores::{Late, Stores};
+
 /// Seconds since the Unix epoch: the core's clock.
 fn epoch() -> i64 {
     jiff::Timestamp::now().as_second()
@@ -54,40 +71,29 @@ struct Shared<P> {
 }
 
 impl<P: CloudProvider + 'static> Shared<P> {
-    /// A provider call under the rate limit, retried with exponential backoff while the error
-    /// is retryable (the provider's idempotency contract makes that safe).
+    /// A provider operation under the rate limit, made once. Retrying transient failures is
+    /// the provider's job (one retry layer: AWS and GCP retry each API call, kwok each
+    /// operation, `max_attempts` 5 by default), so an error here has exhausted those retries
+    /// and is final for this round; the next round plans again.
     async fn cloud<T, F, Fut>(&self, what: &str, f: F) -> Result<T, ProviderError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, ProviderError>>,
     {
-        let mut delay = Duration::from_millis(200);
-        let mut attempt = 0;
-        loop {
-            self.limiter.until_ready().await;
-            let started = Instant::now();
-            let result = f().await;
-            let code = match &result {
-                Ok(_) => "ok",
-                Err(e) => e.code(),
-            };
-            self.metrics.cloud_call(
-                self.provider.name(),
-                what,
-                code,
-                started.elapsed().as_secs_f64(),
-            );
-            match result {
-                Ok(v) => return Ok(v),
-                Err(e) if e.is_retryable() && attempt < 4 => {
-                    attempt += 1;
-                    tracing::debug!(what, error = %e, attempt, "retrying cloud call");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.limiter.until_ready().await;
+        let started = Instant::now();
+        let result = f().await;
+        let code = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.code(),
+        };
+        self.metrics.cloud_call(
+            self.provider.name(),
+            what,
+            code,
+            started.elapsed().as_secs_f64(),
+        );
+        result
     }
 }
 
@@ -134,22 +140,6 @@ fn class_of(np: &NodePool) -> NodeClassRef {
         })
         .unwrap_or_default()
 }
-
-mod claims;
-mod disruption;
-mod gc;
-mod guard;
-mod launch;
-mod provisioning;
-mod provreqs;
-mod status;
-mod stores;
-mod visibility;
-
-use guard::GuardState;
-pub use launch::{candidates, placement_group_of};
-pub use provisioning::{claim_object, quantities, requirement_exprs};
-pub use stores::{Late, Stores};
 
 impl<P: CloudProvider + 'static> Controller<P> {
     /// One round of the loop: the stages in order, each in its own module and timed under its
@@ -226,29 +216,69 @@ pub fn run_blocking(args: RunArgs) -> Result<()> {
     rt.block_on(run(args))
 }
 
+/// The instance types the kwok and fake providers offer: `--catalog-file`, else the embedded
+/// `--catalog`, filtered to `--region`. AWS and GCP discover their own (an empty list here).
+///
+/// # Errors
+/// [`Error::Config`] naming the file and the bad entry, a catalog file given to a cloud
+/// provider, or no instance type left for the region.
+fn catalog_of(args: &RunArgs) -> Result<Vec<InstanceType>> {
+    let cloud = matches!(args.provider, ProviderKind::Aws | ProviderKind::Gcp);
+    let (mut catalog, source) = match &args.catalog_file {
+        Some(_) if cloud => {
+            return Err(Error::Config(
+                "--catalog-file serves the kwok and fake providers; AWS and GCP read their \
+                 instance types and prices from the cloud"
+                    .into(),
+            ));
+        }
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Config(format!("--catalog-file {}: {e}", path.display())))?;
+            let types = providers::catalog::parse_user_catalog(&text)
+                .map_err(|e| Error::Config(format!("--catalog-file {}: {e}", path.display())))?;
+            (types, format!("catalog file {}", path.display()))
+        }
+        None => (
+            providers::catalog::default_catalog_for(&args.catalog),
+            format!("embedded {:?} catalog (catalogs: aws, gcp)", args.catalog),
+        ),
+    };
+    if !args.region.is_empty() {
+        catalog.retain(|t| t.labels.get(labels::REGION) == Some(&args.region));
+    }
+    if catalog.is_empty() && !cloud {
+        return Err(Error::Config(format!(
+            "no instance types in the {source} for region {:?}",
+            args.region
+        )));
+    }
+    Ok(catalog)
+}
+
 /// Runs the controller until SIGTERM or SIGINT.
 ///
 /// # Errors
 /// Configuration, client or server errors, or lost leadership.
 pub async fn run(args: RunArgs) -> Result<()> {
-    let client = kube::Client::try_default()
+    // Bad settings are refused before connecting.
+    let catalog = catalog_of(&args)?;
+    let config = kube::Config::infer()
         .await
         .map_err(|e| Error::KubeConfig(e.to_string()))?;
-    let mut catalog = providers::catalog::default_catalog_for(&args.catalog);
-    if !args.region.is_empty() {
-        catalog.retain(|t| t.labels.get(labels::REGION) == Some(&args.region));
-    }
-    // The embedded catalog serves kwok and fake; AWS and GCP discover their own.
-    if catalog.is_empty() && !matches!(args.provider, ProviderKind::Aws | ProviderKind::Gcp) {
-        return Err(Error::Config(format!(
-            "no instance types in the embedded {:?} catalog for region {:?} (catalogs: aws, gcp)",
-            args.catalog, args.region
-        )));
-    }
+    let client =
+        kube::Client::try_from(config.clone()).map_err(|e| Error::KubeConfig(e.to_string()))?;
     match args.provider {
         ProviderKind::Kwok => {
+            // kwok's machines are API objects. Its client leaves retries to the provider, so
+            // an operation has one retry layer (kube's default would retry each call 15 times
+            // on 429/503/504, under the provider's 5 attempts).
+            let mut kwok_config = config;
+            kwok_config.default_retry = false;
+            let kwok_client = kube::Client::try_from(kwok_config)
+                .map_err(|e| Error::KubeConfig(e.to_string()))?;
             let kwok = KwokProvider::new(
-                client.clone(),
+                kwok_client,
                 catalog,
                 KwokConfig {
                     cluster: args.cluster_name.clone(),
@@ -257,6 +287,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     gpu_delay: args.kwok_gpu_delay,
                     launch_latency: args.kwok_launch_latency,
                     gpu_fraction: args.kwok_register_gpu_fraction,
+                    ..KwokConfig::default()
                 },
             );
             run_with(client, Arc::new(kwok.clone()), Some(kwok), args).await

@@ -61,6 +61,11 @@ pub struct RunArgs {
     /// Which embedded catalog the kwok and fake providers offer (`aws` or `gcp`).
     #[arg(long, default_value = "aws")]
     pub catalog: String,
+    /// The kwok and fake providers offer the instance types of this file instead of an
+    /// embedded catalog: `gpu-autoscaler catalog --json` output (capacity, allocatable,
+    /// offerings and prices per type) or a catalog YAML file. `--region` still filters it.
+    #[arg(long)]
+    pub catalog_file: Option<std::path::PathBuf>,
     /// Only offer instance types of this region (e.g. `us-east-1`); empty offers every region
     /// of the catalog.
     #[arg(long, default_value = "")]
@@ -87,6 +92,11 @@ pub struct RunArgs {
     /// How often to acquire or renew the lease.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub lease_retry: Duration,
+    /// Unschedulable pods younger than this (from their creation) are not acted on yet, as
+    /// the Cluster Autoscaler's flag of the same name: a burst of pods that the scheduler
+    /// might still place elsewhere does not launch nodes. Off (0s) by default.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub new_pod_scale_up_delay: Duration,
     /// Close a batch of unschedulable pods after this long without a new one.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub batch_idle: Duration,
@@ -113,6 +123,11 @@ pub struct RunArgs {
     /// A disruption decision is re-validated this long after it was made.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub validation_delay: Duration,
+    /// A spot node is replaced by a cheaper spot node only when at least this many cheaper
+    /// instance types could hold its pods (Karpenter's spot-to-spot rule, 15): with fewer, the
+    /// replacement is likely the type interrupted next. 1 allows any cheaper spot type.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub min_spot_to_spot_types: u32,
     /// No scale-down this long after a scale-up.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub scale_down_delay_after_add: Duration,

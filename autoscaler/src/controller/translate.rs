@@ -19,6 +19,21 @@
 //!   equal on every node this autoscaler manages).
 //! - **Groups**: gang membership is read by [`super::gangs`] (this project's annotations,
 //!   Volcano, YuniKorn).
+//!
+//! # Summary
+//!
+//! `translate`: one Kubernetes object at a time into core values (pod requests as the scheduler
+//! computes them, containers' `hostPort`s (pods and DaemonSets), the pod's `status.startTime` only
+//! when its do-not-disrupt value is a duration (so replicas still share a translation), GPU shares
+//! from HAMi's `nvidia.com/gpucores` or the `gpu-autoscaler.dev/gpu-share` annotation, selectors,
+//! affinity, spread, PDBs with a computed `disruptionsAllowed` when no status exists). A field that
+//! does not translate gives a `TranslateError` with the field path
+//! (`spec.containers[0].resources.requests["cpu"]`), the value as JSON (cut to 200 characters) and
+//! why. A pod not yet bound that has `spec.resourceClaims` (DRA) is refused as unsupported rather
+//! than planned as if it asked for no devices; once bound, it translates without the claims so its
+//! other requests count on its node. `snapshot` assembles a `Snapshot` from the reflectors' stores.
+//! A claim that is not Initialized is *in flight*; its registered Node is listed uninitialized and
+//! counted once.
 
 use std::collections::BTreeMap;
 

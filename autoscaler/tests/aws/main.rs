@@ -256,7 +256,7 @@ async fn aws_controller(
     let mut settings = moto.settings(endpoint, cluster);
     settings.node_classes.insert("default".into(), class);
     let settings_file = moto.dir().join("aws.yaml");
-    std::fs::write(&settings_file, serde_yaml::to_string(&settings).unwrap()).unwrap();
+    std::fs::write(&settings_file, serde_norway::to_string(&settings).unwrap()).unwrap();
     c.controller(
         name,
         &[

@@ -295,3 +295,67 @@ async fn e2e_faults_drain_waits_for_its_pdb_then_moves_a_deployment() {
     })
     .await;
 }
+
+/// One retry layer, bounded: a kwok launch whose writes are all throttled makes exactly
+/// `max_attempts` (5) create calls, then fails as throttled; the controller adds none (its
+/// `cloud` wrapper makes each operation once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_faults_kwok_retries_an_operation_at_most_five_times() {
+    use providers::kwok::{KwokConfig, KwokProvider};
+    use providers::{CloudProvider, LaunchRequest, OfferingKey, ProviderError};
+    let throttled = FaultRates {
+        throttle: 1.0,
+        ..FaultRates::default()
+    };
+    let c = Cluster::start_opts(
+        faulty(Faults {
+            seed: 7,
+            writes: throttled,
+            ..Faults::default()
+        }),
+        &[],
+    )
+    .await;
+    // As the controller builds kwok's client: kube's own retries off, the provider's only.
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&c._server.kubeconfig_yaml()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).expect("a client that gets the faults");
+    let catalog = providers::catalog::default().for_provider("aws");
+    let it = catalog
+        .iter()
+        .find(|t| t.name == "m5.xlarge")
+        .expect("m5.xlarge in the embedded catalog");
+    let offering = &it.offerings[0];
+    let request = LaunchRequest {
+        claim: "c1".into(),
+        pool: "cpu".into(),
+        candidates: vec![OfferingKey {
+            instance_type: it.name.clone(),
+            zone: offering.zone.clone(),
+            capacity_type: offering.capacity_type,
+        }],
+        class: Default::default(),
+        labels: Default::default(),
+        taints: vec![],
+        startup_taints: vec![],
+        placement_group: None,
+        gpu_sharing: Default::default(),
+    };
+    let mut kwok_config = KwokConfig::default();
+    kwok_config.retry.base_delay_ms = 10;
+    let kwok = KwokProvider::new(client, catalog.clone(), kwok_config);
+    let err = kwok
+        .launch(&request)
+        .await
+        .expect_err("every create is throttled");
+    assert!(matches!(err, ProviderError::Throttled { .. }), "{err}");
+    assert_eq!(
+        c.server().faults_injected().throttles,
+        5,
+        "5 attempts, one create each"
+    );
+    assert!(c.instances().await.is_empty());
+}

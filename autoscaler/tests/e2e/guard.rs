@@ -29,7 +29,7 @@ fn examples() -> Vec<(PathBuf, Value)> {
     let mut out = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
-        for doc in serde_yaml::Deserializer::from_str(&text) {
+        for doc in serde_norway::Deserializer::from_str(&text) {
             let v: Value = serde::Deserialize::deserialize(doc).unwrap();
             if !v.is_null() {
                 out.push((f.clone(), v));

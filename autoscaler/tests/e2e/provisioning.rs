@@ -5,7 +5,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use nodepools::NodePool;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::*;
 
@@ -236,5 +236,103 @@ async fn e2e_gang_claims_carry_one_placement_group() {
     assert_eq!(
         node_groups,
         vec![None, Some(group.clone()), Some(group.clone()), Some(group)]
+    );
+}
+
+/// `run --catalog-file` takes `catalog --json` output, edited: a type renamed and repriced is
+/// launched under its new name, so the file (not the embedded catalog) is what kwok offers. A
+/// broken file stops the controller before it connects, naming the file and the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_catalog_file_from_catalog_json_is_what_kwok_offers() {
+    let c = Cluster::start().await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
+        .args([
+            "catalog",
+            "--provider",
+            "embedded",
+            "--json",
+            "--instance-type",
+            "g5.xlarge",
+        ])
+        .output()
+        .expect("catalog runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut rows: Value = serde_json::from_slice(&out.stdout).expect("catalog --json is JSON");
+    let row = &mut rows[0];
+    row["name"] = json!("lab.gpu1");
+    row["labels"]["node.kubernetes.io/instance-type"] = json!("lab.gpu1");
+    for o in row["offerings"].as_array_mut().unwrap() {
+        o["price"] = json!(0.5);
+    }
+    let file = c.dir.join("lab-catalog.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&rows).unwrap()).unwrap();
+    let mut pool = gpu_pool("gpu", "10m");
+    pool["spec"]["template"]["requirements"][0]["values"] = json!(["lab.gpu1"]);
+    let _: NodePool = c.create(pool).await;
+    let flag = format!("--catalog-file={}", file.display());
+    let _ctl = c.controller("lab", &["--leader-elect=false", &flag]);
+    let _: Pod = c.create(gpu_pod("train")).await;
+    let node = eventually("the pod bound to a node", DEADLINE, || async {
+        bound_to(&c.pod("default", "train").await?)
+    })
+    .await;
+    let nodes = c.nodes().await;
+    let n = nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node.as_str()))
+        .expect("the pod's node");
+    let labels = n.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("node.kubernetes.io/instance-type")
+            .map(String::as_str),
+        Some("lab.gpu1"),
+        "{n:#?}"
+    );
+    // A price that is not a price: refused at start, with the file and the field.
+    rows[0]["offerings"][0]["price"] = json!(-1);
+    std::fs::write(&file, serde_json::to_vec_pretty(&rows).unwrap()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
+        .args(["run", "--provider=kwok", &flag])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .output()
+        .expect("run starts");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("lab-catalog.json") && err.contains("offerings[0].price"),
+        "{err}"
+    );
+}
+
+/// `--new-pod-scale-up-delay`: a pod younger than the delay launches nothing; its claim is
+/// created once the pod is that old (timestamps are whole seconds, hence the second of slack).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_new_pod_scale_up_delay_holds_young_pods() {
+    const DELAY_S: i64 = 6;
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
+    let _ctl = c.controller(
+        "delay",
+        &[
+            "--leader-elect=false",
+            &format!("--new-pod-scale-up-delay={DELAY_S}s"),
+        ],
+    );
+    let pod: Pod = c.create(gpu_pod("train")).await;
+    let born = pod.metadata.creation_timestamp.expect("created").0;
+    let claim = eventually("a claim for the pod", DEADLINE, || async {
+        c.claims().await.into_iter().next()
+    })
+    .await;
+    let made = claim.metadata.creation_timestamp.expect("created").0;
+    let waited = made.as_second() - born.as_second();
+    assert!(
+        waited >= DELAY_S - 1,
+        "the claim came {waited}s after the pod, before the {DELAY_S}s delay"
     );
 }

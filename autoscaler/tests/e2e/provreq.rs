@@ -670,7 +670,7 @@ async fn e2e_7e_a_crd_installed_after_start_is_picked_up_without_a_restart() {
         || async { ctl.log().contains("not served").then_some(()) },
     )
     .await;
-    let crd: serde_json::Value = serde_yaml::from_str(&crd).expect("CRD YAML");
+    let crd: serde_json::Value = serde_norway::from_str(&crd).expect("CRD YAML");
     let _: CustomResourceDefinition = c.create(crd).await;
     kueue_request(
         &c,

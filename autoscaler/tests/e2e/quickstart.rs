@@ -36,14 +36,14 @@ fn pod_block(page: &str) -> Value {
         .find("# pod.yaml")
         .expect("the page has a # pod.yaml block");
     let end = start + page[start..].find("```").expect("the block is closed");
-    serde_yaml::from_str(&page[start..end]).expect("the pod block is YAML")
+    serde_norway::from_str(&page[start..end]).expect("the pod block is YAML")
 }
 
 /// The `args` and the non-downward-API `env` of the chart's controller container.
 fn chart_args() -> Vec<String> {
     let text = std::fs::read_to_string(root().join("deploy/manifests/gpu-autoscaler.yaml"))
         .expect("rendered manifests");
-    let deploy: Deployment = serde_yaml::Deserializer::from_str(&text)
+    let deploy: Deployment = serde_norway::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).expect("a manifest document"))
         .filter(|v: &Value| v["kind"] == "Deployment")
         .map(|v| serde_json::from_value(v).expect("a Deployment"))
@@ -85,7 +85,7 @@ async fn quickstart_kwok_walkthrough_as_written() {
     let mut pools = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(root().join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
-        let v: Value = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        let v: Value = serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
         let np: NodePool = c.create(v).await;
         pools.push(np.name_any());
     }

@@ -130,15 +130,15 @@ async fn claim_of(c: &Cluster, node: &str) -> NodeClaim {
 }
 
 /// The status ConfigMap's summary, parsed.
-async fn summary(c: &Cluster) -> Option<serde_yaml::Value> {
+async fn summary(c: &Cluster) -> Option<serde_norway::Value> {
     let cm = Api::<ConfigMap>::namespaced(c.client.clone(), "kube-system")
         .get_opt("gpu-autoscaler-status")
         .await
         .ok()??;
-    serde_yaml::from_str(cm.data?.get("status")?).ok()
+    serde_norway::from_str(cm.data?.get("status")?).ok()
 }
 
-fn pool_in<'a>(s: &'a serde_yaml::Value, name: &str) -> Option<&'a serde_yaml::Value> {
+fn pool_in<'a>(s: &'a serde_norway::Value, name: &str) -> Option<&'a serde_norway::Value> {
     s["nodePools"]
         .as_sequence()?
         .iter()
@@ -404,5 +404,5 @@ async fn e2e_9a_verdicts_are_conditions_events_metrics_and_a_status_configmap() 
             .then_some(())
     })
     .await;
-    eprintln!("status summary:\n{}", serde_yaml::to_string(&s).unwrap());
+    eprintln!("status summary:\n{}", serde_norway::to_string(&s).unwrap());
 }

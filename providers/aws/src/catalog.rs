@@ -22,6 +22,20 @@
 //! - offerings: per zone that offers the type, on-demand at the embedded (or overridden) list
 //!   price when one is known, spot at the latest DescribeSpotPriceHistory price when the type
 //!   supports spot. A type with no priced offering is left out: the planner cannot weigh it.
+//!
+//! # In detail
+//!
+//! Catalog: `DescribeInstanceTypes` (paginated; optionally narrowed by the settings'
+//! `instance_types` patterns), `DescribeInstanceTypeOfferings` for zones, on-demand prices from the
+//! embedded table (settings may override or add), spot prices from `DescribeSpotPriceHistory`
+//! (latest per type and zone). GPUs from `GpuInfo` (NVIDIA → `nvidia.com/gpu`, AMD → `amd.com/gpu`,
+//! Habana → `habana.ai/gaudi`), Neuron devices from `NeuronInfo` / `InferenceAcceleratorInfo`
+//! (`aws.amazon.com/neuron`); max pods by the VPC CNI ENI formula on the default network card;
+//! kubelet reserve from `providers::catalog::overhead`; memory less a VM overhead (7.5 %,
+//! Karpenter's figure; the embedded catalog has none). Labels reproduce the embedded catalog's
+//! (unit-tested on g5.xlarge). A type without any priced offering is left out. Cached for
+//! `catalog_ttl_s` on a `Clock` (a `FakeClock` in tests); a node class narrows zones to its
+//! subnets, architectures to its AMIs, and sets disk and max pods.
 
 use std::collections::{BTreeMap, BTreeSet};
 

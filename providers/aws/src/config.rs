@@ -118,7 +118,7 @@ impl AwsSettings {
     /// # Errors
     /// [`AwsError::Config`] for YAML that does not have this shape or holds impossible values.
     pub fn from_yaml(yaml: &str) -> Result<Self, AwsError> {
-        let s: AwsSettings = serde_yaml::from_str(yaml)
+        let s: AwsSettings = serde_norway::from_str(yaml)
             .map_err(|e| AwsError::Config(format!("settings do not parse: {e}")))?;
         s.validate()?;
         Ok(s)

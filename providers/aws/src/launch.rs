@@ -1,5 +1,24 @@
 //! The pure parts of a launch: batching candidates into fleet requests, idempotency tokens,
 //! boot configuration (user data), launch template names, and reading a fleet's answer.
+//!
+//! # In detail
+//!
+//! Launch: `CreateFleet` `instant`, one launch template per node class and boot configuration
+//! (named by a hash of its content, created when missing), overrides of instance type, subnet and
+//! AMI for up to 60 candidates of one capacity type per request (`price-capacity-optimized` for
+//! spot, `lowest-price` for on-demand). Offerings refused for capacity (in `Errors`, or as an API
+//! error) are returned as unavailable, and the launch moves on to the remaining candidates.
+//!
+//! Placement groups: a launch with `placement_group` first calls `CreatePlacementGroup` (strategy
+//! `cluster`, tags: the cluster tag and `gpu-autoscaler.dev/created-at`, since EC2 records no
+//! creation time; `InvalidPlacementGroup.Duplicate` is success; throttling and 5xx fail the launch
+//! for a retry, other refusals launch outside any group), then sets `Placement.GroupName` on every
+//! fleet override (CreateFleet takes placement per override) and tags the instance with
+//! `gpu-autoscaler.dev/placement-group`. A fleet refused inside the group for capacity or for the
+//! group itself (`InvalidPlacementGroup.*`) is asked again outside it, with its own ClientToken,
+//! and those refusals are not marked unavailable. Collection lists the cluster's groups by tag and
+//! deletes those no live instance is tagged with, no claim names and older than the grace period
+//! (`InvalidPlacementGroup.InUse` / `.Unknown` are skipped).
 
 use std::collections::BTreeMap;
 

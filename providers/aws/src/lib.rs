@@ -34,6 +34,22 @@
 //!   overrides; [`config::EXAMPLE_SETTINGS`] is a commented example.
 //!
 //! Spot interruption and rebalance notices are a later issue; [`interruption`] is the seam.
+//!
+//! # More
+//!
+//! Idempotency: before buying, the claim's live instance is looked up by tag (covers restarts and
+//! lost answers); the ClientToken is a hash of cluster, claim and the request's overrides (a
+//! retried request reuses it; the next request after a refusal does not, since EC2 would answer
+//! with the first one's result or a parameter mismatch).
+//!
+//! User data: an AL2023 `nodeadm` NodeConfig with the NodePool's labels (less those that vary by
+//! offering or claim, and those kubelet may not set), taints and startup taints; the controller
+//! adds the rest at registration. That keeps one template per NodePool instead of one per claim.
+//!
+//! Tests run against moto's EC2 server; a fault-injecting proxy in front of it supplies what moto
+//! cannot: fleet `Errors` for exhausted pools, throttling and 5xx, and placement groups (moto 5.2
+//! has none and ignores `Placement` on CreateFleet; the proxy answers
+//! Create/Describe/DeletePlacementGroup and records each override's group).
 
 mod api;
 pub mod catalog;

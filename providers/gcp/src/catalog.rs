@@ -27,6 +27,18 @@
 //!   table the machine's vCPU and memory price plus the GPU's attach price ([`n1_prices`]), spot
 //!   at the catalog's spot factor. A type with no price is left out (the planner cannot weigh
 //!   it) and reported in [`Built::unpriced`].
+//!
+//! # In detail
+//!
+//! Catalog: `machineTypes.aggregatedList` (or `.list` per configured zone) and
+//! `acceleratorTypes.list` per zone. Built-in-GPU families (A2, A3, A4, G2, G4) come as listed; N1
+//! machines are combined with every attachable GPU (T4, V100, P100, P4) in the counts Compute
+//! Engine allows for the shape, named `<machine>-<gpu>x<count>` like the embedded catalog. Prices:
+//! the embedded table, then settings overrides, then N1 component prices (machine vCPU/GiB + GPU)
+//! that reproduce the table's N1 entries exactly (unit-tested). Types without a price are left out
+//! and named by `catalog --provider gcp`. Labels come from `providers::common`, the same helpers
+//! that reproduce the embedded catalog's labels (tested over every embedded type), plus
+//! `cloud.google.com/gke-accelerator` = the accelerator type name.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -88,7 +88,7 @@ impl GcpSettings {
     /// # Errors
     /// [`GcpError::Config`] for YAML that does not have this shape or holds impossible values.
     pub fn from_yaml(yaml: &str) -> Result<Self, GcpError> {
-        let s: GcpSettings = serde_yaml::from_str(yaml)
+        let s: GcpSettings = serde_norway::from_str(yaml)
             .map_err(|e| GcpError::Config(format!("settings do not parse: {e}")))?;
         s.validate()?;
         Ok(s)

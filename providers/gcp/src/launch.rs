@@ -8,6 +8,26 @@
 //! zone and capacity type — Compute Engine request ids must be UUIDs, and a retry of the same
 //! offering must reuse its id while the next offering of a zone fallback must not (the server
 //! would answer it with the first zone's failed operation).
+//!
+//! # In detail
+//!
+//! Launch: one `instances.insert` per candidate with the node class's template; the operation is
+//! awaited with `zoneOperations.wait` and its `error` read even when DONE (the library's poller
+//! would report such an operation as complete). `ZONE_RESOURCE_POOL_EXHAUSTED` and quota move on to
+//! the next candidate and are returned as unavailable offerings.
+//!
+//! Placement groups: a launch with `placement_group` first makes sure the regional resource policy
+//! of that name exists (`resourcePolicies.insert` with `groupPlacementPolicy.collocation =
+//! COLLOCATED`, a request id derived from cluster and name, 409 or `alreadyExists` is success, the
+//! regional operation awaited with `regionOperations.wait`). Resource policies have no labels, so
+//! the cluster is named in their `description`. `instances.insert` lists the policy's URL in
+//! `resourcePolicies` (bulkInsert: its name in `instanceProperties`); an offering refused inside
+//! the policy is tried outside it with another request id and is not marked unavailable. Instances
+//! report the policy as the `gpu-autoscaler.dev/placement-group` tag; collection deletes the
+//! cluster's policies no live instance lists, no claim names and older than the grace period
+//! (`creationTimestamp`), skipping 404 and `resourceInUseByAnotherResource`. The fake Compute API
+//! serves resourcePolicies insert/get/list/delete and regional operations, keeps instances'
+//! `resourcePolicies`, and can refuse every insert into a policy for capacity.
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //!
 //! [`GcpProvider`] implements [`providers::CloudProvider`] with the official client
 //! `google-cloud-compute-v1` (REST over HTTP/1.1 and JSON, so it can be pointed at a local
-//! endpoint such as the fake in [`testing`]):
+//! endpoint such as the fake Compute API of the tests, `tests/fake-compute`):
 //!
 //! - **Catalog** ([`catalog`]): `machineTypes.aggregatedList` (or `machineTypes.list` per
 //!   configured zone) and `acceleratorTypes.list` per zone; accelerator-optimized types with
@@ -21,9 +21,9 @@
 //!   A 409 for the instance name, or an instance already labelled with the claim, is the
 //!   earlier launch of the same claim and is returned as the result.
 //! - **Groups**: [`GcpProvider::launch_group`] launches the claims of an all-or-nothing group
-//!   with one `instances.bulkInsert` (`count = minCount`) per zone tried. The
-//!   [`providers::CloudProvider`] trait launches one claim at a time, so the controller does not
-//!   call it yet.
+//!   with one `instances.bulkInsert` (`count = minCount`) per zone tried. It is the
+//!   provider's [`providers::CloudProvider::launch_group`] (atomic here), which the controller
+//!   calls for the claims of a best-effort-atomic ProvisioningRequest.
 //! - **Placement groups**: a launch with a placement group first makes sure a regional
 //!   resource policy of that name exists (`groupPlacementPolicy.collocation = COLLOCATED`,
 //!   `description` naming the cluster, since resource policies have no labels; 409 is
@@ -39,6 +39,20 @@
 //! - **Credentials** come from Application Default Credentials (a key file named by
 //!   `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's ADC file, or the metadata server, which is how
 //!   GKE workload identity arrives); anonymous for an `http://` endpoint. They are never logged.
+//!
+//! # More
+//!
+//! Idempotency: the instance name is the claim name (GCE names are unique per zone and become the
+//! Node name); the request id is a UUIDv5 of claim and offering (a retry reuses it, the next zone
+//! does not, since the server would answer with the first zone's failed operation); before
+//! inserting, the claim's instance is looked up by label across zones, which covers retries after
+//! the server's request-id window; a 409 for the name is adopted only if it carries the claim.
+//!
+//! Departures from the other providers, on purpose: provider ids are `gce://project/zone/name`
+//! (what the GCE cloud controller writes into `spec.providerID`) while `name()` is `gcp`; GCE label
+//! keys cannot hold `/` or `.`, so the cluster/NodePool/NodeClaim tags are the labels
+//! `gpu-autoscaler-{cluster,nodepool,nodeclaim}` (values map Kubernetes' `.` to `_`, reversibly)
+//! and are translated back to `providers::tags` keys in `Instance::tags`.
 
 mod api;
 pub mod catalog;
@@ -46,8 +60,6 @@ pub mod config;
 mod error;
 pub mod launch;
 mod provider;
-#[cfg(feature = "testing")]
-pub mod testing;
 
 pub use api::CallStats;
 pub use config::GcpSettings;

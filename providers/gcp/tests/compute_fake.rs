@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use autoscaler_core::CapacityType::{OnDemand, Spot};
 use autoscaler_core::{Effect, Taint, labels};
-use provider_gcp::testing::{FakeCompute, settings_for};
+use fake_compute::{FakeCompute, settings_for};
 use provider_gcp::{GcpProvider, GcpSettings};
 use providers::{
     CloudProvider, InstanceState, LaunchRequest, NodeClassRef, OfferingKey, ProviderError,

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use autoscaler_core::CapacityType::OnDemand;
-use provider_gcp::testing::{FakeCompute, settings_for};
+use fake_compute::{FakeCompute, settings_for};
 use provider_gcp::{GcpProvider, placement_description};
 use providers::{CloudProvider, LaunchRequest, NodeClassRef, OfferingKey, tags};
 use serde_json::Value;

@@ -2,11 +2,11 @@
 //! operation that carries `error` as a success (`until_done` is `Ok`), so a launch that met
 //! `ZONE_RESOURCE_POOL_EXHAUSTED` would look launched. `launch::outcome` sees the error.
 
+use fake_compute::FakeCompute;
 use google_cloud_compute_v1::client::Instances;
 use google_cloud_compute_v1::model::Instance;
 use google_cloud_lro::Poller;
 use provider_gcp::launch::{self, OpOutcome};
-use provider_gcp::testing::FakeCompute;
 
 #[tokio::test]
 async fn the_library_poller_returns_ok_for_a_failed_operation() {

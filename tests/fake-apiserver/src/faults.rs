@@ -5,6 +5,14 @@
 //! the eviction and binding subresources; watches), each class with its own rates. Decisions
 //! come from one seeded generator, so a seed and a request order reproduce the same faults.
 //! Discovery and health endpoints never fail.
+//!
+//! # In detail
+//!
+//! `faults.rs`: `Options::faults`, per verb class (reads, writes, watches) rates of 409 (updates,
+//! patches, deletes), 429 and 500/503 (half of the write 5xx after the write landed), watch streams
+//! cut, and 410 Gone on re-watch; one seeded generator; counts in `faults_injected()`.
+//! `client_without_faults()` gives tests a client the faults never touch. The binary takes the same
+//! as flags (`--read-faults 429=0.05,5xx=0.05`, `--watch-drop-rate`, `--graceful-deletion`…).
 
 use std::str::FromStr;
 use std::sync::Mutex;

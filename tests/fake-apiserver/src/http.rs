@@ -181,7 +181,7 @@ impl Req {
             return Ok(Value::Null);
         }
         if self.content_type().contains("yaml") {
-            serde_yaml::from_slice(&self.body)
+            serde_norway::from_slice(&self.body)
                 .map_err(|e| Error::BadRequest(format!("invalid YAML body: {e}")))
         } else {
             serde_json::from_slice(&self.body)
@@ -492,7 +492,7 @@ fn object(
                 )));
             };
             let body = if kind == PatchKind::Apply {
-                serde_yaml::from_slice(&req.body)
+                serde_norway::from_slice(&req.body)
                     .map_err(|e| Error::BadRequest(format!("invalid apply body: {e}")))?
             } else {
                 serde_json::from_slice(&req.body)

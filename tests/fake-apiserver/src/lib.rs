@@ -288,7 +288,7 @@ impl FakeApiServer {
         let def = st
             .def("apiextensions.k8s.io", "customresourcedefinitions")
             .expect("builtin");
-        for doc in serde_yaml::Deserializer::from_str(yaml) {
+        for doc in serde_norway::Deserializer::from_str(yaml) {
             let v: Value =
                 serde::Deserialize::deserialize(doc).map_err(|e| Error::Crd(e.to_string()))?;
             if v.is_null() {

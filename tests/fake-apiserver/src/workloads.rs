@@ -6,6 +6,14 @@
 //! commit and by a timer (grace periods and GC delays expire without a write). Only objects
 //! that exist are acted on: a pod whose `ownerReferences` name a ReplicaSet the server does
 //! not hold is left alone, as many hand-written test pods are.
+//!
+//! # In detail
+//!
+//! `workloads.rs`: one pass under the state lock, woken by every commit and a 50 ms tick — graceful
+//! termination (`Options::graceful_deletion` scales grace periods; the pod keeps a
+//! `deletionTimestamp` until then and until its finalizers are gone), pod GC after
+//! `Options::pod_gc_delay`, and the ReplicaSet / Deployment / StatefulSet / DaemonSet controllers
+//! (only for owners the server holds).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -43,7 +43,7 @@ fn nodepools(client: &Client) -> Api<DynamicObject> {
 
 fn example(name: &str) -> DynamicObject {
     let text = std::fs::read_to_string(repo_root().join("deploy/examples").join(name)).unwrap();
-    serde_yaml::from_str(&text).unwrap()
+    serde_norway::from_str(&text).unwrap()
 }
 
 fn invalid(e: kube::Error) -> Box<kube::core::Status> {

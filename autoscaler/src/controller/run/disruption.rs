@@ -55,6 +55,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             validation_delay_s: s(self.args.validation_delay),
             ignore_daemonset_utilization: self.args.ignore_daemonsets_utilization,
             ignore_mirror_utilization: self.args.ignore_mirror_pods_utilization,
+            min_spot_to_spot_types: self.args.min_spot_to_spot_types as usize,
             ..DisruptionConfig::default()
         }
     }

@@ -1,5 +1,17 @@
 //! Launching: the offerings a claim may take, the rate-limited and retried cloud calls, and
 //! the launch tasks that record their outcome on the claim.
+//!
+//! # Placement groups
+//!
+//! Placement groups: a NodeClaim created from a `NewClaim` with a group carries the annotation
+//! `gpu-autoscaler.dev/placement-group` = `providers::placement_group_name(cluster, group)`
+//! (`gpu-autoscaler-<cluster>-<group>-<hash>`, at most 63 characters of `[a-z0-9-]`, valid on AWS
+//! and GCP and as a label value), written before the cloud call like the claim itself; every launch
+//! reads it back into `LaunchRequest::placement_group`, so a relaunch after a crash uses the same
+//! group. Providers treat it as a preference (`CloudProvider::launch`). GC calls
+//! `CloudProvider::collect_placement_groups` with the live instances, the groups claims still name,
+//! and `--gc-grace`, in a background task (one at a time, no retry loop: the next GC pass is the
+//! retry), so a slow or failing placement API never holds up the reconcile loop.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -162,8 +162,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// capacity is booked for them, so they never trigger a scale-up of their own.
     fn pending_now(&self, pods: &[Arc<CachedPod>]) -> BTreeSet<PodKey> {
         let live = self.live_provreqs();
+        let delay_ms =
+            i64::try_from(self.args.new_pod_scale_up_delay.as_millis()).unwrap_or(i64::MAX);
+        let born_before = jiff::Timestamp::now()
+            .as_millisecond()
+            .saturating_sub(delay_ms);
         pods.iter()
             .filter(|p| p.unschedulable)
+            .filter(|p| delay_ms == 0 || p.created_ms.is_none_or(|c| c <= born_before))
             .filter(|p| {
                 live.is_empty()
                     || !p
@@ -457,7 +463,7 @@ mod tests {
 
     #[test]
     fn a_pools_min_values_reach_the_plan_and_the_nodeclaim() {
-        let np: NodePool = serde_yaml::from_str(
+        let np: NodePool = serde_norway::from_str(
             r#"
 apiVersion: gpu-autoscaler.dev/v1alpha1
 kind: NodePool

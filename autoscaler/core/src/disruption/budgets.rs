@@ -1,0 +1,197 @@
+//! Budgets: what may still be disrupted (NodePool disruption budgets per reason, minNodes,
+//! PodDisruptionBudgets), and phase 2 of planning, Cluster Autoscaler's global scale-down
+//! delays.
+
+use std::collections::BTreeMap;
+
+use crate::model::{BudgetValue, DisruptionReason, Node, Snapshot};
+
+use super::candidates::{fmt_duration, movable};
+use super::{Blocker, DisruptionState, Pass, VerdictKind, Wait};
+
+/// Budgets left per pool and reason, and minNodes headroom.
+pub(super) struct Allowance {
+    /// (pool index, reason) -> nodes that may still be disrupted.
+    budget: BTreeMap<(usize, DisruptionReason), i64>,
+    /// Pool index -> nodes that may still be removed before minNodes.
+    above_min: Vec<i64>,
+    /// PDB index -> disruptions left.
+    pdb_left: Vec<i64>,
+}
+
+impl Allowance {
+    pub(super) fn new(snap: &Snapshot) -> Self {
+        let mut budget = BTreeMap::new();
+        let mut above_min = Vec::new();
+        for (pi, pool) in snap.pools.iter().enumerate() {
+            let nodes: Vec<&Node> = snap
+                .nodes
+                .iter()
+                .filter(|n| n.pool.as_deref() == Some(&pool.name))
+                .collect();
+            let total = nodes.len() as i64;
+            let deleting = nodes.iter().filter(|n| n.deleting).count() as i64;
+            for reason in [
+                DisruptionReason::Empty,
+                DisruptionReason::Underutilized,
+                DisruptionReason::Drifted,
+            ] {
+                let allowed = pool
+                    .disruption
+                    .budgets
+                    .iter()
+                    .filter(|b| b.reasons.is_empty() || b.reasons.contains(&reason))
+                    .map(|b| match b.nodes {
+                        BudgetValue::Count(n) => i64::from(n),
+                        // Percentages round up, as Karpenter does: 10% of 9 nodes is 1.
+                        BudgetValue::Percent(p) => (total * i64::from(p) + 99) / 100,
+                    })
+                    .min()
+                    .unwrap_or(i64::MAX);
+                budget.insert((pi, reason), allowed.saturating_sub(deleting));
+            }
+            above_min.push(total - deleting - i64::from(pool.min_nodes));
+        }
+        let pdb_left = snap
+            .pdbs
+            .iter()
+            .map(|b| i64::from(b.disruptions_allowed))
+            .collect();
+        Allowance {
+            budget,
+            above_min,
+            pdb_left,
+        }
+    }
+
+    /// Checks (and, when `take`, consumes) the allowance for removing `nodes`, replacing them
+    /// with `added` new nodes in the same pools.
+    pub(super) fn admit(
+        &mut self,
+        snap: &Snapshot,
+        nodes: &[&Node],
+        reason: DisruptionReason,
+        replaced: bool,
+        take: bool,
+    ) -> Result<(), Blocker> {
+        let mut per_pool: BTreeMap<usize, i64> = BTreeMap::new();
+        for n in nodes {
+            if let Some(pi) = snap
+                .pools
+                .iter()
+                .position(|p| Some(&p.name) == n.pool.as_ref())
+            {
+                *per_pool.entry(pi).or_default() += 1;
+            }
+        }
+        for (pi, count) in &per_pool {
+            let left = self.budget.get(&(*pi, reason)).copied().unwrap_or(i64::MAX);
+            if *count > left {
+                return Err(Blocker::new(
+                    VerdictKind::BudgetExhausted,
+                    format!(
+                        "disruption budget of NodePool {} exhausted for {reason:?}",
+                        snap.pools[*pi].name
+                    ),
+                ));
+            }
+            let removed = if replaced { count - 1 } else { *count };
+            if removed > self.above_min[*pi] {
+                return Err(Blocker::new(
+                    VerdictKind::AtMinNodes,
+                    format!(
+                        "NodePool {} is at minNodes {}",
+                        snap.pools[*pi].name, snap.pools[*pi].min_nodes
+                    ),
+                ));
+            }
+        }
+        let mut pdb_use: BTreeMap<usize, i64> = BTreeMap::new();
+        for n in nodes {
+            for p in movable(n) {
+                for (bi, b) in snap.pdbs.iter().enumerate() {
+                    if b.namespace == p.key.namespace && b.selector.matches(&p.labels) {
+                        *pdb_use.entry(bi).or_default() += 1;
+                    }
+                }
+            }
+        }
+        for (bi, used) in &pdb_use {
+            if *used > self.pdb_left[*bi] {
+                let b = &snap.pdbs[*bi];
+                return Err(Blocker::new(
+                    VerdictKind::PdbBlocked,
+                    format!(
+                        "blocked by PDB {}/{} (allows {} more disruptions, needs {used})",
+                        b.namespace,
+                        b.name,
+                        self.pdb_left[*bi].max(0)
+                    ),
+                ));
+            }
+        }
+        if take {
+            for (pi, count) in per_pool {
+                for reason in [
+                    DisruptionReason::Empty,
+                    DisruptionReason::Underutilized,
+                    DisruptionReason::Drifted,
+                ] {
+                    if let Some(left) = self.budget.get_mut(&(pi, reason)) {
+                        *left -= count;
+                    }
+                }
+                self.above_min[pi] -= if replaced { count - 1 } else { count };
+            }
+            for (bi, used) in pdb_use {
+                self.pdb_left[bi] -= used;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Pass<'_> {
+    /// Phase 2: Cluster Autoscaler's global delays (`scale-down-delay-after-*`). While one
+    /// runs, every candidate is told how long is left and nothing is disrupted.
+    pub(super) fn paused(&mut self, state: &DisruptionState, candidates: &[usize]) -> bool {
+        let (snap, now, config) = (self.snap, self.now, self.config);
+        let delays = [
+            (
+                state.last_scale_up,
+                config.delay_after_scale_up_s,
+                "a scale-up",
+            ),
+            (state.last_delete, config.delay_after_delete_s, "a deletion"),
+            (
+                state.last_failure,
+                config.delay_after_failure_s,
+                "a failed deletion",
+            ),
+        ];
+        for (at, delay, what) in delays {
+            if let Some(t) = at
+                && now < t + delay
+            {
+                for ni in candidates {
+                    self.keep(
+                        &snap.nodes[*ni].name,
+                        Blocker {
+                            kind: VerdictKind::Paused,
+                            message: format!(
+                                "scale-down paused for {} after {what}",
+                                fmt_duration(t + delay - now)
+                            ),
+                            wait: Some(Wait {
+                                since: t,
+                                until: t + delay,
+                            }),
+                        },
+                    );
+                }
+                return true;
+            }
+        }
+        false
+    }
+}

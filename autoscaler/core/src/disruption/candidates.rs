@@ -1,0 +1,401 @@
+//! Candidates: utilization as Cluster Autoscaler measures it, what blocks a node or pod
+//! (do-not-disrupt, safe-to-evict, PDBs...), and phase 1 of planning, which picks the nodes
+//! worth removing and orders them by savings per disruption cost.
+
+use crate::labels;
+use crate::model::{ConsolidationPolicy, Node, Pod, Snapshot};
+use crate::resources::{is_gpu_class, names};
+
+use super::{
+    Blocker, DO_NOT_DISRUPT, DisruptionConfig, DisruptionState, POD_DELETION_COST, Pass,
+    SAFE_TO_EVICT, SCALE_DOWN_DISABLED, Verdict, VerdictKind, Wait,
+};
+
+/// Utilization of a node as Cluster Autoscaler measures it: on a node with GPU-class
+/// allocatable, the highest ratio over GPU-class resources (fractional shares count as their
+/// thousandths of a device); elsewhere max(cpu, memory). DaemonSet and mirror pods are left out
+/// of both sides when the matching option is on. Returns (utilization, is GPU node).
+pub fn utilization(node: &Node, config: &DisruptionConfig) -> (f64, bool) {
+    let (ratios, gpu) = utilization_by_resource(node, config);
+    (ratios.iter().map(|(_, r)| *r).fold(0.0, f64::max), gpu)
+}
+
+/// The ratios [`utilization`] takes the highest of, by resource name (GPU-class resources on a
+/// GPU node, else cpu and memory), and whether the node is a GPU node.
+pub fn utilization_by_resource(
+    node: &Node,
+    config: &DisruptionConfig,
+) -> (Vec<(String, f64)>, bool) {
+    let ignored = |p: &Pod| {
+        (config.ignore_daemonset_utilization && p.is_daemonset())
+            || (config.ignore_mirror_utilization && p.mirror)
+    };
+    let gpu_resources: Vec<&str> = node
+        .allocatable
+        .extended
+        .iter()
+        .filter(|(k, v)| is_gpu_class(k) && **v > 0)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    let ratio = |name: &str| -> f64 {
+        let mut used = 0.0;
+        let mut excluded = 0.0;
+        for p in &node.pods {
+            let mut amount = p.requests.get(name) as f64;
+            if let Some(s) = &p.gpu_share
+                && s.resource == name
+            {
+                amount += f64::from(s.milli) / 1000.0;
+            }
+            if ignored(p) {
+                excluded += amount;
+            } else {
+                used += amount;
+            }
+        }
+        let denom = node.allocatable.get(name) as f64 - excluded;
+        if denom <= 0.0 { 0.0 } else { used / denom }
+    };
+    if gpu_resources.is_empty() {
+        let r = [names::CPU, names::MEMORY].map(|n| (n.to_string(), ratio(n)));
+        (r.into(), false)
+    } else {
+        let r = gpu_resources.iter().map(|n| (n.to_string(), ratio(n)));
+        (r.collect(), true)
+    }
+}
+
+/// Pods that must move if the node goes: everything but DaemonSet and mirror pods.
+pub(super) fn movable(node: &Node) -> Vec<&Pod> {
+    node.pods
+        .iter()
+        .filter(|p| !p.is_daemonset() && !p.mirror)
+        .collect()
+}
+
+/// Whole seconds (rounded up) of a `karpenter.sh/do-not-disrupt` duration, in the project's
+/// one duration grammar ([`crate::duration`]: `30m`, `1h30m`, `1.5h`; Karpenter reads the
+/// annotation as a Go duration, whose common forms this accepts), or Go's bare `0`. `None` for
+/// anything else.
+fn annotation_seconds(text: &str) -> Option<i64> {
+    if text == "0" {
+        return Some(0);
+    }
+    let d = crate::duration::parse(text, crate::duration::Bare::Refused).ok()?;
+    i64::try_from(d.as_secs())
+        .ok()
+        .map(|s| s + i64::from(d.subsec_nanos() > 0))
+}
+
+/// Why a `karpenter.sh/do-not-disrupt` value on a pod or node (`who`) still protects it at
+/// `now`, if it does. `"true"` protects for good; a duration (`"30m"`) protects until the pod
+/// has run (or the node has existed) that long, counted from `since` (`None`: not started,
+/// so the whole duration is still ahead); a value that is neither protects as `"true"` would,
+/// and the reason names it.
+fn do_not_disrupt(who: &str, value: &str, since: Option<i64>, now: i64) -> Option<Blocker> {
+    let kind = VerdictKind::DoNotDisrupt;
+    if value == "true" {
+        return Some(Blocker::new(kind, format!("{who} has {DO_NOT_DISRUPT}")));
+    }
+    if value == "false" || value.is_empty() {
+        return None;
+    }
+    let Some(secs) = annotation_seconds(value) else {
+        return Some(Blocker::new(
+            kind,
+            format!(
+                "{who} has {DO_NOT_DISRUPT}={value:?}, neither \"true\" nor a duration; it \
+                 protects as \"true\" would"
+            ),
+        ));
+    };
+    let start = since.unwrap_or(now);
+    let until = start.saturating_add(secs);
+    (now < until).then(|| Blocker {
+        kind,
+        message: format!(
+            "{who} has {DO_NOT_DISRUPT}={value} ({} left)",
+            fmt_duration(until - now)
+        ),
+        wait: Some(Wait {
+            since: start,
+            until,
+        }),
+    })
+}
+
+/// Why the pod's `karpenter.sh/do-not-disrupt` annotation still protects it at `now`, if it
+/// does.
+pub fn pod_protection(pod: &Pod, now: i64) -> Option<String> {
+    pod_protection_block(pod, now).map(|b| b.message)
+}
+
+fn pod_protection_block(pod: &Pod, now: i64) -> Option<Blocker> {
+    let v = pod.annotations.get(DO_NOT_DISRUPT)?;
+    do_not_disrupt(&format!("pod {}", pod.key), v, pod.started_at, now)
+}
+
+/// Why a pod blocks the disruption of its node at `now`, if it does.
+pub fn pod_blocker(pod: &Pod, snap: &Snapshot, now: i64) -> Option<String> {
+    pod_block(pod, snap, now).map(|b| b.message)
+}
+
+/// [`pod_blocker`] with the blocker's kind and wait.
+pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
+    let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
+    if let Some(why) = pod_protection_block(pod, now) {
+        return Some(why);
+    }
+    let evict = |m: String| Some(Blocker::new(VerdictKind::NotEvictable, m));
+    match ann(SAFE_TO_EVICT) {
+        Some("false") => return evict(format!("pod {} has {SAFE_TO_EVICT}=false", pod.key)),
+        Some("true") => return None,
+        _ => {}
+    }
+    if pod.owner_kind.is_none() {
+        return evict(format!("pod {} has no controller", pod.key));
+    }
+    if pod.local_storage {
+        return evict(format!("pod {} uses local storage", pod.key));
+    }
+    let pdbs: Vec<_> = snap
+        .pdbs
+        .iter()
+        .filter(|b| b.namespace == pod.key.namespace && b.selector.matches(&pod.labels))
+        .collect();
+    if pod.key.namespace == "kube-system" && pdbs.is_empty() {
+        return evict(format!(
+            "kube-system pod {} has no PodDisruptionBudget",
+            pod.key
+        ));
+    }
+    if let Some(b) = pdbs.iter().find(|b| b.disruptions_allowed <= 0) {
+        return Some(Blocker::new(
+            VerdictKind::PdbBlocked,
+            format!(
+                "blocked by PDB {}/{} (allows {} disruptions)",
+                b.namespace, b.name, b.disruptions_allowed
+            ),
+        ));
+    }
+    None
+}
+
+fn booked() -> Blocker {
+    Blocker::new(
+        VerdictKind::Booked,
+        "capacity booked for a ProvisioningRequest",
+    )
+}
+
+/// Why a node may not be disrupted at `now`, ignoring thresholds and budgets.
+pub fn node_blocker(node: &Node, snap: &Snapshot, now: i64) -> Option<String> {
+    node_block(node, snap, now).map(|b| b.message)
+}
+
+/// [`node_blocker`] with the blocker's kind and wait.
+pub fn node_block(node: &Node, snap: &Snapshot, now: i64) -> Option<Blocker> {
+    use VerdictKind as K;
+    let ann = |k: &str| node.annotations.get(k).map(String::as_str);
+    if node.pool.is_none() {
+        return Some(Blocker::new(K::NotManaged, "not managed by a NodePool"));
+    }
+    if node.deleting {
+        return Some(Blocker::new(K::Deleting, "already being deleted"));
+    }
+    if let Some(v) = ann(DO_NOT_DISRUPT)
+        && let Some(why) = do_not_disrupt("node", v, Some(node.created_at), now)
+    {
+        return Some(why);
+    }
+    if ann(SCALE_DOWN_DISABLED) == Some("true") {
+        return Some(Blocker::new(
+            K::ScaleDownDisabled,
+            format!("node has {SCALE_DOWN_DISABLED}"),
+        ));
+    }
+    if snap.booked_nodes.contains(&node.name) {
+        return Some(booked());
+    }
+    if !node.initialized {
+        return Some(Blocker::new(
+            K::NotInitialized,
+            "not initialized yet (device plugin or startup taints pending)",
+        ));
+    }
+    if let Some(state) = node.labels.get(labels::NVIDIA_MIG_CONFIG_STATE)
+        && (state == "pending" || state == "rebooting")
+    {
+        return Some(Blocker::new(
+            K::MigReconfiguring,
+            format!("MIG reconfiguration in progress ({state})"),
+        ));
+    }
+    movable(node)
+        .into_iter()
+        .find_map(|p| pod_block(p, snap, now))
+}
+
+pub(super) fn fmt_duration(s: i64) -> String {
+    match (s / 60, s % 60) {
+        (0, sec) => format!("{sec}s"),
+        (m, 0) => format!("{m}m"),
+        (m, sec) => format!("{m}m{sec}s"),
+    }
+}
+
+/// Cost of disrupting a node's pods: one per pod, more for higher priority and deletion cost.
+pub(super) fn disruption_cost(node: &Node) -> f64 {
+    movable(node)
+        .iter()
+        .map(|p| {
+            let deletion: f64 = p
+                .annotations
+                .get(POD_DELETION_COST)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            1.0 + (f64::from(p.priority) / 2f64.powi(25)).clamp(-0.5, 4.0)
+                + (deletion / 2f64.powi(27)).clamp(-0.5, 4.0)
+        })
+        .sum::<f64>()
+        .max(0.1)
+}
+
+impl Pass<'_> {
+    /// Phase 1: the nodes below their threshold (or empty), unneeded for long enough and not
+    /// blocked. Every node gets a verdict; unneeded times go into the next state.
+    pub(super) fn candidates(&mut self, state: &DisruptionState) -> Vec<usize> {
+        let snap = self.snap;
+        let mut candidates: Vec<usize> = Vec::new();
+        for (ni, n) in snap.nodes.iter().enumerate() {
+            let (util, gpu) = utilization(n, self.config);
+            let mut v = Verdict {
+                node: n.name.clone(),
+                pool: n.pool.clone(),
+                utilization: Some(util),
+                threshold: None,
+                disrupted: false,
+                reason: String::new(),
+                kind: VerdictKind::Candidate,
+                wait: None,
+            };
+            match self.why_not_candidate(n, &mut v, gpu, state) {
+                Some(why) => v.block(why),
+                None => {
+                    candidates.push(ni);
+                    v.set(VerdictKind::Candidate, "candidate");
+                }
+            }
+            self.verdict.insert(n.name.clone(), v);
+        }
+        candidates
+    }
+
+    /// Why node `n` (its verdict `v` holding the utilization, a GPU node when `gpu`) is not a
+    /// candidate, if it is not; the threshold it was measured against goes into `v`. A node
+    /// past the blockers has its unneeded time recorded.
+    fn why_not_candidate(
+        &mut self,
+        n: &Node,
+        v: &mut Verdict,
+        gpu: bool,
+        state: &DisruptionState,
+    ) -> Option<Blocker> {
+        use VerdictKind as K;
+        let (snap, now) = (self.snap, self.now);
+        let util = v.utilization.unwrap_or(0.0);
+        let Some(pi) = snap
+            .pools
+            .iter()
+            .position(|p| Some(&p.name) == n.pool.as_ref())
+        else {
+            return Some(Blocker::new(K::NotManaged, "not managed by a NodePool"));
+        };
+        let policy = &snap.pools[pi].disruption;
+        let empty = movable(n).is_empty();
+        let threshold = if gpu {
+            policy.gpu_utilization_threshold
+        } else {
+            policy.utilization_threshold
+        };
+        v.threshold = Some(threshold);
+        // A booked node's phantom pods make it look busy: the booking is why it stays.
+        if snap.booked_nodes.contains(&n.name) {
+            return Some(booked());
+        }
+        let below = empty || util <= threshold;
+        if !below {
+            return Some(Blocker::new(
+                K::AboveThreshold,
+                format!(
+                    "{} utilization {util:.2} above threshold {threshold:.2}",
+                    if gpu { "GPU" } else { "cpu/memory" }
+                ),
+            ));
+        }
+        if !empty && policy.consolidation_policy == ConsolidationPolicy::WhenEmpty {
+            return Some(Blocker::new(
+                K::WhenEmptyOnly,
+                "NodePool consolidates only empty nodes",
+            ));
+        }
+        if let Some(b) = node_block(n, snap, now) {
+            return Some(b);
+        }
+        let since = state.unneeded_since.get(&n.name).copied().unwrap_or(now);
+        self.out.state.unneeded_since.insert(n.name.clone(), since);
+        let wait = policy.unneeded_s.max(0);
+        if now - since < wait {
+            return Some(Blocker {
+                kind: K::Unneeded,
+                message: format!(
+                    "unneeded for {} of {}",
+                    fmt_duration(now - since),
+                    fmt_duration(wait)
+                ),
+                wait: Some(Wait {
+                    since,
+                    until: since + wait,
+                }),
+            });
+        }
+        // Karpenter's consolidateAfter: the node's pods have not changed for that long.
+        let stable_since = n
+            .last_pod_event
+            .map_or(n.created_at, |t| t.max(n.created_at));
+        if now - stable_since < policy.consolidate_after_s {
+            let message = if stable_since > n.created_at {
+                format!(
+                    "a pod was bound or removed {} ago (consolidateAfter {})",
+                    fmt_duration(now - stable_since),
+                    fmt_duration(policy.consolidate_after_s)
+                )
+            } else {
+                format!(
+                    "younger than consolidateAfter {}",
+                    fmt_duration(policy.consolidate_after_s)
+                )
+            };
+            return Some(Blocker {
+                kind: K::ConsolidateAfter,
+                message,
+                wait: Some(Wait {
+                    since: stable_since,
+                    until: stable_since + policy.consolidate_after_s,
+                }),
+            });
+        }
+        None
+    }
+
+    /// Orders candidates by savings per disruption cost, then name.
+    pub(super) fn order(&self, candidates: &mut [usize]) {
+        let snap = self.snap;
+        candidates.sort_by(|a, b| {
+            let (na, nb) = (&snap.nodes[*a], &snap.nodes[*b]);
+            let sa = na.price.unwrap_or(0.0) / disruption_cost(na);
+            let sb = nb.price.unwrap_or(0.0) / disruption_cost(nb);
+            sb.total_cmp(&sa).then_with(|| na.name.cmp(&nb.name))
+        });
+    }
+}

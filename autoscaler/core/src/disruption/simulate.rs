@@ -1,0 +1,115 @@
+//! Where the pods of removed nodes would go: the provisioning planner re-run on the cluster
+//! without them (one piece of fit logic), and the cluster after they moved.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::{Node, Pod, PodKey, Snapshot};
+use crate::plan::Plan;
+use crate::provision::plan_provisioning;
+
+use super::candidates::movable;
+
+/// Where the pods of `removed` nodes would go: the planner run on the cluster without them,
+/// with no in-flight capacity (evicting onto capacity that may never arrive is unsafe) and,
+/// unless `allow_new`, no NodePool to launch from. A pod the planner puts on a node that has
+/// not initialized is listed unschedulable ([`UNINITIALIZED_TARGET`]): evicted pods go only to
+/// initialized, schedulable nodes or to the command's own replacement.
+pub fn simulate(
+    snap: &Snapshot,
+    nodes: &[Node],
+    removed: &BTreeSet<usize>,
+    allow_new: bool,
+) -> Plan {
+    let mut pending = Vec::new();
+    for ri in removed {
+        for p in movable(&nodes[*ri]) {
+            let mut p = p.clone();
+            p.group = None;
+            pending.push(p);
+        }
+    }
+    let sim = Snapshot {
+        pending,
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !removed.contains(i))
+            .map(|(_, n)| n.clone())
+            .collect(),
+        in_flight: vec![],
+        daemonsets: snap.daemonsets.clone(),
+        pools: if allow_new {
+            snap.pools.clone()
+        } else {
+            vec![]
+        },
+        groups: BTreeMap::new(),
+        pdbs: vec![],
+        booked_nodes: BTreeSet::new(),
+    };
+    let mut plan = plan_provisioning(&sim);
+    refuse_uninitialized_targets(&mut plan, &sim.nodes);
+    plan
+}
+
+/// Reason given to an evicted pod whose only place is a node that has not initialized.
+pub const UNINITIALIZED_TARGET: &str = "would schedule against an uninitialized node";
+
+/// Turns every placement of an evicted pod onto an uninitialized node into an unschedulable
+/// pod: such a node may never come up (startup taints, device plugin), and a disruption must
+/// not bet on it. Its NodeClaim is left out of the simulation, but its Node is not, so the
+/// planner would otherwise count it as ordinary capacity (as Karpenter does, the command then
+/// fails rather than being re-planned around the node).
+fn refuse_uninitialized_targets(plan: &mut Plan, nodes: &[Node]) {
+    let uninitialized: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| !n.initialized)
+        .map(|n| n.name.as_str())
+        .collect();
+    if uninitialized.is_empty() {
+        return;
+    }
+    let (refused, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.existing)
+        .into_iter()
+        .partition(|p| uninitialized.contains(p.target.as_str()));
+    plan.existing = kept;
+    for p in refused {
+        plan.unschedulable.push(crate::plan::Unschedulable {
+            reason: format!("{UNINITIALIZED_TARGET} {}", p.target),
+            pod: p.pod,
+        });
+    }
+    plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+}
+
+/// How a verdict names an evicted pod that cannot be placed.
+pub(super) fn nowhere_to_go(u: &crate::plan::Unschedulable) -> String {
+    if u.reason.starts_with(UNINITIALIZED_TARGET) {
+        format!("pod {} {}", u.pod, u.reason)
+    } else {
+        format!("pod {} has nowhere to go: {}", u.pod, u.reason)
+    }
+}
+
+/// Moves the pods of `removed` onto their simulated nodes, and removes the nodes.
+pub(super) fn apply(nodes: &mut Vec<Node>, removed: &BTreeSet<usize>, plan: &Plan) {
+    let moving: BTreeMap<PodKey, Pod> = removed
+        .iter()
+        .flat_map(|ri| movable(&nodes[*ri]).into_iter().cloned())
+        .map(|p| (p.key.clone(), p))
+        .collect();
+    for placement in &plan.existing {
+        if let (Some(pod), Some(n)) = (
+            moving.get(&placement.pod),
+            nodes.iter_mut().find(|n| n.name == placement.target),
+        ) {
+            n.pods.push(pod.clone());
+        }
+    }
+    let mut i = 0;
+    nodes.retain(|_| {
+        let keep = !removed.contains(&i);
+        i += 1;
+        keep
+    });
+}

@@ -1,0 +1,71 @@
+//! Validation: a command re-checked against the cluster as it is after the validation delay,
+//! before anything is tainted.
+
+use std::collections::BTreeSet;
+
+use crate::model::{DisruptionReason, Node, Snapshot};
+
+use super::budgets::Allowance;
+use super::candidates::{movable, node_blocker};
+use super::simulate::{nowhere_to_go, simulate};
+use super::{Command, DisruptionConfig, Method};
+
+/// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was
+/// decided. `Err` says why it no longer holds; the caller then drops it.
+pub fn validate(
+    command: &Command,
+    snap: &Snapshot,
+    now: i64,
+    config: &DisruptionConfig,
+) -> Result<(), String> {
+    if now < command.decided_at + config.validation_delay_s {
+        return Err(format!(
+            "validation delay not over ({}s left)",
+            command.decided_at + config.validation_delay_s - now
+        ));
+    }
+    let mut removed = BTreeSet::new();
+    for name in &command.nodes {
+        let Some(i) = snap.nodes.iter().position(|n| &n.name == name) else {
+            return Err(format!("node {name} is gone"));
+        };
+        let n = &snap.nodes[i];
+        if let Some(b) = node_blocker(n, snap, now) {
+            return Err(format!("node {name}: {b}"));
+        }
+        if command.reason == DisruptionReason::Empty && !movable(n).is_empty() {
+            return Err(format!("node {name} is no longer empty"));
+        }
+        removed.insert(i);
+    }
+    let nodes: Vec<&Node> = removed.iter().map(|i| &snap.nodes[*i]).collect();
+    Allowance::new(snap)
+        .admit(
+            snap,
+            &nodes,
+            command.reason,
+            command.method == Method::Replace,
+            false,
+        )
+        .map_err(|b| b.message)?;
+    if command.reason == DisruptionReason::Empty {
+        return Ok(());
+    }
+    let plan = simulate(
+        snap,
+        &snap.nodes,
+        &removed,
+        command.method == Method::Replace,
+    );
+    if let Some(u) = plan.unschedulable.first() {
+        return Err(nowhere_to_go(u));
+    }
+    let cost: f64 = nodes.iter().map(|n| n.price.unwrap_or(0.0)).sum();
+    if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {
+        return Err("replacement is no longer strictly cheaper".into());
+    }
+    if command.method == Method::Delete && !plan.new_claims.is_empty() {
+        return Err("pods no longer fit on the remaining nodes".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,651 @@
+//! New claims: opening one for a pod, its candidates, target price and limits, growing it
+//! as pods join, and marking the claims of all-or-nothing groups.
+
+use std::collections::BTreeMap;
+
+use crate::labels;
+use crate::model::{Pod, PodKey, Pool};
+use crate::plan::{ClaimOption, Plan};
+use crate::requirements::{Constraint, Requirements};
+use crate::resources::{Resources, format_amount};
+use crate::taints::untolerated;
+
+use super::classes::{dominant_share, even_spread};
+use super::shapes::{
+    Devices, Shape, demand, distinct_values, min_values_short, offering_allowed, term_fits_shape,
+};
+use super::slots::placeholder;
+use super::{Grow, Planner, Slot, SlotKind};
+
+/// Sets [`NewClaim::group`] on the claims that hold only members of one all-or-nothing group,
+/// for the groups with at least two such claims in the plan. A claim shared with pods outside
+/// the group gets none and does not count: one node of a group in a placement group of its own
+/// would only narrow where the cloud may put it.
+pub(super) fn mark_group_claims(pending: &[Pod], plan: &mut Plan) {
+    let group_of: BTreeMap<&PodKey, &str> = pending
+        .iter()
+        .filter_map(|p| p.group.as_deref().map(|g| (&p.key, g)))
+        .collect();
+    if group_of.is_empty() {
+        return;
+    }
+    // The one group of each claim whose pods all belong to it.
+    let only: Vec<Option<&str>> = plan
+        .new_claims
+        .iter()
+        .map(|c| {
+            let mut groups = c.pods.iter().map(|k| group_of.get(k).copied());
+            let first = groups.next().flatten()?;
+            groups.all(|g| g == Some(first)).then_some(first)
+        })
+        .collect();
+    let mut claims_of: BTreeMap<&str, usize> = BTreeMap::new();
+    for g in only.iter().flatten() {
+        *claims_of.entry(g).or_default() += 1;
+    }
+    for (c, g) in plan.new_claims.iter_mut().zip(only) {
+        c.group = g
+            .filter(|g| claims_of.get(g).is_some_and(|n| *n >= 2))
+            .map(str::to_string);
+    }
+}
+
+impl<'a> Planner<'a> {
+    /// For a new-claim slot: the requirements, candidates and price it would have with pod `i`
+    /// added, or `None` when the pod cannot join it.
+    pub(super) fn try_new_slot(&self, i: usize, si: usize, avoid_gpu: bool) -> Option<Grow> {
+        let pod = &self.snap.pending[i];
+        let ci = self.class_of[i];
+        let slot = &self.state.slots[si];
+        let need = slot.used.plus(&demand(pod, &slot.devices));
+        if !need.fits(&slot.allocatable) {
+            // `allocatable` of a new claim holds the most any candidate offers.
+            return None;
+        }
+        let class = &self.classes[ci];
+        let usable = |c: usize| {
+            class.shape_ok[c]
+                && !(avoid_gpu && self.shapes[c].has_gpu)
+                && need.fits(&self.shapes[c].allocatable)
+        };
+        let zone_rules = self.needs_zone(i) && slot.zone.is_none();
+        // The quick paths below do not list the narrowed candidates; minValues needs them.
+        let pool = slot.pool.map(|pi| &self.snap.pools[pi]);
+        let strict = pool.is_some_and(|p| !p.min_values.is_empty());
+        if class.terms.len() == 1 && class.terms[0].is_empty() && !zone_rules && !strict {
+            // Requirements stay as they are, so candidates stay in price order and the first
+            // usable one sets the price; narrowing waits until the pod is committed.
+            if !self.topology_ok(i, slot, slot.zone.as_deref()) {
+                return None;
+            }
+            let first = slot.candidates.iter().copied().find(|c| usable(*c))?;
+            let price = self.shapes[first].price_under(&slot.reqs)?;
+            return Some(Grow {
+                reqs: None,
+                candidates: None,
+                price,
+            });
+        }
+        if class.terms.len() == 1 && class.terms[0].is_empty() && !strict {
+            // Pin a zone without narrowing everything: a cheapest-first prefix of the usable
+            // candidates that reaches every zone tells which zones are possible and their price.
+            let mut prefix = Vec::new();
+            let mut seen: Vec<&str> = Vec::new();
+            let zc = slot.reqs.get(labels::ZONE);
+            let cc = slot.reqs.get(labels::CAPACITY_TYPE);
+            for c in slot.candidates.iter().copied() {
+                if !usable(c) {
+                    continue;
+                }
+                prefix.push(c);
+                for o in &self.shapes[c].offerings {
+                    if offering_allowed(o, zc, cc) && !seen.contains(&o.zone.as_str()) {
+                        seen.push(&o.zone);
+                    }
+                }
+                if seen.len() >= self.zone_total {
+                    break;
+                }
+            }
+            let z = self.pick_zone(i, &slot.reqs, &prefix, slot)?;
+            let mut reqs = slot.reqs.clone();
+            reqs.add_constraint(
+                labels::ZONE,
+                Constraint::from_operator(labels::ZONE, crate::requirements::Operator::In, &[z])
+                    .ok()?,
+            );
+            let price = prefix
+                .iter()
+                .filter_map(|c| self.shapes[*c].price_under(&reqs))
+                .min_by(f64::total_cmp)?;
+            return Some(Grow {
+                reqs: Some(reqs),
+                candidates: None,
+                price,
+            });
+        }
+        for term in &class.terms {
+            let mut reqs = if term.is_empty() {
+                slot.reqs.clone()
+            } else {
+                slot.reqs.intersect(term)
+            };
+            if !reqs.satisfiable() {
+                continue;
+            }
+            let mut cands: Vec<usize> = slot
+                .candidates
+                .iter()
+                .copied()
+                .filter(|c| {
+                    usable(*c) && (term.is_empty() || term_fits_shape(&reqs, &self.shapes[*c]))
+                })
+                .collect();
+            if cands.is_empty() {
+                continue;
+            }
+            if zone_rules {
+                let z = self.pick_zone(i, &reqs, &cands, slot)?;
+                reqs.add_constraint(
+                    labels::ZONE,
+                    Constraint::from_operator(
+                        labels::ZONE,
+                        crate::requirements::Operator::In,
+                        &[z],
+                    )
+                    .ok()?,
+                );
+                cands.retain(|c| self.shapes[*c].price_under(&reqs).is_some());
+                if cands.is_empty() {
+                    continue;
+                }
+            }
+            if pool.is_some_and(|p| min_values_short(p, &self.shapes, &cands, &reqs).is_some()) {
+                continue;
+            }
+            let zone = slot.zone.clone().or_else(|| {
+                reqs.get(labels::ZONE)
+                    .and_then(|c| c.single_value())
+                    .map(str::to_string)
+            });
+            if !self.topology_ok(i, slot, zone.as_deref()) {
+                continue;
+            }
+            let mut priced: Vec<(f64, usize)> = cands
+                .iter()
+                .filter_map(|c| self.shapes[*c].price_under(&reqs).map(|p| (p, *c)))
+                .collect();
+            priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let price = priced.first()?.0;
+            return Some(Grow {
+                reqs: Some(reqs),
+                candidates: Some(priced.into_iter().map(|(_, c)| c).collect()),
+                price,
+            });
+        }
+        None
+    }
+
+    /// Limit headroom of a pool: what may still be added.
+    fn fits_limits(&self, pi: usize, shape: &Shape) -> Result<(), String> {
+        let pool = &self.snap.pools[pi];
+        let u = &self.state.usage[pi];
+        if let Some(n) = pool.limits.nodes
+            && u.nodes + 1 > n
+        {
+            return Err(format!("NodePool {} limit nodes={n} reached", pool.name));
+        }
+        for (name, limit) in &pool.limits.resources {
+            if u.resources.get(name) + shape.capacity.get(name) > *limit {
+                return Err(format!(
+                    "NodePool {} limit {name}={} reached",
+                    pool.name,
+                    format_amount(name, *limit)
+                ));
+            }
+        }
+        if let (n, Some(model)) = &shape.gpus
+            && let Some(limit) = pool.limits.gpus_by_model.get(model)
+            && u.models.get(model).copied().unwrap_or(0) + i64::from(*n) > *limit
+        {
+            return Err(format!(
+                "NodePool {} limit for GPU model {model}={limit} reached",
+                pool.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pool, requirements, candidates and price of a new claim for pod `i`, and the price
+    /// of the cheapest node any pool could launch for it alone, or the reason there is none.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn open_claim_candidates(
+        &mut self,
+        i: usize,
+    ) -> Result<(usize, Requirements, Vec<usize>, f64, f64), String> {
+        let pod = &self.snap.pending[i];
+        let ci = self.class_of[i];
+        let need = demand(pod, &Devices::default());
+        let wants_gpu = need.has_gpu_class();
+        let avoid_gpu = self.avoid_gpu(i);
+        let mut best: Option<(i32, Option<f64>, f64, usize, Requirements, Vec<usize>)> = None;
+        let mut cheapest = f64::INFINITY;
+        let mut reasons: Vec<String> = Vec::new();
+        let empty = Slot::empty(vec![0; self.nsel()]);
+        for &pi in &self.pool_order {
+            let pool = &self.snap.pools[pi];
+            if let Some((w, ..)) = &best
+                && *w > pool.weight
+            {
+                break;
+            }
+            if let Some(t) = untolerated(&self.classes[ci].tolerations, &pool.taints) {
+                reasons.push(format!("taint {t} of NodePool {} not tolerated", pool.name));
+                continue;
+            }
+            if self.avoids(ci, &pool.taints) {
+                reasons.push(format!(
+                    "NodePool {} has a PreferNoSchedule taint the pod does not tolerate",
+                    pool.name
+                ));
+                continue;
+            }
+            for term in self.classes[ci].terms.clone() {
+                let reqs = pool.requirements.intersect(&term);
+                if let Some(k) = pool.requirements.conflict_with(&term) {
+                    reasons.push(format!(
+                        "NodePool {} requirement on {k} conflicts with the pod's node affinity",
+                        pool.name
+                    ));
+                    continue;
+                }
+                let mut limit_reason = None;
+                let mut fitting: Vec<usize> = (0..self.shapes.len())
+                    .filter(|s| {
+                        let sh = &self.shapes[*s];
+                        sh.pool == pi
+                            && self.classes[ci].shape_ok[*s]
+                            && term_fits_shape(&term, sh)
+                            && need.fits(&sh.allocatable)
+                    })
+                    .filter(|s| match self.fits_limits(pi, &self.shapes[*s]) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            limit_reason.get_or_insert(e);
+                            false
+                        }
+                    })
+                    .collect();
+                if fitting.is_empty() {
+                    reasons.push(
+                        limit_reason.unwrap_or_else(|| self.no_fit_reason(pi, ci, &term, &need)),
+                    );
+                    continue;
+                }
+                if !wants_gpu && fitting.iter().any(|s| !self.shapes[*s].has_gpu) {
+                    // GPU types are a last resort for a pod that needs none, unless dropping
+                    // them leaves fewer values than the pool's minValues.
+                    let cpu_only: Vec<usize> = fitting
+                        .iter()
+                        .copied()
+                        .filter(|s| !self.shapes[*s].has_gpu)
+                        .collect();
+                    if min_values_short(pool, &self.shapes, &cpu_only, &reqs).is_none() {
+                        fitting = cpu_only;
+                    }
+                }
+                // Preferred node affinity breaks ties: keep it when something still fits.
+                let mut reqs = reqs;
+                let mut prefs = pod.preferred.clone();
+                prefs.sort_by_key(|p| std::cmp::Reverse(p.0));
+                for (_, pterm) in prefs {
+                    let r2 = reqs.intersect(&pterm);
+                    let kept: Vec<usize> = fitting
+                        .iter()
+                        .copied()
+                        .filter(|s| term_fits_shape(&r2, &self.shapes[*s]))
+                        .collect();
+                    if r2.satisfiable()
+                        && !kept.is_empty()
+                        && min_values_short(pool, &self.shapes, &kept, &r2).is_none()
+                    {
+                        reqs = r2;
+                        fitting = kept;
+                    }
+                }
+                if self.needs_zone(i) {
+                    let Some(z) = self.pick_zone(i, &reqs, &fitting, &empty) else {
+                        reasons.push(format!(
+                            "NodePool {}: no zone satisfies the pod's topology constraints",
+                            pool.name
+                        ));
+                        continue;
+                    };
+                    reqs.add_constraint(
+                        labels::ZONE,
+                        Constraint::from_operator(
+                            labels::ZONE,
+                            crate::requirements::Operator::In,
+                            &[z],
+                        )
+                        .expect("one value"),
+                    );
+                    fitting.retain(|c| self.shapes[*c].price_under(&reqs).is_some());
+                } else if !self.topology_ok(i, &empty, None) {
+                    reasons.push("topology constraints cannot be met on a new node".into());
+                    continue;
+                }
+                let mut priced: Vec<(f64, usize)> = fitting
+                    .iter()
+                    .filter_map(|c| self.shapes[*c].price_under(&reqs).map(|p| (p, *c)))
+                    .collect();
+                priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let Some(&(price, _)) = priced.first() else {
+                    continue;
+                };
+                let cands: Vec<usize> = priced.into_iter().map(|(_, c)| c).collect();
+                if let Some(why) = min_values_short(pool, &self.shapes, &cands, &reqs) {
+                    reasons.push(why);
+                    continue;
+                }
+                cheapest = cheapest.min(price);
+                // Pools compete on the price per pod of the node the claim would be sized to,
+                // not on the cheapest node for this pod alone: a pool whose only small node is
+                // cheap can still cost more per pod than another pool's big node once the
+                // similar pods that follow share it. Prices per pod are worked out only when
+                // there is a choice.
+                let (better, unit) = match &mut best {
+                    None => (true, None),
+                    Some(b) => {
+                        let theirs = *b
+                            .1
+                            .get_or_insert_with(|| self.claim_target(i, &b.4, &b.5, avoid_gpu).0);
+                        let unit = self.claim_target(i, &reqs, &cands, avoid_gpu).0;
+                        let better = unit < theirs * (1.0 - 1e-9)
+                            || (unit <= theirs * (1.0 + 1e-9) && price < b.2);
+                        (better, Some(unit))
+                    }
+                };
+                if better {
+                    best = Some((pool.weight, unit, price, pi, reqs, cands));
+                }
+            }
+        }
+        match best {
+            Some((_, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
+            None => {
+                let vocabulary = (self.vocabulary)
+                    .get_or_init(|| crate::vocabulary::Vocabulary::of_pools(&self.snap.pools));
+                Err(self.summarize(reasons) + &vocabulary.hint(&self.classes[ci].terms))
+            }
+        }
+    }
+
+    /// The lowest price per pod over `cands` (under `reqs`) for pod `i` and the members of its
+    /// demand group still pending, with that candidate's price and index; `(INFINITY, INFINITY,
+    /// None)` when no candidate is usable.
+    ///
+    /// A candidate is priced by the nodes of its kind the pending pods would need: the group's
+    /// pods at the whole number one node holds and, for a GPU pod, also the whole pending
+    /// demand of its class (pods that may share its nodes, whatever their size) spread evenly.
+    /// Without the second term a 2-GPU pod sized alone gets a 4-GPU node of its own, and the
+    /// 1-GPU pods after it an 8-GPU node that would have held it too.
+    fn claim_target(
+        &self,
+        i: usize,
+        reqs: &Requirements,
+        cands: &[usize],
+        avoid_gpu: bool,
+    ) -> (f64, f64, Option<usize>) {
+        let need = demand(&self.snap.pending[i], &Devices::default());
+        let left = self.remaining[self.demand_group[i]].max(1) as f64;
+        let class_left = need
+            .has_gpu_class()
+            .then(|| &self.class_left[self.class_of[i]]);
+        let mut best = (f64::INFINITY, f64::INFINITY, None);
+        for c in cands {
+            let shape = &self.shapes[*c];
+            if avoid_gpu && shape.has_gpu {
+                continue;
+            }
+            let Some(p) = shape.price_under(reqs) else {
+                continue;
+            };
+            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
+                .floor()
+                .max(1.0);
+            let spread = class_left.map_or(0.0, |d| even_spread(d, &shape.allocatable));
+            let unit = p * (left / per_node).max(spread).max(1.0) / left;
+            if unit < best.0 * (1.0 - 1e-9) {
+                best = (unit, p, Some(*c));
+            }
+        }
+        best
+    }
+
+    pub(super) fn open_claim(
+        &mut self,
+        i: usize,
+        pi: usize,
+        reqs: Requirements,
+        cands: Vec<usize>,
+        price: f64,
+        avoid_gpu: bool,
+    ) {
+        self.state.claims_opened += 1;
+        // Size the claim for the pods like this one that are still pending: the candidate with
+        // the lowest price per pod it would hold, cheapest on ties.
+        let target = match self.claim_target(i, &reqs, &cands, avoid_gpu) {
+            (_, p, Some(c)) => (p, Some(c)),
+            _ => (price, cands.first().copied()),
+        };
+        let pool = &self.snap.pools[pi];
+        let name = format!("{}-{}", pool.name, self.state.claims_opened);
+        let zone = reqs
+            .get(labels::ZONE)
+            .and_then(|c| c.single_value())
+            .map(str::to_string);
+        let slot = Slot {
+            name,
+            pool: Some(pi),
+            taints: pool.taints.clone(),
+            reqs,
+            candidates: cands,
+            price,
+            zone,
+            target: target.0,
+            target_shape: target.1,
+            ..Slot::empty(vec![0; self.nsel()])
+        };
+        self.state.slots.push(slot);
+        self.state.usage[pi].nodes += 1;
+        let si = self.state.slots.len() - 1;
+        // A rolled-back group can leave answers about an earlier claim at this index.
+        for class in &mut self.classes {
+            if let Some(ok) = class.slot_ok.get_mut(si) {
+                *ok = 0;
+            }
+        }
+        self.commit(i, si, None, false);
+        self.refresh_new_slot(si);
+    }
+
+    /// Re-reserves limits for a new claim: the most any of its candidates could use.
+    fn reserve(&mut self, si: usize) {
+        let slot = &self.state.slots[si];
+        let Some(pi) = slot.pool else { return };
+        let pool = &self.snap.pools[pi];
+        if pool.limits.resources.is_empty() && pool.limits.gpus_by_model.is_empty() {
+            return;
+        }
+        let mut cap = Resources::new();
+        let mut models: BTreeMap<String, i64> = BTreeMap::new();
+        for c in &slot.candidates {
+            let s = &self.shapes[*c];
+            cap = cap.max(&s.capacity);
+            if let (n, Some(m)) = &s.gpus {
+                let e = models.entry(m.clone()).or_default();
+                *e = (*e).max(i64::from(*n));
+            }
+        }
+        let old = std::mem::replace(&mut self.state.slots[si].reserved, cap.clone());
+        let old_models =
+            std::mem::replace(&mut self.state.slots[si].reserved_models, models.clone());
+        let u = &mut self.state.usage[pi];
+        u.resources.sub(&old);
+        u.resources.add(&cap);
+        for (m, n) in old_models {
+            *u.models.entry(m).or_default() -= n;
+        }
+        for (m, n) in models {
+            *u.models.entry(m).or_default() += n;
+        }
+    }
+
+    pub(super) fn commit(&mut self, i: usize, si: usize, grow: Option<Grow>, avoid_gpu: bool) {
+        let pod = &self.snap.pending[i];
+        let need = demand(pod, &self.state.slots[si].devices);
+        let is_new = self.state.slots[si].kind == SlotKind::New;
+        let resort = grow
+            .as_ref()
+            .is_some_and(|g| g.reqs.is_some() && g.candidates.is_none());
+        {
+            let slot = &mut self.state.slots[si];
+            if let Some(g) = grow {
+                if let Some(reqs) = g.reqs {
+                    if slot.zone.is_none() {
+                        slot.zone = reqs
+                            .get(labels::ZONE)
+                            .and_then(|c| c.single_value())
+                            .map(str::to_string);
+                    }
+                    slot.reqs = reqs;
+                }
+                if let Some(c) = g.candidates {
+                    slot.candidates = c;
+                }
+                slot.price = g.price;
+            }
+            slot.used.add(&need);
+            if let Some(s) = &pod.gpu_share {
+                slot.devices.take(s);
+            }
+            slot.pods.push(i);
+        }
+        let mut slot = std::mem::replace(&mut self.state.slots[si], placeholder());
+        let mut zc = std::mem::take(&mut self.state.zone_counts);
+        let mut zb = std::mem::take(&mut self.state.zone_blocks);
+        self.count_pod_into(&mut slot, &mut zc, &mut zb, pod, Some(i));
+        if is_new {
+            // Keep only the candidates that still hold every pod, in price order.
+            let ci = self.class_of[i];
+            let class = &self.classes[ci];
+            let shapes = &self.shapes;
+            let used = &slot.used;
+            if resort {
+                // The requirements changed (a zone was pinned) without a narrowed list.
+                let reqs = &slot.reqs;
+                slot.candidates
+                    .retain(|c| shapes[*c].price_under(reqs).is_some());
+                let mut priced: Vec<(f64, usize)> = slot
+                    .candidates
+                    .iter()
+                    .filter_map(|c| shapes[*c].price_under(reqs).map(|p| (p, *c)))
+                    .collect();
+                priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                slot.candidates = priced.into_iter().map(|(_, c)| c).collect();
+            }
+            slot.candidates.retain(|c| {
+                class.shape_ok[*c]
+                    && !(avoid_gpu && shapes[*c].has_gpu)
+                    && used.fits(&shapes[*c].allocatable)
+            });
+            if let Some(first) = slot.candidates.first() {
+                slot.price = shapes[*first].price_under(&slot.reqs).unwrap_or(slot.price);
+            }
+        }
+        self.state.slots[si] = slot;
+        self.state.zone_counts = zc;
+        self.state.zone_blocks = zb;
+        self.state.placed[i] = Some(si);
+        if is_new {
+            self.refresh_new_slot(si);
+        }
+    }
+
+    /// The cheapest `max_instance_types` options, swapping in the cheapest options that bring a
+    /// value `minValues` still lacks, so truncation never breaks what the claim was planned with.
+    pub(super) fn truncate_options(
+        &self,
+        pool: &Pool,
+        reqs: &Requirements,
+        options: Vec<(ClaimOption, usize)>,
+    ) -> Vec<ClaimOption> {
+        let max = self.options.max_instance_types;
+        if options.len() <= max {
+            return options.into_iter().map(|(o, _)| o).collect();
+        }
+        let mut keep = vec![false; options.len()];
+        let mut kept = 0;
+        for (key, &need) in &pool.min_values {
+            let chosen: Vec<usize> = options
+                .iter()
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|((_, c), _)| *c)
+                .collect();
+            let mut have = distinct_values(&self.shapes, &chosen, key, reqs);
+            let mut chosen = chosen;
+            for (j, (_, c)) in options.iter().enumerate() {
+                if have >= need as usize || kept >= max {
+                    break;
+                }
+                if keep[j] {
+                    continue;
+                }
+                chosen.push(*c);
+                let now = distinct_values(&self.shapes, &chosen, key, reqs);
+                if now > have {
+                    keep[j] = true;
+                    kept += 1;
+                    have = now;
+                } else {
+                    chosen.pop();
+                }
+            }
+        }
+        for k in keep.iter_mut() {
+            if kept >= max {
+                break;
+            }
+            if !*k {
+                *k = true;
+                kept += 1;
+            }
+        }
+        options
+            .into_iter()
+            .zip(keep)
+            .filter_map(|((o, _), k)| k.then_some(o))
+            .collect()
+    }
+
+    /// After a new claim narrowed: recompute the most any candidate offers (a quick reject for
+    /// later pods), close it when even the smallest pending pod no longer fits, and re-reserve
+    /// limits.
+    fn refresh_new_slot(&mut self, si: usize) {
+        self.last_stamp += 1;
+        self.state.slots[si].stamp = self.last_stamp;
+        let mut most = Resources::new();
+        for c in &self.state.slots[si].candidates {
+            most = most.max(&self.shapes[*c].allocatable);
+        }
+        let slot = &mut self.state.slots[si];
+        slot.allocatable = most;
+        let free = slot.allocatable.minus(&slot.used);
+        if !self.smallest.fits(&free) {
+            slot.open = false;
+        }
+        self.reserve(si);
+    }
+}

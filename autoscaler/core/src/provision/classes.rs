@@ -1,0 +1,223 @@
+//! Classes and demand groups: pods that share the same answers (node selection,
+//! tolerations, requests), and what a pod of a group costs on a node of its own.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::labels;
+use crate::model::GpuShare;
+use crate::requirements::Requirements;
+use crate::resources::Resources;
+use crate::taints::untolerated;
+
+use super::shapes::{Devices, demand, offering_allowed, term_fits_shape};
+use super::slots::ports_conflict;
+use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotKind};
+
+/// The largest fraction of `alloc` that `need` takes in any resource (only GPU-class ones when
+/// `gpu_only`).
+pub(super) fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool) -> f64 {
+    let mut share: f64 = 0.0;
+    for (name, amount) in need.iter() {
+        if gpu_only && !crate::resources::is_gpu_class(name) {
+            continue;
+        }
+        let have = alloc.get(name);
+        if have > 0 {
+            share = share.max(amount as f64 / have as f64);
+        } else if amount > 0 {
+            return f64::INFINITY;
+        }
+    }
+    share
+}
+
+/// How many nodes of `alloc` a demand needs if it could be split freely: its largest ratio
+/// over the resources the node has (resources it lacks are someone else's concern).
+pub(super) fn even_spread(need: &Resources, alloc: &Resources) -> f64 {
+    need.iter()
+        .filter_map(|(name, amount)| {
+            let have = alloc.get(name);
+            (have > 0).then(|| amount as f64 / have as f64)
+        })
+        .fold(0.0, f64::max)
+}
+
+impl<'a> Planner<'a> {
+    pub(super) fn build_classes(&mut self) {
+        let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
+        let mut classes = Vec::new();
+        let mut class_of = Vec::with_capacity(self.snap.pending.len());
+        for p in &self.snap.pending {
+            let share = p.gpu_share.is_some();
+            let key = (&p.node_selector, &p.tolerations, share, &p.host_ports);
+            let ci = match index.get(&key) {
+                Some(ci) => *ci,
+                None => {
+                    let terms = if p.node_selector.terms.is_empty() {
+                        vec![Requirements::new()]
+                    } else {
+                        p.node_selector.terms.clone()
+                    };
+                    let mut zones = BTreeSet::new();
+                    let shape_ok: Vec<bool> = self
+                        .shapes
+                        .iter()
+                        .map(|s| {
+                            let pool = &self.snap.pools[s.pool];
+                            if untolerated(&p.tolerations, &pool.taints).is_some() {
+                                return false;
+                            }
+                            // Shares of one device need a pool whose nodes run a sharing
+                            // device plugin.
+                            if share && !pool.sharing.fractional {
+                                return false;
+                            }
+                            // A DaemonSet on every such node holds one of the pod's ports.
+                            if ports_conflict(&p.host_ports, s.host_ports.iter().map(|(h, _)| h)) {
+                                return false;
+                            }
+                            let mut ok = false;
+                            for t in &terms {
+                                if term_fits_shape(t, s) {
+                                    ok = true;
+                                    let zc = t.get(labels::ZONE);
+                                    let cc = t.get(labels::CAPACITY_TYPE);
+                                    for o in
+                                        s.offerings.iter().filter(|o| offering_allowed(o, zc, cc))
+                                    {
+                                        zones.insert(o.zone.clone());
+                                    }
+                                }
+                            }
+                            ok
+                        })
+                        .collect();
+                    classes.push(Class {
+                        terms,
+                        share,
+                        host_ports: p.host_ports.clone(),
+                        tolerations: p.tolerations.clone(),
+                        shape_ok,
+                        slot_ok: Vec::new(),
+                        zones,
+                    });
+                    index.insert(key, classes.len() - 1);
+                    classes.len() - 1
+                }
+            };
+            class_of.push(ci);
+        }
+        // Zones of compatible existing nodes are spread domains too.
+        for class in &mut classes {
+            for slot in &self.state.slots {
+                if let Some(z) = &slot.zone
+                    && slot.kind != SlotKind::New
+                    && class.terms.iter().any(|t| t.matches(&slot.labels))
+                {
+                    class.zones.insert(z.clone());
+                }
+            }
+        }
+        self.classes = classes;
+        self.class_of = class_of;
+        self.build_groups();
+    }
+
+    fn build_groups(&mut self) {
+        let pending = &self.snap.pending;
+        let mut demand_index: HashMap<(usize, &Resources, &Option<GpuShare>), usize> =
+            HashMap::new();
+        let mut scan_index: HashMap<ScanKey<'_>, usize> = HashMap::new();
+        for (i, p) in pending.iter().enumerate() {
+            let n = demand_index.len();
+            let g = *demand_index
+                .entry((self.class_of[i], &p.requests, &p.gpu_share))
+                .or_insert(n);
+            self.demand_group.push(g);
+            if g == self.remaining.len() {
+                self.remaining.push(0);
+            }
+            self.remaining[g] += 1;
+            let key = (
+                g,
+                self.matches[i].as_slice(),
+                self.sel_of_spread[i].as_slice(),
+                self.sel_of_affinity[i].as_slice(),
+                self.sel_of_anti[i].as_slice(),
+            );
+            let n = scan_index.len();
+            self.scan_group.push(*scan_index.entry(key).or_insert(n));
+            self.monotone.push(
+                p.affinity.is_empty()
+                    && !p
+                        .spread
+                        .iter()
+                        .any(|t| t.hard && t.topology_key != labels::HOSTNAME),
+            );
+        }
+        self.unit_cost = vec![None; self.remaining.len()];
+        self.class_left = vec![Resources::new(); self.classes.len()];
+        for (i, p) in pending.iter().enumerate() {
+            self.class_left[self.class_of[i]].add(&demand(p, &Devices::default()));
+        }
+        self.scan_from = vec![0; scan_index.len()];
+        self.verdicts = vec![Vec::new(); scan_index.len()];
+    }
+
+    /// The lowest hourly cost per pod of demand group `g` on a node of its own kind: over the
+    /// shapes pod `i` (a member) can use, price / how many members one node holds, capped by
+    /// the members still pending.
+    pub(super) fn unit_cost(&mut self, i: usize, avoid_gpu: bool) -> f64 {
+        let g = self.demand_group[i];
+        if let Some(c) = self.unit_cost[g] {
+            return c;
+        }
+        let pod = &self.snap.pending[i];
+        let need = demand(pod, &Devices::default());
+        let class = &self.classes[self.class_of[i]];
+        let left = self.remaining[g].max(1) as f64;
+        let mut best = f64::INFINITY;
+        for (si, shape) in self.shapes.iter().enumerate() {
+            if !class.shape_ok[si] || (avoid_gpu && shape.has_gpu) || !need.fits(&shape.allocatable)
+            {
+                continue;
+            }
+            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
+                .floor()
+                .max(1.0);
+            best = best.min(shape.offerings[0].price / per_node.min(left));
+        }
+        self.unit_cost[g] = Some(best);
+        best
+    }
+
+    /// The pod's share of a claim's target price: its dominant share of the target type,
+    /// counting only GPU-class resources on GPU types (cpu left over on a GPU node is not what
+    /// that node is bought for).
+    pub(super) fn fair_share(&self, i: usize, slot: &Slot) -> f64 {
+        let Some(t) = slot.target_shape else {
+            return 0.0;
+        };
+        let shape = &self.shapes[t];
+        let need = demand(&self.snap.pending[i], &slot.devices);
+        slot.target * dominant_share(&need, &shape.allocatable, shape.has_gpu)
+    }
+
+    /// Whether pod `i` needs no GPU and some GPU-less shape could host it alone: then GPU
+    /// instance types are not used for it.
+    pub(super) fn avoid_gpu(&self, i: usize) -> bool {
+        if !self.any_gpu_shape {
+            return false;
+        }
+        let pod = &self.snap.pending[i];
+        let need = demand(pod, &Devices::default());
+        if need.has_gpu_class() {
+            return false;
+        }
+        let class = &self.classes[self.class_of[i]];
+        self.shapes
+            .iter()
+            .enumerate()
+            .any(|(s, sh)| !sh.has_gpu && class.shape_ok[s] && need.fits(&sh.allocatable))
+    }
+}

@@ -1,0 +1,292 @@
+//! Shapes: an instance type as a node of one pool would offer it, and the fit of pods'
+//! resources onto its devices.
+
+use std::collections::BTreeSet;
+
+use crate::gpu::apply_sharing;
+use crate::instance::{InstanceType, Offering};
+use crate::labels;
+use crate::model::{GpuShare, HostPort, Pod, Pool, Snapshot};
+use crate::plan::NewClaim;
+use crate::requirements::{Constraint, Labels, Requirements, ValueSet};
+use crate::resources::Resources;
+use crate::taints::untolerated;
+
+/// An instance type as a node of one pool would offer it: sharing applied, pool labels added,
+/// offerings restricted to the pool's requirements, DaemonSet overhead and reserve removed.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// Index of the pool in the snapshot.
+    pub pool: usize,
+    /// Instance type name.
+    pub name: String,
+    /// Node labels (type, pool, GPU Operator labels), without zone and capacity type.
+    pub labels: Labels,
+    /// What pods can use: capacity − reserve − DaemonSet overhead.
+    pub allocatable: Resources,
+    /// Capacity after sharing, counted against limits.
+    pub capacity: Resources,
+    /// Available offerings allowed by the pool, cheapest first.
+    pub offerings: Vec<Offering>,
+    /// Physical GPUs and their model.
+    pub gpus: (u32, Option<String>),
+    /// Whether the shape offers any GPU-class resource.
+    pub has_gpu: bool,
+    /// Host ports the DaemonSets reserved on it bind, with the DaemonSet's name.
+    pub host_ports: Vec<(HostPort, String)>,
+}
+
+impl Shape {
+    /// Cheapest offering price allowed by `reqs` (zone and capacity type), if any.
+    pub(super) fn price_under(&self, reqs: &Requirements) -> Option<f64> {
+        let zc = reqs.get(labels::ZONE);
+        let cc = reqs.get(labels::CAPACITY_TYPE);
+        self.offerings
+            .iter()
+            .find(|o| offering_allowed(o, zc, cc))
+            .map(|o| o.price)
+    }
+}
+
+pub(super) fn offering_allowed(
+    o: &Offering,
+    zc: Option<&Constraint>,
+    cc: Option<&Constraint>,
+) -> bool {
+    zc.is_none_or(|c| c.matches(Some(&o.zone)))
+        && cc.is_none_or(|c| c.matches(Some(o.capacity_type.as_str())))
+}
+
+/// How many distinct values of `key` the candidate shapes span: their labels for instance
+/// keys, their offerings allowed under `reqs` for zone and capacity type.
+pub(super) fn distinct_values(
+    shapes: &[Shape],
+    cands: &[usize],
+    key: &str,
+    reqs: &Requirements,
+) -> usize {
+    let zc = reqs.get(labels::ZONE);
+    let cc = reqs.get(labels::CAPACITY_TYPE);
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for c in cands {
+        let s = &shapes[*c];
+        if key == labels::ZONE || key == labels::CAPACITY_TYPE {
+            for o in s.offerings.iter().filter(|o| offering_allowed(o, zc, cc)) {
+                seen.insert(if key == labels::ZONE {
+                    o.zone.as_str()
+                } else {
+                    o.capacity_type.as_str()
+                });
+            }
+        } else if let Some(v) = s.labels.get(key) {
+            seen.insert(v.as_str());
+        }
+    }
+    seen.len()
+}
+
+/// Whether a planned claim's options (after offerings were removed from it) still span the
+/// distinct values its pool's `minValues` demand.
+pub fn claim_meets_min_values(pool: &Pool, claim: &NewClaim) -> bool {
+    pool.min_values.iter().all(|(key, &need)| {
+        let mut seen: BTreeSet<&str> = BTreeSet::new();
+        for o in &claim.instance_types {
+            if key == labels::ZONE {
+                seen.extend(o.offerings.iter().map(|x| x.0.as_str()));
+            } else if key == labels::CAPACITY_TYPE {
+                seen.extend(o.offerings.iter().map(|x| x.1.as_str()));
+            } else if let Some(v) = pool.labels.get(key).or_else(|| {
+                pool.instance_types
+                    .iter()
+                    .find(|t| t.name == o.instance_type)
+                    .and_then(|t| t.labels.get(key))
+            }) {
+                seen.insert(v.as_str());
+            }
+        }
+        seen.len() >= need as usize
+    })
+}
+
+/// The first `minValues` rule of `pool` the candidates cannot meet, as a reason for the pod.
+pub(super) fn min_values_short(
+    pool: &Pool,
+    shapes: &[Shape],
+    cands: &[usize],
+    reqs: &Requirements,
+) -> Option<String> {
+    pool.min_values.iter().find_map(|(key, &need)| {
+        let have = distinct_values(shapes, cands, key, reqs);
+        (have < need as usize).then(|| {
+            format!(
+                "NodePool {} needs {need} distinct values of {key} among a node's instance types \
+                 (minValues); only {have} fit",
+                pool.name
+            )
+        })
+    })
+}
+
+/// Builds the shapes of every pool: what the planner and disruption both launch from.
+///
+/// Instance types whose sharing configuration is invalid for their GPU are left out (NodePool
+/// validation reports those to the user).
+pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
+    let mut shapes = Vec::new();
+    for (pi, pool) in snapshot.pools.iter().enumerate() {
+        for it in pool.instance_types.iter() {
+            if let Some(s) = shape_for(pi, pool, it, snapshot) {
+                shapes.push(s);
+            }
+        }
+    }
+    shapes
+}
+
+fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> Option<Shape> {
+    let shared = apply_sharing(it, &pool.sharing).ok()?;
+    let mut labels = shared.labels.clone();
+    for (k, v) in &pool.labels {
+        labels.insert(k.clone(), v.clone());
+    }
+    labels.insert(labels::NODEPOOL.into(), pool.name.clone());
+    // The pool's requirements on instance labels (zone and capacity type are per offering).
+    for (k, c) in pool.requirements.iter() {
+        if k == labels::ZONE || k == labels::CAPACITY_TYPE || k == labels::HOSTNAME {
+            continue;
+        }
+        if !c.matches(labels.get(k).map(String::as_str)) {
+            return None;
+        }
+    }
+    let zc = pool.requirements.get(labels::ZONE);
+    let cc = pool.requirements.get(labels::CAPACITY_TYPE);
+    let mut offerings: Vec<Offering> = shared
+        .offerings
+        .iter()
+        .filter(|o| o.available && offering_allowed(o, zc, cc))
+        .cloned()
+        .collect();
+    if offerings.is_empty() {
+        return None;
+    }
+    offerings.sort_by(|a, b| {
+        a.price
+            .total_cmp(&b.price)
+            .then_with(|| a.zone.cmp(&b.zone))
+            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+    });
+    let mut allocatable = shared.allocatable();
+    // DaemonSets that will run on this node: selector and affinity match and the pool's taints
+    // are tolerated. Startup taints do not count: a DaemonSet that does not tolerate them still
+    // lands once they are removed, and the node must have room for it then.
+    let mut host_ports = Vec::new();
+    for ds in &snapshot.daemonsets {
+        if ds.node_selector.matches(&labels) && untolerated(&ds.tolerations, &pool.taints).is_none()
+        {
+            allocatable.sub(&ds.requests);
+            host_ports.extend(ds.host_ports.iter().map(|p| (p.clone(), ds.name.clone())));
+        }
+    }
+    let has_gpu = shared.capacity.has_gpu_class();
+    Some(Shape {
+        pool: pi,
+        name: shared.name.clone(),
+        labels,
+        allocatable,
+        capacity: shared.capacity.clone(),
+        offerings,
+        gpus: (
+            shared.gpu.as_ref().map_or(0, |g| g.count),
+            shared.gpu.as_ref().map(|g| g.model.clone()),
+        ),
+        has_gpu,
+        host_ports,
+    })
+}
+
+/// Whether a requirement term can hold on a new node of `shape` (labels, and some offering's
+/// zone and capacity type together).
+pub fn term_fits_shape(term: &Requirements, shape: &Shape) -> bool {
+    for (k, c) in term.iter() {
+        if k == labels::ZONE || k == labels::CAPACITY_TYPE {
+            continue;
+        }
+        if k == labels::HOSTNAME {
+            // A new node's name is unknown; only constraints that any fresh name meets hold.
+            if !(c.allow_absent || matches!(c.values, ValueSet::NotIn(_))) {
+                return false;
+            }
+            continue;
+        }
+        if !c.matches(shape.labels.get(k).map(String::as_str)) {
+            return false;
+        }
+    }
+    shape.price_under(term).is_some()
+}
+
+/// Device-level GPU accounting shared by every place a pod can go: fractional shares are
+/// packed per device (best fit), whole devices come from the free count.
+#[derive(Clone, Debug, Default)]
+pub struct Devices {
+    /// Free thousandths of each partially used device, with its resource.
+    pub partial: Vec<(String, u32)>,
+}
+
+impl Devices {
+    /// Where a share would go: `Some(index)` into `partial`, or `None` for a fresh device.
+    pub fn best_fit(&self, share: &GpuShare) -> Option<usize> {
+        self.partial
+            .iter()
+            .enumerate()
+            .filter(|(_, (r, free))| *r == share.resource && *free >= share.milli)
+            .min_by_key(|(i, (_, free))| (*free, *i))
+            .map(|(i, _)| i)
+    }
+
+    /// The extra whole devices a share costs: 0 when it fits a partial device, else 1.
+    pub fn extra_devices(&self, share: &GpuShare) -> i64 {
+        if share.milli >= 1000 {
+            return 1;
+        }
+        i64::from(self.best_fit(share).is_none())
+    }
+
+    /// Records a share; returns the whole devices it opened (0 or 1).
+    pub fn take(&mut self, share: &GpuShare) -> i64 {
+        if share.milli >= 1000 {
+            return 1;
+        }
+        match self.best_fit(share) {
+            Some(i) => {
+                self.partial[i].1 -= share.milli;
+                if self.partial[i].1 == 0 {
+                    self.partial.swap_remove(i);
+                }
+                0
+            }
+            None => {
+                self.partial
+                    .push((share.resource.clone(), 1000 - share.milli));
+                1
+            }
+        }
+    }
+}
+
+/// A pod's demand on a place: its requests plus the whole devices its share would open there.
+pub fn demand(pod: &Pod, devices: &Devices) -> Resources {
+    match &pod.gpu_share {
+        None => pod.requests.clone(),
+        Some(share) => {
+            let mut r = pod.requests.clone();
+            let extra = devices.extra_devices(share);
+            if extra > 0 {
+                let cur = r.get(&share.resource);
+                r.set(&share.resource, cur + extra);
+            }
+            r
+        }
+    }
+}

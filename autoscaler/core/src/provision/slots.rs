@@ -1,0 +1,369 @@
+//! Slots: the places a pod can go (existing nodes, in-flight claims, new claims), built
+//! once per plan and scanned for each pod.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::labels;
+use crate::model::HostPort;
+use crate::requirements::{Labels, Requirements};
+use crate::resources::Resources;
+use crate::taints::{Effect, Taint, Toleration, untolerated};
+
+use super::shapes::{Devices, Shape, demand};
+use super::{Grow, Planner, PoolUse, Slot, SlotKind, Verdict};
+
+impl Slot {
+    /// An open new-claim slot with nothing in it, `counts` as given.
+    pub(super) fn empty(counts: Vec<u32>) -> Slot {
+        Slot {
+            kind: SlotKind::New,
+            name: String::new(),
+            pool: None,
+            labels: Labels::new(),
+            taints: vec![],
+            allocatable: Resources::new(),
+            used: Resources::new(),
+            devices: Devices::default(),
+            reqs: Requirements::new(),
+            candidates: vec![],
+            price: 0.0,
+            target: 0.0,
+            target_shape: None,
+            zone: None,
+            pods: vec![],
+            counts,
+            blocks: vec![],
+            sel_blocks: vec![],
+            ports: vec![],
+            reserved: Resources::new(),
+            reserved_models: BTreeMap::new(),
+            open: true,
+            stamp: 0,
+        }
+    }
+}
+
+/// A cheap necessary condition for `req` (without shares) fitting into `alloc - used`, with no
+/// allocation: most slots fail it.
+fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
+    req.cpu + used.cpu <= alloc.cpu
+        && req.memory + used.memory <= alloc.memory
+        && req.pods + used.pods <= alloc.pods
+        && req
+            .extended
+            .iter()
+            .all(|(k, v)| v + used.get(k) <= alloc.get(k))
+}
+
+/// Whether any of `wanted` conflicts with a port already bound (`bound`).
+pub(super) fn ports_conflict<'a>(
+    wanted: &[HostPort],
+    mut bound: impl Iterator<Item = &'a HostPort>,
+) -> bool {
+    !wanted.is_empty() && bound.any(|b| wanted.iter().any(|w| w.conflicts(b)))
+}
+
+/// Whether `taints` hold a `PreferNoSchedule` taint that `tolerations` do not tolerate.
+fn prefers_not(tolerations: &[Toleration], taints: &[Taint]) -> bool {
+    taints.iter().any(|t| {
+        t.effect == Effect::PreferNoSchedule && !tolerations.iter().any(|tol| tol.tolerates(t))
+    })
+}
+
+pub(super) fn placeholder() -> Slot {
+    Slot {
+        open: false,
+        ..Slot::empty(vec![])
+    }
+}
+
+impl<'a> Planner<'a> {
+    pub(super) fn build_slots(&mut self) {
+        let snap = self.snap;
+        let in_flight_names: BTreeSet<&str> =
+            snap.in_flight.iter().map(|c| c.name.as_str()).collect();
+        let mut slots = Vec::new();
+        let mut zone_counts = HashMap::new();
+        let mut zone_blocks = Vec::new();
+        let mut usage = vec![PoolUse::default(); snap.pools.len()];
+        let pool_idx: HashMap<&str, usize> = snap
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.as_str(), i))
+            .collect();
+        let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
+        node_order.sort_by(|a, b| snap.nodes[*a].name.cmp(&snap.nodes[*b].name));
+        for ni in node_order {
+            let n = &snap.nodes[ni];
+            let pool = n.pool.as_deref().and_then(|p| pool_idx.get(p).copied());
+            let counted_as_claim = !n.initialized
+                && n.claim
+                    .as_deref()
+                    .is_some_and(|c| in_flight_names.contains(c));
+            if counted_as_claim {
+                continue;
+            }
+            if let Some(pi) = pool {
+                let u = &mut usage[pi];
+                u.nodes += 1;
+                // Limits count the node's full capacity; allocatable is the best measure we have.
+                u.resources.add(&n.allocatable);
+                if let Some(m) = self.node_model(n) {
+                    let g = n
+                        .labels
+                        .get(labels::GPU_COUNT)
+                        .and_then(|c| c.parse::<i64>().ok())
+                        .unwrap_or(0);
+                    *u.models.entry(m).or_default() += g;
+                }
+            }
+            let mut slot = Slot {
+                kind: SlotKind::Existing(ni),
+                name: n.name.clone(),
+                pool,
+                labels: n.labels.clone(),
+                taints: n.taints.clone(),
+                allocatable: n.allocatable.clone(),
+                price: n.price.unwrap_or(0.0),
+                zone: n.labels.get(labels::ZONE).cloned(),
+                open: !(n.unschedulable || n.deleting),
+                ..Slot::empty(vec![0; self.nsel()])
+            };
+            for p in &n.pods {
+                let d = demand(p, &slot.devices);
+                slot.used.add(&d);
+                if let Some(s) = &p.gpu_share {
+                    slot.devices.take(s);
+                }
+                self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p, None);
+            }
+            slots.push(slot);
+        }
+        let mut claims: Vec<usize> = (0..snap.in_flight.len()).collect();
+        claims.sort_by(|a, b| snap.in_flight[*a].name.cmp(&snap.in_flight[*b].name));
+        for ci in claims {
+            let c = &snap.in_flight[ci];
+            let Some(&pi) = pool_idx.get(c.pool.as_str()) else {
+                continue;
+            };
+            let shapes: Vec<&Shape> = self
+                .shapes
+                .iter()
+                .filter(|s| s.pool == pi && c.instance_types.contains(&s.name))
+                .collect();
+            let Some(first) = shapes.first() else {
+                continue;
+            };
+            // Conservative: the claim may become any of its candidates, so count on the least.
+            let mut alloc = first.allocatable.clone();
+            let mut cap = first.capacity.clone();
+            let mut common = first.labels.clone();
+            for s in &shapes[1..] {
+                alloc = alloc.min(&s.allocatable);
+                cap = cap.max(&s.capacity);
+                common.retain(|k, v| s.labels.get(k) == Some(v));
+            }
+            let zone = c
+                .requirements
+                .get(labels::ZONE)
+                .and_then(|z| z.single_value())
+                .map(str::to_string);
+            if let Some(z) = &zone {
+                common.insert(labels::ZONE.into(), z.clone());
+            }
+            if let Some(ct) = c
+                .requirements
+                .get(labels::CAPACITY_TYPE)
+                .and_then(|z| z.single_value())
+            {
+                common.insert(labels::CAPACITY_TYPE.into(), ct.to_string());
+            }
+            let u = &mut usage[pi];
+            u.nodes += 1;
+            u.resources.add(&cap);
+            for s in &shapes {
+                if let (n, Some(m)) = &s.gpus {
+                    let e = u.models.entry(m.clone()).or_default();
+                    *e = (*e).max(i64::from(*n));
+                }
+            }
+            // Its DaemonSets' ports, whichever candidate it becomes.
+            let mut ports: Vec<HostPort> = shapes
+                .iter()
+                .flat_map(|s| s.host_ports.iter().map(|(p, _)| p.clone()))
+                .collect();
+            ports.sort();
+            ports.dedup();
+            let mut slot = Slot {
+                kind: SlotKind::InFlight(ci),
+                ports,
+                name: c.name.clone(),
+                pool: Some(pi),
+                labels: common,
+                taints: snap.pools[pi].taints.clone(),
+                allocatable: alloc,
+                reqs: c.requirements.clone(),
+                zone,
+                ..Slot::empty(vec![0; self.nsel()])
+            };
+            for p in &c.pods {
+                let d = demand(p, &slot.devices);
+                slot.used.add(&d);
+                if let Some(s) = &p.gpu_share {
+                    slot.devices.take(s);
+                }
+                self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p, None);
+            }
+            slots.push(slot);
+        }
+        self.state.slots = slots;
+        self.state.zone_counts = zone_counts;
+        self.state.zone_blocks = zone_blocks;
+        self.state.usage = usage;
+    }
+
+    fn node_model(&self, n: &crate::model::Node) -> Option<String> {
+        let name = n.instance_type.as_deref()?;
+        let pi = self
+            .snap
+            .pools
+            .iter()
+            .position(|p| Some(&p.name) == n.pool.as_ref())?;
+        self.snap.pools[pi]
+            .instance_types
+            .iter()
+            .find(|t| t.name == name)
+            .and_then(|t| t.gpu.as_ref().map(|g| g.model.clone()))
+    }
+
+    /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
+    pub(super) fn scan_fixed(&mut self, i: usize, start: usize) -> Option<usize> {
+        let pod = &self.snap.pending[i];
+        let ci = self.class_of[i];
+        for si in start..self.state.slots.len() {
+            let slot = &self.state.slots[si];
+            if !slot.open || slot.kind == SlotKind::New {
+                continue;
+            }
+            if !quick_fit(&pod.requests, &slot.allocatable, &slot.used) {
+                continue;
+            }
+            if self.avoids(ci, &slot.taints) {
+                continue;
+            }
+            let need = demand(pod, &slot.devices);
+            if !need.fits(&slot.allocatable.minus(&slot.used)) {
+                continue;
+            }
+            if !self.slot_compatible(ci, si) {
+                continue;
+            }
+            if !self.topology_ok_fixed(i, si) {
+                continue;
+            }
+            return Some(si);
+        }
+        None
+    }
+
+    /// What new claim `si` means for pod `i` in step 2 of [`Self::place_inner`], with what
+    /// the claim would become when the pod can join it.
+    pub(super) fn verdict(
+        &mut self,
+        i: usize,
+        si: usize,
+        avoid_gpu: bool,
+        own: f64,
+    ) -> (Verdict, Option<Grow>) {
+        let pod = &self.snap.pending[i];
+        let slot = &self.state.slots[si];
+        if !quick_fit(&pod.requests, &slot.allocatable, &slot.used)
+            || !self.new_slot_may_fit(self.class_of[i], si)
+        {
+            return (Verdict::No, None);
+        }
+        let Some(grow) = self.try_new_slot(i, si, avoid_gpu) else {
+            return (Verdict::No, None);
+        };
+        let slot = &self.state.slots[si];
+        let delta = grow.price - slot.target.max(slot.price);
+        let v = if delta > 1e-12 {
+            Verdict::Grow(delta)
+        } else if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12 {
+            Verdict::Join
+        } else {
+            // Fits for free, but the pod would take more of the claim than it is worth.
+            Verdict::Grow(0.0)
+        };
+        (v, Some(grow))
+    }
+
+    /// Whether pods of class `ci` keep off a place with these taints on their first try: a
+    /// `PreferNoSchedule` taint they do not tolerate.
+    pub(super) fn avoids(&self, ci: usize, taints: &[Taint]) -> bool {
+        !self.relaxed
+            && self.any_prefer_no_schedule
+            && prefers_not(&self.classes[ci].tolerations, taints)
+    }
+
+    /// Whether pod `i`'s verdict on a new claim depends on that claim alone (and on the pod's
+    /// scan group): no topology term of its own, and no zone anti-affinity placed so far that
+    /// could hold against it.
+    pub(super) fn verdict_depends_on_slot_only(&self, i: usize) -> bool {
+        let pod = &self.snap.pending[i];
+        pod.spread.is_empty()
+            && pod.affinity.is_empty()
+            && pod.anti_affinity.is_empty()
+            && self.state.zone_blocks.is_empty()
+    }
+
+    fn slot_compatible(&mut self, ci: usize, si: usize) -> bool {
+        let class = &mut self.classes[ci];
+        if class.slot_ok.len() <= si {
+            class.slot_ok.resize(self.state.slots.len().max(si + 1), 0);
+        }
+        match class.slot_ok[si] {
+            1 => true,
+            2 => false,
+            _ => {
+                let slot = &self.state.slots[si];
+                let shares_ok = !class.share
+                    || slot
+                        .pool
+                        .is_none_or(|pi| self.snap.pools[pi].sharing.fractional);
+                let ok = shares_ok
+                    && untolerated(&class.tolerations, &slot.taints).is_none()
+                    && class.terms.iter().any(|t| match slot.kind {
+                        SlotKind::Existing(_) => t.matches(&slot.labels),
+                        // In-flight: labels are what all candidates share; a term on other
+                        // keys cannot be promised.
+                        _ => t.matches(&slot.labels),
+                    });
+                class.slot_ok[si] = if ok { 1 } else { 2 };
+                ok
+            }
+        }
+    }
+
+    /// Whether some candidate of new claim `si` suits class `ci`. Candidates only shrink, so a
+    /// "no" is remembered and a "yes" is re-checked by the caller.
+    fn new_slot_may_fit(&mut self, ci: usize, si: usize) -> bool {
+        let class = &mut self.classes[ci];
+        if class.slot_ok.len() <= si {
+            class.slot_ok.resize(self.state.slots.len().max(si + 1), 0);
+        }
+        match class.slot_ok[si] {
+            2 => false,
+            1 => true,
+            _ => {
+                let ok = self.state.slots[si]
+                    .candidates
+                    .iter()
+                    .any(|c| class.shape_ok[*c]);
+                class.slot_ok[si] = if ok { 1 } else { 2 };
+                ok
+            }
+        }
+    }
+}

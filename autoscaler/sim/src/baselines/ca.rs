@@ -1,0 +1,404 @@
+//! The ca-like baseline: fixed node groups grown by the least-waste expander, and scale-down
+//! of nodes below the NodePool's utilization threshold (see the parent module's rules).
+
+use std::collections::{BTreeMap, HashMap};
+
+use autoscaler_core::model::{ConsolidationPolicy, Pod};
+use autoscaler_core::resources::{Resources, is_gpu_class, names};
+use providers::OfferingKey;
+
+use super::{
+    Shape, available, blocked, budgets_left, nominate_in_flight, pdb_snapshot, pod_allows,
+    pool_usage, targets, unhelped, whole_demand, within_limits,
+};
+use crate::cluster::{Cluster, NodeId, NodePhase, PodId};
+use crate::policy::{Ctx, Decision, LaunchSpec, Policy, RequestAnswer, RequestAsk, disruptable};
+use crate::scenario::{ProvReqClass, ScoreStrategy};
+use crate::scheduler::{self, Scratch, SelectorCache, View};
+
+/// Utilization as the Cluster Autoscaler measures it (DaemonSet pods counted, as with its
+/// default flags): GPU nodes on their GPU-class resources, others on max(cpu, memory).
+pub fn ca_utilization(cluster: &Cluster, n: NodeId) -> f64 {
+    let node = &cluster.nodes[n];
+    let alloc = &node.allocatable;
+    let gpu: Vec<&String> = alloc
+        .extended
+        .keys()
+        .filter(|k| is_gpu_class(k) && alloc.get(k) > 0)
+        .collect();
+    if gpu.is_empty() {
+        let cpu = node.used.cpu as f64 / alloc.cpu.max(1) as f64;
+        let mem = node.used.memory as f64 / alloc.memory.max(1) as f64;
+        return cpu.max(mem);
+    }
+    let mut best: f64 = 0.0;
+    for k in gpu {
+        let used = if k == names::NVIDIA_GPU {
+            node.devices.iter().map(|d| f64::from(*d)).sum::<f64>() / 1000.0
+        } else {
+            node.used.get(k) as f64
+        };
+        best = best.max(used / alloc.get(k) as f64);
+    }
+    best
+}
+
+/// One node group's scale-up option, as the least-waste expander compares them.
+struct CaOption {
+    waste: f64,
+    helped: usize,
+    cost: f64,
+    shape: usize,
+    offering: usize,
+    nodes: Vec<Vec<PodId>>,
+}
+
+impl CaOption {
+    /// Least waste first, then more pods helped, then cheaper, then by type name.
+    fn better_than(&self, other: &CaOption, shapes: &[Shape]) -> bool {
+        self.waste
+            .total_cmp(&other.waste)
+            .then_with(|| other.helped.cmp(&self.helped))
+            .then_with(|| self.cost.total_cmp(&other.cost))
+            .then_with(|| shapes[self.shape].name.cmp(&shapes[other.shape].name))
+            .is_lt()
+    }
+}
+
+/// The ca-like baseline (see the module documentation).
+pub struct CaLike {
+    shapes: Vec<Shape>,
+    score: ScoreStrategy,
+    unneeded_since: HashMap<NodeId, i64>,
+    last_scale_up: Option<i64>,
+    delay_after_add: i64,
+    selectors: SelectorCache,
+}
+
+impl CaLike {
+    /// A policy whose node groups are `shapes`.
+    pub fn new(shapes: Vec<Shape>, score: ScoreStrategy, delay_after_add: i64) -> Self {
+        CaLike {
+            shapes,
+            score,
+            unneeded_since: HashMap::new(),
+            last_scale_up: None,
+            delay_after_add,
+            selectors: SelectorCache::default(),
+        }
+    }
+}
+
+impl CaLike {
+    /// Per node group, `pods` packed first-fit-decreasing onto fresh nodes of its cheapest
+    /// available offering; the least-waste expander's choice among them (among the groups
+    /// that take every pod when `all`).
+    fn best_group(
+        &self,
+        ctx: &Ctx,
+        pods: &[(PodId, &Pod)],
+        now: i64,
+        all: bool,
+    ) -> Option<CaOption> {
+        let usage = pool_usage(ctx, &self.shapes);
+        // One option per node group: its cheapest available offering; pack FFD.
+        let mut best: Option<CaOption> = None;
+        for (si, sh) in self.shapes.iter().enumerate() {
+            let Some(oi) = (0..sh.offerings.len())
+                .find(|oi| available(&self.shapes, ctx.unavailable, si, *oi, now))
+            else {
+                continue;
+            };
+            let o = &sh.offerings[oi];
+            let cap = sh.allocatable.minus(&sh.ds_overhead);
+            let pool = &ctx.pools[sh.pool];
+            let mut nodes: Vec<(Resources, Vec<PodId>)> = Vec::new();
+            let mut u = usage[sh.pool].clone();
+            for &(p, pod) in pods {
+                if !pod_allows(pod, sh, oi) {
+                    continue;
+                }
+                let d = whole_demand(pod);
+                if !d.fits(&cap) {
+                    continue;
+                }
+                if let Some(slot) = nodes.iter_mut().find(|(used, _)| used.plus(&d).fits(&cap)) {
+                    slot.0.add(&d);
+                    slot.1.push(p);
+                    continue;
+                }
+                if !within_limits(pool, &u, sh) || nodes.len() >= 200 {
+                    continue;
+                }
+                u.0 += 1;
+                u.1.add(&sh.capacity);
+                nodes.push((d, vec![p]));
+            }
+            if nodes.is_empty() {
+                continue;
+            }
+            let count = nodes.len() as f64;
+            let cpu: i64 = nodes.iter().map(|n| n.0.cpu).sum();
+            let mem: i64 = nodes.iter().map(|n| n.0.memory).sum();
+            let waste = 1.0
+                - (cpu as f64 / (count * cap.cpu.max(1) as f64)
+                    + mem as f64 / (count * cap.memory.max(1) as f64))
+                    / 2.0;
+            let helped: usize = nodes.iter().map(|n| n.1.len()).sum();
+            if all && helped < pods.len() {
+                continue;
+            }
+            let option = CaOption {
+                waste,
+                helped,
+                cost: o.2 * count,
+                shape: si,
+                offering: oi,
+                nodes: nodes.into_iter().map(|n| n.1).collect(),
+            };
+            if best
+                .as_ref()
+                .is_none_or(|b| option.better_than(b, &self.shapes))
+            {
+                best = Some(option);
+            }
+        }
+        best
+    }
+
+    /// The launches of a scale-up option: one node per packed bin.
+    fn specs(&self, best: CaOption) -> Vec<LaunchSpec> {
+        let sh = &self.shapes[best.shape];
+        let (z, ct, _) = &sh.offerings[best.offering];
+        best.nodes
+            .into_iter()
+            .map(|pods| LaunchSpec {
+                pool: sh.pool,
+                candidates: vec![OfferingKey::new(&sh.name, z, *ct)],
+                pods,
+            })
+            .collect()
+    }
+}
+
+impl Policy for CaLike {
+    fn name(&self) -> &'static str {
+        "ca-like"
+    }
+
+    fn description(&self) -> &'static str {
+        "a model of the Cluster Autoscaler from its documentation: fixed node groups per \
+         instance type, least-waste expander, threshold scale-down after the unneeded time \
+         (10 min by default); ProvisioningRequests: check-capacity on Ready nodes, \
+         best-effort-atomic as one node group's scale-up"
+    }
+
+    fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
+        let mut pods = unhelped(ctx);
+        pods.sort_by_key(|p| {
+            let r = &ctx.cluster.pod(*p).requests;
+            (
+                std::cmp::Reverse(r.get(names::NVIDIA_GPU)),
+                std::cmp::Reverse(r.cpu),
+                std::cmp::Reverse(r.memory),
+                *p,
+            )
+        });
+        // Upcoming nodes absorb what they can (the autoscaler counts them as capacity).
+        let (noms, rest) = nominate_in_flight(ctx, &self.shapes, pods);
+        let rest: Vec<(PodId, &Pod)> = rest.iter().map(|p| (*p, ctx.cluster.pod(*p))).collect();
+        let best = self.best_group(ctx, &rest, now, false);
+        let specs = best.map(|b| self.specs(b)).unwrap_or_default();
+        (specs, noms)
+    }
+
+    /// As the Cluster Autoscaler's ProvisioningRequest classes, within its node-group model:
+    /// the pods are first placed by the scheduler's rules on Ready nodes (other bookings held);
+    /// check-capacity stops there, best-effort-atomic scales up one node group for all the
+    /// rest or for none of it.
+    fn provision_request(&mut self, ctx: &Ctx, ask: &RequestAsk, now: i64) -> RequestAnswer {
+        let cluster = ctx.cluster;
+        let mut scratch = Scratch::new(cluster.nodes.len());
+        scheduler::reserve_bookings(
+            cluster,
+            &mut scratch,
+            cluster.live_nodes.iter().copied(),
+            None,
+        );
+        let nodes: Vec<NodeId> = cluster
+            .live_nodes
+            .iter()
+            .copied()
+            .filter(|n| {
+                let node = &cluster.nodes[*n];
+                node.phase == NodePhase::Ready && !node.deleting && !node.cordoned
+            })
+            .collect();
+        let mut order: Vec<&(PodId, Pod)> = ask.pods.iter().collect();
+        order.sort_by_key(|(id, p)| {
+            (
+                std::cmp::Reverse(p.requests.get(names::NVIDIA_GPU)),
+                std::cmp::Reverse(p.requests.cpu),
+                std::cmp::Reverse(p.requests.memory),
+                *id,
+            )
+        });
+        let mut on: BTreeMap<NodeId, Vec<PodId>> = BTreeMap::new();
+        let mut rest: Vec<(PodId, &Pod)> = Vec::new();
+        for (id, pod) in order {
+            let view = View {
+                scratch: Some(&scratch),
+                ..View::of(cluster)
+            };
+            match scheduler::best_node(view, pod, &nodes, self.score) {
+                Some((n, devices)) => {
+                    scheduler::reserve(scratch.node_mut(&cluster.nodes, n), pod, &devices);
+                    on.entry(n).or_default().push(*id);
+                }
+                None => rest.push((*id, pod)),
+            }
+        }
+        let on: Vec<(NodeId, Vec<PodId>)> = on.into_iter().collect();
+        if rest.is_empty() {
+            return RequestAnswer::Capacity { on, launch: vec![] };
+        }
+        if ask.class == ProvReqClass::CheckCapacity {
+            return RequestAnswer::NoCapacity(format!(
+                "{} of {} pods do not fit the existing nodes",
+                rest.len(),
+                ask.pods.len()
+            ));
+        }
+        match self.best_group(ctx, &rest, now, true) {
+            Some(b) => RequestAnswer::Capacity {
+                on,
+                launch: self.specs(b),
+            },
+            _ => RequestAnswer::NoCapacity(format!(
+                "no node group can take all {} remaining pods",
+                rest.len()
+            )),
+        }
+    }
+
+    fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {
+        if let Some(t) = self.last_scale_up
+            && now < t + self.delay_after_add
+        {
+            return (vec![], t + self.delay_after_add);
+        }
+        let snap = pdb_snapshot(ctx);
+        let mut wake = i64::MAX;
+        let mut still = HashMap::new();
+        let mut ripe_empty = Vec::new();
+        let mut ripe_busy = Vec::new();
+        for &n in &ctx.cluster.live_nodes {
+            if !disruptable(ctx.cluster, n) {
+                continue;
+            }
+            let node = &ctx.cluster.nodes[n];
+            let policy = &ctx.pools[node.pool].disruption;
+            let util = ca_utilization(ctx.cluster, n);
+            let is_gpu = node.gpus > 0;
+            let threshold = if is_gpu {
+                policy.gpu_utilization_threshold
+            } else {
+                policy.utilization_threshold
+            };
+            let empty = node.pods.is_empty();
+            if !empty
+                && (util >= threshold
+                    || policy.consolidation_policy == ConsolidationPolicy::WhenEmpty)
+            {
+                continue;
+            }
+            if blocked(ctx, &snap, n, now) {
+                continue;
+            }
+            if !empty {
+                let others = targets(ctx.cluster, &[n]);
+                if !scheduler::can_move(ctx.cluster, &[n], &others, self.score, &mut self.selectors)
+                {
+                    continue;
+                }
+            }
+            let since = self.unneeded_since.get(&n).copied().unwrap_or(now);
+            still.insert(n, since);
+            let ripe = since.saturating_add(policy.unneeded_s);
+            if now < ripe {
+                wake = wake.min(ripe);
+                continue;
+            }
+            if empty {
+                ripe_empty.push(n);
+            } else {
+                ripe_busy.push(n);
+            }
+        }
+        self.unneeded_since = still;
+        let mut left = budgets_left(ctx);
+        let mut chosen = Vec::new();
+        for n in ripe_empty.into_iter().take(10) {
+            let pi = ctx.cluster.nodes[n].pool;
+            if left[pi] > 0 {
+                left[pi] -= 1;
+                chosen.push(n);
+            }
+        }
+        if !chosen.is_empty() {
+            return (
+                vec![Decision {
+                    nodes: chosen,
+                    replacement: None,
+                    reason: "Empty delete".into(),
+                    command: None,
+                }],
+                wake,
+            );
+        }
+        for n in ripe_busy {
+            let pi = ctx.cluster.nodes[n].pool;
+            if left[pi] > 0 {
+                return (
+                    vec![Decision {
+                        nodes: vec![n],
+                        replacement: None,
+                        reason: "Underutilized delete".into(),
+                        command: None,
+                    }],
+                    wake,
+                );
+            }
+        }
+        (vec![], wake)
+    }
+
+    fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64) -> bool {
+        let snap = pdb_snapshot(ctx);
+        for &n in &d.nodes {
+            if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n, now) {
+                return false;
+            }
+        }
+        if d.reason.starts_with("Empty") {
+            return d
+                .nodes
+                .iter()
+                .all(|n| ctx.cluster.nodes[*n].pods.is_empty());
+        }
+        let others = targets(ctx.cluster, &d.nodes);
+        scheduler::can_move(
+            ctx.cluster,
+            &d.nodes,
+            &others,
+            self.score,
+            &mut self.selectors,
+        )
+    }
+
+    fn on_scale_up(&mut self, now: i64) {
+        self.last_scale_up = Some(now);
+    }
+
+    fn on_delete(&mut self, _now: i64) {}
+}

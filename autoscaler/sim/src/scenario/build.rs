@@ -1,0 +1,716 @@
+//! Building the typed scenario from the file's shape: cluster timings, DaemonSets, the
+//! compact NodePool form, arrivals, runtimes, workloads and pod templates, each checked with
+//! an error naming the file, line and field.
+
+use std::sync::Arc;
+
+use autoscaler_core::disruption::{DO_NOT_DISRUPT, SAFE_TO_EVICT};
+use autoscaler_core::model::{
+    Budget, BudgetValue, ConsolidationPolicy, DaemonSet, DisruptionPolicy, GpuShare, GpuSharing,
+    Limits, MigSharing, MigStrategy, Pod, PodAffinityTerm, PodKey, Pool, TimeSlicing,
+    TopologySpread,
+};
+use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements};
+use autoscaler_core::resources::{Resources, is_gpu_class, names};
+use autoscaler_core::taints::{Effect, Taint, Toleration};
+use autoscaler_core::{InstanceType, labels};
+use providers::OfferingKey;
+
+use super::{
+    Arrivals, ArrivalsFile, ClusterConfig, ClusterFile, Ctx, DEFAULT_ADMISSION_DELAY_S,
+    DEFAULT_BOOKING_S, DaemonSetFile, DurationFile, Generator, PodFile, PoolFile, ProvReqClass,
+    ProvReqFile, ProvReqSpec, Runtime, TaintFile, WorkloadFile, WorkloadSpec, type_in_pool,
+};
+use crate::error::SimError;
+
+pub(super) fn build_cluster(
+    cx: &Ctx,
+    f: &ClusterFile,
+    catalog: &[InstanceType],
+) -> Result<ClusterConfig, SimError> {
+    let mut c = ClusterConfig::default();
+    if let Some(l) = &f.launch {
+        if let Some(d) = l.cpu {
+            c.launch_cpu_s = d.0;
+        }
+        if let Some(d) = l.gpu {
+            c.launch_gpu_s = d.0;
+        }
+        for (k, v) in &l.families {
+            c.launch_family_s.insert(k.clone(), v.0);
+        }
+        if let Some(j) = l.jitter {
+            if !(0.0..1.0).contains(&j) {
+                return Err(cx.err(&["jitter:"], "cluster.launch.jitter", "must be in [0, 1)"));
+            }
+            c.launch_jitter = j;
+        }
+    }
+    if let Some(d) = f.registration {
+        c.registration_s = d.0;
+    }
+    if let Some(d) = f.device_plugin_delay {
+        c.device_plugin_s = d.0;
+    }
+    if let Some(ice) = &f.insufficient_capacity {
+        if !(0.0..=1.0).contains(&ice.probability) {
+            return Err(cx.err(
+                &["insufficientCapacity:", "probability:"],
+                "cluster.insufficientCapacity.probability",
+                "must be in [0, 1]",
+            ));
+        }
+        c.ice_probability = ice.probability;
+        for (i, o) in ice.offerings.iter().enumerate() {
+            let Some(it) = catalog.iter().find(|t| t.name == o.instance_type) else {
+                return Err(cx.err(
+                    &["insufficientCapacity:", &o.instance_type],
+                    format!("cluster.insufficientCapacity.offerings[{i}].instanceType"),
+                    format!("unknown instance type {:?}", o.instance_type),
+                ));
+            };
+            for off in &it.offerings {
+                if o.zone.as_ref().is_none_or(|z| *z == off.zone)
+                    && o.capacity_type.is_none_or(|ct| ct == off.capacity_type)
+                {
+                    c.ice_offerings
+                        .push(OfferingKey::new(&it.name, &off.zone, off.capacity_type));
+                }
+            }
+        }
+    }
+    if let Some(r) = f.spot_interruptions_per_hour {
+        // Written so that NaN fails too.
+        if !(r >= 0.0 && r.is_finite()) {
+            return Err(cx.err(
+                &["spotInterruptionsPerHour:"],
+                "cluster.spotInterruptionsPerHour",
+                format!("{r} is not a finite rate of at least 0"),
+            ));
+        }
+        c.spot_interruptions_per_hour = r;
+    }
+    if let Some(s) = f.scheduler_score {
+        c.score = s;
+    }
+    if let Some(d) = f.batch_idle {
+        c.batch_idle_s = d.0.max(1);
+    }
+    if let Some(d) = f.batch_max {
+        c.batch_max_s = d.0.max(1);
+    }
+    if let Some(d) = f.disruption_interval {
+        c.disruption_interval_s = d.0.max(1);
+    }
+    if let Some(d) = f.validation_delay {
+        c.validation_delay_s = d.0;
+    }
+    if let Some(d) = f.scale_down_delay_after_add {
+        c.scale_down_delay_after_add_s = d.0;
+    }
+    if let Some(d) = f.scale_down_delay_after_delete {
+        c.scale_down_delay_after_delete_s = d.0;
+    }
+    if let Some(d) = f.scale_down_delay_after_failure {
+        c.scale_down_delay_after_failure_s = d.0;
+    }
+    if let Some(b) = f.ignore_daemonsets_utilization {
+        c.ignore_daemonsets_utilization = b;
+    }
+    if let Some(b) = f.ignore_mirror_pods_utilization {
+        c.ignore_mirror_pods_utilization = b;
+    }
+    Ok(c)
+}
+
+pub(super) fn build_daemonset(f: &DaemonSetFile) -> DaemonSet {
+    let mut r = Resources::new().with(names::PODS, 1);
+    if let Some(q) = f.cpu {
+        let _ = r.add_quantity(names::CPU, q.0);
+    }
+    if let Some(q) = f.memory {
+        let _ = r.add_quantity(names::MEMORY, q.0);
+    }
+    DaemonSet {
+        name: f.name.clone(),
+        requests: r,
+        node_selector: NodeSelector::new(&f.node_selector, vec![]),
+        tolerations: if f.tolerate_all {
+            vec![Toleration::exists("")]
+        } else {
+            vec![]
+        },
+        host_ports: vec![],
+    }
+}
+
+pub(super) fn parse_taint(t: &TaintFile) -> Result<Taint, String> {
+    let effect = Effect::parse(&t.effect).map_err(|e| e.to_string())?;
+    Ok(Taint::new(&t.key, &t.value, effect))
+}
+
+pub(super) fn build_pool(
+    cx: &Ctx,
+    i: usize,
+    f: &PoolFile,
+    catalog: &Arc<Vec<InstanceType>>,
+) -> Result<Pool, SimError> {
+    let field = |s: &str| format!("pools[{i}].{s}");
+    let at = |s: &str| cx.err(&["pools:", &format!("name: {}", f.name)], field(s), "");
+    let err = |s: &str, key: &str, why: String| {
+        cx.err(
+            &["pools:", &format!("name: {}", f.name), key],
+            field(s),
+            why,
+        )
+    };
+    let _ = at;
+    let mut reqs = Requirements::new();
+    let mut add = |key: &str, values: &[String], fname: &str| -> Result<(), SimError> {
+        if values.is_empty() {
+            return Ok(());
+        }
+        reqs.add(key, Operator::In, values)
+            .map_err(|e| err(fname, fname, e.to_string()))
+    };
+    for name in &f.instance_types {
+        if !catalog.iter().any(|t| &t.name == name) {
+            return Err(err(
+                "instanceTypes",
+                name,
+                format!("unknown instance type {name:?} (not in the catalog)"),
+            ));
+        }
+    }
+    add(labels::INSTANCE_TYPE, &f.instance_types, "instanceTypes")?;
+    add(labels::INSTANCE_FAMILY, &f.families, "families")?;
+    let gpus: Vec<String> = f.gpus.iter().map(|g| g.to_lowercase()).collect();
+    add(labels::GPU_NAME, &gpus, "gpus")?;
+    let cts: Vec<String> = f
+        .capacity_types
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    add(
+        labels::CAPACITY_TYPE,
+        &if cts.is_empty() {
+            vec!["on-demand".to_string()]
+        } else {
+            cts
+        },
+        "capacityTypes",
+    )?;
+    add(labels::ZONE, &f.zones, "zones")?;
+    add(labels::ARCH, &f.arch, "arch")?;
+    let mut taints = Vec::new();
+    for t in &f.taints {
+        taints.push(parse_taint(t).map_err(|e| err("taints", &t.key, e))?);
+    }
+    let mut startup_taints = Vec::new();
+    for t in &f.startup_taints {
+        startup_taints.push(parse_taint(t).map_err(|e| err("startupTaints", &t.key, e))?);
+    }
+    let mig = match &f.mig {
+        None => None,
+        Some(config) => Some(MigSharing {
+            config: config.clone(),
+            strategy: match f.mig_strategy.as_deref() {
+                None | Some("mixed") => MigStrategy::Mixed,
+                Some("single") => MigStrategy::Single,
+                Some(other) => {
+                    return Err(err(
+                        "migStrategy",
+                        "migStrategy",
+                        format!("{other:?} is not single or mixed"),
+                    ));
+                }
+            },
+        }),
+    };
+    let time_slicing = match f.time_slicing {
+        None => None,
+        Some(r) if r >= 2 => Some(TimeSlicing {
+            replicas: r,
+            rename: false,
+        }),
+        Some(r) => {
+            return Err(err(
+                "timeSlicing",
+                "timeSlicing",
+                format!("{r} replicas: must be at least 2"),
+            ));
+        }
+    };
+    if mig.is_some() && time_slicing.is_some() {
+        return Err(err(
+            "mig",
+            "mig",
+            "timeSlicing and mig cannot both be set".into(),
+        ));
+    }
+    let mut limits = Limits::default();
+    for (k, q) in &f.limits {
+        if k == "nodes" {
+            limits.nodes = Some((q.0.millis() / 1000) as i64);
+            continue;
+        }
+        let mut r = Resources::new();
+        r.add_quantity(k, q.0)
+            .map_err(|e| err(&format!("limits[{k:?}]"), k, e.to_string()))?;
+        limits.resources.insert(k.clone(), r.get(k));
+    }
+    for (k, v) in &f.gpu_limits {
+        if *v < 0 {
+            return Err(err(
+                &format!("gpuLimits[{k:?}]"),
+                k,
+                "must not be negative".into(),
+            ));
+        }
+        limits.gpus_by_model.insert(k.clone(), *v);
+    }
+    let d = &f.disruption;
+    let mut disruption = DisruptionPolicy::default();
+    if let Some(p) = &d.consolidation_policy {
+        disruption.consolidation_policy = match p.as_str() {
+            "WhenEmpty" => ConsolidationPolicy::WhenEmpty,
+            "WhenEmptyOrUnderutilized" => ConsolidationPolicy::WhenEmptyOrUnderutilized,
+            other => {
+                return Err(err(
+                    "disruption.consolidationPolicy",
+                    "consolidationPolicy",
+                    format!("{other:?} is not WhenEmpty or WhenEmptyOrUnderutilized"),
+                ));
+            }
+        };
+    }
+    if let Some(v) = d.consolidate_after {
+        disruption.consolidate_after_s = v.0;
+    }
+    for (v, name, slot) in [
+        (
+            d.gpu_utilization_threshold,
+            "gpuUtilizationThreshold",
+            &mut disruption.gpu_utilization_threshold,
+        ),
+        (
+            d.utilization_threshold,
+            "utilizationThreshold",
+            &mut disruption.utilization_threshold,
+        ),
+    ] {
+        if let Some(v) = v {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(err(
+                    &format!("disruption.{name}"),
+                    name,
+                    format!("{v} is outside [0, 1]"),
+                ));
+            }
+            *slot = v;
+        }
+    }
+    if let Some(v) = d.unneeded_time {
+        disruption.unneeded_s = v.0;
+    }
+    if !d.budgets.is_empty() {
+        disruption.budgets.clear();
+        for b in &d.budgets {
+            let value = if let Some(p) = b.strip_suffix('%') {
+                p.trim().parse().ok().map(BudgetValue::Percent)
+            } else {
+                b.trim().parse().ok().map(BudgetValue::Count)
+            };
+            let Some(nodes) = value else {
+                return Err(err(
+                    "disruption.budgets",
+                    "budgets",
+                    format!("{b:?} is neither a count nor a percentage"),
+                ));
+            };
+            disruption.budgets.push(Budget {
+                nodes,
+                reasons: vec![],
+            });
+        }
+    }
+    let mut pool_labels: Labels = f.labels.clone().into_iter().collect();
+    pool_labels.insert(labels::NODEPOOL.into(), f.name.clone());
+    Ok(Pool {
+        name: f.name.clone(),
+        weight: f.weight,
+        labels: pool_labels,
+        taints,
+        startup_taints,
+        requirements: reqs,
+        sharing: GpuSharing {
+            time_slicing,
+            mig,
+            fractional: f.fractional,
+        },
+        limits,
+        min_nodes: f.min_nodes,
+        min_values: Default::default(),
+        disruption,
+        instance_types: catalog.clone(),
+    })
+}
+
+pub(super) fn build_arrivals(
+    cx: &Ctx,
+    wname: &str,
+    field: &str,
+    a: &ArrivalsFile,
+) -> Result<Arrivals, SimError> {
+    let err = |why: &str| {
+        cx.err(
+            &["workloads:", &format!("name: {wname}"), "arrivals:"],
+            field,
+            why,
+        )
+    };
+    let start = a.start.map_or(0, |d| d.0);
+    let end = a.end.map_or(i64::MAX, |d| d.0);
+    let set = [a.per_hour.is_some(), a.every.is_some(), !a.at.is_empty()]
+        .iter()
+        .filter(|b| **b)
+        .count();
+    if set != 1 {
+        return Err(err("give exactly one of perHour, every or at"));
+    }
+    if let Some(r) = a.per_hour {
+        if !(r > 0.0 && r.is_finite()) {
+            return Err(err(&format!("perHour {r} is not a finite positive rate")));
+        }
+        return Ok(Arrivals::Poisson {
+            per_hour: r,
+            start,
+            end,
+        });
+    }
+    if let Some(e) = a.every {
+        if e.0 <= 0 {
+            return Err(err("every must be positive"));
+        }
+        return Ok(Arrivals::Every {
+            every: e.0,
+            start,
+            end,
+        });
+    }
+    Ok(Arrivals::At(a.at.iter().map(|d| d.0).collect()))
+}
+
+pub(super) fn build_runtime(
+    cx: &Ctx,
+    wname: &str,
+    field: &str,
+    d: &DurationFile,
+) -> Result<Runtime, SimError> {
+    let err = |why: &str| {
+        cx.err(
+            &["workloads:", &format!("name: {wname}"), "duration:"],
+            field,
+            why,
+        )
+    };
+    let r = match (d.fixed, d.min, d.max, d.mean) {
+        (Some(f), None, None, None) => Runtime::Fixed(f.0),
+        (None, Some(lo), Some(hi), None) if lo.0 <= hi.0 => Runtime::Uniform(lo.0, hi.0),
+        (None, Some(_), Some(_), None) => return Err(err("min must not exceed max")),
+        (None, None, None, Some(m)) => Runtime::Exponential(m.0),
+        _ => return Err(err("give fixed, min and max, or mean")),
+    };
+    let positive = match r {
+        Runtime::Fixed(v) | Runtime::Exponential(v) => v > 0,
+        Runtime::Uniform(_, hi) => hi > 0,
+    };
+    if !positive {
+        return Err(err("a runtime must be positive"));
+    }
+    Ok(r)
+}
+
+pub(super) fn build_workload(
+    cx: &Ctx,
+    i: usize,
+    w: &WorkloadFile,
+    pools: &[Pool],
+) -> Result<WorkloadSpec, SimError> {
+    let (name, kind, pod, owner) = match w {
+        WorkloadFile::Deployment(d) => (&d.name, "deployment", &d.pod, "ReplicaSet"),
+        WorkloadFile::Jobs(j) => (&j.name, "jobs", &j.pod, "Job"),
+        WorkloadFile::Gangs(g) => (&g.name, "gangs", &g.pod, "Job"),
+        WorkloadFile::ProvisioningRequests(r) => (&r.name, "provisioningRequests", &r.pod, "Job"),
+    };
+    let base = format!("workloads[{i}].{kind}");
+    let template = build_pod(cx, name, &format!("{base}.pod"), pod, owner, pools)?;
+    let generator = match w {
+        WorkloadFile::Deployment(d) => {
+            let mut steps: Vec<(i64, u32)> = d.replicas.iter().map(|s| (s.at.0, s.count)).collect();
+            if steps.is_empty() {
+                return Err(cx.err(
+                    &["workloads:", &format!("name: {name}")],
+                    format!("{base}.replicas"),
+                    "needs at least one step",
+                ));
+            }
+            steps.sort_by_key(|s| s.0);
+            Generator::Deployment {
+                steps,
+                max_unavailable: d.max_unavailable,
+            }
+        }
+        WorkloadFile::Jobs(j) => Generator::Jobs {
+            arrivals: build_arrivals(cx, name, &format!("{base}.arrivals"), &j.arrivals)?,
+            runtime: build_runtime(cx, name, &format!("{base}.duration"), &j.duration)?,
+            limit: j.limit,
+        },
+        WorkloadFile::Gangs(g) => Generator::Groups {
+            size: check_size(cx, name, &base, g.size)?,
+            arrivals: build_arrivals(cx, name, &format!("{base}.arrivals"), &g.arrivals)?,
+            runtime: build_runtime(cx, name, &format!("{base}.duration"), &g.duration)?,
+            limit: g.limit,
+            provisioning_request: None,
+        },
+        WorkloadFile::ProvisioningRequests(r) => Generator::Groups {
+            size: check_size(cx, name, &base, r.size)?,
+            arrivals: build_arrivals(cx, name, &format!("{base}.arrivals"), &r.arrivals)?,
+            runtime: build_runtime(cx, name, &format!("{base}.duration"), &r.duration)?,
+            limit: r.limit,
+            provisioning_request: Some(build_provreq(cx, name, &base, r)?),
+        },
+    };
+    Ok(WorkloadSpec {
+        name: name.clone(),
+        template,
+        generator,
+    })
+}
+
+pub(super) fn check_size(cx: &Ctx, name: &str, base: &str, size: u32) -> Result<u32, SimError> {
+    if size == 0 {
+        return Err(cx.err(
+            &["workloads:", &format!("name: {name}"), "size:"],
+            format!("{base}.size"),
+            "must be at least 1",
+        ));
+    }
+    Ok(size)
+}
+
+pub(super) fn build_provreq(
+    cx: &Ctx,
+    name: &str,
+    base: &str,
+    r: &ProvReqFile,
+) -> Result<ProvReqSpec, SimError> {
+    let err = |key: &str, field: &str, why: String| {
+        cx.err(
+            &["workloads:", &format!("name: {name}"), key],
+            format!("{base}.{field}"),
+            why,
+        )
+    };
+    let class = match &r.class {
+        None => ProvReqClass::BestEffortAtomic,
+        Some(c) => ProvReqClass::parse(c).ok_or_else(|| {
+            err(
+                "class:",
+                "class",
+                format!(
+                    "unknown provisioning class {c:?} (known: best-effort-atomic, check-capacity)"
+                ),
+            )
+        })?,
+    };
+    let booking_s = r.booking_duration.map_or(DEFAULT_BOOKING_S, |d| d.0);
+    if booking_s <= 0 {
+        return Err(err(
+            "bookingDuration:",
+            "bookingDuration",
+            "must be positive (capacity booked for no time could never be consumed)".into(),
+        ));
+    }
+    Ok(ProvReqSpec {
+        class,
+        booking_s,
+        admission_delay_s: r.admission_delay.map_or(DEFAULT_ADMISSION_DELAY_S, |d| d.0),
+    })
+}
+
+pub(super) fn build_pod(
+    cx: &Ctx,
+    wname: &str,
+    base: &str,
+    f: &PodFile,
+    owner: &str,
+    pools: &[Pool],
+) -> Result<Pod, SimError> {
+    let err = |field: &str, key: &str, why: String| {
+        cx.err(
+            &["workloads:", &format!("name: {wname}"), key],
+            format!("{base}.{field}"),
+            why,
+        )
+    };
+    let mut requests = Resources::new().with(names::PODS, 1);
+    if let Some(q) = f.cpu {
+        requests
+            .add_quantity(names::CPU, q.0)
+            .map_err(|e| err("cpu", "cpu:", e.to_string()))?;
+    }
+    if let Some(q) = f.memory {
+        requests
+            .add_quantity(names::MEMORY, q.0)
+            .map_err(|e| err("memory", "memory:", e.to_string()))?;
+    }
+    if let Some(n) = f.gpus {
+        requests.set(names::NVIDIA_GPU, i64::from(n));
+    }
+    for (k, q) in &f.resources {
+        requests
+            .add_quantity(k, q.0)
+            .map_err(|e| err(&format!("resources[{k:?}]"), k, e.to_string()))?;
+    }
+    let gpu_share = match f.gpu_share {
+        None => None,
+        Some(m) if (1..=1000).contains(&m) => Some(GpuShare {
+            resource: names::NVIDIA_GPU.into(),
+            milli: m,
+        }),
+        Some(m) => {
+            return Err(err(
+                "gpuShare",
+                "gpuShare:",
+                format!("{m} is outside 1..=1000 (thousandths of one GPU)"),
+            ));
+        }
+    };
+    let app = wname.to_string();
+    let mut pod_labels: Labels = f.labels.clone().into_iter().collect();
+    pod_labels.insert("app".into(), app.clone());
+    let mut annotations: Labels = f.annotations.clone().into_iter().collect();
+    if f.do_not_disrupt {
+        annotations.insert(DO_NOT_DISRUPT.into(), "true".into());
+    }
+    if let Some(s) = f.safe_to_evict {
+        annotations.insert(SAFE_TO_EVICT.into(), s.to_string());
+    }
+    let mut selector: Labels = f.node_selector.clone().into_iter().collect();
+    let mut pinned: Option<&Pool> = None;
+    if let Some(np) = &f.node_pool {
+        let Some(p) = pools.iter().find(|p| &p.name == np) else {
+            let known: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            return Err(err(
+                "nodePool",
+                "nodePool:",
+                format!("unknown NodePool {np:?} (defined: {})", known.join(", ")),
+            ));
+        };
+        pinned = Some(p);
+        selector.insert(labels::NODEPOOL.into(), np.clone());
+    }
+    let mut terms = vec![];
+    if !f.gpu_models.is_empty() {
+        let models: Vec<String> = f.gpu_models.iter().map(|m| m.to_lowercase()).collect();
+        let mut r = Requirements::new();
+        r.add(labels::GPU_NAME, Operator::In, &models)
+            .map_err(|e| err("gpuModels", "gpuModels:", e.to_string()))?;
+        terms.push(r);
+    }
+    let node_selector = NodeSelector::new(&selector, terms);
+    let mut tolerations = Vec::new();
+    for t in &f.tolerations {
+        tolerations.push(
+            Toleration::parse(&t.key, &t.operator, &t.value, &t.effect)
+                .map_err(|e| err("tolerations", "tolerations:", e.to_string()))?,
+        );
+    }
+    // The ExtendedResourceToleration admission plugin adds a toleration for every extended
+    // resource requested; GPU pools taint with `nvidia.com/gpu`, which MIG and time-sliced
+    // requests need too.
+    let mut gpu_names: Vec<String> = requests
+        .extended
+        .keys()
+        .filter(|k| is_gpu_class(k))
+        .cloned()
+        .collect();
+    if gpu_share.is_some() {
+        gpu_names.push(names::NVIDIA_GPU.into());
+    }
+    if gpu_names.iter().any(|k| k.starts_with("nvidia.com/")) {
+        gpu_names.push(names::NVIDIA_GPU.into());
+    }
+    gpu_names.sort();
+    gpu_names.dedup();
+    for k in gpu_names {
+        if !tolerations.iter().any(|t| t.key == k) {
+            tolerations.push(Toleration::exists(&k));
+        }
+    }
+    // Every extended resource must be offered by some instance type of some NodePool the pod
+    // may use; otherwise it is a typo that would leave the pods pending all run.
+    for (k, _) in requests.extended.iter() {
+        let offered = pools
+            .iter()
+            .filter(|p| pinned.is_none_or(|q| q.name == p.name))
+            .any(|p| {
+                p.instance_types
+                    .iter()
+                    .filter_map(|it| type_in_pool(it, p))
+                    .any(|it| it.capacity.get(k) > 0)
+            });
+        if !offered {
+            return Err(err(
+                &format!("resources[{k:?}]"),
+                k.rsplit('/').next().unwrap_or(k),
+                format!(
+                    "unknown resource {k:?}: no instance type of {} offers it",
+                    pinned.map_or("any NodePool".to_string(), |p| format!(
+                        "NodePool {}",
+                        p.name
+                    ))
+                ),
+            ));
+        }
+    }
+    let sel = Requirements::new().with("app", Operator::In, &[&app]);
+    let spread = f
+        .spread
+        .iter()
+        .map(|s| TopologySpread {
+            max_skew: s.max_skew.max(1),
+            topology_key: s.topology_key.clone(),
+            selector: sel.clone(),
+            hard: true,
+        })
+        .collect();
+    let term = |k: &String| PodAffinityTerm {
+        topology_key: k.clone(),
+        selector: sel.clone(),
+    };
+    Ok(Pod {
+        key: PodKey {
+            namespace: f.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: wname.to_string(),
+        },
+        requests,
+        gpu_share,
+        labels: pod_labels,
+        annotations,
+        node_selector,
+        preferred: vec![],
+        tolerations,
+        spread,
+        anti_affinity: f.anti_affinity.iter().map(term).collect(),
+        affinity: f.affinity.iter().map(term).collect(),
+        priority: f.priority,
+        group: None,
+        owner_kind: Some(owner.to_string()),
+        local_storage: f.local_storage,
+        mirror: false,
+        host_ports: vec![],
+        started_at: None,
+    })
+}

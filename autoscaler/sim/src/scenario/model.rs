@@ -1,0 +1,243 @@
+//! The typed scenario: what a parsed, checked scenario file becomes (cluster timings and
+//! faults, arrivals, runtimes, generators, ProvisioningRequest specs, workloads).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use autoscaler_core::InstanceType;
+use autoscaler_core::model::{DaemonSet, Pod, Pool};
+use providers::OfferingKey;
+
+use super::ScoreStrategy;
+
+/// Timings and fault injection of the simulated cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterConfig {
+    /// Seconds from launch until the instance runs, for types without GPUs.
+    pub launch_cpu_s: i64,
+    /// ... for GPU types (bigger images, driver install).
+    pub launch_gpu_s: i64,
+    /// Per instance family (`p5`, `a3`), overriding the above.
+    pub launch_family_s: BTreeMap<String, i64>,
+    /// Relative jitter on launch times, e.g. 0.2 for ±20 %.
+    pub launch_jitter: f64,
+    /// Seconds from instance running to node Ready.
+    pub registration_s: i64,
+    /// Seconds from Ready until the device plugin advertises GPUs (and startup taints go).
+    pub device_plugin_s: i64,
+    /// Chance that a launch attempt on any one offering fails for lack of capacity.
+    pub ice_probability: f64,
+    /// Offerings that always fail for lack of capacity.
+    pub ice_offerings: Vec<OfferingKey>,
+    /// Interruptions per spot node per hour.
+    pub spot_interruptions_per_hour: f64,
+    /// Scheduler scoring.
+    pub score: ScoreStrategy,
+    /// Batch window: plan after this long without a new pending pod...
+    pub batch_idle_s: i64,
+    /// ... or this long after the first one.
+    pub batch_max_s: i64,
+    /// Disruption loop period.
+    pub disruption_interval_s: i64,
+    /// Delay before a disruption command is re-validated and executed.
+    pub validation_delay_s: i64,
+    /// No scale-down this long after a scale-up (Cluster Autoscaler's default 10 min).
+    pub scale_down_delay_after_add_s: i64,
+    /// No scale-down this long after a node deletion (default 0).
+    pub scale_down_delay_after_delete_s: i64,
+    /// No scale-down this long after a failed deletion (default 3 min).
+    pub scale_down_delay_after_failure_s: i64,
+    /// Leave DaemonSet pods out of utilization.
+    pub ignore_daemonsets_utilization: bool,
+    /// Leave mirror pods out of utilization.
+    pub ignore_mirror_pods_utilization: bool,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            launch_cpu_s: 45,
+            launch_gpu_s: 120,
+            launch_family_s: BTreeMap::new(),
+            launch_jitter: 0.2,
+            registration_s: 20,
+            device_plugin_s: 180,
+            ice_probability: 0.0,
+            ice_offerings: Vec::new(),
+            spot_interruptions_per_hour: 0.0,
+            score: ScoreStrategy::LeastAllocated,
+            batch_idle_s: 1,
+            batch_max_s: 10,
+            disruption_interval_s: 10,
+            validation_delay_s: 15,
+            scale_down_delay_after_add_s: 600,
+            scale_down_delay_after_delete_s: 0,
+            scale_down_delay_after_failure_s: 180,
+            ignore_daemonsets_utilization: false,
+            ignore_mirror_pods_utilization: false,
+        }
+    }
+}
+
+/// When a generator's units arrive.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arrivals {
+    /// A Poisson process of `per_hour` arrivals per hour between `start` and `end`.
+    Poisson {
+        /// Rate.
+        per_hour: f64,
+        /// First possible arrival.
+        start: i64,
+        /// No arrival at or after this.
+        end: i64,
+    },
+    /// One arrival every `every` seconds from `start` until `end`.
+    Every {
+        /// Period.
+        every: i64,
+        /// First arrival.
+        start: i64,
+        /// No arrival at or after this.
+        end: i64,
+    },
+    /// Arrivals at these times.
+    At(Vec<i64>),
+}
+
+/// How long a job runs once all its pods are bound.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Runtime {
+    /// Always this long.
+    Fixed(i64),
+    /// Uniform between the two.
+    Uniform(i64, i64),
+    /// Exponential with this mean.
+    Exponential(i64),
+}
+
+/// What a workload entry generates.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Generator {
+    /// Long-running replicas; `(time, replicas)` steps, sorted by time.
+    Deployment {
+        /// The replica schedule.
+        steps: Vec<(i64, u32)>,
+        /// PodDisruptionBudget `maxUnavailable`, if any.
+        max_unavailable: Option<u32>,
+    },
+    /// Independent single-pod jobs.
+    Jobs {
+        /// Arrival process.
+        arrivals: Arrivals,
+        /// Runtime.
+        runtime: Runtime,
+        /// Most jobs generated.
+        limit: Option<u32>,
+    },
+    /// All-or-nothing groups of `size` pods (gangs, or ProvisioningRequests when
+    /// `provisioning_request`).
+    Groups {
+        /// Pods per group.
+        size: u32,
+        /// Arrival process.
+        arrivals: Arrivals,
+        /// Runtime of the group once all members are bound.
+        runtime: Runtime,
+        /// Most groups generated.
+        limit: Option<u32>,
+        /// For ProvisioningRequests: the request's class and timings (its pods are created
+        /// only once it is Provisioned); `None` for plain gangs.
+        provisioning_request: Option<ProvReqSpec>,
+    },
+}
+
+/// The provisioning class of a ProvisioningRequest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProvReqClass {
+    /// `best-effort-atomic-scale-up.autoscaling.x-k8s.io`: the capacity of all its pods is
+    /// launched, all or nothing.
+    BestEffortAtomic,
+    /// `check-capacity.autoscaling.x-k8s.io`: answered from existing and in-flight capacity
+    /// only; never launches.
+    CheckCapacity,
+}
+
+impl ProvReqClass {
+    /// The short name scenarios use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProvReqClass::BestEffortAtomic => "best-effort-atomic",
+            ProvReqClass::CheckCapacity => "check-capacity",
+        }
+    }
+
+    /// Parses the short name or the full class name.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "best-effort-atomic" | "best-effort-atomic-scale-up.autoscaling.x-k8s.io" => {
+                Some(ProvReqClass::BestEffortAtomic)
+            }
+            "check-capacity" | "check-capacity.autoscaling.x-k8s.io" => {
+                Some(ProvReqClass::CheckCapacity)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Default time a Provisioned request's capacity stays booked (the controller's
+/// `--provreq-booking`).
+pub const DEFAULT_BOOKING_S: i64 = 600;
+/// Default time from Provisioned until Kueue has admitted the workload and its pods exist.
+pub const DEFAULT_ADMISSION_DELAY_S: i64 = 5;
+
+/// What a `provisioningRequests` workload's requests ask for, beyond their pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProvReqSpec {
+    /// Provisioning class.
+    pub class: ProvReqClass,
+    /// Seconds the capacity stays booked after Provisioned (`BookingDurationSeconds`).
+    pub booking_s: i64,
+    /// Seconds from Provisioned until the pods are created (Kueue's admission).
+    pub admission_delay_s: i64,
+}
+
+/// One workload entry: a pod template and its generator.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadSpec {
+    /// Name (pods are `<name>-<n>`, labelled `app=<name>`).
+    pub name: String,
+    /// The pod template (its key's name is the workload name).
+    pub template: Pod,
+    /// The generator.
+    pub generator: Generator,
+}
+
+/// A parsed, checked scenario.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Name reported in the summary.
+    pub name: String,
+    /// The file it came from (`<embedded>` for the default).
+    pub path: PathBuf,
+    /// Seed (the command line may override it).
+    pub seed: u64,
+    /// Virtual seconds to simulate.
+    pub duration_s: i64,
+    /// What the fake cloud sells.
+    pub catalog: Arc<Vec<InstanceType>>,
+    /// NodePools, with their catalogs.
+    pub pools: Vec<Pool>,
+    /// DaemonSets.
+    pub daemonsets: Vec<DaemonSet>,
+    /// Cluster timings and faults.
+    pub cluster: ClusterConfig,
+    /// Workload generators.
+    pub workloads: Vec<WorkloadSpec>,
+    /// Policy names to compare.
+    pub policies: Vec<String>,
+}
+
+/// Every policy the simulator knows.
+pub const POLICY_NAMES: [&str; 3] = ["gpu-autoscaler", "karpenter-like", "ca-like"];

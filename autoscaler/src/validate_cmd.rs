@@ -1,0 +1,190 @@
+//! `gpu-autoscaler validate FILE...`: checks NodePool (and NodeClaim) files the way the API
+//! server and the controller would, and against a catalog, for NodePool repositories' CI.
+//! Every problem of every document is printed (`FILE: doc N: field.path: message`, or
+//! `FILE:LINE:COLUMN: message` for YAML that does not parse); the exit status is 1 if there
+//! was any, 0 with a one-line summary otherwise.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use nodepools::lint::{Linter, Outcome};
+use serde::Deserialize;
+
+/// Options of `validate`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ValidateArgs {
+    /// Files to check: YAML with one or more documents; a directory means every `.yaml` and
+    /// `.yml` file under it; `-` reads standard input. Documents of other API groups are
+    /// skipped.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// The catalog the requirements' instance types, zones, capacity types, GPU names and
+    /// `gpuLimits` models must exist in: a file in the embedded catalog's format
+    /// (`providers/catalog/default-catalog.yaml`) or the output of `catalog --json`. Default:
+    /// the embedded catalog.
+    #[arg(long, value_name = "F")]
+    catalog_file: Option<PathBuf>,
+    /// Only this provider's part of the catalog (`aws`, `gcp`).
+    #[arg(long)]
+    provider: Option<String>,
+}
+
+fn catalog(args: &ValidateArgs) -> anyhow::Result<Vec<autoscaler_core::InstanceType>> {
+    let Some(path) = &args.catalog_file else {
+        return Ok(match &args.provider {
+            Some(p) => {
+                let types = providers::catalog::default_catalog_for(p);
+                if types.is_empty() {
+                    bail!("--provider {p}: the embedded catalog has aws and gcp");
+                }
+                types
+            }
+            None => providers::catalog::default_catalog(),
+        });
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    if text.trim_start().starts_with('[') {
+        return providers::catalog::parse_json_rows(&text)
+            .with_context(|| format!("reading {} as `catalog --json` output", path.display()));
+    }
+    let c = providers::catalog::Catalog::parse(&text)
+        .with_context(|| format!("reading catalog {}", path.display()))?;
+    Ok(match &args.provider {
+        Some(p) => c.for_provider(p),
+        None => c.instance_types(),
+    })
+}
+
+/// The files `inputs` name, directories expanded (sorted), `-` kept for standard input.
+fn expand(inputs: &[PathBuf], out: &mut Vec<PathBuf>, problems: &mut Vec<String>) {
+    for p in inputs {
+        if p.as_os_str() == "-" || !p.is_dir() {
+            out.push(p.clone());
+            continue;
+        }
+        match std::fs::read_dir(p) {
+            Ok(entries) => {
+                let mut children: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+                children.sort();
+                let (dirs, files): (Vec<PathBuf>, Vec<PathBuf>) =
+                    children.into_iter().partition(|c| c.is_dir());
+                out.extend(
+                    files
+                        .into_iter()
+                        .filter(|f| f.extension().is_some_and(|e| e == "yaml" || e == "yml")),
+                );
+                expand(&dirs, out, problems);
+            }
+            Err(e) => problems.push(format!("{}: cannot read the directory: {e}", p.display())),
+        }
+    }
+}
+
+/// Tallies over every file.
+#[derive(Default)]
+struct Tally {
+    objects: usize,
+    skipped: usize,
+    problems: Vec<String>,
+}
+
+fn check_file(name: &str, text: &str, linter: &Linter, tally: &mut Tally) {
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let n = i + 1;
+        let value = match serde_norway::Value::deserialize(doc) {
+            Ok(v) => v,
+            Err(e) => {
+                let at = e
+                    .location()
+                    .map(|l| format!("{name}:{}:{}", l.line(), l.column()))
+                    .unwrap_or_else(|| format!("{name}: doc {n}"));
+                tally.problems.push(format!("{at}: {e}"));
+                // The parser cannot find the next document after a syntax error.
+                return;
+            }
+        };
+        if value.is_null() {
+            continue;
+        }
+        let json = match serde_json::to_value(&value) {
+            Ok(j) => j,
+            Err(e) => {
+                tally.problems.push(format!(
+                    "{name}: doc {n}: <root>: not a JSON-shaped object: {e}"
+                ));
+                continue;
+            }
+        };
+        match linter.check(&json) {
+            Outcome::Skipped { .. } => tally.skipped += 1,
+            Outcome::Checked { problems, .. } => {
+                tally.objects += 1;
+                tally.problems.extend(
+                    problems
+                        .iter()
+                        .map(|p| format!("{name}: doc {n}: {}: {}", p.path, p.message)),
+                );
+            }
+        }
+    }
+}
+
+/// Runs `validate`.
+pub(crate) fn run(args: ValidateArgs) -> anyhow::Result<()> {
+    let linter = Linter::new(catalog(&args)?);
+    let mut tally = Tally::default();
+    let mut files = Vec::new();
+    expand(&args.files, &mut files, &mut tally.problems);
+    for f in &files {
+        let (name, text) = if f.as_os_str() == "-" {
+            let mut s = String::new();
+            match std::io::stdin().read_to_string(&mut s) {
+                Ok(_) => ("<stdin>".to_string(), s),
+                Err(e) => {
+                    tally.problems.push(format!("<stdin>: cannot read: {e}"));
+                    continue;
+                }
+            }
+        } else {
+            match std::fs::read_to_string(f) {
+                Ok(s) => (display(f), s),
+                Err(e) => {
+                    tally
+                        .problems
+                        .push(format!("{}: cannot read: {e}", display(f)));
+                    continue;
+                }
+            }
+        };
+        check_file(&name, &text, &linter, &mut tally);
+    }
+    let skipped = match tally.skipped {
+        0 => String::new(),
+        n => format!(", {n} document(s) of other APIs skipped"),
+    };
+    let summary = format!(
+        "{} object(s) in {} file(s){skipped}",
+        tally.objects,
+        files.len()
+    );
+    if !tally.problems.is_empty() {
+        for p in &tally.problems {
+            eprintln!("{p}");
+        }
+        bail!("{} problem(s) in {summary}", tally.problems.len());
+    }
+    if tally.objects == 0 {
+        bail!(
+            "no NodePool or NodeClaim found in {} file(s){skipped}",
+            files.len()
+        );
+    }
+    println!("ok: {summary} valid");
+    Ok(())
+}
+
+fn display(p: &Path) -> String {
+    p.display().to_string()
+}
