@@ -197,6 +197,27 @@ pub fn node_price(types: &[InstanceType], node_labels: &Labels) -> Option<f64> {
         .map(|o| o.price)
 }
 
+/// Taints another autoscaler puts on a node it is removing, in a cluster where it runs beside
+/// gpu-autoscaler (during a migration): the Cluster Autoscaler's `ToBeDeletedByClusterAutoscaler`
+/// (drain started) and `DeletionCandidateOfClusterAutoscaler` (chosen, soon drained), and
+/// Karpenter's `karpenter.sh/disrupted`. Such a node is not capacity to plan onto.
+pub const FOREIGN_REMOVAL_TAINTS: [&str; 3] = [
+    "ToBeDeletedByClusterAutoscaler",
+    "DeletionCandidateOfClusterAutoscaler",
+    "karpenter.sh/disrupted",
+];
+
+/// Whether another autoscaler is removing `n` ([`FOREIGN_REMOVAL_TAINTS`]).
+pub fn has_foreign_removal_taint(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| FOREIGN_REMOVAL_TAINTS.contains(&t.key.as_str()))
+        })
+}
+
 /// Whether a node carries the disruption taint.
 pub fn has_disruption_taint(n: &Node) -> bool {
     n.spec
@@ -452,7 +473,9 @@ impl SnapshotBuilder {
                         .filter(|_| folding == Folding::Plain || pool.is_none()),
                 ),
                 unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
-                deleting: n.metadata.deletion_timestamp.is_some() || has_disruption_taint(n),
+                deleting: n.metadata.deletion_timestamp.is_some()
+                    || has_disruption_taint(n)
+                    || has_foreign_removal_taint(n),
                 pool,
                 instance_type: node_labels.get(labels::INSTANCE_TYPE).cloned(),
                 price,
@@ -818,6 +841,65 @@ mod tests {
         assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
         let whole = autoscaler_core::plan_provisioning(&b.build(&inputs).snapshot);
         assert_eq!(plan.render(), whole.render());
+    }
+
+    /// Mixed clusters: a node the Cluster Autoscaler or Karpenter is removing is not capacity,
+    /// and a pod the Cluster Autoscaler's annotation calls a DaemonSet pod is one.
+    #[test]
+    fn the_cluster_autoscalers_and_karpenters_vocabulary_on_foreign_objects() {
+        let (pool, types) = general_pool();
+        let mut pods = vec![pod_json("a", "web", "web", None, "1", json!({}))];
+        let raw: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "agent", "namespace": "a", "uid": "agent",
+                "annotations": {"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"}},
+            "spec": {"nodeName": "n-ca", "containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let agent = CachedPod::from(raw);
+        pods.push(Arc::new(agent));
+        let mut nodes = Vec::new();
+        for (name, key, effect) in [
+            ("n-ca", "ToBeDeletedByClusterAutoscaler", "NoSchedule"),
+            (
+                "n-cand",
+                "DeletionCandidateOfClusterAutoscaler",
+                "PreferNoSchedule",
+            ),
+            ("n-karp", "karpenter.sh/disrupted", "NoSchedule"),
+        ] {
+            let mut n = node_json(name);
+            n["spec"]["taints"] = json!([{"key": key, "value": "1700000000", "effect": effect}]);
+            nodes.push(arc(n));
+        }
+        let batch = BTreeSet::from([PodKey {
+            namespace: "a".into(),
+            name: "web".into(),
+        }]);
+        let inputs = Inputs {
+            pods: &pods,
+            nodes: &nodes,
+            pools: &[pool],
+            claims: &[],
+            daemonsets: &[],
+            pdbs: &[],
+            instance_types: &types,
+            pending: &batch,
+            gangs: &Default::default(),
+        };
+        let built = SnapshotBuilder::new().build(&inputs);
+        let s = &built.snapshot;
+        assert!(s.nodes.iter().all(|n| n.deleting), "{:?}", s.nodes);
+        let agent = s.nodes[0]
+            .pods
+            .iter()
+            .find(|p| p.key.name == "agent")
+            .expect("agent");
+        assert!(agent.is_daemonset(), "{agent:?}");
+        // The pending pod gets a new node: none of the three is capacity.
+        let plan = autoscaler_core::plan_provisioning(s);
+        assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
     }
 
     #[test]

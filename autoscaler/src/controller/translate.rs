@@ -545,13 +545,23 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
             }),
         "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
     )?;
+    // The Cluster Autoscaler's annotation makes a pod count as a DaemonSet pod (node agents
+    // started by other means), for utilization and drains alike.
+    let ca_daemonset = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CA_DAEMONSET_POD))
+        .is_some_and(|v| v == "true");
     let owner_kind = p
         .metadata
         .owner_references
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true))
-        .map(|o| o.kind.clone());
+        .map(|o| o.kind.clone())
+        .filter(|_| !ca_daemonset)
+        .or_else(|| ca_daemonset.then(|| "DaemonSet".to_string()));
     let local_storage = spec.volumes.iter().flatten().any(|v| {
         v.host_path.is_some()
             || v.empty_dir
@@ -629,6 +639,9 @@ pub fn node_name(p: &Pod) -> Option<&str> {
         .and_then(|s| s.node_name.as_deref())
         .filter(|n| !n.is_empty())
 }
+
+/// Pod annotation with which the Cluster Autoscaler treats a pod as a DaemonSet pod.
+pub const CA_DAEMONSET_POD: &str = "cluster-autoscaler.kubernetes.io/daemonset-pod";
 
 /// Translates a DaemonSet into the per-node overhead it adds.
 ///
