@@ -633,6 +633,29 @@ mod tests {
         })
     }
 
+    /// Inputs of nothing but pods, nodes, NodePools and the pending batch.
+    fn plain_inputs<'a>(
+        pods: &'a [Arc<CachedPod>],
+        nodes: &'a [Arc<Node>],
+        pools: &'a [Arc<NodePool>],
+        types: &'a BTreeMap<String, Arc<Vec<InstanceType>>>,
+        pending: &'a BTreeSet<PodKey>,
+    ) -> Inputs<'a> {
+        static NO_GANGS: std::sync::LazyLock<crate::controller::gangs::GangObjects> =
+            std::sync::LazyLock::new(Default::default);
+        Inputs {
+            pods,
+            nodes,
+            pools,
+            claims: &[],
+            daemonsets: &[],
+            pdbs: &[],
+            instance_types: types,
+            pending,
+            gangs: &NO_GANGS,
+        }
+    }
+
     /// NodePool `general` of m5.xlarge nodes (empty nodes removable at once), with its catalog.
     fn general_pool() -> (Arc<NodePool>, BTreeMap<String, Arc<Vec<InstanceType>>>) {
         let pool = arc(json!({
@@ -765,17 +788,8 @@ mod tests {
             .map(|p| p.key.clone())
             .collect();
         let nodes: Vec<Arc<Node>> = ["n1", "n2"].iter().map(|n| arc(node_json(n))).collect();
-        let inputs = Inputs {
-            pods: &pods,
-            nodes: &nodes,
-            pools: &[pool],
-            claims: &[],
-            daemonsets: &[],
-            pdbs: &[],
-            instance_types: &types,
-            pending: &batch,
-            gangs: &Default::default(),
-        };
+        let pools = [pool];
+        let inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
         let mut b = SnapshotBuilder::new();
         let whole = b.build(&inputs);
         let folded = b.build_for_provisioning(&inputs);
@@ -821,17 +835,8 @@ mod tests {
             .map(|p| p.key.clone())
             .collect();
         let nodes: Vec<Arc<Node>> = vec![arc(node_json("n1"))];
-        let inputs = Inputs {
-            pods: &pods,
-            nodes: &nodes,
-            pools: &[pool],
-            claims: &[],
-            daemonsets: &[],
-            pdbs: &[],
-            instance_types: &types,
-            pending: &batch,
-            gangs: &Default::default(),
-        };
+        let pools = [pool];
+        let inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
         let mut b = SnapshotBuilder::new();
         let folded = b.build_for_provisioning(&inputs);
         // Both bound pods fold into one, which still binds both ports.
@@ -877,17 +882,8 @@ mod tests {
             namespace: "a".into(),
             name: "web".into(),
         }]);
-        let inputs = Inputs {
-            pods: &pods,
-            nodes: &nodes,
-            pools: &[pool],
-            claims: &[],
-            daemonsets: &[],
-            pdbs: &[],
-            instance_types: &types,
-            pending: &batch,
-            gangs: &Default::default(),
-        };
+        let pools = [pool];
+        let inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
         let built = SnapshotBuilder::new().build(&inputs);
         let s = &built.snapshot;
         assert!(s.nodes.iter().all(|n| n.deleting), "{:?}", s.nodes);
@@ -955,17 +951,8 @@ mod tests {
         unmanaged["spec"] = json!({});
         let nodes = vec![arc(unmanaged), arc(node_json("managed"))];
         let batch = BTreeSet::new();
-        let inputs = Inputs {
-            pods: &pods,
-            nodes: &nodes,
-            pools: &[pool],
-            claims: &[],
-            daemonsets: &[],
-            pdbs: &[],
-            instance_types: &types,
-            pending: &batch,
-            gangs: &Default::default(),
-        };
+        let pools = [pool];
+        let inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
         let mut b = SnapshotBuilder::new();
         let whole = b.build(&inputs);
         let folded = b.build_for_disruption(&inputs);
