@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use autoscaler_sim::openb_workload::{self, OpenbOptions};
+use autoscaler_sim::openb_workload;
 use autoscaler_sim::{RunOptions, RunReport, Scenario, report, run_workload, workload};
 
 /// User plus system CPU seconds of this process so far, if the kernel tells.
@@ -46,17 +46,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "openb" => {
             let pods = Path::new(args.get(1).ok_or("openb wants a pod list CSV")?);
-            let mut s =
-                Scenario::parse(Path::new("openb.yaml"), openb_workload::OPENB_SCENARIO_YAML)?;
-            let o = OpenbOptions {
-                compression: 150.0,
-                fgd_share: None,
-                fgd_interval_s: 1.0,
-                reference_nodes: None,
-                seed: s.seed,
-            };
-            let (w, horizon) = openb_workload::load(pods, &o, &s.pools)?;
-            s.duration_s = horizon;
+            let (s, w) = openb_workload::replay(pods, 150.0)?;
             (s, w)
         }
         path => {

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use autoscaler_sim::openb_workload::{self, OpenbOptions};
+use autoscaler_sim::openb_workload;
 use autoscaler_sim::workload::Workload;
 use autoscaler_sim::{RunOptions, RunReport, Scenario, SimError, seeds, sweep};
 
@@ -39,18 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "default" => (Scenario::default_scenario()?, None),
             "openb" => {
                 let pods = Path::new(args.get(1).ok_or("openb wants a pod list CSV")?);
-                let mut s =
-                    Scenario::parse(Path::new("openb.yaml"), openb_workload::OPENB_SCENARIO_YAML)?;
-                let o = OpenbOptions {
-                    compression,
-                    fgd_share: None,
-                    fgd_interval_s: 1.0,
-                    reference_nodes: None,
-                    seed: s.seed,
-                };
-                let (w, horizon) = openb_workload::load(pods, &o, &s.pools)?;
-                s.duration_s = horizon;
-                s.name = format!("openb (compression {compression})");
+                let (s, w) = openb_workload::replay(pods, compression)?;
                 (s, Some(w))
             }
             path => (Scenario::load(Path::new(path))?, None),

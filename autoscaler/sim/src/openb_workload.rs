@@ -174,6 +174,30 @@ fn bad_option(path: &Path, option: &str, value: f64, why: &str) -> SimError {
     }
 }
 
+/// The embedded openb scenario replaying the pod list at `pods`, compressed `compression`
+/// times, with the scenario's own seed and no FGD shares: the setup the examples and benches
+/// share. The scenario lasts until the trace's horizon.
+///
+/// # Errors
+/// As [`load`].
+pub fn replay(
+    pods: &Path,
+    compression: f64,
+) -> Result<(crate::scenario::Scenario, Workload), SimError> {
+    let mut s = crate::scenario::Scenario::parse(Path::new("openb.yaml"), OPENB_SCENARIO_YAML)?;
+    let o = OpenbOptions {
+        compression,
+        fgd_share: None,
+        fgd_interval_s: 1.0,
+        reference_nodes: None,
+        seed: s.seed,
+    };
+    let (w, horizon) = load(pods, &o, &s.pools)?;
+    s.duration_s = horizon;
+    s.name = format!("openb (compression {compression})");
+    Ok((s, w))
+}
+
 /// Loads `path` as a workload. Returns it with the horizon (seconds) it needs.
 ///
 /// # Errors
