@@ -43,8 +43,7 @@ fn catalog(args: &ValidateArgs) -> anyhow::Result<Vec<autoscaler_core::InstanceT
             None => providers::catalog::default_catalog(),
         });
     };
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = providers::catalog::read_bounded(path)?;
     if text.trim_start().starts_with('[') {
         return providers::catalog::parse_json_rows(&text)
             .with_context(|| format!("reading {} as `catalog --json` output", path.display()));

@@ -40,6 +40,9 @@ pub enum CatalogError {
     /// The file is not YAML of the catalog's shape (the message carries line and column).
     #[error("catalog does not parse: {0}")]
     Parse(String),
+    /// The file could not be read, or is too large to be a catalog.
+    #[error("{0}")]
+    Read(String),
     /// An entry parsed but holds a value that cannot be right.
     #[error("catalog entry {entry:?}, field {field}: {why}")]
     Invalid {
@@ -567,6 +570,38 @@ pub fn parse_json_rows(text: &str) -> Result<Vec<InstanceType>, CatalogError> {
         });
     }
     Ok(out)
+}
+
+/// The largest user catalog file read: `catalog --json` of every AWS instance type in every
+/// zone is a few MiB, and the YAML parser holds a whole document's events in memory (a
+/// 300 MB file of brackets took over 2 minutes and 1.2 GB before this bound).
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads and parses a user's catalog file ([`parse_user_catalog`]), refusing one larger than
+/// [`MAX_FILE_BYTES`] before reading it.
+///
+/// # Errors
+/// [`CatalogError::Read`] naming the file when it cannot be read or is too large; else as
+/// [`parse_user_catalog`].
+pub fn read_user_catalog(path: &std::path::Path) -> Result<Vec<InstanceType>, CatalogError> {
+    parse_user_catalog(&read_bounded(path)?)
+}
+
+/// A catalog file's text, refused above [`MAX_FILE_BYTES`].
+///
+/// # Errors
+/// [`CatalogError::Read`] naming the file.
+pub fn read_bounded(path: &std::path::Path) -> Result<String, CatalogError> {
+    let read = |why: String| CatalogError::Read(format!("reading {}: {why}", path.display()));
+    let size = std::fs::metadata(path)
+        .map_err(|e| read(e.to_string()))?
+        .len();
+    if size > MAX_FILE_BYTES {
+        return Err(read(format!(
+            "{size} bytes is more than a catalog's {MAX_FILE_BYTES}"
+        )));
+    }
+    std::fs::read_to_string(path).map_err(|e| read(e.to_string()))
 }
 
 /// Reads a user's catalog file: `catalog --json` output (a JSON array) or a catalog YAML file

@@ -233,9 +233,7 @@ fn catalog_of(args: &RunArgs) -> Result<Vec<InstanceType>> {
             ));
         }
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Error::Config(format!("--catalog-file {}: {e}", path.display())))?;
-            let types = providers::catalog::parse_user_catalog(&text)
+            let types = providers::catalog::read_user_catalog(path)
                 .map_err(|e| Error::Config(format!("--catalog-file {}: {e}", path.display())))?;
             (types, format!("catalog file {}", path.display()))
         }

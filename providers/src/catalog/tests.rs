@@ -384,3 +384,21 @@ fn bad_catalogs_name_the_entry_and_field() {
     .assert_eq(&out);
     assert!(err("not: [a catalog").starts_with("catalog does not parse"));
 }
+
+#[test]
+fn a_user_catalog_larger_than_the_bound_is_refused_before_reading() {
+    let path = std::env::temp_dir().join(format!("catalog-bound-{}.json", std::process::id()));
+    // Sparse: the size is checked, the bytes are never read.
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(MAX_FILE_BYTES + 1))
+        .unwrap();
+    let err = read_user_catalog(&path).expect_err("too large");
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        err.to_string().ends_with(&format!(
+            "{} bytes is more than a catalog's {MAX_FILE_BYTES}",
+            MAX_FILE_BYTES + 1
+        )),
+        "{err}"
+    );
+}
