@@ -14,7 +14,7 @@ use providers::UnavailableOfferings;
 use providers::fake::FakeProvider;
 
 use crate::baselines::Shape;
-use crate::cluster::{Cluster, NodeId, PodId, PodPhase};
+use crate::cluster::{Cluster, NodeId, NodeState, PodId, PodPhase};
 use crate::policy::{Ctx, Decision, LaunchSpec, Policy};
 use crate::rng::Rng;
 use crate::scenario::{ClusterConfig, ProvReqSpec};
@@ -754,16 +754,31 @@ impl<'a> Engine<'a> {
             .sum()
     }
 
+    /// Per node ever launched: it, the seconds it was up until `t` and their cost.
+    fn node_costs(&self, t: i64) -> impl Iterator<Item = (&NodeState, f64, f64)> {
+        self.cluster.nodes.iter().map(move |n| {
+            let end = n.gone_at.unwrap_or(t).min(t);
+            let secs = (end - n.launched_at).max(0) as f64;
+            (n, secs, n.price * secs / 3600.0)
+        })
+    }
+
     fn cost_until(&self, t: i64) -> (f64, f64) {
         let mut cost = 0.0;
         let mut gpu_s = 0.0;
-        for n in &self.cluster.nodes {
-            let end = n.gone_at.unwrap_or(t).min(t);
-            let secs = (end - n.launched_at).max(0) as f64;
-            cost += n.price * secs / 3600.0;
+        for (n, secs, c) in self.node_costs(t) {
+            cost += c;
             gpu_s += f64::from(n.gpus) * secs;
         }
         (cost, gpu_s)
+    }
+
+    fn cost_by_type(&self, t: i64) -> BTreeMap<String, f64> {
+        let mut by_type = BTreeMap::new();
+        for (n, _, c) in self.node_costs(t) {
+            *by_type.entry(n.instance_type.clone()).or_insert(0.0) += c;
+        }
+        by_type
     }
 
     fn sample(&mut self) {
@@ -808,6 +823,7 @@ impl<'a> Engine<'a> {
         let req_h = self.gpu_requested_s / 3600.0;
         let rerun_h = self.gpu_rerun_s / 3600.0;
         let useful_h = (req_h - rerun_h).max(0.0);
+        let cost_by_type = self.cost_by_type(end);
         PolicyResult {
             name: self.policy.name().to_string(),
             description: self.policy.description().to_string(),
@@ -852,6 +868,7 @@ impl<'a> Engine<'a> {
             pods_created: self.pods_created,
             launch_failures: self.launch_failures,
             provisioning_requests: provreq,
+            cost_by_type,
             samples: self.samples,
             wall_seconds: wall,
         }

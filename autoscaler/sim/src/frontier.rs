@@ -4,8 +4,9 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{COLORS, esc};
-use crate::stats::{Estimate, group};
+use crate::chart::{Dot, cost_scatter, legend, policy_color, secs_label, usd_digits};
+use crate::report::esc;
+use crate::stats::Estimate;
 
 /// One point of the chart.
 #[derive(Clone, Debug)]
@@ -28,36 +29,6 @@ fn hi(e: &Estimate) -> f64 {
     e.ci95.map_or(e.mean, |c| c[1])
 }
 
-/// Tick values for `[min, max]`: four to eight, on a step of 1, 2 or 5 times a power of ten.
-pub fn ticks(min: f64, max: f64) -> Vec<f64> {
-    let span = (max - min).max(1e-9);
-    let raw = span / 8.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
-    let mut t = (min / step).ceil() * step;
-    let mut out = Vec::new();
-    while t <= max + step * 1e-9 {
-        out.push(if t.abs() < step * 1e-9 { 0.0 } else { t });
-        t += step;
-    }
-    out
-}
-
-/// Seconds for an axis label: `90s`, `12m`, `1.5h`.
-fn secs_label(s: f64) -> String {
-    if s < 600.0 {
-        format!("{s:.0}s")
-    } else if s < 7200.0 {
-        format!("{}m", group(s / 60.0, if s % 60.0 == 0.0 { 0 } else { 1 }))
-    } else {
-        format!("{}h", group(s / 3600.0, 1))
-    }
-}
-
 /// Whether `a` beats `b` on both means (no worse on either, better on one).
 fn beats(a: &Point, b: &Point) -> bool {
     a.cost.mean <= b.cost.mean
@@ -65,150 +36,78 @@ fn beats(a: &Point, b: &Point) -> bool {
         && (a.cost.mean < b.cost.mean || a.p95.mean < b.p95.mean)
 }
 
-/// The SVG chart (with a heading), self-contained.
+/// The chart (with a heading and a legend), self-contained: a series is a policy and has
+/// the policy's colour.
 pub fn chart(title: &str, points: &[Point]) -> String {
-    let (w, h, l, r, top, b) = (780.0, 440.0, 90.0, 150.0, 20.0, 60.0);
     let mut s = format!("<h3>{}</h3>", esc(title));
     if points.is_empty() {
         s.push_str("<p>No points.</p>");
         return s;
     }
-    let xmax = points
-        .iter()
-        .map(|p| hi(&p.p95))
-        .fold(0.0, f64::max)
-        .max(1.0)
-        * 1.05;
-    let ymin_data = points.iter().map(|p| lo(&p.cost)).fold(f64::MAX, f64::min);
-    let ymax_data = points.iter().map(|p| hi(&p.cost)).fold(0.0, f64::max);
-    let pad = ((ymax_data - ymin_data) * 0.08)
-        .max(ymax_data.abs() * 0.005)
-        .max(0.5);
-    let (ymin, ymax) = ((ymin_data - pad).max(0.0), ymax_data + pad);
-    let x = |v: f64| l + (w - l - r) * v / xmax;
-    let y = |v: f64| top + (h - b - top) * (1.0 - (v - ymin) / (ymax - ymin));
-    let _ = write!(
-        s,
-        "<svg width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" font-size=\"11\">\
-         <line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#888\"/>\
-         <line x1=\"{l}\" y1=\"{top}\" x2=\"{l}\" y2=\"{}\" stroke=\"#888\"/>",
-        h - b,
-        w - r,
-        h - b,
-        h - b
-    );
-    for t in ticks(0.0, xmax) {
-        let _ = write!(
-            s,
-            "<line x1=\"{0:.1}\" y1=\"{1}\" x2=\"{0:.1}\" y2=\"{top}\" stroke=\"#eee\"/>\
-             <text x=\"{0:.1}\" y=\"{2}\" text-anchor=\"middle\">{3}</text>",
-            x(t),
-            h - b,
-            h - b + 14.0,
-            secs_label(t)
-        );
-    }
-    for t in ticks(ymin, ymax) {
-        let _ = write!(
-            s,
-            "<line x1=\"{l}\" y1=\"{0:.1}\" x2=\"{1}\" y2=\"{0:.1}\" stroke=\"#eee\"/>\
-             <text x=\"{2}\" y=\"{3:.1}\" text-anchor=\"end\">${4}</text>",
-            y(t),
-            w - r,
-            l - 4.0,
-            y(t) + 3.0,
-            group(t, 0)
-        );
-    }
-    let _ = write!(
-        s,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">pending p95 (seconds to bind, 95th percentile)</text>\
-         <text transform=\"translate(16 {}) rotate(-90)\" text-anchor=\"middle\">cost, USD{}</text>",
-        l + (w - l - r) / 2.0,
-        h - 18.0,
-        top + (h - b - top) / 2.0,
-        if ymin > 0.0 {
-            " (axis does not start at 0)"
-        } else {
-            ""
-        }
-    );
     let mut series: Vec<&str> = Vec::new();
     for p in points {
         if !series.contains(&p.series.as_str()) {
             series.push(&p.series);
         }
     }
-    for (k, name) in series.iter().enumerate() {
-        let color = COLORS[k % COLORS.len()];
+    let mut dots = Vec::new();
+    let mut lines = Vec::new();
+    for name in &series {
+        let color = policy_color(name);
         let mine: Vec<&Point> = points.iter().filter(|p| p.series == *name).collect();
-        let mut front: Vec<&&Point> = mine
+        let on_front = |p: &Point| !mine.iter().any(|q| beats(q, p));
+        let mut front: Vec<(f64, f64)> = mine
             .iter()
-            .filter(|p| !mine.iter().any(|q| beats(q, p)))
+            .filter(|p| on_front(p))
+            .map(|p| (p.p95.mean, p.cost.mean))
             .collect();
-        front.sort_by(|a, b| a.p95.mean.total_cmp(&b.p95.mean));
+        front.sort_by(|a, b| a.0.total_cmp(&b.0));
         if front.len() > 1 {
-            let d: Vec<String> = front
-                .iter()
-                .map(|p| format!("{:.1},{:.1}", x(p.p95.mean), y(p.cost.mean)))
-                .collect();
-            let _ = write!(
-                s,
-                "<polyline points=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-dasharray=\"4 3\"/>",
-                d.join(" ")
-            );
+            lines.push((color, front));
         }
         for p in &mine {
-            let (cx, cy) = (x(p.p95.mean), y(p.cost.mean));
-            let on_front = front.iter().any(|f| std::ptr::eq(**f, *p));
-            let _ = write!(
-                s,
-                "<line x1=\"{:.1}\" y1=\"{cy:.1}\" x2=\"{:.1}\" y2=\"{cy:.1}\" stroke=\"{color}\"/>\
-                 <line x1=\"{cx:.1}\" y1=\"{:.1}\" x2=\"{cx:.1}\" y2=\"{:.1}\" stroke=\"{color}\"/>\
-                 <circle cx=\"{cx:.1}\" cy=\"{cy:.1}\" r=\"4\" stroke=\"{color}\" fill=\"{}\"><title>{}: ${} ±{}, p95 {} ±{}</title></circle>\
-                 <text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
-                x(lo(&p.p95)),
-                x(hi(&p.p95)),
-                y(lo(&p.cost)),
-                y(hi(&p.cost)),
-                if on_front { color } else { "white" },
-                esc(&p.label),
-                group(p.cost.mean, 0),
-                group(p.cost.half_width().unwrap_or(0.0), 0),
-                secs_label(p.p95.mean),
-                secs_label(p.p95.half_width().unwrap_or(0.0)),
-                cx + 6.0,
-                cy - 6.0,
-                esc(&p.label)
-            );
+            dots.push(Dot {
+                label: p.label.clone(),
+                x: (lo(&p.p95), p.p95.mean, hi(&p.p95)),
+                y: (lo(&p.cost), p.cost.mean, hi(&p.cost)),
+                color,
+                filled: on_front(p),
+            });
         }
+    }
+    match cost_scatter(
+        "pending p95 (time to bind, 95th percentile)",
+        &dots,
+        &lines,
+    ) {
+        Ok(svg) | Err(svg) => s.push_str(&svg),
+    }
+    s.push_str(&legend(
+        series.iter().map(|n| (*n, policy_color(n))),
+    ));
+    s.push_str("<p class=\"note\">Bars: 95 % intervals over the seeds. Filled points are on their series' frontier (no other point of the series is cheaper and waits less, by the means); dashed lines join them. Points:</p><ul class=\"note\">");
+    for p in points {
         let _ = write!(
             s,
-            "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{}</text>",
-            w - r + 12.0,
-            top + 16.0 * k as f64,
-            w - r + 26.0,
-            top + 9.0 + 16.0 * k as f64,
-            esc(name)
+            "<li>{}: {} ±{}, p95 {} ±{}</li>",
+            if p.label == p.series {
+                esc(&p.label)
+            } else {
+                format!("{} ({})", esc(&p.label), esc(&p.series))
+            },
+            usd_digits(p.cost.mean, 0),
+            usd_digits(p.cost.half_width().unwrap_or(0.0), 0),
+            secs_label(p.p95.mean),
+            secs_label(p.p95.half_width().unwrap_or(0.0)),
         );
     }
-    s.push_str("</svg><p class=\"note\">Bars: 95 % intervals over the seeds. Filled points are on their series' frontier (no other point of the series is cheaper and waits less, by the means); dashed lines join them.</p>");
+    s.push_str("</ul>");
     s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ticks_fall_on_round_steps() {
-        assert_eq!(ticks(0.0, 10.0), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
-        assert_eq!(
-            ticks(1930.0, 2210.0),
-            [1950.0, 2000.0, 2050.0, 2100.0, 2150.0, 2200.0]
-        );
-        assert_eq!(ticks(0.0, 0.9).len(), 5);
-    }
 
     #[test]
     fn the_chart_marks_the_frontier_and_names_its_axes() {
@@ -226,10 +125,19 @@ mod tests {
                 pt("worse", [130.0, 131.0], [70.0, 71.0]),
             ],
         );
-        assert!(svg.contains("pending p95") && svg.contains("cost, USD"));
+        let t = crate::chart::texts(&svg);
+        assert!(
+            t.iter().any(|l| l.starts_with("pending p95")) && t.iter().any(|l| l.starts_with("cost, USD")),
+            "{t:?}"
+        );
         // Two filled points on the frontier, one hollow (dominated by both).
-        assert_eq!(svg.matches("fill=\"white\"").count(), 1, "{svg}");
-        assert_eq!(svg.matches("<polyline").count(), 1);
-        assert!(svg.contains("$100"));
+        let dots: Vec<&str> = svg.split("<circle").filter(|c| c.contains("r=\"5\"")).collect();
+        let hollow = dots.iter().filter(|c| c.contains("fill=\"#FFFFFF\"")).count();
+        assert_eq!((dots.len(), hollow), (6, 1), "{svg}");
+        // The dashed frontier line, in the series' colour (dashes are separate segments).
+        let color = crate::chart::hex(crate::chart::policy_color("s")).to_uppercase();
+        assert!(svg.split("<polyline").filter(|l| l.contains(&color)).count() > 2);
+        assert!(t.contains(&"$100") && t.contains(&"cheap"), "{t:?}");
+        assert!(svg.contains("<li>cheap (s): $101 ±$13, p95 61s ±13s</li>"), "{svg}");
     }
 }

@@ -18,6 +18,7 @@ pub mod baselines;
 pub mod cluster;
 pub mod engine;
 pub mod error;
+pub mod chart;
 pub mod frontier;
 pub mod openb_workload;
 pub mod policy;

@@ -1,13 +1,19 @@
 //! Output of a run: the summary table, the JSON for scripts, and a self-contained HTML page
-//! with inline SVG charts.
+//! with inline SVG charts (drawn by [`crate::chart`]): the cost difference of each baseline
+//! against gpu-autoscaler over time, cumulative cost, pending pods, GPU allocation, and per
+//! policy the nodes of the instance types it paid most for.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use plotters::style::RGBColor;
+
 use crate::RunReport;
+use crate::chart::{OTHER_COLOR, Scale, Series, TypeColors, policy_color, stacked_chart, time_chart, usd, usd_signed};
 use crate::engine::{PolicyResult, Sample};
+use crate::seeds::OURS;
+use crate::stats::Estimate;
 
 /// The JSON document `--json` writes: exactly these fields.
 #[derive(Serialize)]
@@ -261,7 +267,9 @@ pub(crate) fn page_head(title: &str) -> String {
          <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}\
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}\
          th{{background:#f4f4f4}}td:first-child{{text-align:left}}.note{{color:#555;font-size:90%}}\
-         pre{{font-size:11px;overflow-x:auto}}</style></head><body>",
+         pre{{font-size:11px;overflow-x:auto}}svg{{max-width:100%;height:auto}}\
+         .legend{{margin:0 0 1.5em 90px;font-size:13px}}.legend span{{margin-right:1.5em;white-space:nowrap}}\
+         .legend i{{display:inline-block;width:14px;height:4px;margin:0 5px 3px 0;vertical-align:middle}}</style></head><body>",
         esc(title)
     )
 }
@@ -274,134 +282,215 @@ pub(crate) fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Series colours, in order.
-pub(crate) const COLORS: [&str; 10] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac",
-];
+/// Instance types a node chart draws on its own line; the cheaper rest is one "other" line.
+pub const NODE_CHART_TYPES: usize = 7;
 
-/// A line chart of several series over time.
-fn line_chart(title: &str, unit: &str, series: &[(String, Vec<(i64, f64)>)]) -> String {
-    // Plot area: x in [l, w - r], y in [top, h - b].
-    let (w, h, l, b, r, top) = (760.0, 240.0, 60.0, 30.0, 30.0, 12.0);
-    let tmax = series
+/// The types of `p`'s node chart, most paid first: the [`NODE_CHART_TYPES`] types it paid
+/// most for (all of them when only one more would be left), and the rest.
+fn ranked_types(p: &PolicyResult) -> (Vec<&str>, Vec<&str>) {
+    let mut types: Vec<(&str, f64)> = p
+        .cost_by_type
         .iter()
-        .flat_map(|(_, v)| v.iter().map(|p| p.0))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let ymax = series
-        .iter()
-        .flat_map(|(_, v)| v.iter().map(|p| p.1))
-        .fold(0.0f64, f64::max)
-        .max(1e-9)
-        * 1.05;
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        "<h3>{}</h3><svg width=\"{w}\" height=\"{}\" viewBox=\"0 0 {w} {}\" role=\"img\">",
-        esc(title),
-        h + 40.0,
-        h + 40.0
-    );
-    let _ = write!(
-        s,
-        "<line x1=\"{l}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#888\"/><line x1=\"{l}\" y1=\"{top}\" x2=\"{l}\" y2=\"{}\" stroke=\"#888\"/>",
-        h - b,
-        w - r,
-        h - b,
-        h - b
-    );
-    for i in 0..=4 {
-        let y = top + (h - b - top) * (1.0 - f64::from(i) / 4.0);
-        let v = ymax * f64::from(i) / 4.0;
-        let _ = write!(
-            s,
-            "<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">{:.1}{}</text>",
-            l - 4.0,
-            y + 3.0,
-            v,
-            esc(unit)
-        );
-    }
-    for i in 0..=6 {
-        let x = l + (w - l - r) * f64::from(i) / 6.0;
-        let _ = write!(
-            s,
-            "<text x=\"{x}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{:.1}h</text>",
-            h - b + 14.0,
-            tmax * f64::from(i) / 6.0 / 3600.0
-        );
-    }
-    for (k, (name, pts)) in series.iter().enumerate() {
-        let color = COLORS[k % COLORS.len()];
-        let mut d = String::new();
-        for (i, (t, v)) in pts.iter().enumerate() {
-            let x = l + (w - l - r) * (*t as f64 / tmax);
-            let y = top + (h - b - top) * (1.0 - v / ymax);
-            let _ = write!(d, "{}{x:.1},{y:.1}", if i == 0 { "M" } else { " L" });
-        }
-        let _ = write!(
-            s,
-            "<path d=\"{d}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"/>"
-        );
-        let _ = write!(
-            s,
-            "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\" font-size=\"11\">{}</text>",
-            l + 10.0 + 150.0 * (k % 4) as f64,
-            h + 8.0 + 14.0 * (k / 4) as f64,
-            l + 24.0 + 150.0 * (k % 4) as f64,
-            h + 17.0 + 14.0 * (k / 4) as f64,
-            esc(name)
-        );
-    }
-    s.push_str("</svg>");
-    s
+        .map(|(t, c)| (t.as_str(), *c))
+        .collect();
+    types.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let keep = if types.len() <= NODE_CHART_TYPES + 1 {
+        types.len()
+    } else {
+        NODE_CHART_TYPES
+    };
+    let rest = types.split_off(keep);
+    (
+        types.into_iter().map(|t| t.0).collect(),
+        rest.into_iter().map(|t| t.0).collect(),
+    )
 }
 
-/// Nodes per instance type over time, one line per type (the most used types).
-fn nodes_chart(p: &PolicyResult) -> String {
-    let mut peak: BTreeMap<&str, u32> = BTreeMap::new();
-    for smp in &p.samples {
-        for (t, n) in &smp.nodes_by_type {
-            let e = peak.entry(t.as_str()).or_insert(0);
-            *e = (*e).max(*n);
-        }
-    }
-    let mut types: Vec<(&str, u32)> = peak.into_iter().collect();
-    types.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-    types.truncate(8);
-    let series: Vec<(String, Vec<(i64, f64)>)> = types
+/// One colour per instance type for every node chart of a report.
+pub fn type_colors<'a>(policies: impl IntoIterator<Item = &'a PolicyResult>) -> TypeColors {
+    TypeColors::new(policies.into_iter().flat_map(|p| ranked_types(p).0))
+}
+
+/// Nodes per instance type over time, stacked: the types `p` paid most for, each a band of
+/// its own from the bottom up (so an expensive GPU type with few nodes is never hidden by
+/// many cheap ones), the rest summed as "other" on top; the legend gives what each cost.
+fn nodes_chart(p: &PolicyResult, colors: &TypeColors) -> String {
+    let (top, rest) = ranked_types(p);
+    let count = |s: &Sample, ts: &[&str]| -> f64 {
+        ts.iter()
+            .map(|t| f64::from(s.nodes_by_type.get(*t).copied().unwrap_or(0)))
+            .sum()
+    };
+    let line = |ts: &[&str]| -> Vec<(f64, f64)> {
+        p.samples
+            .iter()
+            .map(|s| (s.t as f64 / 3600.0, count(s, ts)))
+            .collect()
+    };
+    let paid = |ts: &[&str]| -> f64 { ts.iter().filter_map(|t| p.cost_by_type.get(*t)).sum() };
+    let mut series: Vec<Series> = top
         .iter()
-        .map(|(name, _)| {
-            (
-                name.to_string(),
-                p.samples
-                    .iter()
-                    .map(|s| {
-                        (
-                            s.t,
-                            f64::from(s.nodes_by_type.get(*name).copied().unwrap_or(0)),
-                        )
-                    })
-                    .collect(),
-            )
+        .map(|t| Series {
+            name: format!("{t} · {}", usd(paid(&[t]))),
+            color: colors.get(t),
+            points: line(&[t]),
+            band: vec![],
         })
         .collect();
-    line_chart(&format!("{}: nodes by instance type", p.name), "", &series)
+    if !rest.is_empty() {
+        series.push(Series {
+            name: format!("other ({} types) · {}", rest.len(), usd(paid(&rest))),
+            color: OTHER_COLOR,
+            points: line(&rest),
+            band: vec![],
+        });
+    }
+    stacked_chart(
+        &format!(
+            "{}: nodes by instance type, stacked, the types it paid most for at the bottom",
+            p.name
+        ),
+        "nodes",
+        &series,
+    )
 }
 
-fn per_policy(report: &RunReport, f: impl Fn(&Sample) -> f64) -> Vec<(String, Vec<(i64, f64)>)> {
+/// One line per policy of a per-sample value, in the report's policy colours.
+fn per_policy(report: &RunReport, f: impl Fn(&Sample) -> f64) -> Vec<Series> {
     report
         .policies
         .iter()
-        .map(|p| {
-            (
-                p.name.clone(),
-                p.samples.iter().map(|s| (s.t, f(s))).collect(),
-            )
+        .map(|p| Series {
+            name: p.name.clone(),
+            color: policy_color(&p.name),
+            points: p
+                .samples
+                .iter()
+                .map(|s| (s.t as f64 / 3600.0, f(s)))
+                .collect(),
+            band: vec![],
         })
         .collect()
+}
+
+/// The cumulative cost of `theirs` minus `ours` over time: per sample, the mean over the
+/// runs paired by position (the same seed), with the 95 % interval as the band when there
+/// are two runs or more. Stops at the first sample whose time differs between runs.
+pub fn cost_gap(theirs: &[&PolicyResult], ours: &[&PolicyResult]) -> (Vec<(f64, f64)>, Vec<(f64, f64, f64)>) {
+    let (mut line, mut band) = (Vec::new(), Vec::new());
+    let Some(first) = ours.first() else {
+        return (line, band);
+    };
+    for (i, s) in first.samples.iter().enumerate() {
+        let mut d = Vec::new();
+        for (a, b) in theirs.iter().zip(ours) {
+            match (a.samples.get(i), b.samples.get(i)) {
+                (Some(x), Some(y)) if x.t == s.t && y.t == s.t => d.push(x.cost - y.cost),
+                _ => return (line, band),
+            }
+        }
+        let e = Estimate::of(&d);
+        let h = s.t as f64 / 3600.0;
+        line.push((h, e.mean));
+        if let Some([lo, hi]) = e.ci95 {
+            band.push((h, lo, hi));
+        }
+    }
+    (line, band)
+}
+
+/// The chart of each baseline's cumulative cost minus gpu-autoscaler's, one line per
+/// baseline; `None` when gpu-autoscaler or every baseline is missing. `runs` gives a
+/// policy's runs (one per seed, in seed order) and its colour.
+pub fn cost_gap_chart<'a>(
+    policies: &[(&'a str, RGBColor, Vec<&'a PolicyResult>)],
+) -> Option<String> {
+    let ours = &policies.iter().find(|p| p.0 == OURS)?.2;
+    let series: Vec<Series> = policies
+        .iter()
+        .filter(|p| p.0 != OURS)
+        .map(|(name, color, runs)| {
+            let (points, band) = cost_gap(runs, ours);
+            let end = points.last().map_or(0.0, |p| p.1);
+            let ours_end = Estimate::of(&ours.iter().map(|r| r.cost).collect::<Vec<_>>()).mean;
+            let pct = if ours_end > 0.0 {
+                format!(" ({:+.1} %)", 100.0 * end / ours_end)
+            } else {
+                String::new()
+            };
+            Series {
+                name: format!("{name}: {} at the end{pct}", usd_signed(end)),
+                color: *color,
+                points,
+                band,
+            }
+        })
+        .collect();
+    if series.is_empty() {
+        return None;
+    }
+    let mut s = time_chart(
+        &format!("Cost difference: each baseline's cumulative cost minus {OURS}'s"),
+        "baseline minus ours, USD",
+        Scale::Usd,
+        &series,
+    );
+    let _ = write!(
+        s,
+        "<p class=\"note\">Above $0, {OURS} has spent less so far; the slope shows where the \
+         difference is made.{}</p>",
+        if policies.iter().any(|p| p.2.len() > 1) {
+            " Lines are means over the seeds (paired by seed), bands their 95 % intervals."
+        } else {
+            ""
+        }
+    );
+    Some(s)
+}
+
+/// The ProvisioningRequest table of the page, only when the scenario has requests.
+fn provreq_html(s: &mut String, report: &RunReport) {
+    if report
+        .policies
+        .iter()
+        .all(|p| p.provisioning_requests.is_none())
+    {
+        return;
+    }
+    s.push_str(
+        "<h2>ProvisioningRequests</h2><table><tr><th>policy</th><th>created</th>\
+         <th>to Provisioned p50</th><th>p95</th><th>provisioned</th><th>consumed</th>\
+         <th>expired</th><th>revoked</th><th>never provisioned</th></tr>",
+    );
+    for p in &report.policies {
+        let Some(q) = &p.provisioning_requests else {
+            continue;
+        };
+        if !q.supported {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td colspan=\"8\" style=\"text-align:left\">not served: each \
+                 request's pods were created at once, as a plain gang</td></tr>",
+                esc(&p.name)
+            );
+            continue;
+        }
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td></tr>",
+            esc(&p.name),
+            q.requests,
+            hours(q.to_provisioned_p50_s),
+            hours(q.to_provisioned_p95_s),
+            q.provisioned,
+            q.consumed,
+            q.expired,
+            q.revoked,
+            q.never_provisioned
+        );
+    }
+    s.push_str("</table>");
 }
 
 /// The self-contained HTML report.
@@ -417,17 +506,17 @@ pub fn to_html(report: &RunReport) -> String {
         report.wall_seconds
     );
     s.push_str(
-        "<table><tr><th>policy</th><th>cost $</th><th>GPU-h paid</th><th>GPU-h useful</th>\
+        "<table><tr><th>policy</th><th>cost</th><th>GPU-h paid</th><th>GPU-h useful</th>\
          <th>GPU-h re-run</th><th>GPU alloc</th><th>pending p50</th><th>p95</th><th>p99</th><th>nodes up</th>\
          <th>nodes down</th><th>pods disrupted</th><th>safety violations</th><th>pending at end</th></tr>",
     );
     for p in &report.policies {
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td>\
+            "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}%</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&p.name),
-            p.cost,
+            usd(p.cost),
             p.gpu_hours_paid,
             p.gpu_hours_useful,
             p.gpu_hours_rerun,
@@ -442,9 +531,11 @@ pub fn to_html(report: &RunReport) -> String {
             p.pending_at_end
         );
     }
-    s.push_str("</table><h2>Policies</h2><ul>");
+    s.push_str("</table>");
+    provreq_html(&mut s, report);
+    s.push_str("<h2>Policies</h2><ul>");
     for p in &report.policies {
-        let model = if p.name == "gpu-autoscaler" {
+        let model = if p.name == OURS {
             ""
         } else {
             " <b>This baseline is a model</b> written from the project's public documentation, \
@@ -458,23 +549,35 @@ pub fn to_html(report: &RunReport) -> String {
         );
     }
     s.push_str("</ul><p class=\"note\">GPU-hours count fractional shares, MIG slices (n/7 of a GPU) and time-sliced replicas (1/replicas) as fractions of a physical GPU; useful GPU-hours leave out job work thrown away by an eviction (re-run), and GPU alloc is useful over paid. Pending times are per pending episode; pods still pending at the end count until the end.</p>");
-    s.push_str(&line_chart(
-        "Pending pods",
-        "",
-        &per_policy(report, |x| f64::from(x.pending)),
-    ));
-    s.push_str(&line_chart(
-        "GPU allocation (requested / paid)",
-        "",
-        &per_policy(report, |x| x.gpu_allocation),
-    ));
-    s.push_str(&line_chart(
+    let runs: Vec<(&str, RGBColor, Vec<&PolicyResult>)> = report
+        .policies
+        .iter()
+        .map(|p| (p.name.as_str(), policy_color(&p.name), vec![p]))
+        .collect();
+    if let Some(gap) = cost_gap_chart(&runs) {
+        s.push_str(&gap);
+    }
+    s.push_str(&time_chart(
         "Cumulative cost",
-        "$",
+        "cost so far, USD",
+        Scale::Usd,
         &per_policy(report, |x| x.cost),
     ));
+    s.push_str(&time_chart(
+        "Pending pods",
+        "pending pods",
+        Scale::Count,
+        &per_policy(report, |x| f64::from(x.pending)),
+    ));
+    s.push_str(&time_chart(
+        "GPU allocation (requested / paid)",
+        "GPUs requested / paid",
+        Scale::Percent,
+        &per_policy(report, |x| x.gpu_allocation),
+    ));
+    let colors = type_colors(&report.policies);
     for p in &report.policies {
-        s.push_str(&nodes_chart(p));
+        s.push_str(&nodes_chart(p, &colors));
     }
     s.push_str("</body></html>\n");
     s

@@ -1,6 +1,7 @@
 //! Multi-seed runs (`simulate --seeds`): the seed list, a parallel map over runs, and the
 //! per-policy summary with 95 % intervals and paired differences against gpu-autoscaler, as a
-//! table, as JSON and as an HTML page with the cost against pending-p95 chart.
+//! table, as JSON and as an HTML page with the cost against pending-p95 chart and each
+//! baseline's cost difference over time (mean and interval over the seeds).
 //!
 //! Every seed runs every policy on the same workload, so a policy's difference to
 //! gpu-autoscaler is taken seed by seed (paired): the seed-to-seed spread of the workload,
@@ -14,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::engine::PolicyResult;
 use crate::error::SimError;
-use crate::frontier;
+use crate::{chart, frontier};
 use crate::stats::{Estimate, Verdict, digits_for, group};
 use crate::{RunReport, report};
 
@@ -515,6 +516,12 @@ pub fn to_html(s: &SeedSummary) -> String {
     let mut h = report::page_head(&format!("{} over seeds {}", s.scenario, describe(&s.seeds)));
     let _ = write!(
         h,
+        "<h1>Simulation: {} over seeds {}</h1>",
+        report::esc(&s.scenario),
+        describe(&s.seeds)
+    );
+    let _ = write!(
+        h,
         "<p>{} runs · {:.1} virtual hours · {} pods per run (mean). Each figure is the mean \
          ±half-width of its 95 % interval (Student t); differences are paired by seed, policy \
          minus {OURS}.</p><pre>{}</pre>",
@@ -537,6 +544,20 @@ pub fn to_html(s: &SeedSummary) -> String {
         "Cost against pending p95 (lower left is better)",
         &points,
     ));
+    let runs: Vec<_> = s
+        .policies
+        .iter()
+        .map(|p| {
+            (
+                p.name.as_str(),
+                chart::policy_color(&p.name),
+                p.runs.iter().collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    if let Some(gap) = report::cost_gap_chart(&runs) {
+        h.push_str(&gap);
+    }
     h.push_str("</body></html>\n");
     h
 }

@@ -848,6 +848,7 @@ mod tests {
             pods_created: 0,
             launch_failures: 0,
             samples: vec![],
+            cost_by_type: Default::default(),
             wall_seconds: 0.0,
             provisioning_requests: None,
         }

@@ -52,7 +52,7 @@ pub struct RequestRecord {
 }
 
 /// One point of the time series.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Sample {
     /// Virtual seconds.
     pub t: i64,
@@ -67,7 +67,7 @@ pub struct Sample {
 }
 
 /// Everything measured for one policy.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PolicyResult {
     /// Policy name.
     pub name: String,
@@ -116,6 +116,9 @@ pub struct PolicyResult {
     pub launch_failures: u64,
     /// Time series.
     pub samples: Vec<Sample>,
+    /// USD paid per instance type over the run (what ranks the types of the report's node
+    /// charts).
+    pub cost_by_type: BTreeMap<String, f64>,
     /// Wall-clock seconds this policy took.
     pub wall_seconds: f64,
     /// ProvisioningRequest outcomes; `None` when the workload has no requests.
