@@ -211,7 +211,8 @@ impl Scale {
     /// The tick label of `v` on an axis of ticks `step` apart.
     pub fn label(self, v: f64, step: f64) -> String {
         match self {
-            Scale::Count => format!("{v:.0}"),
+            // As is: a fractional tick would show, not round to a repeated whole number.
+            Scale::Count => format!("{v}"),
             Scale::Usd => usd_digits(v, if step < 1.0 { 2 } else { 0 }),
             Scale::Percent => format!("{:.0}%", v * 100.0),
         }
@@ -295,7 +296,10 @@ const FONT: (&str, u32) = ("sans-serif", 17);
 
 /// A chart that could not be drawn: said on the page instead of the chart.
 fn failed(e: impl std::fmt::Display) -> String {
-    format!("<p class=\"note\">This chart could not be drawn: {}</p>", esc(&e.to_string()))
+    format!(
+        "<p class=\"note\">This chart could not be drawn: {}</p>",
+        esc(&e.to_string())
+    )
 }
 
 /// Lines over virtual time (x in hours), with axis titles, the value axis read as `scale`,
@@ -395,7 +399,10 @@ fn draw_time(
             .y_label_formatter(&|v| scale.label(*v, step))
             .draw()?;
         if y0 < 0.0 {
-            chart.draw_series(LineSeries::new([(x0, 0.0), (x1, 0.0)], BLACK.stroke_width(1)))?;
+            chart.draw_series(LineSeries::new(
+                [(x0, 0.0), (x1, 0.0)],
+                BLACK.stroke_width(1),
+            ))?;
         }
         for s in series {
             if !s.band.is_empty() {
@@ -500,9 +507,7 @@ fn draw_scatter(
         }
         for d in dots {
             let style = d.color.stroke_width(1);
-            chart.draw_series([ErrorBar::new_vertical(
-                d.x.1, d.y.0, d.y.1, d.y.2, style, 8,
-            )])?;
+            chart.draw_series([ErrorBar::new_vertical(d.x.1, d.y.0, d.y.1, d.y.2, style, 8)])?;
             chart.draw_series([ErrorBar::new_horizontal(
                 d.y.1, d.x.0, d.x.1, d.x.2, style, 8,
             )])?;
@@ -563,7 +568,10 @@ mod tests {
         // Few pods: steps of one, never 0.5.
         assert_eq!(axis_ticks(0.0, 3.0, true), [0.0, 1.0, 2.0, 3.0]);
         assert_eq!(axis_ticks(0.0, 31.5, true), [0.0, 10.0, 20.0, 30.0, 40.0]);
-        assert_eq!(axis_ticks(0.0, 25.2, true), [0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0]);
+        assert_eq!(
+            axis_ticks(0.0, 25.2, true),
+            [0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0]
+        );
         // A rounding error past a tick adds no tick.
         assert_eq!(axis_ticks(-0.01, 100.0, false)[0], 0.0);
         // Money may have fractional steps, and crosses zero on a difference chart.
@@ -574,15 +582,23 @@ mod tests {
         );
         assert_eq!(
             axis_ticks(1930.0, 2210.0, false),
-            [1900.0, 1950.0, 2000.0, 2050.0, 2100.0, 2150.0, 2200.0, 2250.0]
+            [
+                1900.0, 1950.0, 2000.0, 2050.0, 2100.0, 2150.0, 2200.0, 2250.0
+            ]
         );
     }
 
     #[test]
     fn time_ticks_fall_on_round_hours() {
-        assert_eq!(hour_ticks(24.0), [0.0, 3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0, 24.0]);
+        assert_eq!(
+            hour_ticks(24.0),
+            [0.0, 3.0, 6.0, 9.0, 12.0, 15.0, 18.0, 21.0, 24.0]
+        );
         assert_eq!(hour_ticks(1.0), [0.0, 0.25, 0.5, 0.75, 1.0]);
-        assert_eq!(hour_ticks(7.5), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(
+            hour_ticks(7.5),
+            [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+        );
         assert_eq!(hour_ticks(24.0 * 30.0).len(), 9);
     }
 
@@ -612,10 +628,16 @@ mod tests {
         };
         let html = time_chart("Pending pods", "pending pods", Scale::Count, &[s]);
         let t = texts(&html);
-        assert!(t.contains(&"virtual time (hours)") && t.contains(&"pending pods"), "{t:?}");
+        assert!(
+            t.contains(&"virtual time (hours)") && t.contains(&"pending pods"),
+            "{t:?}"
+        );
         // The value axis: whole pods only, up to the peak of 3.
         assert_eq!(t[2..6], ["0", "1", "2", "3"], "{t:?}");
-        assert_eq!(t[6..], ["0", "0.25", "0.5", "0.75", "1", "1.25", "1.5", "1.75", "2"]);
+        assert_eq!(
+            t[6..],
+            ["0", "0.25", "0.5", "0.75", "1", "1.25", "1.5", "1.75", "2"]
+        );
         assert!(html.contains("<i style=\"background:#1f5fa8\"></i>a</span>"));
     }
 }

@@ -75,16 +75,10 @@ pub fn chart(title: &str, points: &[Point]) -> String {
             });
         }
     }
-    match cost_scatter(
-        "pending p95 (time to bind, 95th percentile)",
-        &dots,
-        &lines,
-    ) {
+    match cost_scatter("pending p95 (time to bind, 95th percentile)", &dots, &lines) {
         Ok(svg) | Err(svg) => s.push_str(&svg),
     }
-    s.push_str(&legend(
-        series.iter().map(|n| (*n, policy_color(n))),
-    ));
+    s.push_str(&legend(series.iter().map(|n| (*n, policy_color(n)))));
     s.push_str("<p class=\"note\">Bars: 95 % intervals over the seeds. Filled points are on their series' frontier (no other point of the series is cheaper and waits less, by the means); dashed lines join them. Points:</p><ul class=\"note\">");
     for p in points {
         let _ = write!(
@@ -127,17 +121,32 @@ mod tests {
         );
         let t = crate::chart::texts(&svg);
         assert!(
-            t.iter().any(|l| l.starts_with("pending p95")) && t.iter().any(|l| l.starts_with("cost, USD")),
+            t.iter().any(|l| l.starts_with("pending p95"))
+                && t.iter().any(|l| l.starts_with("cost, USD")),
             "{t:?}"
         );
         // Two filled points on the frontier, one hollow (dominated by both).
-        let dots: Vec<&str> = svg.split("<circle").filter(|c| c.contains("r=\"5\"")).collect();
-        let hollow = dots.iter().filter(|c| c.contains("fill=\"#FFFFFF\"")).count();
+        let dots: Vec<&str> = svg
+            .split("<circle")
+            .filter(|c| c.contains("r=\"5\""))
+            .collect();
+        let hollow = dots
+            .iter()
+            .filter(|c| c.contains("fill=\"#FFFFFF\""))
+            .count();
         assert_eq!((dots.len(), hollow), (6, 1), "{svg}");
         // The dashed frontier line, in the series' colour (dashes are separate segments).
         let color = crate::chart::hex(crate::chart::policy_color("s")).to_uppercase();
-        assert!(svg.split("<polyline").filter(|l| l.contains(&color)).count() > 2);
+        assert!(
+            svg.split("<polyline")
+                .filter(|l| l.contains(&color))
+                .count()
+                > 2
+        );
         assert!(t.contains(&"$100") && t.contains(&"cheap"), "{t:?}");
-        assert!(svg.contains("<li>cheap (s): $101 ±$13, p95 61s ±13s</li>"), "{svg}");
+        assert!(
+            svg.contains("<li>cheap (s): $101 ±$13, p95 61s ±13s</li>"),
+            "{svg}"
+        );
     }
 }

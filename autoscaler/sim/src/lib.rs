@@ -15,10 +15,10 @@
 //! several values on the same seeds and says which value to use, or that it cannot decide.
 
 pub mod baselines;
+pub mod chart;
 pub mod cluster;
 pub mod engine;
 pub mod error;
-pub mod chart;
 pub mod frontier;
 pub mod openb_workload;
 pub mod policy;

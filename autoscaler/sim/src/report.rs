@@ -10,7 +10,10 @@ use serde::Serialize;
 use plotters::style::RGBColor;
 
 use crate::RunReport;
-use crate::chart::{OTHER_COLOR, Scale, Series, TypeColors, policy_color, stacked_chart, time_chart, usd, usd_signed};
+use crate::chart::{
+    OTHER_COLOR, Scale, Series, TypeColors, policy_color, stacked_chart, time_chart, usd,
+    usd_signed,
+};
 use crate::engine::{PolicyResult, Sample};
 use crate::seeds::OURS;
 use crate::stats::Estimate;
@@ -376,7 +379,10 @@ fn per_policy(report: &RunReport, f: impl Fn(&Sample) -> f64) -> Vec<Series> {
 /// The cumulative cost of `theirs` minus `ours` over time: per sample, the mean over the
 /// runs paired by position (the same seed), with the 95 % interval as the band when there
 /// are two runs or more. Stops at the first sample whose time differs between runs.
-pub fn cost_gap(theirs: &[&PolicyResult], ours: &[&PolicyResult]) -> (Vec<(f64, f64)>, Vec<(f64, f64, f64)>) {
+pub fn cost_gap(
+    theirs: &[&PolicyResult],
+    ours: &[&PolicyResult],
+) -> (Vec<(f64, f64)>, Vec<(f64, f64, f64)>) {
     let (mut line, mut band) = (Vec::new(), Vec::new());
     let Some(first) = ours.first() else {
         return (line, band);

@@ -15,9 +15,9 @@ use serde_json::{Map, Value, json};
 
 use crate::engine::PolicyResult;
 use crate::error::SimError;
-use crate::{chart, frontier};
 use crate::stats::{Estimate, Verdict, digits_for, group};
 use crate::{RunReport, report};
+use crate::{chart, frontier};
 
 /// The policy the others are compared with.
 pub const OURS: &str = "gpu-autoscaler";

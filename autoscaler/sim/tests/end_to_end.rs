@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use autoscaler_sim::{RunOptions, Scenario, report, run, seeds, sweep};
+use autoscaler_sim::{RunOptions, Scenario, chart, report, run, seeds, sweep};
 
 const TINY: &str = "\
 name: tiny
@@ -113,6 +113,110 @@ fn tiny_scenario_is_safe_and_binds_every_pod() {
     );
     let html = report::to_html(&r);
     assert!(html.contains("<svg") && html.contains("is a model"));
+}
+
+/// `(text-anchor, text)` of every SVG text in `html`.
+fn svg_texts(html: &str) -> Vec<(&str, &str)> {
+    html.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let (attrs, rest) = t.split_once('>')?;
+            let anchor = attrs.split("text-anchor=\"").nth(1)?.split('"').next()?;
+            Some((anchor, rest.split_once("</text>")?.0.trim()))
+        })
+        .collect()
+}
+
+/// The part of the page from the chart headed `heading` to the next heading.
+fn chart<'a>(html: &'a str, heading: &str) -> &'a str {
+    let start = html
+        .find(&format!("<h3>{heading}"))
+        .unwrap_or_else(|| panic!("no chart {heading:?}"));
+    let rest = &html[start + 4..];
+    &rest[..rest.find("<h").unwrap_or(rest.len())]
+}
+
+#[test]
+fn the_report_reads_at_a_glance() {
+    let r = run(&tiny(), &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let html = report::to_html(&r);
+    // Self-contained: nothing fetched.
+    let outside = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    for s in ["http://", "https://", "<script", "<link", "src=", "url("] {
+        assert!(!outside.contains(s), "{s}");
+    }
+    // Money as dollars in the table, never a trailing "$".
+    for p in &r.policies {
+        let cost = format!("<td>{}</td>", chart::usd(p.cost));
+        assert!(cost.starts_with("<td>$") && html.contains(&cost), "{cost}");
+    }
+    let texts = svg_texts(&html);
+    assert!(!texts.iter().any(|(_, t)| t.ends_with('$')), "{texts:?}");
+    // Each chart titles both axes, and counts have whole-number ticks (the y-axis labels
+    // are the end-anchored texts).
+    let mut node_charts = 0;
+    for p in &r.policies {
+        let heading = format!("{}: nodes by instance type", p.name);
+        let c = chart(&html, &heading);
+        node_charts += 1;
+        let t = svg_texts(c);
+        assert!(
+            t.contains(&("middle", "nodes")) && t.contains(&("middle", "virtual time (hours)")),
+            "{t:?}"
+        );
+        for (anchor, label) in &t {
+            if *anchor == "end" {
+                let v: f64 = label
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{label:?} in {heading}"));
+                assert_eq!(v.fract(), 0.0, "{label} in {heading}");
+            }
+        }
+    }
+    assert_eq!(node_charts, 3);
+    let pending = svg_texts(chart(&html, "Pending pods"));
+    assert!(pending.contains(&("middle", "pending pods")), "{pending:?}");
+    assert!(
+        pending
+            .iter()
+            .filter(|t| t.0 == "end")
+            .all(|t| t.1.parse::<u32>().is_ok()),
+        "{pending:?}"
+    );
+    let cost = svg_texts(chart(&html, "Cumulative cost"));
+    assert!(
+        cost.contains(&("middle", "cost so far, USD")) && cost.contains(&("end", "$0")),
+        "{cost:?}"
+    );
+    // The cost difference of each baseline against ours, with what it came to.
+    let gap = chart(&html, "Cost difference");
+    assert!(svg_texts(gap).contains(&("middle", "baseline minus ours, USD")));
+    let ours = r.policies.iter().find(|p| p.name == seeds::OURS).unwrap();
+    for p in r.policies.iter().filter(|p| p.name != seeds::OURS) {
+        let legend = format!(
+            "{}: {} at the end",
+            p.name,
+            chart::usd_signed(p.cost - ours.cost)
+        );
+        assert!(gap.contains(&legend), "{legend} in {gap}");
+    }
+    // One colour per instance type across the node charts.
+    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    let mut repeats = 0;
+    for span in html.split("<span><i style=\"background:").skip(1) {
+        let (color, rest) = span.split_once("\"></i>").unwrap();
+        let Some((name, _)) = rest.split_once(" · $") else {
+            continue;
+        };
+        if name.starts_with("other (") {
+            continue;
+        }
+        if let Some(before) = seen.insert(name.to_string(), color.to_string()) {
+            assert_eq!(before, color, "{name}");
+            repeats += 1;
+        }
+    }
+    assert!(repeats > 0, "no type in two node charts: {seen:?}");
 }
 
 #[test]
@@ -297,6 +401,12 @@ fn seeds_give_intervals_and_differences_paired_by_seed() {
     }
     let html = seeds::to_html(&sum);
     assert!(html.contains("<svg") && html.contains("cost, USD"));
+    // The difference over time is the mean over the seeds with its interval as a band.
+    let gap = chart(&html, "Cost difference");
+    assert!(
+        gap.contains("<polygon") && gap.contains("bands their 95 % intervals"),
+        "{gap}"
+    );
 }
 
 #[test]

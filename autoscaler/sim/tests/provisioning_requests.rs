@@ -291,3 +291,49 @@ fn same_seed_same_result_with_requests() {
     assert!(q["requests"].as_u64().unwrap() > 0, "{json}");
     assert!(q.get("to_provisioned_p95_s").is_some(), "{json}");
 }
+
+#[test]
+fn the_html_report_has_the_provisioning_request_table_only_when_there_are_requests() {
+    let with = scenario(&format!(
+        "{ONE_BUSY_NODE}{}",
+        request("atomic", "      class: best-effort-atomic\n", 2, 1)
+    ));
+    let r = run(&with, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let html = report::to_html(&r);
+    let table = html
+        .split("<h2>ProvisioningRequests</h2>")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no ProvisioningRequest table: {html}"));
+    // One row per policy: the two that serve requests with their counts, karpenter-like
+    // saying it does not.
+    for p in &r.policies {
+        let q = stats(p);
+        let row = if q.supported {
+            format!("<tr><td>{}</td><td>{}</td>", p.name, q.requests)
+        } else {
+            format!("<tr><td>{}</td><td colspan=\"8\"", p.name)
+        };
+        assert!(table.contains(&row), "{row} in {table}");
+    }
+    assert!(table.contains("not served"), "{table}");
+    // A cluster of one to three nodes: the node axis still counts in whole nodes (its labels
+    // are the end-anchored texts of the chart).
+    let nodes = html
+        .split("<h3>gpu-autoscaler: nodes by instance type")
+        .nth(1)
+        .and_then(|c| c.split("</svg>").next())
+        .expect("a node chart");
+    let labels: Vec<&str> = nodes
+        .split("text-anchor=\"end\"")
+        .skip(1)
+        .filter_map(|t| t.split_once('>')?.1.split_once("</text>"))
+        .map(|(l, _)| l.trim())
+        .collect();
+    assert!(labels.len() >= 2, "{nodes}");
+    assert!(labels.iter().all(|l| l.parse::<u32>().is_ok()), "{labels:?}");
+
+    let without = scenario(ONE_BUSY_NODE);
+    let r = run(&without, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    assert!(!report::to_html(&r).contains("ProvisioningRequests</h2>"));
+}
