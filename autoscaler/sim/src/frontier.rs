@@ -66,6 +66,16 @@ pub fn chart(title: &str, points: &[Point]) -> String {
             lines.push((color, front));
         }
         for p in &mine {
+            // Values with the same means (a setting that changed nothing) share one dot
+            // and one label, instead of labels drawn over each other.
+            let same = dots.iter_mut().find(|d: &&mut Dot| {
+                d.color == color && d.x.1 == p.p95.mean && d.y.1 == p.cost.mean
+            });
+            if let Some(d) = same {
+                d.label.push_str(", ");
+                d.label.push_str(&p.label);
+                continue;
+            }
             dots.push(Dot {
                 label: p.label.clone(),
                 x: (lo(&p.p95), p.p95.mean, hi(&p.p95)),
@@ -75,9 +85,11 @@ pub fn chart(title: &str, points: &[Point]) -> String {
             });
         }
     }
-    match cost_scatter("pending p95 (time to bind, 95th percentile)", &dots, &lines) {
-        Ok(svg) | Err(svg) => s.push_str(&svg),
-    }
+    s.push_str(&cost_scatter(
+        "pending p95 (time to bind, 95th percentile)",
+        &dots,
+        &lines,
+    ));
     s.push_str(&legend(series.iter().map(|n| (*n, policy_color(n)))));
     s.push_str("<p class=\"note\">Bars: 95 % intervals over the seeds. Filled points are on their series' frontier (no other point of the series is cheaper and waits less, by the means); dashed lines join them. Points:</p><ul class=\"note\">");
     for p in points {

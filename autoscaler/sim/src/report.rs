@@ -376,60 +376,64 @@ fn per_policy(report: &RunReport, f: impl Fn(&Sample) -> f64) -> Vec<Series> {
         .collect()
 }
 
-/// The cumulative cost of `theirs` minus `ours` over time: per sample, the mean over the
-/// runs paired by position (the same seed), with the 95 % interval as the band when there
-/// are two runs or more. Stops at the first sample whose time differs between runs.
+/// The cumulative cost of `theirs` minus `ours` over time as a series named `name`: per
+/// sample, the mean over the runs paired by position (the same seed), with the 95 % interval
+/// as the band when there are two runs or more. Stops at the first sample whose time differs
+/// between runs.
 pub fn cost_gap(
+    name: &str,
+    color: RGBColor,
     theirs: &[&PolicyResult],
     ours: &[&PolicyResult],
-) -> (Vec<(f64, f64)>, Vec<(f64, f64, f64)>) {
-    let (mut line, mut band) = (Vec::new(), Vec::new());
-    let Some(first) = ours.first() else {
-        return (line, band);
+) -> Series {
+    let mut s = Series {
+        name: name.to_string(),
+        color,
+        points: Vec::new(),
+        band: Vec::new(),
     };
-    for (i, s) in first.samples.iter().enumerate() {
+    let Some(first) = ours.first() else {
+        return s;
+    };
+    for (i, at) in first.samples.iter().enumerate() {
         let mut d = Vec::new();
         for (a, b) in theirs.iter().zip(ours) {
             match (a.samples.get(i), b.samples.get(i)) {
-                (Some(x), Some(y)) if x.t == s.t && y.t == s.t => d.push(x.cost - y.cost),
-                _ => return (line, band),
+                (Some(x), Some(y)) if x.t == at.t && y.t == at.t => d.push(x.cost - y.cost),
+                _ => return s,
             }
         }
         let e = Estimate::of(&d);
-        let h = s.t as f64 / 3600.0;
-        line.push((h, e.mean));
+        let h = at.t as f64 / 3600.0;
+        s.points.push((h, e.mean));
         if let Some([lo, hi]) = e.ci95 {
-            band.push((h, lo, hi));
+            s.band.push((h, lo, hi));
         }
     }
-    (line, band)
+    s
 }
 
 /// The chart of each baseline's cumulative cost minus gpu-autoscaler's, one line per
-/// baseline; `None` when gpu-autoscaler or every baseline is missing. `runs` gives a
-/// policy's runs (one per seed, in seed order) and its colour.
+/// baseline; `None` when gpu-autoscaler or every baseline is missing. `policies` gives each
+/// policy's name, colour and runs (one per seed, in seed order).
 pub fn cost_gap_chart<'a>(
     policies: &[(&'a str, RGBColor, Vec<&'a PolicyResult>)],
 ) -> Option<String> {
     let ours = &policies.iter().find(|p| p.0 == OURS)?.2;
+    let ours_end = Estimate::of(&ours.iter().map(|r| r.cost).collect::<Vec<_>>()).mean;
     let series: Vec<Series> = policies
         .iter()
         .filter(|p| p.0 != OURS)
         .map(|(name, color, runs)| {
-            let (points, band) = cost_gap(runs, ours);
-            let end = points.last().map_or(0.0, |p| p.1);
-            let ours_end = Estimate::of(&ours.iter().map(|r| r.cost).collect::<Vec<_>>()).mean;
+            let mut s = cost_gap(name, *color, runs, ours);
+            let end = s.points.last().map_or(0.0, |p| p.1);
             let pct = if ours_end > 0.0 {
                 format!(" ({:+.1} %)", 100.0 * end / ours_end)
             } else {
                 String::new()
             };
-            Series {
-                name: format!("{name}: {} at the end{pct}", usd_signed(end)),
-                color: *color,
-                points,
-                band,
-            }
+            s.name = format!("{name}: {} at the end{pct}", usd_signed(end));
+            s
         })
         .collect();
     if series.is_empty() {

@@ -331,7 +331,10 @@ fn the_html_report_has_the_provisioning_request_table_only_when_there_are_reques
         .map(|(l, _)| l.trim())
         .collect();
     assert!(labels.len() >= 2, "{nodes}");
-    assert!(labels.iter().all(|l| l.parse::<u32>().is_ok()), "{labels:?}");
+    assert!(
+        labels.iter().all(|l| l.parse::<u32>().is_ok()),
+        "{labels:?}"
+    );
 
     let without = scenario(ONE_BUSY_NODE);
     let r = run(&without, &RunOptions::default(), &mut |_, _| {}).unwrap();
