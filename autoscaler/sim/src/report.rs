@@ -212,54 +212,79 @@ pub fn summary(report: &RunReport) -> String {
     s
 }
 
-/// The ProvisioningRequest lines of the summary, only when the scenario has requests.
-fn provreq_table(s: &mut String, report: &RunReport) {
+/// What a policy that does not serve ProvisioningRequests did with them instead.
+const NOT_SERVED: &str = "not served: each request's pods were created at once, as a plain gang";
+
+/// A policy's name and its ProvisioningRequest cells (`None`: it does not serve requests).
+type ProvReqRow<'a> = (&'a str, Option<[String; 8]>);
+
+/// The ProvisioningRequest table's rows, `None` when the scenario has no requests: per policy
+/// its name and its cells (created, to-Provisioned p50 and p95, provisioned, consumed,
+/// expired, revoked, never provisioned), `None` for a policy that does not serve requests.
+fn provreq_rows(report: &RunReport) -> Option<Vec<ProvReqRow<'_>>> {
     if report
         .policies
         .iter()
         .all(|p| p.provisioning_requests.is_none())
     {
-        return;
+        return None;
     }
-    let _ = writeln!(
-        s,
-        "{:<15} {:>8} {:>8} {:>8} {:>11} {:>9} {:>8} {:>8} {:>6}",
-        "ProvReqs",
-        "created",
-        "to-prov",
-        "to-prov",
-        "provisioned",
-        "consumed",
-        "expired",
-        "revoked",
-        "never"
-    );
-    let _ = writeln!(s, "{:<15} {:>8} {:>8} {:>8}", "", "", "p50", "p95");
-    for p in &report.policies {
-        let Some(q) = &p.provisioning_requests else {
-            continue;
-        };
-        if !q.supported {
-            let _ = writeln!(
-                s,
-                "{:<15} not served: each request's pods were created at once, as a plain gang",
-                p.name
-            );
-            continue;
-        }
+    let rows = report.policies.iter().filter_map(|p| {
+        let q = p.provisioning_requests.as_ref()?;
+        let cells = q.supported.then(|| {
+            [
+                q.requests.to_string(),
+                hours(q.to_provisioned_p50_s),
+                hours(q.to_provisioned_p95_s),
+                q.provisioned.to_string(),
+                q.consumed.to_string(),
+                q.expired.to_string(),
+                q.revoked.to_string(),
+                q.never_provisioned.to_string(),
+            ]
+        });
+        Some((p.name.as_str(), cells))
+    });
+    Some(rows.collect())
+}
+
+/// The ProvisioningRequest lines of the summary, only when the scenario has requests.
+fn provreq_table(s: &mut String, report: &RunReport) {
+    let Some(rows) = provreq_rows(report) else {
+        return;
+    };
+    let line = |s: &mut String, c: [&str; 9]| {
         let _ = writeln!(
             s,
             "{:<15} {:>8} {:>8} {:>8} {:>11} {:>9} {:>8} {:>8} {:>6}",
-            p.name,
-            q.requests,
-            hours(q.to_provisioned_p50_s),
-            hours(q.to_provisioned_p95_s),
-            q.provisioned,
-            q.consumed,
-            q.expired,
-            q.revoked,
-            q.never_provisioned
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
         );
+    };
+    line(
+        s,
+        [
+            "ProvReqs",
+            "created",
+            "to-prov",
+            "to-prov",
+            "provisioned",
+            "consumed",
+            "expired",
+            "revoked",
+            "never",
+        ],
+    );
+    let _ = writeln!(s, "{:<15} {:>8} {:>8} {:>8}", "", "", "p50", "p95");
+    for (name, cells) in rows {
+        match cells {
+            None => {
+                let _ = writeln!(s, "{name:<15} {NOT_SERVED}");
+            }
+            Some(c) => line(
+                s,
+                [name, &c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7]],
+            ),
+        }
     }
 }
 
@@ -460,45 +485,30 @@ pub fn cost_gap_chart<'a>(
 
 /// The ProvisioningRequest table of the page, only when the scenario has requests.
 fn provreq_html(s: &mut String, report: &RunReport) {
-    if report
-        .policies
-        .iter()
-        .all(|p| p.provisioning_requests.is_none())
-    {
+    let Some(rows) = provreq_rows(report) else {
         return;
-    }
+    };
     s.push_str(
         "<h2>ProvisioningRequests</h2><table><tr><th>policy</th><th>created</th>\
          <th>to Provisioned p50</th><th>p95</th><th>provisioned</th><th>consumed</th>\
          <th>expired</th><th>revoked</th><th>never provisioned</th></tr>",
     );
-    for p in &report.policies {
-        let Some(q) = &p.provisioning_requests else {
-            continue;
-        };
-        if !q.supported {
-            let _ = write!(
-                s,
-                "<tr><td>{}</td><td colspan=\"8\" style=\"text-align:left\">not served: each \
-                 request's pods were created at once, as a plain gang</td></tr>",
-                esc(&p.name)
-            );
-            continue;
+    for (name, cells) in rows {
+        let _ = write!(s, "<tr><td>{}</td>", esc(name));
+        match cells {
+            None => {
+                let _ = write!(
+                    s,
+                    "<td colspan=\"8\" style=\"text-align:left\">{NOT_SERVED}</td>"
+                );
+            }
+            Some(c) => {
+                for cell in c {
+                    let _ = write!(s, "<td>{cell}</td>");
+                }
+            }
         }
-        let _ = write!(
-            s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td></tr>",
-            esc(&p.name),
-            q.requests,
-            hours(q.to_provisioned_p50_s),
-            hours(q.to_provisioned_p95_s),
-            q.provisioned,
-            q.consumed,
-            q.expired,
-            q.revoked,
-            q.never_provisioned
-        );
+        s.push_str("</tr>");
     }
     s.push_str("</table>");
 }
