@@ -82,6 +82,10 @@ pub struct TypeConsidered {
     /// Why it was refused; absent when it fits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refusal>,
+    /// Whether the pool itself leaves the type out (its requirements, offerings or GPU
+    /// sharing), whatever the pod: no pod can get a node of it there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub excluded: bool,
 }
 
 /// One NodePool as considered for a pod.
@@ -314,7 +318,7 @@ pub struct LimitUse {
     pub used: String,
     /// The limit.
     pub limit: String,
-    /// Whether nothing more fits under it.
+    /// Whether not even the pool's smallest node fits under it any more.
     pub reached: bool,
 }
 
@@ -374,7 +378,11 @@ pub struct PoolExplanation {
 /// Where NodePool `name` of `snapshot` stands, with its nodes' verdicts taken from
 /// `verdicts` (a [`plan_disruption`] run on the same snapshot). `None` when the snapshot has no
 /// such pool (an invalid NodePool is left out of snapshots).
-pub fn explain_pool(snapshot: &Snapshot, name: &str, verdicts: &[Verdict]) -> Option<PoolExplanation> {
+pub fn explain_pool(
+    snapshot: &Snapshot,
+    name: &str,
+    verdicts: &[Verdict],
+) -> Option<PoolExplanation> {
     let pool = snapshot.pools.iter().find(|p| p.name == name)?;
     let (usage, limits, nodes, instance_types) = provision::pool_standing(snapshot, name)?;
     let total = snapshot
@@ -434,6 +442,9 @@ fn grouped(types: &[TypeConsidered]) -> Vec<(String, Vec<&str>)> {
     let mut out: Vec<(String, Vec<&str>)> = Vec::new();
     for t in types {
         let key = match (&t.refused, t.price) {
+            (Some(r), _) if t.excluded => {
+                format!("left out by the NodePool ({:?}): {}", r.kind, r.message)
+            }
             (Some(r), _) => format!("refused ({:?}): {}", r.kind, r.message),
             (None, Some(p)) => format!("fits, from {p:.3}/h"),
             (None, None) => "fits".to_string(),
@@ -460,9 +471,17 @@ fn names(list: &[&str]) -> String {
 }
 
 fn render_types(out: &mut String, types: &[TypeConsidered], indent: &str) {
-    // Fitting types first: they are what the pool can still do.
+    // Fitting types first, what the pool leaves out whatever the pod last.
     let mut groups = grouped(types);
-    groups.sort_by_key(|(k, _)| !k.starts_with("fits"));
+    groups.sort_by_key(|(k, _)| {
+        if k.starts_with("fits") {
+            0
+        } else if k.starts_with("left out") {
+            2
+        } else {
+            1
+        }
+    });
     for (what, list) in groups {
         let _ = writeln!(out, "{indent}{}: {what}", names(&list));
     }
@@ -494,7 +513,12 @@ impl PodExplanation {
                 out,
                 "  pending; gets a new NodeClaim of NodePool {pool} at the next planning round \
                  (instance types {}; from {price:.3}/h)",
-                names(&instance_types.iter().map(String::as_str).collect::<Vec<_>>())
+                names(
+                    &instance_types
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                )
             ),
             Outcome::Unschedulable { reason } => {
                 writeln!(out, "  pending; no node can be launched for it: {reason}")
@@ -609,11 +633,7 @@ impl PoolExplanation {
             );
         }
         if !self.usage.is_empty() {
-            let parts: Vec<String> = self
-                .usage
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
+            let parts: Vec<String> = self.usage.iter().map(|(k, v)| format!("{k}={v}")).collect();
             let _ = writeln!(out, "  usage: {}", parts.join(", "));
         }
         out.push_str("  disruption budgets:\n");
@@ -629,7 +649,7 @@ impl PoolExplanation {
             };
             let _ = writeln!(
                 out,
-                "    {} ({reasons}): allows {} nodes at once, {} being deleted",
+                "    {} ({reasons}): allows {} node(s) at once, {} being deleted",
                 b.nodes, b.allows, b.in_use
             );
         }

@@ -850,6 +850,7 @@ mod tests {
             samples: vec![],
             wall_seconds: 0.0,
             provisioning_requests: None,
+            explanation: None,
         }
     }
 

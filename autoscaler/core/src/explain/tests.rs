@@ -58,7 +58,10 @@ fn snapshot(pending: Vec<Pod>) -> Snapshot {
 #[test]
 fn a_gpu_model_no_pool_offers_names_each_pool_type_and_the_spelling_meant() {
     // The pod selects the catalog's spelling; labels hold the lower-case one.
-    let p = pod("train").gpus(1).select(labels::GPU_NAME, "H100").build();
+    let p = pod("train")
+        .gpus(1)
+        .select(labels::GPU_NAME, "H100")
+        .build();
     let snap = snapshot(vec![p.clone()]);
     let e = explain_pod(&snap, &p.key).expect("pending");
     assert!(matches!(e.outcome, Outcome::Unschedulable { .. }), "{e:?}");
@@ -68,7 +71,7 @@ fn a_gpu_model_no_pool_offers_names_each_pool_type_and_the_spelling_meant() {
         NodePools considered (highest weight first):
           gpu (weight 10)
             g4dn.xlarge: refused (Requirements): the pod requires gpu-autoscaler.dev/instance-gpu-name In [H100]; the type has gpu-autoscaler.dev/instance-gpu-name=t4
-            p5.48xlarge, m5.xlarge: refused (Requirements): the NodePool requires node.kubernetes.io/instance-type In [g4dn.xlarge]
+            p5.48xlarge, m5.xlarge: left out by the NodePool (Requirements): the NodePool requires node.kubernetes.io/instance-type In [g4dn.xlarge]
           general (weight 0)
             m5.xlarge: refused (Requirements): the pod requires gpu-autoscaler.dev/instance-gpu-name In [H100]; the type has no gpu-autoscaler.dev/instance-gpu-name label
             g4dn.xlarge: refused (Requirements): the pod requires gpu-autoscaler.dev/instance-gpu-name In [H100]; the type has gpu-autoscaler.dev/instance-gpu-name=t4
@@ -152,10 +155,10 @@ fn pool_standing_has_limits_budgets_exclusions_and_verdicts() {
             nvidia.com/gpu: 2 of 2 (reached)
           usage: cpu=8, memory=32Gi, nvidia.com/gpu=2, pods=220
           disruption budgets:
-            10% (all reasons): allows 1 nodes at once, 0 being deleted
+            10% (all reasons): allows 1 node(s) at once, 0 being deleted
           instance types (0 of 3 can launch one more node):
             g4dn.xlarge: refused (Limits): NodePool gpu limit nvidia.com/gpu=2 reached
-            p5.48xlarge, m5.xlarge: refused (Requirements): the NodePool requires node.kubernetes.io/instance-type In [g4dn.xlarge]
+            p5.48xlarge, m5.xlarge: left out by the NodePool (Requirements): the NodePool requires node.kubernetes.io/instance-type In [g4dn.xlarge]
           nodes:
             gpu-a: kept (AboveThreshold): GPU utilization 1.00 above threshold 0.50
             gpu-b: chosen (Empty): empty
@@ -163,8 +166,20 @@ fn pool_standing_has_limits_budgets_exclusions_and_verdicts() {
     .assert_eq(&e.render());
     let v = explain_node(&snap, &state, 0, &Default::default(), "gpu-b").unwrap();
     assert!(v.verdict.disrupted);
-    assert_eq!(v.command.as_ref().map(|c| c.nodes.clone()), Some(vec!["gpu-b".to_string()]));
-    assert!(explain_node(&snap, &DisruptionState::default(), 0, &Default::default(), "nope").is_none());
+    assert_eq!(
+        v.command.as_ref().map(|c| c.nodes.clone()),
+        Some(vec!["gpu-b".to_string()])
+    );
+    assert!(
+        explain_node(
+            &snap,
+            &DisruptionState::default(),
+            0,
+            &Default::default(),
+            "nope"
+        )
+        .is_none()
+    );
     assert!(explain_pool(&snap, "nope", &[]).is_none());
 }
 
@@ -190,5 +205,8 @@ fn offerings_and_unknown_pods_are_explained_or_refused() {
     // The JSON shape: camelCase, the outcome tagged by kind.
     let json = serde_json::to_value(&e).unwrap();
     assert_eq!(json["outcome"]["kind"], "unschedulable");
-    assert_eq!(json["pools"][1]["instanceTypes"][0]["refused"]["kind"], "offerings");
+    assert_eq!(
+        json["pools"][1]["instanceTypes"][0]["refused"]["kind"],
+        "offerings"
+    );
 }

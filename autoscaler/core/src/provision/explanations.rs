@@ -14,7 +14,9 @@ use crate::resources::{Resources, format_amount};
 use crate::taints::untolerated;
 
 use super::classes::{Bar, class_bar};
-use super::shapes::{Devices, Excluded, Shape, demand, min_values_short, shape_for, term_fits_shape};
+use super::shapes::{
+    Devices, Excluded, Shape, demand, min_values_short, shape_for, term_fits_shape,
+};
 use super::{PlanOptions, Planner};
 
 /// `key <constraint>` as requirements print it (`node.kubernetes.io/instance-type In [a,b]`).
@@ -37,7 +39,9 @@ fn has_words(key: &str, value: Option<&String>) -> String {
 
 /// The zones and capacity types of `offerings` (`us-east-1a/on-demand, ...`), unavailable ones
 /// marked.
-fn offering_words<'o>(offerings: impl IntoIterator<Item = &'o crate::instance::Offering>) -> String {
+fn offering_words<'o>(
+    offerings: impl IntoIterator<Item = &'o crate::instance::Offering>,
+) -> String {
     let mut seen: Vec<String> = Vec::new();
     for o in offerings {
         let w = format!(
@@ -93,7 +97,11 @@ fn term_words(term: &Requirements, shape: &Shape) -> Refusal {
         if !c.matches(v.map(String::as_str)) {
             return Refusal::new(
                 RefusalKind::Requirements,
-                format!("the pod requires {}{}", constraint_words(k, c), has_words(k, v)),
+                format!(
+                    "the pod requires {}{}",
+                    constraint_words(k, c),
+                    has_words(k, v)
+                ),
             );
         }
     }
@@ -115,11 +123,19 @@ fn excluded_words(why: &Excluded<'_>, pool: &Pool, it: &InstanceType) -> Refusal
             format!("the NodePool's gpuSharing does not apply to this type: {e}"),
         ),
         Excluded::Requirement(k) => {
-            let c = pool.requirements.get(k).cloned().unwrap_or_else(Constraint::any);
+            let c = pool
+                .requirements
+                .get(k)
+                .cloned()
+                .unwrap_or_else(Constraint::any);
             let v = pool.labels.get(*k).or_else(|| it.labels.get(*k));
             Refusal::new(
                 RefusalKind::Requirements,
-                format!("the NodePool requires {}{}", constraint_words(k, &c), has_words(k, v)),
+                format!(
+                    "the NodePool requires {}{}",
+                    constraint_words(k, &c),
+                    has_words(k, v)
+                ),
             )
         }
         Excluded::NoOffering => Refusal::new(
@@ -140,7 +156,12 @@ fn excluded_words(why: &Excluded<'_>, pool: &Pool, it: &InstanceType) -> Refusal
 pub(crate) fn pool_standing(
     snapshot: &Snapshot,
     name: &str,
-) -> Option<(BTreeMap<String, String>, Vec<LimitUse>, i64, Vec<TypeConsidered>)> {
+) -> Option<(
+    BTreeMap<String, String>,
+    Vec<LimitUse>,
+    i64,
+    Vec<TypeConsidered>,
+)> {
     let pi = snapshot.pools.iter().position(|p| p.name == name)?;
     // The pool's own standing, before any pending pod is planned.
     let mut bare = snapshot.clone();
@@ -154,48 +175,57 @@ pub(crate) fn pool_standing(
         .iter()
         .map(|(k, v)| (k.to_string(), format_amount(k, v)))
         .collect();
+    // A limit is reached when not even the pool's smallest node (in that resource) fits
+    // under it any more: what stops the pool launching, rather than usage equal to the limit.
+    let own: Vec<&Shape> = planner.shapes.iter().filter(|s| s.pool == pi).collect();
+    let smallest = |of: &dyn Fn(&Shape) -> Option<i64>| own.iter().filter_map(|s| of(s)).min();
     let mut limits = Vec::new();
     if let Some(n) = pool.limits.nodes {
         limits.push(LimitUse {
             name: "nodes".into(),
             used: u.nodes.to_string(),
             limit: n.to_string(),
-            reached: u.nodes >= n,
+            reached: u.nodes + 1 > n,
         });
     }
     for (k, l) in &pool.limits.resources {
         let used = u.resources.get(k);
+        let step = smallest(&|s| Some(s.capacity.get(k))).unwrap_or(0);
         limits.push(LimitUse {
             name: k.clone(),
             used: format_amount(k, used),
             limit: format_amount(k, *l),
-            reached: used >= *l,
+            reached: used + step > *l || used >= *l,
         });
     }
     for (m, l) in &pool.limits.gpus_by_model {
         let used = u.models.get(m).copied().unwrap_or(0);
+        let step =
+            smallest(&|s| (s.gpus.1.as_deref() == Some(m.as_str())).then_some(i64::from(s.gpus.0)))
+                .unwrap_or(0);
         limits.push(LimitUse {
             name: format!("gpu/{m}"),
             used: used.to_string(),
             limit: l.to_string(),
-            reached: used >= *l,
+            reached: used + step > *l || used >= *l,
         });
     }
     let types = pool
         .instance_types
         .iter()
         .map(|it| {
-            let (price, refused) = match shape_for(pi, pool, it, &bare) {
-                Err(why) => (None, Some(excluded_words(&why, pool, it))),
+            let (price, refused, excluded) = match shape_for(pi, pool, it, &bare) {
+                Err(why) => (None, Some(excluded_words(&why, pool, it)), true),
                 Ok(shape) => match planner.fits_limits(pi, &shape) {
-                    Err(e) => (None, Some(Refusal::new(RefusalKind::Limits, e))),
-                    Ok(()) => (shape.offerings.first().map(|o| o.price), None),
+                    Err(e) => (None, Some(Refusal::new(RefusalKind::Limits, e)), false),
+                    Ok(()) => (shape.offerings.first().map(|o| o.price), None, false),
                 },
             };
             TypeConsidered {
                 instance_type: it.name.clone(),
                 price,
                 refused,
+                excluded,
             }
         })
         .collect();
@@ -340,8 +370,10 @@ impl<'a> Planner<'a> {
                 let term = &class.terms[0];
                 let key = pool.requirements.conflict_with(term).unwrap_or_default();
                 let words = |r: &Requirements| {
-                    r.get(&key)
-                        .map_or_else(|| format!("{key} (no constraint)"), |c| constraint_words(&key, c))
+                    r.get(&key).map_or_else(
+                        || format!("{key} (no constraint)"),
+                        |c| constraint_words(&key, c),
+                    )
                 };
                 considered.refused = Some(Refusal::new(
                     RefusalKind::Requirements,
@@ -363,25 +395,26 @@ impl<'a> Planner<'a> {
                 .collect();
             let mut fitting: Vec<usize> = Vec::new();
             for it in pool.instance_types.iter() {
-                let (price, refused) = match shape_of.get(it.name.as_str()) {
+                let (price, refused, excluded) = match shape_of.get(it.name.as_str()) {
                     None => {
                         let why = shape_for(pi, pool, it, self.snap)
                             .err()
                             .map(|e| excluded_words(&e, pool, it));
-                        (None, why)
+                        (None, why, true)
                     }
                     Some(&s) => match self.type_refusal(i, pi, &terms, &need, s) {
                         Ok(price) => {
                             fitting.push(s);
-                            (Some(price), None)
+                            (Some(price), None, false)
                         }
-                        Err(r) => (None, Some(r)),
+                        Err(r) => (None, Some(r), false),
                     },
                 };
                 considered.instance_types.push(TypeConsidered {
                     instance_type: it.name.clone(),
                     price,
                     refused,
+                    excluded,
                 });
             }
             // A pod that needs no GPU leaves GPU types alone while a GPU-less one fits,
@@ -436,7 +469,13 @@ impl<'a> Planner<'a> {
         let class = &self.classes[self.class_of[i]];
         let pool = &self.snap.pools[pi];
         let shape = &self.shapes[s];
-        match class_bar(pool, shape, &class.tolerations, class.share, &class.host_ports) {
+        match class_bar(
+            pool,
+            shape,
+            &class.tolerations,
+            class.share,
+            &class.host_ports,
+        ) {
             Some(Bar::Taint) => {
                 let t = untolerated(&class.tolerations, &pool.taints)
                     .map_or_else(String::new, |t| t.to_string());
@@ -460,7 +499,9 @@ impl<'a> Planner<'a> {
                     .host_ports
                     .iter()
                     .find(|(h, _)| pod.host_ports.iter().any(|w| w.conflicts(h)))
-                    .map_or((String::new(), String::new()), |(h, d)| (h.describe(), d.clone()));
+                    .map_or((String::new(), String::new()), |(h, d)| {
+                        (h.describe(), d.clone())
+                    });
                 return Err(Refusal::new(
                     RefusalKind::HostPort,
                     format!("host port {port} is taken by DaemonSet {ds} on these nodes"),
