@@ -276,6 +276,16 @@ pub fn answer(
     settings: &RunArgs,
     now: i64,
 ) -> Result<Answer> {
+    let found = |kind: &'static str, name: &str, there: bool| {
+        if there {
+            Ok(())
+        } else {
+            Err(Error::NotFound {
+                kind,
+                name: name.to_string(),
+            })
+        }
+    };
     match target {
         Target::Pod(key) => {
             let e = explain_pod(key, read, types)?;
@@ -284,9 +294,37 @@ pub fn answer(
                 json: json!({"apiVersion": API_VERSION, "kind": "Pod", "pod": e}),
             })
         }
-        Target::Node(name) => explain_node(name, read, types, settings, now),
-        Target::Pool(name) => explain_pool(name, read, types, settings, now),
+        Target::Node(name) => {
+            found(
+                "node",
+                name,
+                read.nodes.iter().any(|n| n.name_any() == *name),
+            )?;
+            let built = read.built(types, &read.unschedulable(), true);
+            explain_node(name, read, &built, settings, now)
+        }
+        Target::Pool(name) => {
+            found(
+                "NodePool",
+                name,
+                read.pools.iter().any(|p| p.name_any() == *name),
+            )?;
+            let built = read.built(types, &read.unschedulable(), true);
+            explain_pool(name, read, &built, settings, now)
+        }
     }
+}
+
+/// Why `object` (`pod ns/name`, `node name`) is not in the snapshot.
+fn left_out(built: &Built, object: &str) -> String {
+    built
+        .problems
+        .iter()
+        .find(|(o, _)| o == object)
+        .map_or_else(
+            || "left out of the snapshot".to_string(),
+            |(_, w)| w.clone(),
+        )
 }
 
 fn explain_pod(
@@ -326,47 +364,23 @@ fn explain_pod(
     let built = read.built(types, &pending, false);
     match explain::explain_pod(&built.snapshot, key) {
         Some(e) => Ok(e),
-        None => {
-            let object = format!("pod {key}");
-            let why = built
-                .problems
-                .iter()
-                .find(|(o, _)| *o == object)
-                .map_or_else(
-                    || "left out of the snapshot".to_string(),
-                    |(_, w)| w.clone(),
-                );
-            Ok(done(Outcome::Unschedulable { reason: why }))
-        }
+        None => Ok(done(Outcome::Unschedulable {
+            reason: left_out(&built, &format!("pod {key}")),
+        })),
     }
 }
 
 fn explain_node(
     name: &str,
     read: &ClusterRead,
-    types: &BTreeMap<String, Arc<Vec<InstanceType>>>,
+    built: &Built,
     settings: &RunArgs,
     now: i64,
 ) -> Result<Answer> {
-    if !read.nodes.iter().any(|n| n.name_any() == name) {
-        return Err(Error::NotFound {
-            kind: "node",
-            name: name.to_string(),
-        });
-    }
-    let built = read.built(types, &read.unschedulable(), true);
     let state = read.disruption_state();
     let config = settings.disruption_config();
     let Some(e) = explain::explain_node(&built.snapshot, &state, now, &config, name) else {
-        let object = format!("node {name}");
-        let why = built
-            .problems
-            .iter()
-            .find(|(o, _)| *o == object)
-            .map_or_else(
-                || "left out of the snapshot".to_string(),
-                |(_, w)| w.clone(),
-            );
+        let why = left_out(built, &format!("node {name}"));
         return Err(Error::Usage(format!("node {name} cannot be read: {why}")));
     };
     let claim = read
@@ -420,17 +434,10 @@ fn explain_node(
 fn explain_pool(
     name: &str,
     read: &ClusterRead,
-    types: &BTreeMap<String, Arc<Vec<InstanceType>>>,
+    built: &Built,
     settings: &RunArgs,
     now: i64,
 ) -> Result<Answer> {
-    if !read.pools.iter().any(|p| p.name_any() == name) {
-        return Err(Error::NotFound {
-            kind: "NodePool",
-            name: name.to_string(),
-        });
-    }
-    let built = read.built(types, &read.unschedulable(), true);
     if let Some(problem) = built.invalid_pools.get(name) {
         return Ok(Answer {
             text: format!(

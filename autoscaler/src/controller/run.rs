@@ -295,25 +295,29 @@ pub async fn instance_types_for(
                 .map(|np| (np.name_any(), catalog.clone()))
                 .collect())
         }
-        ProviderKind::Aws => {
-            let aws = args
-                .aws
-                .connect(Some(&args.region), Some(&args.cluster_name))
-                .await?;
-            per_class(&aws, pools).await
-        }
-        ProviderKind::Gcp => {
-            let gcp = args
-                .gcp
-                .connect(crate::gcp::Common {
-                    cluster: Some(&args.cluster_name),
-                    region: Some(&args.region),
-                    endpoint_url: args.aws.endpoint_url.as_deref(),
-                })
-                .await?;
-            per_class(&gcp, pools).await
-        }
+        ProviderKind::Aws => per_class(&connect_aws(args).await?, pools).await,
+        ProviderKind::Gcp => per_class(&connect_gcp(args).await?, pools).await,
     }
+}
+
+/// The EC2 provider of `run`'s settings: the catalog comes from EC2, `--region` is the AWS
+/// region.
+async fn connect_aws(args: &RunArgs) -> Result<provider_aws::AwsProvider> {
+    args.aws
+        .connect(Some(&args.region), Some(&args.cluster_name))
+        .await
+}
+
+/// The Compute Engine provider of `run`'s settings: the catalog comes from Compute Engine,
+/// `--endpoint-url` serves both clouds.
+async fn connect_gcp(args: &RunArgs) -> Result<provider_gcp::GcpProvider> {
+    args.gcp
+        .connect(crate::gcp::Common {
+            cluster: Some(&args.cluster_name),
+            region: Some(&args.region),
+            endpoint_url: args.aws.endpoint_url.as_deref(),
+        })
+        .await
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -357,23 +361,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
             run_with(client, Arc::new(fake), None, args).await
         }
         ProviderKind::Aws => {
-            // The catalog comes from EC2; `--region` is the AWS region.
-            let aws = args
-                .aws
-                .connect(Some(&args.region), Some(&args.cluster_name))
-                .await?;
+            let aws = connect_aws(&args).await?;
             run_with(client, Arc::new(aws), None, args).await
         }
         ProviderKind::Gcp => {
-            // The catalog comes from Compute Engine; `--endpoint-url` serves both clouds.
-            let gcp = args
-                .gcp
-                .connect(crate::gcp::Common {
-                    cluster: Some(&args.cluster_name),
-                    region: Some(&args.region),
-                    endpoint_url: args.aws.endpoint_url.as_deref(),
-                })
-                .await?;
+            let gcp = connect_gcp(&args).await?;
             run_with(client, Arc::new(gcp), None, args).await
         }
     }

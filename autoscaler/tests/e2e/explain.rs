@@ -74,45 +74,6 @@ fn doc_block(name: &str, text: &str) {
     );
 }
 
-/// A NodePool of m5.xlarge nodes labelled `lane=<name>`, `extra` merged into its spec.
-fn lane_pool(name: &str, extra: Value) -> Value {
-    let mut pool = json!({
-        "apiVersion": "gpu-autoscaler.dev/v1alpha1",
-        "kind": "NodePool",
-        "metadata": {"name": name},
-        "spec": {
-            "template": {
-                "metadata": {"labels": {"lane": name}},
-                "requirements": [
-                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]},
-                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
-                ]
-            },
-            "disruption": {"consolidateAfter": "0s", "unneededTime": "0s", "budgets": [{"nodes": "100%"}]}
-        }
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        pool["spec"][k] = v.clone();
-    }
-    pool
-}
-
-/// A pod of `cpu` for lane `lane`, owned by a ReplicaSet.
-fn lane_pod(name: &str, lane: &str, cpu: &str, annotations: Value) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": name},
-            "annotations": annotations,
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{name}-rs"),
-                                 "uid": "00000000-0000-0000-0000-000000000004", "controller": true}]},
-        "spec": {
-            "nodeSelector": {"lane": lane},
-            "containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu}}}]
-        }
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_explain_a_pending_pod_names_every_pool_and_type_with_a_did_you_mean() {
     let c = Cluster::start().await;
@@ -216,8 +177,8 @@ async fn e2e_explain_a_node_kept_by_do_not_disrupt() {
     let _: NodePool = c
         .create(lane_pool(
             "keep",
-            json!({"disruption": {"consolidateAfter": "0s", "unneededTime": "0s",
-                                  "utilizationThreshold": 1.0, "budgets": [{"nodes": "100%"}]}}),
+            json!({"utilizationThreshold": 1.0}),
+            json!({}),
         ))
         .await;
     let _ctl = c.controller("explain-node", &["--leader-elect=false"]);
@@ -278,7 +239,11 @@ async fn e2e_explain_a_nodepool_at_its_limit_and_the_pod_it_holds_back() {
     let c = Cluster::start().await;
     // Room for one m5.xlarge (4 cpu): the second pod finds the limit reached.
     let _: NodePool = c
-        .create(lane_pool("capped", json!({"limits": {"cpu": "4"}})))
+        .create(lane_pool(
+            "capped",
+            json!({}),
+            json!({"limits": {"cpu": "4"}}),
+        ))
         .await;
     let _ctl = c.controller("explain-pool", &["--leader-elect=false"]);
     let _: Pod = c.create(lane_pod("first", "capped", "3", json!({}))).await;

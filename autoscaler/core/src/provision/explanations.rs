@@ -149,19 +149,20 @@ fn excluded_words(why: &Excluded<'_>, pool: &Pool, it: &InstanceType) -> Refusal
     }
 }
 
-/// Where NodePool `name` stands: its usage (per resource, in Kubernetes notation), each limit
-/// against it, its node count, and for every instance type of its catalog the price of one
-/// more node or why there can be none. Usage counts what the planner counts against limits:
-/// existing nodes and claims in flight. `None` for an unknown pool.
-pub(crate) fn pool_standing(
-    snapshot: &Snapshot,
-    name: &str,
-) -> Option<(
+/// A pool's usage (per resource, in Kubernetes notation), its limits against it, its node
+/// count, and every instance type of its catalog.
+pub(crate) type Standing = (
     BTreeMap<String, String>,
     Vec<LimitUse>,
     i64,
     Vec<TypeConsidered>,
-)> {
+);
+
+/// Where NodePool `name` stands: its usage (per resource, in Kubernetes notation), each limit
+/// against it, its node count, and for every instance type of its catalog the price of one
+/// more node or why there can be none. Usage counts what the planner counts against limits:
+/// existing nodes and claims in flight. `None` for an unknown pool.
+pub(crate) fn pool_standing(snapshot: &Snapshot, name: &str) -> Option<Standing> {
     let pi = snapshot.pools.iter().position(|p| p.name == name)?;
     // The pool's own standing, before any pending pod is planned.
     let mut bare = snapshot.clone();
