@@ -3,4 +3,5 @@
 
 pub mod aws;
 pub mod controller;
+pub mod explain;
 pub mod gcp;

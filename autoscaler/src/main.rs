@@ -43,6 +43,12 @@ enum Commands {
     /// against the catalog; every problem is printed with its file, document and field path,
     /// and the exit status is 1 if there is any (for NodePool repositories' CI).
     Validate(validate_cmd::ValidateArgs),
+    /// Explain a decision of a live cluster (kubeconfig or in-cluster): `explain pod NS/NAME`
+    /// (why it is pending: every NodePool and instance type and what refused each, or the
+    /// NodeClaim it waits for), `explain node NAME` (why it stays or was chosen), `explain
+    /// nodepool NAME` (usage against limits, budgets, instance types left out). Takes `run`'s
+    /// options, so pass the controller's `--provider`, catalog and disruption flags.
+    Explain(autoscaler::explain::ExplainArgs),
     /// Benchmarks; build with `--release` first (see `bench planner --help`).
     Bench {
         /// Which benchmark.
@@ -60,6 +66,17 @@ fn main() -> anyhow::Result<()> {
         Commands::Simulate(args) => simulate::run(args),
         Commands::Catalog(args) => catalog_cmd::run(args),
         Commands::Validate(args) => validate_cmd::run(args),
+        Commands::Explain(args) => match autoscaler::explain::run_blocking(&args) {
+            Ok(text) => {
+                print!("{text}");
+                Ok(())
+            }
+            // One line naming the object or the setting, and exit status 1.
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        },
     }
 }
 

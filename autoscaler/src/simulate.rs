@@ -68,6 +68,15 @@ pub(crate) struct SimulateArgs {
     /// Refuse a run whose workload (generated or from a trace) has more pods than this.
     #[arg(long, default_value_t = autoscaler_sim::workload::DEFAULT_MAX_PODS)]
     max_pods: usize,
+    /// Explain one object of the gpu-autoscaler run at its end (or at `--explain-at`), as
+    /// `gpu-autoscaler explain` would: `pod/NAME` (why pending: every NodePool and instance
+    /// type and what refused each, or where it went) or `node/NAME` (why it stays or goes).
+    #[arg(long, value_name = "pod/NAME|node/NAME", conflicts_with_all = ["seeds", "sweep"])]
+    explain: Option<String>,
+    /// The virtual time of `--explain` (`90m`, `2h`, seconds): the cluster as every event up
+    /// to then left it. Default: the end of the run.
+    #[arg(long, requires = "explain", value_parser = autoscaler::controller::settings::parse_duration)]
+    explain_at: Option<std::time::Duration>,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -149,11 +158,21 @@ fn setup(args: &SimulateArgs) -> anyhow::Result<Setup> {
         )?,
         (None, false) => Scenario::default_scenario()?,
     };
+    let explain = match &args.explain {
+        Some(text) => {
+            let at = args
+                .explain_at
+                .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            Some((autoscaler_sim::policy::Asked::parse(text)?, at))
+        }
+        None => None,
+    };
     let opts = RunOptions {
         seed: args.seed,
         hours: args.hours,
         policies: (!args.policies.is_empty()).then(|| args.policies.clone()),
         max_pods: Some(args.max_pods),
+        explain,
     };
     let seed = opts.seed.unwrap_or(scenario.seed);
     let source = match (&args.openb, &args.dlrm) {
@@ -271,9 +290,27 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         pb.set_message(name.to_string());
         pb.set_position(i * 1000 + (f * 1000.0) as u64);
     };
+    if args.explain.is_some() && !names.iter().any(|n| n == "gpu-autoscaler") {
+        anyhow::bail!(
+            "--explain: explanations come from the gpu-autoscaler policy; add --policy gpu-autoscaler"
+        );
+    }
     let r = setup.run(&setup.scenario, seeds[0], None, &mut progress)?;
     pb.finish_and_clear();
     print!("{}", report::summary(&r));
+    if let Some(e) = r
+        .policies
+        .iter()
+        .find(|p| p.name == "gpu-autoscaler")
+        .and_then(|p| p.explanation.as_ref())
+    {
+        let at = args
+            .explain_at
+            .map_or("the end of the run".to_string(), |d| {
+                format!("t={}s", d.as_secs())
+            });
+        print!("\nExplanation (gpu-autoscaler, at {at}):\n{}", e.render());
+    }
     write(&args.json, &(report::to_json(&r) + "\n"))?;
     if let Some(p) = &args.report {
         write(&args.report, &report::to_html(&r))?;

@@ -330,6 +330,7 @@ mod simulate;
 mod validation;
 
 use budgets::Allowance;
+pub use budgets::budget_nodes;
 pub use candidates::{
     node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,
     utilization_by_resource,

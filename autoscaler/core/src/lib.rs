@@ -9,6 +9,7 @@ pub mod disruption;
 pub mod duration;
 pub mod error;
 pub mod exact;
+pub mod explain;
 pub mod gang;
 pub mod gpu;
 pub mod instance;

@@ -83,6 +83,8 @@ mod topology;
 
 pub use shapes::{Devices, Shape, build_shapes, claim_meets_min_values, demand, term_fits_shape};
 
+pub(crate) use explanations::pool_standing;
+
 use claims::mark_group_claims;
 use shapes::offering_allowed;
 use topology::SelectorIndex;
@@ -112,10 +114,25 @@ pub fn plan_provisioning(snapshot: &Snapshot) -> Plan {
 
 /// [`plan_provisioning`] with explicit options.
 pub fn plan_with(snapshot: &Snapshot, options: &PlanOptions) -> Plan {
-    let mut plan = Planner::new(snapshot, options).run();
+    let (mut plan, _) = Planner::new(snapshot, options).run();
     crate::gang::prefer_one_zone(snapshot, &mut plan);
     crate::gang::placement_only_in_one_zone(&mut plan);
     plan
+}
+
+/// [`plan_with`], and every pool and instance type pending pod `pod` (an index into
+/// `snapshot.pending`) was considered for, taken when the planner placed it.
+pub(crate) fn plan_explained(
+    snapshot: &Snapshot,
+    options: &PlanOptions,
+    pod: usize,
+) -> (Plan, Vec<crate::explain::PoolConsidered>) {
+    let mut planner = Planner::new(snapshot, options);
+    planner.explain = Some(pod);
+    let (mut plan, considered) = planner.run();
+    crate::gang::prefer_one_zone(snapshot, &mut plan);
+    crate::gang::placement_only_in_one_zone(&mut plan);
+    (plan, considered.unwrap_or_default())
 }
 
 /// What a new claim becomes when a pod joins it; `None` fields stay as they are.
@@ -285,6 +302,9 @@ struct Planner<'a> {
     reasons: Vec<Option<String>>,
     /// Known label values, for "did you mean" in reasons; built for the first pod that fails.
     vocabulary: std::cell::OnceCell<crate::vocabulary::Vocabulary>,
+    /// The pending pod to explain (`explain`): its considerations are taken when it is placed.
+    explain: Option<usize>,
+    considered: Option<Vec<crate::explain::PoolConsidered>>,
 }
 
 impl<'a> Planner<'a> {
@@ -377,6 +397,8 @@ impl<'a> Planner<'a> {
             },
             reasons: vec![None; snap.pending.len()],
             vocabulary: std::cell::OnceCell::new(),
+            explain: None,
+            considered: None,
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
         let pns = |t: &crate::taints::Taint| t.effect == Effect::PreferNoSchedule;
@@ -466,7 +488,8 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn run(mut self) -> Plan {
+    /// The plan, and the considerations of the pod to explain, if one was named.
+    fn run(mut self) -> (Plan, Option<Vec<crate::explain::PoolConsidered>>) {
         let pending = &self.snap.pending;
         let mut order: Vec<usize> = (0..pending.len()).collect();
         order.sort_by(|a, b| {
@@ -513,7 +536,8 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        self.finish()
+        let considered = self.considered.take();
+        (self.finish(), considered)
     }
 
     fn place_group(&mut self, group: &str, members: &[usize]) {
@@ -552,6 +576,10 @@ impl<'a> Planner<'a> {
     /// every place without such a taint it does not tolerate, and only when none takes it
     /// tries again with those places allowed.
     fn place(&mut self, i: usize) -> bool {
+        if self.explain == Some(i) && self.considered.is_none() {
+            // As the pod finds the pools now: the usage of the claims placed before it counts.
+            self.considered = Some(self.consider(i));
+        }
         let mut placed = self.place_inner(i);
         if !placed && self.any_prefer_no_schedule {
             let sg = self.scan_group[i];

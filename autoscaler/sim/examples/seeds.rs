@@ -51,6 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             hours,
             policies,
             max_pods: None,
+            explain: None,
         };
         match &trace {
             Some(w) => autoscaler_sim::run_workload(s, w, &opts, &mut |_, _| {}),

@@ -15,7 +15,7 @@ use providers::fake::FakeProvider;
 
 use crate::baselines::Shape;
 use crate::cluster::{Cluster, NodeId, NodeState, PodId, PodPhase};
-use crate::policy::{Ctx, Decision, LaunchSpec, Policy};
+use crate::policy::{Asked, Ctx, Decision, Explained, LaunchSpec, Policy};
 use crate::rng::Rng;
 use crate::scenario::{ClusterConfig, ProvReqSpec};
 use crate::scheduler::{self, Scratch, SelectorCache, View, has_topology, untolerated};
@@ -165,6 +165,9 @@ pub struct Engine<'a> {
     launch_failures: u64,
     pods_created: u64,
     samples: Vec<Sample>,
+    /// What to explain, and when (`None`: at the end of the run).
+    explain: Option<(Option<i64>, Asked)>,
+    explained: Option<Explained>,
 }
 
 fn percentile(sorted: &[i64], q: f64) -> f64 {
@@ -246,6 +249,8 @@ impl<'a> Engine<'a> {
             launch_failures: 0,
             pods_created: 0,
             samples: Vec::new(),
+            explain: None,
+            explained: None,
         };
         for (i, p) in workload.pods.iter().enumerate() {
             let request = p
@@ -282,6 +287,31 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Asks the policy to explain `asked` at virtual time `at` (the end of the run when
+    /// `None` or past it): the answer is [`PolicyResult::explanation`].
+    pub fn explain_at(mut self, asked: Asked, at: Option<i64>) -> Self {
+        self.explain = Some((at, asked));
+        self
+    }
+
+    /// The policy's explanation of the object asked about, as the cluster is now.
+    fn take_explanation(&mut self) {
+        let Some((_, asked)) = self.explain.take() else {
+            return;
+        };
+        let pools = self.pools_now();
+        let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
+        let answer = {
+            let ctx = Ctx {
+                pools: &pools,
+                ..self.ctx()
+            };
+            taken.explain(&ctx, self.now, &asked)
+        };
+        self.policy = taken;
+        self.explained = Some(answer);
+    }
+
     /// Runs to the horizon; `progress` gets the fraction of virtual time done.
     pub fn run(mut self, progress: &mut dyn FnMut(f64)) -> PolicyResult {
         let start = Instant::now();
@@ -289,6 +319,13 @@ impl<'a> Engine<'a> {
         while let Some(Reverse((t, _, ev))) = self.queue.pop() {
             if t > self.horizon {
                 break;
+            }
+            // The cluster as every event up to `at` left it.
+            if let Some((Some(at), _)) = &self.explain
+                && t > *at
+            {
+                self.now = *at;
+                self.take_explanation();
             }
             self.now = t;
             if t - last_report > self.horizon / 100 {
@@ -298,6 +335,7 @@ impl<'a> Engine<'a> {
             self.handle(ev);
         }
         self.now = self.horizon;
+        self.take_explanation();
         progress(1.0);
         self.finish(start.elapsed().as_secs_f64())
     }
@@ -869,6 +907,7 @@ impl<'a> Engine<'a> {
             launch_failures: self.launch_failures,
             provisioning_requests: provreq,
             cost_by_type,
+            explanation: self.explained.take(),
             samples: self.samples,
             wall_seconds: wall,
         }

@@ -54,6 +54,9 @@ pub struct RunOptions {
     pub policies: Option<Vec<String>>,
     /// Most pods the workload may have ([`workload::DEFAULT_MAX_PODS`] when `None`).
     pub max_pods: Option<usize>,
+    /// What to explain (`simulate --explain`), and at which virtual second (`None`: at the
+    /// end); each policy's [`PolicyResult::explanation`] holds its answer.
+    pub explain: Option<(policy::Asked, Option<i64>)>,
 }
 
 impl RunOptions {
@@ -177,7 +180,7 @@ pub fn run_workload(
     let mut results = Vec::new();
     for name in &names {
         let policy = make_policy(name, scenario, &shapes)?;
-        let engine = Engine::new(
+        let mut engine = Engine::new(
             &scenario.cluster,
             (*scenario.catalog).clone(),
             &scenario.pools,
@@ -188,6 +191,9 @@ pub fn run_workload(
             seed,
             horizon,
         );
+        if let Some((asked, at)) = &opts.explain {
+            engine = engine.explain_at(asked.clone(), *at);
+        }
         results.push(engine.run(&mut |f| progress(name, f)));
     }
     Ok(RunReport {

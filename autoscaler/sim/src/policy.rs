@@ -10,7 +10,7 @@ use autoscaler_core::model::{DaemonSet, Group, Pod, Pool, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
 use providers::OfferingKey;
 
-use crate::cluster::{Cluster, NodeId, NodePhase, PodId, SnapshotCache};
+use crate::cluster::{Cluster, NodeId, NodePhase, PodId, PodPhase, SnapshotCache};
 use crate::scenario::{ClusterConfig, ProvReqClass};
 use crate::workload::Workload;
 
@@ -114,6 +114,54 @@ impl Ctx<'_> {
     }
 }
 
+/// What `simulate --explain` asks about: `pod/NAME` or `node/NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// A pod of the workload, by name.
+    Pod(String),
+    /// A node, by name.
+    Node(String),
+}
+
+impl Asked {
+    /// Parses `pod/NAME` or `node/NAME`.
+    ///
+    /// # Errors
+    /// [`crate::SimError::BadOption`] naming `--explain` and the expected forms.
+    pub fn parse(text: &str) -> Result<Asked, crate::SimError> {
+        match text.split_once('/') {
+            Some(("pod", n)) if !n.is_empty() => Ok(Asked::Pod(n.to_string())),
+            Some(("node", n)) if !n.is_empty() => Ok(Asked::Node(n.to_string())),
+            _ => Err(crate::SimError::BadOption {
+                option: "--explain".into(),
+                why: format!("{text:?}: expected pod/NAME or node/NAME"),
+            }),
+        }
+    }
+}
+
+/// A policy's answer to an [`Asked`], from the core's explanations.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Explained {
+    /// A pod: its outcome and every pool and instance type considered.
+    Pod(autoscaler_core::explain::PodExplanation),
+    /// A node: its disruption verdict.
+    Node(autoscaler_core::explain::NodeExplanation),
+    /// Nothing to explain, and why (no such object then, or a policy without explanations).
+    Missing(String),
+}
+
+impl Explained {
+    /// Plain text, as `gpu-autoscaler explain` prints it.
+    pub fn render(&self) -> String {
+        match self {
+            Explained::Pod(e) => e.render(),
+            Explained::Node(e) => e.render(),
+            Explained::Missing(why) => format!("{why}\n"),
+        }
+    }
+}
+
 /// A provisioning and disruption policy.
 pub trait Policy {
     /// Name as reported.
@@ -131,6 +179,15 @@ pub trait Policy {
     /// Capacity for a ProvisioningRequest; the default serves none ([`RequestAnswer::Unsupported`]).
     fn provision_request(&mut self, _ctx: &Ctx, _ask: &RequestAsk, _now: i64) -> RequestAnswer {
         RequestAnswer::Unsupported
+    }
+    /// Why `asked` is where it is at `now`, as `gpu-autoscaler explain` would say; the
+    /// default (the baselines, which are models) has no explanations.
+    fn explain(&mut self, _ctx: &Ctx, _now: i64, _asked: &Asked) -> Explained {
+        Explained::Missing(format!(
+            "{} is a model of another autoscaler: explanations come from gpu-autoscaler's \
+             planner",
+            self.name()
+        ))
     }
     /// A node was launched at `now`.
     fn on_scale_up(&mut self, now: i64);
@@ -285,6 +342,51 @@ impl Policy for GpuAutoscaler {
         RequestAnswer::Capacity {
             on: on.into_iter().collect(),
             launch,
+        }
+    }
+
+    fn explain(&mut self, ctx: &Ctx, now: i64, asked: &Asked) -> Explained {
+        use autoscaler_core::explain::{self, Outcome, PodExplanation};
+        match asked {
+            Asked::Pod(name) => {
+                let Some(&id) = ctx.pod_ids.get(name) else {
+                    return Explained::Missing(format!("no pod {name} in the workload"));
+                };
+                let key = ctx.workload.materialize(id).key;
+                let done = |outcome| {
+                    Explained::Pod(PodExplanation {
+                        pod: key.clone(),
+                        outcome,
+                        pools: vec![],
+                        hints: vec![],
+                    })
+                };
+                match &ctx.cluster.pods[id].phase {
+                    PodPhase::Waiting => {
+                        Explained::Missing(format!("pod {name} does not exist yet at t={now}s"))
+                    }
+                    PodPhase::Done => done(Outcome::Finished {
+                        phase: "Succeeded".into(),
+                    }),
+                    PodPhase::Bound { node, .. } => done(Outcome::Bound {
+                        node: ctx.cluster.nodes[*node].name.clone(),
+                    }),
+                    PodPhase::Pending { .. } => {
+                        let snap = ctx.snapshot(true);
+                        explain::explain_pod(&snap, &key).map_or_else(
+                            || Explained::Missing(format!("pod {name} is not planned for")),
+                            Explained::Pod,
+                        )
+                    }
+                }
+            }
+            Asked::Node(name) => {
+                let snap = ctx.snapshot(false);
+                explain::explain_node(&snap, &self.state, now, &self.config, name).map_or_else(
+                    || Explained::Missing(format!("no node {name} at t={now}s")),
+                    Explained::Node,
+                )
+            }
         }
     }
 

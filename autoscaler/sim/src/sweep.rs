@@ -851,6 +851,7 @@ mod tests {
             cost_by_type: Default::default(),
             wall_seconds: 0.0,
             provisioning_requests: None,
+            explanation: None,
         }
     }
 

@@ -489,3 +489,84 @@ fn a_sweep_runs_readers_per_value_and_the_others_once() {
     let html = sweep::to_html(&r);
     assert!(html.contains("<svg") && html.contains("Decision tables"));
 }
+
+/// One pod asks for more GPUs than any g6 has; the rest run.
+const TOO_BIG: &str = "\
+name: too-big
+seed: 1
+duration: 1h
+catalog: aws
+pools:
+  - name: gpu
+    families: [g6]
+    taints: [{key: nvidia.com/gpu, value: present}]
+workloads:
+  - deployment:
+      name: small
+      replicas: [{at: 0s, count: 1}]
+      pod: {nodePool: gpu, cpu: 1, memory: 2Gi, gpus: 1}
+  - deployment:
+      name: big
+      replicas: [{at: 0s, count: 1}]
+      pod: {nodePool: gpu, cpu: 1, memory: 2Gi, gpus: 16}
+";
+
+#[test]
+fn explain_says_why_a_simulated_pod_is_pending_and_why_a_node_stays() {
+    use autoscaler_sim::policy::{Asked, Explained};
+    let s = Scenario::parse(Path::new("too-big.yaml"), TOO_BIG).unwrap();
+    let ask = |asked: Asked, at: Option<i64>| {
+        let opts = RunOptions {
+            explain: Some((asked, at)),
+            ..ours_only()
+        };
+        let r = run(&s, &opts, &mut |_, _| {}).unwrap();
+        r.policies[0].explanation.clone().expect("an answer")
+    };
+    let Explained::Pod(e) = ask(Asked::Pod("big-0".into()), None) else {
+        panic!("a pod's answer")
+    };
+    let text = e.render();
+    assert!(
+        text.contains("pending; no node can be launched for it: no instance type in NodePool gpu offers 16 nvidia.com/gpu"),
+        "{text}"
+    );
+    // Every g6 type is named, refused for its GPUs; the rest of the catalog is left out by
+    // the pool's family requirement.
+    let (g6, others): (Vec<_>, Vec<_>) = e.pools[0]
+        .instance_types
+        .iter()
+        .partition(|t| t.instance_type.starts_with("g6."));
+    assert!(g6.len() > 3 && !others.is_empty(), "{text}");
+    for t in g6 {
+        let r = t.refused.as_ref().expect("refused");
+        assert!(
+            !t.excluded && r.message.contains("16 nvidia.com/gpu"),
+            "{text}"
+        );
+    }
+    assert!(others.iter().all(|t| t.excluded), "{text}");
+    // The small pod runs: it is bound, and its node stays (its GPU is in use).
+    let Explained::Pod(small) = ask(Asked::Pod("small-0".into()), None) else {
+        panic!("a pod's answer")
+    };
+    let autoscaler_core::explain::Outcome::Bound { node } = small.outcome else {
+        panic!("bound: {small:?}")
+    };
+    let Explained::Node(n) = ask(Asked::Node(node.clone()), None) else {
+        panic!("a node's answer")
+    };
+    assert!(!n.verdict.disrupted, "{}", n.render());
+    assert!(
+        n.render()
+            .contains("kept (AboveThreshold): GPU utilization 1.00"),
+        "{}",
+        n.render()
+    );
+    // Before anything happened, at t=0 the pods exist but no node does.
+    let Explained::Missing(why) = ask(Asked::Node(node.clone()), Some(0)) else {
+        panic!("no node yet")
+    };
+    assert_eq!(why, format!("no node {node} at t=0s"));
+    assert!(Asked::parse("deployment/x").is_err());
+}

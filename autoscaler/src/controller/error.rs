@@ -29,6 +29,17 @@ pub enum Error {
         #[source]
         source: Box<super::translate::TranslateError>,
     },
+    /// The object a command names does not exist (`explain`).
+    #[error("{kind} {name} not found")]
+    NotFound {
+        /// `pod`, `node`, `NodePool`.
+        kind: &'static str,
+        /// Its name (`namespace/name` for a pod).
+        name: String,
+    },
+    /// A command-line argument is malformed, e.g. a pod not written `NAMESPACE/NAME`.
+    #[error("{0}")]
+    Usage(String),
     /// A command-line or configuration value is unusable.
     #[error("configuration: {0}")]
     Config(String),

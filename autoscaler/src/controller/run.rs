@@ -222,7 +222,7 @@ pub fn run_blocking(args: RunArgs) -> Result<()> {
 /// # Errors
 /// [`Error::Config`] naming the file and the bad entry, a catalog file given to a cloud
 /// provider, or no instance type left for the region.
-fn catalog_of(args: &RunArgs) -> Result<Vec<InstanceType>> {
+pub fn catalog_of(args: &RunArgs) -> Result<Vec<InstanceType>> {
     let cloud = matches!(args.provider, ProviderKind::Aws | ProviderKind::Gcp);
     let (mut catalog, source) = match &args.catalog_file {
         Some(_) if cloud => {
@@ -252,6 +252,72 @@ fn catalog_of(args: &RunArgs) -> Result<Vec<InstanceType>> {
         )));
     }
     Ok(catalog)
+}
+
+/// The instance types each NodePool's class offers, as `run` discovers them at start-up: the
+/// kwok and fake providers' catalog ([`catalog_of`]) for every pool, or the cloud's answer per
+/// node class (`--provider aws|gcp`). The leader's memory of refused offerings and of shapes
+/// that delivered too little is not applied: it lives in the running controller only.
+///
+/// # Errors
+/// A bad catalog setting ([`Error::Config`]), or the cloud provider's connection or listing
+/// error.
+pub async fn instance_types_for(
+    args: &RunArgs,
+    pools: &[Arc<NodePool>],
+) -> Result<std::collections::BTreeMap<String, Arc<Vec<InstanceType>>>> {
+    use kube::ResourceExt as _;
+    async fn per_class<P: CloudProvider>(
+        provider: &P,
+        pools: &[Arc<NodePool>],
+    ) -> Result<std::collections::BTreeMap<String, Arc<Vec<InstanceType>>>> {
+        let mut by_class: HashMap<NodeClassRef, Arc<Vec<InstanceType>>> = HashMap::new();
+        let mut out = std::collections::BTreeMap::new();
+        for np in pools {
+            let class = class_of(np);
+            let types = match by_class.get(&class) {
+                Some(t) => t.clone(),
+                None => {
+                    let t = Arc::new(provider.instance_types(&class).await?);
+                    by_class.insert(class, t.clone());
+                    t
+                }
+            };
+            out.insert(np.name_any(), types);
+        }
+        Ok(out)
+    }
+    match args.provider {
+        ProviderKind::Kwok | ProviderKind::Fake => {
+            let catalog = Arc::new(catalog_of(args)?);
+            Ok(pools
+                .iter()
+                .map(|np| (np.name_any(), catalog.clone()))
+                .collect())
+        }
+        ProviderKind::Aws => per_class(&connect_aws(args).await?, pools).await,
+        ProviderKind::Gcp => per_class(&connect_gcp(args).await?, pools).await,
+    }
+}
+
+/// The EC2 provider of `run`'s settings: the catalog comes from EC2, `--region` is the AWS
+/// region.
+async fn connect_aws(args: &RunArgs) -> Result<provider_aws::AwsProvider> {
+    args.aws
+        .connect(Some(&args.region), Some(&args.cluster_name))
+        .await
+}
+
+/// The Compute Engine provider of `run`'s settings: the catalog comes from Compute Engine,
+/// `--endpoint-url` serves both clouds.
+async fn connect_gcp(args: &RunArgs) -> Result<provider_gcp::GcpProvider> {
+    args.gcp
+        .connect(crate::gcp::Common {
+            cluster: Some(&args.cluster_name),
+            region: Some(&args.region),
+            endpoint_url: args.aws.endpoint_url.as_deref(),
+        })
+        .await
 }
 
 /// Runs the controller until SIGTERM or SIGINT.
@@ -295,23 +361,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
             run_with(client, Arc::new(fake), None, args).await
         }
         ProviderKind::Aws => {
-            // The catalog comes from EC2; `--region` is the AWS region.
-            let aws = args
-                .aws
-                .connect(Some(&args.region), Some(&args.cluster_name))
-                .await?;
+            let aws = connect_aws(&args).await?;
             run_with(client, Arc::new(aws), None, args).await
         }
         ProviderKind::Gcp => {
-            // The catalog comes from Compute Engine; `--endpoint-url` serves both clouds.
-            let gcp = args
-                .gcp
-                .connect(crate::gcp::Common {
-                    cluster: Some(&args.cluster_name),
-                    region: Some(&args.region),
-                    endpoint_url: args.aws.endpoint_url.as_deref(),
-                })
-                .await?;
+            let gcp = connect_gcp(&args).await?;
             run_with(client, Arc::new(gcp), None, args).await
         }
     }

@@ -244,6 +244,24 @@ pub struct RunArgs {
     pub gcp: crate::gcp::GcpArgs,
 }
 
+impl RunArgs {
+    /// The core's disruption settings these flags give (the scale-down delays, validation
+    /// delay, utilization options and spot-to-spot minimum); `explain` plans with the same.
+    pub fn disruption_config(&self) -> autoscaler_core::DisruptionConfig {
+        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        autoscaler_core::DisruptionConfig {
+            delay_after_scale_up_s: s(self.scale_down_delay_after_add),
+            delay_after_delete_s: s(self.scale_down_delay_after_delete),
+            delay_after_failure_s: s(self.scale_down_delay_after_failure),
+            validation_delay_s: s(self.validation_delay),
+            ignore_daemonset_utilization: self.ignore_daemonsets_utilization,
+            ignore_mirror_utilization: self.ignore_mirror_pods_utilization,
+            min_spot_to_spot_types: self.min_spot_to_spot_types as usize,
+            ..autoscaler_core::DisruptionConfig::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -462,3 +462,48 @@ pub fn allocatable(n: &Node, resource: &str) -> Option<String> {
         .and_then(|a| a.get(resource))
         .map(|q| q.0.clone())
 }
+
+/// A NodePool of m5.xlarge nodes labelled `lane=<name>`, with `disruption` merged over
+/// `unneededTime: 0s` and a 100 % budget, and `extra` merged into the spec.
+pub fn lane_pool(name: &str, disruption: Value, extra: Value) -> Value {
+    let mut d =
+        json!({"consolidateAfter": "0s", "unneededTime": "0s", "budgets": [{"nodes": "100%"}]});
+    for (k, v) in disruption.as_object().unwrap() {
+        d[k] = v.clone();
+    }
+    let mut pool = json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"lane": name}},
+                "requirements": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
+                ]
+            },
+            "disruption": d
+        }
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        pool["spec"][k] = v.clone();
+    }
+    pool
+}
+
+/// A pod of `cpu` for lane `lane`, owned by a ReplicaSet.
+pub fn lane_pod(name: &str, lane: &str, cpu: &str, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name},
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{name}-rs"),
+                                 "uid": "00000000-0000-0000-0000-000000000003", "controller": true}]},
+        "spec": {
+            "nodeSelector": {"lane": lane},
+            "containers": [{"name": "app", "image": "app", "resources": {"requests": {"cpu": cpu}}}]
+        }
+    })
+}

@@ -4,10 +4,19 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{BudgetValue, DisruptionReason, Node, Snapshot};
+use crate::model::{Budget, BudgetValue, DisruptionReason, Node, Snapshot};
 
 use super::candidates::{fmt_duration, movable};
 use super::{Blocker, DisruptionState, Pass, VerdictKind, Wait};
+
+/// How many nodes of a pool of `total` nodes budget `b` lets be disrupted at once.
+/// Percentages round up, as Karpenter does: 10 % of 9 nodes is 1.
+pub fn budget_nodes(b: &Budget, total: i64) -> i64 {
+    match b.nodes {
+        BudgetValue::Count(n) => i64::from(n),
+        BudgetValue::Percent(p) => (total * i64::from(p) + 99) / 100,
+    }
+}
 
 /// Budgets left per pool and reason, and minNodes headroom.
 pub(super) struct Allowance {
@@ -41,11 +50,7 @@ impl Allowance {
                     .budgets
                     .iter()
                     .filter(|b| b.reasons.is_empty() || b.reasons.contains(&reason))
-                    .map(|b| match b.nodes {
-                        BudgetValue::Count(n) => i64::from(n),
-                        // Percentages round up, as Karpenter does: 10% of 9 nodes is 1.
-                        BudgetValue::Percent(p) => (total * i64::from(p) + 99) / 100,
-                    })
+                    .map(|b| budget_nodes(b, total))
                     .min()
                     .unwrap_or(i64::MAX);
                 budget.insert((pi, reason), allowed.saturating_sub(deleting));

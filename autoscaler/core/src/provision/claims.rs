@@ -186,8 +186,9 @@ impl<'a> Planner<'a> {
         None
     }
 
-    /// Limit headroom of a pool: what may still be added.
-    fn fits_limits(&self, pi: usize, shape: &Shape) -> Result<(), String> {
+    /// Limit headroom of a pool: whether one more node of `shape` stays under its limits, or
+    /// the limit it would break.
+    pub(super) fn fits_limits(&self, pi: usize, shape: &Shape) -> Result<(), String> {
         let pool = &self.snap.pools[pi];
         let u = &self.state.usage[pi];
         if let Some(n) = pool.limits.nodes

@@ -42,6 +42,40 @@ pub(super) fn even_spread(need: &Resources, alloc: &Resources) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// What bars a class's pods from every node of a shape, whatever their selectors say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bar {
+    /// A taint of the pool the pods do not tolerate.
+    Taint,
+    /// The pods take a share of one GPU and the pool offers no fractional shares.
+    Sharing,
+    /// A DaemonSet on every such node binds one of the pods' host ports.
+    HostPort,
+}
+
+/// The first [`Bar`] between pods (`tolerations`, whether they take a GPU `share`, their
+/// `host_ports`) and the nodes of shape `s` of `pool`; `None` when only their selectors and
+/// requests remain to be checked.
+pub(super) fn class_bar(
+    pool: &crate::model::Pool,
+    s: &super::Shape,
+    tolerations: &[crate::taints::Toleration],
+    share: bool,
+    host_ports: &[crate::model::HostPort],
+) -> Option<Bar> {
+    if untolerated(tolerations, &pool.taints).is_some() {
+        return Some(Bar::Taint);
+    }
+    // Shares of one device need a pool whose nodes run a sharing device plugin.
+    if share && !pool.sharing.fractional {
+        return Some(Bar::Sharing);
+    }
+    if ports_conflict(host_ports, s.host_ports.iter().map(|(h, _)| h)) {
+        return Some(Bar::HostPort);
+    }
+    None
+}
+
 impl<'a> Planner<'a> {
     pub(super) fn build_classes(&mut self) {
         let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
@@ -64,16 +98,7 @@ impl<'a> Planner<'a> {
                         .iter()
                         .map(|s| {
                             let pool = &self.snap.pools[s.pool];
-                            if untolerated(&p.tolerations, &pool.taints).is_some() {
-                                return false;
-                            }
-                            // Shares of one device need a pool whose nodes run a sharing
-                            // device plugin.
-                            if share && !pool.sharing.fractional {
-                                return false;
-                            }
-                            // A DaemonSet on every such node holds one of the pod's ports.
-                            if ports_conflict(&p.host_ports, s.host_ports.iter().map(|(h, _)| h)) {
+                            if class_bar(pool, s, &p.tolerations, share, &p.host_ports).is_some() {
                                 return false;
                             }
                             let mut ok = false;

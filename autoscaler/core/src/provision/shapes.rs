@@ -135,7 +135,7 @@ pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
     let mut shapes = Vec::new();
     for (pi, pool) in snapshot.pools.iter().enumerate() {
         for it in pool.instance_types.iter() {
-            if let Some(s) = shape_for(pi, pool, it, snapshot) {
+            if let Ok(s) = shape_for(pi, pool, it, snapshot) {
                 shapes.push(s);
             }
         }
@@ -143,8 +143,25 @@ pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
     shapes
 }
 
-fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> Option<Shape> {
-    let shared = apply_sharing(it, &pool.sharing).ok()?;
+/// Why an instance type is not a node its pool can launch: what [`build_shapes`] leaves out.
+/// Cheap to make (no words); [`super::explanations`] words it for `explain`.
+#[derive(Debug)]
+pub(crate) enum Excluded<'a> {
+    /// The pool's GPU sharing does not apply to the type's GPU.
+    Sharing(crate::CoreError),
+    /// The pool's requirement on this label key refuses the type's value.
+    Requirement(&'a str),
+    /// No available offering in the zones and capacity types the pool allows.
+    NoOffering,
+}
+
+pub(crate) fn shape_for<'p>(
+    pi: usize,
+    pool: &'p Pool,
+    it: &InstanceType,
+    snapshot: &Snapshot,
+) -> Result<Shape, Excluded<'p>> {
+    let shared = apply_sharing(it, &pool.sharing).map_err(Excluded::Sharing)?;
     let mut labels = shared.labels.clone();
     for (k, v) in &pool.labels {
         labels.insert(k.clone(), v.clone());
@@ -156,7 +173,7 @@ fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> 
             continue;
         }
         if !c.matches(labels.get(k).map(String::as_str)) {
-            return None;
+            return Err(Excluded::Requirement(k));
         }
     }
     let zc = pool.requirements.get(labels::ZONE);
@@ -168,7 +185,7 @@ fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> 
         .cloned()
         .collect();
     if offerings.is_empty() {
-        return None;
+        return Err(Excluded::NoOffering);
     }
     offerings.sort_by(|a, b| {
         a.price
@@ -189,7 +206,7 @@ fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> 
         }
     }
     let has_gpu = shared.capacity.has_gpu_class();
-    Some(Shape {
+    Ok(Shape {
         pool: pi,
         name: shared.name.clone(),
         labels,

@@ -123,4 +123,6 @@ pub struct PolicyResult {
     pub wall_seconds: f64,
     /// ProvisioningRequest outcomes; `None` when the workload has no requests.
     pub provisioning_requests: Option<ProvReqStats>,
+    /// The policy's answer to `simulate --explain`, when asked.
+    pub explanation: Option<crate::policy::Explained>,
 }

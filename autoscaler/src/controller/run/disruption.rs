@@ -2,7 +2,7 @@
 //! `--disruption-interval`, then run the queued jobs (taint, replace, drain, terminate).
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use autoscaler_core::disruption::{DisruptionConfig, plan_disruption};
 use autoscaler_core::model::PodKey;
@@ -47,17 +47,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     }
 
     fn disruption_config(&self) -> DisruptionConfig {
-        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-        DisruptionConfig {
-            delay_after_scale_up_s: s(self.args.scale_down_delay_after_add),
-            delay_after_delete_s: s(self.args.scale_down_delay_after_delete),
-            delay_after_failure_s: s(self.args.scale_down_delay_after_failure),
-            validation_delay_s: s(self.args.validation_delay),
-            ignore_daemonset_utilization: self.args.ignore_daemonsets_utilization,
-            ignore_mirror_utilization: self.args.ignore_mirror_pods_utilization,
-            min_spot_to_spot_types: self.args.min_spot_to_spot_types as usize,
-            ..DisruptionConfig::default()
-        }
+        self.args.disruption_config()
     }
 
     async fn disrupt(&mut self) {
