@@ -81,7 +81,10 @@ mod shapes;
 mod slots;
 mod topology;
 
-pub use shapes::{Devices, Shape, build_shapes, claim_meets_min_values, demand, term_fits_shape};
+pub use shapes::{
+    AdmittedTypes, Devices, Shape, admitted_types, build_shapes, claim_meets_min_values, demand,
+    term_fits_shape,
+};
 
 use claims::mark_group_claims;
 use shapes::offering_allowed;
@@ -283,6 +286,8 @@ struct Planner<'a> {
     smallest: Resources,
     state: State,
     reasons: Vec<Option<String>>,
+    /// Per pending pod, the pools whose limits alone kept it off a new node (its last try).
+    limited: Vec<Vec<String>>,
     /// Known label values, for "did you mean" in reasons; built for the first pod that fails.
     vocabulary: std::cell::OnceCell<crate::vocabulary::Vocabulary>,
 }
@@ -376,6 +381,7 @@ impl<'a> Planner<'a> {
                 claims_opened: 0,
             },
             reasons: vec![None; snap.pending.len()],
+            limited: vec![Vec::new(); snap.pending.len()],
             vocabulary: std::cell::OnceCell::new(),
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
@@ -540,9 +546,11 @@ impl<'a> Planner<'a> {
             self.snap.pending[first].key.name, why
         );
         self.state = saved;
+        let limited = self.limited[first].clone();
         for m in members {
             self.state.placed[*m] = None;
             self.reasons[*m] = Some(msg.clone());
+            self.limited[*m] = limited.clone();
         }
     }
 
@@ -772,6 +780,7 @@ impl<'a> Planner<'a> {
                 reason: self.reasons[i]
                     .clone()
                     .unwrap_or_else(|| "not placed".into()),
+                limited_by: self.limited[i].clone(),
             });
         }
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));

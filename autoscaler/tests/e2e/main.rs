@@ -4,6 +4,7 @@
 mod harness;
 
 mod crash;
+mod events;
 mod faults;
 mod guard;
 mod kueue;
