@@ -3,7 +3,9 @@
 #   docker build -t ghcr.io/gpu-autoscaler/gpu-autoscaler:0.1.0 .     (or: podman build ...)
 # autoscaler/tests/deploy.rs checks that the user, entrypoint and port agree with the chart.
 
-# Build stage: the toolchain the repository is tested with (rust-version in Cargo.toml).
+# Build stage: the toolchain the repository is tested with (rust-version in Cargo.toml). The
+# cloud providers are cargo features (off for a plain `cargo run`); the image carries both, and
+# .ci/run runs this very cargo command.
 FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
@@ -11,7 +13,7 @@ COPY . .
 # source change only compiles the workspace.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p autoscaler --bin gpu-autoscaler \
+    cargo build --release --locked -p autoscaler --features aws,gcp --bin gpu-autoscaler \
     && install -D -m 0755 target/release/gpu-autoscaler /out/gpu-autoscaler
 
 # Runtime stage: glibc and CA certificates only, no shell, no package manager.

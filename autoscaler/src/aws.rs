@@ -1,11 +1,15 @@
 //! Options of the AWS provider shared by `gpu-autoscaler run --provider aws` and
-//! `gpu-autoscaler catalog --provider aws`, and building the provider from them.
+//! `gpu-autoscaler catalog --provider aws`, and building the provider from them (feature
+//! `aws`; without it the options still parse, so one chart serves every build, and
+//! [`crate::Cloud::require`] refuses the provider).
 
 use std::path::PathBuf;
 
 use clap::Args;
+#[cfg(feature = "aws")]
 use provider_aws::{AwsProvider, AwsSettings};
 
+#[cfg(feature = "aws")]
 use crate::controller::error::Error;
 
 /// AWS provider options. Credentials come from the SDK's default chain only (environment,
@@ -22,6 +26,7 @@ pub struct AwsArgs {
     pub endpoint_url: Option<String>,
 }
 
+#[cfg(feature = "aws")]
 impl AwsArgs {
     /// The settings: the file's (or the defaults), with the command line's `region` and
     /// endpoint on top, and `cluster` as the cluster name when given. The region comes from the
@@ -72,7 +77,7 @@ impl AwsArgs {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "aws"))]
 mod tests {
     use super::*;
 

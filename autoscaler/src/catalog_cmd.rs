@@ -5,9 +5,12 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 
+#[cfg(any(feature = "aws", feature = "gcp"))]
 use anyhow::Context as _;
 use autoscaler::aws::AwsArgs;
-use autoscaler::gcp::{Common, GcpArgs};
+#[cfg(feature = "gcp")]
+use autoscaler::gcp::Common;
+use autoscaler::gcp::GcpArgs;
 use autoscaler_core::{CapacityType, GpuSpec, InstanceType, Resources};
 use clap::ValueEnum;
 use serde::Serialize;
@@ -113,59 +116,8 @@ pub(crate) fn run(args: CatalogArgs) -> anyhow::Result<()> {
 fn print(args: CatalogArgs) -> anyhow::Result<()> {
     let mut types = match args.provider {
         CatalogSource::Embedded => providers::catalog::default_catalog(),
-        CatalogSource::Aws => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
-            rt.block_on(async {
-                let mut settings = args.aws.settings(args.region.as_deref(), None)?;
-                if !args.instance_types.is_empty() {
-                    settings.instance_types = args.instance_types.clone();
-                }
-                let p = provider_aws::AwsProvider::connect(settings)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-                p.catalog(args.class.as_deref())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("AWS catalog ({}): {e}", p.region()))
-            })?
-        }
-        CatalogSource::Gcp => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
-            rt.block_on(async {
-                let p = args
-                    .gcp
-                    .connect(Common {
-                        cluster: None,
-                        region: args.region.as_deref(),
-                        endpoint_url: args.aws.endpoint_url.as_deref(),
-                    })
-                    .await?;
-                let class = args
-                    .class
-                    .as_deref()
-                    .unwrap_or(provider_gcp::config::DEFAULT_CLASS);
-                let built = p
-                    .catalog(class)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("GCP catalog ({}): {e}", p.settings().project))?;
-                // Said on stderr so that `--json` stays one document.
-                if !built.unpriced.is_empty() {
-                    eprintln!("left out, no list price: {}", built.unpriced.join(", "));
-                }
-                if !built.unknown_accelerators.is_empty() {
-                    eprintln!(
-                        "left out, unknown accelerator: {}",
-                        built.unknown_accelerators.join(", ")
-                    );
-                }
-                Ok::<_, anyhow::Error>(built.types)
-            })?
-        }
+        CatalogSource::Aws => aws_types(&args)?,
+        CatalogSource::Gcp => gcp_types(&args)?,
     };
     if !args.instance_types.is_empty() {
         types.retain(|t| args.instance_types.iter().any(|p| glob(p, &t.name)));
@@ -181,6 +133,78 @@ fn print(args: CatalogArgs) -> anyhow::Result<()> {
     }
     print_table(&mut out, &types)?;
     Ok(())
+}
+
+/// A current-thread runtime for one cloud call.
+#[cfg(any(feature = "aws", feature = "gcp"))]
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// `--provider aws`: EC2's instance types.
+#[cfg(feature = "aws")]
+fn aws_types(args: &CatalogArgs) -> anyhow::Result<Vec<InstanceType>> {
+    runtime()?.block_on(async {
+        let mut settings = args.aws.settings(args.region.as_deref(), None)?;
+        if !args.instance_types.is_empty() {
+            settings.instance_types = args.instance_types.clone();
+        }
+        let p = provider_aws::AwsProvider::connect(settings)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        p.catalog(args.class.as_deref())
+            .await
+            .map_err(|e| anyhow::anyhow!("AWS catalog ({}): {e}", p.region()))
+    })
+}
+
+/// `--provider gcp`: Compute Engine's machine types.
+#[cfg(feature = "gcp")]
+fn gcp_types(args: &CatalogArgs) -> anyhow::Result<Vec<InstanceType>> {
+    runtime()?.block_on(async {
+        let p = args
+            .gcp
+            .connect(Common {
+                cluster: None,
+                region: args.region.as_deref(),
+                endpoint_url: args.aws.endpoint_url.as_deref(),
+            })
+            .await?;
+        let class = args
+            .class
+            .as_deref()
+            .unwrap_or(provider_gcp::config::DEFAULT_CLASS);
+        let built = p
+            .catalog(class)
+            .await
+            .map_err(|e| anyhow::anyhow!("GCP catalog ({}): {e}", p.settings().project))?;
+        // Said on stderr so that `--json` stays one document.
+        if !built.unpriced.is_empty() {
+            eprintln!("left out, no list price: {}", built.unpriced.join(", "));
+        }
+        if !built.unknown_accelerators.is_empty() {
+            eprintln!(
+                "left out, unknown accelerator: {}",
+                built.unknown_accelerators.join(", ")
+            );
+        }
+        Ok::<_, anyhow::Error>(built.types)
+    })
+}
+
+/// Without the `aws` feature: the error naming it.
+#[cfg(not(feature = "aws"))]
+fn aws_types(_: &CatalogArgs) -> anyhow::Result<Vec<InstanceType>> {
+    Err(autoscaler::controller::error::Error::NotBuilt(autoscaler::Cloud::Aws.feature()).into())
+}
+
+/// Without the `gcp` feature: the error naming it.
+#[cfg(not(feature = "gcp"))]
+fn gcp_types(_: &CatalogArgs) -> anyhow::Result<Vec<InstanceType>> {
+    Err(autoscaler::controller::error::Error::NotBuilt(autoscaler::Cloud::Gcp.feature()).into())
 }
 
 /// Writes `types` as the `--json` document, which `run --catalog-file` and `validate

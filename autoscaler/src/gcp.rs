@@ -3,12 +3,16 @@
 //!
 //! The endpoint and region flags are the commands' own (`--endpoint-url`, `--region`, shared
 //! with the AWS provider), passed in here, so that one flag serves whichever provider is chosen.
+//! Building the provider needs the feature `gcp`; without it the options still parse and
+//! [`crate::Cloud::require`] refuses the provider.
 
 use std::path::PathBuf;
 
 use clap::Args;
+#[cfg(feature = "gcp")]
 use provider_gcp::{GcpProvider, GcpSettings};
 
+#[cfg(feature = "gcp")]
 use crate::controller::error::Error;
 
 /// GCP provider options. Credentials come from Application Default Credentials only
@@ -44,6 +48,7 @@ pub struct Common<'a> {
     pub endpoint_url: Option<&'a str>,
 }
 
+#[cfg(feature = "gcp")]
 impl GcpArgs {
     /// The settings: the file's (or the defaults), with the command line on top.
     ///
@@ -94,7 +99,7 @@ impl GcpArgs {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "gcp"))]
 mod tests {
     use super::*;
 

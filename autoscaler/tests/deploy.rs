@@ -540,9 +540,53 @@ fn image_agrees_with_the_chart() {
     assert_eq!(directive("EXPOSE"), [format!("{port}/tcp")]);
     assert_eq!(c["args"][0], "run");
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-    // The binary the image builds is the package's `gpu-autoscaler`.
+    // The binary the image builds is the package's `gpu-autoscaler`, with every cloud provider.
+    let build = dockerfile_build_command(&dockerfile);
     assert!(
-        dockerfile.contains("cargo build --release --locked -p autoscaler --bin gpu-autoscaler")
+        build.starts_with("cargo build --release --locked -p autoscaler ")
+            && build.contains(" --features aws,gcp ")
+            && build.ends_with(" --bin gpu-autoscaler"),
+        "{build}"
+    );
+}
+
+/// The `cargo build` command of the Dockerfile's build stage.
+fn dockerfile_build_command(dockerfile: &str) -> String {
+    let start = dockerfile
+        .find("cargo build ")
+        .expect("the Dockerfile runs cargo build");
+    // The command ends at `&&` or at the line's continuation backslash.
+    let line = dockerfile[start..].lines().next().unwrap();
+    let command = line.split("&&").next().unwrap().trim();
+    command.trim_end_matches('\\').trim_end().to_string()
+}
+
+/// A fresh clone builds the image's binary in CI: `.ci/run` runs the Dockerfile's very `cargo
+/// build` command (same package, features and profile), and the README's test command, which
+/// enables every feature so that the AWS and GCP tests run.
+#[test]
+fn ci_builds_the_images_binary_and_runs_the_readmes_tests() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    let ci_lines: Vec<&str> = ci.lines().map(str::trim).collect();
+    let build = dockerfile_build_command(&dockerfile);
+    assert!(
+        ci_lines.contains(&build.as_str()),
+        ".ci/run does not run the Dockerfile's `{build}`"
+    );
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let test = readme
+        .split("```sh\n")
+        .filter_map(|b| b.split("```").next())
+        .flat_map(str::lines)
+        .find(|l| l.starts_with("cargo test"))
+        .expect("the README's test command");
+    assert_eq!(test, "cargo test --workspace --all-features");
+    assert!(
+        ci_lines
+            .iter()
+            .any(|l| *l == test || l.starts_with(&format!("{test} "))),
+        ".ci/run does not run the README's `{test}`"
     );
 }
 
@@ -741,6 +785,7 @@ fn mounted_settings(docs: &[Value]) -> (String, String) {
 
 /// The settings text as the binary would read it from the mount: written to a temporary file
 /// that stands in for the mounted path.
+#[cfg(any(feature = "aws", feature = "gcp"))]
 fn local_copy(text: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("provider.yaml");
@@ -791,17 +836,22 @@ fn aws_values_mount_the_settings_file_and_annotate_for_irsa() {
     assert!(!a.iter().any(|x| x.starts_with("--gcp-config")
         || x.starts_with("--project")
         || x.starts_with("--zone")));
-    let mut run = run_args(&d);
+    let run = run_args(&d);
     assert_eq!(run.aws.config.as_deref(), Some(Path::new(&path)));
-    let (_dir, local) = local_copy(&text);
-    run.aws.config = Some(local);
-    let s = run
-        .aws
-        .settings(Some(&run.region), Some(&run.cluster_name))
-        .expect("the binary loads the mounted settings");
-    assert_eq!(s.region.as_deref(), Some("us-west-2"), "--region wins");
-    assert_eq!(s.cluster, "prod");
-    assert!(!s.node_classes["default"].ami.is_empty(), "an AMI");
+    // The loader is the `aws` feature's (CI tests with --all-features).
+    #[cfg(feature = "aws")]
+    {
+        let (_dir, local) = local_copy(&text);
+        let mut run = run.clone();
+        run.aws.config = Some(local);
+        let s = run
+            .aws
+            .settings(Some(&run.region), Some(&run.cluster_name))
+            .expect("the binary loads the mounted settings");
+        assert_eq!(s.region.as_deref(), Some("us-west-2"), "--region wins");
+        assert_eq!(s.cluster, "prod");
+        assert!(!s.node_classes["default"].ami.is_empty(), "an AMI");
+    }
     let sa = find(&d, "ServiceAccount", "gpu-autoscaler").expect("the ServiceAccount");
     assert_eq!(
         sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
@@ -833,23 +883,28 @@ fn gcp_values_pass_project_zones_and_the_settings_file() {
         assert!(a.contains(&want.to_string()), "{want} missing from {a:?}");
     }
     assert!(!a.iter().any(|x| x.starts_with("--aws-config")));
-    let mut run = run_args(&d);
+    let run = run_args(&d);
     assert_eq!(run.gcp.config.as_deref(), Some(Path::new(&path)));
     assert_eq!(run.gcp.project.as_deref(), Some("ml-prod"));
     assert_eq!(run.gcp.zones, ["us-central1-a", "us-central1-b"]);
-    let (_dir, local) = local_copy(&text);
-    run.gcp.config = Some(local);
-    let s = run
-        .gcp
-        .settings(autoscaler::gcp::Common {
-            cluster: Some(&run.cluster_name),
-            region: Some(&run.region),
-            endpoint_url: run.aws.endpoint_url.as_deref(),
-        })
-        .expect("the binary loads the mounted settings");
-    assert_eq!(s.project, "ml-prod", "--project wins over the file");
-    assert_eq!(s.zones, ["us-central1-a", "us-central1-b"]);
-    assert!(s.node_classes.contains_key("default"));
+    // The loader is the `gcp` feature's (CI tests with --all-features).
+    #[cfg(feature = "gcp")]
+    {
+        let (_dir, local) = local_copy(&text);
+        let mut run = run.clone();
+        run.gcp.config = Some(local);
+        let s = run
+            .gcp
+            .settings(autoscaler::gcp::Common {
+                cluster: Some(&run.cluster_name),
+                region: Some(&run.region),
+                endpoint_url: run.aws.endpoint_url.as_deref(),
+            })
+            .expect("the binary loads the mounted settings");
+        assert_eq!(s.project, "ml-prod", "--project wins over the file");
+        assert_eq!(s.zones, ["us-central1-a", "us-central1-b"]);
+        assert!(s.node_classes.contains_key("default"));
+    }
     let sa = find(&d, "ServiceAccount", "gpu-autoscaler").unwrap();
     assert_eq!(
         sa["metadata"]["annotations"]["iam.gke.io/gcp-service-account"],
@@ -942,29 +997,40 @@ fn readme_install_snippets_render_and_load() {
     let mut providers = BTreeSet::new();
     for snippet in &snippets {
         let d = docs(&render_chart(&helm, snippet));
-        let mut run = run_args(&d);
+        let run = run_args(&d);
         let (path, text) = mounted_settings(&d);
+        assert!(!text.trim().is_empty(), "{snippet}: an empty settings file");
+        // The loaders are the `aws` and `gcp` features' (CI tests with --all-features).
+        #[cfg(any(feature = "aws", feature = "gcp"))]
         let (_dir, local) = local_copy(&text);
         match run.provider {
             ProviderKind::Aws => {
                 assert_eq!(run.aws.config.as_deref(), Some(Path::new(&path)));
-                run.aws.config = Some(local);
-                let s = run
-                    .aws
-                    .settings(Some(&run.region), Some(&run.cluster_name))
-                    .unwrap_or_else(|e| panic!("README AWS settings: {e}"));
-                assert!(!s.node_classes["default"].ami.is_empty());
+                #[cfg(feature = "aws")]
+                {
+                    let mut run = run.clone();
+                    run.aws.config = Some(local);
+                    let s = run
+                        .aws
+                        .settings(Some(&run.region), Some(&run.cluster_name))
+                        .unwrap_or_else(|e| panic!("README AWS settings: {e}"));
+                    assert!(!s.node_classes["default"].ami.is_empty());
+                }
             }
             ProviderKind::Gcp => {
                 assert_eq!(run.gcp.config.as_deref(), Some(Path::new(&path)));
-                run.gcp.config = Some(local);
-                run.gcp
-                    .settings(autoscaler::gcp::Common {
-                        cluster: Some(&run.cluster_name),
-                        region: Some(&run.region),
-                        endpoint_url: None,
-                    })
-                    .unwrap_or_else(|e| panic!("README GCP settings: {e}"));
+                #[cfg(feature = "gcp")]
+                {
+                    let mut run = run.clone();
+                    run.gcp.config = Some(local);
+                    run.gcp
+                        .settings(autoscaler::gcp::Common {
+                            cluster: Some(&run.cluster_name),
+                            region: Some(&run.region),
+                            endpoint_url: None,
+                        })
+                        .unwrap_or_else(|e| panic!("README GCP settings: {e}"));
+                }
             }
             other => panic!("README snippet for {other:?}"),
         }

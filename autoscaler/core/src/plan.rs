@@ -75,6 +75,11 @@ pub struct Unschedulable {
     pub pod: PodKey,
     /// Why, e.g. `no instance type in NodePool gpu-train offers 16 nvidia.com/gpu`.
     pub reason: String,
+    /// The NodePools whose limits (`spec.limits`, `gpuLimits`) refused every instance type
+    /// that would otherwise have taken the pod, sorted: the pod is held back by a limit, not by
+    /// a mismatch (the controller's `LimitReached` events). Empty when no limit was in the way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limited_by: Vec<String>,
 }
 
 /// The result of [`crate::provision::plan_provisioning`].

@@ -81,7 +81,10 @@ mod shapes;
 mod slots;
 mod topology;
 
-pub use shapes::{Devices, Shape, build_shapes, claim_meets_min_values, demand, term_fits_shape};
+pub use shapes::{
+    AdmittedTypes, Devices, Shape, admitted_types, build_shapes, claim_meets_min_values, demand,
+    term_fits_shape,
+};
 
 pub(crate) use explanations::pool_standing;
 
@@ -300,6 +303,8 @@ struct Planner<'a> {
     smallest: Resources,
     state: State,
     reasons: Vec<Option<String>>,
+    /// Per pending pod, the pools whose limits alone kept it off a new node (its last try).
+    limited: Vec<Vec<String>>,
     /// Known label values, for "did you mean" in reasons; built for the first pod that fails.
     vocabulary: std::cell::OnceCell<crate::vocabulary::Vocabulary>,
     /// The pending pod to explain (`explain`): its considerations are taken when it is placed.
@@ -396,6 +401,7 @@ impl<'a> Planner<'a> {
                 claims_opened: 0,
             },
             reasons: vec![None; snap.pending.len()],
+            limited: vec![Vec::new(); snap.pending.len()],
             vocabulary: std::cell::OnceCell::new(),
             explain: None,
             considered: None,
@@ -564,9 +570,11 @@ impl<'a> Planner<'a> {
             self.snap.pending[first].key.name, why
         );
         self.state = saved;
+        let limited = self.limited[first].clone();
         for m in members {
             self.state.placed[*m] = None;
             self.reasons[*m] = Some(msg.clone());
+            self.limited[*m] = limited.clone();
         }
     }
 
@@ -800,6 +808,7 @@ impl<'a> Planner<'a> {
                 reason: self.reasons[i]
                     .clone()
                     .unwrap_or_else(|| "not placed".into()),
+                limited_by: self.limited[i].clone(),
             });
         }
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));

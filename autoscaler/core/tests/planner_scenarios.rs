@@ -741,3 +741,65 @@ fn misspelled_label_values_get_did_you_mean() {
         "#]],
     );
 }
+
+#[test]
+fn a_pod_held_back_by_a_limit_names_the_pool_and_a_misfit_names_none() {
+    let pods = vec![
+        pod("a").cpu("15"),
+        pod("b").cpu("15"),
+        pod("huge").cpu("1000"),
+    ];
+    let plan = plan_provisioning(&snapshot(
+        pods,
+        vec![pool("default", cpu_types()).limit_nodes(1)],
+    ));
+    let limited: Vec<(&str, Vec<String>)> = plan
+        .unschedulable
+        .iter()
+        .map(|u| (u.pod.name.as_str(), u.limited_by.clone()))
+        .collect();
+    assert_eq!(
+        limited,
+        [("b", vec!["default".to_string()]), ("huge", vec![])],
+        "{}",
+        plan.render()
+    );
+}
+
+#[test]
+fn admitted_types_count_the_requirements_and_then_the_available_offerings() {
+    use autoscaler_core::provision::{AdmittedTypes, admitted_types};
+    let p = pool("default", cpu_types())
+        .require(
+            labels::INSTANCE_TYPE,
+            Operator::In,
+            &["m5.large", "m5.xlarge"],
+        )
+        .build();
+    assert_eq!(
+        admitted_types(&p),
+        AdmittedTypes {
+            admitted: 2,
+            available: 2
+        }
+    );
+    let none = pool("default", cpu_types())
+        .require(labels::INSTANCE_TYPE, Operator::In, &["p9.huge"])
+        .build();
+    assert_eq!(admitted_types(&none), AdmittedTypes::default());
+    // Every offering of m5.large refused (as the unavailable-offerings cache marks them).
+    let mut types = cpu_types();
+    for o in &mut types[0].offerings {
+        o.available = false;
+    }
+    let one = pool("default", types)
+        .require(labels::INSTANCE_TYPE, Operator::In, &["m5.large"])
+        .build();
+    assert_eq!(
+        admitted_types(&one),
+        AdmittedTypes {
+            admitted: 1,
+            available: 0
+        }
+    );
+}

@@ -43,6 +43,13 @@ pub enum Error {
     /// A command-line or configuration value is unusable.
     #[error("configuration: {0}")]
     Config(String),
+    /// The provider asked for is a cargo feature this binary was built without.
+    #[error(
+        "this gpu-autoscaler was built without the `{0}` feature, so it has no {0} provider: \
+         build it with `cargo build --release -p autoscaler --features {0}` (the release image \
+         has every provider)"
+    )]
+    NotBuilt(&'static str),
     /// Serving `/metrics` and the health endpoints failed.
     #[error("HTTP server on {addr}: {source}")]
     Http {

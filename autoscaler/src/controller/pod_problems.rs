@@ -27,6 +27,11 @@ use std::collections::{HashMap, VecDeque};
 
 use super::cache::CachedPod;
 
+/// The event reason for a pending pod no scale-up is made for (the Cluster Autoscaler's).
+pub const NOT_TRIGGERED: &str = "NotTriggerScaleUp";
+/// The event reason for a pending pod held back by a NodePool's limits, and on that NodePool.
+pub const LIMIT_REACHED: &str = "LimitReached";
+
 /// Events a burst may send at once.
 pub const BURST: u32 = 100;
 /// One more event may be sent per this many milliseconds once the burst is spent (10 a second).

@@ -112,6 +112,8 @@ struct Controller<P> {
     last_disruption: Option<Instant>,
     last_gc: Option<Instant>,
     last_pool_status: Option<Instant>,
+    /// When the status stage last fetched catalogs no pending pod had needed yet.
+    last_catalog_fetch: Option<Instant>,
     orphans: HashMap<String, i64>,
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
@@ -325,7 +327,12 @@ async fn connect_gcp(args: &RunArgs) -> Result<provider_gcp::GcpProvider> {
 /// # Errors
 /// Configuration, client or server errors, or lost leadership.
 pub async fn run(args: RunArgs) -> Result<()> {
-    // Bad settings are refused before connecting.
+    // Bad settings, and a provider this build lacks, are refused before connecting.
+    match args.provider {
+        ProviderKind::Aws => crate::Cloud::Aws.require()?,
+        ProviderKind::Gcp => crate::Cloud::Gcp.require()?,
+        ProviderKind::Kwok | ProviderKind::Fake => {}
+    }
     let catalog = catalog_of(&args)?;
     let config = kube::Config::infer()
         .await
@@ -360,14 +367,21 @@ pub async fn run(args: RunArgs) -> Result<()> {
             let fake = FakeProvider::new(catalog).with_cluster(args.cluster_name.clone());
             run_with(client, Arc::new(fake), None, args).await
         }
+        #[cfg(feature = "aws")]
         ProviderKind::Aws => {
             let aws = connect_aws(&args).await?;
             run_with(client, Arc::new(aws), None, args).await
         }
+        #[cfg(feature = "gcp")]
         ProviderKind::Gcp => {
             let gcp = connect_gcp(&args).await?;
             run_with(client, Arc::new(gcp), None, args).await
         }
+        // Refused above (the same error); kept so that every build matches every kind.
+        #[cfg(not(feature = "aws"))]
+        ProviderKind::Aws => crate::Cloud::Aws.require(),
+        #[cfg(not(feature = "gcp"))]
+        ProviderKind::Gcp => crate::Cloud::Gcp.require(),
     }
 }
 
@@ -472,6 +486,7 @@ async fn run_with<P: CloudProvider + 'static>(
         last_disruption: None,
         last_gc: None,
         last_pool_status: None,
+        last_catalog_fetch: None,
         orphans: HashMap::new(),
         notices: pod_problems::Notices::default(),
         first_round: true,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use fake_apiserver::{FaultRates, Faults, Options};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use nodepools::NodePool;
@@ -278,6 +279,25 @@ async fn e2e_faults_drain_waits_for_its_pdb_then_moves_a_deployment() {
     let (accepted, refused) = c.server().evictions();
     assert!(accepted >= 3, "every web pod was evicted: {accepted}");
     assert_eq!(refused, 0, "no eviction beyond the raised budget");
+    // Each of the three evicted web pods is told why, on the pod.
+    eventually("an Evicted event per evicted web pod", DEADLINE, || async {
+        let told = Api::<Event>::namespaced(c.client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("Evicted")
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("Pod")
+                    && e.note.as_deref().is_some_and(|n| {
+                        n.starts_with("evicted by gpu-autoscaler to remove its node")
+                    })
+            })
+            .count();
+        (told >= 3).then_some(())
+    })
+    .await;
     // The DaemonSet follows the nodes: one agent on the one node left, once pod GC ran.
     eventually("one agent pod, on node 1", DEADLINE, || async {
         let agents = Api::<Pod>::namespaced(c.client.clone(), "default")

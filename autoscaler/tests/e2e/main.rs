@@ -4,7 +4,11 @@
 mod harness;
 
 mod crash;
+<<<<<<< HEAD
 mod explain;
+=======
+mod events;
+>>>>>>> s6-install
 mod faults;
 mod guard;
 mod kueue;

@@ -104,6 +104,10 @@ pub mod conditions {
     /// `ResourceMismatch`) while an instance type of the pool is kept out of planning because
     /// a node of it advertised fewer devices; the message names the type and the numbers.
     pub const CAPACITY_DELIVERED: &str = "CapacityDelivered";
+    /// NodePool: its requirements admit an instance type of its node class's catalog that has
+    /// an offering available now (in an allowed zone and capacity type). False, reason
+    /// `NoInstanceTypeMatches` or `OfferingsUnavailable`, when nothing can be launched for it.
+    pub const INSTANCE_TYPES_AVAILABLE: &str = "InstanceTypesAvailable";
 
     /// Condition reasons (CamelCase, as the API requires).
     pub mod reasons {
@@ -132,6 +136,13 @@ pub mod conditions {
         pub const RESOURCE_MISMATCH: &str = "ResourceMismatch";
         /// Every node of the NodePool delivered what it was launched for.
         pub const AS_LAUNCHED: &str = "AsLaunched";
+        /// The NodePool's requirements admit no instance type of the catalog.
+        pub const NO_INSTANCE_TYPE_MATCHES: &str = "NoInstanceTypeMatches";
+        /// Every offering of the instance types the NodePool admits is unavailable now (the
+        /// cloud refused it recently, or the type delivered too little).
+        pub const OFFERINGS_UNAVAILABLE: &str = "OfferingsUnavailable";
+        /// Some instance type the NodePool admits has an available offering.
+        pub const INSTANCE_TYPES_FOUND: &str = "InstanceTypesFound";
         /// The condition holds.
         pub const SUCCEEDED: &str = "Succeeded";
     }

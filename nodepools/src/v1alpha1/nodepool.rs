@@ -278,7 +278,7 @@ pub struct BudgetSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolStatus {
-    /// `Ready` and `ValidationSucceeded`.
+    /// `Ready`, `ValidationSucceeded`, `CapacityDelivered` and `InstanceTypesAvailable`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,

@@ -1,24 +1,23 @@
 //! The AWS SDK is built for this crate and the binary only: the pure core, the simulator, the
 //! `providers` crate and the API types must never pull it in (aws-sdk-ec2 alone is minutes of
-//! build, and their tests are run far more often than ours).
+//! build, and their tests are run far more often than ours). The binary's crate builds it only
+//! with its `aws` feature, so the README's first command (`cargo run --release -p autoscaler --
+//! simulate`) does not.
 
 use std::process::Command;
 
 /// Package names in `package`'s normal and dev dependency tree.
 fn dependencies(package: &str) -> Vec<String> {
+    tree(package, &["-e", "normal,dev"])
+}
+
+/// Package names in `package`'s dependency tree, `extra` passed to `cargo tree`.
+fn tree(package: &str, extra: &[&str]) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "tree",
-            "--offline",
-            "--prefix",
-            "none",
-            "-e",
-            "normal,dev",
-            "-p",
-            package,
-        ])
+        .args(["tree", "--offline", "--prefix", "none", "-p", package])
+        .args(extra)
         .output()
         .expect("cargo tree runs");
     assert!(
@@ -55,4 +54,16 @@ fn the_sdk_stays_out_of_core_simulator_providers_and_api_types() {
         let sdk: Vec<&String> = deps.iter().filter(|n| is_aws_sdk(n)).collect();
         assert!(sdk.is_empty(), "{package} depends on the AWS SDK: {sdk:?}");
     }
+}
+
+/// `cargo run -p autoscaler` (no features: the README's first command) builds no AWS SDK; the
+/// `aws` feature (the image's build) does.
+#[test]
+fn the_binary_builds_the_sdk_only_with_its_aws_feature() {
+    let plain = tree("autoscaler", &["-e", "normal"]);
+    assert!(plain.iter().any(|n| n == "kube"), "{plain:?}");
+    let sdk: Vec<&String> = plain.iter().filter(|n| is_aws_sdk(n)).collect();
+    assert!(sdk.is_empty(), "autoscaler without features: {sdk:?}");
+    let with = tree("autoscaler", &["-e", "normal", "--features", "aws"]);
+    assert!(with.iter().any(|n| n == "aws-sdk-ec2"), "{with:?}");
 }

@@ -77,6 +77,7 @@ fn refuse_uninitialized_targets(plan: &mut Plan, nodes: &[Node]) {
         plan.unschedulable.push(crate::plan::Unschedulable {
             reason: format!("{UNINITIALIZED_TARGET} {}", p.target),
             pod: p.pod,
+            limited_by: Vec::new(),
         });
     }
     plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));

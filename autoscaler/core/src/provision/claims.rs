@@ -232,6 +232,7 @@ impl<'a> Planner<'a> {
         let mut best: Option<(i32, Option<f64>, f64, usize, Requirements, Vec<usize>)> = None;
         let mut cheapest = f64::INFINITY;
         let mut reasons: Vec<String> = Vec::new();
+        let mut limited: Vec<String> = Vec::new();
         let empty = Slot::empty(vec![0; self.nsel()]);
         for &pi in &self.pool_order {
             let pool = &self.snap.pools[pi];
@@ -278,9 +279,14 @@ impl<'a> Planner<'a> {
                     })
                     .collect();
                 if fitting.is_empty() {
-                    reasons.push(
-                        limit_reason.unwrap_or_else(|| self.no_fit_reason(pi, ci, &term, &need)),
-                    );
+                    let why = match limit_reason {
+                        Some(why) => {
+                            limited.push(pool.name.clone());
+                            why
+                        }
+                        None => self.no_fit_reason(pi, ci, &term, &need),
+                    };
+                    reasons.push(why);
                     continue;
                 }
                 if !wants_gpu && fitting.iter().any(|s| !self.shapes[*s].has_gpu) {
@@ -372,6 +378,9 @@ impl<'a> Planner<'a> {
                 }
             }
         }
+        limited.sort();
+        limited.dedup();
+        self.limited[i] = if best.is_some() { Vec::new() } else { limited };
         match best {
             Some((_, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
             None => {

@@ -143,6 +143,7 @@ pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
     shapes
 }
 
+<<<<<<< HEAD
 /// Why an instance type is not a node its pool can launch: what [`build_shapes`] leaves out.
 /// Cheap to make (no words); [`super::explanations`] words it for `explain`.
 #[derive(Debug)]
@@ -162,6 +163,13 @@ pub(crate) fn shape_for<'p>(
     snapshot: &Snapshot,
 ) -> Result<Shape, Excluded<'p>> {
     let shared = apply_sharing(it, &pool.sharing).map_err(Excluded::Sharing)?;
+=======
+/// An instance type as a node of `pool`, when the pool's requirements admit it: sharing
+/// applied, its node labels, and the offerings in the zones and capacity types the pool allows
+/// (available or not).
+fn admitted(pool: &Pool, it: &InstanceType) -> Option<(InstanceType, Labels, Vec<Offering>)> {
+    let shared = apply_sharing(it, &pool.sharing).ok()?;
+>>>>>>> s6-install
     let mut labels = shared.labels.clone();
     for (k, v) in &pool.labels {
         labels.insert(k.clone(), v.clone());
@@ -178,12 +186,44 @@ pub(crate) fn shape_for<'p>(
     }
     let zc = pool.requirements.get(labels::ZONE);
     let cc = pool.requirements.get(labels::CAPACITY_TYPE);
-    let mut offerings: Vec<Offering> = shared
+    let offerings: Vec<Offering> = shared
         .offerings
         .iter()
-        .filter(|o| o.available && offering_allowed(o, zc, cc))
+        .filter(|o| offering_allowed(o, zc, cc))
         .cloned()
         .collect();
+    (!offerings.is_empty()).then_some((shared, labels, offerings))
+}
+
+/// How many instance types of `pool.instance_types` its requirements admit (sharing valid,
+/// labels matching, an offering in an allowed zone and capacity type), and how many of those
+/// have such an offering available now: the NodePool's `InstanceTypesAvailable` condition.
+/// The planner launches only from the second kind.
+pub fn admitted_types(pool: &Pool) -> AdmittedTypes {
+    let mut out = AdmittedTypes::default();
+    for it in pool.instance_types.iter() {
+        if let Some((_, _, offerings)) = admitted(pool, it) {
+            out.admitted += 1;
+            if offerings.iter().any(|o| o.available) {
+                out.available += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The counts of [`admitted_types`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdmittedTypes {
+    /// Instance types the pool's requirements admit.
+    pub admitted: usize,
+    /// Of those, types with an offering available now.
+    pub available: usize,
+}
+
+fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> Option<Shape> {
+    let (shared, labels, mut offerings) = admitted(pool, it)?;
+    offerings.retain(|o| o.available);
     if offerings.is_empty() {
         return Err(Excluded::NoOffering);
     }

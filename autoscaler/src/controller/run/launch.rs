@@ -308,8 +308,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         &mut self,
         pools: &[Arc<NodePool>],
     ) -> BTreeMap<String, Arc<Vec<InstanceType>>> {
-        let now = epoch();
-        let mut out = BTreeMap::new();
+        self.refresh_catalogs(pools).await;
+        self.cached_instance_types(pools)
+    }
+
+    /// Fetches the catalog of every node class of `pools` not fetched in the last five minutes.
+    pub(super) async fn refresh_catalogs(&mut self, pools: &[Arc<NodePool>]) {
         for np in pools {
             let class = class_of(np);
             let fresh = self
@@ -330,7 +334,19 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     Err(e) => tracing::warn!(error = %e, "listing instance types"),
                 }
             }
-            if let Some((_, t)) = self.types.get(&class) {
+        }
+    }
+
+    /// [`Self::instance_types`] from the catalogs already fetched (no cloud call): pools whose
+    /// node class has none yet are absent.
+    pub(super) fn cached_instance_types(
+        &self,
+        pools: &[Arc<NodePool>],
+    ) -> BTreeMap<String, Arc<Vec<InstanceType>>> {
+        let now = epoch();
+        let mut out = BTreeMap::new();
+        for np in pools {
+            if let Some((_, t)) = self.types.get(&class_of(np)) {
                 let mut t = t.as_ref().clone();
                 self.shared
                     .unavailable

@@ -13,6 +13,7 @@ use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Requirements, ValueSet};
 use autoscaler_core::resources::Resources;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -22,6 +23,7 @@ use nodepools::{
 };
 use providers::CloudProvider;
 
+use crate::controller::actuator::reference;
 use crate::controller::cache::CachedPod;
 use crate::controller::error::Result;
 use crate::controller::keys;
@@ -101,6 +103,23 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim 
         },
         status: None,
     }
+}
+
+/// A NodePool's limits as written: `spec.limits` then `spec.gpuLimits` (`gpuLimits.H100=8`).
+fn limits_text(np: &NodePool) -> String {
+    let mut parts: Vec<String> = np
+        .spec
+        .limits
+        .iter()
+        .map(|(k, q)| format!("{k}={}", q.0))
+        .collect();
+    parts.extend(
+        np.spec
+            .gpu_limits
+            .iter()
+            .map(|(model, n)| format!("gpuLimits.{model}={n}")),
+    );
+    parts.join(", ")
 }
 
 /// Resources as a Kubernetes resource map.
@@ -326,16 +345,26 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         let now_ms = jiff::Timestamp::now().as_millisecond();
+        // A pod a NodePool's limit holds back is told `LimitReached`, others why nothing fits.
         let unplanned = plan.unschedulable.iter().filter_map(|u| {
             let p = pod_by_key.get(&u.pod)?;
-            Some((p.as_ref(), pod_problems::not_triggered(&u.reason)))
+            let reason = if u.limited_by.is_empty() {
+                pod_problems::NOT_TRIGGERED
+            } else {
+                pod_problems::LIMIT_REACHED
+            };
+            Some((p.as_ref(), reason, pod_problems::not_triggered(&u.reason)))
         });
-        for (p, note) in refused.into_iter().chain(unplanned) {
+        let refused = refused
+            .into_iter()
+            .map(|(p, note)| (p, pod_problems::NOT_TRIGGERED, note));
+        for (p, reason, note) in refused.chain(unplanned) {
             if self.notices.admit(&pod_problems::pod_id(p), &note, now_ms) {
-                tracing::info!(pod = %p.key, %note, "NotTriggerScaleUp");
-                events.push((p.reference(), true, "NotTriggerScaleUp", note));
+                tracing::info!(pod = %p.key, %note, reason);
+                events.push((p.reference(), true, reason, note));
             }
         }
+        self.limit_events(&plan, &pools, &mut events);
         let pending_ids: HashSet<String> = pods
             .iter()
             .filter(|p| pending.contains(&p.key))
@@ -349,6 +378,55 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     actuator.event(&r, warning, reason, "ScaleUp", note).await;
                 }
             });
+        }
+    }
+
+    /// A `LimitReached` Warning on each NodePool whose limits hold pending pods back, with the
+    /// limits and the first pods; once per pool per [`crate::controller::consolidatable::EVENT_EVERY_S`] while it
+    /// lasts (the pods themselves are told each, once).
+    fn limit_events(
+        &mut self,
+        plan: &autoscaler_core::plan::Plan,
+        pools: &[Arc<NodePool>],
+        events: &mut Vec<(ObjectReference, bool, &'static str, String)>,
+    ) {
+        let mut held: BTreeMap<&str, Vec<&PodKey>> = BTreeMap::new();
+        for u in &plan.unschedulable {
+            for pool in &u.limited_by {
+                held.entry(pool.as_str()).or_default().push(&u.pod);
+            }
+        }
+        let now = epoch();
+        self.visibility.limits.prune(now);
+        for (name, pods) in held {
+            let Some(np) = pools.iter().find(|p| p.name_any() == name) else {
+                continue;
+            };
+            if !self
+                .visibility
+                .limits
+                .allow(name, pod_problems::LIMIT_REACHED, now)
+            {
+                continue;
+            }
+            const SHOWN: usize = 5;
+            let mut shown: Vec<String> = pods.iter().take(SHOWN).map(|p| p.to_string()).collect();
+            if pods.len() > SHOWN {
+                shown.push(format!("and {} more", pods.len() - SHOWN));
+            }
+            let note = format!(
+                "limits reached ({}): {} pending pod(s) get no new node from this NodePool: {}",
+                limits_text(np),
+                pods.len(),
+                shown.join(", ")
+            );
+            tracing::info!(pool = %name, %note, "LimitReached");
+            events.push((
+                reference(np.as_ref()),
+                true,
+                pod_problems::LIMIT_REACHED,
+                note,
+            ));
         }
     }
 

@@ -1,10 +1,16 @@
 //! NodePool status conditions and the controller's gauges.
+//!
+//! A NodePool's conditions: `ValidationSucceeded` and `Ready` (its spec), `CapacityDelivered`
+//! (its nodes came up with what they were launched for) and `InstanceTypesAvailable` (its
+//! requirements admit an instance type of its node class's catalog with an offering available
+//! now, [`instance_types_condition`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use autoscaler_core::labels;
+use autoscaler_core::provision::{AdmittedTypes, admitted_types};
 use autoscaler_core::resources::{Resources, is_gpu_class};
 use kube::ResourceExt;
 use nodepools::conditions::{self, reasons};
@@ -32,7 +38,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     async fn pool_status(&mut self) {
         let claims = self.stores.claims.state();
-        for np in self.stores.pools.state() {
+        let pools = self.stores.pools.state();
+        // A pool no pending pod has needed a catalog for yet still gets its
+        // InstanceTypesAvailable condition: fetch missing catalogs, at most once a minute.
+        if pools
+            .iter()
+            .any(|np| !self.types.contains_key(&super::class_of(np)))
+            && due(&mut self.last_catalog_fetch, Duration::from_secs(60))
+        {
+            self.refresh_catalogs(&pools).await;
+        }
+        let catalogs = self.cached_instance_types(&pools);
+        for np in pools {
             let name = np.name_any();
             let mine: Vec<&Arc<NodeClaim>> = claims
                 .iter()
@@ -97,6 +114,22 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 ts,
                 np.metadata.generation,
             );
+            // Without a catalog yet, or with an invalid spec (ValidationSucceeded says why),
+            // the condition stays as it was.
+            if let Some(types) = catalogs.get(&name)
+                && let Ok(pool) = np.to_core(types.clone())
+            {
+                let (ok, reason, message) =
+                    instance_types_condition(admitted_types(&pool), types.len());
+                set_condition(
+                    &mut conds,
+                    (conditions::INSTANCE_TYPES_AVAILABLE, ok),
+                    reason,
+                    &message,
+                    ts,
+                    np.metadata.generation,
+                );
+            }
             let status = nodepools::NodePoolStatus {
                 conditions: conds,
                 nodes: mine.len() as i64,
@@ -199,5 +232,72 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .set(v);
             m.gpu_allocated.get_or_create(&ModelLabel { model }).set(u);
         }
+    }
+}
+
+/// The NodePool's `InstanceTypesAvailable` condition from what its requirements admit of a
+/// catalog of `catalog` instance types: status, reason and a message that changes only when
+/// the counts do (the status is written only on change).
+fn instance_types_condition(counts: AdmittedTypes, catalog: usize) -> (bool, &'static str, String) {
+    if counts.admitted == 0 {
+        (
+            false,
+            reasons::NO_INSTANCE_TYPE_MATCHES,
+            format!(
+                "the requirements admit none of the {catalog} instance types of the node class's \
+                 catalog (instance labels, zones and capacity types; `gpu-autoscaler catalog` \
+                 lists them)"
+            ),
+        )
+    } else if counts.available == 0 {
+        (
+            false,
+            reasons::OFFERINGS_UNAVAILABLE,
+            format!(
+                "every offering of the {} instance type(s) the requirements admit is unavailable \
+                 now (the cloud refused it recently, or the type delivered too little); they are \
+                 tried again when that expires",
+                counts.admitted
+            ),
+        )
+    } else {
+        (
+            true,
+            reasons::INSTANCE_TYPES_FOUND,
+            format!(
+                "{} of the {catalog} instance types match, {} with an available offering",
+                counts.admitted, counts.available
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_types_condition_names_what_is_missing() {
+        let c = |admitted, available| {
+            instance_types_condition(
+                AdmittedTypes {
+                    admitted,
+                    available,
+                },
+                40,
+            )
+        };
+        let (ok, reason, message) = c(0, 0);
+        assert_eq!((ok, reason), (false, reasons::NO_INSTANCE_TYPE_MATCHES));
+        assert!(message.contains("none of the 40"), "{message}");
+        let (ok, reason, message) = c(3, 0);
+        assert_eq!((ok, reason), (false, reasons::OFFERINGS_UNAVAILABLE));
+        assert!(message.contains("3 instance type(s)"), "{message}");
+        let (ok, reason, message) = c(3, 2);
+        assert_eq!((ok, reason), (true, reasons::INSTANCE_TYPES_FOUND));
+        assert_eq!(
+            message,
+            "3 of the 40 instance types match, 2 with an available offering"
+        );
     }
 }

@@ -33,6 +33,8 @@ pub(super) struct Visibility {
     written: HashMap<String, (Desired, Instant)>,
     /// When each node was last told each blocking reason.
     events: EventLimiter,
+    /// When each NodePool was last told `LimitReached`.
+    pub(super) limits: EventLimiter,
     /// Per pool, the last disruption round's kept nodes by reason and its candidates.
     kept: BTreeMap<String, (BTreeMap<String, i64>, i64)>,
     /// When disruption last ran (seconds).
