@@ -4,3 +4,4 @@
 pub mod aws;
 pub mod controller;
 pub mod gcp;
+pub mod replay;

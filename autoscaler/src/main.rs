@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod catalog_cmd;
 mod simulate;
+mod snapshot_cmd;
 mod validate_cmd;
 
 /// GPU-aware Kubernetes node autoscaler.
@@ -43,6 +44,10 @@ enum Commands {
     /// against the catalog; every problem is printed with its file, document and field path,
     /// and the exit status is 1 if there is any (for NodePool repositories' CI).
     Validate(validate_cmd::ValidateArgs),
+    /// Record the cluster of the current kubeconfig (or in-cluster configuration): NodePools,
+    /// nodes, pods, DaemonSets and PodDisruptionBudgets, once or as a series, for
+    /// `simulate --from-snapshot`.
+    Snapshot(snapshot_cmd::SnapshotArgs),
     /// Benchmarks; build with `--release` first (see `bench planner --help`).
     Bench {
         /// Which benchmark.
@@ -60,6 +65,7 @@ fn main() -> anyhow::Result<()> {
         Commands::Simulate(args) => simulate::run(args),
         Commands::Catalog(args) => catalog_cmd::run(args),
         Commands::Validate(args) => validate_cmd::run(args),
+        Commands::Snapshot(args) => snapshot_cmd::run(args),
     }
 }
 

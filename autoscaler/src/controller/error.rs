@@ -32,6 +32,14 @@ pub enum Error {
     /// A command-line or configuration value is unusable.
     #[error("configuration: {0}")]
     Config(String),
+    /// A cluster snapshot file cannot be written, read or replayed.
+    #[error("snapshot {path}: {why}")]
+    Snapshot {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the document, object or field.
+        why: String,
+    },
     /// Serving `/metrics` and the health endpoints failed.
     #[error("HTTP server on {addr}: {source}")]
     Http {

@@ -12,4 +12,5 @@ mod provisioning;
 mod provreq;
 mod quickstart;
 mod safety;
+mod snapshot;
 mod visibility;
