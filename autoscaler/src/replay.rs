@@ -302,8 +302,9 @@ pub fn append(out: &mut std::fs::File, path: &Path, sample: &Sample) -> Result<(
 /// # Errors
 /// [`Error::Snapshot`] naming the file and the document: YAML that does not parse, an
 /// unknown field (NodePools strictly, with the field's path), a wrong `apiVersion` or
-/// `kind`, samples out of time order, or no sample at all. A last document that does not
-/// parse (a recording cut short) is dropped and named in the returned notes instead.
+/// `kind`, samples out of time order, or no sample at all. A document after the first that
+/// is cut short (broken YAML, or without its final `complete: true`) ends the file: it is
+/// dropped and named in the returned notes, and the samples before it are used.
 pub fn read(path: &Path) -> Result<(Vec<Sample>, Vec<String>)> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::Snapshot {
         path: path.display().to_string(),
@@ -321,14 +322,13 @@ pub fn parse(path: &Path, text: &str) -> Result<(Vec<Sample>, Vec<String>)> {
         path: path.display().to_string(),
         why,
     };
-    let docs: Vec<_> = serde_norway::Deserializer::from_str(text).collect();
-    let n = docs.len();
     let mut samples = Vec::new();
     let mut notes = Vec::new();
-    for (i, doc) in docs.into_iter().enumerate() {
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
         let s = match Sample::deserialize(doc) {
             Ok(s) => s,
-            Err(e) if i + 1 == n && i > 0 && is_truncation(&e) => {
+            // The parser cannot go past a broken document: a recording cut short ends here.
+            Err(e) if i > 0 && is_truncation(&e) => {
                 notes.push(format!(
                     "document {}: {e}: dropped (a recording cut short?); {} samples used",
                     i + 1,
@@ -664,4 +664,130 @@ pub fn load(path: &Path, samples: &[Sample], catalog: Vec<InstanceType>) -> Resu
         pdbs,
     };
     Ok(Loaded { scenario, notes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POOL: &str = "  - metadata: {name: cpu}\n    spec: {template: {requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [m5.xlarge]}]}}\n";
+
+    fn sample(time: &str, itype: &str, pods: &[(&str, Option<&str>)]) -> String {
+        let mut s = format!(
+            "---\napiVersion: {API_VERSION}\nkind: {KIND}\ntime: \"{time}\"\nnodePools:\n{POOL}nodes:\n  - metadata: {{name: n1, labels: {{node.kubernetes.io/instance-type: {itype}, topology.kubernetes.io/zone: us-east-1a, karpenter.sh/capacity-type: on-demand, gpu-autoscaler.dev/nodepool: cpu}}}}\n    status: {{allocatable: {{cpu: '4', memory: 15Gi, pods: '58'}}, conditions: [{{type: Ready, status: 'True'}}]}}\npods:\n"
+        );
+        for (name, node) in pods {
+            let node = node.map_or(String::new(), |n| format!(", nodeName: {n}"));
+            s.push_str(&format!(
+                "  - metadata: {{name: {name}, namespace: default}}\n    spec: {{containers: [{{name: c, resources: {{requests: {{cpu: '1'}}}}}}]{node}}}\n"
+            ));
+        }
+        s.push_str("complete: true\n");
+        s
+    }
+
+    fn load_text(text: &str) -> Result<(Loaded, Vec<String>)> {
+        let path = Path::new("snap.yaml");
+        let (samples, notes) = parse(path, text)?;
+        Ok((
+            load(path, &samples, providers::catalog::default_catalog())?,
+            notes,
+        ))
+    }
+
+    #[test]
+    fn a_series_replays_as_arrivals_and_departures() {
+        let text = sample("2026-01-01T00:00:00Z", "m5.xlarge", &[("a", Some("n1")), ("p", None)])
+            + &sample("2026-01-01T00:01:00Z", "m5.xlarge", &[("b", Some("n1")), ("p", None)])
+            + &sample("2026-01-01T00:02:00Z", "m5.xlarge", &[("a", Some("n1"))])
+            // A recording cut short in its fourth sample.
+            + "---\napiVersion: gpu-autoscaler.dev/v1alpha1\nkind: ClusterSnapshot\ntime: \"2026-01-01T00:03:00Z\"\npods:\n  - metadata: {name: c";
+        let (loaded, notes) = load_text(&text).unwrap();
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("document 4") && notes[0].contains("3 samples used"));
+        let s = loaded.scenario;
+        assert_eq!(s.existing_nodes.len(), 1);
+        let n = &s.existing_nodes[0];
+        assert_eq!(
+            (n.pool.as_deref(), n.instance_type.as_str()),
+            (Some("cpu"), "m5.xlarge")
+        );
+        assert!(n.price > 0.0);
+        let on_node: Vec<(&str, Option<i64>)> = n
+            .pods
+            .iter()
+            .map(|(p, leaves)| (p.key.name.as_str(), *leaves))
+            .collect();
+        assert_eq!(on_node, [("a", Some(60))]);
+        let replay: Vec<(&str, i64, Option<i64>)> = s
+            .replay
+            .iter()
+            .map(|r| (r.pod.key.name.as_str(), r.arrival, r.delete_at))
+            .collect();
+        // p pending from the start, gone at 2m; b from 1m to 2m; a back at 2m under a new key.
+        assert_eq!(
+            replay,
+            [
+                ("p", 0, Some(120)),
+                ("b", 60, Some(120)),
+                ("a~1", 120, None)
+            ]
+        );
+        assert_eq!(s.duration_s, 180);
+        assert_eq!(s.pools.len(), 1);
+    }
+
+    #[test]
+    fn an_instance_type_the_catalog_lacks_is_named_with_its_node() {
+        let e = load_text(&sample("2026-01-01T00:00:00Z", "x9.mega", &[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("node n1: instance type \"x9.mega\" is not in the catalog")
+                && e.contains("--catalog-file"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nodepools_are_read_strictly_and_documents_checked() {
+        let text = sample("2026-01-01T00:00:00Z", "m5.xlarge", &[])
+            .replace("spec: {template:", "spec: {weigth: 3, template:");
+        let e = load_text(&text).unwrap_err().to_string();
+        assert!(e.contains("document 1") && e.contains("spec.weigth"), "{e}");
+        let e = load_text(
+            &sample("2026-01-01T00:00:00Z", "m5.xlarge", &[])
+                .replace("kind: ClusterSnapshot", "kind: Other"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("kind \"Other\""), "{e}");
+        let two = sample("2026-01-01T00:01:00Z", "m5.xlarge", &[])
+            + &sample("2026-01-01T00:00:00Z", "m5.xlarge", &[]);
+        let e = load_text(&two).unwrap_err().to_string();
+        assert!(e.contains("document 2: time"), "{e}");
+    }
+
+    #[test]
+    fn trimming_keeps_what_translation_reads() {
+        let mut pod = serde_json::json!({
+            "metadata": {"name": "a", "managedFields": [{}], "annotations": {
+                LAST_APPLIED: "{}", "karpenter.sh/do-not-disrupt": "true"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "command": ["x"], "env": [],
+                "resources": {"requests": {"cpu": "1"}}, "ports": [{"containerPort": 80, "hostPort": 80}]}],
+                "volumes": [{"name": "v", "configMap": {"name": "x"}}, {"name": "s", "emptyDir": {}}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"}
+        });
+        trim(&mut pod, Kind::Pod);
+        assert_eq!(
+            pod,
+            serde_json::json!({
+                "metadata": {"name": "a", "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+                "spec": {"containers": [{"name": "c", "image": "i",
+                    "resources": {"requests": {"cpu": "1"}}, "ports": [{"containerPort": 80, "hostPort": 80}]}],
+                    "volumes": [{"name": "v"}, {"name": "s", "emptyDir": {}}]},
+                "status": {"phase": "Running"}
+            })
+        );
+    }
 }
