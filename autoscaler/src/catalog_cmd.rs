@@ -344,6 +344,45 @@ mod tests {
     }
 
     #[test]
+    fn a_scenario_reads_catalog_json_output_as_its_catalog() {
+        let mut types = providers::catalog::default_catalog();
+        types.retain(|t| t.name.starts_with("g5.") || t.name.starts_with("m5."));
+        let dir = std::env::temp_dir().join(format!("gpu-autoscaler-cat-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut buf = Vec::new();
+        write_json(&mut buf, &types).unwrap();
+        std::fs::write(dir.join("mine.json"), buf).unwrap();
+        let scenario = dir.join("s.yaml");
+        std::fs::write(
+            &scenario,
+            "duration: 1h\ncatalog: {file: mine.json}\npools:\n  - {name: gpu, families: [g5]}\n",
+        )
+        .unwrap();
+        let s = autoscaler_sim::Scenario::load(&scenario).expect("the scenario loads");
+        assert_eq!(
+            *s.catalog, types,
+            "catalog --json -> scenario catalog file -> same types"
+        );
+        assert!(
+            s.pools[0]
+                .instance_types
+                .iter()
+                .any(|t| t.name == "g5.xlarge")
+        );
+        let missing = dir.join("bad.yaml");
+        std::fs::write(
+            &missing,
+            "duration: 1h\ncatalog: {file: nope.json}\npools: [{name: a}]\n",
+        )
+        .unwrap();
+        let e = autoscaler_sim::Scenario::load(&missing)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("catalog.file") && e.contains("nope.json"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_bad_catalog_file_names_the_type_and_field() {
         let mut types = providers::catalog::default_catalog();
         types.retain(|t| t.name == "g5.xlarge");

@@ -5,6 +5,7 @@ pub mod aws;
 pub mod controller;
 pub mod explain;
 pub mod gcp;
+pub mod replay;
 
 /// A cloud provider that is a cargo feature of this crate (`aws`, `gcp`): the SDKs are most of
 /// a clean build, so a build that needs neither (`simulate`, the kwok provider) goes without.

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod catalog_cmd;
 mod simulate;
+mod snapshot_cmd;
 mod validate_cmd;
 
 /// GPU-aware Kubernetes node autoscaler.
@@ -49,6 +50,10 @@ enum Commands {
     /// nodepool NAME` (usage against limits, budgets, instance types left out). Takes `run`'s
     /// options, so pass the controller's `--provider`, catalog and disruption flags.
     Explain(autoscaler::explain::ExplainArgs),
+    /// Record the cluster of the current kubeconfig (or in-cluster configuration): NodePools,
+    /// nodes, pods, DaemonSets and PodDisruptionBudgets, once or as a series, for
+    /// `simulate --from-snapshot`.
+    Snapshot(snapshot_cmd::SnapshotArgs),
     /// Benchmarks; build with `--release` first (see `bench planner --help`).
     Bench {
         /// Which benchmark.
@@ -77,6 +82,7 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         },
+        Commands::Snapshot(args) => snapshot_cmd::run(args),
     }
 }
 

@@ -65,6 +65,15 @@ pub(crate) struct SimulateArgs {
     /// `openb_node_list_gpu_node.csv` next to the pod list.
     #[arg(long)]
     openb_nodes: Option<PathBuf>,
+    /// Start from a cluster snapshot (`gpu-autoscaler snapshot`): its NodePools, nodes with
+    /// their pods and DaemonSets, replaying a series' pod arrivals and departures. Instead of a
+    /// scenario.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["scenario", "openb", "dlrm"])]
+    from_snapshot: Option<PathBuf>,
+    /// The catalog of `--from-snapshot` (the format `gpu-autoscaler catalog --json` writes);
+    /// default: the embedded catalog.
+    #[arg(long, value_name = "F", requires = "from_snapshot")]
+    catalog_file: Option<PathBuf>,
     /// Refuse a run whose workload (generated or from a trace) has more pods than this.
     #[arg(long, default_value_t = autoscaler_sim::workload::DEFAULT_MAX_PODS)]
     max_pods: usize,
@@ -151,6 +160,7 @@ impl Setup {
 fn setup(args: &SimulateArgs) -> anyhow::Result<Setup> {
     let trace = args.openb.is_some() || args.dlrm.is_some();
     let mut scenario = match (&args.scenario, trace) {
+        _ if args.from_snapshot.is_some() => from_snapshot(args)?,
         (Some(p), _) => Scenario::load(p)?,
         (None, true) => Scenario::parse(
             std::path::Path::new("<embedded openb.yaml>"),
@@ -223,6 +233,24 @@ fn setup(args: &SimulateArgs) -> anyhow::Result<Setup> {
         source,
         opts,
     })
+}
+
+/// The scenario of `--from-snapshot`, its notes printed.
+fn from_snapshot(args: &SimulateArgs) -> anyhow::Result<Scenario> {
+    let Some(path) = &args.from_snapshot else {
+        anyhow::bail!("no --from-snapshot");
+    };
+    let catalog = match &args.catalog_file {
+        Some(f) => providers::catalog::read_user_catalog(f)?,
+        None => providers::catalog::default_catalog(),
+    };
+    let (samples, mut notes) = autoscaler::replay::read(path)?;
+    let loaded = autoscaler::replay::load(path, &samples, catalog)?;
+    notes.extend(loaded.notes);
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
+    Ok(loaded.scenario)
 }
 
 fn write(path: &Option<PathBuf>, text: &str) -> anyhow::Result<()> {

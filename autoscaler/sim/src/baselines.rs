@@ -177,12 +177,15 @@ fn pool_usage(ctx: &Ctx, shapes: &[Shape]) -> Vec<(i64, Resources)> {
     let mut u = vec![(0i64, Resources::new()); ctx.pools.len()];
     for ni in &ctx.cluster.live_nodes {
         let n = &ctx.cluster.nodes[*ni];
-        u[n.pool].0 += 1;
+        let Some(pi) = n.pool else {
+            continue;
+        };
+        u[pi].0 += 1;
         if let Some(s) = shapes
             .iter()
-            .find(|s| s.pool == n.pool && s.name == n.instance_type)
+            .find(|s| s.pool == pi && s.name == n.instance_type)
         {
-            u[n.pool].1.add(&s.capacity);
+            u[pi].1.add(&s.capacity);
         }
     }
     u
@@ -239,7 +242,7 @@ fn budgets_left(ctx: &Ctx) -> Vec<i64> {
                 .live_nodes
                 .iter()
                 .map(|n| &ctx.cluster.nodes[*n])
-                .filter(|n| n.pool == pi && n.registered())
+                .filter(|n| n.pool == Some(pi) && n.registered())
                 .collect();
             let total = nodes.len() as i64;
             let deleting = nodes.iter().filter(|n| n.deleting).count() as i64;
@@ -460,7 +463,7 @@ fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
         }
         let Some(sh) = shapes
             .iter()
-            .find(|s| s.pool == n.pool && s.name == n.instance_type)
+            .find(|s| Some(s.pool) == n.pool && s.name == n.instance_type)
         else {
             continue;
         };

@@ -76,9 +76,9 @@ pub struct NodeState {
     pub claim: String,
     /// Provider id from the fake cloud.
     pub provider_id: String,
-    /// Index of its pool in the scenario.
-    pub pool: usize,
-    /// Pool name.
+    /// Index of its pool in the scenario; `None` for an existing node no NodePool manages.
+    pub pool: Option<usize>,
+    /// Pool name (empty when `pool` is `None`).
     pub pool_name: String,
     /// Instance type.
     pub instance_type: String,
@@ -494,8 +494,8 @@ impl Cluster {
             },
             unschedulable: n.cordoned,
             deleting: n.deleting,
-            pool: Some(n.pool_name.clone()),
-            instance_type: Some(n.instance_type.clone()),
+            pool: n.pool.map(|_| n.pool_name.clone()),
+            instance_type: (!n.instance_type.is_empty()).then(|| n.instance_type.clone()),
             price: Some(n.price),
             created_at: n.launched_at,
             last_pod_event: Some(n.last_pod_change),
@@ -544,7 +544,10 @@ impl Cluster {
             .pdbs
             .iter()
             .map(|b| {
-                let (existing, bound) = self.template_counts[b.template as usize];
+                let (existing, bound) = b.templates.iter().fold((0, 0), |(e, d), t| {
+                    let (te, tb) = self.template_counts[*t as usize];
+                    (e + te, d + tb)
+                });
                 Pdb {
                     namespace: b.namespace.clone(),
                     name: b.name.clone(),

@@ -9,7 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::time::Instant;
 
-use autoscaler_core::model::{DaemonSet, Pool};
+use autoscaler_core::model::{DaemonSet, PodKey, Pool, Snapshot};
 use providers::UnavailableOfferings;
 use providers::fake::FakeProvider;
 
@@ -130,7 +130,7 @@ pub struct Engine<'a> {
     seq: u64,
     now: i64,
     horizon: i64,
-    pod_ids: HashMap<String, PodId>,
+    pod_ids: HashMap<PodKey, PodId>,
     claims: HashMap<String, NodeId>,
     nominated: HashMap<PodId, NodeId>,
     batch: Option<(i64, i64)>,
@@ -217,7 +217,16 @@ impl<'a> Engine<'a> {
                 .pods
                 .iter()
                 .enumerate()
-                .map(|(i, p)| (p.name.clone(), i))
+                .map(|(i, p)| {
+                    let ns = &workload.templates[p.template as usize].key.namespace;
+                    (
+                        PodKey {
+                            namespace: ns.clone(),
+                            name: p.name.clone(),
+                        },
+                        i,
+                    )
+                })
                 .collect(),
             claims: HashMap::new(),
             nominated: HashMap::new(),
@@ -252,11 +261,12 @@ impl<'a> Engine<'a> {
             explain: None,
             explained: None,
         };
+        e.seed_existing();
         for (i, p) in workload.pods.iter().enumerate() {
             let request = p
                 .group
                 .is_some_and(|g| workload.groups[g as usize].provisioning_request.is_some());
-            if p.arrival < horizon && !request {
+            if p.arrival < horizon && !request && p.start_on.is_none() {
                 e.push(p.arrival, Ev::Arrive(i));
             }
         }
@@ -272,6 +282,20 @@ impl<'a> Engine<'a> {
         e.push(cfg.disruption_interval_s, Ev::DisruptTick);
         e.push(0, Ev::Sample);
         e
+    }
+
+    /// The controller's snapshot at time 0, once the existing nodes are registered with their
+    /// pods and the pods created at time 0 have arrived, before anything is scheduled or
+    /// planned: the state every run starts from.
+    pub fn initial_snapshot(mut self) -> Snapshot {
+        while let Some(Reverse((0, _, ev))) = self.queue.pop() {
+            if let Ev::Arrive(i) = ev {
+                let pod = self.workload.materialize(i);
+                self.cluster.arrive(i, pod, 0);
+            }
+        }
+        self.cluster
+            .snapshot(self.pools, self.daemonsets, self.workload, true)
     }
 
     fn push(&mut self, t: i64, ev: Ev) {

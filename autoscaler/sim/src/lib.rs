@@ -115,6 +115,26 @@ pub fn make_policy<'a>(
     })
 }
 
+/// The controller's snapshot of the simulated cluster when a run of `scenario` on `workload`
+/// starts (existing nodes with their pods, pods created at time 0 pending, pools, DaemonSets,
+/// budgets): what `simulate --from-snapshot` starts from, for comparing with the cluster
+/// recorded.
+pub fn initial_state(scenario: &Scenario, workload: &Workload) -> autoscaler_core::Snapshot {
+    let shapes = build_shapes(&scenario.pools, &scenario.daemonsets);
+    Engine::new(
+        &scenario.cluster,
+        (*scenario.catalog).clone(),
+        &scenario.pools,
+        &scenario.daemonsets,
+        &shapes,
+        workload,
+        Box::new(GpuAutoscaler::new(&scenario.cluster)),
+        scenario.seed,
+        scenario.duration_s.max(1),
+    )
+    .initial_snapshot()
+}
+
 /// Runs every policy of `scenario` (or of `opts.policies`) on the scenario's generated
 /// workload. `progress` receives the policy name and the fraction of its virtual time done.
 ///

@@ -279,6 +279,7 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
                     runtime,
                     delete_at: None,
                     group: None,
+                    start_on: None,
                 });
             }
             horizon = end + 1;
@@ -312,6 +313,7 @@ pub fn load(path: &Path, o: &OpenbOptions, _pools: &[Pool]) -> Result<(Workload,
                     runtime: None,
                     delete_at: None,
                     group: None,
+                    start_on: None,
                 });
                 t += o.fgd_interval_s;
                 if t > openb::MAX_TIME_S as f64 {
@@ -398,6 +400,7 @@ pub fn load_dlrm(path: &Path, compression: f64) -> Result<(Workload, i64), SimEr
             runtime,
             delete_at: None,
             group: None,
+            start_on: None,
         });
     }
     w.finish();

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use autoscaler_core::disruption::{
     Command, DisruptionConfig, DisruptionState, Method, plan_disruption, validate,
 };
-use autoscaler_core::model::{DaemonSet, Group, Pod, Pool, Snapshot};
+use autoscaler_core::model::{DaemonSet, Group, Pod, PodKey, Pool, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
 use providers::OfferingKey;
 
@@ -83,7 +83,7 @@ pub struct Ctx<'a> {
     /// Node id by NodeClaim name.
     pub claims: &'a HashMap<String, NodeId>,
     /// Pod id by name.
-    pub pod_ids: &'a HashMap<String, PodId>,
+    pub pod_ids: &'a HashMap<PodKey, PodId>,
     /// Offerings recently refused for lack of capacity.
     pub unavailable: &'a providers::UnavailableOfferings,
 }
@@ -271,14 +271,14 @@ impl Policy for GpuAutoscaler {
                 pods: c
                     .pods
                     .iter()
-                    .filter_map(|k| ctx.pod_ids.get(&k.name).copied())
+                    .filter_map(|k| ctx.pod_ids.get(k).copied())
                     .collect(),
             });
         }
         let noms = plan
             .in_flight
             .iter()
-            .filter_map(|p| Some((*ctx.pod_ids.get(&p.pod.name)?, *ctx.claims.get(&p.target)?)))
+            .filter_map(|p| Some((*ctx.pod_ids.get(&p.pod)?, *ctx.claims.get(&p.target)?)))
             .collect();
         (specs, noms)
     }
@@ -349,7 +349,30 @@ impl Policy for GpuAutoscaler {
         use autoscaler_core::explain::{self, Outcome, PodExplanation};
         match asked {
             Asked::Pod(name) => {
-                let Some(&id) = ctx.pod_ids.get(name) else {
+                // `NS/NAME`, or a bare name when one namespace has it (scenario pods all live
+                // in one; a replayed cluster may need the namespace).
+                let found = match name.split_once('/') {
+                    Some((namespace, n)) => ctx
+                        .pod_ids
+                        .get(&PodKey {
+                            namespace: namespace.to_string(),
+                            name: n.to_string(),
+                        })
+                        .copied(),
+                    None => {
+                        let mut hits = ctx.pod_ids.iter().filter(|(k, _)| k.name == *name);
+                        match (hits.next(), hits.next()) {
+                            (Some((_, &id)), None) => Some(id),
+                            (Some(_), Some(_)) => {
+                                return Explained::Missing(format!(
+                                    "pod {name} exists in several namespaces: ask for NAMESPACE/{name}"
+                                ));
+                            }
+                            _ => None,
+                        }
+                    }
+                };
+                let Some(id) = found else {
                     return Explained::Missing(format!("no pod {name} in the workload"));
                 };
                 let key = ctx.workload.materialize(id).key;
@@ -490,5 +513,6 @@ fn next_wake(snap: &Snapshot, state: &DisruptionState, cfg: &DisruptionConfig, n
 /// Whether a node is a disruption target at all (managed, initialized, not being removed).
 pub fn disruptable(cluster: &Cluster, n: NodeId) -> bool {
     let node = &cluster.nodes[n];
-    node.phase == NodePhase::Ready && !node.deleting && !node.cordoned
+    // An existing node no NodePool manages is never a candidate.
+    node.pool.is_some() && node.phase == NodePhase::Ready && !node.deleting && !node.cordoned
 }

@@ -1,7 +1,9 @@
 //! Scenario files: the YAML a user writes to describe a cluster and its workload, and its
 //! translation into the simulator's typed [`Scenario`].
 //!
-//! A scenario names a catalog (`embedded`, `aws`, `gcp`), NodePools (full `NodePool` objects
+//! A scenario names a catalog (`embedded`, `aws`, `gcp`, or `{file: F}` in the `gpu-autoscaler
+//! catalog --json` format), nodes that exist at the start with their pods (`existingNodes`,
+//! the same [`ExistingNode`]s `simulate --from-snapshot` starts from), NodePools (full `NodePool` objects
 //! under `nodePools`, files of them under `nodePoolFiles`, or the compact form under `pools`),
 //! DaemonSets, cluster timings (launch latency per family, device-plugin delay, capacity
 //! errors, spot interruptions) and workload generators (deployments with replica schedules,
@@ -31,10 +33,10 @@ use serde::{Deserialize, Deserializer};
 
 use crate::error::SimError;
 
-use build::{build_cluster, build_daemonset, build_pool, build_workload};
+use build::{build_cluster, build_daemonset, build_existing_node, build_pool, build_workload};
 pub use model::{
-    Arrivals, ClusterConfig, DEFAULT_ADMISSION_DELAY_S, DEFAULT_BOOKING_S, Generator, POLICY_NAMES,
-    ProvReqClass, ProvReqSpec, Runtime, Scenario, WorkloadSpec,
+    Arrivals, ClusterConfig, DEFAULT_ADMISSION_DELAY_S, DEFAULT_BOOKING_S, ExistingNode, Generator,
+    POLICY_NAMES, PdbRule, ProvReqClass, ProvReqSpec, ReplayPod, Runtime, Scenario, WorkloadSpec,
 };
 
 /// The bundled default scenario (what `gpu-autoscaler simulate` runs with no arguments).
@@ -145,7 +147,9 @@ struct File {
     seed: Option<u64>,
     duration: Dur,
     #[serde(default)]
-    catalog: CatalogChoice,
+    catalog: CatalogEntry,
+    #[serde(default)]
+    existing_nodes: Vec<ExistingNodeFile>,
     #[serde(default)]
     policies: Option<Vec<String>>,
     #[serde(default)]
@@ -160,6 +164,63 @@ struct File {
     pools: Vec<PoolFile>,
     #[serde(default)]
     workloads: Vec<WorkloadEntry>,
+}
+
+/// The `catalog` key: a named catalog, or `{file: F}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CatalogEntry {
+    /// `embedded`, `aws` or `gcp`.
+    Named(CatalogChoice),
+    /// A file in the `gpu-autoscaler catalog --json` format (or a catalog YAML file).
+    File(CatalogFileRef),
+}
+
+impl Default for CatalogEntry {
+    fn default() -> Self {
+        CatalogEntry::Named(CatalogChoice::Embedded)
+    }
+}
+
+/// `catalog: {file: F}`: F relative to the scenario file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFileRef {
+    file: String,
+}
+
+/// One `existingNodes` entry: a node that exists at the start, and its pods.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ExistingNodeFile {
+    name: String,
+    #[serde(default)]
+    node_pool: Option<String>,
+    instance_type: String,
+    #[serde(default)]
+    zone: Option<String>,
+    #[serde(default)]
+    capacity_type: Option<CapacityType>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    taints: Vec<TaintFile>,
+    #[serde(default)]
+    unschedulable: bool,
+    #[serde(default)]
+    pods: Vec<ExistingPodFile>,
+}
+
+/// A pod (or `count` alike pods) bound to an existing node at the start.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ExistingPodFile {
+    name: String,
+    #[serde(default)]
+    count: Option<u32>,
+    #[serde(default)]
+    delete_at: Option<Dur>,
+    pod: PodFile,
 }
 
 /// Which instance types the fake cloud sells.
@@ -597,10 +658,19 @@ impl Scenario {
     pub fn parse(path: &Path, text: &str) -> Result<Scenario, SimError> {
         let file: File = serde_norway::from_str(text).map_err(|e| yaml_error(path, &e))?;
         let cx = Ctx { path, text };
-        let catalog = Arc::new(match file.catalog {
-            CatalogChoice::Embedded => providers::catalog::default_catalog(),
-            CatalogChoice::Aws => providers::catalog::default_catalog_for(providers::catalog::AWS),
-            CatalogChoice::Gcp => providers::catalog::default_catalog_for(providers::catalog::GCP),
+        let catalog = Arc::new(match &file.catalog {
+            CatalogEntry::Named(CatalogChoice::Embedded) => providers::catalog::default_catalog(),
+            CatalogEntry::Named(CatalogChoice::Aws) => {
+                providers::catalog::default_catalog_for(providers::catalog::AWS)
+            }
+            CatalogEntry::Named(CatalogChoice::Gcp) => {
+                providers::catalog::default_catalog_for(providers::catalog::GCP)
+            }
+            CatalogEntry::File(f) => {
+                let p = path.parent().unwrap_or(Path::new(".")).join(&f.file);
+                providers::catalog::read_user_catalog(&p)
+                    .map_err(|e| cx.err(&["catalog:", &f.file], "catalog.file", e.to_string()))?
+            }
         });
         let cluster = build_cluster(&cx, &file.cluster, &catalog)?;
         let mut pools = Vec::new();
@@ -665,6 +735,19 @@ impl Scenario {
         }
         if pools.is_empty() {
             return Err(cx.err(&[], "pools", "the scenario defines no NodePool"));
+        }
+        let mut existing_nodes = Vec::new();
+        let mut node_names = BTreeSet::new();
+        for (i, f) in file.existing_nodes.iter().enumerate() {
+            let node = build_existing_node(&cx, i, f, &catalog, &pools)?;
+            if !node_names.insert(node.name.clone()) {
+                return Err(cx.err(
+                    &["existingNodes:", &format!("name: {}", node.name)],
+                    format!("existingNodes[{i}].name"),
+                    format!("node {} is listed twice", node.name),
+                ));
+            }
+            existing_nodes.push(node);
         }
         let daemonsets = file
             .daemon_sets
@@ -736,6 +819,9 @@ impl Scenario {
             cluster,
             workloads,
             policies,
+            existing_nodes,
+            replay: Vec::new(),
+            pdbs: Vec::new(),
         })
     }
 }

@@ -7,7 +7,9 @@ use autoscaler_core::requirements::{Operator, Requirements};
 
 use crate::error::SimError;
 use crate::rng::Rng;
-use crate::scenario::{Arrivals, Generator, ProvReqSpec, Runtime, Scenario};
+use crate::scenario::{
+    Arrivals, ExistingNode, Generator, PdbRule, ProvReqSpec, ReplayPod, Runtime, Scenario,
+};
 
 /// One pod of the workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +27,9 @@ pub struct PodSpec {
     pub delete_at: Option<i64>,
     /// Index into [`Workload::groups`] for gang and ProvisioningRequest members.
     pub group: Option<u32>,
+    /// Index into [`Workload::existing_nodes`] of the node it is bound to at the start
+    /// (its arrival is then 0).
+    pub start_on: Option<u32>,
 }
 
 /// An all-or-nothing group.
@@ -52,8 +57,8 @@ pub struct PdbSpec {
     pub selector: Requirements,
     /// Most pods that may be unavailable.
     pub max_unavailable: u32,
-    /// Template index of the pods it covers (their desired count is tracked per template).
-    pub template: u32,
+    /// Template indices of the pods it covers (their desired count is tracked per template).
+    pub templates: Vec<u32>,
 }
 
 /// Everything the engine replays.
@@ -67,6 +72,9 @@ pub struct Workload {
     pub groups: Vec<GroupSpec>,
     /// PodDisruptionBudgets.
     pub pdbs: Vec<PdbSpec>,
+    /// Nodes that exist at the start (the scenario's); their pods are in `pods` with
+    /// [`PodSpec::start_on`].
+    pub existing_nodes: Vec<ExistingNode>,
 }
 
 impl Workload {
@@ -108,6 +116,59 @@ impl Workload {
             }
         }
     }
+}
+
+/// Adds the pods of `nodes` (bound from the start) and the `replay` pods arriving before
+/// `horizon` to `w`, each with a template of its own, and the budgets `pdbs` over the templates
+/// they select. The one way existing nodes enter a workload, whether a scenario's
+/// `existingNodes` or a cluster snapshot's first sample.
+pub fn add_existing(
+    w: &mut Workload,
+    nodes: &[ExistingNode],
+    replay: &[ReplayPod],
+    pdbs: &[PdbRule],
+    horizon: i64,
+) {
+    let first = w.templates.len();
+    let base = w.existing_nodes.len();
+    let push = |w: &mut Workload, pod: &Pod, arrival, delete_at, start_on| {
+        let template = w.templates.len() as u32;
+        w.templates.push(pod.clone());
+        w.pods.push(PodSpec {
+            template,
+            name: pod.key.name.clone(),
+            arrival,
+            runtime: None,
+            delete_at,
+            group: None,
+            start_on,
+        });
+    };
+    for (i, n) in nodes.iter().enumerate() {
+        for (pod, delete_at) in &n.pods {
+            push(w, pod, 0, *delete_at, Some((base + i) as u32));
+        }
+    }
+    for r in replay.iter().filter(|r| r.arrival < horizon) {
+        push(w, &r.pod, r.arrival, r.delete_at, None);
+    }
+    for b in pdbs {
+        let templates = (first..w.templates.len())
+            .filter(|t| {
+                let p = &w.templates[*t];
+                p.key.namespace == b.namespace && b.selector.matches(&p.labels)
+            })
+            .map(|t| t as u32)
+            .collect();
+        w.pdbs.push(PdbSpec {
+            namespace: b.namespace.clone(),
+            name: b.name.clone(),
+            selector: b.selector.clone(),
+            max_unavailable: b.max_unavailable,
+            templates,
+        });
+    }
+    w.existing_nodes.extend(nodes.iter().cloned());
 }
 
 /// The most pods a generated or loaded workload may have unless told otherwise (`--max-pods`):
@@ -177,6 +238,20 @@ pub fn generate(
     // Pods and groups are indexed by u32.
     let max_pods = max_pods.min(u32::MAX as usize);
     let mut w = Workload::default();
+    add_existing(
+        &mut w,
+        &scenario.existing_nodes,
+        &scenario.replay,
+        &scenario.pdbs,
+        horizon,
+    );
+    if w.pods.len() > max_pods {
+        return Err(SimError::TooManyPods {
+            path: scenario.path.clone(),
+            workload: "existing nodes and replayed pods".into(),
+            max: max_pods,
+        });
+    }
     for spec in &scenario.workloads {
         let too_many = || SimError::TooManyPods {
             path: scenario.path.clone(),
@@ -212,6 +287,7 @@ pub fn generate(
                             runtime: None,
                             delete_at: None,
                             group: None,
+                            start_on: None,
                         });
                         n += 1;
                     }
@@ -226,7 +302,7 @@ pub fn generate(
                         name: spec.name.clone(),
                         selector: Requirements::new().with("app", Operator::In, &[&spec.name]),
                         max_unavailable: *mu,
-                        template: ti,
+                        templates: vec![ti],
                     });
                 }
             }
@@ -251,6 +327,7 @@ pub fn generate(
                         runtime: Some(rt),
                         delete_at: None,
                         group: None,
+                        start_on: None,
                     });
                 }
             }
@@ -284,6 +361,7 @@ pub fn generate(
                             runtime: Some(rt),
                             delete_at: None,
                             group: Some(gi),
+                            start_on: None,
                         });
                     }
                     w.groups.push(GroupSpec {

@@ -50,6 +50,14 @@ pub enum Error {
          has every provider)"
     )]
     NotBuilt(&'static str),
+    /// A cluster snapshot file cannot be written, read or replayed.
+    #[error("snapshot {path}: {why}")]
+    Snapshot {
+        /// The file.
+        path: String,
+        /// What is wrong, naming the document, object or field.
+        why: String,
+    },
     /// Serving `/metrics` and the health endpoints failed.
     #[error("HTTP server on {addr}: {source}")]
     Http {

@@ -4,11 +4,8 @@
 mod harness;
 
 mod crash;
-<<<<<<< HEAD
-mod explain;
-=======
 mod events;
->>>>>>> s6-install
+mod explain;
 mod faults;
 mod guard;
 mod kueue;
@@ -17,4 +14,5 @@ mod provisioning;
 mod provreq;
 mod quickstart;
 mod safety;
+mod snapshot;
 mod visibility;

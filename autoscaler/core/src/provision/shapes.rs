@@ -143,7 +143,6 @@ pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
     shapes
 }
 
-<<<<<<< HEAD
 /// Why an instance type is not a node its pool can launch: what [`build_shapes`] leaves out.
 /// Cheap to make (no words); [`super::explanations`] words it for `explain`.
 #[derive(Debug)]
@@ -156,20 +155,14 @@ pub(crate) enum Excluded<'a> {
     NoOffering,
 }
 
-pub(crate) fn shape_for<'p>(
-    pi: usize,
-    pool: &'p Pool,
-    it: &InstanceType,
-    snapshot: &Snapshot,
-) -> Result<Shape, Excluded<'p>> {
-    let shared = apply_sharing(it, &pool.sharing).map_err(Excluded::Sharing)?;
-=======
 /// An instance type as a node of `pool`, when the pool's requirements admit it: sharing
 /// applied, its node labels, and the offerings in the zones and capacity types the pool allows
 /// (available or not).
-fn admitted(pool: &Pool, it: &InstanceType) -> Option<(InstanceType, Labels, Vec<Offering>)> {
-    let shared = apply_sharing(it, &pool.sharing).ok()?;
->>>>>>> s6-install
+fn admitted<'p>(
+    pool: &'p Pool,
+    it: &InstanceType,
+) -> Result<(InstanceType, Labels, Vec<Offering>), Excluded<'p>> {
+    let shared = apply_sharing(it, &pool.sharing).map_err(Excluded::Sharing)?;
     let mut labels = shared.labels.clone();
     for (k, v) in &pool.labels {
         labels.insert(k.clone(), v.clone());
@@ -192,7 +185,10 @@ fn admitted(pool: &Pool, it: &InstanceType) -> Option<(InstanceType, Labels, Vec
         .filter(|o| offering_allowed(o, zc, cc))
         .cloned()
         .collect();
-    (!offerings.is_empty()).then_some((shared, labels, offerings))
+    if offerings.is_empty() {
+        return Err(Excluded::NoOffering);
+    }
+    Ok((shared, labels, offerings))
 }
 
 /// How many instance types of `pool.instance_types` its requirements admit (sharing valid,
@@ -202,7 +198,7 @@ fn admitted(pool: &Pool, it: &InstanceType) -> Option<(InstanceType, Labels, Vec
 pub fn admitted_types(pool: &Pool) -> AdmittedTypes {
     let mut out = AdmittedTypes::default();
     for it in pool.instance_types.iter() {
-        if let Some((_, _, offerings)) = admitted(pool, it) {
+        if let Ok((_, _, offerings)) = admitted(pool, it) {
             out.admitted += 1;
             if offerings.iter().any(|o| o.available) {
                 out.available += 1;
@@ -221,7 +217,12 @@ pub struct AdmittedTypes {
     pub available: usize,
 }
 
-fn shape_for(pi: usize, pool: &Pool, it: &InstanceType, snapshot: &Snapshot) -> Option<Shape> {
+pub(crate) fn shape_for<'p>(
+    pi: usize,
+    pool: &'p Pool,
+    it: &InstanceType,
+    snapshot: &Snapshot,
+) -> Result<Shape, Excluded<'p>> {
     let (shared, labels, mut offerings) = admitted(pool, it)?;
     offerings.retain(|o| o.available);
     if offerings.is_empty() {

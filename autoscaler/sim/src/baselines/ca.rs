@@ -297,7 +297,10 @@ impl Policy for CaLike {
                 continue;
             }
             let node = &ctx.cluster.nodes[n];
-            let policy = &ctx.pools[node.pool].disruption;
+            let Some(pi) = node.pool else {
+                continue;
+            };
+            let policy = &ctx.pools[pi].disruption;
             let util = ca_utilization(ctx.cluster, n);
             let is_gpu = node.gpus > 0;
             let threshold = if is_gpu {
@@ -339,7 +342,9 @@ impl Policy for CaLike {
         let mut left = budgets_left(ctx);
         let mut chosen = Vec::new();
         for n in ripe_empty.into_iter().take(10) {
-            let pi = ctx.cluster.nodes[n].pool;
+            let Some(pi) = ctx.cluster.nodes[n].pool else {
+                continue;
+            };
             if left[pi] > 0 {
                 left[pi] -= 1;
                 chosen.push(n);
@@ -357,7 +362,9 @@ impl Policy for CaLike {
             );
         }
         for n in ripe_busy {
-            let pi = ctx.cluster.nodes[n].pool;
+            let Some(pi) = ctx.cluster.nodes[n].pool else {
+                continue;
+            };
             if left[pi] > 0 {
                 return (
                     vec![Decision {

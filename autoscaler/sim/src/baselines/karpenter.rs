@@ -47,7 +47,7 @@ fn node_pods_fit_new(
     }
     let mut best: Option<(usize, usize, f64)> = None;
     for (si, sh) in shapes.iter().enumerate() {
-        if sh.pool != node.pool || !total.fits(&sh.allocatable.minus(&sh.ds_overhead)) {
+        if Some(sh.pool) != node.pool || !total.fits(&sh.allocatable.minus(&sh.ds_overhead)) {
             continue;
         }
         for (oi, o) in sh.offerings.iter().enumerate() {
@@ -112,7 +112,10 @@ impl Policy for KarpenterLike {
                 continue;
             }
             let node = &ctx.cluster.nodes[n];
-            let policy = &ctx.pools[node.pool].disruption;
+            let Some(pi) = node.pool else {
+                continue;
+            };
+            let policy = &ctx.pools[pi].disruption;
             let ready_at = node
                 .last_pod_change
                 .saturating_add(policy.consolidate_after_s);
@@ -131,7 +134,9 @@ impl Policy for KarpenterLike {
         }
         let mut chosen = Vec::new();
         for n in empty {
-            let pi = ctx.cluster.nodes[n].pool;
+            let Some(pi) = ctx.cluster.nodes[n].pool else {
+                continue;
+            };
             if left[pi] > 0 {
                 left[pi] -= 1;
                 chosen.push(n);
@@ -157,7 +162,9 @@ impl Policy for KarpenterLike {
                 .then_with(|| a.cmp(b))
         });
         for &n in busy.iter().take(10) {
-            let pi = ctx.cluster.nodes[n].pool;
+            let Some(pi) = ctx.cluster.nodes[n].pool else {
+                continue;
+            };
             if left[pi] <= 0 {
                 continue;
             }

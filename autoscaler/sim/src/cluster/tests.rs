@@ -17,7 +17,7 @@ fn node(name: &str, phase: NodePhase) -> NodeState {
         name: name.into(),
         claim: format!("claim-{name}"),
         provider_id: name.into(),
-        pool: 0,
+        pool: Some(0),
         pool_name: "p".into(),
         instance_type: "t".into(),
         zone: "z1".into(),

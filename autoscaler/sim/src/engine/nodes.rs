@@ -14,6 +14,85 @@ use crate::policy::LaunchSpec;
 use crate::scheduler::untolerated;
 
 impl Engine<'_> {
+    /// Registers the workload's existing nodes as initialized at time 0 and binds their pods
+    /// (a scenario's `existingNodes`, a snapshot's first sample). Their DaemonSet and mirror
+    /// pods come with them, as the engine's own nodes get theirs at registration.
+    pub(super) fn seed_existing(&mut self) {
+        let workload = self.workload;
+        let mut ids = Vec::with_capacity(workload.existing_nodes.len());
+        for ex in &workload.existing_nodes {
+            let id = self.cluster.nodes.len();
+            let pool = ex
+                .pool
+                .as_ref()
+                .and_then(|p| self.pools.iter().position(|q| &q.name == p));
+            let mut used = autoscaler_core::resources::Resources::new();
+            for p in &ex.node_pods {
+                let mut r = p.requests.clone();
+                r.set(names::NVIDIA_GPU, 0);
+                used.add(&r);
+            }
+            let units = ex.allocatable.get(names::NVIDIA_GPU).max(0) as usize;
+            self.cluster.nodes.push(NodeState {
+                name: ex.name.clone(),
+                claim: ex.name.clone(),
+                provider_id: format!("existing://{}", ex.name),
+                pool,
+                pool_name: pool
+                    .map(|_| ex.pool.clone().unwrap_or_default())
+                    .unwrap_or_default(),
+                instance_type: ex.instance_type.clone(),
+                zone: ex.zone.clone(),
+                capacity_type: ex.capacity_type,
+                price: ex.price,
+                labels: std::sync::Arc::new(ex.labels.clone()),
+                taints: ex.taints.clone(),
+                startup_taints: Vec::new(),
+                allocatable: ex.allocatable.clone(),
+                used,
+                devices: vec![0; units],
+                pods: vec![],
+                ds_pods: std::sync::Arc::new(ex.node_pods.clone()),
+                phase: NodePhase::Ready,
+                cordoned: ex.unschedulable,
+                deleting: false,
+                launched_at: 0,
+                gone_at: None,
+                gpus: ex.gpus,
+                last_pod_change: 0,
+                held: Vec::new(),
+                hold_version: 0,
+            });
+            self.cluster.live_nodes.insert(id);
+            self.claims.insert(ex.name.clone(), id);
+            ids.push(id);
+        }
+        for (i, spec) in workload.pods.iter().enumerate() {
+            let Some(on) = spec.start_on else {
+                continue;
+            };
+            let n = ids[on as usize];
+            let pod = workload.materialize(i);
+            let started_at = pod.started_at;
+            self.cluster.arrive(i, pod, 0);
+            self.pods_created += 1;
+            let devices =
+                crate::scheduler::fit_resources(self.cluster.pod(i), &self.cluster.nodes[n])
+                    .unwrap_or_default();
+            if let Err(e) = self.cluster.bind(i, n, devices, 0) {
+                self.violation(format!("at the start: {}", e.0));
+            }
+            // The pod started before the run: keep its own start (a do-not-disrupt duration
+            // counts from it), where binding would restart the clock.
+            if let Some(p) = self.cluster.pods[i].pod.as_mut() {
+                p.started_at = started_at;
+            }
+            if let Some(d) = spec.delete_at {
+                self.push(d.max(0), Ev::Delete(i));
+            }
+        }
+    }
+
     pub(super) fn launch(&mut self, spec: &LaunchSpec) -> Option<NodeId> {
         if spec.candidates.is_empty() {
             return None;
@@ -87,7 +166,7 @@ impl Engine<'_> {
             name,
             claim: claim.clone(),
             provider_id: inst.provider_id.clone(),
-            pool: spec.pool,
+            pool: Some(spec.pool),
             pool_name: pool.name.clone(),
             instance_type: inst.instance_type.clone(),
             zone: inst.zone.clone(),

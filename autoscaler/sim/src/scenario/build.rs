@@ -13,13 +13,14 @@ use autoscaler_core::model::{
 use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements};
 use autoscaler_core::resources::{Resources, is_gpu_class, names};
 use autoscaler_core::taints::{Effect, Taint, Toleration};
-use autoscaler_core::{InstanceType, labels};
+use autoscaler_core::{CapacityType, InstanceType, labels};
 use providers::OfferingKey;
 
 use super::{
     Arrivals, ArrivalsFile, ClusterConfig, ClusterFile, Ctx, DEFAULT_ADMISSION_DELAY_S,
-    DEFAULT_BOOKING_S, DaemonSetFile, DurationFile, Generator, PodFile, PoolFile, ProvReqClass,
-    ProvReqFile, ProvReqSpec, Runtime, TaintFile, WorkloadFile, WorkloadSpec, type_in_pool,
+    DEFAULT_BOOKING_S, DaemonSetFile, DurationFile, ExistingNode, ExistingNodeFile, Generator,
+    PodFile, PoolFile, ProvReqClass, ProvReqFile, ProvReqSpec, Runtime, TaintFile, WorkloadFile,
+    WorkloadSpec, type_in_pool,
 };
 use crate::error::SimError;
 
@@ -712,5 +713,136 @@ pub(super) fn build_pod(
         mirror: false,
         host_ports: vec![],
         started_at: None,
+    })
+}
+
+/// An `existingNodes` entry: the node as its pool (or, without one, its instance type) makes
+/// it, initialized, in the given or cheapest allowed offering, with its pods bound.
+pub(super) fn build_existing_node(
+    cx: &Ctx,
+    i: usize,
+    f: &ExistingNodeFile,
+    catalog: &[InstanceType],
+    pools: &[Pool],
+) -> Result<ExistingNode, SimError> {
+    let base = format!("existingNodes[{i}]");
+    let err = |field: &str, key: &str, why: String| {
+        cx.err(
+            &["existingNodes:", &format!("name: {}", f.name), key],
+            format!("{base}.{field}"),
+            why,
+        )
+    };
+    let Some(it) = catalog.iter().find(|t| t.name == f.instance_type) else {
+        return Err(err(
+            "instanceType",
+            "instanceType:",
+            format!(
+                "node {}: instance type {:?} is not in the scenario's catalog",
+                f.name, f.instance_type
+            ),
+        ));
+    };
+    let (shaped, pool, taints) = match &f.node_pool {
+        None => (it.clone(), None, Vec::new()),
+        Some(np) => {
+            let Some(pool) = pools.iter().find(|p| &p.name == np) else {
+                let known: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+                return Err(err(
+                    "nodePool",
+                    "nodePool:",
+                    format!("unknown NodePool {np:?} (defined: {})", known.join(", ")),
+                ));
+            };
+            let Some(shaped) = type_in_pool(it, pool) else {
+                return Err(err(
+                    "instanceType",
+                    "instanceType:",
+                    format!(
+                        "NodePool {np}'s requirements do not allow instance type {}",
+                        f.instance_type
+                    ),
+                ));
+            };
+            (shaped, Some(np.clone()), pool.taints.clone())
+        }
+    };
+    let capacity_type = f.capacity_type.unwrap_or(CapacityType::OnDemand);
+    let offering = shaped
+        .offerings
+        .iter()
+        .filter(|o| o.capacity_type == capacity_type)
+        .filter(|o| f.zone.as_ref().is_none_or(|z| &o.zone == z))
+        .min_by(|a, b| {
+            a.price
+                .total_cmp(&b.price)
+                .then_with(|| a.zone.cmp(&b.zone))
+        });
+    let Some(offering) = offering else {
+        return Err(err(
+            "zone",
+            "name:",
+            format!(
+                "instance type {} has no {} offering{}",
+                f.instance_type,
+                capacity_type.as_str(),
+                f.zone
+                    .as_ref()
+                    .map_or(String::new(), |z| format!(" in zone {z}"))
+            ),
+        ));
+    };
+    let mut node_labels = shaped.labels.clone();
+    node_labels.insert(labels::HOSTNAME.into(), f.name.clone());
+    node_labels.insert(labels::ZONE.into(), offering.zone.clone());
+    node_labels.insert(labels::CAPACITY_TYPE.into(), capacity_type.as_str().into());
+    for (k, v) in &f.labels {
+        node_labels.insert(k.clone(), v.clone());
+    }
+    let mut node_taints = taints;
+    for (j, t) in f.taints.iter().enumerate() {
+        node_taints.push(parse_taint(t).map_err(|e| err(&format!("taints[{j}]"), "taints:", e))?);
+    }
+    let mut pods = Vec::new();
+    for (j, pf) in f.pods.iter().enumerate() {
+        let field = format!("{base}.pods[{j}]");
+        let mut pod = build_pod(
+            cx,
+            &pf.name,
+            &format!("{field}.pod"),
+            &pf.pod,
+            "ReplicaSet",
+            pools,
+        )?;
+        // Running since the start: a do-not-disrupt duration counts from there.
+        if pod.annotations.contains_key(DO_NOT_DISRUPT) {
+            pod.started_at = Some(0);
+        }
+        let delete_at = pf.delete_at.map(|d| d.0);
+        match pf.count {
+            None => pods.push((pod, delete_at)),
+            Some(n) => {
+                for k in 0..n {
+                    let mut p = pod.clone();
+                    p.key.name = format!("{}-{k}", pf.name);
+                    pods.push((p, delete_at));
+                }
+            }
+        }
+    }
+    Ok(ExistingNode {
+        name: f.name.clone(),
+        pool,
+        instance_type: f.instance_type.clone(),
+        zone: offering.zone.clone(),
+        capacity_type,
+        price: offering.price,
+        gpus: shaped.gpu_count(),
+        labels: node_labels,
+        taints: node_taints,
+        allocatable: shaped.allocatable(),
+        unschedulable: f.unschedulable,
+        node_pods: Vec::new(),
+        pods,
     })
 }

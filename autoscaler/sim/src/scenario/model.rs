@@ -5,8 +5,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use autoscaler_core::InstanceType;
 use autoscaler_core::model::{DaemonSet, Pod, Pool};
+use autoscaler_core::requirements::{Labels, Requirements};
+use autoscaler_core::resources::Resources;
+use autoscaler_core::taints::Taint;
+use autoscaler_core::{CapacityType, InstanceType};
 use providers::OfferingKey;
 
 use super::ScoreStrategy;
@@ -214,6 +217,68 @@ pub struct WorkloadSpec {
     pub generator: Generator,
 }
 
+/// A node that exists when a run starts, with the pods bound to it: a scenario's
+/// `existingNodes`, or the first sample of a cluster snapshot (`simulate --from-snapshot`).
+/// Both reach the engine through this one type: [`crate::workload::generate`] makes its pods
+/// workload pods bound from the start, and the engine registers the node as initialized.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExistingNode {
+    /// Node name (unique in the run).
+    pub name: String,
+    /// The NodePool managing it; `None` for a node no NodePool manages (never disrupted,
+    /// counted in no pool's limits).
+    pub pool: Option<String>,
+    /// Instance type.
+    pub instance_type: String,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: CapacityType,
+    /// USD per hour (from the catalog; 0 for a node of no known type).
+    pub price: f64,
+    /// Physical GPUs (for GPU-hours).
+    pub gpus: u32,
+    /// Labels, as on the Node.
+    pub labels: Labels,
+    /// Taints, as on the Node.
+    pub taints: Vec<Taint>,
+    /// Allocatable, as on the Node (GPU sharing already applied by its device plugin).
+    pub allocatable: Resources,
+    /// Cordoned.
+    pub unschedulable: bool,
+    /// DaemonSet and mirror pods: they live and go with the node (as the DaemonSet pods the
+    /// engine adds to the nodes it launches).
+    pub node_pods: Vec<Pod>,
+    /// Every other pod bound to it, with the time it is deleted (`None`: it stays).
+    pub pods: Vec<(Pod, Option<i64>)>,
+}
+
+/// A pod created during the run (a snapshot series' arrival): pending at `arrival`, deleted
+/// at `delete_at` if ever.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayPod {
+    /// The pod.
+    pub pod: Pod,
+    /// When it is created.
+    pub arrival: i64,
+    /// When it is deleted, if ever.
+    pub delete_at: Option<i64>,
+}
+
+/// A PodDisruptionBudget over the pods of [`ExistingNode`]s and [`ReplayPod`]s (a snapshot's
+/// budgets): at most `max_unavailable` of the pods it selects may be down.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PdbRule {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Pods covered (in the namespace).
+    pub selector: Requirements,
+    /// Most pods that may be unavailable.
+    pub max_unavailable: u32,
+}
+
 /// A parsed, checked scenario.
 #[derive(Clone, Debug)]
 pub struct Scenario {
@@ -237,6 +302,12 @@ pub struct Scenario {
     pub workloads: Vec<WorkloadSpec>,
     /// Policy names to compare.
     pub policies: Vec<String>,
+    /// Nodes that exist at the start, with their pods.
+    pub existing_nodes: Vec<ExistingNode>,
+    /// Pods created at given times (a snapshot series; scenarios have none).
+    pub replay: Vec<ReplayPod>,
+    /// Budgets over existing and replayed pods (a snapshot's; scenarios have none).
+    pub pdbs: Vec<PdbRule>,
 }
 
 /// Every policy the simulator knows.

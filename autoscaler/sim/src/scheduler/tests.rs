@@ -27,7 +27,7 @@ fn node(name: &str, zone: &str, cpu: i64, gpus: usize) -> NodeState {
         name: name.into(),
         claim: name.into(),
         provider_id: name.into(),
-        pool: 0,
+        pool: Some(0),
         pool_name: "p".into(),
         instance_type: "t".into(),
         zone: zone.into(),
