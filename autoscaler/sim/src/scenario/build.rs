@@ -353,6 +353,7 @@ pub(super) fn build_pool(
         min_values: Default::default(),
         disruption,
         instance_types: catalog.clone(),
+        atomic_nodes: f.atomic_nodes,
     })
 }
 

@@ -439,6 +439,7 @@ mod tests {
             price: 1.0,
             gpus: 1,
             group: None,
+            atomic: false,
         };
         let grouped = NewClaim {
             group: Some("volcano:team-a/train".into()),
