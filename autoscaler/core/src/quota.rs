@@ -218,6 +218,93 @@ pub fn below_min(limit: &ClusterLimit, total: &Usage, removing: &Usage) -> Optio
     None
 }
 
+/// The Cluster Autoscaler's cluster-wide totals, as its flags (and the simulator's scenario
+/// keys of the same names) give them: `--max-nodes-total` (0: none), `--cores-total` and
+/// `--memory-total` (`MIN:MAX`, cores and GiB), `--gpu-total` (`MODEL:MIN:MAX`, repeated).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Most nodes; 0 is no limit.
+    pub max_nodes: u32,
+    /// Cores, `(min, max)`.
+    pub cores: Option<(u64, u64)>,
+    /// GiB of memory, `(min, max)`.
+    pub memory_gib: Option<(u64, u64)>,
+    /// Physical GPUs per model, `(model, min, max)`.
+    pub gpus: Vec<(String, u64, u64)>,
+}
+
+/// Parses `MIN:MAX` (whole numbers, MIN <= MAX, at most 2^30 so that cores in millicores and
+/// GiB in bytes stay exact).
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_min_max(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("invalid range {s:?} (expected MIN:MAX, whole numbers, MIN <= MAX)");
+    let (a, b) = s.trim().split_once(':').ok_or_else(bad)?;
+    let (min, max) = (
+        a.trim().parse::<u64>().map_err(|_| bad())?,
+        b.trim().parse::<u64>().map_err(|_| bad())?,
+    );
+    if min > max || max > 1 << 30 {
+        return Err(bad());
+    }
+    Ok((min, max))
+}
+
+/// Parses `MODEL:MIN:MAX` (`H100:0:16`).
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_gpu_total(s: &str) -> Result<(String, u64, u64), String> {
+    let (model, range) = s
+        .trim()
+        .split_once(':')
+        .filter(|(m, _)| !m.trim().is_empty())
+        .ok_or_else(|| {
+            format!("invalid GPU total {s:?} (expected MODEL:MIN:MAX, e.g. H100:0:16)")
+        })?;
+    let (min, max) = parse_min_max(range)?;
+    Ok((model.trim().to_string(), min, max))
+}
+
+impl Totals {
+    /// The totals as one limit on every node, named `cluster limit`, or `None` when none is
+    /// set. A minimum of 0 is no minimum.
+    pub fn to_limit(&self) -> Option<ClusterLimit> {
+        use crate::resources::names;
+        let mut l = ClusterLimit {
+            name: "cluster limit".into(),
+            ..Default::default()
+        };
+        if self.max_nodes > 0 {
+            l.max.nodes = Some(i64::from(self.max_nodes));
+        }
+        let whole = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        for (name, range, unit) in [
+            (names::CPU, self.cores, 1000),
+            (names::MEMORY, self.memory_gib, 1 << 30),
+        ] {
+            if let Some((min, max)) = range {
+                l.max
+                    .resources
+                    .insert(name.into(), whole(max).saturating_mul(unit));
+                if min > 0 {
+                    l.min
+                        .resources
+                        .insert(name.into(), whole(min).saturating_mul(unit));
+                }
+            }
+        }
+        for (model, min, max) in &self.gpus {
+            l.max.gpus_by_model.insert(model.clone(), whole(*max));
+            if *min > 0 {
+                l.min.gpus_by_model.insert(model.clone(), whole(*min));
+            }
+        }
+        (!l.is_empty()).then_some(l)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ mod crash;
 mod faults;
 mod guard;
 mod kueue;
+mod limits;
 mod pod_problems;
 mod provisioning;
 mod provreq;

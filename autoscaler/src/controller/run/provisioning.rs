@@ -226,6 +226,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             gangs: &gangs,
         });
         self.hold_bookings(&mut built.snapshot, &pods);
+        built.snapshot.cluster_limits = self.cluster_limits();
         let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
             pods.iter().map(|p| (&p.key, p)).collect();
         // Pending pods left out for their own fields are told below, once; not logged per round.
@@ -386,6 +387,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         .snapshot;
         self.hold_bookings(&mut snap, &pods);
+        snap.cluster_limits = self.cluster_limits();
         snap
     }
 }
