@@ -31,7 +31,14 @@ workloads:
 fn ours(cluster: &str, pool: &str) -> (u64, u64) {
     let text = BASE
         .replace("CLUSTER", if cluster.is_empty() { "{}" } else { cluster })
-        .replace("    POOL\n", &if pool.is_empty() { String::new() } else { format!("    {pool}\n") })
+        .replace(
+            "    POOL\n",
+            &if pool.is_empty() {
+                String::new()
+            } else {
+                format!("    {pool}\n")
+            },
+        )
         .replace("cluster:\n  {}", "cluster: {}");
     let s = Scenario::parse(Path::new("limits.yaml"), &text).unwrap();
     let opts = RunOptions {
@@ -72,7 +79,10 @@ fn an_atomic_pool_launches_its_whole_size_or_nothing() {
     // Four pods, six nodes at once: two stay empty until the pool is removed whole.
     assert_eq!(ours("", "atomicScaleUp: {nodes: 6}"), (6, 0));
     // A limit below the pool's size: nothing at all.
-    assert_eq!(ours("maxNodesTotal: 5", "atomicScaleUp: {nodes: 6}"), (0, 4));
+    assert_eq!(
+        ours("maxNodesTotal: 5", "atomicScaleUp: {nodes: 6}"),
+        (0, 4)
+    );
 }
 
 #[test]
