@@ -932,6 +932,7 @@ fn every_argument_the_chart_can_emit_parses_with_the_binary() {
     let sets = [
         String::new(),
         "provider: fake\n".to_string(),
+        "clusterLimits: {maxNodesTotal: 10, coresTotal: \"8:64\", memoryTotal: \"0:256\", gpuTotal: [\"H100:0:16\", \"L4:1:8\"]}\n".to_string(),
         with_config(
             &format!(
                 "{AWS_VALUES}\nendpointUrl: http://127.0.0.1:5000\nextraArgs: [--namespace=blue]\n"

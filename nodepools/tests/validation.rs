@@ -416,3 +416,103 @@ startupTaints:
     ];
     run(&cases, nodeclaim);
 }
+
+fn capacityquota(spec: &str) -> String {
+    let text = format!(
+        "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: CapacityQuota\nmetadata:\n  name: q\nspec:\n{}",
+        indent(spec)
+    );
+    let rust = nodepools::from_yaml::<nodepools::CapacityQuota>("CapacityQuota", &text)
+        .map_err(|e| e.to_string())
+        .map(|quotas| match quotas[0].to_core() {
+            Ok(_) => Vec::new(),
+            Err(e) => e.lines(),
+        });
+    report("CapacityQuota", &text, rust)
+}
+
+#[test]
+fn atomic_nodepool_cases() {
+    let cases = [
+        (
+            "atomicScaleUp: {nodes: 4}\nminNodes: 4",
+            expect![[r#"
+                rust: ok
+                server: ok
+            "#]],
+        ),
+        (
+            "atomicScaleUp: {nodes: 4}\nminNodes: 2\nlimits: {nodes: 3}",
+            expect![[r#"
+                rust:
+                  spec.minNodes: 2 must be 0 or atomicScaleUp.nodes (4)
+                  spec.atomicScaleUp.nodes: 4 exceeds limits["nodes"] = 3: the pool could never scale up
+                server:
+                  spec: minNodes must be 0 or atomicScaleUp.nodes
+            "#]],
+        ),
+        (
+            "atomicScaleUp: {nodes: 0}",
+            expect![[r#"
+                rust:
+                  spec.atomicScaleUp.nodes: 0 is outside [1, 1000]
+                server:
+                  spec.atomicScaleUp.nodes: 0 is less than 1
+            "#]],
+        ),
+    ];
+    run(&cases, nodepool);
+}
+
+#[test]
+fn capacityquota_cases() {
+    let cases = [
+        (
+            "selector:\n  matchLabels: {team: ml}\n  matchExpressions:\n    - {key: nvidia.com/gpu.product, operator: Exists}\nlimits:\n  resources: {cpu: 64, memory: 256Gi, nvidia.com/gpu: 16, nodes: 8}",
+            expect![[r#"
+                rust: ok
+                server: ok
+            "#]],
+        ),
+        (
+            "selector:\n  matchLabels: {\"bad key!\": x}\n  matchExpressions:\n    - {key: zone, operator: Gt, values: [\"1\"]}\n    - {key: zone, operator: In}\nlimits:\n  resources: {cpu: -1}",
+            expect![[r#"
+                rust:
+                  spec.selector.matchLabels["bad key!"]: invalid key "bad key!": the name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric
+                  spec.selector.matchExpressions[0].operator: Gt is not a label selector operator (expected In, NotIn, Exists or DoesNotExist)
+                  spec.selector.matchExpressions[1].values: In needs at least one value
+                  spec.limits.resources["cpu"]: must not be negative
+                server:
+                  spec.selector.matchExpressions[0].operator: "Gt" is not one of "In", "NotIn", "Exists", "DoesNotExist"
+            "#]],
+        ),
+        (
+            "limits: {}",
+            expect![[r#"
+                rust:
+                  spec.limits.resources: no limit set (name a resource such as cpu, memory, nvidia.com/gpu or nodes)
+                server: ok
+            "#]],
+        ),
+    ];
+    run(&cases, capacityquota);
+}
+
+#[test]
+fn a_capacityquota_becomes_a_cluster_limit() {
+    let q: Vec<nodepools::CapacityQuota> = nodepools::from_yaml(
+        "CapacityQuota",
+        "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: CapacityQuota\nmetadata: {name: ml}\nspec:\n  selector: {matchLabels: {team: ml}}\n  limits: {resources: {cpu: 64, nvidia.com/gpu: 16, nodes: 8}}\n",
+    )
+    .expect("a quota");
+    let l = q[0].to_core().expect("valid");
+    assert_eq!(l.name, "CapacityQuota ml");
+    assert_eq!(l.max.nodes, Some(8));
+    assert_eq!(l.max.resources.get("cpu"), Some(&64_000));
+    assert_eq!(l.max.resources.get("nvidia.com/gpu"), Some(&16));
+    let mut labels = autoscaler_core::requirements::Labels::new();
+    labels.insert("team".into(), "ml".into());
+    assert!(autoscaler_core::quota::selects(&l, &labels));
+    labels.insert("team".into(), "web".into());
+    assert!(!autoscaler_core::quota::selects(&l, &labels));
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::instance::{CapacityType, GpuSpec, InstanceType, Offering};
 use crate::labels;
 use crate::model::{
-    DaemonSet, DisruptionPolicy, GpuShare, GpuSharing, HostPort, Limits, Node, Pod,
+    ClusterLimit, DaemonSet, DisruptionPolicy, GpuShare, GpuSharing, HostPort, Limits, Node, Pod,
     PodAffinityTerm, PodKey, Pool, TopologySpread,
 };
 use crate::quantity::Quantity;
@@ -317,6 +317,7 @@ pub fn pool(name: &str, types: Vec<InstanceType>) -> PoolBuilder {
         min_values: Default::default(),
         disruption: DisruptionPolicy::default(),
         instance_types: Arc::new(types),
+        atomic_nodes: None,
     })
 }
 
@@ -384,6 +385,11 @@ impl PoolBuilder {
     /// Sets minNodes.
     pub fn min_nodes(mut self, n: u32) -> Self {
         self.0.min_nodes = n;
+        self
+    }
+    /// Makes the pool atomic: no node or exactly `n` (`atomicScaleUp.nodes`).
+    pub fn atomic(mut self, n: u32) -> Self {
+        self.0.atomic_nodes = Some(n);
         self
     }
     /// Sets the disruption policy.
@@ -501,6 +507,55 @@ pub fn daemonset(name: &str, cpu: &str, mem: &str, tolerations: Vec<Toleration>)
         node_selector: NodeSelector::default(),
         tolerations,
         host_ports: vec![],
+    }
+}
+
+/// Starts a cluster-wide limit named `name` (`"cluster limit"`, `"CapacityQuota gpu"`) on
+/// every node, bounding nothing yet.
+pub fn cluster_limit(name: &str) -> LimitBuilder {
+    LimitBuilder(ClusterLimit {
+        name: name.into(),
+        ..ClusterLimit::default()
+    })
+}
+
+/// Builder for [`ClusterLimit`].
+#[derive(Clone, Debug)]
+pub struct LimitBuilder(pub ClusterLimit);
+
+impl LimitBuilder {
+    /// Counts only nodes whose labels meet this requirement.
+    pub fn select(mut self, key: &str, op: Operator, values: &[&str]) -> Self {
+        self.0.selector = self.0.selector.clone().with(key, op, values);
+        self
+    }
+    /// At most `n` nodes.
+    pub fn max_nodes(mut self, n: i64) -> Self {
+        self.0.max.nodes = Some(n);
+        self
+    }
+    /// At most `q` of resource `name` (`"cpu"`, `"64"`).
+    pub fn max(mut self, name: &str, q: &str) -> Self {
+        let mut r = Resources::new();
+        parse_into(&mut r, name, q);
+        self.0.max.resources.insert(name.into(), r.get(name));
+        self
+    }
+    /// At least `q` of resource `name` kept by disruption.
+    pub fn min(mut self, name: &str, q: &str) -> Self {
+        let mut r = Resources::new();
+        parse_into(&mut r, name, q);
+        self.0.min.resources.insert(name.into(), r.get(name));
+        self
+    }
+    /// At most `n` physical GPUs of `model`.
+    pub fn max_gpus(mut self, model: &str, n: i64) -> Self {
+        self.0.max.gpus_by_model.insert(model.into(), n);
+        self
+    }
+    /// Finishes.
+    pub fn build(self) -> ClusterLimit {
+        self.0
     }
 }
 

@@ -9,7 +9,8 @@
 //!
 //! One file per phase, in the order [`plan_disruption`] runs them: `candidates` (utilization,
 //! blockers, the unneeded time), `budgets` (the global scale-down delays; NodePool budgets,
-//! minNodes and PDBs as an allowance the later phases draw on), then one file per
+//! minNodes, cluster-wide minimums and PDBs as an allowance the later phases draw on), `atomic`
+//! (atomic NodePools, removed whole or not at all), then one file per
 //! consolidation method, `empty`, `delete`, `replace` and `multi_node`, each on the cluster as
 //! the previous commands left it (`simulate` moves the pods), and `validation` for the re-check
 //! of a command before it runs.
@@ -187,6 +188,12 @@ pub enum VerdictKind {
     BudgetExhausted,
     /// Removing the node would take the pool below `minNodes`.
     AtMinNodes,
+    /// Removing the node would take the cluster below a cluster-wide minimum
+    /// (`--cores-total`, `--memory-total`, `--gpu-total` MIN).
+    AtClusterMinimum,
+    /// The node's NodePool is atomic and scales down only as a whole: another of its nodes
+    /// stays, or their pods do not fit elsewhere together.
+    AtomicPool,
     /// Its pods have nowhere to go (or no strictly cheaper replacement holds them).
     NoPlaceForPods,
 }
@@ -320,6 +327,7 @@ impl DisruptionPlan {
     }
 }
 
+mod atomic;
 mod budgets;
 mod candidates;
 mod delete;
@@ -354,6 +362,7 @@ pub fn plan_disruption(
         return pass.finish();
     }
     pass.order(&mut candidates);
+    pass.atomic(&mut candidates);
     pass.empty(&candidates);
     let leftovers = pass.one_at_a_time(&candidates);
     pass.multi_node(leftovers);

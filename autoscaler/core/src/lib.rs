@@ -19,6 +19,7 @@ pub mod model;
 pub mod plan;
 pub mod provision;
 pub mod quantity;
+pub mod quota;
 pub mod requirements;
 pub mod resources;
 pub mod taints;

@@ -300,6 +300,41 @@ pub struct Limits {
     pub gpus_by_model: BTreeMap<String, i64>,
 }
 
+/// A limit on the whole cluster, across NodePools: the `run` flags' totals
+/// (`--max-nodes-total`, `--cores-total`, `--memory-total`, `--gpu-total`) or one
+/// CapacityQuota object. It counts every node whose labels its selector matches (managed or
+/// not), every in-flight claim and every planned claim that may get such labels; the planner
+/// never opens a claim that would take the count above a maximum, and disruption never takes
+/// it below a minimum.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterLimit {
+    /// How reasons name it: `cluster limit` for the flags, `CapacityQuota <name>` for an object.
+    pub name: String,
+    /// Which nodes it counts, as requirements on the node's labels; empty counts every node.
+    #[serde(default)]
+    pub selector: Requirements,
+    /// The maximums (resources in [`Resources`] units, nodes, physical GPUs per model).
+    #[serde(default)]
+    pub max: Limits,
+    /// The minimums disruption keeps (same units); empty for a CapacityQuota.
+    #[serde(default)]
+    pub min: Limits,
+}
+
+impl ClusterLimit {
+    /// Whether the limit bounds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.max.is_empty() && self.min.is_empty()
+    }
+}
+
+impl Limits {
+    /// Whether no entry is set.
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty() && self.nodes.is_none() && self.gpus_by_model.is_empty()
+    }
+}
+
 /// When consolidation may act on a NodePool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ConsolidationPolicy {
@@ -401,6 +436,12 @@ pub struct Pool {
     pub disruption: DisruptionPolicy,
     /// The instance types this pool's provider class can launch (before sharing is applied).
     pub instance_types: Arc<Vec<InstanceType>>,
+    /// Atomic scale-up (the Cluster Autoscaler's `ZeroOrMaxNodeScaling`): the pool holds
+    /// either no node or exactly this many. A plan that opens any claim in the pool opens all
+    /// the nodes it lacks, of one template, marked [`crate::plan::NewClaim::atomic`];
+    /// disruption removes the pool's nodes only all together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atomic_nodes: Option<u32>,
 }
 
 /// An all-or-nothing group.
@@ -444,4 +485,7 @@ pub struct Snapshot {
     pub pdbs: Vec<Pdb>,
     /// Nodes holding capacity booked for a ProvisioningRequest: never disrupted.
     pub booked_nodes: std::collections::BTreeSet<String>,
+    /// Limits on the whole cluster (flags and CapacityQuota objects), across NodePools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_limits: Vec<ClusterLimit>,
 }

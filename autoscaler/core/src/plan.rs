@@ -66,6 +66,11 @@ pub struct NewClaim {
     /// group, and a node shared with pods outside the group is not the group's to place.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// One node of an atomic NodePool's scale-up ([`crate::model::Pool::atomic_nodes`]): the
+    /// plan holds every node the pool lacks, with one template, some perhaps without pods;
+    /// they are launched together, all or none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub atomic: bool,
 }
 
 /// A pod the plan could not help, with a human-readable reason.
@@ -131,6 +136,9 @@ impl Plan {
             }
             if let Some(g) = &c.group {
                 let _ = writeln!(s, "  group: {g}");
+            }
+            if c.atomic {
+                let _ = writeln!(s, "  atomic");
             }
         }
         for u in &self.unschedulable {

@@ -54,7 +54,14 @@
 //! tolerate; an existing node or in-flight claim under one is used only when no other takes the
 //! pod, and a pool under one only when the pod can be helped nowhere else. Limits (resources,
 //! nodes, GPUs per model) count existing nodes, in-flight claims and the largest candidate of each
-//! new claim. All-or-nothing groups are placed together and rolled back together. Pods that cannot
+//! new claim; cluster-wide limits (`Snapshot::cluster_limits`, see [`crate::quota`]) do the same
+//! across every pool, for the nodes their selector matches (a claim counts when one of its
+//! candidates, in one of its allowed zones and capacity types, may become such a node), and the
+//! pod held back gets the limit's name and numbers. An atomic pool (`Pool::atomic_nodes`) opens
+//! every node it lacks with its first claim: the others are copies of that claim without pods
+//! (later pods may fill them), the limits are checked for all of them at once, no claim beyond
+//! the pool's size is opened, and `finish` gives the pool's claims the candidates they all keep
+//! (one template) and marks them `NewClaim::atomic`. All-or-nothing groups are placed together and rolled back together. Pods that cannot
 //! be helped carry a reason. After planning, `gang::prefer_one_zone` narrows each fully placed
 //! group's new claims to the cheapest zone that holds every member (the zones of existing nodes and
 //! in-flight claims it uses included); it only removes offerings, and leaves groups with a hard
@@ -214,6 +221,8 @@ struct Slot {
     /// Limit reservation of a new claim.
     reserved: Resources,
     reserved_models: BTreeMap<String, i64>,
+    /// Reservation of a new claim against each cluster-wide limit (empty when there are none).
+    reserved_cluster: Vec<PoolUse>,
     open: bool,
     /// New claims: a number no other state of any slot has had (0 for the others), renewed
     /// on every change, so that a verdict computed for this stamp is still the verdict.
@@ -237,17 +246,14 @@ struct Class {
     host_ports: Vec<HostPort>,
 }
 
-#[derive(Clone, Debug, Default)]
-struct PoolUse {
-    resources: Resources,
-    nodes: i64,
-    models: BTreeMap<String, i64>,
-}
+use crate::quota::Usage as PoolUse;
 
 #[derive(Clone)]
 struct State {
     slots: Vec<Slot>,
     usage: Vec<PoolUse>,
+    /// Usage per cluster-wide limit ([`Snapshot::cluster_limits`]).
+    cluster: Vec<PoolUse>,
     zone_counts: HashMap<String, Vec<u32>>,
     zone_blocks: Vec<(String, Requirements, String)>,
     placed: Vec<Option<usize>>,
@@ -395,6 +401,7 @@ impl<'a> Planner<'a> {
             state: State {
                 slots: Vec::new(),
                 usage: vec![PoolUse::default(); snap.pools.len()],
+                cluster: vec![PoolUse::default(); snap.cluster_limits.len()],
                 zone_counts: HashMap::new(),
                 zone_blocks: Vec::new(),
                 placed: vec![None; snap.pending.len()],
@@ -743,15 +750,34 @@ impl<'a> Planner<'a> {
         }
         plan.existing.sort_by(|a, b| a.pod.cmp(&b.pod));
         plan.in_flight.sort_by(|a, b| a.pod.cmp(&b.pod));
+        // An atomic pool's claims share one template: the candidates every one of them keeps
+        // (each claim's candidates hold its pods, so their intersection holds all of them).
+        let mut shared: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for slot in &self.state.slots {
-            if slot.kind != SlotKind::New || slot.pods.is_empty() {
+            if let (SlotKind::New, Some(pi)) = (&slot.kind, slot.pool)
+                && self.snap.pools[pi].atomic_nodes.is_some()
+            {
+                shared
+                    .entry(pi)
+                    .and_modify(|c| c.retain(|x| slot.candidates.contains(x)))
+                    .or_insert_with(|| slot.candidates.clone());
+            }
+        }
+        for slot in &self.state.slots {
+            let atomic = slot
+                .pool
+                .is_some_and(|pi| self.snap.pools[pi].atomic_nodes.is_some());
+            if slot.kind != SlotKind::New || (slot.pods.is_empty() && !atomic) {
                 continue;
             }
             let pool = &self.snap.pools[slot.pool.expect("new claims have a pool")];
+            let candidates = match slot.pool.and_then(|pi| shared.get(&pi)) {
+                Some(c) if atomic && !c.is_empty() => c,
+                _ => &slot.candidates,
+            };
             let zc = slot.reqs.get(labels::ZONE);
             let cc = slot.reqs.get(labels::CAPACITY_TYPE);
-            let mut options: Vec<(ClaimOption, usize)> = slot
-                .candidates
+            let mut options: Vec<(ClaimOption, usize)> = candidates
                 .iter()
                 .map(|c| {
                     let s = &self.shapes[*c];
@@ -776,8 +802,7 @@ impl<'a> Planner<'a> {
                     .then_with(|| a.instance_type.cmp(&b.instance_type))
             });
             let options = self.truncate_options(pool, &slot.reqs, options);
-            let gpus = slot
-                .candidates
+            let gpus = candidates
                 .iter()
                 .map(|c| &self.shapes[*c])
                 .find(|s| options.first().is_some_and(|o| o.instance_type == s.name))
@@ -799,6 +824,7 @@ impl<'a> Planner<'a> {
                 requests: slot.used.clone(),
                 gpus,
                 group: None,
+                atomic,
             });
         }
         mark_group_claims(pending, &mut plan);

@@ -214,6 +214,8 @@ pub struct Cluster {
     /// Groups of the ProvisioningRequests whose booking is live: their pending pods consume
     /// the booking and, as in the controller, never enter a provisioning batch.
     pub live_bookings: BTreeSet<u32>,
+    /// Cluster-wide limits, copied into every snapshot.
+    pub limits: Vec<autoscaler_core::model::ClusterLimit>,
 }
 
 /// Why a bind failed the capacity check (a scheduler bug guard).
@@ -425,6 +427,7 @@ impl Cluster {
     ) {
         snap.daemonsets = daemonsets.to_vec();
         snap.pools = pools.to_vec();
+        snap.cluster_limits = self.limits.clone();
         snap.pending.clear();
         snap.groups.clear();
         if include_pending {

@@ -203,7 +203,10 @@ impl<'a> Engine<'a> {
             daemonsets,
             shapes,
             policy,
-            cluster: Cluster::new(workload),
+            cluster: Cluster {
+                limits: cfg.cluster_limits.clone(),
+                ..Cluster::new(workload)
+            },
             provider,
             unavailable: UnavailableOfferings::default(),
             rng_launch: Rng::derive(seed, "launch"),

@@ -269,6 +269,33 @@ struct ClusterFile {
     ignore_daemonsets_utilization: Option<bool>,
     #[serde(default)]
     ignore_mirror_pods_utilization: Option<bool>,
+    /// Cluster-wide totals, as the `run` flags of the same names.
+    #[serde(default)]
+    max_nodes_total: u32,
+    #[serde(default)]
+    cores_total: Option<String>,
+    #[serde(default)]
+    memory_total: Option<String>,
+    #[serde(default)]
+    gpu_total: Vec<String>,
+    /// CapacityQuota objects, selecting nodes by labels (`matchLabels` only).
+    #[serde(default)]
+    capacity_quotas: Vec<QuotaFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct QuotaFile {
+    name: String,
+    #[serde(default)]
+    match_labels: BTreeMap<String, String>,
+    limits: BTreeMap<String, Qty>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AtomicFile {
+    nodes: u32,
 }
 
 #[derive(Deserialize)]
@@ -365,6 +392,8 @@ struct PoolFile {
     gpu_limits: BTreeMap<String, i64>,
     #[serde(default)]
     min_nodes: u32,
+    #[serde(default)]
+    atomic_scale_up: Option<AtomicFile>,
     #[serde(default)]
     disruption: DisruptionFile,
 }

@@ -70,6 +70,8 @@ pub const API_CALLS: &[ApiCall] = &[
         &["list", "watch", "create", "patch", "delete"],
     ),
     call("gpu-autoscaler.dev", "nodeclaims/status", &["patch"]),
+    // Cluster-wide limits, read only.
+    call("gpu-autoscaler.dev", "capacityquotas", &["list", "watch"]),
     // Kueue's ProvisioningRequests and their PodTemplates (when the CRD is installed);
     // terminal requests are deleted only with `--provreq-retention`.
     call("", "podtemplates", &["list", "watch"]),

@@ -42,6 +42,8 @@ pub fn reason(kind: VerdictKind) -> &'static str {
         K::PdbBlocked => "PdbBlocked",
         K::BudgetExhausted => "BudgetExhausted",
         K::AtMinNodes => "AtMinNodes",
+        K::AtClusterMinimum => "AtClusterMinimum",
+        K::AtomicPool => "AtomicPool",
         K::NoPlaceForPods => "NoPlaceForPods",
     }
 }
@@ -62,6 +64,8 @@ pub fn blocks(kind: VerdictKind) -> bool {
             | K::PdbBlocked
             | K::BudgetExhausted
             | K::AtMinNodes
+            | K::AtClusterMinimum
+            | K::AtomicPool
     )
 }
 

@@ -58,6 +58,7 @@
 
 pub mod actuator;
 pub mod api_calls;
+pub mod atomic;
 pub mod batcher;
 pub mod cache;
 pub mod cluster_status;

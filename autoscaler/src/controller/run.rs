@@ -41,6 +41,7 @@ mod disruption;
 mod gc;
 mod guard;
 mod launch;
+mod limits;
 mod provisioning;
 mod provreqs;
 mod status;
@@ -128,6 +129,8 @@ struct Controller<P> {
     visibility: visibility::Visibility,
     /// When the last round completed (ms since the epoch; 0 before the first).
     last_round_ms: i64,
+    /// CapacityQuotas already reported as not parsing (`name@generation`).
+    quota_problems: std::collections::BTreeSet<String>,
 }
 
 fn class_of(np: &NodePool) -> NodeClassRef {
@@ -495,6 +498,7 @@ async fn run_with<P: CloudProvider + 'static>(
         identity: me.clone(),
         visibility: visibility::Visibility::default(),
         last_round_ms: 0,
+        quota_problems: Default::default(),
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

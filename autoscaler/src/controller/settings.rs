@@ -236,6 +236,9 @@ pub struct RunArgs {
     /// last; doubled for every further launch, up to one hour (or this, if longer).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub launch_backoff: Duration,
+    /// Cluster-wide limits (the Cluster Autoscaler's totals).
+    #[command(flatten)]
+    pub limits: ClusterLimitArgs,
     /// AWS provider options (with `--provider aws`).
     #[command(flatten)]
     pub aws: crate::aws::AwsArgs,
@@ -259,6 +262,41 @@ impl RunArgs {
             min_spot_to_spot_types: self.min_spot_to_spot_types as usize,
             ..autoscaler_core::DisruptionConfig::default()
         }
+    }
+}
+
+/// Cluster-wide limits, in the Cluster Autoscaler's flags and units, counted over every node of
+/// the cluster (managed by a NodePool or not), every NodeClaim being launched and every planned
+/// one. A pod held back by a maximum gets a `NotTriggerScaleUp` event naming the limit and the
+/// numbers. The minimums keep disruption from removing nodes below them (as the Cluster
+/// Autoscaler's do); they launch nothing.
+#[derive(Args, Clone, Debug, Default, PartialEq)]
+pub struct ClusterLimitArgs {
+    /// Most nodes in the cluster, all NodePools and unmanaged nodes together (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_nodes_total: u32,
+    /// `MIN:MAX` cores in the cluster: no launch beyond MAX, no disruption below MIN.
+    #[arg(long, value_parser = autoscaler_core::quota::parse_min_max)]
+    pub cores_total: Option<(u64, u64)>,
+    /// `MIN:MAX` GiB of memory in the cluster: no launch beyond MAX, no disruption below MIN.
+    #[arg(long, value_parser = autoscaler_core::quota::parse_min_max)]
+    pub memory_total: Option<(u64, u64)>,
+    /// `MODEL:MIN:MAX` physical GPUs of one model in the cluster (the catalog's model name,
+    /// `H100`, `A100`, `L4`; any case); repeat the flag for several models.
+    #[arg(long, value_parser = autoscaler_core::quota::parse_gpu_total)]
+    pub gpu_total: Vec<(String, u64, u64)>,
+}
+
+impl ClusterLimitArgs {
+    /// The flags as one cluster-wide limit named `cluster limit`, or `None` when no flag is set.
+    pub fn to_core(&self) -> Option<autoscaler_core::model::ClusterLimit> {
+        autoscaler_core::quota::Totals {
+            max_nodes: self.max_nodes_total,
+            cores: self.cores_total,
+            memory_gib: self.memory_total,
+            gpus: self.gpu_total.clone(),
+        }
+        .to_limit()
     }
 }
 
@@ -347,6 +385,47 @@ mod tests {
                 e.contains("kwok-register-gpu-fraction") && e.contains(bad),
                 "{e}"
             );
+        }
+    }
+
+    #[test]
+    fn cluster_limit_flags_take_the_cluster_autoscalers_shapes() {
+        use clap::Parser;
+        let d = Cli::try_parse_from(["x"]).expect("defaults parse").run;
+        assert_eq!(d.limits.to_core(), None);
+        let s = Cli::try_parse_from([
+            "x",
+            "--max-nodes-total=10",
+            "--cores-total=8:64",
+            "--memory-total=0:256",
+            "--gpu-total=H100:0:16",
+            "--gpu-total=L4:2:8",
+        ])
+        .expect("flags parse")
+        .run;
+        let l = s.limits.to_core().expect("a limit");
+        assert_eq!(l.name, "cluster limit");
+        assert_eq!(l.max.nodes, Some(10));
+        assert_eq!(l.max.resources.get("cpu"), Some(&64_000));
+        assert_eq!(l.min.resources.get("cpu"), Some(&8_000));
+        assert_eq!(l.max.resources.get("memory"), Some(&(256 << 30)));
+        assert_eq!(l.min.resources.get("memory"), None);
+        assert_eq!(l.max.gpus_by_model.get("H100"), Some(&16));
+        assert_eq!(l.min.gpus_by_model.get("L4"), Some(&2));
+        for bad in [
+            "--cores-total=64",
+            "--cores-total=9:8",
+            "--memory-total=a:b",
+            "--gpu-total=16",
+            "--gpu-total=:0:16",
+            "--gpu-total=H100:0",
+            "--cores-total=0:99999999999999999999",
+        ] {
+            let e = Cli::try_parse_from(["x", bad])
+                .err()
+                .expect(bad)
+                .to_string();
+            assert!(e.contains("invalid"), "{bad}: {e}");
         }
     }
 }

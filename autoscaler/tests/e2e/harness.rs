@@ -173,6 +173,7 @@ impl Cluster {
         for f in [
             "deploy/crds/gpu-autoscaler.dev_nodepools.yaml",
             "deploy/crds/gpu-autoscaler.dev_nodeclaims.yaml",
+            "deploy/crds/gpu-autoscaler.dev_capacityquotas.yaml",
         ] {
             server
                 .register_crd_file(root().join(f))

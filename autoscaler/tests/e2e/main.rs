@@ -9,6 +9,7 @@ mod explain;
 mod faults;
 mod guard;
 mod kueue;
+mod limits;
 mod pod_problems;
 mod provisioning;
 mod provreq;

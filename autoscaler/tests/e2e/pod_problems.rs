@@ -46,7 +46,7 @@ async fn unschedulable(c: &Cluster, name: &str) {
 }
 
 /// `(reason, note, series count)` of every event about pod `name`.
-async fn events_of(c: &Cluster, name: &str) -> Vec<(String, String, Option<i32>)> {
+pub async fn events_of(c: &Cluster, name: &str) -> Vec<(String, String, Option<i32>)> {
     Api::<Event>::namespaced(c.client.clone(), "default")
         .list(&ListParams::default())
         .await

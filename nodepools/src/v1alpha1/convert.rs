@@ -85,6 +85,31 @@ impl NodePool {
                 format!("{} exceeds limits[\"nodes\"] = {max}", s.min_nodes),
             );
         }
+        let atomic_nodes = s.atomic_scale_up.as_ref().and_then(|a| {
+            let path = spec.field("atomicScaleUp").field("nodes");
+            let n = match u32::try_from(a.nodes) {
+                Ok(n) if (1..=1000).contains(&n) => n,
+                _ => {
+                    errs.push(&path, format!("{} is outside [1, 1000]", a.nodes));
+                    return None;
+                }
+            };
+            if min_nodes != 0 && min_nodes != n {
+                errs.push(
+                    &spec.field("minNodes"),
+                    format!("{min_nodes} must be 0 or atomicScaleUp.nodes ({n})"),
+                );
+            }
+            if let Some(max) = limits.nodes
+                && max < i64::from(n)
+            {
+                errs.push(
+                    &path,
+                    format!("{n} exceeds limits[\"nodes\"] = {max}: the pool could never scale up"),
+                );
+            }
+            Some(n)
+        });
         let mut pool_labels = template.labels;
         pool_labels.insert(labels::NODEPOOL.to_string(), name.clone());
         errs.finish(Pool {
@@ -100,6 +125,7 @@ impl NodePool {
             min_values: template.min_values,
             disruption,
             instance_types,
+            atomic_nodes,
         })
     }
 
@@ -264,7 +290,7 @@ fn parse_template(path: &FieldPath, t: &NodePoolTemplate, errs: &mut ValidationE
 
 /// Parses requirements, reporting each bad expression at `path[i]` and, when every expression
 /// is valid but they contradict each other, the first key no node can satisfy.
-fn parse_requirements(
+pub(super) fn parse_requirements(
     path: &FieldPath,
     list: &[NodeSelectorRequirement],
     errs: &mut ValidationErrors,
@@ -494,7 +520,7 @@ fn parse_resources(
     r
 }
 
-fn parse_limits(
+pub(super) fn parse_limits(
     path: &FieldPath,
     map: &BTreeMap<String, KubeQuantity>,
     gpu_path: &FieldPath,

@@ -1,17 +1,22 @@
-//! API version `v1alpha1` of the `gpu-autoscaler.dev` group: `NodePool` and `NodeClaim`.
+//! API version `v1alpha1` of the `gpu-autoscaler.dev` group: `NodePool`, `NodeClaim` and
+//! `CapacityQuota`.
 
+mod capacityquota;
 mod common;
 mod convert;
 mod nodeclaim;
 mod nodepool;
 mod schema;
 
+pub use capacityquota::{
+    CapacityQuota, CapacityQuotaLimits, CapacityQuotaSpec, LabelSelector, LabelSelectorRequirement,
+};
 pub use common::{NodeClassRef, NodeSelectorRequirement, Taint, conditions};
 pub use convert::{ClaimSpec, NODES_LIMIT};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, ResourceRequirements};
 pub use nodepool::{
-    BUDGET_NODES_PATTERN, BudgetSpec, DisruptionSpec, GpuSharingSpec, MigSpec, NodePool,
-    NodePoolSpec, NodePoolStatus, NodePoolTemplate, TemplateMetadata, TimeSlicingSpec,
+    AtomicScaleUpSpec, BUDGET_NODES_PATTERN, BudgetSpec, DisruptionSpec, GpuSharingSpec, MigSpec,
+    NodePool, NodePoolSpec, NodePoolStatus, NodePoolTemplate, TemplateMetadata, TimeSlicingSpec,
 };
 
 /// The version string.

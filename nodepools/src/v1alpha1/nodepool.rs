@@ -50,6 +50,12 @@ use crate::names::{QUALIFIED_NAME_MAX, QUALIFIED_NAME_PATTERN};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.atomicScaleUp) || !has(self.minNodes) || self.minNodes == 0 || self.minNodes == self.atomicScaleUp.nodes",
+        "message": "minNodes must be 0 or atomicScaleUp.nodes",
+    },
+]))]
 pub struct NodePoolSpec {
     /// What every node of the pool looks like.
     pub template: NodePoolTemplate,
@@ -78,6 +84,22 @@ pub struct NodePoolSpec {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub min_nodes: i32,
+    /// Atomic scaling (the Cluster Autoscaler's `ZeroOrMaxNodeScaling`): the pool has either
+    /// no node or exactly `nodes`. A scale-up launches every node it lacks at once, of one
+    /// template, all or none (nothing when a limit would stop one of them); a scale-down
+    /// removes all of them together, only when every one is removable. `minNodes` must then
+    /// be 0 or `nodes`, and `limits.nodes`, when set, at least `nodes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atomic_scale_up: Option<AtomicScaleUpSpec>,
+}
+
+/// Atomic scaling of a NodePool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AtomicScaleUpSpec {
+    /// The pool's size when it has nodes.
+    #[schemars(range(min = 1, max = 1000))]
+    pub nodes: i32,
 }
 
 /// The node template of a NodePool.

@@ -1,10 +1,15 @@
 //! Budgets: what may still be disrupted (NodePool disruption budgets per reason, minNodes,
-//! PodDisruptionBudgets), and phase 2 of planning, Cluster Autoscaler's global scale-down
-//! delays.
+//! cluster-wide minimums, PodDisruptionBudgets), and phase 2 of planning, Cluster Autoscaler's
+//! global scale-down delays.
+//!
+//! Cluster-wide minimums ([`crate::model::ClusterLimit::min`]) count the nodes not being
+//! deleted, as the Cluster Autoscaler does; a replacement is counted as adding nothing (it is
+//! cheaper, so it may well be smaller), which can only keep a node the minimum would allow.
 
 use std::collections::BTreeMap;
 
 use crate::model::{Budget, BudgetValue, DisruptionReason, Node, Snapshot};
+use crate::quota::{Usage, below_min, node_usage, selects, usage_of_nodes};
 
 use super::candidates::{fmt_duration, movable};
 use super::{Blocker, DisruptionState, Pass, VerdictKind, Wait};
@@ -26,6 +31,8 @@ pub(super) struct Allowance {
     above_min: Vec<i64>,
     /// PDB index -> disruptions left.
     pdb_left: Vec<i64>,
+    /// Cluster-wide limit index -> what the nodes not being deleted add up to.
+    cluster_total: Vec<Usage>,
 }
 
 impl Allowance {
@@ -62,10 +69,16 @@ impl Allowance {
             .iter()
             .map(|b| i64::from(b.disruptions_allowed))
             .collect();
+        let cluster_total = usage_of_nodes(
+            &snap.cluster_limits,
+            &snap.pools,
+            snap.nodes.iter().filter(|n| !n.deleting),
+        );
         Allowance {
             budget,
             above_min,
             pdb_left,
+            cluster_total,
         }
     }
 
@@ -79,6 +92,30 @@ impl Allowance {
         replaced: bool,
         take: bool,
     ) -> Result<(), Blocker> {
+        self.admit_counted(snap, nodes, reason, replaced, take, false)
+    }
+
+    /// [`Self::admit`] for the whole of an atomic NodePool: the nodes count as one disruption
+    /// against the pool's budgets (a budget below the pool's size would otherwise never let it
+    /// go), and in full against minNodes, cluster-wide minimums and PDBs.
+    pub(super) fn admit_whole(
+        &mut self,
+        snap: &Snapshot,
+        nodes: &[&Node],
+        reason: DisruptionReason,
+    ) -> Result<(), Blocker> {
+        self.admit_counted(snap, nodes, reason, false, true, true)
+    }
+
+    fn admit_counted(
+        &mut self,
+        snap: &Snapshot,
+        nodes: &[&Node],
+        reason: DisruptionReason,
+        replaced: bool,
+        take: bool,
+        as_one: bool,
+    ) -> Result<(), Blocker> {
         let mut per_pool: BTreeMap<usize, i64> = BTreeMap::new();
         for n in nodes {
             if let Some(pi) = snap
@@ -91,7 +128,7 @@ impl Allowance {
         }
         for (pi, count) in &per_pool {
             let left = self.budget.get(&(*pi, reason)).copied().unwrap_or(i64::MAX);
-            if *count > left {
+            if (if as_one { 1 } else { *count }) > left {
                 return Err(Blocker::new(
                     VerdictKind::BudgetExhausted,
                     format!(
@@ -109,6 +146,18 @@ impl Allowance {
                         snap.pools[*pi].name, snap.pools[*pi].min_nodes
                     ),
                 ));
+            }
+        }
+        for (li, limit) in snap.cluster_limits.iter().enumerate() {
+            let selected = nodes.iter().filter(|n| selects(limit, &n.labels)).fold(
+                Usage::default(),
+                |mut u, n| {
+                    u.add(&node_usage(&snap.pools, n));
+                    u
+                },
+            );
+            if let Some(why) = below_min(limit, &self.cluster_total[li], &selected) {
+                return Err(Blocker::new(VerdictKind::AtClusterMinimum, why));
             }
         }
         let mut pdb_use: BTreeMap<usize, i64> = BTreeMap::new();
@@ -136,6 +185,11 @@ impl Allowance {
             }
         }
         if take {
+            for (li, limit) in snap.cluster_limits.iter().enumerate() {
+                for n in nodes.iter().filter(|n| selects(limit, &n.labels)) {
+                    self.cluster_total[li].sub(&node_usage(&snap.pools, n));
+                }
+            }
             for (pi, count) in per_pool {
                 for reason in [
                     DisruptionReason::Empty,
@@ -143,7 +197,7 @@ impl Allowance {
                     DisruptionReason::Drifted,
                 ] {
                     if let Some(left) = self.budget.get_mut(&(pi, reason)) {
-                        *left -= count;
+                        *left -= if as_one { 1 } else { count };
                     }
                 }
                 self.above_min[pi] -= if replaced { count - 1 } else { count };

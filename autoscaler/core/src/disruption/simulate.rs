@@ -38,14 +38,21 @@ pub fn simulate(
             .collect(),
         in_flight: vec![],
         daemonsets: snap.daemonsets.clone(),
+        // An atomic pool's nodes come all together, never as one replacement.
         pools: if allow_new {
-            snap.pools.clone()
+            snap.pools
+                .iter()
+                .filter(|p| p.atomic_nodes.is_none())
+                .cloned()
+                .collect()
         } else {
             vec![]
         },
         groups: BTreeMap::new(),
         pdbs: vec![],
         booked_nodes: BTreeSet::new(),
+        // A replacement counts against the cluster-wide maximums like any new node.
+        cluster_limits: snap.cluster_limits.clone(),
     };
     let mut plan = plan_provisioning(&sim);
     refuse_uninitialized_targets(&mut plan, &sim.nodes);

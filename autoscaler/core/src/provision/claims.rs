@@ -12,10 +12,12 @@ use crate::taints::untolerated;
 
 use super::classes::{dominant_share, even_spread};
 use super::shapes::{
-    Devices, Shape, demand, distinct_values, min_values_short, offering_allowed, term_fits_shape,
+    Devices, Shape, demand, distinct_values, may_select, min_values_short, offering_allowed,
+    term_fits_shape,
 };
 use super::slots::placeholder;
-use super::{Grow, Planner, Slot, SlotKind};
+use super::{Grow, Planner, PoolUse, Slot, SlotKind};
+use crate::quota::exceeded;
 
 /// Sets [`NewClaim::group`] on the claims that hold only members of one all-or-nothing group,
 /// for the groups with at least two such claims in the plan. A claim shared with pods outside
@@ -186,33 +188,78 @@ impl<'a> Planner<'a> {
         None
     }
 
-    /// Limit headroom of a pool: whether one more node of `shape` stays under its limits, or
-    /// the limit it would break.
-    pub(super) fn fits_limits(&self, pi: usize, shape: &Shape) -> Result<(), String> {
+    /// How many nodes opening a claim in pool `pi` adds: one, or for an atomic pool that has
+    /// none planned yet, every node it lacks (they are planned together).
+    pub(super) fn nodes_per_open(&self, pi: usize) -> i64 {
+        let pool = &self.snap.pools[pi];
+        match pool.atomic_nodes {
+            Some(n) => (i64::from(n) - self.state.usage[pi].nodes).max(1),
+            None => 1,
+        }
+    }
+
+    /// Whether a new claim of `shape` under `reqs` (with the rest of an atomic pool's nodes,
+    /// as [`Self::nodes_per_open`] counts them) stays within its pool's limits and every
+    /// cluster-wide limit; otherwise the first limit it breaks, in words.
+    pub(super) fn fits_limits(
+        &self,
+        pi: usize,
+        shape: &Shape,
+        reqs: &Requirements,
+    ) -> Result<(), String> {
         let pool = &self.snap.pools[pi];
         let u = &self.state.usage[pi];
-        if let Some(n) = pool.limits.nodes
-            && u.nodes + 1 > n
+        let k = self.nodes_per_open(pi);
+        if let Some(n) = pool.atomic_nodes
+            && u.nodes >= i64::from(n)
         {
-            return Err(format!("NodePool {} limit nodes={n} reached", pool.name));
+            return Err(format!(
+                "NodePool {} scales atomically to {n} nodes and has them (existing, launching or planned)",
+                pool.name
+            ));
+        }
+        let atomic = |why: String| match pool.atomic_nodes {
+            Some(n) if k > 1 => format!(
+                "NodePool {} scales atomically to {n} nodes: {why}",
+                pool.name
+            ),
+            _ => why,
+        };
+        if let Some(n) = pool.limits.nodes
+            && u.nodes + k > n
+        {
+            return Err(atomic(format!(
+                "NodePool {} limit nodes={n} reached",
+                pool.name
+            )));
         }
         for (name, limit) in &pool.limits.resources {
-            if u.resources.get(name) + shape.capacity.get(name) > *limit {
-                return Err(format!(
+            if u.resources.get(name) + k * shape.capacity.get(name) > *limit {
+                return Err(atomic(format!(
                     "NodePool {} limit {name}={} reached",
                     pool.name,
                     format_amount(name, *limit)
-                ));
+                )));
             }
         }
         if let (n, Some(model)) = &shape.gpus
             && let Some(limit) = pool.limits.gpus_by_model.get(model)
-            && u.models.get(model).copied().unwrap_or(0) + i64::from(*n) > *limit
+            && u.models.get(model).copied().unwrap_or(0) + k * i64::from(*n) > *limit
         {
-            return Err(format!(
+            return Err(atomic(format!(
                 "NodePool {} limit for GPU model {model}={limit} reached",
                 pool.name
-            ));
+            )));
+        }
+        if !self.snap.cluster_limits.is_empty() {
+            let adding = shape.usage().times(k);
+            for (li, limit) in self.snap.cluster_limits.iter().enumerate() {
+                if may_select(limit, shape, reqs)
+                    && let Some(why) = exceeded(limit, &self.state.cluster[li], &adding)
+                {
+                    return Err(atomic(why));
+                }
+            }
         }
         Ok(())
     }
@@ -270,7 +317,7 @@ impl<'a> Planner<'a> {
                             && term_fits_shape(&term, sh)
                             && need.fits(&sh.allocatable)
                     })
-                    .filter(|s| match self.fits_limits(pi, &self.shapes[*s]) {
+                    .filter(|s| match self.fits_limits(pi, &self.shapes[*s], &reqs) {
                         Ok(()) => true,
                         Err(e) => {
                             limit_reason.get_or_insert(e);
@@ -364,10 +411,13 @@ impl<'a> Planner<'a> {
                 let (better, unit) = match &mut best {
                     None => (true, None),
                     Some(b) => {
-                        let theirs = *b
-                            .1
-                            .get_or_insert_with(|| self.claim_target(i, &b.4, &b.5, avoid_gpu).0);
-                        let unit = self.claim_target(i, &reqs, &cands, avoid_gpu).0;
+                        let theirs = *b.1.get_or_insert_with(|| {
+                            self.claim_target(i, &b.4, &b.5, avoid_gpu).0
+                                * self.nodes_per_open(b.3) as f64
+                        });
+                        // An atomic pool opens all its missing nodes for this pod.
+                        let unit = self.claim_target(i, &reqs, &cands, avoid_gpu).0
+                            * self.nodes_per_open(pi) as f64;
                         let better = unit < theirs * (1.0 - 1e-9)
                             || (unit <= theirs * (1.0 + 1e-9) && price < b.2);
                         (better, Some(unit))
@@ -467,21 +517,51 @@ impl<'a> Planner<'a> {
             target_shape: target.1,
             ..Slot::empty(vec![0; self.nsel()])
         };
+        let padding = self.nodes_per_open(pi) - 1;
         self.state.slots.push(slot);
         self.state.usage[pi].nodes += 1;
         let si = self.state.slots.len() - 1;
-        // A rolled-back group can leave answers about an earlier claim at this index.
+        self.forget_answers(si);
+        self.commit(i, si, None, false);
+        self.refresh_new_slot(si);
+        // An atomic pool's other nodes are planned now, as copies of this claim with no pod:
+        // they reserve their share of the limits at once, and later pods may fill them.
+        for _ in 0..padding {
+            self.state.claims_opened += 1;
+            let mut copy = self.state.slots[si].clone();
+            copy.name = format!("{}-{}", pool.name, self.state.claims_opened);
+            copy.pods.clear();
+            copy.used = Resources::new();
+            copy.devices = Devices::default();
+            copy.counts = vec![0; self.nsel()];
+            copy.sel_blocks.clear();
+            copy.ports.clear();
+            copy.reserved = Resources::new();
+            copy.reserved_models = BTreeMap::new();
+            copy.reserved_cluster = Vec::new();
+            copy.open = true;
+            // Only the candidates the pool's first pod narrowed to are kept, so that the
+            // nodes share one template; the padding keeps the claim's zone too.
+            self.state.slots.push(copy);
+            self.state.usage[pi].nodes += 1;
+            let pad = self.state.slots.len() - 1;
+            self.forget_answers(pad);
+            self.refresh_new_slot(pad);
+        }
+    }
+
+    /// A rolled-back group can leave answers about an earlier claim at this slot index.
+    fn forget_answers(&mut self, si: usize) {
         for class in &mut self.classes {
             if let Some(ok) = class.slot_ok.get_mut(si) {
                 *ok = 0;
             }
         }
-        self.commit(i, si, None, false);
-        self.refresh_new_slot(si);
     }
 
     /// Re-reserves limits for a new claim: the most any of its candidates could use.
     fn reserve(&mut self, si: usize) {
+        self.reserve_cluster(si);
         let slot = &self.state.slots[si];
         let Some(pi) = slot.pool else { return };
         let pool = &self.snap.pools[pi];
@@ -509,6 +589,35 @@ impl<'a> Planner<'a> {
         }
         for (m, n) in models {
             *u.models.entry(m).or_default() += n;
+        }
+    }
+
+    /// Re-reserves the cluster-wide limits for a new claim: per limit, the most any candidate
+    /// that may become a node the limit selects could add (one node, if any may).
+    fn reserve_cluster(&mut self, si: usize) {
+        let limits = &self.snap.cluster_limits;
+        if limits.is_empty() {
+            return;
+        }
+        let slot = &self.state.slots[si];
+        let fresh: Vec<PoolUse> = limits
+            .iter()
+            .map(|l| {
+                slot.candidates
+                    .iter()
+                    .map(|c| &self.shapes[*c])
+                    .filter(|s| may_select(l, s, &slot.reqs))
+                    .map(Shape::usage)
+                    .reduce(|a, b| a.max(&b))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let old = std::mem::replace(&mut self.state.slots[si].reserved_cluster, fresh.clone());
+        for (li, now) in fresh.iter().enumerate() {
+            if let Some(before) = old.get(li) {
+                self.state.cluster[li].sub(before);
+            }
+            self.state.cluster[li].add(now);
         }
     }
 

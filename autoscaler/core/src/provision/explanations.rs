@@ -217,7 +217,7 @@ pub(crate) fn pool_standing(snapshot: &Snapshot, name: &str) -> Option<Standing>
         .map(|it| {
             let (price, refused, excluded) = match shape_for(pi, pool, it, &bare) {
                 Err(why) => (None, Some(excluded_words(&why, pool, it)), true),
-                Ok(shape) => match planner.fits_limits(pi, &shape) {
+                Ok(shape) => match planner.fits_limits(pi, &shape, &pool.requirements) {
                     Err(e) => (None, Some(Refusal::new(RefusalKind::Limits, e)), false),
                     Ok(()) => (shape.offerings.first().map(|o| o.price), None, false),
                 },
@@ -525,9 +525,9 @@ impl<'a> Planner<'a> {
                 ),
             ));
         }
-        self.fits_limits(pi, shape)
-            .map_err(|e| Refusal::new(RefusalKind::Limits, e))?;
         let reqs = pool.requirements.intersect(term);
+        self.fits_limits(pi, shape, &reqs)
+            .map_err(|e| Refusal::new(RefusalKind::Limits, e))?;
         Ok(shape.price_under(&reqs).unwrap_or(f64::INFINITY))
     }
 }

@@ -1,13 +1,14 @@
 //! Shapes: an instance type as a node of one pool would offer it, and the fit of pods'
 //! resources onto its devices.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::gpu::apply_sharing;
 use crate::instance::{InstanceType, Offering};
 use crate::labels;
-use crate::model::{GpuShare, HostPort, Pod, Pool, Snapshot};
+use crate::model::{ClusterLimit, GpuShare, HostPort, Pod, Pool, Snapshot};
 use crate::plan::NewClaim;
+use crate::quota::selects;
 use crate::requirements::{Constraint, Labels, Requirements, ValueSet};
 use crate::resources::Resources;
 use crate::taints::untolerated;
@@ -46,6 +47,49 @@ impl Shape {
             .find(|o| offering_allowed(o, zc, cc))
             .map(|o| o.price)
     }
+}
+
+impl Shape {
+    /// What one node of this shape counts against a limit: one node, its capacity, its GPUs.
+    pub(super) fn usage(&self) -> crate::quota::Usage {
+        crate::quota::Usage {
+            nodes: 1,
+            resources: self.capacity.clone(),
+            models: match &self.gpus {
+                (n, Some(m)) => BTreeMap::from([(m.clone(), i64::from(*n))]),
+                _ => BTreeMap::new(),
+            },
+        }
+    }
+}
+
+/// Whether a node of `shape`, launched under `reqs`, may be one `limit` selects: its labels,
+/// with the zone and capacity type of some offering `reqs` allow when the selector asks about
+/// them (a claim not pinned to a zone counts against a zone's limit, to be safe).
+pub(super) fn may_select(limit: &ClusterLimit, shape: &Shape, reqs: &Requirements) -> bool {
+    if limit.selector.is_empty() {
+        return true;
+    }
+    let asks_offering = limit.selector.get(labels::ZONE).is_some()
+        || limit.selector.get(labels::CAPACITY_TYPE).is_some();
+    if !asks_offering {
+        return selects(limit, &shape.labels);
+    }
+    let zc = reqs.get(labels::ZONE);
+    let cc = reqs.get(labels::CAPACITY_TYPE);
+    let mut node_labels = shape.labels.clone();
+    shape
+        .offerings
+        .iter()
+        .filter(|o| offering_allowed(o, zc, cc))
+        .any(|o| {
+            node_labels.insert(labels::ZONE.into(), o.zone.clone());
+            node_labels.insert(
+                labels::CAPACITY_TYPE.into(),
+                o.capacity_type.as_str().to_string(),
+            );
+            selects(limit, &node_labels)
+        })
 }
 
 pub(super) fn offering_allowed(

@@ -9,7 +9,7 @@ use crate::requirements::{Labels, Requirements};
 use crate::resources::Resources;
 use crate::taints::{Effect, Taint, Toleration, untolerated};
 
-use super::shapes::{Devices, Shape, demand};
+use super::shapes::{Devices, Shape, demand, may_select};
 use super::{Grow, Planner, PoolUse, Slot, SlotKind, Verdict};
 
 impl Slot {
@@ -37,6 +37,7 @@ impl Slot {
             ports: vec![],
             reserved: Resources::new(),
             reserved_models: BTreeMap::new(),
+            reserved_cluster: Vec::new(),
             open: true,
             stamp: 0,
         }
@@ -94,14 +95,21 @@ impl<'a> Planner<'a> {
             .collect();
         let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
         node_order.sort_by(|a, b| snap.nodes[*a].name.cmp(&snap.nodes[*b].name));
+        let counted_as_claim = |n: &crate::model::Node| {
+            !n.initialized
+                && n.claim
+                    .as_deref()
+                    .is_some_and(|c| in_flight_names.contains(c))
+        };
+        let mut cluster = crate::quota::usage_of_nodes(
+            &snap.cluster_limits,
+            &snap.pools,
+            snap.nodes.iter().filter(|n| !counted_as_claim(n)),
+        );
         for ni in node_order {
             let n = &snap.nodes[ni];
             let pool = n.pool.as_deref().and_then(|p| pool_idx.get(p).copied());
-            let counted_as_claim = !n.initialized
-                && n.claim
-                    .as_deref()
-                    .is_some_and(|c| in_flight_names.contains(c));
-            if counted_as_claim {
+            if counted_as_claim(n) {
                 continue;
             }
             if let Some(pi) = pool {
@@ -188,6 +196,18 @@ impl<'a> Planner<'a> {
                     *e = (*e).max(i64::from(*n));
                 }
             }
+            // Against cluster-wide limits it counts as the largest candidate that may become
+            // a node they select.
+            for (li, limit) in snap.cluster_limits.iter().enumerate() {
+                let most = shapes
+                    .iter()
+                    .filter(|s| may_select(limit, s, &c.requirements))
+                    .map(|s| s.usage())
+                    .reduce(|a, b| a.max(&b));
+                if let Some(most) = most {
+                    cluster[li].add(&most);
+                }
+            }
             // Its DaemonSets' ports, whichever candidate it becomes.
             let mut ports: Vec<HostPort> = shapes
                 .iter()
@@ -221,6 +241,7 @@ impl<'a> Planner<'a> {
         self.state.zone_counts = zone_counts;
         self.state.zone_blocks = zone_blocks;
         self.state.usage = usage;
+        self.state.cluster = cluster;
     }
 
     fn node_model(&self, n: &crate::model::Node) -> Option<String> {

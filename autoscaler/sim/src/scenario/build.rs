@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use autoscaler_core::disruption::{DO_NOT_DISRUPT, SAFE_TO_EVICT};
 use autoscaler_core::model::{
-    Budget, BudgetValue, ConsolidationPolicy, DaemonSet, DisruptionPolicy, GpuShare, GpuSharing,
-    Limits, MigSharing, MigStrategy, Pod, PodAffinityTerm, PodKey, Pool, TimeSlicing,
+    Budget, BudgetValue, ClusterLimit, ConsolidationPolicy, DaemonSet, DisruptionPolicy, GpuShare,
+    GpuSharing, Limits, MigSharing, MigStrategy, Pod, PodAffinityTerm, PodKey, Pool, TimeSlicing,
     TopologySpread,
 };
+use autoscaler_core::quota;
 use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements};
 use autoscaler_core::resources::{Resources, is_gpu_class, names};
 use autoscaler_core::taints::{Effect, Taint, Toleration};
@@ -24,12 +25,71 @@ use super::{
 };
 use crate::error::SimError;
 
+/// The cluster-wide limits of a scenario: the totals (`maxNodesTotal`, `coresTotal`,
+/// `memoryTotal`, `gpuTotal`, as the `run` flags) and each of `capacityQuotas`.
+fn build_cluster_limits(cx: &Ctx, f: &ClusterFile) -> Result<Vec<ClusterLimit>, SimError> {
+    let range = |key: &str, v: &Option<String>| {
+        v.as_deref()
+            .map(quota::parse_min_max)
+            .transpose()
+            .map_err(|why| cx.err(&[&format!("{key}:")], format!("cluster.{key}"), why))
+    };
+    let mut gpus = Vec::new();
+    for (i, g) in f.gpu_total.iter().enumerate() {
+        gpus.push(
+            quota::parse_gpu_total(g)
+                .map_err(|why| cx.err(&["gpuTotal:"], format!("cluster.gpuTotal[{i}]"), why))?,
+        );
+    }
+    let totals = quota::Totals {
+        max_nodes: f.max_nodes_total,
+        cores: range("coresTotal", &f.cores_total)?,
+        memory_gib: range("memoryTotal", &f.memory_total)?,
+        gpus,
+    };
+    let mut out: Vec<ClusterLimit> = totals.to_limit().into_iter().collect();
+    for (i, q) in f.capacity_quotas.iter().enumerate() {
+        let err = |field: &str, why: String| {
+            cx.err(
+                &["capacityQuotas:", &format!("name: {}", q.name)],
+                format!("cluster.capacityQuotas[{i}].{field}"),
+                why,
+            )
+        };
+        let mut l = ClusterLimit {
+            name: format!("CapacityQuota {}", q.name),
+            ..Default::default()
+        };
+        for (k, v) in &q.match_labels {
+            l.selector = l.selector.clone().with(k, Operator::In, &[v.as_str()]);
+        }
+        for (k, v) in &q.limits {
+            if k == "nodes" {
+                l.max.nodes = Some((v.0.millis() / 1000) as i64);
+                continue;
+            }
+            let mut r = Resources::new();
+            r.add_quantity(k, v.0)
+                .map_err(|e| err(&format!("limits[{k:?}]"), e.to_string()))?;
+            l.max.resources.insert(k.clone(), r.get(k));
+        }
+        if l.max.is_empty() {
+            return Err(err("limits", "no limit set".into()));
+        }
+        out.push(l);
+    }
+    Ok(out)
+}
+
 pub(super) fn build_cluster(
     cx: &Ctx,
     f: &ClusterFile,
     catalog: &[InstanceType],
 ) -> Result<ClusterConfig, SimError> {
-    let mut c = ClusterConfig::default();
+    let mut c = ClusterConfig {
+        cluster_limits: build_cluster_limits(cx, f)?,
+        ..ClusterConfig::default()
+    };
     if let Some(l) = &f.launch {
         if let Some(d) = l.cpu {
             c.launch_cpu_s = d.0;
@@ -249,6 +309,15 @@ pub(super) fn build_pool(
             "timeSlicing and mig cannot both be set".into(),
         ));
     }
+    if let Some(a) = &f.atomic_scale_up
+        && !(1..=1000).contains(&a.nodes)
+    {
+        return Err(err(
+            "atomicScaleUp",
+            "atomicScaleUp.nodes",
+            format!("{} is outside [1, 1000]", a.nodes),
+        ));
+    }
     let mut limits = Limits::default();
     for (k, q) in &f.limits {
         if k == "nodes" {
@@ -354,6 +423,7 @@ pub(super) fn build_pool(
         min_values: Default::default(),
         disruption,
         instance_types: catalog.clone(),
+        atomic_nodes: f.atomic_scale_up.as_ref().map(|a| a.nodes),
     })
 }
 

@@ -55,6 +55,9 @@ pub struct ClusterConfig {
     pub ignore_daemonsets_utilization: bool,
     /// Leave mirror pods out of utilization.
     pub ignore_mirror_pods_utilization: bool,
+    /// Cluster-wide limits (`maxNodesTotal`, `coresTotal`, `memoryTotal`, `gpuTotal`,
+    /// `capacityQuotas`), across NodePools, as the controller's flags and CapacityQuotas.
+    pub cluster_limits: Vec<autoscaler_core::model::ClusterLimit>,
 }
 
 impl Default for ClusterConfig {
@@ -79,6 +82,7 @@ impl Default for ClusterConfig {
             scale_down_delay_after_failure_s: 180,
             ignore_daemonsets_utilization: false,
             ignore_mirror_pods_utilization: false,
+            cluster_limits: Vec::new(),
         }
     }
 }

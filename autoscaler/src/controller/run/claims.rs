@@ -13,6 +13,7 @@ use providers::CloudProvider;
 use serde_json::json;
 
 use crate::controller::actuator::{has_finalizer, reference, set_condition};
+use crate::controller::atomic;
 use crate::controller::error::Result;
 use crate::controller::keys;
 use crate::controller::lifecycle::{self, Action, Phase, Timeouts};
@@ -30,9 +31,21 @@ impl<P: CloudProvider + 'static> Controller<P> {
     pub(super) async fn claims_stage(&mut self) {
         let t = Instant::now();
         self.lifecycle().await;
+        self.roll_back_atomic().await;
         self.persist_pod_events().await;
         self.terminate_nodes().await;
         self.observe("lifecycle", t);
+    }
+
+    /// Deletes the other claims of an atomic NodePool's scale-up that failed part-way
+    /// ([`atomic::rollbacks`]).
+    async fn roll_back_atomic(&self) {
+        for name in atomic::rollbacks(&self.stores.claims.state(), epoch()) {
+            tracing::info!(claim = %name, "atomic scale-up failed part-way: rolling back");
+            if let Err(e) = self.shared.actuator.delete_claim(&name).await {
+                tracing::warn!(claim = %name, error = %e, "rolling back an atomic scale-up");
+            }
+        }
     }
 
     fn timeouts(&self) -> Timeouts {
@@ -108,9 +121,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
             Action::Launch => {
                 // A live ProvisioningRequest's claims are launched together by its loop when
-                // the cloud has an atomic group launch.
-                if !self.launched_by_request(claim) {
-                    self.spawn_launch(claim.clone());
+                // the cloud has an atomic group launch; so are an atomic NodePool's.
+                if self.launched_by_request(claim) {
+                    return Ok(());
+                }
+                match atomic::group_of(claim).filter(|_| self.shared.provider.atomic_groups()) {
+                    Some((id, size)) => {
+                        let members = atomic::members(&self.stores.claims.state(), &id);
+                        if atomic::ready_to_launch(&members, size) {
+                            self.spawn_group_launch(members);
+                        }
+                    }
+                    None => self.spawn_launch(claim.clone()),
                 }
                 Ok(())
             }

@@ -245,6 +245,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             gangs: &gangs,
         });
         self.hold_bookings(&mut built.snapshot, &pods);
+        built.snapshot.cluster_limits = self.cluster_limits();
         let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
             pods.iter().map(|p| (&p.key, p)).collect();
         // Pending pods left out for their own fields are told below, once; not logged per round.
@@ -278,12 +279,31 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let mut events = Vec::new();
         self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
         // Claims are written concurrently (a burst may need hundreds), results kept in order.
+        // An atomic pool's claims of this plan share one scale-up annotation.
+        let atomic_size = |pool: &str| {
+            plan.new_claims
+                .iter()
+                .filter(|c| c.atomic && c.pool == pool)
+                .count()
+        };
+        let now_ms = jiff::Timestamp::now().as_millisecond();
         let objects: Vec<(&NewClaim, NodeClaim)> = plan
             .new_claims
             .iter()
             .filter_map(|nc| {
                 let np = pools.iter().find(|p| p.name_any() == nc.pool)?;
-                Some((nc, claim_object(nc, np, &self.args.cluster_name)))
+                let mut obj = claim_object(nc, np, &self.args.cluster_name);
+                if nc.atomic {
+                    obj.metadata.annotations.get_or_insert_default().insert(
+                        crate::controller::atomic::ATOMIC_ANNOTATION.into(),
+                        crate::controller::atomic::annotation(
+                            &nc.pool,
+                            now_ms,
+                            atomic_size(&nc.pool),
+                        ),
+                    );
+                }
+                Some((nc, obj))
             })
             .collect();
         let actuator = self.shared.actuator.clone();
@@ -464,6 +484,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         .snapshot;
         self.hold_bookings(&mut snap, &pods);
+        snap.cluster_limits = self.cluster_limits();
         snap
     }
 }
@@ -517,6 +538,7 @@ mod tests {
             price: 1.0,
             gpus: 1,
             group: None,
+            atomic: false,
         };
         let grouped = NewClaim {
             group: Some("volcano:team-a/train".into()),

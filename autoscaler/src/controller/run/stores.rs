@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodepools::{NodeClaim, NodePool};
+use nodepools::{CapacityQuota, NodeClaim, NodePool};
 
 use crate::controller::api_calls::check;
 use crate::controller::cache::{PodStore, PodWire};
@@ -40,6 +40,8 @@ pub struct Stores {
     pub volcano: Late<Store<VolcanoPodGroup>>,
     /// Kubernetes PodGroups, once `scheduling.k8s.io/v1alpha2` is served.
     pub k8s_groups: Late<Store<SchedulingPodGroup>>,
+    /// CapacityQuotas, once their CRD is installed (a chart upgrade may come after the binary).
+    pub quotas: Late<Store<CapacityQuota>>,
 }
 
 /// The store of an optional API: empty while the API is not served, then set for good. The
@@ -264,7 +266,10 @@ impl Stores {
             reflect_when_served(client, "scheduling.volcano.sh", "podgroups", recheck).await;
         let k8s_groups =
             reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck).await;
+        let quotas =
+            reflect_when_served(client, "gpu-autoscaler.dev", "capacityquotas", recheck).await;
         Stores {
+            quotas,
             provreqs,
             volcano,
             k8s_groups,
