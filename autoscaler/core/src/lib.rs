@@ -11,6 +11,7 @@ pub mod error;
 pub mod exact;
 pub mod gang;
 pub mod gpu;
+pub mod health;
 pub mod instance;
 pub mod labels;
 pub mod lp;

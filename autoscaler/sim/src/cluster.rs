@@ -500,6 +500,8 @@ impl Cluster {
             created_at: n.launched_at,
             last_pod_event: Some(n.last_pod_change),
             initialized: n.phase == NodePhase::Ready,
+            // Simulated nodes never break down after they start.
+            ready: n.phase == NodePhase::Ready,
             claim: Some(n.claim.clone()),
         }
     }

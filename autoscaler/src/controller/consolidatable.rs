@@ -43,6 +43,9 @@ pub fn reason(kind: VerdictKind) -> &'static str {
         K::BudgetExhausted => "BudgetExhausted",
         K::AtMinNodes => "AtMinNodes",
         K::NoPlaceForPods => "NoPlaceForPods",
+        K::UnreadyUnneeded => "UnreadyUnneeded",
+        K::NotReady => "NotReady",
+        K::ParallelismLimit => "ParallelismLimit",
     }
 }
 
@@ -62,6 +65,7 @@ pub fn blocks(kind: VerdictKind) -> bool {
             | K::PdbBlocked
             | K::BudgetExhausted
             | K::AtMinNodes
+            | K::ParallelismLimit
     )
 }
 
@@ -119,8 +123,16 @@ pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
             span(w.until - w.since),
             at(w.until)
         ),
+        (K::UnreadyUnneeded, Some(w)) => format!(
+            "not ready and unneeded since {}; removable once --scale-down-unready-time {} is \
+             over at {}",
+            at(w.since),
+            span(w.until - w.since),
+            at(w.until)
+        ),
         (K::Paused, Some(w)) => format!(
-            "scale-down paused after the event at {} until {}",
+            "scale-down of NodePool {} paused after the event at {} until {}",
+            v.pool.as_deref().unwrap_or_default(),
             at(w.since),
             at(w.until)
         ),

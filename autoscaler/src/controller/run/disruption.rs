@@ -1,7 +1,7 @@
 //! The disruption stage: plan commands with the core's [`plan_disruption`] every
 //! `--disruption-interval`, then run the queued jobs (taint, replace, drain, terminate).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
 use autoscaler_core::disruption::{DisruptionConfig, plan_disruption};
@@ -32,6 +32,15 @@ fn pod_reference(pk: &PodKey) -> ObjectReference {
     }
 }
 
+/// The NodePools of the named nodes, each once.
+fn pools_of<'a>(snap: &'a autoscaler_core::Snapshot, nodes: &[String]) -> BTreeSet<&'a str> {
+    snap.nodes
+        .iter()
+        .filter(|n| nodes.contains(&n.name))
+        .filter_map(|n| n.pool.as_deref())
+        .collect()
+}
+
 impl<P: CloudProvider + 'static> Controller<P> {
     /// The stage: commands planned every `--disruption-interval`; queued jobs advanced every
     /// round.
@@ -56,6 +65,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
             ignore_daemonset_utilization: self.args.ignore_daemonsets_utilization,
             ignore_mirror_utilization: self.args.ignore_mirror_pods_utilization,
             min_spot_to_spot_types: self.args.min_spot_to_spot_types as usize,
+            max_scale_down_parallelism: self.args.max_scale_down_parallelism as usize,
+            max_drain_parallelism: self.args.max_drain_parallelism as usize,
+            scale_down_unready_enabled: self.args.scale_down_unready_enabled,
+            scale_down_unready_s: s(self.args.scale_down_unready_time),
             ..DisruptionConfig::default()
         }
     }
@@ -65,6 +78,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let types = self.instance_types(&pools).await;
         let snap = self.full_snapshot(&types, true);
         let now = epoch();
+        self.disruption_state.in_progress = disrupt::in_progress(&self.jobs);
         let plan = plan_disruption(
             &snap,
             &self.disruption_state,
@@ -343,7 +357,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                 reason: reason.clone(),
                             })
                             .inc();
-                        self.disruption_state.last_delete = Some(now);
+                        for pool in pools_of(&snap, &names) {
+                            self.disruption_state.deleted(pool, now);
+                        }
                     }
                     ok
                 }
@@ -365,8 +381,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     job.command.pods = pods;
                 }
                 if step.failure {
-                    // Cluster Autoscaler's scale-down-delay-after-failure starts here.
-                    self.disruption_state.last_failure = Some(now);
+                    // Cluster Autoscaler's scale-down-delay-after-failure starts here, for the
+                    // pools of the nodes it gave up on.
+                    for pool in pools_of(&snap, &job.command.nodes) {
+                        self.disruption_state.failed(pool, now);
+                    }
                     self.shared.metrics.disruption_failures.inc();
                     let why = match &step.next {
                         Stage::Abandoned(why) => why.clone(),

@@ -288,7 +288,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .collect();
                     tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
                     self.guard.launches.created(&cname, &nc.pods);
-                    self.disruption_state.last_scale_up = Some(epoch());
+                    self.disruption_state.scaled_up(&nc.pool, epoch());
                     self.visibility.decided(
                         epoch(),
                         "ScaleUp",
