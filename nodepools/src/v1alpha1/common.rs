@@ -104,6 +104,11 @@ pub mod conditions {
     /// `ResourceMismatch`) while an instance type of the pool is kept out of planning because
     /// a node of it advertised fewer devices; the message names the type and the numbers.
     pub const CAPACITY_DELIVERED: &str = "CapacityDelivered";
+    /// NodePool: scaling may go on. False (reason `TooManyUnreadyNodes`) while more nodes are
+    /// unready than `--max-total-unready-percentage` and `--ok-total-unready-count` allow:
+    /// the controller then launches nothing and decides no disruption (the Cluster
+    /// Autoscaler's halt on an unhealthy cluster); the message has the numbers.
+    pub const CLUSTER_HEALTHY: &str = "ClusterHealthy";
 
     /// Condition reasons (CamelCase, as the API requires).
     pub mod reasons {
@@ -134,5 +139,9 @@ pub mod conditions {
         pub const AS_LAUNCHED: &str = "AsLaunched";
         /// The condition holds.
         pub const SUCCEEDED: &str = "Succeeded";
+        /// The reason of [`super::CLUSTER_HEALTHY`] false.
+        pub const TOO_MANY_UNREADY_NODES: &str = "TooManyUnreadyNodes";
+        /// The reason of [`super::CLUSTER_HEALTHY`] true.
+        pub const UNREADY_NODES_WITHIN_LIMITS: &str = "UnreadyNodesWithinLimits";
     }
 }

@@ -43,9 +43,12 @@ fn pools_of<'a>(snap: &'a autoscaler_core::Snapshot, nodes: &[String]) -> BTreeS
 
 impl<P: CloudProvider + 'static> Controller<P> {
     /// The stage: commands planned every `--disruption-interval`; queued jobs advanced every
-    /// round.
+    /// round. While scaling is halted (`run/health.rs`) nothing new is planned and the
+    /// unneeded timers restart, as the Cluster Autoscaler's do; commands under way go on.
     pub(super) async fn disruption_stage(&mut self) {
-        if due(&mut self.last_disruption, self.args.disruption_interval) {
+        if self.halted() {
+            self.disruption_state.unneeded_since.clear();
+        } else if due(&mut self.last_disruption, self.args.disruption_interval) {
             let t = Instant::now();
             self.disrupt().await;
             self.observe("disrupt", t);
