@@ -764,10 +764,12 @@ fn drain_parallelism_limits_nodes_with_pods_only() {
             keep w2: --max-drain-parallelism 1 reached (nodes being drained at once)
         "#]],
     );
-    let mut busy = DisruptionState::default();
-    busy.in_progress = autoscaler_core::disruption::InProgress {
-        nodes: 1,
-        drains: 1,
+    let busy = DisruptionState {
+        in_progress: autoscaler_core::disruption::InProgress {
+            nodes: 1,
+            drains: 1,
+        },
+        ..DisruptionState::default()
     };
     check_with(
         &s,

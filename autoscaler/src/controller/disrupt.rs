@@ -388,6 +388,28 @@ mod tests {
         }
     }
 
+    /// Removals under way for the parallelism limits: unfinished jobs' nodes, and those of
+    /// jobs with pods as drains.
+    #[test]
+    fn in_progress_counts_unfinished_jobs() {
+        let mut empty = Job::new(command(Method::Delete));
+        empty.command.nodes = vec!["a".into(), "b".into()];
+        let mut drain = Job::new(command(Method::Delete));
+        drain.command.pods = vec![key("p")];
+        drain.stage = Stage::Draining;
+        let mut done = Job::new(command(Method::Delete));
+        done.stage = Stage::Done;
+        let mut dropped = Job::new(command(Method::Delete));
+        dropped.stage = Stage::Abandoned("why".into());
+        assert_eq!(
+            in_progress(&[empty, drain, done, dropped]),
+            InProgress {
+                nodes: 3,
+                drains: 1
+            }
+        );
+    }
+
     #[test]
     fn waits_for_validation_delay_then_taints() {
         let snap = snapshot();
