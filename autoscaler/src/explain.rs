@@ -227,14 +227,20 @@ impl ClusterRead {
     }
 
     /// What the leader remembers between disruption rounds, read back from the objects: each
-    /// candidate's unneeded time from its claim's `Consolidatable=True` transition, and the
-    /// last scale-up from the newest NodeClaim.
+    /// candidate's unneeded time from its claim's `Consolidatable=True` transition, and each
+    /// NodePool's last scale-up from its newest NodeClaim.
     fn disruption_state(&self) -> DisruptionState {
         let mut state = DisruptionState::default();
         for c in &self.claims {
-            if let Some(t) = &c.metadata.creation_timestamp {
+            let pool = c
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::controller::keys::POOL_LABEL));
+            if let (Some(t), Some(pool)) = (&c.metadata.creation_timestamp, pool) {
                 let t = translate::epoch_seconds(t);
-                state.last_scale_up = Some(state.last_scale_up.map_or(t, |l| l.max(t)));
+                let last = &mut state.pools.entry(pool.clone()).or_default().last_scale_up;
+                *last = Some(last.map_or(t, |l| l.max(t)));
             }
             let Some(status) = &c.status else { continue };
             let Some(node) = &status.node_name else {

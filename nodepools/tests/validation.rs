@@ -309,6 +309,18 @@ fn nodepool_cases() {
             "#]],
         ),
         (
+            "disruption:\n  scaleDownDelayAfterAdd: Never\n  scaleDownDelayAfterDelete: 5 min\n  scaleDownDelayAfterFailure: 99999999999h",
+            expect![[r#"
+                rust:
+                  spec.disruption.scaleDownDelayAfterAdd: invalid duration "Never": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
+                  spec.disruption.scaleDownDelayAfterDelete: invalid duration "5 min": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
+                  spec.disruption.scaleDownDelayAfterFailure: invalid duration "99999999999h": longer than 10 years
+                server:
+                  spec.disruption.scaleDownDelayAfterAdd: "Never" does not match ^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$
+                  spec.disruption.scaleDownDelayAfterDelete: "5 min" does not match ^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$
+            "#]],
+        ),
+        (
             "weight: 0\nminNodes: -1",
             expect![[r#"
                 rust:

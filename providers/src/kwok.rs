@@ -22,6 +22,10 @@
 //! device plugin configured otherwise than the pool (or missing devices) would, so tests can
 //! drive the controller's delivered-capacity check.
 //!
+//! A Node whose `Ready` condition someone set to `Unknown` (what the node lifecycle controller
+//! does when a kubelet stops reporting) broke down: it is left as it is, not booted again,
+//! until someone sets it back, so tests can drive the controller's handling of unready nodes.
+//!
 //! Terminating an instance deletes its `KwokInstance` and its Node.
 //!
 //! **Placement groups** are recorded, not emulated: a launch with
@@ -399,6 +403,10 @@ impl KwokProvider {
                 .and_then(|s| s.conditions.as_ref())
                 .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
             let is_ready = ready.is_some_and(|c| c.status == "True");
+            if ready.is_some_and(|c| c.status == "Unknown") {
+                // Broke down after it booted: a kubelet that stopped reporting stays silent.
+                continue;
+            }
             if !is_ready {
                 if age(node.metadata.creation_timestamp.as_ref(), t) >= self.config.ready_delay {
                     self.patch_status(&name, self.node_status(it, true, false))

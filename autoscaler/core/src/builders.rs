@@ -430,6 +430,7 @@ pub fn node(name: &str, it: &InstanceType, zone: &str) -> NodeBuilder {
         created_at: 0,
         last_pod_event: None,
         initialized: true,
+        ready: true,
         claim: None,
     })
 }
@@ -488,6 +489,11 @@ impl NodeBuilder {
     /// Sets initialization.
     pub fn initialized(mut self, i: bool) -> Self {
         self.0.initialized = i;
+        self
+    }
+    /// Marks the node not ready (its `Ready` condition not `True`).
+    pub fn unready(mut self) -> Self {
+        self.0.ready = false;
         self
     }
     /// Finishes.

@@ -8,9 +8,9 @@
 //! [`DisruptionState`] from one call to the next.
 //!
 //! One file per phase, in the order [`plan_disruption`] runs them: `candidates` (utilization,
-//! blockers, the unneeded time), `budgets` (the global scale-down delays; NodePool budgets,
-//! minNodes, cluster-wide minimums and PDBs as an allowance the later phases draw on), `atomic`
-//! (atomic NodePools, removed whole or not at all), then one file per
+//! blockers, the unneeded time), `budgets` (each NodePool's scale-down delays; NodePool budgets,
+//! minNodes, cluster-wide minimums, PDBs and the parallelism limits as an allowance the later
+//! phases draw on), `atomic` (atomic NodePools, removed whole or not at all), then one file per
 //! consolidation method, `empty`, `delete`, `replace` and `multi_node`, each on the cluster as
 //! the previous commands left it (`simulate` moves the pods), and `validation` for the re-check
 //! of a command before it runs.
@@ -22,7 +22,10 @@
 //! unneeded-time tracking carried in `DisruptionState`, `consolidateAfter` counted from the node's
 //! last pod event (`Node.last_pod_event`: the pod watch notes bindings, completions and deletions
 //! per node and the controller writes them to the NodeClaim's `lastPodEventTime`, at most every 5
-//! s, so they survive a restart; the simulator tracks them itself), global delays, then empty →
+//! s, so they survive a restart; the simulator tracks them itself; a node that broke down, initialized
+//! but no longer Ready, waits `scale_down_unready_s` instead, or stays when
+//! `scale_down_unready_enabled` is off), each pool's scale-down delays on its own clock
+//! (`DisruptionState::pools`, `cooldown`), then empty →
 //! delete → replace (strictly cheaper: a replacement keeps only offerings priced below what it
 //! replaces, so a capacity fallback cannot cost more; a spot node's replacement that can be spot
 //! must be, and needs at least `DisruptionConfig::min_spot_to_spot_types` (15, Karpenter's figure)
@@ -36,7 +39,9 @@
 //! `Pod::started_at`, and a node until it has existed that long; any other value protects and the
 //! verdict names it), `cluster-autoscaler.kubernetes.io/safe-to-evict`, `scale-down-disabled`, bare
 //! pods, local storage, kube-system pods without a PDB, budgets (percent rounds up), minNodes,
-//! booked ProvisioningRequest capacity, uninitialized nodes, MIG reconfiguration. Every node gets a
+//! booked ProvisioningRequest capacity, uninitialized nodes, MIG reconfiguration, and Cluster
+//! Autoscaler's parallelism limits (nodes being removed at once, and of those the ones drained,
+//! counting `DisruptionState::in_progress`). Every node gets a
 //! verdict with a reason. `validate` re-checks a command after the validation delay.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,12 +69,29 @@ pub struct DisruptionConfig {
     pub ignore_daemonset_utilization: bool,
     /// Leave mirror pods out of utilization (`--ignore-mirror-pods-utilization`).
     pub ignore_mirror_utilization: bool,
-    /// No scale-down for this long after a scale-up (`--scale-down-delay-after-add`, 10m).
+    /// No scale-down of a pool's nodes for this long after the pool scaled up
+    /// (`--scale-down-delay-after-add`, 10m), unless the pool sets its own
+    /// ([`crate::model::ScaleDownDelays`]).
     pub delay_after_scale_up_s: i64,
-    /// ... after a deletion (`--scale-down-delay-after-delete`, 0s).
+    /// ... after a deletion in the pool (`--scale-down-delay-after-delete`, 0s).
     pub delay_after_delete_s: i64,
-    /// ... after a failed deletion (`--scale-down-delay-after-failure`, 3m).
+    /// ... after a failed deletion in the pool (`--scale-down-delay-after-failure`, 3m).
     pub delay_after_failure_s: i64,
+    /// Most nodes being removed at once, empty or drained, counting removals already under way
+    /// ([`DisruptionState::in_progress`]); Cluster Autoscaler's `--max-scale-down-parallelism`.
+    #[serde(default = "default_parallelism")]
+    pub max_scale_down_parallelism: usize,
+    /// Most nodes with pods to drain being removed at once (`--max-drain-parallelism`).
+    #[serde(default = "default_parallelism")]
+    pub max_drain_parallelism: usize,
+    /// Whether nodes that broke down (initialized, `Ready` no longer `True`) may be scaled
+    /// down (`--scale-down-unready-enabled`, true).
+    #[serde(default = "default_true")]
+    pub scale_down_unready_enabled: bool,
+    /// How long such a node must stay unneeded before it goes, in place of the pool's
+    /// `unneededTime` (`--scale-down-unready-time`, 20m).
+    #[serde(default = "default_unready_s")]
+    pub scale_down_unready_s: i64,
     /// A command is re-validated this long after it was decided (15s).
     pub validation_delay_s: i64,
     /// Most candidates a multi-node consolidation considers.
@@ -85,6 +107,18 @@ fn default_spot_to_spot_types() -> usize {
     15
 }
 
+fn default_parallelism() -> usize {
+    10
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_unready_s() -> i64 {
+    1200
+}
+
 impl Default for DisruptionConfig {
     fn default() -> Self {
         DisruptionConfig {
@@ -96,6 +130,10 @@ impl Default for DisruptionConfig {
             validation_delay_s: 15,
             max_multi_node_candidates: 100,
             min_spot_to_spot_types: default_spot_to_spot_types(),
+            max_scale_down_parallelism: default_parallelism(),
+            max_drain_parallelism: default_parallelism(),
+            scale_down_unready_enabled: true,
+            scale_down_unready_s: default_unready_s(),
         }
     }
 }
@@ -105,12 +143,91 @@ impl Default for DisruptionConfig {
 pub struct DisruptionState {
     /// Since when each node has been a scale-down candidate.
     pub unneeded_since: BTreeMap<String, i64>,
-    /// Last scale-up.
+    /// Per NodePool, its last scale-up, deletion and failed deletion: each pool's scale-down
+    /// delays run on its own clock ([`DisruptionState::scaled_up`] and the like record them).
+    #[serde(default)]
+    pub pools: BTreeMap<String, PoolEvents>,
+    /// Removals already under way, which the parallelism limits count. The caller sets it
+    /// before each call; [`plan_disruption`] only reads it.
+    #[serde(default)]
+    pub in_progress: InProgress,
+}
+
+/// When a NodePool last scaled up, deleted a node, or failed to (seconds on the caller's clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolEvents {
+    /// Last scale-up (a node launched for pending pods or a ProvisioningRequest).
     pub last_scale_up: Option<i64>,
     /// Last successful node deletion.
     pub last_delete: Option<i64>,
     /// Last failed node deletion.
     pub last_failure: Option<i64>,
+}
+
+/// Node removals the caller is already performing, for the parallelism limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InProgress {
+    /// Nodes being removed (empty or drained).
+    pub nodes: usize,
+    /// Of those, nodes with pods to drain.
+    pub drains: usize,
+}
+
+impl DisruptionState {
+    /// Records a scale-up of `pool` at `now`.
+    pub fn scaled_up(&mut self, pool: &str, now: i64) {
+        self.pools
+            .entry(pool.to_string())
+            .or_default()
+            .last_scale_up = Some(now);
+    }
+
+    /// Records the deletion of a node of `pool` at `now`.
+    pub fn deleted(&mut self, pool: &str, now: i64) {
+        self.pools.entry(pool.to_string()).or_default().last_delete = Some(now);
+    }
+
+    /// Records a failed deletion of a node of `pool` at `now`.
+    pub fn failed(&mut self, pool: &str, now: i64) {
+        self.pools.entry(pool.to_string()).or_default().last_failure = Some(now);
+    }
+}
+
+/// Why a NodePool's scale-down is paused at `now`, if it is: the event (`"a scale-up"`, `"a
+/// deletion"`, `"a failed deletion"`) whose delay ends last, and the wait. The pool's own
+/// delays ([`crate::model::ScaleDownDelays`]) override `config`'s.
+pub fn cooldown(
+    delays: &crate::model::ScaleDownDelays,
+    events: &PoolEvents,
+    config: &DisruptionConfig,
+    now: i64,
+) -> Option<(&'static str, Wait)> {
+    [
+        (
+            events.last_scale_up,
+            delays.after_add_s.unwrap_or(config.delay_after_scale_up_s),
+            "a scale-up",
+        ),
+        (
+            events.last_delete,
+            delays.after_delete_s.unwrap_or(config.delay_after_delete_s),
+            "a deletion",
+        ),
+        (
+            events.last_failure,
+            delays
+                .after_failure_s
+                .unwrap_or(config.delay_after_failure_s),
+            "a failed deletion",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(at, delay, what)| {
+        let since = at?;
+        let until = since.saturating_add(delay.max(0));
+        (now < until).then_some((what, Wait { since, until }))
+    })
+    .max_by_key(|(_, w)| w.until)
 }
 
 /// How a command disrupts its nodes.
@@ -159,8 +276,11 @@ pub enum VerdictKind {
     /// Below its threshold and unblocked, waiting out `consolidateAfter` since its last pod
     /// change (or its creation).
     ConsolidateAfter,
-    /// A candidate while scale-down is paused after a scale-up, deletion or failure.
+    /// A candidate while its pool's scale-down is paused after a scale-up, deletion or
+    /// failure.
     Paused,
+    /// Below its threshold and unblocked, not ready: waiting out `--scale-down-unready-time`.
+    UnreadyUnneeded,
     /// No NodePool manages the node.
     NotManaged,
     /// The node is already being deleted.
@@ -196,6 +316,11 @@ pub enum VerdictKind {
     AtomicPool,
     /// Its pods have nowhere to go (or no strictly cheaper replacement holds them).
     NoPlaceForPods,
+    /// Not ready, and `--scale-down-unready-enabled` is off.
+    NotReady,
+    /// As many removals as `--max-scale-down-parallelism` or `--max-drain-parallelism`
+    /// allow are under way or decided.
+    ParallelismLimit,
 }
 
 impl VerdictKind {
@@ -210,6 +335,7 @@ impl VerdictKind {
                 | VerdictKind::Unneeded
                 | VerdictKind::ConsolidateAfter
                 | VerdictKind::Paused
+                | VerdictKind::UnreadyUnneeded
         )
     }
 }
@@ -343,7 +469,7 @@ pub use candidates::{
     node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,
     utilization_by_resource,
 };
-pub use simulate::{UNINITIALIZED_TARGET, simulate};
+pub use simulate::{UNINITIALIZED_TARGET, UNREADY_TARGET, simulate};
 pub use validation::validate;
 
 /// Plans disruption. Never fails; every node gets a [`Verdict`].
@@ -357,10 +483,8 @@ pub fn plan_disruption(
     config: &DisruptionConfig,
 ) -> DisruptionPlan {
     let mut pass = Pass::new(snap, state, now, config);
-    let mut candidates = pass.candidates(state);
-    if pass.paused(state, &candidates) {
-        return pass.finish();
-    }
+    let candidates = pass.candidates(state);
+    let mut candidates = pass.paused(state, candidates);
     pass.order(&mut candidates);
     pass.atomic(&mut candidates);
     pass.empty(&candidates);
@@ -403,7 +527,7 @@ impl<'a> Pass<'a> {
             config,
             out,
             verdict: BTreeMap::new(),
-            allowance: Allowance::new(snap),
+            allowance: Allowance::new(snap, config, &state.in_progress),
             work: snap.nodes.clone(),
             gone: BTreeSet::new(),
         }

@@ -12,6 +12,7 @@ pub mod exact;
 pub mod explain;
 pub mod gang;
 pub mod gpu;
+pub mod health;
 pub mod instance;
 pub mod labels;
 pub mod lp;

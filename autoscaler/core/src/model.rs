@@ -214,8 +214,16 @@ pub struct Node {
     pub last_pod_event: Option<i64>,
     /// Whether the node is initialized (Ready, startup taints gone, device plugin up).
     pub initialized: bool,
+    /// Whether its `Ready` condition is `True` now. An initialized node that is not ready
+    /// broke down after it started: scale-down treats it by `--scale-down-unready-*`.
+    #[serde(default = "ready_by_default")]
+    pub ready: bool,
     /// The NodeClaim behind the node, when managed.
     pub claim: Option<String>,
+}
+
+fn ready_by_default() -> bool {
+    true
 }
 
 /// A NodeClaim launched but not initialized yet: its capacity is *in flight*.
@@ -388,6 +396,26 @@ pub struct DisruptionPolicy {
     pub unneeded_s: i64,
     /// Budgets.
     pub budgets: Vec<Budget>,
+    /// The pool's own scale-down delays; an absent one is the cluster-wide flag's.
+    #[serde(default)]
+    pub delays: ScaleDownDelays,
+}
+
+/// A NodePool's scale-down delays (Cluster Autoscaler's `--scale-down-delay-after-*`, counted
+/// per pool): seconds during which the pool's nodes are not scaled down after the pool scaled
+/// up, deleted a node, or failed to. `None` takes the cluster-wide value
+/// ([`crate::disruption::DisruptionConfig`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScaleDownDelays {
+    /// After a scale-up of the pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_add_s: Option<i64>,
+    /// After a node of the pool was deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_delete_s: Option<i64>,
+    /// After a failed deletion of a node of the pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_failure_s: Option<i64>,
 }
 
 impl Default for DisruptionPolicy {
@@ -402,6 +430,7 @@ impl Default for DisruptionPolicy {
                 nodes: BudgetValue::Percent(10),
                 reasons: vec![],
             }],
+            delays: ScaleDownDelays::default(),
         }
     }
 }

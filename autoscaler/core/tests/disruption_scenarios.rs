@@ -567,21 +567,19 @@ fn scale_to_zero_and_booked_capacity() {
 }
 
 #[test]
-fn global_delays_after_scale_up_and_failure() {
+fn pool_delays_after_scale_up_and_failure() {
     let s = snap(
         vec![managed("idle", &g1(), "gpu")],
         vec![pool("gpu", vec![g1()]).disruption(quick())],
     );
-    let state = DisruptionState {
-        last_scale_up: Some(100),
-        ..DisruptionState::default()
-    };
+    let mut state = DisruptionState::default();
+    state.scaled_up("gpu", 100);
     check(
         &s,
         650,
         &state,
         expect![[r#"
-        keep idle: scale-down paused for 50s after a scale-up
+        keep idle: scale-down of NodePool gpu paused for 50s after a scale-up
     "#]],
     );
     check(
@@ -592,18 +590,268 @@ fn global_delays_after_scale_up_and_failure() {
         Empty Delete nodes=[idle] pods=0 savings=1.006
     "#]],
     );
-    let state = DisruptionState {
-        last_failure: Some(100),
-        ..DisruptionState::default()
-    };
+    let mut state = DisruptionState::default();
+    state.failed("gpu", 100);
     check(
         &s,
         200,
         &state,
         expect![[r#"
-        keep idle: scale-down paused for 1m20s after a failed deletion
+        keep idle: scale-down of NodePool gpu paused for 1m20s after a failed deletion
     "#]],
     );
+}
+
+/// Cluster Autoscaler's `--scale-down-delay-type-local`, as this project always counts them: a
+/// scale-up in pool A holds back scale-down in A only; pool B's idle node goes.
+#[test]
+fn a_scale_up_in_one_pool_does_not_hold_back_another() {
+    let s = snap(
+        vec![managed("a1", &g1(), "a"), managed("b1", &g1(), "b")],
+        vec![
+            pool("a", vec![g1()]).disruption(quick()),
+            pool("b", vec![g1()]).disruption(quick()),
+        ],
+    );
+    let mut state = DisruptionState::default();
+    state.scaled_up("a", 100);
+    check(
+        &s,
+        200,
+        &state,
+        expect![[r#"
+        Empty Delete nodes=[b1] pods=0 savings=1.006
+        keep a1: scale-down of NodePool a paused for 8m20s after a scale-up
+    "#]],
+    );
+}
+
+/// A pool's own delays override the cluster-wide ones, each event on its own; the wait that
+/// ends last is the one reported.
+#[test]
+fn a_pools_own_delays_override_the_flags() {
+    use autoscaler_core::disruption::{PoolEvents, cooldown};
+    use autoscaler_core::model::ScaleDownDelays;
+    let config = DisruptionConfig::default();
+    let events = PoolEvents {
+        last_scale_up: Some(1000),
+        last_delete: Some(1040),
+        last_failure: Some(900),
+    };
+    let own = |add, delete, failure| ScaleDownDelays {
+        after_add_s: add,
+        after_delete_s: delete,
+        after_failure_s: failure,
+    };
+    for (delays, now, expected) in [
+        // Flags: 10m after the scale-up (until 1600), 0s after a deletion, 3m after a failure
+        // (until 1080).
+        (
+            own(None, None, None),
+            1200,
+            Some(("a scale-up", 1000, 1600)),
+        ),
+        (own(None, None, None), 1600, None),
+        (
+            own(Some(0), None, None),
+            1050,
+            Some(("a failed deletion", 900, 1080)),
+        ),
+        (own(Some(0), None, None), 1080, None),
+        (
+            own(Some(0), Some(300), None),
+            1200,
+            Some(("a deletion", 1040, 1340)),
+        ),
+        (
+            own(Some(60), Some(0), Some(0)),
+            1059,
+            Some(("a scale-up", 1000, 1060)),
+        ),
+        (own(Some(60), Some(0), Some(0)), 1060, None),
+    ] {
+        let got =
+            cooldown(&delays, &events, &config, now).map(|(w, wait)| (w, wait.since, wait.until));
+        assert_eq!(got, expected, "{delays:?} at {now}");
+    }
+    assert_eq!(
+        cooldown(&own(None, None, None), &PoolEvents::default(), &config, 0),
+        None,
+        "a pool that never scaled is not paused"
+    );
+    // In a plan: pool `fast` waits 1m after its scale-up, `slow` the flag's 10m.
+    let mut fast = quick();
+    fast.delays.after_add_s = Some(60);
+    let s = snap(
+        vec![managed("f", &g1(), "fast"), managed("s", &g1(), "slow")],
+        vec![
+            pool("fast", vec![g1()]).disruption(fast),
+            pool("slow", vec![g1()]).disruption(quick()),
+        ],
+    );
+    let mut state = DisruptionState::default();
+    state.scaled_up("fast", 100);
+    state.scaled_up("slow", 100);
+    check(
+        &s,
+        160,
+        &state,
+        expect![[r#"
+        Empty Delete nodes=[f] pods=0 savings=1.006
+        keep s: scale-down of NodePool slow paused for 9m after a scale-up
+    "#]],
+    );
+}
+
+/// Cluster Autoscaler's `--max-scale-down-parallelism`: at most this many nodes removed at
+/// once, counting removals already under way.
+#[test]
+fn scale_down_parallelism_counts_removals_under_way() {
+    let nodes = (0..5)
+        .map(|i| managed(&format!("e{i}"), &g1(), "gpu"))
+        .collect();
+    let s = snap(nodes, vec![pool("gpu", vec![g1()]).disruption(quick())]);
+    let config = DisruptionConfig {
+        max_scale_down_parallelism: 3,
+        ..DisruptionConfig::default()
+    };
+    let mut state = DisruptionState::default();
+    state.in_progress.nodes = 1;
+    let plan = plan_disruption(&s, &state, 0, &config);
+    expect![[r#"
+        Empty Delete nodes=[e0,e1] pods=0 savings=2.012
+        keep e2: --max-scale-down-parallelism 3 reached (nodes being removed at once)
+        keep e3: --max-scale-down-parallelism 3 reached (nodes being removed at once)
+        keep e4: --max-scale-down-parallelism 3 reached (nodes being removed at once)
+    "#]]
+    .assert_eq(&plan.render());
+    assert!(
+        plan.verdicts
+            .iter()
+            .filter(|v| !v.disrupted)
+            .all(|v| v.kind == autoscaler_core::disruption::VerdictKind::ParallelismLimit)
+    );
+    state.in_progress.nodes = 3;
+    let plan = plan_disruption(&s, &state, 0, &config);
+    assert!(plan.commands.is_empty(), "{}", plan.render());
+}
+
+/// `--max-drain-parallelism`: nodes with pods to drain are limited apart; empty nodes only
+/// count against `--max-scale-down-parallelism`.
+#[test]
+fn drain_parallelism_limits_nodes_with_pods_only() {
+    let s = snap(
+        vec![
+            managed("big", &m16(), "cpu").with_pod(pod("keep").cpu("9")),
+            managed("w1", &m16(), "cpu").with_pod(pod("a").cpu("1")),
+            managed("w2", &m16(), "cpu").with_pod(pod("b").cpu("1")),
+            managed("e1", &m16(), "cpu"),
+        ],
+        vec![pool("cpu", vec![m16()]).disruption(quick())],
+    );
+    let config = DisruptionConfig {
+        max_drain_parallelism: 1,
+        ..DisruptionConfig::default()
+    };
+    check_with(
+        &s,
+        &config,
+        &DisruptionState::default(),
+        expect![[r#"
+            Empty Delete nodes=[e1] pods=0 savings=0.768
+            Underutilized Delete nodes=[w1] pods=1 savings=0.768
+            keep big: cpu/memory utilization 0.57 above threshold 0.50
+            keep w2: --max-drain-parallelism 1 reached (nodes being drained at once)
+        "#]],
+    );
+    let busy = DisruptionState {
+        in_progress: autoscaler_core::disruption::InProgress {
+            nodes: 1,
+            drains: 1,
+        },
+        ..DisruptionState::default()
+    };
+    check_with(
+        &s,
+        &config,
+        &busy,
+        expect![[r#"
+            Empty Delete nodes=[e1] pods=0 savings=0.768
+            keep big: cpu/memory utilization 0.57 above threshold 0.50
+            keep w1: --max-drain-parallelism 1 reached (nodes being drained at once)
+            keep w2: --max-drain-parallelism 1 reached (nodes being drained at once)
+        "#]],
+    );
+}
+
+fn check_with(s: &Snapshot, config: &DisruptionConfig, state: &DisruptionState, expected: Expect) {
+    let plan = plan_disruption(s, state, 0, config);
+    expected.assert_eq(&plan.render());
+}
+
+/// Cluster Autoscaler's `--scale-down-unready-enabled` / `--scale-down-unready-time`: a node
+/// that broke down after it started (initialized, no longer Ready) waits the unready time (20m)
+/// instead of the pool's unneededTime; with the option off it stays. Pods are never planned
+/// onto it.
+#[test]
+fn unready_nodes_wait_the_unready_time_or_stay() {
+    let mut policy = quick();
+    policy.unneeded_s = 60;
+    let s = snap(
+        vec![
+            managed("sick", &g1(), "gpu").unready(),
+            managed("idle", &g1(), "gpu"),
+        ],
+        vec![pool("gpu", vec![g1()]).disruption(policy)],
+    );
+    let config = DisruptionConfig::default();
+    let first = plan_disruption(&s, &DisruptionState::default(), 1000, &config);
+    expect![[r#"
+        keep idle: unneeded for 0s of 1m
+        keep sick: not ready and unneeded for 0s of 20m
+    "#]]
+    .assert_eq(&first.render());
+    let sick = first.verdicts.iter().find(|v| v.node == "sick").unwrap();
+    assert_eq!(
+        sick.kind,
+        autoscaler_core::disruption::VerdictKind::UnreadyUnneeded
+    );
+    assert!(sick.kind.is_candidate());
+    let later = plan_disruption(&s, &first.state, 1060, &config);
+    expect![[r#"
+        Empty Delete nodes=[idle] pods=0 savings=1.006
+        keep sick: not ready and unneeded for 1m of 20m
+    "#]]
+    .assert_eq(&later.render());
+    let much_later = plan_disruption(&s, &first.state, 2200, &config);
+    expect![[r#"
+        Empty Delete nodes=[idle,sick] pods=0 savings=2.012
+    "#]]
+    .assert_eq(&much_later.render());
+    let off = DisruptionConfig {
+        scale_down_unready_enabled: false,
+        ..config
+    };
+    let plan = plan_disruption(&s, &first.state, 2200, &off);
+    expect![[r#"
+        Empty Delete nodes=[idle] pods=0 savings=1.006
+        keep sick: not ready, and scale-down of unready nodes is off (--scale-down-unready-enabled)
+    "#]]
+    .assert_eq(&plan.render());
+    // A node whose only place for its pod is an unready node stays.
+    let s = snap(
+        vec![
+            managed("sick", &m16(), "cpu").unready(),
+            managed("w", &m4(), "cpu").with_pod(pod("a").cpu("1")),
+        ],
+        vec![pool("cpu", vec![m4(), m16()]).disruption(quick())],
+    );
+    let plan = plan_disruption(&s, &DisruptionState::default(), 0, &off);
+    expect![[r#"
+        keep sick: not ready, and scale-down of unready nodes is off (--scale-down-unready-enabled)
+        keep w: pod default/a would schedule against a node that is not ready sick
+    "#]]
+    .assert_eq(&plan.render());
 }
 
 #[test]
@@ -775,10 +1023,8 @@ fn verdicts_carry_their_kind_threshold_and_wait() {
         vec![managed("n", &g1(), "gpu")],
         vec![pool("gpu", vec![g1()]).disruption(quick())],
     );
-    let paused = DisruptionState {
-        last_scale_up: Some(50),
-        ..DisruptionState::default()
-    };
+    let mut paused = DisruptionState::default();
+    paused.scaled_up("gpu", 50);
     show("paused", &s, 100, &paused);
     // Budget, minNodes, booked capacity.
     let mut budget = quick();
@@ -831,7 +1077,7 @@ fn verdicts_carry_their_kind_threshold_and_wait() {
         unneeded n: Unneeded candidate=true threshold=Some(0.5) wait=Some((100, 700)) | unneeded for 0s of 10m
         after dnd: DoNotDisrupt candidate=false threshold=Some(0.5) wait=Some((900, 2700)) | pod default/d has karpenter.sh/do-not-disrupt=30m (26m40s left)
         after n: ConsolidateAfter candidate=true threshold=Some(0.5) wait=Some((1000, 1300)) | a pod was bound or removed 1m40s ago (consolidateAfter 5m)
-        paused n: Paused candidate=true threshold=Some(0.5) wait=Some((50, 650)) | scale-down paused for 9m10s after a scale-up
+        paused n: Paused candidate=true threshold=Some(0.5) wait=Some((50, 650)) | scale-down of NodePool gpu paused for 9m10s after a scale-up
         budget a: Empty candidate=true threshold=Some(0.5) wait=None | empty
         budget b: BudgetExhausted candidate=false threshold=Some(0.5) wait=None | disruption budget of NodePool gpu exhausted for Empty
         budget c: Booked candidate=false threshold=Some(0.5) wait=None | capacity booked for a ProvisioningRequest

@@ -503,6 +503,9 @@ impl Cluster {
             created_at: n.launched_at,
             last_pod_event: Some(n.last_pod_change),
             initialized: n.phase == NodePhase::Ready,
+            // Simulated nodes never break down after they start (and before, `initialized`
+            // is what the core reads).
+            ready: true,
             claim: Some(n.claim.clone()),
         }
     }

@@ -965,6 +965,6 @@ impl Policy for Noop {
     fn validate(&mut self, _: &Ctx, _: &Decision, _: i64) -> bool {
         false
     }
-    fn on_scale_up(&mut self, _: i64) {}
-    fn on_delete(&mut self, _: i64) {}
+    fn on_scale_up(&mut self, _: &str, _: i64) {}
+    fn on_delete(&mut self, _: &str, _: i64) {}
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use autoscaler_core::disruption::{
-    Command, DisruptionConfig, DisruptionState, Method, plan_disruption, validate,
+    Command, DisruptionConfig, DisruptionState, Method, cooldown, plan_disruption, validate,
 };
 use autoscaler_core::model::{DaemonSet, Group, Pod, PodKey, Pool, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
@@ -189,10 +189,10 @@ pub trait Policy {
             self.name()
         ))
     }
-    /// A node was launched at `now`.
-    fn on_scale_up(&mut self, now: i64);
-    /// Nodes were deleted at `now`.
-    fn on_delete(&mut self, now: i64);
+    /// A node of NodePool `pool` was launched at `now`.
+    fn on_scale_up(&mut self, pool: &str, now: i64);
+    /// Nodes of NodePool `pool` were deleted at `now`.
+    fn on_delete(&mut self, pool: &str, now: i64);
 }
 
 /// This project's planner ([`plan_provisioning`]) and disruption ([`plan_disruption`]),
@@ -455,12 +455,12 @@ impl Policy for GpuAutoscaler {
         validate(cmd, snap, now, &self.config).is_ok()
     }
 
-    fn on_scale_up(&mut self, now: i64) {
-        self.state.last_scale_up = Some(now);
+    fn on_scale_up(&mut self, pool: &str, now: i64) {
+        self.state.scaled_up(pool, now);
     }
 
-    fn on_delete(&mut self, now: i64) {
-        self.state.last_delete = Some(now);
+    fn on_delete(&mut self, pool: &str, now: i64) {
+        self.state.deleted(pool, now);
     }
 }
 
@@ -498,13 +498,13 @@ fn next_wake(snap: &Snapshot, state: &DisruptionState, cfg: &DisruptionConfig, n
         );
         let _ = &unneeded;
     }
-    for (at, d) in [
-        (state.last_scale_up, cfg.delay_after_scale_up_s),
-        (state.last_delete, cfg.delay_after_delete_s),
-        (state.last_failure, cfg.delay_after_failure_s),
-    ] {
-        if let Some(t) = at {
-            consider(t.saturating_add(d));
+    // Each pool's scale-down delays end when `cooldown` says; an unchanged cluster can get a
+    // different plan then.
+    for p in &snap.pools {
+        if let Some(events) = state.pools.get(&p.name)
+            && let Some((_, w)) = cooldown(&p.disruption.delays, events, cfg, now)
+        {
+            consider(w.until);
         }
     }
     wake

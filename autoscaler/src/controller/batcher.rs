@@ -8,6 +8,10 @@
 //! are planned again every `replan` while they stay pending, so that a change no event
 //! announces (a NodePool's limit raised, a PodGroup's minimum lowered, room freed elsewhere)
 //! reaches them, as Cluster Autoscaler's scan interval does.
+//!
+//! Before a pod reaches the batcher, [`ScaleUpDelays::acted_on`] holds back young pods:
+//! `--new-pod-scale-up-delay` per pod, and `--gpu-pod-scale-up-delay` for the GPU pods as a
+//! group (the Cluster Autoscaler's extra wait for GPU pods).
 
 use std::collections::BTreeSet;
 
@@ -127,8 +131,136 @@ impl Batcher {
     }
 }
 
+/// The scale-up delays for young pods, in milliseconds (0: off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScaleUpDelays {
+    /// `--new-pod-scale-up-delay`: a pod younger than this is not acted on.
+    pub new_pod_ms: i64,
+    /// `--gpu-pod-scale-up-delay`: while the oldest GPU pod (of those past the first delay) is
+    /// younger than this, no GPU pod is acted on; then all of them are, together. This is the
+    /// Cluster Autoscaler's 30-second wait for GPU pods ("nodes with GPU are expensive": wait
+    /// for more pods to make a better-informed scale-up), which the Cluster Autoscaler applies
+    /// to the whole scale-up; here pods without GPUs are never held by it.
+    pub gpu_pod_ms: i64,
+}
+
+/// One unschedulable pod as the delays see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Young<'a> {
+    /// The pod.
+    pub key: &'a PodKey,
+    /// Its creation, ms since the epoch (`None`: unknown, taken as old).
+    pub created_ms: Option<i64>,
+    /// Whether it requests a GPU-class resource (or a GPU share).
+    pub gpu: bool,
+}
+
+impl ScaleUpDelays {
+    /// The pods acted on at `now_ms`. Pure.
+    pub fn acted_on<'a>(&self, pods: &[Young<'a>], now_ms: i64) -> BTreeSet<&'a PodKey> {
+        let old_enough = |p: &Young<'_>, delay: i64| {
+            delay <= 0
+                || p.created_ms
+                    .is_none_or(|c| c <= now_ms.saturating_sub(delay))
+        };
+        let past_first: Vec<&Young<'a>> = pods
+            .iter()
+            .filter(|p| old_enough(p, self.new_pod_ms))
+            .collect();
+        let gpu_wait = past_first
+            .iter()
+            .filter(|p| p.gpu)
+            .min_by_key(|p| p.created_ms.unwrap_or(i64::MIN))
+            .is_some_and(|oldest| !old_enough(oldest, self.gpu_pod_ms));
+        past_first
+            .into_iter()
+            .filter(|p| !(p.gpu && gpu_wait))
+            .map(|p| p.key)
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::{ScaleUpDelays, Young};
+
+    /// `--new-pod-scale-up-delay` per pod; `--gpu-pod-scale-up-delay` on the GPU pods as a
+    /// group, from the oldest of them.
+    #[test]
+    fn young_pods_wait_and_gpu_pods_wait_for_the_oldest_of_them() {
+        let keys: Vec<PodKey> = ["cpu-old", "cpu-new", "gpu-a", "gpu-b", "gpu-c"]
+            .iter()
+            .map(|n| PodKey {
+                namespace: "default".into(),
+                name: (*n).into(),
+            })
+            .collect();
+        let pods = |created: [Option<i64>; 5]| -> Vec<Young<'_>> {
+            keys.iter()
+                .zip(created)
+                .map(|(key, created_ms)| Young {
+                    key,
+                    created_ms,
+                    gpu: key.name.starts_with("gpu"),
+                })
+                .collect()
+        };
+        let names = |s: std::collections::BTreeSet<&PodKey>| {
+            s.into_iter()
+                .map(|k| k.name.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let d = |new_pod_ms, gpu_pod_ms| ScaleUpDelays {
+            new_pod_ms,
+            gpu_pod_ms,
+        };
+        let t = [Some(0), Some(9_000), Some(1_000), Some(25_000), None];
+        let t_known = [
+            Some(0),
+            Some(9_000),
+            Some(1_000),
+            Some(25_000),
+            Some(29_500),
+        ];
+        for (delays, created, now, expected) in [
+            (d(0, 0), t, 10_000, "cpu-new,cpu-old,gpu-a,gpu-b,gpu-c"),
+            // An unknown creation counts as old: it never holds the others back.
+            (d(0, 30_000), t, 10_000, "cpu-new,cpu-old,gpu-a,gpu-b,gpu-c"),
+            (d(0, 30_000), t_known, 10_000, "cpu-new,cpu-old"),
+            (d(0, 30_000), t_known, 30_999, "cpu-new,cpu-old"),
+            // The oldest GPU pod is 30 s old: every GPU pod goes, the 1 s old one too.
+            (
+                d(0, 30_000),
+                t_known,
+                31_000,
+                "cpu-new,cpu-old,gpu-a,gpu-b,gpu-c",
+            ),
+            (d(2_000, 0), t_known, 10_000, "cpu-old,gpu-a"),
+            // Past the new-pod delay first: gpu-a (1 s) is the oldest GPU pod considered.
+            (d(2_000, 30_000), t_known, 30_000, "cpu-new,cpu-old"),
+            // gpu-c is still younger than the new-pod delay: it waits for its own turn.
+            (
+                d(2_000, 30_000),
+                t_known,
+                31_000,
+                "cpu-new,cpu-old,gpu-a,gpu-b",
+            ),
+            (
+                d(2_000, 30_000),
+                t_known,
+                31_500,
+                "cpu-new,cpu-old,gpu-a,gpu-b,gpu-c",
+            ),
+        ] {
+            assert_eq!(
+                names(delays.acted_on(&pods(created), now)),
+                expected,
+                "{delays:?} {created:?} at {now}"
+            );
+        }
+    }
+
     use super::*;
 
     fn key(n: &str) -> PodKey {

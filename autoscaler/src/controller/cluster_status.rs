@@ -1,6 +1,6 @@
 //! The cluster status summary the leader keeps in the ConfigMap `gpu-autoscaler-status` of
-//! its namespace (the role of the Cluster Autoscaler's status ConfigMap): health, the last
-//! round, per-NodePool node counts, usage, limits and kept nodes by reason, and the last
+//! its namespace (the role of the Cluster Autoscaler's status ConfigMap): health (with the
+//! unready-node halt's counts), the last round, per-NodePool node counts, usage, limits and kept nodes by reason, and the last
 //! scale-ups and scale-downs. Pure: the run loop gathers the facts and writes the text.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -80,6 +80,34 @@ pub struct PoolSummary {
     pub consolidatable: i64,
 }
 
+/// The unready-node halt's view (`--max-total-unready-percentage`, `--ok-total-unready-count`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    /// Whether scaling is halted.
+    pub scaling_halted: bool,
+    /// Registered nodes.
+    pub nodes: usize,
+    /// Unready after they started.
+    pub unready: usize,
+    /// Still starting.
+    pub not_started: usize,
+    /// In words.
+    pub message: String,
+}
+
+impl From<&autoscaler_core::health::ClusterHealth> for Readiness {
+    fn from(h: &autoscaler_core::health::ClusterHealth) -> Self {
+        Readiness {
+            scaling_halted: !h.healthy,
+            nodes: h.nodes,
+            unready: h.unready,
+            not_started: h.not_started,
+            message: h.message.clone(),
+        }
+    }
+}
+
 /// The whole summary.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -88,11 +116,15 @@ pub struct ClusterStatus {
     pub time: String,
     /// The leader that wrote it.
     pub leader: String,
-    /// `Healthy`, or `Degraded` with the problems listed.
+    /// `Healthy`; `Unhealthy` while too many nodes are unready (scaling halted); else
+    /// `Degraded` with the problems listed.
     pub health: &'static str,
     /// What makes it degraded: invalid NodePools, shapes delivering too little.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+    /// The nodes' readiness as the unready-node halt counts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub readiness: Option<Readiness>,
     /// When the leader last completed a round.
     pub last_round: String,
     /// When disruption last ran.
@@ -107,9 +139,11 @@ pub struct ClusterStatus {
 }
 
 impl ClusterStatus {
-    /// The health from the problems found.
-    pub fn health_of(problems: &[String]) -> &'static str {
-        if problems.is_empty() {
+    /// The health from the problems found and whether scaling is halted.
+    pub fn health_of(problems: &[String], halted: bool) -> &'static str {
+        if halted {
+            "Unhealthy"
+        } else if problems.is_empty() {
             "Healthy"
         } else {
             "Degraded"
@@ -146,8 +180,9 @@ mod tests {
         let s = ClusterStatus {
             time: "t".into(),
             leader: "me".into(),
-            health: ClusterStatus::health_of(&[]),
+            health: ClusterStatus::health_of(&[], false),
             problems: vec![],
+            readiness: None,
             last_round: "t".into(),
             last_disruption_round: None,
             pending_pods: 0,
@@ -182,5 +217,27 @@ mod tests {
               detail: ''
         "#]]
         .assert_eq(&s.render());
+    }
+
+    #[test]
+    fn an_unready_halt_makes_the_cluster_unhealthy_with_its_counts() {
+        use autoscaler_core::health::{HealthConfig, NodeReadiness, assess};
+        let h = assess(
+            [NodeReadiness::Unready; 4]
+                .into_iter()
+                .chain([NodeReadiness::Ready]),
+            &HealthConfig::default(),
+        );
+        assert_eq!(ClusterStatus::health_of(&[], !h.healthy), "Unhealthy");
+        assert_eq!(ClusterStatus::health_of(&["x".into()], false), "Degraded");
+        let r = Readiness::from(&h);
+        expect_test::expect![[r#"
+            scalingHalted: true
+            nodes: 5
+            unready: 4
+            notStarted: 0
+            message: '4 of 5 nodes unready, more than 3 and more than 45%: scaling halted until nodes recover'
+        "#]]
+        .assert_eq(&serde_norway::to_string(&r).unwrap_or_default());
     }
 }

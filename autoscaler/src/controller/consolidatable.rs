@@ -45,6 +45,9 @@ pub fn reason(kind: VerdictKind) -> &'static str {
         K::AtClusterMinimum => "AtClusterMinimum",
         K::AtomicPool => "AtomicPool",
         K::NoPlaceForPods => "NoPlaceForPods",
+        K::UnreadyUnneeded => "UnreadyUnneeded",
+        K::NotReady => "NotReady",
+        K::ParallelismLimit => "ParallelismLimit",
     }
 }
 
@@ -66,6 +69,7 @@ pub fn blocks(kind: VerdictKind) -> bool {
             | K::AtMinNodes
             | K::AtClusterMinimum
             | K::AtomicPool
+            | K::ParallelismLimit
     )
 }
 
@@ -123,8 +127,16 @@ pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
             span(w.until - w.since),
             at(w.until)
         ),
+        (K::UnreadyUnneeded, Some(w)) => format!(
+            "not ready and unneeded since {}; removable once --scale-down-unready-time {} is \
+             over at {}",
+            at(w.since),
+            span(w.until - w.since),
+            at(w.until)
+        ),
         (K::Paused, Some(w)) => format!(
-            "scale-down paused after the event at {} until {}",
+            "scale-down of NodePool {} paused after the event at {} until {}",
+            v.pool.as_deref().unwrap_or_default(),
             at(w.since),
             at(w.until)
         ),

@@ -16,7 +16,7 @@
 //! to remove says so in [`Step::failure`]: the runtime then records a failed deletion, which
 //! pauses scale-down for `--scale-down-delay-after-failure`.
 
-use autoscaler_core::disruption::{Command, DisruptionConfig, Method, validate};
+use autoscaler_core::disruption::{Command, DisruptionConfig, InProgress, Method, validate};
 use autoscaler_core::model::{PodKey, Snapshot};
 use autoscaler_core::plan::NewClaim;
 
@@ -112,6 +112,22 @@ impl Job {
     pub fn action_succeeded(&mut self) {
         self.failed_actions = 0;
     }
+}
+
+/// The removals under way in `jobs`, for the parallelism limits: every node of a job not yet
+/// done or abandoned, and of those the nodes of a job with pods to move (drained).
+pub fn in_progress(jobs: &[Job]) -> InProgress {
+    let mut busy = InProgress::default();
+    for j in jobs {
+        if matches!(j.stage, Stage::Done | Stage::Abandoned(_)) {
+            continue;
+        }
+        busy.nodes += j.command.nodes.len();
+        if !j.command.pods.is_empty() {
+            busy.drains += j.command.nodes.len();
+        }
+    }
+    busy
 }
 
 /// Failed actions in a row after which a job gives up on its nodes.
@@ -334,6 +350,7 @@ mod tests {
             created_at: 0,
             last_pod_event: None,
             initialized: true,
+            ready: true,
             claim: None,
         }
     }
@@ -369,6 +386,28 @@ mod tests {
             pools: vec![pool("default", vec![]).build()],
             ..Default::default()
         }
+    }
+
+    /// Removals under way for the parallelism limits: unfinished jobs' nodes, and those of
+    /// jobs with pods as drains.
+    #[test]
+    fn in_progress_counts_unfinished_jobs() {
+        let mut empty = Job::new(command(Method::Delete));
+        empty.command.nodes = vec!["a".into(), "b".into()];
+        let mut drain = Job::new(command(Method::Delete));
+        drain.command.pods = vec![key("p")];
+        drain.stage = Stage::Draining;
+        let mut done = Job::new(command(Method::Delete));
+        done.stage = Stage::Done;
+        let mut dropped = Job::new(command(Method::Delete));
+        dropped.stage = Stage::Abandoned("why".into());
+        assert_eq!(
+            in_progress(&[empty, drain, done, dropped]),
+            InProgress {
+                nodes: 3,
+                drains: 1
+            }
+        );
     }
 
     #[test]

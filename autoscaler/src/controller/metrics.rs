@@ -138,6 +138,10 @@ pub struct Metrics {
     registry: Registry,
     /// Pods the scheduler marked unschedulable.
     pub pending_pods: Gauge,
+    /// 1 while scaling may go on, 0 while the unready-node halt holds it.
+    pub cluster_safe_to_autoscale: Gauge,
+    /// Nodes unready after they started, as the unready-node halt counts them.
+    pub unready_nodes: Gauge,
     /// NodeClaims by phase.
     pub nodeclaims: Family<PhaseLabel, Gauge>,
     /// Launches that succeeded, by pool.
@@ -200,6 +204,8 @@ impl Metrics {
         let mut registry = Registry::with_prefix("gpu_autoscaler");
         let m = Metrics {
             pending_pods: Gauge::default(),
+            cluster_safe_to_autoscale: Gauge::default(),
+            unready_nodes: Gauge::default(),
             nodeclaims: Family::default(),
             launches: Family::default(),
             launch_failures: Family::default(),
@@ -226,6 +232,16 @@ impl Metrics {
             registry: Registry::default(),
         };
         registry.register("pending_pods", "Unschedulable pods", m.pending_pods.clone());
+        registry.register(
+            "cluster_safe_to_autoscale",
+            "1 while scaling may go on, 0 while too many nodes are unready (--max-total-unready-percentage, --ok-total-unready-count)",
+            m.cluster_safe_to_autoscale.clone(),
+        );
+        registry.register(
+            "unready_nodes",
+            "Nodes not Ready after they started, as the unready-node halt counts them",
+            m.unready_nodes.clone(),
+        );
         registry.register("nodeclaims", "NodeClaims by phase", m.nodeclaims.clone());
         registry.register(
             "provisioning_requests",

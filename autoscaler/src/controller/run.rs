@@ -3,8 +3,8 @@
 //!
 //! One loop, run only by the leader every `--loop-interval`, performs in order: the kwok
 //! provider's boot step (kwok only), the NodeClaim lifecycle ([`super::lifecycle::step`] per
-//! claim), the termination of deleted managed Nodes, provisioning (when the batcher closes a
-//! window), disruption (every `--disruption-interval`), garbage collection (every
+//! claim), the termination of deleted managed Nodes, the cluster's health (too many unready
+//! nodes halt the next two stages), provisioning (when the batcher closes a window), disruption (every `--disruption-interval`), garbage collection (every
 //! `--gc-interval`), NodePool status and metrics: `Controller::round` calls one method per
 //! stage, each in its own module below. Launches run as spawned tasks (rate-limited, retried
 //! with backoff) so a slow cloud never stalls the loop.
@@ -40,6 +40,7 @@ mod claims;
 mod disruption;
 mod gc;
 mod guard;
+mod health;
 mod launch;
 mod limits;
 mod provisioning;
@@ -131,6 +132,8 @@ struct Controller<P> {
     last_round_ms: i64,
     /// CapacityQuotas already reported as not parsing (`name@generation`).
     quota_problems: std::collections::BTreeSet<String>,
+    /// The cluster's health as of this round (`None` before the first).
+    health: Option<autoscaler_core::health::ClusterHealth>,
 }
 
 fn class_of(np: &NodePool) -> NodeClassRef {
@@ -154,6 +157,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let started = Instant::now();
         self.boot_kwok_instances().await;
         self.claims_stage().await;
+        self.health_stage().await;
         self.provisioning_stage().await;
         self.disruption_stage().await;
         self.gc_stage().await;
@@ -499,6 +503,7 @@ async fn run_with<P: CloudProvider + 'static>(
         visibility: visibility::Visibility::default(),
         last_round_ms: 0,
         quota_problems: Default::default(),
+        health: None,
     };
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);

@@ -28,6 +28,19 @@ pub fn parse_fraction(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Parses a percentage in [0, 100].
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_percentage(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!(
+            "invalid percentage {s:?} (expected a number in [0, 100])"
+        )),
+    }
+}
+
 /// Which cloud provider to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ProviderKind {
@@ -128,15 +141,51 @@ pub struct RunArgs {
     /// replacement is likely the type interrupted next. 1 allows any cheaper spot type.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub min_spot_to_spot_types: u32,
-    /// No scale-down this long after a scale-up.
+    /// No scale-down of a NodePool's nodes this long after the pool scaled up. Counted per
+    /// pool (the Cluster Autoscaler's `--scale-down-delay-type-local`); a NodePool's
+    /// `spec.disruption.scaleDownDelayAfterAdd` overrides it.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub scale_down_delay_after_add: Duration,
-    /// No scale-down this long after a node deletion.
+    /// No scale-down of a NodePool's nodes this long after one of them was deleted (per pool;
+    /// `scaleDownDelayAfterDelete` overrides it).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub scale_down_delay_after_delete: Duration,
-    /// No scale-down this long after a failed disruption.
+    /// No scale-down of a NodePool's nodes this long after a failed disruption in the pool
+    /// (per pool; `scaleDownDelayAfterFailure` overrides it).
     #[arg(long, default_value = "3m", value_parser = parse_duration)]
     pub scale_down_delay_after_failure: Duration,
+    /// Most nodes being removed at once, empty or drained, across the cluster (the Cluster
+    /// Autoscaler's flag and default).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_scale_down_parallelism: u32,
+    /// Most nodes with pods to drain being removed at once. The Cluster Autoscaler's default is
+    /// 1 (one non-empty node at a time); this one is 10, so that multi-node consolidation
+    /// (Karpenter's) can remove several nodes in one command. 1 gives the Cluster Autoscaler's
+    /// pace.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub max_drain_parallelism: u32,
+    /// Scale down nodes that broke down (initialized, `Ready` no longer `True`) once they have
+    /// been unneeded for `--scale-down-unready-time`; `false` leaves them alone.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub scale_down_unready_enabled: bool,
+    /// How long a node that is not ready must be unneeded before it is removed (in place of
+    /// its pool's `unneededTime`).
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    pub scale_down_unready_time: Duration,
+    /// Scaling halts (no launch, no new disruption) while more than this percentage of the
+    /// registered nodes, and more than `--ok-total-unready-count` nodes, are unready after they
+    /// started; it resumes when they recover.
+    #[arg(long, default_value_t = 45.0, value_parser = parse_percentage)]
+    pub max_total_unready_percentage: f64,
+    /// See `--max-total-unready-percentage`: this many unready nodes never halt scaling.
+    #[arg(long, default_value_t = 3)]
+    pub ok_total_unready_count: u32,
+    /// The Cluster Autoscaler's extra wait for GPU pods: while the oldest unschedulable pod
+    /// requesting a GPU-class resource is younger than this, no GPU pod is acted on, so GPU
+    /// pods created together are planned together (the Cluster Autoscaler waits 30s, fixed).
+    /// Off (0s) by default; pods without GPUs are never held by it.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub gpu_pod_scale_up_delay: Duration,
     /// Leave DaemonSet pods out of a node's utilization (Cluster Autoscaler's
     /// `--ignore-daemonsets-utilization`).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
@@ -249,7 +298,8 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// The core's disruption settings these flags give (the scale-down delays, validation
-    /// delay, utilization options and spot-to-spot minimum); `explain` plans with the same.
+    /// delay, utilization options, spot-to-spot minimum, parallelism limits and unready-node
+    /// removal); `run` and `explain` plan with the same.
     pub fn disruption_config(&self) -> autoscaler_core::DisruptionConfig {
         let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
         autoscaler_core::DisruptionConfig {
@@ -260,6 +310,10 @@ impl RunArgs {
             ignore_daemonset_utilization: self.ignore_daemonsets_utilization,
             ignore_mirror_utilization: self.ignore_mirror_pods_utilization,
             min_spot_to_spot_types: self.min_spot_to_spot_types as usize,
+            max_scale_down_parallelism: self.max_scale_down_parallelism as usize,
+            max_drain_parallelism: self.max_drain_parallelism as usize,
+            scale_down_unready_enabled: self.scale_down_unready_enabled,
+            scale_down_unready_s: s(self.scale_down_unready_time),
             ..autoscaler_core::DisruptionConfig::default()
         }
     }
@@ -361,6 +415,45 @@ mod tests {
         assert!(s.ignore_daemonsets_utilization && s.ignore_mirror_pods_utilization);
         assert_eq!(s.drain_timeout, Duration::from_secs(30));
         assert!(Cli::try_parse_from(["x", "--ignore-daemonsets-utilization=maybe"]).is_err());
+    }
+
+    #[test]
+    fn cadence_flags_have_the_cluster_autoscalers_defaults_and_refuse_bad_values() {
+        use clap::Parser;
+        let d = Cli::try_parse_from(["x"]).expect("defaults parse").run;
+        assert_eq!(d.max_scale_down_parallelism, 10);
+        assert_eq!(d.max_drain_parallelism, 10, "deliberately not CA's 1");
+        assert!(d.scale_down_unready_enabled);
+        assert_eq!(d.scale_down_unready_time, Duration::from_secs(1200));
+        assert_eq!(d.max_total_unready_percentage, 45.0);
+        assert_eq!(d.ok_total_unready_count, 3);
+        assert_eq!(d.gpu_pod_scale_up_delay, Duration::ZERO);
+        let s = Cli::try_parse_from([
+            "x",
+            "--max-drain-parallelism=1",
+            "--scale-down-unready-enabled=false",
+            "--max-total-unready-percentage=12.5",
+            "--gpu-pod-scale-up-delay=30s",
+        ])
+        .expect("flags parse")
+        .run;
+        assert_eq!(s.max_drain_parallelism, 1);
+        assert!(!s.scale_down_unready_enabled);
+        assert_eq!(s.max_total_unready_percentage, 12.5);
+        assert_eq!(s.gpu_pod_scale_up_delay, Duration::from_secs(30));
+        for bad in [
+            "--max-total-unready-percentage=101",
+            "--max-total-unready-percentage=NaN",
+            "--max-scale-down-parallelism=0",
+            "--ok-total-unready-count=-1",
+        ] {
+            let e = Cli::try_parse_from(["x", bad])
+                .err()
+                .expect(bad)
+                .to_string();
+            let flag = bad.split('=').next().unwrap_or_default();
+            assert!(e.contains(flag), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -491,6 +491,7 @@ impl SnapshotBuilder {
                     .and_then(|s| s.last_pod_event_time.as_ref())
                     .map(translate::epoch_seconds),
                 initialized,
+                ready: translate::node_ready(n),
                 claim: claim.and_then(|c| c.metadata.name.clone()),
                 name,
             });

@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod cadence;
 mod crash;
 mod events;
 mod explain;

@@ -109,6 +109,12 @@ pub mod conditions {
     /// `NoInstanceTypeMatches` or `OfferingsUnavailable`, when nothing can be launched for it.
     pub const INSTANCE_TYPES_AVAILABLE: &str = "InstanceTypesAvailable";
 
+    /// NodePool: scaling may go on. False (reason `TooManyUnreadyNodes`) while more nodes are
+    /// unready than `--max-total-unready-percentage` and `--ok-total-unready-count` allow:
+    /// the controller then launches nothing and decides no disruption (the Cluster
+    /// Autoscaler's halt on an unhealthy cluster); the message has the numbers.
+    pub const CLUSTER_HEALTHY: &str = "ClusterHealthy";
+
     /// Condition reasons (CamelCase, as the API requires).
     pub mod reasons {
         /// Validation found problems.
@@ -145,5 +151,9 @@ pub mod conditions {
         pub const INSTANCE_TYPES_FOUND: &str = "InstanceTypesFound";
         /// The condition holds.
         pub const SUCCEEDED: &str = "Succeeded";
+        /// The reason of [`super::CLUSTER_HEALTHY`] false.
+        pub const TOO_MANY_UNREADY_NODES: &str = "TooManyUnreadyNodes";
+        /// The reason of [`super::CLUSTER_HEALTHY`] true.
+        pub const UNREADY_NODES_WITHIN_LIMITS: &str = "UnreadyNodesWithinLimits";
     }
 }

@@ -9,7 +9,7 @@ use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{
     Budget, BudgetValue, ConsolidationPolicy, DisruptionPolicy, DisruptionReason, GpuSharing,
-    Limits, MigSharing, MigStrategy, Pool, TimeSlicing,
+    Limits, MigSharing, MigStrategy, Pool, ScaleDownDelays, TimeSlicing,
 };
 use autoscaler_core::quantity::Quantity;
 use autoscaler_core::requirements::{Constraint, Labels, Operator, Requirements};
@@ -581,6 +581,15 @@ fn parse_duration(
     }
 }
 
+/// An optional duration field (no `Never`): absent stays absent.
+fn optional_duration(
+    path: &FieldPath,
+    text: Option<&str>,
+    errs: &mut ValidationErrors,
+) -> Option<i64> {
+    text.map(|t| parse_duration(path, t, false, errs))
+}
+
 fn parse_budget(path: &FieldPath, b: &BudgetSpec, errs: &mut ValidationErrors) -> Option<Budget> {
     let nodes_path = path.field("nodes");
     let bad = |errs: &mut ValidationErrors| {
@@ -672,6 +681,23 @@ fn parse_disruption(
             errs,
         ),
         unneeded_s: parse_duration(&path.field("unneededTime"), &d.unneeded_time, false, errs),
+        delays: ScaleDownDelays {
+            after_add_s: optional_duration(
+                &path.field("scaleDownDelayAfterAdd"),
+                d.scale_down_delay_after_add.as_deref(),
+                errs,
+            ),
+            after_delete_s: optional_duration(
+                &path.field("scaleDownDelayAfterDelete"),
+                d.scale_down_delay_after_delete.as_deref(),
+                errs,
+            ),
+            after_failure_s: optional_duration(
+                &path.field("scaleDownDelayAfterFailure"),
+                d.scale_down_delay_after_failure.as_deref(),
+                errs,
+            ),
+        },
         budgets: d
             .budgets
             .iter()

@@ -237,6 +237,23 @@ pub struct DisruptionSpec {
     #[serde(default = "default_unneeded_time")]
     #[schemars(pattern(DURATION_PATTERN))]
     pub unneeded_time: String,
+    /// No scale-down of this pool's nodes for this long after the pool scaled up (`10m`; at
+    /// most ten years). Unset: `--scale-down-delay-after-add`. Each pool counts its own
+    /// scale-ups, deletions and failures: one pool's activity does not hold back another's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub scale_down_delay_after_add: Option<String>,
+    /// No scale-down of this pool's nodes for this long after one of them was deleted. Unset:
+    /// `--scale-down-delay-after-delete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub scale_down_delay_after_delete: Option<String>,
+    /// No scale-down of this pool's nodes for this long after a deletion in the pool failed
+    /// (a drain timed out, a replacement never came up). Unset:
+    /// `--scale-down-delay-after-failure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub scale_down_delay_after_failure: Option<String>,
     /// How many nodes may be disrupted at once; the most restrictive applicable budget wins.
     #[serde(default = "default_budgets")]
     #[schemars(length(max = 50))]
@@ -274,6 +291,9 @@ impl Default for DisruptionSpec {
             gpu_utilization_threshold: default_threshold(),
             utilization_threshold: default_threshold(),
             unneeded_time: default_unneeded_time(),
+            scale_down_delay_after_add: None,
+            scale_down_delay_after_delete: None,
+            scale_down_delay_after_failure: None,
             budgets: default_budgets(),
         }
     }

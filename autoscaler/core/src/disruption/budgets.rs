@@ -1,6 +1,6 @@
 //! Budgets: what may still be disrupted (NodePool disruption budgets per reason, minNodes,
-//! cluster-wide minimums, PodDisruptionBudgets), and phase 2 of planning, Cluster Autoscaler's
-//! global scale-down delays.
+//! cluster-wide minimums, PodDisruptionBudgets, Cluster Autoscaler's parallelism limits), and
+//! phase 2 of planning, each NodePool's scale-down delays.
 //!
 //! Cluster-wide minimums ([`crate::model::ClusterLimit::min`]) count the nodes not being
 //! deleted, as the Cluster Autoscaler does; a replacement is counted as adding nothing (it is
@@ -12,7 +12,9 @@ use crate::model::{Budget, BudgetValue, DisruptionReason, Node, Snapshot};
 use crate::quota::{Usage, below_min, node_usage, selects, usage_of_nodes};
 
 use super::candidates::{fmt_duration, movable};
-use super::{Blocker, DisruptionState, Pass, VerdictKind, Wait};
+use super::{
+    Blocker, DisruptionConfig, DisruptionState, InProgress, Pass, PoolEvents, VerdictKind, cooldown,
+};
 
 /// How many nodes of a pool of `total` nodes budget `b` lets be disrupted at once.
 /// Percentages round up, as Karpenter does: 10 % of 9 nodes is 1.
@@ -33,10 +35,19 @@ pub(super) struct Allowance {
     pdb_left: Vec<i64>,
     /// Cluster-wide limit index -> what the nodes not being deleted add up to.
     cluster_total: Vec<Usage>,
+    /// Nodes that may still start being removed (`--max-scale-down-parallelism`).
+    removals_left: i64,
+    /// Of those, nodes with pods to drain (`--max-drain-parallelism`).
+    drains_left: i64,
+    /// The two limits, for the words.
+    limits: (usize, usize),
 }
 
 impl Allowance {
-    pub(super) fn new(snap: &Snapshot) -> Self {
+    pub(super) fn new(snap: &Snapshot, config: &DisruptionConfig, busy: &InProgress) -> Self {
+        let left = |limit: usize, used: usize| {
+            i64::try_from(limit.saturating_sub(used)).unwrap_or(i64::MAX)
+        };
         let mut budget = BTreeMap::new();
         let mut above_min = Vec::new();
         for (pi, pool) in snap.pools.iter().enumerate() {
@@ -79,6 +90,12 @@ impl Allowance {
             above_min,
             pdb_left,
             cluster_total,
+            removals_left: left(config.max_scale_down_parallelism, busy.nodes),
+            drains_left: left(config.max_drain_parallelism, busy.drains),
+            limits: (
+                config.max_scale_down_parallelism,
+                config.max_drain_parallelism,
+            ),
         }
     }
 
@@ -160,6 +177,26 @@ impl Allowance {
                 return Err(Blocker::new(VerdictKind::AtClusterMinimum, why));
             }
         }
+        let removals = nodes.len() as i64;
+        let drains = nodes.iter().filter(|n| !movable(n).is_empty()).count() as i64;
+        if removals > self.removals_left {
+            return Err(Blocker::new(
+                VerdictKind::ParallelismLimit,
+                format!(
+                    "--max-scale-down-parallelism {} reached (nodes being removed at once)",
+                    self.limits.0
+                ),
+            ));
+        }
+        if drains > self.drains_left {
+            return Err(Blocker::new(
+                VerdictKind::ParallelismLimit,
+                format!(
+                    "--max-drain-parallelism {} reached (nodes being drained at once)",
+                    self.limits.1
+                ),
+            ));
+        }
         let mut pdb_use: BTreeMap<usize, i64> = BTreeMap::new();
         for n in nodes {
             for p in movable(n) {
@@ -205,52 +242,47 @@ impl Allowance {
             for (bi, used) in pdb_use {
                 self.pdb_left[bi] -= used;
             }
+            self.removals_left -= removals;
+            self.drains_left -= drains;
         }
         Ok(())
     }
 }
 
 impl Pass<'_> {
-    /// Phase 2: Cluster Autoscaler's global delays (`scale-down-delay-after-*`). While one
-    /// runs, every candidate is told how long is left and nothing is disrupted.
-    pub(super) fn paused(&mut self, state: &DisruptionState, candidates: &[usize]) -> bool {
+    /// Phase 2: each NodePool's scale-down delays (Cluster Autoscaler's
+    /// `scale-down-delay-after-*`, on the pool's own clock). A candidate whose pool is cooling
+    /// down is told how long is left and stays; the others go on.
+    pub(super) fn paused(&mut self, state: &DisruptionState, candidates: Vec<usize>) -> Vec<usize> {
         let (snap, now, config) = (self.snap, self.now, self.config);
-        let delays = [
-            (
-                state.last_scale_up,
-                config.delay_after_scale_up_s,
-                "a scale-up",
-            ),
-            (state.last_delete, config.delay_after_delete_s, "a deletion"),
-            (
-                state.last_failure,
-                config.delay_after_failure_s,
-                "a failed deletion",
-            ),
-        ];
-        for (at, delay, what) in delays {
-            if let Some(t) = at
-                && now < t + delay
-            {
-                for ni in candidates {
-                    self.keep(
-                        &snap.nodes[*ni].name,
-                        Blocker {
-                            kind: VerdictKind::Paused,
-                            message: format!(
-                                "scale-down paused for {} after {what}",
-                                fmt_duration(t + delay - now)
-                            ),
-                            wait: Some(Wait {
-                                since: t,
-                                until: t + delay,
-                            }),
-                        },
-                    );
-                }
-                return true;
+        let none = PoolEvents::default();
+        let mut left = Vec::with_capacity(candidates.len());
+        for ni in candidates {
+            let node = &snap.nodes[ni];
+            let pool = node
+                .pool
+                .as_deref()
+                .and_then(|p| snap.pools.iter().find(|x| x.name == p));
+            let paused = pool.and_then(|p| {
+                let events = state.pools.get(&p.name).unwrap_or(&none);
+                cooldown(&p.disruption.delays, events, config, now)
+            });
+            match paused {
+                Some((what, wait)) => self.keep(
+                    &node.name,
+                    Blocker {
+                        kind: VerdictKind::Paused,
+                        message: format!(
+                            "scale-down of NodePool {} paused for {} after {what}",
+                            pool.map_or("", |p| p.name.as_str()),
+                            fmt_duration(wait.until - now)
+                        ),
+                        wait: Some(wait),
+                    },
+                ),
+                None => left.push(ni),
             }
         }
-        false
+        left
     }
 }

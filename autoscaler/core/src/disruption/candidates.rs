@@ -323,6 +323,15 @@ impl Pass<'_> {
         if snap.booked_nodes.contains(&n.name) {
             return Some(booked());
         }
+        // Cluster Autoscaler's `--scale-down-unready-enabled`: a node that broke down after it
+        // started is left alone when it is off.
+        let broken = n.initialized && !n.ready;
+        if broken && !self.config.scale_down_unready_enabled {
+            return Some(Blocker::new(
+                K::NotReady,
+                "not ready, and scale-down of unready nodes is off (--scale-down-unready-enabled)",
+            ));
+        }
         let below = empty || util <= threshold;
         if !below {
             return Some(Blocker::new(
@@ -344,12 +353,21 @@ impl Pass<'_> {
         }
         let since = state.unneeded_since.get(&n.name).copied().unwrap_or(now);
         self.out.state.unneeded_since.insert(n.name.clone(), since);
-        let wait = policy.unneeded_s.max(0);
+        // An unready node waits `--scale-down-unready-time` instead of the pool's unneededTime.
+        let (wait, kind, what) = if broken {
+            (
+                self.config.scale_down_unready_s.max(0),
+                K::UnreadyUnneeded,
+                "not ready and unneeded",
+            )
+        } else {
+            (policy.unneeded_s.max(0), K::Unneeded, "unneeded")
+        };
         if now - since < wait {
             return Some(Blocker {
-                kind: K::Unneeded,
+                kind,
                 message: format!(
-                    "unneeded for {} of {}",
+                    "{what} for {} of {}",
                     fmt_duration(now - since),
                     fmt_duration(wait)
                 ),

@@ -61,28 +61,38 @@ pub fn simulate(
 
 /// Reason given to an evicted pod whose only place is a node that has not initialized.
 pub const UNINITIALIZED_TARGET: &str = "would schedule against an uninitialized node";
+/// Reason given to an evicted pod whose only place is a node that is not ready.
+pub const UNREADY_TARGET: &str = "would schedule against a node that is not ready";
 
-/// Turns every placement of an evicted pod onto an uninitialized node into an unschedulable
-/// pod: such a node may never come up (startup taints, device plugin), and a disruption must
-/// not bet on it. Its NodeClaim is left out of the simulation, but its Node is not, so the
-/// planner would otherwise count it as ordinary capacity (as Karpenter does, the command then
-/// fails rather than being re-planned around the node).
+/// Turns every placement of an evicted pod onto an uninitialized or unready node into an
+/// unschedulable pod: such a node may never come up (startup taints, device plugin) or come
+/// back, and a disruption must not bet on it. Its NodeClaim is left out of the simulation, but
+/// its Node is not, so the planner would otherwise count it as ordinary capacity (as Karpenter
+/// does, the command then fails rather than being re-planned around the node).
 fn refuse_uninitialized_targets(plan: &mut Plan, nodes: &[Node]) {
-    let uninitialized: BTreeSet<&str> = nodes
+    let refused_targets: BTreeMap<&str, &str> = nodes
         .iter()
-        .filter(|n| !n.initialized)
-        .map(|n| n.name.as_str())
+        .filter_map(|n| {
+            let why = if !n.initialized {
+                UNINITIALIZED_TARGET
+            } else if !n.ready {
+                UNREADY_TARGET
+            } else {
+                return None;
+            };
+            Some((n.name.as_str(), why))
+        })
         .collect();
-    if uninitialized.is_empty() {
+    if refused_targets.is_empty() {
         return;
     }
     let (refused, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.existing)
         .into_iter()
-        .partition(|p| uninitialized.contains(p.target.as_str()));
+        .partition(|p| refused_targets.contains_key(p.target.as_str()));
     plan.existing = kept;
     for p in refused {
         plan.unschedulable.push(crate::plan::Unschedulable {
-            reason: format!("{UNINITIALIZED_TARGET} {}", p.target),
+            reason: format!("{} {}", refused_targets[p.target.as_str()], p.target),
             pod: p.pod,
             limited_by: Vec::new(),
         });
@@ -92,7 +102,7 @@ fn refuse_uninitialized_targets(plan: &mut Plan, nodes: &[Node]) {
 
 /// How a verdict names an evicted pod that cannot be placed.
 pub(super) fn nowhere_to_go(u: &crate::plan::Unschedulable) -> String {
-    if u.reason.starts_with(UNINITIALIZED_TARGET) {
+    if u.reason.starts_with(UNINITIALIZED_TARGET) || u.reason.starts_with(UNREADY_TARGET) {
         format!("pod {} {}", u.pod, u.reason)
     } else {
         format!("pod {} has nowhere to go: {}", u.pod, u.reason)

@@ -39,7 +39,9 @@ pub fn validate(
         removed.insert(i);
     }
     let nodes: Vec<&Node> = removed.iter().map(|i| &snap.nodes[*i]).collect();
-    Allowance::new(snap)
+    // The command's own removal is the one the parallelism limits admitted when it was
+    // decided: nothing else is counted against them here.
+    Allowance::new(snap, config, &super::InProgress::default())
         .admit(
             snap,
             &nodes,

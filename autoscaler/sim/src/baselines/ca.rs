@@ -403,9 +403,11 @@ impl Policy for CaLike {
         )
     }
 
-    fn on_scale_up(&mut self, now: i64) {
+    /// The Cluster Autoscaler model keeps CA's default global delay
+    /// (`--scale-down-delay-type-local=false`): a scale-up anywhere pauses all scale-down.
+    fn on_scale_up(&mut self, _pool: &str, now: i64) {
         self.last_scale_up = Some(now);
     }
 
-    fn on_delete(&mut self, _now: i64) {}
+    fn on_delete(&mut self, _pool: &str, _now: i64) {}
 }

@@ -227,7 +227,7 @@ impl Policy for KarpenterLike {
         node_pods_fit_new(ctx, &self.shapes, ctx.unavailable, n, now).is_some()
     }
 
-    fn on_scale_up(&mut self, _now: i64) {}
+    fn on_scale_up(&mut self, _pool: &str, _now: i64) {}
 
-    fn on_delete(&mut self, _now: i64) {}
+    fn on_delete(&mut self, _pool: &str, _now: i64) {}
 }

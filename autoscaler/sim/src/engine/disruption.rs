@@ -114,6 +114,7 @@ impl Engine<'_> {
             return;
         };
         let mut pdbs = self.cluster.pdbs(self.workload);
+        let mut pools = std::collections::BTreeSet::new();
         for &n in &nodes {
             if !self.cluster.nodes[n].alive() {
                 continue;
@@ -151,9 +152,12 @@ impl Engine<'_> {
                 }
                 self.pods_disrupted += self.evict(p);
             }
+            pools.insert(self.cluster.nodes[n].pool_name.clone());
             self.terminate(n);
         }
-        self.policy.on_delete(self.now);
+        for pool in pools {
+            self.policy.on_delete(&pool, self.now);
+        }
         self.finish_decision(i);
     }
 }

@@ -222,7 +222,7 @@ impl Engine<'_> {
                 self.push(self.now + after.ceil() as i64, Ev::Interrupt(id));
             }
         }
-        self.policy.on_scale_up(self.now);
+        self.policy.on_scale_up(&pool.name, self.now);
         self.changed();
         Some(id)
     }

@@ -1,7 +1,7 @@
 //! The disruption stage: plan commands with the core's [`plan_disruption`] every
 //! `--disruption-interval`, then run the queued jobs (taint, replace, drain, terminate).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Instant;
 
 use autoscaler_core::disruption::{DisruptionConfig, plan_disruption};
@@ -32,11 +32,23 @@ fn pod_reference(pk: &PodKey) -> ObjectReference {
     }
 }
 
+/// The NodePools of the named nodes, each once.
+fn pools_of<'a>(snap: &'a autoscaler_core::Snapshot, nodes: &[String]) -> BTreeSet<&'a str> {
+    snap.nodes
+        .iter()
+        .filter(|n| nodes.contains(&n.name))
+        .filter_map(|n| n.pool.as_deref())
+        .collect()
+}
+
 impl<P: CloudProvider + 'static> Controller<P> {
     /// The stage: commands planned every `--disruption-interval`; queued jobs advanced every
-    /// round.
+    /// round. While scaling is halted (`run/health.rs`) nothing new is planned and the
+    /// unneeded timers restart, as the Cluster Autoscaler's do; commands under way go on.
     pub(super) async fn disruption_stage(&mut self) {
-        if due(&mut self.last_disruption, self.args.disruption_interval) {
+        if self.halted() {
+            self.disruption_state.unneeded_since.clear();
+        } else if due(&mut self.last_disruption, self.args.disruption_interval) {
             let t = Instant::now();
             self.disrupt().await;
             self.observe("disrupt", t);
@@ -55,6 +67,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let types = self.instance_types(&pools).await;
         let snap = self.full_snapshot(&types, true);
         let now = epoch();
+        self.disruption_state.in_progress = disrupt::in_progress(&self.jobs);
         let plan = plan_disruption(
             &snap,
             &self.disruption_state,
@@ -333,7 +346,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                 reason: reason.clone(),
                             })
                             .inc();
-                        self.disruption_state.last_delete = Some(now);
+                        for pool in pools_of(&snap, &names) {
+                            self.disruption_state.deleted(pool, now);
+                        }
                     }
                     ok
                 }
@@ -355,8 +370,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     job.command.pods = pods;
                 }
                 if step.failure {
-                    // Cluster Autoscaler's scale-down-delay-after-failure starts here.
-                    self.disruption_state.last_failure = Some(now);
+                    // Cluster Autoscaler's scale-down-delay-after-failure starts here, for the
+                    // pools of the nodes it gave up on.
+                    for pool in pools_of(&snap, &job.command.nodes) {
+                        self.disruption_state.failed(pool, now);
+                    }
                     self.shared.metrics.disruption_failures.inc();
                     let why = match &step.next {
                         Stage::Abandoned(why) => why.clone(),

@@ -11,7 +11,7 @@ use autoscaler_core::model::{PodKey, Snapshot};
 use autoscaler_core::plan::NewClaim;
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Requirements, ValueSet};
-use autoscaler_core::resources::Resources;
+use autoscaler_core::resources::{Resources, is_gpu_class};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -24,6 +24,7 @@ use nodepools::{
 use providers::CloudProvider;
 
 use crate::controller::actuator::reference;
+use crate::controller::batcher::{ScaleUpDelays, Young};
 use crate::controller::cache::CachedPod;
 use crate::controller::error::Result;
 use crate::controller::keys;
@@ -165,8 +166,12 @@ pub fn requirement_exprs(r: &Requirements) -> Vec<NodeSelectorRequirement> {
 
 impl<P: CloudProvider + 'static> Controller<P> {
     /// The stage: pending pods planned when the batcher closes a window, then the
-    /// ProvisioningRequests (once their API is served).
+    /// ProvisioningRequests (once their API is served). Nothing while scaling is halted
+    /// (`run/health.rs`).
     pub(super) async fn provisioning_stage(&mut self) {
+        if self.halted() {
+            return;
+        }
         let t = Instant::now();
         self.provision().await;
         self.observe("provision", t);
@@ -181,14 +186,24 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// capacity is booked for them, so they never trigger a scale-up of their own.
     fn pending_now(&self, pods: &[Arc<CachedPod>]) -> BTreeSet<PodKey> {
         let live = self.live_provreqs();
-        let delay_ms =
-            i64::try_from(self.args.new_pod_scale_up_delay.as_millis()).unwrap_or(i64::MAX);
-        let born_before = jiff::Timestamp::now()
-            .as_millisecond()
-            .saturating_sub(delay_ms);
-        pods.iter()
+        let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let delays = ScaleUpDelays {
+            new_pod_ms: ms(self.args.new_pod_scale_up_delay),
+            gpu_pod_ms: ms(self.args.gpu_pod_scale_up_delay),
+        };
+        let young: Vec<Young<'_>> = pods
+            .iter()
             .filter(|p| p.unschedulable)
-            .filter(|p| delay_ms == 0 || p.created_ms.is_none_or(|c| c <= born_before))
+            .map(|p| Young {
+                key: &p.key,
+                created_ms: p.created_ms,
+                gpu: p.requests().extended.keys().any(|k| is_gpu_class(k))
+                    || p.core.as_ref().is_ok_and(|c| c.gpu_share.is_some()),
+            })
+            .collect();
+        let acted_on = delays.acted_on(&young, jiff::Timestamp::now().as_millisecond());
+        pods.iter()
+            .filter(|p| acted_on.contains(&p.key))
             .filter(|p| {
                 live.is_empty()
                     || !p
@@ -327,7 +342,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .collect();
                     tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
                     self.guard.launches.created(&cname, &nc.pods);
-                    self.disruption_state.last_scale_up = Some(epoch());
+                    self.disruption_state.scaled_up(&nc.pool, epoch());
                     self.visibility.decided(
                         epoch(),
                         "ScaleUp",

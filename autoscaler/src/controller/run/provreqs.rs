@@ -753,7 +753,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
             return false;
         }
-        self.disruption_state.last_scale_up = Some(now);
+        for pool in plan.new_claims.iter().map(|c| c.pool.as_str()) {
+            self.disruption_state.scaled_up(pool, now);
+        }
         let booking = provreq::booking_of(plan, &created);
         // Pinning works only when every pod goes to the new nodes.
         let pinned = plan.existing.is_empty() && plan.in_flight.is_empty();

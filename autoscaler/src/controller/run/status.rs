@@ -105,6 +105,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     );
                 }
             }
+            let (healthy, reason, message) = self.health_condition();
+            set_condition(
+                &mut conds,
+                (conditions::CLUSTER_HEALTHY, healthy),
+                reason,
+                &message,
+                ts,
+                np.metadata.generation,
+            );
             let (delivered, reason, message) = self.delivered_condition(&name, epoch());
             set_condition(
                 &mut conds,

@@ -250,8 +250,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         ClusterStatus {
             time: jiff::Timestamp::now().to_string(),
             leader: self.identity.clone(),
-            health: ClusterStatus::health_of(&problems),
+            health: ClusterStatus::health_of(&problems, self.halted()),
             problems,
+            readiness: self.health.as_ref().map(cluster_status::Readiness::from),
             last_round: jiff::Timestamp::from_millisecond(last_round_ms)
                 .map_or_else(|_| String::new(), |t| t.to_string()),
             last_disruption_round: self.visibility.last_disruption.map(consolidatable::at),
