@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use nodepools::{NodeClaim, NodePool};
@@ -66,24 +67,18 @@ async fn bound(c: &Cluster, pod: &str) -> Option<String> {
     bound_to(&c.pod("default", pod).await?)
 }
 
-fn claim_condition(cl: &NodeClaim, t: &str) -> Option<(String, String, String)> {
-    let c = cl
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)?;
+/// A condition of `t` among `conds`: (status, reason, message).
+fn condition(conds: &[Condition], t: &str) -> Option<(String, String, String)> {
+    let c = conds.iter().find(|c| c.type_ == t)?;
     Some((c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
+fn claim_condition(cl: &NodeClaim, t: &str) -> Option<(String, String, String)> {
+    condition(&cl.status.as_ref()?.conditions, t)
+}
+
 fn pool_condition(np: &NodePool, t: &str) -> Option<(String, String, String)> {
-    let c = np
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == t)?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+    condition(&np.status.as_ref()?.conditions, t)
 }
 
 async fn claim_of_pool(c: &Cluster, pool: &str) -> Option<NodeClaim> {
@@ -190,15 +185,6 @@ async fn e2e_cadence_pool_b_scales_down_while_pool_a_cools() {
         "{message}"
     );
     assert!(message.contains("NodePool a"), "{message}");
-}
-
-/// The status ConfigMap's summary, parsed.
-async fn summary(c: &Cluster) -> Option<serde_norway::Value> {
-    let cm = Api::<ConfigMap>::namespaced(c.client.clone(), "kube-system")
-        .get_opt("gpu-autoscaler-status")
-        .await
-        .ok()??;
-    serde_norway::from_str(cm.data?.get("status")?).ok()
 }
 
 /// An event of `reason` about NodePool `pool`, its note.

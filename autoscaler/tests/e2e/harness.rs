@@ -508,3 +508,13 @@ pub fn lane_pod(name: &str, lane: &str, cpu: &str, annotations: Value) -> Value 
         }
     })
 }
+
+/// The status ConfigMap's summary (`gpu-autoscaler-status` in kube-system), parsed.
+pub async fn summary(c: &Cluster) -> Option<serde_norway::Value> {
+    let cm =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(c.client.clone(), "kube-system")
+            .get_opt("gpu-autoscaler-status")
+            .await
+            .ok()??;
+    serde_norway::from_str(cm.data?.get("status")?).ok()
+}

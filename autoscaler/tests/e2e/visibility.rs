@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -82,15 +82,6 @@ async fn claim_of(c: &Cluster, node: &str) -> NodeClaim {
         .into_iter()
         .find(|x| x.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
         .expect("the node's claim")
-}
-
-/// The status ConfigMap's summary, parsed.
-async fn summary(c: &Cluster) -> Option<serde_norway::Value> {
-    let cm = Api::<ConfigMap>::namespaced(c.client.clone(), "kube-system")
-        .get_opt("gpu-autoscaler-status")
-        .await
-        .ok()??;
-    serde_norway::from_str(cm.data?.get("status")?).ok()
 }
 
 fn pool_in<'a>(s: &'a serde_norway::Value, name: &str) -> Option<&'a serde_norway::Value> {
