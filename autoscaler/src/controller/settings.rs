@@ -321,7 +321,7 @@ impl RunArgs {
 
 /// Cluster-wide limits, in the Cluster Autoscaler's flags and units, counted over every node of
 /// the cluster (managed by a NodePool or not), every NodeClaim being launched and every planned
-/// one. A pod held back by a maximum gets a `NotTriggerScaleUp` event naming the limit and the
+/// one. A pod held back by a maximum gets a `LimitReached` event naming the limit and the
 /// numbers. The minimums keep disruption from removing nodes below them (as the Cluster
 /// Autoscaler's do); they launch nothing.
 #[derive(Args, Clone, Debug, Default, PartialEq)]

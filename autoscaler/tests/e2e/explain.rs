@@ -254,7 +254,7 @@ async fn e2e_explain_a_nodepool_at_its_limit_and_the_pod_it_holds_back() {
     let _: Pod = c.create(lane_pod("second", "capped", "3", json!({}))).await;
     // Once the controller has planned the second pod, it is told why.
     eventually(
-        "a NotTriggerScaleUp for the second pod",
+        "a LimitReached event for the second pod",
         DEADLINE,
         || async {
             let events = kube::Api::<k8s_openapi::api::events::v1::Event>::all(c.client.clone())
@@ -265,7 +265,7 @@ async fn e2e_explain_a_nodepool_at_its_limit_and_the_pod_it_holds_back() {
                 .items
                 .iter()
                 .any(|e| {
-                    e.reason.as_deref() == Some("NotTriggerScaleUp")
+                    e.reason.as_deref() == Some("LimitReached")
                         && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("second")
                 })
                 .then_some(())

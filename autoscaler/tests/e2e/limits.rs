@@ -1,5 +1,5 @@
 //! Cluster-wide limits end to end: a `--gpu-total` flag and a CapacityQuota object each hold
-//! back a GPU pod with a `NotTriggerScaleUp` event naming the limit and the numbers, and
+//! back a GPU pod with a `LimitReached` event naming the limit and the numbers, and
 //! nothing is launched beyond them; a pod the quota does not select still gets its node.
 
 use std::collections::BTreeMap;
@@ -14,13 +14,13 @@ use crate::pod_problems::events_of;
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
-/// Waits for the pod's `NotTriggerScaleUp` event whose note holds `says`.
+/// Waits for the pod's `LimitReached` event whose note holds `says`.
 async fn told(c: &Cluster, pod: &str, says: &str) -> String {
     eventually(&format!("{pod} told {says:?}"), DEADLINE, || async {
         events_of(c, pod)
             .await
             .into_iter()
-            .find(|(reason, note, _)| reason == "NotTriggerScaleUp" && note.contains(says))
+            .find(|(reason, note, _)| reason == "LimitReached" && note.contains(says))
             .map(|(_, note, _)| note)
     })
     .await
