@@ -445,11 +445,18 @@ async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_fail_when_lost_unused() {
     // revocation (Kueue would deactivate the workload).
     kueue_request(&c, "lost", ATOMIC, 1, 1, json!({})).await;
     until_true(&c, "lost", "Provisioned").await;
+    // Registered means our finalizer is on the Node: one deleted before that is removed at once
+    // and re-registered (as a kubelet does), so nothing would be lost (a loaded machine let
+    // the test win that race).
     let node = eventually("the booked node registered", DEADLINE, || async {
-        c.nodes()
-            .await
-            .into_iter()
-            .find(|n| n.metadata.deletion_timestamp.is_none())
+        c.nodes().await.into_iter().find(|n| {
+            n.metadata.deletion_timestamp.is_none()
+                && n.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == "gpu-autoscaler.dev/termination")
+        })
     })
     .await;
     Api::<Node>::all(c.client.clone())
@@ -508,7 +515,8 @@ async fn create_dynamic(c: &Cluster, api_version: &str, plural: &str, obj: Value
         .unwrap();
 }
 
-/// Waits until `n` pods named `prefix…` in `default` each have a NotTriggerScaleUp event;
+/// Waits until `n` pods named `prefix…` in `default` each have a NotTriggerScaleUp (or
+/// LimitReached) event;
 /// returns each pod's latest note.
 async fn not_triggered(c: &Cluster, prefix: &str, n: usize) -> BTreeMap<String, String> {
     let events: Api<k8s_openapi::api::events::v1::Event> =
@@ -518,7 +526,13 @@ async fn not_triggered(c: &Cluster, prefix: &str, n: usize) -> BTreeMap<String, 
         let evs = events.list(&ListParams::default()).await.unwrap().items;
         let per_pod: BTreeMap<String, String> = evs
             .iter()
-            .filter(|e| e.reason.as_deref() == Some("NotTriggerScaleUp"))
+            // A member a limit holds back is told `LimitReached`; the rest why nothing fits.
+            .filter(|e| {
+                matches!(
+                    e.reason.as_deref(),
+                    Some("NotTriggerScaleUp" | "LimitReached")
+                )
+            })
             .filter_map(|e| {
                 let name = e.regarding.as_ref()?.name.clone()?;
                 name.starts_with(prefix)
