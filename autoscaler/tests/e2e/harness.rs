@@ -300,6 +300,20 @@ impl Cluster {
             .items
     }
 
+    /// A Node the controller has registered (our finalizer on it) and nobody is deleting. A
+    /// Node deleted before registration is removed at once and re-registered, as a kubelet
+    /// does, so tests that lose a node pick one of these (a loaded machine can win that race).
+    pub async fn registered_node(&self) -> Option<Node> {
+        self.nodes().await.into_iter().find(|n| {
+            n.metadata.deletion_timestamp.is_none()
+                && n.metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == "gpu-autoscaler.dev/termination")
+        })
+    }
+
     /// Every kwok instance (the emulated cloud's instance table).
     pub async fn instances(&self) -> Vec<KwokInstance> {
         Api::<KwokInstance>::all(self.client.clone())

@@ -648,20 +648,7 @@ async fn kueue_lost_booked_node_is_a_retry_until_pods_run() {
     w.create_pods = false;
     drive(&c, &mut w, "admission", admitted).await;
     let first: Vec<String> = claim_names(&c, true).await;
-    // Registered means the controller put its finalizer on the Node. A Node deleted before
-    // that is removed at once and comes back, as a kubelet re-registers its node: nothing is
-    // lost then (seen on a loaded machine, where the test could win that race).
-    let victim = eventually("a booked node registered", DEADLINE, || async {
-        c.nodes().await.into_iter().find(|n| {
-            n.metadata.deletion_timestamp.is_none()
-                && n.metadata
-                    .finalizers
-                    .iter()
-                    .flatten()
-                    .any(|f| f == "gpu-autoscaler.dev/termination")
-        })
-    })
-    .await;
+    let victim = eventually("a booked node registered", DEADLINE, || c.registered_node()).await;
     delete_node(&c, victim.metadata.name.as_deref().unwrap()).await;
     // "Before any pod started" is the precondition: the job's pods come only once Kueue has
     // retried, or a loaded machine lets them bind before the controller sees the loss.

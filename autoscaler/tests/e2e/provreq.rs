@@ -445,18 +445,8 @@ async fn e2e_7c_booked_nodes_are_kept_until_expiry_and_fail_when_lost_unused() {
     // revocation (Kueue would deactivate the workload).
     kueue_request(&c, "lost", ATOMIC, 1, 1, json!({})).await;
     until_true(&c, "lost", "Provisioned").await;
-    // Registered means our finalizer is on the Node: one deleted before that is removed at once
-    // and re-registered (as a kubelet does), so nothing would be lost (a loaded machine let
-    // the test win that race).
-    let node = eventually("the booked node registered", DEADLINE, || async {
-        c.nodes().await.into_iter().find(|n| {
-            n.metadata.deletion_timestamp.is_none()
-                && n.metadata
-                    .finalizers
-                    .iter()
-                    .flatten()
-                    .any(|f| f == "gpu-autoscaler.dev/termination")
-        })
+    let node = eventually("the booked node registered", DEADLINE, || {
+        c.registered_node()
     })
     .await;
     Api::<Node>::all(c.client.clone())
