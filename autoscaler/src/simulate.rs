@@ -26,7 +26,8 @@ pub(crate) struct SimulateArgs {
     /// Virtual hours instead of the scenario's duration.
     #[arg(long)]
     hours: Option<f64>,
-    /// Only this policy (repeatable): gpu-autoscaler, karpenter-like, ca-like.
+    /// Only this policy (repeatable): gpu-autoscaler, karpenter-like, karpenter-ideal, ca-like,
+    /// ca-ideal.
     #[arg(long = "policy")]
     policies: Vec<String>,
     /// Write the results as JSON here.

@@ -1,37 +1,78 @@
-//! Baseline policies: documented *models* of Karpenter and of the Cluster Autoscaler, written
-//! from their public documentation, for comparison. They are not those projects' code, and the
-//! report says so.
+//! Baseline policies: *models* of Karpenter and of the Cluster Autoscaler, written from their
+//! public source and documentation, for comparison. They are not those projects' code, and the
+//! report says so. Each comes twice ([`Fidelity`]): `-like` behaves as the project does today,
+//! GPU blind spots included; `-ideal` is the same design made GPU-aware, so every report shows
+//! two gaps per competitor. The upstream file or page behind each rule is named next to it
+//! here and in `autoscaler/sim/README.md`.
 //!
-//! **karpenter-like** — provisioning: pending pods (minus those nominated to nodes in flight)
-//! sorted by cpu then memory, largest first, placed first-fit on in-flight nodes, then on the
-//! NodeClaims opened in this batch, then on a new NodeClaim in the highest-weight NodePool that
-//! can take the pod; a NodeClaim keeps every (instance type, offering) that fits all its pods
-//! and launches the cheapest first. A fractional GPU share counts as one whole GPU (Karpenter
-//! knows only extended-resource counts); gangs get no special treatment. Disruption: empty
-//! nodes past `consolidateAfter` (since the last pod change) are deleted; otherwise one
-//! under-used node at a time is deleted when the scheduler finds room for its pods elsewhere,
-//! or replaced by a strictly cheaper single node (price only; no utilization threshold, no GPU
-//! awareness). Budgets, PDBs and do-not-disrupt are honoured.
+//! **karpenter-like** — provisioning (kubernetes-sigs/karpenter
+//! `pkg/controllers/provisioning/scheduling/scheduler.go`, batched by the engine's 1 s idle /
+//! 10 s window as `pkg/controllers/provisioning/batcher.go`): pending pods (minus those
+//! nominated to nodes in flight) sorted by cpu then memory, largest first, placed first-fit on
+//! in-flight nodes, then on the NodeClaims opened in this batch, then on a new NodeClaim in the
+//! highest-weight NodePool that can take the pod; a NodeClaim keeps every (instance type,
+//! offering) that fits all its pods and launches from up to 60 of them, cheapest first. New
+//! GPU nodes are sized by the instance type's physical `nvidia.com/gpu` (Karpenter's capacity
+//! comes from the cloud's instance-type description: time-slicing replicas are unknown, so it
+//! launches too many nodes and consolidates once the device plugin advertises the replicas),
+//! and MIG resources are unknown (kubernetes-sigs/karpenter issue 729): their pods get no node
+//! unless the scenario declares its sharing NodeOverlay-style (`cluster.nodeOverlays: true`,
+//! `designs/node-overlay.md`), and the report counts them. A fractional GPU share counts as one
+//! whole GPU (Karpenter knows only extended-resource counts); gangs get no special treatment.
+//! Disruption (`pkg/controllers/disruption/`): only nodes whose pods have not changed for
+//! `consolidateAfter` are candidates; empty ones are deleted together (`emptiness.go`); then
+//! multi-node consolidation (`multinodeconsolidation.go`): candidates sorted by disruption cost
+//! (one per pod, scaled by the lifetime left before `expireAfter`, `pkg/utils/disruption/disruption.go`), filtered by the
+//! budgets, at most 100, binary search for the longest prefix whose pods fit the other nodes
+//! plus at most one new node cheaper than the prefix (a type being removed caps that price);
+//! then single-node consolidation over every candidate (`singlenodeconsolidation.go`). A
+//! replacement keeps every cheaper offering, spot only when spot is allowed; replacing one spot
+//! node with spot needs at least 15 cheaper instance types and launches from the 15 cheapest
+//! (`consolidation.go`, `MinInstanceTypesForSpotToSpotConsolidation`; modelled with the
+//! `SpotToSpotConsolidation` feature gate on). Every command is re-validated after 15 s
+//! (`consolidationTTL`): still candidates, same action. Budgets, PDBs and do-not-disrupt are
+//! honoured.
 //!
-//! **ca-like** — fixed node groups, one per (NodePool, instance type) with the type's cheapest
-//! allowed offering. Scale-up: for every group, the pending pods (minus nominated ones) that
-//! fit its template are packed first-fit-decreasing onto fresh nodes; the least-waste expander
-//! picks the group whose new nodes waste the least cpu and memory (GPUs are not part of the
-//! score, as in the Cluster Autoscaler's least-waste expander) and that group grows by the
-//! nodes needed; one group per loop. Scale-down: a node whose utilization (GPU nodes on GPU,
-//! others on max(cpu, memory)) is below the NodePool's threshold and whose pods the scheduler
-//! can place elsewhere is unneeded; after the NodePool's unneeded time (10 minutes by
-//! default) it is removed, empty nodes in bulk and others one per loop, with no scale-down for
-//! `scaleDownDelayAfterAdd` after a scale-up. ProvisioningRequests, as the Cluster Autoscaler
-//! serves them: the request's pods are placed by the scheduler's rules on Ready nodes (other
-//! bookings held); check-capacity is answered from that alone, best-effort-atomic scales up one
-//! node group for all the pods left, or for none.
+//! **karpenter-ideal** — the same provisioning sized by what the device plugin advertises
+//! (time-slicing and MIG known); consolidation one under-used node at a time among the 10
+//! cheapest to disrupt, deleted when the scheduler finds room for its pods, or replaced by
+//! the single cheapest type that takes them (no multi-node, no spot-to-spot rule).
 //!
-//! karpenter-like has no ProvisioningRequest support: the model is of a cluster where Kueue runs
-//! without the ProvisioningRequest admission check, so a request's pods are created at its
-//! arrival and provisioned for as an ordinary gang (its report says "not served").
+//! **ca-like** — a loop every 10 s (`--scan-interval`, kubernetes/autoscaler
+//! `cluster-autoscaler/FAQ.md`): scale-up happens on those ticks only, and only once the
+//! oldest pod to help is 2 s old, or 30 s when any of them asks for a GPU
+//! (`unschedulablePodTimeBuffer` and `unschedulablePodWithGpuTimeBuffer`,
+//! `cluster-autoscaler/core/static_autoscaler.go`). Node groups: one per (NodePool, instance
+//! type) with every allowed offering, as an Auto Scaling group spanning zones
+//! (`cluster-autoscaler/cloudprovider/aws/README.md`): the expander prices it at its cheapest
+//! offering, a launch goes to the zone with the fewest nodes of the group first. Scale-up: for
+//! every group, the pending pods (minus those upcoming nodes absorb) that fit its template are
+//! packed first-fit-decreasing onto fresh nodes; the least-waste expander
+//! (`cluster-autoscaler/expander/waste/waste.go`) picks the group whose new nodes waste the
+//! least cpu and memory (GPUs are not part of the score) and that group grows by the nodes
+//! needed; one group per loop. Scale-down (`cluster-autoscaler/FAQ.md`,
+//! `cluster-autoscaler/simulator/utilization/info.go`): a node whose utilization (GPU nodes on
+//! GPU, others on max(cpu, memory)) is below the NodePool's threshold (0.5 by default, as
+//! `--scale-down-utilization-threshold` and `--scale-down-gpu-utilization-threshold`) and whose
+//! pods the scheduler can place elsewhere is unneeded; after the NodePool's unneeded time (10
+//! minutes by default, `--scale-down-unneeded-time`) it is removed, empty nodes in bulk (up to
+//! 10) and others one per loop, with no scale-down for `scaleDownDelayAfterAdd` (10 minutes)
+//! after a scale-up. A GPU node whose device plugin has not advertised its GPUs yet counts as
+//! upcoming, not ready (`cluster-autoscaler/utils/gpu/gpu.go`), as for every policy here.
+//! ProvisioningRequests, as the Cluster Autoscaler serves them: the request's pods are placed
+//! by the scheduler's rules on Ready nodes (other bookings held); check-capacity is answered
+//! from that alone, best-effort-atomic scales up one node group for all the pods left, or for
+//! none.
 //!
-//! This file holds what both share (shapes, packing, limits, budgets, safety checks); the
+//! **ca-ideal** — the same without the GPU blind spots in timing and pricing: it plans on the
+//! controller's batch window (1 s idle, 10 s at most) with no GPU wait, and each node group is
+//! its type's cheapest offering.
+//!
+//! The Karpenter models have no ProvisioningRequest support: the model is of a cluster where
+//! Kueue runs without the ProvisioningRequest admission check, so a request's pods are created
+//! at its arrival and provisioned for as an ordinary gang (its report says "not served").
+//!
+//! This file holds what all four share (shapes, packing, limits, budgets, safety checks); the
 //! policies are in `baselines/karpenter.rs` and `baselines/ca.rs`.
 
 use std::collections::BTreeMap;
@@ -74,6 +115,31 @@ pub struct Shape {
     pub offering_labels: Vec<Labels>,
     /// Physical GPUs.
     pub gpus: u32,
+    /// Allocatable as the cloud's instance-type description gives it, before GPU sharing:
+    /// physical `nvidia.com/gpu`, no time-slicing replicas, no MIG resources. What Karpenter
+    /// sizes new nodes by unless a NodeOverlay declares more.
+    pub physical: Resources,
+}
+
+/// How closely a baseline follows the project it models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fidelity {
+    /// As the real project behaves today, GPU blind spots included (`karpenter-like`,
+    /// `ca-like`).
+    Real,
+    /// The same design made GPU-aware and kinder (`karpenter-ideal`, `ca-ideal`): sizes by
+    /// what the device plugin advertises, no GPU scale-up wait, cheapest offering.
+    Ideal,
+}
+
+/// Room for pods on a fresh node of `sh` (DaemonSet requests subtracted), as a baseline that
+/// sees the `physical` instance type (or the shared allocatable) believes.
+fn fresh_room(sh: &Shape, physical: bool) -> Resources {
+    if physical {
+        sh.physical.minus(&sh.ds_overhead)
+    } else {
+        sh.allocatable.minus(&sh.ds_overhead)
+    }
 }
 
 /// Every (pool, instance type) shape of a scenario.
@@ -130,6 +196,7 @@ pub fn build_shapes(pools: &[Pool], daemonsets: &[autoscaler_core::DaemonSet]) -
                 capacity: shared.capacity.clone(),
                 offerings,
                 gpus: shared.gpu_count(),
+                physical: it.allocatable(),
             });
         }
     }
@@ -335,6 +402,7 @@ fn pack(
     now: i64,
     usage: &mut [(i64, Resources)],
     bins: &mut Vec<Bin>,
+    physical: bool,
 ) -> Vec<PodId> {
     let order = pools_by_weight(ctx.pools);
     let mut left = Vec::new();
@@ -350,7 +418,7 @@ fn pack(
                 .copied()
                 .filter(|(s, o, _)| {
                     let sh = &shapes[*s];
-                    pod_allows(pod, sh, *o) && used.fits(&sh.allocatable.minus(&sh.ds_overhead))
+                    pod_allows(pod, sh, *o) && used.fits(&fresh_room(sh, physical))
                 })
                 .collect();
             if !opts.is_empty() {
@@ -368,7 +436,7 @@ fn pack(
             let mut opts: Vec<(usize, usize, f64)> = Vec::new();
             for (si, sh) in shapes.iter().enumerate() {
                 if sh.pool != pi
-                    || !d.fits(&sh.allocatable.minus(&sh.ds_overhead))
+                    || !d.fits(&fresh_room(sh, physical))
                     || !within_limits(&ctx.pools[pi], &usage[pi], sh)
                 {
                     continue;
@@ -413,7 +481,7 @@ fn bin_spec(shapes: &[Shape], b: &Bin) -> LaunchSpec {
         pool: b.pool,
         candidates: opts
             .iter()
-            .take(60)
+            .take(karpenter::MAX_INSTANCE_TYPES)
             .map(|(s, o, _)| {
                 let (z, ct, _) = &shapes[*s].offerings[*o];
                 OfferingKey::new(&shapes[*s].name, z, *ct)
@@ -429,8 +497,9 @@ fn nominate_in_flight(
     ctx: &Ctx,
     shapes: &[Shape],
     pods: Vec<PodId>,
+    physical: bool,
 ) -> (Vec<(PodId, NodeId)>, Vec<PodId>) {
-    let mut room = in_flight_room(ctx, shapes);
+    let mut room = in_flight_room(ctx, shapes, physical);
     let mut noms = Vec::new();
     let mut rest = Vec::new();
     for p in pods {
@@ -453,8 +522,9 @@ fn nominate_in_flight(
     (noms, rest)
 }
 
-/// Room left on in-flight nodes (requests of bound, nominated and booked pods subtracted).
-fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
+/// Room left on in-flight nodes (requests of bound, nominated and booked pods subtracted), on
+/// the instance type's `physical` description when the baseline knows no better.
+fn in_flight_room(ctx: &Ctx, shapes: &[Shape], physical: bool) -> Vec<(NodeId, Resources)> {
     let mut room: BTreeMap<NodeId, Resources> = BTreeMap::new();
     for ni in &ctx.cluster.live_nodes {
         let n = &ctx.cluster.nodes[*ni];
@@ -467,7 +537,7 @@ fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
         else {
             continue;
         };
-        let mut r = sh.allocatable.minus(&sh.ds_overhead);
+        let mut r = fresh_room(sh, physical);
         for p in &n.pods {
             r.sub(&whole_demand(ctx.cluster.pod(*p)));
         }
@@ -490,5 +560,5 @@ fn in_flight_room(ctx: &Ctx, shapes: &[Shape]) -> Vec<(NodeId, Resources)> {
 mod ca;
 mod karpenter;
 
-pub use ca::{CaLike, ca_utilization};
+pub use ca::{CaLike, SCAN_INTERVAL_S, ca_utilization};
 pub use karpenter::KarpenterLike;

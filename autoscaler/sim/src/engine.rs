@@ -49,6 +49,8 @@ enum Ev {
     SchedulePass,
     BatchCheck,
     Replan,
+    /// The policy asked to plan again now ([`Policy::provision_wake`]).
+    PolicyWake,
     DisruptTick,
     Validate(u64),
     ReplacementTimeout(u64),
@@ -136,6 +138,8 @@ pub struct Engine<'a> {
     batch: Option<(i64, i64)>,
     batch_scheduled: bool,
     replan_scheduled: bool,
+    /// The earliest [`Ev::PolicyWake`] queued.
+    policy_wake: Option<i64>,
     pass_scheduled: bool,
     pass_all: bool,
     pass_new: Vec<PodId>,
@@ -236,6 +240,7 @@ impl<'a> Engine<'a> {
             batch: None,
             batch_scheduled: false,
             replan_scheduled: false,
+            policy_wake: None,
             pass_scheduled: false,
             pass_all: false,
             pass_new: Vec::new(),
@@ -430,6 +435,14 @@ impl<'a> Engine<'a> {
                 self.replan_scheduled = false;
                 if self.unhelped_pending() {
                     self.trigger_batch();
+                }
+            }
+            Ev::PolicyWake => {
+                if self.policy_wake == Some(self.now) {
+                    self.policy_wake = None;
+                }
+                if self.unhelped_pending() {
+                    self.provision();
                 }
             }
             Ev::DisruptTick => {
@@ -754,6 +767,13 @@ impl<'a> Engine<'a> {
             };
             taken.provision(&ctx, self.now)
         };
+        if let Some(t) = taken.provision_wake()
+            && t > self.now
+            && self.policy_wake.is_none_or(|w| w <= self.now || t < w)
+        {
+            self.policy_wake = Some(t);
+            self.push(t, Ev::PolicyWake);
+        }
         self.policy = taken;
         for (p, n) in noms {
             self.nominated.insert(p, n);
@@ -889,6 +909,7 @@ impl<'a> Engine<'a> {
         let rerun_h = self.gpu_rerun_s / 3600.0;
         let useful_h = (req_h - rerun_h).max(0.0);
         let cost_by_type = self.cost_by_type(end);
+        let notes = self.policy.notes(&self.cluster);
         PolicyResult {
             name: self.policy.name().to_string(),
             description: self.policy.description().to_string(),
@@ -935,6 +956,7 @@ impl<'a> Engine<'a> {
             provisioning_requests: provreq,
             cost_by_type,
             explanation: self.explained.take(),
+            notes,
             samples: self.samples,
             wall_seconds: wall,
         }

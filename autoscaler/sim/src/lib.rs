@@ -38,7 +38,7 @@ pub use engine::PolicyResult;
 pub use error::SimError;
 pub use scenario::Scenario;
 
-use crate::baselines::{CaLike, KarpenterLike, build_shapes};
+use crate::baselines::{CaLike, Fidelity, KarpenterLike, build_shapes};
 use crate::engine::Engine;
 use crate::policy::{GpuAutoscaler, Policy};
 use crate::workload::Workload;
@@ -95,11 +95,25 @@ pub fn make_policy<'a>(
     let cfg = &scenario.cluster;
     Ok(match name {
         "gpu-autoscaler" => Box::new(GpuAutoscaler::new(cfg)),
-        "karpenter-like" => Box::new(KarpenterLike::new(shapes.to_vec(), cfg.score)),
-        "ca-like" => Box::new(CaLike::new(
+        "karpenter-like" | "karpenter-ideal" => Box::new(KarpenterLike::new(
+            shapes.to_vec(),
+            cfg.score,
+            if name == "karpenter-like" {
+                Fidelity::Real
+            } else {
+                Fidelity::Ideal
+            },
+            cfg.node_overlays,
+        )),
+        "ca-like" | "ca-ideal" => Box::new(CaLike::new(
             shapes.to_vec(),
             cfg.score,
             cfg.scale_down_delay_after_add_s,
+            if name == "ca-like" {
+                Fidelity::Real
+            } else {
+                Fidelity::Ideal
+            },
         )),
         other => {
             return Err(SimError::Scenario {

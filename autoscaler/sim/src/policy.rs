@@ -189,6 +189,16 @@ pub trait Policy {
             self.name()
         ))
     }
+    /// After [`Policy::provision`]: when the policy wants to be asked again although nothing
+    /// changes (a model that scales up only on its own loop's ticks); the default never.
+    fn provision_wake(&mut self) -> Option<i64> {
+        None
+    }
+    /// Lines the report prints under the policy's figures: what the model could not do and
+    /// what became of the pods concerned, as the run ends with `cluster`; the default none.
+    fn notes(&self, _cluster: &Cluster) -> Vec<String> {
+        vec![]
+    }
     /// A node of NodePool `pool` was launched at `now`.
     fn on_scale_up(&mut self, pool: &str, now: i64);
     /// Nodes of NodePool `pool` were deleted at `now`.

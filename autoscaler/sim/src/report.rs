@@ -47,6 +47,7 @@ struct JsonPolicy<'a> {
     /// Only when the scenario has ProvisioningRequests, so other reports keep their shape.
     #[serde(skip_serializing_if = "Option::is_none")]
     provisioning_requests: Option<JsonProvReq>,
+    notes: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -104,6 +105,7 @@ pub fn to_json(report: &RunReport) -> String {
                     to_provisioned_p50_s: q.to_provisioned_p50_s,
                     to_provisioned_p95_s: q.to_provisioned_p95_s,
                 }),
+                notes: &p.notes,
             })
             .collect(),
     };
@@ -196,6 +198,9 @@ pub fn summary(report: &RunReport) -> String {
                 "  {}: {} (a model, not the real project)",
                 p.name, p.description
             );
+        }
+        for note in &p.notes {
+            let _ = writeln!(s, "  {}: {note}", p.name);
         }
         if !p.pending_examples.is_empty() {
             let _ = writeln!(
@@ -558,12 +563,13 @@ pub fn to_html(report: &RunReport) -> String {
         let model = if p.name == OURS {
             ""
         } else {
-            " <b>This baseline is a model</b> written from the project's public documentation, \
-             not the project's code."
+            " <b>This baseline is a model</b> written from the project's public documentation \
+             and source, not the project's code."
         };
+        let notes: String = p.notes.iter().map(|n| format!(" {}.", esc(n))).collect();
         let _ = write!(
             s,
-            "<li><b>{}</b>: {}.{model}</li>",
+            "<li><b>{}</b>: {}.{model}{notes}</li>",
             esc(&p.name),
             esc(&p.description)
         );

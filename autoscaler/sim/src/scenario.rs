@@ -269,6 +269,8 @@ struct ClusterFile {
     ignore_daemonsets_utilization: Option<bool>,
     #[serde(default)]
     ignore_mirror_pods_utilization: Option<bool>,
+    #[serde(default)]
+    node_overlays: Option<bool>,
     /// Cluster-wide totals, as the `run` flags of the same names.
     #[serde(default)]
     max_nodes_total: u32,

@@ -558,6 +558,19 @@ pub fn can_move(
     strategy: ScoreStrategy,
     selectors: &mut SelectorCache,
 ) -> bool {
+    unplaced(cluster, removed, targets, strategy, selectors, true).is_empty()
+}
+
+/// The pods of the `removed` nodes the scheduler would not place on `targets` (each pod where
+/// it scores best, largest first); with `first_only`, stops at the first such pod.
+pub fn unplaced(
+    cluster: &Cluster,
+    removed: &[NodeId],
+    targets: &[NodeId],
+    strategy: ScoreStrategy,
+    selectors: &mut SelectorCache,
+    first_only: bool,
+) -> Vec<PodId> {
     let mut scratch = Scratch::new(cluster.nodes.len());
     let targets: Vec<NodeId> = targets
         .iter()
@@ -579,6 +592,7 @@ pub fn can_move(
             *p,
         )
     });
+    let mut left = Vec::new();
     for p in order {
         let pod = cluster.pod(p);
         let view = View {
@@ -590,10 +604,11 @@ pub fn can_move(
             Some((ni, devices)) => {
                 place_what_if(scratch.node_mut(&cluster.nodes, ni), pod, p, &devices);
             }
-            None => return false,
+            None if first_only => return vec![p],
+            None => left.push(p),
         }
     }
-    true
+    left
 }
 
 #[cfg(test)]

@@ -424,8 +424,36 @@ pub fn summary_text(s: &SeedSummary) -> String {
         for v in unsafe_runs {
             let _ = writeln!(out, "  SAFETY VIOLATION {}: {v}", p.name);
         }
+        for (r, seed) in p.runs.iter().zip(&p.seeds) {
+            for note in &r.notes {
+                let _ = writeln!(out, "  {} (seed {seed}): {note}", p.name);
+            }
+        }
     }
+    gaps(&mut out, s);
     out
+}
+
+/// Per competitor, the two gaps: to the model of what users run today (`-like`) and to the
+/// idealized model (`-ideal`), paired cost differences in percent.
+fn gaps(out: &mut String, s: &SeedSummary) {
+    for family in ["karpenter", "ca"] {
+        let gap = |suffix: &str| {
+            let name = format!("{family}-{suffix}");
+            s.policies
+                .iter()
+                .find(|p| p.name == name)
+                .and_then(|p| Some((name, p.diff_percent(Metric::Cost)?)))
+        };
+        let found: Vec<String> = ["like", "ideal"]
+            .iter()
+            .filter_map(|suffix| gap(suffix))
+            .map(|(name, d)| format!("{name} {}% ({})", d.show_signed(1), cost_verdict(&d)))
+            .collect();
+        if !found.is_empty() {
+            let _ = writeln!(out, "  cost gaps, {family}: {}", found.join(", "));
+        }
+    }
 }
 
 /// Puts `{key}_mean` and `{key}_ci95` (`[lo, hi]`, or null with one seed).
@@ -489,6 +517,7 @@ pub fn policy_json(p: &PolicySummary) -> Value {
                         "gpu_hours_rerun": (r.gpu_hours_rerun * 1e4).round() / 1e4,
                         "pods_disrupted": r.pods_disrupted,
                         "nodes_launched": r.nodes_launched,
+                        "notes": r.notes,
                     })
                 })
                 .collect(),

@@ -123,14 +123,14 @@ impl std::fmt::Display for Setting {
 }
 
 /// Whether `policy` reads `key` (from the code: the core's `plan_disruption` reads all four;
-/// the karpenter-like model only `consolidateAfter`; the ca-like model the two thresholds and
-/// `unneededTime`). A policy not listed is taken to read every key, so it is never shown as
+/// the Karpenter models only `consolidateAfter`; the Cluster Autoscaler models the two
+/// thresholds and `unneededTime`). A policy not listed is taken to read every key, so it is never shown as
 /// unaffected by mistake. The `policies_that_ignore_a_key_do_not_change` test checks the
 /// `false` answers by running them.
 pub fn policy_reads(policy: &str, key: Key) -> bool {
     match policy {
-        "karpenter-like" => key == Key::ConsolidateAfter,
-        "ca-like" => key != Key::ConsolidateAfter,
+        "karpenter-like" | "karpenter-ideal" => key == Key::ConsolidateAfter,
+        "ca-like" | "ca-ideal" => key != Key::ConsolidateAfter,
         _ => true,
     }
 }
@@ -852,6 +852,7 @@ mod tests {
             wall_seconds: 0.0,
             provisioning_requests: None,
             explanation: None,
+            notes: vec![],
         }
     }
 

@@ -83,7 +83,7 @@ fn same_seed_same_json_other_seed_other_run() {
 fn tiny_scenario_is_safe_and_binds_every_pod() {
     let r = run(&tiny(), &RunOptions::default(), &mut |_, _| {}).unwrap();
     let summary = report::summary(&r);
-    assert_eq!(r.policies.len(), 3, "{summary}");
+    assert_eq!(r.policies.len(), 5, "{summary}");
     for p in &r.policies {
         assert_eq!(p.safety_violations, 0, "{summary}");
         assert_eq!(p.pending_at_end, 0, "{summary}");
@@ -173,7 +173,8 @@ fn the_report_reads_at_a_glance() {
             }
         }
     }
-    assert_eq!(node_charts, 3);
+    // One per policy: ours and both models of each competitor.
+    assert_eq!(node_charts, 5);
     let pending = svg_texts(chart(&html, "Pending pods"));
     assert!(pending.contains(&("middle", "pending pods")), "{pending:?}");
     assert!(
@@ -450,7 +451,7 @@ fn a_sweep_runs_readers_per_value_and_the_others_once() {
     let jobs = sweep::jobs(&sw, &s, &s.policies, &seeds);
     assert_eq!(jobs.len(), 6);
     for j in jobs.iter().filter(|j| j.variant > 0) {
-        assert_eq!(j.policies, ["gpu-autoscaler", "ca-like"]);
+        assert_eq!(j.policies, ["gpu-autoscaler", "ca-like", "ca-ideal"]);
     }
     let r = sweep::run(
         &sw,
@@ -469,14 +470,14 @@ fn a_sweep_runs_readers_per_value_and_the_others_once() {
     )
     .unwrap();
     let names: Vec<&str> = r.tables.iter().map(|t| t.policy.as_str()).collect();
-    assert_eq!(names, ["gpu-autoscaler", "ca-like"]);
+    assert_eq!(names, ["gpu-autoscaler", "ca-like", "ca-ideal"]);
     for t in &r.tables {
         let labels: Vec<&str> = t.rows.iter().map(|r| r.label.as_str()).collect();
         assert_eq!(labels, ["2m (current)", "1m", "1h"]);
         assert!(t.rows.iter().all(|r| r.runs.len() == 2));
     }
-    assert_eq!(r.others.len(), 1);
-    assert_eq!(r.others[0].name, "karpenter-like");
+    let others: Vec<&str> = r.others.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(others, ["karpenter-like", "karpenter-ideal"]);
     let text = sweep::text(&r);
     assert!(
         text.contains("not affected by unneeded-time")

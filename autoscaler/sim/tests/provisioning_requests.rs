@@ -66,7 +66,7 @@ fn stats(p: &PolicyResult) -> &ProvReqStats {
         .expect("the scenario has requests")
 }
 
-/// The policies that serve requests (karpenter-like creates the pods at once).
+/// The policies that serve requests (the Karpenter models create the pods at once).
 fn serving(ps: &[PolicyResult]) -> impl Iterator<Item = &PolicyResult> {
     ps.iter().filter(|p| stats(p).supported)
 }
@@ -76,10 +76,16 @@ fn karpenter_like_creates_the_pods_at_once_and_the_others_serve_requests() {
     let s = scenario(&request("job", "      class: best-effort-atomic\n", 2, 1));
     let (ps, summary) = results(&s);
     let names: Vec<&str> = serving(&ps).map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["gpu-autoscaler", "ca-like"], "{summary}");
-    let k = ps.iter().find(|p| p.name == "karpenter-like").unwrap();
-    assert_eq!(stats(k).requests, 0, "{summary}");
-    assert_eq!(k.pods_created, 2, "{summary}");
+    assert_eq!(
+        names,
+        ["gpu-autoscaler", "ca-like", "ca-ideal"],
+        "{summary}"
+    );
+    for name in ["karpenter-like", "karpenter-ideal"] {
+        let k = ps.iter().find(|p| p.name == name).unwrap();
+        assert_eq!(stats(k).requests, 0, "{summary}");
+        assert_eq!(k.pods_created, 2, "{summary}");
+    }
     assert!(summary.contains("not served"), "{summary}");
 }
 
@@ -280,7 +286,7 @@ fn same_seed_same_result_with_requests() {
     let s = scenario(&workloads);
     let a = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
     let b = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
-    assert_eq!(a.policies.len(), 3);
+    assert_eq!(a.policies.len(), 5);
     for (x, y) in a.policies.iter().zip(&b.policies) {
         assert_eq!(x.provisioning_requests, y.provisioning_requests);
         assert_eq!(x.cost, y.cost);

@@ -1,5 +1,6 @@
-//! The ca-like baseline: fixed node groups grown by the least-waste expander, and scale-down
-//! of nodes below the NodePool's utilization threshold (see the parent module's rules).
+//! The ca-like and ca-ideal baselines: fixed node groups grown by the least-waste expander, and
+//! scale-down of nodes below the NodePool's utilization threshold (see the parent module's
+//! rules; [`Fidelity`] says which of the two).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -8,10 +9,10 @@ use autoscaler_core::resources::{Resources, is_gpu_class, names};
 use providers::OfferingKey;
 
 use super::{
-    Shape, available, blocked, budgets_left, nominate_in_flight, pdb_snapshot, pod_allows,
-    pool_usage, targets, unhelped, whole_demand, within_limits,
+    Fidelity, Shape, available, blocked, budgets_left, nominate_in_flight, pdb_snapshot,
+    pod_allows, pool_usage, targets, unhelped, whole_demand, within_limits,
 };
-use crate::cluster::{Cluster, NodeId, NodePhase, PodId};
+use crate::cluster::{Cluster, NodeId, NodePhase, PodId, PodPhase};
 use crate::policy::{Ctx, Decision, LaunchSpec, Policy, RequestAnswer, RequestAsk, disruptable};
 use crate::scenario::{ProvReqClass, ScoreStrategy};
 use crate::scheduler::{self, Scratch, SelectorCache, View};
@@ -43,6 +44,36 @@ pub fn ca_utilization(cluster: &Cluster, n: NodeId) -> f64 {
     best
 }
 
+/// Seconds between two Cluster Autoscaler loops (`--scan-interval`, 10 s by default; see
+/// `cluster-autoscaler/FAQ.md`). ca-like scales up only on these ticks.
+pub const SCAN_INTERVAL_S: i64 = 10;
+/// How old the oldest unschedulable pod must be before a scale-up
+/// (`unschedulablePodTimeBuffer` in `cluster-autoscaler/core/static_autoscaler.go`).
+const POD_BUFFER_S: i64 = 2;
+/// How old the oldest unschedulable pod asking for a GPU must be before a scale-up
+/// (`unschedulablePodWithGpuTimeBuffer`, same file: "nodes with GPU are very expensive").
+const GPU_POD_BUFFER_S: i64 = 30;
+
+/// The first scan tick at or after `t`.
+fn next_tick(t: i64) -> i64 {
+    t.div_euclid(SCAN_INTERVAL_S) * SCAN_INTERVAL_S
+        + if t.rem_euclid(SCAN_INTERVAL_S) == 0 {
+            0
+        } else {
+            SCAN_INTERVAL_S
+        }
+}
+
+/// Whether a pod asks for a GPU (any GPU-class extended resource or a share).
+fn wants_gpu(pod: &Pod) -> bool {
+    pod.gpu_share.is_some()
+        || pod
+            .requests
+            .extended
+            .iter()
+            .any(|(k, v)| *v > 0 && is_gpu_class(k))
+}
+
 /// One node group's scale-up option, as the least-waste expander compares them.
 struct CaOption {
     waste: f64,
@@ -65,7 +96,7 @@ impl CaOption {
     }
 }
 
-/// The ca-like baseline (see the module documentation).
+/// The ca-like (or ca-ideal) baseline (see the module documentation).
 pub struct CaLike {
     shapes: Vec<Shape>,
     score: ScoreStrategy,
@@ -73,11 +104,20 @@ pub struct CaLike {
     last_scale_up: Option<i64>,
     delay_after_add: i64,
     selectors: SelectorCache,
+    fidelity: Fidelity,
+    /// When ca-like wants to be asked again (its next scan tick, or when its pods are old
+    /// enough).
+    wake: Option<i64>,
 }
 
 impl CaLike {
     /// A policy whose node groups are `shapes`.
-    pub fn new(shapes: Vec<Shape>, score: ScoreStrategy, delay_after_add: i64) -> Self {
+    pub fn new(
+        shapes: Vec<Shape>,
+        score: ScoreStrategy,
+        delay_after_add: i64,
+        fidelity: Fidelity,
+    ) -> Self {
         CaLike {
             shapes,
             score,
@@ -85,7 +125,31 @@ impl CaLike {
             last_scale_up: None,
             delay_after_add,
             selectors: SelectorCache::default(),
+            fidelity,
+            wake: None,
         }
+    }
+
+    /// For ca-like, the scan tick at which the pods `rest` may get a scale-up, when later than
+    /// `now`: the next tick, then until the oldest pod is 2 s old and the oldest GPU pod 30 s.
+    fn not_yet(&self, ctx: &Ctx, rest: &[PodId], now: i64) -> Option<i64> {
+        if self.fidelity == Fidelity::Ideal {
+            return None;
+        }
+        let since = |p: &PodId| match ctx.cluster.pods[*p].phase {
+            PodPhase::Pending { since } => since,
+            _ => now,
+        };
+        let oldest = rest.iter().map(since).min()?;
+        let oldest_gpu = rest
+            .iter()
+            .filter(|p| wants_gpu(ctx.cluster.pod(**p)))
+            .map(since)
+            .min();
+        let ready =
+            (oldest + POD_BUFFER_S).max(oldest_gpu.map_or(i64::MIN, |t| t + GPU_POD_BUFFER_S));
+        let at = next_tick(ready.max(now));
+        (at > now).then_some(at)
     }
 }
 
@@ -166,16 +230,70 @@ impl CaLike {
         best
     }
 
-    /// The launches of a scale-up option: one node per packed bin.
-    fn specs(&self, best: CaOption) -> Vec<LaunchSpec> {
+    /// The launches of a scale-up option: one node per packed bin. ca-ideal's group is the
+    /// type's cheapest offering; ca-like's is every offering of the type, as an Auto Scaling
+    /// group spanning zones launches them: the zone with the fewest nodes of the group first
+    /// (cheapest first within a zone), among the offerings the bin's pods allow.
+    /// `specs_of` holds the specs of the option's pods (a request's pods do not exist yet).
+    fn specs(
+        &self,
+        ctx: &Ctx,
+        best: CaOption,
+        specs_of: &[(PodId, &Pod)],
+        now: i64,
+    ) -> Vec<LaunchSpec> {
+        let spec = |p: &PodId| specs_of.iter().find(|(id, _)| id == p).map(|(_, pod)| *pod);
         let sh = &self.shapes[best.shape];
-        let (z, ct, _) = &sh.offerings[best.offering];
+        let si = best.shape;
+        let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+        for n in &ctx.cluster.live_nodes {
+            let node = &ctx.cluster.nodes[*n];
+            if node.pool == Some(sh.pool) && node.instance_type == sh.name {
+                *per_zone.entry(node.zone.as_str()).or_default() += 1;
+            }
+        }
         best.nodes
             .into_iter()
-            .map(|pods| LaunchSpec {
-                pool: sh.pool,
-                candidates: vec![OfferingKey::new(&sh.name, z, *ct)],
-                pods,
+            .map(|pods| {
+                let candidates = match self.fidelity {
+                    Fidelity::Ideal => {
+                        let (z, ct, _) = &sh.offerings[best.offering];
+                        vec![OfferingKey::new(&sh.name, z, *ct)]
+                    }
+                    Fidelity::Real => {
+                        let mut offs: Vec<usize> = (0..sh.offerings.len())
+                            .filter(|oi| {
+                                available(&self.shapes, ctx.unavailable, si, *oi, now)
+                                    && pods.iter().all(|p| {
+                                        spec(p).is_some_and(|pod| pod_allows(pod, sh, *oi))
+                                    })
+                            })
+                            .collect();
+                        offs.sort_by(|a, b| {
+                            let (za, _, pa) = &sh.offerings[*a];
+                            let (zb, _, pb) = &sh.offerings[*b];
+                            let ca = per_zone.get(za.as_str()).copied().unwrap_or(0);
+                            let cb = per_zone.get(zb.as_str()).copied().unwrap_or(0);
+                            ca.cmp(&cb)
+                                .then_with(|| za.cmp(zb))
+                                .then_with(|| pa.total_cmp(pb))
+                        });
+                        if let Some(first) = offs.first() {
+                            *per_zone.entry(sh.offerings[*first].0.as_str()).or_default() += 1;
+                        }
+                        offs.iter()
+                            .map(|oi| {
+                                let (z, ct, _) = &sh.offerings[*oi];
+                                OfferingKey::new(&sh.name, z, *ct)
+                            })
+                            .collect()
+                    }
+                };
+                LaunchSpec {
+                    pool: sh.pool,
+                    candidates,
+                    pods,
+                }
             })
             .collect()
     }
@@ -183,14 +301,32 @@ impl CaLike {
 
 impl Policy for CaLike {
     fn name(&self) -> &'static str {
-        "ca-like"
+        match self.fidelity {
+            Fidelity::Real => "ca-like",
+            Fidelity::Ideal => "ca-ideal",
+        }
     }
 
     fn description(&self) -> &'static str {
-        "a model of the Cluster Autoscaler from its documentation: fixed node groups per \
-         instance type, least-waste expander, threshold scale-down after the unneeded time \
-         (10 min by default); ProvisioningRequests: check-capacity on Ready nodes, \
-         best-effort-atomic as one node group's scale-up"
+        match self.fidelity {
+            Fidelity::Real => {
+                "a model of the Cluster Autoscaler from its source and documentation: a loop \
+                 every 10 s, scale-up only once the oldest pending pod is 2 s old (30 s for a \
+                 GPU pod), one node group per instance type with all its offerings (zones \
+                 balanced), least-waste expander (GPU-blind), threshold scale-down after the \
+                 unneeded time (10 min by default); ProvisioningRequests: check-capacity on \
+                 Ready nodes, best-effort-atomic as one node group's scale-up"
+            }
+            Fidelity::Ideal => {
+                "an idealized Cluster Autoscaler: plans on the controller's batch window with no \
+                 GPU wait, node groups on their type's cheapest offering, least-waste expander, \
+                 threshold scale-down after the unneeded time; ProvisioningRequests as ca-like"
+            }
+        }
+    }
+
+    fn provision_wake(&mut self) -> Option<i64> {
+        self.wake.take()
     }
 
     fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
@@ -205,10 +341,16 @@ impl Policy for CaLike {
             )
         });
         // Upcoming nodes absorb what they can (the autoscaler counts them as capacity).
-        let (noms, rest) = nominate_in_flight(ctx, &self.shapes, pods);
+        let (noms, rest) = nominate_in_flight(ctx, &self.shapes, pods, false);
+        if let Some(at) = self.not_yet(ctx, &rest, now) {
+            self.wake = Some(at);
+            return (vec![], noms);
+        }
         let rest: Vec<(PodId, &Pod)> = rest.iter().map(|p| (*p, ctx.cluster.pod(*p))).collect();
         let best = self.best_group(ctx, &rest, now, false);
-        let specs = best.map(|b| self.specs(b)).unwrap_or_default();
+        let specs = best
+            .map(|b| self.specs(ctx, b, &rest, now))
+            .unwrap_or_default();
         (specs, noms)
     }
 
@@ -272,7 +414,7 @@ impl Policy for CaLike {
         match self.best_group(ctx, &rest, now, true) {
             Some(b) => RequestAnswer::Capacity {
                 on,
-                launch: self.specs(b),
+                launch: self.specs(ctx, b, &rest, now),
             },
             _ => RequestAnswer::NoCapacity(format!(
                 "no node group can take all {} remaining pods",

@@ -125,4 +125,7 @@ pub struct PolicyResult {
     pub provisioning_requests: Option<ProvReqStats>,
     /// The policy's answer to `simulate --explain`, when asked.
     pub explanation: Option<crate::policy::Explained>,
+    /// What the model could not do, and what became of the pods concerned (for example
+    /// karpenter-like's pods asking for MIG resources it does not know).
+    pub notes: Vec<String>,
 }

@@ -181,6 +181,9 @@ pub(super) fn build_cluster(
     if let Some(b) = f.ignore_mirror_pods_utilization {
         c.ignore_mirror_pods_utilization = b;
     }
+    if let Some(b) = f.node_overlays {
+        c.node_overlays = b;
+    }
     Ok(c)
 }
 

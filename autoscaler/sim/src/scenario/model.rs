@@ -55,6 +55,10 @@ pub struct ClusterConfig {
     pub ignore_daemonsets_utilization: bool,
     /// Leave mirror pods out of utilization.
     pub ignore_mirror_pods_utilization: bool,
+    /// Whether the cluster declares its GPU sharing (time-slicing replicas, MIG resources) to
+    /// Karpenter with NodeOverlays; without them karpenter-like sizes GPU nodes by physical
+    /// `nvidia.com/gpu` and knows no MIG resource.
+    pub node_overlays: bool,
     /// Cluster-wide limits (`maxNodesTotal`, `coresTotal`, `memoryTotal`, `gpuTotal`,
     /// `capacityQuotas`), across NodePools, as the controller's flags and CapacityQuotas.
     pub cluster_limits: Vec<autoscaler_core::model::ClusterLimit>,
@@ -82,6 +86,7 @@ impl Default for ClusterConfig {
             scale_down_delay_after_failure_s: 180,
             ignore_daemonsets_utilization: false,
             ignore_mirror_pods_utilization: false,
+            node_overlays: false,
             cluster_limits: Vec::new(),
         }
     }
@@ -315,4 +320,10 @@ pub struct Scenario {
 }
 
 /// Every policy the simulator knows.
-pub const POLICY_NAMES: [&str; 3] = ["gpu-autoscaler", "karpenter-like", "ca-like"];
+pub const POLICY_NAMES: [&str; 5] = [
+    "gpu-autoscaler",
+    "karpenter-like",
+    "karpenter-ideal",
+    "ca-like",
+    "ca-ideal",
+];

@@ -1,0 +1,164 @@
+//! The baselines' GPU blind spots, each against its idealized twin on a small scenario:
+//! karpenter-like sizes time-sliced nodes by physical GPUs and knows no MIG resource without a
+//! NodeOverlay; ca-like waits 30 s before scaling up for a GPU pod.
+
+use std::path::Path;
+
+use autoscaler_sim::{PolicyResult, RunOptions, Scenario, report, run};
+
+/// A scenario of `pool` (one NodePool's YAML lines) and `workload` (one workload's), run by
+/// `policies`, with `cluster` lines added to the cluster section.
+fn scenario(cluster: &str, pool: &str, workload: &str, policies: &str) -> Scenario {
+    let yaml = format!(
+        "name: blind-spots\nseed: 3\nduration: 2h\ncatalog: aws\npolicies: [{policies}]\n\
+         cluster:\n  launch: {{cpu: 45s, gpu: 120s}}\n{cluster}pools:\n{pool}workloads:\n{workload}"
+    );
+    Scenario::parse(Path::new("blind-spots.yaml"), &yaml).unwrap()
+}
+
+fn results(s: &Scenario) -> (Vec<PolicyResult>, String) {
+    let r = run(s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let summary = report::summary(&r);
+    (r.policies, summary)
+}
+
+fn named<'a>(ps: &'a [PolicyResult], name: &str) -> &'a PolicyResult {
+    ps.iter().find(|p| p.name == name).unwrap()
+}
+
+const TIME_SLICED: &str = "  - name: notebooks
+    instanceTypes: [g6.xlarge]
+    capacityTypes: [on-demand]
+    taints: [{key: nvidia.com/gpu, value: present}]
+    timeSlicing: 4
+    disruption: {consolidateAfter: 1m}
+";
+
+const FOUR_NOTEBOOKS: &str = "  - deployment:
+      name: nb
+      replicas: [{at: 0s, count: 4}]
+      pod: {nodePool: notebooks, cpu: 500m, memory: 1Gi, gpus: 1}
+";
+
+#[test]
+fn karpenter_like_launches_a_node_per_physical_gpu_then_consolidates_the_replicas() {
+    let s = scenario(
+        "",
+        TIME_SLICED,
+        FOUR_NOTEBOOKS,
+        "karpenter-like, karpenter-ideal",
+    );
+    let (ps, summary) = results(&s);
+    let like = named(&ps, "karpenter-like");
+    let ideal = named(&ps, "karpenter-ideal");
+    // Four replicas of one L4: the ideal model sees four slots on one node, the real one a
+    // single GPU per node.
+    assert_eq!(ideal.nodes_launched, 1, "{summary}");
+    assert_eq!(like.nodes_launched, 4, "{summary}");
+    // Once the device plugin advertises the replicas, the scheduler packs the pods and
+    // consolidation removes the surplus.
+    assert!(like.nodes_terminated >= 3, "{summary}");
+    assert!(like.cost > ideal.cost, "{summary}");
+    for p in [like, ideal] {
+        assert_eq!(p.pending_at_end, 0, "{summary}");
+        assert_eq!(p.safety_violations, 0, "{summary}");
+    }
+}
+
+const MIG_POOL: &str = "  - name: inference
+    instanceTypes: [p5.4xlarge]
+    capacityTypes: [on-demand]
+    taints: [{key: nvidia.com/gpu, value: present}]
+    mig: all-1g.10gb
+";
+
+const MIG_PODS: &str = "  - deployment:
+      name: infer
+      replicas: [{at: 0s, count: 3}]
+      pod: {nodePool: inference, cpu: 1, memory: 4Gi, resources: {nvidia.com/mig-1g.10gb: 1}}
+";
+
+#[test]
+fn karpenter_like_leaves_mig_pods_pending_without_a_node_overlay_and_says_so() {
+    let s = scenario("", MIG_POOL, MIG_PODS, "karpenter-like, karpenter-ideal");
+    let (ps, summary) = results(&s);
+    let like = named(&ps, "karpenter-like");
+    assert_eq!(like.nodes_launched, 0, "{summary}");
+    assert_eq!(like.pending_at_end, 3, "{summary}");
+    assert_eq!(like.notes.len(), 1, "{summary}");
+    assert!(
+        like.notes[0].contains("3 pods request nvidia.com/mig-1g.10gb")
+            && like.notes[0].contains("3 still pending at the end"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("karpenter-like: 3 pods request"),
+        "{summary}"
+    );
+    let ideal = named(&ps, "karpenter-ideal");
+    assert_eq!(ideal.pending_at_end, 0, "{summary}");
+    assert!(ideal.notes.is_empty(), "{summary}");
+
+    // Declared NodeOverlay-style, the MIG resources are known and the pods served.
+    let s = scenario(
+        "  nodeOverlays: true\n",
+        MIG_POOL,
+        MIG_PODS,
+        "karpenter-like",
+    );
+    let (ps, summary) = results(&s);
+    let like = named(&ps, "karpenter-like");
+    assert_eq!(like.pending_at_end, 0, "{summary}");
+    assert!(
+        like.nodes_launched >= 1 && like.notes.is_empty(),
+        "{summary}"
+    );
+}
+
+#[test]
+fn ca_like_waits_30_seconds_for_a_gpu_pod_and_ca_ideal_does_not() {
+    let pool = "  - name: gpu
+    instanceTypes: [g6.xlarge]
+    capacityTypes: [on-demand]
+    taints: [{key: nvidia.com/gpu, value: present}]
+";
+    let job = "  - jobs:
+      name: train
+      arrivals: {at: [0s]}
+      duration: {fixed: 30m}
+      pod: {nodePool: gpu, cpu: 1, memory: 4Gi, gpus: 1}
+";
+    let s = scenario("", pool, job, "ca-like, ca-ideal");
+    let (ps, summary) = results(&s);
+    let like = named(&ps, "ca-like");
+    let ideal = named(&ps, "ca-ideal");
+    for p in [like, ideal] {
+        assert_eq!(p.nodes_launched, 1, "{summary}");
+        assert_eq!(p.pending_at_end, 0, "{summary}");
+    }
+    // ca-ideal plans after the 1 s batch window; ca-like on the first 10 s tick once the GPU
+    // pod is 30 s old. The launch itself takes the same draw of latency in both runs.
+    let waited = like.pending_p50_s - ideal.pending_p50_s;
+    assert_eq!(waited, 29.0, "{summary}");
+}
+
+#[test]
+fn ca_like_scales_up_for_a_cpu_pod_on_its_next_10_second_tick() {
+    let pool = "  - name: cpu
+    instanceTypes: [m6i.large]
+    capacityTypes: [on-demand]
+";
+    let job = "  - jobs:
+      name: etl
+      arrivals: {at: [3s]}
+      duration: {fixed: 30m}
+      pod: {nodePool: cpu, cpu: 1, memory: 2Gi}
+";
+    let s = scenario("", pool, job, "ca-like, ca-ideal");
+    let (ps, summary) = results(&s);
+    let like = named(&ps, "ca-like");
+    let ideal = named(&ps, "ca-ideal");
+    // Created at 3 s: ca-ideal plans at 4 s; ca-like once the pod is 2 s old, on the 10 s tick.
+    let waited = like.pending_p50_s - ideal.pending_p50_s;
+    assert_eq!(waited, 6.0, "{summary}");
+}
