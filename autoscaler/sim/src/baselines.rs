@@ -343,7 +343,9 @@ fn blocked(ctx: &Ctx, snap: &Snapshot, n: NodeId, now: i64) -> bool {
     {
         return true;
     }
-    // Evicting every pod of the node at once must stay within each PDB's allowance.
+    // Evicting every pod of the node at once must stay within each PDB's allowance (a PDB
+    // none of whose pods are here does not concern the node, however far below its minimum
+    // it is: one whose pods all stay pending has a negative allowance).
     snap.pdbs.iter().any(|b| {
         let used = node
             .pods
@@ -351,7 +353,7 @@ fn blocked(ctx: &Ctx, snap: &Snapshot, n: NodeId, now: i64) -> bool {
             .map(|p| ctx.cluster.pod(*p))
             .filter(|p| p.key.namespace == b.namespace && b.selector.matches(&p.labels))
             .count() as i32;
-        used > b.disruptions_allowed
+        used > 0 && used > b.disruptions_allowed
     })
 }
 

@@ -513,11 +513,18 @@ pub fn policy_json(p: &PolicySummary) -> Value {
                         "seed": seed,
                         "cost": (r.cost * 1e4).round() / 1e4,
                         "pending_p95_s": r.pending_p95_s,
+                        "gpu_hours_paid": (r.gpu_hours_paid * 1e4).round() / 1e4,
+                        "gpu_hours_requested": (r.gpu_hours_requested * 1e4).round() / 1e4,
                         "gpu_hours_useful": (r.gpu_hours_useful * 1e4).round() / 1e4,
                         "gpu_hours_rerun": (r.gpu_hours_rerun * 1e4).round() / 1e4,
                         "pods_disrupted": r.pods_disrupted,
                         "nodes_launched": r.nodes_launched,
                         "notes": r.notes,
+                        "cost_by_type": r
+                            .cost_by_type
+                            .iter()
+                            .map(|(t, c)| (t.clone(), json!((c * 1e4).round() / 1e4)))
+                            .collect::<Map<String, Value>>(),
                     })
                 })
                 .collect(),

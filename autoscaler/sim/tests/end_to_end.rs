@@ -384,12 +384,34 @@ fn seeds_give_intervals_and_differences_paired_by_seed() {
         let want = d.iter().sum::<f64>() / 3.0;
         let got = p["cost_diff_vs_ours_mean"].as_f64().unwrap();
         assert!((want - got).abs() < 1e-3, "{want} {got}");
+        // Where the money went: per instance type, adding up to the run's cost.
+        for x in p["per_seed"].as_array().unwrap() {
+            let by_type: f64 = x["cost_by_type"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_f64().unwrap())
+                .sum();
+            let cost = x["cost"].as_f64().unwrap();
+            assert!((by_type - cost).abs() < 0.01, "{by_type} {cost} {x}");
+        }
+    }
+    // Both gaps of each competitor: to its model of today and to its idealized model.
+    let text = seeds::summary_text(&sum);
+    for family in ["karpenter", "ca"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("  cost gaps, {family}: ")))
+            .unwrap_or_else(|| panic!("{family} gaps in {text}"));
+        assert!(
+            line.contains(&format!("{family}-like ")) && line.contains(&format!("{family}-ideal ")),
+            "{line}"
+        );
     }
     assert_eq!(
         policies[0]["cost_diff_vs_ours_ci95"],
         serde_json::json!([0.0, 0.0])
     );
-    let text = seeds::summary_text(&sum);
     assert!(text.contains("seeds 1-3 (3 runs)"), "{text}");
     for p in &sum.policies[1..] {
         let line = text.lines().find(|l| l.starts_with(&p.name)).unwrap();

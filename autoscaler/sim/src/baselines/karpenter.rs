@@ -127,9 +127,9 @@ fn disruption_cost(cluster: &Cluster, n: NodeId, now: i64) -> f64 {
 enum Consolidation {
     /// Their pods fit the other nodes.
     Delete,
-    /// The pods left over fit one new node cheaper than the candidates: its offerings,
-    /// cheapest first.
-    Replace(Vec<OfferingKey>),
+    /// The pods left over fit one new node cheaper than the candidates: its NodePool and its
+    /// offerings, cheapest first.
+    Replace(usize, Vec<OfferingKey>),
 }
 
 impl KarpenterLike {
@@ -212,20 +212,23 @@ impl KarpenterLike {
             limit = SPOT_TO_SPOT_MIN_TYPES;
         }
         let keep: BTreeSet<&str> = types.into_iter().take(limit).collect();
+        // One NodeClaim belongs to one NodePool: the cheapest option's.
+        let pool = self.shapes[opts.first()?.0].pool;
         let offerings: Vec<OfferingKey> = opts
             .iter()
-            .filter(|o| keep.contains(self.shapes[o.0].name.as_str()))
+            .filter(|o| {
+                self.shapes[o.0].pool == pool && keep.contains(self.shapes[o.0].name.as_str())
+            })
             .map(|(s, o, _)| {
                 let (z, ct, _) = &self.shapes[*s].offerings[*o];
                 OfferingKey::new(&self.shapes[*s].name, z, *ct)
             })
             .collect();
-        (!offerings.is_empty()).then_some(Consolidation::Replace(offerings))
+        Some(Consolidation::Replace(pool, offerings))
     }
 
     /// The decision for a consolidation of `nodes`.
-    fn decision(&self, ctx: &Ctx, nodes: Vec<NodeId>, c: Consolidation, kind: &str) -> Decision {
-        let pool = ctx.cluster.nodes[nodes[0]].pool.unwrap_or(0);
+    fn decision(nodes: Vec<NodeId>, c: Consolidation, kind: &str) -> Decision {
         match c {
             Consolidation::Delete => Decision {
                 nodes,
@@ -233,27 +236,16 @@ impl KarpenterLike {
                 reason: format!("{kind} delete"),
                 command: None,
             },
-            Consolidation::Replace(candidates) => {
-                let pool = self
-                    .shapes
-                    .iter()
-                    .find(|sh| {
-                        candidates
-                            .first()
-                            .is_some_and(|k| k.instance_type == sh.name)
-                    })
-                    .map_or(pool, |sh| sh.pool);
-                Decision {
-                    nodes,
-                    replacement: Some(LaunchSpec {
-                        pool,
-                        candidates,
-                        pods: vec![],
-                    }),
-                    reason: format!("{kind} replace"),
-                    command: None,
-                }
-            }
+            Consolidation::Replace(pool, candidates) => Decision {
+                nodes,
+                replacement: Some(LaunchSpec {
+                    pool,
+                    candidates,
+                    pods: vec![],
+                }),
+                reason: format!("{kind} replace"),
+                command: None,
+            },
         }
     }
 
@@ -313,7 +305,7 @@ impl KarpenterLike {
             }
             if let Some((mid, c)) = best {
                 let nodes = multi[..=mid].to_vec();
-                return (vec![self.decision(ctx, nodes, c, "Multi-node")], wake);
+                return (vec![Self::decision(nodes, c, "Multi-node")], wake);
             }
         }
         for &n in &busy {
@@ -323,7 +315,7 @@ impl KarpenterLike {
             }
             if let Some(c) = self.compute(ctx, &[n], now) {
                 left[pi] -= 1;
-                return (vec![self.decision(ctx, vec![n], c, "Single-node")], wake);
+                return (vec![Self::decision(vec![n], c, "Single-node")], wake);
             }
         }
         (vec![], wake)
@@ -528,7 +520,7 @@ impl Policy for KarpenterLike {
             }
             return matches!(
                 (self.compute(ctx, &d.nodes, now), &d.replacement),
-                (Some(Consolidation::Delete), None) | (Some(Consolidation::Replace(_)), Some(_))
+                (Some(Consolidation::Delete), None) | (Some(Consolidation::Replace(..)), Some(_))
             );
         }
         let n = d.nodes[0];
