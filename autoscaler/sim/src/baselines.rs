@@ -86,7 +86,7 @@ use autoscaler_core::{CapacityType, labels};
 use providers::{OfferingKey, UnavailableOfferings};
 
 use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId};
-use crate::policy::{Ctx, LaunchSpec};
+use crate::policy::{Ctx, Decision, LaunchSpec};
 use crate::scenario::type_in_pool;
 use crate::scheduler::untolerated;
 
@@ -343,17 +343,41 @@ fn blocked(ctx: &Ctx, snap: &Snapshot, n: NodeId, now: i64) -> bool {
     {
         return true;
     }
-    // Evicting every pod of the node at once must stay within each PDB's allowance (a PDB
-    // none of whose pods are here does not concern the node, however far below its minimum
-    // it is: one whose pods all stay pending has a negative allowance).
+    pdbs_exceeded(ctx, snap, &[n])
+}
+
+/// Whether evicting every pod of `nodes` at once would go beyond a PDB's allowance (a PDB none
+/// of whose pods is there does not count, however far below its minimum it is: one whose pods
+/// all stay pending has a negative allowance).
+fn pdbs_exceeded(ctx: &Ctx, snap: &Snapshot, nodes: &[NodeId]) -> bool {
     snap.pdbs.iter().any(|b| {
-        let used = node
-            .pods
+        let used = nodes
             .iter()
+            .flat_map(|n| &ctx.cluster.nodes[*n].pods)
             .map(|p| ctx.cluster.pod(*p))
             .filter(|p| p.key.namespace == b.namespace && b.selector.matches(&p.labels))
             .count() as i32;
         used > 0 && used > b.disruptions_allowed
+    })
+}
+
+/// Every empty candidate the budgets allow, deleted at once.
+fn empty_delete(ctx: &Ctx, empty: Vec<NodeId>, left: &mut [i64]) -> Option<Decision> {
+    let mut chosen = Vec::new();
+    for n in empty {
+        let Some(pi) = ctx.cluster.nodes[n].pool else {
+            continue;
+        };
+        if left[pi] > 0 {
+            left[pi] -= 1;
+            chosen.push(n);
+        }
+    }
+    (!chosen.is_empty()).then(|| Decision {
+        nodes: chosen,
+        replacement: None,
+        reason: "Empty delete".into(),
+        command: None,
     })
 }
 

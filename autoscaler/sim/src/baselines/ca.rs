@@ -9,8 +9,8 @@ use autoscaler_core::resources::{Resources, is_gpu_class, names};
 use providers::OfferingKey;
 
 use super::{
-    Fidelity, Shape, available, blocked, budgets_left, nominate_in_flight, pdb_snapshot,
-    pod_allows, pool_usage, targets, unhelped, whole_demand, within_limits,
+    Fidelity, Shape, available, blocked, budgets_left, empty_delete, nominate_in_flight,
+    pdb_snapshot, pod_allows, pool_usage, targets, unhelped, whole_demand, within_limits,
 };
 use crate::cluster::{Cluster, NodeId, NodePhase, PodId, PodPhase};
 use crate::policy::{Ctx, Decision, LaunchSpec, Policy, RequestAnswer, RequestAsk, disruptable};
@@ -482,26 +482,10 @@ impl Policy for CaLike {
         }
         self.unneeded_since = still;
         let mut left = budgets_left(ctx);
-        let mut chosen = Vec::new();
-        for n in ripe_empty.into_iter().take(10) {
-            let Some(pi) = ctx.cluster.nodes[n].pool else {
-                continue;
-            };
-            if left[pi] > 0 {
-                left[pi] -= 1;
-                chosen.push(n);
-            }
-        }
-        if !chosen.is_empty() {
-            return (
-                vec![Decision {
-                    nodes: chosen,
-                    replacement: None,
-                    reason: "Empty delete".into(),
-                    command: None,
-                }],
-                wake,
-            );
+        // Empty nodes in bulk, at most 10 per loop (`--max-empty-bulk-delete`).
+        let bulk = ripe_empty.into_iter().take(10).collect();
+        if let Some(d) = empty_delete(ctx, bulk, &mut left) {
+            return (vec![d], wake);
         }
         for n in ripe_busy {
             let Some(pi) = ctx.cluster.nodes[n].pool else {

@@ -10,9 +10,9 @@ use autoscaler_core::resources::Resources;
 use providers::{OfferingKey, UnavailableOfferings};
 
 use super::{
-    Fidelity, Shape, available, bin_spec, blocked, budgets_left, fresh_room, movable_pods,
-    nominate_in_flight, pack, pdb_snapshot, pod_allows, pool_usage, targets, unhelped,
-    whole_demand,
+    Fidelity, Shape, available, bin_spec, blocked, budgets_left, empty_delete, fresh_room,
+    movable_pods, nominate_in_flight, pack, pdb_snapshot, pdbs_exceeded, pod_allows, pool_usage,
+    targets, unhelped, whole_demand,
 };
 use crate::cluster::{Cluster, NodeId, PodId};
 use crate::policy::{Ctx, Decision, LaunchSpec, Policy, disruptable};
@@ -138,6 +138,11 @@ impl KarpenterLike {
     /// the candidates together (spot-to-spot and same-type rules applied).
     fn compute(&mut self, ctx: &Ctx, nodes: &[NodeId], now: i64) -> Option<Consolidation> {
         let cluster = ctx.cluster;
+        // Evicting several nodes' pods must stay within each PDB together (the eviction API
+        // would refuse the rest).
+        if nodes.len() > 1 && pdbs_exceeded(ctx, &pdb_snapshot(ctx), nodes) {
+            return None;
+        }
         let others = targets(cluster, nodes);
         let left = scheduler::unplaced(
             cluster,
@@ -410,26 +415,6 @@ fn candidates(ctx: &Ctx, now: i64) -> (Vec<NodeId>, Vec<NodeId>, i64) {
         }
     }
     (empty, busy, wake)
-}
-
-/// Every empty candidate the budgets allow, deleted at once.
-fn empty_delete(ctx: &Ctx, empty: Vec<NodeId>, left: &mut [i64]) -> Option<Decision> {
-    let mut chosen = Vec::new();
-    for n in empty {
-        let Some(pi) = ctx.cluster.nodes[n].pool else {
-            continue;
-        };
-        if left[pi] > 0 {
-            left[pi] -= 1;
-            chosen.push(n);
-        }
-    }
-    (!chosen.is_empty()).then(|| Decision {
-        nodes: chosen,
-        replacement: None,
-        reason: "Empty delete".into(),
-        command: None,
-    })
 }
 
 impl Policy for KarpenterLike {
