@@ -3,6 +3,7 @@
 
 pub mod aws;
 pub mod controller;
+#[cfg(feature = "controller")]
 pub mod explain;
 pub mod gcp;
 pub mod replay;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod catalog_cmd;
 mod simulate;
+#[cfg(feature = "controller")]
 mod snapshot_cmd;
 mod validate_cmd;
 
@@ -26,6 +27,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Commands {
     /// Run the controller against the cluster of the current kubeconfig (or in-cluster config).
+    /// Needs the `controller` feature.
     Run(autoscaler::controller::settings::RunArgs),
     /// Print the CustomResourceDefinitions (NodePool, NodeClaim) as multi-document YAML.
     Crds {
@@ -49,11 +51,21 @@ enum Commands {
     /// NodeClaim it waits for), `explain node NAME` (why it stays or was chosen), `explain
     /// nodepool NAME` (usage against limits, budgets, instance types left out). Takes `run`'s
     /// options, so pass the controller's `--provider`, catalog and disruption flags.
+    #[cfg(feature = "controller")]
     Explain(autoscaler::explain::ExplainArgs),
+    /// Explain a decision of a live cluster: needs the `controller` feature, which this binary
+    /// was built without.
+    #[cfg(not(feature = "controller"))]
+    Explain(NotBuilt),
     /// Record the cluster of the current kubeconfig (or in-cluster configuration): NodePools,
     /// nodes, pods, DaemonSets and PodDisruptionBudgets, once or as a series, for
     /// `simulate --from-snapshot`.
+    #[cfg(feature = "controller")]
     Snapshot(snapshot_cmd::SnapshotArgs),
+    /// Record the cluster of the current kubeconfig: needs the `controller` feature, which this
+    /// binary was built without.
+    #[cfg(not(feature = "controller"))]
+    Snapshot(NotBuilt),
     /// Benchmarks; build with `--release` first (see `bench planner --help`).
     Bench {
         /// Which benchmark.
@@ -62,15 +74,36 @@ enum Commands {
     },
 }
 
+/// The arguments of a subcommand this binary was built without, taken as they come so that the
+/// refusal names the missing feature rather than an argument.
+#[derive(clap::Args, Debug)]
+pub(crate) struct NotBuilt {
+    /// The subcommand's arguments (not read).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    args: Vec<String>,
+}
+
+/// Refuses a subcommand that needs the `controller` feature.
+#[cfg(not(feature = "controller"))]
+pub(crate) fn no_controller(command: &'static str) -> anyhow::Result<()> {
+    Err(autoscaler::controller::Error::NoController(command).into())
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        #[cfg(feature = "controller")]
         Commands::Run(args) => Ok(autoscaler::controller::run::run_blocking(args)?),
+        #[cfg(not(feature = "controller"))]
+        Commands::Run(_) => no_controller("run"),
         Commands::Crds { dir } => crds(dir),
         Commands::Bench { what } => bench::run(what),
         Commands::Simulate(args) => simulate::run(args),
         Commands::Catalog(args) => catalog_cmd::run(args),
         Commands::Validate(args) => validate_cmd::run(args),
+        #[cfg(not(feature = "controller"))]
+        Commands::Explain(_) => no_controller("explain"),
+        #[cfg(feature = "controller")]
         Commands::Explain(args) => match autoscaler::explain::run_blocking(&args) {
             Ok(text) => {
                 print!("{text}");
@@ -82,7 +115,10 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         },
+        #[cfg(feature = "controller")]
         Commands::Snapshot(args) => snapshot_cmd::run(args),
+        #[cfg(not(feature = "controller"))]
+        Commands::Snapshot(_) => no_controller("snapshot"),
     }
 }
 

@@ -48,6 +48,7 @@ use autoscaler_sim::scenario::{ClusterConfig, ExistingNode, POLICY_NAMES, PdbRul
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+#[cfg(feature = "controller")]
 use kube::api::{Api, ListParams};
 use nodepools::NodePool;
 use serde::{Deserialize, Serialize};
@@ -94,6 +95,7 @@ pub struct Sample {
     pub complete: bool,
 }
 
+#[cfg(feature = "controller")]
 fn list_error(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
     move |e| Error::kube(format!("listing {what}"), e)
 }
@@ -103,6 +105,7 @@ fn list_error(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
 ///
 /// # Errors
 /// [`Error::Kube`] naming the list that failed.
+#[cfg(feature = "controller")]
 pub async fn take(client: &kube::Client, time: jiff::Timestamp) -> Result<Sample> {
     let lp = ListParams::default();
     let pools = match Api::<NodePool>::all(client.clone()).list(&lp).await {
@@ -165,12 +168,14 @@ pub enum Kind {
     Other,
 }
 
+#[cfg(feature = "controller")]
 fn trimmed<T: Serialize + serde::de::DeserializeOwned>(obj: &T, kind: Kind) -> Option<T> {
     let mut v = serde_json::to_value(obj).ok()?;
     trim(&mut v, kind);
     serde_json::from_value(v).ok()
 }
 
+#[cfg(feature = "controller")]
 fn trim_pool(mut np: NodePool) -> NodePool {
     np.status = None;
     let m = &mut np.metadata;

@@ -19,6 +19,7 @@
 //! GPUs: a share counts its thousandths, a MIG instance its compute slices out of 7, a
 //! time-sliced replica 1/replicas), the physical GPUs provisioned and their ratio.
 
+#[cfg(feature = "controller")]
 mod e2e;
 pub(crate) mod gpu_mix;
 pub(crate) mod karpenter;
@@ -45,7 +46,12 @@ pub(crate) enum BenchCommand {
     Planner(PlannerArgs),
     /// Run the controller binary against a local fake API server and time a burst of pending
     /// pods to their NodeClaims (see `e2e`).
+    #[cfg(feature = "controller")]
     E2e(e2e::E2eArgs),
+    /// Run the controller binary against a local fake API server: needs the `controller`
+    /// feature, which this binary was built without.
+    #[cfg(not(feature = "controller"))]
+    E2e(crate::NotBuilt),
 }
 
 /// Options of `bench planner`.
@@ -156,7 +162,10 @@ pub(crate) struct Report {
 pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Planner(args) => planner(&args),
+        #[cfg(feature = "controller")]
         BenchCommand::E2e(args) => e2e::run(args).map(|_| ()).map_err(Into::into),
+        #[cfg(not(feature = "controller"))]
+        BenchCommand::E2e(_) => crate::no_controller("bench e2e"),
     }
 }
 

@@ -26,7 +26,9 @@
 //! that pending pods or the pods of managed nodes select; managed nodes keep every pod.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+#[cfg(feature = "controller")]
+use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fmt::{self, Write as _};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -325,6 +327,7 @@ impl CachedPod {
 ///
 /// A kube `Store` keys objects by an `ObjectRef`, a second copy of each pod's name,
 /// namespace, resourceVersion and uid: with 150,000 pods, tens of MiB of copies.
+#[cfg(feature = "controller")]
 #[derive(Clone, Default)]
 pub struct PodStore {
     pods: Arc<std::sync::RwLock<HashSet<ByKey>>>,
@@ -338,28 +341,34 @@ pub struct PodStore {
 }
 
 /// A cached pod hashed and compared by its key.
+#[cfg(feature = "controller")]
 struct ByKey(Arc<CachedPod>);
 
+#[cfg(feature = "controller")]
 impl Hash for ByKey {
     fn hash<H: Hasher>(&self, h: &mut H) {
         self.0.key.hash(h);
     }
 }
 
+#[cfg(feature = "controller")]
 impl PartialEq for ByKey {
     fn eq(&self, other: &Self) -> bool {
         self.0.key == other.0.key
     }
 }
 
+#[cfg(feature = "controller")]
 impl Eq for ByKey {}
 
+#[cfg(feature = "controller")]
 impl std::borrow::Borrow<PodKey> for ByKey {
     fn borrow(&self) -> &PodKey {
         &self.0.key
     }
 }
 
+#[cfg(feature = "controller")]
 impl PodStore {
     /// An empty store, not ready.
     pub fn new() -> Self {
@@ -560,6 +569,7 @@ mod tests {
         assert_eq!(other.node_name.as_deref(), Some("n2"));
     }
 
+    #[cfg(feature = "controller")]
     #[test]
     fn binding_finishing_and_deleting_are_pod_events_of_their_node() {
         use kube::runtime::watcher::Event;

@@ -6,6 +6,7 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum Error {
     /// A Kubernetes API call failed.
+    #[cfg(feature = "controller")]
     #[error("{action}: {source}")]
     Kube {
         /// What was being done, e.g. `patching NodeClaim gpu-x status`.
@@ -50,6 +51,14 @@ pub enum Error {
          has every provider)"
     )]
     NotBuilt(&'static str),
+    /// The subcommand asked for needs the `controller` cargo feature (a Kubernetes client),
+    /// which this binary was built without.
+    #[error(
+        "this gpu-autoscaler was built without the `controller` feature, so it cannot `{0}`: \
+         build it with `cargo build --release -p autoscaler --features controller` (the release \
+         image has every feature)"
+    )]
+    NoController(&'static str),
     /// A cluster snapshot file cannot be written, read or replayed.
     #[error("snapshot {path}: {why}")]
     Snapshot {
@@ -71,6 +80,7 @@ pub enum Error {
 
 impl Error {
     /// Wraps a kube error with what was being done.
+    #[cfg(feature = "controller")]
     pub fn kube(action: impl Into<String>, source: kube::Error) -> Self {
         Error::Kube {
             action: action.into(),
@@ -81,6 +91,7 @@ impl Error {
     /// The HTTP status of a failed API call, if the server answered.
     pub fn status(&self) -> Option<u16> {
         match self {
+            #[cfg(feature = "controller")]
             Error::Kube {
                 source: kube::Error::Api(s),
                 ..

@@ -56,6 +56,7 @@
 //! live lease; a replica that starts while a stale lease is in place waits one duration from its
 //! first reading).
 
+#[cfg(feature = "controller")]
 pub mod actuator;
 pub mod api_calls;
 pub mod atomic;
@@ -68,11 +69,14 @@ pub mod error;
 pub mod gangs;
 pub mod guard;
 pub mod keys;
+#[cfg(feature = "controller")]
 pub mod leader;
 pub mod lifecycle;
+#[cfg(feature = "controller")]
 pub mod metrics;
 pub mod pod_problems;
 pub mod provreq;
+#[cfg(feature = "controller")]
 pub mod run;
 pub mod settings;
 pub mod snapshot;

@@ -2,7 +2,8 @@
 //! `providers` crate and the API types must never pull it in (aws-sdk-ec2 alone is minutes of
 //! build, and their tests are run far more often than ours). The binary's crate builds it only
 //! with its `aws` feature, so the README's first command (`cargo run --release -p autoscaler --
-//! simulate`) does not.
+//! simulate`) does not; nor, without its `controller` feature, a Kubernetes client, TLS stack or
+//! async runtime.
 
 use std::process::Command;
 
@@ -66,4 +67,35 @@ fn the_binary_builds_the_sdk_only_with_its_aws_feature() {
     assert!(sdk.is_empty(), "autoscaler without features: {sdk:?}");
     let with = tree("autoscaler", &["-e", "normal", "--features", "aws"]);
     assert!(with.iter().any(|n| n == "aws-sdk-ec2"), "{with:?}");
+}
+
+/// The README's first command builds no Kubernetes client, TLS, HTTP stack or async runtime:
+/// they are the binary's `controller` feature (which `aws` and `gcp` imply).
+#[test]
+fn the_first_command_builds_no_client_tls_or_runtime() {
+    let heavy = |name: &String| {
+        [
+            "tokio",
+            "hyper",
+            "rustls",
+            "aws-lc-rs",
+            "aws-lc-sys",
+            "axum",
+            "kube-client",
+            "kube-runtime",
+        ]
+        .contains(&name.as_str())
+    };
+    let plain = tree("autoscaler", &["-e", "normal"]);
+    let found: Vec<&String> = plain.iter().filter(|n| heavy(n)).collect();
+    assert!(found.is_empty(), "autoscaler without features: {found:?}");
+    for feature in ["controller", "aws", "gcp"] {
+        let with = tree("autoscaler", &["-e", "normal", "--features", feature]);
+        for needed in ["tokio", "kube-client", "kube-runtime", "rustls"] {
+            assert!(
+                with.iter().any(|n| n == needed),
+                "--features {feature} lacks {needed}"
+            );
+        }
+    }
 }
