@@ -503,7 +503,7 @@ fn parse_quantity(
     }
 }
 
-fn parse_resources(
+pub(super) fn parse_resources(
     path: &FieldPath,
     map: &BTreeMap<String, KubeQuantity>,
     errs: &mut ValidationErrors,
