@@ -1,4 +1,5 @@
-//! Strict reading of objects embedded in other files (a simulator scenario's `nodePools:`):
+//! Strict reading of objects embedded in other files (a simulator scenario's `nodePools:` and
+//! `overlays:`):
 //! `#[serde(deserialize_with = "nodepools::strict::nodepools")]` rejects a field the CRD does
 //! not declare, naming its path and the closest known field, where the plain `Deserialize`
 //! (which the controller's watches use, and must stay lenient) would drop it.
@@ -6,8 +7,8 @@
 use serde::de::{Deserialize, Deserializer, Error as _};
 use serde_json::Value;
 
-use crate::NodePool;
 use crate::openapi::{self, Checks};
+use crate::{NodeOverlay, NodePool};
 
 /// One object of `kind` read as JSON, refused when it has fields the kind's schema lacks.
 fn object<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
@@ -49,6 +50,27 @@ impl<'de> Deserialize<'de> for Strict {
 /// gpuUtilisationThreshold: unknown field (did you mean gpuUtilizationThreshold?)`).
 pub fn nodepools<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodePool>, D::Error> {
     Ok(Vec::<Strict>::deserialize(d)?
+        .into_iter()
+        .map(|s| s.0)
+        .collect())
+}
+
+/// A list of NodeOverlays, each read strictly.
+struct StrictOverlay(NodeOverlay);
+
+impl<'de> Deserialize<'de> for StrictOverlay {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        object("NodeOverlay", d).map(StrictOverlay)
+    }
+}
+
+/// `deserialize_with` for a `Vec<NodeOverlay>` field of a file users write (a scenario's
+/// `overlays:`).
+///
+/// # Errors
+/// As [`nodepools`], for NodeOverlays.
+pub fn nodeoverlays<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodeOverlay>, D::Error> {
+    Ok(Vec::<StrictOverlay>::deserialize(d)?
         .into_iter()
         .map(|s| s.0)
         .collect())

@@ -13,10 +13,11 @@
 //!   requirements select everything.
 //! - Overlays are ranked by weight (higher first), then by name. Of the overlays that change
 //!   the price and match an offering, only the first in rank applies to it.
-//! - Capacity entries are merged: for each resource, the first overlay in rank that sets it and
-//!   matches some offering of the type decides its amount (set, not added, so a type reported
-//!   with `0` of a resource can be given it). Only extended resources may be set; the API
-//!   refuses `cpu`, `memory`, `ephemeral-storage` and `pods`.
+//! - Capacity entries add extended resources a type does not have: for each resource the type
+//!   lacks, the first overlay in rank that names it and matches some offering of the type
+//!   decides its amount. A resource the catalog already lists keeps the catalog's amount
+//!   (overlays add, they do not replace), and the API refuses `cpu`, `memory`,
+//!   `ephemeral-storage` and `pods`.
 
 use std::fmt;
 
@@ -124,7 +125,7 @@ pub struct Overlay {
     pub requirements: Requirements,
     /// The price change, if any.
     pub price: Option<PriceChange>,
-    /// Extended resources set on the matching types.
+    /// Extended resources added to the matching types that lack them.
     pub capacity: Resources,
 }
 
@@ -190,7 +191,7 @@ pub fn apply_overlays(types: &[InstanceType], overlays: &[Overlay]) -> Vec<Insta
                     continue;
                 }
                 for (name, amount) in ov.capacity.iter() {
-                    if !capacity_set.contains(&name) {
+                    if !capacity_set.contains(&name) && it.capacity.get(name) == 0 {
                         capacity_set.push(name);
                         out.capacity.set(name, amount);
                     }
@@ -289,6 +290,23 @@ mod tests {
                 ("b.large".into(), "on-demand".into(), 4.0),
             ]
         );
+    }
+
+    #[test]
+    fn capacity_adds_what_a_type_lacks_and_never_replaces() {
+        let t = vec![
+            itype("g.x")
+                .gpus(1, "L4", 24)
+                .on_demand(&["z1"], 1.0)
+                .build(),
+        ];
+        let mut ov = overlay("more", 1, Requirements::new(), None);
+        ov.capacity = Resources::new()
+            .with("nvidia.com/gpu", 8)
+            .with("example.com/slice", 2);
+        let out = apply_overlays(&t, &[ov]);
+        assert_eq!(out[0].capacity.get("nvidia.com/gpu"), 1);
+        assert_eq!(out[0].capacity.get("example.com/slice"), 2);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! reconcile loop, run only by the elected leader, turns it into actions:
 //!
 //! - [`translate`] / [`snapshot`]: Kubernetes objects into the core's [`autoscaler_core::Snapshot`];
+//! - [`overlays`]: NodeOverlays applied to the catalogs (controller and `explain` alike);
 //! - [`pod_problems`]: telling pending pods, once per problem, why they get no node;
 //! - [`batcher`]: when to plan (1 s idle / 10 s max windows over unschedulable pods);
 //! - [`lifecycle`]: the NodeClaim state machine (Pending → Launched → Registered → Initialized),
@@ -71,6 +72,7 @@ pub mod keys;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
+pub mod overlays;
 pub mod pod_problems;
 pub mod provreq;
 pub mod run;

@@ -63,8 +63,9 @@ pub struct NodeOverlaySpec {
     #[schemars(regex(pattern = r"^[+-]?[0-9]+(\.[0-9]+)?%?$"))]
     pub price_adjustment: Option<String>,
     /// Extended resources (`nvidia.com/mig-1g.10gb`, `example.com/device`) the selected
-    /// instance types' nodes have, set on top of the catalog's (not `cpu`, `memory`,
-    /// `ephemeral-storage` or `pods`).
+    /// instance types' nodes have besides the catalog's: added where the catalog lists none of
+    /// the resource, never replacing what it lists (not `cpu`, `memory`, `ephemeral-storage`
+    /// or `pods`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "schema::nonnegative_quantity_map")]
     pub capacity: BTreeMap<String, Quantity>,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use autoscaler_core::gpu::apply_sharing;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::model::{GpuSharing, PodKey, Snapshot};
+use autoscaler_core::overlay::apply_overlays;
 use autoscaler_core::plan::Plan;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -104,7 +105,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let types = self
             .types
             .get(&class_of(&np))
-            .map(|(_, t)| t.clone())
+            .map(|(_, t)| Arc::new(apply_overlays(t, &self.overlays())))
             .filter(|t| !t.is_empty())?;
         // An invalid NodePool is not planned for; its claims launch unshared.
         let sharing = np
