@@ -137,6 +137,11 @@ fn capacity_quotas_and_node_overlays_are_checked() {
     assert_eq!(code, Some(1));
     assert_eq!(stdout, "");
     expect![[r#"
+        quota-and-overlays.yaml: doc 3: spec.selector.matchExpressions[0].values: In needs at least one value
+        quota-and-overlays.yaml: doc 4: spec: price and priceAdjustment are mutually exclusive
+        quota-and-overlays.yaml: doc 4: spec.capacity["memory"]: memory is not an extended resource; an overlay cannot change it
+        quota-and-overlays.yaml: doc 4: spec.requirements[0].values[0]: "p5.48xlarg" is not a value of node.kubernetes.io/instance-type in the catalog (did you mean "p5.48xlarge"?)
+        Error: 4 problem(s) in 4 object(s) in 1 file(s)
     "#]]
     .assert_eq(&stderr);
 }
