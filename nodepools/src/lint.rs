@@ -134,44 +134,38 @@ impl Linter {
         }
         let mut more = Vec::new();
         match kind {
-            "NodePool" => match serde_json::from_value::<NodePool>(object.clone()) {
-                Ok(pool) => self.nodepool(&pool, &mut more),
-                Err(e) if decodable => more.push(problem("<root>", e.to_string())),
-                Err(_) => {}
-            },
-            "CapacityQuota" => match serde_json::from_value::<CapacityQuota>(object.clone()) {
-                // Its selector is not checked against the catalog: nodes carry labels of
-                // their own (their NodePool's, or any of an unmanaged node).
-                Ok(q) => {
-                    if let Err(e) = q.to_core() {
-                        more.extend(e.errors);
-                    }
+            "NodePool" => {
+                if let Some(pool) = decode::<NodePool>(object, decodable, &mut more) {
+                    self.nodepool(&pool, &mut more);
                 }
-                Err(e) if decodable => more.push(problem("<root>", e.to_string())),
-                Err(_) => {}
-            },
-            "NodeOverlay" => match serde_json::from_value::<NodeOverlay>(object.clone()) {
-                Ok(o) => {
+            }
+            // Its selector is not checked against the catalog: nodes carry labels of their
+            // own (their NodePool's, or any of an unmanaged node).
+            "CapacityQuota" => {
+                if let Some(Err(e)) =
+                    decode::<CapacityQuota>(object, decodable, &mut more).map(|q| q.to_core())
+                {
+                    more.extend(e.errors);
+                }
+            }
+            "NodeOverlay" => {
+                if let Some(o) = decode::<NodeOverlay>(object, decodable, &mut more) {
                     if let Err(e) = o.validate() {
                         more.extend(e.errors);
                     }
                     let reqs = &o.spec.requirements;
                     self.requirements("spec.requirements", reqs, &self.catalog, &mut more);
                 }
-                Err(e) if decodable => more.push(problem("<root>", e.to_string())),
-                Err(_) => {}
-            },
-            _ => match serde_json::from_value::<NodeClaim>(object.clone()) {
-                Ok(claim) => {
+            }
+            _ => {
+                if let Some(claim) = decode::<NodeClaim>(object, decodable, &mut more) {
                     if let Err(e) = claim.validate() {
                         more.extend(e.errors);
                     }
                     let reqs = &claim.spec.requirements;
                     self.requirements("spec.requirements", reqs, &self.catalog, &mut more);
                 }
-                Err(e) if decodable => more.push(problem("<root>", e.to_string())),
-                Err(_) => {}
-            },
+            }
         }
         // The controller's validation and the catalog repeat some of the schema's checks and
         // each other's: a field already refused is reported once.
@@ -289,6 +283,23 @@ impl Linter {
                     format!("{v:?} is not a value of {} in the catalog{hint}", r.key),
                 ));
             }
+        }
+    }
+}
+
+/// The object as `T`; when it does not decode although the schema found no type error, why.
+fn decode<T: serde::de::DeserializeOwned>(
+    object: &Value,
+    decodable: bool,
+    out: &mut Vec<FieldError>,
+) -> Option<T> {
+    match serde_json::from_value::<T>(object.clone()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            if decodable {
+                out.push(problem("<root>", e.to_string()));
+            }
+            None
         }
     }
 }

@@ -33,13 +33,27 @@ fn object<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
     serde_json::from_value(json).map_err(D::Error::custom)
 }
 
-/// A list of NodePools, each read strictly.
-struct Strict(NodePool);
+/// One object of the API kind `K`, read strictly.
+struct Strict<K>(K);
 
-impl<'de> Deserialize<'de> for Strict {
+impl<'de, K> Deserialize<'de> for Strict<K>
+where
+    K: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()>,
+{
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        object("NodePool", d).map(Strict)
+        object(&K::kind(&()), d).map(Strict)
     }
+}
+
+/// A list of objects of kind `K`, each read strictly.
+fn list<'de, D: Deserializer<'de>, K>(d: D) -> Result<Vec<K>, D::Error>
+where
+    K: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()>,
+{
+    Ok(Vec::<Strict<K>>::deserialize(d)?
+        .into_iter()
+        .map(|s| s.0)
+        .collect())
 }
 
 /// `deserialize_with` for a `Vec<NodePool>` field of a file users write.
@@ -49,19 +63,7 @@ impl<'de> Deserialize<'de> for Strict {
 /// field (every unknown field of it listed: `NodePool "gpu": spec.disruption.
 /// gpuUtilisationThreshold: unknown field (did you mean gpuUtilizationThreshold?)`).
 pub fn nodepools<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodePool>, D::Error> {
-    Ok(Vec::<Strict>::deserialize(d)?
-        .into_iter()
-        .map(|s| s.0)
-        .collect())
-}
-
-/// A list of NodeOverlays, each read strictly.
-struct StrictOverlay(NodeOverlay);
-
-impl<'de> Deserialize<'de> for StrictOverlay {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        object("NodeOverlay", d).map(StrictOverlay)
-    }
+    list(d)
 }
 
 /// `deserialize_with` for a `Vec<NodeOverlay>` field of a file users write (a scenario's
@@ -70,10 +72,7 @@ impl<'de> Deserialize<'de> for StrictOverlay {
 /// # Errors
 /// As [`nodepools`], for NodeOverlays.
 pub fn nodeoverlays<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodeOverlay>, D::Error> {
-    Ok(Vec::<StrictOverlay>::deserialize(d)?
-        .into_iter()
-        .map(|s| s.0)
-        .collect())
+    list(d)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::common::NodeSelectorRequirement;
-use super::convert::{parse_requirements, parse_resources};
+use super::convert::{parse_requirements, parse_resources, required_name};
 use super::schema;
 use crate::error::{FieldPath, ValidationErrors};
 
@@ -84,13 +84,7 @@ impl NodeOverlay {
     /// price and an adjustment, nothing to change), each with its field path.
     pub fn to_core(&self) -> Result<Overlay, ValidationErrors> {
         let mut errs = ValidationErrors::default();
-        let name = match self.metadata.name.as_deref() {
-            Some(n) if !n.is_empty() => n.to_string(),
-            _ => {
-                errs.push(&FieldPath::root("metadata").field("name"), "must be set");
-                String::new()
-            }
-        };
+        let name = required_name(&self.metadata, &mut errs);
         let spec = FieldPath::root("spec");
         let s = &self.spec;
         if s.requirements.len() > MAX_OVERLAY_REQUIREMENTS {

@@ -105,8 +105,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let types = self
             .types
             .get(&class_of(&np))
-            .map(|(_, t)| Arc::new(apply_overlays(t, &self.overlays())))
+            .map(|(_, t)| t.clone())
             .filter(|t| !t.is_empty())?;
+        let overlays = self.overlays();
+        let types = if overlays.is_empty() {
+            types
+        } else {
+            Arc::new(apply_overlays(&types, &overlays))
+        };
         // An invalid NodePool is not planned for; its claims launch unshared.
         let sharing = np
             .to_core(Arc::new(Vec::new()))
