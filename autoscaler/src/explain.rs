@@ -34,7 +34,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
-use nodepools::{NodeClaim, NodePool};
+use nodepools::{NodeClaim, NodeOverlay, NodePool};
 use serde_json::{Value, json};
 
 use crate::controller::cache::CachedPod;
@@ -137,6 +137,8 @@ pub struct ClusterRead {
     pub daemonsets: Vec<Arc<DaemonSet>>,
     /// Every PodDisruptionBudget.
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    /// Every NodeOverlay (none when its CRD is not installed).
+    pub overlays: Vec<Arc<NodeOverlay>>,
 }
 
 /// Every object of kind `K`, 500 at a time.
@@ -185,6 +187,10 @@ impl ClusterRead {
             claims: list_all(Api::all(client.clone()), "NodeClaims").await?,
             daemonsets: list_all(Api::all(client.clone()), "DaemonSets").await?,
             pdbs: list_all(Api::all(client.clone()), "PodDisruptionBudgets").await?,
+            overlays: match list_all(Api::all(client.clone()), "NodeOverlays").await {
+                Err(e) if e.status() == Some(404) => Vec::new(),
+                other => other?,
+            },
         })
     }
 
@@ -491,6 +497,10 @@ pub async fn run(args: &ExplainArgs) -> Result<String> {
     let client = kube::Client::try_from(config).map_err(|e| Error::KubeConfig(e.to_string()))?;
     let read = ClusterRead::list(&client).await?;
     let types = crate::controller::run::instance_types_for(&args.settings, &read.pools).await?;
+    // As the controller plans: overlays that do not parse are left out (it logs them).
+    let (overlays, _) =
+        crate::controller::overlays::parse(read.overlays.iter().map(|o| o.as_ref()));
+    let types = crate::controller::overlays::apply(types, &overlays);
     let now = jiff::Timestamp::now().as_second();
     let a = answer(&target, &read, &types, &args.settings, now)?;
     Ok(if args.json {

@@ -1,4 +1,5 @@
-//! `gpu-autoscaler validate FILE...`: checks NodePool (and NodeClaim) files the way the API
+//! `gpu-autoscaler validate FILE...`: checks NodePool (and NodeClaim, CapacityQuota and
+//! NodeOverlay) files the way the API
 //! server and the controller would, and against a catalog, for NodePool repositories' CI.
 //! Every problem of every document is printed (`FILE: doc N: field.path: message`, or
 //! `FILE:LINE:COLUMN: message` for YAML that does not parse); the exit status is 1 if there
@@ -176,7 +177,7 @@ pub(crate) fn run(args: ValidateArgs) -> anyhow::Result<()> {
     }
     if tally.objects == 0 {
         bail!(
-            "no NodePool or NodeClaim found in {} file(s){skipped}",
+            "no NodePool, NodeClaim, CapacityQuota or NodeOverlay found in {} file(s){skipped}",
             files.len()
         );
     }

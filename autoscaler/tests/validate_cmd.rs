@@ -70,7 +70,7 @@ fn every_problem_is_named_with_its_document_and_path() {
         bad-pools.yaml: doc 3: spec.template.taints[0].effect: "NoSchedul" is not one of "NoSchedule", "PreferNoSchedule", "NoExecute" (did you mean "NoSchedule"?)
         bad-pools.yaml: doc 3: spec.weight: 0 is less than 1
         bad-pools.yaml: doc 3: spec.minNodes: 3 exceeds limits["nodes"] = 2
-        bad-pools.yaml: doc 4: kind: "NodePol" is not a kind of gpu-autoscaler.dev (NodePool, NodeClaim) (did you mean NodePool?)
+        bad-pools.yaml: doc 4: kind: "NodePol" is not a kind of gpu-autoscaler.dev (NodePool, NodeClaim, CapacityQuota, NodeOverlay) (did you mean NodePool?)
         Error: 12 problem(s) in 3 object(s) in 1 file(s), 1 document(s) of other APIs skipped
     "#]]
     .assert_eq(&stderr);
@@ -95,7 +95,7 @@ fn standard_input_and_yaml_errors() {
     assert_eq!(code, Some(1), "nothing of ours to check is a mistake");
     assert!(
         stderr.contains(
-            "no NodePool or NodeClaim found in 1 file(s), 1 document(s) of other APIs skipped"
+            "no NodePool, NodeClaim, CapacityQuota or NodeOverlay found in 1 file(s), 1 document(s) of other APIs skipped"
         ),
         "{stderr}"
     );
@@ -129,4 +129,19 @@ fn catalog_file_from_catalog_json() {
         stderr.contains("\"g5.xlarge\" is not a value of node.kubernetes.io/instance-type"),
         "{stderr}"
     );
+}
+
+#[test]
+fn capacity_quotas_and_node_overlays_are_checked() {
+    let (code, stdout, stderr) = validate(&["quota-and-overlays.yaml"], "");
+    assert_eq!(code, Some(1));
+    assert_eq!(stdout, "");
+    expect![[r#"
+        quota-and-overlays.yaml: doc 3: spec.selector.matchExpressions[0].values: In needs at least one value
+        quota-and-overlays.yaml: doc 4: spec: price and priceAdjustment are mutually exclusive
+        quota-and-overlays.yaml: doc 4: spec.capacity["memory"]: memory is not an extended resource; an overlay cannot change it
+        quota-and-overlays.yaml: doc 4: spec.requirements[0].values[0]: "p5.48xlarg" is not a value of node.kubernetes.io/instance-type in the catalog (did you mean "p5.48xlarge"?)
+        Error: 4 problem(s) in 4 object(s) in 1 file(s)
+    "#]]
+    .assert_eq(&stderr);
 }

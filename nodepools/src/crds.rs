@@ -4,7 +4,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use crate::error::Error;
-use crate::v1alpha1::{CapacityQuota, NodeClaim, NodePool};
+use crate::v1alpha1::{CapacityQuota, NodeClaim, NodeOverlay, NodePool};
 
 /// The first line of every generated CRD file.
 pub const HEADER: &str = "# Generated from the `nodepools` crate; do not edit. Regenerate with\n\
@@ -12,7 +12,12 @@ pub const HEADER: &str = "# Generated from the `nodepools` crate; do not edit. R
 
 /// Every CRD of the API, NodePool first.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![NodePool::crd(), NodeClaim::crd(), CapacityQuota::crd()]
+    vec![
+        NodePool::crd(),
+        NodeClaim::crd(),
+        CapacityQuota::crd(),
+        NodeOverlay::crd(),
+    ]
 }
 
 /// One CRD as a YAML document (without the `---` separator).
@@ -80,7 +85,8 @@ mod tests {
             [
                 "nodepools.gpu-autoscaler.dev",
                 "nodeclaims.gpu-autoscaler.dev",
-                "capacityquotas.gpu-autoscaler.dev"
+                "capacityquotas.gpu-autoscaler.dev",
+                "nodeoverlays.gpu-autoscaler.dev"
             ]
         );
         for c in &crds {
@@ -92,6 +98,7 @@ mod tests {
         assert_eq!(files[0].file_name, "gpu-autoscaler.dev_nodepools.yaml");
         assert_eq!(files[1].file_name, "gpu-autoscaler.dev_nodeclaims.yaml");
         assert_eq!(files[2].file_name, "gpu-autoscaler.dev_capacityquotas.yaml");
-        assert_eq!(to_yaml().unwrap().matches("---\n").count(), 3);
+        assert_eq!(files[3].file_name, "gpu-autoscaler.dev_nodeoverlays.yaml");
+        assert_eq!(to_yaml().unwrap().matches("---\n").count(), 4);
     }
 }

@@ -1,9 +1,11 @@
 //! Everything wrong with one object of this API as a user wrote it, for `gpu-autoscaler
 //! validate`: what the API server would refuse (the CRD's OpenAPI schema and its CEL
 //! `x-kubernetes-validations` rules), fields it would silently drop, what the controller would
-//! refuse (the Rust validation, [`NodePool::validate`]), and names a catalog does not have
-//! (instance types, zones, capacity types, GPU models and other label values the requirements
-//! and `gpuLimits` name), each with its field path and, where one is close, the name meant.
+//! refuse (the Rust validation, [`NodePool::validate`], [`CapacityQuota::to_core`],
+//! [`NodeOverlay::validate`]), and names a catalog does not have (instance types, zones,
+//! capacity types, GPU models and other label values the requirements of NodePools, NodeClaims
+//! and NodeOverlays and `gpuLimits` name), each with its field path and, where one is close,
+//! the name meant.
 
 use std::sync::Arc;
 
@@ -17,10 +19,12 @@ use serde_json::Value;
 
 use crate::error::FieldError;
 use crate::openapi::{self, Checks};
-use crate::{API_VERSION, GROUP, NodeClaim, NodePool, NodeSelectorRequirement};
+use crate::{
+    API_VERSION, CapacityQuota, GROUP, NodeClaim, NodeOverlay, NodePool, NodeSelectorRequirement,
+};
 
 /// The kinds [`Linter::check`] knows.
-pub const KINDS: [&str; 2] = ["NodePool", "NodeClaim"];
+pub const KINDS: [&str; 4] = ["NodePool", "NodeClaim", "CapacityQuota", "NodeOverlay"];
 
 /// What became of one document.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,7 +32,7 @@ pub enum Outcome {
     /// An object of this API (or one that claims to be), with every problem found; none means
     /// it is valid.
     Checked {
-        /// `NodePool` or `NodeClaim` (as written, when it is neither).
+        /// One of [`KINDS`] (as written, when it is none of them).
         kind: String,
         /// `metadata.name`, empty when absent.
         name: String,
@@ -100,7 +104,10 @@ impl Linter {
                 .unwrap_or_default();
             problems.push(problem(
                 "kind",
-                format!("{kind:?} is not a kind of {GROUP} (NodePool, NodeClaim){hint}"),
+                format!(
+                    "{kind:?} is not a kind of {GROUP} ({}){hint}",
+                    KINDS.join(", ")
+                ),
             ));
             return Outcome::Checked {
                 kind: kind.to_string(),
@@ -127,22 +134,38 @@ impl Linter {
         }
         let mut more = Vec::new();
         match kind {
-            "NodePool" => match serde_json::from_value::<NodePool>(object.clone()) {
-                Ok(pool) => self.nodepool(&pool, &mut more),
-                Err(e) if decodable => more.push(problem("<root>", e.to_string())),
-                Err(_) => {}
-            },
-            _ => match serde_json::from_value::<NodeClaim>(object.clone()) {
-                Ok(claim) => {
+            "NodePool" => {
+                if let Some(pool) = decode::<NodePool>(object, decodable, &mut more) {
+                    self.nodepool(&pool, &mut more);
+                }
+            }
+            // Its selector is not checked against the catalog: nodes carry labels of their
+            // own (their NodePool's, or any of an unmanaged node).
+            "CapacityQuota" => {
+                if let Some(Err(e)) =
+                    decode::<CapacityQuota>(object, decodable, &mut more).map(|q| q.to_core())
+                {
+                    more.extend(e.errors);
+                }
+            }
+            "NodeOverlay" => {
+                if let Some(o) = decode::<NodeOverlay>(object, decodable, &mut more) {
+                    if let Err(e) = o.validate() {
+                        more.extend(e.errors);
+                    }
+                    let reqs = &o.spec.requirements;
+                    self.requirements("spec.requirements", reqs, &self.catalog, &mut more);
+                }
+            }
+            _ => {
+                if let Some(claim) = decode::<NodeClaim>(object, decodable, &mut more) {
                     if let Err(e) = claim.validate() {
                         more.extend(e.errors);
                     }
                     let reqs = &claim.spec.requirements;
                     self.requirements("spec.requirements", reqs, &self.catalog, &mut more);
                 }
-                Err(e) if decodable => more.push(problem("<root>", e.to_string())),
-                Err(_) => {}
-            },
+            }
         }
         // The controller's validation and the catalog repeat some of the schema's checks and
         // each other's: a field already refused is reported once.
@@ -264,6 +287,23 @@ impl Linter {
     }
 }
 
+/// The object as `T`; when it does not decode although the schema found no type error, why.
+fn decode<T: serde::de::DeserializeOwned>(
+    object: &Value,
+    decodable: bool,
+    out: &mut Vec<FieldError>,
+) -> Option<T> {
+    match serde_json::from_value::<T>(object.clone()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            if decodable {
+                out.push(problem("<root>", e.to_string()));
+            }
+            None
+        }
+    }
+}
+
 /// Whether some instance type of the pool's catalog can be launched under its requirements
 /// (the planner's own shapes, so zone and capacity-type requirements count).
 fn launches_anything(pool: &Pool) -> bool {
@@ -368,7 +408,7 @@ mod tests {
                 &json!({"apiVersion": API_VERSION, "kind": "NodePol", "metadata": {"name": "x"}})
             )),
             [
-                "kind: \"NodePol\" is not a kind of gpu-autoscaler.dev (NodePool, NodeClaim) (did you mean NodePool?)"
+                "kind: \"NodePol\" is not a kind of gpu-autoscaler.dev (NodePool, NodeClaim, CapacityQuota, NodeOverlay) (did you mean NodePool?)"
             ]
         );
         let claim = json!({"apiVersion": "gpu-autoscaler.dev/v1", "kind": "NodeClaim", "metadata": {"name": "c"},
@@ -380,5 +420,40 @@ mod tests {
                 "spec.requirements[0].values[0]: \"m5.larg\" is not a value of node.kubernetes.io/instance-type in the catalog (did you mean \"m5.large\"?)",
             ]
         );
+    }
+
+    #[test]
+    fn capacity_quotas_and_overlays_are_checked() {
+        let l = linter();
+        let quota = json!({"apiVersion": API_VERSION, "kind": "CapacityQuota", "metadata": {"name": "q"},
+            "spec": {"selector": {"matchExpressions": [{"key": "team", "operator": "Gt", "values": ["1"]}]},
+                     "limits": {"resources": {"nvidia.com/gpu": "16", "nodes": "x"}}}});
+        assert_eq!(
+            problems(l.check(&quota)),
+            [
+                "spec.limits.resources[\"nodes\"]: \"x\" does not match ^\\+?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$",
+                "spec.selector.matchExpressions[0].operator: \"Gt\" is not one of \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\"",
+            ]
+        );
+        let good = json!({"apiVersion": API_VERSION, "kind": "CapacityQuota", "metadata": {"name": "q"},
+            "spec": {"limits": {"resources": {"nvidia.com/gpu": "16"}}}});
+        assert_eq!(problems(l.check(&good)), Vec::<String>::new());
+        let overlay = json!({"apiVersion": API_VERSION, "kind": "NodeOverlay", "metadata": {"name": "o"},
+            "spec": {"requirements": [{"key": labels::INSTANCE_TYPE, "operator": "In", "values": ["m5.larg"]}],
+                     "price": "1.5", "priceAdjustment": "+10%",
+                     "capacity": {"cpu": "2", "example.com/slice": "4"}, "weight": 0}});
+        assert_eq!(
+            problems(l.check(&overlay)),
+            [
+                "spec.weight: 0 is less than 1",
+                "spec: price and priceAdjustment are mutually exclusive",
+                "spec.capacity[\"cpu\"]: cpu is not an extended resource; an overlay cannot change it",
+                "spec.requirements[0].values[0]: \"m5.larg\" is not a value of node.kubernetes.io/instance-type in the catalog (did you mean \"m5.large\"?)",
+            ]
+        );
+        let good = json!({"apiVersion": API_VERSION, "kind": "NodeOverlay", "metadata": {"name": "o"},
+            "spec": {"requirements": [{"key": labels::GPU_NAME, "operator": "In", "values": ["h100"]}],
+                     "priceAdjustment": "-20%"}});
+        assert_eq!(problems(l.check(&good)), Vec::<String>::new());
     }
 }

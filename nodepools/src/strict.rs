@@ -1,4 +1,5 @@
-//! Strict reading of objects embedded in other files (a simulator scenario's `nodePools:`):
+//! Strict reading of objects embedded in other files (a simulator scenario's `nodePools:` and
+//! `overlays:`):
 //! `#[serde(deserialize_with = "nodepools::strict::nodepools")]` rejects a field the CRD does
 //! not declare, naming its path and the closest known field, where the plain `Deserialize`
 //! (which the controller's watches use, and must stay lenient) would drop it.
@@ -6,8 +7,8 @@
 use serde::de::{Deserialize, Deserializer, Error as _};
 use serde_json::Value;
 
-use crate::NodePool;
 use crate::openapi::{self, Checks};
+use crate::{NodeOverlay, NodePool};
 
 /// One object of `kind` read as JSON, refused when it has fields the kind's schema lacks.
 fn object<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
@@ -32,13 +33,27 @@ fn object<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
     serde_json::from_value(json).map_err(D::Error::custom)
 }
 
-/// A list of NodePools, each read strictly.
-struct Strict(NodePool);
+/// One object of the API kind `K`, read strictly.
+struct Strict<K>(K);
 
-impl<'de> Deserialize<'de> for Strict {
+impl<'de, K> Deserialize<'de> for Strict<K>
+where
+    K: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()>,
+{
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        object("NodePool", d).map(Strict)
+        object(&K::kind(&()), d).map(Strict)
     }
+}
+
+/// A list of objects of kind `K`, each read strictly.
+fn list<'de, D: Deserializer<'de>, K>(d: D) -> Result<Vec<K>, D::Error>
+where
+    K: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()>,
+{
+    Ok(Vec::<Strict<K>>::deserialize(d)?
+        .into_iter()
+        .map(|s| s.0)
+        .collect())
 }
 
 /// `deserialize_with` for a `Vec<NodePool>` field of a file users write.
@@ -48,10 +63,16 @@ impl<'de> Deserialize<'de> for Strict {
 /// field (every unknown field of it listed: `NodePool "gpu": spec.disruption.
 /// gpuUtilisationThreshold: unknown field (did you mean gpuUtilizationThreshold?)`).
 pub fn nodepools<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodePool>, D::Error> {
-    Ok(Vec::<Strict>::deserialize(d)?
-        .into_iter()
-        .map(|s| s.0)
-        .collect())
+    list(d)
+}
+
+/// `deserialize_with` for a `Vec<NodeOverlay>` field of a file users write (a scenario's
+/// `overlays:`).
+///
+/// # Errors
+/// As [`nodepools`], for NodeOverlays.
+pub fn nodeoverlays<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<NodeOverlay>, D::Error> {
+    list(d)
 }
 
 #[cfg(test)]

@@ -528,3 +528,72 @@ fn a_capacityquota_becomes_a_cluster_limit() {
     labels.insert("team".into(), "web".into());
     assert!(!autoscaler_core::quota::selects(&l, &labels));
 }
+
+fn nodeoverlay(spec: &str) -> String {
+    let text = format!(
+        "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodeOverlay\nmetadata:\n  name: o\nspec:\n{}",
+        indent(spec)
+    );
+    let rust = nodepools::from_yaml::<nodepools::NodeOverlay>("NodeOverlay", &text)
+        .map_err(|e| e.to_string())
+        .map(|overlays| match overlays[0].to_core() {
+            Ok(_) => Vec::new(),
+            Err(e) => e.lines(),
+        });
+    report("NodeOverlay", &text, rust)
+}
+
+#[test]
+fn nodeoverlay_cases() {
+    let cases = [
+        (
+            "requirements:\n  - {key: karpenter.sh/capacity-type, operator: In, values: [spot]}\npriceAdjustment: \"-10%\"\ncapacity: {nvidia.com/mig-1g.10gb: 7}\nweight: 10",
+            expect![[r#"
+                rust: ok
+                server: ok
+            "#]],
+        ),
+        (
+            "price: \"1.5\"\npriceAdjustment: \"+1\"",
+            expect![[r#"
+                rust:
+                  spec: price and priceAdjustment are mutually exclusive
+                server:
+                  spec: price and priceAdjustment are mutually exclusive
+            "#]],
+        ),
+        (
+            "priceAdjustment: \"-150%\"\ncapacity: {memory: 1Gi, gpu: 1, example.com/dev: \"-1\"}\nweight: 0\nrequirements:\n  - {key: node.kubernetes.io/instance-type, operator: In, values: [a], minValues: 1}",
+            expect![[r#"
+                rust:
+                  spec.requirements[0].minValues: has no meaning in a NodeOverlay
+                  spec.priceAdjustment: "-150%" lowers the price by more than 100 %
+                  spec.capacity["gpu"]: an extended resource name has a domain prefix (example.com/device)
+                  spec.capacity["memory"]: memory is not an extended resource; an overlay cannot change it
+                  spec.capacity["example.com/dev"]: must not be negative
+                  spec.weight: 0 is outside [1, 10000]
+                server:
+                  spec.capacity["example.com/dev"]: "-1" does not match ^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$
+                  spec.weight: 0 is less than 1
+            "#]],
+        ),
+        (
+            "price: \"cheap\"",
+            expect![[r#"
+                rust:
+                  spec.price: "cheap" is not a price (a non-negative number such as "1.25")
+                server:
+                  spec.price: "cheap" does not match ^[0-9]+(\.[0-9]+)?$
+            "#]],
+        ),
+        (
+            "requirements: []",
+            expect![[r#"
+                rust:
+                  spec: changes nothing (set price, priceAdjustment or capacity)
+                server: ok
+            "#]],
+        ),
+    ];
+    run(&cases, nodeoverlay);
+}

@@ -17,6 +17,7 @@ pub mod instance;
 pub mod labels;
 pub mod lp;
 pub mod model;
+pub mod overlay;
 pub mod plan;
 pub mod provision;
 pub mod quantity;

@@ -109,6 +109,64 @@ fn gpu_threshold_is_inclusive_and_ignores_cpu() {
     );
 }
 
+/// Cluster Autoscaler (`utilization.Calculate`): a GPU node whose GPUs are not allocatable has
+/// GPU utilization 0, whatever its cpu and memory hold, so a busy-looking node whose device
+/// plugin is down is an unneeded GPU node; a node of the same shape without GPU labels is
+/// measured by cpu and memory.
+#[test]
+fn gpu_node_without_allocatable_gpus_has_gpu_utilization_zero() {
+    let no_devices = |labelled: bool| {
+        let mut t = itype("p4d.24xlarge").cpu("96").mem("1152Gi");
+        if labelled {
+            t = t
+                .label(labels::GPU_COUNT, "8")
+                .label(labels::GPU_NAME, "a100");
+        }
+        t.on_demand(&ZONES, 21.96).build()
+    };
+    for (labelled, want) in [(true, (0.0, true)), (false, (90.1 / 96.0, false))] {
+        let t = no_devices(labelled);
+        let n = managed("n", &t, "gpu").with_pod(pod("w").cpu("90")).build();
+        let (u, gpu) = utilization(&n, &DisruptionConfig::default());
+        assert!(
+            (u - want.0).abs() < 1e-9 && gpu == want.1,
+            "{labelled}: {u} {gpu}"
+        );
+    }
+    // In a plan: the labelled node is a candidate (kept only because nothing cheaper can
+    // take its pod), the unlabelled one is kept by its cpu.
+    let plan = |labelled: bool| {
+        let t = no_devices(labelled);
+        let s = snap(
+            vec![
+                managed("plugin-down", &t, "gpu").with_pod(pod("w").cpu("90")),
+                managed("spare", &g8(), "gpu"),
+            ],
+            vec![pool("gpu", vec![t.clone(), g8()]).disruption(quick())],
+        );
+        plan_disruption(
+            &s,
+            &DisruptionState::default(),
+            0,
+            &DisruptionConfig::default(),
+        )
+        .render()
+    };
+    expect![[r#"
+        labelled:
+        Empty Delete nodes=[spare] pods=0 savings=21.960
+        keep plugin-down: no strictly cheaper replacement
+        unlabelled:
+        Empty Delete nodes=[spare] pods=0 savings=21.960
+        keep plugin-down: cpu/memory utilization 0.94 above threshold 0.50
+    "#]]
+    .assert_eq(&format!(
+        "labelled:\n{}unlabelled:\n{}",
+        plan(true),
+        plan(false)
+    ));
+}
+
 #[test]
 fn daemonset_gpu_requests_with_ignore_option_on_and_off() {
     let n = managed("n", &g8(), "gpu")

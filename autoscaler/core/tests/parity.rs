@@ -11,7 +11,10 @@ use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disrup
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
 use autoscaler_core::model::{DaemonSet, DisruptionPolicy, HostPort, Snapshot};
+use autoscaler_core::overlay::{Overlay, PriceChange, apply_overlays};
 use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::requirements::{Operator, Requirements};
+use autoscaler_core::resources::Resources;
 use autoscaler_core::taints::{Effect, Taint, Toleration};
 
 const ZONES: [&str; 3] = ["z1", "z2", "z3"];
@@ -448,6 +451,88 @@ fn two_gpu_pod_and_peers() -> Snapshot {
     )
 }
 
+// ---- 15. NodeOverlay: price and capacity overrides ----
+
+/// A 3-cpu pod; `c5.xlarge` is the cheaper of two 4-cpu types, before `overlays`.
+fn priced(overlays: &[Overlay]) -> Snapshot {
+    let types = vec![m("c5.xlarge", "4", 0.17), m("m5.xlarge", "4", 0.192)];
+    snap(
+        vec![pod("web").cpu("3")],
+        vec![],
+        vec![pool("p", apply_overlays(&types, overlays))],
+        vec![],
+    )
+}
+
+fn family_overlay(name: &str, weight: i32, family: &str, price: PriceChange) -> Overlay {
+    Overlay {
+        name: name.into(),
+        weight,
+        requirements: Requirements::new().with(labels::INSTANCE_FAMILY, Operator::In, &[family]),
+        price: Some(price),
+        capacity: Resources::new(),
+    }
+}
+
+fn no_overlay() -> Snapshot {
+    priced(&[])
+}
+
+fn c5_plus_20_percent() -> Snapshot {
+    priced(&[family_overlay(
+        "c5-licence",
+        0,
+        "c5",
+        PriceChange::Percent(20.0),
+    )])
+}
+
+/// Two overlays select `c5`: the heavier one (a saving) decides, the lighter one (a
+/// surcharge that would flip the choice) is not applied on top.
+fn weighted_overlays() -> Snapshot {
+    priced(&[
+        family_overlay("a-surcharge", 1, "c5", PriceChange::Delta(0.05)),
+        family_overlay("b-savings-plan", 10, "c5", PriceChange::Set(0.1)),
+    ])
+}
+
+/// A pod asking for one MIG slice; the A100 type's catalog entry lists whole GPUs only.
+fn mig_pod(with_overlay: bool) -> Snapshot {
+    let types = vec![
+        itype("p4d.24xlarge")
+            .cpu("96")
+            .mem("1152Gi")
+            .gpus(8, "A100", 40)
+            .on_demand(&ZONES, 32.77)
+            .build(),
+    ];
+    let overlays = if with_overlay {
+        vec![Overlay {
+            name: "mig-slices".into(),
+            weight: 0,
+            requirements: Requirements::new().with(labels::GPU_NAME, Operator::In, &["a100"]),
+            price: None,
+            capacity: Resources::new().with("nvidia.com/mig-1g.10gb", 56),
+        }]
+    } else {
+        vec![]
+    };
+    snap(
+        vec![pod("slice").cpu("1").res("nvidia.com/mig-1g.10gb", "1")],
+        vec![],
+        vec![pool("gpu", apply_overlays(&types, &overlays))],
+        vec![],
+    )
+}
+
+fn mig_without_overlay() -> Snapshot {
+    mig_pod(false)
+}
+
+fn mig_with_overlay() -> Snapshot {
+    mig_pod(true)
+}
+
 fn cases() -> Vec<Case> {
     vec![
         // 1
@@ -698,6 +783,50 @@ fn cases() -> Vec<Case> {
             run: Run::Provision,
             has: &["claim p-1 pool=p price=0.096 types=[m5.large"],
             lacks: &[],
+        },
+        // 15
+        Case {
+            name: "without an overlay the cheaper type is chosen",
+            upstream: "karpenter NodeOverlay docs (control for the cases below)",
+            snapshot: no_overlay,
+            run: Run::Provision,
+            has: &["claim p-1 pool=p price=0.170 types=[c5.xlarge"],
+            lacks: &[],
+        },
+        Case {
+            name: "a percentage price overlay flips the chosen type",
+            upstream: "karpenter NodeOverlay docs: priceAdjustment \"+10%\" (licensing costs); \
+                       karpenter pkg/controllers/nodeoverlay tests: price adjusted by percentage",
+            snapshot: c5_plus_20_percent,
+            run: Run::Provision,
+            has: &["claim p-1 pool=p price=0.192 types=[m5.xlarge"],
+            lacks: &["types=[c5"],
+        },
+        Case {
+            name: "of overlapping overlays the heavier decides the price, alone",
+            upstream: "karpenter NodeOverlay docs: weight (higher first, then name) and \
+                       field-level merging of price",
+            snapshot: weighted_overlays,
+            run: Run::Provision,
+            has: &["claim p-1 pool=p price=0.100 types=[c5.xlarge"],
+            lacks: &["price=0.150"],
+        },
+        Case {
+            name: "a pod asking for a resource no type lists gets nothing",
+            upstream: "karpenter NodeOverlay docs: extended resources (control)",
+            snapshot: mig_without_overlay,
+            run: Run::Provision,
+            has: &["unschedulable default/slice"],
+            lacks: &["claim"],
+        },
+        Case {
+            name: "a capacity overlay makes a MIG slice plannable on a type that did not list it",
+            upstream: "karpenter NodeOverlay docs: capacity adds extended resources \
+                       (custom device slices) to matching instance types",
+            snapshot: mig_with_overlay,
+            run: Run::Provision,
+            has: &["claim gpu-1 pool=gpu price=32.770 types=[p4d.24xlarge] pods=[slice]"],
+            lacks: &["unschedulable"],
         },
     ]
 }

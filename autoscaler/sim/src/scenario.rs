@@ -2,7 +2,7 @@
 //! translation into the simulator's typed [`Scenario`].
 //!
 //! A scenario names a catalog (`embedded`, `aws`, `gcp`, or `{file: F}` in the `gpu-autoscaler
-//! catalog --json` format), nodes that exist at the start with their pods (`existingNodes`,
+//! catalog --json` format) and NodeOverlay objects applied to it (`overlays:`), nodes that exist at the start with their pods (`existingNodes`,
 //! the same [`ExistingNode`]s `simulate --from-snapshot` starts from), NodePools (full `NodePool` objects
 //! under `nodePools`, files of them under `nodePoolFiles`, or the compact form under `pools`),
 //! DaemonSets, cluster timings (launch latency per family, device-plugin delay, capacity
@@ -160,6 +160,8 @@ struct File {
     node_pools: Vec<nodepools::NodePool>,
     #[serde(default)]
     node_pool_files: Vec<String>,
+    #[serde(default, deserialize_with = "nodepools::strict::nodeoverlays")]
+    overlays: Vec<nodepools::NodeOverlay>,
     #[serde(default)]
     pools: Vec<PoolFile>,
     #[serde(default)]
@@ -703,6 +705,22 @@ impl Scenario {
                     .map_err(|e| cx.err(&["catalog:", &f.file], "catalog.file", e.to_string()))?
             }
         });
+        let mut overlays = Vec::new();
+        for (i, o) in file.overlays.iter().enumerate() {
+            let name = o.metadata.name.clone().unwrap_or_default();
+            overlays.push(o.to_core().map_err(|e| {
+                cx.err(
+                    &["overlays:", &format!("name: {name}")],
+                    format!("overlays[{i}]"),
+                    e.lines().join("; "),
+                )
+            })?);
+        }
+        // The one place overlays apply: pools, existing nodes' prices and the simulated cloud
+        // all read this catalog.
+        let catalog = Arc::new(autoscaler_core::overlay::apply_overlays(
+            &catalog, &overlays,
+        ));
         let cluster = build_cluster(&cx, &file.cluster, &catalog)?;
         let mut pools = Vec::new();
         for (i, np) in file.node_pools.iter().enumerate() {

@@ -72,6 +72,8 @@ pub const API_CALLS: &[ApiCall] = &[
     call("gpu-autoscaler.dev", "nodeclaims/status", &["patch"]),
     // Cluster-wide limits, read only.
     call("gpu-autoscaler.dev", "capacityquotas", &["list", "watch"]),
+    // Price and capacity overrides of instance types, read only.
+    call("gpu-autoscaler.dev", "nodeoverlays", &["list", "watch"]),
     // Kueue's ProvisioningRequests and their PodTemplates (when the CRD is installed);
     // terminal requests are deleted only with `--provreq-retention`.
     call("", "podtemplates", &["list", "watch"]),

@@ -4,6 +4,7 @@
 //! reconcile loop, run only by the elected leader, turns it into actions:
 //!
 //! - [`translate`] / [`snapshot`]: Kubernetes objects into the core's [`autoscaler_core::Snapshot`];
+//! - [`overlays`]: NodeOverlays applied to the catalogs (controller and `explain` alike);
 //! - [`pod_problems`]: telling pending pods, once per problem, why they get no node;
 //! - [`batcher`]: when to plan (1 s idle / 10 s max windows over unschedulable pods);
 //! - [`lifecycle`]: the NodeClaim state machine (Pending → Launched → Registered → Initialized),
@@ -74,6 +75,7 @@ pub mod leader;
 pub mod lifecycle;
 #[cfg(feature = "controller")]
 pub mod metrics;
+pub mod overlays;
 pub mod pod_problems;
 pub mod provreq;
 #[cfg(feature = "controller")]

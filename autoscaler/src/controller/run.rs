@@ -132,6 +132,9 @@ struct Controller<P> {
     last_round_ms: i64,
     /// CapacityQuotas already reported as not parsing (`name@generation`).
     quota_problems: std::collections::BTreeSet<String>,
+    /// NodeOverlays already reported as not parsing (`name@generation`); behind a lock because
+    /// the catalogs are read through `&self`.
+    overlay_problems: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// The cluster's health as of this round (`None` before the first).
     health: Option<autoscaler_core::health::ClusterHealth>,
 }
@@ -503,6 +506,7 @@ async fn run_with<P: CloudProvider + 'static>(
         visibility: visibility::Visibility::default(),
         last_round_ms: 0,
         quota_problems: Default::default(),
+        overlay_problems: Default::default(),
         health: None,
     };
     let shutdown = shutdown_signal();

@@ -174,6 +174,7 @@ impl Cluster {
             "deploy/crds/gpu-autoscaler.dev_nodepools.yaml",
             "deploy/crds/gpu-autoscaler.dev_nodeclaims.yaml",
             "deploy/crds/gpu-autoscaler.dev_capacityquotas.yaml",
+            "deploy/crds/gpu-autoscaler.dev_nodeoverlays.yaml",
         ] {
             server
                 .register_crd_file(root().join(f))

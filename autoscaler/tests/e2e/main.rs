@@ -11,6 +11,7 @@ mod faults;
 mod guard;
 mod kueue;
 mod limits;
+mod parity;
 mod pod_problems;
 mod provisioning;
 mod provreq;

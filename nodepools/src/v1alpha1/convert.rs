@@ -42,13 +42,7 @@ impl NodePool {
         instance_types: Arc<Vec<InstanceType>>,
     ) -> Result<Pool, ValidationErrors> {
         let mut errs = ValidationErrors::default();
-        let name = match self.metadata.name.as_deref() {
-            Some(n) if !n.is_empty() => n.to_string(),
-            _ => {
-                errs.push(&FieldPath::root("metadata").field("name"), "must be set");
-                String::new()
-            }
-        };
+        let name = required_name(&self.metadata, &mut errs);
         let spec = FieldPath::root("spec");
         let s = &self.spec;
         let template = parse_template(&spec.field("template"), &s.template, &mut errs);
@@ -290,6 +284,20 @@ fn parse_template(path: &FieldPath, t: &NodePoolTemplate, errs: &mut ValidationE
 
 /// Parses requirements, reporting each bad expression at `path[i]` and, when every expression
 /// is valid but they contradict each other, the first key no node can satisfy.
+/// `metadata.name`, reported when absent or empty.
+pub(super) fn required_name(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    errs: &mut ValidationErrors,
+) -> String {
+    match meta.name.as_deref() {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => {
+            errs.push(&FieldPath::root("metadata").field("name"), "must be set");
+            String::new()
+        }
+    }
+}
+
 pub(super) fn parse_requirements(
     path: &FieldPath,
     list: &[NodeSelectorRequirement],
@@ -503,7 +511,7 @@ fn parse_quantity(
     }
 }
 
-fn parse_resources(
+pub(super) fn parse_resources(
     path: &FieldPath,
     map: &BTreeMap<String, KubeQuantity>,
     errs: &mut ValidationErrors,

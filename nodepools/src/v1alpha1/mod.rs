@@ -1,10 +1,11 @@
-//! API version `v1alpha1` of the `gpu-autoscaler.dev` group: `NodePool`, `NodeClaim` and
-//! `CapacityQuota`.
+//! API version `v1alpha1` of the `gpu-autoscaler.dev` group: `NodePool`, `NodeClaim`,
+//! `CapacityQuota` and `NodeOverlay`.
 
 mod capacityquota;
 mod common;
 mod convert;
 mod nodeclaim;
+mod nodeoverlay;
 mod nodepool;
 mod schema;
 
@@ -14,6 +15,7 @@ pub use capacityquota::{
 pub use common::{NodeClassRef, NodeSelectorRequirement, Taint, conditions};
 pub use convert::{ClaimSpec, NODES_LIMIT};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, ResourceRequirements};
+pub use nodeoverlay::{MAX_OVERLAY_REQUIREMENTS, NodeOverlay, NodeOverlaySpec};
 pub use nodepool::{
     AtomicScaleUpSpec, BUDGET_NODES_PATTERN, BudgetSpec, DisruptionSpec, GpuSharingSpec, MigSpec,
     NodePool, NodePoolSpec, NodePoolStatus, NodePoolTemplate, TemplateMetadata, TimeSlicingSpec,

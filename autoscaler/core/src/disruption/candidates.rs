@@ -13,11 +13,24 @@ use super::{
 
 /// Utilization of a node as Cluster Autoscaler measures it: on a node with GPU-class
 /// allocatable, the highest ratio over GPU-class resources (fractional shares count as their
-/// thousandths of a device); elsewhere max(cpu, memory). DaemonSet and mirror pods are left out
+/// thousandths of a device); 0 on a node labelled as a GPU node whose GPUs are not allocatable
+/// (as the Cluster Autoscaler computes it); elsewhere max(cpu, memory). DaemonSet and mirror pods are left out
 /// of both sides when the matching option is on. Returns (utilization, is GPU node).
 pub fn utilization(node: &Node, config: &DisruptionConfig) -> (f64, bool) {
     let (ratios, gpu) = utilization_by_resource(node, config);
     (ratios.iter().map(|(_, r)| *r).fold(0.0, f64::max), gpu)
+}
+
+/// Whether the node's labels say it has GPUs (the catalog's GPU count, GPU feature discovery's,
+/// or GKE's accelerator label), whatever its allocatable shows.
+fn labelled_gpu_node(node: &Node) -> bool {
+    let count = [labels::GPU_COUNT, labels::NVIDIA_COUNT].iter().any(|k| {
+        node.labels
+            .get(*k)
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some_and(|c| c > 0)
+    });
+    count || node.labels.contains_key(labels::GKE_ACCELERATOR)
 }
 
 /// The ratios [`utilization`] takes the highest of, by resource name (GPU-class resources on a
@@ -56,7 +69,19 @@ pub fn utilization_by_resource(
         let denom = node.allocatable.get(name) as f64 - excluded;
         if denom <= 0.0 { 0.0 } else { used / denom }
     };
-    if gpu_resources.is_empty() {
+    if gpu_resources.is_empty() && labelled_gpu_node(node) {
+        // The Cluster Autoscaler's rule: a GPU node whose GPUs are not allocatable (yet, or
+        // any more: the device plugin is down) has GPU utilization 0, not its cpu/memory's.
+        let resource = match node
+            .labels
+            .get(labels::GPU_MANUFACTURER)
+            .map(String::as_str)
+        {
+            Some("amd") => names::AMD_GPU,
+            _ => names::NVIDIA_GPU,
+        };
+        (vec![(resource.to_string(), 0.0)], true)
+    } else if gpu_resources.is_empty() {
         let r = [names::CPU, names::MEMORY].map(|n| (n.to_string(), ratio(n)));
         (r.into(), false)
     } else {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use autoscaler_core::gpu::apply_sharing;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::model::{GpuSharing, PodKey, Snapshot};
+use autoscaler_core::overlay::apply_overlays;
 use autoscaler_core::plan::Plan;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -106,6 +107,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .get(&class_of(&np))
             .map(|(_, t)| t.clone())
             .filter(|t| !t.is_empty())?;
+        let overlays = self.overlays();
+        let types = if overlays.is_empty() {
+            types
+        } else {
+            Arc::new(apply_overlays(&types, &overlays))
+        };
         // An invalid NodePool is not planned for; its claims launch unshared.
         let sharing = np
             .to_core(Arc::new(Vec::new()))

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
+use autoscaler_core::overlay::{Overlay, apply_overlays};
 use autoscaler_core::requirements::{Constraint, Requirements};
 use kube::ResourceExt;
 use nodepools::conditions::{self, reasons};
@@ -337,17 +338,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    /// [`Self::instance_types`] from the catalogs already fetched (no cloud call): pools whose
-    /// node class has none yet are absent.
+    /// [`Self::instance_types`] from the catalogs already fetched (no cloud call), with the
+    /// NodeOverlays applied: pools whose node class has none yet are absent.
     pub(super) fn cached_instance_types(
         &self,
         pools: &[Arc<NodePool>],
     ) -> BTreeMap<String, Arc<Vec<InstanceType>>> {
         let now = epoch();
+        let overlays = self.overlays();
         let mut out = BTreeMap::new();
         for np in pools {
             if let Some((_, t)) = self.types.get(&class_of(np)) {
-                let mut t = t.as_ref().clone();
+                let mut t = apply_overlays(t, &overlays);
                 self.shared
                     .unavailable
                     .lock()
@@ -358,6 +360,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         out
+    }
+
+    /// The NodeOverlays that parse; one that does not is left out and reported once per
+    /// generation, naming the field.
+    pub(super) fn overlays(&self) -> Vec<Overlay> {
+        let Some(store) = self.stores.overlays.get() else {
+            return Vec::new();
+        };
+        let objects = store.state();
+        let (ok, refused) = crate::controller::overlays::parse(objects.iter().map(|o| o.as_ref()));
+        let mut told = self.overlay_problems.lock().expect("lock");
+        for r in refused {
+            if told.insert(r.key.clone()) {
+                tracing::warn!(overlay = %r.key, problems = %r.problems, "NodeOverlay left out: it does not parse");
+            }
+        }
+        ok
     }
 
     /// Launches a group of claims of one NodePool in a task with [`launch_group`], unless one of

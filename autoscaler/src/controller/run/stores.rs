@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use nodepools::{CapacityQuota, NodeClaim, NodePool};
+use nodepools::{CapacityQuota, NodeClaim, NodeOverlay, NodePool};
 
 use crate::controller::api_calls::check;
 use crate::controller::cache::{PodStore, PodWire};
@@ -42,6 +42,8 @@ pub struct Stores {
     pub k8s_groups: Late<Store<SchedulingPodGroup>>,
     /// CapacityQuotas, once their CRD is installed (a chart upgrade may come after the binary).
     pub quotas: Late<Store<CapacityQuota>>,
+    /// NodeOverlays, once their CRD is installed.
+    pub overlays: Late<Store<NodeOverlay>>,
 }
 
 /// The store of an optional API: empty while the API is not served, then set for good. The
@@ -268,8 +270,11 @@ impl Stores {
             reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck).await;
         let quotas =
             reflect_when_served(client, "gpu-autoscaler.dev", "capacityquotas", recheck).await;
+        let overlays =
+            reflect_when_served(client, "gpu-autoscaler.dev", "nodeoverlays", recheck).await;
         Stores {
             quotas,
+            overlays,
             provreqs,
             volcano,
             k8s_groups,
