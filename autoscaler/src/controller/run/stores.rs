@@ -8,6 +8,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -18,6 +19,9 @@ use crate::controller::api_calls::check;
 use crate::controller::cache::{PodStore, PodWire};
 use crate::controller::gangs::{GangObjects, SchedulingPodGroup, VolcanoPodGroup};
 use crate::controller::provreq::ProvisioningRequest;
+
+pub mod dra;
+pub use dra::DraStores;
 
 /// The reflectors' stores.
 #[derive(Clone)]
@@ -42,6 +46,9 @@ pub struct Stores {
     pub k8s_groups: Late<Store<SchedulingPodGroup>>,
     /// CapacityQuotas, once their CRD is installed (a chart upgrade may come after the binary).
     pub quotas: Late<Store<CapacityQuota>>,
+    /// ResourceClaims, their templates, DeviceClasses and ResourceSlices, once
+    /// `resource.k8s.io/v1` is served (Kubernetes 1.34 and later).
+    pub dra: Late<DraStores>,
 }
 
 /// The store of an optional API: empty while the API is not served, then set for good. The
@@ -239,7 +246,7 @@ where
 
 impl Stores {
     /// Starts every reflector; those of optional APIs (ProvisioningRequests, Volcano, the
-    /// Kubernetes PodGroup) once the API is served, checking again every `recheck`.
+    /// Kubernetes PodGroup, DRA) once the API is served, checking again every `recheck`.
     pub async fn start(client: &kube::Client, recheck: Duration) -> Self {
         let provreqs = {
             let client = client.clone();
@@ -268,7 +275,54 @@ impl Stores {
             reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck).await;
         let quotas =
             reflect_when_served(client, "gpu-autoscaler.dev", "capacityquotas", recheck).await;
+        let dra = {
+            let client = client.clone();
+            Late::start("resource.k8s.io/v1", recheck, move || {
+                let client = client.clone();
+                async move {
+                    if !served::<ResourceSlice>(&client).await {
+                        return None;
+                    }
+                    let g = "resource.k8s.io";
+                    let stores = DraStores {
+                        claims: reflect_trimmed(
+                            Api::all(client.clone()),
+                            g,
+                            "resourceclaims",
+                            dra::trim_claim,
+                        ),
+                        templates: reflect_trimmed(
+                            Api::all(client.clone()),
+                            g,
+                            "resourceclaimtemplates",
+                            dra::trim_template,
+                        ),
+                        classes: reflect_trimmed(
+                            Api::all(client.clone()),
+                            g,
+                            "deviceclasses",
+                            dra::trim_class,
+                        ),
+                        slices: reflect_trimmed(
+                            Api::all(client),
+                            g,
+                            "resourceslices",
+                            dra::trim_slice,
+                        ),
+                    };
+                    let _ = futures::join!(
+                        stores.claims.wait_until_ready(),
+                        stores.templates.wait_until_ready(),
+                        stores.classes.wait_until_ready(),
+                        stores.slices.wait_until_ready(),
+                    );
+                    Some(stores)
+                }
+            })
+            .await
+        };
         Stores {
+            dra,
             quotas,
             provreqs,
             volcano,
