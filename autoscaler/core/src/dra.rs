@@ -40,6 +40,7 @@ use crate::quantity::Quantity;
 use crate::requirements::NodeSelector;
 
 pub mod builders;
+pub mod cel;
 
 /// A DeviceClass: the devices a request naming it may get.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
