@@ -39,6 +39,7 @@ use crate::model::PodKey;
 use crate::quantity::Quantity;
 use crate::requirements::NodeSelector;
 
+pub mod allocate;
 pub mod builders;
 pub mod cel;
 
