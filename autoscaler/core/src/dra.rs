@@ -42,6 +42,7 @@ use crate::requirements::NodeSelector;
 pub mod allocate;
 pub mod builders;
 pub mod cel;
+pub mod template;
 
 /// A DeviceClass: the devices a request naming it may get.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
