@@ -231,6 +231,21 @@ impl<'a> Allocator<'a> {
         usage: &Usage,
         claims: &[ClaimRef<'_>],
     ) -> Result<Vec<Allocation>, Failure> {
+        self.allocate_with(node, inv, &|d| usage.taken.contains(d), claims)
+    }
+
+    /// [`Allocator::allocate`] with the taken devices given as a predicate (the planner keeps
+    /// the cluster's allocations and its own plan's apart).
+    ///
+    /// # Errors
+    /// As [`Allocator::allocate`].
+    pub fn allocate_with(
+        &mut self,
+        node: &str,
+        inv: &Inventory<'_>,
+        taken: &dyn Fn(&DeviceId) -> bool,
+        claims: &[ClaimRef<'_>],
+    ) -> Result<Vec<Allocation>, Failure> {
         // Candidate lists per (claim, request, alternative), errors first: they are data.
         let mut plans: Vec<Vec<Vec<Alt>>> = Vec::with_capacity(claims.len());
         for c in claims {
@@ -263,7 +278,7 @@ impl<'a> Allocator<'a> {
             }
             plans.push(reqs);
         }
-        let mut search = Search::new(inv, usage, claims);
+        let mut search = Search::new(inv, taken, claims);
         let slots: Vec<(usize, usize)> = plans
             .iter()
             .enumerate()
@@ -335,12 +350,12 @@ struct Search<'i, 'a, 'c> {
 }
 
 impl<'i, 'a, 'c> Search<'i, 'a, 'c> {
-    fn new(inv: &'i Inventory<'a>, usage: &'i Usage, claims: &'i [ClaimRef<'c>]) -> Self {
-        let busy: Vec<bool> = inv
-            .devices
-            .iter()
-            .map(|d| usage.taken.contains(&d.id))
-            .collect();
+    fn new(
+        inv: &'i Inventory<'a>,
+        taken: &dyn Fn(&DeviceId) -> bool,
+        claims: &'i [ClaimRef<'c>],
+    ) -> Self {
+        let busy: Vec<bool> = inv.devices.iter().map(|d| taken(&d.id)).collect();
         let mut left: HashMap<_, BTreeMap<String, i128>> = inv
             .counters
             .iter()
