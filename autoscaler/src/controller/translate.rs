@@ -592,6 +592,8 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         local_storage,
         host_ports,
         started_at,
+        // DRA claims are resolved by the DRA translation (s7-dra-wire).
+        claims: vec![],
     })
 }
 
