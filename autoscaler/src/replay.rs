@@ -449,6 +449,7 @@ impl Objects {
             instance_types: &self.types,
             pending: &self.pending,
             gangs,
+            dra: &Default::default(),
         })
     }
 }

@@ -350,6 +350,22 @@ impl Stores {
         // Optional APIs' stores are set only once listed.
     }
 
+    /// The DRA objects translated for one round (empty while `resource.k8s.io/v1` is not
+    /// served).
+    pub fn dra_index(&self) -> crate::controller::dra::DraIndex {
+        let objects = self
+            .dra
+            .get()
+            .map(|d| crate::controller::dra::DraObjects {
+                claims: d.claims.state(),
+                templates: d.templates.state(),
+                classes: d.classes.state(),
+                slices: d.slices.state(),
+            })
+            .unwrap_or_default();
+        crate::controller::dra::DraIndex::new(&objects)
+    }
+
     /// What the cluster's gang objects say of gang minimums.
     pub fn gang_objects(&self) -> GangObjects {
         GangObjects {
