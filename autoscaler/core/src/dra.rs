@@ -358,6 +358,47 @@ pub struct Dra {
     pub claims: Vec<ResourceClaim>,
 }
 
+/// A node's DRA devices: how many its slices publish and how many allocated claims hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceUse {
+    /// Devices published for the node (`nodeName` slices).
+    pub total: u32,
+    /// Distinct devices of those held by allocated claims.
+    pub allocated: u32,
+}
+
+/// Per node name, its [`DeviceUse`] (nodes without devices are absent). Every published device
+/// counts, MIG partitions included, as the Cluster Autoscaler counts them.
+pub fn device_use(dra: &Dra) -> BTreeMap<&str, DeviceUse> {
+    let mut out: BTreeMap<&str, DeviceUse> = BTreeMap::new();
+    let mut published: std::collections::HashSet<(&str, &str, &str)> = Default::default();
+    for s in &dra.slices {
+        if let SliceNodes::Node(n) = &s.nodes {
+            out.entry(n.as_str()).or_default().total += s.devices.len() as u32;
+            for d in &s.devices {
+                published.insert((&s.driver, &s.pool, &d.name));
+            }
+        }
+    }
+    let mut seen: std::collections::HashSet<&DeviceId> = Default::default();
+    for c in &dra.claims {
+        let Some(a) = &c.allocation else { continue };
+        let Some(node) = a.node.as_deref() else {
+            continue;
+        };
+        for d in &a.devices {
+            let id = &d.device;
+            if published.contains(&(id.driver.as_str(), id.pool.as_str(), id.device.as_str()))
+                && seen.insert(id)
+                && let Some(u) = out.get_mut(node)
+            {
+                u.allocated += 1;
+            }
+        }
+    }
+    out
+}
+
 impl Dra {
     /// Whether the snapshot carries no DRA object at all (planning then skips DRA entirely).
     pub fn is_empty(&self) -> bool {

@@ -290,10 +290,115 @@ fn claims_that_cannot_be_allocated_are_reasons() {
     check(
         &snapshot(pods, classes()),
         expect![[r#"
-        unschedulable default/bad-cel: claim gpu: request "gpu": CEL expression "device.attributes['gpu.nvidia.com'].productName ==" does not compile: ERROR: <input>:1:51: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}
-        unschedulable default/sixteen: NodePool gpu: no instance type's devices satisfy claim(s) gpu: e.g. g5.xlarge (claim gpu: request "gpu" needs 16 device(s), 1 free of 1 matching)
-        unschedulable default/too-costly: claim gpu: request "gpu": CEL expression "device.attributes['gpu.nvidia.com'].all(a, device.attributes['gpu.nvidia.com'].all(b, device.attributes['gpu.nvidia.com'].all(c, a.matches(b) || c.matches(a))))" exceeds the cost limit: estimated 36221638, limit 1000000
-        unschedulable default/unknown-class: claim tpu: request "gpu": unknown device class "tpu.example.com"
-    "#]],
+            unschedulable default/bad-cel: claim gpu: request "gpu": CEL expression "device.attributes['gpu.nvidia.com'].productName ==" does not compile: ERROR: <input>:1:51: Syntax error: mismatched input '<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, STRING, BYTES, IDENTIFIER}
+            unschedulable default/sixteen: NodePool gpu: no instance type's devices satisfy claim(s) gpu: e.g. g5.xlarge (the claims need at least 16 device(s), 1 free of 1)
+            unschedulable default/too-costly: claim gpu: request "gpu": CEL expression "device.attributes['gpu.nvidia.com'].all(a, device.attributes['gpu.nvidia.com'].all(b, device.attributes['gpu.nvidia.com'].all(c, a.matches(b) || c.matches(a))))" exceeds the cost limit: estimated 36221638, limit 1000000
+            unschedulable default/unknown-class: claim tpu: request "gpu": unknown device class "tpu.example.com"
+        "#]],
     );
+}
+
+mod disruption {
+    //! Consolidation with DRA: a pod with a claim moves only where its claim can be
+    //! allocated again, and utilization counts allocated devices over published ones.
+
+    use super::*;
+    use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption};
+    use autoscaler_core::dra::template::nvidia_slice;
+    use autoscaler_core::model::{DisruptionPolicy, Node};
+
+    fn p4d() -> InstanceType {
+        gpu_types()[3].clone()
+    }
+
+    /// Node `name` of type `it` running one pod per entry of `claims` (GPUs each), its claims
+    /// allocated on the node's first devices; the node's slice and claims go into `dra`.
+    fn busy(name: &str, it: &InstanceType, claims: &[u32], dra: &mut Dra) -> Node {
+        dra.slices.push(nvidia_slice(it, name, false).unwrap());
+        let mut b = node(name, it, "us-east-1a").pool("gpu");
+        let mut next = 0;
+        for (k, n) in claims.iter().enumerate() {
+            let devices: Vec<String> = (next..next + n).map(|i| format!("gpu-{i}")).collect();
+            next += n;
+            let refs: Vec<(&str, &str, &str, &str)> = devices
+                .iter()
+                .map(|d| ("gpu", NVIDIA_DRIVER, name, d.as_str()))
+                .collect();
+            let a = allocation(name, &refs);
+            let mut c = gpus(*n);
+            c.allocation = Some(a.clone());
+            let pod_name = format!("{name}-w{k}");
+            dra.claims.push(allocated_claim(
+                &format!("default/{pod_name}-gpu"),
+                (*c.spec).clone(),
+                a,
+                &[&pod_name],
+            ));
+            b = b.with_pod(pod(&pod_name).cpu("1").mem("1Gi").claim(c));
+        }
+        b.build()
+    }
+
+    fn plan(nodes: Vec<Node>, types: Vec<InstanceType>, dra: Dra) -> String {
+        let quick = DisruptionPolicy {
+            unneeded_s: 0,
+            budgets: vec![],
+            ..DisruptionPolicy::default()
+        };
+        let s = Snapshot {
+            nodes,
+            pools: vec![pool("gpu", types).disruption(quick).build()],
+            dra: Arc::new(dra),
+            ..Snapshot::default()
+        };
+        plan_disruption(
+            &s,
+            &DisruptionState::default(),
+            0,
+            &DisruptionConfig::default(),
+        )
+        .render()
+    }
+
+    #[test]
+    fn a_claim_moves_to_free_devices() {
+        let mut dra = classes();
+        let nodes = vec![
+            busy("a", &p4d(), &[1], &mut dra),
+            busy("b", &p4d(), &[6], &mut dra),
+        ];
+        expect![[r#"
+            Underutilized Delete nodes=[a] pods=1 savings=21.960
+            keep b: GPU utilization 0.75 above threshold 0.50
+        "#]].assert_eq(&plan(nodes, vec![p4d()], dra));
+    }
+
+    #[test]
+    fn a_claim_does_not_move_where_no_device_is_free() {
+        // b has one free GPU (and is above the threshold); a's 2-GPU claim fits nowhere else,
+        // and no cheaper type holds it.
+        let mut dra = classes();
+        let nodes = vec![
+            busy("a", &p4d(), &[2], &mut dra),
+            busy("b", &p4d(), &[4, 3], &mut dra),
+        ];
+        expect![[r#"
+            keep a: no strictly cheaper replacement
+            keep b: GPU utilization 0.88 above threshold 0.50
+        "#]].assert_eq(&plan(nodes, vec![p4d()], dra));
+    }
+
+    #[test]
+    fn a_claim_is_replaced_by_a_cheaper_node_whose_template_holds_it() {
+        let mut dra = classes();
+        let nodes = vec![
+            busy("a", &p4d(), &[1], &mut dra),
+            busy("b", &p4d(), &[8], &mut dra),
+        ];
+        let types = vec![gpu_types()[1].clone(), p4d()];
+        expect![[r#"
+            Underutilized Replace nodes=[a] pods=1 savings=20.954 replacement=g5.xlarge@1.006
+            keep b: GPU utilization 1.00 above threshold 0.50
+        "#]].assert_eq(&plan(nodes, types, dra));
+    }
 }

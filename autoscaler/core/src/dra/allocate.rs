@@ -246,6 +246,28 @@ impl<'a> Allocator<'a> {
         taken: &dyn Fn(&DeviceId) -> bool,
         claims: &[ClaimRef<'_>],
     ) -> Result<Vec<Allocation>, Failure> {
+        // Fewer free devices than the requests need at least: no selector needs evaluating.
+        let least: usize = claims
+            .iter()
+            .flat_map(|c| &c.spec.requests)
+            .map(|r| {
+                alternatives(r)
+                    .iter()
+                    .map(|(_, s)| match s.allocation_mode {
+                        AllocationMode::All => 1,
+                        AllocationMode::ExactCount => s.count as usize,
+                    })
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum();
+        let free = inv.devices.iter().filter(|d| !taken(&d.id)).count();
+        if free < least {
+            return Err(Failure::NoFit(format!(
+                "the claims need at least {least} device(s), {free} free of {}",
+                inv.devices.len()
+            )));
+        }
         // Candidate lists per (claim, request, alternative), errors first: they are data.
         let mut plans: Vec<Vec<Vec<Alt>>> = Vec::with_capacity(claims.len());
         for c in claims {
