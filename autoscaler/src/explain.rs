@@ -212,6 +212,7 @@ impl ClusterRead {
             instance_types: types,
             pending,
             gangs: &gangs,
+            dra: &Default::default(),
         };
         let mut builder = SnapshotBuilder::new();
         let mut built = if for_disruption {

@@ -454,6 +454,7 @@ impl Objects {
             instance_types: &self.types,
             pending: &self.pending,
             gangs,
+            dra: &Default::default(),
         })
     }
 }

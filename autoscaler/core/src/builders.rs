@@ -183,6 +183,11 @@ impl PodBuilder {
         self.0.started_at = Some(t);
         self
     }
+    /// Adds a DRA claim (see [`crate::dra::builders`]: `claim().request(..).from_template("gpu")`).
+    pub fn claim(mut self, c: crate::dra::PodClaim) -> Self {
+        self.0.claims.push(c);
+        self
+    }
     /// Finishes.
     pub fn build(self) -> Pod {
         self.0

@@ -466,8 +466,8 @@ mod validation;
 use budgets::Allowance;
 pub use budgets::budget_nodes;
 pub use candidates::{
-    node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,
-    utilization_by_resource,
+    DRA_DEVICES, node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,
+    utilization_by_resource, utilization_by_resource_with_devices, utilization_with_devices,
 };
 pub use simulate::{UNINITIALIZED_TARGET, UNREADY_TARGET, simulate};
 pub use validation::validate;

@@ -16,7 +16,8 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::disruption::{
-    Command, DisruptionConfig, DisruptionState, Verdict, plan_disruption, utilization_by_resource,
+    Command, DisruptionConfig, DisruptionState, Verdict, plan_disruption,
+    utilization_by_resource_with_devices,
 };
 use crate::model::{BudgetValue, DisruptionReason, PodKey, Snapshot};
 use crate::plan::Plan;
@@ -291,7 +292,8 @@ pub fn explain_node(
     let node = snapshot.nodes.iter().find(|n| n.name == name)?;
     let plan = plan_disruption(snapshot, state, now, config);
     let verdict = plan.verdicts.into_iter().find(|v| v.node == name)?;
-    let utilization = utilization_by_resource(node, config)
+    let devices = crate::dra::device_use(&snapshot.dra).get(name).copied();
+    let utilization = utilization_by_resource_with_devices(node, devices, config)
         .0
         .into_iter()
         .map(|(resource, ratio)| ResourceUse { resource, ratio })

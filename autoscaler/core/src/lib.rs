@@ -6,6 +6,7 @@
 
 pub mod builders;
 pub mod disruption;
+pub mod dra;
 pub mod duration;
 pub mod error;
 pub mod exact;

@@ -146,6 +146,9 @@ pub struct Pod {
     /// `karpenter.sh/do-not-disrupt` duration counts from it. `None` reads as "just started".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<i64>,
+    /// Its DRA claims (`spec.resourceClaims`), resolved; see [`crate::dra`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<crate::dra::PodClaim>,
 }
 
 impl Pod {
@@ -171,6 +174,7 @@ impl Pod {
             mirror: false,
             host_ports: vec![],
             started_at: None,
+            claims: vec![],
         }
     }
 
@@ -517,4 +521,8 @@ pub struct Snapshot {
     /// Limits on the whole cluster (flags and CapacityQuota objects), across NodePools.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster_limits: Vec<ClusterLimit>,
+    /// Dynamic Resource Allocation: device classes, published devices, allocated claims
+    /// (behind an `Arc`: disruption's simulations share it).
+    #[serde(default, skip_serializing_if = "crate::dra::Dra::arc_is_empty")]
+    pub dra: Arc<crate::dra::Dra>,
 }

@@ -83,6 +83,7 @@ use crate::taints::{Effect, Taint, Toleration};
 
 mod claims;
 mod classes;
+mod dra;
 mod explanations;
 mod shapes;
 mod slots;
@@ -124,7 +125,8 @@ pub fn plan_provisioning(snapshot: &Snapshot) -> Plan {
 
 /// [`plan_provisioning`] with explicit options.
 pub fn plan_with(snapshot: &Snapshot, options: &PlanOptions) -> Plan {
-    let (mut plan, _) = Planner::new(snapshot, options).run();
+    let templates = dra::Templates::of(snapshot);
+    let (mut plan, _) = Planner::new(snapshot, options, &templates).run();
     crate::gang::prefer_one_zone(snapshot, &mut plan);
     crate::gang::placement_only_in_one_zone(&mut plan);
     plan
@@ -137,7 +139,8 @@ pub(crate) fn plan_explained(
     options: &PlanOptions,
     pod: usize,
 ) -> (Plan, Vec<crate::explain::PoolConsidered>) {
-    let mut planner = Planner::new(snapshot, options);
+    let templates = dra::Templates::of(snapshot);
+    let mut planner = Planner::new(snapshot, options, &templates);
     planner.explain = Some(pod);
     let (mut plan, considered) = planner.run();
     crate::gang::prefer_one_zone(snapshot, &mut plan);
@@ -163,6 +166,7 @@ type ClassKey<'a> = (
     &'a Vec<Toleration>,
     bool,
     &'a Vec<HostPort>,
+    &'a dra::DraKey<'a>,
 );
 
 /// Selector identity for topology counting: namespace plus label requirements.
@@ -227,6 +231,10 @@ struct Slot {
     /// New claims: a number no other state of any slot has had (0 for the others), renewed
     /// on every change, so that a verdict computed for this stamp is still the verdict.
     stamp: u64,
+    /// Existing nodes and in-flight claims: devices this plan's claims took there.
+    dra_taken: Vec<crate::dra::DeviceId>,
+    /// New claims: the DRA claims planned there (each allocated once), by the pod's name for it.
+    dra_claims: Vec<(String, std::sync::Arc<crate::dra::ClaimSpec>)>,
 }
 
 /// Per-class data: pods with the same node selector and tolerations share these answers.
@@ -258,6 +266,8 @@ struct State {
     zone_blocks: Vec<(String, Requirements, String)>,
     placed: Vec<Option<usize>>,
     claims_opened: usize,
+    /// Shared DRA claims (namespace, name) planned so far, and the slot they went to.
+    dra_shared: BTreeMap<(String, String), usize>,
 }
 
 struct Planner<'a> {
@@ -316,10 +326,14 @@ struct Planner<'a> {
     /// The pending pod to explain (`explain`): its considerations are taken when it is placed.
     explain: Option<usize>,
     considered: Option<Vec<crate::explain::PoolConsidered>>,
+    /// DRA: `None` when no pending pod has a resource claim.
+    dra: Option<dra::DraPlan<'a>>,
+    /// Per pending pod, its DRA identity (part of its class).
+    dra_keys: Vec<dra::DraKey<'a>>,
 }
 
 impl<'a> Planner<'a> {
-    fn new(snap: &'a Snapshot, options: &'a PlanOptions) -> Self {
+    fn new(snap: &'a Snapshot, options: &'a PlanOptions, templates: &'a dra::Templates) -> Self {
         let shapes = build_shapes(snap);
         let mut pool_order: Vec<usize> = (0..snap.pools.len()).collect();
         pool_order.sort_by(|a, b| {
@@ -406,12 +420,15 @@ impl<'a> Planner<'a> {
                 zone_blocks: Vec::new(),
                 placed: vec![None; snap.pending.len()],
                 claims_opened: 0,
+                dra_shared: BTreeMap::new(),
             },
             reasons: vec![None; snap.pending.len()],
             limited: vec![Vec::new(); snap.pending.len()],
             vocabulary: std::cell::OnceCell::new(),
             explain: None,
             considered: None,
+            dra: None,
+            dra_keys: dra::keys(snap),
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
         let pns = |t: &crate::taints::Taint| t.effect == Effect::PreferNoSchedule;
@@ -439,6 +456,7 @@ impl<'a> Planner<'a> {
         }
         planner.smallest = smallest.unwrap_or_default();
         planner.build_slots();
+        planner.build_dra(templates);
         planner.build_classes();
         planner
     }
@@ -594,6 +612,10 @@ impl<'a> Planner<'a> {
         if self.explain == Some(i) && self.considered.is_none() {
             // As the pod finds the pools now: the usage of the claims placed before it counts.
             self.considered = Some(self.consider(i));
+        }
+        if let Some(why) = self.dra_invalid(i) {
+            self.reasons[i] = Some(why);
+            return false;
         }
         let mut placed = self.place_inner(i);
         if !placed && self.any_prefer_no_schedule {

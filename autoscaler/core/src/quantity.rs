@@ -168,6 +168,20 @@ impl fmt::Display for Quantity {
     }
 }
 
+/// Serialized as its canonical string ([`fmt::Display`]), read back with [`Quantity::parse`].
+impl serde::Serialize for Quantity {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Quantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Quantity::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::str::FromStr for Quantity {
     type Err = QuantityError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -9,6 +9,7 @@
 //! ./target/release/gpu-autoscaler bench planner --suite gpu-mix --json gpu-mix.json
 //! ./target/release/gpu-autoscaler bench planner --suite openb --data-dir ../shared/data
 //! ./target/release/gpu-autoscaler bench planner --suite small-exact
+//! ./target/release/gpu-autoscaler bench planner --suite dra
 //! ```
 //!
 //! Only `plan_provisioning` is timed (best of `--runs`, default 3), by the wall clock and by the
@@ -19,6 +20,7 @@
 //! GPUs: a share counts its thousandths, a MIG instance its compute slices out of 7, a
 //! time-sliced replica 1/replicas), the physical GPUs provisioned and their ratio.
 
+pub(crate) mod dra;
 #[cfg(feature = "controller")]
 mod e2e;
 pub(crate) mod gpu_mix;
@@ -87,6 +89,8 @@ pub(crate) enum Suite {
     Openb,
     /// Small seeded instances against their exact optimum: the distribution of cost ratios.
     SmallExact,
+    /// GPUs through DRA claims: 5,000 nodes, 20,000 allocated claims, 2,500 pending.
+    Dra,
 }
 
 impl Suite {
@@ -96,6 +100,7 @@ impl Suite {
             Suite::GpuMix => "gpu-mix",
             Suite::Openb => "openb",
             Suite::SmallExact => "small-exact",
+            Suite::Dra => "dra",
         }
     }
 }
@@ -177,6 +182,7 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
         Suite::SmallExact => return small_exact_report(args),
         Suite::Karpenter => (karpenter_cases(&karpenter::CASES), None),
         Suite::GpuMix => (gpu_mix_cases(gpu_mix::PODS), None),
+        Suite::Dra => (dra::cases(dra::NODES, dra::PENDING), Some(dra::note())),
         Suite::Openb => {
             let dir = find_data_dir(args.data_dir.as_deref())?;
             (openb_cases(&dir)?, Some(openb::pricing_note()))
@@ -190,7 +196,9 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
     println!("{}", table_header());
     let mut results = Vec::new();
     for case in &cases {
-        let (r, plan) = measure(case, args.runs.max(1), args.suite != Suite::Karpenter);
+        // GPU counts read device-plugin requests; DRA pods have none.
+        let gpus = !matches!(args.suite, Suite::Karpenter | Suite::Dra);
+        let (r, plan) = measure(case, args.runs.max(1), gpus);
         println!("{}", table_row(&r));
         if args.breakdown {
             print!("{}", breakdown(&case.snapshot, &plan));

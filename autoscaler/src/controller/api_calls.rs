@@ -90,6 +90,15 @@ pub const API_CALLS: &[ApiCall] = &[
     // Gang minimums: Volcano PodGroups and Kubernetes PodGroups, when served.
     call("scheduling.volcano.sh", "podgroups", &["list", "watch"]),
     call("scheduling.k8s.io", "podgroups", &["list", "watch"]),
+    // Dynamic Resource Allocation (when `resource.k8s.io/v1` is served), read only.
+    call("resource.k8s.io", "resourceclaims", &["list", "watch"]),
+    call(
+        "resource.k8s.io",
+        "resourceclaimtemplates",
+        &["list", "watch"],
+    ),
+    call("resource.k8s.io", "deviceclasses", &["list", "watch"]),
+    call("resource.k8s.io", "resourceslices", &["list", "watch"]),
     // Events on pods, nodes and NodeClaims (kube-runtime's recorder creates, then patches series).
     call("events.k8s.io", "events", &["create", "patch"]),
     // Leader election.

@@ -22,5 +22,10 @@ pub const REPLACES_ANNOTATION: &str = "gpu-autoscaler.dev/replaces";
 /// uses the same group.
 pub const PLACEMENT_GROUP_ANNOTATION: &str = providers::tags::PLACEMENT_GROUP;
 
+/// Annotation on a NodeClaim created for pods with DRA claims (`"true"`): it is Initialized
+/// only once its Node's ResourceSlices publish what its instance type's template predicts.
+/// Written with the claim, so a restarted controller still waits for the slices.
+pub const DRA_ANNOTATION: &str = "gpu-autoscaler.dev/dra";
+
 /// The field manager of every write (server-side apply and patches).
 pub const FIELD_MANAGER: &str = "gpu-autoscaler";

@@ -24,9 +24,17 @@
 //! stays in that state (the planner no longer counts on it once the runtime excludes its shape)
 //! until the Node catches up or the initialization timeout deletes it.
 //!
+//! **DRA devices.** A claim launched for pods with DRA claims (annotation
+//! [`keys::DRA_ANNOTATION`]) is initialized only once its Node's ResourceSlices publish, for
+//! every driver, at least as many devices as the instance type's template predicts
+//! ([`DraDevices`]; the runtime counts both); until then `Initialized=False` with reason
+//! `ResourceSlicesNotPublished`, and the initialization timeout still applies.
+//!
 //! [`phase`] reads the state off the object (its conditions and deletionTimestamp), so the
 //! controller keeps no state of its own across restarts; [`step`] decides the one action to
 //! take next from the claim, its Node and `now`. Both are pure; the runtime performs the action.
+
+use std::collections::BTreeMap;
 
 use autoscaler_core::resources::is_gpu_class;
 use k8s_openapi::api::core::v1::Node;
@@ -189,6 +197,32 @@ pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'static str, 
     None
 }
 
+/// DRA devices per driver: what the claim's instance type's template predicts, and what the
+/// Node's ResourceSlices publish (newest generation of each pool).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DraDevices {
+    /// Devices per driver the template predicts.
+    pub expected: BTreeMap<String, usize>,
+    /// Devices per driver the Node's slices publish.
+    pub published: BTreeMap<String, usize>,
+}
+
+impl DraDevices {
+    /// What is not published yet (`gpu.nvidia.com 0 of 8`), or `None` when every driver
+    /// publishes at least what is expected.
+    pub fn missing(&self) -> Option<String> {
+        let short: Vec<String> = self
+            .expected
+            .iter()
+            .filter_map(|(driver, want)| {
+                let have = self.published.get(driver).copied().unwrap_or(0);
+                (have < *want).then(|| format!("{driver} {have} of {want}"))
+            })
+            .collect();
+        (!short.is_empty()).then(|| short.join(", "))
+    }
+}
+
 /// A resource the Node advertises less of than its claim was launched for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shortfall {
@@ -326,9 +360,21 @@ fn since_registration(claim: &NodeClaim, now: i64) -> i64 {
 }
 
 /// The Registered phase: wait for the Node, initialize it, or report what it lacks.
-fn step_registered(claim: &NodeClaim, n: &Node, now: i64, timeouts: &Timeouts) -> Action {
+fn step_registered(
+    claim: &NodeClaim,
+    n: &Node,
+    dra: Option<&DraDevices>,
+    now: i64,
+    timeouts: &Timeouts,
+) -> Action {
     let short = shortfalls(claim, n);
-    let waiting = not_initialized(claim, n);
+    let waiting = not_initialized(claim, n).or_else(|| {
+        let missing = dra.and_then(DraDevices::missing)?;
+        Some((
+            reasons::RESOURCE_SLICES_NOT_PUBLISHED,
+            format!("waiting for the Node's ResourceSlices: {missing}"),
+        ))
+    });
     if waiting.is_none() && short.is_empty() {
         return Action::Initialize;
     }
@@ -370,8 +416,20 @@ fn step_registered(claim: &NodeClaim, n: &Node, now: i64, timeouts: &Timeouts) -
     }
 }
 
-/// Decides the next action for `claim`, given the Node carrying its providerID (if any).
+/// Decides the next action for `claim`, given the Node carrying its providerID (if any), for a
+/// claim that waits for no DRA devices.
 pub fn step(claim: &NodeClaim, node: Option<&Node>, now: i64, timeouts: &Timeouts) -> Action {
+    step_with_dra(claim, node, None, now, timeouts)
+}
+
+/// [`step`], with the DRA devices the claim waits for (`None`: none).
+pub fn step_with_dra(
+    claim: &NodeClaim,
+    node: Option<&Node>,
+    dra: Option<&DraDevices>,
+    now: i64,
+    timeouts: &Timeouts,
+) -> Action {
     let has_finalizer = claim
         .metadata
         .finalizers
@@ -417,7 +475,7 @@ pub fn step(claim: &NodeClaim, node: Option<&Node>, now: i64, timeouts: &Timeout
             None => Action::Wait,
         },
         Phase::Registered => match node {
-            Some(n) => step_registered(claim, n, now, timeouts),
+            Some(n) => step_registered(claim, n, dra, now, timeouts),
             None => node_gone(),
         },
         Phase::Initialized => match node {

@@ -66,6 +66,7 @@ pub mod cache;
 pub mod cluster_status;
 pub mod consolidatable;
 pub mod disrupt;
+pub mod dra;
 pub mod error;
 pub mod gangs;
 pub mod guard;

@@ -249,7 +249,7 @@ mod tests {
         assert_eq!(found[1].0, "ml/dra", "no uid: the key stands in");
         assert_eq!(
             found[1].1,
-            r#"pod didn't trigger scale-up: spec.resourceClaims: ["gpu"]: resource claims (DRA) are not supported yet"#
+            r#"pod didn't trigger scale-up: spec.resourceClaims[0]: {"name":"gpu"}: names neither resourceClaimName nor resourceClaimTemplateName"#
         );
     }
 }

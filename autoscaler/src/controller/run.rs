@@ -46,7 +46,7 @@ mod limits;
 mod provisioning;
 mod provreqs;
 mod status;
-mod stores;
+pub(crate) mod stores;
 mod visibility;
 
 use guard::GuardState;

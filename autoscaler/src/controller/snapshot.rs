@@ -50,6 +50,8 @@ pub struct Inputs<'a> {
     pub pending: &'a BTreeSet<PodKey>,
     /// What gang objects (Volcano and Kubernetes PodGroups) say of gang minimums.
     pub gangs: &'a super::gangs::GangObjects,
+    /// The DRA objects, translated for this round (empty where DRA is not served).
+    pub dra: &'a super::dra::DraIndex,
 }
 
 /// A built snapshot and what could not be translated.
@@ -61,6 +63,8 @@ pub struct Built {
     pub problems: Vec<(String, String)>,
     /// NodePools whose spec does not validate, with every problem (they are left out).
     pub invalid_pools: BTreeMap<String, String>,
+    /// Pending pods left out because a DRA claim of theirs does not resolve, and why.
+    pub refused: Vec<(PodKey, String)>,
 }
 
 /// Builds snapshots.
@@ -117,7 +121,9 @@ impl Fold {
     }
 
     fn keeps(&self, p: &CorePod) -> bool {
+        // DRA claims are kept whole: disruption re-allocates them where a pod would move.
         p.gpu_share.is_some()
+            || !p.claims.is_empty()
             || !p.anti_affinity.is_empty()
             || self.selected.contains(&p.key.namespace)
     }
@@ -316,6 +322,12 @@ impl SnapshotBuilder {
                 let Ok(mut core) = p.core_pod() else {
                     continue;
                 };
+                if !core.claims.is_empty()
+                    && let Err(why) = inputs.dra.resolve(&key.namespace, &mut core.claims)
+                {
+                    out.refused.push((key.clone(), why));
+                    continue;
+                }
                 // Without a known minimum every pending member counts (the core's default).
                 if let Some(g) = &p.group {
                     match inputs.gangs.minimum(g) {
@@ -366,12 +378,24 @@ impl SnapshotBuilder {
                 ),
             ),
         };
+        out.snapshot.dra = inputs.dra.dra.clone();
         let pods_of = |pods: Option<&Vec<&CachedPod>>, fold: Option<&Fold>| -> Vec<CorePod> {
             let pods = pods.map_or(&[][..], Vec::as_slice);
-            match fold {
+            let mut out = match fold {
                 Some(f) => f.apply(pods),
-                None => pods.iter().filter_map(|p| p.core_pod().ok()).collect(),
+                None => pods
+                    .iter()
+                    .filter_map(|p| p.core_pod().ok())
+                    .collect::<Vec<_>>(),
+            };
+            // A bound pod's claims are allocated: resolved, they pin it where it runs. One
+            // that does not resolve (its claim gone) counts as its other requests only.
+            for p in out.iter_mut().filter(|p| !p.claims.is_empty()) {
+                if inputs.dra.resolve(&p.key.namespace, &mut p.claims).is_err() {
+                    p.claims.clear();
+                }
             }
+            out
         };
 
         // Claims.
@@ -602,6 +626,7 @@ mod tests {
             instance_types: &types,
             pending: &batch,
             gangs: &Default::default(),
+            dra: &Default::default(),
         });
         assert!(built.problems.is_empty(), "{:?}", built.problems);
         let s = &built.snapshot;
@@ -642,6 +667,8 @@ mod tests {
         types: &'a BTreeMap<String, Arc<Vec<InstanceType>>>,
         pending: &'a BTreeSet<PodKey>,
     ) -> Inputs<'a> {
+        static NO_DRA: std::sync::LazyLock<crate::controller::dra::DraIndex> =
+            std::sync::LazyLock::new(Default::default);
         static NO_GANGS: std::sync::LazyLock<crate::controller::gangs::GangObjects> =
             std::sync::LazyLock::new(Default::default);
         Inputs {
@@ -654,6 +681,7 @@ mod tests {
             instance_types: types,
             pending,
             gangs: &NO_GANGS,
+            dra: &NO_DRA,
         }
     }
 

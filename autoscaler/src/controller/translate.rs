@@ -29,9 +29,8 @@
 //! affinity, spread, PDBs with a computed `disruptionsAllowed` when no status exists). A field that
 //! does not translate gives a `TranslateError` with the field path
 //! (`spec.containers[0].resources.requests["cpu"]`), the value as JSON (cut to 200 characters) and
-//! why. A pod not yet bound that has `spec.resourceClaims` (DRA) is refused as unsupported rather
-//! than planned as if it asked for no devices; once bound, it translates without the claims so its
-//! other requests count on its node. `snapshot` assembles a `Snapshot` from the reflectors' stores.
+//! why. A pod's `spec.resourceClaims` (DRA) are carried by source (template or shared claim) and
+//! resolved each round against the DRA objects (`dra`). `snapshot` assembles a `Snapshot` from the reflectors' stores.
 //! A claim that is not Initialized is *in flight*; its registered Node is listed uninitialized and
 //! counted once.
 
@@ -105,9 +104,6 @@ impl std::fmt::Display for Why {
         }
     }
 }
-
-/// The message of a pod with `spec.resourceClaims`.
-pub const DRA_UNSUPPORTED: &str = "resource claims (DRA) are not supported yet";
 
 /// `value` as JSON, cut to [`VALUE_CHARS`] characters.
 fn render(value: &impl serde::Serialize) -> String {
@@ -237,7 +233,15 @@ pub fn label_selector(sel: &LabelSelector, path: &str) -> Result<Requirements, T
     Ok(r)
 }
 
-fn node_selector_term(term: &NodeSelectorTerm, path: &str) -> Result<Requirements, TranslateError> {
+/// One node selector term's requirements (`matchFields` on `metadata.name` read as the
+/// hostname label).
+///
+/// # Errors
+/// [`TranslateError`] naming the expression under `path` that does not parse.
+pub(crate) fn node_selector_term(
+    term: &NodeSelectorTerm,
+    path: &str,
+) -> Result<Requirements, TranslateError> {
     let mut r = Requirements::new();
     for (i, e) in term.match_expressions.iter().flatten().enumerate() {
         let field = format!("{path}.matchExpressions[{i}]");
@@ -484,24 +488,20 @@ fn started_at(p: &Pod, annotations: &Labels) -> Option<i64> {
 
 /// Translates a pod.
 ///
+/// Its DRA claims (`spec.resourceClaims`) are carried by source only: the round resolves
+/// their specs and allocations from the DRA objects (`super::dra`).
+///
 /// # Errors
-/// [`TranslateError`] naming the first field that does not parse, or, for a pod not bound to
-/// a node, `spec.resourceClaims` ([`Why::Unsupported`]): the planner has no model of DRA
-/// devices, and planning such a pod without them would launch nodes it cannot use. A bound
-/// pod with claims translates without them, so that what else it requests still counts as
-/// used on its node.
+/// [`TranslateError`] naming the first field that does not parse.
 pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
     let empty = PodSpec::default();
     let spec = p.spec.as_ref().unwrap_or(&empty);
-    let claims = spec.resource_claims.as_ref().filter(|c| !c.is_empty());
-    if let Some(claims) = claims.filter(|_| node_name(p).is_none()) {
-        let names: Vec<&str> = claims.iter().map(|c| c.name.as_str()).collect();
-        return Err(TranslateError {
-            field: "spec.resourceClaims".into(),
-            value: render(&names),
-            why: Why::Unsupported(DRA_UNSUPPORTED),
-        });
-    }
+    let claims =
+        super::dra::pod_claims(spec, p.status.as_ref()).map_err(|(i, why)| TranslateError {
+            field: format!("spec.resourceClaims[{i}]"),
+            value: render(&spec.resource_claims.as_ref().map(|c| &c[i])),
+            why: Why::Unsupported(why),
+        })?;
     let annotations: Labels = p.metadata.annotations.clone().unwrap_or_default();
     let mut requests = effective_requests(spec)?;
     requests.set(names::PODS, 1);
@@ -592,6 +592,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         local_storage,
         host_ports,
         started_at,
+        claims,
     })
 }
 

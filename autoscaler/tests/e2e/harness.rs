@@ -533,3 +533,127 @@ pub async fn summary(c: &Cluster) -> Option<serde_norway::Value> {
             .ok()??;
     serde_norway::from_str(cm.data?.get("status")?).ok()
 }
+
+/// A stand-in for the NVIDIA DRA driver's kubelet plugin: once a Node exists, it publishes the
+/// ResourceSlice the core predicts for the Node's instance type (the embedded catalog's,
+/// `autoscaler_core::dra::template::nvidia_slice`, whole GPUs), as the driver would on a real
+/// node. It runs in the test, never in the controller; dropping it stops it.
+pub struct FakeDraDriver(tokio::task::JoinHandle<()>);
+
+impl Drop for FakeDraDriver {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A core ResourceSlice as the `resource.k8s.io/v1` object the driver writes.
+pub fn slice_object(s: &autoscaler_core::dra::ResourceSlice) -> Value {
+    use autoscaler_core::dra::{AttributeValue, SliceNodes};
+    let attribute = |a: &AttributeValue| match a {
+        AttributeValue::Bool(b) => json!({"bool": b}),
+        AttributeValue::Int(i) => json!({"int": i}),
+        AttributeValue::String(s) => json!({"string": s}),
+        AttributeValue::Version(v) => json!({"version": v}),
+    };
+    let quantities = |m: &BTreeMap<String, autoscaler_core::quantity::Quantity>| -> Value {
+        m.iter()
+            .map(|(k, q)| (k.clone(), json!({"value": q.to_string()})))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let devices: Vec<Value> = s
+        .devices
+        .iter()
+        .map(|d| {
+            let attrs: serde_json::Map<String, Value> = d
+                .attributes
+                .iter()
+                .map(|(k, a)| (k.clone(), attribute(a)))
+                .collect();
+            let mut v = json!({"name": d.name, "attributes": attrs, "capacity": quantities(&d.capacity)});
+            if !d.consumes_counters.is_empty() {
+                v["consumesCounters"] = d
+                    .consumes_counters
+                    .iter()
+                    .map(|c| json!({"counterSet": c.counter_set, "counters": quantities(&c.counters)}))
+                    .collect();
+            }
+            v
+        })
+        .collect();
+    let mut spec = json!({"driver": s.driver, "devices": devices,
+        "pool": {"name": s.pool, "generation": s.generation, "resourceSliceCount": 1}});
+    match &s.nodes {
+        SliceNodes::Node(n) => spec["nodeName"] = json!(n),
+        SliceNodes::AllNodes => spec["allNodes"] = json!(true),
+        SliceNodes::Selector(_) => panic!("the NVIDIA driver publishes slices per node"),
+    }
+    if !s.shared_counters.is_empty() {
+        spec["sharedCounters"] = s
+            .shared_counters
+            .iter()
+            .map(|c| json!({"name": c.name, "counters": quantities(&c.counters)}))
+            .collect();
+    }
+    json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+           "metadata": {"name": s.name}, "spec": spec})
+}
+
+impl Cluster {
+    /// Starts the fake DRA driver (see [`FakeDraDriver`]), polling Nodes every 200 ms.
+    pub fn fake_dra_driver(&self) -> FakeDraDriver {
+        use k8s_openapi::api::resource::v1::ResourceSlice;
+        let client = self.client.clone();
+        let catalog = providers::catalog::default_catalog();
+        FakeDraDriver(tokio::spawn(async move {
+            let nodes: Api<Node> = Api::all(client.clone());
+            let slices: Api<ResourceSlice> = Api::all(client);
+            loop {
+                for n in nodes
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                {
+                    let name = n.metadata.name.clone().unwrap_or_default();
+                    let it = n
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("node.kubernetes.io/instance-type"))
+                        .and_then(|t| catalog.iter().find(|c| &c.name == t));
+                    let Some(slice) = it.and_then(|it| {
+                        autoscaler_core::dra::template::nvidia_slice(it, &name, false)
+                    }) else {
+                        continue;
+                    };
+                    if slices.get_opt(&slice.name).await.ok().flatten().is_none() {
+                        let obj: ResourceSlice = serde_json::from_value(slice_object(&slice))
+                            .expect("a slice the API accepts");
+                        let _ = slices.create(&PostParams::default(), &obj).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }))
+    }
+
+    /// Creates every document of a YAML file under the repository root (DeviceClasses,
+    /// ResourceClaimTemplates, Pods; namespaced ones in `default`).
+    pub async fn apply_file(&self, path: &str) {
+        use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate};
+        let text = std::fs::read_to_string(root().join(path)).expect("readable file");
+        for doc in serde_norway::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc).expect("YAML");
+            match v["kind"].as_str() {
+                Some("DeviceClass") => drop(self.create::<DeviceClass>(v).await),
+                Some("ResourceClaimTemplate") => {
+                    drop(self.create::<ResourceClaimTemplate>(v).await)
+                }
+                Some("ResourceClaim") => drop(self.create::<ResourceClaim>(v).await),
+                Some("Pod") => drop(self.create::<Pod>(v).await),
+                other => panic!("{path}: no kind {other:?} in the harness"),
+            }
+        }
+    }
+}

@@ -5,6 +5,7 @@ mod harness;
 
 mod cadence;
 mod crash;
+mod dra;
 mod events;
 mod explain;
 mod faults;

@@ -144,7 +144,7 @@ async fn e2e_untranslatable_and_dra_pods_get_one_event_and_a_good_pod_its_node()
                     "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
                 }),
             ),
-            r#"spec.resourceClaims: ["gpu"]: resource claims (DRA) are not supported yet"#,
+            r#"spec.resourceClaims[0] ("gpu"): ResourceClaimTemplate default/one-gpu not found"#,
         ),
     ];
     for (name, object, _) in &bad {

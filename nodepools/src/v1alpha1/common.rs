@@ -136,6 +136,9 @@ pub mod conditions {
         /// A GPU-class resource the claim was launched for shows zero allocatable (the device
         /// plugin is not up yet).
         pub const DEVICE_PLUGIN_NOT_READY: &str = "DevicePluginNotReady";
+        /// The claim was launched for pods with DRA claims and the Node's ResourceSlices do
+        /// not publish (yet) the devices its instance type's template predicts, per driver.
+        pub const RESOURCE_SLICES_NOT_PUBLISHED: &str = "ResourceSlicesNotPublished";
         /// The Node advertises less of a GPU-class (or requested extended) resource than the
         /// claim was launched for, past the device-plugin timeout; the message has the numbers.
         /// On a NodePool: the reason of [`super::CAPACITY_DELIVERED`] false.

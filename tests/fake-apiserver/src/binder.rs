@@ -8,8 +8,9 @@
 //! memory, `pods`, extended resources such as `nvidia.com/gpu`) fits in allocatable minus what
 //! non-terminal pods already bound there request; `NoSchedule`/`NoExecute` taints are tolerated;
 //! `nodeSelector` and required node affinity (`matchExpressions` and `matchFields` on
-//! `metadata.name`) match. Not modelled: pod (anti-)affinity, topology spread, preemption,
-//! host ports, volumes, DRA claims, scheduling gates other than "has any gate".
+//! `metadata.name`) match; a pod's DRA claims can be allocated on the node (`dra.rs`). Not
+//! modelled: pod (anti-)affinity, topology spread, preemption, host ports, volumes, scheduling
+//! gates other than "has any gate".
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::dra::{self, Dra};
 use crate::quantity::parse_milli;
 use crate::store::{State, WriteOpts, now, set_condition};
 
@@ -349,6 +351,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         )
     });
     let mut bound = 0;
+    let mut dra: Option<Dra> = None;
     for pod in pending {
         let ns = pod["metadata"]["namespace"]
             .as_str()
@@ -360,26 +363,50 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             .to_string();
         let req = requests_of(&pod);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        // DRA state is read once per pass, and only when some pod has claims.
+        let claims = dra::has_claims(&pod);
+        if claims && dra.is_none() {
+            dra = Some(Dra::load(state));
+        }
         // Resources first: it is the cheapest check and rules out full nodes at once; the
         // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
-        let chosen = views
-            .iter()
-            .position(|n| fits_resources(&req, n) && misfit(&pod, &req, n).is_none());
+        let mut chosen = None;
+        for (i, n) in views.iter().enumerate() {
+            if !fits_resources(&req, n) || misfit(&pod, &req, n).is_some() {
+                continue;
+            }
+            match dra
+                .as_mut()
+                .filter(|_| claims)
+                .map(|d| d.fit(&pod, &n.node))
+            {
+                Some(Err(_)) => continue,
+                Some(Ok(writes)) => chosen = Some((i, writes)),
+                None => chosen = Some((i, Vec::new())),
+            }
+            break;
+        }
         if chosen.is_none() {
             for n in &views {
-                if let Some(r) = misfit(&pod, &req, n) {
+                let why = misfit(&pod, &req, n).or_else(|| {
+                    dra.as_mut()
+                        .filter(|_| claims)
+                        .and_then(|d| d.fit(&pod, &n.node).err())
+                });
+                if let Some(r) = why {
                     *reasons.entry(r).or_default() += 1;
                 }
             }
         }
         match chosen {
-            Some(i) => {
+            Some((i, writes)) => {
                 let node_name = views[i].name.clone();
-                if state
-                    .bind(&ns, &name, &node_name, &WriteOpts::default())
-                    .is_err()
-                {
+                let Ok(bound_pod) = state.bind(&ns, &name, &node_name, &WriteOpts::default())
+                else {
                     continue;
+                };
+                if let Some(d) = dra.as_mut() {
+                    d.commit(state, &bound_pod, writes);
                 }
                 for (k, v) in req.iter() {
                     *views[i].free.entry(k.clone()).or_default() -= v;

@@ -31,6 +31,7 @@
 //! ```
 
 mod binder;
+mod dra;
 mod error;
 mod faults;
 mod http;

@@ -26,6 +26,10 @@ pub(crate) enum Builtin {
     PodTemplate,
     ConfigMap,
     Crd,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    DeviceClass,
+    ResourceSlice,
 }
 
 /// One served version of a resource.
@@ -316,6 +320,47 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
             ],
         ),
         crds,
+        builtin(
+            "resource.k8s.io",
+            "v1",
+            "ResourceClaim",
+            "resourceclaims",
+            true,
+            true,
+            Builtin::ResourceClaim,
+            &[],
+        ),
+        builtin(
+            "resource.k8s.io",
+            "v1",
+            "ResourceClaimTemplate",
+            "resourceclaimtemplates",
+            true,
+            false,
+            Builtin::ResourceClaimTemplate,
+            &[],
+        ),
+        builtin(
+            "resource.k8s.io",
+            "v1",
+            "DeviceClass",
+            "deviceclasses",
+            false,
+            false,
+            Builtin::DeviceClass,
+            &[],
+        ),
+        // The real server's field selectors on slices: a kubelet plugin lists its own node's.
+        builtin(
+            "resource.k8s.io",
+            "v1",
+            "ResourceSlice",
+            "resourceslices",
+            false,
+            false,
+            Builtin::ResourceSlice,
+            &["spec.nodeName", "spec.driver"],
+        ),
     ]
 }
 
@@ -465,6 +510,12 @@ pub(crate) fn typed_roundtrip(b: Builtin, v: Value) -> Result<Value, serde_json:
         Builtin::Crd => roundtrip::<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         >(v),
+        Builtin::ResourceClaim => roundtrip::<api::resource::v1::ResourceClaim>(v),
+        Builtin::ResourceClaimTemplate => {
+            roundtrip::<api::resource::v1::ResourceClaimTemplate>(v)
+        }
+        Builtin::DeviceClass => roundtrip::<api::resource::v1::DeviceClass>(v),
+        Builtin::ResourceSlice => roundtrip::<api::resource::v1::ResourceSlice>(v),
     }
 }
 

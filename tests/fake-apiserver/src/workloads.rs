@@ -246,6 +246,7 @@ impl State {
             self.sync_replicasets();
             self.sync_statefulsets();
             self.sync_daemonsets();
+            self.sync_resource_claims();
         }
         (self.rv - before) as usize
     }

@@ -17,7 +17,17 @@ use super::{
 /// (as the Cluster Autoscaler computes it); elsewhere max(cpu, memory). DaemonSet and mirror pods are left out
 /// of both sides when the matching option is on. Returns (utilization, is GPU node).
 pub fn utilization(node: &Node, config: &DisruptionConfig) -> (f64, bool) {
-    let (ratios, gpu) = utilization_by_resource(node, config);
+    utilization_with_devices(node, None, config)
+}
+
+/// [`utilization`] of a node that may have DRA devices (`devices`: total and allocated, from
+/// [`crate::dra::device_use`]).
+pub fn utilization_with_devices(
+    node: &Node,
+    devices: Option<crate::dra::DeviceUse>,
+    config: &DisruptionConfig,
+) -> (f64, bool) {
+    let (ratios, gpu) = utilization_by_resource_with_devices(node, devices, config);
     (ratios.iter().map(|(_, r)| *r).fold(0.0, f64::max), gpu)
 }
 
@@ -33,9 +43,45 @@ fn labelled_gpu_node(node: &Node) -> bool {
     count || node.labels.contains_key(labels::GKE_ACCELERATOR)
 }
 
+/// The name [`utilization_by_resource_with_devices`] gives the DRA devices' ratio.
+pub const DRA_DEVICES: &str = "DRA devices";
+
 /// The ratios [`utilization`] takes the highest of, by resource name (GPU-class resources on a
 /// GPU node, else cpu and memory), and whether the node is a GPU node.
 pub fn utilization_by_resource(
+    node: &Node,
+    config: &DisruptionConfig,
+) -> (Vec<(String, f64)>, bool) {
+    utilization_by_resource_with_devices(node, None, config)
+}
+
+/// [`utilization_by_resource`] counting DRA devices as the Cluster Autoscaler does: a node
+/// with devices (`devices.total > 0`) is a GPU node, and its allocated devices over its total
+/// are one more ratio ([`DRA_DEVICES`]).
+pub fn utilization_by_resource_with_devices(
+    node: &Node,
+    devices: Option<crate::dra::DeviceUse>,
+    config: &DisruptionConfig,
+) -> (Vec<(String, f64)>, bool) {
+    let (mut ratios, gpu) = utilization_without_devices(node, config);
+    match devices.filter(|d| d.total > 0) {
+        None => (ratios, gpu),
+        Some(d) => {
+            let r = (
+                DRA_DEVICES.to_string(),
+                f64::from(d.allocated) / f64::from(d.total),
+            );
+            if gpu {
+                ratios.push(r);
+                (ratios, true)
+            } else {
+                (vec![r], true)
+            }
+        }
+    }
+}
+
+fn utilization_without_devices(
     node: &Node,
     config: &DisruptionConfig,
 ) -> (Vec<(String, f64)>, bool) {
@@ -292,8 +338,10 @@ impl Pass<'_> {
     pub(super) fn candidates(&mut self, state: &DisruptionState) -> Vec<usize> {
         let snap = self.snap;
         let mut candidates: Vec<usize> = Vec::new();
+        let devices = crate::dra::device_use(&snap.dra);
         for (ni, n) in snap.nodes.iter().enumerate() {
-            let (util, gpu) = utilization(n, self.config);
+            let (util, gpu) =
+                utilization_with_devices(n, devices.get(n.name.as_str()).copied(), self.config);
             let mut v = Verdict {
                 node: n.name.clone(),
                 pool: n.pool.clone(),

@@ -53,6 +53,8 @@ pub fn simulate(
         booked_nodes: BTreeSet::new(),
         // A replacement counts against the cluster-wide maximums like any new node.
         cluster_limits: snap.cluster_limits.clone(),
+        // Claims allocated on a removed node are allocated again where their pods go.
+        dra: snap.dra.clone(),
     };
     let mut plan = plan_provisioning(&sim);
     refuse_uninitialized_targets(&mut plan, &sim.nodes);

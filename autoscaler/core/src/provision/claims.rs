@@ -69,6 +69,7 @@ impl<'a> Planner<'a> {
             class.shape_ok[c]
                 && !(avoid_gpu && self.shapes[c].has_gpu)
                 && need.fits(&self.shapes[c].allocatable)
+                && self.dra_fits_new(Some(i), si, c)
         };
         let zone_rules = self.needs_zone(i) && slot.zone.is_none();
         // The quick paths below do not list the narrowed candidates; minValues needs them.
@@ -331,7 +332,9 @@ impl<'a> Planner<'a> {
                             limited.push(pool.name.clone());
                             why
                         }
-                        None => self.no_fit_reason(pi, ci, &term, &need),
+                        None => self
+                            .dra_reason(i, pi)
+                            .unwrap_or_else(|| self.no_fit_reason(pi, ci, &term, &need)),
                     };
                     reasons.push(why);
                     continue;
@@ -539,6 +542,7 @@ impl<'a> Planner<'a> {
             copy.reserved = Resources::new();
             copy.reserved_models = BTreeMap::new();
             copy.reserved_cluster = Vec::new();
+            copy.dra_claims.clear();
             copy.open = true;
             // Only the candidates the pool's first pod narrowed to are kept, so that the
             // nodes share one template; the padding keeps the claim's zone too.
@@ -687,6 +691,7 @@ impl<'a> Planner<'a> {
         self.state.zone_counts = zc;
         self.state.zone_blocks = zb;
         self.state.placed[i] = Some(si);
+        self.dra_commit(i, si);
         if is_new {
             self.refresh_new_slot(si);
         }

@@ -81,9 +81,15 @@ impl<'a> Planner<'a> {
         let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
-        for p in &self.snap.pending {
+        for (i, p) in self.snap.pending.iter().enumerate() {
             let share = p.gpu_share.is_some();
-            let key = (&p.node_selector, &p.tolerations, share, &p.host_ports);
+            let key = (
+                &p.node_selector,
+                &p.tolerations,
+                share,
+                &p.host_ports,
+                &self.dra_keys[i],
+            );
             let ci = match index.get(&key) {
                 Some(ci) => *ci,
                 None => {
@@ -96,9 +102,13 @@ impl<'a> Planner<'a> {
                     let shape_ok: Vec<bool> = self
                         .shapes
                         .iter()
-                        .map(|s| {
+                        .enumerate()
+                        .map(|(si, s)| {
                             let pool = &self.snap.pools[s.pool];
                             if class_bar(pool, s, &p.tolerations, share, &p.host_ports).is_some() {
+                                return false;
+                            }
+                            if !self.dra_shape_ok(i, si) {
                                 return false;
                             }
                             let mut ok = false;
@@ -173,7 +183,8 @@ impl<'a> Planner<'a> {
             let n = scan_index.len();
             self.scan_group.push(*scan_index.entry(key).or_insert(n));
             self.monotone.push(
-                p.affinity.is_empty()
+                !self.dra_shared(i)
+                    && p.affinity.is_empty()
                     && !p
                         .spread
                         .iter()

@@ -168,7 +168,9 @@ pub(crate) fn pool_standing(snapshot: &Snapshot, name: &str) -> Option<Standing>
     let mut bare = snapshot.clone();
     bare.pending.clear();
     let options = PlanOptions::default();
-    let planner = Planner::new(&bare, &options);
+    // No pending pod: no DRA templates are needed.
+    let templates = super::dra::Templates::default();
+    let planner = Planner::new(&bare, &options, &templates);
     let pool = &bare.pools[pi];
     let u = &planner.state.usage[pi];
     let usage: BTreeMap<String, String> = u

@@ -40,6 +40,8 @@ impl Slot {
             reserved_cluster: Vec::new(),
             open: true,
             stamp: 0,
+            dra_taken: vec![],
+            dra_claims: vec![],
         }
     }
 }
@@ -283,6 +285,9 @@ impl<'a> Planner<'a> {
             if !self.topology_ok_fixed(i, si) {
                 continue;
             }
+            if !self.dra_fits_fixed(i, si) {
+                continue;
+            }
             return Some(si);
         }
         None
@@ -333,7 +338,8 @@ impl<'a> Planner<'a> {
     /// could hold against it.
     pub(super) fn verdict_depends_on_slot_only(&self, i: usize) -> bool {
         let pod = &self.snap.pending[i];
-        pod.spread.is_empty()
+        !self.dra_shared(i)
+            && pod.spread.is_empty()
             && pod.affinity.is_empty()
             && pod.anti_affinity.is_empty()
             && self.state.zone_blocks.is_empty()

@@ -786,6 +786,7 @@ pub(super) fn build_pod(
         mirror: false,
         host_ports: vec![],
         started_at: None,
+        claims: vec![],
     })
 }
 

@@ -141,6 +141,52 @@ fn registered_initializes_when_ready_untainted_and_gpus_advertised() {
 }
 
 #[test]
+fn a_dra_claim_initializes_only_once_its_slices_match_the_template() {
+    let c = claim(
+        json!({"status": {"providerID": "kwok://gpu-abc12", "nodeName": "gpu-abc12",
+        "conditions": [cond("Launched", "True", "Succeeded"), cond("Registered", "True", "Succeeded")]}}),
+    );
+    let t = Timeouts::default();
+    let ok = node(true, json!([]), "1");
+    let mut dra = DraDevices {
+        expected: BTreeMap::from([("gpu.nvidia.com".to_string(), 8)]),
+        published: BTreeMap::new(),
+    };
+    assert_eq!(
+        step_with_dra(&c, Some(&ok), Some(&dra), NOW, &t),
+        Action::NotInitialized {
+            reason: "ResourceSlicesNotPublished",
+            message: "waiting for the Node's ResourceSlices: gpu.nvidia.com 0 of 8".into()
+        }
+    );
+    // Another driver's devices do not stand in; too few are still too few.
+    dra.published.insert("other.example.com".into(), 8);
+    dra.published.insert("gpu.nvidia.com".into(), 4);
+    assert_eq!(dra.missing().as_deref(), Some("gpu.nvidia.com 4 of 8"));
+    dra.published.insert("gpu.nvidia.com".into(), 8);
+    assert_eq!(
+        step_with_dra(&c, Some(&ok), Some(&dra), NOW, &t),
+        Action::Initialize
+    );
+    // The Node's own readiness comes first; the initialization timeout still holds.
+    dra.published.clear();
+    let not_ready = node(false, json!([]), "1");
+    assert!(matches!(
+        step_with_dra(&c, Some(&not_ready), Some(&dra), NOW, &t),
+        Action::NotInitialized {
+            reason: "NodeNotReady",
+            ..
+        }
+    ));
+    assert!(matches!(
+        step_with_dra(&c, Some(&ok), Some(&dra), NOW + 900, &t),
+        Action::Delete { .. }
+    ));
+    // Without DRA expectations the same Node initializes as before.
+    assert_eq!(step(&c, Some(&ok), NOW, &t), Action::Initialize);
+}
+
+#[test]
 fn same_reason_is_not_written_twice() {
     let mut init = cond("Initialized", "False", "DevicePluginNotReady");
     init["message"] = json!("nvidia.com/gpu allocatable is zero (device plugin not up)");

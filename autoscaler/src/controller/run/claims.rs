@@ -1,14 +1,16 @@
 //! The NodeClaim lifecycle stage: one [`lifecycle::step`] per claim performed, pod events
 //! persisted onto claims, and deleted managed Nodes terminated.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use autoscaler_core::instance::InstanceType;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::ResourceExt;
-use nodepools::NodeClaim;
 use nodepools::conditions::{self, reasons};
+use nodepools::{NodeClaim, NodePool};
 use providers::CloudProvider;
 use serde_json::json;
 
@@ -63,7 +65,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
     async fn lifecycle(&mut self) {
         // Launches need the pools' catalogs; after a restart they are not loaded yet.
         let pools = self.stores.pools.state();
-        self.instance_types(&pools).await;
+        let types = self.instance_types(&pools).await;
+        let slices = self
+            .stores
+            .dra
+            .get()
+            .map(|d| d.slices.state())
+            .unwrap_or_default();
         let claims = self.stores.claims.state();
         let nodes = self.stores.nodes.state();
         let by_pid: HashMap<&str, &Arc<Node>> = nodes
@@ -95,7 +103,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             let node = lifecycle::provider_id(claim)
                 .and_then(|p| by_pid.get(p))
                 .map(|n| n.as_ref());
-            let action = lifecycle::step(claim, node, now, &timeouts);
+            let dra = dra_devices(claim, node, &pools, &types, &slices);
+            let action = lifecycle::step_with_dra(claim, node, dra.as_ref(), now, &timeouts);
             if let Err(e) = self.perform(claim, node, action, now).await {
                 tracing::warn!(claim = %name, error = %e, "NodeClaim lifecycle");
             }
@@ -384,4 +393,33 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
     }
+}
+
+/// The DRA devices a claim launched for pods with DRA claims waits for: its instance type's
+/// template against what its Node's slices publish (`None` for other claims, or before a Node
+/// registered).
+fn dra_devices(
+    claim: &NodeClaim,
+    node: Option<&Node>,
+    pools: &[Arc<NodePool>],
+    types: &BTreeMap<String, Arc<Vec<InstanceType>>>,
+    slices: &[Arc<ResourceSlice>],
+) -> Option<lifecycle::DraDevices> {
+    claim
+        .annotations()
+        .get(keys::DRA_ANNOTATION)
+        .filter(|v| v.as_str() == "true")?;
+    let node_name = node?.metadata.name.as_deref()?;
+    let pool = &claim.spec.node_pool;
+    let it_name = claim.status.as_ref()?.instance_type.as_deref()?;
+    let it = types.get(pool)?.iter().find(|t| t.name == it_name)?;
+    let partitions = pools
+        .iter()
+        .find(|p| p.name_any() == *pool)
+        .and_then(|p| p.spec.gpu_sharing.as_ref())
+        .is_some_and(|s| s.mig.is_some());
+    Some(lifecycle::DraDevices {
+        expected: crate::controller::dra::expected_devices(it, partitions),
+        published: crate::controller::dra::published_devices(slices, node_name),
+    })
 }

@@ -247,6 +247,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
         let gangs = self.stores.gang_objects();
+        let dra = self.stores.dra_index();
+        for (obj, problem) in &dra.problems {
+            tracing::warn!(object = %obj, %problem, "DRA object left out");
+        }
         let building = Instant::now();
         let mut built = self.builder.build_for_provisioning(&Inputs {
             pods: &pods,
@@ -258,6 +262,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             instance_types: &types,
             pending: &batch,
             gangs: &gangs,
+            dra: &dra,
         });
         self.hold_bookings(&mut built.snapshot, &pods);
         built.snapshot.cluster_limits = self.cluster_limits();
@@ -269,6 +274,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .iter()
                 .filter_map(|k| pod_by_key.get(k).map(|p| p.as_ref())),
         )
+        .chain(built.refused.iter().filter_map(|(k, why)| {
+            pod_by_key
+                .get(k)
+                .map(|p| (p.as_ref(), pod_problems::not_triggered(why)))
+        }))
         .collect();
         let refused_objects: HashSet<String> = refused
             .iter()
@@ -308,6 +318,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .filter_map(|nc| {
                 let np = pools.iter().find(|p| p.name_any() == nc.pool)?;
                 let mut obj = claim_object(nc, np, &self.args.cluster_name);
+                // Its Node must publish its DRA devices before it is initialized.
+                let dra = nc.pods.iter().any(|k| {
+                    pod_by_key
+                        .get(k)
+                        .is_some_and(|p| p.core.as_ref().is_ok_and(|c| !c.claims.is_empty()))
+                });
+                if dra {
+                    obj.metadata
+                        .annotations
+                        .get_or_insert_default()
+                        .insert(keys::DRA_ANNOTATION.into(), "true".into());
+                }
                 if nc.atomic {
                     obj.metadata.annotations.get_or_insert_default().insert(
                         crate::controller::atomic::ATOMIC_ANNOTATION.into(),
@@ -481,6 +503,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
         let gangs = self.stores.gang_objects();
+        let dra = self.stores.dra_index();
         let inputs = Inputs {
             pods: &pods,
             nodes: &nodes,
@@ -491,6 +514,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             instance_types: types,
             pending: &pending,
             gangs: &gangs,
+            dra: &dra,
         };
         let mut snap = if for_disruption {
             self.builder.build_for_disruption(&inputs)

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -18,6 +19,9 @@ use crate::controller::api_calls::check;
 use crate::controller::cache::{PodStore, PodWire};
 use crate::controller::gangs::{GangObjects, SchedulingPodGroup, VolcanoPodGroup};
 use crate::controller::provreq::ProvisioningRequest;
+
+pub mod dra;
+pub use dra::DraStores;
 
 /// The reflectors' stores.
 #[derive(Clone)]
@@ -44,6 +48,9 @@ pub struct Stores {
     pub quotas: Late<Store<CapacityQuota>>,
     /// NodeOverlays, once their CRD is installed.
     pub overlays: Late<Store<NodeOverlay>>,
+    /// ResourceClaims, their templates, DeviceClasses and ResourceSlices, once
+    /// `resource.k8s.io/v1` is served (Kubernetes 1.34 and later).
+    pub dra: Late<DraStores>,
 }
 
 /// The store of an optional API: empty while the API is not served, then set for good. The
@@ -241,7 +248,7 @@ where
 
 impl Stores {
     /// Starts every reflector; those of optional APIs (ProvisioningRequests, Volcano, the
-    /// Kubernetes PodGroup) once the API is served, checking again every `recheck`.
+    /// Kubernetes PodGroup, DRA) once the API is served, checking again every `recheck`.
     pub async fn start(client: &kube::Client, recheck: Duration) -> Self {
         let provreqs = {
             let client = client.clone();
@@ -272,7 +279,54 @@ impl Stores {
             reflect_when_served(client, "gpu-autoscaler.dev", "capacityquotas", recheck).await;
         let overlays =
             reflect_when_served(client, "gpu-autoscaler.dev", "nodeoverlays", recheck).await;
+        let dra = {
+            let client = client.clone();
+            Late::start("resource.k8s.io/v1", recheck, move || {
+                let client = client.clone();
+                async move {
+                    if !served::<ResourceSlice>(&client).await {
+                        return None;
+                    }
+                    let g = "resource.k8s.io";
+                    let stores = DraStores {
+                        claims: reflect_trimmed(
+                            Api::all(client.clone()),
+                            g,
+                            "resourceclaims",
+                            dra::trim_claim,
+                        ),
+                        templates: reflect_trimmed(
+                            Api::all(client.clone()),
+                            g,
+                            "resourceclaimtemplates",
+                            dra::trim_template,
+                        ),
+                        classes: reflect_trimmed(
+                            Api::all(client.clone()),
+                            g,
+                            "deviceclasses",
+                            dra::trim_class,
+                        ),
+                        slices: reflect_trimmed(
+                            Api::all(client),
+                            g,
+                            "resourceslices",
+                            dra::trim_slice,
+                        ),
+                    };
+                    let _ = futures::join!(
+                        stores.claims.wait_until_ready(),
+                        stores.templates.wait_until_ready(),
+                        stores.classes.wait_until_ready(),
+                        stores.slices.wait_until_ready(),
+                    );
+                    Some(stores)
+                }
+            })
+            .await
+        };
         Stores {
+            dra,
             quotas,
             overlays,
             provreqs,
@@ -299,6 +353,22 @@ impl Stores {
             self.pdbs.wait_until_ready(),
         );
         // Optional APIs' stores are set only once listed.
+    }
+
+    /// The DRA objects translated for one round (empty while `resource.k8s.io/v1` is not
+    /// served).
+    pub fn dra_index(&self) -> crate::controller::dra::DraIndex {
+        let objects = self
+            .dra
+            .get()
+            .map(|d| crate::controller::dra::DraObjects {
+                claims: d.claims.state(),
+                templates: d.templates.state(),
+                classes: d.classes.state(),
+                slices: d.slices.state(),
+            })
+            .unwrap_or_default();
+        crate::controller::dra::DraIndex::new(&objects)
     }
 
     /// What the cluster's gang objects say of gang minimums.

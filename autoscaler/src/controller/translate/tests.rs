@@ -399,28 +399,54 @@ fn refusals_name_the_field_and_the_value() {
 }
 
 #[test]
-fn resource_claims_are_refused_as_unsupported() {
+fn resource_claims_are_carried_by_source_for_the_round_to_resolve() {
     let p = pod_from(json!({
         "metadata": {"name": "dra"},
         "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}, "claims": [{"name": "gpu"}]}}],
-                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]}
+                 "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+                                    {"name": "nic", "resourceClaimName": "rdma"}]},
+        "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "dra-gpu-abcde"}]}
     }));
-    let err = pod(&p).unwrap_err();
-    assert_eq!(err.why, Why::Unsupported(DRA_UNSUPPORTED));
+    let core = pod(&p).unwrap();
+    let sources: Vec<_> = core
+        .claims
+        .iter()
+        .map(|c| (c.name.as_str(), &c.source))
+        .collect();
     assert_eq!(
-        err.to_string(),
-        r#"spec.resourceClaims: ["gpu"]: resource claims (DRA) are not supported yet"#
+        sources,
+        [
+            (
+                "gpu",
+                &autoscaler_core::dra::ClaimSource::Template {
+                    template: "one-gpu".into(),
+                    claim: Some("dra-gpu-abcde".into())
+                }
+            ),
+            (
+                "nic",
+                &autoscaler_core::dra::ClaimSource::Shared {
+                    claim: "rdma".into()
+                }
+            ),
+        ]
+    );
+    assert_eq!(core.requests.get(names::CPU), 1000);
+    // An entry naming no claim at all is refused (the API server would have refused it).
+    let neither = pod_from(json!({
+        "metadata": {"name": "dra"},
+        "spec": {"containers": [{"name": "c"}], "resourceClaims": [{"name": "gpu"}]}
+    }));
+    assert_eq!(
+        pod(&neither).unwrap_err().to_string(),
+        r#"spec.resourceClaims[0]: {"name":"gpu"}: names neither resourceClaimName nor resourceClaimTemplateName"#
     );
     // An empty list asks for nothing.
     let empty = pod_from(json!({
         "metadata": {"name": "dra"},
         "spec": {"containers": [{"name": "c"}], "resourceClaims": []}
     }));
-    assert!(pod(&empty).is_ok());
-    // Once bound (by a scheduler that allocated the claim), the pod's other requests count.
-    let mut bound = p.clone();
-    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
-    assert_eq!(pod(&bound).unwrap().requests.get(names::CPU), 1000);
+    assert!(pod(&empty).unwrap().claims.is_empty());
 }
 
 #[test]
