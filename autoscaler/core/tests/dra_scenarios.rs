@@ -370,7 +370,8 @@ mod disruption {
         expect![[r#"
             Underutilized Delete nodes=[a] pods=1 savings=21.960
             keep b: GPU utilization 0.75 above threshold 0.50
-        "#]].assert_eq(&plan(nodes, vec![p4d()], dra));
+        "#]]
+        .assert_eq(&plan(nodes, vec![p4d()], dra));
     }
 
     #[test]
@@ -385,7 +386,8 @@ mod disruption {
         expect![[r#"
             keep a: no strictly cheaper replacement
             keep b: GPU utilization 0.88 above threshold 0.50
-        "#]].assert_eq(&plan(nodes, vec![p4d()], dra));
+        "#]]
+        .assert_eq(&plan(nodes, vec![p4d()], dra));
     }
 
     #[test]
@@ -399,6 +401,7 @@ mod disruption {
         expect![[r#"
             Underutilized Replace nodes=[a] pods=1 savings=20.954 replacement=g5.xlarge@1.006
             keep b: GPU utilization 1.00 above threshold 0.50
-        "#]].assert_eq(&plan(nodes, types, dra));
+        "#]]
+        .assert_eq(&plan(nodes, types, dra));
     }
 }

@@ -356,14 +356,11 @@ impl<'a> Planner<'a> {
         let (_, rest) = self.dra_pending(i);
         let ns = self.snap.pending[i].key.namespace.clone();
         let d = self.dra.as_ref().expect("checked");
-        for (c, shared) in &d.pods[i].claims {
-            if let Some(s) = shared {
-                self.state
-                    .dra_shared
-                    .entry((ns.clone(), s.to_string()))
-                    .or_insert(si);
-            }
-            let _ = c;
+        for s in d.pods[i].claims.iter().filter_map(|(_, shared)| *shared) {
+            self.state
+                .dra_shared
+                .entry((ns.clone(), s.to_string()))
+                .or_insert(si);
         }
         let slot = &self.state.slots[si];
         if slot.kind == SlotKind::New {
