@@ -20,6 +20,7 @@
 //! time-sliced replica 1/replicas), the physical GPUs provisioned and their ratio.
 
 mod e2e;
+mod reliability;
 pub(crate) mod gpu_mix;
 pub(crate) mod karpenter;
 pub(crate) mod openb;
@@ -46,6 +47,10 @@ pub(crate) enum BenchCommand {
     /// Run the controller binary against a local fake API server and time a burst of pending
     /// pods to their NodeClaims (see `e2e`).
     E2e(e2e::E2eArgs),
+    /// Launches, SIGKILLs at lifecycle points, cloud and API faults, then a disruption replay
+    /// against the controller binary; counts leaks, duplicates, lost pods and safety
+    /// violations (see `reliability`).
+    Reliability(reliability::ReliabilityArgs),
 }
 
 /// Options of `bench planner`.
@@ -157,6 +162,7 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Planner(args) => planner(&args),
         BenchCommand::E2e(args) => e2e::run(args).map(|_| ()).map_err(Into::into),
+        BenchCommand::Reliability(args) => reliability::run(args).map(|_| ()).map_err(Into::into),
     }
 }
 

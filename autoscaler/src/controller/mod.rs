@@ -63,6 +63,7 @@ pub mod batcher;
 pub mod cache;
 pub mod cluster_status;
 pub mod consolidatable;
+pub mod crashpoint;
 pub mod disrupt;
 pub mod error;
 pub mod gangs;
