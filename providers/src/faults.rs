@@ -69,7 +69,9 @@ impl FromStr for CloudFaultRates {
                 .parse()
                 .ok()
                 .filter(|x: &f64| (0.0..=1.0).contains(x))
-                .ok_or_else(|| format!("cloud fault rate {part:?}: {v:?} is not a rate in 0..=1"))?;
+                .ok_or_else(|| {
+                    format!("cloud fault rate {part:?}: {v:?} is not a rate in 0..=1")
+                })?;
             match k {
                 "ice" => r.insufficient_capacity = rate,
                 "429" => r.throttle = rate,
@@ -257,10 +259,30 @@ mod tests {
         assert!((r.total() - 0.4).abs() < 1e-12);
         let all: CloudFaultRates = "all=0.3".parse().unwrap();
         assert!((all.timeout - 0.075).abs() < 1e-12);
-        assert!("ice".parse::<CloudFaultRates>().unwrap_err().contains("KIND=RATE"));
-        assert!("ice=2".parse::<CloudFaultRates>().unwrap_err().contains("\"2\""));
-        assert!("oops=0.1".parse::<CloudFaultRates>().unwrap_err().contains("oops"));
-        assert!("ice=0.6,429=0.6".parse::<CloudFaultRates>().unwrap_err().contains("more than 1"));
+        assert!(
+            "ice"
+                .parse::<CloudFaultRates>()
+                .unwrap_err()
+                .contains("KIND=RATE")
+        );
+        assert!(
+            "ice=2"
+                .parse::<CloudFaultRates>()
+                .unwrap_err()
+                .contains("\"2\"")
+        );
+        assert!(
+            "oops=0.1"
+                .parse::<CloudFaultRates>()
+                .unwrap_err()
+                .contains("oops")
+        );
+        assert!(
+            "ice=0.6,429=0.6"
+                .parse::<CloudFaultRates>()
+                .unwrap_err()
+                .contains("more than 1")
+        );
     }
 
     #[test]
@@ -272,7 +294,9 @@ mod tests {
         }];
         let run = |seed| {
             let f = CloudFaultInjector::new(CloudFaultRates::even(0.3), seed);
-            let draws: Vec<Draw> = (0..10_000).map(|_| f.draw(Action::Launch, &offer)).collect();
+            let draws: Vec<Draw> = (0..10_000)
+                .map(|_| f.draw(Action::Launch, &offer))
+                .collect();
             (draws, f.counts())
         };
         let (a, counts) = run(7);

@@ -543,11 +543,13 @@ impl CloudProvider for KwokProvider {
     }
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
-        self.retrying(Action::Delete, &[], || self.delete_once(provider_id)).await
+        self.retrying(Action::Delete, &[], || self.delete_once(provider_id))
+            .await
     }
 
     async fn get(&self, provider_id: &str) -> Result<Instance, ProviderError> {
-        self.retrying(Action::Get, &[], || self.get_once(provider_id)).await
+        self.retrying(Action::Get, &[], || self.get_once(provider_id))
+            .await
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {

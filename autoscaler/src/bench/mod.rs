@@ -20,10 +20,10 @@
 //! time-sliced replica 1/replicas), the physical GPUs provisioned and their ratio.
 
 mod e2e;
-mod reliability;
 pub(crate) mod gpu_mix;
 pub(crate) mod karpenter;
 pub(crate) mod openb;
+mod reliability;
 mod rng;
 pub(crate) mod small_exact;
 

@@ -35,9 +35,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use autoscaler::controller::Result;
 use autoscaler::controller::crashpoint;
 use autoscaler::controller::keys;
-use autoscaler::controller::Result;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -144,7 +144,9 @@ pub(crate) struct ReliabilityResult {
 pub(crate) fn run(args: ReliabilityArgs) -> Result<ReliabilityResult> {
     if !(0.0..=1.0).contains(&args.cloud_fault_rate) || !(0.0..=1.0).contains(&args.api_fault_rate)
     {
-        return Err(cfg("--cloud-fault-rate and --api-fault-rate are rates in 0..=1"));
+        return Err(cfg(
+            "--cloud-fault-rate and --api-fault-rate are rates in 0..=1",
+        ));
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -174,7 +176,10 @@ fn print_table(r: &ReliabilityResult) {
         ("duplicate nodes", r.duplicate_nodes.to_string()),
         ("duplicate claims", r.duplicate_claims.to_string()),
         ("lost pods", r.lost_pods.to_string()),
-        ("unplaced satisfiable pods", r.unplaced_satisfiable_pods.to_string()),
+        (
+            "unplaced satisfiable pods",
+            r.unplaced_satisfiable_pods.to_string(),
+        ),
         ("safety violations", r.safety_violations.to_string()),
         ("wall seconds", format!("{:.0}", r.wall_seconds)),
     ];
@@ -234,14 +239,26 @@ fn start_server(args: &ReliabilityArgs, dir: &Path) -> Result<(Server, PathBuf)>
     let rate = args.api_fault_rate;
     // The API fault rate is split over the kinds each class can get.
     let rw = format!("429={:.4},5xx={:.4}", rate / 2.0, rate / 2.0);
-    let writes = format!("409={:.4},429={:.4},5xx={:.4}", rate / 3.0, rate / 3.0, rate / 3.0);
+    let writes = format!(
+        "409={:.4},429={:.4},5xx={:.4}",
+        rate / 3.0,
+        rate / 3.0,
+        rate / 3.0
+    );
     let mut child = Killed(
         Command::new(&bin)
             .args(["--port", "0", "--history", "200000", "--binder"])
             .args(["--binder-interval-ms", "100", "--graceful-deletion", "0.02"])
             .args(["--pod-gc-delay-ms", "2000"])
             .args(["--fault-seed", &args.seed.to_string()])
-            .args(["--read-faults", &rw, "--write-faults", &writes, "--watch-faults", &rw])
+            .args([
+                "--read-faults",
+                &rw,
+                "--write-faults",
+                &writes,
+                "--watch-faults",
+                &rw,
+            ])
             .args(["--watch-drop-rate", &format!("{:.4}", rate / 10.0)])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
@@ -281,11 +298,8 @@ fn audit(url: &str) -> Result<Value> {
     let mut conn = std::net::TcpStream::connect(addr).map_err(|e| cfg(e.to_string()))?;
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(|e| cfg(e.to_string()))?;
-    write!(
-        conn,
-        "GET /debug/audit HTTP/1.0\r\nHost: {addr}\r\n\r\n"
-    )
-    .map_err(|e| cfg(e.to_string()))?;
+    write!(conn, "GET /debug/audit HTTP/1.0\r\nHost: {addr}\r\n\r\n")
+        .map_err(|e| cfg(e.to_string()))?;
     let mut text = String::new();
     conn.read_to_string(&mut text)
         .map_err(|e| cfg(e.to_string()))?;
@@ -395,7 +409,10 @@ impl Bench<'_> {
                 p["spec"]["template"]["taints"] =
                     json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]);
             }
-            let name = p["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = p["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let obj: NodePool = serde_json::from_value(p).map_err(|e| cfg(e.to_string()))?;
             pools
                 .create(&PostParams::default(), &obj)
@@ -463,7 +480,10 @@ impl Bench<'_> {
         ])
         .arg(format!("--identity=reliability-{n}"))
         .arg(format!("--kwok-faults=all={}", self.args.cloud_fault_rate))
-        .arg(format!("--kwok-fault-seed={}", self.args.seed.wrapping_mul(1000) + n as u64))
+        .arg(format!(
+            "--kwok-fault-seed={}",
+            self.args.seed.wrapping_mul(1000) + n as u64
+        ))
         .env("KUBECONFIG", &self.kubeconfig)
         .env("RUST_LOG", "warn,autoscaler=info,providers=info")
         .env_remove("POD_NAMESPACE")
@@ -556,7 +576,11 @@ impl Bench<'_> {
                 .and_then(|s| s.taints.as_ref())
                 .is_some_and(|ts| ts.iter().any(|t| t.key == keys::DISRUPTION_TAINT));
             if disrupting && !self.failed.contains(&n.name_any()) {
-                let pool = n.labels().get(keys::POOL_LABEL).cloned().unwrap_or_default();
+                let pool = n
+                    .labels()
+                    .get(keys::POOL_LABEL)
+                    .cloned()
+                    .unwrap_or_default();
                 *tainted.entry(pool).or_default() += 1;
             }
         }
@@ -662,7 +686,9 @@ impl Bench<'_> {
             let candidates: Vec<&Node> = nodes
                 .iter()
                 .filter(|n| n.metadata.deletion_timestamp.is_none())
-                .filter(|n| !interruption || n.labels().get("lane").map(String::as_str) == Some(SPOT_POOL))
+                .filter(|n| {
+                    !interruption || n.labels().get("lane").map(String::as_str) == Some(SPOT_POOL)
+                })
                 .collect();
             if candidates.is_empty() {
                 return Ok(0);
@@ -692,7 +718,11 @@ impl Bench<'_> {
         if roll < 87 {
             let deps = self.deployments();
             let (name, _, _) = &deps[self.rng.below(deps.len())];
-            let value = if self.rng.chance(50) { json!(1) } else { json!("50%") };
+            let value = if self.rng.chance(50) {
+                json!(1)
+            } else {
+                json!("50%")
+            };
             Api::<PodDisruptionBudget>::namespaced(self.client.clone(), NS)
                 .patch(
                     name,
@@ -718,7 +748,9 @@ impl Bench<'_> {
         }
         // Protected bare pods: created, or the oldest deleted.
         if self.bare.len() < 6 || self.rng.chance(50) {
-            let i = self.started_controllers * 100_000 + self.bare_lost_with_node * 1000 + self.rng.below(1000);
+            let i = self.started_controllers * 100_000
+                + self.bare_lost_with_node * 1000
+                + self.rng.below(1000);
             let name = format!("protected-{i}");
             if self.bare.contains_key(&name) {
                 return Ok(0);
@@ -728,7 +760,11 @@ impl Bench<'_> {
             } else {
                 json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"})
             };
-            let lane = if self.rng.chance(50) { SPOT_POOL } else { CPU_POOL };
+            let lane = if self.rng.chance(50) {
+                SPOT_POOL
+            } else {
+                CPU_POOL
+            };
             let mut pod = pod_template(&name, lane, false, annotations);
             pod["metadata"]["name"] = json!(name);
             pod["metadata"]["namespace"] = json!(NS);
@@ -791,7 +827,10 @@ impl Bench<'_> {
                 quiet_since = None;
             }
             if Instant::now() > deadline {
-                eprintln!("not settled after {:?}: {pending} pods pending, {empty} empty nodes, {live} of {wanted} replicas", self.args.settle_timeout);
+                eprintln!(
+                    "not settled after {:?}: {pending} pods pending, {empty} empty nodes, {live} of {wanted} replicas",
+                    self.args.settle_timeout
+                );
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -866,13 +905,17 @@ impl Bench<'_> {
                 n.spec
                     .as_ref()
                     .and_then(|s| s.provider_id.as_ref())
-                    .is_some_and(|p| p.starts_with(providers::kwok::PROVIDER_ID_PREFIX) && !claimed.contains(p))
+                    .is_some_and(|p| {
+                        p.starts_with(providers::kwok::PROVIDER_ID_PREFIX) && !claimed.contains(p)
+                    })
             })
             .map(|n| n.name_any())
             .collect();
         let empty = self.empty_nodes(&pods).await?;
         if shared_nodes + unclaimed.len() + empty.len() > 0 {
-            eprintln!("duplicate nodes: {shared_nodes} sharing an instance, unclaimed {unclaimed:?}, empty {empty:?}");
+            eprintln!(
+                "duplicate nodes: {shared_nodes} sharing an instance, unclaimed {unclaimed:?}, empty {empty:?}"
+            );
         }
         result.duplicate_nodes = shared_nodes + unclaimed.len() + empty.len();
 
@@ -918,7 +961,11 @@ impl Bench<'_> {
             eprintln!("bare pods lost: {gone:?}");
         }
         result.lost_pods = lost + gone.len();
-        let unplaced: Vec<String> = pods.iter().filter(|p| unplaced(p)).map(|p| p.name_any()).collect();
+        let unplaced: Vec<String> = pods
+            .iter()
+            .filter(|p| unplaced(p))
+            .map(|p| p.name_any())
+            .collect();
         if !unplaced.is_empty() {
             eprintln!("unplaced pods: {unplaced:?}");
         }
@@ -980,7 +1027,11 @@ async fn bench(args: &ReliabilityArgs) -> Result<ReliabilityResult> {
     ));
     std::fs::create_dir_all(&dir).map_err(|e| cfg(e.to_string()))?;
     let (server, clean) = start_server(args, &dir)?;
-    eprintln!("fake API server at {}; logs in {}", server.url, dir.display());
+    eprintln!(
+        "fake API server at {}; logs in {}",
+        server.url,
+        dir.display()
+    );
     let client = client_from(&clean).await?;
     let mut b = Bench {
         args,

@@ -88,10 +88,14 @@ impl<P: CloudProvider + 'static> Shared<P> {
             "terminate" => (Some("terminate:before"), Some("terminate:after")),
             _ => (None, None),
         };
-        before.map(crate::controller::crashpoint::reached);
+        if let Some(p) = before {
+            crate::controller::crashpoint::reached(p);
+        }
         let started = Instant::now();
         let result = f().await;
-        after.map(crate::controller::crashpoint::reached);
+        if let Some(p) = after {
+            crate::controller::crashpoint::reached(p);
+        }
         let code = match &result {
             Ok(_) => "ok",
             Err(e) => e.code(),

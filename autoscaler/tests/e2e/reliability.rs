@@ -153,8 +153,14 @@ async fn kwok_operations_make_at_most_max_attempts_cloud_calls_under_faults() {
             1,
         ),
     );
-    let err = failing.launch(&launch_request("always-throttled")).await.unwrap_err();
-    assert!(matches!(err, providers::ProviderError::Throttled { .. }), "{err}");
+    let err = failing
+        .launch(&launch_request("always-throttled"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, providers::ProviderError::Throttled { .. }),
+        "{err}"
+    );
     assert_eq!(failing.faults_injected().calls, 5);
     assert!(c.instances().await.is_empty(), "no call went through");
 
@@ -176,7 +182,11 @@ async fn kwok_operations_make_at_most_max_attempts_cloud_calls_under_faults() {
     }
     let counts = kwok.faults_injected();
     assert!(counts.total() > 0, "faults were injected: {counts:?}");
-    assert!(launched.len() >= 20, "most launches succeed: {}", launched.len());
+    assert!(
+        launched.len() >= 20,
+        "most launches succeed: {}",
+        launched.len()
+    );
     // A timeout after the call took effect leaves an instance whose launch reported failure:
     // the claim name is the idempotency token, so the claim's next launch finds it.
     for pid in &launched {
@@ -193,12 +203,16 @@ async fn kwok_operations_make_at_most_max_attempts_cloud_calls_under_faults() {
         .instances()
         .await
         .iter()
-        .map(|i| kube::ResourceExt::name_any(i))
+        .map(kube::ResourceExt::name_any)
         .collect();
     for name in &names {
         let again = kwok.launch(&launch_request(name)).await;
         if let Ok(l) = again {
-            assert_eq!(l.instance.claim.as_deref(), Some(name.as_str()), "the same instance");
+            assert_eq!(
+                l.instance.claim.as_deref(),
+                Some(name.as_str()),
+                "the same instance"
+            );
         }
     }
     assert_eq!(
