@@ -57,6 +57,7 @@ use serde_json::json;
 
 use crate::common::RetrySettings;
 use crate::error::{Action, ProviderError};
+use crate::faults::{CloudFaultCounts, CloudFaultInjector, CloudFaultRates, Draw};
 use crate::provider::{
     CloudProvider, Instance, InstanceState, LaunchRequest, Launched, NodeClassRef, OfferingKey,
     tags,
@@ -201,6 +202,11 @@ pub struct KwokConfig {
     /// Retries of an operation whose API calls failed transiently (429, 5xx, conflicts,
     /// network): the provider's single retry layer.
     pub retry: RetrySettings,
+    /// Emulated cloud faults: each attempt of an operation (one cloud call) draws once, before
+    /// the retry layer sees its result (see [`crate::faults`]). None by default.
+    pub faults: CloudFaultRates,
+    /// Seed of the fault draws.
+    pub fault_seed: u64,
 }
 
 impl Default for KwokConfig {
@@ -213,6 +219,8 @@ impl Default for KwokConfig {
             launch_latency: Duration::ZERO,
             gpu_fraction: 1.0,
             retry: RetrySettings::default(),
+            faults: CloudFaultRates::default(),
+            fault_seed: 0,
         }
     }
 }
@@ -223,6 +231,7 @@ pub struct KwokProvider {
     client: kube::Client,
     catalog: Vec<InstanceType>,
     config: KwokConfig,
+    faults: std::sync::Arc<CloudFaultInjector>,
 }
 
 fn kube_err(action: Action, e: kube::Error) -> ProviderError {
@@ -271,11 +280,18 @@ fn age(since: Option<&Time>, now: jiff::Timestamp) -> Duration {
 impl KwokProvider {
     /// A provider creating objects through `client`, offering `catalog`.
     pub fn new(client: kube::Client, catalog: Vec<InstanceType>, config: KwokConfig) -> Self {
+        let faults = std::sync::Arc::new(CloudFaultInjector::new(config.faults, config.fault_seed));
         KwokProvider {
             client,
             catalog,
             config,
+            faults,
         }
+    }
+
+    /// The emulated cloud faults injected so far (and the calls drawn).
+    pub fn faults_injected(&self) -> CloudFaultCounts {
+        self.faults.counts()
     }
 
     fn instances_api(&self) -> Api<KwokInstance> {
@@ -521,19 +537,23 @@ impl CloudProvider for KwokProvider {
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, ProviderError> {
-        self.retrying(|| self.launch_once(request)).await
+        let offerings = &request.candidates;
+        self.retrying(Action::Launch, offerings, || self.launch_once(request))
+            .await
     }
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {
-        self.retrying(|| self.delete_once(provider_id)).await
+        self.retrying(Action::Delete, &[], || self.delete_once(provider_id))
+            .await
     }
 
     async fn get(&self, provider_id: &str) -> Result<Instance, ProviderError> {
-        self.retrying(|| self.get_once(provider_id)).await
+        self.retrying(Action::Get, &[], || self.get_once(provider_id))
+            .await
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
-        self.retrying(|| self.list_once()).await
+        self.retrying(Action::List, &[], || self.list_once()).await
     }
 }
 
@@ -541,15 +561,34 @@ impl CloudProvider for KwokProvider {
 /// of a missing instance succeeds), so [`KwokProvider::retrying`] may repeat it.
 impl KwokProvider {
     /// Runs `op` until it succeeds, fails for good, or `config.retry.max_attempts` attempts
-    /// were made, sleeping a jittered exponential delay between attempts.
-    async fn retrying<T, F, Fut>(&self, op: F) -> Result<T, ProviderError>
+    /// were made, sleeping a jittered exponential delay between attempts. Each attempt is one
+    /// call of the emulated cloud and draws once from the fault injector, so an operation
+    /// makes at most `max_attempts` cloud calls whatever the faults.
+    async fn retrying<T, F, Fut>(
+        &self,
+        action: Action,
+        offerings: &[OfferingKey],
+        op: F,
+    ) -> Result<T, ProviderError>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T, ProviderError>>,
     {
         let mut attempts = 0;
         loop {
-            let result = op().await;
+            let result = match self.faults.draw(action, offerings) {
+                Draw::Pass => op().await,
+                Draw::FailBefore(e) => {
+                    tracing::info!(error = %e, "injected cloud fault");
+                    Err(e)
+                }
+                Draw::FailAfter(e) => {
+                    // The call takes effect; its answer is lost.
+                    let _ = op().await;
+                    tracing::info!(error = %e, after = true, "injected cloud fault");
+                    Err(e)
+                }
+            };
             attempts += 1;
             match result {
                 Err(e) if e.is_retryable() && self.config.retry.may_retry(attempts) => {

@@ -9,6 +9,8 @@
 //!   file of public facts, turned into core [`autoscaler_core::InstanceType`]s.
 //! - [`common`]: what real providers share: retry/backoff and token-bucket settings, label-safe
 //!   names, and the node labels of an instance type and its GPUs.
+//! - [`faults`]: cloud faults at a seeded rate (capacity, throttling, 5xx, timeouts) for the
+//!   emulated and fake clouds.
 //! - [`fake`]: a deterministic in-memory provider for tests and the simulator.
 //! - `kwok` (cargo feature `kwok`): machines as Kubernetes Node objects, for end-to-end tests
 //!   and large-scale trials without cloud cost.
@@ -17,6 +19,7 @@ pub mod catalog;
 pub mod common;
 mod error;
 pub mod fake;
+pub mod faults;
 #[cfg(feature = "kwok")]
 pub mod kwok;
 mod provider;

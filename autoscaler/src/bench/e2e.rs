@@ -71,7 +71,7 @@ pub(crate) struct E2eResult {
     pub(crate) controller_peak_rss_mib: f64,
 }
 
-struct Killed(Child);
+pub(super) struct Killed(pub(super) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -80,11 +80,11 @@ impl Drop for Killed {
     }
 }
 
-fn cfg(msg: impl Into<String>) -> Error {
+pub(super) fn cfg(msg: impl Into<String>) -> Error {
     Error::Config(msg.into())
 }
 
-fn kerr(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
+pub(super) fn kerr(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
     move |e| Error::kube(what, e)
 }
 

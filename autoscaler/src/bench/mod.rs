@@ -26,6 +26,8 @@ mod e2e;
 pub(crate) mod gpu_mix;
 pub(crate) mod karpenter;
 pub(crate) mod openb;
+#[cfg(feature = "controller")]
+mod reliability;
 mod rng;
 pub(crate) mod small_exact;
 
@@ -54,6 +56,15 @@ pub(crate) enum BenchCommand {
     /// feature, which this binary was built without.
     #[cfg(not(feature = "controller"))]
     E2e(crate::NotBuilt),
+    /// Launches, SIGKILLs at lifecycle points, cloud and API faults, then a disruption replay
+    /// against the controller binary; counts leaks, duplicates, lost pods and safety
+    /// violations (see `reliability`).
+    #[cfg(feature = "controller")]
+    Reliability(reliability::ReliabilityArgs),
+    /// The reliability benchmark against the controller binary: needs the `controller`
+    /// feature, which this binary was built without.
+    #[cfg(not(feature = "controller"))]
+    Reliability(crate::NotBuilt),
 }
 
 /// Options of `bench planner`.
@@ -171,6 +182,10 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::E2e(args) => e2e::run(args).map(|_| ()).map_err(Into::into),
         #[cfg(not(feature = "controller"))]
         BenchCommand::E2e(_) => crate::no_controller("bench e2e"),
+        #[cfg(feature = "controller")]
+        BenchCommand::Reliability(args) => reliability::run(args).map(|_| ()).map_err(Into::into),
+        #[cfg(not(feature = "controller"))]
+        BenchCommand::Reliability(_) => crate::no_controller("bench reliability"),
     }
 }
 

@@ -13,6 +13,7 @@ use nodepools::{NodeClaim, NodePool};
 use serde_json::{Value, json};
 
 use super::api_calls::check;
+use super::crashpoint;
 use super::error::{Error, Result};
 use super::keys;
 
@@ -109,10 +110,14 @@ impl Actuator {
     /// The API error.
     pub async fn create_claim(&self, claim: &NodeClaim) -> Result<NodeClaim> {
         check(GROUP, "nodeclaims", "create");
-        self.claims()
+        crashpoint::reached("claim-write:before");
+        let created = self
+            .claims()
             .create(&PostParams::default(), claim)
             .await
-            .map_err(|e| Error::kube("creating a NodeClaim", e))
+            .map_err(|e| Error::kube("creating a NodeClaim", e));
+        crashpoint::reached("claim-write:after");
+        created
     }
 
     /// Writes a NodeClaim's whole status (the controller is its only writer).
@@ -257,6 +262,7 @@ impl Actuator {
     /// The API error; 404 is `Ok`.
     pub async fn delete_node(&self, name: &str) -> Result<()> {
         check("", "nodes", "delete");
+        crashpoint::reached("node-delete");
         match self.nodes().delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(e) if is(&e, 404) => Ok(()),
@@ -270,6 +276,7 @@ impl Actuator {
     /// Any API error other than 429 and 404.
     pub async fn evict(&self, pod: &PodKey) -> Result<Evicted> {
         check("", "pods/eviction", "create");
+        crashpoint::reached("drain");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         match api.evict(&pod.name, &EvictParams::default()).await {
             Ok(_) => Ok(Evicted::Yes),

@@ -65,6 +65,7 @@ pub mod batcher;
 pub mod cache;
 pub mod cluster_status;
 pub mod consolidatable;
+pub mod crashpoint;
 pub mod disrupt;
 pub mod dra;
 pub mod error;

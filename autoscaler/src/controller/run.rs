@@ -83,8 +83,19 @@ impl<P: CloudProvider + 'static> Shared<P> {
         Fut: std::future::Future<Output = Result<T, ProviderError>>,
     {
         self.limiter.until_ready().await;
+        let (before, after) = match what {
+            "launch" => (Some("launch:before"), Some("launch:after")),
+            "terminate" => (Some("terminate:before"), Some("terminate:after")),
+            _ => (None, None),
+        };
+        if let Some(p) = before {
+            crate::controller::crashpoint::reached(p);
+        }
         let started = Instant::now();
         let result = f().await;
+        if let Some(p) = after {
+            crate::controller::crashpoint::reached(p);
+        }
         let code = match &result {
             Ok(_) => "ok",
             Err(e) => e.code(),
@@ -368,6 +379,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     gpu_delay: args.kwok_gpu_delay,
                     launch_latency: args.kwok_launch_latency,
                     gpu_fraction: args.kwok_register_gpu_fraction,
+                    faults: args.kwok_faults,
+                    fault_seed: args.kwok_fault_seed,
                     ..KwokConfig::default()
                 },
             );

@@ -268,6 +268,13 @@ pub struct RunArgs {
     /// plugin configured otherwise than the NodePool.
     #[arg(long, default_value_t = 1.0, value_parser = parse_fraction)]
     pub kwok_register_gpu_fraction: f64,
+    /// kwok: emulated cloud faults per call, e.g. `all=0.3` or `ice=0.1,429=0.1,5xx=0.05,timeout=0.05`
+    /// (see `providers::faults`). A test and benchmark knob, hidden from `--help`.
+    #[arg(long, default_value = "", hide = true)]
+    pub kwok_faults: providers::faults::CloudFaultRates,
+    /// kwok: seed of the emulated cloud faults (hidden, as `--kwok-faults`).
+    #[arg(long, default_value_t = 0, hide = true)]
+    pub kwok_fault_seed: u64,
     /// A Node advertising fewer devices than its NodeClaim was launched for (GPU-class
     /// resources, and extended resources its pods asked for) gets this long after registration
     /// before the claim is marked `ResourceMismatch`.

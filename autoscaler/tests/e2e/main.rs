@@ -17,6 +17,7 @@ mod pod_problems;
 mod provisioning;
 mod provreq;
 mod quickstart;
+mod reliability;
 mod safety;
 mod snapshot;
 mod visibility;

@@ -110,6 +110,7 @@ async fn handle(
         query,
         body,
         faults: ctx.faults && ctx.shared.injector.faults.enabled(),
+        audited: ctx.faults,
     };
     let sh = ctx.shared;
     let verdict = match fault_class(&req) {
@@ -138,6 +139,9 @@ struct Req {
     body: Bytes,
     /// Whether configured faults apply to this request.
     faults: bool,
+    /// Whether the request comes through the router of the system under test (faults
+    /// configured or not), whose disruptive calls are audited (`store/audit.rs`).
+    audited: bool,
 }
 
 impl Req {
@@ -208,6 +212,15 @@ fn dispatch(sh: &Arc<Shared>, req: &Req) -> Result<Response> {
             &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-fake", "platform": "linux/amd64"}),
         )),
         ["healthz" | "readyz" | "livez"] => Ok((StatusCode::OK, "ok").into_response()),
+        // Test support: the audit of disruptive calls and the faults injected so far.
+        ["debug", "audit"] => {
+            let faults = sh.injector.counts();
+            let records = lock(sh).audit.clone();
+            Ok(value_response(
+                StatusCode::OK,
+                &json!({"records": records, "faultsInjected": faults.total()}),
+            ))
+        }
         ["api"] => Ok(value_response(
             StatusCode::OK,
             &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
@@ -428,7 +441,16 @@ fn resource(
         }
         ([name, "eviction"], &Method::POST) if def.builtin == Some(Builtin::Pod) => {
             let ns = need_ns("eviction")?;
-            lock(sh).evict(ns, name, &req.body_value()?, &opts)?;
+            let mut st = lock(sh);
+            if req.audited && !opts.dry_run {
+                st.audit_eviction(ns, name);
+            }
+            let evicted = st.evict(ns, name, &req.body_value()?, &opts);
+            if req.audited && !opts.dry_run {
+                st.audit_eviction_outcome(ns, name, evicted.is_ok());
+            }
+            drop(st);
+            evicted?;
             Ok(value_response(
                 StatusCode::CREATED,
                 &success_status(201, json!({"name": name, "kind": "pods"})),
@@ -521,7 +543,12 @@ fn object(
             if let Some(g) = body["gracePeriodSeconds"].as_i64() {
                 opts.grace_period = Some(g);
             }
-            let (obj, gone) = lock(sh).delete(def, ns, name, &body["preconditions"], &opts)?;
+            let mut st = lock(sh);
+            if req.audited && !opts.dry_run && def.builtin == Some(Builtin::Node) {
+                st.audit_node_delete(name);
+            }
+            let (obj, gone) = st.delete(def, ns, name, &body["preconditions"], &opts)?;
+            drop(st);
             if gone {
                 let uid = obj["metadata"]["uid"].clone();
                 Ok(value_response(

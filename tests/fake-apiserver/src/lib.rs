@@ -249,6 +249,17 @@ impl FakeApiServer {
 
     /// Serves the API over plain HTTP on `addr` (use `127.0.0.1:0` for a free port).
     pub async fn serve(&self, addr: SocketAddr) -> Result<RunningServer> {
+        self.serve_router(addr, self.router()).await
+    }
+
+    /// Serves the API on `addr` to callers that [`Options::faults`] never touch and whose
+    /// calls are not audited: a test's own listener next to [`Self::serve`]'s.
+    pub async fn serve_without_faults(&self, addr: SocketAddr) -> Result<RunningServer> {
+        self.serve_router(addr, http::router(self.shared.clone(), false))
+            .await
+    }
+
+    async fn serve_router(&self, addr: SocketAddr, router: axum::Router) -> Result<RunningServer> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| Error::Io {
@@ -261,7 +272,6 @@ impl FakeApiServer {
         })?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let shared = self.shared.clone();
-        let router = self.router();
         let task = tokio::spawn(async move {
             let stop = async move {
                 let _ = stop_rx.await;

@@ -49,6 +49,10 @@ struct Args {
     /// Serve resourceVersion=0 lists as of this many milliseconds ago.
     #[arg(long, value_name = "MS")]
     stale_lists_ms: Option<u64>,
+    /// Also serve a second listener that faults never touch (and whose calls are not
+    /// audited), for the test driving the system under test, and write its kubeconfig here.
+    #[arg(long, value_name = "PATH")]
+    clean_kubeconfig: Option<PathBuf>,
     /// Seed of the fault injection.
     #[arg(long, default_value_t = 0)]
     fault_seed: u64,
@@ -102,11 +106,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(path) = &args.kubeconfig {
         std::fs::write(path, running.kubeconfig_yaml())?;
     }
+    let clean = match &args.clean_kubeconfig {
+        Some(path) => {
+            let clean = server
+                .serve_without_faults(([127, 0, 0, 1], 0).into())
+                .await?;
+            std::fs::write(path, clean.kubeconfig_yaml())?;
+            Some(clean)
+        }
+        None => None,
+    };
     println!("{}", running.url());
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+    if let Some(clean) = clean {
+        clean.shutdown().await;
     }
     running.shutdown().await;
     Ok(())

@@ -22,6 +22,7 @@ use crate::resources::{self, Builtin, ResourceDef};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::workloads::force;
 
+mod audit;
 mod pods;
 mod writes;
 
@@ -121,6 +122,8 @@ pub(crate) struct State {
     pub evicted: std::collections::HashMap<ObjKey, String>,
     /// Evictions accepted and refused with 429 (for tests to show the back-off path ran).
     pub evictions: (u64, u64),
+    /// The system under test's disruptive calls, as `audit.rs` records them.
+    pub audit: Vec<Value>,
     /// Woken on every commit, for the workload controllers (the binder has `notify`).
     pub controllers_notify: Arc<tokio::sync::Notify>,
     uid_counter: u64,
@@ -183,6 +186,7 @@ impl State {
             orphan_since: Default::default(),
             evicted: Default::default(),
             evictions: (0, 0),
+            audit: Vec::new(),
             controllers_notify: Arc::new(tokio::sync::Notify::new()),
             uid_counter: 0,
         };

@@ -147,6 +147,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
             Action::Register { node: node_name } => {
                 let Some(n) = node else { return Ok(()) };
+                crate::controller::crashpoint::reached("register");
                 // Label and taint the Node as its NodePool says (the cloud's boot config
                 // normally did already), and put the finalizer on it.
                 let mut node_labels = n.labels().clone();
@@ -238,6 +239,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .await
             }
             Action::Initialize => {
+                crate::controller::crashpoint::reached("initialize");
                 if let Some(created) = &claim.metadata.creation_timestamp {
                     let secs = (ts.as_millisecond() - created.0.as_millisecond()) as f64 / 1000.0;
                     self.shared

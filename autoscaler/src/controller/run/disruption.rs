@@ -277,6 +277,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     let mut ok = true;
                     for n in &names {
                         ok &= self.taint(n).await.is_ok();
+                        crate::controller::crashpoint::reached("disruption-taint");
                         if let Some(node) = nodes.iter().find(|x| x.name_any() == *n) {
                             self.shared
                                 .actuator

@@ -12,7 +12,7 @@ use super::{ChangeKind, State, WriteOpts, meta_str, now};
 
 /// A PDB's selector. In policy/v1 an empty selector selects every pod of the namespace and a
 /// missing one selects none.
-fn pdb_selector(pdb: &Value) -> Option<LabelSelector> {
+pub(super) fn pdb_selector(pdb: &Value) -> Option<LabelSelector> {
     pdb.pointer("/spec/selector")
         .filter(|s| !s.is_null())
         .and_then(|s| LabelSelector::from_object(s).ok())
