@@ -35,7 +35,19 @@ use k8s_openapi::api::resource::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::run::stores::dra::truncated;
+/// The annotation a cached DRA object gets when a list of it was cut to the limits of `run::stores::dra`: the cut
+/// fields, comma-separated. Set only in the controller's cache, never written to the API.
+pub const TRUNCATED: &str = "gpu-autoscaler.dev/dra-truncated";
+
+/// The cut fields of a cached object, if any (see [`TRUNCATED`]).
+pub fn truncated(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(TRUNCATED))
+        .map(String::as_str)
+}
 
 /// The DRA objects a snapshot is built from, as the caches hold them.
 #[derive(Clone, Debug, Default)]

@@ -19,9 +19,8 @@ use k8s_openapi::api::resource::v1::{
 };
 use kube::runtime::reflector::Store;
 
-/// The annotation a cached DRA object gets when a list of it was cut to [`LIMITS`]: the cut
-/// fields, comma-separated. Set only in the controller's cache, never written to the API.
-pub const TRUNCATED: &str = "gpu-autoscaler.dev/dra-truncated";
+// The marker is read by the translation, which also runs without the controller feature.
+pub use crate::controller::dra::{TRUNCATED, truncated};
 
 /// The caps per object, `resource.k8s.io/v1`'s validation limits (Kubernetes 1.34).
 pub struct Limits {
@@ -248,16 +247,6 @@ pub fn trim_slice(s: &mut ResourceSlice) {
         }
     }
     cuts.mark(&mut s.metadata);
-}
-
-/// The cut fields of a cached object, if any (see [`TRUNCATED`]).
-pub fn truncated(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<&str> {
-    meta.annotations
-        .as_ref()
-        .and_then(|a| a.get(TRUNCATED))
-        .map(String::as_str)
 }
 
 #[cfg(test)]
