@@ -20,7 +20,7 @@ use k8s_openapi::api::resource::v1::{
 use kube::runtime::reflector::Store;
 
 // The marker is read by the translation, which also runs without the controller feature.
-pub use crate::controller::dra::{TRUNCATED, truncated};
+pub use crate::controller::dra::TRUNCATED;
 
 /// The caps per object, `resource.k8s.io/v1`'s validation limits (Kubernetes 1.34).
 pub struct Limits {
