@@ -303,7 +303,8 @@ pub(crate) fn yardstick_of(snap: &Snapshot, plan_cost: f64) -> FfdResult {
 }
 
 fn karpenter_exact_note() -> String {
-    "Karpenter's makeDiversePods over its 400 fake instance types, seed 42; random draws from      SplitMix64, not Go's math/rand (same distributions, different draws)"
+    "Karpenter's makeDiversePods over its 400 fake instance types, seed 42; random draws from \
+     SplitMix64, not Go's math/rand (same distributions, different draws)"
         .into()
 }
 
