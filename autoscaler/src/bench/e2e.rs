@@ -3,28 +3,33 @@
 //! 1. Starts the `fake-apiserver` binary (built next to this one: `cargo build --release -p
 //!    fake-apiserver`) on 127.0.0.1 and fills it with `--nodes` Ready nodes carrying
 //!    `--pods-per-node` bound pods each, plus one NodePool.
-//! 2. Starts `gpu-autoscaler run --provider fake` against it and waits for its caches.
-//! 3. Creates a burst of `--burst` pending one-GPU pods, marks each `PodScheduled=False,
-//!    reason=Unschedulable` (what kube-scheduler does) and notes when.
-//! 4. Watches NodeClaims; each claim covers `spec.resources.requests.pods` pods. Pods are
-//!    matched to claims first come, first served (the pods are identical), giving each pod a
-//!    pending-to-create latency; p50 and p99 are reported with the controller's RSS after the
-//!    burst and its peak RSS over the run (which includes a disruption pass over the cluster).
+//! 2. Starts `gpu-autoscaler run --provider fake` against it with the controller's default
+//!    timings (loop, disruption and garbage-collection intervals are not overridden).
 //!
-//! Disruption is planned every hour only, so that the numbers measure provisioning alone.
+//! Then one of two cases:
+//!
+//! - The burst (default): once the controller's first round is done, creates `--burst` pending
+//!   one-GPU pods (each marked `PodScheduled=False, reason=Unschedulable`, as kube-scheduler
+//!   does) and notes when each was created. A pod's pending-to-launch latency runs from its
+//!   creation to the moment the controller logs the fake provider's answer to the launch call
+//!   of the NodeClaim that lists the pod (the claim its `TriggeredScaleUp` event names); the
+//!   fake answers at once, so that is the time of the call. p50 and p99 are reported with the
+//!   controller's RSS after the burst and its peak RSS (`VmHWM`) over the run.
+//! - The backlog (`--backlog N`): creates N such pods before the controller starts, then
+//!   reports the time from starting the controller (and from its caches' sync) to its first
+//!   launch call, and its peak RSS at that moment.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use nodepools::{NodeClaim, NodePool};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use nodepools::NodePool;
 use serde::Serialize;
 use serde_json::json;
 
@@ -42,6 +47,10 @@ pub(crate) struct E2eArgs {
     /// Pending one-GPU pods in the burst.
     #[arg(long, default_value_t = 200)]
     pub(crate) burst: usize,
+    /// Run the backlog case instead: this many pending one-GPU pods exist before the
+    /// controller starts; report the time to its first launch call and its peak RSS.
+    #[arg(long)]
+    pub(crate) backlog: Option<usize>,
     /// Also write the result as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -58,16 +67,23 @@ pub(crate) struct E2eArgs {
 pub(crate) struct E2eResult {
     /// Existing nodes.
     pub(crate) nodes: usize,
-    /// Pods cached (existing plus burst).
+    /// Pods cached (existing plus burst or backlog).
     pub(crate) pods: usize,
-    /// Median pending-to-NodeClaim latency, seconds.
-    pub pending_to_create_p50_s: f64,
-    /// 99th percentile, seconds.
-    pub pending_to_create_p99_s: f64,
-    /// Controller resident memory after the burst, MiB.
+    /// Burst: median time from a pod's creation to the launch call of the claim that lists
+    /// it, seconds.
+    pub(crate) pending_to_launch_p50_s: Option<f64>,
+    /// Burst: the 99th percentile of the same, seconds.
+    pub(crate) pending_to_launch_p99_s: Option<f64>,
+    /// Backlog: pending pods when the controller started.
+    pub(crate) backlog_pods: Option<usize>,
+    /// Backlog: seconds from starting the controller to its first launch call.
+    pub(crate) first_launch_s: Option<f64>,
+    /// Backlog: seconds from the controller's caches' sync to its first launch call.
+    pub(crate) first_launch_after_sync_s: Option<f64>,
+    /// Controller resident memory at the end (after the burst; at the first launch of the
+    /// backlog), MiB.
     pub(crate) controller_rss_mib: f64,
-    /// The controller's peak resident memory over the whole run (sync, the first round's
-    /// disruption pass over the whole cluster, the burst), MiB.
+    /// The controller's peak resident memory (`VmHWM`) until then, MiB.
     pub(crate) controller_peak_rss_mib: f64,
 }
 
@@ -175,7 +191,8 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
     )
     .map_err(|e| cfg(e.to_string()))?;
     let kubeconfig = dir.join("kubeconfig");
-    let total_pods = args.nodes * args.pods_per_node + args.burst;
+    let pending_pods = args.backlog.unwrap_or(args.burst);
+    let total_pods = args.nodes * args.pods_per_node + pending_pods;
     let mut server = Killed(
         Command::new(&server_bin)
             .args(["--port", "0", "--history"])
@@ -272,9 +289,19 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
         started.elapsed().as_secs_f64()
     );
 
-    // The controller.
+    if let Some(n) = args.backlog {
+        let t = Instant::now();
+        create_pending(&pods, "backlog", n, args.concurrency).await?;
+        eprintln!(
+            "created {n} pending pods in {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+
+    // The controller, with its default timings.
     let log = dir.join("controller.log");
     let log_file = std::fs::File::create(&log).map_err(|e| cfg(e.to_string()))?;
+    let spawned_at = jiff::Timestamp::now();
     let controller = Killed(
         Command::new(&exe)
             .args([
@@ -282,9 +309,6 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
                 "--provider=fake",
                 "--leader-elect=false",
                 "--metrics-addr=127.0.0.1:0",
-                "--loop-interval=100ms",
-                "--disruption-interval=1h",
-                "--gc-interval=1h",
                 "--log-format=json",
             ])
             .env("KUBECONFIG", &kubeconfig)
@@ -294,90 +318,64 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
             .spawn()
             .map_err(|e| cfg(format!("starting the controller: {e}")))?,
     );
-    let sync_deadline = Instant::now() + Duration::from_secs(300);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("caches synced")
-    {
-        if Instant::now() > sync_deadline {
-            return Err(cfg(format!(
-                "the controller did not sync; see {}",
-                log.display()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    eprintln!(
-        "controller synced; RSS {:.1} MiB",
-        rss_mib(controller.0.id())
-    );
-    // The first round also plans disruption (then not again for an hour), over the whole
-    // cluster; a burst arriving during it would be measured waiting for it.
-    let first_round = Instant::now();
-    let metrics = std::fs::read_to_string(&log)
+    let pid = controller.0.id();
+    let result = match args.backlog {
+        Some(n) => backlog(args, n, &log, pid, spawned_at).await?,
+        None => burst(args, &pods, &client, &log, pid).await?,
+    };
+    drop(controller);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(E2eResult {
+        nodes: args.nodes,
+        pods: total_pods,
+        ..result
+    })
+}
+
+/// The controller's JSON log lines: timestamp and `fields`.
+fn log_lines(log: &std::path::Path) -> Vec<(jiff::Timestamp, serde_json::Value)> {
+    std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
-        .find_map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).ok()?["fields"]["metrics"]
-                .as_str()
-                .map(str::to_string)
-        });
-    match metrics {
-        Some(addr) => {
-            while rounds_done(&addr) == 0 && Instant::now() < sync_deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            eprintln!(
-                "first round (with disruption) done {:.2}s after the sync",
-                first_round.elapsed().as_secs_f64()
-            );
-        }
-        None => eprintln!("the controller's metrics address is not in its log; not waiting"),
-    }
-
-    // Watch NodeClaims: (seen at, pods covered).
-    let seen: Arc<Mutex<Vec<(Instant, usize)>>> = Arc::default();
-    let watch_task = {
-        let seen = seen.clone();
-        let api: Api<NodeClaim> = Api::all(client.clone());
-        tokio::spawn(async move {
-            let mut known = std::collections::HashSet::new();
-            let stream = watcher(api, watcher::Config::default()).applied_objects();
-            let mut stream = std::pin::pin!(stream);
-            while let Some(Ok(c)) = stream.next().await {
-                let name = c.metadata.name.clone().unwrap_or_default();
-                if known.insert(name) {
-                    let n = c
-                        .spec
-                        .resources
-                        .requests
-                        .get("pods")
-                        .and_then(|q| q.0.parse::<usize>().ok())
-                        .unwrap_or(1);
-                    seen.lock().expect("lock").push((Instant::now(), n));
-                }
-            }
+        .filter_map(|line| {
+            let mut v = serde_json::from_str::<serde_json::Value>(line).ok()?;
+            let at = v["timestamp"].as_str()?.parse::<jiff::Timestamp>().ok()?;
+            Some((at, v["fields"].take()))
         })
-    };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+        .collect()
+}
 
-    // The burst.
-    let marked: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let last_mark: Arc<Mutex<jiff::Timestamp>> = Arc::default();
-    stream::iter(0..args.burst)
+/// When the controller logged each claim's launch (the fake provider's answer to the call).
+fn launches(lines: &[(jiff::Timestamp, serde_json::Value)]) -> HashMap<String, jiff::Timestamp> {
+    lines
+        .iter()
+        .filter(|(_, f)| f["message"] == "launched")
+        .filter_map(|(at, f)| Some((f["claim"].as_str()?.to_string(), *at)))
+        .collect()
+}
+
+/// Creates `n` pending one-GPU pods `<prefix>-<i>`, each marked Unschedulable as
+/// kube-scheduler does; returns when each was created (just before its create call).
+async fn create_pending(
+    pods: &Api<Pod>,
+    prefix: &str,
+    n: usize,
+    concurrency: usize,
+) -> Result<HashMap<String, jiff::Timestamp>> {
+    let created: Vec<(String, jiff::Timestamp)> = stream::iter(0..n)
         .map(|i| {
             let pods = pods.clone();
-            let marked = marked.clone();
-            let last_mark = last_mark.clone();
             async move {
-                let name = format!("burst-{i:06}");
+                let name = format!("{prefix}-{i:06}");
                 let p: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": name, "labels": {"app": "burst"}},
+                    "metadata": {"name": name, "labels": {"app": prefix}},
                     "spec": {"containers": [{"name": "cuda", "image": "cuda",
                         "resources": {"requests": {"cpu": "1", "memory": "4Gi"},
                                       "limits": {"nvidia.com/gpu": "1"}}}]}
                 }))
                 .expect("literal");
+                let at = jiff::Timestamp::now();
                 pods.create(&PostParams::default(), &p).await?;
                 let now = jiff::Timestamp::now();
                 pods.patch_status(
@@ -388,100 +386,199 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
                         "message": "0/N nodes are available", "lastTransitionTime": now.to_string()}]}})),
                 )
                 .await?;
-                marked.lock().expect("lock").push(Instant::now());
-                let at = jiff::Timestamp::now();
-                let mut last = last_mark.lock().expect("lock");
-                *last = (*last).max(at);
-                Ok::<(), kube::Error>(())
+                Ok::<_, kube::Error>((name, at))
             }
         })
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<()>>()
+        .buffer_unordered(concurrency)
+        .try_collect()
         .await
-        .map_err(kerr("creating the burst"))?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let covered: usize = seen.lock().expect("lock").iter().map(|(_, n)| n).sum();
-        if covered >= args.burst {
-            break;
-        }
+        .map_err(kerr("creating pending pods"))?;
+    Ok(created.into_iter().collect())
+}
+
+/// Waits for the controller's log to contain `needle`; errors after `deadline`.
+async fn wait_for_log(log: &std::path::Path, needle: &str, deadline: Instant) -> Result<()> {
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains(needle)
+    {
         if Instant::now() > deadline {
             return Err(cfg(format!(
-                "only {covered} of {} pods got a NodeClaim within 120 s; see {}",
-                args.burst,
+                "the controller never logged {needle:?}; see {}",
                 log.display()
             )));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let rss = rss_mib(controller.0.id());
-    let peak_rss = status_mib(controller.0.id(), "VmHWM:");
-    watch_task.abort();
-    let last_mark_at = *last_mark.lock().expect("lock");
-    let mut marks = marked.lock().expect("lock").clone();
-    marks.sort();
-    let mut claims = seen.lock().expect("lock").clone();
-    claims.sort_by_key(|(t, _)| *t);
-    if let (Some(first), Some(last), Some(c0), Some(c1)) =
-        (marks.first(), marks.last(), claims.first(), claims.last())
-    {
-        let s = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
-        eprintln!(
-            "burst marked over {:.2}s; NodeClaims seen {:.2}s to {:.2}s after the last mark",
-            s(*first, *last),
-            s(*last, c0.0),
-            s(*last, c1.0)
-        );
-    }
-    // Where the time goes, from the controller's own log: its planning rounds and the span
-    // of its NodeClaim creations, relative to the last pod marked.
-    let mut created = Vec::new();
-    for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let Some(at) = v["timestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        else {
-            continue;
-        };
-        let d = at.duration_since(last_mark_at).as_secs_f64();
-        match v["fields"]["message"].as_str() {
-            Some("planned") => eprintln!("controller planned at {d:+.2}s: {}", v["fields"]),
-            Some("created NodeClaim") => created.push(d),
-            _ => {}
+    Ok(())
+}
+
+/// The backlog case: time from the controller's start to its first launch call.
+async fn backlog(
+    args: &E2eArgs,
+    n: usize,
+    log: &std::path::Path,
+    pid: u32,
+    spawned_at: jiff::Timestamp,
+) -> Result<E2eResult> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    wait_for_log(log, "\"launched\"", deadline).await?;
+    let rss = rss_mib(pid);
+    let peak_rss = status_mib(pid, "VmHWM:");
+    let lines = log_lines(log);
+    let synced = lines
+        .iter()
+        .find(|(_, f)| f["message"] == "caches synced")
+        .map(|(at, _)| *at);
+    let first = launches(&lines).into_values().min();
+    let Some(first) = first else {
+        return Err(cfg(format!("no launch in {}", log.display())));
+    };
+    for (at, f) in &lines {
+        if f["message"] == "planned" {
+            let d = at.duration_since(spawned_at).as_secs_f64();
+            eprintln!("controller planned at {d:.2}s after its start: {f}");
         }
     }
-    if let (Some(a), Some(b)) = (created.first(), created.last()) {
-        eprintln!("controller created NodeClaims from {a:+.2}s to {b:+.2}s");
-    }
-    let mut slots: Vec<Instant> = Vec::new();
-    for (t, n) in &claims {
-        slots.extend(std::iter::repeat_n(*t, *n));
-    }
-    let mut lat: Vec<f64> = marks
-        .iter()
-        .zip(slots.iter())
-        .map(|(m, s)| s.saturating_duration_since(*m).as_secs_f64())
-        .collect();
-    lat.sort_by(f64::total_cmp);
-    let by_count: BTreeMap<usize, usize> = claims.iter().fold(BTreeMap::new(), |mut m, (_, n)| {
-        *m.entry(*n).or_default() += 1;
-        m
-    });
-    eprintln!(
-        "{} NodeClaims (pods per claim: count) {by_count:?}",
-        claims.len()
-    );
-    drop(controller);
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
+    let secs = |a: jiff::Timestamp, b: jiff::Timestamp| b.duration_since(a).as_secs_f64();
     Ok(E2eResult {
         nodes: args.nodes,
-        pods: total_pods,
-        pending_to_create_p50_s: percentile(&lat, 0.5),
-        pending_to_create_p99_s: percentile(&lat, 0.99),
+        pods: 0,
+        pending_to_launch_p50_s: None,
+        pending_to_launch_p99_s: None,
+        backlog_pods: Some(n),
+        first_launch_s: Some(secs(spawned_at, first)),
+        first_launch_after_sync_s: synced.map(|s| secs(s, first)),
+        controller_rss_mib: rss,
+        controller_peak_rss_mib: peak_rss,
+    })
+}
+
+/// The burst case: pending-to-launch latencies of a burst arriving at a running controller.
+async fn burst(
+    args: &E2eArgs,
+    pods: &Api<Pod>,
+    client: &kube::Client,
+    log: &std::path::Path,
+    pid: u32,
+) -> Result<E2eResult> {
+    let sync_deadline = Instant::now() + Duration::from_secs(300);
+    wait_for_log(log, "caches synced", sync_deadline).await?;
+    eprintln!("controller synced; RSS {:.1} MiB", rss_mib(pid));
+    // The first round also plans disruption over the whole cluster; a burst arriving during
+    // it would be measured waiting for it.
+    let first_round = Instant::now();
+    let metrics = log_lines(log)
+        .into_iter()
+        .find_map(|(_, f)| f["metrics"].as_str().map(str::to_string));
+    match metrics {
+        Some(addr) => {
+            while rounds_done(&addr) == 0 && Instant::now() < sync_deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            eprintln!(
+                "first round done {:.2}s after the sync",
+                first_round.elapsed().as_secs_f64()
+            );
+        }
+        None => eprintln!("the controller's metrics address is not in its log; not waiting"),
+    }
+
+    let burst_started = jiff::Timestamp::now();
+    let created = create_pending(pods, "burst", args.burst, args.concurrency).await?;
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Per pod, the claims its TriggeredScaleUp events name.
+    let mut claims_of: HashMap<String, Vec<String>> = HashMap::new();
+    let mut launched: HashMap<String, jiff::Timestamp>;
+    loop {
+        launched = launches(&log_lines(log));
+        claims_of.clear();
+        let list = events
+            .list(&ListParams::default())
+            .await
+            .map_err(kerr("listing events"))?;
+        for e in list.items {
+            if e.reason.as_deref() != Some("TriggeredScaleUp") {
+                continue;
+            }
+            let (Some(pod), Some(note)) = (e.regarding.and_then(|r| r.name), e.note) else {
+                continue;
+            };
+            if let Some(claim) = note
+                .split_once("NodeClaim ")
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+            {
+                claims_of.entry(pod).or_default().push(claim.to_string());
+            }
+        }
+        let done = created.keys().all(|p| {
+            claims_of
+                .get(p)
+                .is_some_and(|cs| cs.iter().any(|c| launched.contains_key(c)))
+        });
+        if done {
+            break;
+        }
+        if Instant::now() > deadline {
+            let n = created
+                .keys()
+                .filter(|p| {
+                    claims_of
+                        .get(*p)
+                        .is_some_and(|cs| cs.iter().any(|c| launched.contains_key(c)))
+                })
+                .count();
+            return Err(cfg(format!(
+                "only {n} of {} pods had their claim launched within 120 s; see {}",
+                args.burst,
+                log.display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let rss = rss_mib(pid);
+    let peak_rss = status_mib(pid, "VmHWM:");
+    // Where the time goes: the controller's planning rounds, relative to the burst's start.
+    for (at, f) in log_lines(log) {
+        if f["message"] == "planned" && at >= burst_started {
+            let d = at.duration_since(burst_started).as_secs_f64();
+            eprintln!("controller planned at {d:+.2}s: {f}");
+        }
+    }
+    let mut lat: Vec<f64> = created
+        .iter()
+        .filter_map(|(pod, at)| {
+            claims_of
+                .get(pod)?
+                .iter()
+                .filter_map(|c| launched.get(c))
+                .min()
+                .map(|l| l.duration_since(*at).as_secs_f64())
+        })
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let per_claim: BTreeMap<usize, usize> = {
+        let mut pods_per: HashMap<&str, usize> = HashMap::new();
+        for cs in claims_of.values() {
+            if let Some(c) = cs.iter().find(|c| launched.contains_key(*c)) {
+                *pods_per.entry(c.as_str()).or_default() += 1;
+            }
+        }
+        pods_per.values().fold(BTreeMap::new(), |mut m, n| {
+            *m.entry(*n).or_default() += 1;
+            m
+        })
+    };
+    eprintln!("claims launched for the burst (pods per claim: claims) {per_claim:?}");
+    Ok(E2eResult {
+        nodes: args.nodes,
+        pods: 0,
+        pending_to_launch_p50_s: Some(percentile(&lat, 0.5)),
+        pending_to_launch_p99_s: Some(percentile(&lat, 0.99)),
+        backlog_pods: None,
+        first_launch_s: None,
+        first_launch_after_sync_s: None,
         controller_rss_mib: rss,
         controller_peak_rss_mib: peak_rss,
     })

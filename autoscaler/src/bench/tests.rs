@@ -210,3 +210,222 @@ fn small_exact_prints_the_ratio_distribution() {
     let text = small_exact::render(&d);
     assert!(text.contains("optimal") && text.contains("p95") && text.contains("worst: seed"));
 }
+
+#[test]
+fn karpenter_exact_generator_follows_upstream() {
+    let a = karpenter_exact::snapshot(1003, karpenter_exact::SEED);
+    assert_eq!(a, karpenter_exact::snapshot(1003, karpenter_exact::SEED));
+    assert_ne!(a, karpenter_exact::snapshot(1003, 7), "the seed matters");
+    assert_eq!(a.pending.len(), 1003);
+    // 1003 / 6 = 167 of each kind, the remaining 1 a plain pod.
+    let count = |prefix: &str| {
+        a.pending
+            .iter()
+            .filter(|p| p.key.name.starts_with(prefix))
+            .count()
+    };
+    for k in karpenter_exact::KINDS {
+        let extra = usize::from(k == "plain");
+        assert_eq!(count(&format!("{k}-")), 167 + extra, "{k}");
+    }
+    // Sizes are drawn per pod, not per group: many distinct sizes within one kind.
+    let sizes: BTreeSet<(i64, i64)> = a
+        .pending
+        .iter()
+        .filter(|p| p.key.name.starts_with("host-anti-affinity-"))
+        .map(|p| (p.requests.cpu, p.requests.memory))
+        .collect();
+    assert!(sizes.len() > 20, "{}", sizes.len());
+    // Spread selectors are drawn apart from the pod's own label: they often differ.
+    let differ = a
+        .pending
+        .iter()
+        .filter(|p| p.key.name.starts_with("zone-spread-"))
+        .filter(|p| !p.spread[0].selector.matches(&p.labels))
+        .count();
+    assert!(differ > 100 && differ < 167, "{differ}");
+    // Every anti-affinity pod is app=nginx and repels every app=nginx pod.
+    for p in a
+        .pending
+        .iter()
+        .filter(|p| p.key.name.starts_with("host-anti-affinity-"))
+    {
+        assert_eq!(p.labels.get("app").map(String::as_str), Some("nginx"));
+        assert!(p.anti_affinity[0].selector.matches(&p.labels));
+    }
+    // The fake cloud's types: fake-it-0 is 1 vCPU, 2 GiB, 10 pods at 0.1 + 0.2147... $/h.
+    let it = &a.pools[0].instance_types;
+    assert_eq!(it.len(), karpenter_exact::TYPES);
+    assert_eq!(it[0].name, "fake-it-0");
+    assert_eq!(it[399].capacity.cpu, 400_000);
+    assert_eq!(it[399].capacity.pods, 4000);
+    assert_eq!(it[0].allocatable().cpu, 900);
+    assert_eq!(it[0].offerings.len(), 5);
+    assert!((it[0].offerings[0].price - 0.314_748_364_8).abs() < 1e-12);
+}
+
+#[test]
+fn karpenter_exact_small_plans_every_pod_and_prints_the_yardstick() {
+    let cases = karpenter_exact_cases(&[300]);
+    let (r, _) = measure(&cases[0], 1, false);
+    assert_eq!(r.unschedulable, 0, "every pod placed");
+    // 50 anti-affine pods: at least 50 nodes, in the plan and in the packing.
+    assert!(r.nodes >= 50, "{}", r.nodes);
+    let f = yardstick_of(&cases[0].snapshot, r.cost_per_hour);
+    assert_eq!(f.unplaced, 0);
+    assert!(f.nodes >= 50, "{}", f.nodes);
+    assert!(f.cost_per_hour >= r.lp_lower_bound.unwrap() - 1e-9, "{f:?} {r:?}");
+    assert!((f.plan_over_ffd - r.cost_per_hour / f.cost_per_hour).abs() < 1e-12);
+    let mut r = r;
+    r.ffd = Some(f);
+    let v = check_report("karpenter-exact", vec![r], false);
+    assert!(v["cases"][0]["ffd"]["plan_over_ffd"].as_f64().is_some());
+}
+
+#[test]
+fn ca_fastpath_packs_as_upstream_counts() {
+    // Scaled down: 10 large pods fill one node with one small pod beside them, the other 489
+    // small pods go twenty to a node: 1 + 25 nodes at $1.
+    let case = Case {
+        name: "small".into(),
+        snapshot: ca_fastpath::snapshot(500, 10),
+    };
+    let (r, _) = measure(&case, 1, false);
+    assert_eq!(r.unschedulable, 0);
+    assert_eq!(r.nodes, 26);
+    let f = ffd::pack(&case.snapshot);
+    assert_eq!(
+        f,
+        ffd::Packing {
+            nodes: 26,
+            cost_per_hour: 26.0,
+            unplaced: 0
+        }
+    );
+    assert_eq!(ca_fastpath_cases()[0].snapshot.pending.len(), 51_000);
+}
+
+#[test]
+fn suite_sizes_are_chosen_or_refused() {
+    assert_eq!(sizes(&[1, 2], None).unwrap(), vec![1, 2]);
+    assert_eq!(sizes(&[1, 2], Some(2)).unwrap(), vec![2]);
+    let e = sizes(&[1, 2], Some(3)).unwrap_err().to_string();
+    assert!(e.contains("--pods 3") && e.contains("[1, 2]"), "{e}");
+}
+
+mod ffd_packing {
+    use autoscaler_core::builders::{itype, pod, pool};
+    use autoscaler_core::instance::CapacityType;
+    use autoscaler_core::labels;
+    use autoscaler_core::model::{PodAffinityTerm, Snapshot, TopologySpread};
+    use autoscaler_core::requirements::{Operator, Requirements};
+
+    use crate::bench::ffd::{Packing, pack};
+
+    /// Types of 1, 2 and 4 cpu (2 GiB per cpu) at 1 $/cpu-hour in zone a, 2 in b, 3 in c.
+    fn snap(pods: Vec<autoscaler_core::model::Pod>) -> Snapshot {
+        let types = [1, 2, 4]
+            .iter()
+            .map(|n| {
+                let mut b = itype(&format!("t{n}"))
+                    .cpu(&n.to_string())
+                    .mem(&format!("{}Gi", 2 * n));
+                for (z, p) in [("a", 1.0), ("b", 2.0), ("c", 3.0)] {
+                    b = b.offer(z, CapacityType::OnDemand, p * f64::from(*n));
+                }
+                b.build()
+            })
+            .collect();
+        Snapshot {
+            pending: pods,
+            pools: vec![pool("p", types).build()],
+            ..Snapshot::default()
+        }
+    }
+
+    fn sel(k: &str, v: &str) -> Requirements {
+        Requirements::new().with(k, Operator::In, &[v])
+    }
+
+    #[test]
+    fn packs_first_fit_decreasing_then_shrinks_each_node() {
+        // 3 + 1 + 0.5 + 0.5 cpu: one 4-cpu node holds 3 + 1, a second the halves (1 cpu).
+        let pods = vec![
+            pod("x").cpu("500m").build(),
+            pod("big").cpu("3").build(),
+            pod("y").cpu("500m").build(),
+            pod("one").cpu("1").build(),
+        ];
+        assert_eq!(
+            pack(&snap(pods)),
+            Packing {
+                nodes: 2,
+                cost_per_hour: 5.0,
+                unplaced: 0
+            }
+        );
+    }
+
+    #[test]
+    fn anti_affinity_keeps_pods_apart_both_ways() {
+        let mut repel = pod("r").cpu("1").label("app", "web").build();
+        repel.anti_affinity.push(PodAffinityTerm {
+            topology_key: labels::HOSTNAME.into(),
+            selector: sel("app", "web"),
+        });
+        // The plain web pods carry no term, but the placed pod's term repels them.
+        let pods = vec![
+            repel,
+            pod("w1").cpu("500m").label("app", "web").build(),
+            pod("w2").cpu("500m").label("app", "web").build(),
+        ];
+        let p = pack(&snap(pods));
+        assert_eq!(p.nodes, 2);
+        assert_eq!(p.cost_per_hour, 2.0);
+    }
+
+    #[test]
+    fn zone_spread_opens_nodes_in_every_zone() {
+        let pods = (0..3)
+            .map(|i| {
+                let mut p = pod(&format!("s{i}")).cpu("4").label("app", "s").build();
+                p.spread.push(TopologySpread {
+                    max_skew: 1,
+                    topology_key: labels::ZONE.into(),
+                    selector: sel("app", "s"),
+                    hard: true,
+                });
+                p
+            })
+            .collect();
+        // One 4-cpu node per zone: 4 + 8 + 12.
+        assert_eq!(pack(&snap(pods)).cost_per_hour, 24.0);
+    }
+
+    #[test]
+    fn affinity_waits_for_its_target_and_joins_it() {
+        // The larger pod wants to be near `db`, which comes later in size order: the second
+        // pass puts it on the db's node.
+        let mut near = pod("near").cpu("2").build();
+        near.affinity.push(PodAffinityTerm {
+            topology_key: labels::HOSTNAME.into(),
+            selector: sel("app", "db"),
+        });
+        let pods = vec![near, pod("db").cpu("1").label("app", "db").build()];
+        assert_eq!(
+            pack(&snap(pods)),
+            Packing {
+                nodes: 1,
+                cost_per_hour: 4.0,
+                unplaced: 0
+            }
+        );
+        // A pod whose affinity nothing can ever satisfy stays unplaced.
+        let mut lonely = pod("lonely").cpu("1").build();
+        lonely.affinity.push(PodAffinityTerm {
+            topology_key: labels::ZONE.into(),
+            selector: sel("app", "nobody"),
+        });
+        assert_eq!(pack(&snap(vec![lonely])).unplaced, 1);
+    }
+}
