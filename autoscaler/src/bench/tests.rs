@@ -274,7 +274,10 @@ fn karpenter_exact_small_plans_every_pod_and_prints_the_yardstick() {
     let f = yardstick_of(&cases[0].snapshot, r.cost_per_hour);
     assert_eq!(f.unplaced, 0);
     assert!(f.nodes >= 50, "{}", f.nodes);
-    assert!(f.cost_per_hour >= r.lp_lower_bound.unwrap() - 1e-9, "{f:?} {r:?}");
+    assert!(
+        f.cost_per_hour >= r.lp_lower_bound.unwrap() - 1e-9,
+        "{f:?} {r:?}"
+    );
     assert!((f.plan_over_ffd - r.cost_per_hour / f.cost_per_hour).abs() < 1e-12);
     let mut r = r;
     r.ffd = Some(f);
