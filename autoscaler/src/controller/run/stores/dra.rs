@@ -252,6 +252,7 @@ pub fn trim_slice(s: &mut ResourceSlice) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::dra::truncated;
     use serde_json::json;
 
     #[test]
