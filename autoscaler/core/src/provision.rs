@@ -115,6 +115,10 @@ impl Default for PlanOptions {
     }
 }
 
+/// Passes over the pods with pod affinity left unplaced (each pass may place the pods the
+/// next one joins); bounded so that planning time stays linear in the pods.
+const AFFINITY_PASSES: usize = 4;
+
 /// Plans capacity for every pending pod of `snapshot` with default options.
 ///
 /// Never fails: a pod that cannot be helped is listed in [`Plan::unschedulable`] with a reason.
@@ -565,6 +569,21 @@ impl<'a> Planner<'a> {
                     }
                     self.place_group(g, &members);
                 }
+            }
+        }
+        // A pod with pod affinity that came before every pod it must join found none of them;
+        // as the scheduler requeues such a pod, it is tried again while a pass places any.
+        let mut retry: Vec<usize> = (0..pending.len())
+            .filter(|i| {
+                let p = &pending[*i];
+                p.group.is_none() && !p.affinity.is_empty() && self.state.placed[*i].is_none()
+            })
+            .collect();
+        for _ in 0..AFFINITY_PASSES {
+            let before = retry.len();
+            retry.retain(|i| !self.place(*i));
+            if retry.is_empty() || retry.len() == before {
+                break;
             }
         }
         let considered = self.considered.take();

@@ -376,6 +376,28 @@ fn hostname_spread_and_zone_affinity() {
     assert_eq!(plan.new_claims.len(), 3);
 }
 
+/// A pod with hostname affinity to a pod of the same plan is placed even when it comes first
+/// (larger pods are placed first): it is tried again once its target is placed, as the
+/// scheduler requeues it (Karpenter's benchmark has such pods).
+#[test]
+fn affinity_to_a_pod_placed_later_in_the_same_plan() {
+    let pods = vec![
+        pod("follower")
+            .cpu("2")
+            .label("app", "f")
+            .affinity(labels::HOSTNAME, "web"),
+        pod("web").cpu("1").label("app", "web"),
+    ];
+    let plan = check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.192 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[follower,web]
+        "#]],
+    );
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    assert_eq!(plan.new_claims.len(), 1);
+}
+
 #[test]
 fn fractional_shares_pack_per_device_never_pooled() {
     // 0.6 + 0.6 cannot share one device; 0.6 + 0.4 can.
