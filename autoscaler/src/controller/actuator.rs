@@ -1,12 +1,12 @@
 //! Every write the controller makes to the Kubernetes API, each checked against
-//! [`super::api_calls`].
+//! [`super::api_calls`], and the one fresh read that guards an irreversible write.
 
 use std::collections::BTreeMap;
 
 use autoscaler_core::model::PodKey;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
 use nodepools::{NodeClaim, NodePool};
@@ -268,6 +268,21 @@ impl Actuator {
             Err(e) if is(&e, 404) => Ok(()),
             Err(e) => Err(Error::kube(format!("deleting Node {name}"), e)),
         }
+    }
+
+    /// The pods bound to Node `name`, read from the API server itself (a consistent list, not
+    /// the watch cache), so that a Node is never deleted on the word of a cache that lags.
+    ///
+    /// # Errors
+    /// The API error.
+    pub async fn pods_on_node(&self, name: &str) -> Result<Vec<Pod>> {
+        check("", "pods", "list");
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let params = ListParams::default().fields(&format!("spec.nodeName={name}"));
+        api.list(&params)
+            .await
+            .map(|l| l.items)
+            .map_err(|e| Error::kube(format!("listing the pods on Node {name}"), e))
     }
 
     /// Evicts a pod through the Eviction API.

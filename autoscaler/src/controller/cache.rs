@@ -314,6 +314,12 @@ impl CachedPod {
             .is_ok_and(|c| c.is_daemonset() || c.mirror)
     }
 
+    /// Whether removing its node must first move it: a running pod, not already terminating,
+    /// that is neither a DaemonSet nor a mirror pod.
+    pub fn must_leave_with_node(&self) -> bool {
+        self.active && !self.deleting && !self.stays_with_node()
+    }
+
     /// Its effective requests (empty when it did not translate).
     pub fn requests(&self) -> Resources {
         self.core

@@ -293,19 +293,20 @@ pub fn step(job: &Job, facts: &Facts<'_>) -> Step {
             }
             Some(false) => stay(job),
         },
-        Stage::Tainted => {
+        Stage::Tainted | Stage::Draining => {
             // The last validation placed the pods the nodes had then; one bound between it and
-            // the taint was never given a place, so the command no longer holds. After a
-            // replacement came up, giving up leaves that node behind: a failed deletion.
+            // the taint (or seen only now, by the fresh read before deletion, because the pod
+            // cache lagged) was never given a place, so the command no longer holds: evicting
+            // it could lose a bare or do-not-disrupt pod. Once a replacement came up or
+            // evictions went out, giving up leaves work half done: a failed deletion.
             if let Some(p) = facts.pods_left.iter().find(|p| !cmd.pods.contains(p)) {
                 return give_up(
                     format!("pod {p} arrived after validation"),
-                    cmd.method == Method::Replace,
+                    cmd.method == Method::Replace || job.stage == Stage::Draining,
                 );
             }
-            drain(Stage::Tainted)
+            drain(job.stage.clone())
         }
-        Stage::Draining => drain(Stage::Draining),
         Stage::Deleting => {
             if facts.nodes_present.is_empty() {
                 go(Action::Wait, Stage::Done)
@@ -536,6 +537,35 @@ mod tests {
         );
         assert!(!s.failure);
         // Only the pods validation saw: the drain goes on.
+        f.pods_left = vec![key("a")];
+        assert_eq!(step(&job, &f).action, Action::Evict(vec![key("a")]));
+    }
+
+    /// An empty node's command, mid-drain, learns from the fresh read before deletion that a
+    /// pod the cache never showed is on the node: it gives up instead of deleting or evicting
+    /// a pod nothing found a place for, and counts as a failed deletion (evictions went out).
+    #[test]
+    fn a_pod_found_while_draining_abandons_instead_of_being_evicted() {
+        let snap = snapshot();
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Delete));
+        job.command.pods = vec![key("a")];
+        job.stage = Stage::Draining;
+        let mut f = facts(&snap, &config, 200);
+        f.pods_left = vec![];
+        assert_eq!(
+            step(&job, &f).action,
+            Action::DeleteNodes(vec!["n1".into()])
+        );
+        f.pods_left = vec![key("protected")];
+        let s = step(&job, &f);
+        assert_eq!(s.action, Action::Wait);
+        assert!(
+            matches!(s.next, Stage::Abandoned(ref why) if why.contains("default/protected arrived")),
+            "{s:?}"
+        );
+        assert!(s.failure);
+        // A validated pod the cache still shows after its eviction is evicted again.
         f.pods_left = vec![key("a")];
         assert_eq!(step(&job, &f).action, Action::Evict(vec![key("a")]));
     }

@@ -1,5 +1,6 @@
-//! Test 4: a PodDisruptionBudget with 0 disruptions allowed blocks consolidation; with two
-//! replicas and leader election only the leader writes.
+//! Test 4: a PodDisruptionBudget with 0 disruptions allowed blocks consolidation; a pod the
+//! controller's cache has not seen keeps its node; with two replicas and leader election only
+//! the leader writes.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -186,4 +187,101 @@ async fn e2e_4b_two_replicas_only_the_leader_writes() {
         log.contains("became the leader"),
         "{new_leader} logged its election:\n{log}"
     );
+}
+
+/// A pod bound to an empty node while the controller's pod cache lags (its watch events held
+/// back by the server): the decision, validation and taint all see an empty node, but the
+/// fresh read before deletion finds the pod, so the command is abandoned, the node untainted
+/// and kept, and the bare `do-not-disrupt` pod never evicted nor lost with its node. Reliability
+/// runs under watch faults lost such pods (issue 14).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4c_a_pod_the_cache_has_not_seen_keeps_its_node() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(cpu_pool("cpu", "1s")).await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let _: Pod = c
+        .create(cpu_pod("filler", "3", BTreeMap::from([("app", "filler")])))
+        .await;
+    let node = eventually("the filler bound", DEADLINE, || async {
+        bound_to(&c.pod("default", "filler").await?)
+    })
+    .await;
+    c.server()
+        .hold_watch_events("", "pods", "default", "protected");
+    let _: Pod = c
+        .create(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "protected", "namespace": "default",
+                         "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+            "spec": {"nodeName": node,
+                     "containers": [{"name": "app", "image": "app",
+                                     "resources": {"requests": {"cpu": "100m"}}}]}
+        }))
+        .await;
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .delete("filler", &DeleteParams::default())
+        .await
+        .unwrap();
+    let events = Api::<Event>::namespaced(c.client.clone(), "default");
+    let note = eventually("the disruption to be abandoned", DEADLINE, || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("DisruptionAbandoned"))
+            .find_map(|e| e.note)
+    })
+    .await;
+    assert!(
+        note.contains("default/protected arrived after validation"),
+        "{note}\n{}",
+        ctl.log()
+    );
+    let nodes = c.nodes().await;
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(&node)),
+        "the node was kept:\n{}",
+        ctl.log()
+    );
+    let p = c
+        .pod("default", "protected")
+        .await
+        .expect("the pod is kept");
+    assert_eq!(bound_to(&p).as_deref(), Some(node.as_str()));
+    assert_eq!(c.server().evictions(), (0, 0), "nothing was evicted");
+    // Once the cache catches up, the controller keeps the node for the pod's annotation and
+    // the node is untainted.
+    c.server()
+        .release_watch_events("", "pods", "default", "protected");
+    eventually(
+        "the node kept for do-not-disrupt, untainted",
+        DEADLINE,
+        || async {
+            let claim =
+                c.claims().await.into_iter().find(|x| {
+                    x.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node)
+                })?;
+            let kept = claim.status?.conditions.into_iter().any(|k| {
+                k.type_ == "Consolidatable" && k.status == "False" && k.reason == "DoNotDisrupt"
+            });
+            let n = c
+                .nodes()
+                .await
+                .into_iter()
+                .find(|n| n.metadata.name.as_deref() == Some(&node))?;
+            let tainted = n
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default()
+                .iter()
+                .any(|t| t.key == "gpu-autoscaler.dev/disrupted");
+            (kept && !tainted).then_some(())
+        },
+    )
+    .await;
+    assert!(c.pod("default", "protected").await.is_some());
 }

@@ -684,6 +684,20 @@ impl Filter {
     }
 }
 
+/// The change's object when its watch events are held back (`FakeApiServer::hold_watch_events`).
+fn held_object(
+    held: &tokio::sync::watch::Receiver<std::collections::BTreeSet<crate::HeldObject>>,
+    c: &Change,
+) -> Option<crate::HeldObject> {
+    let h = held.borrow();
+    if h.is_empty() {
+        return None;
+    }
+    let name = c.object["metadata"]["name"].as_str().unwrap_or_default();
+    let o = (c.key.to_string(), c.namespace.clone(), name.to_string());
+    h.contains(&o).then_some(o)
+}
+
 fn event_line(kind: &str, body: &[u8]) -> Bytes {
     let mut line = Vec::with_capacity(body.len() + 32);
     line.extend_from_slice(b"{\"type\":\"");
@@ -771,7 +785,10 @@ fn watch(
     let drop_watches = req.faults && sh.injector.faults.watch_drop > 0.0;
     let mut shutdown = sh.shutdown.subscribe();
     let mut expire = sh.expire.subscribe();
+    let mut held = sh.held.subscribe();
     tokio::spawn(async move {
+        // Lines of held objects, delivered when their hold is released.
+        let mut stash: Vec<(crate::HeldObject, Bytes)> = Vec::new();
         for line in initial {
             if tx.send(Ok(line)).await.is_err() {
                 return;
@@ -793,10 +810,29 @@ fn watch(
                 _ = shutdown.changed() => return,
                 _ = expire.changed() => Some(gone_line(&last.to_string(), last)),
                 _ = &mut deadline => return,
+                _ = held.changed() => {
+                    let now_held = held.borrow_and_update().clone();
+                    let (keep, go): (Vec<_>, Vec<_>) =
+                        stash.drain(..).partition(|(o, _)| now_held.contains(o));
+                    stash = keep;
+                    for (_, l) in go {
+                        if tx.send(Ok(l)).await.is_err() {
+                            return;
+                        }
+                    }
+                    None
+                }
                 r = rx.recv() => match r {
                     Ok(c) => {
                         last = c.rv;
-                        filter.event(&c).map(|(k, o)| event_line(k, &view.render(&o)))
+                        let line = filter.event(&c).map(|(k, o)| event_line(k, &view.render(&o)));
+                        match (line, held_object(&held, &c)) {
+                            (Some(l), Some(o)) => {
+                                stash.push((o, l));
+                                None
+                            }
+                            (line, _) => line,
+                        }
                     }
                     Err(RecvError::Lagged(_)) => Some(gone_line(&last.to_string(), last)),
                     Err(RecvError::Closed) => return,
@@ -811,7 +847,11 @@ fn watch(
                             Ok(c) => {
                                 last = c.rv;
                                 if let Some((k, o)) = filter.event(&c) {
-                                    lines.push(event_line(k, &view.render(&o)));
+                                    let l = event_line(k, &view.render(&o));
+                                    match held_object(&held, &c) {
+                                        Some(o) => stash.push((o, l)),
+                                        None => lines.push(l),
+                                    }
                                 }
                             }
                             Err(TryRecvError::Empty) => break,

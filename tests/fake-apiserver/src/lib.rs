@@ -118,7 +118,13 @@ pub(crate) struct Shared {
     pub expire: tokio::sync::watch::Sender<u64>,
     /// Fault injection (a no-op without configured faults).
     pub injector: faults::Injector,
+    /// Objects whose watch events are held back, as a lagging watch cache would:
+    /// `(resource key, namespace, name)`.
+    pub held: tokio::sync::watch::Sender<std::collections::BTreeSet<HeldObject>>,
 }
+
+/// An object whose watch events are held back: `(resource key, namespace, name)`.
+pub(crate) type HeldObject = (String, String, String);
 
 /// A fake API server: the state plus its HTTP router. Cheap to clone (shared state).
 #[derive(Clone)]
@@ -144,6 +150,7 @@ impl FakeApiServer {
             options,
             shutdown: tokio::sync::watch::channel(false).0,
             expire: tokio::sync::watch::channel(0).0,
+            held: tokio::sync::watch::channel(Default::default()).0,
         });
         let server = FakeApiServer { shared };
         if let Some(opts) = server.shared.options.binder.clone() {
@@ -354,6 +361,28 @@ impl FakeApiServer {
     /// Ends every open watch with an ERROR event carrying 410 Gone (clients must relist).
     pub fn expire_watches(&self) {
         self.shared.expire.send_modify(|g| *g += 1);
+    }
+
+    /// Holds back every watch event of one object (`group` "" for the core API, the resource's
+    /// plural, namespace "" when cluster-scoped) until [`release_watch_events`]: clients see a
+    /// cache that lags behind the server, while lists and gets see the object. Events of other
+    /// objects go on, so watchers see them out of order, as they would see a lagging informer's.
+    ///
+    /// [`release_watch_events`]: Self::release_watch_events
+    pub fn hold_watch_events(&self, group: &str, plural: &str, namespace: &str, name: &str) {
+        let key = resources::key_of(group, plural);
+        self.shared.held.send_modify(|h| {
+            h.insert((key, namespace.to_string(), name.to_string()));
+        });
+    }
+
+    /// Delivers the events [`hold_watch_events`](Self::hold_watch_events) held back, in order,
+    /// and stops holding.
+    pub fn release_watch_events(&self, group: &str, plural: &str, namespace: &str, name: &str) {
+        let key = resources::key_of(group, plural);
+        self.shared.held.send_modify(|h| {
+            h.remove(&(key, namespace.to_string(), name.to_string()));
+        });
     }
 
     /// Runs one pass of the harness scheduler now, with the given options; returns pods bound.

@@ -12,6 +12,7 @@ use providers::CloudProvider;
 use serde_json::json;
 
 use crate::controller::actuator::{Evicted, reference};
+use crate::controller::cache::CachedPod;
 use crate::controller::disrupt::{self, Job, Stage};
 use crate::controller::error::Result;
 use crate::controller::keys;
@@ -187,6 +188,20 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .await
     }
 
+    /// The pods on `nodes` that must move before the nodes go, read fresh from the API server.
+    async fn pods_that_must_leave(&self, nodes: &[String]) -> Result<Vec<PodKey>> {
+        let mut out = Vec::new();
+        for n in nodes {
+            for p in self.shared.actuator.pods_on_node(n).await? {
+                let p = CachedPod::from(p);
+                if p.must_leave_with_node() {
+                    out.push(p.key);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     async fn run_jobs(&mut self) {
         let pools = self.stores.pools.state();
         let types = self.instance_types(&pools).await;
@@ -215,9 +230,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     p.node_name
                         .as_deref()
                         .is_some_and(|n| nodes_present.iter().any(|x| x == n))
-                        && p.active
-                        && !p.deleting
-                        && !p.stays_with_node()
+                        && p.must_leave_with_node()
                 })
                 .map(|p| p.key.clone())
                 .collect();
@@ -240,7 +253,29 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 drain_timeout_s: i64::try_from(self.args.drain_timeout.as_secs())
                     .unwrap_or(i64::MAX),
             };
-            let step = disrupt::step(job, &facts);
+            let mut step = disrupt::step(job, &facts);
+            if let disrupt::Action::DeleteNodes(names) = &step.action {
+                // Deleting a Node loses the pods bound to it: confirm from the API server that
+                // none is there that the pod cache did not show yet.
+                match self.pods_that_must_leave(names).await {
+                    Ok(fresh) if fresh.is_empty() => {}
+                    Ok(fresh) => {
+                        tracing::info!(nodes = ?names, pods = ?fresh, "pods found on the nodes before deletion that the cache did not show");
+                        step = disrupt::step(
+                            job,
+                            &disrupt::Facts {
+                                pods_left: fresh,
+                                ..facts
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the pods of nodes before deleting them");
+                        job.action_failed();
+                        continue;
+                    }
+                }
+            }
             let reason = format!("{:?}", job.command.reason);
             let ok = match step.action {
                 disrupt::Action::Wait => true,
@@ -393,6 +428,27 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                 "DrainFailed",
                                 "Disrupt",
                                 format!("disruption given up, node untainted: {why}"),
+                            )
+                            .await;
+                    }
+                }
+                if let Stage::Abandoned(why) = &step.next
+                    && !step.failure
+                    && matches!(job.stage, Stage::Tainted | Stage::Draining)
+                {
+                    // The taint was visible to users: say why it goes away again.
+                    for node in nodes
+                        .iter()
+                        .filter(|n| job.command.nodes.contains(&n.name_any()))
+                    {
+                        self.shared
+                            .actuator
+                            .event(
+                                &reference(node.as_ref()),
+                                false,
+                                "DisruptionAbandoned",
+                                "Disrupt",
+                                format!("disruption abandoned, node untainted: {why}"),
                             )
                             .await;
                     }
