@@ -96,6 +96,19 @@ impl Drop for Killed {
     }
 }
 
+/// Runs a benchmark until it ends or SIGINT/SIGTERM arrives; on a signal the benchmark's future
+/// is dropped, and with it the guards that kill the fake API server and controllers it started.
+pub(super) async fn until_signal<T>(
+    bench: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::select! {
+        r = bench => r,
+        _ = autoscaler::controller::run::shutdown_signal() => Err(cfg(
+            "interrupted: the benchmark stopped the processes it had started",
+        )),
+    }
+}
+
 pub(super) fn cfg(msg: impl Into<String>) -> Error {
     Error::Config(msg.into())
 }
@@ -161,7 +174,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<E2eResult> {
         .enable_all()
         .build()
         .map_err(|e| cfg(format!("starting the async runtime: {e}")))?;
-    let result = rt.block_on(bench(&args))?;
+    let result = rt.block_on(until_signal(bench(&args)))?;
     let text = serde_json::to_string_pretty(&result).expect("serializable");
     println!("{text}");
     if let Some(path) = &args.json {

@@ -153,7 +153,7 @@ pub(crate) fn run(args: ReliabilityArgs) -> Result<ReliabilityResult> {
         .enable_all()
         .build()
         .map_err(|e| cfg(format!("starting the async runtime: {e}")))?;
-    let result = rt.block_on(bench(&args))?;
+    let result = rt.block_on(super::e2e::until_signal(bench(&args)))?;
     print_table(&result);
     let text = serde_json::to_string_pretty(&result).expect("serializable");
     println!("{text}");

@@ -408,7 +408,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
     }
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM (SIGINT only off Unix).
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
