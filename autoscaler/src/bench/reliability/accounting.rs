@@ -82,7 +82,11 @@ impl Bench<'_> {
         Ok(out)
     }
 
-    pub(super) async fn count(&mut self, result: &mut ReliabilityResult, server_url: &str) -> Result<()> {
+    pub(super) async fn count(
+        &mut self,
+        result: &mut ReliabilityResult,
+        server_url: &str,
+    ) -> Result<()> {
         let instances = self.instances().await?;
         let claims = self.claims().await?;
         let nodes = self.nodes().await?;
@@ -215,7 +219,6 @@ impl Bench<'_> {
         Ok(())
     }
 }
-
 
 pub(super) fn terminal(p: &Pod) -> bool {
     matches!(

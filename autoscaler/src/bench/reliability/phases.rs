@@ -127,6 +127,13 @@ impl Bench<'_> {
             }
             let name = candidates[self.rng.below(candidates.len())].name_any();
             self.failed.insert(name.clone());
+            // Where the bare pods are right now: one bound since the last look goes with the
+            // Node too (pod GC), which is the benchmark's doing, not the controller's.
+            for p in self.pods().await? {
+                if let Some(slot) = self.bare.get_mut(&p.name_any()) {
+                    *slot = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                }
+            }
             let lost: Vec<String> = self
                 .bare
                 .iter()

@@ -99,7 +99,11 @@ impl Bench<'_> {
     }
 
     async fn new_request(&mut self) -> Result<usize> {
-        let name = format!("job-{}-{}", self.started_controllers, self.rng.below(1_000_000));
+        let name = format!(
+            "job-{}-{}",
+            self.started_controllers,
+            self.rng.below(1_000_000)
+        );
         let template = format!("ppt-{name}-main");
         let mut t = pod_template(&name, GPU_POOL, true, json!({}));
         t["spec"]["restartPolicy"] = json!("Never");
