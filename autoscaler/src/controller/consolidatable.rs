@@ -335,7 +335,7 @@ mod tests {
             "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodeClaim",
             "metadata": {"name": name, "creationTimestamp": created,
                          "labels": {keys::POOL_LABEL: pool}},
-            "spec": {},
+            "spec": {"nodePool": pool},
             "status": {"nodeName": node, "conditions": [{
                 "type": CONDITION, "status": if cond.status { "True" } else { "False" },
                 "reason": cond.reason, "message": cond.message,
@@ -384,10 +384,17 @@ mod tests {
         let state = restored_state(&claims);
         assert_eq!(
             state.unneeded_since.into_iter().collect::<Vec<_>>(),
-            [("na".to_string(), 1_700_000_000), ("nb".to_string(), 1_700_000_100)]
+            [
+                ("na".to_string(), 1_700_000_000),
+                ("nb".to_string(), 1_700_000_100)
+            ]
         );
         let last_up = |p: &str| state.pools[p].last_scale_up;
-        assert_eq!(last_up("gpu"), Some(1_699_997_400), "the newest claim of the pool");
+        assert_eq!(
+            last_up("gpu"),
+            Some(1_699_997_400),
+            "the newest claim of the pool"
+        );
         assert_eq!(last_up("cpu"), Some(1_699_992_600));
         // The message round-trips exactly; a False condition or another type says nothing.
         let mut c = claims[0].status.as_ref().unwrap().conditions[0].clone();

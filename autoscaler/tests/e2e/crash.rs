@@ -251,7 +251,11 @@ async fn e2e_3e_restart_keeps_the_unneeded_timer() {
         Some(rest.split(';').next()?.to_string())
     };
     let since = eventually("the claim's unneeded timer", DEADLINE, || async {
-        let cl = c.claims().await.into_iter().find(|x| x.name_any() == claim)?;
+        let cl = c
+            .claims()
+            .await
+            .into_iter()
+            .find(|x| x.name_any() == claim)?;
         since_of(&cl)
     })
     .await;
