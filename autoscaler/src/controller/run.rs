@@ -169,6 +169,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// interval themselves.
     async fn round(&mut self) {
         let started = Instant::now();
+        if self.first_round {
+            // A new leader (a restart, a failover) goes on from what the last one recorded.
+            self.disruption_state =
+                super::consolidatable::restored_state(&self.stores.claims.state());
+        }
         self.boot_kwok_instances().await;
         self.claims_stage().await;
         self.health_stage().await;
