@@ -216,6 +216,16 @@ impl Cluster {
 
     /// Starts the controller binary with [`FAST`] flags plus `extra`.
     pub fn controller(&self, name: &str, extra: &[&str]) -> Controller {
+        self.controller_with_env(name, extra, &[])
+    }
+
+    /// [`Self::controller`] with `env` added to its environment (a kill point, say).
+    pub fn controller_with_env(
+        &self,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Controller {
         let mut args = vec!["run".to_string()];
         args.extend(
             FAST.iter()
@@ -228,7 +238,7 @@ impl Cluster {
         );
         args.push(format!("--identity={name}"));
         args.extend(extra.iter().map(|e| e.to_string()));
-        self.controller_exact(name, &args, &[])
+        self.controller_exact(name, &args, env)
     }
 
     /// Starts the controller binary with exactly `args` (the subcommand included) and `env`

@@ -272,6 +272,22 @@ async fn operations_stay_within_their_call_bounds_under_fault_rates() {
         .unwrap();
     p.delete(&warm.instance.provider_id).await.unwrap();
 
+    // A CreateFleet that took effect but whose answer was lost is retried with its
+    // ClientToken, and EC2 (the proxy, where moto ignores tokens) answers with the first
+    // call's instance: one instance, not two.
+    proxy.lose_next_answer("CreateFleet");
+    let fleets = proxy.requests("CreateFleet");
+    let lost = p.launch(&request("lost", vec![g6b.clone()])).await.unwrap();
+    assert_eq!(proxy.requests("CreateFleet"), fleets + 2);
+    let tokens = proxy.fleet_tokens();
+    assert_eq!(tokens[tokens.len() - 1], tokens[tokens.len() - 2]);
+    assert_eq!(
+        live_per_claim(&moto, "rates").await.get("lost"),
+        Some(&1),
+        "one instance for the claim"
+    );
+    p.delete(&lost.instance.provider_id).await.unwrap();
+
     // Every call throttled: each operation's first request is tried exactly max_attempts
     // times, then the operation fails as Throttled.
     proxy.fault_rates(

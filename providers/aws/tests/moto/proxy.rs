@@ -75,6 +75,8 @@ struct ProxyState {
     tokens: BTreeMap<String, (Vec<(String, String)>, StatusCode, Bytes)>,
     /// ClientToken of every CreateFleet as received (replays included).
     fleet_tokens: Vec<String>,
+    /// Carry out the next request of this action, then answer 503 instead of its result.
+    lose_next: Option<String>,
 }
 
 /// The running proxy; stopped on drop.
@@ -154,6 +156,12 @@ impl Proxy {
             .as_ref()
             .map(|(f, _)| f.counts())
             .unwrap_or_default()
+    }
+
+    /// Carries out the next request of `action` and answers it with a 503 (a lost answer:
+    /// the caller cannot tell that it took effect).
+    pub fn lose_next_answer(&self, action: &str) {
+        lock(&self.state).lose_next = Some(action.to_string());
     }
 
     /// The ClientToken of every CreateFleet request received, in order.
@@ -443,6 +451,17 @@ async fn handle(State(sh): State<Shared>, req: Request) -> Response {
         }
         _ => r,
     };
+    let lost = {
+        let mut s = lock(&sh.state);
+        let lost = s.lose_next.as_deref() == Some(action.as_str());
+        if lost {
+            s.lose_next = None;
+        }
+        lost
+    };
+    if lost {
+        return ec2_error(503, "Unavailable", "the answer was lost on its way back");
+    }
     late(fault, hang, r).await
 }
 
