@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use nodepools::NodePool;
 use serde_json::{Value, json};
 
-use e2e::{Cluster, Controller, bound_to, eventually, gpu_pod};
+use e2e::{Cluster, Controller, bound_to, eventually, gpu_pod, kubelet_node};
 use moto::Moto;
 
 /// Runs `gpu-autoscaler catalog ...` with only the given AWS variables in its environment (no
@@ -177,39 +177,6 @@ fn gpu_pool() -> Value {
                 ]
             },
             "disruption": {"consolidateAfter": "0s", "unneededTime": "2s", "budgets": [{"nodes": "100%"}]}
-        }
-    })
-}
-
-/// The Node a kubelet on `claim`'s instance would register: Ready, GPU plugin up.
-fn kubelet_node(name: &str, provider_id: &str, claim: &nodepools::NodeClaim) -> Value {
-    let status = claim.status.clone().unwrap_or_default();
-    let mut labels: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
-    labels.insert("kubernetes.io/hostname".into(), name.into());
-    labels.insert(
-        "node.kubernetes.io/instance-type".into(),
-        status.instance_type.clone().unwrap_or_default(),
-    );
-    labels.insert(
-        "topology.kubernetes.io/zone".into(),
-        status.zone.clone().unwrap_or_default(),
-    );
-    json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "providerID": provider_id,
-            "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
-        },
-        "status": {
-            "capacity": {"cpu": "4", "memory": "15Gi", "pods": "58", "nvidia.com/gpu": "1"},
-            "allocatable": {"cpu": "3920m", "memory": "13Gi", "pods": "58", "nvidia.com/gpu": "1"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "kubelet is posting ready status",
-                            "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-            "phase": "Running"
         }
     })
 }
@@ -567,4 +534,100 @@ async fn run_with_aws_killed_around_create_fleet_launches_one_instance() {
         assert!(tokens.len() <= 1, "{tokens:?}");
         drop(second);
     }
+}
+
+/// The DRA guide's example on AWS: a pod whose only GPU request is a ResourceClaim from a
+/// template scales the GPU NodePool up from zero through EC2 (moto); the test plays the kubelet
+/// and the NVIDIA DRA driver (which publishes the new Node's GPUs from the provider's own
+/// catalog, read from moto), the harness scheduler allocates the claim there and binds the pod,
+/// and the NodeClaim is initialized once the slices match its instance type's template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_aws_a_dra_claim_scales_a_gpu_pool_from_zero() {
+    let Some(moto) = Moto::start("run_with_aws_a_dra_claim_scales_a_gpu_pool_from_zero") else {
+        return;
+    };
+    let c = Cluster::start().await;
+    c.apply_file("deploy/examples/dra/nvidia-deviceclasses.yaml")
+        .await;
+    let _: NodePool = c.create(gpu_pool()).await;
+    let ctl = aws_controller(&c, &moto, &moto.url, "dra", "aws-dra", &[]).await;
+    let mut settings = moto.settings(&moto.url, "dra");
+    settings.node_classes.insert(
+        "default".into(),
+        moto.node_class("dra", &["us-east-1a", "us-east-1b"]).await,
+    );
+    let catalog = provider_aws::AwsProvider::connect(settings)
+        .await
+        .unwrap()
+        .catalog(Some("default"))
+        .await
+        .unwrap();
+    let _driver = c.fake_dra_driver_for(catalog);
+    c.apply_file("deploy/examples/dra/one-gpu-claim-template.yaml")
+        .await;
+
+    let claim = eventually("a launched NodeClaim", Duration::from_secs(60), || async {
+        c.claims().await.into_iter().find(|cl| {
+            cl.status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| p.starts_with("aws:///"))
+        })
+    })
+    .await;
+    assert_eq!(
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
+            .map(String::as_str),
+        Some("true"),
+        "the claim waits for its Node's slices"
+    );
+    let pid = claim.status.clone().unwrap().provider_id.unwrap();
+    let instance_id = provider_aws::instance_id(&pid).unwrap().to_string();
+    // With the DRA driver the GPUs are devices, not an extended resource.
+    let node_name = format!("ip-10-0-0-9-{instance_id}");
+    let mut node = kubelet_node(&node_name, &pid, &claim);
+    for k in ["capacity", "allocatable"] {
+        node["status"][k]
+            .as_object_mut()
+            .unwrap()
+            .remove("nvidia.com/gpu");
+    }
+    let _: Node = c.create(node).await;
+    let bound = eventually(
+        "the DRA pod bound to the new node",
+        Duration::from_secs(60),
+        || async {
+            c.pod("default", "cuda-dra")
+                .await
+                .as_ref()
+                .and_then(bound_to)
+        },
+    )
+    .await;
+    assert_eq!(bound, node_name, "{}", ctl.log());
+    let devices = e2e::pod_claim_devices(&c, "cuda-dra").await;
+    assert_eq!(
+        devices,
+        [("gpu.nvidia.com".into(), node_name.clone(), "gpu-0".into())],
+        "the pod's claim holds the new node's GPU"
+    );
+    let name = claim.metadata.name.clone().unwrap();
+    eventually(
+        "the NodeClaim initialized",
+        Duration::from_secs(60),
+        || async { e2e::claim_initialized(&c, &name).await.then_some(()) },
+    )
+    .await;
+    assert_eq!(c.claims().await.len(), 1, "one node for one GPU");
+    let live: Vec<_> = moto_instances(&moto, "dra")
+        .await
+        .into_iter()
+        .filter(|(_, s)| s == "pending" || s == "running")
+        .collect();
+    assert_eq!(live.len(), 1, "{live:?}");
+    drop(ctl);
 }
