@@ -17,7 +17,6 @@ mod moto;
 #[path = "../../../providers/aws/tests/moto/proxy.rs"]
 mod proxy;
 
-use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
