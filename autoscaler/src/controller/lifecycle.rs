@@ -367,7 +367,15 @@ fn step_registered(
     now: i64,
     timeouts: &Timeouts,
 ) -> Action {
-    let short = shortfalls(claim, n);
+    let mut short = shortfalls(claim, n);
+    if dra.is_some() {
+        // Its GPUs are the DRA driver's devices, checked against the slices below; the device
+        // plugin is off on such Nodes (the driver and the plugin must not both hand out the
+        // GPUs), so a GPU resource no pod of the claim asked for is not expected.
+        short.retain(|s| {
+            !is_gpu_class(&s.resource) || claim.spec.resources.requests.contains_key(&s.resource)
+        });
+    }
     let waiting = not_initialized(claim, n).or_else(|| {
         let missing = dra.and_then(DraDevices::missing)?;
         Some((
