@@ -10,44 +10,19 @@ use autoscaler_core::dra::template::{NVIDIA_DRIVER, nvidia_classes};
 use autoscaler_core::dra::{Dra, PodClaim};
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::model::{InFlightClaim, Snapshot};
-use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::Requirements;
-use expect_test::{Expect, expect};
+use expect_test::expect;
+
+mod support;
+use support::check;
 
 const ZONES: [&str; 1] = ["us-east-1a"];
 
+/// One CPU type and the shared GPU types, in one zone.
 fn gpu_types() -> Vec<InstanceType> {
-    vec![
-        itype("m5.large")
-            .cpu("2")
-            .mem("8Gi")
-            .on_demand(&ZONES, 0.096)
-            .build(),
-        itype("g5.xlarge")
-            .cpu("4")
-            .mem("16Gi")
-            .gpus(1, "A10G", 24)
-            .on_demand(&ZONES, 1.006)
-            .build(),
-        itype("g5.12xlarge")
-            .cpu("48")
-            .mem("192Gi")
-            .gpus(4, "A10G", 24)
-            .on_demand(&ZONES, 5.672)
-            .build(),
-        itype("p4d.24xlarge")
-            .cpu("96")
-            .mem("1152Gi")
-            .gpus(8, "A100", 40)
-            .on_demand(&ZONES, 21.96)
-            .build(),
-        itype("p5.48xlarge")
-            .cpu("192")
-            .mem("2048Gi")
-            .gpus(8, "H100", 80)
-            .on_demand(&ZONES, 98.32)
-            .build(),
-    ]
+    let mut types = vec![support::cpu_types_in(&ZONES).remove(0)];
+    types.extend(support::gpu_types_in(&ZONES));
+    types
 }
 
 fn classes() -> Dra {
@@ -80,11 +55,6 @@ fn snapshot(pods: Vec<PodBuilder>, dra: Dra) -> Snapshot {
     }
 }
 
-fn check(snap: &Snapshot, expected: Expect) {
-    let plan = plan_provisioning(snap);
-    expected.assert_eq(&plan.render());
-    assert_eq!(plan, plan_provisioning(snap), "deterministic");
-}
 
 #[test]
 fn a_claim_from_a_template_scales_up_from_zero() {

@@ -5,67 +5,13 @@ use autoscaler_core::builders::*;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
 use autoscaler_core::model::{GpuSharing, Group, InFlightClaim, Snapshot, TimeSlicing};
-use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Operator, Requirements};
 use autoscaler_core::taints::{Effect, Taint, Toleration};
-use expect_test::{Expect, expect};
+use expect_test::expect;
 
-const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
-
-fn cpu_types() -> Vec<InstanceType> {
-    vec![
-        itype("m5.large")
-            .cpu("2")
-            .mem("8Gi")
-            .on_demand(&ZONES, 0.096)
-            .build(),
-        itype("m5.xlarge")
-            .cpu("4")
-            .mem("16Gi")
-            .on_demand(&ZONES, 0.192)
-            .build(),
-        itype("m5.2xlarge")
-            .cpu("8")
-            .mem("32Gi")
-            .on_demand(&ZONES, 0.384)
-            .build(),
-        itype("m5.4xlarge")
-            .cpu("16")
-            .mem("64Gi")
-            .on_demand(&ZONES, 0.768)
-            .build(),
-    ]
-}
-
-fn gpu_types() -> Vec<InstanceType> {
-    vec![
-        itype("g5.xlarge")
-            .cpu("4")
-            .mem("16Gi")
-            .gpus(1, "A10G", 24)
-            .on_demand(&ZONES, 1.006)
-            .build(),
-        itype("g5.12xlarge")
-            .cpu("48")
-            .mem("192Gi")
-            .gpus(4, "A10G", 24)
-            .on_demand(&ZONES, 5.672)
-            .build(),
-        itype("p4d.24xlarge")
-            .cpu("96")
-            .mem("1152Gi")
-            .gpus(8, "A100", 40)
-            .on_demand(&ZONES, 21.96)
-            .build(),
-        itype("p5.48xlarge")
-            .cpu("192")
-            .mem("2048Gi")
-            .gpus(8, "H100", 80)
-            .on_demand(&ZONES, 98.32)
-            .build(),
-    ]
-}
+mod support;
+use support::{ZONES, check, cpu_types, gpu_types};
 
 fn gpu_pool() -> PoolBuilder {
     pool("gpu", gpu_types()).taint("nvidia.com/gpu", "present")
@@ -79,13 +25,6 @@ fn snapshot(pods: Vec<PodBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
     }
 }
 
-fn check(snap: &Snapshot, expected: Expect) -> Plan {
-    let plan = plan_provisioning(snap);
-    expected.assert_eq(&plan.render());
-    // Determinism: the same snapshot gives the same plan.
-    assert_eq!(plan, plan_provisioning(snap));
-    plan
-}
 
 #[test]
 fn packs_cpu_pods_onto_the_cheapest_fitting_node() {
