@@ -298,7 +298,7 @@ struct Planner<'a> {
     class_left: Vec<Resources>,
     /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
     /// how many of the group one node would really hold (lazy).
-    unit_cost: Vec<Option<f64>>,
+    unit_cost: Vec<Option<(f64, f64)>>,
     /// Per pod: its scan group (demand group plus topology identity), and per scan group the
     /// first slot worth trying: earlier slots rejected an identical pod, and slots only fill.
     scan_group: Vec<usize>,
@@ -536,7 +536,11 @@ impl<'a> Planner<'a> {
                     .iter()
                     .filter(|(k, _)| crate::resources::is_gpu_class(k))
                     .map(|(_, v)| *v)
-                    .sum();
+                    .sum::<i64>()
+                    + p.claims
+                        .iter()
+                        .map(|c| i64::from(c.spec.devices_asked()))
+                        .sum::<i64>();
                 (
                     gpus,
                     p.gpu_share.as_ref().map_or(0, |s| s.milli),

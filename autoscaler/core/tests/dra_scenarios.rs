@@ -55,7 +55,6 @@ fn snapshot(pods: Vec<PodBuilder>, dra: Dra) -> Snapshot {
     }
 }
 
-
 #[test]
 fn a_claim_from_a_template_scales_up_from_zero() {
     check(
@@ -228,9 +227,9 @@ fn pods_of_a_shared_claim_land_together() {
     check(
         &snapshot(pods, classes()),
         expect![[r#"
-        claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[other]
-        claim gpu-2 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[reader,writer]
-    "#]],
+            claim gpu-1 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[reader,writer]
+            claim gpu-2 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[other]
+        "#]],
     );
 }
 

@@ -25,7 +25,6 @@ fn snapshot(pods: Vec<PodBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
     }
 }
 
-
 #[test]
 fn packs_cpu_pods_onto_the_cheapest_fitting_node() {
     let pods = (0..3)
@@ -763,4 +762,36 @@ fn admitted_types_count_the_requirements_and_then_the_available_offerings() {
             available: 0
         }
     );
+}
+
+/// The last pods of a group share the claim opened for them: their cost on a node of their
+/// own is measured by how many are left, not by a full node's price per pod (20 pods at 7
+/// time-sliced replicas per GPU opened seven 1-GPU claims for the last six).
+#[test]
+fn the_last_pods_of_a_group_share_the_claim_sized_for_them() {
+    let types = [("a100.1", "12", 1, 4.10), ("a100.2", "24", 2, 8.00)]
+        .into_iter()
+        .map(|(name, cpu, n, price)| {
+            itype(name)
+                .cpu(cpu)
+                .mem("192Gi")
+                .gpus(n, "A100", 40)
+                .on_demand(&ZONES, price)
+                .build()
+        })
+        .collect();
+    let sharing = GpuSharing {
+        time_slicing: Some(TimeSlicing {
+            replicas: 7,
+            rename: false,
+        }),
+        ..GpuSharing::default()
+    };
+    let pods = (0..20)
+        .map(|i| pod(&format!("nb{i:02}")).cpu("1").mem("2Gi").gpus(1))
+        .collect();
+    let plan = plan_provisioning(&snapshot(pods, vec![pool("gpu", types).sharing(sharing)]));
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(plan.new_claims.len(), 2, "{}", plan.render());
+    assert!((plan.new_cost() - 12.10).abs() < 1e-9, "{}", plan.render());
 }
