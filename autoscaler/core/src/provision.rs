@@ -856,6 +856,7 @@ impl<'a> Planner<'a> {
             labels_out.insert(labels::NODEPOOL.into(), pool.name.clone());
             let mut pods: Vec<_> = slot.pods.iter().map(|i| pending[*i].key.clone()).collect();
             pods.sort();
+            let dra = slot.pods.iter().any(|i| !pending[*i].claims.is_empty());
             plan.new_claims.push(NewClaim {
                 name: slot.name.clone(),
                 pool: pool.name.clone(),
@@ -870,6 +871,7 @@ impl<'a> Planner<'a> {
                 gpus,
                 group: None,
                 atomic,
+                dra,
             });
         }
         mark_group_claims(pending, &mut plan);

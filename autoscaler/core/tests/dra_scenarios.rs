@@ -234,6 +234,30 @@ fn pods_of_a_shared_claim_land_together() {
 }
 
 #[test]
+fn a_pools_image_attributes_reach_its_template() {
+    // Only the pool whose image installs a recent driver says so; the selector asks for it.
+    let c = claim()
+        .request(request("gpu").class(NVIDIA_DRIVER).selector(
+            "has(device.attributes['gpu.nvidia.com'].driverVersion) && device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('570.0.0')) >= 0",
+        ))
+        .from_template("gpu");
+    let mut snap = snapshot(vec![dra_pod("new-driver", c)], classes());
+    let imaged = pool("imaged", gpu_types())
+        .dra_attribute(
+            "gpu.nvidia.com/driverVersion",
+            autoscaler_core::dra::AttributeValue::Version("570.86.15".into()),
+        )
+        .build();
+    snap.pools.push(imaged);
+    check(
+        &snap,
+        expect![[r#"
+            claim imaged-1 pool=imaged price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[new-driver]
+        "#]],
+    );
+}
+
+#[test]
 fn claims_that_cannot_be_allocated_are_reasons() {
     let bad_class = claim()
         .request(request("gpu").class("tpu.example.com"))
@@ -309,6 +333,14 @@ mod disruption {
     }
 
     fn plan(nodes: Vec<Node>, types: Vec<InstanceType>, dra: Dra) -> String {
+        decide(nodes, types, dra).render()
+    }
+
+    fn decide(
+        nodes: Vec<Node>,
+        types: Vec<InstanceType>,
+        dra: Dra,
+    ) -> autoscaler_core::disruption::DisruptionPlan {
         let quick = DisruptionPolicy {
             unneeded_s: 0,
             budgets: vec![],
@@ -326,7 +358,6 @@ mod disruption {
             0,
             &DisruptionConfig::default(),
         )
-        .render()
     }
 
     #[test]
@@ -371,6 +402,11 @@ mod disruption {
             Underutilized Replace nodes=[a] pods=1 savings=20.954 replacement=g5.xlarge@1.006
             keep b: GPU utilization 1.00 above threshold 0.50
         "#]]
-        .assert_eq(&plan(nodes, types, dra));
+        .assert_eq(&plan(nodes.clone(), types.clone(), dra.clone()));
+        // The replacement is a claim for a pod with DRA claims: its node must publish its
+        // slices before it is initialized, as a launch's.
+        let d = decide(nodes, types, dra);
+        let r = d.commands[0].replacement.as_ref().expect("a replacement");
+        assert!(r.dra, "{r:?}");
     }
 }

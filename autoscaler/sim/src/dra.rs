@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use autoscaler_core::InstanceType;
 use autoscaler_core::dra::cel::{DeviceValue, Selectors};
-use autoscaler_core::dra::template::nvidia_slice;
+use autoscaler_core::dra::template::{nvidia_slice, with_attributes};
 use autoscaler_core::dra::{
     AllocatedDevice, AllocationMode, AttributeValue, ClaimSpec, DeviceClass, DeviceId,
     DeviceSelection, ResourceSlice,
@@ -54,14 +54,17 @@ pub struct NodeDevices {
 
 impl NodeDevices {
     /// The devices a node named `node` of type `it` publishes, `None` for a type without
-    /// NVIDIA GPUs; `partitions` when its pool shares GPUs with MIG.
+    /// NVIDIA GPUs; `partitions` when its pool shares GPUs with MIG, `attributes` what its
+    /// pool's image adds (`spec.dra.attributes`).
     pub fn for_node(
         it: &InstanceType,
         node: &str,
         partitions: bool,
+        attributes: &BTreeMap<String, AttributeValue>,
         classes: Arc<BTreeMap<String, DeviceClass>>,
     ) -> Option<Arc<NodeDevices>> {
-        let slice = nvidia_slice(it, node, partitions)?;
+        let mut slice = nvidia_slice(it, node, partitions)?;
+        with_attributes(&mut slice, attributes);
         let mut h = DefaultHasher::new();
         slice.driver.hash(&mut h);
         slice.devices.hash(&mut h);

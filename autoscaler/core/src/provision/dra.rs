@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::dra::allocate::{Allocator, ClaimRef, Failure, Inventory, reaches};
-use crate::dra::template::nvidia_slice;
+use crate::dra::template::{nvidia_slice, with_attributes};
 use crate::dra::{ClaimSource, ClaimSpec, DeviceId, ResourceSlice};
 use crate::model::Snapshot;
 
@@ -49,7 +49,8 @@ impl Templates {
             let partitions = pool.sharing.mig.is_some();
             for it in pool.instance_types.iter() {
                 let node = format!("{}.{}", pool.name, it.name);
-                if let Some(s) = nvidia_slice(it, &node, partitions) {
+                if let Some(mut s) = nvidia_slice(it, &node, partitions) {
+                    with_attributes(&mut s, &pool.dra_attributes);
                     t.by_type.insert((pi, it.name.clone()), t.slices.len());
                     t.slices.push(s);
                 }

@@ -33,7 +33,7 @@ fn node(mig: bool, taken: &[&str]) -> NodeDra {
         .gpus(4, "A100", 40)
         .on_demand(&["z"], 1.0)
         .build();
-    let d = NodeDevices::for_node(&it, "n1", mig, classes()).expect("GPU type");
+    let d = NodeDevices::for_node(&it, "n1", mig, &BTreeMap::new(), classes()).expect("GPU type");
     let mut dra = NodeDra::new(Some(d.clone()));
     for t in taken {
         let i = d

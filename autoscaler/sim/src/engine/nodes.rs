@@ -104,7 +104,13 @@ impl Engine<'_> {
             .map(|p| &self.pools[p])
             .and_then(|p| {
                 let it = p.instance_types.iter().find(|t| t.name == instance_type)?;
-                NodeDevices::for_node(it, node, p.sharing.mig.is_some(), classes.clone())
+                NodeDevices::for_node(
+                    it,
+                    node,
+                    p.sharing.mig.is_some(),
+                    &p.dra_attributes,
+                    classes.clone(),
+                )
             });
         NodeDra::new(devices)
     }
