@@ -98,8 +98,11 @@ pub(super) struct DraPlan<'a> {
     /// Per pending pod, the demand groups of pods with claims that may share its nodes (the
     /// same selectors, tolerations and host ports, any claims), each with one member; worked
     /// out on first use, once classes and groups exist.
-    families: RefCell<Option<Vec<Arc<Vec<(usize, usize)>>>>>,
+    families: RefCell<Option<Vec<Family>>>,
 }
+
+/// The demand groups of one family of pods with claims, each with one member (group, pod).
+type Family = Arc<Vec<(usize, usize)>>;
 
 /// Most copies of a pod's claims counted on one template (more than any GPU node holds of
 /// the smallest device).
@@ -273,8 +276,7 @@ impl<'a> Planner<'a> {
                 }
                 family_of[j] = f;
             }
-            let members: Vec<Arc<Vec<(usize, usize)>>> =
-                members.into_iter().map(Arc::new).collect();
+            let members: Vec<Family> = members.into_iter().map(Arc::new).collect();
             let by_pod = family_of
                 .iter()
                 .map(|f| members.get(*f).cloned().unwrap_or_default())
