@@ -298,7 +298,7 @@ struct Planner<'a> {
     class_left: Vec<Resources>,
     /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
     /// how many of the group one node would really hold (lazy).
-    unit_cost: Vec<Option<f64>>,
+    unit_cost: Vec<Option<(f64, f64)>>,
     /// Per pod: its scan group (demand group plus topology identity), and per scan group the
     /// first slot worth trying: earlier slots rejected an identical pod, and slots only fill.
     scan_group: Vec<usize>,
@@ -536,7 +536,11 @@ impl<'a> Planner<'a> {
                     .iter()
                     .filter(|(k, _)| crate::resources::is_gpu_class(k))
                     .map(|(_, v)| *v)
-                    .sum();
+                    .sum::<i64>()
+                    + p.claims
+                        .iter()
+                        .map(|c| i64::from(c.spec.devices_asked()))
+                        .sum::<i64>();
                 (
                     gpus,
                     p.gpu_share.as_ref().map_or(0, |s| s.milli),
@@ -852,6 +856,7 @@ impl<'a> Planner<'a> {
             labels_out.insert(labels::NODEPOOL.into(), pool.name.clone());
             let mut pods: Vec<_> = slot.pods.iter().map(|i| pending[*i].key.clone()).collect();
             pods.sort();
+            let dra = slot.pods.iter().any(|i| !pending[*i].claims.is_empty());
             plan.new_claims.push(NewClaim {
                 name: slot.name.clone(),
                 pool: pool.name.clone(),
@@ -866,6 +871,7 @@ impl<'a> Planner<'a> {
                 gpus,
                 group: None,
                 atomic,
+                dra,
             });
         }
         mark_group_claims(pending, &mut plan);

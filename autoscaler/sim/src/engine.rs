@@ -209,6 +209,7 @@ impl<'a> Engine<'a> {
             policy,
             cluster: Cluster {
                 limits: cfg.cluster_limits.clone(),
+                device_classes: cfg.device_classes.clone(),
                 ..Cluster::new(workload)
             },
             provider,

@@ -17,6 +17,7 @@
 pub mod baselines;
 pub mod chart;
 pub mod cluster;
+pub mod dra;
 pub mod engine;
 pub mod error;
 pub mod frontier;

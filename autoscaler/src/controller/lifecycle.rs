@@ -24,8 +24,9 @@
 //! stays in that state (the planner no longer counts on it once the runtime excludes its shape)
 //! until the Node catches up or the initialization timeout deletes it.
 //!
-//! **DRA devices.** A claim launched for pods with DRA claims (annotation
-//! [`keys::DRA_ANNOTATION`]) is initialized only once its Node's ResourceSlices publish, for
+//! **DRA devices.** A claim launched for pods with DRA claims, or as a disruption's
+//! replacement for such pods (annotation [`keys::DRA_ANNOTATION`], set by
+//! `run::claim_object` from the planner's `NewClaim::dra`), is initialized only once its Node's ResourceSlices publish, for
 //! every driver, at least as many devices as the instance type's template predicts
 //! ([`DraDevices`]; the runtime counts both); until then `Initialized=False` with reason
 //! `ResourceSlicesNotPublished`, and the initialization timeout still applies.

@@ -62,6 +62,9 @@ pub struct ClusterConfig {
     /// Cluster-wide limits (`maxNodesTotal`, `coresTotal`, `memoryTotal`, `gpuTotal`,
     /// `capacityQuotas`), across NodePools, as the controller's flags and CapacityQuotas.
     pub cluster_limits: Vec<autoscaler_core::model::ClusterLimit>,
+    /// DRA DeviceClasses (`deviceClasses`, over the NVIDIA driver's two); empty when no
+    /// workload has resource claims.
+    pub device_classes: Arc<BTreeMap<String, autoscaler_core::dra::DeviceClass>>,
 }
 
 impl Default for ClusterConfig {
@@ -88,6 +91,7 @@ impl Default for ClusterConfig {
             ignore_mirror_pods_utilization: false,
             node_overlays: false,
             cluster_limits: Vec::new(),
+            device_classes: Arc::default(),
         }
     }
 }
