@@ -87,6 +87,15 @@ pub(crate) struct SimulateArgs {
     /// to then left it. Default: the end of the run.
     #[arg(long, requires = "explain", value_parser = autoscaler::controller::settings::parse_duration)]
     explain_at: Option<std::time::Duration>,
+    /// Run the GPU scenario suite instead of one scenario: the default day, the openb default
+    /// pod list compressed 10x, the DLRM trace compressed 100x and the sharing-heavy scenario,
+    /// over `--seeds` (10 when not given) for every policy (or `--policy`), then one table of
+    /// paired differences across them; a trace not found under `--data` is skipped, saying so.
+    #[arg(long, conflicts_with_all = ["scenario", "seed", "sweep", "openb", "dlrm", "from_snapshot", "explain", "report"])]
+    suite: bool,
+    /// The directory holding the suite's traces (`openb/`, `alibaba_gpu_v2025/`).
+    #[arg(long, value_name = "DIR", requires = "suite", default_value = autoscaler_sim::suite::DEFAULT_DATA_DIR)]
+    data: PathBuf,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -273,8 +282,28 @@ fn runs_bar(quiet: bool, runs: usize) -> ProgressBar {
     pb
 }
 
+/// Runs `simulate --suite`.
+fn run_suite(args: &SimulateArgs) -> anyhow::Result<()> {
+    use autoscaler_sim::suite;
+    let seeds = seeds::parse_seeds(args.seeds.as_deref().unwrap_or("10"))?;
+    let opts = RunOptions {
+        hours: args.hours,
+        policies: (!args.policies.is_empty()).then(|| args.policies.clone()),
+        max_pods: Some(args.max_pods),
+        ..RunOptions::default()
+    };
+    let pb = runs_bar(args.quiet, seeds.len() * suite::ENTRIES.len());
+    let s = suite::run(&suite::ENTRIES, &args.data, &seeds, &opts, |_| pb.inc(1))?;
+    pb.finish_and_clear();
+    print!("{}", suite::text(&s));
+    write(&args.json, &(suite::to_json(&s) + "\n"))
+}
+
 /// Runs `simulate`.
 pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    if args.suite {
+        return run_suite(&args);
+    }
     let setup = setup(&args)?;
     let seeds = match &args.seeds {
         Some(text) => seeds::parse_seeds(text)?,
