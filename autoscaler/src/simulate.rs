@@ -293,9 +293,16 @@ fn run_suite(args: &SimulateArgs) -> anyhow::Result<()> {
         ..RunOptions::default()
     };
     let pb = runs_bar(args.quiet, seeds.len() * suite::ENTRIES.len());
-    let s = suite::run(&suite::ENTRIES, &args.data, &seeds, &opts, |_| pb.inc(1))?;
+    let s = suite::run(
+        &suite::ENTRIES,
+        &args.data,
+        &seeds,
+        &opts,
+        |_| pb.inc(1),
+        |e, o| pb.suspend(|| print!("{}", suite::scenario_text(e, o))),
+    )?;
     pb.finish_and_clear();
-    print!("{}", suite::text(&s));
+    print!("{}", suite::paired_text(&s));
     write(&args.json, &(suite::to_json(&s) + "\n"))
 }
 

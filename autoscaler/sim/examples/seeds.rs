@@ -42,8 +42,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..RunOptions::default()
         };
         let seed_list = seeds::parse_seeds(&seed_text)?;
-        let s = suite::run(&suite::ENTRIES, Path::new(&data), &seed_list, &opts, |_| {})?;
-        print!("{}", suite::text(&s));
+        let s = suite::run(
+            &suite::ENTRIES,
+            Path::new(&data),
+            &seed_list,
+            &opts,
+            |_| {},
+            |e, o| print!("{}", suite::scenario_text(e, o)),
+        )?;
+        print!("{}", suite::paired_text(&s));
         if let Some(f) = json {
             std::fs::write(f, suite::to_json(&s) + "\n")?;
         }

@@ -131,7 +131,9 @@ pub struct SuiteSummary {
 }
 
 /// Runs `entries` over `seeds` with `base`'s policies and hours (its seed is replaced by each
-/// seed), seeds in parallel on every core. `done` is called after each (scenario, seed) run.
+/// seed), seeds in parallel on every core. `done` is called after each (scenario, seed) run,
+/// `finished` after each scenario with its outcome (a long suite can show each table as it
+/// ends).
 ///
 /// # Errors
 /// The first loader or run error; an absent trace is not an error (it is skipped).
@@ -141,13 +143,16 @@ pub fn run(
     seeds: &[u64],
     base: &RunOptions,
     done: impl Fn(Entry) + Sync,
+    mut finished: impl FnMut(Entry, &Outcome),
 ) -> Result<SuiteSummary, SimError> {
     let start = std::time::Instant::now();
     let mut scenarios = Vec::new();
     for &e in entries {
         let Some((scenario, trace)) = e.load(data)? else {
             let path = e.trace(data).unwrap_or_default();
-            scenarios.push((e, Outcome::Skipped(path)));
+            let o = Outcome::Skipped(path);
+            finished(e, &o);
+            scenarios.push((e, o));
             continue;
         };
         let opts = |seed: u64| RunOptions {
@@ -164,7 +169,9 @@ pub fn run(
             },
             || done(e),
         )?;
-        scenarios.push((e, Outcome::Ran(Box::new(s))));
+        let o = Outcome::Ran(Box::new(s));
+        finished(e, &o);
+        scenarios.push((e, o));
     }
     Ok(SuiteSummary {
         seeds: seeds.to_vec(),
@@ -173,27 +180,33 @@ pub fn run(
     })
 }
 
-/// The per-scenario tables (as `simulate --seeds` prints them), then one paired table across
-/// the suite: per scenario and competitor, its cost and pending p95 minus ours.
-pub fn text(s: &SuiteSummary) -> String {
-    let mut out = String::new();
-    for (e, o) in &s.scenarios {
-        match o {
-            Outcome::Ran(sum) => {
-                let _ = writeln!(out, "== {} ==", e.name());
-                out.push_str(&seeds::summary_text(sum));
-                out.push('\n');
-            }
-            Outcome::Skipped(p) => {
-                let _ = writeln!(
-                    out,
-                    "== {} == skipped: trace {} not found (pass --data DIR)\n",
-                    e.name(),
-                    p.display()
-                );
-            }
-        }
+/// One scenario's table (as `simulate --seeds` prints it), or why it was skipped.
+pub fn scenario_text(e: Entry, o: &Outcome) -> String {
+    match o {
+        Outcome::Ran(sum) => format!("== {} ==\n{}\n", e.name(), seeds::summary_text(sum)),
+        Outcome::Skipped(p) => format!(
+            "== {} == skipped: trace {} not found (pass --data DIR)\n\n",
+            e.name(),
+            p.display()
+        ),
     }
+}
+
+/// The per-scenario tables ([`scenario_text`]), then [`paired_text`].
+pub fn text(s: &SuiteSummary) -> String {
+    let mut out: String = s
+        .scenarios
+        .iter()
+        .map(|(e, o)| scenario_text(*e, o))
+        .collect();
+    out.push_str(&paired_text(s));
+    out
+}
+
+/// One paired table across the suite: per scenario and competitor, its cost and pending p95
+/// minus ours.
+pub fn paired_text(s: &SuiteSummary) -> String {
+    let mut out = String::new();
     let n = s.seeds.len();
     let _ = writeln!(
         out,
@@ -313,6 +326,7 @@ mod tests {
                 ..RunOptions::default()
             },
             |_| {},
+            |_, _| {},
         )
         .unwrap();
         match &s.scenarios[0] {
