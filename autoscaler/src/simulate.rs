@@ -403,6 +403,46 @@ mod tests {
     }
 
     #[test]
+    fn the_suite_runs_every_scenario_it_has_data_for_and_names_the_missing_traces() {
+        let dir = std::env::temp_dir().join(format!("gpu-autoscaler-suite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("suite.json");
+        run(parse(&[
+            "--quiet",
+            "--suite",
+            "--data",
+            dir.join("no-traces-here").to_str().unwrap(),
+            "--hours=0.25",
+            "--policy=gpu-autoscaler",
+            "--policy=ca-like",
+            "--seeds=2",
+            "--json",
+            json.to_str().unwrap(),
+        ]))
+        .expect("the suite runs");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(doc["seeds"], serde_json::json!([1, 2]));
+        let names: Vec<&str> = doc["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["default", "openb-10x", "dlrm-100x", "sharing"]);
+        for (i, ran) in [(0, true), (1, false), (2, false), (3, true)] {
+            let s = &doc["scenarios"][i];
+            assert_eq!(s["skipped"].is_string(), !ran, "{s}");
+            if ran {
+                let ca = &s["result"]["policies"][1];
+                assert_eq!(ca["name"], "ca-like");
+                assert!(ca["cost_diff_vs_ours_ci95"].is_array(), "{ca}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_sweep_over_seeds_writes_its_table_json_and_page() {
         let dir = std::env::temp_dir().join(format!("gpu-autoscaler-sweep-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
