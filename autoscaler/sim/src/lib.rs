@@ -29,6 +29,7 @@ pub mod scenario;
 pub mod scheduler;
 pub mod seeds;
 pub mod stats;
+pub mod suite;
 pub mod sweep;
 pub mod traces;
 pub mod workload;
