@@ -78,6 +78,9 @@ pub(crate) struct FidelityArgs {
     /// Also write the result as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
+    /// Put every decision of both sides in the JSON (`decisions` of each case).
+    #[arg(long)]
+    pub(crate) decisions: bool,
     /// The fake-apiserver binary (default: next to this executable).
     #[arg(long)]
     pub(crate) fake_apiserver: Option<PathBuf>,
@@ -133,6 +136,9 @@ pub(crate) struct CaseResult {
     pub(crate) launches_per_minute: BTreeMap<i64, BTreeMap<String, (usize, usize)>>,
     /// Wall seconds of the controller's run.
     pub(crate) wall_seconds: f64,
+    /// With `--decisions`: every decision, `[t, kind, key]`, of the simulator and the controller.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) decisions: Option<[Vec<(i64, &'static str, String)>; 2]>,
 }
 
 /// One side's decisions, counted.
@@ -550,6 +556,13 @@ pub(crate) fn run(args: FidelityArgs) -> Result<FidelityResult> {
             first_difference: cmp.first_difference,
             launches_per_minute: per_minute,
             wall_seconds: run.wall_seconds,
+            decisions: args.decisions.then(|| {
+                [&sd, &cd].map(|ds| {
+                    ds.iter()
+                        .map(|d| (d.t, d.kind.as_str(), d.key.clone()))
+                        .collect()
+                })
+            }),
         });
     }
     result.decision_agreement = Comparison::agreement(matched, total);
