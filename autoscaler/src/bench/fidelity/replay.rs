@@ -26,6 +26,9 @@ use super::objects;
 use super::{FidelityArgs, NodeSpan, Timeline};
 use crate::bench::e2e::{Killed, cfg, kerr};
 
+/// How often the replay reads pods, NodeClaims and ProvisioningRequests (real time).
+const OBSERVE: Duration = Duration::from_millis(200);
+
 /// What the controller did.
 pub(super) struct Run {
     /// Its nodes and binds, in virtual seconds.
@@ -295,6 +298,9 @@ pub(super) async fn run(
                 .is_some_and(|m| w.pods[*m as usize].arrival < horizon)
         })
         .collect();
+    // Pods are created at their arrival to within a few milliseconds (the loop sleeps until
+    // the next arrival); the cluster is read every `OBSERVE` at most.
+    let mut observed = Instant::now();
     loop {
         let now = replay.now();
         if now >= horizon {
@@ -312,10 +318,28 @@ pub(super) async fn run(
             replay.request(requests[next_request]).await?;
             next_request += 1;
         }
-        replay.admit(now).await?;
-        replay.observe(now).await?;
-        replay.finish_due(now).await?;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        if observed.elapsed() >= OBSERVE {
+            observed = Instant::now();
+            replay.admit(now).await?;
+            replay.observe(now).await?;
+            replay.finish_due(now).await?;
+        }
+        let next_arrival = order
+            .get(next)
+            .map(|i| w.pods[*i].arrival)
+            .into_iter()
+            .chain(
+                requests
+                    .get(next_request)
+                    .map(|g| w.pods[w.groups[*g].members[0] as usize].arrival),
+            )
+            .min();
+        let until_arrival = next_arrival.map_or(OBSERVE, |t| {
+            let at = Duration::from_secs_f64(t as f64 / c);
+            at.saturating_sub(replay.start.elapsed())
+        });
+        let until_observe = OBSERVE.saturating_sub(observed.elapsed());
+        tokio::time::sleep(until_arrival.min(until_observe)).await;
     }
     let wall = replay.start.elapsed().as_secs_f64();
     drop(controller);
