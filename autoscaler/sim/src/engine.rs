@@ -921,7 +921,12 @@ impl<'a> Engine<'a> {
                 gone_at: n.gone_at,
             })
             .collect();
-        let first_bound = self.cluster.first_bound.iter().map(|(p, t)| (*p, *t)).collect();
+        let first_bound = self
+            .cluster
+            .first_bound
+            .iter()
+            .map(|(p, t)| (*p, *t))
+            .collect();
         PolicyResult {
             name: self.policy.name().to_string(),
             description: self.policy.description().to_string(),

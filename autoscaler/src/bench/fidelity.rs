@@ -75,6 +75,10 @@ pub(crate) struct FidelityArgs {
     /// The openb trace's times are divided by this.
     #[arg(long, default_value_t = 20.0)]
     pub(crate) openb_compression: f64,
+    /// Where the openb slice starts in the trace (trace time; the default is its busiest
+    /// stretch, near the end of `openb_pod_list_default.csv`).
+    #[arg(long, default_value = "3550h", value_parser = autoscaler::controller::settings::parse_duration)]
+    pub(crate) openb_start: std::time::Duration,
     /// Also write the result as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -316,9 +320,10 @@ pub(crate) fn compare(sim: &[Decision], ctrl: &[Decision], tolerance: i64) -> Co
     let mut sim_unmatched: Vec<&Decision> = Vec::new();
     let mut c = Comparison::default();
     for d in sim {
-        let slot = by_key
-            .get_mut(&(d.kind, d.key.as_str()))
-            .and_then(|v| v.iter_mut().find(|(t, used)| !used && (t - d.t).abs() <= tolerance));
+        let slot = by_key.get_mut(&(d.kind, d.key.as_str())).and_then(|v| {
+            v.iter_mut()
+                .find(|(t, used)| !used && (t - d.t).abs() <= tolerance)
+        });
         let e = c.by_kind.entry(d.kind).or_default();
         e.1 += 1;
         match slot {
@@ -402,6 +407,17 @@ fn shared_data() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("../shared/data"))
 }
 
+/// Keeps the pods of `w` created from virtual second `start` on, shifted to start at 0 (the
+/// slice starts from an empty cluster). For traces without groups, budgets or existing nodes.
+fn window(w: &mut Workload, start: i64) {
+    w.pods
+        .retain(|p| p.arrival >= start && p.group.is_none() && p.start_on.is_none());
+    for p in &mut w.pods {
+        p.arrival -= start;
+        p.delete_at = p.delete_at.map(|d| d - start);
+    }
+}
+
 /// A case's scenario and workload, or why it is skipped.
 fn load_case(
     name: &str,
@@ -434,9 +450,14 @@ fn load_case(
             reference_nodes: None,
             seed: s.seed,
         };
-        autoscaler_sim::openb_workload::load(&path, &o, &s.pools)
+        let mut w = autoscaler_sim::openb_workload::load(&path, &o, &s.pools)
             .map_err(sim_err)?
-            .0
+            .0;
+        window(
+            &mut w,
+            (args.openb_start.as_secs_f64() / args.openb_compression) as i64,
+        );
+        w
     } else {
         autoscaler_sim::workload::generate(&s, s.seed, s.duration_s, 100_000).map_err(sim_err)?
     };
@@ -451,6 +472,9 @@ fn load_case(
 pub(crate) fn run(args: FidelityArgs) -> Result<FidelityResult> {
     if !(args.compression >= 1.0 && args.compression.is_finite()) {
         return Err(cfg("--compression must be a number of at least 1"));
+    }
+    if !(args.openb_compression > 0.0 && args.openb_compression.is_finite()) {
+        return Err(cfg("--openb-compression must be a positive number"));
     }
     for c in &args.cases {
         if !CASES.iter().any(|(n, _)| n == c) {
@@ -487,6 +511,16 @@ pub(crate) fn run(args: FidelityArgs) -> Result<FidelityResult> {
             }
         };
         let horizon = scenario.duration_s;
+        if !workload.pods.iter().any(|p| p.arrival < horizon) {
+            let why = "no pod arrives in the slice".to_string();
+            eprintln!("SKIPPED case {name}: {why}");
+            result.cases.push(CaseResult {
+                name: name.into(),
+                skipped: Some(why),
+                ..CaseResult::default()
+            });
+            continue;
+        }
         eprintln!(
             "case {name}: {} pods over {horizon} virtual seconds; simulating",
             workload.pods.iter().filter(|p| p.arrival < horizon).count()
@@ -660,7 +694,10 @@ mod tests {
             )
         );
         let same = compare(&sim, &sim, 0);
-        assert_eq!((same.matched, same.total, same.first_difference), (6, 6, None));
+        assert_eq!(
+            (same.matched, same.total, same.first_difference),
+            (6, 6, None)
+        );
     }
 
     #[test]

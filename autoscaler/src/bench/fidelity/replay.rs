@@ -70,7 +70,8 @@ fn start_server(args: &FidelityArgs, dir: &Path) -> Result<(Option<Killed>, Path
     let mut text = nodepools::crds::to_yaml().map_err(|e| cfg(e.to_string()))?;
     text.push_str("\n---\n");
     text.push_str(providers::kwok::CRD_YAML);
-    let provreq_crd = super::shared_data().join("crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+    let provreq_crd =
+        super::shared_data().join("crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
     match std::fs::read_to_string(&provreq_crd) {
         Ok(t) => {
             text.push_str("\n---\n");
@@ -86,7 +87,14 @@ fn start_server(args: &FidelityArgs, dir: &Path) -> Result<(Option<Killed>, Path
     let kubeconfig = dir.join("kubeconfig");
     let mut child = Killed(
         Command::new(&bin)
-            .args(["--port", "0", "--history", "200000", "--binder", "--no-workloads"])
+            .args([
+                "--port",
+                "0",
+                "--history",
+                "200000",
+                "--binder",
+                "--no-workloads",
+            ])
             .args(["--binder-interval-ms", "100"])
             .arg("--kubeconfig")
             .arg(&kubeconfig)
@@ -502,7 +510,9 @@ impl Replay<'_> {
             .collect();
         for g in pending {
             let group = &self.w.groups[g];
-            let delay = group.provisioning_request.map_or(0, |r| r.admission_delay_s);
+            let delay = group
+                .provisioning_request
+                .map_or(0, |r| r.admission_delay_s);
             let r = self.requests.get_mut(&g).expect("listed");
             if r.admit_at.is_none() {
                 let obj = provreq_api(&self.client, &r.namespace)
