@@ -461,6 +461,9 @@ fn load_case(
     } else {
         autoscaler_sim::workload::generate(&s, s.seed, s.duration_s, 100_000).map_err(sim_err)?
     };
+    if !w.pods.iter().any(|p| p.arrival < s.duration_s) {
+        return Ok(Err("no pod arrives in the slice".into()));
+    }
     Ok(Ok((s, w)))
 }
 
@@ -511,16 +514,6 @@ pub(crate) fn run(args: FidelityArgs) -> Result<FidelityResult> {
             }
         };
         let horizon = scenario.duration_s;
-        if !workload.pods.iter().any(|p| p.arrival < horizon) {
-            let why = "no pod arrives in the slice".to_string();
-            eprintln!("SKIPPED case {name}: {why}");
-            result.cases.push(CaseResult {
-                name: name.into(),
-                skipped: Some(why),
-                ..CaseResult::default()
-            });
-            continue;
-        }
         eprintln!(
             "case {name}: {} pods over {horizon} virtual seconds; simulating",
             workload.pods.iter().filter(|p| p.arrival < horizon).count()

@@ -4,7 +4,6 @@
 //! observed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::objects;
 use super::{FidelityArgs, NodeSpan, Timeline};
-use crate::bench::e2e::{Killed, cfg, kerr};
+use crate::bench::e2e::{Killed, cfg, fake_apiserver_bin, kerr, spawn_fake_apiserver};
 
 /// How often the replay reads pods, NodeClaims and ProvisioningRequests (real time).
 const OBSERVE: Duration = Duration::from_millis(200);
@@ -56,17 +55,7 @@ fn start_server(args: &FidelityArgs, dir: &Path) -> Result<(Option<Killed>, Path
     if let Some(k) = &args.kubeconfig {
         return Ok((None, k.clone()));
     }
-    let exe = std::env::current_exe().map_err(|e| cfg(e.to_string()))?;
-    let bin = args
-        .fake_apiserver
-        .clone()
-        .unwrap_or_else(|| exe.with_file_name("fake-apiserver"));
-    if !bin.exists() {
-        return Err(cfg(format!(
-            "{} not found: build it with `cargo build --release -p fake-apiserver` (or pass --fake-apiserver)",
-            bin.display()
-        )));
-    }
+    let bin = fake_apiserver_bin(args.fake_apiserver.as_ref())?;
     let mut text = nodepools::crds::to_yaml().map_err(|e| cfg(e.to_string()))?;
     text.push_str("\n---\n");
     text.push_str(providers::kwok::CRD_YAML);
@@ -85,30 +74,21 @@ fn start_server(args: &FidelityArgs, dir: &Path) -> Result<(Option<Killed>, Path
     let crds = dir.join("crds.yaml");
     std::fs::write(&crds, text).map_err(|e| cfg(e.to_string()))?;
     let kubeconfig = dir.join("kubeconfig");
-    let mut child = Killed(
-        Command::new(&bin)
-            .args([
-                "--port",
-                "0",
-                "--history",
-                "200000",
-                "--binder",
-                "--no-workloads",
-            ])
-            .args(["--binder-interval-ms", "100"])
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--crd")
-            .arg(&crds)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| cfg(format!("starting {}: {e}", bin.display())))?,
-    );
-    let mut line = String::new();
-    BufReader::new(child.0.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .map_err(|e| cfg(e.to_string()))?;
+    let mut cmd = Command::new(&bin);
+    cmd.args([
+        "--port",
+        "0",
+        "--history",
+        "200000",
+        "--binder",
+        "--no-workloads",
+    ])
+    .args(["--binder-interval-ms", "100"])
+    .arg("--kubeconfig")
+    .arg(&kubeconfig)
+    .arg("--crd")
+    .arg(&crds);
+    let (child, _url) = spawn_fake_apiserver(cmd)?;
     Ok((Some(child), kubeconfig))
 }
 
