@@ -142,8 +142,11 @@ pub(crate) struct CaseResult {
     pub(crate) wall_seconds: f64,
     /// With `--decisions`: every decision, `[t, kind, key]`, of the simulator and the controller.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) decisions: Option<[Vec<(i64, &'static str, String)>; 2]>,
+    pub(crate) decisions: Option<[Vec<DecisionRow>; 2]>,
 }
+
+/// One decision in the JSON: virtual second, kind, key.
+pub(crate) type DecisionRow = (i64, &'static str, String);
 
 /// One side's decisions, counted.
 #[derive(Clone, Debug, Default, Serialize)]
