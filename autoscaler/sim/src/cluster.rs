@@ -207,6 +207,8 @@ pub struct Cluster {
     pub nodes: Vec<NodeState>,
     /// Pending pods (ordered, so iteration is deterministic).
     pub pending: BTreeSet<PodId>,
+    /// When each pod was first bound (what `bench fidelity` compares with the controller).
+    pub first_bound: BTreeMap<PodId, i64>,
     /// Nodes not gone.
     pub live_nodes: BTreeSet<NodeId>,
     /// Template of each pod.
@@ -365,6 +367,7 @@ impl Cluster {
         {
             self.anti_bound += 1;
         }
+        self.first_bound.entry(pod).or_insert(now);
         let st = &mut self.pods[pod];
         st.phase = PodPhase::Bound { node, since: now };
         // A do-not-disrupt duration counts from here (the simulated pod starts on binding).

@@ -676,6 +676,8 @@ impl Cluster {
     }
 }
 
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
 /// The devices allocated to the ResourceClaim the pod `name` (namespace `default`) got for its
 /// first pod claim, as (driver, pool, device); empty while it has none.
 pub async fn pod_claim_devices(c: &Cluster, name: &str) -> Vec<(String, String, String)> {
@@ -704,6 +706,8 @@ pub async fn pod_claim_devices(c: &Cluster, name: &str) -> Vec<(String, String, 
         .collect()
 }
 
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
 /// Whether the NodeClaim `name` has `Initialized=True` (for a DRA claim: its Node's slices
 /// published the devices its instance type's template expects).
 pub async fn claim_initialized(c: &Cluster, name: &str) -> bool {
@@ -717,6 +721,8 @@ pub async fn claim_initialized(c: &Cluster, name: &str) -> bool {
     })
 }
 
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
 /// The Node a kubelet on `claim`'s instance would register (a 4-vCPU, one-GPU machine):
 /// Ready, GPU plugin up. The AWS and GCP tests play the kubelet with it.
 pub fn kubelet_node(name: &str, provider_id: &str, claim: &nodepools::NodeClaim) -> Value {

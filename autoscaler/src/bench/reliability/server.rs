@@ -64,9 +64,9 @@ pub(super) fn start_server(args: &ReliabilityArgs, dir: &Path) -> Result<(Server
             text.push_str(&crd);
         }
         None => eprintln!(
-            "SKIPPED: ProvisioningRequests in the replay (the CRD {} is absent; see \
-             --provisioning-request-crd)",
-            "shared/data/crds/autoscaling.x-k8s.io_provisioningrequests.yaml"
+            "SKIPPED: ProvisioningRequests in the replay (the CRD \
+             shared/data/crds/autoscaling.x-k8s.io_provisioningrequests.yaml is absent; see \
+             --provisioning-request-crd)"
         ),
     }
     std::fs::write(&crds, text).map_err(|e| cfg(e.to_string()))?;

@@ -53,6 +53,9 @@ pub struct Fault {
     pub code: String,
 }
 
+/// A CreateFleet's other parameters, and the status and body it was answered with.
+type FleetAnswer = (Vec<(String, String)>, StatusCode, Bytes);
+
 #[derive(Default)]
 struct ProxyState {
     /// (instance type, subnet id); a `None` subnet exhausts the type everywhere.
@@ -72,7 +75,7 @@ struct ProxyState {
     /// Faults at a rate per request, and how long a timed-out request hangs.
     rates: Option<(Arc<CloudFaultInjector>, Duration)>,
     /// CreateFleet answers by ClientToken: the request's other parameters, status, body.
-    tokens: BTreeMap<String, (Vec<(String, String)>, StatusCode, Bytes)>,
+    tokens: BTreeMap<String, FleetAnswer>,
     /// ClientToken of every CreateFleet as received (replays included).
     fleet_tokens: Vec<String>,
     /// Carry out the next request of this action, then answer 503 instead of its result.
