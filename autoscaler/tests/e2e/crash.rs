@@ -284,7 +284,7 @@ async fn e2e_3e_restart_keeps_the_unneeded_timer() {
     let waited = jiff::Timestamp::now().duration_since(start).as_secs_f64();
     assert_eq!(
         starts.into_inner().unwrap().into_iter().collect::<Vec<_>>(),
-        [since.clone()],
+        std::slice::from_ref(&since),
         "the successor wrote another start of the unneeded timer"
     );
     assert!(
