@@ -695,6 +695,9 @@ impl<'a> Planner<'a> {
         // 2. a new claim that takes it below the price it was opened for, if the pod's fair
         // share of that price is no more than the pod would cost on a node of its own kind.
         let mut best: Option<(f64, usize, Option<Grow>)> = None;
+        // The first claim that holds the pod at no extra price but at a fair share above a
+        // node of its own: the place for a pod that cannot have a node of its own.
+        let mut free: Option<(usize, Option<Grow>)> = None;
         let avoid_gpu = self.avoid_gpu(i);
         let own = self.unit_cost(i, avoid_gpu);
         // Identical pods come one after another and a placement changes one claim, so for
@@ -736,13 +739,26 @@ impl<'a> Planner<'a> {
                 Verdict::Grow(delta) => delta,
             };
             first_ok.get_or_insert(si);
-            if delta > 1e-12 && best.as_ref().is_none_or(|b| delta < b.0) {
+            if delta <= 1e-12 {
+                if free.is_none() {
+                    free = Some((si, grow));
+                }
+            } else if best.as_ref().is_none_or(|b| delta < b.0) {
                 best = Some((delta, si, grow));
             }
         }
         self.scan_from[sg] = first_ok.unwrap_or(n);
         // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
         let alone = self.open_claim_candidates(i);
+        // A pod no new node could take (its pod affinity targets are all on claims of this
+        // plan) joins where it costs nothing more rather than stay pending.
+        if alone.is_err()
+            && let Some((si, grow)) = free
+            && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
+        {
+            self.commit(i, si, Some(grow), avoid_gpu);
+            return true;
+        }
         if let Some((delta, si, grow)) = best
             && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
         {
