@@ -249,7 +249,8 @@ impl ClaimSpec {
                 AllocationMode::ExactCount => s.count,
                 AllocationMode::All => 1,
             })
-            .sum()
+            // Counts come from users' claims: saturate rather than overflow.
+            .fold(0u32, u32::saturating_add)
     }
 }
 

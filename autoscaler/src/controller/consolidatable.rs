@@ -183,8 +183,9 @@ const UNNEEDED_SINCE: &str = "unneeded since ";
 
 /// When the claim's node became unneeded, as its `Consolidatable` condition says: the start of
 /// an `Unneeded` or `UnreadyUnneeded` wait ([`condition`] writes it into the message). Other
-/// verdicts give `None`: a node waiting on `consolidateAfter` has no unneeded timer yet, and
-/// one already chosen starts its timer again (later, never earlier, than the last leader).
+/// verdicts give `None`: a node waiting on `consolidateAfter` after its unneeded time (the
+/// message does not carry the start) and one already chosen start their timers again (later,
+/// never earlier, than the last leader would have acted).
 pub fn unneeded_since(c: &Condition) -> Option<i64> {
     if c.type_ != CONDITION
         || c.status != "True"
@@ -206,11 +207,11 @@ pub fn unneeded_since(c: &Condition) -> Option<i64> {
 pub fn restored_state(claims: &[Arc<NodeClaim>]) -> DisruptionState {
     let mut state = DisruptionState::default();
     for c in claims {
-        if c.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
         let status = c.status.as_ref();
-        if let Some(node) = status.and_then(|s| s.node_name.as_ref())
+        // A claim being deleted keeps no timer, but it was a scale-up all the same (a launch
+        // that failed on capacity is deleted soon after it was made).
+        if c.metadata.deletion_timestamp.is_none()
+            && let Some(node) = status.and_then(|s| s.node_name.as_ref())
             && let Some(since) = status
                 .into_iter()
                 .flat_map(|s| &s.conditions)
@@ -396,6 +397,18 @@ mod tests {
             "the newest claim of the pool"
         );
         assert_eq!(last_up("cpu"), Some(1_699_992_600));
+        // A claim being deleted (a launch refused for capacity) keeps no timer but was a
+        // scale-up: forgetting it would end --scale-down-delay-after-add early.
+        let mut deleting = (*claim("e", "cpu", "2023-11-14T22:00:00Z", "ne", &unneeded)).clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2023-11-14T22:01:00Z".parse().expect("a time"),
+            ));
+        let mut with_deleting = claims.to_vec();
+        with_deleting.push(Arc::new(deleting));
+        let state = restored_state(&with_deleting);
+        assert_eq!(state.pools["cpu"].last_scale_up, Some(1_700_000_000 - 800));
+        assert!(!state.unneeded_since.contains_key("ne"));
         // The message round-trips exactly; a False condition or another type says nothing.
         let mut c = claims[0].status.as_ref().unwrap().conditions[0].clone();
         assert_eq!(unneeded_since(&c), Some(1_700_000_000));

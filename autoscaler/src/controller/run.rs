@@ -131,6 +131,9 @@ struct Controller<P> {
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
     first_round: bool,
+    /// Whether the ProvisioningRequest retry back-offs were read back from the requests: on
+    /// the first round the ProvisioningRequest stage runs, which need not be the first round.
+    provreq_backoff_restored: bool,
     /// ProvisioningRequests: retry back-offs and bookings too large for their status.
     provreq_memory: provreqs::Memory,
     /// The launch guard and the shapes kept out of planning for delivering too little.
@@ -519,6 +522,7 @@ async fn run_with<P: CloudProvider + 'static>(
         orphans: HashMap::new(),
         notices: pod_problems::Notices::default(),
         first_round: true,
+        provreq_backoff_restored: false,
         provreq_memory: provreqs::Memory::default(),
         guard: GuardState::new(&args),
         identity: me.clone(),

@@ -313,8 +313,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let prs = store.state();
         let now = epoch();
         let settings = self.provreq_settings();
-        if self.first_round {
+        if !self.provreq_backoff_restored {
             self.restore_backoff(&prs, now);
+            self.provreq_backoff_restored = true;
         }
         // Consumption matters only to booked requests; most rounds have none.
         let consumed = if prs
