@@ -4,7 +4,8 @@
 //! Decided ──validation delay, core `validate` ok──▶ (Replacing ──replacement initialized──▶)
 //!    │                                                  Tainted ──evict──▶ Draining ──no pods
 //!    │                                                     │                  │     left──▶ Deleting ──Nodes gone──▶ Done
-//!    └─ validate failed, pod arrived, drain or replacement timed out, action kept failing
+//!    └─ validate failed, pod arrived, drain or replacement timed out, action kept failing,
+//!       a Node back under its name after the deletion
 //!                                                       ─▶ Abandoned ──untaint──▶ Done
 //! ```
 //!
@@ -37,7 +38,10 @@ pub enum Stage {
     /// Evictions sent; waiting for the pods to leave.
     Draining,
     /// The Nodes were deleted; waiting for them (and their instances) to go.
-    Deleting,
+    Deleting {
+        /// When the deletion was sent (seconds).
+        since: i64,
+    },
     /// Dropped, with the reason; the nodes are untainted next.
     Abandoned(String),
     /// Finished.
@@ -52,7 +56,7 @@ impl Stage {
             Stage::Replacing { .. } => "replacing",
             Stage::Tainted => "tainted",
             Stage::Draining => "draining",
-            Stage::Deleting => "deleting",
+            Stage::Deleting { .. } => "deleting",
             Stage::Abandoned(_) => "abandoned",
             Stage::Done => "done",
         }
@@ -144,6 +148,8 @@ pub struct Facts<'a> {
     pub config: &'a DisruptionConfig,
     /// Which of the command's nodes still exist.
     pub nodes_present: Vec<String>,
+    /// Of those, the ones without a deletion timestamp.
+    pub nodes_not_deleting: Vec<String>,
     /// Pods on those nodes that must leave (not DaemonSet, mirror or finished pods).
     pub pods_left: Vec<PodKey>,
     /// For [`Stage::Replacing`]: whether the replacement initialized, `None` when it is gone.
@@ -186,6 +192,10 @@ pub struct Step {
     pub validated_pods: Option<Vec<PodKey>>,
 }
 
+/// How long after its deletion a command's Node may still show without a deletion timestamp
+/// (the watch has not delivered the deletion yet) before the command counts it as not deleted.
+pub const DELETION_CACHE_GRACE_S: i64 = 30;
+
 /// How long a freshly created replacement may be missing from the claim cache (the watch has
 /// not delivered it yet) before it counts as gone.
 pub const REPLACEMENT_CACHE_GRACE_S: i64 = 30;
@@ -219,7 +229,7 @@ pub fn step(job: &Job, facts: &Facts<'_>) -> Step {
         if facts.pods_left.is_empty() {
             go(
                 Action::DeleteNodes(facts.nodes_present.clone()),
-                Stage::Deleting,
+                Stage::Deleting { since: facts.now },
             )
         } else if let Some(since) = job.draining_since
             && facts.now - since >= facts.drain_timeout_s
@@ -307,9 +317,24 @@ pub fn step(job: &Job, facts: &Facts<'_>) -> Step {
             }
             drain(job.stage.clone())
         }
-        Stage::Deleting => {
+        Stage::Deleting { since } => {
             if facts.nodes_present.is_empty() {
                 go(Action::Wait, Stage::Done)
+            } else if let Some(n) = facts.nodes_not_deleting.first()
+                && facts.now - since >= DELETION_CACHE_GRACE_S
+            {
+                // A Node by that name exists and nobody is deleting it: a new object under
+                // the same name (its instance registered again) or a deletion that did not
+                // take. Waiting would hold the node out of every later command for good;
+                // the command no longer describes the cluster, so it ends and a new one may
+                // be decided on what is there now.
+                give_up(
+                    format!(
+                        "node {n} is present and not being deleted {}s after its deletion",
+                        facts.now - since
+                    ),
+                    true,
+                )
             } else {
                 stay(job)
             }
@@ -374,6 +399,7 @@ mod tests {
             now,
             config,
             nodes_present: vec!["n1".into()],
+            nodes_not_deleting: vec![],
             pods_left: vec![],
             replacement_initialized: None,
             replacement_timeout_s: 900,
@@ -461,7 +487,7 @@ mod tests {
         let s = step(&job, &f);
         assert_eq!(s.action, Action::DeleteNodes(vec!["n1".into()]));
         job.stage = s.next;
-        assert_eq!(step(&job, &f).next, Stage::Deleting);
+        assert_eq!(step(&job, &f).next, Stage::Deleting { since: 203 });
         f.nodes_present.clear();
         assert_eq!(step(&job, &f).next, Stage::Done);
     }
@@ -592,17 +618,47 @@ mod tests {
         assert_eq!(step(&job, &f).action, Action::Untaint(vec!["n1".into()]));
     }
 
+    /// A node that came back under its name after the deletion (its instance registered a
+    /// new Node) would otherwise hold the command, and the node, in Deleting for good.
+    #[test]
+    fn a_node_back_after_its_deletion_ends_the_command() {
+        let snap = snapshot();
+        let config = DisruptionConfig::default();
+        let mut job = Job::new(command(Method::Delete));
+        job.stage = Stage::Deleting { since: 200 };
+        let mut f = facts(&snap, &config, 210);
+        // Within the grace the cache may simply not show the deletion yet.
+        f.nodes_not_deleting = vec!["n1".into()];
+        assert_eq!(step(&job, &f).next, Stage::Deleting { since: 200 });
+        // Being deleted (a finalizer at work): wait however long it takes.
+        f.now = 200 + DELETION_CACHE_GRACE_S + 60;
+        f.nodes_not_deleting.clear();
+        assert_eq!(step(&job, &f).next, Stage::Deleting { since: 200 });
+        f.nodes_not_deleting = vec!["n1".into()];
+        let s = step(&job, &f);
+        assert!(
+            matches!(s.next, Stage::Abandoned(ref why) if why.contains("node n1 is present and not being deleted 90s after")),
+            "{s:?}"
+        );
+        assert!(
+            s.failure,
+            "a deletion that did not finish is a failed deletion"
+        );
+        job.stage = s.next;
+        assert_eq!(step(&job, &f).action, Action::Untaint(vec!["n1".into()]));
+    }
+
     #[test]
     fn actions_that_keep_failing_give_up() {
         let snap = snapshot();
         let config = DisruptionConfig::default();
         let mut job = Job::new(command(Method::Delete));
-        job.stage = Stage::Deleting;
+        job.stage = Stage::Deleting { since: 200 };
         for _ in 0..MAX_FAILED_ACTIONS - 1 {
             job.action_failed();
         }
         let f = facts(&snap, &config, 200);
-        assert_eq!(step(&job, &f).next, Stage::Deleting);
+        assert_eq!(step(&job, &f).next, Stage::Deleting { since: 200 });
         job.action_failed();
         let s = step(&job, &f);
         assert!(matches!(s.next, Stage::Abandoned(_)) && s.failure, "{s:?}");

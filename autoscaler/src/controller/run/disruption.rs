@@ -240,6 +240,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 })
                 .cloned()
                 .collect();
+            let nodes_not_deleting: Vec<String> = nodes
+                .iter()
+                .filter(|x| x.metadata.deletion_timestamp.is_none())
+                .filter_map(|x| x.metadata.name.clone())
+                .filter(|n| nodes_present.contains(n))
+                .collect();
             let pods_left: Vec<PodKey> = pods
                 .iter()
                 .filter(|p| {
@@ -262,6 +268,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 now,
                 config: &config,
                 nodes_present: nodes_present.clone(),
+                nodes_not_deleting,
                 pods_left,
                 replacement_initialized,
                 replacement_timeout_s: i64::try_from(self.args.replacement_timeout.as_secs())
