@@ -128,12 +128,7 @@ async fn run_with_gcp_launches_a_gpu_vm_for_a_pending_gpu_pod() {
             let claims = cluster.claims().await;
             claims
                 .iter()
-                .any(|c| {
-                    c.status
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .is_some_and(|p| p.starts_with("gce://fake-project/"))
-                })
+                .any(|c| harness::launched_on(c, "gce://fake-project/"))
                 .then_some(claims)
         },
     )

@@ -249,15 +249,7 @@ async fn run_with_aws_launches_a_gpu_instance_for_a_pending_pod() {
     let _: Pod = c.create(gpu_pod("train")).await;
 
     // A NodeClaim is written, then launched on EC2 (moto) with its provider id.
-    let claim = eventually("a launched NodeClaim", Duration::from_secs(60), || async {
-        c.claims().await.into_iter().find(|cl| {
-            cl.status
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .is_some_and(|p| p.starts_with("aws:///"))
-        })
-    })
-    .await;
+    let claim = e2e::launched_claim(&c, "a launched NodeClaim", "aws:///").await;
     let status = claim.status.clone().unwrap();
     let pid = status.provider_id.clone().unwrap();
     assert!(
@@ -335,12 +327,7 @@ async fn run_with_aws_puts_a_gang_in_one_placement_group_and_collects_it() {
             let claims = c.claims().await;
             let launched = claims
                 .iter()
-                .filter(|cl| {
-                    cl.status
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .is_some_and(|p| p.starts_with("aws:///"))
-                })
+                .filter(|cl| e2e::launched_on(cl, "aws:///"))
                 .count();
             (launched == 2).then_some(claims)
         },
@@ -491,19 +478,8 @@ async fn run_with_aws_killed_around_create_fleet_launches_one_instance() {
 
         let second =
             aws_controller(&c, &moto, &proxy.url, &cluster, &format!("second-{i}"), &[]).await;
-        let claim = eventually(
-            "the claim launched after the restart",
-            Duration::from_secs(60),
-            || async {
-                c.claims().await.into_iter().find(|cl| {
-                    cl.status
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .is_some_and(|p| p.starts_with("aws:///"))
-                })
-            },
-        )
-        .await;
+        let claim =
+            e2e::launched_claim(&c, "the claim launched after the restart", "aws:///").await;
         assert_eq!(claim.metadata.name.as_deref(), Some(claim_name.as_str()));
         let pid = claim.status.clone().unwrap().provider_id.unwrap();
         let instance_id = provider_aws::instance_id(&pid).unwrap().to_string();

@@ -772,27 +772,9 @@ pub async fn dra_claim_scales_from_zero(
     provider_prefix: &str,
     node_name: impl Fn(&str) -> String,
 ) {
-    let claim = eventually(
-        "the NodeClaim records the instance",
-        Duration::from_secs(60),
-        || async {
-            c.claims().await.into_iter().find(|cl| {
-                cl.status
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_deref())
-                    .is_some_and(|p| p.starts_with(provider_prefix))
-            })
-        },
-    )
-    .await;
-    assert_eq!(
-        claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
-            .map(String::as_str),
-        Some("true"),
+    let claim = launched_claim(c, "the NodeClaim records the instance", provider_prefix).await;
+    assert!(
+        waits_for_slices(&claim),
         "the claim waits for its Node's slices"
     );
     let pid = claim.status.clone().unwrap().provider_id.unwrap();
@@ -832,4 +814,41 @@ pub async fn dra_claim_scales_from_zero(
     )
     .await;
     assert_eq!(c.claims().await.len(), 1, "one node for one GPU");
+}
+
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
+/// Whether `claim` has been launched on the cloud whose provider IDs start with
+/// `provider_prefix` (`aws:///`, `gce://<project>/`).
+pub fn launched_on(claim: &NodeClaim, provider_prefix: &str) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .is_some_and(|p| p.starts_with(provider_prefix))
+}
+
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
+/// The first NodeClaim [`launched_on`] the cloud of `provider_prefix`, waited for a minute
+/// (`what` names the wait when it times out).
+pub async fn launched_claim(c: &Cluster, what: &str, provider_prefix: &str) -> NodeClaim {
+    eventually(what, Duration::from_secs(60), || async {
+        c.claims()
+            .await
+            .into_iter()
+            .find(|cl| launched_on(cl, provider_prefix))
+    })
+    .await
+}
+
+/// Whether `claim` is a DRA claim that waits for its Node's ResourceSlices before it counts as
+/// initialized (the `gpu-autoscaler.dev/dra` annotation is `true`).
+pub fn waits_for_slices(claim: &NodeClaim) -> bool {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
+        .is_some_and(|v| v == "true")
 }
