@@ -543,6 +543,226 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
 mod tests {
     use super::*;
 
+    /// One scheduling pass over `st` with kubelet played too.
+    fn pass(st: &mut State) -> usize {
+        schedule_pass(st, &BinderOptions::default())
+    }
+
+    fn add_node(st: &mut State, name: &str, allocatable: Value) {
+        let mut alloc = json!({"cpu": "64", "memory": "256Gi", "pods": "110"});
+        alloc
+            .as_object_mut()
+            .unwrap()
+            .extend(allocatable.as_object().unwrap().clone());
+        let def = st.def("", "nodes").unwrap();
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True"}]}});
+        st.create(&def, "", node, &WriteOpts::default()).unwrap();
+    }
+
+    /// A pod with `annotations` whose one container has `limits`; bound to `node` if given.
+    fn add_pod(st: &mut State, name: &str, annotations: Value, limits: Value, node: Option<&str>) {
+        let def = st.def("", "pods").unwrap();
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "1"}, "limits": limits}}]}});
+        if let Some(n) = node {
+            pod["spec"]["nodeName"] = json!(n);
+        }
+        st.create(&def, "default", pod, &WriteOpts::default())
+            .unwrap();
+    }
+
+    fn share_pod(st: &mut State, name: &str, milli: &str) {
+        add_pod(
+            st,
+            name,
+            json!({"gpu-autoscaler.dev/gpu-share": milli}),
+            json!({}),
+            None,
+        );
+    }
+
+    fn delete_pod(st: &mut State, name: &str) {
+        let def = st.def("", "pods").unwrap();
+        st.delete(&def, "default", name, &Value::Null, &WriteOpts::default())
+            .unwrap();
+    }
+
+    /// The pod's node, or the harness's message for why it is unschedulable.
+    fn placed(st: &State, name: &str) -> Result<String, String> {
+        let def = st.def("", "pods").unwrap();
+        let p = st.get(&def, "default", name).unwrap();
+        match p.pointer("/spec/nodeName").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() => Ok(n.to_string()),
+            _ => Err(p
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "PodScheduled")
+                .and_then(|c| c["message"].as_str())
+                .unwrap_or("pending, not looked at")
+                .to_string()),
+        }
+    }
+
+    fn unschedulable(st: &State, name: &str, says: &str) {
+        match placed(st, name) {
+            Err(m) if m.contains(says) => {}
+            other => panic!("{name}: want unschedulable saying {says:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn time_sliced_replicas_are_allocatable_under_either_name() {
+        let mut st = State::new(1000, 16, false);
+        // One GPU time-sliced four ways, and one renamed to nvidia.com/gpu.shared.
+        add_node(&mut st, "ts", json!({"nvidia.com/gpu": "4"}));
+        add_node(&mut st, "ts-renamed", json!({"nvidia.com/gpu.shared": "4"}));
+        for i in 0..5 {
+            add_pod(
+                &mut st,
+                &format!("r{i}"),
+                json!({}),
+                json!({"nvidia.com/gpu": "1"}),
+                None,
+            );
+        }
+        add_pod(
+            &mut st,
+            "shared",
+            json!({}),
+            json!({"nvidia.com/gpu.shared": "4"}),
+            None,
+        );
+        assert_eq!(pass(&mut st), 5);
+        for i in 0..4 {
+            assert_eq!(placed(&st, &format!("r{i}")), Ok("ts".into()));
+        }
+        unschedulable(&st, "r4", "2 Insufficient nvidia.com/gpu");
+        assert_eq!(placed(&st, "shared"), Ok("ts-renamed".into()));
+    }
+
+    #[test]
+    fn mig_profiles_are_extended_resources() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "mig", json!({"nvidia.com/mig-3g.40gb": "2"}));
+        for i in 0..3 {
+            add_pod(
+                &mut st,
+                &format!("m{i}"),
+                json!({}),
+                json!({"nvidia.com/mig-3g.40gb": "1"}),
+                None,
+            );
+        }
+        add_pod(
+            &mut st,
+            "small",
+            json!({}),
+            json!({"nvidia.com/mig-1g.10gb": "1"}),
+            None,
+        );
+        add_pod(
+            &mut st,
+            "whole",
+            json!({}),
+            json!({"nvidia.com/gpu": "1"}),
+            None,
+        );
+        assert_eq!(pass(&mut st), 2);
+        assert_eq!(placed(&st, "m1"), Ok("mig".into()));
+        unschedulable(&st, "m2", "Insufficient nvidia.com/mig-3g.40gb");
+        unschedulable(&st, "small", "Insufficient nvidia.com/mig-1g.10gb");
+        unschedulable(&st, "whole", "Insufficient nvidia.com/gpu");
+    }
+
+    #[test]
+    fn fractional_shares_pack_per_device_and_keep_their_devices() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "n", json!({"nvidia.com/gpu": "2"}));
+        share_pod(&mut st, "a", "600");
+        share_pod(&mut st, "b", "500");
+        assert_eq!(pass(&mut st), 2, "0.6 and 0.5 on two devices");
+        // Both devices hold a share: none is free whole, though 0.9 is free in total.
+        add_pod(
+            &mut st,
+            "whole",
+            json!({}),
+            json!({"nvidia.com/gpu": "1"}),
+            None,
+        );
+        share_pod(&mut st, "d", "400");
+        share_pod(&mut st, "e", "600");
+        assert_eq!(pass(&mut st), 1);
+        unschedulable(&st, "whole", "1 Insufficient nvidia.com/gpu");
+        assert_eq!(placed(&st, "d"), Ok("n".into()), "0.4 fills the 0.6 device");
+        unschedulable(
+            &st,
+            "e",
+            "1 node(s) had no nvidia.com/gpu device with 600/1000 free",
+        );
+        // b leaves: its device is free again, e takes it, and the whole pod still waits.
+        delete_pod(&mut st, "b");
+        assert_eq!(pass(&mut st), 1);
+        assert_eq!(placed(&st, "e"), Ok("n".into()));
+        unschedulable(&st, "whole", "Insufficient nvidia.com/gpu");
+        // a leaves: 0.4 (d) and 0.6 (e) stay on their two devices rather than being packed
+        // onto one afresh, so 0.7 fits neither device and no device is free whole.
+        delete_pod(&mut st, "a");
+        share_pod(&mut st, "f", "700");
+        assert_eq!(pass(&mut st), 0);
+        unschedulable(&st, "f", "no nvidia.com/gpu device with 700/1000 free");
+        share_pod(&mut st, "g", "400");
+        assert_eq!(pass(&mut st), 1, "0.4 still fits beside e's 0.6");
+    }
+
+    #[test]
+    fn hami_cores_take_a_share_of_each_device_and_bad_annotations_fit_nowhere() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "one", json!({"nvidia.com/gpu": "1"}));
+        let hami = |gpus: &str, cores: &str| json!({"nvidia.com/gpu": gpus, "nvidia.com/gpucores": cores, "nvidia.com/gpumem": "8000"});
+        add_pod(&mut st, "h1", json!({}), hami("1", "50"), None);
+        add_pod(&mut st, "h2", json!({}), hami("1", "50"), None);
+        add_pod(&mut st, "h3", json!({}), hami("1", "10"), None);
+        add_pod(&mut st, "two", json!({}), hami("2", "10"), None);
+        add_pod(
+            &mut st,
+            "bad",
+            json!({"gpu-autoscaler.dev/gpu-share": "half"}),
+            json!({}),
+            None,
+        );
+        assert_eq!(pass(&mut st), 2, "two halves of the one device");
+        unschedulable(&st, "h3", "no nvidia.com/gpu device with 100/1000 free");
+        unschedulable(
+            &st,
+            "two",
+            "fewer than 2 nvidia.com/gpu devices with 100/1000 free",
+        );
+        unschedulable(&st, "bad", "gpu-autoscaler.dev/gpu-share=\"half\"");
+    }
+
+    #[test]
+    fn a_share_pod_bound_by_someone_else_holds_a_device() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "one", json!({"nvidia.com/gpu": "1"}));
+        add_pod(
+            &mut st,
+            "bound",
+            json!({"gpu-autoscaler.dev/gpu-share": "700"}),
+            json!({}),
+            Some("one"),
+        );
+        share_pod(&mut st, "big", "500");
+        share_pod(&mut st, "small", "300");
+        assert_eq!(pass(&mut st), 1);
+        unschedulable(&st, "big", "no nvidia.com/gpu device with 500/1000 free");
+        assert_eq!(placed(&st, "small"), Ok("one".into()));
+    }
+
     #[test]
     fn requests_default_to_limits_and_add_init_and_overhead() {
         let pod = json!({"spec": {

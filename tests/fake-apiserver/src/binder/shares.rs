@@ -255,7 +255,10 @@ mod tests {
         assert_eq!(a.requests.get("cpu"), Some(&1000));
         assert!(!a.requests.contains_key(DEVICE));
         let bad = ask(annotated("half")).share.unwrap_err();
-        assert!(bad.contains(GPU_SHARE_ANNOTATION) && bad.contains("\"half\""), "{bad}");
+        assert!(
+            bad.contains(GPU_SHARE_ANNOTATION) && bad.contains("\"half\""),
+            "{bad}"
+        );
         assert!(ask(annotated("0")).share.is_err());
         assert!(ask(annotated("1001")).share.is_err());
     }
