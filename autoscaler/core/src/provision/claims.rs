@@ -52,6 +52,11 @@ pub(super) fn mark_group_claims(pending: &[Pod], plan: &mut Plan) {
     }
 }
 
+/// Targets [`Planner::make_room_for`] tries to move per hostname affinity term of a pod: each
+/// try copies the plan's state, so without a bound a pod with many unmovable-in-the-end targets
+/// would cost a copy per target.
+const MOVE_TRIES: usize = 8;
+
 impl<'a> Planner<'a> {
     /// For a new-claim slot: the requirements, candidates and price it would have with pod `i`
     /// added, or `None` when the pod cannot join it.
@@ -758,6 +763,7 @@ impl<'a> Planner<'a> {
             let targets: Vec<usize> = (0..self.snap.pending.len())
                 .filter(|t| *t != f && self.matches[*t].binary_search(&sel).is_ok())
                 .collect();
+            let mut tries = 0;
             for t in targets {
                 let Some(si) = self.state.placed[t] else {
                     continue;
@@ -765,6 +771,10 @@ impl<'a> Planner<'a> {
                 if !self.movable(t, si) {
                     continue;
                 }
+                if tries == MOVE_TRIES {
+                    break;
+                }
+                tries += 1;
                 let zone = self.state.slots[si].zone.clone();
                 let saved = self.state.clone();
                 self.uncommit(t, si);
