@@ -45,7 +45,12 @@
 //! pools with `gpuSharing.fractional`. Topology: zone and hostname spread (DoNotSchedule; the pod
 //! counts in its own domain only when it matches the constraint's selector, as in the scheduler),
 //! hostname/zone anti-affinity (both directions), zone/hostname affinity; a claim is pinned to one
-//! zone when a zone rule needs it. Host ports (`Pod::host_ports`, `DaemonSet::host_ports`;
+//! zone when a zone rule needs it, or when it takes a pod some pending pod's zone affinity selects
+//! (so that the pod counts in a zone); the pods a claim held before it was pinned count in its
+//! zone from then on, and are counted there when a pod weighs pinning it. A pod with hostname
+//! affinity whose every target sits on a full claim gets room at the end: one target that only
+//! zone affinity holds, and that no pod left behind needs, moves to a new claim in the same zone
+//! and the pod joins it (the plan is left as it was when that fails). Host ports (`Pod::host_ports`, `DaemonSet::host_ports`;
 //! conflicts as the NodePorts filter decides: same port and protocol, overlapping host IP): two
 //! pods that conflict never share a node or claim, ports bound on existing nodes and in-flight
 //! claims' DaemonSets count, and a shape whose DaemonSets bind a pod's port is not a candidate for
@@ -289,6 +294,9 @@ struct Planner<'a> {
     sel_of_spread: Vec<Vec<usize>>,
     sel_of_affinity: Vec<Vec<usize>>,
     sel_of_anti: Vec<Vec<usize>>,
+    /// Per pending pod: whether a pending pod's zone affinity selects it. Such a pod pins the
+    /// zone of the claim it joins, so that it counts in a zone those pods can join.
+    zone_target: Vec<bool>,
     /// Per pod: its demand group (same class, requests and share); pods of a group are
     /// interchangeable for sizing claims.
     demand_group: Vec<usize>,
@@ -359,7 +367,7 @@ impl<'a> Planner<'a> {
             selectors.len() - 1
         };
         let mut sel_of_spread = Vec::new();
-        let mut sel_of_affinity = Vec::new();
+        let mut sel_of_affinity: Vec<Vec<usize>> = Vec::new();
         let mut sel_of_anti = Vec::new();
         for p in &snap.pending {
             let ns = &p.key.namespace;
@@ -389,6 +397,19 @@ impl<'a> Planner<'a> {
             .map(|p| index.matching(&selectors, &p.key.namespace, &p.labels))
             .collect();
 
+        let mut zone_affinity_sel = vec![false; selectors.len()];
+        for (p, sels) in snap.pending.iter().zip(&sel_of_affinity) {
+            for (t, sel) in p.affinity.iter().zip(sels) {
+                if t.topology_key == labels::ZONE {
+                    zone_affinity_sel[*sel] = true;
+                }
+            }
+        }
+        let zone_target = matches
+            .iter()
+            .map(|m| m.iter().any(|sel| zone_affinity_sel[*sel]))
+            .collect();
+
         let mut planner = Planner {
             snap,
             options,
@@ -402,6 +423,7 @@ impl<'a> Planner<'a> {
             sel_of_spread,
             sel_of_affinity,
             sel_of_anti,
+            zone_target,
             demand_group: Vec::new(),
             remaining: Vec::new(),
             class_left: Vec::new(),
@@ -589,6 +611,11 @@ impl<'a> Planner<'a> {
             if retry.is_empty() || retry.len() == before {
                 break;
             }
+        }
+        // A pod whose hostname affinity finds every node holding a target full: the passes
+        // cannot help it, but moving a target to a node of its own can.
+        for f in retry {
+            self.make_room_for(f);
         }
         let considered = self.considered.take();
         (self.finish(), considered)

@@ -82,6 +82,17 @@ impl<'a> Planner<'a> {
         self.state.zone_counts.get(zone).map_or(0, |v| v[sel])
     }
 
+    /// Pods matching `sel` in `zone` once `slot` is there: a claim not yet pinned to a zone
+    /// brings its own pods into the zone it is pinned to.
+    fn zone_count_with(&self, sel: usize, zone: &str, slot: &Slot) -> u32 {
+        let own = if slot.zone.is_none() {
+            slot.counts[sel]
+        } else {
+            0
+        };
+        self.zone_count(sel, zone) + own
+    }
+
     /// Whether pod `i` may go on `slot` placed in `zone` (None: zone not known yet, so zone
     /// rules must be settled by pinning first).
     pub(super) fn topology_ok(&self, i: usize, slot: &Slot, zone: Option<&str>) -> bool {
@@ -116,7 +127,7 @@ impl<'a> Planner<'a> {
                 }
             } else if t.topology_key == labels::ZONE {
                 match zone {
-                    Some(z) if self.zone_count(*sel, z) == 0 => {}
+                    Some(z) if self.zone_count_with(*sel, z, slot) == 0 => {}
                     _ => return false,
                 }
             }
@@ -130,7 +141,7 @@ impl<'a> Planner<'a> {
             } else if t.topology_key == labels::ZONE {
                 match zone {
                     Some(z) => {
-                        if self.zone_count(*sel, z) == 0
+                        if self.zone_count_with(*sel, z, slot) == 0
                             && !(self_match && self.nobody_matches(*sel))
                         {
                             return false;
@@ -155,13 +166,22 @@ impl<'a> Planner<'a> {
                 }
             } else if t.topology_key == labels::ZONE {
                 let Some(z) = zone else { return false };
+                // The claim's own pods count in `z` only, so the other zones' minimum is
+                // taken without them.
+                let here = self.zone_count_with(*sel, z, slot);
                 let min = self.classes[ci]
                     .zones
                     .iter()
-                    .map(|d| self.zone_count(*sel, d))
+                    .map(|d| {
+                        if d == z {
+                            here
+                        } else {
+                            self.zone_count(*sel, d)
+                        }
+                    })
                     .min()
                     .unwrap_or(0);
-                if self.zone_count(*sel, z) + itself > min + t.max_skew {
+                if here + itself > min + t.max_skew {
                     return false;
                 }
             }
@@ -175,9 +195,11 @@ impl<'a> Planner<'a> {
 
     pub(super) fn needs_zone(&self, i: usize) -> bool {
         let pod = &self.snap.pending[i];
-        pod.spread
-            .iter()
-            .any(|t| t.hard && t.topology_key == labels::ZONE)
+        self.zone_target[i]
+            || pod
+                .spread
+                .iter()
+                .any(|t| t.hard && t.topology_key == labels::ZONE)
             || pod.affinity.iter().any(|t| t.topology_key == labels::ZONE)
             || pod
                 .anti_affinity
