@@ -5,6 +5,7 @@
 //! helped is returned as data with a reason. The only `Result`s parse user-written values (quantities, durations, selectors).
 
 pub mod builders;
+pub mod cadence;
 pub mod disruption;
 pub mod duration;
 pub mod error;
@@ -14,11 +15,14 @@ pub mod gang;
 pub mod gpu;
 pub mod health;
 pub mod instance;
+pub mod keys;
 pub mod labels;
 pub mod lp;
 pub mod model;
+pub mod offerings;
 pub mod plan;
 pub mod provision;
+pub mod provreq;
 pub mod quantity;
 pub mod quota;
 pub mod requirements;

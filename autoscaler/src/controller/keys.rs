@@ -1,19 +1,10 @@
-//! Names the controller writes into the cluster: finalizers, labels, taints, annotations.
+//! Names the controller writes into the cluster. The finalizer, labels, taints and annotations
+//! are the core's ([`autoscaler_core::keys`], shared with the simulator); what only the
+//! controller needs (the placement group annotation, the field manager) is added here.
 
-/// Finalizer on NodeClaims and managed Nodes: deleting either always terminates the instance.
-pub const FINALIZER: &str = "gpu-autoscaler.dev/termination";
-
-/// Label on a managed Node (and on its NodeClaim's launch request): the NodeClaim's name.
-pub const CLAIM_LABEL: &str = "gpu-autoscaler.dev/nodeclaim";
-
-/// Label on a managed Node: its NodePool (the same key the core uses).
-pub const POOL_LABEL: &str = autoscaler_core::labels::NODEPOOL;
-
-/// Taint put on a Node chosen for disruption before its pods are evicted.
-pub const DISRUPTION_TAINT: &str = "gpu-autoscaler.dev/disrupted";
-
-/// Annotation on a NodeClaim created as the replacement of a disrupted node.
-pub const REPLACES_ANNOTATION: &str = "gpu-autoscaler.dev/replaces";
+pub use autoscaler_core::keys::{
+    CLAIM_LABEL, DISRUPTION_TAINT, FINALIZER, POOL_LABEL, REPLACES_ANNOTATION,
+};
 
 /// Annotation on a NodeClaim that is one node of an all-or-nothing group spread over several
 /// nodes: the cloud placement group to launch it into
