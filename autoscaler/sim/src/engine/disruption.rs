@@ -132,7 +132,12 @@ impl Engine<'_> {
             };
             let facts = self.job_facts(p);
             let job = p.job.clone();
-            let decision = p.decision.clone();
+            let mut decision = p.decision.clone();
+            // The core's policy validates the command as the executor holds it (its pods as
+            // the last validation saw them), as the controller validates its job's command.
+            if decision.command.is_some() {
+                decision.command = Some(job.command.clone());
+            }
             let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
             let step = execute::step(&job, &facts, &mut || {
                 let pools = self.pools_now();
