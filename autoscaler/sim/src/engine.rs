@@ -2,8 +2,9 @@
 //! controller (batch window, provisioning, disruption with validation), the cloud (launch
 //! latency, registration, device plugin, capacity errors, spot interruptions), the
 //! kube-scheduler and Kueue's ProvisioningRequest flow (`engine/requests.rs`), run for one policy.
-//! Node lifecycle is in `engine/nodes.rs`, disruption decisions in `engine/disruption.rs`, and
-//! what is measured in `engine/result.rs`.
+//! Node lifecycle is in `engine/nodes.rs`, disruption decisions (carried out by the core's
+//! executor, as the controller carries them out) in `engine/disruption.rs`, and what is measured
+//! in `engine/result.rs`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
@@ -23,20 +24,8 @@ use crate::workload::Workload;
 
 pub use result::{PolicyResult, ProvReqStats, RequestRecord, Sample};
 
-/// The taint put on nodes being disrupted (Karpenter's key).
-pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// Seconds between metric samples.
 pub const SAMPLE_S: i64 = 300;
-/// Seconds a replacement may take to initialize before its command is abandoned.
-pub const REPLACEMENT_TIMEOUT_S: i64 = 900;
-/// Seconds between re-plans while pods are pending and not nominated anywhere.
-pub const REPLAN_S: i64 = 30;
-/// First retry of a ProvisioningRequest without capacity (the controller's `--provreq-retry`),
-/// doubling up to [`PROVREQ_RETRY_MAX_S`].
-pub const PROVREQ_RETRY_S: i64 = 10;
-/// Longest retry delay of a ProvisioningRequest (`--provreq-retry-max`).
-pub const PROVREQ_RETRY_MAX_S: i64 = 300;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Arrive(PodId),
@@ -52,8 +41,8 @@ enum Ev {
     /// The policy asked to plan again now ([`Policy::provision_wake`]).
     PolicyWake,
     DisruptTick,
-    Validate(u64),
-    ReplacementTimeout(u64),
+    /// A disruption command's executor is stepped again.
+    Step(u64),
     Sample,
     /// A ProvisioningRequest (by group) is created.
     ReqCreate(u32),
@@ -108,10 +97,14 @@ struct Request {
     served: bool,
 }
 
+/// A policy's disruption decision and its execution by the core's executor.
 struct Pending {
     decision: Decision,
+    /// The replacement node, once launched.
     replacement: Option<NodeId>,
-    executing: bool,
+    /// Whether the executor tainted the nodes (only then does abandoning untaint them).
+    tainted: bool,
+    job: autoscaler_core::disruption::execute::Job,
 }
 
 /// One policy's simulation.
@@ -287,7 +280,7 @@ impl<'a> Engine<'a> {
                 e.push(created, Ev::ReqCreate(g as u32));
             }
         }
-        e.push(cfg.disruption_interval_s, Ev::DisruptTick);
+        e.push(cfg.cadence.disruption_interval_s, Ev::DisruptTick);
         e.push(0, Ev::Sample);
         e
     }
@@ -447,14 +440,12 @@ impl<'a> Engine<'a> {
             }
             Ev::DisruptTick => {
                 self.disrupt_tick();
-                self.push(self.now + self.cfg.disruption_interval_s, Ev::DisruptTick);
+                self.push(
+                    self.now + self.cfg.cadence.disruption_interval_s,
+                    Ev::DisruptTick,
+                );
             }
-            Ev::Validate(d) => self.validate(d),
-            Ev::ReplacementTimeout(d) => {
-                if self.decisions.get(&d).is_some_and(|p| !p.executing) {
-                    self.abandon(d);
-                }
-            }
+            Ev::Step(d) => self.step_job(d),
             Ev::Sample => {
                 self.sample();
                 self.push(self.now + SAMPLE_S, Ev::Sample);
@@ -726,7 +717,7 @@ impl<'a> Engine<'a> {
         }
         if !self.batch_scheduled {
             self.batch_scheduled = true;
-            self.push(self.now + self.cfg.batch_idle_s, Ev::BatchCheck);
+            self.push(self.now + self.cfg.cadence.batch_idle_s, Ev::BatchCheck);
         }
     }
 
@@ -741,8 +732,8 @@ impl<'a> Engine<'a> {
             self.push(self.now, Ev::BatchCheck);
             return;
         }
-        let due_idle = last + self.cfg.batch_idle_s;
-        let due_max = start + self.cfg.batch_max_s;
+        let due_idle = last + self.cfg.cadence.batch_idle_s;
+        let due_max = start + self.cfg.cadence.batch_max_s;
         if self.now >= due_idle || self.now >= due_max {
             self.batch = None;
             self.provision();
@@ -791,10 +782,12 @@ impl<'a> Engine<'a> {
         }
         if (failed || self.unhelped_pending()) && !self.replan_scheduled {
             self.replan_scheduled = true;
+            // Pods still pending are planned again every `--replan-interval`, as the
+            // controller's batcher does.
             let delay = if failed {
-                self.cfg.batch_idle_s
+                self.cfg.cadence.batch_idle_s
             } else {
-                REPLAN_S
+                self.cfg.cadence.replan_s
             };
             self.push(self.now + delay, Ev::Replan);
         }

@@ -203,15 +203,7 @@ pub fn node_price(types: &[InstanceType], node_labels: &Labels) -> Option<f64> {
         .map(|o| o.price)
 }
 
-/// Taints another autoscaler puts on a node it is removing, in a cluster where it runs beside
-/// gpu-autoscaler (during a migration): the Cluster Autoscaler's `ToBeDeletedByClusterAutoscaler`
-/// (drain started) and `DeletionCandidateOfClusterAutoscaler` (chosen, soon drained), and
-/// Karpenter's `karpenter.sh/disrupted`. Such a node is not capacity to plan onto.
-pub const FOREIGN_REMOVAL_TAINTS: [&str; 3] = [
-    "ToBeDeletedByClusterAutoscaler",
-    "DeletionCandidateOfClusterAutoscaler",
-    "karpenter.sh/disrupted",
-];
+pub use autoscaler_core::keys::FOREIGN_REMOVAL_TAINTS;
 
 /// Whether another autoscaler is removing `n` ([`FOREIGN_REMOVAL_TAINTS`]).
 pub fn has_foreign_removal_taint(n: &Node) -> bool {
