@@ -695,11 +695,26 @@ impl Bench<'_> {
             }
             let name = candidates[self.rng.below(candidates.len())].name_any();
             self.failed.insert(name.clone());
+            // The bare pods lost with the Node are those bound to it when it fails: cordoned
+            // first, so that the harness scheduler binds nothing more to it, then read fresh (the
+            // last observation may predate a binding).
+            let cordon = json!({"spec": {"unschedulable": true}});
+            Api::<Node>::all(self.client.clone())
+                .patch(&name, &PatchParams::default(), &Patch::Merge(cordon))
+                .await
+                .map_err(kerr("cordoning a Node to fail"))?;
+            let on_node: BTreeSet<String> = self
+                .pods()
+                .await?
+                .into_iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name))
+                .map(|p| p.name_any())
+                .collect();
             let lost: Vec<String> = self
                 .bare
-                .iter()
-                .filter(|(_, n)| n.as_deref() == Some(name.as_str()))
-                .map(|(p, _)| p.clone())
+                .keys()
+                .filter(|p| on_node.contains(*p))
+                .cloned()
                 .collect();
             for p in lost {
                 self.bare.remove(&p);
