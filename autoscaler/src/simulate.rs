@@ -87,6 +87,15 @@ pub(crate) struct SimulateArgs {
     /// to then left it. Default: the end of the run.
     #[arg(long, requires = "explain", value_parser = autoscaler::controller::settings::parse_duration)]
     explain_at: Option<std::time::Duration>,
+    /// Run the GPU scenario suite instead of one scenario: the default day, the openb default
+    /// pod list compressed 10x, the DLRM trace compressed 100x and the sharing-heavy scenario,
+    /// over `--seeds` (10 when not given) for every policy (or `--policy`), then one table of
+    /// paired differences across them; a trace not found under `--data` is skipped, saying so.
+    #[arg(long, conflicts_with_all = ["scenario", "seed", "sweep", "openb", "dlrm", "from_snapshot", "explain", "report"])]
+    suite: bool,
+    /// The directory holding the suite's traces (`openb/`, `alibaba_gpu_v2025/`).
+    #[arg(long, value_name = "DIR", requires = "suite", default_value = autoscaler_sim::suite::DEFAULT_DATA_DIR)]
+    data: PathBuf,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
@@ -273,8 +282,35 @@ fn runs_bar(quiet: bool, runs: usize) -> ProgressBar {
     pb
 }
 
+/// Runs `simulate --suite`.
+fn run_suite(args: &SimulateArgs) -> anyhow::Result<()> {
+    use autoscaler_sim::suite;
+    let seeds = seeds::parse_seeds(args.seeds.as_deref().unwrap_or("10"))?;
+    let opts = RunOptions {
+        hours: args.hours,
+        policies: (!args.policies.is_empty()).then(|| args.policies.clone()),
+        max_pods: Some(args.max_pods),
+        ..RunOptions::default()
+    };
+    let pb = runs_bar(args.quiet, seeds.len() * suite::ENTRIES.len());
+    let s = suite::run(
+        &suite::ENTRIES,
+        &args.data,
+        &seeds,
+        &opts,
+        |_| pb.inc(1),
+        |e, o| pb.suspend(|| print!("{}", suite::scenario_text(e, o))),
+    )?;
+    pb.finish_and_clear();
+    print!("{}", suite::paired_text(&s));
+    write(&args.json, &(suite::to_json(&s) + "\n"))
+}
+
 /// Runs `simulate`.
 pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    if args.suite {
+        return run_suite(&args);
+    }
     let setup = setup(&args)?;
     let seeds = match &args.seeds {
         Some(text) => seeds::parse_seeds(text)?,
@@ -364,6 +400,46 @@ mod tests {
         Cli::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
             .unwrap()
             .sim
+    }
+
+    #[test]
+    fn the_suite_runs_every_scenario_it_has_data_for_and_names_the_missing_traces() {
+        let dir = std::env::temp_dir().join(format!("gpu-autoscaler-suite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let json = dir.join("suite.json");
+        run(parse(&[
+            "--quiet",
+            "--suite",
+            "--data",
+            dir.join("no-traces-here").to_str().unwrap(),
+            "--hours=0.25",
+            "--policy=gpu-autoscaler",
+            "--policy=ca-like",
+            "--seeds=2",
+            "--json",
+            json.to_str().unwrap(),
+        ]))
+        .expect("the suite runs");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(doc["seeds"], serde_json::json!([1, 2]));
+        let names: Vec<&str> = doc["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["default", "openb-10x", "dlrm-100x", "sharing"]);
+        for (i, ran) in [(0, true), (1, false), (2, false), (3, true)] {
+            let s = &doc["scenarios"][i];
+            assert_eq!(s["skipped"].is_string(), !ran, "{s}");
+            if ran {
+                let ca = &s["result"]["policies"][1];
+                assert_eq!(ca["name"], "ca-like");
+                assert!(ca["cost_diff_vs_ours_ci95"].is_array(), "{ca}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

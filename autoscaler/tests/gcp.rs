@@ -429,3 +429,119 @@ async fn run_with_gcp_launches_an_atomic_provisioning_request_with_one_bulk_inse
         assert_eq!(listed, [group.as_str()], "{vm:#}");
     }
 }
+
+/// The DRA guide's example on GCP: a pod whose only GPU request is a ResourceClaim from a
+/// template scales a T4 NodePool up from zero through the fake Compute API; the test plays the
+/// kubelet and the NVIDIA DRA driver (the new Node's GPUs from the provider's own catalog, read
+/// from the fake), the harness scheduler allocates the claim there and binds the pod, and the
+/// NodeClaim is initialized once the slices match its instance type's template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_gcp_a_dra_claim_scales_a_gpu_pool_from_zero() {
+    use providers::CloudProvider;
+    let fake = FakeCompute::new(PROJECT);
+    let addr = fake.serve().await.unwrap();
+    let cluster = Cluster::start().await;
+    cluster
+        .apply_file("deploy/examples/dra/nvidia-deviceclasses.yaml")
+        .await;
+    let ctl = cluster.controller(
+        "gcp-dra",
+        &[
+            "--provider=gcp",
+            &format!("--project={PROJECT}"),
+            &format!("--endpoint-url=http://{addr}"),
+            "--cluster-name=e2e",
+            "--leader-elect=false",
+        ],
+    );
+    let provider =
+        provider_gcp::GcpProvider::connect(fake_compute::settings_for(addr, PROJECT, "e2e"))
+            .await
+            .unwrap();
+    let catalog = provider
+        .instance_types(&providers::NodeClassRef {
+            group: String::new(),
+            kind: String::new(),
+            name: "default".into(),
+        })
+        .await
+        .unwrap();
+    let _driver = cluster.fake_dra_driver_for(catalog);
+    let mut pool = t4_pool("t4");
+    // The Node the test registers carries no startup taint to wait for.
+    pool["spec"]["template"]
+        .as_object_mut()
+        .unwrap()
+        .remove("startupTaints");
+    let _: NodePool = cluster.create(pool).await;
+    cluster
+        .apply_file("deploy/examples/dra/one-gpu-claim-template.yaml")
+        .await;
+
+    let claim = eventually(
+        "the NodeClaim records the VM",
+        Duration::from_secs(60),
+        || async {
+            cluster.claims().await.into_iter().find(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .is_some_and(|p| p.starts_with("gce://fake-project/"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
+            .map(String::as_str),
+        Some("true"),
+        "the claim waits for its Node's slices"
+    );
+    let pid = claim.status.clone().unwrap().provider_id.unwrap();
+    let node_name = pid.rsplit('/').next().unwrap().to_string();
+    // With the DRA driver the GPUs are devices, not an extended resource.
+    let mut node = harness::kubelet_node(&node_name, &pid, &claim);
+    for k in ["capacity", "allocatable"] {
+        node["status"][k]
+            .as_object_mut()
+            .unwrap()
+            .remove("nvidia.com/gpu");
+    }
+    let _: k8s_openapi::api::core::v1::Node = cluster.create(node).await;
+    let bound = eventually(
+        "the DRA pod bound to the new node",
+        Duration::from_secs(60),
+        || async {
+            cluster
+                .pod("default", "cuda-dra")
+                .await
+                .as_ref()
+                .and_then(harness::bound_to)
+        },
+    )
+    .await;
+    assert_eq!(bound, node_name, "{}", ctl.log());
+    let devices = harness::pod_claim_devices(&cluster, "cuda-dra").await;
+    assert_eq!(
+        devices,
+        [("gpu.nvidia.com".into(), node_name.clone(), "gpu-0".into())],
+        "the pod's claim holds the new node's GPU"
+    );
+    let name = claim.metadata.name.clone().unwrap();
+    eventually(
+        "the NodeClaim initialized",
+        Duration::from_secs(60),
+        || async {
+            harness::claim_initialized(&cluster, &name)
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(cluster.claims().await.len(), 1, "one node for one GPU");
+    assert_eq!(fake.instances().len(), 1, "one VM");
+}

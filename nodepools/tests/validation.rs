@@ -89,6 +89,38 @@ fn nodepool_cases() {
             "#]],
         ),
         (
+            r#"dra:
+  attributes:
+    driverVersion: {version: "570.86.15"}
+    gpu.nvidia.com/cudaDriverVersion: {version: "12.8.0"}
+    example.com/rack: {string: r1}
+    fabric: {bool: true}"#,
+            expect![[r#"
+                rust: ok
+                server: ok
+            "#]],
+        ),
+        (
+            r#"dra:
+  attributes:
+    driverVersion: {version: "570.86"}
+    two: {int: 1, string: x}
+    none: {}
+    9lives: {int: 9}
+    Bad_Domain/x: {bool: true}"#,
+            expect![[r#"
+                rust:
+                  spec.dra.attributes["9lives"]: name "9lives" must be a C identifier (letters, digits, _; not starting with a digit) of at most 32 characters
+                  spec.dra.attributes["Bad_Domain/x"]: domain "Bad_Domain" must be a DNS subdomain (lower-case labels) of at most 63 characters
+                  spec.dra.attributes["driverVersion"]: version "570.86" is not semantic versioning 2.0.0: unexpected end of input while parsing minor version number
+                  spec.dra.attributes["none"]: needs exactly one of bool, int, string and version
+                  spec.dra.attributes["two"]: needs exactly one of bool, int, string and version
+                server:
+                  spec.dra.attributes.none: exactly one of bool, int, string and version
+                  spec.dra.attributes.two: exactly one of bool, int, string and version
+            "#]],
+        ),
+        (
             "disruption:\n  gpuUtilizationThreshold: 1.5\n  utilizationThreshold: -0.1",
             expect![[r#"
                 rust:

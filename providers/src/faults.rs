@@ -8,7 +8,9 @@
 //! faults). A timeout is the hard case for idempotency: half of them happen *after* the call
 //! took effect (the caller cannot tell whether its launch landed), half before.
 //!
-//! Feature-less: the kwok provider uses it, and so can any fake cloud a test writes.
+//! Feature-less: the kwok provider uses it ([`CloudFaultInjector::draw`]), and the AWS and GCP
+//! test fakes (the proxy in front of moto, the fake Compute API) answer its
+//! [`CloudFaultInjector::pick`] in their own protocols.
 
 use std::str::FromStr;
 use std::sync::Mutex;
@@ -134,6 +136,21 @@ pub enum Draw {
     FailAfter(ProviderError),
 }
 
+/// The kind of fault one call gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// The offering the cloud tried first has no capacity (launches only).
+    InsufficientCapacity,
+    /// Rate limited.
+    Throttle,
+    /// A 5xx answer.
+    ServerError,
+    /// No answer in time; the call had no effect.
+    TimeoutBefore,
+    /// No answer in time, but the call took effect.
+    TimeoutAfter,
+}
+
 /// The seeded injector; share one per emulated cloud.
 #[derive(Debug)]
 pub struct CloudFaultInjector {
@@ -178,59 +195,77 @@ impl CloudFaultInjector {
         (z >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// The fate of one call of `action`. A launch may be refused for capacity on the first of
-    /// `offerings` (its candidates, in preference order); other calls draw the capacity rate
-    /// too but pass, so the other rates mean the same for every action.
-    pub fn draw(&self, action: Action, offerings: &[OfferingKey]) -> Draw {
+    /// The fault one call gets, if any, for fakes that answer in their own protocol (an EC2
+    /// error document, a Compute Engine operation error). `can_refuse_capacity`: the call
+    /// asks for capacity (a launch naming an offering); other calls draw the capacity rate too
+    /// but pass, so the other rates mean the same for every call. Counts the call and its
+    /// fault.
+    pub fn pick(&self, can_refuse_capacity: bool) -> Option<FaultKind> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         if !self.rates.any() {
-            return Draw::Pass;
+            return None;
         }
         let r = self.rates;
         let x = self.unit();
         let mut edge = r.insufficient_capacity;
         if x < edge {
-            if action == Action::Launch && !offerings.is_empty() {
-                self.ice.fetch_add(1, Ordering::Relaxed);
-                return Draw::FailBefore(ProviderError::InsufficientCapacity {
-                    action,
-                    offerings: offerings[..1].to_vec(),
-                });
+            if !can_refuse_capacity {
+                return None;
             }
-            return Draw::Pass;
+            self.ice.fetch_add(1, Ordering::Relaxed);
+            return Some(FaultKind::InsufficientCapacity);
         }
         edge += r.throttle;
         if x < edge {
             self.throttles.fetch_add(1, Ordering::Relaxed);
-            return Draw::FailBefore(ProviderError::Throttled {
-                action,
-                retry_after_s: None,
-            });
+            return Some(FaultKind::Throttle);
         }
         edge += r.server_error;
         if x < edge {
             self.server_errors.fetch_add(1, Ordering::Relaxed);
-            return Draw::FailBefore(ProviderError::Other {
-                action,
-                message: "injected fault: 503 Service Unavailable".into(),
-            });
+            return Some(FaultKind::ServerError);
         }
         edge += r.timeout;
         if x < edge {
-            let err = ProviderError::Other {
-                action,
-                message: "injected fault: the request timed out".into(),
-            };
             // Which half: the position inside the timeout band, so one draw decides both.
-            return if x < edge - r.timeout / 2.0 {
+            return Some(if x < edge - r.timeout / 2.0 {
                 self.timeouts_before.fetch_add(1, Ordering::Relaxed);
-                Draw::FailBefore(err)
+                FaultKind::TimeoutBefore
             } else {
                 self.timeouts_after.fetch_add(1, Ordering::Relaxed);
-                Draw::FailAfter(err)
-            };
+                FaultKind::TimeoutAfter
+            });
         }
-        Draw::Pass
+        None
+    }
+
+    /// The fate of one call of `action`, as a provider error. A launch may be refused for
+    /// capacity on the first of `offerings` (its candidates, in preference order).
+    pub fn draw(&self, action: Action, offerings: &[OfferingKey]) -> Draw {
+        let can_refuse = action == Action::Launch && !offerings.is_empty();
+        let timeout = || ProviderError::Other {
+            action,
+            message: "injected fault: the request timed out".into(),
+        };
+        match self.pick(can_refuse) {
+            None => Draw::Pass,
+            Some(FaultKind::InsufficientCapacity) => {
+                Draw::FailBefore(ProviderError::InsufficientCapacity {
+                    action,
+                    offerings: offerings[..1].to_vec(),
+                })
+            }
+            Some(FaultKind::Throttle) => Draw::FailBefore(ProviderError::Throttled {
+                action,
+                retry_after_s: None,
+            }),
+            Some(FaultKind::ServerError) => Draw::FailBefore(ProviderError::Other {
+                action,
+                message: "injected fault: 503 Service Unavailable".into(),
+            }),
+            Some(FaultKind::TimeoutBefore) => Draw::FailBefore(timeout()),
+            Some(FaultKind::TimeoutAfter) => Draw::FailAfter(timeout()),
+        }
     }
 
     /// Counts so far.

@@ -323,6 +323,7 @@ pub fn pool(name: &str, types: Vec<InstanceType>) -> PoolBuilder {
         disruption: DisruptionPolicy::default(),
         instance_types: Arc::new(types),
         atomic_nodes: None,
+        dra_attributes: Default::default(),
     })
 }
 
@@ -377,7 +378,12 @@ impl PoolBuilder {
         self.0.limits.gpus_by_model.insert(model.into(), n);
         self
     }
-    /// Sets the sharing configuration.
+    /// An attribute every NVIDIA DRA device of the pool's nodes gets.
+    pub fn dra_attribute(mut self, name: &str, value: crate::dra::AttributeValue) -> Self {
+        self.0.dra_attributes.insert(name.into(), value);
+        self
+    }
+    /// GPU sharing.
     pub fn sharing(mut self, s: GpuSharing) -> Self {
         self.0.sharing = s;
         self

@@ -233,6 +233,27 @@ pub struct ClaimSpec {
     pub constraints: Vec<DeviceConstraint>,
 }
 
+impl ClaimSpec {
+    /// The devices the claim asks for when its first choices are taken: per request,
+    /// `count` of its selection or first alternative (one for `All`, which takes at least
+    /// one). The planner orders pods by it as it orders them by GPU resources.
+    pub fn devices_asked(&self) -> u32 {
+        self.requests
+            .iter()
+            .filter_map(|r| {
+                r.exactly
+                    .as_ref()
+                    .or(r.first_available.first().map(|s| &s.selection))
+            })
+            .map(|s| match s.allocation_mode {
+                AllocationMode::ExactCount => s.count,
+                AllocationMode::All => 1,
+            })
+            // Counts come from users' claims: saturate rather than overflow.
+            .fold(0u32, u32::saturating_add)
+    }
+}
+
 /// A device as allocation results name it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct DeviceId {

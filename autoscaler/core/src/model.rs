@@ -475,6 +475,11 @@ pub struct Pool {
     /// disruption removes the pool's nodes only all together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub atomic_nodes: Option<u32>,
+    /// Attributes the pool's node image gives every device of the NVIDIA DRA driver, over the
+    /// ones predicted from the catalog (`spec.dra.attributes`: `driverVersion`, ...), keyed
+    /// as [`crate::dra::template::with_attributes`] reads them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dra_attributes: BTreeMap<String, crate::dra::AttributeValue>,
 }
 
 /// An all-or-nothing group.

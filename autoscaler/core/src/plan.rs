@@ -71,6 +71,11 @@ pub struct NewClaim {
     /// they are launched together, all or none.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub atomic: bool,
+    /// Some pod planned onto it has DRA claims: its node is ready for them only once its
+    /// ResourceSlices are published (the controller waits for them before initializing it),
+    /// for a launch and a disruption's replacement alike.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dra: bool,
 }
 
 /// A pod the plan could not help, with a human-readable reason.

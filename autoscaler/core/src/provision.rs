@@ -298,7 +298,7 @@ struct Planner<'a> {
     class_left: Vec<Resources>,
     /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
     /// how many of the group one node would really hold (lazy).
-    unit_cost: Vec<Option<f64>>,
+    unit_cost: Vec<Option<(f64, f64)>>,
     /// Per pod: its scan group (demand group plus topology identity), and per scan group the
     /// first slot worth trying: earlier slots rejected an identical pod, and slots only fill.
     scan_group: Vec<usize>,
@@ -536,7 +536,11 @@ impl<'a> Planner<'a> {
                     .iter()
                     .filter(|(k, _)| crate::resources::is_gpu_class(k))
                     .map(|(_, v)| *v)
-                    .sum();
+                    .sum::<i64>()
+                    + p.claims
+                        .iter()
+                        .map(|c| i64::from(c.spec.devices_asked()))
+                        .sum::<i64>();
                 (
                     gpus,
                     p.gpu_share.as_ref().map_or(0, |s| s.milli),
@@ -691,6 +695,9 @@ impl<'a> Planner<'a> {
         // 2. a new claim that takes it below the price it was opened for, if the pod's fair
         // share of that price is no more than the pod would cost on a node of its own kind.
         let mut best: Option<(f64, usize, Option<Grow>)> = None;
+        // The first claim that holds the pod at no extra price but at a fair share above a
+        // node of its own: the place for a pod that cannot have a node of its own.
+        let mut free: Option<(usize, Option<Grow>)> = None;
         let avoid_gpu = self.avoid_gpu(i);
         let own = self.unit_cost(i, avoid_gpu);
         // Identical pods come one after another and a placement changes one claim, so for
@@ -732,13 +739,26 @@ impl<'a> Planner<'a> {
                 Verdict::Grow(delta) => delta,
             };
             first_ok.get_or_insert(si);
-            if delta > 1e-12 && best.as_ref().is_none_or(|b| delta < b.0) {
+            if delta <= 1e-12 {
+                if free.is_none() {
+                    free = Some((si, grow));
+                }
+            } else if best.as_ref().is_none_or(|b| delta < b.0) {
                 best = Some((delta, si, grow));
             }
         }
         self.scan_from[sg] = first_ok.unwrap_or(n);
         // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
         let alone = self.open_claim_candidates(i);
+        // A pod no new node could take (its pod affinity targets are all on claims of this
+        // plan) joins where it costs nothing more rather than stay pending.
+        if alone.is_err()
+            && let Some((si, grow)) = free
+            && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
+        {
+            self.commit(i, si, Some(grow), avoid_gpu);
+            return true;
+        }
         if let Some((delta, si, grow)) = best
             && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
         {
@@ -852,6 +872,7 @@ impl<'a> Planner<'a> {
             labels_out.insert(labels::NODEPOOL.into(), pool.name.clone());
             let mut pods: Vec<_> = slot.pods.iter().map(|i| pending[*i].key.clone()).collect();
             pods.sort();
+            let dra = slot.pods.iter().any(|i| !pending[*i].claims.is_empty());
             plan.new_claims.push(NewClaim {
                 name: slot.name.clone(),
                 pool: pool.name.clone(),
@@ -866,6 +887,7 @@ impl<'a> Planner<'a> {
                 gpus,
                 group: None,
                 atomic,
+                dra,
             });
         }
         mark_group_claims(pending, &mut plan);

@@ -10,44 +10,19 @@ use autoscaler_core::dra::template::{NVIDIA_DRIVER, nvidia_classes};
 use autoscaler_core::dra::{Dra, PodClaim};
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::model::{InFlightClaim, Snapshot};
-use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::Requirements;
-use expect_test::{Expect, expect};
+use expect_test::expect;
+
+mod support;
+use support::check;
 
 const ZONES: [&str; 1] = ["us-east-1a"];
 
+/// One CPU type and the shared GPU types, in one zone.
 fn gpu_types() -> Vec<InstanceType> {
-    vec![
-        itype("m5.large")
-            .cpu("2")
-            .mem("8Gi")
-            .on_demand(&ZONES, 0.096)
-            .build(),
-        itype("g5.xlarge")
-            .cpu("4")
-            .mem("16Gi")
-            .gpus(1, "A10G", 24)
-            .on_demand(&ZONES, 1.006)
-            .build(),
-        itype("g5.12xlarge")
-            .cpu("48")
-            .mem("192Gi")
-            .gpus(4, "A10G", 24)
-            .on_demand(&ZONES, 5.672)
-            .build(),
-        itype("p4d.24xlarge")
-            .cpu("96")
-            .mem("1152Gi")
-            .gpus(8, "A100", 40)
-            .on_demand(&ZONES, 21.96)
-            .build(),
-        itype("p5.48xlarge")
-            .cpu("192")
-            .mem("2048Gi")
-            .gpus(8, "H100", 80)
-            .on_demand(&ZONES, 98.32)
-            .build(),
-    ]
+    let mut types = vec![support::cpu_types_in(&ZONES).remove(0)];
+    types.extend(support::gpu_types_in(&ZONES));
+    types
 }
 
 fn classes() -> Dra {
@@ -78,12 +53,6 @@ fn snapshot(pods: Vec<PodBuilder>, dra: Dra) -> Snapshot {
         dra: Arc::new(dra),
         ..Snapshot::default()
     }
-}
-
-fn check(snap: &Snapshot, expected: Expect) {
-    let plan = plan_provisioning(snap);
-    expected.assert_eq(&plan.render());
-    assert_eq!(plan, plan_provisioning(snap), "deterministic");
 }
 
 #[test]
@@ -258,9 +227,33 @@ fn pods_of_a_shared_claim_land_together() {
     check(
         &snapshot(pods, classes()),
         expect![[r#"
-        claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[other]
-        claim gpu-2 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[reader,writer]
-    "#]],
+            claim gpu-1 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[reader,writer]
+            claim gpu-2 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[other]
+        "#]],
+    );
+}
+
+#[test]
+fn a_pools_image_attributes_reach_its_template() {
+    // Only the pool whose image installs a recent driver says so; the selector asks for it.
+    let c = claim()
+        .request(request("gpu").class(NVIDIA_DRIVER).selector(
+            "has(device.attributes['gpu.nvidia.com'].driverVersion) && device.attributes['gpu.nvidia.com'].driverVersion.compareTo(semver('570.0.0')) >= 0",
+        ))
+        .from_template("gpu");
+    let mut snap = snapshot(vec![dra_pod("new-driver", c)], classes());
+    let imaged = pool("imaged", gpu_types())
+        .dra_attribute(
+            "gpu.nvidia.com/driverVersion",
+            autoscaler_core::dra::AttributeValue::Version("570.86.15".into()),
+        )
+        .build();
+    snap.pools.push(imaged);
+    check(
+        &snap,
+        expect![[r#"
+            claim imaged-1 pool=imaged price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[new-driver]
+        "#]],
     );
 }
 
@@ -340,6 +333,14 @@ mod disruption {
     }
 
     fn plan(nodes: Vec<Node>, types: Vec<InstanceType>, dra: Dra) -> String {
+        decide(nodes, types, dra).render()
+    }
+
+    fn decide(
+        nodes: Vec<Node>,
+        types: Vec<InstanceType>,
+        dra: Dra,
+    ) -> autoscaler_core::disruption::DisruptionPlan {
         let quick = DisruptionPolicy {
             unneeded_s: 0,
             budgets: vec![],
@@ -357,7 +358,6 @@ mod disruption {
             0,
             &DisruptionConfig::default(),
         )
-        .render()
     }
 
     #[test]
@@ -402,6 +402,11 @@ mod disruption {
             Underutilized Replace nodes=[a] pods=1 savings=20.954 replacement=g5.xlarge@1.006
             keep b: GPU utilization 1.00 above threshold 0.50
         "#]]
-        .assert_eq(&plan(nodes, types, dra));
+        .assert_eq(&plan(nodes.clone(), types.clone(), dra.clone()));
+        // The replacement is a claim for a pod with DRA claims: its node must publish its
+        // slices before it is initialized, as a launch's.
+        let d = decide(nodes, types, dra);
+        let r = d.commands[0].replacement.as_ref().expect("a replacement");
+        assert!(r.dra, "{r:?}");
     }
 }

@@ -5,13 +5,14 @@
 //! `cargo run --release -p autoscaler-sim --example seeds -- [WHAT] --seeds N|A..B
 //! [--sweep [POOL:]KEY=v1,v2] [--compression X] [--hours H] [--json FILE]`, where WHAT is
 //! `default` (the default), a scenario YAML, or `openb PODS.csv` (on the bundled openb
-//! NodePools; `--compression` divides the trace's times, 1 by default).
+//! NodePools; `--compression` divides the trace's times, 1 by default); or
+//! `suite [--data DIR]`, the GPU scenario suite as `simulate --suite` runs it.
 
 use std::path::Path;
 
 use autoscaler_sim::openb_workload;
 use autoscaler_sim::workload::Workload;
-use autoscaler_sim::{RunOptions, RunReport, Scenario, SimError, seeds, sweep};
+use autoscaler_sim::{RunOptions, RunReport, Scenario, SimError, seeds, suite, sweep};
 
 fn flag(args: &mut Vec<String>, name: &str) -> Result<Option<String>, String> {
     let Some(i) = args.iter().position(|a| a == name) else {
@@ -34,6 +35,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|h| h.parse::<f64>())
         .transpose()?;
     let compression = flag(&mut args, "--compression")?.map_or(Ok(1.0), |c| c.parse::<f64>())?;
+    if args.first().map(String::as_str) == Some("suite") {
+        let data = flag(&mut args, "--data")?.unwrap_or(suite::DEFAULT_DATA_DIR.into());
+        let opts = RunOptions {
+            hours,
+            ..RunOptions::default()
+        };
+        let seed_list = seeds::parse_seeds(&seed_text)?;
+        let s = suite::run(
+            &suite::ENTRIES,
+            Path::new(&data),
+            &seed_list,
+            &opts,
+            |_| {},
+            |e, o| print!("{}", suite::scenario_text(e, o)),
+        )?;
+        print!("{}", suite::paired_text(&s));
+        if let Some(f) = json {
+            std::fs::write(f, suite::to_json(&s) + "\n")?;
+        }
+        return Ok(());
+    }
     let (scenario, trace): (Scenario, Option<Workload>) =
         match args.first().map_or("default", String::as_str) {
             "default" => (Scenario::default_scenario()?, None),

@@ -52,6 +52,8 @@ pub struct PodState {
     pub devices: Vec<usize>,
     /// Physical GPUs the pod holds while bound (shares, MIG slices and replicas as fractions).
     pub gpu_equiv: f64,
+    /// DRA devices its claims hold while bound.
+    pub claim_devices: Vec<crate::dra::Taken>,
 }
 
 /// A node's lifecycle.
@@ -127,6 +129,8 @@ pub struct NodeState {
     pub held: Vec<(u32, Pod)>,
     /// Bumped whenever `held` changes, so the kept snapshot knows to refresh the node.
     pub hold_version: u64,
+    /// DRA devices published (once Ready) and taken.
+    pub dra: crate::dra::NodeDra,
 }
 
 impl NodeState {
@@ -203,6 +207,8 @@ pub struct Cluster {
     pub nodes: Vec<NodeState>,
     /// Pending pods (ordered, so iteration is deterministic).
     pub pending: BTreeSet<PodId>,
+    /// When each pod was first bound (what `bench fidelity` compares with the controller).
+    pub first_bound: BTreeMap<PodId, i64>,
     /// Nodes not gone.
     pub live_nodes: BTreeSet<NodeId>,
     /// Template of each pod.
@@ -216,6 +222,8 @@ pub struct Cluster {
     pub live_bookings: BTreeSet<u32>,
     /// Cluster-wide limits, copied into every snapshot.
     pub limits: Vec<autoscaler_core::model::ClusterLimit>,
+    /// DeviceClasses (empty when no workload uses DRA: the snapshot then has no DRA part).
+    pub device_classes: Arc<BTreeMap<String, autoscaler_core::dra::DeviceClass>>,
 }
 
 /// Why a bind failed the capacity check (a scheduler bug guard).
@@ -236,6 +244,7 @@ impl Cluster {
                     generation: 0,
                     devices: vec![],
                     gpu_equiv: 0.0,
+                    claim_devices: vec![],
                 };
                 n
             ],
@@ -313,12 +322,32 @@ impl Cluster {
         n.pods.push(pod);
         n.last_pod_change = now;
         let mut problem = None;
+        let mut claim_devices = Vec::new();
+        if !p.claims.is_empty() {
+            // The scheduler's allocator, run again on the node as it is now: the bind takes
+            // what the filter found free (or reports that the claims do not fit).
+            match crate::dra::allocate(p, &n.dra).filter(|_| n.phase == NodePhase::Ready) {
+                Some(t) => {
+                    n.dra.mark(&t, true);
+                    gpu_equiv += crate::dra::gpu_equivalent(&n.dra, &t);
+                    claim_devices = t;
+                }
+                None => {
+                    problem = Some(format!(
+                        "node {}: the pod's resource claims cannot be allocated there",
+                        n.name
+                    ));
+                }
+            }
+        }
         let alloc = n.effective_allocatable();
         let mut check = n.used.clone();
         check.set(names::NVIDIA_GPU, 0);
         let mut a2 = alloc.clone();
         a2.set(names::NVIDIA_GPU, 0);
-        if let Err(s) = check.fits_in(&a2) {
+        if let Err(s) = check.fits_in(&a2)
+            && problem.is_none()
+        {
             problem = Some(format!("node {} over capacity: {s}", n.name));
         }
         if n.devices.iter().any(|d| *d > 1000) {
@@ -338,6 +367,7 @@ impl Cluster {
         {
             self.anti_bound += 1;
         }
+        self.first_bound.entry(pod).or_insert(now);
         let st = &mut self.pods[pod];
         st.phase = PodPhase::Bound { node, since: now };
         // A do-not-disrupt duration counts from here (the simulated pod starts on binding).
@@ -348,6 +378,16 @@ impl Cluster {
         }
         st.devices = devices;
         st.gpu_equiv = gpu_equiv;
+        if let Some(p) = st.pod.as_mut() {
+            let n = &self.nodes[node];
+            for (i, c) in p.claims.iter_mut().enumerate() {
+                c.allocation = Some(autoscaler_core::dra::Allocation {
+                    node: Some(n.name.clone()),
+                    devices: crate::dra::results(&n.dra, &claim_devices, i),
+                });
+            }
+        }
+        st.claim_devices = claim_devices;
         st.generation += 1;
         self.pending.remove(&pod);
         match problem {
@@ -378,6 +418,14 @@ impl Cluster {
         }
         n.pods.retain(|p| *p != pod);
         n.last_pod_change = now;
+        // The pod's claims are released (a template's claim goes with its pod).
+        n.dra
+            .mark(&std::mem::take(&mut self.pods[pod].claim_devices), false);
+        if let Some(p) = self.pods[pod].pod.as_mut() {
+            for c in &mut p.claims {
+                c.allocation = None;
+            }
+        }
         self.template_counts[self.template_of[pod] as usize].1 -= 1;
         if !self.pods[pod]
             .pod
@@ -460,6 +508,42 @@ impl Cluster {
             }
         }
         snap.pdbs = self.pdbs(workload);
+        snap.dra = Arc::new(self.dra_snapshot());
+    }
+
+    /// The DRA objects the controller would see: the classes, the slices Ready nodes publish
+    /// and the claims of bound pods. Empty when the scenario has no DRA.
+    fn dra_snapshot(&self) -> autoscaler_core::dra::Dra {
+        use autoscaler_core::dra::{Dra, ResourceClaim};
+        if self.device_classes.is_empty() {
+            return Dra::default();
+        }
+        let mut dra = Dra {
+            classes: (*self.device_classes).clone(),
+            ..Dra::default()
+        };
+        for ni in &self.live_nodes {
+            let n = &self.nodes[*ni];
+            let Some(d) = n.dra.devices.as_deref() else {
+                continue;
+            };
+            if n.phase == NodePhase::Ready {
+                dra.slices.push(d.slice.clone());
+            }
+            for pid in &n.pods {
+                let p = self.pod(*pid);
+                for c in &p.claims {
+                    dra.claims.push(ResourceClaim {
+                        namespace: p.key.namespace.clone(),
+                        name: format!("{}-{}", p.key.name, c.name),
+                        spec: c.spec.clone(),
+                        allocation: c.allocation.clone(),
+                        reserved_for: vec![p.key.clone()],
+                    });
+                }
+            }
+        }
+        dra
     }
 
     /// The pods the API server shows on a node: DaemonSet pods, then bound pods in bind order.

@@ -22,7 +22,7 @@ use crate::scenario::{ClusterConfig, ProvReqSpec};
 use crate::scheduler::{self, Scratch, SelectorCache, View, has_topology, untolerated};
 use crate::workload::Workload;
 
-pub use result::{PolicyResult, ProvReqStats, RequestRecord, Sample};
+pub use result::{NodeRecord, PolicyResult, ProvReqStats, RequestRecord, Sample};
 
 /// Seconds between metric samples.
 pub const SAMPLE_S: i64 = 300;
@@ -202,6 +202,7 @@ impl<'a> Engine<'a> {
             policy,
             cluster: Cluster {
                 limits: cfg.cluster_limits.clone(),
+                device_classes: cfg.device_classes.clone(),
                 ..Cluster::new(workload)
             },
             provider,
@@ -903,6 +904,23 @@ impl<'a> Engine<'a> {
         let useful_h = (req_h - rerun_h).max(0.0);
         let cost_by_type = self.cost_by_type(end);
         let notes = self.policy.notes(&self.cluster);
+        let node_records = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| NodeRecord {
+                pool: n.pool_name.clone(),
+                instance_type: n.instance_type.clone(),
+                launched_at: n.launched_at,
+                gone_at: n.gone_at,
+            })
+            .collect();
+        let first_bound = self
+            .cluster
+            .first_bound
+            .iter()
+            .map(|(p, t)| (*p, *t))
+            .collect();
         PolicyResult {
             name: self.policy.name().to_string(),
             description: self.policy.description().to_string(),
@@ -950,6 +968,8 @@ impl<'a> Engine<'a> {
             cost_by_type,
             explanation: self.explained.take(),
             notes,
+            node_records,
+            first_bound,
             samples: self.samples,
             wall_seconds: wall,
         }

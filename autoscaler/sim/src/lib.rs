@@ -17,6 +17,7 @@
 pub mod baselines;
 pub mod chart;
 pub mod cluster;
+pub mod dra;
 pub mod engine;
 pub mod error;
 pub mod frontier;
@@ -28,6 +29,7 @@ pub mod scenario;
 pub mod scheduler;
 pub mod seeds;
 pub mod stats;
+pub mod suite;
 pub mod sweep;
 pub mod traces;
 pub mod workload;

@@ -8,7 +8,8 @@
 //! DaemonSets, cluster timings (launch latency per family, device-plugin delay, capacity
 //! errors, spot interruptions) and workload generators (deployments with replica schedules,
 //! batch jobs, gangs, ProvisioningRequests with their class, booking and admission delay,
-//! Poisson or periodic arrivals).
+//! Poisson or periodic arrivals), DRA DeviceClasses (`deviceClasses`) and pods' resource
+//! claims (`claims`, checked in `scenario/dra.rs`).
 //!
 //! Every problem is reported as [`SimError::Scenario`] with the file, the line and the field:
 //! serde_norway supplies line and path for shape errors (a missing field, a negative duration is
@@ -166,6 +167,8 @@ struct File {
     pools: Vec<PoolFile>,
     #[serde(default)]
     workloads: Vec<WorkloadEntry>,
+    #[serde(default)]
+    device_classes: Vec<dra::DeviceClassFile>,
 }
 
 /// The `catalog` key: a named catalog, or `{file: F}`.
@@ -487,6 +490,8 @@ struct PodFile {
     affinity: Vec<String>,
     #[serde(default)]
     local_storage: bool,
+    #[serde(default)]
+    claims: Vec<dra::ClaimFile>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -520,6 +525,28 @@ enum WorkloadFile<'a> {
     Jobs(&'a JobsFile),
     Gangs(&'a GangsFile),
     ProvisioningRequests(&'a ProvReqFile),
+}
+
+impl WorkloadFile<'_> {
+    /// The entry's key (`deployment`, ...), as field paths name it.
+    fn kind(&self) -> &'static str {
+        match self {
+            WorkloadFile::Deployment(_) => "deployment",
+            WorkloadFile::Jobs(_) => "jobs",
+            WorkloadFile::Gangs(_) => "gangs",
+            WorkloadFile::ProvisioningRequests(_) => "provisioningRequests",
+        }
+    }
+
+    /// Its pod template.
+    fn pod(&self) -> &PodFile {
+        match self {
+            WorkloadFile::Deployment(d) => &d.pod,
+            WorkloadFile::Jobs(j) => &j.pod,
+            WorkloadFile::Gangs(g) => &g.pod,
+            WorkloadFile::ProvisioningRequests(r) => &r.pod,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -721,7 +748,9 @@ impl Scenario {
         let catalog = Arc::new(autoscaler_core::overlay::apply_overlays(
             &catalog, &overlays,
         ));
-        let cluster = build_cluster(&cx, &file.cluster, &catalog)?;
+        let mut cluster = build_cluster(&cx, &file.cluster, &catalog)?;
+        let mut selectors = autoscaler_core::dra::cel::Selectors::new();
+        let classes = dra::build_classes(&cx, &file.device_classes, &mut selectors)?;
         let mut pools = Vec::new();
         for (i, np) in file.node_pools.iter().enumerate() {
             let name = np.metadata.name.clone().unwrap_or_default();
@@ -822,7 +851,15 @@ impl Scenario {
                     "needs exactly one of deployment, jobs, gangs or provisioningRequests",
                 ));
             };
-            let spec = build_workload(&cx, i, &w, &pools)?;
+            let mut spec = build_workload(&cx, i, &w, &pools)?;
+            spec.template.claims = dra::build_claims(
+                &cx,
+                &spec.name,
+                &format!("workloads[{i}].{}.pod", w.kind()),
+                &w.pod().claims,
+                &classes,
+                &mut selectors,
+            )?;
             if !names.insert(spec.name.clone()) {
                 return Err(cx.err(
                     &[
@@ -835,6 +872,11 @@ impl Scenario {
                 ));
             }
             workloads.push(spec);
+        }
+        if !file.device_classes.is_empty()
+            || workloads.iter().any(|w| !w.template.claims.is_empty())
+        {
+            cluster.device_classes = Arc::new(classes);
         }
         let policies = match &file.policies {
             None => POLICY_NAMES.iter().map(|s| s.to_string()).collect(),
@@ -905,6 +947,7 @@ pub fn type_in_pool(it: &InstanceType, pool: &Pool) -> Option<InstanceType> {
 }
 
 mod build;
+mod dra;
 mod model;
 #[cfg(test)]
 mod tests;

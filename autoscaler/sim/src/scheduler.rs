@@ -5,8 +5,9 @@
 //! TaintToleration (NoSchedule / NoExecute), NodeAffinity (nodeSelector and required terms),
 //! NodeResourcesFit (every resource; `nvidia.com/gpu` per device, so a fractional share must
 //! fit on one device and whole GPUs need wholly free devices), PodTopologySpread
-//! (`DoNotSchedule` only) and InterPodAffinity (required affinity and anti-affinity, both
-//! directions). Scores: `LeastAllocated` (default) or `MostAllocated` over cpu, memory and,
+//! (`DoNotSchedule` only), InterPodAffinity (required affinity and anti-affinity, both
+//! directions) and DynamicResources (the pod's resource claims allocated from the node's
+//! published devices by [`crate::dra`], the simulator's own allocator). Scores: `LeastAllocated` (default) or `MostAllocated` over cpu, memory and,
 //! for GPU pods, GPUs; ties go to the older node.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,7 +17,7 @@ use autoscaler_core::requirements::Labels;
 use autoscaler_core::resources::names;
 use autoscaler_core::taints::{Effect, Taint, Toleration, TolerationOperator};
 
-use crate::cluster::{Cluster, NodeId, NodeState, PodId, PodState};
+use crate::cluster::{Cluster, NodeId, NodePhase, NodeState, PodId, PodState};
 use crate::scenario::ScoreStrategy;
 
 /// Why a pod does not fit a node.
@@ -134,8 +135,18 @@ fn fit_units<'p>(pod: &'p Pod, node: &NodeState) -> Result<Vec<usize>, &'p str> 
             None => return Err(names::NVIDIA_GPU),
         }
     }
+    // DynamicResources: the node's published devices (once its driver is up) must hold
+    // every claim of the pod, by the simulator's own allocator.
+    if !pod.claims.is_empty()
+        && (node.phase != NodePhase::Ready || crate::dra::allocate(pod, &node.dra).is_none())
+    {
+        return Err(CLAIMS);
+    }
     Ok(out)
 }
+
+/// What a pod whose claims cannot be allocated on a node is short of.
+pub const CLAIMS: &str = "resourceClaims";
 
 /// Copies of the few nodes a what-if question changes, laid over the real ones: copying every
 /// live node for each question made the baselines' scale-down quadratic in the cluster size.
@@ -539,6 +550,11 @@ pub fn reserve(n: &mut NodeState, pod: &Pod, devices: &[usize]) {
     req.set(names::NVIDIA_GPU, 0);
     let share = pod.gpu_share.as_ref().map(|s| s.milli);
     n.used.add(&req);
+    if !pod.claims.is_empty()
+        && let Some(t) = crate::dra::allocate(pod, &n.dra)
+    {
+        n.dra.mark(&t, true);
+    }
     for d in devices {
         n.devices[*d] += match share {
             Some(m) if devices.len() == 1 && pod.requests.get(names::NVIDIA_GPU) == 0 => m,

@@ -853,6 +853,8 @@ mod tests {
             provisioning_requests: None,
             explanation: None,
             notes: vec![],
+            node_records: vec![],
+            first_bound: vec![],
         }
     }
 

@@ -185,3 +185,26 @@ fn ca_like_scales_up_for_a_cpu_pod_on_its_next_10_second_tick() {
     let waited = like.pending_p50_s - ideal.pending_p50_s;
     assert_eq!(waited, 6.0, "{summary}");
 }
+
+/// The README's one-hour run (the first command CI runs): no policy may leave a pod pending
+/// for the whole hour on the default scenario. ca-ideal once did, with web pods nominated to a
+/// node in flight.
+#[test]
+fn no_policy_leaves_a_pod_pending_the_whole_first_hour_of_the_default_scenario() {
+    let s = Scenario::default_scenario().unwrap();
+    let opts = RunOptions {
+        hours: Some(1.0),
+        ..RunOptions::default()
+    };
+    let r = run(&s, &opts, &mut |_, _| {}).unwrap();
+    for p in &r.policies {
+        let stuck: Vec<&String> = p
+            .pending_examples
+            .iter()
+            .filter(|e| e.contains("(pending 3600s"))
+            // karpenter-like knows no MIG resource without a NodeOverlay (its notes say so).
+            .filter(|e| !(p.name == "karpenter-like" && e.contains("/inference-")))
+            .collect();
+        assert!(stuck.is_empty(), "{}: {stuck:?}", p.name);
+    }
+}

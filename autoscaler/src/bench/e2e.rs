@@ -96,6 +96,55 @@ impl Drop for Killed {
     }
 }
 
+/// Runs a benchmark until it ends or SIGINT/SIGTERM arrives; on a signal the benchmark's future
+/// is dropped, and with it the guards that kill the fake API server and controllers it started.
+pub(super) async fn until_signal<T>(
+    bench: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::select! {
+        r = bench => r,
+        _ = autoscaler::controller::run::shutdown_signal() => Err(cfg(
+            "interrupted: the benchmark stopped the processes it had started",
+        )),
+    }
+}
+
+/// The fake-apiserver binary: `given`, or the one next to this executable.
+///
+/// # Errors
+/// When it does not exist, saying how to build it.
+pub(super) fn fake_apiserver_bin(given: Option<&PathBuf>) -> Result<PathBuf> {
+    let exe = std::env::current_exe().map_err(|e| cfg(e.to_string()))?;
+    let bin = given
+        .cloned()
+        .unwrap_or_else(|| exe.with_file_name("fake-apiserver"));
+    if !bin.exists() {
+        return Err(cfg(format!(
+            "{} not found: build it with `cargo build --release -p fake-apiserver` (or pass --fake-apiserver)",
+            bin.display()
+        )));
+    }
+    Ok(bin)
+}
+
+/// Spawns the fake API server `cmd` (its stdout piped) and waits for the URL it prints first.
+///
+/// # Errors
+/// When it cannot be started or says nothing.
+pub(super) fn spawn_fake_apiserver(mut cmd: Command) -> Result<(Killed, String)> {
+    let mut child = Killed(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| cfg(format!("starting the fake API server: {e}")))?,
+    );
+    let mut url = String::new();
+    BufReader::new(child.0.stdout.take().expect("piped"))
+        .read_line(&mut url)
+        .map_err(|e| cfg(e.to_string()))?;
+    Ok((child, url.trim().to_string()))
+}
+
 pub(super) fn cfg(msg: impl Into<String>) -> Error {
     Error::Config(msg.into())
 }
@@ -161,7 +210,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<E2eResult> {
         .enable_all()
         .build()
         .map_err(|e| cfg(format!("starting the async runtime: {e}")))?;
-    let result = rt.block_on(bench(&args))?;
+    let result = rt.block_on(until_signal(bench(&args)))?;
     let text = serde_json::to_string_pretty(&result).expect("serializable");
     println!("{text}");
     if let Some(path) = &args.json {
@@ -172,16 +221,7 @@ pub(crate) fn run(args: E2eArgs) -> Result<E2eResult> {
 
 async fn bench(args: &E2eArgs) -> Result<E2eResult> {
     let exe = std::env::current_exe().map_err(|e| cfg(e.to_string()))?;
-    let server_bin = args
-        .fake_apiserver
-        .clone()
-        .unwrap_or_else(|| exe.with_file_name("fake-apiserver"));
-    if !server_bin.exists() {
-        return Err(cfg(format!(
-            "{} not found: build it with `cargo build --release -p fake-apiserver` (or pass --fake-apiserver)",
-            server_bin.display()
-        )));
-    }
+    let server_bin = fake_apiserver_bin(args.fake_apiserver.as_ref())?;
     let dir = std::env::temp_dir().join(format!("gpu-autoscaler-bench-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| cfg(e.to_string()))?;
     let crds = dir.join("crds.yaml");
@@ -193,24 +233,15 @@ async fn bench(args: &E2eArgs) -> Result<E2eResult> {
     let kubeconfig = dir.join("kubeconfig");
     let pending_pods = args.backlog.unwrap_or(args.burst);
     let total_pods = args.nodes * args.pods_per_node + pending_pods;
-    let mut server = Killed(
-        Command::new(&server_bin)
-            .args(["--port", "0", "--history"])
-            .arg((total_pods * 4 + 100_000).to_string())
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--crd")
-            .arg(&crds)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| cfg(format!("starting {}: {e}", server_bin.display())))?,
-    );
-    let mut url = String::new();
-    BufReader::new(server.0.stdout.take().expect("piped"))
-        .read_line(&mut url)
-        .map_err(|e| cfg(e.to_string()))?;
-    eprintln!("fake API server at {}", url.trim());
+    let mut cmd = Command::new(&server_bin);
+    cmd.args(["--port", "0", "--history"])
+        .arg((total_pods * 4 + 100_000).to_string())
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--crd")
+        .arg(&crds);
+    let (server, url) = spawn_fake_apiserver(cmd)?;
+    eprintln!("fake API server at {url}");
     let kc = kube::config::Kubeconfig::read_from(&kubeconfig).map_err(|e| cfg(e.to_string()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await

@@ -32,6 +32,8 @@ pub(crate) mod dra;
 #[cfg(feature = "controller")]
 mod e2e;
 pub(crate) mod ffd;
+#[cfg(feature = "controller")]
+mod fidelity;
 pub(crate) mod gpu_mix;
 pub(crate) mod karpenter;
 pub(crate) mod karpenter_exact;
@@ -75,6 +77,14 @@ pub(crate) enum BenchCommand {
     /// feature, which this binary was built without.
     #[cfg(not(feature = "controller"))]
     Reliability(crate::NotBuilt),
+    /// The same seeded scenarios through the simulator and through the controller binary
+    /// (kwok on the fake API server); how far their decisions agree (see `fidelity`).
+    #[cfg(feature = "controller")]
+    Fidelity(fidelity::FidelityArgs),
+    /// The fidelity benchmark against the controller binary: needs the `controller` feature,
+    /// which this binary was built without.
+    #[cfg(not(feature = "controller"))]
+    Fidelity(crate::NotBuilt),
 }
 
 /// Options of `bench planner`.
@@ -228,6 +238,10 @@ pub(crate) fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Reliability(args) => reliability::run(args).map(|_| ()).map_err(Into::into),
         #[cfg(not(feature = "controller"))]
         BenchCommand::Reliability(_) => crate::no_controller("bench reliability"),
+        #[cfg(feature = "controller")]
+        BenchCommand::Fidelity(args) => fidelity::run(args).map(|_| ()).map_err(Into::into),
+        #[cfg(not(feature = "controller"))]
+        BenchCommand::Fidelity(_) => crate::no_controller("bench fidelity"),
     }
 }
 

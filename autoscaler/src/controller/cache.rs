@@ -432,7 +432,12 @@ impl PodStore {
             }
             Event::InitDone => {
                 let fresh = relist.take().unwrap_or_default();
-                *self.write() = fresh;
+                let relisted = self.synced.load(std::sync::atomic::Ordering::SeqCst);
+                let old = std::mem::replace(&mut *self.write(), fresh);
+                if relisted {
+                    // What changed while the watch was down is what it would have told.
+                    self.record_differences(&old);
+                }
                 self.synced.store(true, std::sync::atomic::Ordering::SeqCst);
                 self.ready.notify_waiters();
             }
@@ -474,8 +479,21 @@ impl PodStore {
         }
     }
 
+    /// After a relist, records as pod events the differences between the pods before it
+    /// (`old`) and the store now: pods that appeared, left, moved or finished meanwhile.
+    fn record_differences(&self, old: &HashSet<ByKey>) {
+        let now = self.read();
+        for p in now.iter() {
+            self.record(old.get(&p.0.key).map(|o| &*o.0), Some(&p.0));
+        }
+        for o in old.iter().filter(|o| !now.contains(&o.0.key)) {
+            self.record(Some(&o.0), None);
+        }
+    }
+
     /// When a pod was last bound to or removed from each node, seconds since the epoch, for
-    /// the nodes where the watch saw one happen since start-up (a relist is not an event).
+    /// the nodes where the watch saw one happen since start-up (the first list is not an
+    /// event; a later relist's differences are).
     /// Nodes not in `keep` are forgotten.
     pub fn pod_events(&self, keep: impl Fn(&str) -> bool) -> HashMap<Arc<str>, i64> {
         let mut events = self
@@ -626,6 +644,23 @@ mod tests {
         // Nodes that are gone are forgotten.
         store.pod_events(|n| n != "n0");
         assert_eq!(events(&store), ["n1", "n3"]);
+        // A relist after the watch was down: what changed meanwhile is an event of its node
+        // (c bound to n4, a moved from n1 to n5, b finished earlier stays no news), and an
+        // unchanged pod is none.
+        store.pod_events(|_| false);
+        store.apply(Event::Init);
+        store.apply(Event::InitApply(wire("a", Some("n5"), "Running", None)));
+        store.apply(Event::InitApply(wire("b", Some("n3"), "Succeeded", None)));
+        store.apply(Event::InitApply(wire("c", Some("n4"), "Running", None)));
+        store.apply(Event::InitDone);
+        assert_eq!(events(&store), ["n1", "n4", "n5"]);
+        // The ds pod (n2) vanished in that relist: a DaemonSet pod is still no event; a pod
+        // deleted while the watch was down is.
+        store.pod_events(|_| false);
+        store.apply(Event::Init);
+        store.apply(Event::InitApply(wire("a", Some("n5"), "Running", None)));
+        store.apply(Event::InitDone);
+        assert_eq!(events(&store), ["n4"]);
     }
 
     #[test]

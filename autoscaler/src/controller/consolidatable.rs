@@ -7,10 +7,21 @@
 //! every round would write every claim; so verdicts that wait on time alone (unneeded time,
 //! `consolidateAfter`, a pause, a do-not-disrupt duration) are written with the wait's start
 //! and end instead of the core's "3m of 10m".
+//!
+//! What these conditions and the claims record is also what a new leader (a restart, a
+//! failover) starts its disruption state from ([`restored_state`]): the unneeded timers go on
+//! where the last leader left them, and each NodePool's last scale-up is its newest claim, so a
+//! restart neither restarts the timers nor forgets `--scale-down-delay-after-add`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use autoscaler_core::disruption::{Verdict, VerdictKind};
+use autoscaler_core::disruption::{DisruptionState, Verdict, VerdictKind};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use nodepools::NodeClaim;
+
+use crate::controller::{keys, translate};
 
 /// The NodeClaim condition type.
 pub const CONDITION: &str = "Consolidatable";
@@ -116,7 +127,7 @@ pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
     use VerdictKind as K;
     let words = match (v.kind, v.wait) {
         (K::Unneeded, Some(w)) => format!(
-            "unneeded since {}; removable once unneededTime {} is over at {}",
+            "{UNNEEDED_SINCE}{}; removable once unneededTime {} is over at {}",
             at(w.since),
             span(w.until - w.since),
             at(w.until)
@@ -128,7 +139,7 @@ pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
             at(w.until)
         ),
         (K::UnreadyUnneeded, Some(w)) => format!(
-            "not ready and unneeded since {}; removable once --scale-down-unready-time {} is \
+            "not ready and {UNNEEDED_SINCE}{}; removable once --scale-down-unready-time {} is \
              over at {}",
             at(w.since),
             span(w.until - w.since),
@@ -165,6 +176,59 @@ pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
         reason: reason(v.kind),
         message,
     }
+}
+
+/// The words before an unneeded wait's start in [`condition`]'s messages.
+const UNNEEDED_SINCE: &str = "unneeded since ";
+
+/// When the claim's node became unneeded, as its `Consolidatable` condition says: the start of
+/// an `Unneeded` or `UnreadyUnneeded` wait ([`condition`] writes it into the message). Other
+/// verdicts give `None`: a node waiting on `consolidateAfter` after its unneeded time (the
+/// message does not carry the start) and one already chosen start their timers again (later,
+/// never earlier, than the last leader would have acted).
+pub fn unneeded_since(c: &Condition) -> Option<i64> {
+    if c.type_ != CONDITION
+        || c.status != "True"
+        || !matches!(c.reason.as_str(), "Unneeded" | "UnreadyUnneeded")
+    {
+        return None;
+    }
+    let (_, rest) = c.message.split_once(UNNEEDED_SINCE)?;
+    let ts = rest.split(';').next()?.trim();
+    ts.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
+}
+
+/// The disruption state a new leader starts from, read back from the claims: each node's
+/// unneeded timer from its claim's condition ([`unneeded_since`]), and each NodePool's last
+/// scale-up as its newest claim's creation (a replacement claim counts too, which can only
+/// delay a scale-down). Not restored: the last deletion and failed deletion of a pool
+/// (their delays default to 0s and 3m) and the removals under way (their jobs are gone; the
+/// nodes they tainted are released in the first round).
+pub fn restored_state(claims: &[Arc<NodeClaim>]) -> DisruptionState {
+    let mut state = DisruptionState::default();
+    for c in claims {
+        let status = c.status.as_ref();
+        // A claim being deleted keeps no timer, but it was a scale-up all the same (a launch
+        // that failed on capacity is deleted soon after it was made).
+        if c.metadata.deletion_timestamp.is_none()
+            && let Some(node) = status.and_then(|s| s.node_name.as_ref())
+            && let Some(since) = status
+                .into_iter()
+                .flat_map(|s| &s.conditions)
+                .find_map(unneeded_since)
+        {
+            state.unneeded_since.insert(node.clone(), since);
+        }
+        if let (Some(pool), Some(created)) = (
+            c.labels().get(keys::POOL_LABEL),
+            c.metadata.creation_timestamp.as_ref(),
+        ) {
+            let at = translate::epoch_seconds(created);
+            let last = state.pools.entry(pool.clone()).or_default();
+            last.last_scale_up = Some(last.last_scale_up.map_or(at, |t| t.max(at)));
+        }
+    }
+    state
 }
 
 /// When each node was last told each blocking reason ([`EVENT_EVERY_S`] apart at most once).
@@ -264,5 +328,91 @@ mod tests {
         l.prune(EVENT_EVERY_S + 1);
         assert!(l.allow("n", "DoNotDisrupt", EVENT_EVERY_S + 1));
         assert!(blocks(VerdictKind::BudgetExhausted) && !blocks(VerdictKind::AboveThreshold));
+    }
+
+    /// A claim of `pool` created at `created`, on Node `node`, with `cond` as its condition.
+    fn claim(name: &str, pool: &str, created: &str, node: &str, cond: &Desired) -> Arc<NodeClaim> {
+        let c = serde_json::json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodeClaim",
+            "metadata": {"name": name, "creationTimestamp": created,
+                         "labels": {keys::POOL_LABEL: pool}},
+            "spec": {"nodePool": pool},
+            "status": {"nodeName": node, "conditions": [{
+                "type": CONDITION, "status": if cond.status { "True" } else { "False" },
+                "reason": cond.reason, "message": cond.message,
+                "lastTransitionTime": "2023-11-14T22:00:00Z"
+            }]}
+        });
+        Arc::new(serde_json::from_value(c).expect("a NodeClaim"))
+    }
+
+    #[test]
+    fn a_new_leader_goes_on_with_the_unneeded_timers_and_the_last_scale_up() {
+        let gpu = [("nvidia.com/gpu".to_string(), 0.25)];
+        let wait = |since| {
+            Some(Wait {
+                since,
+                until: since + 600,
+            })
+        };
+        let unneeded = condition(
+            &verdict(VerdictKind::Unneeded, "unneeded", wait(1_700_000_000)),
+            &gpu,
+        );
+        let unready = condition(
+            &verdict(VerdictKind::UnreadyUnneeded, "unready", wait(1_700_000_100)),
+            &[],
+        );
+        // Waiting on consolidateAfter: no unneeded timer yet, whatever the message's times.
+        let waiting = condition(
+            &verdict(
+                VerdictKind::ConsolidateAfter,
+                "consolidateAfter",
+                wait(1_699_000_000),
+            ),
+            &gpu,
+        );
+        let kept = condition(
+            &verdict(VerdictKind::AboveThreshold, "utilization 0.9", None),
+            &gpu,
+        );
+        let claims = [
+            claim("a", "gpu", "2023-11-14T21:00:00Z", "na", &unneeded),
+            claim("b", "gpu", "2023-11-14T21:30:00Z", "nb", &unready),
+            claim("c", "cpu", "2023-11-14T20:00:00Z", "nc", &waiting),
+            claim("d", "cpu", "2023-11-14T20:10:00Z", "nd", &kept),
+        ];
+        let state = restored_state(&claims);
+        assert_eq!(
+            state.unneeded_since.into_iter().collect::<Vec<_>>(),
+            [
+                ("na".to_string(), 1_700_000_000),
+                ("nb".to_string(), 1_700_000_100)
+            ]
+        );
+        let last_up = |p: &str| state.pools[p].last_scale_up;
+        assert_eq!(
+            last_up("gpu"),
+            Some(1_699_997_400),
+            "the newest claim of the pool"
+        );
+        assert_eq!(last_up("cpu"), Some(1_699_992_600));
+        // A claim being deleted (a launch refused for capacity) keeps no timer but was a
+        // scale-up: forgetting it would end --scale-down-delay-after-add early.
+        let mut deleting = (*claim("e", "cpu", "2023-11-14T22:00:00Z", "ne", &unneeded)).clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2023-11-14T22:01:00Z".parse().expect("a time"),
+            ));
+        let mut with_deleting = claims.to_vec();
+        with_deleting.push(Arc::new(deleting));
+        let state = restored_state(&with_deleting);
+        assert_eq!(state.pools["cpu"].last_scale_up, Some(1_700_000_000 - 800));
+        assert!(!state.unneeded_since.contains_key("ne"));
+        // The message round-trips exactly; a False condition or another type says nothing.
+        let mut c = claims[0].status.as_ref().unwrap().conditions[0].clone();
+        assert_eq!(unneeded_since(&c), Some(1_700_000_000));
+        c.status = "False".into();
+        assert_eq!(unneeded_since(&c), None);
     }
 }

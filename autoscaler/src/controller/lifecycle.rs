@@ -24,8 +24,9 @@
 //! stays in that state (the planner no longer counts on it once the runtime excludes its shape)
 //! until the Node catches up or the initialization timeout deletes it.
 //!
-//! **DRA devices.** A claim launched for pods with DRA claims (annotation
-//! [`keys::DRA_ANNOTATION`]) is initialized only once its Node's ResourceSlices publish, for
+//! **DRA devices.** A claim launched for pods with DRA claims, or as a disruption's
+//! replacement for such pods (annotation [`keys::DRA_ANNOTATION`], set by
+//! `run::claim_object` from the planner's `NewClaim::dra`), is initialized only once its Node's ResourceSlices publish, for
 //! every driver, at least as many devices as the instance type's template predicts
 //! ([`DraDevices`]; the runtime counts both); until then `Initialized=False` with reason
 //! `ResourceSlicesNotPublished`, and the initialization timeout still applies.
@@ -367,7 +368,15 @@ fn step_registered(
     now: i64,
     timeouts: &Timeouts,
 ) -> Action {
-    let short = shortfalls(claim, n);
+    let mut short = shortfalls(claim, n);
+    if dra.is_some() {
+        // Its GPUs are the DRA driver's devices, checked against the slices below; the device
+        // plugin is off on such Nodes (the driver and the plugin must not both hand out the
+        // GPUs), so a GPU resource no pod of the claim asked for is not expected.
+        short.retain(|s| {
+            !is_gpu_class(&s.resource) || claim.spec.resources.requests.contains_key(&s.resource)
+        });
+    }
     let waiting = not_initialized(claim, n).or_else(|| {
         let missing = dra.and_then(DraDevices::missing)?;
         Some((

@@ -589,6 +589,35 @@ pub fn no_retry(pr: &ProvisioningRequest) -> bool {
     param_no_retry(pr).unwrap_or(false)
 }
 
+/// Where a request's retries stand, read back after a restart (the back-off itself is the
+/// leader's memory): a request whose `Provisioned=False` message says it is retrying has been
+/// retried on the back-off schedule (`base_s`, doubling, at most `max_s`) since the condition's
+/// transition, so its attempts so far and the next one's time (seconds) are those of that
+/// schedule. `None` for a request that is not waiting on a retry.
+pub fn restored_backoff(
+    pr: &ProvisioningRequest,
+    base_s: i64,
+    max_s: i64,
+    now: i64,
+) -> Option<(u32, i64)> {
+    let c = condition(pr, conditions::PROVISIONED)?;
+    if c.status != "False" || !c.message.ends_with("retrying") {
+        return None;
+    }
+    let mut next = c.last_transition_time.0.as_second();
+    let mut attempts = 0u32;
+    // One second at least, so that the walk ends; bounded like the leader's own doubling.
+    while next <= now {
+        let delay = base_s
+            .saturating_mul(1i64 << attempts.min(16))
+            .min(max_s)
+            .max(1);
+        next = next.saturating_add(delay);
+        attempts = attempts.saturating_add(1);
+    }
+    Some((attempts, next))
+}
+
 /// The booking time of a request.
 pub fn booking_seconds(pr: &ProvisioningRequest, s: &Settings) -> i64 {
     param_seconds(pr, PARAM_BOOKING)

@@ -132,6 +132,9 @@ struct Controller<P> {
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
     first_round: bool,
+    /// Whether the ProvisioningRequest retry back-offs were read back from the requests: on
+    /// the first round the ProvisioningRequest stage runs, which need not be the first round.
+    provreq_backoff_restored: bool,
     /// ProvisioningRequests: retry back-offs and bookings too large for their status.
     provreq_memory: provreqs::Memory,
     /// The launch guard and the shapes kept out of planning for delivering too little.
@@ -170,6 +173,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// interval themselves.
     async fn round(&mut self) {
         let started = Instant::now();
+        if self.first_round {
+            // A new leader (a restart, a failover) goes on from what the last one recorded.
+            self.disruption_state =
+                super::consolidatable::restored_state(&self.stores.claims.state());
+        }
         self.boot_kwok_instances().await;
         self.claims_stage().await;
         self.health_stage().await;
@@ -419,7 +427,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
     }
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM (SIGINT only off Unix).
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -524,6 +533,7 @@ async fn run_with<P: CloudProvider + 'static>(
         orphans: HashMap::new(),
         notices: pod_problems::Notices::default(),
         first_round: true,
+        provreq_backoff_restored: false,
         provreq_memory: provreqs::Memory::default(),
         guard: GuardState::new(&args),
         identity: me.clone(),

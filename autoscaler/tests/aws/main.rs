@@ -3,7 +3,8 @@
 //! them, a clear and quick failure without credentials), and `run --provider aws` end to end
 //! against the fake API server, the test playing the kubelet; and a gang's placement group
 //! from NodeClaims to EC2 and back through garbage collection, with the test proxy answering
-//! the placement group calls moto lacks.
+//! the placement group calls moto lacks; and the controller SIGKILLed just before and just
+//! after its CreateFleet call, then restarted: still one instance for the claim.
 //!
 //! Without `moto_server` on PATH the moto tests print `SKIPPED: moto_server not found` and
 //! pass; `.ci/run` installs moto, so CI runs them.
@@ -16,7 +17,6 @@ mod moto;
 #[path = "../../../providers/aws/tests/moto/proxy.rs"]
 mod proxy;
 
-use std::collections::BTreeMap;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use nodepools::NodePool;
 use serde_json::{Value, json};
 
-use e2e::{Cluster, Controller, bound_to, eventually, gpu_pod};
+use e2e::{Cluster, Controller, bound_to, eventually, gpu_pod, kubelet_node};
 use moto::Moto;
 
 /// Runs `gpu-autoscaler catalog ...` with only the given AWS variables in its environment (no
@@ -180,39 +180,6 @@ fn gpu_pool() -> Value {
     })
 }
 
-/// The Node a kubelet on `claim`'s instance would register: Ready, GPU plugin up.
-fn kubelet_node(name: &str, provider_id: &str, claim: &nodepools::NodeClaim) -> Value {
-    let status = claim.status.clone().unwrap_or_default();
-    let mut labels: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
-    labels.insert("kubernetes.io/hostname".into(), name.into());
-    labels.insert(
-        "node.kubernetes.io/instance-type".into(),
-        status.instance_type.clone().unwrap_or_default(),
-    );
-    labels.insert(
-        "topology.kubernetes.io/zone".into(),
-        status.zone.clone().unwrap_or_default(),
-    );
-    json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "providerID": provider_id,
-            "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
-        },
-        "status": {
-            "capacity": {"cpu": "4", "memory": "15Gi", "pods": "58", "nvidia.com/gpu": "1"},
-            "allocatable": {"cpu": "3920m", "memory": "13Gi", "pods": "58", "nvidia.com/gpu": "1"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "kubelet is posting ready status",
-                            "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-            "phase": "Running"
-        }
-    })
-}
-
 async fn moto_instances(moto: &Moto, cluster: &str) -> Vec<(String, String)> {
     let out = moto
         .client()
@@ -242,13 +209,15 @@ async fn moto_instances(moto: &Moto, cluster: &str) -> Vec<(String, String)> {
 }
 
 /// The controller with `--provider=aws` for cluster `cluster`, its settings file (a node class
-/// over two moto zones, EC2 at `endpoint`) written next to moto's state.
+/// over two moto zones, EC2 at `endpoint`) written next to moto's state, `env` added to its
+/// environment.
 async fn aws_controller(
     c: &Cluster,
     moto: &Moto,
     endpoint: &str,
     cluster: &str,
     name: &str,
+    env: &[(&str, &str)],
 ) -> Controller {
     let class = moto
         .node_class(cluster, &["us-east-1a", "us-east-1b"])
@@ -257,7 +226,7 @@ async fn aws_controller(
     settings.node_classes.insert("default".into(), class);
     let settings_file = moto.dir().join("aws.yaml");
     std::fs::write(&settings_file, serde_norway::to_string(&settings).unwrap()).unwrap();
-    c.controller(
+    c.controller_with_env(
         name,
         &[
             "--provider=aws",
@@ -265,6 +234,7 @@ async fn aws_controller(
             &format!("--cluster-name={cluster}"),
             "--leader-elect=false",
         ],
+        env,
     )
 }
 
@@ -275,7 +245,7 @@ async fn run_with_aws_launches_a_gpu_instance_for_a_pending_pod() {
     };
     let c = Cluster::start().await;
     let _: NodePool = c.create(gpu_pool()).await;
-    let ctl = aws_controller(&c, &moto, &moto.url, "e2e", "aws").await;
+    let ctl = aws_controller(&c, &moto, &moto.url, "e2e", "aws", &[]).await;
     let _: Pod = c.create(gpu_pod("train")).await;
 
     // A NodeClaim is written, then launched on EC2 (moto) with its provider id.
@@ -346,7 +316,7 @@ async fn run_with_aws_puts_a_gang_in_one_placement_group_and_collects_it() {
     let proxy = proxy::Proxy::start(&moto.url).await;
     let c = Cluster::start().await;
     let _: NodePool = c.create(gpu_pool()).await;
-    let ctl = aws_controller(&c, &moto, &proxy.url, "pg", "aws-gang").await;
+    let ctl = aws_controller(&c, &moto, &proxy.url, "pg", "aws-gang", &[]).await;
     for i in 0..2 {
         let mut p = gpu_pod(&format!("train-{i}"));
         p["metadata"]["annotations"] = json!({
@@ -445,5 +415,218 @@ async fn run_with_aws_puts_a_gang_in_one_placement_group_and_collects_it() {
         "{}",
         ctl.log()
     );
+    drop(ctl);
+}
+
+/// The controller killed at `GPU_AUTOSCALER_KILL_AT=<point>:1` around its CreateFleet call, then
+/// restarted: the claim written before the crash is launched once. Before the call nothing was
+/// bought and the successor buys one instance; after it the instance exists untracked and the
+/// successor adopts it (found by its claim tag; a CreateFleet sent again would carry the same
+/// ClientToken, which the proxy answers with the first call's instance as EC2 does). Either way
+/// exactly one live instance, one claim, and the pod bound to the one Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_aws_killed_around_create_fleet_launches_one_instance() {
+    let Some(moto) = Moto::start("run_with_aws_killed_around_create_fleet_launches_one_instance")
+    else {
+        return;
+    };
+    let proxy = proxy::Proxy::start(&moto.url).await;
+    for (i, point) in ["launch:before", "launch:after"].into_iter().enumerate() {
+        let cluster = format!("kill{i}");
+        let c = Cluster::start().await;
+        let _: NodePool = c.create(gpu_pool()).await;
+        let fleets = proxy.fleet_tokens().len();
+        let kill = format!("{point}:1");
+        let mut first = aws_controller(
+            &c,
+            &moto,
+            &proxy.url,
+            &cluster,
+            &format!("first-{i}"),
+            &[("GPU_AUTOSCALER_KILL_AT", kill.as_str())],
+        )
+        .await;
+        let _: Pod = c.create(gpu_pod("train")).await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while first.child.try_wait().expect("wait").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "not killed at {point}:\n{}",
+                first.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            first
+                .log()
+                .contains(&format!("kill point {point} #1 reached")),
+            "{}",
+            first.log()
+        );
+        let claims = c.claims().await;
+        assert_eq!(claims.len(), 1, "{claims:#?}");
+        let claim_name = claims[0].metadata.name.clone().unwrap();
+        assert!(
+            claims[0]
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_ref())
+                .is_none(),
+            "killed before the launch was recorded"
+        );
+        let live = |v: Vec<(String, String)>| -> Vec<String> {
+            v.into_iter()
+                .filter(|(_, s)| s == "pending" || s == "running")
+                .map(|(id, _)| id)
+                .collect()
+        };
+        let bought = live(moto_instances(&moto, &cluster).await);
+        match point {
+            "launch:before" => {
+                assert!(bought.is_empty(), "{bought:?}");
+                assert_eq!(proxy.fleet_tokens().len(), fleets, "no CreateFleet sent");
+            }
+            _ => assert_eq!(bought.len(), 1, "the fleet bought before the kill"),
+        }
+
+        let second =
+            aws_controller(&c, &moto, &proxy.url, &cluster, &format!("second-{i}"), &[]).await;
+        let claim = eventually(
+            "the claim launched after the restart",
+            Duration::from_secs(60),
+            || async {
+                c.claims().await.into_iter().find(|cl| {
+                    cl.status
+                        .as_ref()
+                        .and_then(|s| s.provider_id.as_deref())
+                        .is_some_and(|p| p.starts_with("aws:///"))
+                })
+            },
+        )
+        .await;
+        assert_eq!(claim.metadata.name.as_deref(), Some(claim_name.as_str()));
+        let pid = claim.status.clone().unwrap().provider_id.unwrap();
+        let instance_id = provider_aws::instance_id(&pid).unwrap().to_string();
+        if point == "launch:after" {
+            assert_eq!(bought, vec![instance_id.clone()], "the instance adopted");
+        }
+        let node_name = format!("ip-10-0-0-{i}-{instance_id}");
+        let _: Node = c.create(kubelet_node(&node_name, &pid, &claim)).await;
+        let bound = eventually(
+            "the pod bound after the restart",
+            Duration::from_secs(60),
+            || async { c.pod("default", "train").await.as_ref().and_then(bound_to) },
+        )
+        .await;
+        assert_eq!(bound, node_name);
+        let now = live(moto_instances(&moto, &cluster).await);
+        assert_eq!(
+            now,
+            vec![instance_id],
+            "one live instance\n{}",
+            second.log()
+        );
+        assert_eq!(c.claims().await.len(), 1, "one claim");
+        // Every CreateFleet of this claim carried one ClientToken.
+        let tokens: std::collections::BTreeSet<String> =
+            proxy.fleet_tokens().split_off(fleets).into_iter().collect();
+        assert!(tokens.len() <= 1, "{tokens:?}");
+        drop(second);
+    }
+}
+
+/// The DRA guide's example on AWS: a pod whose only GPU request is a ResourceClaim from a
+/// template scales the GPU NodePool up from zero through EC2 (moto); the test plays the kubelet
+/// and the NVIDIA DRA driver (which publishes the new Node's GPUs from the provider's own
+/// catalog, read from moto), the harness scheduler allocates the claim there and binds the pod,
+/// and the NodeClaim is initialized once the slices match its instance type's template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_aws_a_dra_claim_scales_a_gpu_pool_from_zero() {
+    let Some(moto) = Moto::start("run_with_aws_a_dra_claim_scales_a_gpu_pool_from_zero") else {
+        return;
+    };
+    let c = Cluster::start().await;
+    c.apply_file("deploy/examples/dra/nvidia-deviceclasses.yaml")
+        .await;
+    let _: NodePool = c.create(gpu_pool()).await;
+    let ctl = aws_controller(&c, &moto, &moto.url, "dra", "aws-dra", &[]).await;
+    let mut settings = moto.settings(&moto.url, "dra");
+    settings.node_classes.insert(
+        "default".into(),
+        moto.node_class("dra", &["us-east-1a", "us-east-1b"]).await,
+    );
+    let catalog = provider_aws::AwsProvider::connect(settings)
+        .await
+        .unwrap()
+        .catalog(Some("default"))
+        .await
+        .unwrap();
+    let _driver = c.fake_dra_driver_for(catalog);
+    c.apply_file("deploy/examples/dra/one-gpu-claim-template.yaml")
+        .await;
+
+    let claim = eventually("a launched NodeClaim", Duration::from_secs(60), || async {
+        c.claims().await.into_iter().find(|cl| {
+            cl.status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| p.starts_with("aws:///"))
+        })
+    })
+    .await;
+    assert_eq!(
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
+            .map(String::as_str),
+        Some("true"),
+        "the claim waits for its Node's slices"
+    );
+    let pid = claim.status.clone().unwrap().provider_id.unwrap();
+    let instance_id = provider_aws::instance_id(&pid).unwrap().to_string();
+    // With the DRA driver the GPUs are devices, not an extended resource.
+    let node_name = format!("ip-10-0-0-9-{instance_id}");
+    let mut node = kubelet_node(&node_name, &pid, &claim);
+    for k in ["capacity", "allocatable"] {
+        node["status"][k]
+            .as_object_mut()
+            .unwrap()
+            .remove("nvidia.com/gpu");
+    }
+    let _: Node = c.create(node).await;
+    let bound = eventually(
+        "the DRA pod bound to the new node",
+        Duration::from_secs(60),
+        || async {
+            c.pod("default", "cuda-dra")
+                .await
+                .as_ref()
+                .and_then(bound_to)
+        },
+    )
+    .await;
+    assert_eq!(bound, node_name, "{}", ctl.log());
+    let devices = e2e::pod_claim_devices(&c, "cuda-dra").await;
+    assert_eq!(
+        devices,
+        [("gpu.nvidia.com".into(), node_name.clone(), "gpu-0".into())],
+        "the pod's claim holds the new node's GPU"
+    );
+    let name = claim.metadata.name.clone().unwrap();
+    eventually(
+        "the NodeClaim initialized",
+        Duration::from_secs(60),
+        || async { e2e::claim_initialized(&c, &name).await.then_some(()) },
+    )
+    .await;
+    assert_eq!(c.claims().await.len(), 1, "one node for one GPU");
+    let live: Vec<_> = moto_instances(&moto, "dra")
+        .await
+        .into_iter()
+        .filter(|(_, s)| s == "pending" || s == "running")
+        .collect();
+    assert_eq!(live.len(), 1, "{live:?}");
     drop(ctl);
 }

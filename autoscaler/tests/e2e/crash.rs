@@ -171,3 +171,124 @@ async fn e2e_3c_restart_keeps_consolidate_after_from_the_last_pod_event() {
         "consolidated {waited:.1}s after the last pod event, before consolidateAfter ({AFTER}s)"
     );
 }
+
+/// A GPU pod gets a fresh node, then completes: returns the node and its claim's name.
+async fn node_emptied(c: &Cluster) -> (String, String) {
+    let _: Pod = c.create(gpu_pod("train")).await;
+    let node = eventually("the pod to be bound", DEADLINE, || async {
+        bound_to(&c.pod("default", "train").await?)
+    })
+    .await;
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .patch_status(
+            "train",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .unwrap();
+    let claim = c.claims().await.remove(0).name_any();
+    (node, claim)
+}
+
+/// Restart continuity: `--scale-down-delay-after-add` counts from the pool's last scale-up,
+/// which a successor reads back from the pool's newest claim. The node's pod completes at
+/// once and the controller is killed; a successor that forgot the scale-up would delete the
+/// empty node within seconds of starting, long before the delay is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_3d_restart_keeps_the_scale_down_delay_after_add() {
+    const DELAY: i64 = 40;
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "0s")).await;
+    let delay = format!("--scale-down-delay-after-add={DELAY}s");
+    let mut first = c.controller("first", &["--leader-elect=false", &delay]);
+    let (node, claim) = node_emptied(&c).await;
+    let created = c
+        .claims()
+        .await
+        .iter()
+        .find(|x| x.name_any() == claim)
+        .and_then(|x| x.metadata.creation_timestamp.clone())
+        .expect("the claim has a creation time")
+        .0;
+    first.kill9();
+    let age = jiff::Timestamp::now().duration_since(created).as_secs_f64();
+    let _second = c.controller("second", &["--leader-elect=false", &delay]);
+    eventually(
+        "the node to be consolidated",
+        Duration::from_secs(150),
+        || async { (!c.nodes().await.iter().any(|n| n.name_any() == node)).then_some(()) },
+    )
+    .await;
+    let waited = jiff::Timestamp::now().duration_since(created).as_secs_f64();
+    // Timestamps are whole seconds: one second of slack.
+    assert!(
+        waited >= (DELAY - 1) as f64,
+        "the empty node was consolidated {waited:.1}s after the scale-up (the first controller \
+         was killed {age:.1}s after it), before --scale-down-delay-after-add ({DELAY}s)"
+    );
+}
+
+/// Restart continuity: a node's unneeded timer goes on in the successor, from the start the
+/// last controller wrote into the claim's `Consolidatable` condition, neither restarted (the
+/// successor never writes another start) nor shortened (the node goes no earlier than
+/// `unneededTime` after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_3e_restart_keeps_the_unneeded_timer() {
+    const UNNEEDED: f64 = 20.0;
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "20s")).await;
+    let mut first = c.controller("first", &["--leader-elect=false"]);
+    let (node, claim) = node_emptied(&c).await;
+    let since_of = |cl: &nodepools::NodeClaim| -> Option<String> {
+        let cond = cl
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|x| x.type_ == "Consolidatable" && x.reason == "Unneeded")?;
+        let (_, rest) = cond.message.split_once("unneeded since ")?;
+        Some(rest.split(';').next()?.to_string())
+    };
+    let since = eventually("the claim's unneeded timer", DEADLINE, || async {
+        let cl = c
+            .claims()
+            .await
+            .into_iter()
+            .find(|x| x.name_any() == claim)?;
+        since_of(&cl)
+    })
+    .await;
+    let start: jiff::Timestamp = since.parse().expect("an RFC 3339 time");
+    // Half the wait under the first controller, so that a restarted timer would show.
+    eventually("half the unneeded time to pass", DEADLINE, || async {
+        let age = jiff::Timestamp::now().duration_since(start).as_secs_f64();
+        (age > UNNEEDED / 2.0).then_some(())
+    })
+    .await;
+    first.kill9();
+    let _second = c.controller("second", &["--leader-elect=false"]);
+    // Every start the claim's condition shows until the node is gone.
+    let starts = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    eventually(
+        "the node to be consolidated",
+        Duration::from_secs(90),
+        || async {
+            if let Some(cl) = c.claims().await.iter().find(|x| x.name_any() == claim) {
+                starts.lock().unwrap().extend(since_of(cl));
+            }
+            (!c.nodes().await.iter().any(|n| n.name_any() == node)).then_some(())
+        },
+    )
+    .await;
+    let waited = jiff::Timestamp::now().duration_since(start).as_secs_f64();
+    assert_eq!(
+        starts.into_inner().unwrap().into_iter().collect::<Vec<_>>(),
+        std::slice::from_ref(&since),
+        "the successor wrote another start of the unneeded timer"
+    );
+    assert!(
+        waited >= UNNEEDED - 1.0,
+        "consolidated {waited:.1}s after the node became unneeded, before unneededTime"
+    );
+}

@@ -216,6 +216,16 @@ impl Cluster {
 
     /// Starts the controller binary with [`FAST`] flags plus `extra`.
     pub fn controller(&self, name: &str, extra: &[&str]) -> Controller {
+        self.controller_with_env(name, extra, &[])
+    }
+
+    /// [`Self::controller`] with `env` added to its environment (a kill point, say).
+    pub fn controller_with_env(
+        &self,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Controller {
         let mut args = vec!["run".to_string()];
         args.extend(
             FAST.iter()
@@ -228,7 +238,7 @@ impl Cluster {
         );
         args.push(format!("--identity={name}"));
         args.extend(extra.iter().map(|e| e.to_string()));
-        self.controller_exact(name, &args, &[])
+        self.controller_exact(name, &args, env)
     }
 
     /// Starts the controller binary with exactly `args` (the subcommand included) and `env`
@@ -602,9 +612,17 @@ pub fn slice_object(s: &autoscaler_core::dra::ResourceSlice) -> Value {
 impl Cluster {
     /// Starts the fake DRA driver (see [`FakeDraDriver`]), polling Nodes every 200 ms.
     pub fn fake_dra_driver(&self) -> FakeDraDriver {
+        self.fake_dra_driver_for(providers::catalog::default_catalog())
+    }
+
+    /// [`Self::fake_dra_driver`] for Nodes whose instance types are in `catalog` (a cloud
+    /// provider's own, as the AWS and GCP tests read it from their fakes).
+    pub fn fake_dra_driver_for(
+        &self,
+        catalog: Vec<autoscaler_core::InstanceType>,
+    ) -> FakeDraDriver {
         use k8s_openapi::api::resource::v1::ResourceSlice;
         let client = self.client.clone();
-        let catalog = providers::catalog::default_catalog();
         FakeDraDriver(tokio::spawn(async move {
             let nodes: Api<Node> = Api::all(client.clone());
             let slices: Api<ResourceSlice> = Api::all(client);
@@ -656,4 +674,85 @@ impl Cluster {
             }
         }
     }
+}
+
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
+/// The devices allocated to the ResourceClaim the pod `name` (namespace `default`) got for its
+/// first pod claim, as (driver, pool, device); empty while it has none.
+pub async fn pod_claim_devices(c: &Cluster, name: &str) -> Vec<(String, String, String)> {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    let Some(claim) = c.pod("default", name).await.and_then(|p| {
+        p.status?
+            .resource_claim_statuses?
+            .first()?
+            .resource_claim_name
+            .clone()
+    }) else {
+        return Vec::new();
+    };
+    let Ok(claim) = Api::<ResourceClaim>::namespaced(c.client.clone(), "default")
+        .get(&claim)
+        .await
+    else {
+        return Vec::new();
+    };
+    claim
+        .status
+        .and_then(|s| s.allocation?.devices?.results)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.driver, r.pool, r.device))
+        .collect()
+}
+
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
+/// Whether the NodeClaim `name` has `Initialized=True` (for a DRA claim: its Node's slices
+/// published the devices its instance type's template expects).
+pub async fn claim_initialized(c: &Cluster, name: &str) -> bool {
+    c.claims().await.iter().any(|cl| {
+        cl.metadata.name.as_deref() == Some(name)
+            && cl.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Initialized" && c.status == "True")
+            })
+    })
+}
+
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
+/// The Node a kubelet on `claim`'s instance would register (a 4-vCPU, one-GPU machine):
+/// Ready, GPU plugin up. The AWS and GCP tests play the kubelet with it.
+pub fn kubelet_node(name: &str, provider_id: &str, claim: &nodepools::NodeClaim) -> Value {
+    let status = claim.status.clone().unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = claim.metadata.labels.clone().unwrap_or_default();
+    labels.insert("kubernetes.io/hostname".into(), name.into());
+    labels.insert(
+        "node.kubernetes.io/instance-type".into(),
+        status.instance_type.clone().unwrap_or_default(),
+    );
+    labels.insert(
+        "topology.kubernetes.io/zone".into(),
+        status.zone.clone().unwrap_or_default(),
+    );
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "providerID": provider_id,
+            "taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+        },
+        "status": {
+            "capacity": {"cpu": "4", "memory": "15Gi", "pods": "58", "nvidia.com/gpu": "1"},
+            "allocatable": {"cpu": "3920m", "memory": "13Gi", "pods": "58", "nvidia.com/gpu": "1"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status",
+                            "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "phase": "Running"
+        }
+    })
 }

@@ -9,6 +9,7 @@ mod dra;
 mod events;
 mod explain;
 mod faults;
+mod fidelity;
 mod guard;
 mod kueue;
 mod limits;

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use autoscaler_core::dra::AttributeValue;
+use autoscaler_core::dra::template::check_attribute;
 use autoscaler_core::error::CoreError;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
@@ -19,7 +21,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
 
 use super::common::{NodeSelectorRequirement, Taint};
 use super::nodeclaim::{NodeClaim, NodeClaimSpec};
-use super::nodepool::{BudgetSpec, DisruptionSpec, GpuSharingSpec, NodePool, NodePoolTemplate};
+use super::nodepool::{
+    BudgetSpec, DisruptionSpec, DraSpec, GpuSharingSpec, NodePool, NodePoolTemplate,
+};
 use crate::duration::{self, Duration};
 use crate::error::{FieldPath, ValidationErrors};
 use crate::{mig, names};
@@ -104,6 +108,11 @@ impl NodePool {
             }
             Some(n)
         });
+        let dra_attributes = s
+            .dra
+            .as_ref()
+            .map(|d| parse_dra(&spec.field("dra"), d, &mut errs))
+            .unwrap_or_default();
         let mut pool_labels = template.labels;
         pool_labels.insert(labels::NODEPOOL.to_string(), name.clone());
         errs.finish(Pool {
@@ -120,6 +129,7 @@ impl NodePool {
             disruption,
             instance_types,
             atomic_nodes,
+            dra_attributes,
         })
     }
 
@@ -429,6 +439,45 @@ fn parse_taint_lists(
     }
     let [a, b] = out;
     (a, b)
+}
+
+/// `spec.dra`: the attributes, each checked as the API server checks a slice's.
+fn parse_dra(
+    path: &FieldPath,
+    d: &DraSpec,
+    errs: &mut ValidationErrors,
+) -> BTreeMap<String, AttributeValue> {
+    let mut out = BTreeMap::new();
+    let path = path.field("attributes");
+    if d.attributes.len() > 32 {
+        errs.push(
+            &path,
+            format!(
+                "{} attributes, more than a device may have (32)",
+                d.attributes.len()
+            ),
+        );
+    }
+    for (name, v) in &d.attributes {
+        let at = path.key(name);
+        let value = match (&v.bool, &v.int, &v.string, &v.version) {
+            (Some(b), None, None, None) => AttributeValue::Bool(*b),
+            (None, Some(i), None, None) => AttributeValue::Int(*i),
+            (None, None, Some(s), None) => AttributeValue::String(s.clone()),
+            (None, None, None, Some(s)) => AttributeValue::Version(s.clone()),
+            _ => {
+                errs.push(&at, "needs exactly one of bool, int, string and version");
+                continue;
+            }
+        };
+        match check_attribute(name, &value) {
+            Ok(()) => {
+                out.insert(name.clone(), value);
+            }
+            Err(why) => errs.push(&at, why),
+        }
+    }
+    out
 }
 
 fn parse_sharing(path: &FieldPath, g: &GpuSharingSpec, errs: &mut ValidationErrors) -> GpuSharing {

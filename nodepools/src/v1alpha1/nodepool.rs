@@ -91,6 +91,50 @@ pub struct NodePoolSpec {
     /// be 0 or `nodes`, and `limits.nodes`, when set, at least `nodes`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub atomic_scale_up: Option<AtomicScaleUpSpec>,
+    /// What the pool's node image adds to the DRA devices predicted for a node that does not
+    /// exist yet (the NVIDIA driver's ResourceSlice, derived from the catalog).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra: Option<DraSpec>,
+}
+
+/// DRA settings of a NodePool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DraSpec {
+    /// Attributes every device of the NVIDIA DRA driver (`gpu.nvidia.com`) on the pool's nodes
+    /// has, over the predicted ones: what the image installs (`driverVersion`,
+    /// `cudaDriverVersion`) or a value the driver publishes differently. A name is the
+    /// driver's own (`driverVersion`, or `gpu.nvidia.com/driverVersion`) or `domain/name`;
+    /// each value has exactly one of `bool`, `int`, `string`, `version`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    pub attributes: BTreeMap<String, DeviceAttributeSpec>,
+}
+
+/// One device attribute value (`resource.k8s.io/v1` `DeviceAttribute`): exactly one field.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.bool), has(self.int), has(self.string), has(self.version)].filter(x, x).size() == 1",
+        "message": "exactly one of bool, int, string and version",
+    },
+]))]
+pub struct DeviceAttributeSpec {
+    /// A boolean.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bool: Option<bool>,
+    /// An integer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub int: Option<i64>,
+    /// A string of at most 64 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub string: Option<String>,
+    /// A semantic version (2.0.0) of at most 64 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub version: Option<String>,
 }
 
 /// Atomic scaling of a NodePool.

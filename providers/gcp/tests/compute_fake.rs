@@ -659,3 +659,144 @@ async fn reads_and_mutations_draw_from_their_token_buckets() {
         .unwrap();
     assert_eq!(l.instance.price, Some(0.979998));
 }
+
+/// The Compute method of one recorded call line (`METHOD path?query`).
+fn method_of(call: &str) -> &'static str {
+    let (verb, rest) = call.split_once(' ').unwrap_or(("", call));
+    let path = rest.split('?').next().unwrap_or("");
+    match verb {
+        "DELETE" => "instances.delete",
+        "POST" if path.ends_with("/wait") => "zoneOperations.wait",
+        "POST" if path.ends_with("/instances") => "instances.insert",
+        "GET" if path.ends_with("/aggregated/instances") => "instances.aggregatedList",
+        "GET" if path.contains("/instances/") => "instances.get",
+        _ => "other",
+    }
+}
+
+/// Calls per method made since `from` calls had been recorded.
+fn calls_since(fake: &FakeCompute, from: usize) -> BTreeMap<&'static str, u32> {
+    let mut out = BTreeMap::new();
+    for c in fake.calls().iter().skip(from) {
+        *out.entry(method_of(c)).or_default() += 1;
+    }
+    out
+}
+
+/// The bound of `docs/src/reliability.md`: with warm caches a launch makes one
+/// `instances.aggregatedList` (the claim's instance), then per offering tried one
+/// `instances.insert`, the `zoneOperations.wait` polls until its operation is DONE (one here)
+/// and, on success, one `instances.get`; a get one `instances.get`; a delete one
+/// `instances.delete` and its polls; and each request at most `retry.max_attempts` calls.
+/// Checked with every call throttled (exactly the bound), then under faults at 30 % of calls
+/// (stockouts, throttling, 5xx, timeouts half after the effect): every operation within its
+/// bound, never a second VM for a claim.
+#[tokio::test]
+async fn operations_stay_within_their_call_bounds_under_fault_rates() {
+    let (fake, p) = start_with(FakeCompute::new(PROJECT), |s| {
+        s.timeouts.attempt_ms = 300;
+    })
+    .await;
+    let attempts = 3; // settings_for's retry.max_attempts
+    let hang = std::time::Duration::from_millis(1000);
+    let offers = [
+        ("g2-standard-4", "us-central1-a", OnDemand),
+        ("g2-standard-4", "us-central1-b", OnDemand),
+    ];
+    // Warm the machine type cache: the bound is for a warm provider.
+    let warm = p.launch(&request("warm", &offers)).await.unwrap();
+
+    // Every call throttled: the first request of each operation is tried exactly
+    // max_attempts times, then the operation fails as Throttled.
+    fake.fault_rates(
+        providers::faults::CloudFaultRates {
+            throttle: 1.0,
+            ..Default::default()
+        },
+        1,
+        hang,
+    );
+    for (what, r) in [
+        (
+            "launch",
+            p.launch(&request("thr", &offers)).await.map(|_| ()),
+        ),
+        ("get", p.get(&warm.instance.provider_id).await.map(|_| ())),
+        ("delete", p.delete(&warm.instance.provider_id).await),
+    ] {
+        assert!(
+            matches!(r, Err(ProviderError::Throttled { .. })),
+            "{what}: {r:?}"
+        );
+    }
+    let all = calls_since(&fake, 0);
+    assert_eq!(all["instances.get"], attempts + 1, "{all:?}");
+    assert_eq!(all["instances.delete"], attempts, "{all:?}");
+
+    // 30 % of calls fault, evenly over the four kinds.
+    fake.fault_rates(providers::faults::CloudFaultRates::even(0.3), 7, hang);
+    let (mut launched, mut failed) = (0, 0);
+    for i in 0..12 {
+        let claim = format!("rate-{i}");
+        let from = fake.calls().len();
+        let r = p.launch(&request(&claim, &offers)).await;
+        let d = calls_since(&fake, from);
+        let n = |m: &str| d.get(m).copied().unwrap_or(0);
+        let tried = offers.len() as u32;
+        assert!(
+            n("instances.aggregatedList") <= attempts,
+            "{claim}: {d:?} {r:?}"
+        );
+        assert!(
+            n("instances.insert") <= tried * attempts,
+            "{claim}: {d:?} {r:?}"
+        );
+        assert!(
+            n("zoneOperations.wait") <= tried * attempts,
+            "{claim}: {d:?} {r:?}"
+        );
+        assert!(
+            n("instances.get") <= tried * attempts,
+            "{claim}: {d:?} {r:?}"
+        );
+        assert_eq!(n("other") + n("instances.delete"), 0, "{claim}: {d:?}");
+        let Ok(l) = r else {
+            failed += 1;
+            continue;
+        };
+        launched += 1;
+        let pid = l.instance.provider_id.clone();
+        let from = fake.calls().len();
+        let got = p.get(&pid).await;
+        let d = calls_since(&fake, from);
+        assert!(
+            d.len() == 1 && d.get("instances.get").copied().unwrap_or(0) <= attempts,
+            "get {pid}: {d:?} {got:?}"
+        );
+        let from = fake.calls().len();
+        let del = p.delete(&pid).await;
+        let d = calls_since(&fake, from);
+        let n = |m: &str| d.get(m).copied().unwrap_or(0);
+        assert!(
+            n("instances.delete") <= attempts
+                && n("zoneOperations.wait") <= attempts
+                && n("instances.delete") + n("zoneOperations.wait") == d.values().sum::<u32>(),
+            "delete {pid}: {d:?} {del:?}"
+        );
+    }
+    let counts = fake.fault_counts();
+    eprintln!("launched {launched}, failed {failed}, faults {counts:?}");
+    assert!(launched >= 6, "most launches get through: {launched} of 12");
+    assert!(counts.total() >= 5, "{counts:?}");
+    // Never two VMs for one claim: a VM is named after its claim, and an insert retried after
+    // a lost answer reuses its request id.
+    let mut per: BTreeMap<String, usize> = BTreeMap::new();
+    for vm in fake.instances() {
+        let claim = vm["labels"]["gpu-autoscaler-nodeclaim"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        *per.entry(claim).or_default() += 1;
+    }
+    assert!(per.values().all(|n| *n <= 1), "{per:?}");
+}

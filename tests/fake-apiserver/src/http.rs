@@ -737,6 +737,8 @@ fn watch(
         .map(Duration::from_secs);
     let rv_param = req.q("resourceVersion").unwrap_or_default().to_string();
     let mut initial: Vec<Bytes> = Vec::new();
+    // History events of held objects: stashed like live ones.
+    let mut held_initial: Vec<(crate::HeldObject, Bytes)> = Vec::new();
     let (mut rx, start_rv) = {
         let st = lock(sh);
         let current = st.rv;
@@ -772,9 +774,14 @@ fn watch(
                 let body = Body::from(gone_line(&rv_param, current));
                 return Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response());
             }
+            let held_now = sh.held.subscribe();
             for c in st.history.iter().filter(|c| c.rv > from) {
                 if let Some((kind, obj)) = filter.event(c) {
-                    initial.push(event_line(kind, &view.render(&obj)));
+                    let line = event_line(kind, &view.render(&obj));
+                    match held_object(&held_now, c) {
+                        Some(o) => held_initial.push((o, line)),
+                        None => initial.push(line),
+                    }
                 }
             }
         }
@@ -788,7 +795,7 @@ fn watch(
     let mut held = sh.held.subscribe();
     tokio::spawn(async move {
         // Lines of held objects, delivered when their hold is released.
-        let mut stash: Vec<(crate::HeldObject, Bytes)> = Vec::new();
+        let mut stash: Vec<(crate::HeldObject, Bytes)> = held_initial;
         for line in initial {
             if tx.send(Ok(line)).await.is_err() {
                 return;
@@ -862,8 +869,11 @@ fn watch(
                             Err(TryRecvError::Closed) => return,
                         }
                     }
-                    last = last.max(current);
-                    lines.push(event_line("BOOKMARK", &serde_json::to_vec(&view.bookmark(last, false)).unwrap_or_default()));
+                    // A bookmark past a held event would let the client resume beyond it.
+                    if stash.is_empty() {
+                        last = last.max(current);
+                        lines.push(event_line("BOOKMARK", &serde_json::to_vec(&view.bookmark(last, false)).unwrap_or_default()));
+                    }
                     for l in lines {
                         if tx.send(Ok(l)).await.is_err() {
                             return;

@@ -367,6 +367,8 @@ impl FakeApiServer {
     /// plural, namespace "" when cluster-scoped) until [`release_watch_events`]: clients see a
     /// cache that lags behind the server, while lists and gets see the object. Events of other
     /// objects go on, so watchers see them out of order, as they would see a lagging informer's.
+    /// No bookmark is sent past a held event. A watch that ends while it holds events loses them
+    /// (its client resumes after the later events it saw): hold briefly, without watch faults.
     ///
     /// [`release_watch_events`]: Self::release_watch_events
     pub fn hold_watch_events(&self, group: &str, plural: &str, namespace: &str, name: &str) {

@@ -266,6 +266,9 @@ impl FakeState {
     /// The injected operation error an insert of `machine` as `model` in `zone` meets, if any
     /// (using one up).
     fn fault_for(&mut self, zone: &str, machine: &str, model: &str) -> Option<String> {
+        if std::mem::take(&mut self.refuse_now) {
+            return Some("ZONE_RESOURCE_POOL_EXHAUSTED".into());
+        }
         let fault = self.faults.iter_mut().find(|f| {
             f.zone.as_deref().is_none_or(|z| z == zone)
                 && f.machine_type.as_deref().is_none_or(|m| m == machine)

@@ -33,17 +33,22 @@
 //!
 //! HTTP errors carry the documented body, `{"error": {"code", "message", "errors": [{"domain",
 //! "reason", "message"}]}}`. Faults can also be queued per method as HTTP answers (429
-//! `rateLimitExceeded`, 503 `backendError`, 403 `quotaExceeded`) to exercise retries.
+//! `rateLimitExceeded`, 503 `backendError`, 403 `quotaExceeded`) to exercise retries, or drawn
+//! at seeded rates per call ([`FakeCompute::fault_rates`], by [`providers::faults`]): an insert
+//! whose operation ends in `ZONE_RESOURCE_POOL_EXHAUSTED`, 429, 503, and timeouts (no answer
+//! until the client gave up), half of them after the call took effect.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use providers::faults::{CloudFaultCounts, CloudFaultInjector, CloudFaultRates, FaultKind};
 use serde_json::{Value, json};
 
 mod catalog;
@@ -110,6 +115,10 @@ struct FakeState {
     resource_policies: BTreeMap<(String, String), Value>,
     /// Inserts into a resource policy fail for capacity.
     placement_full: bool,
+    /// Faults at a rate per call, and how long a timed-out call hangs.
+    rates: Option<(Arc<CloudFaultInjector>, Duration)>,
+    /// The insert being served met an injected capacity fault.
+    refuse_now: bool,
 }
 
 /// The fake's state. Clones share it.
@@ -357,6 +366,21 @@ impl FakeCompute {
         self.lock().placement_full = full;
     }
 
+    /// Faults at `rates` per call from now on, seeded by `seed`; a timed-out call is answered
+    /// (too late) after `hang`, which should exceed the client's attempt timeout.
+    pub fn fault_rates(&self, rates: CloudFaultRates, seed: u64, hang: Duration) {
+        self.lock().rates = Some((Arc::new(CloudFaultInjector::new(rates, seed)), hang));
+    }
+
+    /// The faults injected at a rate so far.
+    pub fn fault_counts(&self) -> CloudFaultCounts {
+        self.lock()
+            .rates
+            .as_ref()
+            .map(|(f, _)| f.counts())
+            .unwrap_or_default()
+    }
+
     /// Every call as `METHOD path?query`, in order.
     pub fn calls(&self) -> Vec<String> {
         self.lock().calls.clone()
@@ -409,11 +433,49 @@ async fn handle(
     body: Bytes,
 ) -> Response {
     let q = query(&uri);
-    let mut s = fake.lock();
-    s.calls.push(format!(
-        "{method} {}{}",
-        uri.path().trim_start_matches("/compute/v1"),
-        uri.query().map(|q| format!("?{q}")).unwrap_or_default()
-    ));
-    s.route(&method, uri.path(), &q, &body)
+    let path = uri.path();
+    // Inserts ask for capacity; an injected refusal ends their operation in a stockout.
+    let insert = method == Method::POST
+        && (path.ends_with("/instances") || path.ends_with("/instances/bulkInsert"));
+    let (fault, hang) = {
+        let mut s = fake.lock();
+        s.calls.push(format!(
+            "{method} {}{}",
+            path.trim_start_matches("/compute/v1"),
+            uri.query().map(|q| format!("?{q}")).unwrap_or_default()
+        ));
+        match &s.rates {
+            Some((f, hang)) => (f.pick(insert), *hang),
+            None => (None, Duration::ZERO),
+        }
+    };
+    match fault {
+        Some(FaultKind::Throttle) => {
+            return api_error(429, "rateLimitExceeded", "Rate Limit Exceeded");
+        }
+        Some(FaultKind::ServerError) => {
+            return api_error(
+                503,
+                "backendError",
+                "Internal error. Please try again or contact Google Support.",
+            );
+        }
+        Some(FaultKind::TimeoutBefore) => {
+            // The client gives up first (and drops the connection, which ends this task).
+            tokio::time::sleep(hang).await;
+            return api_error(504, "deadlineExceeded", "no answer in time");
+        }
+        _ => {}
+    }
+    let r = {
+        let mut s = fake.lock();
+        s.refuse_now = fault == Some(FaultKind::InsufficientCapacity);
+        let r = s.route(&method, path, &q, &body);
+        s.refuse_now = false;
+        r
+    };
+    if fault == Some(FaultKind::TimeoutAfter) {
+        tokio::time::sleep(hang).await;
+    }
+    r
 }

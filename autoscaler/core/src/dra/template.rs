@@ -8,7 +8,8 @@
 //! `cudaComputeCapability` (a version) from the model's family (omitted for a model the table
 //! below does not know), `index`, a synthetic `uuid`, and capacity `memory`.
 //! `driverVersion` and `cudaDriverVersion` depend on the node image and are left out: a
-//! selector on them fails on a template as it would on a node without them.
+//! selector on them fails on a template as it would on a node without them, unless the
+//! NodePool says what its image installs (`spec.dra.attributes`, [`with_attributes`]).
 //!
 //! With `partitions` (a NodePool that shares GPUs with MIG), a MIG-capable GPU is published as
 //! the driver's partitionable devices (KEP 4815): one counter set per GPU,
@@ -165,6 +166,81 @@ pub fn nvidia_slice(it: &InstanceType, node: &str, partitions: bool) -> Option<R
         }
     }
     Some(slice)
+}
+
+/// Gives every device of `slice` the attributes `attributes` (a NodePool's
+/// `spec.dra.attributes`: what its node image installs), replacing predicted ones of the same
+/// name. A name in the slice's driver domain (`gpu.nvidia.com/driverVersion`) is stored short
+/// (`driverVersion`), as the driver publishes its own attributes, so it replaces the predicted
+/// value rather than standing beside it.
+pub fn with_attributes(slice: &mut ResourceSlice, attributes: &BTreeMap<String, AttributeValue>) {
+    if attributes.is_empty() {
+        return;
+    }
+    let own = format!("{}/", slice.driver);
+    for d in &mut slice.devices {
+        for (name, value) in attributes {
+            let name = name.strip_prefix(own.as_str()).unwrap_or(name);
+            d.attributes.insert(name.to_string(), value.clone());
+        }
+    }
+}
+
+/// Longest attribute name after its domain (`resource.k8s.io/v1`'s limit).
+pub const MAX_ATTRIBUTE_NAME: usize = 32;
+/// Longest string or version attribute value (`resource.k8s.io/v1`'s limit).
+pub const MAX_ATTRIBUTE_VALUE: usize = 64;
+
+/// Checks one attribute a NodePool adds to its devices as the API server checks a
+/// ResourceSlice's: the name a C identifier of at most [`MAX_ATTRIBUTE_NAME`] characters,
+/// optionally after a DNS subdomain and `/`; a string or version of at most
+/// [`MAX_ATTRIBUTE_VALUE`] characters, a version valid semantic versioning 2.0.0.
+///
+/// # Errors
+/// What is wrong, in words.
+pub fn check_attribute(name: &str, value: &AttributeValue) -> Result<(), String> {
+    let (domain, short) = match name.rsplit_once('/') {
+        Some((d, s)) => (Some(d), s),
+        None => (None, name),
+    };
+    let identifier = short.len() <= MAX_ATTRIBUTE_NAME
+        && short
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && short.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !identifier {
+        return Err(format!(
+            "name {short:?} must be a C identifier (letters, digits, _; not starting with a digit) of at most {MAX_ATTRIBUTE_NAME} characters"
+        ));
+    }
+    if let Some(d) = domain {
+        let label = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if d.len() > 63 || !d.split('.').all(label) {
+            return Err(format!(
+                "domain {d:?} must be a DNS subdomain (lower-case labels) of at most 63 characters"
+            ));
+        }
+    }
+    match value {
+        AttributeValue::String(v) | AttributeValue::Version(v) if v.len() > MAX_ATTRIBUTE_VALUE => {
+            Err(format!(
+                "value is {} characters, more than {MAX_ATTRIBUTE_VALUE}",
+                v.len()
+            ))
+        }
+        AttributeValue::Version(v) => semver::Version::parse(v)
+            .map(|_| ())
+            .map_err(|e| format!("version {v:?} is not semantic versioning 2.0.0: {e}")),
+        _ => Ok(()),
+    }
 }
 
 fn memory(gpu: &GpuSpec) -> BTreeMap<String, Quantity> {

@@ -474,10 +474,15 @@ impl<'a> Planner<'a> {
             let Some(p) = shape.price_under(reqs) else {
                 continue;
             };
-            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
+            let mut per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
                 .floor()
                 .max(1.0);
-            let spread = class_left.map_or(0.0, |d| even_spread(d, &shape.allocatable));
+            if let Some(k) = self.dra_copies(i, *c) {
+                per_node = per_node.min(k);
+            }
+            let spread = class_left
+                .map_or(0.0, |d| even_spread(d, &shape.allocatable))
+                .max(self.dra_spread(i, *c));
             let unit = p * (left / per_node).max(spread).max(1.0) / left;
             if unit < best.0 * (1.0 - 1e-9) {
                 best = (unit, p, Some(*c));

@@ -202,28 +202,39 @@ impl<'a> Planner<'a> {
 
     /// The lowest hourly cost per pod of demand group `g` on a node of its own kind: over the
     /// shapes pod `i` (a member) can use, price / how many members one node holds, capped by
-    /// the members still pending.
+    /// the members still pending (worked out again once fewer are pending than a node holds:
+    /// the last members of a group would otherwise be measured by a full node's price per pod
+    /// and refuse a claim sized for them).
     pub(super) fn unit_cost(&mut self, i: usize, avoid_gpu: bool) -> f64 {
         let g = self.demand_group[i];
-        if let Some(c) = self.unit_cost[g] {
+        let left = self.remaining[g].max(1) as f64;
+        // A figure holds while as many members are left as it was worked out for, or as
+        // the most a node holds (fewer members left than that share a node less well).
+        if let Some((c, down_to)) = self.unit_cost[g]
+            && left >= down_to
+        {
             return c;
         }
         let pod = &self.snap.pending[i];
         let need = demand(pod, &Devices::default());
         let class = &self.classes[self.class_of[i]];
-        let left = self.remaining[g].max(1) as f64;
         let mut best = f64::INFINITY;
+        let mut most = 1.0_f64;
         for (si, shape) in self.shapes.iter().enumerate() {
             if !class.shape_ok[si] || (avoid_gpu && shape.has_gpu) || !need.fits(&shape.allocatable)
             {
                 continue;
             }
-            let per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
+            let mut per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
                 .floor()
                 .max(1.0);
+            if let Some(k) = self.dra_copies(i, si) {
+                per_node = per_node.min(k);
+            }
             best = best.min(shape.offerings[0].price / per_node.min(left));
+            most = most.max(per_node);
         }
-        self.unit_cost[g] = Some(best);
+        self.unit_cost[g] = Some((best, most.min(left)));
         best
     }
 
@@ -236,7 +247,12 @@ impl<'a> Planner<'a> {
         };
         let shape = &self.shapes[t];
         let need = demand(&self.snap.pending[i], &slot.devices);
-        slot.target * dominant_share(&need, &shape.allocatable, shape.has_gpu)
+        let share = dominant_share(&need, &shape.allocatable, shape.has_gpu);
+        // A pod whose GPUs come through claims takes its part of the devices.
+        match self.dra_copies(i, t) {
+            Some(k) if shape.has_gpu => slot.target * share.max(1.0 / k),
+            _ => slot.target * share,
+        }
     }
 
     /// Whether pod `i` needs no GPU and some GPU-less shape could host it alone: then GPU

@@ -24,7 +24,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::dra::allocate::{Allocator, ClaimRef, Failure, Inventory, reaches};
-use crate::dra::template::nvidia_slice;
+use crate::dra::template::{nvidia_slice, with_attributes};
 use crate::dra::{ClaimSource, ClaimSpec, DeviceId, ResourceSlice};
 use crate::model::Snapshot;
 
@@ -49,7 +49,8 @@ impl Templates {
             let partitions = pool.sharing.mig.is_some();
             for it in pool.instance_types.iter() {
                 let node = format!("{}.{}", pool.name, it.name);
-                if let Some(s) = nvidia_slice(it, &node, partitions) {
+                if let Some(mut s) = nvidia_slice(it, &node, partitions) {
+                    with_attributes(&mut s, &pool.dra_attributes);
                     t.by_type.insert((pi, it.name.clone()), t.slices.len());
                     t.slices.push(s);
                 }
@@ -91,7 +92,21 @@ pub(super) struct DraPlan<'a> {
     shapes: Vec<Option<Inventory<'a>>>,
     /// Per pending pod.
     pods: Vec<PodNeed<'a>>,
+    /// Per (class, shape): how many pods of the class a new node of the shape holds by its
+    /// devices ([`Planner::dra_copies`]), worked out on first use.
+    copies: RefCell<HashMap<(usize, usize), Option<u32>>>,
+    /// Per pending pod, the demand groups of pods with claims that may share its nodes (the
+    /// same selectors, tolerations and host ports, any claims), each with one member; worked
+    /// out on first use, once classes and groups exist.
+    families: RefCell<Option<Vec<Family>>>,
 }
+
+/// The demand groups of one family of pods with claims, each with one member (group, pod).
+type Family = Arc<Vec<(usize, usize)>>;
+
+/// Most copies of a pod's claims counted on one template (more than any GPU node holds of
+/// the smallest device).
+const MAX_COPIES: u32 = 64;
 
 /// The DRA identity of every pending pod (empty for pods without claims).
 pub(super) fn keys(snap: &Snapshot) -> Vec<DraKey<'_>> {
@@ -220,7 +235,111 @@ impl<'a> Planner<'a> {
             fixed,
             shapes,
             pods,
+            copies: RefCell::default(),
+            families: RefCell::default(),
         });
+    }
+
+    /// The nodes of shape `c` the pending pods that may share pod `i`'s nodes need by their
+    /// devices, spread evenly: for each of their demand groups, the pods still pending over
+    /// the pods a node holds ([`Planner::dra_copies`]). The device plugin's GPUs get the same
+    /// term from the class's pending GPU demand; claims of different sizes are different
+    /// classes, so it is summed here over the groups instead.
+    pub(super) fn dra_spread(&self, i: usize, c: usize) -> f64 {
+        let Some(d) = &self.dra else { return 0.0 };
+        if self.dra_copies(i, c).is_none() {
+            return 0.0;
+        }
+        if d.families.borrow().is_none() {
+            let pending = &self.snap.pending;
+            let mut index: HashMap<_, usize> = HashMap::new();
+            let mut members: Vec<Vec<(usize, usize)>> = Vec::new();
+            let mut family_of = vec![usize::MAX; pending.len()];
+            for (j, p) in pending.iter().enumerate() {
+                if !self.has_dra(j) {
+                    continue;
+                }
+                let key = (
+                    &p.node_selector,
+                    &p.tolerations,
+                    p.gpu_share.is_some(),
+                    &p.host_ports,
+                );
+                let n = index.len();
+                let f = *index.entry(key).or_insert(n);
+                if f == members.len() {
+                    members.push(Vec::new());
+                }
+                let g = self.demand_group[j];
+                if !members[f].iter().any(|(h, _)| *h == g) {
+                    members[f].push((g, j));
+                }
+                family_of[j] = f;
+            }
+            let members: Vec<Family> = members.into_iter().map(Arc::new).collect();
+            let by_pod = family_of
+                .iter()
+                .map(|f| members.get(*f).cloned().unwrap_or_default())
+                .collect();
+            *d.families.borrow_mut() = Some(by_pod);
+        }
+        let groups = d.families.borrow().as_ref().map(|f| f[i].clone());
+        groups
+            .iter()
+            .flat_map(|g| g.iter())
+            .filter_map(|(g, rep)| {
+                self.dra_copies(*rep, c)
+                    .map(|k| self.remaining[*g] as f64 / k)
+            })
+            .sum()
+    }
+
+    /// How many pods like pod `i` a new node of shape `c` holds by its devices: its claims
+    /// allocated again and again on the shape's template until they no longer fit (at most
+    /// [`MAX_COPIES`]), times the pending pods that share them (its class: a shared claim is
+    /// one allocation for all of them). `None` when the pod has no claims to allocate (none,
+    /// or pinned) or the shape cannot hold one copy. Claim sizing uses it as it uses resources
+    /// for the device plugin's GPUs, so that pods asking GPUs through claims share nodes
+    /// bought for them as such pods do.
+    pub(super) fn dra_copies(&self, i: usize, c: usize) -> Option<f64> {
+        let d = self.dra.as_ref()?;
+        if !self.has_dra(i) {
+            return None;
+        }
+        let need = &d.pods[i];
+        if need.invalid.is_some() || need.pin.is_some() {
+            return None;
+        }
+        let key = (self.class_of[i], c);
+        if let Some(k) = d.copies.borrow().get(&key) {
+            return k.map(f64::from);
+        }
+        let claims: Vec<ClaimRef<'_>> = need.claims.iter().map(|(c, _)| *c).collect();
+        let mut k = 0;
+        if let Some(inv) = &d.shapes[c] {
+            let mut taken: HashSet<DeviceId> = HashSet::new();
+            while k < MAX_COPIES {
+                let got =
+                    d.alloc
+                        .borrow_mut()
+                        .allocate_with("", inv, &|id| taken.contains(id), &claims);
+                let Ok(allocs) = got else { break };
+                taken.extend(
+                    allocs
+                        .into_iter()
+                        .flat_map(|a| a.devices.into_iter().map(|d| d.device)),
+                );
+                k += 1;
+            }
+        }
+        if self.dra_shared(i) {
+            let ci = self.class_of[i];
+            let members = self.class_of.iter().filter(|c| **c == ci).count() as u32;
+            k = k.saturating_mul(members.max(1));
+        }
+        let k = (k > 0).then_some(k);
+        d.copies.borrow_mut().insert(key, k);
+        k.map(f64::from)
     }
 
     /// Whether pod `i` has DRA claims to place.

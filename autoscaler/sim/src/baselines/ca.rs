@@ -231,7 +231,8 @@ impl CaLike {
     }
 
     /// The launches of a scale-up option: one node per packed bin. ca-ideal's group is the
-    /// type's cheapest offering; ca-like's is every offering of the type, as an Auto Scaling
+    /// type's cheapest offering (zone-balanced as ca-like's for a bin with a pod spread over
+    /// zones); ca-like's is every offering of the type, as an Auto Scaling
     /// group spanning zones launches them: the zone with the fewest nodes of the group first
     /// (cheapest first within a zone), among the offerings the bin's pods allow.
     /// `specs_of` holds the specs of the option's pods (a request's pods do not exist yet).
@@ -255,12 +256,18 @@ impl CaLike {
         best.nodes
             .into_iter()
             .map(|pods| {
+                // A bin with a pod spread over zones goes through the zone-balanced order even
+                // in ca-ideal: the real autoscaler's estimator runs the scheduler's topology
+                // spread filter on the group's template node, so it never grows a group in a
+                // zone the pod may not use, and a group pinned to its cheapest zone would
+                // leave such pods pending for good.
+                let spread = pods.iter().any(|p| spec(p).is_some_and(spreads_over_zones));
                 let candidates = match self.fidelity {
-                    Fidelity::Ideal => {
+                    Fidelity::Ideal if !spread => {
                         let (z, ct, _) = &sh.offerings[best.offering];
                         vec![OfferingKey::new(&sh.name, z, *ct)]
                     }
-                    Fidelity::Real => {
+                    Fidelity::Ideal | Fidelity::Real => {
                         let mut offs: Vec<usize> = (0..sh.offerings.len())
                             .filter(|oi| {
                                 available(&self.shapes, ctx.unavailable, si, *oi, now)
@@ -536,4 +543,12 @@ impl Policy for CaLike {
     }
 
     fn on_delete(&mut self, _pool: &str, _now: i64) {}
+}
+
+/// Whether the pod spreads over zones with `DoNotSchedule` (the scheduler refuses a node in a
+/// zone that already holds more than its share).
+fn spreads_over_zones(pod: &Pod) -> bool {
+    pod.spread
+        .iter()
+        .any(|s| s.hard && s.topology_key == autoscaler_core::labels::ZONE)
 }

@@ -43,6 +43,7 @@ fn node(name: &str, phase: NodePhase) -> NodeState {
         last_pod_change: 0,
         held: vec![],
         hold_version: 0,
+        dra: Default::default(),
     }
 }
 
@@ -68,6 +69,7 @@ fn cluster() -> Cluster {
             generation: 0,
             devices: vec![],
             gpu_equiv: 0.0,
+            claim_devices: vec![],
         });
         c.arrive(i, pod(&format!("p{i}")).cpu("1").build(), 0);
     }
@@ -154,6 +156,7 @@ fn a_do_not_disrupt_duration_counts_from_the_binding() {
         generation: 0,
         devices: vec![],
         gpu_equiv: 0.0,
+        claim_devices: vec![],
     });
     c.template_of.push(6);
     c.template_counts.push((0, 0));

@@ -11,6 +11,7 @@ use providers::{CloudProvider, LaunchRequest, NodeClassRef, ProviderError};
 
 use super::{Engine, Ev};
 use crate::cluster::{NodeId, NodePhase, NodeState, PodPhase};
+use crate::dra::{NodeDevices, NodeDra};
 use crate::policy::LaunchSpec;
 use crate::scheduler::untolerated;
 
@@ -63,6 +64,7 @@ impl Engine<'_> {
                 last_pod_change: 0,
                 held: Vec::new(),
                 hold_version: 0,
+                dra: self.node_dra(pool, &ex.instance_type, &ex.name),
             });
             self.cluster.live_nodes.insert(id);
             self.claims.insert(ex.name.clone(), id);
@@ -92,6 +94,26 @@ impl Engine<'_> {
                 self.push(d.max(0), Ev::Delete(i));
             }
         }
+    }
+
+    /// The DRA devices a node of `instance_type` in pool `pool` publishes once Ready: the
+    /// NVIDIA driver's slice (MIG partitions in a MIG pool), when the scenario uses DRA.
+    fn node_dra(&self, pool: Option<usize>, instance_type: &str, node: &str) -> NodeDra {
+        let classes = &self.cluster.device_classes;
+        let devices = pool
+            .filter(|_| !classes.is_empty())
+            .map(|p| &self.pools[p])
+            .and_then(|p| {
+                let it = p.instance_types.iter().find(|t| t.name == instance_type)?;
+                NodeDevices::for_node(
+                    it,
+                    node,
+                    p.sharing.mig.is_some(),
+                    &p.dra_attributes,
+                    classes.clone(),
+                )
+            });
+        NodeDra::new(devices)
     }
 
     pub(super) fn launch(&mut self, spec: &LaunchSpec) -> Option<NodeId> {
@@ -163,6 +185,7 @@ impl Engine<'_> {
         let units = shape.allocatable.get(names::NVIDIA_GPU).max(0) as usize;
         let mut taints = pool.taints.clone();
         taints.extend(pool.startup_taints.iter().cloned());
+        let dra = self.node_dra(Some(spec.pool), &inst.instance_type, &name);
         self.cluster.nodes.push(NodeState {
             name,
             claim: claim.clone(),
@@ -190,6 +213,7 @@ impl Engine<'_> {
             last_pod_change: self.now,
             held: Vec::new(),
             hold_version: 0,
+            dra,
         });
         self.cluster.live_nodes.insert(id);
         self.claims.insert(claim, id);

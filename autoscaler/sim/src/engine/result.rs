@@ -51,6 +51,20 @@ pub struct RequestRecord {
     pub nodes: Vec<(i64, Option<i64>)>,
 }
 
+/// One node of a run as launched (existing nodes included, at time 0): what `bench fidelity`
+/// compares with the NodeClaims the controller makes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeRecord {
+    /// Its NodePool (empty for an existing node no NodePool manages).
+    pub pool: String,
+    /// Instance type.
+    pub instance_type: String,
+    /// Virtual second it was launched.
+    pub launched_at: i64,
+    /// Virtual second it was gone (terminated or lost), if it was.
+    pub gone_at: Option<i64>,
+}
+
 /// One point of the time series.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Sample {
@@ -128,4 +142,8 @@ pub struct PolicyResult {
     /// What the model could not do, and what became of the pods concerned (for example
     /// karpenter-like's pods asking for MIG resources it does not know).
     pub notes: Vec<String>,
+    /// Every node of the run, in launch order.
+    pub node_records: Vec<NodeRecord>,
+    /// Each pod ever bound (index into the workload's pods) and when it was first bound.
+    pub first_bound: Vec<(usize, i64)>,
 }

@@ -427,6 +427,7 @@ pub(super) fn build_pool(
         disruption,
         instance_types: catalog.clone(),
         atomic_nodes: f.atomic_scale_up.as_ref().map(|a| a.nodes),
+        dra_attributes: Default::default(),
     })
 }
 

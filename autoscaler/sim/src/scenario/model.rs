@@ -53,6 +53,9 @@ pub struct ClusterConfig {
     /// Cluster-wide limits (`maxNodesTotal`, `coresTotal`, `memoryTotal`, `gpuTotal`,
     /// `capacityQuotas`), across NodePools, as the controller's flags and CapacityQuotas.
     pub cluster_limits: Vec<autoscaler_core::model::ClusterLimit>,
+    /// DRA DeviceClasses (`deviceClasses`, over the NVIDIA driver's two); empty when no
+    /// workload has resource claims.
+    pub device_classes: Arc<BTreeMap<String, autoscaler_core::dra::DeviceClass>>,
 }
 
 impl Default for ClusterConfig {
@@ -73,6 +76,7 @@ impl Default for ClusterConfig {
             disruption_timeouts: Default::default(),
             node_overlays: false,
             cluster_limits: Vec::new(),
+            device_classes: Arc::default(),
         }
     }
 }

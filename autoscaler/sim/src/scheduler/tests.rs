@@ -50,6 +50,7 @@ fn node(name: &str, zone: &str, cpu: i64, gpus: usize) -> NodeState {
         last_pod_change: 0,
         held: vec![],
         hold_version: 0,
+        dra: Default::default(),
     }
 }
 
@@ -70,6 +71,7 @@ fn cluster(nodes: Vec<NodeState>, bound: Vec<(Pod, usize)>) -> Cluster {
             generation: 0,
             devices: vec![],
             gpu_equiv: 0.0,
+            claim_devices: vec![],
         });
         c.arrive(i, p.clone(), 0);
         let devices = fit_resources(&p, &c.nodes[n]).expect("fixture fits");

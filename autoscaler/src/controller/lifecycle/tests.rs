@@ -186,6 +186,45 @@ fn a_dra_claim_initializes_only_once_its_slices_match_the_template() {
     assert_eq!(step(&c, Some(&ok), NOW, &t), Action::Initialize);
 }
 
+/// With the NVIDIA DRA driver the device plugin is off: the Node advertises no
+/// `nvidia.com/gpu` although its instance type has GPUs. A DRA claim whose pods asked for none
+/// initializes on its slices; the same claim without DRA expectations waits for the plugin.
+#[test]
+fn a_dra_claim_does_not_wait_for_the_device_plugin() {
+    let mut c = claim(
+        json!({"status": {"providerID": "aws:///us-east-1a/i-1", "nodeName": "gpu-abc12",
+        "allocatable": {"cpu": "3920m", "nvidia.com/gpu": "1"},
+        "conditions": [cond("Launched", "True", "Succeeded"), cond("Registered", "True", "Succeeded")]}}),
+    );
+    c.spec.resources.requests.remove("nvidia.com/gpu");
+    let t = Timeouts::default();
+    let no_plugin = node(true, json!([]), "0");
+    let dra = DraDevices {
+        expected: BTreeMap::from([("gpu.nvidia.com".to_string(), 1)]),
+        published: BTreeMap::from([("gpu.nvidia.com".to_string(), 1)]),
+    };
+    assert_eq!(
+        step_with_dra(&c, Some(&no_plugin), Some(&dra), NOW, &t),
+        Action::Initialize
+    );
+    assert!(matches!(
+        step(&c, Some(&no_plugin), NOW, &t),
+        Action::NotInitialized {
+            reason: "DevicePluginNotReady",
+            ..
+        }
+    ));
+    // A pod of the claim that asked for the resource itself still needs the plugin.
+    c.spec.resources.requests.insert(
+        "nvidia.com/gpu".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+    );
+    assert!(matches!(
+        step_with_dra(&c, Some(&no_plugin), Some(&dra), NOW, &t),
+        Action::NotInitialized { .. }
+    ));
+}
+
 #[test]
 fn same_reason_is_not_written_twice() {
     let mut init = cond("Initialized", "False", "DevicePluginNotReady");

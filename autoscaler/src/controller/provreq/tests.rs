@@ -430,3 +430,31 @@ fn consuming_pods_name_their_request_under_either_annotation() {
     }
     assert_eq!(consumed_request(&pod("w").build()), None);
 }
+
+#[test]
+fn a_restart_finds_the_retry_schedule_again() {
+    let mut r = pr(
+        BEST_EFFORT_ATOMIC,
+        &[("Accepted", "True", T0), ("Provisioned", "False", T0)],
+        json!({}),
+    );
+    let set = |r: &mut ProvisioningRequest, message: &str| {
+        let c = &mut r.status.as_mut().unwrap().conditions[1];
+        c.message = message.into();
+    };
+    set(&mut r, "no capacity: 2 pods do not fit; retrying");
+    // Retries at T0, +10, +30 (10 then 20 s apart), the next at +70 (40 s later).
+    assert_eq!(restored_backoff(&r, 10, 60, T0 + 35), Some((3, T0 + 70)));
+    assert_eq!(restored_backoff(&r, 10, 60, T0 + 5), Some((1, T0 + 10)));
+    // Past the cap the retries are max apart: T0, +10, +30, +70, +130 done, the next at +190.
+    assert_eq!(restored_backoff(&r, 10, 60, T0 + 130), Some((5, T0 + 190)));
+    // Not retrying (the first check not made yet, or provisioned): nothing to restore.
+    set(&mut r, "waiting for the first capacity check");
+    assert_eq!(restored_backoff(&r, 10, 60, T0 + 35), None);
+    let done = pr(
+        BEST_EFFORT_ATOMIC,
+        &[("Accepted", "True", T0), ("Provisioned", "True", T0)],
+        json!({}),
+    );
+    assert_eq!(restored_backoff(&done, 10, 60, T0 + 35), None);
+}

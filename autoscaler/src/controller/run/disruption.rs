@@ -412,9 +412,22 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         self.disruption_state.failed(pool, now);
                     }
                     self.shared.metrics.disruption_failures.inc();
+                }
+                // A failure is a warning; a plain abandonment after the taint, which users saw,
+                // says why the taint goes away again.
+                let notice = if step.failure {
+                    Some((true, "DrainFailed", "disruption given up"))
+                } else if matches!(step.next, Stage::Abandoned(_))
+                    && matches!(job.stage, Stage::Tainted | Stage::Draining)
+                {
+                    Some((false, "DisruptionAbandoned", "disruption abandoned"))
+                } else {
+                    None
+                };
+                if let Some((warning, event_reason, what)) = notice {
                     let why = match &step.next {
-                        Stage::Abandoned(why) => why.clone(),
-                        other => other.as_str().to_string(),
+                        Stage::Abandoned(why) => why.as_str(),
+                        other => other.as_str(),
                     };
                     for node in nodes
                         .iter()
@@ -424,31 +437,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                             .actuator
                             .event(
                                 &reference(node.as_ref()),
-                                true,
-                                "DrainFailed",
+                                warning,
+                                event_reason,
                                 "Disrupt",
-                                format!("disruption given up, node untainted: {why}"),
-                            )
-                            .await;
-                    }
-                }
-                if let Stage::Abandoned(why) = &step.next
-                    && !step.failure
-                    && matches!(job.stage, Stage::Tainted | Stage::Draining)
-                {
-                    // The taint was visible to users: say why it goes away again.
-                    for node in nodes
-                        .iter()
-                        .filter(|n| job.command.nodes.contains(&n.name_any()))
-                    {
-                        self.shared
-                            .actuator
-                            .event(
-                                &reference(node.as_ref()),
-                                false,
-                                "DisruptionAbandoned",
-                                "Disrupt",
-                                format!("disruption abandoned, node untainted: {why}"),
+                                format!("{what}, node untainted: {why}"),
                             )
                             .await;
                     }

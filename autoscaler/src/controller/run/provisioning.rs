@@ -34,7 +34,8 @@ use crate::controller::snapshot::Inputs;
 use super::{Controller, epoch};
 
 /// The NodeClaim to create for a planned claim of `cluster`: the claim of a group's node
-/// carries the group's placement group ([`keys::PLACEMENT_GROUP_ANNOTATION`]).
+/// carries the group's placement group ([`keys::PLACEMENT_GROUP_ANNOTATION`]), a claim for
+/// pods with DRA claims [`keys::DRA_ANNOTATION`].
 pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim {
     let mut requirements = requirement_exprs(&nc.requirements);
     requirements.retain(|r| r.key != labels::INSTANCE_TYPE);
@@ -78,12 +79,19 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim 
         value: t.value.clone(),
         effect: format!("{:?}", t.effect),
     };
-    let annotations = nc.group.as_ref().map(|g| {
-        BTreeMap::from([(
+    let mut annotations = BTreeMap::new();
+    if let Some(g) = &nc.group {
+        annotations.insert(
             keys::PLACEMENT_GROUP_ANNOTATION.to_string(),
             providers::placement_group_name(cluster, g),
-        )])
-    });
+        );
+    }
+    // Its Node must publish its DRA devices before it is initialized (a disruption's
+    // replacement too: it is built here from the planner's claim).
+    if nc.dra {
+        annotations.insert(keys::DRA_ANNOTATION.to_string(), "true".to_string());
+    }
+    let annotations = (!annotations.is_empty()).then_some(annotations);
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-", nc.pool)),
@@ -318,18 +326,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .filter_map(|nc| {
                 let np = pools.iter().find(|p| p.name_any() == nc.pool)?;
                 let mut obj = claim_object(nc, np, &self.args.cluster_name);
-                // Its Node must publish its DRA devices before it is initialized.
-                let dra = nc.pods.iter().any(|k| {
-                    pod_by_key
-                        .get(k)
-                        .is_some_and(|p| p.core.as_ref().is_ok_and(|c| !c.claims.is_empty()))
-                });
-                if dra {
-                    obj.metadata
-                        .annotations
-                        .get_or_insert_default()
-                        .insert(keys::DRA_ANNOTATION.into(), "true".into());
-                }
                 if nc.atomic {
                     obj.metadata.annotations.get_or_insert_default().insert(
                         crate::controller::atomic::ATOMIC_ANNOTATION.into(),
@@ -578,6 +574,7 @@ mod tests {
             gpus: 1,
             group: None,
             atomic: false,
+            dra: false,
         };
         let grouped = NewClaim {
             group: Some("volcano:team-a/train".into()),
@@ -597,6 +594,20 @@ mod tests {
         assert_ne!(
             Some(name),
             placement_group_of(&claim_object(&grouped, &np, "staging"))
+        );
+        // A claim for pods with DRA claims (a launch or a replacement) waits for its slices.
+        let dra = NewClaim {
+            dra: true,
+            ..plain.clone()
+        };
+        let obj = claim_object(&dra, &np, "prod");
+        assert_eq!(
+            obj.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::DRA_ANNOTATION))
+                .map(String::as_str),
+            Some("true")
         );
     }
 

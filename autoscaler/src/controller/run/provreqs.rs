@@ -313,6 +313,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let prs = store.state();
         let now = epoch();
         let settings = self.provreq_settings();
+        if !self.provreq_backoff_restored {
+            self.restore_backoff(&prs, now);
+            self.provreq_backoff_restored = true;
+        }
         // Consumption matters only to booked requests; most rounds have none.
         let consumed = if prs
             .iter()
@@ -555,6 +559,24 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         booking.claims().count()
+    }
+
+    /// A new leader's back-off for the requests the last one was retrying
+    /// ([`provreq::restored_backoff`]), so that a restart does not retry them all at once.
+    fn restore_backoff(&mut self, prs: &[Arc<ProvisioningRequest>], now: i64) {
+        let (base, max) = (
+            secs(self.args.provreq_retry),
+            secs(self.args.provreq_retry_max),
+        );
+        for pr in prs {
+            if let Some((attempts, next)) = provreq::restored_backoff(pr, base, max, now) {
+                let (ns, name) = ns_name(pr);
+                let wait = std::time::Duration::from_secs(u64::try_from(next - now).unwrap_or(0));
+                self.provreq_memory
+                    .backoff
+                    .insert(format!("{ns}/{name}"), (attempts, Instant::now() + wait));
+            }
+        }
     }
 
     /// The next retry delay of a request without capacity (doubling from `--provreq-retry`).

@@ -191,3 +191,179 @@ async fn token_buckets_pace_calls_per_api_family() {
     }
     assert!(started.elapsed() < describe, "{:?}", started.elapsed());
 }
+
+/// Requests per action between two snapshots of the proxy's counts.
+fn delta(
+    before: &std::collections::BTreeMap<String, u32>,
+    after: &std::collections::BTreeMap<String, u32>,
+) -> std::collections::BTreeMap<String, u32> {
+    after
+        .iter()
+        .map(|(a, n)| (a.clone(), n - before.get(a).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// Live (pending or running) instances moto holds per claim tag, asked of moto directly.
+async fn live_per_claim(moto: &Moto, cluster: &str) -> std::collections::BTreeMap<String, usize> {
+    let out = moto
+        .client()
+        .describe_instances()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:{}", providers::tags::CLUSTER))
+                .values(cluster)
+                .build(),
+        )
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("instance-state-name")
+                .values("pending")
+                .values("running")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut per = std::collections::BTreeMap::new();
+    for i in out.reservations().iter().flat_map(|r| r.instances()) {
+        let claim = i
+            .tags()
+            .iter()
+            .find(|t| t.key() == Some(providers::tags::CLAIM))
+            .and_then(|t| t.value())
+            .unwrap_or("")
+            .to_string();
+        *per.entry(claim).or_default() += 1;
+    }
+    per
+}
+
+/// The bound of `docs/src/reliability.md`: with warm caches a launch (one fleet request) makes
+/// at most 3 EC2 requests (the claim's DescribeInstances, CreateFleet, the DescribeInstances
+/// reading the instance back), a delete 1 (TerminateInstances), a get 1 (DescribeInstances),
+/// and each request at most `retry.max_attempts` calls. Checked with every call throttled
+/// (exactly the bound), then under faults at 30 % of calls (capacity, throttling, 5xx,
+/// timeouts half after the effect): every operation within its bound, and never a second
+/// instance for a claim (a CreateFleet retried after a lost answer reuses its ClientToken).
+#[tokio::test]
+async fn operations_stay_within_their_call_bounds_under_fault_rates() {
+    let Some(moto) = Moto::start("operations_stay_within_their_call_bounds_under_fault_rates")
+    else {
+        return;
+    };
+    let proxy = Proxy::start(&moto.url).await;
+    let class = moto
+        .node_class("rates", &["us-east-1a", "us-east-1b"])
+        .await;
+    let mut s = moto.settings(&proxy.url, "rates");
+    s.node_classes.insert("default".into(), class);
+    // A timed-out attempt costs this long; the proxy holds such answers back for longer.
+    s.timeouts.attempt_ms = 3000;
+    let attempts = s.retry.max_attempts;
+    let p = provider_aws::AwsProvider::connect(s).await.unwrap();
+    let hang = std::time::Duration::from_millis(4000);
+    let g5a = OfferingKey::new("g5.xlarge", "us-east-1a", OnDemand);
+    let g6b = OfferingKey::new("g6.xlarge", "us-east-1b", OnDemand);
+    // Warm the caches (class, market, launch template): the bound is for a warm provider.
+    let warm = p
+        .launch(&request("warm", vec![g5a.clone(), g6b.clone()]))
+        .await
+        .unwrap();
+    p.delete(&warm.instance.provider_id).await.unwrap();
+
+    // A CreateFleet that took effect but whose answer was lost is retried with its
+    // ClientToken, and EC2 (the proxy, where moto ignores tokens) answers with the first
+    // call's instance: one instance, not two.
+    proxy.lose_next_answer("CreateFleet");
+    let fleets = proxy.requests("CreateFleet");
+    let lost = p.launch(&request("lost", vec![g6b.clone()])).await.unwrap();
+    assert_eq!(proxy.requests("CreateFleet"), fleets + 2);
+    let tokens = proxy.fleet_tokens();
+    assert_eq!(tokens[tokens.len() - 1], tokens[tokens.len() - 2]);
+    assert_eq!(
+        live_per_claim(&moto, "rates").await.get("lost"),
+        Some(&1),
+        "one instance for the claim"
+    );
+    p.delete(&lost.instance.provider_id).await.unwrap();
+
+    // Every call throttled: each operation's first request is tried exactly max_attempts
+    // times, then the operation fails as Throttled.
+    proxy.fault_rates(
+        providers::faults::CloudFaultRates {
+            throttle: 1.0,
+            ..Default::default()
+        },
+        1,
+        hang,
+    );
+    let before = proxy.all_requests();
+    let r = p.launch(&request("thr", vec![g5a.clone()])).await;
+    assert!(matches!(r, Err(ProviderError::Throttled { .. })), "{r:?}");
+    let d = delta(&before, &proxy.all_requests());
+    assert_eq!(d.values().sum::<u32>(), attempts, "{d:?}");
+    let before = proxy.all_requests();
+    let r = p.delete(&warm.instance.provider_id).await;
+    assert!(matches!(r, Err(ProviderError::Throttled { .. })), "{r:?}");
+    assert_eq!(
+        delta(&before, &proxy.all_requests()),
+        [("TerminateInstances".to_string(), attempts)].into()
+    );
+
+    // 30 % of calls fault, evenly over the four kinds.
+    proxy.fault_rates(providers::faults::CloudFaultRates::even(0.3), 7, hang);
+    let (mut launched, mut failed) = (0, 0);
+    for i in 0..12 {
+        let claim = format!("rate-{i}");
+        let before = proxy.all_requests();
+        let tokens_before = proxy.fleet_tokens().len();
+        let r = p
+            .launch(&request(&claim, vec![g5a.clone(), g6b.clone()]))
+            .await;
+        let d = delta(&before, &proxy.all_requests());
+        // Both candidates make one fleet request: every attempt of it carries one token.
+        let tokens: std::collections::BTreeSet<String> = proxy
+            .fleet_tokens()
+            .split_off(tokens_before)
+            .into_iter()
+            .collect();
+        assert!(tokens.len() <= 1, "launch {claim}: {tokens:?}");
+        let fleets = d.get("CreateFleet").copied().unwrap_or(0);
+        let describes = d.get("DescribeInstances").copied().unwrap_or(0);
+        assert!(fleets <= attempts, "launch {claim}: {d:?} {r:?}");
+        assert!(describes <= 2 * attempts, "launch {claim}: {d:?} {r:?}");
+        assert_eq!(fleets + describes, d.values().sum::<u32>(), "{d:?}");
+        let Ok(l) = r else {
+            failed += 1;
+            continue;
+        };
+        launched += 1;
+        let pid = l.instance.provider_id.clone();
+        let before = proxy.all_requests();
+        let got = p.get(&pid).await;
+        let d = delta(&before, &proxy.all_requests());
+        assert!(d.get("DescribeInstances").copied().unwrap_or(0) <= attempts);
+        assert_eq!(d.len(), 1, "get {pid}: {d:?} {got:?}");
+        let before = proxy.all_requests();
+        let del = p.delete(&pid).await;
+        let d = delta(&before, &proxy.all_requests());
+        assert!(
+            d.get("TerminateInstances").copied().unwrap_or(0) <= attempts && d.len() == 1,
+            "delete {pid}: {d:?} {del:?}"
+        );
+        // A failed delete leaves the instance running: a duplicate would show next to it.
+        let _ = del;
+    }
+    let counts = proxy.fault_counts();
+    eprintln!("launched {launched}, failed {failed}, faults {counts:?}");
+    assert!(launched >= 6, "most launches get through: {launched} of 12");
+    assert!(counts.total() >= 5, "{counts:?}");
+    assert!(
+        counts.insufficient_capacity + counts.timeouts_after >= 1,
+        "{counts:?}"
+    );
+    // Never two live instances for one claim (each launch was retried through faults).
+    let per = live_per_claim(&moto, "rates").await;
+    assert!(per.values().all(|n| *n <= 1), "{per:?}");
+}

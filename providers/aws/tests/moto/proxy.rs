@@ -16,7 +16,14 @@
 //!   moto ignores `Placement` on CreateFleet overrides; the proxy records it, and can refuse
 //!   every fleet into a group for capacity (a full cluster placement group).
 //! - **Faults**: the next N requests (optionally of one action) get an EC2 error answer with a
-//!   chosen status and code (`503 RequestLimitExceeded`, `500 InternalError`).
+//!   chosen status and code (`503 RequestLimitExceeded`, `500 InternalError`); or, at seeded
+//!   rates per request ([`Proxy::fault_rates`], drawn by [`providers::faults`]): a CreateFleet
+//!   whose first override is refused for capacity, `503 RequestLimitExceeded`,
+//!   `500 InternalError`, and timeouts (no answer until the client gave up), half of them after
+//!   moto carried the request out.
+//! - **ClientToken idempotency** of CreateFleet, which moto (5.2) ignores: EC2 answers a
+//!   repeated token with the first call's answer (and `IdempotentParameterMismatch` when the
+//!   parameters differ), so the proxy keeps each token's answer and replays it.
 //!
 //! Everything else is forwarded unchanged. Requests are recorded per action.
 
@@ -24,6 +31,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -32,6 +40,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+use providers::faults::{CloudFaultCounts, CloudFaultInjector, CloudFaultRates, FaultKind};
 
 /// One injected error answer.
 #[derive(Clone, Debug)]
@@ -43,6 +52,9 @@ pub struct Fault {
     /// EC2 error code.
     pub code: String,
 }
+
+/// A CreateFleet's other parameters, and the status and body it was answered with.
+type FleetAnswer = (Vec<(String, String)>, StatusCode, Bytes);
 
 #[derive(Default)]
 struct ProxyState {
@@ -60,6 +72,14 @@ struct ProxyState {
     placement_groups: BTreeMap<String, (String, String, BTreeMap<String, String>)>,
     /// Refuse every fleet into a placement group for capacity.
     full_groups: bool,
+    /// Faults at a rate per request, and how long a timed-out request hangs.
+    rates: Option<(Arc<CloudFaultInjector>, Duration)>,
+    /// CreateFleet answers by ClientToken: the request's other parameters, status, body.
+    tokens: BTreeMap<String, FleetAnswer>,
+    /// ClientToken of every CreateFleet as received (replays included).
+    fleet_tokens: Vec<String>,
+    /// Carry out the next request of this action, then answer 503 instead of its result.
+    lose_next: Option<String>,
 }
 
 /// The running proxy; stopped on drop.
@@ -126,9 +146,40 @@ impl Proxy {
         }
     }
 
+    /// Faults at `rates` per request from now on, seeded by `seed`; a timed-out request is
+    /// answered (too late) after `hang`, which should exceed the client's attempt timeout.
+    pub fn fault_rates(&self, rates: CloudFaultRates, seed: u64, hang: Duration) {
+        lock(&self.state).rates = Some((Arc::new(CloudFaultInjector::new(rates, seed)), hang));
+    }
+
+    /// The faults injected at a rate so far.
+    pub fn fault_counts(&self) -> CloudFaultCounts {
+        lock(&self.state)
+            .rates
+            .as_ref()
+            .map(|(f, _)| f.counts())
+            .unwrap_or_default()
+    }
+
+    /// Carries out the next request of `action` and answers it with a 503 (a lost answer:
+    /// the caller cannot tell that it took effect).
+    pub fn lose_next_answer(&self, action: &str) {
+        lock(&self.state).lose_next = Some(action.to_string());
+    }
+
+    /// The ClientToken of every CreateFleet request received, in order.
+    pub fn fleet_tokens(&self) -> Vec<String> {
+        lock(&self.state).fleet_tokens.clone()
+    }
+
     /// Requests seen for `action`, faults included.
     pub fn requests(&self, action: &str) -> u32 {
         lock(&self.state).requests.get(action).copied().unwrap_or(0)
+    }
+
+    /// Requests seen so far by action, faults included.
+    pub fn all_requests(&self) -> BTreeMap<String, u32> {
+        lock(&self.state).requests.clone()
     }
 
     /// Overrides of every CreateFleet call as received, (type, subnet) in order.
@@ -323,12 +374,18 @@ async fn handle(State(sh): State<Shared>, req: Request) -> Response {
         .find(|(k, _)| k == "Action")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
-
-    let mut body_out = bytes.clone();
-    let mut refused: Vec<(String, String)> = Vec::new();
-    {
+    let fleet = action == "CreateFleet";
+    let token = pairs
+        .iter()
+        .find(|(k, _)| k == "ClientToken")
+        .map(|(_, v)| v.clone())
+        .filter(|_| fleet);
+    let (fault, hang) = {
         let mut s = lock(&sh.state);
         *s.requests.entry(action.clone()).or_default() += 1;
+        if let Some(t) = &token {
+            s.fleet_tokens.push(t.clone());
+        }
         let pos = s
             .faults
             .iter()
@@ -336,13 +393,122 @@ async fn handle(State(sh): State<Shared>, req: Request) -> Response {
         if let Some(f) = pos.and_then(|i| s.faults.remove(i)) {
             return ec2_error(f.status, &f.code, "fault injected by the test proxy");
         }
-        if let Some(r) = placement_group_action(&mut s, &action, &pairs) {
+        match &s.rates {
+            Some((f, hang)) => (f.pick(fleet), *hang),
+            None => (None, Duration::ZERO),
+        }
+    };
+    match fault {
+        Some(FaultKind::Throttle) => {
+            return ec2_error(503, "RequestLimitExceeded", "Request limit exceeded.");
+        }
+        Some(FaultKind::ServerError) => {
+            return ec2_error(500, "InternalError", "An internal error has occurred.");
+        }
+        Some(FaultKind::TimeoutBefore) => {
+            // The client gives up first (and drops the connection, which ends this task).
+            tokio::time::sleep(hang).await;
+            return ec2_error(504, "RequestTimeout", "no answer in time");
+        }
+        _ => {}
+    }
+    // The request's parameters as EC2 compares them for idempotency (signing aside).
+    let params: Vec<(String, String)> = pairs
+        .iter()
+        .filter(|(k, _)| k != "ClientToken")
+        .cloned()
+        .collect();
+    if let Some(t) = &token {
+        let saved = lock(&sh.state).tokens.get(t).cloned();
+        if let Some((p, status, body)) = saved {
+            let r = if p == params {
+                xml_response(status, body)
+            } else {
+                ec2_error(
+                    400,
+                    "IdempotentParameterMismatch",
+                    "The client token has been used with different parameters.",
+                )
+            };
+            return late(fault, hang, r).await;
+        }
+    }
+    let r = answer(
+        &sh,
+        parts,
+        &pairs,
+        bytes,
+        fault == Some(FaultKind::InsufficientCapacity),
+    )
+    .await;
+    let r = match &token {
+        Some(t) if r.status() == StatusCode::OK => {
+            let status = r.status();
+            let Ok(body) = axum::body::to_bytes(r.into_body(), 16 << 20).await else {
+                return ec2_error(502, "ProxyError", "unreadable answer");
+            };
+            lock(&sh.state)
+                .tokens
+                .insert(t.clone(), (params, status, body.clone()));
+            xml_response(status, body)
+        }
+        _ => r,
+    };
+    let lost = {
+        let mut s = lock(&sh.state);
+        let lost = s.lose_next.as_deref() == Some(action.as_str());
+        if lost {
+            s.lose_next = None;
+        }
+        lost
+    };
+    if lost {
+        return ec2_error(503, "Unavailable", "the answer was lost on its way back");
+    }
+    late(fault, hang, r).await
+}
+
+/// `r`, held back for `hang` when the request timed out after taking effect.
+async fn late(fault: Option<FaultKind>, hang: Duration, r: Response) -> Response {
+    if fault == Some(FaultKind::TimeoutAfter) {
+        tokio::time::sleep(hang).await;
+    }
+    r
+}
+
+fn xml_response(status: StatusCode, body: Bytes) -> Response {
+    let mut r = Response::new(Body::from(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static("text/xml"));
+    r
+}
+
+/// The answer to one request that met no error fault: the proxy's own (placement groups,
+/// exhausted offerings, with `ice_first` the first override refused too) or moto's.
+async fn answer(
+    sh: &Shared,
+    parts: axum::http::request::Parts,
+    pairs: &[(String, String)],
+    bytes: Bytes,
+    ice_first: bool,
+) -> Response {
+    let action = pairs
+        .iter()
+        .find(|(k, _)| k == "Action")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let mut body_out = bytes.clone();
+    let mut refused: Vec<(String, String)> = Vec::new();
+    {
+        let mut s = lock(&sh.state);
+        if let Some(r) = placement_group_action(&mut s, &action, pairs) {
             return r;
         }
         if action == "CreateFleet" {
             // Group override fields by index.
             let mut overrides: BTreeMap<u32, BTreeMap<String, String>> = BTreeMap::new();
-            for (k, v) in &pairs {
+            for (k, v) in pairs {
                 if let Some((n, field)) = override_field(k) {
                     overrides
                         .entry(n)
@@ -373,12 +539,18 @@ async fn handle(State(sh): State<Shared>, req: Request) -> Response {
                     || s.exhausted.contains(&(t.clone(), None))
                     || s.exhausted.contains(&(t, Some(get(o, "SubnetId"))))
             };
-            let kept: Vec<&BTreeMap<String, String>> =
-                overrides.values().filter(|o| !is_exhausted(o)).collect();
+            // An injected capacity fault refuses the override EC2 would try first.
+            let first = overrides.keys().next().copied().filter(|_| ice_first);
+            let out = |n: &u32, o: &BTreeMap<String, String>| Some(*n) == first || is_exhausted(o);
+            let kept: Vec<&BTreeMap<String, String>> = overrides
+                .iter()
+                .filter(|(n, o)| !out(n, o))
+                .map(|(_, o)| o)
+                .collect();
             refused = overrides
-                .values()
-                .filter(|o| is_exhausted(o))
-                .map(|o| (get(o, "InstanceType"), get(o, "SubnetId")))
+                .iter()
+                .filter(|(n, o)| out(n, o))
+                .map(|(_, o)| (get(o, "InstanceType"), get(o, "SubnetId")))
                 .collect();
             if !refused.is_empty() {
                 if kept.is_empty() {
@@ -393,7 +565,7 @@ async fn handle(State(sh): State<Shared>, req: Request) -> Response {
                 }
                 // Forward the request without the refused overrides, renumbered.
                 let mut ser = form_urlencoded::Serializer::new(String::new());
-                for (k, v) in &pairs {
+                for (k, v) in pairs {
                     if override_field(k).is_none() {
                         ser.append_pair(k, v);
                     }

@@ -1,0 +1,258 @@
+//! The two phases that stress the controller: launches under kills, then the disruption
+//! replay.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use autoscaler::controller::Result;
+use autoscaler::controller::crashpoint;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use nodepools::NodePool;
+use providers::kwok::KwokInstance;
+use serde_json::json;
+
+use super::workload::pod_template;
+use super::{Bench, CPU_POOL, NS, Running, SPOT_POOL};
+use crate::bench::e2e::{cfg, kerr};
+
+impl Bench<'_> {
+    /// Adds the time since `since` to what `what` took (printed at the end: where the time
+    /// went).
+    pub(super) fn spend(&mut self, what: &'static str, since: Instant) {
+        *self.spent.entry(what).or_default() += since.elapsed();
+    }
+
+    /// The kill phase; returns the kills done.
+    pub(super) async fn kill_phase(&mut self, deadline: Instant) -> Result<usize> {
+        let mut kills = 0usize;
+        let mut by_point: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut next = 0usize;
+        let mut running = None::<Running>;
+        let mut lived = Duration::ZERO;
+        let mut last_observe = Instant::now();
+        while self.launched.len() < self.args.launches || kills < self.args.kills {
+            if Instant::now() > deadline {
+                eprintln!(
+                    "kill phase stopped at its deadline: {} launches, {kills} kills",
+                    self.launched.len()
+                );
+                break;
+            }
+            match running.as_mut() {
+                None => {
+                    let point = crashpoint::POINTS[next % crashpoint::POINTS.len()];
+                    next += 1;
+                    let at = 1 + self.rng.below(2) as u64;
+                    running = Some(self.controller(Some((point, at)))?);
+                }
+                Some(r) => {
+                    let exited = matches!(r.process.0.try_wait(), Ok(Some(_)));
+                    if exited || r.started.elapsed() > self.args.max_lifetime {
+                        let key = if exited {
+                            r.point.unwrap_or("exited")
+                        } else {
+                            "timed"
+                        };
+                        *by_point.entry(key).or_default() += 1;
+                        lived += r.started.elapsed();
+                        kills += 1;
+                        running = None; // dropping it SIGKILLs a live one
+                    }
+                }
+            }
+            if self.rng.chance(10) {
+                let t = Instant::now();
+                self.scale_swing().await?;
+                self.spend("kill phase: scaling", t);
+            }
+            if last_observe.elapsed() > Duration::from_millis(400) {
+                let t = Instant::now();
+                self.observe().await?;
+                self.spend("kill phase: observing", t);
+                last_observe = Instant::now();
+            }
+            let t = Instant::now();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            self.spend("kill phase: sleeping", t);
+        }
+        drop(running);
+        eprintln!(
+            "kill phase: {} launches, {kills} kills by point {by_point:?}, controllers lived \
+             {:.2}s on average",
+            self.launched.len(),
+            lived.as_secs_f64() / kills.max(1) as f64
+        );
+        Ok(kills)
+    }
+
+    /// One random disruption-relevant event; returns how many events it was.
+    pub(super) async fn event(&mut self) -> Result<usize> {
+        let roll = self.rng.below(100);
+        if roll < 55 {
+            return self.scale_random().await;
+        }
+        if roll < 70 {
+            let pods = self.pods().await?;
+            let owned: Vec<&Pod> = pods
+                .iter()
+                .filter(|p| p.owner_references().iter().any(|o| o.kind == "ReplicaSet"))
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            if owned.is_empty() {
+                return Ok(0);
+            }
+            let name = owned[self.rng.below(owned.len())].name_any();
+            let _ = Api::<Pod>::namespaced(self.client.clone(), NS)
+                .delete(&name, &DeleteParams::default())
+                .await;
+            return Ok(1);
+        }
+        if roll < 80 {
+            // A node failure (the Node removed) or a spot interruption (the instance reclaimed
+            // and its Node gone).
+            let interruption = roll >= 75;
+            let nodes = self.nodes().await?;
+            let candidates: Vec<&Node> = nodes
+                .iter()
+                .filter(|n| n.metadata.deletion_timestamp.is_none())
+                .filter(|n| {
+                    !interruption || n.labels().get("lane").map(String::as_str) == Some(SPOT_POOL)
+                })
+                .collect();
+            if candidates.is_empty() {
+                return Ok(0);
+            }
+            let name = candidates[self.rng.below(candidates.len())].name_any();
+            self.failed.insert(name.clone());
+            // Where the bare pods are right now: one bound since the last look goes with the
+            // Node too (pod GC), which is the benchmark's doing, not the controller's. Cordoned
+            // first, so that the harness scheduler binds nothing more to it after the look.
+            let cordon = json!({"spec": {"unschedulable": true}});
+            Api::<Node>::all(self.client.clone())
+                .patch(&name, &PatchParams::default(), &Patch::Merge(cordon))
+                .await
+                .map_err(kerr("cordoning a Node to fail"))?;
+            for p in self.pods().await? {
+                if let Some(slot) = self.bare.get_mut(&p.name_any()) {
+                    *slot = p.spec.as_ref().and_then(|s| s.node_name.clone());
+                }
+            }
+            let lost: Vec<String> = self
+                .bare
+                .iter()
+                .filter(|(_, n)| n.as_deref() == Some(name.as_str()))
+                .map(|(p, _)| p.clone())
+                .collect();
+            for p in lost {
+                self.bare.remove(&p);
+                self.bare_lost_with_node += 1;
+            }
+            if interruption {
+                let _ = Api::<KwokInstance>::all(self.client.clone())
+                    .delete(&name, &DeleteParams::default())
+                    .await;
+            }
+            let _ = Api::<Node>::all(self.client.clone())
+                .delete(&name, &DeleteParams::default())
+                .await;
+            return Ok(1);
+        }
+        if roll < 84 {
+            let deps = self.deployments();
+            let (name, _, _) = &deps[self.rng.below(deps.len())];
+            let value = if self.rng.chance(50) {
+                json!(1)
+            } else {
+                json!("50%")
+            };
+            Api::<PodDisruptionBudget>::namespaced(self.client.clone(), NS)
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"maxUnavailable": value}})),
+                )
+                .await
+                .map_err(kerr("changing a PDB"))?;
+            return Ok(1);
+        }
+        if roll < 89 {
+            let pools: Vec<String> = self.budgets.keys().cloned().collect();
+            let name = pools[self.rng.below(pools.len())].clone();
+            let n = 1 + self.rng.below(3);
+            let patch = json!({"spec": {"disruption": {"budgets": [{"nodes": n.to_string()}]}}});
+            Api::<NodePool>::all(self.client.clone())
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map_err(kerr("changing a budget"))?;
+            let entry = self.budgets.entry(name).or_insert((n, n));
+            *entry = (n, entry.0);
+            return Ok(1);
+        }
+        if roll < 95 && self.provreqs_served {
+            return self.provreq_event().await;
+        }
+        // Protected bare pods: created, or the oldest deleted.
+        if self.bare.len() < 6 || self.rng.chance(50) {
+            let i = self.started_controllers * 100_000
+                + self.bare_lost_with_node * 1000
+                + self.rng.below(1000);
+            let name = format!("protected-{i}");
+            if self.bare.contains_key(&name) {
+                return Ok(0);
+            }
+            let annotations = if self.rng.chance(50) {
+                json!({"karpenter.sh/do-not-disrupt": "true"})
+            } else {
+                json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"})
+            };
+            let lane = if self.rng.chance(50) {
+                SPOT_POOL
+            } else {
+                CPU_POOL
+            };
+            let mut pod = pod_template(&name, lane, false, annotations);
+            pod["metadata"]["name"] = json!(name);
+            pod["metadata"]["namespace"] = json!(NS);
+            let p: Pod = serde_json::from_value(pod).map_err(|e| cfg(e.to_string()))?;
+            Api::<Pod>::namespaced(self.client.clone(), NS)
+                .create(&PostParams::default(), &p)
+                .await
+                .map_err(kerr("creating a protected pod"))?;
+            self.bare.insert(name, None);
+            return Ok(1);
+        }
+        let name = self.bare.keys().next().cloned().expect("not empty");
+        self.bare.remove(&name);
+        let _ = Api::<Pod>::namespaced(self.client.clone(), NS)
+            .delete(&name, &DeleteParams::default())
+            .await;
+        Ok(1)
+    }
+
+    pub(super) async fn replay(&mut self, deadline: Instant) -> Result<usize> {
+        let mut events = 0usize;
+        let mut last_observe = Instant::now();
+        while events < self.args.disruption_events {
+            if Instant::now() > deadline {
+                eprintln!("replay stopped at its deadline after {events} events");
+                break;
+            }
+            let t = Instant::now();
+            events += self.event().await?;
+            self.spend("replay: events", t);
+            if last_observe.elapsed() > Duration::from_millis(400) {
+                let t = Instant::now();
+                self.observe().await?;
+                self.spend("replay: observing", t);
+                last_observe = Instant::now();
+            }
+            let t = Instant::now();
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            self.spend("replay: sleeping", t);
+        }
+        Ok(events)
+    }
+}
