@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::disruption::{
     Command, DisruptionConfig, DisruptionState, Method, cooldown, plan_disruption, validate,
 };
@@ -206,6 +207,12 @@ pub trait Policy {
     /// A disruption gave up on nodes of NodePool `pool` it had started to remove (a failed
     /// deletion) at `now`; the default ignores it.
     fn on_failure(&mut self, _pool: &str, _now: i64) {}
+    /// When a decision with a replacement taints its nodes: the default is this controller's
+    /// order (the replacement first, validated again once it is up, then the taint); a model
+    /// of another autoscaler answers with that autoscaler's.
+    fn replacement_order(&self) -> Order {
+        Order::ReplaceFirst
+    }
 }
 
 /// This project's planner ([`plan_provisioning`]) and disruption ([`plan_disruption`]),

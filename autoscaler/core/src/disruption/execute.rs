@@ -9,6 +9,11 @@
 //!                                                       ─▶ Abandoned ──untaint──▶ Done
 //! ```
 //!
+//! The replacement comes before the taint in this controller's [`Order::ReplaceFirst`] (drawn
+//! above); Karpenter's documented flow, [`Order::TaintFirst`], taints first and drains once the
+//! replacement initialized (`Tainted ─▶ Replacing ─▶ Draining`), which the simulator's model of
+//! Karpenter uses.
+//!
 //! [`step`] is pure: it reads a [`Job`], the [`Facts`] the caller gathered (`now` among them)
 //! and a validation to run when the command must be re-checked, and returns the [`Action`] to
 //! perform and the [`Stage`] to enter once it succeeded. The caller owns the queue ([`admit`],
@@ -88,16 +93,32 @@ impl Default for Timeouts {
     }
 }
 
+/// Whether a job launches a replacement, and whether before or after the taint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// No replacement: validate, taint, drain, delete. Cluster Autoscaler's scale-down
+    /// (`ToBeDeletedByClusterAutoscaler`, drain, delete) has this shape too.
+    NoReplacement,
+    /// This controller's: the replacement is launched while the nodes still take pods, the
+    /// command is validated again once it initialized (the nodes may have taken pods
+    /// meanwhile), and only then are the nodes tainted, drained and deleted.
+    ReplaceFirst,
+    /// Karpenter's documented flow: the nodes are tainted right after the validation, the
+    /// replacement launched, and once it initialized they are drained and deleted without a
+    /// second validation (the taint kept new pods away). A replacement that fails untaints.
+    TaintFirst,
+}
+
 /// One command being executed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Job {
     /// What `plan_disruption` decided.
     pub command: Command,
-    /// Whether a replacement is launched first and must initialize before the nodes are
-    /// tainted: [`Method::Replace`] with a replacement claim, as [`Job::new`] reads it off the
-    /// command. A caller that describes the replacement elsewhere (the simulator's models of
-    /// other autoscalers) sets it itself.
-    pub replaces: bool,
+    /// Whether a replacement is launched, and when: [`Order::ReplaceFirst`] for
+    /// [`Method::Replace`] with a replacement claim, as [`Job::new`] reads it off the command,
+    /// [`Order::NoReplacement`] otherwise. A caller that describes the replacement elsewhere
+    /// (the simulator's models of other autoscalers) sets it itself.
+    pub order: Order,
     /// Where it is.
     pub stage: Stage,
     /// Earliest time of the next eviction round (seconds).
@@ -114,7 +135,11 @@ impl Job {
     /// A freshly decided job.
     pub fn new(command: Command) -> Self {
         Job {
-            replaces: command.method == Method::Replace && command.replacement.is_some(),
+            order: if command.method == Method::Replace && command.replacement.is_some() {
+                Order::ReplaceFirst
+            } else {
+                Order::NoReplacement
+            },
             command,
             stage: Stage::Decided,
             next_eviction_at: 0,
@@ -161,6 +186,16 @@ impl Job {
     /// Whether the job still holds its nodes (neither finished nor given up).
     pub fn active(&self) -> bool {
         !matches!(self.stage, Stage::Done | Stage::Abandoned(_))
+    }
+
+    /// Whether the nodes carry the disruption taint in the job's current stage (before an
+    /// abandonment: whether users saw it).
+    pub fn tainted(&self) -> bool {
+        match self.stage {
+            Stage::Tainted | Stage::Draining | Stage::Deleting => true,
+            Stage::Replacing { .. } => self.order == Order::TaintFirst,
+            Stage::Decided | Stage::Abandoned(_) | Stage::Done => false,
+        }
     }
 }
 
@@ -239,6 +274,64 @@ pub struct Step {
     pub validated_pods: Option<Vec<PodKey>>,
 }
 
+/// What users are told, as an event on each of the command's nodes, when a step ends a job's
+/// hold on them ([`Step::notice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// A failed deletion ([`Step::failure`]): a warning.
+    GivenUp,
+    /// A plain abandonment once the nodes were tainted, which users saw: why the taint goes
+    /// away again.
+    Abandoned,
+}
+
+impl Notice {
+    /// Whether the event is a warning.
+    pub fn warning(self) -> bool {
+        self == Notice::GivenUp
+    }
+
+    /// The event's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Notice::GivenUp => "DrainFailed",
+            Notice::Abandoned => "DisruptionAbandoned",
+        }
+    }
+
+    /// The event's message, ending with why the job stopped.
+    pub fn message(self, why: &str) -> String {
+        let what = match self {
+            Notice::GivenUp => "disruption given up",
+            Notice::Abandoned => "disruption abandoned",
+        };
+        format!("{what}, node untainted: {why}")
+    }
+}
+
+impl Step {
+    /// The event this step, taken from `job`'s current stage, owes the nodes: a failed
+    /// deletion always, a plain abandonment only once they were tainted (an abandonment
+    /// before the taint changed nothing users could see).
+    pub fn notice(&self, job: &Job) -> Option<Notice> {
+        if self.failure {
+            Some(Notice::GivenUp)
+        } else if matches!(self.next, Stage::Abandoned(_)) && job.tainted() {
+            Some(Notice::Abandoned)
+        } else {
+            None
+        }
+    }
+
+    /// Why the job stops: the abandonment's reason, or the stage it goes to.
+    pub fn why(&self) -> &str {
+        match &self.next {
+            Stage::Abandoned(why) => why,
+            other => other.as_str(),
+        }
+    }
+}
+
 /// How long a freshly created replacement may be missing from the claim cache (the watch has
 /// not delivered it yet) before it counts as gone.
 pub const REPLACEMENT_CACHE_GRACE_S: i64 = 30;
@@ -254,6 +347,17 @@ fn go(action: Action, next: Stage) -> Step {
         failure: false,
         validated_pods: None,
     }
+}
+
+/// Launch the replacement; the caller fills in the claim's name once created.
+fn create_replacement(now: i64) -> Step {
+    go(
+        Action::CreateReplacement,
+        Stage::Replacing {
+            claim: String::new(),
+            since: now,
+        },
+    )
 }
 
 fn give_up(why: String, failure: bool) -> Step {
@@ -295,9 +399,23 @@ pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), S
             go(Action::Wait, next_if_empty)
         }
     };
+    // The last validation placed the pods the nodes had then; one bound between it and the
+    // taint (or seen only now, by the caller's fresh read before deletion, because its pod
+    // cache lagged) was never given a place, so the command no longer holds: evicting it could
+    // lose a bare or do-not-disrupt pod. Once a replacement came up or evictions went out,
+    // giving up leaves work half done: a failed deletion.
+    let drain_validated = |next_if_empty: Stage| {
+        if let Some(p) = facts.pods_left.iter().find(|p| !cmd.pods.contains(p)) {
+            return give_up(
+                format!("pod {p} arrived after validation"),
+                job.order != Order::NoReplacement || job.stage == Stage::Draining,
+            );
+        }
+        drain(next_if_empty)
+    };
     if job.failed_actions >= MAX_FAILED_ACTIONS && job.active() {
         // Before the taint nothing was started; after it, the nodes could not be removed.
-        let started = !matches!(job.stage, Stage::Decided | Stage::Replacing { .. });
+        let started = job.tainted();
         return give_up(
             format!(
                 "{} failed {} times in a row",
@@ -315,20 +433,19 @@ pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), S
             if let Err(why) = validate() {
                 return give_up(why, false);
             }
-            let mut step = if job.replaces {
-                go(
-                    Action::CreateReplacement,
-                    // The caller fills in the claim's name once created.
-                    Stage::Replacing {
-                        claim: String::new(),
-                        since: facts.now,
-                    },
-                )
+            let mut step = if job.order == Order::ReplaceFirst {
+                create_replacement(facts.now)
             } else {
                 go(Action::Taint(cmd.nodes.clone()), Stage::Tainted)
             };
             step.validated_pods = Some(facts.pods_left.clone());
             step
+        }
+        Stage::Replacing { .. }
+            if job.order == Order::TaintFirst && facts.replacement_initialized == Some(true) =>
+        {
+            // Tainted since the validation: only pods that tolerate the taint can have come.
+            drain_validated(job.stage.clone())
         }
         Stage::Replacing { since, .. } => match facts.replacement_initialized {
             Some(true) => {
@@ -348,20 +465,8 @@ pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), S
             }
             Some(false) => stay(job),
         },
-        Stage::Tainted | Stage::Draining => {
-            // The last validation placed the pods the nodes had then; one bound between it and
-            // the taint (or seen only now, by the caller's fresh read before deletion, because
-            // its pod cache lagged) was never given a place, so the command no longer holds:
-            // evicting it could lose a bare or do-not-disrupt pod. Once a replacement came up
-            // or evictions went out, giving up leaves work half done: a failed deletion.
-            if let Some(p) = facts.pods_left.iter().find(|p| !cmd.pods.contains(p)) {
-                return give_up(
-                    format!("pod {p} arrived after validation"),
-                    job.replaces || job.stage == Stage::Draining,
-                );
-            }
-            drain(job.stage.clone())
-        }
+        Stage::Tainted if job.order == Order::TaintFirst => create_replacement(facts.now),
+        Stage::Tainted | Stage::Draining => drain_validated(job.stage.clone()),
         Stage::Deleting => {
             if facts.nodes_present.is_empty() {
                 go(Action::Wait, Stage::Done)
@@ -380,20 +485,24 @@ pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), S
 /// change in the facts can (a replacement initializing, pods leaving, nodes going).
 pub fn wake(job: &Job, facts: &Facts) -> Option<i64> {
     let after = |t: i64| (t > facts.now).then_some(t);
+    let drain = || {
+        let timeout = job.draining_since.map(|s| s + facts.timeouts.drain_s);
+        [after(job.next_eviction_at), timeout.and_then(after)]
+            .into_iter()
+            .flatten()
+            .min()
+    };
     match &job.stage {
         Stage::Decided => after(job.command.decided_at + facts.validation_delay_s),
         Stage::Replacing { since, .. } => match facts.replacement_initialized {
             None => after(since + REPLACEMENT_CACHE_GRACE_S),
             Some(false) => after(since + facts.timeouts.replacement_s),
+            // Karpenter's order drains from here.
+            Some(true) if job.order == Order::TaintFirst && !facts.pods_left.is_empty() => drain(),
             Some(true) => None,
         },
-        Stage::Tainted | Stage::Draining if !facts.pods_left.is_empty() => {
-            let timeout = job.draining_since.map(|s| s + facts.timeouts.drain_s);
-            [after(job.next_eviction_at), timeout.and_then(after)]
-                .into_iter()
-                .flatten()
-                .min()
-        }
+        Stage::Tainted if job.order == Order::TaintFirst => None,
+        Stage::Tainted | Stage::Draining if !facts.pods_left.is_empty() => drain(),
         _ => None,
     }
 }

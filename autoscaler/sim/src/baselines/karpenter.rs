@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::CapacityType;
+use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::model::ConsolidationPolicy;
 use autoscaler_core::resources::Resources;
 use providers::{OfferingKey, UnavailableOfferings};
@@ -542,6 +543,13 @@ impl Policy for KarpenterLike {
     }
 
     fn on_scale_up(&mut self, _pool: &str, _now: i64) {}
+
+    /// Karpenter's documented disruption flow: taint `karpenter.sh/disrupted:NoSchedule`,
+    /// pre-spin the replacements, wait for them to initialize, then delete the nodes (their
+    /// termination drains them); a replacement that fails to initialize untaints.
+    fn replacement_order(&self) -> Order {
+        Order::TaintFirst
+    }
 
     fn on_delete(&mut self, _pool: &str, _now: i64) {}
 }

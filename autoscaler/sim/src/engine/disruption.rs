@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use autoscaler_core::disruption::execute::{self, Action, Facts, Job, Stage};
+use autoscaler_core::disruption::execute::{self, Action, Facts, Job, Order, Stage};
 use autoscaler_core::disruption::{Command, Method, SAFE_TO_EVICT, pod_protection};
 use autoscaler_core::keys::DISRUPTION_TAINT;
 use autoscaler_core::model::{DisruptionReason, PodKey};
@@ -71,8 +71,13 @@ impl Engine<'_> {
                     Job::new(command_of(&d, names, self.now))
                 }
             };
-            // The replacement is the decision's launch spec, whoever decided it.
-            job.replaces = d.replacement.is_some();
+            // The replacement is the decision's launch spec, whoever decided it, and the
+            // policy says whether it comes before or after the taint.
+            job.order = if d.replacement.is_some() {
+                self.policy.replacement_order()
+            } else {
+                Order::NoReplacement
+            };
             let i = self.next_decision;
             self.next_decision += 1;
             self.decisions.insert(
@@ -214,8 +219,11 @@ impl Engine<'_> {
                             node.taints.retain(|t| t.key != DISRUPTION_TAINT);
                         }
                     }
-                    self.request_pass(true);
-                    self.changed();
+                    // Nothing changed in the cluster when the nodes were never tainted.
+                    if tainted {
+                        self.request_pass(true);
+                        self.changed();
+                    }
                 }
             }
             let Some(p) = self.decisions.get_mut(&i) else {

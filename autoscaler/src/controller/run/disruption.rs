@@ -413,22 +413,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     }
                     self.shared.metrics.disruption_failures.inc();
                 }
-                // A failure is a warning; a plain abandonment after the taint, which users saw,
-                // says why the taint goes away again.
-                let notice = if step.failure {
-                    Some((true, "DrainFailed", "disruption given up"))
-                } else if matches!(step.next, Stage::Abandoned(_))
-                    && matches!(job.stage, Stage::Tainted | Stage::Draining)
-                {
-                    Some((false, "DisruptionAbandoned", "disruption abandoned"))
-                } else {
-                    None
-                };
-                if let Some((warning, event_reason, what)) = notice {
-                    let why = match &step.next {
-                        Stage::Abandoned(why) => why.as_str(),
-                        other => other.as_str(),
-                    };
+                if let Some(notice) = step.notice(job) {
                     for node in nodes
                         .iter()
                         .filter(|n| job.command.nodes.contains(&n.name_any()))
@@ -437,10 +422,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                             .actuator
                             .event(
                                 &reference(node.as_ref()),
-                                warning,
-                                event_reason,
+                                notice.warning(),
+                                notice.reason(),
                                 "Disrupt",
-                                format!("{what}, node untainted: {why}"),
+                                notice.message(step.why()),
                             )
                             .await;
                     }

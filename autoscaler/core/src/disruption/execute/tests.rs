@@ -338,11 +338,12 @@ fn admit_keeps_one_command_per_node() {
 fn a_replacement_described_by_the_caller_comes_first() {
     let snap = snapshot();
     let mut job = Job::new(command(Method::Replace));
-    assert!(
-        !job.replaces,
+    assert_eq!(
+        job.order,
+        Order::NoReplacement,
         "a Replace command without a claim replaces nothing"
     );
-    job.replaces = true;
+    job.order = Order::ReplaceFirst;
     let s = run(&job, &facts(200), &snap);
     assert_eq!(s.action, Action::CreateReplacement);
     assert!(matches!(s.next, Stage::Replacing { since: 200, .. }));
@@ -351,6 +352,124 @@ fn a_replacement_described_by_the_caller_comes_first() {
     f.replacement_initialized = Some(true);
     let s = run(&job, &f, &snap);
     assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
+}
+
+/// Karpenter's order: taint right after the validation, then the replacement; once it
+/// initialized the nodes drain without a second validation (a pod that would fail it no
+/// longer matters: the taint kept new pods away), and a pod that came anyway gives up.
+#[test]
+fn karpenters_order_taints_first_and_drains_once_the_replacement_is_up() {
+    let mut snap = snapshot();
+    let mut job = Job::new(command(Method::Replace));
+    job.order = Order::TaintFirst;
+    let s = run(&job, &facts(200), &snap);
+    assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
+    assert_eq!(s.next, Stage::Tainted);
+    job.advance(s);
+    assert!(job.tainted());
+    let s = run(&job, &facts(200), &snap);
+    assert_eq!(s.action, Action::CreateReplacement);
+    assert!(matches!(s.next, Stage::Replacing { since: 200, .. }));
+    job.advance(s);
+    assert!(job.tainted(), "still tainted while the replacement boots");
+    let mut f = facts(250);
+    f.replacement_initialized = Some(false);
+    assert_eq!(run(&job, &f, &snap).action, Action::Wait);
+    assert_eq!(wake(&job, &f), Some(1100), "the replacement timeout");
+    // The validation would now fail (the node holds a pod); it is not asked again.
+    snap.nodes[0].pods.push(pod("a").build());
+    job.command.pods = vec![key("a")];
+    f.replacement_initialized = Some(true);
+    f.pods_left = vec![key("a")];
+    let s = run(&job, &f, &snap);
+    assert_eq!(s.action, Action::Evict(vec![key("a")]));
+    assert_eq!(s.next, Stage::Draining);
+    f.pods_left = vec![];
+    assert_eq!(
+        run(&job, &f, &snap).action,
+        Action::DeleteNodes(vec!["n1".into()])
+    );
+    f.pods_left = vec![key("a"), key("tolerating")];
+    let s = run(&job, &f, &snap);
+    assert!(
+        matches!(s.next, Stage::Abandoned(ref why) if why.contains("default/tolerating arrived")),
+        "{s:?}"
+    );
+    assert!(s.failure, "the replacement is up: a failed deletion");
+}
+
+/// In Karpenter's order a replacement that never initializes untaints the nodes, as a failed
+/// deletion the users are warned of.
+#[test]
+fn karpenters_order_untaints_when_the_replacement_fails() {
+    let snap = snapshot();
+    let mut job = Job::new(command(Method::Replace));
+    job.order = Order::TaintFirst;
+    job.stage = Stage::Replacing {
+        claim: String::new(),
+        since: 100,
+    };
+    let mut f = facts(100 + REPLACEMENT_CACHE_GRACE_S);
+    let s = run(&job, &f, &snap);
+    assert!(
+        matches!(s.next, Stage::Abandoned(ref why) if why.contains("NodeClaim is gone")),
+        "{s:?}"
+    );
+    assert_eq!(s.notice(&job), Some(Notice::GivenUp));
+    f.replacement_initialized = Some(false);
+    f.now = 1_000;
+    let s = run(&job, &f, &snap);
+    assert!(s.failure && s.why().contains("did not initialize"), "{s:?}");
+    job.advance(s);
+    assert_eq!(
+        run(&job, &f, &snap).action,
+        Action::Untaint(vec!["n1".into()])
+    );
+}
+
+/// Which event a step that stops a job owes its nodes: a warning for a failed deletion, a
+/// notice for an abandonment users saw the taint of, nothing before the taint.
+#[test]
+fn notices_follow_what_users_saw() {
+    let mut snap = snapshot();
+    snap.nodes[0].pods.push(pod("p").build());
+    let job = Job::new(command(Method::Delete));
+    let s = run(&job, &facts(200), &snap);
+    assert!(matches!(s.next, Stage::Abandoned(_)) && !s.failure);
+    assert_eq!(s.notice(&job), None, "validation failed before the taint");
+    let mut tainted = job.clone();
+    tainted.stage = Stage::Tainted;
+    let mut f = facts(200);
+    f.pods_left = vec![key("late")];
+    let s = run(&tainted, &f, &snap);
+    assert_eq!(s.notice(&tainted), Some(Notice::Abandoned));
+    assert_eq!(
+        (Notice::Abandoned.reason(), Notice::Abandoned.warning()),
+        ("DisruptionAbandoned", false)
+    );
+    assert_eq!(
+        Notice::Abandoned.message(s.why()),
+        "disruption abandoned, node untainted: pod default/late arrived after validation"
+    );
+    let mut draining = tainted.clone();
+    draining.stage = Stage::Draining;
+    let s = run(&draining, &f, &snap);
+    assert_eq!(s.notice(&draining), Some(Notice::GivenUp));
+    assert_eq!(
+        (Notice::GivenUp.reason(), Notice::GivenUp.warning()),
+        ("DrainFailed", true)
+    );
+    // Replacing before the taint (the controller's order): nothing users saw.
+    let mut replacing = Job::new(command(Method::Replace));
+    replacing.order = Order::ReplaceFirst;
+    replacing.stage = Stage::Replacing {
+        claim: "c".into(),
+        since: 0,
+    };
+    assert!(!replacing.tainted());
+    let s = give_up("x".into(), false);
+    assert_eq!(s.notice(&replacing), None);
+    assert_eq!(s.why(), "x");
 }
 
 /// The timeouts' defaults are the flags' default texts, parsed by the one duration grammar.
