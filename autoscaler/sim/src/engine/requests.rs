@@ -7,7 +7,8 @@
 
 use autoscaler_core::model::{Pod, PodKey};
 
-use super::{Engine, Ev, ProvReqStats, ReqEnd, ReqPhase, Request, RequestRecord, percentile};
+use super::result::percentile;
+use super::{Engine, Ev, ProvReqStats, ReqEnd, ReqPhase, Request, RequestRecord};
 use crate::cluster::{NodeId, NodePhase, PodId, PodPhase};
 use crate::policy::{Ctx, RequestAnswer, RequestAsk};
 
