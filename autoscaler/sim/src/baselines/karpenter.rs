@@ -544,9 +544,10 @@ impl Policy for KarpenterLike {
 
     fn on_scale_up(&mut self, _pool: &str, _now: i64) {}
 
-    /// Karpenter's documented disruption flow: taint `karpenter.sh/disrupted:NoSchedule`,
-    /// pre-spin the replacements, wait for them to initialize, then delete the nodes (their
-    /// termination drains them); a replacement that fails to initialize untaints.
+    /// Karpenter's documented disruption flow: a NoSchedule taint on the nodes first, then
+    /// the replacements pre-spun and waited for until initialized, then the nodes deleted
+    /// (their termination drains them); a replacement that fails to initialize untaints. The
+    /// simulated taint is the core's key: only whether pods tolerate it matters here.
     fn replacement_order(&self) -> Order {
         Order::TaintFirst
     }
