@@ -128,12 +128,7 @@ async fn run_with_gcp_launches_a_gpu_vm_for_a_pending_gpu_pod() {
             let claims = cluster.claims().await;
             claims
                 .iter()
-                .any(|c| {
-                    c.status
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .is_some_and(|p| p.starts_with("gce://fake-project/"))
-                })
+                .any(|c| harness::launched_on(c, "gce://fake-project/"))
                 .then_some(claims)
         },
     )
@@ -478,70 +473,9 @@ async fn run_with_gcp_a_dra_claim_scales_a_gpu_pool_from_zero() {
         .apply_file("deploy/examples/dra/one-gpu-claim-template.yaml")
         .await;
 
-    let claim = eventually(
-        "the NodeClaim records the VM",
-        Duration::from_secs(60),
-        || async {
-            cluster.claims().await.into_iter().find(|c| {
-                c.status
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_deref())
-                    .is_some_and(|p| p.starts_with("gce://fake-project/"))
-            })
-        },
-    )
+    harness::dra_claim_scales_from_zero(&cluster, &ctl, "gce://fake-project/", |pid| {
+        pid.rsplit('/').next().unwrap().to_string()
+    })
     .await;
-    assert_eq!(
-        claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
-            .map(String::as_str),
-        Some("true"),
-        "the claim waits for its Node's slices"
-    );
-    let pid = claim.status.clone().unwrap().provider_id.unwrap();
-    let node_name = pid.rsplit('/').next().unwrap().to_string();
-    // With the DRA driver the GPUs are devices, not an extended resource.
-    let mut node = harness::kubelet_node(&node_name, &pid, &claim);
-    for k in ["capacity", "allocatable"] {
-        node["status"][k]
-            .as_object_mut()
-            .unwrap()
-            .remove("nvidia.com/gpu");
-    }
-    let _: k8s_openapi::api::core::v1::Node = cluster.create(node).await;
-    let bound = eventually(
-        "the DRA pod bound to the new node",
-        Duration::from_secs(60),
-        || async {
-            cluster
-                .pod("default", "cuda-dra")
-                .await
-                .as_ref()
-                .and_then(harness::bound_to)
-        },
-    )
-    .await;
-    assert_eq!(bound, node_name, "{}", ctl.log());
-    let devices = harness::pod_claim_devices(&cluster, "cuda-dra").await;
-    assert_eq!(
-        devices,
-        [("gpu.nvidia.com".into(), node_name.clone(), "gpu-0".into())],
-        "the pod's claim holds the new node's GPU"
-    );
-    let name = claim.metadata.name.clone().unwrap();
-    eventually(
-        "the NodeClaim initialized",
-        Duration::from_secs(60),
-        || async {
-            harness::claim_initialized(&cluster, &name)
-                .await
-                .then_some(())
-        },
-    )
-    .await;
-    assert_eq!(cluster.claims().await.len(), 1, "one node for one GPU");
     assert_eq!(fake.instances().len(), 1, "one VM");
 }

@@ -207,3 +207,34 @@ fn bad_claims_and_classes_name_the_field() {
     .unwrap_err();
     assert!(e.contains("deviceClasses[0].selectors[0]"), "{e}");
 }
+
+#[test]
+fn blank_and_twice_given_names_of_classes_and_claims_name_the_field() {
+    let good = scenario([DRA[0], DRA[1]]);
+    let class = |name: &str| format!("  - name: {name:?}\n");
+    for (classes, says) in [
+        (class(" "), "deviceClasses[0].name: must not be empty"),
+        (
+            format!("{}{}", class("fast"), class("fast")),
+            "deviceClasses[1].name: class fast is defined twice",
+        ),
+    ] {
+        let e = parse(&format!("deviceClasses:\n{classes}{good}")).unwrap_err();
+        assert!(e.contains(says), "{classes}:\n{e}");
+    }
+    let claim = "          - name: gpu\n            requests: [{name: gpu, deviceClassName: gpu.nvidia.com, count: 2}]";
+    for (to, says) in [
+        (
+            claim.replacen("name: gpu", "name: \"\"", 1),
+            "workloads[0].jobs.pod.claims[0].name: must not be empty",
+        ),
+        (
+            format!("{claim}\n{claim}"),
+            "workloads[0].jobs.pod.claims[1].name: claim gpu is named twice",
+        ),
+    ] {
+        assert!(good.contains(claim), "{claim}");
+        let e = parse(&good.replacen(claim, &to, 1)).unwrap_err();
+        assert!(e.contains(says), "{to}:\n{e}");
+    }
+}

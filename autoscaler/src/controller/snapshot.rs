@@ -472,6 +472,12 @@ impl SnapshotBuilder {
                 .or_else(|| node_labels.get(keys::POOL_LABEL).cloned());
             let initialized = match claim {
                 Some(c) => lifecycle::phase(c) == Phase::Initialized,
+                // Labelled for one of our pools but no claim records its instance: it
+                // registered before its claim's launch was written down (that write failed
+                // and the launch is retried), or its claim is gone. Not a candidate, as
+                // Karpenter disrupts only nodes a NodeClaim manages: deleting it would leave
+                // the instance to register again under the same name.
+                None if node_labels.contains_key(keys::POOL_LABEL) => false,
                 None => translate::node_ready(n),
             };
             let price = pool

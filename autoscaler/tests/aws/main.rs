@@ -249,15 +249,7 @@ async fn run_with_aws_launches_a_gpu_instance_for_a_pending_pod() {
     let _: Pod = c.create(gpu_pod("train")).await;
 
     // A NodeClaim is written, then launched on EC2 (moto) with its provider id.
-    let claim = eventually("a launched NodeClaim", Duration::from_secs(60), || async {
-        c.claims().await.into_iter().find(|cl| {
-            cl.status
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .is_some_and(|p| p.starts_with("aws:///"))
-        })
-    })
-    .await;
+    let claim = e2e::launched_claim(&c, "a launched NodeClaim", "aws:///").await;
     let status = claim.status.clone().unwrap();
     let pid = status.provider_id.clone().unwrap();
     assert!(
@@ -335,12 +327,7 @@ async fn run_with_aws_puts_a_gang_in_one_placement_group_and_collects_it() {
             let claims = c.claims().await;
             let launched = claims
                 .iter()
-                .filter(|cl| {
-                    cl.status
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .is_some_and(|p| p.starts_with("aws:///"))
-                })
+                .filter(|cl| e2e::launched_on(cl, "aws:///"))
                 .count();
             (launched == 2).then_some(claims)
         },
@@ -491,19 +478,8 @@ async fn run_with_aws_killed_around_create_fleet_launches_one_instance() {
 
         let second =
             aws_controller(&c, &moto, &proxy.url, &cluster, &format!("second-{i}"), &[]).await;
-        let claim = eventually(
-            "the claim launched after the restart",
-            Duration::from_secs(60),
-            || async {
-                c.claims().await.into_iter().find(|cl| {
-                    cl.status
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .is_some_and(|p| p.starts_with("aws:///"))
-                })
-            },
-        )
-        .await;
+        let claim =
+            e2e::launched_claim(&c, "the claim launched after the restart", "aws:///").await;
         assert_eq!(claim.metadata.name.as_deref(), Some(claim_name.as_str()));
         let pid = claim.status.clone().unwrap().provider_id.unwrap();
         let instance_id = provider_aws::instance_id(&pid).unwrap().to_string();
@@ -565,63 +541,11 @@ async fn run_with_aws_a_dra_claim_scales_a_gpu_pool_from_zero() {
     c.apply_file("deploy/examples/dra/one-gpu-claim-template.yaml")
         .await;
 
-    let claim = eventually("a launched NodeClaim", Duration::from_secs(60), || async {
-        c.claims().await.into_iter().find(|cl| {
-            cl.status
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .is_some_and(|p| p.starts_with("aws:///"))
-        })
+    e2e::dra_claim_scales_from_zero(&c, &ctl, "aws:///", |pid| {
+        let instance_id = provider_aws::instance_id(pid).unwrap();
+        format!("ip-10-0-0-9-{instance_id}")
     })
     .await;
-    assert_eq!(
-        claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
-            .map(String::as_str),
-        Some("true"),
-        "the claim waits for its Node's slices"
-    );
-    let pid = claim.status.clone().unwrap().provider_id.unwrap();
-    let instance_id = provider_aws::instance_id(&pid).unwrap().to_string();
-    // With the DRA driver the GPUs are devices, not an extended resource.
-    let node_name = format!("ip-10-0-0-9-{instance_id}");
-    let mut node = kubelet_node(&node_name, &pid, &claim);
-    for k in ["capacity", "allocatable"] {
-        node["status"][k]
-            .as_object_mut()
-            .unwrap()
-            .remove("nvidia.com/gpu");
-    }
-    let _: Node = c.create(node).await;
-    let bound = eventually(
-        "the DRA pod bound to the new node",
-        Duration::from_secs(60),
-        || async {
-            c.pod("default", "cuda-dra")
-                .await
-                .as_ref()
-                .and_then(bound_to)
-        },
-    )
-    .await;
-    assert_eq!(bound, node_name, "{}", ctl.log());
-    let devices = e2e::pod_claim_devices(&c, "cuda-dra").await;
-    assert_eq!(
-        devices,
-        [("gpu.nvidia.com".into(), node_name.clone(), "gpu-0".into())],
-        "the pod's claim holds the new node's GPU"
-    );
-    let name = claim.metadata.name.clone().unwrap();
-    eventually(
-        "the NodeClaim initialized",
-        Duration::from_secs(60),
-        || async { e2e::claim_initialized(&c, &name).await.then_some(()) },
-    )
-    .await;
-    assert_eq!(c.claims().await.len(), 1, "one node for one GPU");
     let live: Vec<_> = moto_instances(&moto, "dra")
         .await
         .into_iter()

@@ -53,13 +53,8 @@ async fn e2e_dra_claim_from_a_template_scales_a_gpu_pool_from_zero() {
     let claims = c.claims().await;
     assert_eq!(claims.len(), 1, "one node for one GPU: {claims:#?}");
     let nc = &claims[0];
-    assert_eq!(
-        nc.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
-            .map(String::as_str),
-        Some("true"),
+    assert!(
+        waits_for_slices(nc),
         "the claim waits for the node's slices"
     );
     let status = nc.status.as_ref().unwrap();

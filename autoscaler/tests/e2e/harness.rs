@@ -676,11 +676,11 @@ impl Cluster {
     }
 }
 
-// Used by the aws and gcp test crates, which include this harness.
+// Used by `dra_claim_scales_from_zero` (the aws and gcp test crates).
 #[allow(dead_code)]
 /// The devices allocated to the ResourceClaim the pod `name` (namespace `default`) got for its
 /// first pod claim, as (driver, pool, device); empty while it has none.
-pub async fn pod_claim_devices(c: &Cluster, name: &str) -> Vec<(String, String, String)> {
+async fn pod_claim_devices(c: &Cluster, name: &str) -> Vec<(String, String, String)> {
     use k8s_openapi::api::resource::v1::ResourceClaim;
     let Some(claim) = c.pod("default", name).await.and_then(|p| {
         p.status?
@@ -706,11 +706,11 @@ pub async fn pod_claim_devices(c: &Cluster, name: &str) -> Vec<(String, String, 
         .collect()
 }
 
-// Used by the aws and gcp test crates, which include this harness.
+// Used by `dra_claim_scales_from_zero` (the aws and gcp test crates).
 #[allow(dead_code)]
 /// Whether the NodeClaim `name` has `Initialized=True` (for a DRA claim: its Node's slices
 /// published the devices its instance type's template expects).
-pub async fn claim_initialized(c: &Cluster, name: &str) -> bool {
+async fn claim_initialized(c: &Cluster, name: &str) -> bool {
     c.claims().await.iter().any(|cl| {
         cl.metadata.name.as_deref() == Some(name)
             && cl.status.as_ref().is_some_and(|s| {
@@ -755,4 +755,100 @@ pub fn kubelet_node(name: &str, provider_id: &str, claim: &nodepools::NodeClaim)
             "phase": "Running"
         }
     })
+}
+
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
+/// The part of the DRA guide's scale-from-zero example both cloud tests share, once the
+/// controller runs, the fake DRA driver publishes the cloud's catalog and the pod `cuda-dra`
+/// (one GPU from the `one-gpu-claim-template`) is pending: waits for the NodeClaim whose
+/// provider ID starts with `provider_prefix` and checks that it waits for its Node's slices;
+/// plays the kubelet (a Node named `node_name(provider ID)` whose GPU is a device, not an
+/// extended resource); then checks that the pod is bound there holding that Node's GPU, that
+/// the NodeClaim turns initialized, and that it is the only one. Deadlines are a minute each; a failure shows `ctl`'s log where it helps.
+pub async fn dra_claim_scales_from_zero(
+    c: &Cluster,
+    ctl: &Controller,
+    provider_prefix: &str,
+    node_name: impl Fn(&str) -> String,
+) {
+    let claim = launched_claim(c, "the NodeClaim records the instance", provider_prefix).await;
+    assert!(
+        waits_for_slices(&claim),
+        "the claim waits for its Node's slices"
+    );
+    let pid = claim.status.clone().unwrap().provider_id.unwrap();
+    let node_name = node_name(&pid);
+    // With the DRA driver the GPUs are devices, not an extended resource.
+    let mut node = kubelet_node(&node_name, &pid, &claim);
+    for k in ["capacity", "allocatable"] {
+        node["status"][k]
+            .as_object_mut()
+            .unwrap()
+            .remove("nvidia.com/gpu");
+    }
+    let _: Node = c.create(node).await;
+    let bound = eventually(
+        "the DRA pod bound to the new node",
+        Duration::from_secs(60),
+        || async {
+            c.pod("default", "cuda-dra")
+                .await
+                .as_ref()
+                .and_then(bound_to)
+        },
+    )
+    .await;
+    assert_eq!(bound, node_name, "{}", ctl.log());
+    let devices = pod_claim_devices(c, "cuda-dra").await;
+    assert_eq!(
+        devices,
+        [("gpu.nvidia.com".into(), node_name.clone(), "gpu-0".into())],
+        "the pod's claim holds the new node's GPU"
+    );
+    let name = claim.metadata.name.clone().unwrap();
+    eventually(
+        "the NodeClaim initialized",
+        Duration::from_secs(60),
+        || async { claim_initialized(c, &name).await.then_some(()) },
+    )
+    .await;
+    assert_eq!(c.claims().await.len(), 1, "one node for one GPU");
+}
+
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
+/// Whether `claim` has been launched on the cloud whose provider IDs start with
+/// `provider_prefix` (`aws:///`, `gce://<project>/`).
+pub fn launched_on(claim: &NodeClaim, provider_prefix: &str) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .is_some_and(|p| p.starts_with(provider_prefix))
+}
+
+// Used by the aws and gcp test crates, which include this harness.
+#[allow(dead_code)]
+/// The first NodeClaim [`launched_on`] the cloud of `provider_prefix`, waited for a minute
+/// (`what` names the wait when it times out).
+pub async fn launched_claim(c: &Cluster, what: &str, provider_prefix: &str) -> NodeClaim {
+    eventually(what, Duration::from_secs(60), || async {
+        c.claims()
+            .await
+            .into_iter()
+            .find(|cl| launched_on(cl, provider_prefix))
+    })
+    .await
+}
+
+/// Whether `claim` is a DRA claim that waits for its Node's ResourceSlices before it counts as
+/// initialized (the `gpu-autoscaler.dev/dra` annotation is `true`).
+pub fn waits_for_slices(claim: &NodeClaim) -> bool {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("gpu-autoscaler.dev/dra"))
+        .is_some_and(|v| v == "true")
 }

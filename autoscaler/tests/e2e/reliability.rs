@@ -55,7 +55,7 @@ async fn e2e_bench_reliability_small_counts_nothing_wrong() {
         "--max-replicas=5",
         "--cloud-fault-rate=0.3",
         "--api-fault-rate=0.05",
-        "--settle-timeout=60s",
+        "--settle-timeout=120s",
     ]
     .iter()
     .map(|s| s.to_string())

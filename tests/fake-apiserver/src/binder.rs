@@ -8,12 +8,38 @@
 //! memory, `pods`, extended resources such as `nvidia.com/gpu`) fits in allocatable minus what
 //! non-terminal pods already bound there request; `NoSchedule`/`NoExecute` taints are tolerated;
 //! `nodeSelector` and required node affinity (`matchExpressions` and `matchFields` on
-//! `metadata.name`) match; a pod's DRA claims can be allocated on the node (`dra.rs`). Not
-//! modelled: pod (anti-)affinity, topology spread, preemption, host ports, volumes, scheduling
-//! gates other than "has any gate".
+//! `metadata.name`) match; a pod's DRA claims can be allocated on the node (`dra.rs`); a pod's
+//! GPU share fits a device of the node (below). Not modelled: pod (anti-)affinity, topology
+//! spread, preemption, host ports, volumes, scheduling gates other than "has any gate".
+//!
+//! GPU sharing, per encoding, as the component that serves it in a real cluster would:
+//! - **Time-slicing** (NVIDIA device plugin): the node advertises each GPU `replicas` times as
+//!   `nvidia.com/gpu` (or `nvidia.com/gpu.shared` when renamed); pods request whole replicas,
+//!   checked against allocatable like any extended resource.
+//! - **MIG** (mixed strategy): each instance profile is an extended resource
+//!   (`nvidia.com/mig-1g.10gb`), checked against allocatable the same way; under the single
+//!   strategy the instances are `nvidia.com/gpu`.
+//! - **Fractional shares** (what a HAMi-style scheduler extender with its GPU policy set to
+//!   `binpack` does; `binder/shares.rs`): a pod with the annotation
+//!   `gpu-autoscaler.dev/gpu-share: "N"` takes N thousandths (1..=1000) of one `nvidia.com/gpu`
+//!   device; without it, HAMi's `nvidia.com/gpucores: C` (1..=99) with `nvidia.com/gpu: K`
+//!   takes C % of each of K distinct devices (one when `nvidia.com/gpu` is absent). An
+//!   annotation that does not parse makes the pod fit nowhere, naming the annotation. A node
+//!   has one device per whole `nvidia.com/gpu` it advertises. A device holds shares summing to
+//!   at most 1000 thousandths, never pooled across devices; a share goes to the partly used
+//!   device with the least room that still holds it (lowest index on a tie), else opens an
+//!   untouched device, which then no longer counts as a free whole device. Whole-device pods
+//!   take only devices no share touches. A share pod's `nvidia.com/gpu` request and HAMi's
+//!   `gpucores` / `gpumem` / `gpumem-percentage` are not checked against allocatable (HAMi's
+//!   extender manages them; device memory is not modelled). Every node advertising
+//!   `nvidia.com/gpu` takes shares: which nodes run the share scheduler is for the pods'
+//!   selectors and tolerations to say. The devices a bound share pod holds are remembered for
+//!   its lifetime, as HAMi records them on the pod; a share pod bound by someone else is given
+//!   devices (same rule) when first seen.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+mod shares;
+
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -21,6 +47,8 @@ use serde_json::{Value, json};
 use crate::dra::{self, Dra};
 use crate::quantity::parse_milli;
 use crate::store::{State, WriteOpts, now, set_condition};
+pub(crate) use shares::Memory;
+use shares::{Ask, NodeDevices};
 
 /// Settings of the harness scheduler.
 #[derive(Clone, Debug)]
@@ -161,11 +189,43 @@ pub(crate) fn affinity_matches(pod: &Value, node: &Value) -> bool {
 struct NodeView {
     name: String,
     node: std::sync::Arc<Value>,
+    allocatable: Resources,
     free: Resources,
+    devices: NodeDevices,
+}
+
+impl NodeView {
+    /// The devices `ask`'s share would take here (`Some(empty)` for a pod without a share),
+    /// `None` when it takes none.
+    fn place(&self, ask: &Ask) -> Option<Vec<usize>> {
+        match &ask.share {
+            Ok(Some(s)) => self.devices.place(
+                s,
+                &self.allocatable,
+                self.free.get(&s.resource).copied().unwrap_or(0),
+            ),
+            Ok(None) => Some(Vec::new()),
+            Err(_) => None,
+        }
+    }
+
+    /// Counts a pod bound here: its checked requests, and its share on the devices `at`.
+    fn take(&mut self, ask: &Ask, at: &[usize]) {
+        for (k, v) in ask.requests.iter() {
+            *self.free.entry(k.clone()).or_default() -= v;
+        }
+        if let Ok(Some(s)) = &ask.share {
+            let opened = self.devices.take(s, at, &self.allocatable);
+            *self.free.entry(s.resource.clone()).or_default() -= 1000 * opened;
+        }
+    }
 }
 
 /// Why a pod does not fit a node (`None` when it fits), in kube-scheduler's words.
-fn misfit(pod: &Value, req: &Resources, n: &NodeView) -> Option<String> {
+fn misfit(pod: &Value, ask: &Ask, n: &NodeView) -> Option<String> {
+    if let Err(why) = &ask.share {
+        return Some(why.clone());
+    }
     let node = &n.node;
     let ready = node
         .pointer("/status/conditions")
@@ -209,7 +269,7 @@ fn misfit(pod: &Value, req: &Resources, n: &NodeView) -> Option<String> {
     if !affinity_matches(pod, node) {
         return Some("node(s) didn't match Pod's node affinity/selector".into());
     }
-    for (res, want) in req {
+    for (res, want) in &ask.requests {
         if *want > 0 && n.free.get(res).copied().unwrap_or(0) < *want {
             return Some(if res == "pods" {
                 "Too many pods".into()
@@ -218,7 +278,10 @@ fn misfit(pod: &Value, req: &Resources, n: &NodeView) -> Option<String> {
             });
         }
     }
-    None
+    match &ask.share {
+        Ok(Some(s)) if n.place(ask).is_none() => Some(shares::no_room(s)),
+        _ => None,
+    }
 }
 
 fn fits_resources(req: &Resources, n: &NodeView) -> bool {
@@ -272,13 +335,18 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
     let mut views: Vec<NodeView> = nodes
         .items
         .iter()
-        .map(|n| NodeView {
-            name: n["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            node: n.clone(),
-            free: quantities(n.pointer("/status/allocatable")),
+        .map(|n| {
+            let allocatable = quantities(n.pointer("/status/allocatable"));
+            NodeView {
+                name: n["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                node: n.clone(),
+                free: allocatable.clone(),
+                allocatable,
+                devices: NodeDevices::default(),
+            }
         })
         .collect();
     let index: BTreeMap<String, usize> = views
@@ -286,22 +354,23 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         .enumerate()
         .map(|(i, v)| (v.name.clone(), i))
         .collect();
-    let mut cache = std::mem::take(&mut state.request_cache);
-    if cache.len() > 2 * pods.items.len() + 1024 {
-        // Forget deleted pods now and then.
-        cache.clear();
-    }
-    let mut requests_of = |p: &Value| -> Arc<Resources> {
-        let uid = p
-            .pointer("/metadata/uid")
+    let mut memory = std::mem::take(&mut state.binder_memory);
+    let uid_of = |p: &Value| {
+        p.pointer("/metadata/uid")
             .and_then(Value::as_str)
-            .unwrap_or_default();
-        cache
-            .entry(uid.to_string())
-            .or_insert_with(|| Arc::new(pod_requests(p)))
-            .clone()
+            .unwrap_or_default()
+            .to_string()
     };
+    memory.forget_all_but(
+        &pods
+            .items
+            .iter()
+            .filter_map(|p| p.pointer("/metadata/uid").and_then(Value::as_str))
+            .collect::<HashSet<_>>(),
+    );
     let mut pending = Vec::new();
+    // Bound share pods whose devices are not known yet: given devices after the known ones.
+    let mut unplaced = Vec::new();
     for p in &pods.items {
         let node = p
             .pointer("/spec/nodeName")
@@ -311,8 +380,12 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             if !terminal(p)
                 && let Some(&i) = index.get(node)
             {
-                for (k, v) in requests_of(p).iter() {
-                    *views[i].free.entry(k.clone()).or_default() -= v;
+                let uid = uid_of(p);
+                let ask = memory.ask(&uid, p);
+                match memory.placements.get(&uid) {
+                    Some((on, at)) if on == node => views[i].take(&ask, at),
+                    _ if matches!(ask.share, Ok(Some(_))) => unplaced.push((i, uid, ask)),
+                    _ => views[i].take(&ask, &[]),
                 }
             }
             continue;
@@ -329,6 +402,12 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         if schedulable {
             pending.push(p.clone());
         }
+    }
+    for (i, uid, ask) in unplaced {
+        // A node already over-committed by whoever bound the pod counts only its requests.
+        let at = views[i].place(&ask).unwrap_or_default();
+        views[i].take(&ask, &at);
+        memory.placements.insert(uid, (views[i].name.clone(), at));
     }
     // Higher priority first, then oldest, then by key: deterministic.
     pending.sort_by_key(|p| {
@@ -361,7 +440,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let req = requests_of(&pod);
+        let ask = memory.ask(&uid_of(&pod), &pod);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         // DRA state is read once per pass, and only when some pod has claims.
         let claims = dra::has_claims(&pod);
@@ -372,23 +451,26 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
         let mut chosen = None;
         for (i, n) in views.iter().enumerate() {
-            if !fits_resources(&req, n) || misfit(&pod, &req, n).is_some() {
+            if !fits_resources(&ask.requests, n) || misfit(&pod, &ask, n).is_some() {
                 continue;
             }
+            let Some(at) = n.place(&ask) else {
+                continue;
+            };
             match dra
                 .as_mut()
                 .filter(|_| claims)
                 .map(|d| d.fit(&pod, &n.node))
             {
                 Some(Err(_)) => continue,
-                Some(Ok(writes)) => chosen = Some((i, writes)),
-                None => chosen = Some((i, Vec::new())),
+                Some(Ok(writes)) => chosen = Some((i, writes, at)),
+                None => chosen = Some((i, Vec::new(), at)),
             }
             break;
         }
         if chosen.is_none() {
             for n in &views {
-                let why = misfit(&pod, &req, n).or_else(|| {
+                let why = misfit(&pod, &ask, n).or_else(|| {
                     dra.as_mut()
                         .filter(|_| claims)
                         .and_then(|d| d.fit(&pod, &n.node).err())
@@ -399,7 +481,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             }
         }
         match chosen {
-            Some((i, writes)) => {
+            Some((i, writes, at)) => {
                 let node_name = views[i].name.clone();
                 let Ok(bound_pod) = state.bind(&ns, &name, &node_name, &WriteOpts::default())
                 else {
@@ -408,8 +490,11 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                 if let Some(d) = dra.as_mut() {
                     d.commit(state, &bound_pod, writes);
                 }
-                for (k, v) in req.iter() {
-                    *views[i].free.entry(k.clone()).or_default() -= v;
+                views[i].take(&ask, &at);
+                if !at.is_empty() {
+                    memory
+                        .placements
+                        .insert(uid_of(&pod), (node_name.clone(), at));
                 }
                 bound += 1;
                 if opts.mark_running
@@ -450,13 +535,233 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             }
         }
     }
-    state.request_cache = cache;
+    state.binder_memory = memory;
     bound
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One scheduling pass over `st` with kubelet played too.
+    fn pass(st: &mut State) -> usize {
+        schedule_pass(st, &BinderOptions::default())
+    }
+
+    fn add_node(st: &mut State, name: &str, allocatable: Value) {
+        let mut alloc = json!({"cpu": "64", "memory": "256Gi", "pods": "110"});
+        alloc
+            .as_object_mut()
+            .unwrap()
+            .extend(allocatable.as_object().unwrap().clone());
+        let def = st.def("", "nodes").unwrap();
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True"}]}});
+        st.create(&def, "", node, &WriteOpts::default()).unwrap();
+    }
+
+    /// A pod with `annotations` whose one container has `limits`; bound to `node` if given.
+    fn add_pod(st: &mut State, name: &str, annotations: Value, limits: Value, node: Option<&str>) {
+        let def = st.def("", "pods").unwrap();
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": "1"}, "limits": limits}}]}});
+        if let Some(n) = node {
+            pod["spec"]["nodeName"] = json!(n);
+        }
+        st.create(&def, "default", pod, &WriteOpts::default())
+            .unwrap();
+    }
+
+    fn share_pod(st: &mut State, name: &str, milli: &str) {
+        add_pod(
+            st,
+            name,
+            json!({"gpu-autoscaler.dev/gpu-share": milli}),
+            json!({}),
+            None,
+        );
+    }
+
+    fn delete_pod(st: &mut State, name: &str) {
+        let def = st.def("", "pods").unwrap();
+        st.delete(&def, "default", name, &Value::Null, &WriteOpts::default())
+            .unwrap();
+    }
+
+    /// The pod's node, or the harness's message for why it is unschedulable.
+    fn placed(st: &State, name: &str) -> Result<String, String> {
+        let def = st.def("", "pods").unwrap();
+        let p = st.get(&def, "default", name).unwrap();
+        match p.pointer("/spec/nodeName").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() => Ok(n.to_string()),
+            _ => Err(p
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == "PodScheduled")
+                .and_then(|c| c["message"].as_str())
+                .unwrap_or("pending, not looked at")
+                .to_string()),
+        }
+    }
+
+    fn unschedulable(st: &State, name: &str, says: &str) {
+        match placed(st, name) {
+            Err(m) if m.contains(says) => {}
+            other => panic!("{name}: want unschedulable saying {says:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn time_sliced_replicas_are_allocatable_under_either_name() {
+        let mut st = State::new(1000, 16, false);
+        // One GPU time-sliced four ways, and one renamed to nvidia.com/gpu.shared.
+        add_node(&mut st, "ts", json!({"nvidia.com/gpu": "4"}));
+        add_node(&mut st, "ts-renamed", json!({"nvidia.com/gpu.shared": "4"}));
+        for i in 0..5 {
+            add_pod(
+                &mut st,
+                &format!("r{i}"),
+                json!({}),
+                json!({"nvidia.com/gpu": "1"}),
+                None,
+            );
+        }
+        add_pod(
+            &mut st,
+            "shared",
+            json!({}),
+            json!({"nvidia.com/gpu.shared": "4"}),
+            None,
+        );
+        assert_eq!(pass(&mut st), 5);
+        for i in 0..4 {
+            assert_eq!(placed(&st, &format!("r{i}")), Ok("ts".into()));
+        }
+        unschedulable(&st, "r4", "2 Insufficient nvidia.com/gpu");
+        assert_eq!(placed(&st, "shared"), Ok("ts-renamed".into()));
+    }
+
+    #[test]
+    fn mig_profiles_are_extended_resources() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "mig", json!({"nvidia.com/mig-3g.40gb": "2"}));
+        for i in 0..3 {
+            add_pod(
+                &mut st,
+                &format!("m{i}"),
+                json!({}),
+                json!({"nvidia.com/mig-3g.40gb": "1"}),
+                None,
+            );
+        }
+        add_pod(
+            &mut st,
+            "small",
+            json!({}),
+            json!({"nvidia.com/mig-1g.10gb": "1"}),
+            None,
+        );
+        add_pod(
+            &mut st,
+            "whole",
+            json!({}),
+            json!({"nvidia.com/gpu": "1"}),
+            None,
+        );
+        assert_eq!(pass(&mut st), 2);
+        assert_eq!(placed(&st, "m1"), Ok("mig".into()));
+        unschedulable(&st, "m2", "Insufficient nvidia.com/mig-3g.40gb");
+        unschedulable(&st, "small", "Insufficient nvidia.com/mig-1g.10gb");
+        unschedulable(&st, "whole", "Insufficient nvidia.com/gpu");
+    }
+
+    #[test]
+    fn fractional_shares_pack_per_device_and_keep_their_devices() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "n", json!({"nvidia.com/gpu": "2"}));
+        share_pod(&mut st, "a", "600");
+        share_pod(&mut st, "b", "500");
+        assert_eq!(pass(&mut st), 2, "0.6 and 0.5 on two devices");
+        // Both devices hold a share: none is free whole, though 0.9 is free in total.
+        add_pod(
+            &mut st,
+            "whole",
+            json!({}),
+            json!({"nvidia.com/gpu": "1"}),
+            None,
+        );
+        share_pod(&mut st, "d", "400");
+        share_pod(&mut st, "e", "600");
+        assert_eq!(pass(&mut st), 1);
+        unschedulable(&st, "whole", "1 Insufficient nvidia.com/gpu");
+        assert_eq!(placed(&st, "d"), Ok("n".into()), "0.4 fills the 0.6 device");
+        unschedulable(
+            &st,
+            "e",
+            "1 node(s) had no nvidia.com/gpu device with 600/1000 free",
+        );
+        // b leaves: its device is free again, e takes it, and the whole pod still waits.
+        delete_pod(&mut st, "b");
+        assert_eq!(pass(&mut st), 1);
+        assert_eq!(placed(&st, "e"), Ok("n".into()));
+        unschedulable(&st, "whole", "Insufficient nvidia.com/gpu");
+        // a leaves: 0.4 (d) and 0.6 (e) stay on their two devices rather than being packed
+        // onto one afresh, so 0.7 fits neither device and no device is free whole.
+        delete_pod(&mut st, "a");
+        share_pod(&mut st, "f", "700");
+        assert_eq!(pass(&mut st), 0);
+        unschedulable(&st, "f", "no nvidia.com/gpu device with 700/1000 free");
+        share_pod(&mut st, "g", "400");
+        assert_eq!(pass(&mut st), 1, "0.4 still fits beside e's 0.6");
+    }
+
+    #[test]
+    fn hami_cores_take_a_share_of_each_device_and_bad_annotations_fit_nowhere() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "one", json!({"nvidia.com/gpu": "1"}));
+        let hami = |gpus: &str, cores: &str| json!({"nvidia.com/gpu": gpus, "nvidia.com/gpucores": cores, "nvidia.com/gpumem": "8000"});
+        add_pod(&mut st, "h1", json!({}), hami("1", "50"), None);
+        add_pod(&mut st, "h2", json!({}), hami("1", "50"), None);
+        add_pod(&mut st, "h3", json!({}), hami("1", "10"), None);
+        add_pod(&mut st, "two", json!({}), hami("2", "10"), None);
+        add_pod(
+            &mut st,
+            "bad",
+            json!({"gpu-autoscaler.dev/gpu-share": "half"}),
+            json!({}),
+            None,
+        );
+        assert_eq!(pass(&mut st), 2, "two halves of the one device");
+        unschedulable(&st, "h3", "no nvidia.com/gpu device with 100/1000 free");
+        unschedulable(
+            &st,
+            "two",
+            "fewer than 2 nvidia.com/gpu devices with 100/1000 free",
+        );
+        unschedulable(&st, "bad", "gpu-autoscaler.dev/gpu-share=\"half\"");
+    }
+
+    #[test]
+    fn a_share_pod_bound_by_someone_else_holds_a_device() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "one", json!({"nvidia.com/gpu": "1"}));
+        add_pod(
+            &mut st,
+            "bound",
+            json!({"gpu-autoscaler.dev/gpu-share": "700"}),
+            json!({}),
+            Some("one"),
+        );
+        share_pod(&mut st, "big", "500");
+        share_pod(&mut st, "small", "300");
+        assert_eq!(pass(&mut st), 1);
+        unschedulable(&st, "big", "no nvidia.com/gpu device with 500/1000 free");
+        assert_eq!(placed(&st, "small"), Ok("one".into()));
+    }
 
     #[test]
     fn requests_default_to_limits_and_add_init_and_overhead() {

@@ -105,9 +105,10 @@ pub(crate) struct State {
     pub gc_orphan_pods: bool,
     /// Woken on every commit (the harness scheduler waits on it).
     pub notify: Arc<tokio::sync::Notify>,
-    /// The harness scheduler's parsed pod requests by pod uid (pod specs are immutable, so
-    /// parsing each pod once keeps a scheduling pass linear in cheap lookups).
-    pub request_cache: std::collections::HashMap<String, Arc<BTreeMap<String, i128>>>,
+    /// The harness scheduler's memory between passes: parsed pod requests by pod uid (pod
+    /// specs are immutable, so parsing each pod once keeps a scheduling pass linear in cheap
+    /// lookups) and the GPU devices that bound share pods hold.
+    pub binder_memory: crate::binder::Memory,
     /// Graceful pod deletion: a pod's grace period is multiplied by this; `None` removes pods
     /// at once (see `Options::graceful_deletion`).
     pub grace_scale: Option<f64>,
@@ -179,7 +180,7 @@ impl State {
             tx,
             gc_orphan_pods,
             notify: Arc::new(tokio::sync::Notify::new()),
-            request_cache: Default::default(),
+            binder_memory: Default::default(),
             grace_scale: None,
             pod_gc_delay: std::time::Duration::ZERO,
             removals: Default::default(),

@@ -5,7 +5,8 @@
 //! Decided ──validation delay, validation ok──▶ (Replacing ──replacement initialized, valid again──▶)
 //!    │                                                  Tainted ──evict──▶ Draining ──no pods
 //!    │                                                     │                  │     left──▶ Deleting ──Nodes gone──▶ Done
-//!    └─ validation failed, pod arrived, drain or replacement timed out, action kept failing
+//!    └─ validation failed, pod arrived, drain or replacement timed out, action kept failing,
+//!       a Node back under its name after the deletion
 //!                                                       ─▶ Abandoned ──untaint──▶ Done
 //! ```
 //!
@@ -47,7 +48,10 @@ pub enum Stage {
     /// Evictions sent; waiting for the pods to leave.
     Draining,
     /// The Nodes were deleted; waiting for them (and their instances) to go.
-    Deleting,
+    Deleting {
+        /// When the deletion was sent (seconds).
+        since: i64,
+    },
     /// Dropped, with the reason; the nodes are untainted next.
     Abandoned(String),
     /// Finished.
@@ -62,7 +66,7 @@ impl Stage {
             Stage::Replacing { .. } => "replacing",
             Stage::Tainted => "tainted",
             Stage::Draining => "draining",
-            Stage::Deleting => "deleting",
+            Stage::Deleting { .. } => "deleting",
             Stage::Abandoned(_) => "abandoned",
             Stage::Done => "done",
         }
@@ -192,7 +196,7 @@ impl Job {
     /// abandonment: whether users saw it).
     pub fn tainted(&self) -> bool {
         match self.stage {
-            Stage::Tainted | Stage::Draining | Stage::Deleting => true,
+            Stage::Tainted | Stage::Draining | Stage::Deleting { .. } => true,
             Stage::Replacing { .. } => self.order == Order::TaintFirst,
             Stage::Decided | Stage::Abandoned(_) | Stage::Done => false,
         }
@@ -233,6 +237,8 @@ pub struct Facts {
     pub validation_delay_s: i64,
     /// Which of the command's nodes still exist.
     pub nodes_present: Vec<String>,
+    /// Of those, the ones without a deletion timestamp.
+    pub nodes_not_deleting: Vec<String>,
     /// Pods on those nodes that must leave (not DaemonSet, mirror or finished pods).
     pub pods_left: Vec<PodKey>,
     /// For [`Stage::Replacing`]: whether the replacement initialized, `None` when it is gone.
@@ -332,6 +338,10 @@ impl Step {
     }
 }
 
+/// How long after its deletion a command's Node may still show without a deletion timestamp
+/// (the watch has not delivered the deletion yet) before the command counts it as not deleted.
+pub const DELETION_CACHE_GRACE_S: i64 = 30;
+
 /// How long a freshly created replacement may be missing from the claim cache (the watch has
 /// not delivered it yet) before it counts as gone.
 pub const REPLACEMENT_CACHE_GRACE_S: i64 = 30;
@@ -379,7 +389,7 @@ pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), S
         if facts.pods_left.is_empty() {
             go(
                 Action::DeleteNodes(facts.nodes_present.clone()),
-                Stage::Deleting,
+                Stage::Deleting { since: facts.now },
             )
         } else if let Some(since) = job.draining_since
             && facts.now - since >= facts.timeouts.drain_s
@@ -467,9 +477,24 @@ pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), S
         },
         Stage::Tainted if job.order == Order::TaintFirst => create_replacement(facts.now),
         Stage::Tainted | Stage::Draining => drain_validated(job.stage.clone()),
-        Stage::Deleting => {
+        Stage::Deleting { since } => {
             if facts.nodes_present.is_empty() {
                 go(Action::Wait, Stage::Done)
+            } else if let Some(n) = facts.nodes_not_deleting.first()
+                && facts.now - since >= DELETION_CACHE_GRACE_S
+            {
+                // A Node by that name exists and nobody is deleting it: a new object under
+                // the same name (its instance registered again) or a deletion that did not
+                // take. Waiting would hold the node out of every later command for good;
+                // the command no longer describes the cluster, so it ends and a new one may
+                // be decided on what is there now.
+                give_up(
+                    format!(
+                        "node {n} is present and not being deleted {}s after its deletion",
+                        facts.now - since
+                    ),
+                    true,
+                )
             } else {
                 stay(job)
             }

@@ -115,13 +115,16 @@ impl Engine<'_> {
                 .map(|r| self.cluster.nodes[r].phase == NodePhase::Ready),
             _ => None,
         };
+        let names: Vec<String> = present
+            .iter()
+            .map(|n| self.cluster.nodes[*n].name.clone())
+            .collect();
         Facts {
             now: self.now,
             validation_delay_s: self.cfg.disruption.validation_delay_s,
-            nodes_present: present
-                .iter()
-                .map(|n| self.cluster.nodes[*n].name.clone())
-                .collect(),
+            nodes_present: names.clone(),
+            // A terminated simulated node is gone at once: one still there is not deleting.
+            nodes_not_deleting: names,
             pods_left,
             replacement_initialized,
             timeouts: self.cfg.disruption_timeouts,

@@ -82,6 +82,21 @@ struct ConstraintFile {
     distinct_attribute: Option<String>,
 }
 
+/// Records `name` as the next `kind` of a list in `seen`.
+///
+/// # Errors
+/// Why it cannot name one, for the caller to place at the item's `.name`: blank, or given
+/// twice (`"{kind} {name} is {verb} twice"`).
+fn new_name(seen: &mut BTreeSet<String>, name: &str, kind: &str, verb: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    if !seen.insert(name.to_string()) {
+        return Err(format!("{kind} {name} is {verb} twice"));
+    }
+    Ok(())
+}
+
 /// The classes a scenario's claims may name: the NVIDIA driver's, then `files` (a name given
 /// again replaces the driver's).
 pub(super) fn build_classes(
@@ -102,12 +117,7 @@ pub(super) fn build_classes(
                 why,
             )
         };
-        if f.name.trim().is_empty() {
-            return Err(at(".name", "must not be empty".into()));
-        }
-        if !seen.insert(f.name.clone()) {
-            return Err(at(".name", format!("class {} is defined twice", f.name)));
-        }
+        new_name(&mut seen, &f.name, "class", "defined").map_err(|why| at(".name", why))?;
         for (k, e) in f.selectors.iter().enumerate() {
             selectors
                 .check(e)
@@ -144,12 +154,7 @@ pub(super) fn build_claims(
                 why,
             )
         };
-        if f.name.trim().is_empty() {
-            return Err(err(".name", "must not be empty".into()));
-        }
-        if !names.insert(f.name.clone()) {
-            return Err(err(".name", format!("claim {} is named twice", f.name)));
-        }
+        new_name(&mut names, &f.name, "claim", "named").map_err(|why| err(".name", why))?;
         if f.requests.is_empty() {
             return Err(err(".requests", "needs at least one request".into()));
         }

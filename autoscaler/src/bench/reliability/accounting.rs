@@ -42,10 +42,44 @@ impl Bench<'_> {
                     "not settled after {:?}: {pending} pods pending, {empty} empty nodes, {live} of {wanted} replicas",
                     self.args.settle_timeout
                 );
+                self.describe_empty_nodes(&pods).await?;
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+
+    /// Prints why each empty Node may have stayed: its taints, whether it is cordoned, and the
+    /// controllers' last log lines about it (a run that does not settle, in CI say, is
+    /// diagnosed from its output alone).
+    async fn describe_empty_nodes(&self, pods: &[Pod]) -> Result<()> {
+        let empty = self.empty_nodes(pods).await?;
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        for n in self.nodes().await? {
+            if !empty.contains(&n.name_any()) {
+                continue;
+            }
+            let spec = n.spec.as_ref();
+            let taints: Vec<String> = spec
+                .and_then(|s| s.taints.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            eprintln!(
+                "empty node {}: taints {taints:?}, unschedulable {}, created {:?}",
+                n.name_any(),
+                spec.and_then(|s| s.unschedulable).unwrap_or(false),
+                n.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            );
+            let name = n.name_any();
+            let about: Vec<&str> = log.lines().filter(|l| l.contains(&name)).collect();
+            for line in &about[about.len().saturating_sub(12)..] {
+                eprintln!("  {line}");
+            }
+        }
+        eprintln!("the controllers' log: {}", self.log.display());
+        Ok(())
     }
 
     /// Managed Nodes (not being deleted) with no running pod, beyond their pool's `minNodes`.

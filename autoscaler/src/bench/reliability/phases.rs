@@ -9,14 +9,13 @@ use autoscaler::controller::crashpoint;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use nodepools::NodePool;
 use providers::kwok::KwokInstance;
 use serde_json::json;
 
-use super::workload::pod_template;
 use super::{Bench, CPU_POOL, NS, Running, SPOT_POOL};
-use crate::bench::e2e::{cfg, kerr};
+use crate::bench::e2e::kerr;
 
 impl Bench<'_> {
     /// Adds the time since `since` to what `what` took (printed at the end: where the time
@@ -213,15 +212,8 @@ impl Bench<'_> {
             } else {
                 CPU_POOL
             };
-            let mut pod = pod_template(&name, lane, false, annotations);
-            pod["metadata"]["name"] = json!(name);
-            pod["metadata"]["namespace"] = json!(NS);
-            let p: Pod = serde_json::from_value(pod).map_err(|e| cfg(e.to_string()))?;
-            Api::<Pod>::namespaced(self.client.clone(), NS)
-                .create(&PostParams::default(), &p)
-                .await
-                .map_err(kerr("creating a protected pod"))?;
-            self.bare.insert(name, None);
+            self.create_bare_pod(name, lane, false, annotations, "a protected pod")
+                .await?;
             return Ok(1);
         }
         let name = self.bare.keys().next().cloned().expect("not empty");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use autoscaler::controller::Result;
 use autoscaler::controller::provreq::{self, ProvisioningRequest, State, Target};
-use k8s_openapi::api::core::v1::{Pod, PodTemplate};
+use k8s_openapi::api::core::v1::PodTemplate;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -153,16 +153,8 @@ impl Bench<'_> {
             provreq::CONSUME_ANNOTATION: request,
             "karpenter.sh/do-not-disrupt": "true",
         });
-        let mut pod = pod_template(&name, GPU_POOL, true, annotations);
-        pod["metadata"]["name"] = json!(name);
-        pod["metadata"]["namespace"] = json!(NS);
-        let p: Pod = serde_json::from_value(pod).map_err(|e| cfg(e.to_string()))?;
-        Api::<Pod>::namespaced(self.client.clone(), NS)
-            .create(&PostParams::default(), &p)
+        self.create_bare_pod(name, GPU_POOL, true, annotations, "a consuming pod")
             .await
-            .map_err(kerr("creating a consuming pod"))?;
-        self.bare.insert(name, None);
-        Ok(())
     }
 
     async fn delete_request(&mut self, name: &str) {

@@ -1,15 +1,14 @@
 //! The fake API server the benchmark runs against: started (or given), its audit read back.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use autoscaler::controller::Result;
 use serde_json::Value;
 
 use super::ReliabilityArgs;
-use crate::bench::e2e::{Killed, cfg};
+use crate::bench::e2e::{Killed, cfg, fake_apiserver_bin, spawn_fake_apiserver};
 
 pub(super) async fn client_from(path: &Path) -> Result<kube::Client> {
     let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| cfg(e.to_string()))?;
@@ -28,30 +27,14 @@ pub(super) struct Server {
 
 pub(super) fn start_server(args: &ReliabilityArgs, dir: &Path) -> Result<(Server, PathBuf)> {
     if let (Some(k), Some(c)) = (&args.kubeconfig, &args.clean_kubeconfig) {
-        let text = std::fs::read_to_string(c).map_err(|e| cfg(format!("{}: {e}", c.display())))?;
-        let url = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server:"))
-            .map(|s| s.trim().trim_matches('"').to_string())
-            .ok_or_else(|| cfg(format!("{}: no server URL", c.display())))?;
         let server = Server {
             _child: None,
             kubeconfig: k.clone(),
-            url,
+            url: server_url(c)?,
         };
         return Ok((server, c.clone()));
     }
-    let exe = std::env::current_exe().map_err(|e| cfg(e.to_string()))?;
-    let bin = args
-        .fake_apiserver
-        .clone()
-        .unwrap_or_else(|| exe.with_file_name("fake-apiserver"));
-    if !bin.exists() {
-        return Err(cfg(format!(
-            "{} not found: build it with `cargo build --release -p fake-apiserver` (or pass --fake-apiserver)",
-            bin.display()
-        )));
-    }
+    let bin = fake_apiserver_bin(args.fake_apiserver.as_ref())?;
     let crds = dir.join("crds.yaml");
     let mut text = nodepools::crds::to_yaml().map_err(|e| cfg(e.to_string()))?;
     text.push_str("\n---\n");
@@ -81,42 +64,30 @@ pub(super) fn start_server(args: &ReliabilityArgs, dir: &Path) -> Result<(Server
         rate / 3.0,
         rate / 3.0
     );
-    let mut child = Killed(
-        Command::new(&bin)
-            .args(["--port", "0", "--history", "200000", "--binder"])
-            .args(["--binder-interval-ms", "100", "--graceful-deletion", "0.02"])
-            .args(["--pod-gc-delay-ms", "2000"])
-            .args(["--fault-seed", &args.seed.to_string()])
-            .args([
-                "--read-faults",
-                &rw,
-                "--write-faults",
-                &writes,
-                "--watch-faults",
-                &rw,
-            ])
-            .args(["--watch-drop-rate", &format!("{:.4}", rate / 10.0)])
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .arg("--clean-kubeconfig")
-            .arg(&clean)
-            .arg("--crd")
-            .arg(&crds)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| cfg(format!("starting {}: {e}", bin.display())))?,
-    );
-    let mut line = String::new();
-    BufReader::new(child.0.stdout.take().expect("piped"))
-        .read_line(&mut line)
-        .map_err(|e| cfg(e.to_string()))?;
-    let text = std::fs::read_to_string(&clean).map_err(|e| cfg(e.to_string()))?;
-    let url = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server:"))
-        .map(|s| s.trim().trim_matches('"').to_string())
-        .unwrap_or_default();
+    let mut cmd = Command::new(&bin);
+    cmd.args(["--port", "0", "--history", "200000", "--binder"])
+        .args(["--binder-interval-ms", "100", "--graceful-deletion", "0.02"])
+        .args(["--pod-gc-delay-ms", "2000"])
+        .args(["--fault-seed", &args.seed.to_string()])
+        .args([
+            "--read-faults",
+            &rw,
+            "--write-faults",
+            &writes,
+            "--watch-faults",
+            &rw,
+        ])
+        .args(["--watch-drop-rate", &format!("{:.4}", rate / 10.0)])
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--clean-kubeconfig")
+        .arg(&clean)
+        .arg("--crd")
+        .arg(&crds);
+    // The URL it prints is the faulty listener's; the benchmark reads the audit from the clean
+    // one.
+    let (child, _url) = spawn_fake_apiserver(cmd)?;
+    let url = server_url(&clean)?;
     Ok((
         Server {
             _child: Some(child),
@@ -125,6 +96,19 @@ pub(super) fn start_server(args: &ReliabilityArgs, dir: &Path) -> Result<(Server
         },
         clean,
     ))
+}
+
+/// The server URL a kubeconfig written by the fake API server names.
+///
+/// # Errors
+/// When the file cannot be read or names no server.
+fn server_url(kubeconfig: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(kubeconfig)
+        .map_err(|e| cfg(format!("{}: {e}", kubeconfig.display())))?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .ok_or_else(|| cfg(format!("{}: no server URL", kubeconfig.display())))
 }
 
 /// The server's audit and fault count (`GET /debug/audit` on the fault-free listener).

@@ -63,6 +63,32 @@ pub(super) fn pod_template(app: &str, lane: &str, gpu: bool, annotations: Value)
 }
 
 impl Bench<'_> {
+    /// Creates the bare pod `name` (a [`pod_template`] of `lane` with `annotations`) and
+    /// tracks it among the bare pods whose loss the accounting counts; `what` names it in an
+    /// error.
+    ///
+    /// # Errors
+    /// The API server's, as `creating <what>`.
+    pub(super) async fn create_bare_pod(
+        &mut self,
+        name: String,
+        lane: &str,
+        gpu: bool,
+        annotations: Value,
+        what: &str,
+    ) -> Result<()> {
+        let mut pod = pod_template(&name, lane, gpu, annotations);
+        pod["metadata"]["name"] = json!(name);
+        pod["metadata"]["namespace"] = json!(NS);
+        let p: Pod = serde_json::from_value(pod).map_err(|e| cfg(e.to_string()))?;
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .create(&PostParams::default(), &p)
+            .await
+            .map_err(kerr(&format!("creating {what}")))?;
+        self.bare.insert(name, None);
+        Ok(())
+    }
+
     pub(super) fn deployments(&self) -> Vec<(String, &'static str, bool)> {
         let mut out = Vec::new();
         for i in 0..self.args.deployments {

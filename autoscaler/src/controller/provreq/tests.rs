@@ -2,6 +2,8 @@
 
 use super::*;
 use autoscaler_core::builders::{itype, node, pod};
+use autoscaler_core::model::Snapshot;
+use k8s_openapi::api::core::v1::PodTemplate;
 use serde_json::json;
 
 const T0: i64 = 1_700_000_000;

@@ -113,15 +113,31 @@ impl<P: CloudProvider + 'static> Controller<P> {
             new_jobs.push(Job::new(cmd));
         }
         self.jobs.extend(new_jobs);
-        // Nodes left tainted by a previous leader's unfinished job are released.
-        if self.first_round {
-            for n in self.stores.nodes.state() {
-                let name = n.name_any();
-                if crate::controller::snapshot::has_disruption_taint(&n)
-                    && n.metadata.deletion_timestamp.is_none()
-                    && !self.jobs.iter().any(|j| j.command.nodes.contains(&name))
-                {
-                    let _ = self.untaint(&name).await;
+        self.release_orphaned_taints().await;
+    }
+
+    /// Untaints nodes that carry the disruption taint though no job of this leader is removing
+    /// them: a previous leader died between tainting and deleting, or its taint landed after
+    /// this leader's first look. A tainted node counts as being deleted, so it would never be a
+    /// candidate again and stay forever, empty or not. Runs on every planning pass rather than
+    /// once after startup: the patch can fail (a conflict with a status write, an API fault)
+    /// and a late write can taint a node at any time. Jobs taint only after they are queued, so
+    /// a node of a queued job is never released here.
+    async fn release_orphaned_taints(&self) {
+        for n in self.stores.nodes.state() {
+            let name = n.name_any();
+            if !crate::controller::snapshot::has_disruption_taint(&n)
+                || n.metadata.deletion_timestamp.is_some()
+                || self.jobs.iter().any(|j| j.command.nodes.contains(&name))
+            {
+                continue;
+            }
+            match self.untaint(&name).await {
+                Ok(()) => {
+                    tracing::info!(node = %name, "released a node left tainted by an unfinished disruption")
+                }
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "releasing a node left tainted by an unfinished disruption; retried next pass")
                 }
             }
         }
@@ -219,6 +235,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 })
                 .cloned()
                 .collect();
+            let nodes_not_deleting: Vec<String> = nodes
+                .iter()
+                .filter(|x| x.metadata.deletion_timestamp.is_none())
+                .filter_map(|x| x.metadata.name.clone())
+                .filter(|n| nodes_present.contains(n))
+                .collect();
             let pods_left: Vec<PodKey> = pods
                 .iter()
                 .filter(|p| {
@@ -240,6 +262,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 now,
                 validation_delay_s: config.validation_delay_s,
                 nodes_present: nodes_present.clone(),
+                nodes_not_deleting,
                 pods_left,
                 replacement_initialized,
                 timeouts: self.args.disruption_timeouts(),

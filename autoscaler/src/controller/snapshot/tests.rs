@@ -90,6 +90,57 @@ fn registered_claim_is_in_flight_and_its_node_not_initialized() {
     assert_eq!(plan.in_flight.len(), 1, "{}", plan.render());
 }
 
+/// A Node that registered before its claim's launch was recorded (the status write after
+/// the cloud call failed) is not a disruption candidate: the bench reliability run deleted
+/// such a Node as empty and its instance registered it again, stranding the command.
+#[test]
+fn a_pool_labelled_node_no_claim_records_is_not_initialized() {
+    let pool: Arc<NodePool> = arc(json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodePool",
+        "metadata": {"name": "general"}, "spec": {"template": {}}
+    }));
+    // Created and launched, but the launch's status write was lost: no providerID.
+    let claim: Arc<NodeClaim> = arc(json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodeClaim",
+        "metadata": {"name": "general-a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"nodePool": "general", "requirements": []}
+    }));
+    let mut labelled = node_json("general-a");
+    labelled["spec"] = json!({"providerID": "kwok://general-a"});
+    labelled["status"] = json!({"allocatable": {"cpu": "4", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True"}]});
+    let mut other = labelled.clone();
+    other["metadata"]["name"] = json!("other");
+    other["metadata"]["labels"] = json!({"kubernetes.io/hostname": "other"});
+    other["spec"] = json!({"providerID": "aws:///us-east-1a/i-1"});
+    let built = SnapshotBuilder::new().build(&Inputs {
+        pods: &[],
+        nodes: &[arc(labelled), arc(other)],
+        pools: &[pool],
+        claims: &[claim],
+        daemonsets: &[],
+        pdbs: &[],
+        instance_types: &BTreeMap::new(),
+        pending: &BTreeSet::new(),
+        gangs: &Default::default(),
+        dra: &Default::default(),
+    });
+    let by_name = |n: &str| {
+        built
+            .snapshot
+            .nodes
+            .iter()
+            .find(|x| x.name == n)
+            .unwrap_or_else(|| panic!("{n} in {:?}", built.problems))
+    };
+    let a = by_name("general-a");
+    assert_eq!(a.pool.as_deref(), Some("general"));
+    assert_eq!(a.claim, None);
+    assert!(!a.initialized, "no claim manages it yet");
+    // A Ready node no pool manages is a place pods can go, as before.
+    assert!(by_name("other").initialized);
+}
+
 fn node_json(name: &str) -> serde_json::Value {
     json!({
         "metadata": {"name": name, "uid": name, "labels": {
@@ -102,6 +153,19 @@ fn node_json(name: &str) -> serde_json::Value {
         "status": {"allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
             "conditions": [{"type": "Ready", "status": "True"}]}
     })
+}
+
+/// An initialized claim of `pool` whose instance is `node_json(node)`'s.
+fn initialized_claim(node: &str, pool: &str) -> Arc<NodeClaim> {
+    let t = "2026-01-01T00:00:00Z";
+    let cond = |k: &str| json!({"type": k, "status": "True", "reason": "Succeeded", "message": "", "lastTransitionTime": t});
+    arc(json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodeClaim",
+        "metadata": {"name": node, "creationTimestamp": t},
+        "spec": {"nodePool": pool, "requirements": []},
+        "status": {"providerID": format!("existing://{node}"), "nodeName": node,
+            "conditions": [cond("Launched"), cond("Registered"), cond("Initialized")]}
+    }))
 }
 
 /// Inputs of nothing but pods, nodes, NodePools and the pending batch.
@@ -426,7 +490,11 @@ fn disruption_folds_only_nodes_no_nodepool_manages() {
     let nodes = vec![arc(unmanaged), arc(node_json("managed"))];
     let batch = BTreeSet::new();
     let pools = [pool];
-    let inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
+    let claims = [initialized_claim("managed", "general")];
+    let inputs = Inputs {
+        claims: &claims,
+        ..plain_inputs(&pods, &nodes, &pools, &types, &batch)
+    };
     let mut b = SnapshotBuilder::new();
     let whole = b.build(&inputs);
     let folded = b.build_for_disruption(&inputs);

@@ -53,6 +53,7 @@ fn facts(now: i64) -> Facts {
         now,
         validation_delay_s: DisruptionConfig::default().validation_delay_s,
         nodes_present: vec!["n1".into()],
+        nodes_not_deleting: vec![],
         pods_left: vec![],
         replacement_initialized: None,
         timeouts: Timeouts {
@@ -145,7 +146,7 @@ fn drains_with_backoff_then_deletes() {
     let s = run(&job, &f, &snap);
     assert_eq!(s.action, Action::DeleteNodes(vec!["n1".into()]));
     job.stage = s.next;
-    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting);
+    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting { since: 203 });
     f.nodes_present.clear();
     assert_eq!(run(&job, &f, &snap).next, Stage::Done);
 }
@@ -274,16 +275,48 @@ fn a_drain_that_does_not_finish_in_time_gives_up_as_a_failure() {
     );
 }
 
+/// A node that came back under its name after the deletion (its instance registered a new
+/// Node) would otherwise hold the command, and the node, in Deleting for good.
+#[test]
+fn a_node_back_after_its_deletion_ends_the_command() {
+    let snap = snapshot();
+    let mut job = Job::new(command(Method::Delete));
+    job.stage = Stage::Deleting { since: 200 };
+    let mut f = facts(210);
+    // Within the grace the cache may simply not show the deletion yet.
+    f.nodes_not_deleting = vec!["n1".into()];
+    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting { since: 200 });
+    // Being deleted (a finalizer at work): wait however long it takes.
+    f.now = 200 + DELETION_CACHE_GRACE_S + 60;
+    f.nodes_not_deleting.clear();
+    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting { since: 200 });
+    f.nodes_not_deleting = vec!["n1".into()];
+    let s = run(&job, &f, &snap);
+    assert!(
+        matches!(s.next, Stage::Abandoned(ref why) if why.contains("node n1 is present and not being deleted 90s after")),
+        "{s:?}"
+    );
+    assert!(
+        s.failure,
+        "a deletion that did not finish is a failed deletion"
+    );
+    job.stage = s.next;
+    assert_eq!(
+        run(&job, &f, &snap).action,
+        Action::Untaint(vec!["n1".into()])
+    );
+}
+
 #[test]
 fn actions_that_keep_failing_give_up() {
     let snap = snapshot();
     let mut job = Job::new(command(Method::Delete));
-    job.stage = Stage::Deleting;
+    job.stage = Stage::Deleting { since: 200 };
     for _ in 0..MAX_FAILED_ACTIONS - 1 {
         job.action_failed();
     }
     let f = facts(200);
-    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting);
+    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting { since: 200 });
     job.action_failed();
     let s = run(&job, &f, &snap);
     assert!(matches!(s.next, Stage::Abandoned(_)) && s.failure, "{s:?}");
