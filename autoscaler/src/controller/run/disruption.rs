@@ -294,6 +294,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 }
             }
             let reason = format!("{:?}", job.command.reason);
+            // What users are told if this step stops the job, judged from where it is now.
+            let notice = step.notice(job);
+            let why = step.why().to_string();
             let ok = match step.action {
                 disrupt::Action::Wait => true,
                 disrupt::Action::CreateReplacement => {
@@ -436,7 +439,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     }
                     self.shared.metrics.disruption_failures.inc();
                 }
-                if let Some(notice) = step.notice(job) {
+                if let Some(notice) = notice {
                     for node in nodes
                         .iter()
                         .filter(|n| job.command.nodes.contains(&n.name_any()))
@@ -448,7 +451,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                 notice.warning(),
                                 notice.reason(),
                                 "Disrupt",
-                                notice.message(step.why()),
+                                notice.message(&why),
                             )
                             .await;
                     }
