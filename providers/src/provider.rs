@@ -1,7 +1,6 @@
 //! The `CloudProvider` trait and the values that cross it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::future::Future;
 
 use autoscaler_core::model::GpuSharing;
@@ -98,41 +97,7 @@ pub struct NodeClassRef {
     pub name: String,
 }
 
-/// One thing a provider can be asked to launch: an instance type in a zone as spot or on-demand.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OfferingKey {
-    /// Instance type name.
-    pub instance_type: String,
-    /// Zone.
-    pub zone: String,
-    /// Spot or on-demand.
-    pub capacity_type: CapacityType,
-}
-
-impl OfferingKey {
-    /// Builds a key.
-    pub fn new(
-        instance_type: impl Into<String>,
-        zone: impl Into<String>,
-        capacity_type: CapacityType,
-    ) -> Self {
-        OfferingKey {
-            instance_type: instance_type.into(),
-            zone: zone.into(),
-            capacity_type,
-        }
-    }
-}
-
-impl fmt::Display for OfferingKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}/{}",
-            self.instance_type, self.zone, self.capacity_type
-        )
-    }
-}
+pub use autoscaler_core::offerings::OfferingKey;
 
 /// What to launch for one NodeClaim.
 #[derive(Clone, Debug, PartialEq)]

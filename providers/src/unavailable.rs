@@ -1,147 +1,8 @@
-//! Expiring exclusions: offerings a cloud recently refused (the insufficient-capacity cache),
-//! and NodePool instance types whose nodes registered with less than they were launched for,
-//! each kept out of plans for a while so that the next launch does not walk into the same wall.
+//! The expiring exclusions (the unavailable-offerings cache and the excluded shapes) are the
+//! core's ([`autoscaler_core::offerings`]), shared with the simulator; they are re-exported here
+//! for the providers, and tested here against the embedded catalog.
 
-use std::collections::BTreeMap;
-use std::fmt;
-
-use autoscaler_core::InstanceType;
-
-use crate::provider::OfferingKey;
-
-/// Keys excluded until their entry expires: one cache type for every kind of exclusion.
-///
-/// Time is a parameter (seconds on the caller's clock, as everywhere in the core), so the cache
-/// is deterministic and the simulator can drive it on virtual time.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Expiring<K> {
-    ttl_s: i64,
-    until: BTreeMap<K, i64>,
-}
-
-/// Offerings recently refused for lack of capacity.
-pub type UnavailableOfferings = Expiring<OfferingKey>;
-
-/// NodePool instance types whose nodes came up with less than the NodePool said they would
-/// (a device plugin configured otherwise than the pool's GPU sharing, missing devices).
-pub type UnavailableShapes = Expiring<ShapeKey>;
-
-/// One instance type as one NodePool's node: what the planner calls a shape.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ShapeKey {
-    /// NodePool name.
-    pub pool: String,
-    /// Instance type name.
-    pub instance_type: String,
-}
-
-impl ShapeKey {
-    /// Builds a key.
-    pub fn new(pool: impl Into<String>, instance_type: impl Into<String>) -> Self {
-        ShapeKey {
-            pool: pool.into(),
-            instance_type: instance_type.into(),
-        }
-    }
-}
-
-impl fmt::Display for ShapeKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} in NodePool {}", self.instance_type, self.pool)
-    }
-}
-
-impl<K: Ord> Default for Expiring<K> {
-    fn default() -> Self {
-        Self::new(Self::DEFAULT_TTL_S)
-    }
-}
-
-impl<K: Ord> Expiring<K> {
-    /// Three minutes: long enough to stop hammering an exhausted pool, short enough that freed
-    /// capacity (spot especially) is tried again soon. Karpenter uses the same.
-    pub const DEFAULT_TTL_S: i64 = 180;
-
-    /// An empty cache whose entries last `ttl_s` seconds.
-    pub fn new(ttl_s: i64) -> Self {
-        Expiring {
-            ttl_s: ttl_s.max(0),
-            until: BTreeMap::new(),
-        }
-    }
-
-    /// How long entries last.
-    pub fn ttl_s(&self) -> i64 {
-        self.ttl_s
-    }
-
-    /// Records that `key` was refused at `now`; a repeated refusal extends the entry.
-    pub fn mark(&mut self, key: K, now: i64) {
-        let expires = now.saturating_add(self.ttl_s);
-        let entry = self.until.entry(key).or_insert(expires);
-        *entry = (*entry).max(expires);
-    }
-
-    /// [`Self::mark`] for every key.
-    pub fn mark_all(&mut self, keys: impl IntoIterator<Item = K>, now: i64) {
-        for key in keys {
-            self.mark(key, now);
-        }
-    }
-
-    /// Whether `key` is still considered unavailable at `now`.
-    pub fn is_unavailable(&self, key: &K, now: i64) -> bool {
-        self.until.get(key).is_some_and(|until| now < *until)
-    }
-
-    /// Forgets entries expired at `now`, so the cache does not grow without bound.
-    pub fn prune(&mut self, now: i64) {
-        self.until.retain(|_, until| now < *until);
-    }
-
-    /// Entries unavailable at `now` with their expiry, in key order.
-    pub fn active(&self, now: i64) -> impl Iterator<Item = (&K, i64)> + '_ {
-        self.until
-            .iter()
-            .filter(move |(_, until)| now < **until)
-            .map(|(k, until)| (k, *until))
-    }
-}
-
-impl Expiring<OfferingKey> {
-    /// Marks every offering of `types` that is unavailable at `now` as `available: false`.
-    /// Offerings already unavailable stay so: the cache only ever removes capacity.
-    pub fn apply(&self, types: &mut [InstanceType], now: i64) {
-        if self.until.is_empty() {
-            return;
-        }
-        for it in types {
-            for o in &mut it.offerings {
-                let key = OfferingKey::new(&it.name, &o.zone, o.capacity_type);
-                if self.is_unavailable(&key, now) {
-                    o.available = false;
-                }
-            }
-        }
-    }
-}
-
-impl Expiring<ShapeKey> {
-    /// Marks every offering of the types excluded for `pool` at `now` as `available: false`
-    /// (the planner then drops the shape), leaving other pools' views of the same type alone.
-    pub fn apply_to_pool(&self, pool: &str, types: &mut [InstanceType], now: i64) {
-        if self.until.is_empty() {
-            return;
-        }
-        for it in types {
-            if self.is_unavailable(&ShapeKey::new(pool, &it.name), now) {
-                for o in &mut it.offerings {
-                    o.available = false;
-                }
-            }
-        }
-    }
-}
+pub use autoscaler_core::offerings::{Expiring, ShapeKey, UnavailableOfferings, UnavailableShapes};
 
 #[cfg(test)]
 mod tests {
@@ -149,6 +10,7 @@ mod tests {
 
     use super::*;
     use crate::catalog;
+    use crate::provider::OfferingKey;
 
     #[test]
     fn entries_expire_after_the_ttl() {

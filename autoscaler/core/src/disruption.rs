@@ -48,18 +48,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::duration::default_seconds;
+
 use crate::model::{DisruptionReason, Node, PodKey, Snapshot};
 use crate::plan::NewClaim;
 
-/// Annotation (pod or node) that forbids voluntary disruption (Karpenter's key).
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
-/// Pod annotation: `"false"` forbids eviction, `"true"` allows it despite local storage or no
-/// controller (Cluster Autoscaler's key).
-pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
-/// Node annotation: `"true"` keeps Cluster Autoscaler (and us) from scaling the node down.
-pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
-/// Pod annotation that makes a pod costlier to disrupt.
-pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+pub use crate::keys::{DO_NOT_DISRUPT, POD_DELETION_COST, SAFE_TO_EVICT, SCALE_DOWN_DISABLED};
 
 /// Cluster-wide disruption settings (NodePools carry their own thresholds and budgets).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -103,12 +97,27 @@ pub struct DisruptionConfig {
     pub min_spot_to_spot_types: usize,
 }
 
+/// `--validation-delay`: a command is validated again this long after it was decided.
+pub const DEFAULT_VALIDATION_DELAY: &str = "15s";
+/// `--scale-down-delay-after-add`.
+pub const DEFAULT_SCALE_DOWN_DELAY_AFTER_ADD: &str = "10m";
+/// `--scale-down-delay-after-delete`.
+pub const DEFAULT_SCALE_DOWN_DELAY_AFTER_DELETE: &str = "0s";
+/// `--scale-down-delay-after-failure`.
+pub const DEFAULT_SCALE_DOWN_DELAY_AFTER_FAILURE: &str = "3m";
+/// `--scale-down-unready-time`.
+pub const DEFAULT_SCALE_DOWN_UNREADY_TIME: &str = "20m";
+/// `--max-scale-down-parallelism` and `--max-drain-parallelism`.
+pub const DEFAULT_PARALLELISM: u32 = 10;
+/// `--min-spot-to-spot-types` (Karpenter's figure).
+pub const DEFAULT_MIN_SPOT_TO_SPOT_TYPES: u32 = 15;
+
 fn default_spot_to_spot_types() -> usize {
-    15
+    DEFAULT_MIN_SPOT_TO_SPOT_TYPES as usize
 }
 
 fn default_parallelism() -> usize {
-    10
+    DEFAULT_PARALLELISM as usize
 }
 
 fn default_true() -> bool {
@@ -116,18 +125,20 @@ fn default_true() -> bool {
 }
 
 fn default_unready_s() -> i64 {
-    1200
+    default_seconds(DEFAULT_SCALE_DOWN_UNREADY_TIME)
 }
 
 impl Default for DisruptionConfig {
+    /// The controller's flag defaults, read from the texts and numbers its flags use (the
+    /// `DEFAULT_*` constants of this module), so the two agree by construction.
     fn default() -> Self {
         DisruptionConfig {
             ignore_daemonset_utilization: false,
             ignore_mirror_utilization: false,
-            delay_after_scale_up_s: 600,
-            delay_after_delete_s: 0,
-            delay_after_failure_s: 180,
-            validation_delay_s: 15,
+            delay_after_scale_up_s: default_seconds(DEFAULT_SCALE_DOWN_DELAY_AFTER_ADD),
+            delay_after_delete_s: default_seconds(DEFAULT_SCALE_DOWN_DELAY_AFTER_DELETE),
+            delay_after_failure_s: default_seconds(DEFAULT_SCALE_DOWN_DELAY_AFTER_FAILURE),
+            validation_delay_s: default_seconds(DEFAULT_VALIDATION_DELAY),
             max_multi_node_candidates: 100,
             min_spot_to_spot_types: default_spot_to_spot_types(),
             max_scale_down_parallelism: default_parallelism(),
@@ -458,6 +469,7 @@ mod budgets;
 mod candidates;
 mod delete;
 mod empty;
+pub mod execute;
 mod multi_node;
 mod replace;
 mod simulate;

@@ -110,6 +110,13 @@ pub fn whole_seconds(d: Duration) -> i64 {
     i64::try_from(secs).unwrap_or(i64::MAX)
 }
 
+/// Whole seconds of a default written in this grammar (the flags' default texts, which the
+/// core's `Default` impls read so that both agree by construction). Such texts are constants
+/// the tests parse, never user input; one that failed to parse would count as 0.
+pub fn default_seconds(text: &str) -> i64 {
+    parse(text, Bare::Seconds).map_or(0, whole_seconds)
+}
+
 /// Splits a leading `digits[.digits]` off `text`: (integer digits, fraction digits, rest).
 fn split_number(text: &str) -> Option<(&str, &str, &str)> {
     let int_end = text

@@ -5,6 +5,7 @@
 //! helped is returned as data with a reason. The only `Result`s parse user-written values (quantities, durations, selectors).
 
 pub mod builders;
+pub mod cadence;
 pub mod disruption;
 pub mod dra;
 pub mod duration;
@@ -15,12 +16,15 @@ pub mod gang;
 pub mod gpu;
 pub mod health;
 pub mod instance;
+pub mod keys;
 pub mod labels;
 pub mod lp;
 pub mod model;
+pub mod offerings;
 pub mod overlay;
 pub mod plan;
 pub mod provision;
+pub mod provreq;
 pub mod quantity;
 pub mod quota;
 pub mod requirements;

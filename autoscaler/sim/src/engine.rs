@@ -2,8 +2,10 @@
 //! controller (batch window, provisioning, disruption with validation), the cloud (launch
 //! latency, registration, device plugin, capacity errors, spot interruptions), the
 //! kube-scheduler and Kueue's ProvisioningRequest flow (`engine/requests.rs`), run for one policy.
-//! Node lifecycle is in `engine/nodes.rs`, disruption decisions in `engine/disruption.rs`, and
-//! what is measured in `engine/result.rs`.
+//! Node lifecycle is in `engine/nodes.rs`, the kube-scheduler's passes in
+//! `engine/scheduling.rs`, disruption decisions (carried out by the core's executor, as the
+//! controller carries them out) in `engine/disruption.rs`, and what is measured (costs,
+//! samples, the result) in `engine/result.rs`.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
@@ -14,29 +16,17 @@ use providers::UnavailableOfferings;
 use providers::fake::FakeProvider;
 
 use crate::baselines::Shape;
-use crate::cluster::{Cluster, NodeId, NodeState, PodId, PodPhase};
+use crate::cluster::{Cluster, NodeId, PodId, PodPhase};
 use crate::policy::{Asked, Ctx, Decision, Explained, LaunchSpec, Policy};
 use crate::rng::Rng;
 use crate::scenario::{ClusterConfig, ProvReqSpec};
-use crate::scheduler::{self, Scratch, SelectorCache, View, has_topology, untolerated};
+use crate::scheduler::SelectorCache;
 use crate::workload::Workload;
 
 pub use result::{NodeRecord, PolicyResult, ProvReqStats, RequestRecord, Sample};
 
-/// The taint put on nodes being disrupted (Karpenter's key).
-pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 /// Seconds between metric samples.
 pub const SAMPLE_S: i64 = 300;
-/// Seconds a replacement may take to initialize before its command is abandoned.
-pub const REPLACEMENT_TIMEOUT_S: i64 = 900;
-/// Seconds between re-plans while pods are pending and not nominated anywhere.
-pub const REPLAN_S: i64 = 30;
-/// First retry of a ProvisioningRequest without capacity (the controller's `--provreq-retry`),
-/// doubling up to [`PROVREQ_RETRY_MAX_S`].
-pub const PROVREQ_RETRY_S: i64 = 10;
-/// Longest retry delay of a ProvisioningRequest (`--provreq-retry-max`).
-pub const PROVREQ_RETRY_MAX_S: i64 = 300;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Arrive(PodId),
@@ -52,8 +42,8 @@ enum Ev {
     /// The policy asked to plan again now ([`Policy::provision_wake`]).
     PolicyWake,
     DisruptTick,
-    Validate(u64),
-    ReplacementTimeout(u64),
+    /// A disruption command's executor is stepped again.
+    Step(u64),
     Sample,
     /// A ProvisioningRequest (by group) is created.
     ReqCreate(u32),
@@ -108,10 +98,14 @@ struct Request {
     served: bool,
 }
 
+/// A policy's disruption decision and its execution by the core's executor.
 struct Pending {
     decision: Decision,
+    /// The replacement node, once launched.
     replacement: Option<NodeId>,
-    executing: bool,
+    /// Whether the executor tainted the nodes (only then does abandoning untaint them).
+    tainted: bool,
+    job: autoscaler_core::disruption::execute::Job,
 }
 
 /// One policy's simulation.
@@ -172,14 +166,6 @@ pub struct Engine<'a> {
     /// What to explain, and when (`None`: at the end of the run).
     explain: Option<(Option<i64>, Asked)>,
     explained: Option<Explained>,
-}
-
-fn percentile(sorted: &[i64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1] as f64
 }
 
 impl<'a> Engine<'a> {
@@ -288,7 +274,7 @@ impl<'a> Engine<'a> {
                 e.push(created, Ev::ReqCreate(g as u32));
             }
         }
-        e.push(cfg.disruption_interval_s, Ev::DisruptTick);
+        e.push(cfg.cadence.disruption_interval_s, Ev::DisruptTick);
         e.push(0, Ev::Sample);
         e
     }
@@ -448,14 +434,12 @@ impl<'a> Engine<'a> {
             }
             Ev::DisruptTick => {
                 self.disrupt_tick();
-                self.push(self.now + self.cfg.disruption_interval_s, Ev::DisruptTick);
+                self.push(
+                    self.now + self.cfg.cadence.disruption_interval_s,
+                    Ev::DisruptTick,
+                );
             }
-            Ev::Validate(d) => self.validate(d),
-            Ev::ReplacementTimeout(d) => {
-                if self.decisions.get(&d).is_some_and(|p| !p.executing) {
-                    self.abandon(d);
-                }
-            }
+            Ev::Step(d) => self.step_job(d),
             Ev::Sample => {
                 self.sample();
                 self.push(self.now + SAMPLE_S, Ev::Sample);
@@ -527,199 +511,6 @@ impl<'a> Engine<'a> {
         evicted
     }
 
-    fn schedule_pass(&mut self) {
-        let all = std::mem::take(&mut self.pass_all);
-        let new = std::mem::take(&mut self.pass_new);
-        let mut pods: Vec<PodId> = if all {
-            self.cluster.pending.iter().copied().collect()
-        } else {
-            new.into_iter()
-                .filter(|p| self.cluster.pending.contains(p))
-                .collect()
-        };
-        if pods.is_empty() {
-            return;
-        }
-        let key = |c: &Cluster, p: &PodId| {
-            let since = match c.pods[*p].phase {
-                PodPhase::Pending { since } => since,
-                _ => 0,
-            };
-            (Reverse(c.pod(*p).priority), since, *p)
-        };
-        pods.sort_by_key(|p| key(&self.cluster, p));
-        pods.dedup();
-        let nodes: Vec<NodeId> = self
-            .cluster
-            .live_nodes
-            .iter()
-            .copied()
-            .filter(|n| {
-                let node = &self.cluster.nodes[*n];
-                node.registered() && !node.cordoned && !node.deleting
-            })
-            .collect();
-        let mut failed_templates: HashSet<u32> = HashSet::new();
-        let mut tried_groups: HashSet<u32> = HashSet::new();
-        let mut unschedulable = Vec::new();
-        for p in pods {
-            if !self.cluster.pending.contains(&p) {
-                continue;
-            }
-            if let Some(g) = self.workload.pods[p].group {
-                if !tried_groups.insert(g) {
-                    continue;
-                }
-                if !self.place_group(g, &nodes) {
-                    for m in &self.workload.groups[g as usize].members {
-                        if self.cluster.pending.contains(&(*m as usize)) {
-                            unschedulable.push(*m as usize);
-                        }
-                    }
-                }
-                continue;
-            }
-            let tpl = self.workload.pods[p].template;
-            let pod = self.cluster.pod(p);
-            let topo = has_topology(pod) || self.cluster.anti_bound > 0;
-            if !topo && failed_templates.contains(&tpl) {
-                unschedulable.push(p);
-                continue;
-            }
-            let cand = self
-                .selectors
-                .matching(&self.cluster.nodes, tpl, pod, &nodes);
-            let reserved = self.reserved(None);
-            let view = View {
-                scratch: reserved.as_ref(),
-                ..View::of(&self.cluster)
-            };
-            match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
-                Some((n, devices)) => self.bind(p, n, devices),
-                None => {
-                    if !topo {
-                        failed_templates.insert(tpl);
-                    }
-                    unschedulable.push(p);
-                }
-            }
-        }
-        let mut fresh = false;
-        for p in unschedulable {
-            if self.seen_unschedulable.insert(p) {
-                fresh = true;
-            }
-        }
-        if fresh {
-            self.trigger_batch();
-        }
-    }
-
-    /// All-or-nothing placement of a group's pending members (the coscheduling plugin).
-    fn place_group(&mut self, g: u32, nodes: &[NodeId]) -> bool {
-        let members: Vec<PodId> = self.workload.groups[g as usize]
-            .members
-            .iter()
-            .map(|m| *m as usize)
-            .collect();
-        if members.iter().any(|m| !self.cluster.pending.contains(m)) {
-            // Not all created yet (or some still bound): wait for the group to be whole.
-            return false;
-        }
-        let mut done: Vec<(PodId, i64)> = Vec::new();
-        for &m in &members {
-            let since = match self.cluster.pods[m].phase {
-                PodPhase::Pending { since } => since,
-                _ => self.now,
-            };
-            let pod = self.cluster.pod(m);
-            let tpl = self.workload.pods[m].template;
-            let cand = self
-                .selectors
-                .matching(&self.cluster.nodes, tpl, pod, nodes);
-            // A request's own pods may use its booking; everyone else's is held.
-            let reserved = self.reserved(Some(g));
-            let view = View {
-                scratch: reserved.as_ref(),
-                ..View::of(&self.cluster)
-            };
-            match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
-                Some((n, devices)) => {
-                    if let Err(e) = self.cluster.bind(m, n, devices, self.now) {
-                        self.violation(e.0);
-                    }
-                    done.push((m, since));
-                }
-                None => {
-                    for (d, since) in done {
-                        self.cluster.unbind(d, self.now);
-                        self.cluster.pods[d].phase = PodPhase::Pending { since };
-                        self.cluster.pending.insert(d);
-                    }
-                    return false;
-                }
-            }
-        }
-        // Bound together: record pending times and start the shared clock.
-        for (m, since) in done {
-            self.pending_samples.push(self.now - since);
-            self.after_bind(m);
-        }
-        true
-    }
-
-    /// The nodes holding booked phantoms, with the capacity of every phantom but those of
-    /// request `except` taken: the view other pods are scheduled against, so they never take
-    /// a booking. `None` when nothing is booked (the common case).
-    fn reserved(&self, except: Option<u32>) -> Option<Scratch> {
-        if self.held_nodes.is_empty() {
-            return None;
-        }
-        let mut s = Scratch::new(self.cluster.nodes.len());
-        scheduler::reserve_bookings(
-            &self.cluster,
-            &mut s,
-            self.held_nodes.iter().copied(),
-            except,
-        );
-        Some(s)
-    }
-
-    fn bind(&mut self, p: PodId, n: NodeId, devices: Vec<usize>) {
-        let since = match self.cluster.pods[p].phase {
-            PodPhase::Pending { since } => since,
-            _ => self.now,
-        };
-        if let Err(e) = self.cluster.bind(p, n, devices, self.now) {
-            self.violation(e.0);
-        }
-        self.pending_samples.push(self.now - since);
-        self.after_bind(p);
-    }
-
-    fn after_bind(&mut self, p: PodId) {
-        self.nominated.remove(&p);
-        self.seen_unschedulable.remove(&p);
-        self.changed();
-        let n = match self.cluster.pods[p].phase {
-            PodPhase::Bound { node, .. } => node,
-            _ => return,
-        };
-        let node = &self.cluster.nodes[n];
-        if let Some(t) = untolerated(&self.cluster.pod(p).tolerations, &node.taints) {
-            let msg = format!("pod bound to {} despite taint {t}", node.name);
-            self.violation(msg);
-        }
-        if let Some(g) = self.workload.pods[p].group {
-            self.group_bound[g as usize] += 1;
-        }
-        if let Some(rt) = self.workload.pods[p].runtime {
-            let generation = self.cluster.pods[p].generation;
-            self.push(self.now + rt, Ev::Complete(p, generation));
-        }
-        self.request_pod_bound(p);
-    }
-
     fn trigger_batch(&mut self) {
         match &mut self.batch {
             None => self.batch = Some((self.now, self.now)),
@@ -727,7 +518,7 @@ impl<'a> Engine<'a> {
         }
         if !self.batch_scheduled {
             self.batch_scheduled = true;
-            self.push(self.now + self.cfg.batch_idle_s, Ev::BatchCheck);
+            self.push(self.now + self.cfg.cadence.batch_idle_s, Ev::BatchCheck);
         }
     }
 
@@ -742,8 +533,8 @@ impl<'a> Engine<'a> {
             self.push(self.now, Ev::BatchCheck);
             return;
         }
-        let due_idle = last + self.cfg.batch_idle_s;
-        let due_max = start + self.cfg.batch_max_s;
+        let due_idle = last + self.cfg.cadence.batch_idle_s;
+        let due_max = start + self.cfg.cadence.batch_max_s;
         if self.now >= due_idle || self.now >= due_max {
             self.batch = None;
             self.provision();
@@ -792,10 +583,12 @@ impl<'a> Engine<'a> {
         }
         if (failed || self.unhelped_pending()) && !self.replan_scheduled {
             self.replan_scheduled = true;
+            // Pods still pending are planned again every `--replan-interval`, as the
+            // controller's batcher does.
             let delay = if failed {
-                self.cfg.batch_idle_s
+                self.cfg.cadence.batch_idle_s
             } else {
-                REPLAN_S
+                self.cfg.cadence.replan_s
             };
             self.push(self.now + delay, Ev::Replan);
         }
@@ -831,162 +624,13 @@ impl<'a> Engine<'a> {
             })
             .collect()
     }
-
-    fn paid_gpus_now(&self) -> f64 {
-        self.cluster
-            .live_nodes
-            .iter()
-            .map(|n| f64::from(self.cluster.nodes[*n].gpus))
-            .sum()
-    }
-
-    /// Per node ever launched: it, the seconds it was up until `t` and their cost.
-    fn node_costs(&self, t: i64) -> impl Iterator<Item = (&NodeState, f64, f64)> {
-        self.cluster.nodes.iter().map(move |n| {
-            let end = n.gone_at.unwrap_or(t).min(t);
-            let secs = (end - n.launched_at).max(0) as f64;
-            (n, secs, n.price * secs / 3600.0)
-        })
-    }
-
-    fn cost_until(&self, t: i64) -> (f64, f64) {
-        let mut cost = 0.0;
-        let mut gpu_s = 0.0;
-        for (n, secs, c) in self.node_costs(t) {
-            cost += c;
-            gpu_s += f64::from(n.gpus) * secs;
-        }
-        (cost, gpu_s)
-    }
-
-    fn cost_by_type(&self, t: i64) -> BTreeMap<String, f64> {
-        let mut by_type = BTreeMap::new();
-        for (n, _, c) in self.node_costs(t) {
-            *by_type.entry(n.instance_type.clone()).or_insert(0.0) += c;
-        }
-        by_type
-    }
-
-    fn sample(&mut self) {
-        let mut by_type = BTreeMap::new();
-        let mut held = 0.0;
-        for n in &self.cluster.live_nodes {
-            *by_type
-                .entry(self.cluster.nodes[*n].instance_type.clone())
-                .or_insert(0) += 1;
-            for p in &self.cluster.nodes[*n].pods {
-                held += self.cluster.pods[*p].gpu_equiv;
-            }
-        }
-        let paid = self.paid_gpus_now();
-        self.samples.push(Sample {
-            t: self.now,
-            nodes_by_type: by_type,
-            pending: self.cluster.pending.len() as u32,
-            gpu_allocation: if paid > 0.0 { held / paid } else { 0.0 },
-            cost: self.cost_until(self.now).0,
-        });
-    }
-
-    fn finish(mut self, wall: f64) -> PolicyResult {
-        let end = self.horizon;
-        let provreq = self.request_stats();
-        for (i, st) in self.cluster.pods.iter().enumerate() {
-            match st.phase {
-                PodPhase::Bound { since, .. } => {
-                    self.gpu_requested_s += st.gpu_equiv * (end - since) as f64;
-                }
-                PodPhase::Pending { since } => self.pending_samples.push(end - since),
-                _ => {}
-            }
-            let _ = i;
-        }
-        self.sample();
-        let (cost, gpu_s) = self.cost_until(end);
-        let mut s = std::mem::take(&mut self.pending_samples);
-        s.sort_unstable();
-        let paid_h = gpu_s / 3600.0;
-        let req_h = self.gpu_requested_s / 3600.0;
-        let rerun_h = self.gpu_rerun_s / 3600.0;
-        let useful_h = (req_h - rerun_h).max(0.0);
-        let cost_by_type = self.cost_by_type(end);
-        let notes = self.policy.notes(&self.cluster);
-        let node_records = self
-            .cluster
-            .nodes
-            .iter()
-            .map(|n| NodeRecord {
-                pool: n.pool_name.clone(),
-                instance_type: n.instance_type.clone(),
-                launched_at: n.launched_at,
-                gone_at: n.gone_at,
-            })
-            .collect();
-        let first_bound = self
-            .cluster
-            .first_bound
-            .iter()
-            .map(|(p, t)| (*p, *t))
-            .collect();
-        PolicyResult {
-            name: self.policy.name().to_string(),
-            description: self.policy.description().to_string(),
-            cost,
-            gpu_hours_paid: paid_h,
-            gpu_hours_requested: req_h,
-            gpu_hours_useful: useful_h,
-            gpu_hours_rerun: rerun_h,
-            gpu_allocation: if paid_h > 0.0 { useful_h / paid_h } else { 0.0 },
-            pending_p50_s: percentile(&s, 0.50),
-            pending_p95_s: percentile(&s, 0.95),
-            pending_p99_s: percentile(&s, 0.99),
-            nodes_launched: self.nodes_launched,
-            nodes_terminated: self.nodes_terminated,
-            pods_disrupted: self.pods_disrupted,
-            pods_interrupted: self.pods_interrupted,
-            safety_violations: self.violations,
-            violation_examples: self.violation_examples,
-            pending_at_end: self.cluster.pending.len() as u64,
-            pending_examples: self
-                .cluster
-                .pending
-                .iter()
-                .take(5)
-                .map(|p| {
-                    let since = match self.cluster.pods[*p].phase {
-                        PodPhase::Pending { since } => since,
-                        _ => end,
-                    };
-                    format!(
-                        "{} (pending {}s{})",
-                        self.cluster.pod(*p).key,
-                        end - since,
-                        if self.nominated.contains_key(p) {
-                            ", nominated to a node in flight"
-                        } else {
-                            ""
-                        }
-                    )
-                })
-                .collect(),
-            pods_created: self.pods_created,
-            launch_failures: self.launch_failures,
-            provisioning_requests: provreq,
-            cost_by_type,
-            explanation: self.explained.take(),
-            notes,
-            node_records,
-            first_bound,
-            samples: self.samples,
-            wall_seconds: wall,
-        }
-    }
 }
 
 mod disruption;
 mod nodes;
 mod requests;
 mod result;
+mod scheduling;
 
 /// A policy that does nothing, parked in the engine while the real one is borrowed out.
 struct Noop;

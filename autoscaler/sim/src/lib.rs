@@ -110,7 +110,7 @@ pub fn make_policy<'a>(
         "ca-like" | "ca-ideal" => Box::new(CaLike::new(
             shapes.to_vec(),
             cfg.score,
-            cfg.scale_down_delay_after_add_s,
+            cfg.disruption.delay_after_scale_up_s,
             if name == "ca-like" {
                 Fidelity::Real
             } else {

@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::disruption::{
     Command, DisruptionConfig, DisruptionState, Method, cooldown, plan_disruption, validate,
 };
-use autoscaler_core::model::{DaemonSet, Group, Pod, PodKey, Pool, Snapshot};
+use autoscaler_core::model::{DaemonSet, Pod, PodKey, Pool, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
 use providers::OfferingKey;
 
@@ -203,6 +204,15 @@ pub trait Policy {
     fn on_scale_up(&mut self, pool: &str, now: i64);
     /// Nodes of NodePool `pool` were deleted at `now`.
     fn on_delete(&mut self, pool: &str, now: i64);
+    /// A disruption gave up on nodes of NodePool `pool` it had started to remove (a failed
+    /// deletion) at `now`; the default ignores it.
+    fn on_failure(&mut self, _pool: &str, _now: i64) {}
+    /// When a decision with a replacement taints its nodes: the default is this controller's
+    /// order (the replacement first, validated again once it is up, then the taint); a model
+    /// of another autoscaler answers with that autoscaler's.
+    fn replacement_order(&self) -> Order {
+        Order::ReplaceFirst
+    }
 }
 
 /// This project's planner ([`plan_provisioning`]) and disruption ([`plan_disruption`]),
@@ -214,34 +224,38 @@ pub struct GpuAutoscaler {
 }
 
 impl GpuAutoscaler {
-    /// A policy with the core's disruption defaults and `cfg`'s validation delay, scale-down
-    /// delays and utilization options.
+    /// A policy with the scenario's disruption settings (the controller's defaults unless
+    /// the scenario sets them).
     pub fn new(cfg: &ClusterConfig) -> Self {
         GpuAutoscaler {
             state: DisruptionState::default(),
-            config: DisruptionConfig {
-                validation_delay_s: cfg.validation_delay_s,
-                delay_after_scale_up_s: cfg.scale_down_delay_after_add_s,
-                delay_after_delete_s: cfg.scale_down_delay_after_delete_s,
-                delay_after_failure_s: cfg.scale_down_delay_after_failure_s,
-                ignore_daemonset_utilization: cfg.ignore_daemonsets_utilization,
-                ignore_mirror_utilization: cfg.ignore_mirror_pods_utilization,
-                ..DisruptionConfig::default()
-            },
+            config: cfg.disruption.clone(),
             cache: SnapshotCache::default(),
         }
     }
 }
 
-/// Offering keys of a planned claim, in the claim's preference order.
-pub fn claim_candidates(claim: &autoscaler_core::plan::NewClaim) -> Vec<OfferingKey> {
-    let mut out = Vec::new();
-    for opt in &claim.instance_types {
-        for (zone, ct, _) in &opt.offerings {
-            out.push(OfferingKey::new(&opt.instance_type, zone, *ct));
-        }
-    }
-    out
+/// The offerings a planned claim is launched on, in the order the controller tries them: the
+/// core's [`autoscaler_core::offerings::candidates`] of the claim's launch requirements over its
+/// pool's instance types, minus the offerings recently refused.
+pub fn claim_candidates(
+    ctx: &Ctx,
+    claim: &autoscaler_core::plan::NewClaim,
+    now: i64,
+) -> Vec<OfferingKey> {
+    let Some(pool) = ctx.pools.iter().find(|p| p.name == claim.pool) else {
+        return vec![];
+    };
+    let requirements = autoscaler_core::offerings::launch_requirements(claim);
+    autoscaler_core::offerings::candidates(
+        &requirements,
+        &pool.instance_types,
+        ctx.unavailable,
+        now,
+    )
+    .into_iter()
+    .map(|(k, _)| k)
+    .collect()
 }
 
 fn pool_index(pools: &[Pool], name: &str) -> usize {
@@ -258,12 +272,12 @@ impl Policy for GpuAutoscaler {
          on the controller's cadence"
     }
 
-    fn provision(&mut self, ctx: &Ctx, _now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
+    fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
         let snap = ctx.snapshot_in(&mut self.cache, true);
         let plan = plan_provisioning(snap);
         if std::env::var_os("SIM_DEBUG").is_some() {
             eprintln!(
-                "t={_now} pending={} nodes={} in_flight={} -> existing={} in_flight={} new={} unschedulable={}",
+                "t={now} pending={} nodes={} in_flight={} -> existing={} in_flight={} new={} unschedulable={}",
                 snap.pending.len(),
                 snap.nodes.len(),
                 snap.in_flight.len(),
@@ -277,7 +291,7 @@ impl Policy for GpuAutoscaler {
         for c in &plan.new_claims {
             specs.push(LaunchSpec {
                 pool: pool_index(ctx.pools, &c.pool),
-                candidates: claim_candidates(c),
+                candidates: claim_candidates(ctx, c, now),
                 pods: c
                     .pods
                     .iter()
@@ -296,23 +310,16 @@ impl Policy for GpuAutoscaler {
     /// As the controller's request loop: the request's pods as one all-or-nothing group against
     /// the full snapshot (other bookings held), check-capacity with no NodePool so that only
     /// existing and in-flight capacity can answer.
-    fn provision_request(&mut self, ctx: &Ctx, ask: &RequestAsk, _now: i64) -> RequestAnswer {
-        let mut trial = ctx.snapshot_in(&mut self.cache, false).clone();
-        let group = ctx.workload.groups[ask.group as usize].name.clone();
-        trial.pending = ask.pods.iter().map(|(_, p)| p.clone()).collect();
-        trial.groups = BTreeMap::from([(
-            group.clone(),
-            Group {
-                name: group,
-                min_count: ask.pods.len() as u32,
-            },
-        )]);
-        if ask.class == ProvReqClass::CheckCapacity {
-            trial.pools.clear();
-        }
-        let plan = plan_provisioning(&trial);
-        if let Some(u) = plan.unschedulable.first() {
-            return RequestAnswer::NoCapacity(format!("pod {} {}", u.pod.name, u.reason));
+    fn provision_request(&mut self, ctx: &Ctx, ask: &RequestAsk, now: i64) -> RequestAnswer {
+        let group = &ctx.workload.groups[ask.group as usize].name;
+        let (plan, why) = autoscaler_core::provreq::plan(
+            ctx.snapshot_in(&mut self.cache, false),
+            group,
+            ask.pods.iter().map(|(_, p)| p.clone()).collect(),
+            ask.class == ProvReqClass::CheckCapacity,
+        );
+        if let Some(why) = why {
+            return RequestAnswer::NoCapacity(why);
         }
         let id = |name: &str| {
             ask.pods
@@ -345,7 +352,7 @@ impl Policy for GpuAutoscaler {
             .iter()
             .map(|c| LaunchSpec {
                 pool: pool_index(ctx.pools, &c.pool),
-                candidates: claim_candidates(c),
+                candidates: claim_candidates(ctx, c, now),
                 pods: c.pods.iter().filter_map(|k| id(&k.name)).collect(),
             })
             .collect();
@@ -436,7 +443,7 @@ impl Policy for GpuAutoscaler {
                 .collect();
             let replacement = cmd.replacement.as_ref().map(|c| LaunchSpec {
                 pool: pool_index(ctx.pools, &c.pool),
-                candidates: claim_candidates(c),
+                candidates: claim_candidates(ctx, c, now),
                 pods: vec![],
             });
             out.push(Decision {
@@ -471,6 +478,10 @@ impl Policy for GpuAutoscaler {
 
     fn on_delete(&mut self, pool: &str, now: i64) {
         self.state.deleted(pool, now);
+    }
+
+    fn on_failure(&mut self, pool: &str, now: i64) {
+        self.state.failed(pool, now);
     }
 }
 

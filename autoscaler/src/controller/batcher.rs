@@ -29,11 +29,14 @@ pub struct BatchConfig {
 }
 
 impl Default for BatchConfig {
+    /// The flags' defaults (the core's [`autoscaler_core::cadence`] texts).
     fn default() -> Self {
+        let c = autoscaler_core::cadence::Cadence::default();
+        let ms = |s: i64| u64::try_from(s).unwrap_or(0) * 1000;
         BatchConfig {
-            idle_ms: 1_000,
-            max_ms: 10_000,
-            replan_ms: 10_000,
+            idle_ms: ms(c.batch_idle_s),
+            max_ms: ms(c.batch_max_s),
+            replan_ms: ms(c.replan_s),
         }
     }
 }

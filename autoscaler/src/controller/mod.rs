@@ -10,7 +10,8 @@
 //! - [`lifecycle`]: the NodeClaim state machine (Pending → Launched → Registered → Initialized),
 //!   with the delivered-capacity check (`ResourceMismatch`);
 //! - [`guard`]: the launch guard (no more launches for a pod that launched without binding);
-//! - [`disrupt`]: the disruption queue state machine (Decided → Tainted → Draining → Deleting);
+//! - [`autoscaler_core::disruption::execute`]: the disruption queue state machine (Decided →
+//!   Tainted → Draining → Deleting), in the core because the simulator drives it too;
 //! - [`consolidatable`]: disruption verdicts as the `Consolidatable` NodeClaim condition,
 //!   rate-limited `DisruptionBlocked` events and the `unremovable_nodes` reason label;
 //! - [`cluster_status`]: the `gpu-autoscaler-status` ConfigMap summary;
@@ -44,7 +45,7 @@
 //! none until `--launch-backoff` (5m, doubling per further launch up to 1h) after the last;
 //! `provision` drops new claims whose every pod is held back, with every claim of an all-or-nothing
 //! group one of them serves, and tells each pod once per back-off with a `LaunchBackoff` event; in
-//! memory, so a restart counts afresh), `disrupt` (Decided → validated with the core's `validate` →
+//! memory, so a restart counts afresh), the core's `disruption::execute` (Decided → validated with the core's `validate` →
 //! \[Replacing\] → Tainted (validated again once a replacement is up; abandoned if a pod the last
 //! validation did not see is on the nodes) → Draining with 429 backoff → Deleting → Done, or
 //! Abandoned → untainted; a drain past `--drain-timeout`, a replacement that never initializes or
@@ -66,7 +67,6 @@ pub mod cache;
 pub mod cluster_status;
 pub mod consolidatable;
 pub mod crashpoint;
-pub mod disrupt;
 pub mod dra;
 pub mod error;
 pub mod gangs;

@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use autoscaler_core::cadence;
+use autoscaler_core::disruption::{self, execute};
 use clap::{Args, ValueEnum};
 
 /// Parses a flag's duration in the core's one grammar ([`autoscaler_core::duration`]): `250ms`,
@@ -111,14 +113,14 @@ pub struct RunArgs {
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub new_pod_scale_up_delay: Duration,
     /// Close a batch of unschedulable pods after this long without a new one.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = cadence::DEFAULT_BATCH_IDLE, value_parser = parse_duration)]
     pub batch_idle: Duration,
     /// Close a batch after this long in all.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = cadence::DEFAULT_BATCH_MAX, value_parser = parse_duration)]
     pub batch_max: Duration,
     /// Plan pods that are still pending again this long after the last round, so that changes
     /// no pod event announces (a NodePool or PodGroup edited, room freed) reach them.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = cadence::DEFAULT_REPLAN_INTERVAL, value_parser = parse_duration)]
     pub replan_interval: Duration,
     /// Delete a launched NodeClaim whose Node has not registered after this long.
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
@@ -127,42 +129,42 @@ pub struct RunArgs {
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub initialization_timeout: Duration,
     /// How often disruption is planned.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = cadence::DEFAULT_DISRUPTION_INTERVAL, value_parser = parse_duration)]
     pub disruption_interval: Duration,
     /// How often the leader writes the cluster status summary, the ConfigMap
     /// `gpu-autoscaler-status` in `--namespace` (`0s`: never).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub status_configmap_interval: Duration,
     /// A disruption decision is re-validated this long after it was made.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, default_value = disruption::DEFAULT_VALIDATION_DELAY, value_parser = parse_duration)]
     pub validation_delay: Duration,
     /// A spot node is replaced by a cheaper spot node only when at least this many cheaper
     /// instance types could hold its pods (Karpenter's spot-to-spot rule, 15): with fewer, the
     /// replacement is likely the type interrupted next. 1 allows any cheaper spot type.
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, default_value_t = disruption::DEFAULT_MIN_SPOT_TO_SPOT_TYPES, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub min_spot_to_spot_types: u32,
     /// No scale-down of a NodePool's nodes this long after the pool scaled up. Counted per
     /// pool (the Cluster Autoscaler's `--scale-down-delay-type-local`); a NodePool's
     /// `spec.disruption.scaleDownDelayAfterAdd` overrides it.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = disruption::DEFAULT_SCALE_DOWN_DELAY_AFTER_ADD, value_parser = parse_duration)]
     pub scale_down_delay_after_add: Duration,
     /// No scale-down of a NodePool's nodes this long after one of them was deleted (per pool;
     /// `scaleDownDelayAfterDelete` overrides it).
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(long, default_value = disruption::DEFAULT_SCALE_DOWN_DELAY_AFTER_DELETE, value_parser = parse_duration)]
     pub scale_down_delay_after_delete: Duration,
     /// No scale-down of a NodePool's nodes this long after a failed disruption in the pool
     /// (per pool; `scaleDownDelayAfterFailure` overrides it).
-    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    #[arg(long, default_value = disruption::DEFAULT_SCALE_DOWN_DELAY_AFTER_FAILURE, value_parser = parse_duration)]
     pub scale_down_delay_after_failure: Duration,
     /// Most nodes being removed at once, empty or drained, across the cluster (the Cluster
     /// Autoscaler's flag and default).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = disruption::DEFAULT_PARALLELISM, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_scale_down_parallelism: u32,
     /// Most nodes with pods to drain being removed at once. The Cluster Autoscaler's default is
     /// 1 (one non-empty node at a time); this one is 10, so that multi-node consolidation
     /// (Karpenter's) can remove several nodes in one command. 1 gives the Cluster Autoscaler's
     /// pace.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, default_value_t = disruption::DEFAULT_PARALLELISM, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub max_drain_parallelism: u32,
     /// Scale down nodes that broke down (initialized, `Ready` no longer `True`) once they have
     /// been unneeded for `--scale-down-unready-time`; `false` leaves them alone.
@@ -170,7 +172,7 @@ pub struct RunArgs {
     pub scale_down_unready_enabled: bool,
     /// How long a node that is not ready must be unneeded before it is removed (in place of
     /// its pool's `unneededTime`).
-    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    #[arg(long, default_value = disruption::DEFAULT_SCALE_DOWN_UNREADY_TIME, value_parser = parse_duration)]
     pub scale_down_unready_time: Duration,
     /// Scaling halts (no launch, no new disruption) while more than this percentage of the
     /// registered nodes, and more than `--ok-total-unready-count` nodes, are unready after they
@@ -195,7 +197,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub ignore_mirror_pods_utilization: bool,
     /// A replacement node must initialize within this long, or the replace is dropped.
-    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    #[arg(long, default_value = execute::DEFAULT_REPLACEMENT_TIMEOUT, value_parser = parse_duration)]
     pub replacement_timeout: Duration,
     /// How often an optional API not served yet (ProvisioningRequest, Volcano or Kubernetes
     /// PodGroup) is asked again, so installing its CRD later needs no restart.
@@ -204,7 +206,7 @@ pub struct RunArgs {
     /// Disruption: how long pods may take to leave once evictions started (PodDisruptionBudgets
     /// refusing, slow termination) before the nodes are untainted and the attempt counts as a
     /// failed deletion.
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = execute::DEFAULT_DRAIN_TIMEOUT, value_parser = parse_duration)]
     pub drain_timeout: Duration,
     /// How often instances and claims are garbage-collected.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
@@ -238,10 +240,10 @@ pub struct RunArgs {
     pub provreq_deadline: Duration,
     /// ProvisioningRequests: first retry delay without capacity (doubling up to
     /// `--provreq-retry-max`).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = cadence::DEFAULT_PROVREQ_RETRY, value_parser = parse_duration)]
     pub provreq_retry: Duration,
     /// ProvisioningRequests: longest retry delay.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = cadence::DEFAULT_PROVREQ_RETRY_MAX, value_parser = parse_duration)]
     pub provreq_retry_max: Duration,
     /// ProvisioningRequests: delete terminal requests (Failed, BookingExpired,
     /// CapacityRevoked) this long after they ended; `0s` leaves them to their owner.
@@ -304,6 +306,30 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The loop timings these flags give, in whole seconds (what the simulator's scenarios
+    /// default to).
+    pub fn cadence(&self) -> cadence::Cadence {
+        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        cadence::Cadence {
+            batch_idle_s: s(self.batch_idle),
+            batch_max_s: s(self.batch_max),
+            replan_s: s(self.replan_interval),
+            disruption_interval_s: s(self.disruption_interval),
+            provreq_retry_s: s(self.provreq_retry),
+            provreq_retry_max_s: s(self.provreq_retry_max),
+        }
+    }
+
+    /// How long a disruption's replacement and drain may take (`--replacement-timeout`,
+    /// `--drain-timeout`), in whole seconds.
+    pub fn disruption_timeouts(&self) -> execute::Timeouts {
+        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        execute::Timeouts {
+            replacement_s: s(self.replacement_timeout),
+            drain_s: s(self.drain_timeout),
+        }
+    }
+
     /// The core's disruption settings these flags give (the scale-down delays, validation
     /// delay, utilization options, spot-to-spot minimum, parallelism limits and unready-node
     /// removal); `run` and `explain` plan with the same.
@@ -401,6 +427,41 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         run: RunArgs,
+    }
+
+    /// One default per setting: the flags' defaults, the core's `Default` impls and a
+    /// scenario's defaults (the simulator's `ClusterConfig`) are the same values, because the
+    /// flags and the impls read the same core constants and the scenario starts from the impls.
+    #[test]
+    fn defaults_agree_across_flags_core_and_scenarios() {
+        use clap::Parser;
+        let flags = Cli::try_parse_from(["x"]).expect("defaults parse").run;
+        let scenario = autoscaler_sim::scenario::ClusterConfig::default();
+        let core = autoscaler_core::DisruptionConfig::default();
+        assert_eq!(flags.disruption_config(), core);
+        assert_eq!(scenario.disruption, core);
+        assert_eq!(flags.disruption_timeouts(), execute::Timeouts::default());
+        assert_eq!(scenario.disruption_timeouts, execute::Timeouts::default());
+        assert_eq!(flags.cadence(), cadence::Cadence::default());
+        assert_eq!(scenario.cadence, cadence::Cadence::default());
+        let batch = crate::controller::batcher::BatchConfig::default();
+        assert_eq!(
+            (batch.idle_ms, batch.max_ms, batch.replan_ms),
+            (
+                flags.batch_idle.as_millis() as u64,
+                flags.batch_max.as_millis() as u64,
+                flags.replan_interval.as_millis() as u64
+            )
+        );
+        // The figures users read in the docs.
+        assert_eq!(
+            (
+                core.validation_delay_s,
+                core.delay_after_scale_up_s,
+                core.delay_after_failure_s
+            ),
+            (15, 600, 180)
+        );
     }
 
     #[test]

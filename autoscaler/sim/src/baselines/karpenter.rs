@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::CapacityType;
+use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::model::ConsolidationPolicy;
 use autoscaler_core::resources::Resources;
 use providers::{OfferingKey, UnavailableOfferings};
@@ -542,6 +543,14 @@ impl Policy for KarpenterLike {
     }
 
     fn on_scale_up(&mut self, _pool: &str, _now: i64) {}
+
+    /// Karpenter's documented disruption flow: a NoSchedule taint on the nodes first, then
+    /// the replacements pre-spun and waited for until initialized, then the nodes deleted
+    /// (their termination drains them); a replacement that fails to initialize untaints. The
+    /// simulated taint is the core's key: only whether pods tolerate it matters here.
+    fn replacement_order(&self) -> Order {
+        Order::TaintFirst
+    }
 
     fn on_delete(&mut self, _pool: &str, _now: i64) {}
 }

@@ -102,9 +102,11 @@ fn incremental_snapshot_follows_every_change() {
     c.bind(5, 0, vec![], 2).expect("fits");
     check(&mut cache, &c, &w);
     // Taints, cordon, deletion and the device plugin coming up.
-    c.nodes[1]
-        .taints
-        .push(Taint::new("karpenter.sh/disrupted", "", Effect::NoSchedule));
+    c.nodes[1].taints.push(Taint::new(
+        autoscaler_core::keys::DISRUPTION_TAINT,
+        "",
+        Effect::NoSchedule,
+    ));
     c.nodes[1].deleting = true;
     c.nodes[0].cordoned = true;
     c.nodes[2].phase = NodePhase::Ready;

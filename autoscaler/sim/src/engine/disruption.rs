@@ -1,13 +1,40 @@
-//! Disruption in the engine: the policy's decisions, re-validated after the validation delay,
-//! then tainted, replaced (waiting for the replacement to initialize) and drained, with every
-//! eviction that breaks a safety rule (protection, safe-to-evict, PDB) counted as a violation.
+//! Disruption in the engine: the policy's decisions carried out by the controller's own
+//! executor ([`autoscaler_core::disruption::execute`]): validated after the delay, the
+//! replacement launched and waited for, validated again, tainted, drained and terminated, or
+//! abandoned and untainted. The engine only gathers the executor's facts from the simulated
+//! cluster and performs its actions there; the Eviction API is simulated as always granting,
+//! with every eviction that breaks a safety rule (protection, safe-to-evict, PDB) counted as a
+//! violation.
 
-use autoscaler_core::disruption::{SAFE_TO_EVICT, pod_protection};
+use std::collections::BTreeSet;
+
+use autoscaler_core::disruption::execute::{self, Action, Facts, Job, Order, Stage};
+use autoscaler_core::disruption::{Command, Method, SAFE_TO_EVICT, pod_protection};
+use autoscaler_core::keys::DISRUPTION_TAINT;
+use autoscaler_core::model::{DisruptionReason, PodKey};
 use autoscaler_core::taints::{Effect, Taint};
 
-use super::{DISRUPTED_TAINT, Engine, Ev, Noop, Pending, REPLACEMENT_TIMEOUT_S};
-use crate::cluster::PodPhase;
-use crate::policy::Ctx;
+use super::{Engine, Ev, Noop, Pending};
+use crate::cluster::{NodeId, NodePhase, PodPhase};
+use crate::policy::{Ctx, Decision};
+
+/// The command a model of another autoscaler decided, for the executor: the same nodes and
+/// replacement, validated by the policy itself.
+fn command_of(decision: &Decision, names: Vec<String>, now: i64) -> Command {
+    Command {
+        reason: DisruptionReason::Underutilized,
+        method: if decision.replacement.is_some() {
+            Method::Replace
+        } else {
+            Method::Delete
+        },
+        nodes: names,
+        pods: vec![],
+        replacement: None,
+        savings: 0.0,
+        decided_at: now,
+    }
+}
 
 impl Engine<'_> {
     pub(super) fn disrupt_tick(&mut self) {
@@ -33,6 +60,24 @@ impl Engine<'_> {
             if d.nodes.is_empty() {
                 continue;
             }
+            let mut job = match &d.command {
+                Some(cmd) => Job::new(cmd.clone()),
+                None => {
+                    let names = d
+                        .nodes
+                        .iter()
+                        .map(|n| self.cluster.nodes[*n].name.clone())
+                        .collect();
+                    Job::new(command_of(&d, names, self.now))
+                }
+            };
+            // The replacement is the decision's launch spec, whoever decided it, and the
+            // policy says whether it comes before or after the taint.
+            job.order = if d.replacement.is_some() {
+                self.policy.replacement_order()
+            } else {
+                Order::NoReplacement
+            };
             let i = self.next_decision;
             self.next_decision += 1;
             self.decisions.insert(
@@ -40,124 +85,232 @@ impl Engine<'_> {
                 Pending {
                     decision: d,
                     replacement: None,
-                    executing: false,
+                    tainted: false,
+                    job,
                 },
             );
-            self.push(self.now + self.cfg.validation_delay_s, Ev::Validate(i));
+            self.step_job(i);
         }
     }
 
-    pub(super) fn validate(&mut self, i: u64) {
-        let Some(p) = self.decisions.get(&i) else {
-            return;
+    /// What the executor needs to know about decision `i`'s nodes now.
+    fn job_facts(&self, p: &Pending) -> Facts {
+        let present: Vec<NodeId> = p
+            .decision
+            .nodes
+            .iter()
+            .copied()
+            .filter(|n| self.cluster.nodes[*n].alive())
+            .collect();
+        let pods_left = present
+            .iter()
+            .flat_map(|n| self.cluster.nodes[*n].pods.iter())
+            .filter(|p| matches!(self.cluster.pods[**p].phase, PodPhase::Bound { .. }))
+            .map(|p| self.cluster.pod(*p).key.clone())
+            .collect();
+        let replacement_initialized = match p.job.stage {
+            Stage::Replacing { .. } => p
+                .replacement
+                .filter(|r| self.cluster.nodes[*r].alive())
+                .map(|r| self.cluster.nodes[r].phase == NodePhase::Ready),
+            _ => None,
         };
-        let decision = p.decision.clone();
-        let pools = self.pools_now();
-        let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
-        let ok = {
-            let ctx = Ctx {
-                pools: &pools,
-                ..self.ctx()
+        let names: Vec<String> = present
+            .iter()
+            .map(|n| self.cluster.nodes[*n].name.clone())
+            .collect();
+        Facts {
+            now: self.now,
+            validation_delay_s: self.cfg.disruption.validation_delay_s,
+            nodes_present: names.clone(),
+            // A terminated simulated node is gone at once: one still there is not deleting.
+            nodes_not_deleting: names,
+            pods_left,
+            replacement_initialized,
+            timeouts: self.cfg.disruption_timeouts,
+        }
+    }
+
+    /// Advances decision `i` as far as it goes now, then asks to be called again when time
+    /// alone can move it on.
+    pub(super) fn step_job(&mut self, i: u64) {
+        loop {
+            let Some(p) = self.decisions.get(&i) else {
+                return;
             };
-            taken.validate(&ctx, &decision, self.now)
-        };
-        self.policy = taken;
-        if !ok {
-            self.finish_decision(i);
-            return;
-        }
-        for &n in &decision.nodes {
-            let node = &mut self.cluster.nodes[n];
-            node.deleting = true;
-            node.taints
-                .push(Taint::new(DISRUPTED_TAINT, "", Effect::NoSchedule));
-        }
-        self.changed();
-        match &decision.replacement {
-            None => self.drain(i),
-            Some(spec) => match self.launch(spec) {
-                Some(r) => {
-                    if let Some(p) = self.decisions.get_mut(&i) {
-                        p.replacement = Some(r);
-                    }
-                    self.push(self.now + REPLACEMENT_TIMEOUT_S, Ev::ReplacementTimeout(i));
+            let facts = self.job_facts(p);
+            let job = p.job.clone();
+            let mut decision = p.decision.clone();
+            // The core's policy validates the command as the executor holds it (its pods as
+            // the last validation saw them), as the controller validates its job's command.
+            if decision.command.is_some() {
+                decision.command = Some(job.command.clone());
+            }
+            let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
+            let step = execute::step(&job, &facts, &mut || {
+                let pools = self.pools_now();
+                let ctx = Ctx {
+                    pools: &pools,
+                    ..self.ctx()
+                };
+                if taken.validate(&ctx, &decision, self.now) {
+                    Ok(())
+                } else {
+                    Err("the decision no longer holds".into())
                 }
-                None => self.abandon(i),
-            },
-        }
-    }
-
-    pub(super) fn abandon(&mut self, i: u64) {
-        let Some(nodes) = self.decisions.get(&i).map(|p| p.decision.nodes.clone()) else {
-            return;
-        };
-        for n in nodes {
-            let node = &mut self.cluster.nodes[n];
-            if node.alive() {
-                node.deleting = false;
-                node.taints.retain(|t| t.key != DISRUPTED_TAINT);
+            });
+            self.policy = taken;
+            if step.failure {
+                // A failed deletion: scale-down pauses in the nodes' pools, as in the controller.
+                for pool in self.pools_of(&decision.nodes) {
+                    self.policy.on_failure(&pool, self.now);
+                }
+            }
+            let before = job.stage.clone();
+            let mut step = step;
+            match std::mem::replace(&mut step.action, Action::Wait) {
+                Action::Wait => {}
+                Action::CreateReplacement => {
+                    let launched = decision.replacement.as_ref().and_then(|s| self.launch(s));
+                    // A launch the cloud refused is a replacement claim that failed: gone, and
+                    // given up on after the grace the controller allows its cache.
+                    let claim = launched
+                        .map(|n| self.cluster.nodes[n].claim.clone())
+                        .unwrap_or_default();
+                    step.next = Stage::Replacing {
+                        claim,
+                        since: self.now,
+                    };
+                    if let Some(p) = self.decisions.get_mut(&i) {
+                        p.replacement = launched;
+                    }
+                }
+                Action::Taint(_) => {
+                    for &n in &decision.nodes {
+                        let node = &mut self.cluster.nodes[n];
+                        if node.alive() {
+                            node.deleting = true;
+                            node.taints
+                                .push(Taint::new(DISRUPTION_TAINT, "", Effect::NoSchedule));
+                        }
+                    }
+                    if let Some(p) = self.decisions.get_mut(&i) {
+                        p.tainted = true;
+                    }
+                    self.changed();
+                }
+                Action::Evict(pods) => {
+                    self.evict_for_disruption(&pods);
+                    if let Some(p) = self.decisions.get_mut(&i) {
+                        p.job.evictions_accepted(self.now);
+                    }
+                }
+                Action::DeleteNodes(_) => {
+                    for &n in &decision.nodes {
+                        self.terminate(n);
+                    }
+                    for pool in self.pools_of(&decision.nodes) {
+                        self.policy.on_delete(&pool, self.now);
+                    }
+                }
+                Action::Untaint(_) => {
+                    let tainted = self.decisions.get(&i).is_some_and(|p| p.tainted);
+                    for &n in &decision.nodes {
+                        let node = &mut self.cluster.nodes[n];
+                        if tainted && node.alive() {
+                            node.deleting = false;
+                            node.taints.retain(|t| t.key != DISRUPTION_TAINT);
+                        }
+                    }
+                    // Nothing changed in the cluster when the nodes were never tainted.
+                    if tainted {
+                        self.request_pass(true);
+                        self.changed();
+                    }
+                }
+            }
+            let Some(p) = self.decisions.get_mut(&i) else {
+                return;
+            };
+            p.job.advance(step);
+            if p.job.stage == Stage::Done {
+                self.decisions.remove(&i);
+                return;
+            }
+            if p.job.stage == before {
+                // Waiting: on an event (a replacement initializing or lost) or on the clock.
+                let (job, facts) = (p.job.clone(), self.job_facts(&self.decisions[&i]));
+                if let Some(t) = execute::wake(&job, &facts) {
+                    self.push(t, Ev::Step(i));
+                }
+                return;
             }
         }
-        self.finish_decision(i);
-        self.request_pass(true);
-        self.changed();
     }
 
-    pub(super) fn finish_decision(&mut self, i: u64) {
-        self.decisions.remove(&i);
+    /// Decisions waiting on node `n` (as their replacement or among their nodes), stepped
+    /// again at this instant once the event that changed `n` is done.
+    pub(super) fn nudge_jobs(&mut self, n: NodeId) {
+        let waiting: Vec<u64> = self
+            .decisions
+            .iter()
+            .filter(|(_, p)| p.replacement == Some(n) || p.decision.nodes.contains(&n))
+            .map(|(i, _)| *i)
+            .collect();
+        for i in waiting {
+            self.push(self.now, Ev::Step(i));
+        }
     }
 
-    /// Evicts the pods of a validated decision's nodes and terminates them, counting any
-    /// eviction that breaks a safety rule.
-    pub(super) fn drain(&mut self, i: u64) {
-        let Some(nodes) = self.decisions.get(&i).map(|p| p.decision.nodes.clone()) else {
-            return;
-        };
+    /// The NodePools of `nodes`, each once.
+    fn pools_of(&self, nodes: &[NodeId]) -> BTreeSet<String> {
+        nodes
+            .iter()
+            .filter_map(|n| {
+                let node = &self.cluster.nodes[*n];
+                node.pool.map(|_| node.pool_name.clone())
+            })
+            .collect()
+    }
+
+    /// Evicts the pods the executor asked for, counting any eviction that breaks a safety
+    /// rule: the simulated Eviction API always grants, so that a policy's unsafe choice shows.
+    fn evict_for_disruption(&mut self, pods: &[PodKey]) {
         let mut pdbs = self.cluster.pdbs(self.workload);
-        let mut pools = std::collections::BTreeSet::new();
-        for &n in &nodes {
-            if !self.cluster.nodes[n].alive() {
+        for key in pods {
+            let Some(&p) = self.pod_ids.get(key) else {
+                continue;
+            };
+            if !matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
                 continue;
             }
-            let pods = self.cluster.nodes[n].pods.clone();
-            for p in pods {
-                if !matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
-                    continue;
-                }
-                let pod = self.cluster.pod(p);
-                let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
-                let mut problems = Vec::new();
-                if let Some(why) = pod_protection(pod, self.now) {
-                    problems.push(format!("evicted a pod while it is protected: {why}"));
-                }
-                if ann(SAFE_TO_EVICT) == Some("false") {
-                    problems.push(format!(
-                        "evicted {} which has {SAFE_TO_EVICT}=false",
-                        pod.key
-                    ));
-                }
-                for b in pdbs.iter_mut() {
-                    if b.namespace == pod.key.namespace && b.selector.matches(&pod.labels) {
-                        if b.disruptions_allowed <= 0 {
-                            problems.push(format!(
-                                "evicted {} beyond PDB {}/{}",
-                                pod.key, b.namespace, b.name
-                            ));
-                        }
-                        b.disruptions_allowed -= 1;
-                    }
-                }
-                for m in problems {
-                    self.violation(m);
-                }
-                self.pods_disrupted += self.evict(p);
+            let pod = self.cluster.pod(p);
+            let ann = |k: &str| pod.annotations.get(k).map(String::as_str);
+            let mut problems = Vec::new();
+            if let Some(why) = pod_protection(pod, self.now) {
+                problems.push(format!("evicted a pod while it is protected: {why}"));
             }
-            pools.insert(self.cluster.nodes[n].pool_name.clone());
-            self.terminate(n);
+            if ann(SAFE_TO_EVICT) == Some("false") {
+                problems.push(format!(
+                    "evicted {} which has {SAFE_TO_EVICT}=false",
+                    pod.key
+                ));
+            }
+            for b in pdbs.iter_mut() {
+                if b.namespace == pod.key.namespace && b.selector.matches(&pod.labels) {
+                    if b.disruptions_allowed <= 0 {
+                        problems.push(format!(
+                            "evicted {} beyond PDB {}/{}",
+                            pod.key, b.namespace, b.name
+                        ));
+                    }
+                    b.disruptions_allowed -= 1;
+                }
+            }
+            for m in problems {
+                self.violation(m);
+            }
+            self.pods_disrupted += self.evict(p);
         }
-        for pool in pools {
-            self.policy.on_delete(&pool, self.now);
-        }
-        self.finish_decision(i);
     }
 }

@@ -2,13 +2,14 @@
 //! latency), registration with its DaemonSet pods, the device plugin's delay to Ready, spot
 //! interruptions with their two-minute notice, and termination.
 
+use autoscaler_core::keys::DISRUPTION_TAINT;
 use autoscaler_core::resources::names;
 use autoscaler_core::taints::{Effect, Taint};
 use autoscaler_core::{CapacityType, labels};
 use providers::fake::block_on;
 use providers::{CloudProvider, LaunchRequest, NodeClassRef, ProviderError};
 
-use super::{DISRUPTED_TAINT, Engine, Ev};
+use super::{Engine, Ev};
 use crate::cluster::{NodeId, NodePhase, NodeState, PodPhase};
 use crate::dra::{NodeDevices, NodeDra};
 use crate::policy::LaunchSpec;
@@ -295,16 +296,8 @@ impl Engine<'_> {
         self.request_pass(true);
         self.changed();
         self.request_node_ready(n);
-        // Replacements waiting for this node go ahead.
-        let waiting: Vec<u64> = self
-            .decisions
-            .iter()
-            .filter(|(_, d)| d.replacement == Some(n) && !d.executing)
-            .map(|(i, _)| *i)
-            .collect();
-        for d in waiting {
-            self.drain(d);
-        }
+        // Disruptions waiting for this node as their replacement go ahead.
+        self.nudge_jobs(n);
     }
 
     pub(super) fn interrupt(&mut self, n: NodeId) {
@@ -315,7 +308,7 @@ impl Engine<'_> {
         let node = &mut self.cluster.nodes[n];
         node.deleting = true;
         node.taints
-            .push(Taint::new(DISRUPTED_TAINT, "", Effect::NoSchedule));
+            .push(Taint::new(DISRUPTION_TAINT, "", Effect::NoSchedule));
         let pods = node.pods.clone();
         for p in pods {
             if matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
@@ -350,5 +343,6 @@ impl Engine<'_> {
         self.request_pass(true);
         self.changed();
         self.request_node_gone(n);
+        self.nudge_jobs(n);
     }
 }

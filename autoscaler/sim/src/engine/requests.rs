@@ -7,10 +7,8 @@
 
 use autoscaler_core::model::{Pod, PodKey};
 
-use super::{
-    Engine, Ev, PROVREQ_RETRY_MAX_S, PROVREQ_RETRY_S, ProvReqStats, ReqEnd, ReqPhase, Request,
-    RequestRecord, percentile,
-};
+use super::result::percentile;
+use super::{Engine, Ev, ProvReqStats, ReqEnd, ReqPhase, Request, RequestRecord};
 use crate::cluster::{NodeId, NodePhase, PodId, PodPhase};
 use crate::policy::{Ctx, RequestAnswer, RequestAsk};
 
@@ -129,9 +127,7 @@ impl Engine<'_> {
         let Some(r) = self.requests.get_mut(&g) else {
             return;
         };
-        let delay = PROVREQ_RETRY_S
-            .saturating_mul(1i64 << r.attempts.min(16))
-            .min(PROVREQ_RETRY_MAX_S);
+        let delay = self.cfg.cadence.provreq_retry_delay_s(r.attempts);
         r.attempts += 1;
         self.push(self.now + delay, Ev::ReqAttempt(g));
     }

@@ -3,6 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use super::Engine;
+use crate::cluster::{NodeState, PodPhase};
+
 /// ProvisioningRequest outcomes of one policy.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ProvReqStats {
@@ -146,4 +149,166 @@ pub struct PolicyResult {
     pub node_records: Vec<NodeRecord>,
     /// Each pod ever bound (index into the workload's pods) and when it was first bound.
     pub first_bound: Vec<(usize, i64)>,
+}
+
+/// The `q` quantile of `sorted` (nearest rank; 0 when empty).
+pub(super) fn percentile(sorted: &[i64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1] as f64
+}
+
+/// Costs as time goes, the samples the report charts, and the result once the run ends.
+impl Engine<'_> {
+    pub(super) fn paid_gpus_now(&self) -> f64 {
+        self.cluster
+            .live_nodes
+            .iter()
+            .map(|n| f64::from(self.cluster.nodes[*n].gpus))
+            .sum()
+    }
+
+    /// Per node ever launched: it, the seconds it was up until `t` and their cost.
+    pub(super) fn node_costs(&self, t: i64) -> impl Iterator<Item = (&NodeState, f64, f64)> {
+        self.cluster.nodes.iter().map(move |n| {
+            let end = n.gone_at.unwrap_or(t).min(t);
+            let secs = (end - n.launched_at).max(0) as f64;
+            (n, secs, n.price * secs / 3600.0)
+        })
+    }
+
+    pub(super) fn cost_until(&self, t: i64) -> (f64, f64) {
+        let mut cost = 0.0;
+        let mut gpu_s = 0.0;
+        for (n, secs, c) in self.node_costs(t) {
+            cost += c;
+            gpu_s += f64::from(n.gpus) * secs;
+        }
+        (cost, gpu_s)
+    }
+
+    pub(super) fn cost_by_type(&self, t: i64) -> BTreeMap<String, f64> {
+        let mut by_type = BTreeMap::new();
+        for (n, _, c) in self.node_costs(t) {
+            *by_type.entry(n.instance_type.clone()).or_insert(0.0) += c;
+        }
+        by_type
+    }
+
+    pub(super) fn sample(&mut self) {
+        let mut by_type = BTreeMap::new();
+        let mut held = 0.0;
+        for n in &self.cluster.live_nodes {
+            *by_type
+                .entry(self.cluster.nodes[*n].instance_type.clone())
+                .or_insert(0) += 1;
+            for p in &self.cluster.nodes[*n].pods {
+                held += self.cluster.pods[*p].gpu_equiv;
+            }
+        }
+        let paid = self.paid_gpus_now();
+        self.samples.push(Sample {
+            t: self.now,
+            nodes_by_type: by_type,
+            pending: self.cluster.pending.len() as u32,
+            gpu_allocation: if paid > 0.0 { held / paid } else { 0.0 },
+            cost: self.cost_until(self.now).0,
+        });
+    }
+
+    pub(super) fn finish(mut self, wall: f64) -> PolicyResult {
+        let end = self.horizon;
+        let provreq = self.request_stats();
+        for (i, st) in self.cluster.pods.iter().enumerate() {
+            match st.phase {
+                PodPhase::Bound { since, .. } => {
+                    self.gpu_requested_s += st.gpu_equiv * (end - since) as f64;
+                }
+                PodPhase::Pending { since } => self.pending_samples.push(end - since),
+                _ => {}
+            }
+            let _ = i;
+        }
+        self.sample();
+        let (cost, gpu_s) = self.cost_until(end);
+        let mut s = std::mem::take(&mut self.pending_samples);
+        s.sort_unstable();
+        let paid_h = gpu_s / 3600.0;
+        let req_h = self.gpu_requested_s / 3600.0;
+        let rerun_h = self.gpu_rerun_s / 3600.0;
+        let useful_h = (req_h - rerun_h).max(0.0);
+        let cost_by_type = self.cost_by_type(end);
+        let notes = self.policy.notes(&self.cluster);
+        let node_records = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| NodeRecord {
+                pool: n.pool_name.clone(),
+                instance_type: n.instance_type.clone(),
+                launched_at: n.launched_at,
+                gone_at: n.gone_at,
+            })
+            .collect();
+        let first_bound = self
+            .cluster
+            .first_bound
+            .iter()
+            .map(|(p, t)| (*p, *t))
+            .collect();
+        PolicyResult {
+            name: self.policy.name().to_string(),
+            description: self.policy.description().to_string(),
+            cost,
+            gpu_hours_paid: paid_h,
+            gpu_hours_requested: req_h,
+            gpu_hours_useful: useful_h,
+            gpu_hours_rerun: rerun_h,
+            gpu_allocation: if paid_h > 0.0 { useful_h / paid_h } else { 0.0 },
+            pending_p50_s: percentile(&s, 0.50),
+            pending_p95_s: percentile(&s, 0.95),
+            pending_p99_s: percentile(&s, 0.99),
+            nodes_launched: self.nodes_launched,
+            nodes_terminated: self.nodes_terminated,
+            pods_disrupted: self.pods_disrupted,
+            pods_interrupted: self.pods_interrupted,
+            safety_violations: self.violations,
+            violation_examples: self.violation_examples,
+            pending_at_end: self.cluster.pending.len() as u64,
+            pending_examples: self
+                .cluster
+                .pending
+                .iter()
+                .take(5)
+                .map(|p| {
+                    let since = match self.cluster.pods[*p].phase {
+                        PodPhase::Pending { since } => since,
+                        _ => end,
+                    };
+                    format!(
+                        "{} (pending {}s{})",
+                        self.cluster.pod(*p).key,
+                        end - since,
+                        if self.nominated.contains_key(p) {
+                            ", nominated to a node in flight"
+                        } else {
+                            ""
+                        }
+                    )
+                })
+                .collect(),
+            pods_created: self.pods_created,
+            launch_failures: self.launch_failures,
+            provisioning_requests: provreq,
+            cost_by_type,
+            explanation: self.explained.take(),
+            notes,
+            node_records,
+            first_bound,
+            samples: self.samples,
+            wall_seconds: wall,
+        }
+    }
 }

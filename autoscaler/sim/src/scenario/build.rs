@@ -155,31 +155,31 @@ pub(super) fn build_cluster(
         c.score = s;
     }
     if let Some(d) = f.batch_idle {
-        c.batch_idle_s = d.0.max(1);
+        c.cadence.batch_idle_s = d.0.max(1);
     }
     if let Some(d) = f.batch_max {
-        c.batch_max_s = d.0.max(1);
+        c.cadence.batch_max_s = d.0.max(1);
     }
     if let Some(d) = f.disruption_interval {
-        c.disruption_interval_s = d.0.max(1);
+        c.cadence.disruption_interval_s = d.0.max(1);
     }
     if let Some(d) = f.validation_delay {
-        c.validation_delay_s = d.0;
+        c.disruption.validation_delay_s = d.0;
     }
     if let Some(d) = f.scale_down_delay_after_add {
-        c.scale_down_delay_after_add_s = d.0;
+        c.disruption.delay_after_scale_up_s = d.0;
     }
     if let Some(d) = f.scale_down_delay_after_delete {
-        c.scale_down_delay_after_delete_s = d.0;
+        c.disruption.delay_after_delete_s = d.0;
     }
     if let Some(d) = f.scale_down_delay_after_failure {
-        c.scale_down_delay_after_failure_s = d.0;
+        c.disruption.delay_after_failure_s = d.0;
     }
     if let Some(b) = f.ignore_daemonsets_utilization {
-        c.ignore_daemonsets_utilization = b;
+        c.disruption.ignore_daemonset_utilization = b;
     }
     if let Some(b) = f.ignore_mirror_pods_utilization {
-        c.ignore_mirror_pods_utilization = b;
+        c.disruption.ignore_mirror_utilization = b;
     }
     if let Some(b) = f.node_overlays {
         c.node_overlays = b;

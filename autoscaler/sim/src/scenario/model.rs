@@ -37,24 +37,15 @@ pub struct ClusterConfig {
     pub spot_interruptions_per_hour: f64,
     /// Scheduler scoring.
     pub score: ScoreStrategy,
-    /// Batch window: plan after this long without a new pending pod...
-    pub batch_idle_s: i64,
-    /// ... or this long after the first one.
-    pub batch_max_s: i64,
-    /// Disruption loop period.
-    pub disruption_interval_s: i64,
-    /// Delay before a disruption command is re-validated and executed.
-    pub validation_delay_s: i64,
-    /// No scale-down this long after a scale-up (Cluster Autoscaler's default 10 min).
-    pub scale_down_delay_after_add_s: i64,
-    /// No scale-down this long after a node deletion (default 0).
-    pub scale_down_delay_after_delete_s: i64,
-    /// No scale-down this long after a failed deletion (default 3 min).
-    pub scale_down_delay_after_failure_s: i64,
-    /// Leave DaemonSet pods out of utilization.
-    pub ignore_daemonsets_utilization: bool,
-    /// Leave mirror pods out of utilization.
-    pub ignore_mirror_pods_utilization: bool,
+    /// The controller's loop timings (batch window, re-planning, disruption interval,
+    /// ProvisioningRequest retries), from the controller's flag defaults.
+    pub cadence: autoscaler_core::cadence::Cadence,
+    /// The disruption settings (validation delay, scale-down delays, utilization options),
+    /// from the controller's flag defaults.
+    pub disruption: autoscaler_core::DisruptionConfig,
+    /// How long a disruption's replacement and drain may take (the controller's
+    /// `--replacement-timeout` and `--drain-timeout`).
+    pub disruption_timeouts: autoscaler_core::disruption::execute::Timeouts,
     /// Whether the cluster declares its GPU sharing (time-slicing replicas, MIG resources) to
     /// Karpenter with NodeOverlays; without them karpenter-like sizes GPU nodes by physical
     /// `nvidia.com/gpu` and knows no MIG resource.
@@ -80,15 +71,9 @@ impl Default for ClusterConfig {
             ice_offerings: Vec::new(),
             spot_interruptions_per_hour: 0.0,
             score: ScoreStrategy::LeastAllocated,
-            batch_idle_s: 1,
-            batch_max_s: 10,
-            disruption_interval_s: 10,
-            validation_delay_s: 15,
-            scale_down_delay_after_add_s: 600,
-            scale_down_delay_after_delete_s: 0,
-            scale_down_delay_after_failure_s: 180,
-            ignore_daemonsets_utilization: false,
-            ignore_mirror_pods_utilization: false,
+            cadence: Default::default(),
+            disruption: Default::default(),
+            disruption_timeouts: Default::default(),
             node_overlays: false,
             cluster_limits: Vec::new(),
             device_classes: Arc::default(),

@@ -102,10 +102,8 @@ fn flag(secs: i64, compression: f64) -> String {
 
 /// The controller's flags: every interval the simulator models, divided by the compression.
 fn controller_args(s: &Scenario, c: f64) -> Vec<String> {
-    use autoscaler_sim::engine::{
-        PROVREQ_RETRY_MAX_S, PROVREQ_RETRY_S, REPLACEMENT_TIMEOUT_S, REPLAN_S,
-    };
     let k = &s.cluster;
+    let (cadence, d) = (&k.cadence, &k.disruption);
     let booking = s
         .workloads
         .iter()
@@ -133,36 +131,30 @@ fn controller_args(s: &Scenario, c: f64) -> Vec<String> {
     // Every case sells the embedded AWS catalog (`catalog: aws`, checked when it loads).
     a.push("--catalog=aws".into());
     for (name, secs) in [
-        ("batch-idle", k.batch_idle_s),
-        ("batch-max", k.batch_max_s),
-        ("replan-interval", REPLAN_S),
-        ("disruption-interval", k.disruption_interval_s),
-        ("validation-delay", k.validation_delay_s),
-        ("scale-down-delay-after-add", k.scale_down_delay_after_add_s),
-        (
-            "scale-down-delay-after-delete",
-            k.scale_down_delay_after_delete_s,
-        ),
-        (
-            "scale-down-delay-after-failure",
-            k.scale_down_delay_after_failure_s,
-        ),
-        ("replacement-timeout", REPLACEMENT_TIMEOUT_S),
-        ("provreq-retry", PROVREQ_RETRY_S),
-        ("provreq-retry-max", PROVREQ_RETRY_MAX_S),
+        ("batch-idle", cadence.batch_idle_s),
+        ("batch-max", cadence.batch_max_s),
+        ("replan-interval", cadence.replan_s),
+        ("disruption-interval", cadence.disruption_interval_s),
+        ("validation-delay", d.validation_delay_s),
+        ("scale-down-delay-after-add", d.delay_after_scale_up_s),
+        ("scale-down-delay-after-delete", d.delay_after_delete_s),
+        ("scale-down-delay-after-failure", d.delay_after_failure_s),
+        ("replacement-timeout", k.disruption_timeouts.replacement_s),
+        ("provreq-retry", cadence.provreq_retry_s),
+        ("provreq-retry-max", cadence.provreq_retry_max_s),
         ("provreq-booking", booking),
         ("kwok-register-delay", k.launch_cpu_s),
         ("kwok-ready-delay", k.registration_s),
         ("kwok-gpu-delay", k.device_plugin_s),
         ("registration-timeout", 900),
         ("initialization-timeout", 900),
-        ("drain-timeout", 600),
+        ("drain-timeout", k.disruption_timeouts.drain_s),
     ] {
         a.push(format!("--{name}={}", flag(secs, c)));
     }
     a.push(format!(
         "--ignore-daemonsets-utilization={}",
-        k.ignore_daemonsets_utilization
+        d.ignore_daemonset_utilization
     ));
     a
 }

@@ -1,10 +1,10 @@
 //! The disruption stage: plan commands with the core's [`plan_disruption`] every
 //! `--disruption-interval`, then run the queued jobs (taint, replace, drain, terminate).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::time::Instant;
 
-use autoscaler_core::disruption::{DisruptionConfig, plan_disruption};
+use autoscaler_core::disruption::{DisruptionConfig, plan_disruption, validate};
 use autoscaler_core::model::PodKey;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -13,11 +13,11 @@ use serde_json::json;
 
 use crate::controller::actuator::{Evicted, reference};
 use crate::controller::cache::CachedPod;
-use crate::controller::disrupt::{self, Job, Stage};
 use crate::controller::error::Result;
 use crate::controller::keys;
 use crate::controller::lifecycle::{self, Phase};
 use crate::controller::metrics::ReasonLabel;
+use autoscaler_core::disruption::execute::{self as disrupt, Job, Stage};
 
 use super::provisioning::*;
 use super::{Controller, due, epoch};
@@ -85,14 +85,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         self.publish_verdicts(&snap, &plan.verdicts, &self.disruption_config(), now)
             .await;
-        let busy: HashSet<&str> = self
-            .jobs
-            .iter()
-            .flat_map(|j| j.command.nodes.iter().map(String::as_str))
-            .collect();
         let mut new_jobs = Vec::new();
         for cmd in plan.commands {
-            if cmd.nodes.iter().any(|n| busy.contains(n.as_str())) {
+            if !disrupt::admit(&self.jobs, &cmd) {
                 continue;
             }
             tracing::info!(reason = ?cmd.reason, method = ?cmd.method, nodes = ?cmd.nodes, "disruption decided");
@@ -264,19 +259,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 _ => None,
             };
             let facts = disrupt::Facts {
-                snapshot: &snap,
                 now,
-                config: &config,
+                validation_delay_s: config.validation_delay_s,
                 nodes_present: nodes_present.clone(),
                 nodes_not_deleting,
                 pods_left,
                 replacement_initialized,
-                replacement_timeout_s: i64::try_from(self.args.replacement_timeout.as_secs())
-                    .unwrap_or(i64::MAX),
-                drain_timeout_s: i64::try_from(self.args.drain_timeout.as_secs())
-                    .unwrap_or(i64::MAX),
+                timeouts: self.args.disruption_timeouts(),
             };
-            let mut step = disrupt::step(job, &facts);
+            let mut step = disrupt::step(job, &facts, &mut || {
+                validate(&job.command, &snap, now, &config)
+            });
             if let disrupt::Action::DeleteNodes(names) = &step.action {
                 // Deleting a Node loses the pods bound to it: confirm from the API server that
                 // none is there that the pod cache did not show yet.
@@ -290,6 +283,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                 pods_left: fresh,
                                 ..facts
                             },
+                            &mut || validate(&job.command, &snap, now, &config),
                         );
                     }
                     Err(e) => {
@@ -300,12 +294,21 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 }
             }
             let reason = format!("{:?}", job.command.reason);
+            // What users are told if this step stops the job, judged from where it is now.
+            let notice = step.notice(job);
+            let why = step.why().to_string();
             let ok = match step.action {
                 disrupt::Action::Wait => true,
-                disrupt::Action::CreateReplacement(nc) => {
-                    match pools.iter().find(|p| p.name_any() == nc.pool) {
-                        Some(np) => {
-                            let mut obj = claim_object(&nc, np, &self.args.cluster_name);
+                disrupt::Action::CreateReplacement => {
+                    let replacement = job.command.replacement.as_ref();
+                    match replacement.and_then(|nc| {
+                        pools
+                            .iter()
+                            .find(|p| p.name_any() == nc.pool)
+                            .map(|p| (nc, p))
+                    }) {
+                        Some((nc, np)) => {
+                            let mut obj = claim_object(nc, np, &self.args.cluster_name);
                             obj.annotations_mut().insert(
                                 keys::REPLACES_ANNOTATION.into(),
                                 job.command.nodes.join(","),
@@ -436,22 +439,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     }
                     self.shared.metrics.disruption_failures.inc();
                 }
-                // A failure is a warning; a plain abandonment after the taint, which users saw,
-                // says why the taint goes away again.
-                let notice = if step.failure {
-                    Some((true, "DrainFailed", "disruption given up"))
-                } else if matches!(step.next, Stage::Abandoned(_))
-                    && matches!(job.stage, Stage::Tainted | Stage::Draining)
-                {
-                    Some((false, "DisruptionAbandoned", "disruption abandoned"))
-                } else {
-                    None
-                };
-                if let Some((warning, event_reason, what)) = notice {
-                    let why = match &step.next {
-                        Stage::Abandoned(why) => why.as_str(),
-                        other => other.as_str(),
-                    };
+                if let Some(notice) = notice {
                     for node in nodes
                         .iter()
                         .filter(|n| job.command.nodes.contains(&n.name_any()))
@@ -460,10 +448,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                             .actuator
                             .event(
                                 &reference(node.as_ref()),
-                                warning,
-                                event_reason,
+                                notice.warning(),
+                                notice.reason(),
                                 "Disrupt",
-                                format!("{what}, node untainted: {why}"),
+                                notice.message(&why),
                             )
                             .await;
                     }

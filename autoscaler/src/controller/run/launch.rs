@@ -18,15 +18,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autoscaler_core::instance::InstanceType;
-use autoscaler_core::labels;
+use autoscaler_core::offerings::candidates;
 use autoscaler_core::overlay::{Overlay, apply_overlays};
-use autoscaler_core::requirements::{Constraint, Requirements};
 use kube::ResourceExt;
 use nodepools::conditions::{self, reasons};
 use nodepools::{NodeClaim, NodeClaimStatus, NodePool};
-use providers::{
-    CloudProvider, LaunchRequest, NodeClassRef, OfferingKey, ProviderError, UnavailableOfferings,
-};
+use providers::{CloudProvider, LaunchRequest, NodeClassRef, ProviderError};
 use serde_json::json;
 
 use crate::controller::actuator::{reference, set_condition};
@@ -37,34 +34,6 @@ use crate::controller::metrics::{PoolLabel, ReasonLabel};
 use super::guard::LaunchCatalog;
 use super::provisioning::*;
 use super::{Controller, Shared, class_of, epoch};
-
-/// The offerings a claim may launch on, cheapest first: its instance-type, zone and
-/// capacity-type requirements over the pool's catalog, minus offerings recently refused.
-pub fn candidates(
-    requirements: &Requirements,
-    types: &[InstanceType],
-    unavailable: &UnavailableOfferings,
-    now: i64,
-) -> Vec<(OfferingKey, f64)> {
-    let any = Constraint::any();
-    let it_c = requirements.get(labels::INSTANCE_TYPE).unwrap_or(&any);
-    let zone_c = requirements.get(labels::ZONE).unwrap_or(&any);
-    let ct_c = requirements.get(labels::CAPACITY_TYPE).unwrap_or(&any);
-    let mut out = Vec::new();
-    for t in types.iter().filter(|t| it_c.matches(Some(&t.name))) {
-        for o in &t.offerings {
-            let key = OfferingKey::new(&t.name, &o.zone, o.capacity_type);
-            if zone_c.matches(Some(&o.zone))
-                && ct_c.matches(Some(o.capacity_type.as_str()))
-                && !unavailable.is_unavailable(&key, now)
-            {
-                out.push((key, o.price));
-            }
-        }
-    }
-    out.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-    out
-}
 
 /// The launch request of a claim: its candidates (minus offerings marked unavailable), the
 /// node's labels (the claim's, plus the claim label) and taints.
@@ -444,35 +413,5 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 tracing::warn!(claim = %claim.name_any(), error = %e, "launch");
             }
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use autoscaler_core::builders::itype;
-    use autoscaler_core::instance::CapacityType;
-    use autoscaler_core::requirements::Operator;
-
-    use super::*;
-
-    #[test]
-    fn candidates_follow_requirements_and_skip_refused_offerings() {
-        let types = vec![
-            itype("small")
-                .on_demand(&["a", "b"], 1.0)
-                .offer("a", CapacityType::Spot, 0.3)
-                .build(),
-            itype("big").on_demand(&["a"], 5.0).build(),
-        ];
-        let r = Requirements::new()
-            .with(labels::INSTANCE_TYPE, Operator::In, &["small", "big"])
-            .with(labels::CAPACITY_TYPE, Operator::In, &["on-demand"]);
-        let mut u = UnavailableOfferings::default();
-        u.mark(OfferingKey::new("small", "a", CapacityType::OnDemand), 100);
-        let got: Vec<String> = candidates(&r, &types, &u, 100)
-            .into_iter()
-            .map(|(k, _)| k.to_string())
-            .collect();
-        assert_eq!(got, vec!["small/b/on-demand", "big/a/on-demand"]);
     }
 }

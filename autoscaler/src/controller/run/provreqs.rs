@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use autoscaler_core::model::{Group, Snapshot};
-use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::model::Snapshot;
 use k8s_openapi::api::core::v1::PodTemplate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
@@ -284,8 +283,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let pods = provreq::pods(pr, &by_name(&templates), self.args.provreq_max_pods).ok()?;
         let keep = pods.len().saturating_sub(consumed as usize);
         let pods: Vec<_> = pods.into_iter().take(keep).collect();
-        let plan = plan_provisioning(&trial(pr, snap, pods.clone(), true));
-        if !plan.unschedulable.is_empty() {
+        let (plan, why) =
+            autoscaler_core::provreq::plan(snap, &provreq::group_id(pr), pods.clone(), true);
+        if why.is_some() {
             return None;
         }
         let booking = provreq::booking_of(&plan, &BTreeMap::new());
@@ -581,14 +581,19 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// The next retry delay of a request without capacity (doubling from `--provreq-retry`).
     fn backoff(&mut self, key: &str) -> std::time::Duration {
-        let base = self.args.provreq_retry;
-        let max = self.args.provreq_retry_max;
+        let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let (base, max) = (ms(self.args.provreq_retry), ms(self.args.provreq_retry_max));
         let entry = self
             .provreq_memory
             .backoff
             .entry(key.to_string())
             .or_insert((0, Instant::now()));
-        let delay = base.saturating_mul(1u32 << entry.0.min(16)).min(max);
+        let delay = std::time::Duration::from_millis(
+            u64::try_from(autoscaler_core::cadence::doubling_backoff(
+                base, max, entry.0,
+            ))
+            .unwrap_or(0),
+        );
         entry.0 += 1;
         entry.1 = Instant::now() + delay;
         delay
@@ -632,20 +637,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 return false;
             }
         };
-        let trial = trial(pr, snap, pods.clone(), class == Class::CheckCapacity);
-        let plan = plan_provisioning(&trial);
-        let result = if let Some(u) = plan.unschedulable.first() {
-            let why = if class == Class::CheckCapacity {
-                // The planner saw no NodePool because this class never launches; NodePools
-                // may well exist.
-                format!(
-                    "{} of {} pod(s) do not fit on existing or launching nodes (check-capacity never launches nodes)",
-                    plan.unschedulable.len(),
-                    trial.pending.len()
-                )
-            } else {
-                format!("pod {} {}", u.pod.name, u.reason)
-            };
+        let (plan, why) = autoscaler_core::provreq::plan(
+            snap,
+            &provreq::group_id(pr),
+            pods.clone(),
+            class == Class::CheckCapacity,
+        );
+        let result = if let Some(why) = why {
             if provreq::no_retry(pr) {
                 self.write(
                     pr,
@@ -904,31 +902,6 @@ fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
                 && x.message == y.message
                 && x.observed_generation == y.observed_generation
         })
-}
-
-/// The snapshot a request is planned in: `snap` with the request's pods as the only pending
-/// ones, in one all-or-nothing group; without NodePools for `existing_only` (check-capacity).
-fn trial(
-    pr: &ProvisioningRequest,
-    snap: &Snapshot,
-    pods: Vec<autoscaler_core::model::Pod>,
-    existing_only: bool,
-) -> Snapshot {
-    let mut trial = snap.clone();
-    let group = provreq::group_id(pr);
-    trial.groups = BTreeMap::from([(
-        group.clone(),
-        Group {
-            name: group,
-            min_count: u32::try_from(pods.len()).unwrap_or(u32::MAX),
-        },
-    )]);
-    trial.pending = pods;
-    if existing_only {
-        // Existing and in-flight capacity only: no NodePool to launch from.
-        trial.pools.clear();
-    }
-    trial
 }
 
 fn secs(d: std::time::Duration) -> i64 {

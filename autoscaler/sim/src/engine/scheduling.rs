@@ -1,0 +1,206 @@
+//! The simulated kube-scheduler's passes in the engine: pending pods in priority, then age
+//! order, each bound to the node [`crate::scheduler`] scores best; a gang all or nothing (the
+//! coscheduling plugin); booked capacity held for its ProvisioningRequest's own pods. Pods no
+//! node takes open the batch window, as the controller's watch would.
+
+use std::cmp::Reverse;
+use std::collections::HashSet;
+
+use super::{Engine, Ev};
+use crate::cluster::{Cluster, NodeId, PodId, PodPhase};
+use crate::scheduler::{self, Scratch, View, has_topology, untolerated};
+
+impl Engine<'_> {
+    pub(super) fn schedule_pass(&mut self) {
+        let all = std::mem::take(&mut self.pass_all);
+        let new = std::mem::take(&mut self.pass_new);
+        let mut pods: Vec<PodId> = if all {
+            self.cluster.pending.iter().copied().collect()
+        } else {
+            new.into_iter()
+                .filter(|p| self.cluster.pending.contains(p))
+                .collect()
+        };
+        if pods.is_empty() {
+            return;
+        }
+        let key = |c: &Cluster, p: &PodId| {
+            let since = match c.pods[*p].phase {
+                PodPhase::Pending { since } => since,
+                _ => 0,
+            };
+            (Reverse(c.pod(*p).priority), since, *p)
+        };
+        pods.sort_by_key(|p| key(&self.cluster, p));
+        pods.dedup();
+        let nodes: Vec<NodeId> = self
+            .cluster
+            .live_nodes
+            .iter()
+            .copied()
+            .filter(|n| {
+                let node = &self.cluster.nodes[*n];
+                node.registered() && !node.cordoned && !node.deleting
+            })
+            .collect();
+        let mut failed_templates: HashSet<u32> = HashSet::new();
+        let mut tried_groups: HashSet<u32> = HashSet::new();
+        let mut unschedulable = Vec::new();
+        for p in pods {
+            if !self.cluster.pending.contains(&p) {
+                continue;
+            }
+            if let Some(g) = self.workload.pods[p].group {
+                if !tried_groups.insert(g) {
+                    continue;
+                }
+                if !self.place_group(g, &nodes) {
+                    for m in &self.workload.groups[g as usize].members {
+                        if self.cluster.pending.contains(&(*m as usize)) {
+                            unschedulable.push(*m as usize);
+                        }
+                    }
+                }
+                continue;
+            }
+            let tpl = self.workload.pods[p].template;
+            let pod = self.cluster.pod(p);
+            let topo = has_topology(pod) || self.cluster.anti_bound > 0;
+            if !topo && failed_templates.contains(&tpl) {
+                unschedulable.push(p);
+                continue;
+            }
+            let cand = self
+                .selectors
+                .matching(&self.cluster.nodes, tpl, pod, &nodes);
+            let reserved = self.reserved(None);
+            let view = View {
+                scratch: reserved.as_ref(),
+                ..View::of(&self.cluster)
+            };
+            match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
+                Some((n, devices)) => self.bind(p, n, devices),
+                None => {
+                    if !topo {
+                        failed_templates.insert(tpl);
+                    }
+                    unschedulable.push(p);
+                }
+            }
+        }
+        let mut fresh = false;
+        for p in unschedulable {
+            if self.seen_unschedulable.insert(p) {
+                fresh = true;
+            }
+        }
+        if fresh {
+            self.trigger_batch();
+        }
+    }
+
+    /// All-or-nothing placement of a group's pending members (the coscheduling plugin).
+    pub(super) fn place_group(&mut self, g: u32, nodes: &[NodeId]) -> bool {
+        let members: Vec<PodId> = self.workload.groups[g as usize]
+            .members
+            .iter()
+            .map(|m| *m as usize)
+            .collect();
+        if members.iter().any(|m| !self.cluster.pending.contains(m)) {
+            // Not all created yet (or some still bound): wait for the group to be whole.
+            return false;
+        }
+        let mut done: Vec<(PodId, i64)> = Vec::new();
+        for &m in &members {
+            let since = match self.cluster.pods[m].phase {
+                PodPhase::Pending { since } => since,
+                _ => self.now,
+            };
+            let pod = self.cluster.pod(m);
+            let tpl = self.workload.pods[m].template;
+            let cand = self
+                .selectors
+                .matching(&self.cluster.nodes, tpl, pod, nodes);
+            // A request's own pods may use its booking; everyone else's is held.
+            let reserved = self.reserved(Some(g));
+            let view = View {
+                scratch: reserved.as_ref(),
+                ..View::of(&self.cluster)
+            };
+            match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
+                Some((n, devices)) => {
+                    if let Err(e) = self.cluster.bind(m, n, devices, self.now) {
+                        self.violation(e.0);
+                    }
+                    done.push((m, since));
+                }
+                None => {
+                    for (d, since) in done {
+                        self.cluster.unbind(d, self.now);
+                        self.cluster.pods[d].phase = PodPhase::Pending { since };
+                        self.cluster.pending.insert(d);
+                    }
+                    return false;
+                }
+            }
+        }
+        // Bound together: record pending times and start the shared clock.
+        for (m, since) in done {
+            self.pending_samples.push(self.now - since);
+            self.after_bind(m);
+        }
+        true
+    }
+
+    /// The nodes holding booked phantoms, with the capacity of every phantom but those of
+    /// request `except` taken: the view other pods are scheduled against, so they never take
+    /// a booking. `None` when nothing is booked (the common case).
+    pub(super) fn reserved(&self, except: Option<u32>) -> Option<Scratch> {
+        if self.held_nodes.is_empty() {
+            return None;
+        }
+        let mut s = Scratch::new(self.cluster.nodes.len());
+        scheduler::reserve_bookings(
+            &self.cluster,
+            &mut s,
+            self.held_nodes.iter().copied(),
+            except,
+        );
+        Some(s)
+    }
+
+    pub(super) fn bind(&mut self, p: PodId, n: NodeId, devices: Vec<usize>) {
+        let since = match self.cluster.pods[p].phase {
+            PodPhase::Pending { since } => since,
+            _ => self.now,
+        };
+        if let Err(e) = self.cluster.bind(p, n, devices, self.now) {
+            self.violation(e.0);
+        }
+        self.pending_samples.push(self.now - since);
+        self.after_bind(p);
+    }
+
+    pub(super) fn after_bind(&mut self, p: PodId) {
+        self.nominated.remove(&p);
+        self.seen_unschedulable.remove(&p);
+        self.changed();
+        let n = match self.cluster.pods[p].phase {
+            PodPhase::Bound { node, .. } => node,
+            _ => return,
+        };
+        let node = &self.cluster.nodes[n];
+        if let Some(t) = untolerated(&self.cluster.pod(p).tolerations, &node.taints) {
+            let msg = format!("pod bound to {} despite taint {t}", node.name);
+            self.violation(msg);
+        }
+        if let Some(g) = self.workload.pods[p].group {
+            self.group_bound[g as usize] += 1;
+        }
+        if let Some(rt) = self.workload.pods[p].runtime {
+            let generation = self.cluster.pods[p].generation;
+            self.push(self.now + rt, Ev::Complete(p, generation));
+        }
+        self.request_pod_bound(p);
+    }
+}
