@@ -449,6 +449,43 @@ fn hostname_affinity_moves_its_target_off_a_full_claim() {
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
 }
 
+/// A pod whose hostname affinity selects itself counts itself in its claim's tally, so it is no
+/// second target: moving the only other target away would leave it alone on a node where
+/// kube-scheduler refuses it (a matching pod exists elsewhere, so the self-match exception no
+/// longer holds).
+#[test]
+fn a_target_that_leaves_a_self_matching_pod_alone_does_not_move() {
+    let pods = vec![
+        pod("anchor").cpu("15").label("app", "anchor"),
+        pod("target")
+            .cpu("500m")
+            .label("app", "target")
+            .affinity(labels::ZONE, "anchor"),
+        pod("self")
+            .cpu("100m")
+            .label("app", "target")
+            .affinity(labels::HOSTNAME, "target"),
+        pod("follower")
+            .cpu("1")
+            .label("app", "follower")
+            .affinity(labels::HOSTNAME, "target"),
+    ];
+    let plan = plan_provisioning(&snapshot(pods, vec![pool("default", cpu_types())]));
+    let claim_of = |name: &str| {
+        plan.new_claims
+            .iter()
+            .position(|c| c.pods.iter().any(|p| p.name == name))
+    };
+    if let Some(c) = claim_of("self") {
+        assert_eq!(
+            claim_of("target"),
+            Some(c),
+            "self keeps a target beside it:\n{}",
+            plan.render()
+        );
+    }
+}
+
 #[test]
 fn fractional_shares_pack_per_device_never_pooled() {
     // 0.6 + 0.6 cannot share one device; 0.6 + 0.4 can.

@@ -816,15 +816,18 @@ impl<'a> Planner<'a> {
             return false;
         }
         // Every pod left there whose hostname affinity `t` meets still finds another target.
+        // A pod its own term selects is counted in the tally but is no target for itself: with
+        // `t` elsewhere, the scheduler's self-match exception no longer applies.
         slot.pods.iter().filter(|p| **p != t).all(|p| {
             self.snap.pending[*p]
                 .affinity
                 .iter()
                 .zip(&self.sel_of_affinity[*p])
                 .all(|(a, sel)| {
+                    let itself = u32::from(self.matches[*p].binary_search(sel).is_ok());
                     a.topology_key != labels::HOSTNAME
                         || self.matches[t].binary_search(sel).is_err()
-                        || slot.counts[*sel] >= 2
+                        || slot.counts[*sel] - itself >= 2
                 })
         })
     }
