@@ -76,6 +76,9 @@ pub(super) fn class_bar(
     None
 }
 
+/// A pod's demand-group identity: its class, requests and GPU share.
+type DemandKey<'a> = (usize, &'a Resources, &'a Option<GpuShare>);
+
 /// `a == b`, without a call to compare the bytes of the (mostly empty) id lists.
 fn same_scan_key(a: &ScanKey<'_>, b: &ScanKey<'_>) -> bool {
     fn same(a: &[usize], b: &[usize]) -> bool {
@@ -176,10 +179,9 @@ impl<'a> Planner<'a> {
 
     fn build_groups(&mut self) {
         let pending = &self.snap.pending;
-        let mut demand_index: HashMap<(usize, &Resources, &Option<GpuShare>), usize> =
-            HashMap::new();
+        let mut demand_index: HashMap<DemandKey<'_>, usize> = HashMap::new();
         let mut scan_index: HashMap<ScanKey<'_>, usize> = HashMap::new();
-        let mut prev_demand: Option<((usize, &Resources, &Option<GpuShare>), usize)> = None;
+        let mut prev_demand: Option<(DemandKey<'_>, usize)> = None;
         let mut prev_scan: Option<(ScanKey<'_>, usize)> = None;
         for (i, p) in pending.iter().enumerate() {
             // As in `build_classes`: a pod identical to the one before it joins its groups
