@@ -548,10 +548,10 @@ impl<'a> Planner<'a> {
     /// The plan, and the considerations of the pod to explain, if one was named.
     fn run(mut self) -> (Plan, Option<Vec<crate::explain::PoolConsidered>>) {
         let pending = &self.snap.pending;
-        let mut order: Vec<usize> = (0..pending.len()).collect();
-        order.sort_by(|a, b| {
-            let (pa, pb) = (&pending[*a], &pending[*b]);
-            let key = |p: &Pod| {
+        // Each pod's size, worked out once rather than in every comparison.
+        let size: Vec<(i64, u32, i64, i64)> = pending
+            .iter()
+            .map(|p| {
                 let gpus: i64 = p
                     .requests
                     .extended
@@ -569,8 +569,13 @@ impl<'a> Planner<'a> {
                     p.requests.cpu,
                     p.requests.memory,
                 )
-            };
-            key(pb).cmp(&key(pa)).then_with(|| pa.key.cmp(&pb.key))
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..pending.len()).collect();
+        order.sort_by(|a, b| {
+            size[*b]
+                .cmp(&size[*a])
+                .then_with(|| pending[*a].key.cmp(&pending[*b].key))
         });
         let mut done = vec![false; pending.len()];
         let mut group_members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();

@@ -76,11 +76,23 @@ pub(super) fn class_bar(
     None
 }
 
+/// A pod's demand-group identity: its class, requests and GPU share.
+type DemandKey<'a> = (usize, &'a Resources, &'a Option<GpuShare>);
+
+/// `a == b`, without a call to compare the bytes of the (mostly empty) id lists.
+fn same_scan_key(a: &ScanKey<'_>, b: &ScanKey<'_>) -> bool {
+    fn same(a: &[usize], b: &[usize]) -> bool {
+        a.len() == b.len() && (a.is_empty() || a == b)
+    }
+    a.0 == b.0 && same(a.1, b.1) && same(a.2, b.2) && same(a.3, b.3) && same(a.4, b.4)
+}
+
 impl<'a> Planner<'a> {
     pub(super) fn build_classes(&mut self) {
         let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
+        let mut prev: Option<(ClassKey<'_>, usize)> = None;
         for (i, p) in self.snap.pending.iter().enumerate() {
             let share = p.gpu_share.is_some();
             let key = (
@@ -90,8 +102,14 @@ impl<'a> Planner<'a> {
                 &p.host_ports,
                 &self.dra_keys[i],
             );
-            let ci = match index.get(&key) {
-                Some(ci) => *ci,
+            // Pods of a workload come one after another: an identical neighbour spares the
+            // hashing of the whole key.
+            let known = match &prev {
+                Some((k, ci)) if *k == key => Some(*ci),
+                _ => index.get(&key).copied(),
+            };
+            let ci = match known {
+                Some(ci) => ci,
                 None => {
                     let terms = if p.node_selector.terms.is_empty() {
                         vec![Requirements::new()]
@@ -141,6 +159,7 @@ impl<'a> Planner<'a> {
                 }
             };
             class_of.push(ci);
+            prev = Some((key, ci));
         }
         // Zones of compatible existing nodes are spread domains too.
         for class in &mut classes {
@@ -160,14 +179,22 @@ impl<'a> Planner<'a> {
 
     fn build_groups(&mut self) {
         let pending = &self.snap.pending;
-        let mut demand_index: HashMap<(usize, &Resources, &Option<GpuShare>), usize> =
-            HashMap::new();
+        let mut demand_index: HashMap<DemandKey<'_>, usize> = HashMap::new();
         let mut scan_index: HashMap<ScanKey<'_>, usize> = HashMap::new();
+        let mut prev_demand: Option<(DemandKey<'_>, usize)> = None;
+        let mut prev_scan: Option<(ScanKey<'_>, usize)> = None;
         for (i, p) in pending.iter().enumerate() {
-            let n = demand_index.len();
-            let g = *demand_index
-                .entry((self.class_of[i], &p.requests, &p.gpu_share))
-                .or_insert(n);
+            // As in `build_classes`: a pod identical to the one before it joins its groups
+            // without hashing its keys.
+            let demand_key = (self.class_of[i], &p.requests, &p.gpu_share);
+            let g = match prev_demand {
+                Some((k, g)) if k == demand_key => g,
+                _ => {
+                    let n = demand_index.len();
+                    *demand_index.entry(demand_key).or_insert(n)
+                }
+            };
+            prev_demand = Some((demand_key, g));
             self.demand_group.push(g);
             if g == self.remaining.len() {
                 self.remaining.push(0);
@@ -180,8 +207,15 @@ impl<'a> Planner<'a> {
                 self.sel_of_affinity[i].as_slice(),
                 self.sel_of_anti[i].as_slice(),
             );
-            let n = scan_index.len();
-            self.scan_group.push(*scan_index.entry(key).or_insert(n));
+            let sg = match prev_scan {
+                Some((k, sg)) if same_scan_key(&k, &key) => sg,
+                _ => {
+                    let n = scan_index.len();
+                    *scan_index.entry(key).or_insert(n)
+                }
+            };
+            prev_scan = Some((key, sg));
+            self.scan_group.push(sg);
             self.monotone.push(
                 !self.dra_shared(i)
                     && p.affinity.is_empty()
