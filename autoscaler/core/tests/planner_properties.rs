@@ -348,3 +348,31 @@ proptest! {
         }
     }
 }
+
+/// Two pods of one size that cannot both be placed (one GPU allowed, in different zones): the
+/// one first by name is, whichever order the snapshot lists them in.
+#[test]
+fn equal_sized_pods_are_taken_by_name() {
+    let spec = |zone| PodSpec {
+        cpu: 10,
+        mem_gi: 4,
+        gpus: 1,
+        share: 0,
+        model: None,
+        zone: Some(zone),
+        tolerate: true,
+        group: None,
+    };
+    let snap = build(&[spec("z1"), spec("z2")], Some(1), false, false);
+    let mut reversed = snap.clone();
+    reversed.pending.reverse();
+    for s in [&snap, &reversed] {
+        let plan = plan_provisioning(s);
+        let placed: Vec<&str> = plan
+            .new_claims
+            .iter()
+            .flat_map(|c| c.pods.iter().map(|k| k.name.as_str()))
+            .collect();
+        assert_eq!(placed, ["p000"], "{}", plan.render());
+    }
+}
