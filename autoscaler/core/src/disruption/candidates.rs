@@ -291,7 +291,7 @@ pub fn node_block(node: &Node, snap: &Snapshot, now: i64) -> Option<Blocker> {
     if !node.initialized {
         return Some(Blocker::new(
             K::NotInitialized,
-            "not initialized yet (device plugin or startup taints pending)",
+            "not initialized yet (device plugin or startup taints pending, or no NodeClaim records it yet)",
         ));
     }
     if let Some(state) = node.labels.get(labels::NVIDIA_MIG_CONFIG_STATE)

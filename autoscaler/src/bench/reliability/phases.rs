@@ -241,8 +241,10 @@ impl Bench<'_> {
                 self.spend("replay: observing", t);
                 last_observe = Instant::now();
             }
+            // A pause between events, so that the controller acts between them too (20 ms:
+            // about 50 events a second, faster than any one controller round).
             let t = Instant::now();
-            tokio::time::sleep(Duration::from_millis(40)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
             self.spend("replay: sleeping", t);
         }
         Ok(events)

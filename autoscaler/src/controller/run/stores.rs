@@ -78,16 +78,34 @@ impl<T: Send + Sync + 'static> Late<T> {
         self.0.get()
     }
 
-    /// Tries `attempt` now and, while it gives nothing, every `every` in the background.
+    /// Asks `attempt` until the API answers for certain, then returns: with the store when
+    /// the API is served and listed, or empty while it is not served, asking again every
+    /// `every` in the background.
+    ///
+    /// An answer that is not certain (a 5xx, a 429, a timeout) is asked again at once, with a
+    /// short back-off, and the call does not return meanwhile: taking a passing API fault for
+    /// "not served" would switch the support off until the next recheck, and with it what the
+    /// support protects (a booked ProvisioningRequest's nodes, a gang's minimum).
     async fn start<F, Fut>(kind: &'static str, every: Duration, attempt: F) -> Self
     where
         F: Fn() -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Option<T>> + Send,
+        Fut: std::future::Future<Output = Attempt<T>> + Send,
     {
         let late = Late::default();
-        if let Some(v) = attempt().await {
-            let _ = late.0.set(v);
-            return late;
+        let mut backoff = WatchBackoff::new();
+        loop {
+            match attempt().await {
+                Attempt::Ready(v) => {
+                    let _ = late.0.set(v);
+                    return late;
+                }
+                Attempt::NotServed => break,
+                Attempt::Unknown(error) => {
+                    let wait = backoff.next().unwrap_or(WATCH_BACKOFF_MAX);
+                    tracing::warn!(kind, %error, retry_in = ?wait, "is the API served? asking again");
+                    tokio::time::sleep(wait).await;
+                }
+            }
         }
         tracing::info!(
             kind,
@@ -98,7 +116,7 @@ impl<T: Send + Sync + 'static> Late<T> {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
-                if let Some(v) = attempt().await {
+                if let Attempt::Ready(v) = attempt().await {
                     let _ = slot.set(v);
                     tracing::info!(kind, "now served: its support is on");
                     return;
@@ -109,19 +127,121 @@ impl<T: Send + Sync + 'static> Late<T> {
     }
 }
 
+/// What one look at an optional API found.
+enum Attempt<T> {
+    /// Served, and its store has listed.
+    Ready(T),
+    /// Not served (404), or not readable by the controller (403: its support stays off).
+    NotServed,
+    /// No certain answer (any other error); ask again.
+    Unknown(String),
+}
+
+impl<T> Attempt<T> {
+    /// `Ready` from what `served` found, once `listed` has listed.
+    async fn after<Fut: std::future::Future<Output = T>>(
+        served: Served,
+        listed: impl FnOnce() -> Fut,
+    ) -> Self {
+        match served {
+            Served::Yes => Attempt::Ready(listed().await),
+            Served::No => Attempt::NotServed,
+            Served::Unknown(e) => Attempt::Unknown(e),
+        }
+    }
+}
+
+/// Whether an API is served, from one list call.
+enum Served {
+    Yes,
+    No,
+    Unknown(String),
+}
+
 /// Whether the API serves `K` (its CRD is installed): one list call of at most one object.
-async fn served<K>(client: &kube::Client) -> bool
+/// 404 is "not served", 403 too (the controller may not read it, so its support stays off);
+/// any other error is no answer.
+async fn served<K>(client: &kube::Client) -> Served
 where
     K: Cacheable,
 {
     let api: Api<K> = Api::all(client.clone());
     match api.list(&kube::api::ListParams::default().limit(1)).await {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::debug!(kind = %K::kind(&()), error = %e, "not served");
-            false
+        Ok(_) => Served::Yes,
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => {
+            tracing::debug!(kind = %K::kind(&()), code = s.code, "not served");
+            Served::No
+        }
+        Err(e) => Served::Unknown(e.to_string()),
+    }
+}
+
+/// The first wait after a failed list or watch. kube-runtime's default (client-go's) is
+/// 800 ms; a controller that has just started (a restart, a failover) plans nothing until
+/// every cache has listed, and each failed list of its dozen kinds would hold the first round
+/// back by 0.8 to 1.6 s. Doubling up to [`WATCH_BACKOFF_MAX`] still spares a struggling API
+/// server.
+const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(200);
+/// The longest wait between two tries of one list or watch (as client-go's).
+const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// After this long without a failure the back-off starts again from [`WATCH_BACKOFF_MIN`].
+const WATCH_BACKOFF_RESET: Duration = Duration::from_secs(120);
+
+/// Exponential back-off with jitter for the reflectors and the optional-API checks: the
+/// n-th wait is drawn from `[d, 2d)` with `d = MIN * 2^(n-1)` capped at `MAX`, so that the
+/// controller's watches do not retry in step.
+struct WatchBackoff {
+    next: Duration,
+    /// SplitMix64 state: the jitter need not be secure, only spread.
+    state: u64,
+}
+
+impl WatchBackoff {
+    fn new() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as u64);
+        WatchBackoff::seeded(nanos ^ (u64::from(std::process::id()) << 32))
+    }
+
+    fn seeded(seed: u64) -> Self {
+        WatchBackoff {
+            next: WATCH_BACKOFF_MIN,
+            state: seed,
         }
     }
+
+    /// A fraction in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next;
+        self.next = (d * 2).min(WATCH_BACKOFF_MAX);
+        Some(d.mul_f64(1.0 + self.unit()).min(WATCH_BACKOFF_MAX))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_BACKOFF_MIN;
+    }
+}
+
+/// The reflectors' back-off: [`WatchBackoff`], reset after [`WATCH_BACKOFF_RESET`] without a
+/// failure.
+fn watch_backoff() -> kube::runtime::utils::ResetTimerBackoff<WatchBackoff> {
+    kube::runtime::utils::ResetTimerBackoff::new(WatchBackoff::new(), WATCH_BACKOFF_RESET)
 }
 
 /// What a reflector can cache: a typed, cluster-listable Kubernetes object.
@@ -160,7 +280,7 @@ fn reflect_pods(api: Api<PodWire>) -> PodStore {
     check("", "pods", "watch");
     let store = PodStore::new();
     let writer = store.clone();
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher(api, watcher::Config::default()).backoff(watch_backoff());
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
@@ -202,7 +322,7 @@ where
     check(group, resource, "watch");
     let (reader, writer) = reflector::store();
     let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(watch_backoff())
         // managedFields are never read: drop them to keep the cache small.
         .modify(move |o| {
             o.managed_fields_mut().clear();
@@ -235,12 +355,12 @@ where
     Late::start(resource, every, move || {
         let client = client.clone();
         async move {
-            if !served::<K>(&client).await {
-                return None;
-            }
-            let store = reflect(Api::all(client), group, resource);
-            let _ = store.wait_until_ready().await;
-            Some(store)
+            Attempt::after(served::<K>(&client).await, || async move {
+                let store = reflect(Api::all(client), group, resource);
+                let _ = store.wait_until_ready().await;
+                store
+            })
+            .await
         }
     })
     .await
@@ -248,83 +368,95 @@ where
 
 impl Stores {
     /// Starts every reflector; those of optional APIs (ProvisioningRequests, Volcano, the
-    /// Kubernetes PodGroup, DRA) once the API is served, checking again every `recheck`.
+    /// Kubernetes PodGroup, CapacityQuotas, NodeOverlays, DRA) once the API is served, checking
+    /// again every `recheck`. Returns once every optional API has answered for certain (served
+    /// and listed, or not served); the optional APIs are asked side by side, so a restart waits
+    /// for the slowest, not for their sum.
     pub async fn start(client: &kube::Client, recheck: Duration) -> Self {
+        // The core reflectors first: they list while the optional APIs are asked.
+        let pods = reflect_pods(Api::all(client.clone()));
+        let nodes = reflect_trimmed(Api::all(client.clone()), "", "nodes", trim_node);
+        let pools = reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodepools");
+        let claims = reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodeclaims");
+        let daemonsets = reflect(Api::all(client.clone()), "apps", "daemonsets");
+        let pdbs = reflect(Api::all(client.clone()), "policy", "poddisruptionbudgets");
         let provreqs = {
             let client = client.clone();
             Late::start("provisioningrequests", recheck, move || {
                 let client = client.clone();
                 async move {
-                    if !served::<ProvisioningRequest>(&client).await {
-                        return None;
-                    }
-                    let requests = reflect(
-                        Api::all(client.clone()),
-                        "autoscaling.x-k8s.io",
-                        "provisioningrequests",
-                    );
-                    let templates = reflect(Api::all(client), "", "podtemplates");
-                    let _ =
-                        futures::join!(requests.wait_until_ready(), templates.wait_until_ready());
-                    Some((requests, templates))
+                    let served = served::<ProvisioningRequest>(&client).await;
+                    Attempt::after(served, || async move {
+                        let requests = reflect(
+                            Api::all(client.clone()),
+                            "autoscaling.x-k8s.io",
+                            "provisioningrequests",
+                        );
+                        let templates = reflect(Api::all(client), "", "podtemplates");
+                        let _ = futures::join!(
+                            requests.wait_until_ready(),
+                            templates.wait_until_ready()
+                        );
+                        (requests, templates)
+                    })
+                    .await
                 }
             })
-            .await
         };
-        let volcano =
-            reflect_when_served(client, "scheduling.volcano.sh", "podgroups", recheck).await;
-        let k8s_groups =
-            reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck).await;
-        let quotas =
-            reflect_when_served(client, "gpu-autoscaler.dev", "capacityquotas", recheck).await;
-        let overlays =
-            reflect_when_served(client, "gpu-autoscaler.dev", "nodeoverlays", recheck).await;
         let dra = {
             let client = client.clone();
             Late::start("resource.k8s.io/v1", recheck, move || {
                 let client = client.clone();
                 async move {
-                    if !served::<ResourceSlice>(&client).await {
-                        return None;
-                    }
-                    let g = "resource.k8s.io";
-                    let stores = DraStores {
-                        claims: reflect_trimmed(
-                            Api::all(client.clone()),
-                            g,
-                            "resourceclaims",
-                            dra::trim_claim,
-                        ),
-                        templates: reflect_trimmed(
-                            Api::all(client.clone()),
-                            g,
-                            "resourceclaimtemplates",
-                            dra::trim_template,
-                        ),
-                        classes: reflect_trimmed(
-                            Api::all(client.clone()),
-                            g,
-                            "deviceclasses",
-                            dra::trim_class,
-                        ),
-                        slices: reflect_trimmed(
-                            Api::all(client),
-                            g,
-                            "resourceslices",
-                            dra::trim_slice,
-                        ),
-                    };
-                    let _ = futures::join!(
-                        stores.claims.wait_until_ready(),
-                        stores.templates.wait_until_ready(),
-                        stores.classes.wait_until_ready(),
-                        stores.slices.wait_until_ready(),
-                    );
-                    Some(stores)
+                    let served = served::<ResourceSlice>(&client).await;
+                    Attempt::after(served, || async move {
+                        let g = "resource.k8s.io";
+                        let stores = DraStores {
+                            claims: reflect_trimmed(
+                                Api::all(client.clone()),
+                                g,
+                                "resourceclaims",
+                                dra::trim_claim,
+                            ),
+                            templates: reflect_trimmed(
+                                Api::all(client.clone()),
+                                g,
+                                "resourceclaimtemplates",
+                                dra::trim_template,
+                            ),
+                            classes: reflect_trimmed(
+                                Api::all(client.clone()),
+                                g,
+                                "deviceclasses",
+                                dra::trim_class,
+                            ),
+                            slices: reflect_trimmed(
+                                Api::all(client),
+                                g,
+                                "resourceslices",
+                                dra::trim_slice,
+                            ),
+                        };
+                        let _ = futures::join!(
+                            stores.claims.wait_until_ready(),
+                            stores.templates.wait_until_ready(),
+                            stores.classes.wait_until_ready(),
+                            stores.slices.wait_until_ready(),
+                        );
+                        stores
+                    })
+                    .await
                 }
             })
-            .await
         };
+        let (provreqs, volcano, k8s_groups, quotas, overlays, dra) = futures::join!(
+            provreqs,
+            reflect_when_served(client, "scheduling.volcano.sh", "podgroups", recheck),
+            reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck),
+            reflect_when_served(client, "gpu-autoscaler.dev", "capacityquotas", recheck),
+            reflect_when_served(client, "gpu-autoscaler.dev", "nodeoverlays", recheck),
+            dra,
+        );
         Stores {
             dra,
             quotas,
@@ -332,13 +464,12 @@ impl Stores {
             provreqs,
             volcano,
             k8s_groups,
-            // Translated and compacted as they arrive.
-            pods: reflect_pods(Api::all(client.clone())),
-            nodes: reflect_trimmed(Api::all(client.clone()), "", "nodes", trim_node),
-            pools: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodepools"),
-            claims: reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodeclaims"),
-            daemonsets: reflect(Api::all(client.clone()), "apps", "daemonsets"),
-            pdbs: reflect(Api::all(client.clone()), "policy", "poddisruptionbudgets"),
+            pods,
+            nodes,
+            pools,
+            claims,
+            daemonsets,
+            pdbs,
         }
     }
 
@@ -389,5 +520,62 @@ impl Stores {
                 })
                 .unwrap_or_default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use kube::runtime::utils::Backoff;
+
+    use super::*;
+
+    #[test]
+    fn the_watch_backoff_doubles_with_jitter_up_to_its_cap_and_resets() {
+        let mut b = WatchBackoff::seeded(7);
+        let mut floor = WATCH_BACKOFF_MIN;
+        for _ in 0..12 {
+            let wait = b.next().expect("never ends");
+            assert!(wait >= floor && wait <= (floor * 2).min(WATCH_BACKOFF_MAX), "{wait:?}");
+            floor = (floor * 2).min(WATCH_BACKOFF_MAX);
+        }
+        assert_eq!(floor, WATCH_BACKOFF_MAX);
+        b.reset();
+        let wait = b.next().expect("never ends");
+        assert!(wait >= WATCH_BACKOFF_MIN && wait < WATCH_BACKOFF_MIN * 2);
+    }
+
+    /// `Late::start` over a scripted sequence of answers: the store it returns and how many
+    /// times it asked.
+    async fn late_after(answers: Vec<Attempt<u32>>) -> (Option<u32>, usize) {
+        let answers = Arc::new(Mutex::new(answers.into_iter()));
+        let asked = Arc::new(AtomicUsize::new(0));
+        let (a, n) = (answers.clone(), asked.clone());
+        let late = Late::start("test", Duration::from_secs(3600), move || {
+            n.fetch_add(1, Ordering::SeqCst);
+            let next = a.lock().expect("not poisoned").next();
+            async move { next.unwrap_or(Attempt::NotServed) }
+        })
+        .await;
+        (late.get().copied(), asked.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn an_api_fault_on_the_served_check_is_asked_again_not_taken_for_not_served() {
+        let answers = vec![
+            Attempt::Unknown("500 injected".into()),
+            Attempt::Unknown("429 injected".into()),
+            Attempt::Ready(7),
+        ];
+        assert_eq!(late_after(answers).await, (Some(7), 3));
+    }
+
+    #[tokio::test]
+    async fn not_served_is_final_until_the_recheck() {
+        assert_eq!(late_after(vec![Attempt::NotServed]).await, (None, 1));
+        let answers = vec![Attempt::Unknown("503 injected".into()), Attempt::NotServed];
+        assert_eq!(late_after(answers).await, (None, 2));
     }
 }
