@@ -172,8 +172,6 @@ struct File {
 }
 
 /// The `catalog` key: a named catalog, or `{file: F}`.
-#[derive(Deserialize)]
-#[serde(untagged)]
 enum CatalogEntry {
     /// `embedded`, `aws` or `gcp`.
     Named(CatalogChoice),
@@ -184,6 +182,34 @@ enum CatalogEntry {
 impl Default for CatalogEntry {
     fn default() -> Self {
         CatalogEntry::Named(CatalogChoice::Embedded)
+    }
+}
+
+// By hand rather than `untagged`, whose one message ("did not match any variant") names
+// neither the key nor the value.
+impl<'de> Deserialize<'de> for CatalogEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CatalogEntry;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("embedded, aws, gcp or {file: F}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<CatalogEntry, E> {
+                CatalogChoice::deserialize(de::value::StrDeserializer::<E>::new(v))
+                    .map(CatalogEntry::Named)
+                    .map_err(|_| {
+                        E::custom(format!(
+                            "unknown catalog {v:?} (expected embedded, aws, gcp or {{file: F}})"
+                        ))
+                    })
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, m: A) -> Result<CatalogEntry, A::Error> {
+                CatalogFileRef::deserialize(de::value::MapAccessDeserializer::new(m))
+                    .map(CatalogEntry::File)
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
