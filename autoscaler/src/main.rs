@@ -89,6 +89,26 @@ pub(crate) fn no_controller(command: &'static str) -> anyhow::Result<()> {
     Err(autoscaler::controller::Error::NoController(command).into())
 }
 
+/// Refuses an output file (`flag`'s value) that cannot be written, before a run that may take
+/// hours and whose results would otherwise be lost at the end. A file that did not exist is
+/// created and removed again; one that did is opened without truncating it.
+pub(crate) fn check_writable(flag: &str, path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let Some(p) = path else {
+        return Ok(());
+    };
+    let existed = p.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(p)
+        .with_context(|| format!("{flag} {}: cannot be written", p.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {

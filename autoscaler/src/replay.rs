@@ -327,6 +327,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(Vec<Sample>, Vec<String>)> {
         path: path.display().to_string(),
         why,
     };
+    autoscaler_core::nesting::check_flow_nesting(text).map_err(|e| err(e.to_string()))?;
     let mut samples = Vec::new();
     let mut notes = Vec::new();
     for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {

@@ -308,6 +308,8 @@ fn run_suite(args: &SimulateArgs) -> anyhow::Result<()> {
 
 /// Runs `simulate`.
 pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    crate::check_writable("--json", args.json.as_deref())?;
+    crate::check_writable("--report", args.report.as_deref())?;
     if args.suite {
         return run_suite(&args);
     }
@@ -360,26 +362,48 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
             "--explain: explanations come from the gpu-autoscaler policy; add --policy gpu-autoscaler"
         );
     }
+    if let Some(at) = args.explain_at {
+        let end = autoscaler_sim::horizon(&setup.scenario, &setup.opts)?;
+        if at.as_secs_f64() > end as f64 {
+            anyhow::bail!(
+                "--explain-at {}s: after the end of the run, {end}s",
+                at.as_secs()
+            );
+        }
+    }
     let r = setup.run(&setup.scenario, seeds[0], None, &mut progress)?;
     pb.finish_and_clear();
     print!("{}", report::summary(&r));
-    if let Some(e) = r
+    let mut missing = None;
+    match r
         .policies
         .iter()
         .find(|p| p.name == "gpu-autoscaler")
         .and_then(|p| p.explanation.as_ref())
     {
-        let at = args
-            .explain_at
-            .map_or("the end of the run".to_string(), |d| {
-                format!("t={}s", d.as_secs())
-            });
-        print!("\nExplanation (gpu-autoscaler, at {at}):\n{}", e.render());
+        // Refused as the live `explain` refuses an object it cannot find, once the run's
+        // results are printed and written.
+        Some(autoscaler_sim::policy::Explained::Missing(why)) => missing = Some(why.clone()),
+        Some(e) => {
+            let at = args
+                .explain_at
+                .map_or("the end of the run".to_string(), |d| {
+                    format!("t={}s", d.as_secs())
+                });
+            print!("\nExplanation (gpu-autoscaler, at {at}):\n{}", e.render());
+        }
+        None => {}
     }
     write(&args.json, &(report::to_json(&r) + "\n"))?;
     if let Some(p) = &args.report {
         write(&args.report, &report::to_html(&r))?;
         eprintln!("wrote {}", p.display());
+    }
+    if let Some(why) = missing {
+        anyhow::bail!(
+            "--explain {}: {why}",
+            args.explain.as_deref().unwrap_or_default()
+        );
     }
     Ok(())
 }

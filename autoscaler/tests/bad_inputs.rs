@@ -83,47 +83,51 @@ fn run_limited(args: &[String]) -> Outcome {
     }
 }
 
+/// What is wrong with the outcome of `case`, if anything.
+fn judge(case: &Case, out: &Outcome) -> Option<String> {
+    let name = case.args.join(" ");
+    let mut why = Vec::new();
+    if out.timed_out {
+        why.push(format!("still running after {DEADLINE:?}"));
+    }
+    if out.stderr.contains("panicked") || out.code == Some(101) {
+        why.push("panicked".to_string());
+    }
+    match (case.ok, out.code) {
+        (_, None) if !out.timed_out => why.push("killed by a signal".into()),
+        (true, Some(c)) if c != 0 => why.push(format!("control failed with status {c}")),
+        (false, Some(0)) => why.push("bad input accepted (status 0)".into()),
+        (false, Some(c)) if c != 1 && c != 2 => why.push(format!("status {c}")),
+        _ => {}
+    }
+    if !case.ok {
+        assert!(
+            !case.expect.is_empty(),
+            "{name}: a bad case must say what to expect"
+        );
+        for e in &case.expect {
+            if !out.stderr.contains(e.as_str()) {
+                why.push(format!("message lacks {e:?}"));
+            }
+        }
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "{name}: {}\n  stderr: {}",
+            why.join("; "),
+            out.stderr.trim()
+        )
+    })
+}
+
 #[test]
 fn every_corpus_case_is_refused_cleanly_under_memory_and_time_limits() {
     let cases = cases();
     assert!(cases.len() >= 40, "the corpus shrank to {}", cases.len());
-    let mut failures = Vec::new();
-    for case in &cases {
-        let out = run_limited(&case.args);
-        let name = case.args.join(" ");
-        let mut why = Vec::new();
-        if out.timed_out {
-            why.push(format!("still running after {DEADLINE:?}"));
-        }
-        if out.stderr.contains("panicked") || out.code == Some(101) {
-            why.push("panicked".to_string());
-        }
-        match (case.ok, out.code) {
-            (_, None) if !out.timed_out => why.push("killed by a signal".into()),
-            (true, Some(c)) if c != 0 => why.push(format!("control failed with status {c}")),
-            (false, Some(0)) => why.push("bad input accepted (status 0)".into()),
-            (false, Some(c)) if c != 1 && c != 2 => why.push(format!("status {c}")),
-            _ => {}
-        }
-        if !case.ok {
-            assert!(
-                !case.expect.is_empty(),
-                "{name}: a bad case must say what to expect"
-            );
-            for e in &case.expect {
-                if !out.stderr.contains(e.as_str()) {
-                    why.push(format!("message lacks {e:?}"));
-                }
-            }
-        }
-        if !why.is_empty() {
-            failures.push(format!(
-                "{name}: {}\n  stderr: {}",
-                why.join("; "),
-                out.stderr.trim()
-            ));
-        }
-    }
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|case| judge(case, &run_limited(&case.args)))
+        .collect();
     assert!(
         failures.is_empty(),
         "{} of {} corpus cases failed:\n{}",
@@ -131,6 +135,64 @@ fn every_corpus_case_is_refused_cleanly_under_memory_and_time_limits() {
         cases.len(),
         failures.join("\n")
     );
+}
+
+/// Inputs too large to keep in the corpus, written at run time: brackets nested 100,000 deep
+/// (the YAML scanner's work per token grows with the depth: minutes before "recursion limit
+/// exceeded") and a 20 MB flat list (the parser holds ~90 bytes of events per byte of it).
+#[test]
+fn generated_huge_yaml_is_refused_before_parsing() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bad-inputs-generated");
+    std::fs::create_dir_all(&dir).expect("temporary directory");
+    let deep = dir.join("deep-100000.yaml");
+    let depth = 100_000;
+    std::fs::write(
+        &deep,
+        format!("name: {}{}\n", "[".repeat(depth), "]".repeat(depth)),
+    )
+    .expect("write the deep file");
+    let flat = dir.join("flat-20mb.yaml");
+    std::fs::write(&flat, format!("x: [{}0]\n", "0,".repeat(10_000_000))).expect("write");
+    let path = |p: &Path| p.to_str().expect("UTF-8 path").to_string();
+    let bad = |args: &[&str], expect: &[&str]| Case {
+        args: args.iter().map(|a| (*a).to_string()).collect(),
+        expect: expect.iter().map(|e| (*e).to_string()).collect(),
+        ok: false,
+    };
+    let (deep, flat) = (path(&deep), path(&flat));
+    let cases = [
+        bad(
+            &["validate", &deep],
+            &["deep-100000.yaml:1:135: brackets nested deeper than 128 levels"],
+        ),
+        bad(
+            &["simulate", "--quiet", &deep],
+            &["deep-100000.yaml:1", "column 135", "nested deeper than 128"],
+        ),
+        bad(
+            &[
+                "validate",
+                "nodepools/misspelled-field.yaml",
+                "--catalog-file",
+                &deep,
+            ],
+            &["deep-100000.yaml", "line 1 column 135", "nested deeper"],
+        ),
+        bad(
+            &["validate", &flat],
+            &["flat-20mb.yaml: larger than 16 MiB"],
+        ),
+        bad(
+            &["simulate", "--quiet", &flat],
+            &["flat-20mb.yaml", "larger than 4 MiB"],
+        ),
+    ];
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|case| judge(case, &run_limited(&case.args)))
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -121,6 +121,10 @@ pub enum Error {
         #[source]
         source: serde_norway::Error,
     },
+    /// The YAML text nests brackets deeper than the parser accepts (checked before parsing,
+    /// which would take minutes).
+    #[error("reading YAML: {0}")]
+    Nesting(#[from] autoscaler_core::NestingError),
     /// A YAML document is not of the expected `apiVersion` and `kind`.
     #[error(
         "reading YAML document {document}: expected {expected} of {}, found {found}",

@@ -65,6 +65,7 @@ fn read_strict<T: DeserializeOwned>(
     kind: &'static str,
     text: &str,
 ) -> Result<Vec<(T, String, ValidationErrors)>, Error> {
+    autoscaler_core::nesting::check_flow_nesting(text)?;
     let mut out = Vec::new();
     for (document, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
         let err = |source| Error::ParseYaml {

@@ -438,6 +438,8 @@ impl Catalog {
     /// included); [`CatalogError::Invalid`] naming the entry and field of the first bad value
     /// (non-positive sizes or prices, unknown GPU model, invalid label values, duplicate names).
     pub fn parse(yaml: &str) -> Result<Catalog, CatalogError> {
+        autoscaler_core::nesting::check_flow_nesting(yaml)
+            .map_err(|e| CatalogError::Parse(e.to_string()))?;
         let file: File =
             serde_norway::from_str(yaml).map_err(|e| CatalogError::Parse(e.to_string()))?;
         check_gpu_models(&file.gpus)?;
@@ -532,6 +534,8 @@ struct JsonRow {
 /// without offerings.
 pub fn parse_json_rows(text: &str) -> Result<Vec<InstanceType>, CatalogError> {
     // JSON is YAML: one parser, and its messages carry line and column.
+    autoscaler_core::nesting::check_flow_nesting(text)
+        .map_err(|e| CatalogError::Parse(e.to_string()))?;
     let rows: Vec<JsonRow> =
         serde_norway::from_str(text).map_err(|e| CatalogError::Parse(e.to_string()))?;
     let mut seen = BTreeSet::new();

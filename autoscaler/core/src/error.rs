@@ -23,6 +23,19 @@ pub struct DurationError {
     pub why: DurationProblem,
 }
 
+/// User-written YAML whose flow collections nest deeper than the parser accepts (see
+/// [`crate::nesting`]); refused before the parser spends minutes on it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("line {line} column {column}: brackets nested deeper than {limit} levels")]
+pub struct NestingError {
+    /// 1-based line of the first bracket too deep.
+    pub line: usize,
+    /// 1-based column of that bracket, in characters.
+    pub column: usize,
+    /// The deepest nesting accepted.
+    pub limit: usize,
+}
+
 /// What was wrong with a duration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DurationProblem {

@@ -20,6 +20,7 @@ pub mod keys;
 pub mod labels;
 pub mod lp;
 pub mod model;
+pub mod nesting;
 pub mod offerings;
 pub mod overlay;
 pub mod plan;
@@ -33,7 +34,7 @@ pub mod taints;
 pub mod vocabulary;
 
 pub use disruption::{DisruptionConfig, DisruptionPlan, DisruptionState, plan_disruption};
-pub use error::{CoreError, DurationError, QuantityError};
+pub use error::{CoreError, DurationError, NestingError, QuantityError};
 pub use instance::{CapacityType, GpuSpec, InstanceType, Offering};
 pub use model::{DaemonSet, InFlightClaim, Node, Pod, PodKey, Pool, Snapshot};
 pub use plan::Plan;

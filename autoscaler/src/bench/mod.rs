@@ -101,8 +101,8 @@ pub(crate) struct PlannerArgs {
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Timed runs per case; the fastest counts.
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    runs: u32,
     /// Run only the case with this many pods (`karpenter-exact`, `karpenter-lookalike`): one
     /// case per process, so that its first run is a fresh process's.
     #[arg(long)]
@@ -249,6 +249,18 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
     if cfg!(debug_assertions) {
         eprintln!("warning: this is a debug build; timings are not representative (use --release)");
     }
+    crate::check_writable("--json", args.json.as_deref())?;
+    if let Some(n) = args.pods
+        && !matches!(
+            args.suite,
+            Suite::KarpenterExact | Suite::KarpenterLookalike
+        )
+    {
+        bail!(
+            "--pods {n}: only karpenter-exact and karpenter-lookalike have a case per size, not {}",
+            args.suite.name()
+        );
+    }
     let (cases, notes) = match args.suite {
         Suite::SmallExact => return small_exact_report(args),
         Suite::KarpenterExact => (
@@ -280,7 +292,7 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
     let yardstick = matches!(args.suite, Suite::KarpenterExact | Suite::CaFastpath);
     let mut results = Vec::new();
     for case in &cases {
-        let (mut r, plan) = measure(case, args.runs.max(1), gpus);
+        let (mut r, plan) = measure(case, args.runs as usize, gpus);
         if yardstick {
             r.ffd = Some(yardstick_of(&case.snapshot, r.cost_per_hour));
         }

@@ -368,6 +368,7 @@ async fn connect_gcp(args: &RunArgs) -> Result<provider_gcp::GcpProvider> {
 /// Configuration, client or server errors, or lost leadership.
 pub async fn run(args: RunArgs) -> Result<()> {
     // Bad settings, and a provider this build lacks, are refused before connecting.
+    args.check()?;
     match args.provider {
         ProviderKind::Aws => crate::Cloud::Aws.require()?,
         ProviderKind::Gcp => crate::Cloud::Gcp.require()?,

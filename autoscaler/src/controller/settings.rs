@@ -17,6 +17,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     parse(s.trim(), Bare::Seconds).map_err(|e| e.to_string())
 }
 
+/// Parses a duration that must not be zero: the period of a loop (zero would spin a core or
+/// call the API server without pause) or a timeout that would always have passed.
+///
+/// # Errors
+/// As [`parse_duration`], or a message saying zero is refused.
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: must be longer than zero"));
+    }
+    Ok(d)
+}
+
 /// Parses a fraction in (0, 1].
 ///
 /// # Errors
@@ -102,10 +115,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "gpu-autoscaler")]
     pub lease_name: String,
     /// Lease validity after a renewal.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = parse_positive_duration)]
     pub lease_duration: Duration,
-    /// How often to acquire or renew the lease.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    /// How often to acquire or renew the lease (shorter than `--lease-duration`).
+    #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
     pub lease_retry: Duration,
     /// Unschedulable pods younger than this (from their creation) are not acted on yet, as
     /// the Cluster Autoscaler's flag of the same name: a burst of pods that the scheduler
@@ -215,14 +228,14 @@ pub struct RunArgs {
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub gc_grace: Duration,
     /// Cloud calls per second (token bucket).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub cloud_qps: u32,
     /// How often the reconcile loop runs.
-    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "250ms", value_parser = parse_positive_duration)]
     pub loop_interval: Duration,
     /// `/healthz` fails once the leader has completed no reconcile round for this long (the
     /// loop is stuck), so the kubelet restarts the pod; followers are always healthy.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
     pub stall_timeout: Duration,
     /// Address of `/metrics`, `/healthz`, `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
@@ -251,7 +264,7 @@ pub struct RunArgs {
     pub provreq_retention: Duration,
     /// ProvisioningRequests: most pods one request may ask for (all pod sets together);
     /// larger requests fail with `InvalidRequest` before any pod is built.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub provreq_max_pods: u64,
     /// kwok: launch to Node registration.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -306,6 +319,22 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// Refuses flags that parse one by one but not together.
+    ///
+    /// # Errors
+    /// [`super::error::Error::Config`] naming the flags.
+    pub fn check(&self) -> Result<(), super::error::Error> {
+        // A lease renewed less often than it lasts lapses between renewals, and another
+        // replica takes it: leadership would flap.
+        if self.lease_retry >= self.lease_duration {
+            return Err(super::error::Error::Config(format!(
+                "--lease-retry {:?} must be shorter than --lease-duration {:?}",
+                self.lease_retry, self.lease_duration
+            )));
+        }
+        Ok(())
+    }
+
     /// The loop timings these flags give, in whole seconds (what the simulator's scenarios
     /// default to).
     pub fn cadence(&self) -> cadence::Cadence {
@@ -414,6 +443,11 @@ mod tests {
             ),
             ("--gc-grace=inf", "expected a number with a unit"),
             ("--loop-interval=-1s", "negative duration"),
+            ("--loop-interval=0s", "--loop-interval"),
+            ("--lease-retry=0", "\"0\": must be longer than zero"),
+            ("--lease-duration=0ms", "must be longer than zero"),
+            ("--stall-timeout=0s", "must be longer than zero"),
+            ("--cloud-qps=0", "0 is not in 1.."),
         ] {
             let e = Cli::try_parse_from(["x", flag])
                 .err()
@@ -421,6 +455,24 @@ mod tests {
                 .to_string();
             assert!(e.contains(why), "{flag}: {e}");
         }
+    }
+
+    #[test]
+    fn a_lease_renewed_less_often_than_it_lasts_is_refused() {
+        use clap::Parser;
+        let args = Cli::try_parse_from(["x", "--lease-duration=1s", "--lease-retry=10s"])
+            .expect("each flag parses")
+            .run;
+        let e = args
+            .check()
+            .expect_err("retry longer than the lease")
+            .to_string();
+        assert!(
+            e.contains("--lease-retry 10s must be shorter than --lease-duration 1s"),
+            "{e}"
+        );
+        let defaults = Cli::try_parse_from(["x"]).expect("defaults parse").run;
+        assert!(defaults.check().is_ok());
     }
 
     #[derive(clap::Parser)]

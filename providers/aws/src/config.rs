@@ -118,6 +118,8 @@ impl AwsSettings {
     /// # Errors
     /// [`AwsError::Config`] for YAML that does not have this shape or holds impossible values.
     pub fn from_yaml(yaml: &str) -> Result<Self, AwsError> {
+        autoscaler_core::nesting::check_flow_nesting(yaml)
+            .map_err(|e| AwsError::Config(format!("settings do not parse: {e}")))?;
         let s: AwsSettings = serde_norway::from_str(yaml)
             .map_err(|e| AwsError::Config(format!("settings do not parse: {e}")))?;
         s.validate()?;

@@ -88,6 +88,8 @@ impl GcpSettings {
     /// # Errors
     /// [`GcpError::Config`] for YAML that does not have this shape or holds impossible values.
     pub fn from_yaml(yaml: &str) -> Result<Self, GcpError> {
+        autoscaler_core::nesting::check_flow_nesting(yaml)
+            .map_err(|e| GcpError::Config(format!("settings do not parse: {e}")))?;
         let s: GcpSettings = serde_norway::from_str(yaml)
             .map_err(|e| GcpError::Config(format!("settings do not parse: {e}")))?;
         s.validate()?;

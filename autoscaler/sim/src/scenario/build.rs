@@ -2,6 +2,7 @@
 //! compact NodePool form, arrivals, runtimes, workloads and pod templates, each checked with
 //! an error naming the file, line and field.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use autoscaler_core::disruption::{DO_NOT_DISRUPT, SAFE_TO_EVICT};
@@ -229,6 +230,14 @@ pub(super) fn build_pool(
         )
     };
     let _ = at;
+    // The NodePool's range; 0 (the default) ranks below every weight, as an absent one.
+    if !(0..=100).contains(&f.weight) {
+        return Err(err(
+            "weight",
+            "weight:",
+            format!("{} is outside 0..=100", f.weight),
+        ));
+    }
     let mut reqs = Requirements::new();
     let mut add = |key: &str, values: &[String], fname: &str| -> Result<(), SimError> {
         if values.is_empty() {
@@ -452,6 +461,10 @@ pub(super) fn build_arrivals(
         .count();
     if set != 1 {
         return Err(err("give exactly one of perHour, every or at"));
+    }
+    // An empty window generates no pod at all, silently.
+    if end <= start {
+        return Err(err(&format!("end ({end}s) must be after start ({start}s)")));
     }
     if let Some(r) = a.per_hour {
         if !(r > 0.0 && r.is_finite()) {
@@ -689,6 +702,23 @@ pub(super) fn build_pod(
     let mut terms = vec![];
     if !f.gpu_models.is_empty() {
         let models: Vec<String> = f.gpu_models.iter().map(|m| m.to_lowercase()).collect();
+        // A model the catalog does not have is a typo that would leave the pods pending all
+        // run when it is the only one, and quietly narrow the choice when it is not.
+        let known: BTreeSet<&str> = pools
+            .iter()
+            .flat_map(|p| p.instance_types.iter())
+            .filter_map(|it| it.labels.get(labels::GPU_NAME).map(String::as_str))
+            .collect();
+        if let Some(m) = models.iter().find(|m| !known.contains(m.as_str())) {
+            return Err(err(
+                "gpuModels",
+                "gpuModels:",
+                format!(
+                    "unknown GPU model {m:?} (the catalog has: {})",
+                    known.iter().copied().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
         let mut r = Requirements::new();
         r.add(labels::GPU_NAME, Operator::In, &models)
             .map_err(|e| err("gpuModels", "gpuModels:", e.to_string()))?;
@@ -751,16 +781,23 @@ pub(super) fn build_pod(
         }
     }
     let sel = Requirements::new().with("app", Operator::In, &[&app]);
-    let spread = f
-        .spread
-        .iter()
-        .map(|s| TopologySpread {
-            max_skew: s.max_skew.max(1),
+    let mut spread = Vec::with_capacity(f.spread.len());
+    for (i, s) in f.spread.iter().enumerate() {
+        // As the API server: a skew of 0 could never be met once a domain had a pod.
+        if s.max_skew == 0 {
+            return Err(err(
+                &format!("spread[{i}].maxSkew"),
+                "maxSkew:",
+                "must be at least 1".into(),
+            ));
+        }
+        spread.push(TopologySpread {
+            max_skew: s.max_skew,
             topology_key: s.topology_key.clone(),
             selector: sel.clone(),
             hard: true,
-        })
-        .collect();
+        });
+    }
     let term = |k: &String| PodAffinityTerm {
         topology_key: k.clone(),
         selector: sel.clone(),

@@ -205,6 +205,15 @@ fn pods_from(table: &Table) -> Result<Vec<PodRecord>, SimError> {
                 milli_field.out_of_range(gpu_milli, "is a share of a GPU, but num_gpu is 0")
             );
         }
+        let creation_time = f(8).uint(MAX_TIME_S)?;
+        let deletion_field = f(9);
+        let deletion_time = deletion_field.opt_uint(MAX_TIME_S)?;
+        // The published lists never have one; replayed, such a pod would run to the end.
+        if let Some(d) = deletion_time.filter(|d| *d < creation_time) {
+            return Err(
+                deletion_field.out_of_range(d, format!("is before creation_time {creation_time}"))
+            );
+        }
         let mut gpu_spec: Vec<String> = Vec::new();
         for m in f(5).text.split('|').map(str::trim) {
             if !m.is_empty() && !gpu_spec.iter().any(|s| s == m) {
@@ -221,8 +230,8 @@ fn pods_from(table: &Table) -> Result<Vec<PodRecord>, SimError> {
             gpu_spec,
             qos: f(6).text.trim().to_string(),
             pod_phase: f(7).text.trim().to_string(),
-            creation_time: f(8).uint(MAX_TIME_S)?,
-            deletion_time: f(9).opt_uint(MAX_TIME_S)?,
+            creation_time,
+            deletion_time,
             scheduled_time: f(10).opt_uint(MAX_TIME_S)?,
         });
     }

@@ -154,6 +154,21 @@ fn out_of_range_shares_are_rejected() {
 }
 
 #[test]
+fn a_deletion_before_the_creation_is_refused() {
+    let head = PODS.lines().next().expect("header");
+    let text = format!("{head}\np,1000,1024,1,1000,,LS,Running,100,50,0\n");
+    let e = err("deleted_first.csv", &text, true);
+    assert_eq!(
+        e,
+        "deleted_first.csv:2: field deletion_time: 50 is before creation_time 100"
+    );
+    // Equal times occur in the published lists (22 pods): kept.
+    let text = format!("{head}\np,1000,1024,1,1000,,LS,Running,100,100,0\n");
+    let csv = TempCsv::new("same_time.csv", &text);
+    assert_eq!(load_pods(&csv.0).expect("equal times load").len(), 1);
+}
+
+#[test]
 fn malformed_rows_and_files_are_errors() {
     let e = err(
         "short.csv",
