@@ -80,6 +80,14 @@ pub(crate) struct ReliabilityArgs {
     /// Most replicas of one Deployment.
     #[arg(long, default_value_t = 12)]
     pub(crate) max_replicas: i32,
+    /// In the kill phase, Deployment swings (none to `--max-replicas`, or back) a second, on
+    /// average (at most 10: one look every 100 ms).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) swings_per_second: f64,
+    /// In the kill phase, node failures and spot interruptions (half each) a second, on
+    /// average (at most 10).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) failures_per_second: f64,
     /// Also write the result as JSON here.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
@@ -153,6 +161,14 @@ pub(crate) fn run(args: ReliabilityArgs) -> Result<ReliabilityResult> {
         return Err(cfg(
             "--cloud-fault-rate and --api-fault-rate are rates in 0..=1",
         ));
+    }
+    for (flag, v) in [
+        ("--swings-per-second", args.swings_per_second),
+        ("--failures-per-second", args.failures_per_second),
+    ] {
+        if !(0.0..=10.0).contains(&v) {
+            return Err(cfg(format!("{flag} {v}: expected 0 to 10")));
+        }
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

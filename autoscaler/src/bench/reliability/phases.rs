@@ -62,10 +62,25 @@ impl Bench<'_> {
                     }
                 }
             }
-            if self.rng.chance(10) {
+            // One look every 100 ms: a swing at `swings_per_second / 10` of them.
+            if self
+                .rng
+                .chance((self.args.swings_per_second * 10.0).round() as usize)
+            {
                 let t = Instant::now();
                 self.scale_swing().await?;
                 self.spend("kill phase: scaling", t);
+            }
+            // Nodes fail and spot instances are reclaimed meanwhile: their pods come back
+            // pending (owners recreate them) and ask for new nodes, whatever the swings do.
+            if self
+                .rng
+                .chance((self.args.failures_per_second * 10.0).round() as usize)
+            {
+                let t = Instant::now();
+                let interruption = self.rng.chance(50);
+                self.fail_node(interruption).await?;
+                self.spend("kill phase: failing nodes", t);
             }
             if last_observe.elapsed() > Duration::from_millis(400) {
                 let t = Instant::now();
@@ -110,54 +125,7 @@ impl Bench<'_> {
             return Ok(1);
         }
         if roll < 80 {
-            // A node failure (the Node removed) or a spot interruption (the instance reclaimed
-            // and its Node gone).
-            let interruption = roll >= 75;
-            let nodes = self.nodes().await?;
-            let candidates: Vec<&Node> = nodes
-                .iter()
-                .filter(|n| n.metadata.deletion_timestamp.is_none())
-                .filter(|n| {
-                    !interruption || n.labels().get("lane").map(String::as_str) == Some(SPOT_POOL)
-                })
-                .collect();
-            if candidates.is_empty() {
-                return Ok(0);
-            }
-            let name = candidates[self.rng.below(candidates.len())].name_any();
-            self.failed.insert(name.clone());
-            // Where the bare pods are right now: one bound since the last look goes with the
-            // Node too (pod GC), which is the benchmark's doing, not the controller's. Cordoned
-            // first, so that the harness scheduler binds nothing more to it after the look.
-            let cordon = json!({"spec": {"unschedulable": true}});
-            Api::<Node>::all(self.client.clone())
-                .patch(&name, &PatchParams::default(), &Patch::Merge(cordon))
-                .await
-                .map_err(kerr("cordoning a Node to fail"))?;
-            for p in self.pods().await? {
-                if let Some(slot) = self.bare.get_mut(&p.name_any()) {
-                    *slot = p.spec.as_ref().and_then(|s| s.node_name.clone());
-                }
-            }
-            let lost: Vec<String> = self
-                .bare
-                .iter()
-                .filter(|(_, n)| n.as_deref() == Some(name.as_str()))
-                .map(|(p, _)| p.clone())
-                .collect();
-            for p in lost {
-                self.bare.remove(&p);
-                self.bare_lost_with_node += 1;
-            }
-            if interruption {
-                let _ = Api::<KwokInstance>::all(self.client.clone())
-                    .delete(&name, &DeleteParams::default())
-                    .await;
-            }
-            let _ = Api::<Node>::all(self.client.clone())
-                .delete(&name, &DeleteParams::default())
-                .await;
-            return Ok(1);
+            return self.fail_node(roll >= 75).await;
         }
         if roll < 84 {
             let deps = self.deployments();
@@ -219,6 +187,62 @@ impl Bench<'_> {
         let name = self.bare.keys().next().cloned().expect("not empty");
         self.bare.remove(&name);
         let _ = Api::<Pod>::namespaced(self.client.clone(), NS)
+            .delete(&name, &DeleteParams::default())
+            .await;
+        Ok(1)
+    }
+
+    /// A node failure (the Node removed) or, with `interruption`, a spot interruption (the
+    /// instance reclaimed and its Node gone); returns the events (0 when no node qualifies).
+    pub(super) async fn fail_node(&mut self, interruption: bool) -> Result<usize> {
+        let nodes = self.nodes().await?;
+        let candidates: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .filter(|n| {
+                !interruption || n.labels().get("lane").map(String::as_str) == Some(SPOT_POOL)
+            })
+            .collect();
+        if candidates.is_empty() {
+            return Ok(0);
+        }
+        let name = candidates[self.rng.below(candidates.len())].name_any();
+        // Where the bare pods are right now: one bound since the last look goes with the
+        // Node too (pod GC), which is the benchmark's doing, not the controller's. Cordoned
+        // first, so that the harness scheduler binds nothing more to it after the look.
+        let cordon = json!({"spec": {"unschedulable": true}});
+        let cordoned = Api::<Node>::all(self.client.clone())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(cordon))
+            .await;
+        if let Err(e) = cordoned {
+            // Gone since the list (the controller removed it): no failure to make.
+            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                return Ok(0);
+            }
+            return Err(kerr("cordoning a Node to fail")(e));
+        }
+        self.failed.insert(name.clone());
+        for p in self.pods().await? {
+            if let Some(slot) = self.bare.get_mut(&p.name_any()) {
+                *slot = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            }
+        }
+        let lost: Vec<String> = self
+            .bare
+            .iter()
+            .filter(|(_, n)| n.as_deref() == Some(name.as_str()))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in lost {
+            self.bare.remove(&p);
+            self.bare_lost_with_node += 1;
+        }
+        if interruption {
+            let _ = Api::<KwokInstance>::all(self.client.clone())
+                .delete(&name, &DeleteParams::default())
+                .await;
+        }
+        let _ = Api::<Node>::all(self.client.clone())
             .delete(&name, &DeleteParams::default())
             .await;
         Ok(1)

@@ -19,6 +19,11 @@ use serde_json::{Value, json};
 use super::{Bench, CPU_POOL, GPU_POOL, NS, Running, SPOT_POOL};
 use crate::bench::e2e::{Killed, cfg, kerr};
 
+/// Nodes of one NodePool disrupted at once until the replay changes it (1 to 3). Launches in
+/// the kill phase come only as fast as empty nodes go: with 4, the empty nodes of a swing
+/// back to none outlived several controllers and took the next swing's pods, launching nothing.
+const INITIAL_BUDGET: usize = 10;
+
 pub(super) fn pool(name: &str, instance_type: &str, capacity: &str, extra: Value) -> Value {
     // Two sizes, so that a refused offering leaves others (every zone of the region too).
     let instance_types = match instance_type {
@@ -36,7 +41,7 @@ pub(super) fn pool(name: &str, instance_type: &str, capacity: &str, extra: Value
                     {"key": "karpenter.sh/capacity-type", "operator": "In", "values": [capacity]}
                 ]
             },
-            "disruption": {"consolidateAfter": "0s", "unneededTime": "1s", "budgets": [{"nodes": "4"}]}
+            "disruption": {"consolidateAfter": "0s", "unneededTime": "1s", "budgets": [{"nodes": INITIAL_BUDGET.to_string()}]}
         }
     });
     for (k, v) in extra.as_object().into_iter().flatten() {
@@ -120,7 +125,7 @@ impl Bench<'_> {
                 .create(&PostParams::default(), &obj)
                 .await
                 .map_err(kerr("creating a NodePool"))?;
-            self.budgets.insert(name, (4, 4));
+            self.budgets.insert(name, (INITIAL_BUDGET, INITIAL_BUDGET));
         }
         let deps: Api<Deployment> = Api::namespaced(self.client.clone(), NS);
         let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), NS);

@@ -538,7 +538,10 @@ mod tests {
         let mut floor = WATCH_BACKOFF_MIN;
         for _ in 0..12 {
             let wait = b.next().expect("never ends");
-            assert!(wait >= floor && wait <= (floor * 2).min(WATCH_BACKOFF_MAX), "{wait:?}");
+            assert!(
+                wait >= floor && wait <= (floor * 2).min(WATCH_BACKOFF_MAX),
+                "{wait:?}"
+            );
             floor = (floor * 2).min(WATCH_BACKOFF_MAX);
         }
         assert_eq!(floor, WATCH_BACKOFF_MAX);
