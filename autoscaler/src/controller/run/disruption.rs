@@ -200,7 +200,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     }
 
     /// The pods on `nodes` that must move before the nodes go, read fresh from the API server.
-    async fn pods_that_must_leave(&self, nodes: &[String]) -> Result<Vec<PodKey>> {
+    pub(super) async fn pods_that_must_leave(&self, nodes: &[String]) -> Result<Vec<PodKey>> {
         let mut out = Vec::new();
         for n in nodes {
             for p in self.shared.actuator.pods_on_node(n).await? {

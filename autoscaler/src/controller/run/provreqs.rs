@@ -444,7 +444,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .await
                 }
                 Step::Rollback { message } => {
-                    self.delete_claims(&booking).await;
+                    let deleted = self.delete_claims(&booking).await;
+                    let kept = booking.claims().count().saturating_sub(deleted);
                     self.provreq_memory.bookings.remove(&format!("{ns}/{name}"));
                     self.backoff(&format!("{ns}/{name}"));
                     tracing::info!(request = %format!("{ns}/{name}"), %message, "rolled back");
@@ -454,9 +455,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
                             conditions::PROVISIONED,
                             false,
                             reasons::CAPACITY_IS_NOT_FOUND,
-                            &format!(
-                                "{message}; every NodeClaim of the request was deleted (all or nothing); retrying"
-                            ),
+                            &if kept == 0 {
+                                format!(
+                                    "{message}; every NodeClaim of the request was deleted (all or nothing); retrying"
+                                )
+                            } else {
+                                format!(
+                                    "{message}; its NodeClaims were deleted (all or nothing) but {kept} whose nodes run other pods; retrying"
+                                )
+                            },
                         )],
                         json!({BOOKING_DETAIL: Value::Null, BOOKED_AT_DETAIL: Value::Null, PIN_LABEL: Value::Null}),
                     )
@@ -551,14 +558,40 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    /// Deletes the NodeClaims of a booking; returns how many it named.
+    /// Deletes the NodeClaims of a booking whose nodes run no pod that would have to move
+    /// (read fresh from the API server); returns how many it deleted. Booked capacity is not
+    /// reserved against other pods: a node that took one meanwhile is left to consolidation,
+    /// which drains it within its PodDisruptionBudgets, rather than deleted under the pod.
     async fn delete_claims(&self, booking: &provreq::Booking) -> usize {
+        let claims = self.stores.claims.state();
+        let mut deleted = 0;
         for c in booking.claims() {
-            if let Err(e) = self.shared.actuator.delete_claim(c).await {
-                tracing::warn!(claim = c, error = %e, "deleting a ProvisioningRequest's NodeClaim");
+            let node = claims
+                .iter()
+                .find(|x| x.name_any() == c)
+                .and_then(|x| x.status.as_ref())
+                .and_then(|s| s.node_name.clone());
+            if let Some(node) = node {
+                match self.pods_that_must_leave(std::slice::from_ref(&node)).await {
+                    Ok(pods) if pods.is_empty() => {}
+                    Ok(pods) => {
+                        tracing::info!(claim = c, %node, ?pods, "kept a ProvisioningRequest's NodeClaim: pods run on its node");
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(claim = c, %node, error = %e, "kept a ProvisioningRequest's NodeClaim: its pods could not be read");
+                        continue;
+                    }
+                }
+            }
+            match self.shared.actuator.delete_claim(c).await {
+                Ok(()) => deleted += 1,
+                Err(e) => {
+                    tracing::warn!(claim = c, error = %e, "deleting a ProvisioningRequest's NodeClaim");
+                }
             }
         }
-        booking.claims().count()
+        deleted
     }
 
     /// A new leader's back-off for the requests the last one was retrying
