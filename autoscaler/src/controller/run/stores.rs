@@ -85,14 +85,32 @@ impl<T: Send + Sync + 'static> Late<T> {
     /// An answer that is not certain (a 5xx, a 429, a timeout) is asked again at once, with a
     /// short back-off, and the call does not return meanwhile: taking a passing API fault for
     /// "not served" would switch the support off until the next recheck, and with it what the
-    /// support protects (a booked ProvisioningRequest's nodes, a gang's minimum).
+    /// support protects (a booked ProvisioningRequest's nodes, a gang's minimum). After
+    /// [`OPTIONAL_API_PATIENCE`] without a certain answer (a broken conversion webhook, objects
+    /// the controller cannot decode) the support starts off and is asked again every `every`,
+    /// so one broken optional API never keeps the whole controller from starting.
     async fn start<F, Fut>(kind: &'static str, every: Duration, attempt: F) -> Self
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Attempt<T>> + Send,
+    {
+        Late::start_within(kind, every, OPTIONAL_API_PATIENCE, attempt).await
+    }
+
+    /// [`Late::start`] with its patience for uncertain answers.
+    async fn start_within<F, Fut>(
+        kind: &'static str,
+        every: Duration,
+        patience: Duration,
+        attempt: F,
+    ) -> Self
     where
         F: Fn() -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Attempt<T>> + Send,
     {
         let late = Late::default();
         let mut backoff = WatchBackoff::new();
+        let asked_since = tokio::time::Instant::now();
         loop {
             match attempt().await {
                 Attempt::Ready(v) => {
@@ -100,6 +118,10 @@ impl<T: Send + Sync + 'static> Late<T> {
                     return late;
                 }
                 Attempt::NotServed => break,
+                Attempt::Unknown(error) if asked_since.elapsed() >= patience => {
+                    tracing::warn!(kind, %error, ?patience, "no certain answer whether the API is served: its support starts off");
+                    break;
+                }
                 Attempt::Unknown(error) => {
                     let wait = backoff.next().unwrap_or(WATCH_BACKOFF_MAX);
                     tracing::warn!(kind, %error, retry_in = ?wait, "is the API served? asking again");
@@ -182,6 +204,9 @@ where
 /// back by 0.8 to 1.6 s. Doubling up to [`WATCH_BACKOFF_MAX`] still spares a struggling API
 /// server.
 const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(200);
+/// How long a start-up asks an optional API that gives no certain answer before it starts
+/// with that API's support off (asked again every `--optional-api-recheck`).
+const OPTIONAL_API_PATIENCE: Duration = Duration::from_secs(30);
 /// The longest wait between two tries of one list or watch (as client-go's).
 const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// After this long without a failure the back-off starts again from [`WATCH_BACKOFF_MIN`].
@@ -553,10 +578,14 @@ mod tests {
     /// `Late::start` over a scripted sequence of answers: the store it returns and how many
     /// times it asked.
     async fn late_after(answers: Vec<Attempt<u32>>) -> (Option<u32>, usize) {
+        late_within(answers, OPTIONAL_API_PATIENCE).await
+    }
+
+    async fn late_within(answers: Vec<Attempt<u32>>, patience: Duration) -> (Option<u32>, usize) {
         let answers = Arc::new(Mutex::new(answers.into_iter()));
         let asked = Arc::new(AtomicUsize::new(0));
         let (a, n) = (answers.clone(), asked.clone());
-        let late = Late::start("test", Duration::from_secs(3600), move || {
+        let late = Late::start_within("test", Duration::from_secs(3600), patience, move || {
             n.fetch_add(1, Ordering::SeqCst);
             let next = a.lock().expect("not poisoned").next();
             async move { next.unwrap_or(Attempt::NotServed) }
@@ -580,5 +609,16 @@ mod tests {
         assert_eq!(late_after(vec![Attempt::NotServed]).await, (None, 1));
         let answers = vec![Attempt::Unknown("503 injected".into()), Attempt::NotServed];
         assert_eq!(late_after(answers).await, (None, 2));
+    }
+
+    #[tokio::test]
+    async fn an_api_that_never_answers_for_certain_starts_off_after_the_patience() {
+        let answers = (0..100)
+            .map(|i| Attempt::Unknown(format!("500 conversion webhook #{i}")))
+            .collect();
+        let (store, asked) = late_within(answers, Duration::from_millis(300)).await;
+        assert_eq!(store, None);
+        // 300 ms of back-off from 200 ms: asked two or three times, not a hundred.
+        assert!((2..=3).contains(&asked), "asked {asked} times");
     }
 }
