@@ -9,7 +9,7 @@
 //! stage, each in its own module below. Launches run as spawned tasks (rate-limited, retried
 //! with backoff) so a slow cloud never stalls the loop.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,6 +69,10 @@ struct Shared<P> {
     unavailable: Mutex<UnavailableOfferings>,
     /// Claims with a launch task running (or just finished, until the store shows it).
     launching: Mutex<HashMap<String, Instant>>,
+    /// Claims whose launch task is running right now (a task's [`InFlight`] guard removes
+    /// them when it ends, however it ends). A claim in here keeps its finalizer: the task may
+    /// still create an instance that nothing would record.
+    in_flight: Mutex<HashSet<String>>,
     /// A placement group collection is running (at most one at a time).
     collecting_groups: AtomicBool,
 }
@@ -111,6 +115,35 @@ impl<P: CloudProvider + 'static> Shared<P> {
     }
 }
 
+/// Marks claims as having a launch task running until dropped.
+struct InFlight<P> {
+    shared: Arc<Shared<P>>,
+    claims: Vec<String>,
+}
+
+impl<P> InFlight<P> {
+    fn new(shared: &Arc<Shared<P>>, claims: Vec<String>) -> Self {
+        shared
+            .in_flight
+            .lock()
+            .expect("lock")
+            .extend(claims.iter().cloned());
+        InFlight {
+            shared: shared.clone(),
+            claims,
+        }
+    }
+}
+
+impl<P> Drop for InFlight<P> {
+    fn drop(&mut self) {
+        let mut f = self.shared.in_flight.lock().expect("lock");
+        for c in &self.claims {
+            f.remove(c);
+        }
+    }
+}
+
 /// The leader's state across rounds.
 struct Controller<P> {
     shared: Arc<Shared<P>>,
@@ -129,6 +162,9 @@ struct Controller<P> {
     /// When the status stage last fetched catalogs no pending pod had needed yet.
     last_catalog_fetch: Option<Instant>,
     orphans: HashMap<String, i64>,
+    /// The cloud's instances, listed at most once per lifecycle round when a claim being
+    /// deleted never recorded its instance.
+    round_instances: Option<Vec<providers::Instance>>,
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
     first_round: bool,
@@ -510,6 +546,7 @@ async fn run_with<P: CloudProvider + 'static>(
         limiter: RateLimiter::direct(Quota::per_second(qps)),
         unavailable: Mutex::new(UnavailableOfferings::default()),
         launching: Mutex::new(HashMap::new()),
+        in_flight: Mutex::new(HashSet::new()),
         collecting_groups: AtomicBool::new(false),
     });
     let mut ctl = Controller {
@@ -532,6 +569,7 @@ async fn run_with<P: CloudProvider + 'static>(
         last_pool_status: None,
         last_catalog_fetch: None,
         orphans: HashMap::new(),
+        round_instances: None,
         notices: pod_problems::Notices::default(),
         first_round: true,
         provreq_backoff_restored: false,

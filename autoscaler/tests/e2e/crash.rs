@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
-use nodepools::NodePool;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use nodepools::{NodeClaim, NodePool};
 
 use crate::harness::*;
 
@@ -291,4 +291,120 @@ async fn e2e_3e_restart_keeps_the_unneeded_timer() {
         waited >= UNNEEDED - 1.0,
         "consolidated {waited:.1}s after the node became unneeded, before unneededTime"
     );
+}
+
+/// The claim named `claim` and its instance are both gone, well before garbage collection
+/// could have removed the instance (the controllers run with `--gc-grace=10m`).
+async fn claim_and_instance_gone(c: &Cluster, claim: &str) {
+    eventually("the deleted NodeClaim to be gone", DEADLINE, || async {
+        c.claims()
+            .await
+            .iter()
+            .all(|x| x.name_any() != claim)
+            .then_some(())
+    })
+    .await;
+    let left: Vec<String> = c
+        .instances()
+        .await
+        .iter()
+        .map(|i| i.name_any())
+        .filter(|n| n == claim)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the deleted claim's instance outlives it: {left:?}"
+    );
+}
+
+/// A NodeClaim deleted while its launch call is still running keeps its finalizer until the
+/// launch has ended, and then terminates what it created: releasing it at once would leave the
+/// instance the launch creates a moment later to garbage collection (or forever, if the
+/// controller restarts more often than the GC grace period, as `bench reliability` found).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_3f_a_claim_deleted_during_its_launch_leaves_no_instance() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
+    let ctl = c.controller(
+        "only",
+        &[
+            "--leader-elect=false",
+            "--kwok-launch-latency=3s",
+            "--gc-grace=10m",
+        ],
+    );
+    let _: Pod = c.create(gpu_pod("train")).await;
+    let claim = eventually("a NodeClaim to be written", DEADLINE, || async {
+        c.claims().await.first().map(|x| x.name_any())
+    })
+    .await;
+    let started = format!("launching claim={claim}");
+    eventually("the launch to start", DEADLINE, || async {
+        ctl.log().contains(&started).then_some(())
+    })
+    .await;
+    Api::<NodeClaim>::all(c.client.clone())
+        .delete(&claim, &DeleteParams::default())
+        .await
+        .expect("deleting the claim");
+    // The launch call has returned (the instance exists from then on, unless terminated).
+    let launched = [
+        ("provider", "kwok"),
+        ("operation", "launch"),
+        ("code", "ok"),
+    ];
+    eventually("the launch call to return", DEADLINE, || async {
+        ctl.metric_with("gpu_autoscaler_cloud_api_calls_total", &launched)
+            .filter(|n| *n >= 1.0)
+    })
+    .await;
+    claim_and_instance_gone(&c, &claim).await;
+}
+
+/// A claim whose launch created an instance but whose controller died before recording it
+/// (killed at `launch:after`), deleted before a successor starts: the successor finds the
+/// instance by its claim tag and terminates it before releasing the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_3g_a_deleted_claim_terminates_the_instance_it_never_recorded() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
+    let mut first = c.controller_with_env(
+        "first",
+        &["--leader-elect=false", "--gc-grace=10m"],
+        &[("GPU_AUTOSCALER_KILL_AT", "launch:after:1")],
+    );
+    let _: Pod = c.create(gpu_pod("train")).await;
+    let claim = eventually("the instance to be created", DEADLINE, || async {
+        c.instances().await.first().map(|i| i.name_any())
+    })
+    .await;
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while first
+        .child
+        .try_wait()
+        .expect("waiting on the controller")
+        .is_none()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller did not die at launch:after"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let recorded = c
+        .claims()
+        .await
+        .into_iter()
+        .find(|x| x.name_any() == claim)
+        .and_then(|x| x.status?.provider_id);
+    assert_eq!(
+        recorded, None,
+        "killed before the claim recorded its instance"
+    );
+    Api::<NodeClaim>::all(c.client.clone())
+        .delete(&claim, &DeleteParams::default())
+        .await
+        .expect("deleting the claim");
+    let _second = c.controller("second", &["--leader-elect=false", "--gc-grace=10m"]);
+    claim_and_instance_gone(&c, &claim).await;
 }

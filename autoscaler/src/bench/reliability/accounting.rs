@@ -23,13 +23,16 @@ impl Bench<'_> {
             let pods = self.pods().await?;
             let pending = pods.iter().filter(|p| unplaced(p)).count();
             let empty = self.empty_nodes(&pods).await?.len();
+            let orphans = self.orphan_instances().await?.len();
             let wanted: i32 = self.replicas.values().sum();
             let live = pods
                 .iter()
                 .filter(|p| p.metadata.deletion_timestamp.is_none())
                 .filter(|p| p.owner_references().iter().any(|o| o.kind == "ReplicaSet"))
                 .count();
-            if pending == 0 && empty == 0 && live == wanted as usize {
+            // An instance whose claim is gone is the controller's to collect within its GC
+            // grace: settling waits for that too, and one still there at the timeout counts.
+            if pending == 0 && empty == 0 && orphans == 0 && live == wanted as usize {
                 let since = *quiet_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > Duration::from_secs(8) {
                     return Ok(());
@@ -39,7 +42,7 @@ impl Bench<'_> {
             }
             if Instant::now() > deadline {
                 eprintln!(
-                    "not settled after {:?}: {pending} pods pending, {empty} empty nodes, {live} of {wanted} replicas",
+                    "not settled after {:?}: {pending} pods pending, {empty} empty nodes, {orphans} instances without a claim, {live} of {wanted} replicas",
                     self.args.settle_timeout
                 );
                 self.describe_empty_nodes(&pods).await?;
@@ -49,12 +52,39 @@ impl Bench<'_> {
         }
     }
 
+    /// Instances whose NodeClaim does not exist (by name: the claim name is the instance's).
+    async fn orphan_instances(&self) -> Result<Vec<String>> {
+        let claims: HashSet<String> = self.claims().await?.iter().map(|c| c.name_any()).collect();
+        Ok(self
+            .instances()
+            .await?
+            .iter()
+            .map(|i| i.name_any())
+            .filter(|n| !claims.contains(n))
+            .collect())
+    }
+
+    /// Prints the controllers' last log lines about each of `names` (a count that is not zero,
+    /// in CI say, is diagnosed from the output alone).
+    fn describe_from_log(&self, names: &[String]) {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        for name in names {
+            let about: Vec<&str> = log.lines().filter(|l| l.contains(name.as_str())).collect();
+            eprintln!(
+                "{name}: the controllers' last {} lines about it",
+                about.len().min(16)
+            );
+            for line in &about[about.len().saturating_sub(16)..] {
+                eprintln!("  {line}");
+            }
+        }
+    }
+
     /// Prints why each empty Node may have stayed: its taints, whether it is cordoned, and the
     /// controllers' last log lines about it (a run that does not settle, in CI say, is
     /// diagnosed from its output alone).
     async fn describe_empty_nodes(&self, pods: &[Pod]) -> Result<()> {
         let empty = self.empty_nodes(pods).await?;
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
         for n in self.nodes().await? {
             if !empty.contains(&n.name_any()) {
                 continue;
@@ -72,11 +102,7 @@ impl Bench<'_> {
                 spec.and_then(|s| s.unschedulable).unwrap_or(false),
                 n.metadata.creation_timestamp.as_ref().map(|t| t.0),
             );
-            let name = n.name_any();
-            let about: Vec<&str> = log.lines().filter(|l| l.contains(&name)).collect();
-            for line in &about[about.len().saturating_sub(12)..] {
-                eprintln!("  {line}");
-            }
+            self.describe_from_log(&[n.name_any()]);
         }
         eprintln!("the controllers' log: {}", self.log.display());
         Ok(())
@@ -133,6 +159,7 @@ impl Bench<'_> {
             .collect();
         if !leaked.is_empty() {
             eprintln!("leaked instances: {leaked:?}");
+            self.describe_from_log(&leaked);
         }
         result.leaked_instances = leaked.len();
 

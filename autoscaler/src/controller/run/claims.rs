@@ -11,7 +11,7 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::ResourceExt;
 use nodepools::conditions::{self, reasons};
 use nodepools::{NodeClaim, NodePool};
-use providers::CloudProvider;
+use providers::{CloudProvider, InstanceState};
 use serde_json::json;
 
 use crate::controller::actuator::{has_finalizer, reference, set_condition};
@@ -85,6 +85,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .collect();
         let now = epoch();
         let timeouts = self.timeouts();
+        self.round_instances = None;
         // Forget launches the store has caught up with.
         {
             let mut l = self.shared.launching.lock().expect("lock");
@@ -297,11 +298,27 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     }
                     return Ok(());
                 }
-                if let Some(pid) = provider_id {
-                    let shared = self.shared.clone();
-                    shared
-                        .cloud("terminate", || shared.provider.delete(&pid))
-                        .await?;
+                let shared = self.shared.clone();
+                match provider_id {
+                    Some(pid) => {
+                        shared
+                            .cloud("terminate", || shared.provider.delete(&pid))
+                            .await?;
+                    }
+                    None => {
+                        // No instance recorded: the launch may still be running here, or
+                        // may have created one whose answer was lost (a timeout, a crash
+                        // before the status write). Found by its claim tag, not left to GC.
+                        if shared.in_flight.lock().expect("lock").contains(&name) {
+                            return Ok(());
+                        }
+                        for pid in self.instances_of_claim(&name).await? {
+                            tracing::info!(claim = %name, instance = %pid, "terminating an instance the claim never recorded");
+                            shared
+                                .cloud("terminate", || shared.provider.delete(&pid))
+                                .await?;
+                        }
+                    }
                 }
                 let f: Vec<String> = claim
                     .finalizers()
@@ -313,6 +330,24 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 self.shared.actuator.set_claim_finalizers(claim, &f).await
             }
         }
+    }
+
+    /// The live instances tagged with `claim`, from one cloud list per lifecycle round (a
+    /// round that deletes many never-launched claims lists once).
+    async fn instances_of_claim(&mut self, claim: &str) -> Result<Vec<String>> {
+        if self.round_instances.is_none() {
+            let shared = self.shared.clone();
+            let listed = shared.cloud("list", || shared.provider.list()).await?;
+            self.round_instances = Some(listed);
+        }
+        Ok(self
+            .round_instances
+            .iter()
+            .flatten()
+            .filter(|i| i.claim.as_deref() == Some(claim))
+            .filter(|i| i.state != InstanceState::Terminated)
+            .map(|i| i.provider_id.clone())
+            .collect())
     }
 
     /// Writes the watch's pod events onto the claims of their nodes (`lastPodEventTime`), where

@@ -33,7 +33,7 @@ use crate::controller::metrics::{PoolLabel, ReasonLabel};
 
 use super::guard::LaunchCatalog;
 use super::provisioning::*;
-use super::{Controller, Shared, class_of, epoch};
+use super::{Controller, InFlight, Shared, class_of, epoch};
 
 /// The launch request of a claim: its candidates (minus offerings marked unavailable), the
 /// node's labels (the claim's, plus the claim label) and taints.
@@ -202,6 +202,7 @@ async fn launch<P: CloudProvider + 'static>(
 ) -> Result<()> {
     let now = epoch();
     let request = launch_request(shared, claim, catalog, now)?;
+    tracing::info!(claim = %request.claim, candidates = request.candidates.len(), "launching");
     let result = shared
         .cloud("launch", || shared.provider.launch(&request))
         .await;
@@ -383,7 +384,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         let Some(catalog) = catalog else { return };
         let shared = self.shared.clone();
+        let guard = InFlight::new(&shared, names.clone());
         tokio::spawn(async move {
+            let _guard = guard;
             if let Err(e) = launch_group(&shared, &claims, &catalog).await {
                 tracing::warn!(claims = ?names, error = %e, "group launch");
             }
@@ -408,7 +411,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             self.shared.launching.lock().expect("lock").remove(&name);
             return;
         };
+        let guard = InFlight::new(&shared, vec![name]);
         tokio::spawn(async move {
+            let _guard = guard;
             if let Err(e) = launch(&shared, &claim, &catalog).await {
                 tracing::warn!(claim = %claim.name_any(), error = %e, "launch");
             }
