@@ -5,7 +5,6 @@
 //! `FILE:LINE:COLUMN: message` for YAML that does not parse); the exit status is 1 if there
 //! was any, 0 with a one-line summary otherwise.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -89,18 +88,11 @@ const MAX_FILE_BYTES: u64 = 16 << 20;
 
 /// The text of `reader`, or why it cannot be checked (unreadable, not UTF-8, too large).
 fn read_bounded(reader: impl std::io::Read) -> Result<String, String> {
-    let mut s = String::new();
-    reader
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_string(&mut s)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if s.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "larger than {} MiB, the most `validate` reads (split it)",
-            MAX_FILE_BYTES >> 20
-        ));
-    }
-    Ok(s)
+    let bound = "`validate` reads (split it)";
+    providers::bounded::read_bounded(reader, MAX_FILE_BYTES, bound).map_err(|e| match e.kind() {
+        std::io::ErrorKind::FileTooLarge => e.to_string(),
+        _ => format!("cannot read: {e}"),
+    })
 }
 
 /// Tallies over every file.

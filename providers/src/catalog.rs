@@ -582,7 +582,7 @@ pub fn parse_json_rows(text: &str) -> Result<Vec<InstanceType>, CatalogError> {
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// Reads and parses a user's catalog file ([`parse_user_catalog`]), refusing one larger than
-/// [`MAX_FILE_BYTES`] before reading it.
+/// [`MAX_FILE_BYTES`] (reading at most one byte past it).
 ///
 /// # Errors
 /// [`CatalogError::Read`] naming the file when it cannot be read or is too large; else as
@@ -596,16 +596,9 @@ pub fn read_user_catalog(path: &std::path::Path) -> Result<Vec<InstanceType>, Ca
 /// # Errors
 /// [`CatalogError::Read`] naming the file.
 pub fn read_bounded(path: &std::path::Path) -> Result<String, CatalogError> {
-    let read = |why: String| CatalogError::Read(format!("reading {}: {why}", path.display()));
-    let size = std::fs::metadata(path)
-        .map_err(|e| read(e.to_string()))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(read(format!(
-            "{size} bytes is more than a catalog's {MAX_FILE_BYTES}"
-        )));
-    }
-    std::fs::read_to_string(path).map_err(|e| read(e.to_string()))
+    std::fs::File::open(path)
+        .and_then(|f| crate::bounded::read_bounded(f, MAX_FILE_BYTES, "a catalog may be"))
+        .map_err(|e| CatalogError::Read(format!("reading {}: {e}", path.display())))
 }
 
 /// Reads a user's catalog file: `catalog --json` output (a JSON array) or a catalog YAML file

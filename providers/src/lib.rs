@@ -5,6 +5,7 @@
 //! - [`ProviderError`]: the one error type, naming the action that failed.
 //! - [`UnavailableOfferings`]: the insufficient-capacity cache, and [`UnavailableShapes`]: NodePool
 //!   instance types whose nodes came up short, both [`Expiring`] with time passed in.
+//! - [`bounded`]: reading a user's file with a size bound.
 //! - [`catalog`]: the embedded default catalog of AWS and GCP instance types, the project's own
 //!   file of public facts, turned into core [`autoscaler_core::InstanceType`]s.
 //! - [`common`]: what real providers share: retry/backoff and token-bucket settings, label-safe
@@ -15,6 +16,7 @@
 //! - `kwok` (cargo feature `kwok`): machines as Kubernetes Node objects, for end-to-end tests
 //!   and large-scale trials without cloud cost.
 
+pub mod bounded;
 pub mod catalog;
 pub mod common;
 mod error;

@@ -444,8 +444,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .await
                 }
                 Step::Rollback { message } => {
-                    let deleted = self.delete_claims(&booking).await;
-                    let kept = booking.claims().count().saturating_sub(deleted);
+                    let cleanup = self.delete_claims(&booking).await;
                     self.provreq_memory.bookings.remove(&format!("{ns}/{name}"));
                     self.backoff(&format!("{ns}/{name}"));
                     tracing::info!(request = %format!("{ns}/{name}"), %message, "rolled back");
@@ -455,13 +454,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
                             conditions::PROVISIONED,
                             false,
                             reasons::CAPACITY_IS_NOT_FOUND,
-                            &if kept == 0 {
+                            &if cleanup.kept + cleanup.failed == 0 {
                                 format!(
                                     "{message}; every NodeClaim of the request was deleted (all or nothing); retrying"
                                 )
                             } else {
                                 format!(
-                                    "{message}; its NodeClaims were deleted (all or nothing) but {kept} whose nodes run other pods; retrying"
+                                    "{message}; its NodeClaims were deleted (all or nothing){}; retrying",
+                                    cleanup.except()
                                 )
                             },
                         )],
@@ -474,12 +474,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .await
                 }
                 Step::Lost { message } => {
-                    let deleted = self.delete_claims(&booking).await;
+                    let c = self.delete_claims(&booking).await;
                     tracing::info!(request = %format!("{ns}/{name}"), %message, "booked capacity lost");
-                    let cleanup = if deleted > 0 {
-                        format!("; its {deleted} NodeClaim(s) were deleted")
-                    } else {
-                        String::new()
+                    let cleanup = match (c.deleted, c.kept + c.failed) {
+                        (0, 0) => String::new(),
+                        (d, 0) => format!("; its {d} NodeClaim(s) were deleted"),
+                        (d, _) => format!("; {d} of its NodeClaims were deleted{}", c.except()),
                     };
                     self.write(
                         pr,
@@ -559,12 +559,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
     }
 
     /// Deletes the NodeClaims of a booking whose nodes run no pod that would have to move
-    /// (read fresh from the API server); returns how many it deleted. Booked capacity is not
-    /// reserved against other pods: a node that took one meanwhile is left to consolidation,
-    /// which drains it within its PodDisruptionBudgets, rather than deleted under the pod.
-    async fn delete_claims(&self, booking: &provreq::Booking) -> usize {
+    /// (read fresh from the API server). Booked capacity is not reserved against other pods:
+    /// a node that took one meanwhile is left to consolidation, which drains it within its
+    /// PodDisruptionBudgets, rather than deleted under the pod. A claim whose deletion failed
+    /// is not retried here: its node, once empty, is consolidation's too.
+    async fn delete_claims(&self, booking: &provreq::Booking) -> Cleanup {
         let claims = self.stores.claims.state();
-        let mut deleted = 0;
+        let mut out = Cleanup::default();
         for c in booking.claims() {
             let node = claims
                 .iter()
@@ -576,22 +577,25 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     Ok(pods) if pods.is_empty() => {}
                     Ok(pods) => {
                         tracing::info!(claim = c, %node, ?pods, "kept a ProvisioningRequest's NodeClaim: pods run on its node");
+                        out.kept += 1;
                         continue;
                     }
                     Err(e) => {
                         tracing::warn!(claim = c, %node, error = %e, "kept a ProvisioningRequest's NodeClaim: its pods could not be read");
+                        out.kept += 1;
                         continue;
                     }
                 }
             }
             match self.shared.actuator.delete_claim(c).await {
-                Ok(()) => deleted += 1,
+                Ok(()) => out.deleted += 1,
                 Err(e) => {
                     tracing::warn!(claim = c, error = %e, "deleting a ProvisioningRequest's NodeClaim");
+                    out.failed += 1;
                 }
             }
         }
-        deleted
+        out
     }
 
     /// A new leader's back-off for the requests the last one was retrying
@@ -939,4 +943,59 @@ fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
 
 fn secs(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// What deleting a booking's NodeClaims did.
+#[derive(Default)]
+struct Cleanup {
+    deleted: usize,
+    /// Left for consolidation: their nodes run pods that would have to move.
+    kept: usize,
+    /// Their deletion failed (the API's error is logged).
+    failed: usize,
+}
+
+impl Cleanup {
+    /// The claims not deleted, for a condition message: "" when none.
+    fn except(&self) -> String {
+        let mut parts = Vec::new();
+        if self.kept > 0 {
+            parts.push(format!(
+                "{} kept, whose nodes run other pods (consolidation drains them)",
+                self.kept
+            ));
+        }
+        if self.failed > 0 {
+            parts.push(format!("{} whose deletion failed", self.failed));
+        }
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" except {}", parts.join(" and "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cleanup;
+
+    #[test]
+    fn a_cleanup_names_the_claims_it_did_not_delete_and_why() {
+        let c = |deleted, kept, failed| Cleanup {
+            deleted,
+            kept,
+            failed,
+        };
+        assert_eq!(c(3, 0, 0).except(), "");
+        assert_eq!(
+            c(1, 2, 0).except(),
+            " except 2 kept, whose nodes run other pods (consolidation drains them)"
+        );
+        assert_eq!(c(2, 0, 1).except(), " except 1 whose deletion failed");
+        assert_eq!(
+            c(0, 1, 1).except(),
+            " except 1 kept, whose nodes run other pods (consolidation drains them) and 1 whose deletion failed"
+        );
+    }
 }
