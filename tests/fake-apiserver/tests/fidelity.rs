@@ -376,3 +376,54 @@ async fn injected_faults_hit_the_faulty_client_only() {
         codes.get(&500).unwrap_or(&0) + codes.get(&503).unwrap_or(&0)
     );
 }
+
+/// The audit of disruptive calls orders them against the test's own writes: each record
+/// carries the server's resourceVersion when the call came, so a write of the test (failing a
+/// Node, say) tells the calls before it from those after it.
+#[tokio::test]
+async fn audit_records_carry_the_resource_version_of_their_call() {
+    let s = FakeApiServer::new(Options::default());
+    let (audited, clean) = (s.client(), s.client_without_faults());
+    let nodes = Api::<Node>::all(clean.clone());
+    for n in ["n1", "n2"] {
+        nodes
+            .create(&PostParams::default(), &node(n))
+            .await
+            .unwrap();
+    }
+    let before = s.resource_version();
+    Api::<Node>::all(audited.clone())
+        .delete("n1", &DeleteParams::default())
+        .await
+        .unwrap();
+    // The test's own write in between: a later call has at least its resourceVersion.
+    let marker = nodes
+        .patch(
+            "n2",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let at: u64 = marker.metadata.resource_version.unwrap().parse().unwrap();
+    Api::<Node>::all(audited)
+        .delete("n2", &DeleteParams::default())
+        .await
+        .unwrap();
+    let req = axum::http::Request::get("/debug/audit")
+        .body(Vec::new())
+        .unwrap();
+    let audit: Value = clean.request(req).await.unwrap();
+    let rv = |node: &str| {
+        audit["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["call"] == "deleteNode" && r["node"] == node)
+            .and_then(|r| r["rv"].as_u64())
+            .unwrap_or_else(|| panic!("no deleteNode record with rv for {node}: {audit}"))
+    };
+    assert_eq!(rv("n1"), before, "the call before the marker");
+    assert!(rv("n1") < at, "{} < {at}", rv("n1"));
+    assert!(rv("n2") >= at, "{} >= {at}", rv("n2"));
+}

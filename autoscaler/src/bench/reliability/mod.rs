@@ -37,7 +37,7 @@ mod provreqs;
 mod server;
 mod workload;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -228,9 +228,10 @@ struct Bench<'a> {
     log: PathBuf,
     rng: SplitMix64,
     started_controllers: usize,
-    /// Nodes the benchmark failed or interrupted (what happens to their pods is not the
-    /// controller's doing).
-    failed: HashSet<String>,
+    /// Nodes the benchmark failed or interrupted (what happens to them and their pods from
+    /// then on is not the controller's doing), with the server's resourceVersion when it
+    /// first did: the audit's calls on such a Node before that still count.
+    failed: HashMap<String, u64>,
     /// Bare pods the benchmark created and has not deleted, with the pod's Node when last seen.
     bare: BTreeMap<String, Option<String>>,
     /// Bare pods lost with a Node the benchmark failed.
@@ -281,7 +282,7 @@ async fn bench(args: &ReliabilityArgs) -> Result<ReliabilityResult> {
         log: dir.join("controller.log"),
         rng: SplitMix64::new(args.seed),
         started_controllers: 0,
-        failed: HashSet::new(),
+        failed: HashMap::new(),
         bare: BTreeMap::new(),
         bare_lost_with_node: 0,
         budgets: BTreeMap::new(),

@@ -214,14 +214,21 @@ impl Bench<'_> {
         let cordoned = Api::<Node>::all(self.client.clone())
             .patch(&name, &PatchParams::default(), &Patch::Merge(cordon))
             .await;
-        if let Err(e) = cordoned {
+        let cordoned = match cordoned {
+            Ok(n) => n,
             // Gone since the list (the controller removed it): no failure to make.
-            if matches!(&e, kube::Error::Api(s) if s.code == 404) {
-                return Ok(0);
-            }
-            return Err(kerr("cordoning a Node to fail")(e));
-        }
-        self.failed.insert(name.clone());
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(0),
+            Err(e) => return Err(kerr("cordoning a Node to fail")(e)),
+        };
+        // The cordon's resourceVersion: every call the controller made on this Node before
+        // the failure has a smaller one in the server's audit.
+        let rv = cordoned
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        self.failed.entry(name.clone()).or_insert(rv);
         for p in self.pods().await? {
             if let Some(slot) = self.bare.get_mut(&p.name_any()) {
                 *slot = p.spec.as_ref().and_then(|s| s.node_name.clone());

@@ -212,7 +212,7 @@ impl Bench<'_> {
                 };
                 let Some(node) = node else { continue };
                 if disrupting.contains(&node)
-                    && !self.failed.contains(&node)
+                    && !self.failed.contains_key(&node)
                     && self.booking_violations.insert((name.clone(), node.clone()))
                 {
                     eprintln!("safety: Node {node} of request {name}'s booking disrupted");

@@ -301,7 +301,7 @@ impl Bench<'_> {
             if disrupting || n.metadata.deletion_timestamp.is_some() {
                 disrupting_nodes.insert(n.name_any());
             }
-            if disrupting && !self.failed.contains(&n.name_any()) {
+            if disrupting && !self.failed.contains_key(&n.name_any()) {
                 let pool = n
                     .labels()
                     .get(keys::POOL_LABEL)

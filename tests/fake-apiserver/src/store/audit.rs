@@ -5,8 +5,10 @@
 //! left, pods still running on a Node deleted under them.
 //!
 //! Records are JSON objects, oldest first, served at `GET /debug/audit`:
-//! `{"call": "evict", "pod": "ns/name", "node", "protected", "pdbAllowed", "accepted"}` and
-//! `{"call": "deleteNode", "node", "pods": [{"pod", "protected", "pdbAllowed"}]}`;
+//! `{"call": "evict", "pod": "ns/name", "node", "protected", "pdbAllowed", "accepted", "rv"}`
+//! and `{"call": "deleteNode", "node", "pods": [{"pod", "protected", "pdbAllowed"}], "rv"}`;
+//! `rv` is the server's resourceVersion when the call came (what any write before it has at
+//! most), so a test can tell calls before an event of its own from calls after it;
 //! `protected` is `do-not-disrupt` (the `karpenter.sh/do-not-disrupt: "true"` annotation),
 //! `safe-to-evict=false` (`cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`) or null;
 //! `pdbAllowed` is the matching budget's `disruptionsAllowed` then, or null without one.
@@ -77,6 +79,7 @@ impl State {
             .pointer("/spec/nodeName")
             .cloned()
             .unwrap_or(Value::Null);
+        r["rv"] = json!(self.rv);
         self.audit.push(r);
     }
 
@@ -109,6 +112,6 @@ impl State {
             .map(|p| self.pod_record(p))
             .collect();
         self.audit
-            .push(json!({"call": "deleteNode", "node": name, "pods": on_node}));
+            .push(json!({"call": "deleteNode", "node": name, "pods": on_node, "rv": self.rv}));
     }
 }
