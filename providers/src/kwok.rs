@@ -538,8 +538,21 @@ impl CloudProvider for KwokProvider {
 
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, ProviderError> {
         let offerings = &request.candidates;
-        self.retrying(Action::Launch, offerings, || self.launch_once(request))
-            .await
+        let result = self
+            .retrying(Action::Launch, offerings, || self.launch_once(request))
+            .await;
+        if let Err(ProviderError::InsufficientCapacity { .. }) = &result
+            && let Ok(Some(existing)) = self.instances_api().get_opt(&request.claim).await
+        {
+            // The claim name is the launch's idempotency token: a cloud answers a retry of a
+            // launch that took effect (its answer lost to a timeout) with that instance, as
+            // EC2 does for a repeated ClientToken, never with a refusal.
+            return Ok(Launched {
+                instance: self.to_instance(&existing),
+                unavailable: vec![],
+            });
+        }
+        result
     }
 
     async fn delete(&self, provider_id: &str) -> Result<(), ProviderError> {

@@ -165,6 +165,9 @@ struct Controller<P> {
     /// The cloud's instances, listed at most once per lifecycle round when a claim being
     /// deleted never recorded its instance.
     round_instances: Option<Vec<providers::Instance>>,
+    /// Deleted claims whose unrecorded instance's Node runs pods that must move (warned of
+    /// once).
+    held: HashSet<String>,
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
     first_round: bool,
@@ -570,6 +573,7 @@ async fn run_with<P: CloudProvider + 'static>(
         last_catalog_fetch: None,
         orphans: HashMap::new(),
         round_instances: None,
+        held: HashSet::new(),
         notices: pod_problems::Notices::default(),
         first_round: true,
         provreq_backoff_restored: false,

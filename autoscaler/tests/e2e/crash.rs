@@ -408,3 +408,74 @@ async fn e2e_3g_a_deleted_claim_terminates_the_instance_it_never_recorded() {
     let _second = c.controller("second", &["--leader-elect=false", "--gc-grace=10m"]);
     claim_and_instance_gone(&c, &claim).await;
 }
+
+/// As 3g, but the instance the claim never recorded booted and runs a pod by the time the
+/// claim is deleted: termination waits for the pod to go (it does not drain, and deleting the
+/// Node would orphan the pod), then terminates the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_3h_an_unrecorded_instance_running_pods_is_terminated_only_once_they_are_gone() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
+    let mut first = c.controller_with_env(
+        "first",
+        &["--leader-elect=false", "--gc-grace=10m"],
+        &[("GPU_AUTOSCALER_KILL_AT", "launch:after:1")],
+    );
+    let _: Pod = c.create(gpu_pod("train")).await;
+    let claim = eventually("the instance to be created", DEADLINE, || async {
+        c.instances().await.first().map(|i| i.name_any())
+    })
+    .await;
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while first
+        .child
+        .try_wait()
+        .expect("waiting on the controller")
+        .is_none()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the controller did not die at launch:after"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The instance boots (kwok boots only while a controller runs: the test plays its
+    // kubelet) and the pod is bound there.
+    let claim_obj = c
+        .claims()
+        .await
+        .into_iter()
+        .find(|x| x.name_any() == claim)
+        .expect("the claim");
+    let pid = format!("{}{claim}", providers::kwok::PROVIDER_ID_PREFIX);
+    let _: k8s_openapi::api::core::v1::Node =
+        c.create(kubelet_node(&claim, &pid, &claim_obj)).await;
+    let bound = eventually(
+        "the pod to run on the unrecorded instance",
+        DEADLINE,
+        || async { bound_to(&c.pod("default", "train").await?) },
+    )
+    .await;
+    Api::<NodeClaim>::all(c.client.clone())
+        .delete(&claim, &DeleteParams::default())
+        .await
+        .expect("deleting the claim");
+    let second = c.controller("second", &["--leader-elect=false", "--gc-grace=10m"]);
+    assert_eq!(bound, claim, "the instance's Node is named after the claim");
+    eventually("termination to wait for the pod", DEADLINE, || async {
+        second
+            .log()
+            .contains("runs pods that must move first")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        c.instances().await.iter().any(|i| i.name_any() == claim),
+        "the instance is kept while the pod runs"
+    );
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .delete("train", &DeleteParams::default())
+        .await
+        .expect("deleting the pod");
+    claim_and_instance_gone(&c, &claim).await;
+}

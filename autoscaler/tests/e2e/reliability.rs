@@ -221,3 +221,53 @@ async fn kwok_operations_make_at_most_max_attempts_cloud_calls_under_faults() {
         "a repeated launch creates no second instance"
     );
 }
+
+/// The claim name is a launch's idempotency token: a launch refused for capacity after an
+/// earlier attempt of it took effect (its answer lost to a timeout, or its controller killed)
+/// is answered with that instance, as EC2 answers a repeated ClientToken; a launch that never
+/// took effect is refused. (Refusing the first would fail a claim whose instance boots and
+/// takes pods: `bench reliability` found its node deleted under a PDB-protected pod.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kwok_answers_a_refused_retry_of_a_launch_that_took_effect_with_its_instance() {
+    use providers::CloudProvider;
+    use providers::faults::CloudFaultRates;
+    use providers::kwok::{KwokConfig, KwokProvider};
+
+    let c = Cluster::start().await;
+    let catalog = providers::catalog::default_catalog();
+    let clean = KwokProvider::new(c.client.clone(), catalog.clone(), KwokConfig::default());
+    let first = clean.launch(&launch_request("took-effect")).await.unwrap();
+    let refusing = KwokProvider::new(
+        c.client.clone(),
+        catalog,
+        KwokConfig {
+            faults: CloudFaultRates {
+                insufficient_capacity: 1.0,
+                ..CloudFaultRates::default()
+            },
+            fault_seed: 1,
+            ..KwokConfig::default()
+        },
+    );
+    let again = refusing
+        .launch(&launch_request("took-effect"))
+        .await
+        .expect("the instance of the launch that took effect");
+    assert_eq!(again.instance.provider_id, first.instance.provider_id);
+    let refused = refusing
+        .launch(&launch_request("never-launched"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            providers::ProviderError::InsufficientCapacity { .. }
+        ),
+        "{refused}"
+    );
+    assert_eq!(
+        c.instances().await.len(),
+        1,
+        "no instance for the refused one"
+    );
+}

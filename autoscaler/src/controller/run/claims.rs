@@ -312,7 +312,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         if shared.in_flight.lock().expect("lock").contains(&name) {
                             return Ok(());
                         }
-                        for pid in self.instances_of_claim(&name).await? {
+                        let found = self.instances_of_claim(&name).await?;
+                        if self.runs_pods_that_must_leave(&found).await? {
+                            if self.held.insert(name.clone()) {
+                                tracing::warn!(claim = %name, instances = ?found, "an instance the deleted claim never recorded runs pods that must move first: terminating it waits until they are gone");
+                            }
+                            return Ok(());
+                        }
+                        for pid in found {
                             tracing::info!(claim = %name, instance = %pid, "terminating an instance the claim never recorded");
                             shared
                                 .cloud("terminate", || shared.provider.delete(&pid))
@@ -348,6 +355,29 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .filter(|i| i.state != InstanceState::Terminated)
             .map(|i| i.provider_id.clone())
             .collect())
+    }
+
+    /// Whether a Node of one of `instances` (by providerID) runs pods that must move before it
+    /// goes (read fresh from the API server). Termination does not drain: that is disruption's
+    /// work, within PodDisruptionBudgets.
+    async fn runs_pods_that_must_leave(&self, instances: &[String]) -> Result<bool> {
+        let nodes: Vec<String> = self
+            .stores
+            .nodes
+            .state()
+            .iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_ref())
+                    .is_some_and(|p| instances.contains(p))
+            })
+            .map(|n| n.name_any())
+            .collect();
+        if nodes.is_empty() {
+            return Ok(false);
+        }
+        Ok(!self.pods_that_must_leave(&nodes).await?.is_empty())
     }
 
     /// Writes the watch's pod events onto the claims of their nodes (`lastPodEventTime`), where
