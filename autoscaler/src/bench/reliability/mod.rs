@@ -84,9 +84,10 @@ pub(crate) struct ReliabilityArgs {
     /// average (at most 10: one look every 100 ms).
     #[arg(long, default_value_t = 1.0)]
     pub(crate) swings_per_second: f64,
-    /// In the kill phase, node failures and spot interruptions (half each) a second, on
-    /// average (at most 10).
-    #[arg(long, default_value_t = 1.0)]
+    /// In the kill phase, failures a second, on average (at most 10), of Nodes running pods
+    /// where there are any: half spot interruptions, half instance failures in any pool (the
+    /// instance and its Node gone, its pods pending again).
+    #[arg(long, default_value_t = 2.0)]
     pub(crate) failures_per_second: f64,
     /// Also write the result as JSON here.
     #[arg(long)]

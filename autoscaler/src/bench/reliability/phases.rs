@@ -1,7 +1,7 @@
 //! The two phases that stress the controller: launches under kills, then the disruption
 //! replay.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use autoscaler::controller::Result;
@@ -14,8 +14,21 @@ use nodepools::NodePool;
 use providers::kwok::KwokInstance;
 use serde_json::json;
 
+use super::accounting::terminal;
 use super::{Bench, CPU_POOL, NS, Running, SPOT_POOL};
 use crate::bench::e2e::kerr;
+
+/// What the benchmark does to a Node it fails.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Failure {
+    /// The Node object is deleted (`kubectl delete node`); its instance runs on, and kwok
+    /// boots its Node again.
+    NodeDeleted,
+    /// A spot Node's instance is reclaimed: instance and Node gone.
+    SpotInterruption,
+    /// Any Node's instance fails for good (a hardware retirement): instance and Node gone.
+    InstanceLost,
+}
 
 impl Bench<'_> {
     /// Adds the time since `since` to what `what` took (printed at the end: where the time
@@ -78,8 +91,12 @@ impl Bench<'_> {
                 .chance((self.args.failures_per_second * 10.0).round() as usize)
             {
                 let t = Instant::now();
-                let interruption = self.rng.chance(50);
-                self.fail_node(interruption).await?;
+                let failure = if self.rng.chance(50) {
+                    Failure::SpotInterruption
+                } else {
+                    Failure::InstanceLost
+                };
+                self.fail_node(failure, true).await?;
                 self.spend("kill phase: failing nodes", t);
             }
             if last_observe.elapsed() > Duration::from_millis(400) {
@@ -125,7 +142,12 @@ impl Bench<'_> {
             return Ok(1);
         }
         if roll < 80 {
-            return self.fail_node(roll >= 75).await;
+            let failure = if roll >= 75 {
+                Failure::SpotInterruption
+            } else {
+                Failure::NodeDeleted
+            };
+            return self.fail_node(failure, false).await;
         }
         if roll < 84 {
             let deps = self.deployments();
@@ -192,17 +214,32 @@ impl Bench<'_> {
         Ok(1)
     }
 
-    /// A node failure (the Node removed) or, with `interruption`, a spot interruption (the
-    /// instance reclaimed and its Node gone); returns the events (0 when no node qualifies).
-    pub(super) async fn fail_node(&mut self, interruption: bool) -> Result<usize> {
+    /// One `failure` of a random Node; returns the events (0 when no Node qualifies). With
+    /// `busy`, of a Node running pods when there is one: each failure then sends pods back
+    /// pending and asks the controller for a node (the kill phase's launches), where an empty
+    /// Node's failure asks for nothing.
+    pub(super) async fn fail_node(&mut self, failure: Failure, busy: bool) -> Result<usize> {
+        let spot_only = matches!(failure, Failure::SpotInterruption);
         let nodes = self.nodes().await?;
-        let candidates: Vec<&Node> = nodes
+        let mut candidates: Vec<&Node> = nodes
             .iter()
             .filter(|n| n.metadata.deletion_timestamp.is_none())
-            .filter(|n| {
-                !interruption || n.labels().get("lane").map(String::as_str) == Some(SPOT_POOL)
-            })
+            .filter(|n| !spot_only || n.labels().get("lane").map(String::as_str) == Some(SPOT_POOL))
             .collect();
+        if busy {
+            let pods = self.pods().await?;
+            let running: HashSet<&str> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && !terminal(p))
+                .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+                .collect();
+            if candidates
+                .iter()
+                .any(|n| running.contains(n.name_any().as_str()))
+            {
+                candidates.retain(|n| running.contains(n.name_any().as_str()));
+            }
+        }
         if candidates.is_empty() {
             return Ok(0);
         }
@@ -244,7 +281,7 @@ impl Bench<'_> {
             self.bare.remove(&p);
             self.bare_lost_with_node += 1;
         }
-        if interruption {
+        if !matches!(failure, Failure::NodeDeleted) {
             let _ = Api::<KwokInstance>::all(self.client.clone())
                 .delete(&name, &DeleteParams::default())
                 .await;
