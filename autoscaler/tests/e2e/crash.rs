@@ -361,11 +361,9 @@ async fn e2e_3f_a_claim_deleted_during_its_launch_leaves_no_instance() {
     claim_and_instance_gone(&c, &claim).await;
 }
 
-/// A claim whose launch created an instance but whose controller died before recording it
-/// (killed at `launch:after`), deleted before a successor starts: the successor finds the
-/// instance by its claim tag and terminates it before releasing the claim.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn e2e_3g_a_deleted_claim_terminates_the_instance_it_never_recorded() {
+/// A cluster whose controller launched the pod `train`'s claim and was killed at
+/// `launch:after`, before the claim recorded its instance; and the claim's name.
+async fn killed_after_its_first_launch() -> (Cluster, String) {
     let c = Cluster::start().await;
     let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
     let mut first = c.controller_with_env(
@@ -391,6 +389,15 @@ async fn e2e_3g_a_deleted_claim_terminates_the_instance_it_never_recorded() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    (c, claim)
+}
+
+/// A claim whose launch created an instance but whose controller died before recording it
+/// (killed at `launch:after`), deleted before a successor starts: the successor finds the
+/// instance by its claim tag and terminates it before releasing the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_3g_a_deleted_claim_terminates_the_instance_it_never_recorded() {
+    let (c, claim) = killed_after_its_first_launch().await;
     let recorded = c
         .claims()
         .await
@@ -414,31 +421,7 @@ async fn e2e_3g_a_deleted_claim_terminates_the_instance_it_never_recorded() {
 /// Node would orphan the pod), then terminates the instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_3h_an_unrecorded_instance_running_pods_is_terminated_only_once_they_are_gone() {
-    let c = Cluster::start().await;
-    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
-    let mut first = c.controller_with_env(
-        "first",
-        &["--leader-elect=false", "--gc-grace=10m"],
-        &[("GPU_AUTOSCALER_KILL_AT", "launch:after:1")],
-    );
-    let _: Pod = c.create(gpu_pod("train")).await;
-    let claim = eventually("the instance to be created", DEADLINE, || async {
-        c.instances().await.first().map(|i| i.name_any())
-    })
-    .await;
-    let deadline = std::time::Instant::now() + DEADLINE;
-    while first
-        .child
-        .try_wait()
-        .expect("waiting on the controller")
-        .is_none()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the controller did not die at launch:after"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (c, claim) = killed_after_its_first_launch().await;
     // The instance boots (kwok boots only while a controller runs: the test plays its
     // kubelet) and the pod is bound there.
     let claim_obj = c
