@@ -86,6 +86,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let now = epoch();
         let timeouts = self.timeouts();
         self.round_instances = None;
+        // Claims gone since are no longer held (the warning is once per held claim).
+        self.held
+            .retain(|n| claims.iter().any(|c| c.name_any() == *n));
         // Forget launches the store has caught up with.
         {
             let mut l = self.shared.launching.lock().expect("lock");
