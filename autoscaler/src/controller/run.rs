@@ -47,6 +47,7 @@ mod provisioning;
 mod provreqs;
 mod status;
 pub(crate) mod stores;
+mod termination;
 mod visibility;
 
 pub use autoscaler_core::offerings::candidates;
@@ -168,6 +169,8 @@ struct Controller<P> {
     /// Deleted claims whose unrecorded instance's Node runs pods that must move (warned of
     /// once).
     held: HashSet<String>,
+    /// Deleted Nodes being drained before their instance is terminated.
+    draining: HashMap<String, termination::Draining>,
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
     first_round: bool,
@@ -574,6 +577,7 @@ async fn run_with<P: CloudProvider + 'static>(
         orphans: HashMap::new(),
         round_instances: None,
         held: HashSet::new(),
+        draining: HashMap::new(),
         notices: pod_problems::Notices::default(),
         first_round: true,
         provreq_backoff_restored: false,

@@ -21,4 +21,5 @@ mod quickstart;
 mod reliability;
 mod safety;
 mod snapshot;
+mod termination;
 mod visibility;

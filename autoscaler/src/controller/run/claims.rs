@@ -1,5 +1,5 @@
 //! The NodeClaim lifecycle stage: one [`lifecycle::step`] per claim performed, pod events
-//! persisted onto claims, and deleted managed Nodes terminated.
+//! persisted onto claims, and deleted managed Nodes terminated (`termination`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -19,7 +19,6 @@ use crate::controller::atomic;
 use crate::controller::error::Result;
 use crate::controller::keys;
 use crate::controller::lifecycle::{self, Action, Phase, Timeouts};
-use crate::controller::snapshot::claims_by_provider_id;
 use crate::controller::translate;
 
 use super::{Controller, epoch};
@@ -415,51 +414,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .await
             {
                 tracing::warn!(claim = %c.name_any(), error = %e, "recording the last pod event");
-            }
-        }
-    }
-
-    /// Managed Nodes being deleted: terminate the instance, delete the claim, release the
-    /// Node's finalizer.
-    async fn terminate_nodes(&mut self) {
-        let claims = self.stores.claims.state();
-        let by_pid = claims_by_provider_id(&claims);
-        for n in self.stores.nodes.state() {
-            if n.metadata.deletion_timestamp.is_none() || !has_finalizer(&n.metadata) {
-                continue;
-            }
-            let name = n.name_any();
-            let pid = n.spec.as_ref().and_then(|s| s.provider_id.clone());
-            let result: Result<()> = async {
-                if let Some(pid) = &pid {
-                    if let Some(c) = by_pid.get(pid.as_str())
-                        && c.metadata.deletion_timestamp.is_none()
-                    {
-                        self.shared.actuator.delete_claim(&c.name_any()).await?;
-                    }
-                    let shared = self.shared.clone();
-                    shared
-                        .cloud("terminate", || shared.provider.delete(pid))
-                        .await?;
-                }
-                let f: Vec<String> = n
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != keys::FINALIZER)
-                    .cloned()
-                    .collect();
-                self.shared
-                    .actuator
-                    .patch_node(
-                        &name,
-                        &json!({"metadata": {"finalizers": f, "resourceVersion": n.resource_version()}}),
-                    )
-                    .await
-            }
-            .await;
-            match result {
-                Ok(()) => tracing::info!(node = %name, "node terminated"),
-                Err(e) => tracing::warn!(node = %name, error = %e, "terminating node"),
             }
         }
     }

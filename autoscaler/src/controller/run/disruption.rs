@@ -143,7 +143,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    async fn taint(&self, name: &str) -> Result<()> {
+    /// Puts the disruption taint (`NoSchedule`) on the Node `name` (nothing when it has it or
+    /// is not in the cache).
+    ///
+    /// # Errors
+    /// The API server's, from the patch.
+    pub(super) async fn taint(&self, name: &str) -> Result<()> {
         let Some(n) = self
             .stores
             .nodes

@@ -1,0 +1,147 @@
+//! Test 4e-4f: a managed Node deleted by someone else (`kubectl delete node`) is drained
+//! before its instance is terminated, protected pods hold the termination, and a Node whose
+//! instance is already gone is released without a drain.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams};
+use nodepools::NodePool;
+use providers::kwok::KwokInstance;
+use serde_json::json;
+
+use crate::harness::*;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// A CPU pod of `cpu` with `karpenter.sh/do-not-disrupt: "true"`.
+fn protected_pod(name: &str, cpu: &str) -> serde_json::Value {
+    let mut p = cpu_pod(name, cpu, BTreeMap::from([("app", name)]));
+    p["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
+    p
+}
+
+/// A cluster whose one node runs a plain pod `web` and a protected pod `keep`; the node's
+/// name.
+async fn one_node_with_a_protected_pod(c: &Cluster) -> String {
+    // No consolidation in the test's time: the pool's nodes are never unneeded long enough.
+    let _: NodePool = c.create(cpu_pool("cpu", "1h")).await;
+    let _: Pod = c
+        .create(cpu_pod("web", "500m", BTreeMap::from([("app", "web")])))
+        .await;
+    let _: Pod = c.create(protected_pod("keep", "500m")).await;
+    eventually("both pods bound to one node", DEADLINE, || async {
+        let a = bound_to(&c.pod("default", "web").await?)?;
+        let b = bound_to(&c.pod("default", "keep").await?)?;
+        (a == b).then_some(a)
+    })
+    .await
+}
+
+fn gone_or_terminating(p: Option<Pod>) -> bool {
+    p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4e_a_deleted_node_is_drained_and_protected_pods_hold_its_instance() {
+    let c = Cluster::start().await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let node = one_node_with_a_protected_pod(&c).await;
+    Api::<Node>::all(c.client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("deleting the node");
+    // The plain pod is evicted; the protected one is not, and it holds the instance.
+    eventually("the plain pod evicted", DEADLINE, || async {
+        gone_or_terminating(c.pod("default", "web").await).then_some(())
+    })
+    .await;
+    eventually(
+        "a warning that protected pods hold the node",
+        DEADLINE,
+        || async {
+            let events = Api::<Event>::all(c.client.clone())
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            events
+                .items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("Draining")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(node.as_str())
+                        && e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains("do-not-disrupt"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let n = c
+        .nodes()
+        .await
+        .into_iter()
+        .find(|n| n.name_any() == node)
+        .expect("the deleted node stays while a protected pod runs on it");
+    let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "gpu-autoscaler.dev/disrupted" && t.effect == "NoSchedule"),
+        "nothing new lands on a node being drained: {taints:?}"
+    );
+    assert!(
+        c.instances().await.iter().any(|i| i.name_any() == node),
+        "the instance runs on while the protected pod does"
+    );
+    assert!(
+        !gone_or_terminating(c.pod("default", "keep").await),
+        "the protected pod was not evicted"
+    );
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .delete("keep", &DeleteParams::default())
+        .await
+        .expect("deleting the protected pod");
+    eventually("the instance and the node gone", DEADLINE, || async {
+        let instance = c.instances().await.iter().any(|i| i.name_any() == node);
+        let n = c.nodes().await.iter().any(|n| n.name_any() == node);
+        (!instance && !n).then_some(())
+    })
+    .await;
+    assert!(
+        ctl.log()
+            .contains("draining 2 pods before the instance is terminated"),
+        "the drain is logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4f_a_node_whose_instance_is_gone_is_released_without_a_drain() {
+    let c = Cluster::start().await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let node = one_node_with_a_protected_pod(&c).await;
+    // A spot interruption: the instance goes, then its Node is deleted.
+    Api::<KwokInstance>::all(c.client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("deleting the instance");
+    Api::<Node>::all(c.client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("deleting the node");
+    eventually(
+        "the node released though a protected pod was bound to it",
+        DEADLINE,
+        || async { (!c.nodes().await.iter().any(|n| n.name_any() == node)).then_some(()) },
+    )
+    .await;
+    assert!(
+        ctl.log().contains("instance is gone: nothing to drain"),
+        "the controller saw the instance gone"
+    );
+}
