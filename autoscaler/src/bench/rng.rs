@@ -42,6 +42,12 @@ impl SplitMix64 {
     pub(crate) fn chance(&mut self, percent: usize) -> bool {
         self.below(100) < percent
     }
+
+    /// True with probability `p` (below 0: never; 1 or more: always).
+    pub(crate) fn happens(&mut self, p: f64) -> bool {
+        // The top 53 bits: uniform in [0, 1) at f64's full precision.
+        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
 }
 
 #[cfg(test)]
@@ -63,5 +69,15 @@ mod tests {
             let v = r.range(10, 50);
             assert!((10..=50).contains(&v));
         }
+    }
+
+    #[test]
+    fn happens_at_its_probability() {
+        let mut r = SplitMix64::new(11);
+        let hits = (0..100_000).filter(|_| r.happens(0.3)).count();
+        // 0.3 of 100,000 draws: the standard deviation is about 145.
+        assert!((29_000..=31_000).contains(&hits), "{hits}");
+        assert!((0..1000).all(|_| !r.happens(0.0)));
+        assert!((0..1000).all(|_| r.happens(1.0)));
     }
 }

@@ -78,14 +78,19 @@ fn gone_is_ok<T>(
 #[derive(Clone)]
 pub struct Actuator {
     client: kube::Client,
+    /// The client evictions go through: without kube's retry layer. A PodDisruptionBudget's
+    /// 429 is an answer, not throttling, and kube's default policy retries a 429 up to 15
+    /// times with a back-off doubling from 5 ms: minutes in all, the whole loop held.
+    evictions: kube::Client,
     recorder: Recorder,
 }
 
 const GROUP: &str = "gpu-autoscaler.dev";
 
 impl Actuator {
-    /// A writer using `client`, reporting events as `identity`.
-    pub fn new(client: kube::Client, identity: &str) -> Self {
+    /// A writer using `client`, evicting through `evictions` (a client built with
+    /// `default_retry` off), reporting events as `identity`.
+    pub fn new(client: kube::Client, evictions: kube::Client, identity: &str) -> Self {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -93,7 +98,11 @@ impl Actuator {
                 instance: Some(identity.to_string()),
             },
         );
-        Actuator { client, recorder }
+        Actuator {
+            client,
+            evictions,
+            recorder,
+        }
     }
 
     fn claims(&self) -> Api<NodeClaim> {
@@ -285,14 +294,15 @@ impl Actuator {
             .map_err(|e| Error::kube(format!("listing the pods on Node {name}"), e))
     }
 
-    /// Evicts a pod through the Eviction API.
+    /// Evicts a pod through the Eviction API, once: a refusal (429, a PodDisruptionBudget
+    /// or throttling) is returned at once, for the caller to ask again later.
     ///
     /// # Errors
     /// Any API error other than 429 and 404.
     pub async fn evict(&self, pod: &PodKey) -> Result<Evicted> {
         check("", "pods/eviction", "create");
         crashpoint::reached("drain");
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let api: Api<Pod> = Api::namespaced(self.evictions.clone(), &pod.namespace);
         match api.evict(&pod.name, &EvictParams::default()).await {
             Ok(_) => Ok(Evicted::Yes),
             Err(e) if is(&e, 429) => Ok(Evicted::Refused),

@@ -164,7 +164,7 @@ struct Controller<P> {
     last_catalog_fetch: Option<Instant>,
     orphans: HashMap<String, i64>,
     /// The cloud's instances, listed at most once per lifecycle round when a claim being
-    /// deleted never recorded its instance.
+    /// deleted never recorded its instance or a deleted Node may need draining.
     round_instances: Option<Vec<providers::Instance>>,
     /// Deleted claims whose unrecorded instance's Node runs pods that must move (warned of
     /// once).
@@ -221,9 +221,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 super::consolidatable::restored_state(&self.stores.claims.state());
         }
         self.boot_kwok_instances().await;
-        self.claims_stage().await;
+        // Pending pods first: the claims stage makes a call or more per claim and per deleted
+        // Node, seconds in all under API and cloud faults, and a new leader after a restart
+        // should not keep a backlog of pods waiting for its clean-up. Planning reads claims in
+        // flight from the cache either way; a claim the lifecycle deletes this round has its
+        // pods planned again next round.
         self.health_stage().await;
         self.provisioning_stage().await;
+        self.claims_stage().await;
         self.disruption_stage().await;
         self.gc_stage().await;
         self.status_stage().await;
@@ -422,6 +427,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
         .map_err(|e| Error::KubeConfig(e.to_string()))?;
     let client =
         kube::Client::try_from(config.clone()).map_err(|e| Error::KubeConfig(e.to_string()))?;
+    let evictions = {
+        let mut c = config.clone();
+        c.default_retry = false;
+        kube::Client::try_from(c).map_err(|e| Error::KubeConfig(e.to_string()))?
+    };
     match args.provider {
         ProviderKind::Kwok => {
             // kwok's machines are API objects. Its client leaves retries to the provider, so
@@ -446,21 +456,21 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     ..KwokConfig::default()
                 },
             );
-            run_with(client, Arc::new(kwok.clone()), Some(kwok), args).await
+            run_with(client, evictions, Arc::new(kwok.clone()), Some(kwok), args).await
         }
         ProviderKind::Fake => {
             let fake = FakeProvider::new(catalog).with_cluster(args.cluster_name.clone());
-            run_with(client, Arc::new(fake), None, args).await
+            run_with(client, evictions, Arc::new(fake), None, args).await
         }
         #[cfg(feature = "aws")]
         ProviderKind::Aws => {
             let aws = connect_aws(&args).await?;
-            run_with(client, Arc::new(aws), None, args).await
+            run_with(client, evictions, Arc::new(aws), None, args).await
         }
         #[cfg(feature = "gcp")]
         ProviderKind::Gcp => {
             let gcp = connect_gcp(&args).await?;
-            run_with(client, Arc::new(gcp), None, args).await
+            run_with(client, evictions, Arc::new(gcp), None, args).await
         }
         // Refused above (the same error); kept so that every build matches every kind.
         #[cfg(not(feature = "aws"))]
@@ -494,8 +504,11 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Runs the controller with `provider`; `evictions` is `client` without kube's retry layer
+/// (see [`Actuator::new`]).
 async fn run_with<P: CloudProvider + 'static>(
     client: kube::Client,
+    evictions: kube::Client,
     provider: Arc<P>,
     kwok: Option<KwokProvider>,
     args: RunArgs,
@@ -547,7 +560,7 @@ async fn run_with<P: CloudProvider + 'static>(
     let qps = NonZeroU32::new(args.cloud_qps.max(1)).expect("non-zero");
     let shared = Arc::new(Shared {
         provider,
-        actuator: Actuator::new(client.clone(), &me),
+        actuator: Actuator::new(client.clone(), evictions, &me),
         metrics: metrics.clone(),
         limiter: RateLimiter::direct(Quota::per_second(qps)),
         unavailable: Mutex::new(UnavailableOfferings::default()),

@@ -145,3 +145,58 @@ async fn e2e_4f_a_node_whose_instance_is_gone_is_released_without_a_drain() {
         "the controller saw the instance gone"
     );
 }
+
+/// A PodDisruptionBudget that refuses a drain's eviction does not hold the loop: kube's
+/// client would retry the 429 for minutes, and meanwhile no pending pod got a node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4g_a_drain_refused_by_a_pdb_does_not_hold_provisioning() {
+    let c = Cluster::start().await;
+    let _ctl = c.controller("solo", &["--leader-elect=false"]);
+    let _: NodePool = c.create(cpu_pool("cpu", "1h")).await;
+    let _: Pod = c
+        .create(cpu_pod("web", "500m", BTreeMap::from([("app", "web")])))
+        .await;
+    let _: k8s_openapi::api::policy::v1::PodDisruptionBudget = c
+        .create(json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}
+        }))
+        .await;
+    let node = eventually("web bound", DEADLINE, || async {
+        bound_to(&c.pod("default", "web").await?)
+    })
+    .await;
+    Api::<Node>::all(c.client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("deleting the node");
+    eventually("the drain under way", DEADLINE, || async {
+        let n = c.nodes().await.into_iter().find(|n| n.name_any() == node)?;
+        let taints = n.spec?.taints?;
+        taints
+            .iter()
+            .any(|t| t.key == "gpu-autoscaler.dev/disrupted")
+            .then_some(())
+    })
+    .await;
+    // A pod that needs a new node (3.5 of 3.92 CPUs, and the draining node takes nothing).
+    let _: Pod = c
+        .create(cpu_pod("late", "3500m", BTreeMap::from([("app", "late")])))
+        .await;
+    let late = eventually(
+        "the late pod placed while the drain is refused",
+        Duration::from_secs(30),
+        || async { bound_to(&c.pod("default", "late").await?) },
+    )
+    .await;
+    assert_ne!(late, node);
+    assert!(
+        !gone_or_terminating(c.pod("default", "web").await),
+        "the PDB allows no eviction"
+    );
+    assert!(
+        c.nodes().await.iter().any(|n| n.name_any() == node),
+        "the node waits for its drain"
+    );
+}

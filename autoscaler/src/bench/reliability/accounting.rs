@@ -8,15 +8,34 @@ use autoscaler::controller::Result;
 use autoscaler::controller::keys;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use nodepools::NodePool;
+use serde_json::{Value, json};
 
 use super::server::audit;
+use super::workload::INITIAL_BUDGET;
 use super::{Bench, ReliabilityResult, SPOT_POOL};
+use crate::bench::e2e::kerr;
 
 impl Bench<'_> {
     /// Waits until no pod is pending and no empty Node is left beyond `minNodes`, then for
     /// two more garbage-collection passes; gives up at the settle timeout.
     pub(super) async fn settle(&mut self) -> Result<()> {
         let deadline = Instant::now() + self.args.settle_timeout;
+        // The replay left budgets of 1 to 3 nodes: the empty nodes it leaves would go one
+        // pool-budget at a time. Settling is about the end state, so the initial budget is
+        // back (a raised budget binds nothing started before it, see `observe`).
+        let pools: Vec<String> = self.budgets.keys().cloned().collect();
+        for name in pools {
+            let n = INITIAL_BUDGET;
+            let patch = json!({"spec": {"disruption": {"budgets": [{"nodes": n.to_string()}]}}});
+            Api::<NodePool>::all(self.client.clone())
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map_err(kerr("restoring a budget"))?;
+            let entry = self.budgets.entry(name).or_insert((n, n));
+            *entry = (n, entry.0);
+        }
         let mut quiet_since: Option<Instant> = None;
         loop {
             self.observe().await?;
@@ -233,8 +252,21 @@ impl Bench<'_> {
         }
         let present: HashSet<String> = pods.iter().map(|p| p.name_any()).collect();
         let gone: Vec<&String> = self.bare.keys().filter(|b| !present.contains(*b)).collect();
+        let a = audit(server_url)?;
         if !gone.is_empty() {
             eprintln!("bare pods lost: {gone:?}");
+            // What the controller did to them, for a diagnosis from the output alone.
+            for r in a["records"].as_array().into_iter().flatten() {
+                let about = |p: &Value| {
+                    p["pod"]
+                        .as_str()
+                        .and_then(|k| k.split_once('/'))
+                        .is_some_and(|(_, n)| gone.iter().any(|g| g.as_str() == n))
+                };
+                if about(r) || r["pods"].as_array().into_iter().flatten().any(about) {
+                    eprintln!("  audit: {r}");
+                }
+            }
         }
         result.lost_pods = lost + gone.len();
         let unplaced: Vec<String> = pods
@@ -247,7 +279,6 @@ impl Bench<'_> {
         }
         result.unplaced_satisfiable_pods = unplaced.len();
 
-        let a = audit(server_url)?;
         result.api_faults_injected = a["faultsInjected"].as_u64().unwrap_or(0);
         let mut violations = self.budget_violations + self.booking_violations.len();
         for r in a["records"].as_array().into_iter().flatten() {

@@ -45,6 +45,8 @@ impl Bench<'_> {
         let mut running = None::<Running>;
         let mut lived = Duration::ZERO;
         let mut last_observe = Instant::now();
+        let mut failures = 0usize;
+        let mut last_look = Instant::now();
         while self.launched.len() < self.args.launches || kills < self.args.kills {
             if Instant::now() > deadline {
                 eprintln!(
@@ -75,28 +77,26 @@ impl Bench<'_> {
                     }
                 }
             }
-            // One look every 100 ms: a swing at `swings_per_second / 10` of them.
-            if self
-                .rng
-                .chance((self.args.swings_per_second * 10.0).round() as usize)
-            {
+            // A look about every 100 ms, but the calls of a look take time too: each event
+            // happens with its rate times the time since the last look, so that the rates
+            // are per second of the run.
+            let dt = last_look.elapsed().as_secs_f64();
+            last_look = Instant::now();
+            if self.rng.happens(self.args.swings_per_second * dt) {
                 let t = Instant::now();
                 self.scale_swing().await?;
                 self.spend("kill phase: scaling", t);
             }
             // Nodes fail and spot instances are reclaimed meanwhile: their pods come back
             // pending (owners recreate them) and ask for new nodes, whatever the swings do.
-            if self
-                .rng
-                .chance((self.args.failures_per_second * 10.0).round() as usize)
-            {
+            if self.rng.happens(self.args.failures_per_second * dt) {
                 let t = Instant::now();
                 let failure = if self.rng.chance(50) {
                     Failure::SpotInterruption
                 } else {
                     Failure::InstanceLost
                 };
-                self.fail_node(failure, true).await?;
+                failures += self.fail_node(failure, true).await?;
                 self.spend("kill phase: failing nodes", t);
             }
             if last_observe.elapsed() > Duration::from_millis(400) {
@@ -111,8 +111,8 @@ impl Bench<'_> {
         }
         drop(running);
         eprintln!(
-            "kill phase: {} launches, {kills} kills by point {by_point:?}, controllers lived \
-             {:.2}s on average",
+            "kill phase: {} launches, {kills} kills by point {by_point:?}, {failures} Nodes \
+             failed, controllers lived {:.2}s on average",
             self.launched.len(),
             lived.as_secs_f64() / kills.max(1) as f64
         );
@@ -309,10 +309,10 @@ impl Bench<'_> {
                 self.spend("replay: observing", t);
                 last_observe = Instant::now();
             }
-            // A pause between events, so that the controller acts between them too (20 ms:
-            // about 50 events a second, faster than any one controller round).
+            // A pause between events, so that the controller acts between them too (10 ms:
+            // at most 100 events a second, several per controller round).
             let t = Instant::now();
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
             self.spend("replay: sleeping", t);
         }
         Ok(events)

@@ -22,7 +22,7 @@ use crate::bench::e2e::{Killed, cfg, kerr};
 /// Nodes of one NodePool disrupted at once until the replay changes it (1 to 3). Launches in
 /// the kill phase come only as fast as empty nodes go: with 4, the empty nodes of a swing
 /// back to none outlived several controllers and took the next swing's pods, launching nothing.
-const INITIAL_BUDGET: usize = 10;
+pub(super) const INITIAL_BUDGET: usize = 10;
 
 pub(super) fn pool(name: &str, instance_type: &str, capacity: &str, extra: Value) -> Value {
     // Two sizes, so that a refused offering leaves others (every zone of the region too).
@@ -168,8 +168,10 @@ impl Bench<'_> {
             "run",
             "--provider=kwok",
             "--leader-elect=false",
-            "--batch-idle=200ms",
-            "--batch-max=2s",
+            // Pods come back pending several times a second: a batch held open for 2 s
+            // outlives most controllers of the kill phase (2 to 3 s, one of them syncing).
+            "--batch-idle=100ms",
+            "--batch-max=500ms",
             "--kwok-register-delay=500ms",
             "--kwok-ready-delay=500ms",
             "--kwok-gpu-delay=500ms",

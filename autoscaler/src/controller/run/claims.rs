@@ -341,18 +341,27 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    /// The live instances tagged with `claim`, from one cloud list per lifecycle round (a
-    /// round that deletes many never-launched claims lists once).
-    async fn instances_of_claim(&mut self, claim: &str) -> Result<Vec<String>> {
+    /// The cloud's instances, listed at most once per lifecycle round: the lookups of a round
+    /// (claims that never recorded their instance, deleted Nodes to drain) share one call.
+    ///
+    /// # Errors
+    /// The cloud's, from the list (asked again by the next lookup).
+    pub(super) async fn listed_this_round(&mut self) -> Result<&[providers::Instance]> {
         if self.round_instances.is_none() {
             let shared = self.shared.clone();
             let listed = shared.cloud("list", || shared.provider.list()).await?;
             self.round_instances = Some(listed);
         }
+        Ok(self.round_instances.as_deref().unwrap_or_default())
+    }
+
+    /// The live instances tagged with `claim`, from one cloud list per lifecycle round (a
+    /// round that deletes many never-launched claims lists once).
+    async fn instances_of_claim(&mut self, claim: &str) -> Result<Vec<String>> {
         Ok(self
-            .round_instances
+            .listed_this_round()
+            .await?
             .iter()
-            .flatten()
             .filter(|i| i.claim.as_deref() == Some(claim))
             .filter(|i| i.state != InstanceState::Terminated)
             .map(|i| i.provider_id.clone())

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use providers::{CloudProvider, InstanceState, ProviderError};
+use providers::{CloudProvider, InstanceState};
 use serde_json::json;
 
 use crate::controller::actuator::{Evicted, has_finalizer, reference};
@@ -230,11 +230,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
         Ok(false)
     }
 
-    /// Whether the instance `pid` of the deleted Node `node` still runs: asked of the cloud
-    /// at most once per [`INSTANCE_RECHECK`] while it does.
+    /// Whether the instance `pid` of the deleted Node `node` still runs: looked up in the
+    /// cloud's instance list, listed at most once per round whatever the number of Nodes
+    /// draining (shared with the lifecycle's lookups), and not again for a Node whose
+    /// instance was seen running in the last [`INSTANCE_RECHECK`].
     ///
     /// # Errors
-    /// The cloud's, but for `NotFound` (gone).
+    /// The cloud's, from the list.
     async fn instance_running(&mut self, node: &str, pid: &str) -> Result<bool> {
         let state = self.draining.entry(node.to_string()).or_default();
         if state
@@ -243,12 +245,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
         {
             return Ok(true);
         }
-        let shared = self.shared.clone();
-        let running = match shared.cloud("get", || shared.provider.get(pid)).await {
-            Ok(i) => i.state != InstanceState::Terminated,
-            Err(ProviderError::NotFound { .. }) => false,
-            Err(e) => return Err(e.into()),
-        };
+        let running = self
+            .listed_this_round()
+            .await?
+            .iter()
+            .any(|i| i.provider_id == pid && i.state != InstanceState::Terminated);
         if running && let Some(s) = self.draining.get_mut(node) {
             s.alive_at = Some(Instant::now());
         }
