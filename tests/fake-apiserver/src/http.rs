@@ -477,6 +477,20 @@ fn resource(
     }
 }
 
+/// For a write to a Node by the system under test: the removal record to keep if the write
+/// releases the last finalizer of the Node being deleted (`store/audit.rs`).
+fn audited_node_release(
+    st: &State,
+    req: &Req,
+    def: &ResourceDef,
+    name: &str,
+    opts: &WriteOpts,
+) -> Option<Value> {
+    (req.audited && !opts.dry_run && def.builtin == Some(Builtin::Node))
+        .then(|| st.node_release(name))
+        .flatten()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn object(
     sh: &Arc<Shared>,
@@ -495,7 +509,12 @@ fn object(
             Ok(view.response(StatusCode::OK, &obj))
         }
         Method::PUT => {
-            let obj = lock(sh).update(def, ns, name, req.body_value()?, part, opts)?;
+            let body = req.body_value()?;
+            let mut st = lock(sh);
+            let release = audited_node_release(&st, req, def, name, opts);
+            let obj = st.update(def, ns, name, body, part, opts)?;
+            st.audit_node_release(release);
+            drop(st);
             Ok(view.response(StatusCode::OK, &obj))
         }
         Method::PATCH => {
@@ -522,7 +541,9 @@ fn object(
             };
             let mut st = lock(sh);
             let existed = st.get(def, ns, name).is_ok();
+            let release = audited_node_release(&st, req, def, name, opts);
             let obj = st.patch(def, ns, name, kind, &body, part, opts)?;
+            st.audit_node_release(release);
             drop(st);
             let code = if existed {
                 StatusCode::OK

@@ -427,3 +427,58 @@ async fn audit_records_carry_the_resource_version_of_their_call() {
     assert!(rv("n1") < at, "{} < {at}", rv("n1"));
     assert!(rv("n2") >= at, "{} >= {at}", rv("n2"));
 }
+
+/// A Node deletion disrupts nothing while a finalizer holds the Node: the audit records it
+/// when the system under test releases the last finalizer (with the pods bound then and the
+/// Node's uid), not at the delete call, and not when a test's own client releases it.
+#[tokio::test]
+async fn a_node_held_by_a_finalizer_is_audited_when_it_goes() {
+    let (s, clean) = server(Options {
+        pod_gc_delay: Duration::from_secs(60),
+        ..Options::default()
+    });
+    let audited = s.client();
+    let nodes = Api::<Node>::all(clean.clone());
+    for n in ["held", "own"] {
+        let mut obj = node(n);
+        obj.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+        nodes.create(&PostParams::default(), &obj).await.unwrap();
+    }
+    let pods_api: Api<Pod> = Api::namespaced(clean.clone(), "default");
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"nodeName": "held", "containers": [{"name": "c", "image": "x"}]}}))
+    .unwrap();
+    pods_api.create(&PostParams::default(), &p).await.unwrap();
+    let audit = || async {
+        let req = axum::http::Request::get("/debug/audit")
+            .body(Vec::new())
+            .unwrap();
+        let a: Value = clean.request(req).await.unwrap();
+        a["records"].as_array().unwrap().clone()
+    };
+    let uid = nodes.get("held").await.unwrap().metadata.uid.unwrap();
+    for n in ["held", "own"] {
+        Api::<Node>::all(audited.clone())
+            .delete(n, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    assert!(
+        audit().await.is_empty(),
+        "the finalizers hold both Nodes: nothing disrupted yet"
+    );
+    let release = kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    let params = kube::api::PatchParams::default();
+    nodes.patch("own", &params, &release).await.unwrap();
+    Api::<Node>::all(audited)
+        .patch("held", &params, &release)
+        .await
+        .unwrap();
+    let records = audit().await;
+    assert_eq!(records.len(), 1, "only the audited release: {records:?}");
+    let r = &records[0];
+    assert_eq!(r["call"], "deleteNode");
+    assert_eq!(r["node"], "held");
+    assert_eq!(r["uid"], uid.as_str());
+    assert_eq!(r["pods"][0]["pod"], "default/p", "{r}");
+}

@@ -5,18 +5,23 @@
 //! left, pods still running on a Node deleted under them.
 //!
 //! Records are JSON objects, oldest first, served at `GET /debug/audit`:
-//! `{"call": "evict", "pod": "ns/name", "node", "protected", "pdbAllowed", "accepted", "rv"}`
-//! and `{"call": "deleteNode", "node", "pods": [{"pod", "protected", "pdbAllowed"}], "rv"}`;
+//! `{"call": "evict", "pod": "ns/name", "node", "uid", "protected", "pdbAllowed", "accepted",
+//! "rv"}` and `{"call": "deleteNode", "node", "uid", "pods": [{"pod", "protected",
+//! "pdbAllowed"}], "rv"}`; `uid` is the Node's (which incarnation of a name it was). A Node
+//! deletion is recorded when the Node goes: at the delete call when it has no finalizers,
+//! else at the write that releases its last finalizer;
 //! `rv` is the server's resourceVersion when the call came (what any write before it has at
 //! most), so a test can tell calls before an event of its own from calls after it;
 //! `protected` is `do-not-disrupt` (the `karpenter.sh/do-not-disrupt: "true"` annotation),
 //! `safe-to-evict=false` (`cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`) or null;
 //! `pdbAllowed` is the matching budget's `disruptionsAllowed` then, or null without one.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::pods::pdb_selector;
-use super::{State, meta_str};
+use super::{State, finalizers, meta_str};
 use crate::binder::terminal;
 
 /// The protection annotation a pod carries, if any.
@@ -79,6 +84,10 @@ impl State {
             .pointer("/spec/nodeName")
             .cloned()
             .unwrap_or(Value::Null);
+        r["uid"] = r["node"]
+            .as_str()
+            .and_then(|n| self.node(n))
+            .map_or(Value::Null, |n| json!(meta_str(&n, "uid")));
         r["rv"] = json!(self.rv);
         self.audit.push(r);
     }
@@ -96,12 +105,18 @@ impl State {
         }
     }
 
-    /// Records a deletion of Node `name` about to happen, with the running pods still bound
-    /// to it (DaemonSet pods, terminal and terminating pods left out).
-    pub fn audit_node_delete(&mut self, name: &str) {
-        let Some(pods_def) = self.def("", "pods") else {
-            return;
-        };
+    /// The Node `name` as it is now, if it exists.
+    fn node(&self, name: &str) -> Option<Arc<Value>> {
+        let def = self.def("", "nodes")?;
+        self.get(&def, "", name).ok()
+    }
+
+    /// The removal record of Node `node`: the running pods still bound to it (DaemonSet pods,
+    /// terminal and terminating pods left out) and the Node's uid (which incarnation of the
+    /// name went).
+    fn node_removal(&self, node: &Value) -> Option<Value> {
+        let name = meta_str(node, "name");
+        let pods_def = self.def("", "pods")?;
         let on_node: Vec<Value> = self
             .table(&pods_def)
             .objects
@@ -111,7 +126,39 @@ impl State {
             .filter(|p| !is_daemon(p))
             .map(|p| self.pod_record(p))
             .collect();
-        self.audit
-            .push(json!({"call": "deleteNode", "node": name, "pods": on_node, "rv": self.rv}));
+        Some(json!({
+            "call": "deleteNode", "node": name, "uid": meta_str(node, "uid"),
+            "pods": on_node, "rv": self.rv,
+        }))
+    }
+
+    /// Records a deletion of Node `name` about to happen, when it removes the Node at once
+    /// (no finalizers). A Node with finalizers only gets a deletionTimestamp: nothing is
+    /// disrupted until the last finalizer goes ([`Self::node_release`]).
+    pub fn audit_node_delete(&mut self, name: &str) {
+        let Some(node) = self.node(name) else { return };
+        if !finalizers(&node).is_empty() {
+            return;
+        }
+        if let Some(r) = self.node_removal(&node) {
+            self.audit.push(r);
+        }
+    }
+
+    /// Before a write to Node `name`: the removal record to keep if the write releases its
+    /// last finalizer while it is being deleted ([`Self::audit_node_release`]).
+    pub fn node_release(&self, name: &str) -> Option<Value> {
+        let node = self.node(name)?;
+        node.pointer("/metadata/deletionTimestamp")?;
+        self.node_removal(&node)
+    }
+
+    /// After that write: records the removal if the Node is gone.
+    pub fn audit_node_release(&mut self, record: Option<Value>) {
+        if let Some(r) = record
+            && r["node"].as_str().is_none_or(|n| self.node(n).is_none())
+        {
+            self.audit.push(r);
+        }
     }
 }
