@@ -411,6 +411,26 @@ pub fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Obje
         .any(|f| f == keys::FINALIZER)
 }
 
+/// An object's finalizers with the controller's ([`keys::FINALIZER`]) added if missing: what
+/// to write so that the controller's termination path holds it.
+pub fn with_finalizer(finalizers: &[String]) -> Vec<String> {
+    let mut f = finalizers.to_vec();
+    if !f.iter().any(|x| x == keys::FINALIZER) {
+        f.push(keys::FINALIZER.into());
+    }
+    f
+}
+
+/// An object's finalizers without the controller's ([`keys::FINALIZER`]): what to write to
+/// release it.
+pub fn without_finalizer(finalizers: &[String]) -> Vec<String> {
+    finalizers
+        .iter()
+        .filter(|f| *f != keys::FINALIZER)
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

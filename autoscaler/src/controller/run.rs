@@ -2,12 +2,13 @@
 //! metrics and health.
 //!
 //! One loop, run only by the leader every `--loop-interval`, performs in order: the kwok
-//! provider's boot step (kwok only), the NodeClaim lifecycle ([`super::lifecycle::step`] per
-//! claim), the termination of deleted managed Nodes, the cluster's health (too many unready
-//! nodes halt the next two stages), provisioning (when the batcher closes a window), disruption (every `--disruption-interval`), garbage collection (every
+//! provider's boot step (kwok only), the cluster's health (too many unready nodes halt
+//! provisioning and disruption), provisioning (when the batcher closes a window), the NodeClaim
+//! lifecycle ([`super::lifecycle::step`] per claim) and the termination of deleted managed
+//! Nodes, disruption (every `--disruption-interval`), garbage collection (every
 //! `--gc-interval`), NodePool status and metrics: `Controller::round` calls one method per
-//! stage, each in its own module below. Launches run as spawned tasks (rate-limited, retried
-//! with backoff) so a slow cloud never stalls the loop.
+//! stage, each in its own module below. Launches and terminations run as spawned tasks
+//! (rate-limited, retried with backoff) so a slow cloud never stalls the loop.
 
 use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU32;
@@ -61,7 +62,7 @@ fn epoch() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
-/// Shared between the loop and its launch tasks.
+/// Shared between the loop and its launch and termination tasks.
 struct Shared<P> {
     provider: Arc<P>,
     actuator: Actuator,
@@ -76,6 +77,9 @@ struct Shared<P> {
     in_flight: Mutex<HashSet<String>>,
     /// A placement group collection is running (at most one at a time).
     collecting_groups: AtomicBool,
+    /// Terminations running beside the loop (`None`), or done at that instant (kept a while,
+    /// until the cache shows the released finalizer), by `claim/<name>` or `node/<name>`.
+    terminating: Mutex<HashMap<String, Option<Instant>>>,
 }
 
 impl<P: CloudProvider + 'static> Shared<P> {
@@ -567,6 +571,7 @@ async fn run_with<P: CloudProvider + 'static>(
         launching: Mutex::new(HashMap::new()),
         in_flight: Mutex::new(HashSet::new()),
         collecting_groups: AtomicBool::new(false),
+        terminating: Mutex::new(HashMap::new()),
     });
     let mut ctl = Controller {
         shared,

@@ -1,4 +1,4 @@
-//! Test 4e-4f: a managed Node deleted by someone else (`kubectl delete node`) is drained
+//! Test 4e-4h: a managed Node deleted by someone else (`kubectl delete node`) is drained
 //! before its instance is terminated, protected pods hold the termination, and a Node whose
 //! instance is already gone is released without a drain.
 
@@ -45,6 +45,54 @@ fn gone_or_terminating(p: Option<Pod>) -> bool {
     p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
 }
 
+/// Waits for the plain pod `web` to be evicted from the node being deleted.
+async fn plain_pod_evicted(c: &Cluster) {
+    eventually("the plain pod evicted", DEADLINE, || async {
+        gone_or_terminating(c.pod("default", "web").await).then_some(())
+    })
+    .await;
+}
+
+/// The deleted `node`, which the protected pod `keep` still holds.
+async fn held_node(c: &Cluster, node: &str) -> Node {
+    c.nodes()
+        .await
+        .into_iter()
+        .find(|n| n.name_any() == node)
+        .expect("the deleted node stays while a protected pod runs on it")
+}
+
+/// The protected pod `keep` on the deleted `node` holds the node's instance and is not
+/// evicted; once it is deleted, the instance, the node and (if given) its claim go.
+async fn held_until_the_protected_pod_goes(c: &Cluster, node: &str, claim: Option<&str>) {
+    assert!(
+        c.instances().await.iter().any(|i| i.name_any() == node),
+        "the instance runs on while the protected pod does"
+    );
+    assert!(
+        !gone_or_terminating(c.pod("default", "keep").await),
+        "the protected pod was not evicted"
+    );
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .delete("keep", &DeleteParams::default())
+        .await
+        .expect("deleting the protected pod");
+    eventually(
+        "the instance, the node and its claim gone",
+        DEADLINE,
+        || async {
+            let instance = c.instances().await.iter().any(|i| i.name_any() == node);
+            let n = c.nodes().await.iter().any(|n| n.name_any() == node);
+            let cl = match claim {
+                Some(name) => c.claims().await.iter().any(|cl| cl.name_any() == name),
+                None => false,
+            };
+            (!instance && !n && !cl).then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_4e_a_deleted_node_is_drained_and_protected_pods_hold_its_instance() {
     let c = Cluster::start().await;
@@ -55,10 +103,7 @@ async fn e2e_4e_a_deleted_node_is_drained_and_protected_pods_hold_its_instance()
         .await
         .expect("deleting the node");
     // The plain pod is evicted; the protected one is not, and it holds the instance.
-    eventually("the plain pod evicted", DEADLINE, || async {
-        gone_or_terminating(c.pod("default", "web").await).then_some(())
-    })
-    .await;
+    plain_pod_evicted(&c).await;
     eventually(
         "a warning that protected pods hold the node",
         DEADLINE,
@@ -82,12 +127,7 @@ async fn e2e_4e_a_deleted_node_is_drained_and_protected_pods_hold_its_instance()
         },
     )
     .await;
-    let n = c
-        .nodes()
-        .await
-        .into_iter()
-        .find(|n| n.name_any() == node)
-        .expect("the deleted node stays while a protected pod runs on it");
+    let n = held_node(&c, &node).await;
     let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
     assert!(
         taints
@@ -95,24 +135,7 @@ async fn e2e_4e_a_deleted_node_is_drained_and_protected_pods_hold_its_instance()
             .any(|t| t.key == "gpu-autoscaler.dev/disrupted" && t.effect == "NoSchedule"),
         "nothing new lands on a node being drained: {taints:?}"
     );
-    assert!(
-        c.instances().await.iter().any(|i| i.name_any() == node),
-        "the instance runs on while the protected pod does"
-    );
-    assert!(
-        !gone_or_terminating(c.pod("default", "keep").await),
-        "the protected pod was not evicted"
-    );
-    Api::<Pod>::namespaced(c.client.clone(), "default")
-        .delete("keep", &DeleteParams::default())
-        .await
-        .expect("deleting the protected pod");
-    eventually("the instance and the node gone", DEADLINE, || async {
-        let instance = c.instances().await.iter().any(|i| i.name_any() == node);
-        let n = c.nodes().await.iter().any(|n| n.name_any() == node);
-        (!instance && !n).then_some(())
-    })
-    .await;
+    held_until_the_protected_pod_goes(&c, &node, None).await;
     assert!(
         ctl.log()
             .contains("draining 2 pods before the instance is terminated"),
@@ -199,4 +222,46 @@ async fn e2e_4g_a_drain_refused_by_a_pdb_does_not_hold_provisioning() {
         c.nodes().await.iter().any(|n| n.name_any() == node),
         "the node waits for its drain"
     );
+}
+
+/// A claim deleted while its Node lacks the finalizer (a Node deleted and registered again by
+/// its kubelet after the claim's registration, as `bench reliability` does): the Node is
+/// drained all the same, and a protected pod on it holds the Node and the instance. Before,
+/// the claim's termination deleted such a Node at once, under its pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4h_a_node_without_the_finalizer_is_drained_before_its_claim_goes() {
+    let c = Cluster::start().await;
+    let _ctl = c.controller("solo", &["--leader-elect=false"]);
+    let node = one_node_with_a_protected_pod(&c).await;
+    eventually("the node registered", DEADLINE, || async {
+        let n = c.registered_node().await?;
+        (n.name_any() == node).then_some(())
+    })
+    .await;
+    Api::<Node>::all(c.client.clone())
+        .patch(
+            &node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("stripping the node's finalizer");
+    let claim = c
+        .claims()
+        .await
+        .into_iter()
+        .find(|cl| cl.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .expect("the node's claim")
+        .name_any();
+    Api::<nodepools::NodeClaim>::all(c.client.clone())
+        .delete(&claim, &DeleteParams::default())
+        .await
+        .expect("deleting the claim");
+    plain_pod_evicted(&c).await;
+    let n = held_node(&c, &node).await;
+    assert!(
+        n.metadata.deletion_timestamp.is_some(),
+        "the node is being deleted"
+    );
+    held_until_the_protected_pod_goes(&c, &node, Some(&claim)).await;
 }

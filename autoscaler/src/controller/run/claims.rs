@@ -14,14 +14,26 @@ use nodepools::{NodeClaim, NodePool};
 use providers::{CloudProvider, InstanceState};
 use serde_json::json;
 
-use crate::controller::actuator::{has_finalizer, reference, set_condition};
+use crate::controller::actuator::{
+    has_finalizer, reference, set_condition, with_finalizer, without_finalizer,
+};
 use crate::controller::atomic;
 use crate::controller::error::Result;
 use crate::controller::keys;
 use crate::controller::lifecycle::{self, Action, Phase, Timeouts};
 use crate::controller::translate;
 
-use super::{Controller, epoch};
+use super::{Controller, Shared, epoch};
+
+/// How long a finished termination task keeps its claim or Node from a second one.
+const TERMINATED_MEMORY: Duration = Duration::from_secs(10);
+
+/// Releases the controller's finalizer of `claim`, whose instance is terminated.
+async fn release_claim<P: CloudProvider>(shared: &Shared<P>, claim: &NodeClaim) -> Result<()> {
+    let f = without_finalizer(claim.finalizers());
+    tracing::info!(claim = %claim.name_any(), at = epoch(), "terminated");
+    shared.actuator.set_claim_finalizers(claim, &f).await
+}
 
 /// Least time between two `lastPodEventTime` writes to one NodeClaim, seconds.
 const POD_EVENT_WRITE_EVERY_S: i64 = 5;
@@ -108,7 +120,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .map(|n| n.as_ref());
             let dra = dra_devices(claim, node, &pools, &types, &slices);
             let action = lifecycle::step_with_dra(claim, node, dra.as_ref(), now, &timeouts);
-            if let Err(e) = self.perform(claim, node, action, now).await {
+            if let Err(e) = self.perform(claim, node, action).await {
                 tracing::warn!(claim = %name, error = %e, "NodeClaim lifecycle");
             }
         }
@@ -119,7 +131,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
         claim: &Arc<NodeClaim>,
         node: Option<&Node>,
         action: Action,
-        now: i64,
     ) -> Result<()> {
         let name = claim.name_any();
         let status = || claim.status.clone().unwrap_or_default();
@@ -176,10 +187,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         });
                     }
                 }
-                let mut finalizers = n.finalizers().to_vec();
-                if !has_finalizer(&n.metadata) {
-                    finalizers.push(keys::FINALIZER.into());
-                }
+                let finalizers = with_finalizer(n.finalizers());
                 self.shared
                     .actuator
                     .patch_node(
@@ -296,6 +304,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .find(|n| n.metadata.name.as_deref() == Some(nn.as_str()))
                 {
                     if n.metadata.deletion_timestamp.is_none() {
+                        // A Node without the finalizer (deleted and registered again by its
+                        // kubelet after the claim was registered, or stripped by hand) would
+                        // go at once under its pods: it gets the finalizer first, so that the
+                        // termination drains it. The resourceVersion makes a stale cache fail
+                        // the patch rather than overwrite finalizers added since.
+                        if !has_finalizer(&n.metadata) {
+                            self.shared
+                                .actuator
+                                .patch_node(
+                                    nn,
+                                    &json!({"metadata": {
+                                        "finalizers": with_finalizer(n.finalizers()),
+                                        "resourceVersion": n.resource_version(),
+                                    }}),
+                                )
+                                .await?;
+                        }
                         self.shared.actuator.delete_node(nn).await?;
                     }
                     return Ok(());
@@ -303,9 +328,14 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 let shared = self.shared.clone();
                 match provider_id {
                     Some(pid) => {
-                        shared
-                            .cloud("terminate", || shared.provider.delete(&pid))
-                            .await?;
+                        let claim = claim.clone();
+                        self.spawn_termination(format!("claim/{name}"), async move {
+                            shared
+                                .cloud("terminate", || shared.provider.delete(&pid))
+                                .await?;
+                            release_claim(&shared, &claim).await
+                        });
+                        return Ok(());
                     }
                     None => {
                         // No instance recorded: the launch may still be running here, or
@@ -329,16 +359,45 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         }
                     }
                 }
-                let f: Vec<String> = claim
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != keys::FINALIZER)
-                    .cloned()
-                    .collect();
-                tracing::info!(claim = %name, at = now, "terminated");
-                self.shared.actuator.set_claim_finalizers(claim, &f).await
+                release_claim(&self.shared, claim).await
             }
         }
+    }
+
+    /// Runs `work` (a cloud termination, then the release of a finalizer) in a task beside
+    /// the loop, one task per `key` at a time. Under cloud faults one termination retries
+    /// for seconds, and a loop that waited for each planned no pending pod meanwhile (a
+    /// restarted controller spent its first seconds on the terminations its predecessor left).
+    /// A task that failed lets the next round try again; one that succeeded keeps its key
+    /// for [`TERMINATED_MEMORY`], until the cache shows the released finalizer. A controller
+    /// killed mid-task leaves the finalizer in place: the next one terminates again (a delete
+    /// of an instance already gone succeeds).
+    pub(super) fn spawn_termination<F>(&self, key: String, work: F)
+    where
+        F: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
+        {
+            let mut t = self.shared.terminating.lock().expect("lock");
+            t.retain(|_, done| done.is_none_or(|at| at.elapsed() < TERMINATED_MEMORY));
+            if t.contains_key(&key) {
+                return;
+            }
+            t.insert(key.clone(), None);
+        }
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let result = work.await;
+            let mut t = shared.terminating.lock().expect("lock");
+            match result {
+                Ok(()) => {
+                    t.insert(key, Some(Instant::now()));
+                }
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "terminating; retried next round");
+                    t.remove(&key);
+                }
+            }
+        });
     }
 
     /// The cloud's instances, listed at most once per lifecycle round: the lookups of a round

@@ -15,10 +15,9 @@ use kube::ResourceExt;
 use providers::{CloudProvider, InstanceState};
 use serde_json::json;
 
-use crate::controller::actuator::{Evicted, has_finalizer, reference};
+use crate::controller::actuator::{Evicted, has_finalizer, reference, without_finalizer};
 use crate::controller::cache::CachedPod;
 use crate::controller::error::Result;
-use crate::controller::keys;
 use crate::controller::snapshot::{claims_by_provider_id, has_disruption_taint};
 
 use super::{Controller, epoch};
@@ -99,41 +98,36 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     continue;
                 }
             }
+            // Drained: the claim, the instance and the finalizer go beside the loop.
             let pid = n.spec.as_ref().and_then(|s| s.provider_id.clone());
-            let result: Result<()> = async {
+            let claim = pid
+                .as_deref()
+                .and_then(|p| by_pid.get(p))
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .map(|c| c.name_any());
+            let shared = self.shared.clone();
+            let node = n.clone();
+            self.spawn_termination(format!("node/{name}"), async move {
+                if let Some(c) = &claim {
+                    shared.actuator.delete_claim(c).await?;
+                }
                 if let Some(pid) = &pid {
-                    if let Some(c) = by_pid.get(pid.as_str())
-                        && c.metadata.deletion_timestamp.is_none()
-                    {
-                        self.shared.actuator.delete_claim(&c.name_any()).await?;
-                    }
-                    let shared = self.shared.clone();
                     shared
                         .cloud("terminate", || shared.provider.delete(pid))
                         .await?;
                 }
-                let f: Vec<String> = n
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != keys::FINALIZER)
-                    .cloned()
-                    .collect();
-                self.shared
+                let f = without_finalizer(node.finalizers());
+                let rv = node.resource_version();
+                shared
                     .actuator
                     .patch_node(
-                        &name,
-                        &json!({"metadata": {"finalizers": f, "resourceVersion": n.resource_version()}}),
+                        &node.name_any(),
+                        &json!({"metadata": {"finalizers": f, "resourceVersion": rv}}),
                     )
-                    .await
-            }
-            .await;
-            match result {
-                Ok(()) => {
-                    self.draining.remove(&name);
-                    tracing::info!(node = %name, "node terminated");
-                }
-                Err(e) => tracing::warn!(node = %name, error = %e, "terminating node"),
-            }
+                    .await?;
+                tracing::info!(node = %node.name_any(), "node terminated");
+                Ok(())
+            });
         }
     }
 
