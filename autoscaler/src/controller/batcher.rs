@@ -66,6 +66,8 @@ pub struct Batcher {
     arrived: BTreeSet<PodKey>,
     /// When the last round closed.
     closed_at: u64,
+    /// The last round wrote only part of its plan: the next step hands the pods back at once.
+    resume: bool,
 }
 
 impl Batcher {
@@ -77,6 +79,7 @@ impl Batcher {
             seen: BTreeSet::new(),
             arrived: BTreeSet::new(),
             closed_at: 0,
+            resume: false,
         }
     }
 
@@ -101,6 +104,13 @@ impl Batcher {
         self.touch(now);
     }
 
+    /// The round just closed left part of its plan for later (`--max-claims-per-round`): the
+    /// next [`Batcher::step`] with pods pending closes at once, without a window, so that a
+    /// backlog is written slice after slice at the loop's pace.
+    pub fn resume(&mut self) {
+        self.resume = true;
+    }
+
     /// Feeds the pods pending at `now`; returns them all when the window closes.
     pub fn step(&mut self, now: u64, pending: &BTreeSet<PodKey>) -> Option<BTreeSet<PodKey>> {
         // Pods that left (bound, deleted) are forgotten, so that a pod coming back is new.
@@ -111,6 +121,9 @@ impl Batcher {
             if !self.seen.contains(k) && self.arrived.insert(k.clone()) {
                 new = true;
             }
+        }
+        if std::mem::take(&mut self.resume) && !pending.is_empty() {
+            return Some(self.close(now, pending));
         }
         let backlog_due = self.window == Window::Closed
             && !pending.is_empty()
@@ -126,11 +139,16 @@ impl Batcher {
         if !(idle || full) {
             return None;
         }
+        Some(self.close(now, pending))
+    }
+
+    /// Closes the window: `pending` are handed out, and seen.
+    fn close(&mut self, now: u64, pending: &BTreeSet<PodKey>) -> BTreeSet<PodKey> {
         self.window = Window::Closed;
         self.closed_at = now;
         self.seen = pending.clone();
         self.arrived.clear();
-        Some(pending.clone())
+        pending.clone()
     }
 }
 
@@ -298,6 +316,22 @@ mod tests {
         // Nothing pending: nothing to plan again.
         assert_eq!(b.step(30_000, &set(&[])), None);
         assert_eq!(b.window(), &Window::Closed);
+    }
+
+    #[test]
+    fn a_resumed_backlog_is_handed_back_at_the_next_step() {
+        let mut b = Batcher::new(BatchConfig::default());
+        b.step(0, &set(&["a", "b"]));
+        assert_eq!(b.step(1_000, &set(&["a", "b"])), Some(set(&["a", "b"])));
+        // The round wrote a's claim only: b is planned again at once, not after a window.
+        b.resume();
+        assert_eq!(b.step(1_100, &set(&["b"])), Some(set(&["b"])));
+        // Once: then the usual rules again.
+        assert_eq!(b.step(1_200, &set(&["b"])), None);
+        // Nothing pending: a resume waits for nothing and is spent.
+        b.resume();
+        assert_eq!(b.step(1_300, &set(&[])), None);
+        assert_eq!(b.step(1_400, &set(&["b"])), None);
     }
 
     #[test]

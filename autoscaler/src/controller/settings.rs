@@ -262,6 +262,13 @@ pub struct RunArgs {
     /// CapacityRevoked) this long after they ended; `0s` leaves them to their owner.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub provreq_retention: Duration,
+    /// Most NodeClaims one provisioning round writes; the pods of the rest stay pending and are
+    /// planned again in the next round, at once. A backlog then gets its first nodes after
+    /// one slice is written (as the Cluster Autoscaler's `--max-nodes-per-scaleup`, 1000, this
+    /// bounds latency, not the rate of scale-up). A gang's or atomic scale-up's claims are
+    /// never split.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_claims_per_round: u64,
     /// ProvisioningRequests: most pods one request may ask for (all pod sets together);
     /// larger requests fail with `InvalidRequest` before any pod is built.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -448,6 +455,7 @@ mod tests {
             ("--lease-duration=0ms", "must be longer than zero"),
             ("--stall-timeout=0s", "must be longer than zero"),
             ("--cloud-qps=0", "0 is not in 1.."),
+            ("--max-claims-per-round=0", "0 is not in 1.."),
         ] {
             let e = Cli::try_parse_from(["x", flag])
                 .err()

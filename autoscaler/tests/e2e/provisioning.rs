@@ -336,3 +336,45 @@ async fn e2e_new_pod_scale_up_delay_holds_young_pods() {
         "the claim came {waited}s after the pod, before the {DELAY_S}s delay"
     );
 }
+
+/// `--max-claims-per-round`: a plan larger than the cap is written slice after slice, one
+/// round after another, every pod gets its node, and no pod gets two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_plan_beyond_max_claims_per_round_is_written_over_rounds() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(cpu_pool("cpu", "10m")).await;
+    // 3.5 CPUs each: one pod per node. All pending before the controller starts, so that
+    // its first round plans the five together.
+    for i in 0..5 {
+        let name = format!("big-{i}");
+        let _: Pod = c
+            .create(cpu_pod(
+                &name,
+                "3500m",
+                std::collections::BTreeMap::from([("app", "big")]),
+            ))
+            .await;
+    }
+    let ctl = c.controller(
+        "capped",
+        &["--leader-elect=false", "--max-claims-per-round=2"],
+    );
+    eventually("every pod bound", Duration::from_secs(90), || async {
+        let mut bound = 0;
+        for i in 0..5 {
+            if bound_to(&c.pod("default", &format!("big-{i}")).await?).is_some() {
+                bound += 1;
+            }
+        }
+        (bound == 5).then_some(())
+    })
+    .await;
+    assert_eq!(c.claims().await.len(), 5, "one claim per pod, none twice");
+    let log = ctl.log();
+    assert!(
+        log.matches("written next round (--max-claims-per-round)")
+            .count()
+            >= 2,
+        "5 claims at 2 a round take three rounds: {log}"
+    );
+}

@@ -311,6 +311,16 @@ impl<P: CloudProvider + 'static> Controller<P> {
         );
         let mut events = Vec::new();
         self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
+        let cap = usize::try_from(self.args.max_claims_per_round).unwrap_or(usize::MAX);
+        let deferred = plan.defer_beyond(cap);
+        if !deferred.is_empty() {
+            tracing::info!(
+                written = plan.new_claims.len(),
+                deferred = deferred.len(),
+                "the plan's other claims are written next round (--max-claims-per-round)"
+            );
+            self.batcher.resume();
+        }
         // Claims are written concurrently (a burst may need hundreds), results kept in order.
         // An atomic pool's claims of this plan share one scale-up annotation.
         let atomic_size = |pool: &str| {
