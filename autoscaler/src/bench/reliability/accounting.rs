@@ -8,14 +8,11 @@ use autoscaler::controller::Result;
 use autoscaler::controller::keys;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
-use nodepools::NodePool;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::server::audit;
 use super::workload::INITIAL_BUDGET;
 use super::{Bench, ReliabilityResult, SPOT_POOL};
-use crate::bench::e2e::kerr;
 
 impl Bench<'_> {
     /// Waits until no pod is pending and no empty Node is left beyond `minNodes`, then for
@@ -27,14 +24,7 @@ impl Bench<'_> {
         // back (a raised budget binds nothing started before it, see `observe`).
         let pools: Vec<String> = self.budgets.keys().cloned().collect();
         for name in pools {
-            let n = INITIAL_BUDGET;
-            let patch = json!({"spec": {"disruption": {"budgets": [{"nodes": n.to_string()}]}}});
-            Api::<NodePool>::all(self.client.clone())
-                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-                .map_err(kerr("restoring a budget"))?;
-            let entry = self.budgets.entry(name).or_insert((n, n));
-            *entry = (n, entry.0);
+            self.set_budget(name, INITIAL_BUDGET).await?;
         }
         let mut quiet_since: Option<Instant> = None;
         loop {
@@ -285,10 +275,10 @@ impl Bench<'_> {
             let node = r["node"].as_str().unwrap_or_default();
             // Excused only from the failure on: the record's rv is the server's before the
             // call, the failure's the cordon's own (so a call at the cordon's rv came after).
-            let after_failure = self
-                .failed
-                .get(node)
-                .is_some_and(|at| r["rv"].as_u64().is_some_and(|rv| rv >= *at));
+            let after_failure = self.failed.get(node).is_some_and(|(at, uid)| {
+                r["rv"].as_u64().is_some_and(|rv| rv >= *at)
+                    && r["uid"].as_str().is_none_or(|u| u == uid)
+            });
             if after_failure {
                 continue;
             }

@@ -233,8 +233,10 @@ struct Bench<'a> {
     started_controllers: usize,
     /// Nodes the benchmark failed or interrupted (what happens to them and their pods from
     /// then on is not the controller's doing), with the server's resourceVersion when it
-    /// first did: the audit's calls on such a Node before that still count.
-    failed: HashMap<String, u64>,
+    /// first did (the audit's calls on such a Node before that still count) and the uid of
+    /// the Node it failed: a Node of the same name registered again is another Node, whose
+    /// calls count.
+    failed: HashMap<String, (u64, String)>,
     /// Bare pods the benchmark created and has not deleted, with the pod's Node when last seen.
     bare: BTreeMap<String, Option<String>>,
     /// Bare pods lost with a Node the benchmark failed.

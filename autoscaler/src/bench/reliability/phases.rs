@@ -37,6 +37,29 @@ impl Bench<'_> {
         *self.spent.entry(what).or_default() += since.elapsed();
     }
 
+    /// Sets NodePool `name`'s disruption budget to `n` nodes, and remembers the one before
+    /// (a budget lowered binds only what starts after it, see `observe`).
+    ///
+    /// # Errors
+    /// The API server's, as `changing a budget`.
+    pub(super) async fn set_budget(&mut self, name: String, n: usize) -> Result<()> {
+        let patch = json!({"spec": {"disruption": {"budgets": [{"nodes": n.to_string()}]}}});
+        Api::<NodePool>::all(self.client.clone())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(kerr("changing a budget"))?;
+        let entry = self.budgets.entry(name).or_insert((n, n));
+        *entry = (n, entry.0);
+        Ok(())
+    }
+
+    /// Whether `n` is the very Node the benchmark failed (not a later one of the same name).
+    pub(super) fn failed_by_us(&self, n: &Node) -> bool {
+        self.failed
+            .get(n.metadata.name.as_deref().unwrap_or_default())
+            .is_some_and(|(_, uid)| n.metadata.uid.as_deref() == Some(uid.as_str()))
+    }
+
     /// The kill phase; returns the kills done.
     pub(super) async fn kill_phase(&mut self, deadline: Instant) -> Result<usize> {
         let mut kills = 0usize;
@@ -46,6 +69,7 @@ impl Bench<'_> {
         let mut lived = Duration::ZERO;
         let mut last_observe = Instant::now();
         let mut failures = 0usize;
+        let (mut draws, mut spot) = (0usize, 0usize);
         let mut last_look = Instant::now();
         while self.launched.len() < self.args.launches || kills < self.args.kills {
             if Instant::now() > deadline {
@@ -91,12 +115,18 @@ impl Bench<'_> {
             // pending (owners recreate them) and ask for new nodes, whatever the swings do.
             if self.rng.happens(self.args.failures_per_second * dt) {
                 let t = Instant::now();
-                let failure = if self.rng.chance(50) {
-                    Failure::SpotInterruption
-                } else {
-                    Failure::InstanceLost
-                };
-                failures += self.fail_node(failure, true).await?;
+                draws += 1;
+                let mut failed = 0;
+                if self.rng.chance(50) {
+                    failed = self.fail_node(Failure::SpotInterruption, true).await?;
+                    spot += failed;
+                }
+                // No spot Node to reclaim (or the draw said otherwise): an instance in any
+                // pool fails, so that the rate holds whatever the spot pool holds.
+                if failed == 0 {
+                    failed = self.fail_node(Failure::InstanceLost, true).await?;
+                }
+                failures += failed;
                 self.spend("kill phase: failing nodes", t);
             }
             if last_observe.elapsed() > Duration::from_millis(400) {
@@ -112,7 +142,8 @@ impl Bench<'_> {
         drop(running);
         eprintln!(
             "kill phase: {} launches, {kills} kills by point {by_point:?}, {failures} Nodes \
-             failed, controllers lived {:.2}s on average",
+             failed of {draws} drawn ({spot} spot interruptions), controllers lived {:.2}s on \
+             average",
             self.launched.len(),
             lived.as_secs_f64() / kills.max(1) as f64
         );
@@ -171,13 +202,7 @@ impl Bench<'_> {
             let pools: Vec<String> = self.budgets.keys().cloned().collect();
             let name = pools[self.rng.below(pools.len())].clone();
             let n = 1 + self.rng.below(3);
-            let patch = json!({"spec": {"disruption": {"budgets": [{"nodes": n.to_string()}]}}});
-            Api::<NodePool>::all(self.client.clone())
-                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-                .map_err(kerr("changing a budget"))?;
-            let entry = self.budgets.entry(name).or_insert((n, n));
-            *entry = (n, entry.0);
+            self.set_budget(name, n).await?;
             return Ok(1);
         }
         if roll < 95 && self.provreqs_served {
@@ -265,7 +290,12 @@ impl Bench<'_> {
             .as_deref()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        self.failed.entry(name.clone()).or_insert(rv);
+        // The first failure of this very Node counts (a Node failed twice keeps its first
+        // resourceVersion); a new Node of the same name starts afresh.
+        let uid = cordoned.metadata.uid.clone().unwrap_or_default();
+        if self.failed.get(&name).is_none_or(|(_, u)| *u != uid) {
+            self.failed.insert(name.clone(), (rv, uid));
+        }
         for p in self.pods().await? {
             if let Some(slot) = self.bare.get_mut(&p.name_any()) {
                 *slot = p.spec.as_ref().and_then(|s| s.node_name.clone());

@@ -178,7 +178,8 @@ impl Bench<'_> {
     }
 
     /// Notes the requests holding capacity, and counts a Node of a live booking that carries
-    /// the disruption taint or is being deleted (the benchmark's own failures excepted).
+    /// the disruption taint or is being deleted (`disrupting` leaves out the benchmark's own
+    /// failures).
     /// `disrupting` are those Nodes, read BEFORE the requests: a booking seen live now was
     /// live when the Nodes were read too (bookings end; they do not start on tainted Nodes).
     pub(super) async fn check_bookings(&mut self, disrupting: &BTreeSet<String>) -> Result<()> {
@@ -212,7 +213,6 @@ impl Bench<'_> {
                 };
                 let Some(node) = node else { continue };
                 if disrupting.contains(&node)
-                    && !self.failed.contains_key(&node)
                     && self.booking_violations.insert((name.clone(), node.clone()))
                 {
                     eprintln!("safety: Node {node} of request {name}'s booking disrupted");

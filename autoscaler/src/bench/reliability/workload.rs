@@ -300,10 +300,11 @@ impl Bench<'_> {
                 .as_ref()
                 .and_then(|s| s.taints.as_ref())
                 .is_some_and(|ts| ts.iter().any(|t| t.key == keys::DISRUPTION_TAINT));
-            if disrupting || n.metadata.deletion_timestamp.is_some() {
+            let failed = self.failed_by_us(n);
+            if (disrupting || n.metadata.deletion_timestamp.is_some()) && !failed {
                 disrupting_nodes.insert(n.name_any());
             }
-            if disrupting && !self.failed.contains_key(&n.name_any()) {
+            if disrupting && !failed {
                 let pool = n
                     .labels()
                     .get(keys::POOL_LABEL)
