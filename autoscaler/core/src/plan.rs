@@ -103,42 +103,17 @@ pub struct Plan {
     pub new_claims: Vec<NewClaim>,
     /// Pods that cannot be helped.
     pub unschedulable: Vec<Unschedulable>,
+    /// Pods left for a later plan because this one opened its most new claims
+    /// ([`crate::provision::PlanOptions::max_new_claims`]), sorted. They can be helped: they
+    /// stay pending, with no event, and are planned again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deferred: Vec<PodKey>,
 }
 
 impl Plan {
     /// Hourly cost of the new claims (cheapest option of each).
     pub fn new_cost(&self) -> f64 {
         self.new_claims.iter().map(|c| c.price).sum()
-    }
-
-    /// Keeps the first `cap` new claims, and any later claim that must launch with one of
-    /// them (the same gang's placement group, the same atomic pool's scale-up); returns the
-    /// claims left out, in plan order. Their pods stay pending, to be planned again: a
-    /// backlog of 100,000 pods gets its first nodes after one slice of claims is written,
-    /// not after all of them (the Cluster Autoscaler's `--max-nodes-per-scaleup` bounds a
-    /// scale-up the same way, for latency, not as a rate limit).
-    pub fn defer_beyond(&mut self, cap: usize) -> Vec<NewClaim> {
-        if self.new_claims.len() <= cap {
-            return Vec::new();
-        }
-        let rest = self.new_claims.split_off(cap);
-        let groups: std::collections::HashSet<&str> = self
-            .new_claims
-            .iter()
-            .filter_map(|c| c.group.as_deref())
-            .collect();
-        let atomic: std::collections::HashSet<&str> = self
-            .new_claims
-            .iter()
-            .filter(|c| c.atomic)
-            .map(|c| c.pool.as_str())
-            .collect();
-        let (tied, deferred): (Vec<NewClaim>, Vec<NewClaim>) = rest.into_iter().partition(|c| {
-            c.group.as_deref().is_some_and(|g| groups.contains(g))
-                || (c.atomic && atomic.contains(c.pool.as_str()))
-        });
-        self.new_claims.extend(tied);
-        deferred
     }
 
     /// A compact, stable text rendering for snapshot tests and `explain`.
@@ -179,66 +154,9 @@ impl Plan {
         for u in &self.unschedulable {
             let _ = writeln!(s, "unschedulable {}: {}", u.pod, u.reason);
         }
-        s
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn claim(name: &str, pool: &str, group: Option<&str>, atomic: bool) -> NewClaim {
-        NewClaim {
-            name: name.into(),
-            pool: pool.into(),
-            instance_types: vec![],
-            requirements: Requirements::new(),
-            labels: Labels::default(),
-            taints: vec![],
-            startup_taints: vec![],
-            pods: vec![],
-            requests: Resources::default(),
-            price: 1.0,
-            gpus: 0,
-            group: group.map(str::to_string),
-            atomic,
-            dra: false,
+        for d in &self.deferred {
+            let _ = writeln!(s, "deferred {d}");
         }
-    }
-
-    fn names(claims: &[NewClaim]) -> Vec<&str> {
-        claims.iter().map(|c| c.name.as_str()).collect()
-    }
-
-    #[test]
-    fn deferring_keeps_a_gang_and_an_atomic_scale_up_whole() {
-        let mut plan = Plan {
-            new_claims: vec![
-                claim("a", "cpu", None, false),
-                claim("g1", "gpu", Some("team/train"), false),
-                claim("b", "cpu", None, false),
-                claim("g2", "gpu", Some("team/train"), false),
-                claim("x1", "batch", None, true),
-                claim("h1", "gpu", Some("team/other"), false),
-                claim("h2", "gpu", Some("team/other"), false),
-            ],
-            ..Plan::default()
-        };
-        let deferred = plan.defer_beyond(2);
-        assert_eq!(names(&plan.new_claims), ["a", "g1", "g2"]);
-        assert_eq!(names(&deferred), ["b", "x1", "h1", "h2"]);
-
-        let mut plan = Plan {
-            new_claims: vec![
-                claim("x1", "batch", None, true),
-                claim("a", "cpu", None, false),
-                claim("x2", "batch", None, true),
-            ],
-            ..Plan::default()
-        };
-        assert_eq!(names(&plan.defer_beyond(1)), ["a"]);
-        assert_eq!(names(&plan.new_claims), ["x1", "x2"]);
-        assert!(plan.defer_beyond(5).is_empty(), "under the cap: all kept");
-        assert_eq!(plan.new_claims.len(), 2);
+        s
     }
 }

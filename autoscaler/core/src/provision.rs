@@ -110,12 +110,26 @@ use topology::SelectorIndex;
 pub struct PlanOptions {
     /// Most instance types kept on one new claim (cheapest first).
     pub max_instance_types: usize,
+    /// Most new claims one plan opens ([`usize::MAX`] by default: no limit). Once that many
+    /// are open, a pod that would need another is listed in [`Plan::deferred`] instead, while
+    /// later pods still fill the claims already opened; an all-or-nothing group being placed
+    /// opens what it needs (it is never split), and an atomic pool's scale-up is opened whole
+    /// or not at all. A provisioning round plans the deferred pods again at once, so a
+    /// backlog of 100,000 pods costs the planner one slice per round, not the whole backlog
+    /// before the first launch.
+    pub max_new_claims: usize,
 }
+
+/// The controller's default for [`PlanOptions::max_new_claims`] in a provisioning round
+/// (`--max-claims-per-round`), which the simulator uses too. As the Cluster Autoscaler's
+/// `--max-nodes-per-scaleup` (1000), it bounds the latency of a huge scale-up, not its rate.
+pub const DEFAULT_MAX_CLAIMS_PER_ROUND: usize = 1000;
 
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
             max_instance_types: 60,
+            max_new_claims: usize::MAX,
         }
     }
 }
@@ -338,6 +352,14 @@ struct Planner<'a> {
     /// The pending pod to explain (`explain`): its considerations are taken when it is placed.
     explain: Option<usize>,
     considered: Option<Vec<crate::explain::PoolConsidered>>,
+    /// Per pending pod: left for a later plan because the plan holds
+    /// [`PlanOptions::max_new_claims`] claims already (unless a later pass placed it).
+    deferred: Vec<bool>,
+    /// Per scan group: a pod of the group was deferred. The plan only fills from then on, so
+    /// an identical pod would be deferred too and is, without the search.
+    deferred_scan: Vec<bool>,
+    /// An all-or-nothing group is being placed: it may open claims beyond the limit.
+    in_group: bool,
     /// DRA: `None` when no pending pod has a resource claim.
     dra: Option<dra::DraPlan<'a>>,
     /// Per pending pod, its DRA identity (part of its class).
@@ -450,6 +472,9 @@ impl<'a> Planner<'a> {
             },
             reasons: vec![None; snap.pending.len()],
             limited: vec![Vec::new(); snap.pending.len()],
+            deferred: vec![false; snap.pending.len()],
+            deferred_scan: Vec::new(),
+            in_group: false,
             vocabulary: std::cell::OnceCell::new(),
             explain: None,
             considered: None,
@@ -622,9 +647,14 @@ impl<'a> Planner<'a> {
             }
         }
         // A pod whose hostname affinity finds every node holding a target full: the passes
-        // cannot help it, but moving a target to a node of its own can.
+        // cannot help it, but moving a target to a node of its own can (a new claim: once
+        // the plan is at its limit, that waits for a later plan).
         for f in retry {
-            self.make_room_for(f);
+            if self.at_claim_limit() {
+                self.deferred[f] = true;
+            } else {
+                self.make_room_for(f);
+            }
         }
         let considered = self.considered.take();
         (self.finish(), considered)
@@ -638,11 +668,13 @@ impl<'a> Planner<'a> {
             .map_or(members.len(), |g| (g.min_count as usize).min(members.len()));
         let saved = self.state.clone();
         let mut failed: Vec<usize> = Vec::new();
+        self.in_group = true;
         for m in members {
             if !self.place(*m) {
                 failed.push(*m);
             }
         }
+        self.in_group = false;
         let placed = members.len() - failed.len();
         if placed >= min {
             return;
@@ -674,6 +706,10 @@ impl<'a> Planner<'a> {
         }
         if let Some(why) = self.dra_invalid(i) {
             self.reasons[i] = Some(why);
+            return false;
+        }
+        if self.deferred_scan[self.scan_group[i]] && self.defers(i) {
+            self.deferred[i] = true;
             return false;
         }
         let mut placed = self.place_inner(i);
@@ -809,8 +845,16 @@ impl<'a> Planner<'a> {
                 return true;
             }
         }
-        // 4. a new claim, sized for the similar pods that follow.
+        // 4. a new claim, sized for the similar pods that follow; past the plan's limit of
+        // new claims, a later plan's.
         match alone {
+            Ok(_) if self.defers(i) => {
+                self.deferred[i] = true;
+                if self.snap.pending[i].claims.is_empty() {
+                    self.deferred_scan[sg] = true;
+                }
+                false
+            }
             Ok((pool, reqs, cands, price, _)) => {
                 self.open_claim(i, pool, reqs, cands, price, avoid_gpu);
                 true
@@ -822,12 +866,24 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Whether the plan has opened [`PlanOptions::max_new_claims`] claims.
+    fn at_claim_limit(&self) -> bool {
+        self.state.claims_opened >= self.options.max_new_claims
+    }
+
+    /// Whether pod `i`, needing a new claim, waits for a later plan: the plan is at its limit
+    /// and the pod is not a member of the all-or-nothing group being placed.
+    fn defers(&self, i: usize) -> bool {
+        !self.in_group && self.snap.pending[i].group.is_none() && self.at_claim_limit()
+    }
+
     fn finish(self) -> Plan {
         let mut plan = Plan::default();
         let pending = &self.snap.pending;
         let mut unplaced: Vec<usize> = Vec::new();
         for (i, p) in self.state.placed.iter().enumerate() {
             match p {
+                None if self.deferred[i] => plan.deferred.push(pending[i].key.clone()),
                 Some(si) => {
                     let slot = &self.state.slots[*si];
                     match slot.kind {
@@ -937,6 +993,7 @@ impl<'a> Planner<'a> {
             });
         }
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan.deferred.sort();
         plan
     }
 }

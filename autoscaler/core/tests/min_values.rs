@@ -137,6 +137,7 @@ fn truncation_keeps_a_value_of_each_label_the_rule_names() {
     );
     let opts = PlanOptions {
         max_instance_types: 2,
+        ..PlanOptions::default()
     };
     let plan = plan_with(&snap, &opts);
     let c = &plan.new_claims[0];

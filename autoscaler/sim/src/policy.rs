@@ -8,7 +8,7 @@ use autoscaler_core::disruption::{
     Command, DisruptionConfig, DisruptionState, Method, cooldown, plan_disruption, validate,
 };
 use autoscaler_core::model::{DaemonSet, Pod, PodKey, Pool, Snapshot};
-use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::provision::{DEFAULT_MAX_CLAIMS_PER_ROUND, PlanOptions, plan_with};
 use providers::OfferingKey;
 
 use crate::cluster::{Cluster, NodeId, NodePhase, PodId, PodPhase, SnapshotCache};
@@ -215,7 +215,7 @@ pub trait Policy {
     }
 }
 
-/// This project's planner ([`plan_provisioning`]) and disruption ([`plan_disruption`]),
+/// This project's planner ([`autoscaler_core::provision::plan_provisioning`]) and disruption ([`plan_disruption`]),
 /// driven as the controller drives them.
 pub struct GpuAutoscaler {
     state: DisruptionState,
@@ -274,7 +274,12 @@ impl Policy for GpuAutoscaler {
 
     fn provision(&mut self, ctx: &Ctx, now: i64) -> (Vec<LaunchSpec>, Vec<(PodId, NodeId)>) {
         let snap = ctx.snapshot_in(&mut self.cache, true);
-        let plan = plan_provisioning(snap);
+        // The controller's slice per round; the pods past it are planned at the next re-plan.
+        let options = PlanOptions {
+            max_new_claims: DEFAULT_MAX_CLAIMS_PER_ROUND,
+            ..PlanOptions::default()
+        };
+        let plan = plan_with(snap, &options);
         if std::env::var_os("SIM_DEBUG").is_some() {
             eprintln!(
                 "t={now} pending={} nodes={} in_flight={} -> existing={} in_flight={} new={} unschedulable={}",

@@ -231,6 +231,7 @@ impl<'a> Planner<'a> {
             self.class_left[self.class_of[i]].add(&demand(p, &Devices::default()));
         }
         self.scan_from = vec![0; scan_index.len()];
+        self.deferred_scan = vec![false; scan_index.len()];
         self.verdicts = vec![Vec::new(); scan_index.len()];
     }
 
