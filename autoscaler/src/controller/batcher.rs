@@ -111,6 +111,17 @@ impl Batcher {
         self.resume = true;
     }
 
+    /// A new leader's first look at the pods already pending: when the youngest of them became
+    /// unschedulable at least `idle` ago by its own timestamp (`youngest_age_ms`), they stopped
+    /// arriving before this process started, a window would gather nothing more, and the next
+    /// [`Batcher::step`] hands them back at once. `None` (a pod without a timestamp, or none
+    /// pending) keeps the usual window.
+    pub fn start_with(&mut self, youngest_age_ms: Option<u64>) {
+        if youngest_age_ms.is_some_and(|age| age >= self.config.idle_ms) {
+            self.resume = true;
+        }
+    }
+
     /// Feeds the pods pending at `now`; returns them all when the window closes.
     pub fn step(&mut self, now: u64, pending: &BTreeSet<PodKey>) -> Option<BTreeSet<PodKey>> {
         // Pods that left (bound, deleted) are forgotten, so that a pod coming back is new.
@@ -177,26 +188,27 @@ pub struct Young<'a> {
 }
 
 impl ScaleUpDelays {
-    /// The pods acted on at `now_ms`. Pure.
-    pub fn acted_on<'a>(&self, pods: &[Young<'a>], now_ms: i64) -> BTreeSet<&'a PodKey> {
+    /// Per pod of `pods`, in order: whether it is acted on at `now_ms`. Pure.
+    pub fn acted_on(&self, pods: &[Young<'_>], now_ms: i64) -> Vec<bool> {
         let old_enough = |p: &Young<'_>, delay: i64| {
             delay <= 0
                 || p.created_ms
                     .is_none_or(|c| c <= now_ms.saturating_sub(delay))
         };
-        let past_first: Vec<&Young<'a>> = pods
+        let past_first: Vec<bool> = pods
             .iter()
-            .filter(|p| old_enough(p, self.new_pod_ms))
+            .map(|p| old_enough(p, self.new_pod_ms))
             .collect();
-        let gpu_wait = past_first
+        let gpu_wait = pods
             .iter()
-            .filter(|p| p.gpu)
+            .zip(&past_first)
+            .filter(|(p, past)| **past && p.gpu)
+            .map(|(p, _)| p)
             .min_by_key(|p| p.created_ms.unwrap_or(i64::MIN))
             .is_some_and(|oldest| !old_enough(oldest, self.gpu_pod_ms));
-        past_first
-            .into_iter()
-            .filter(|p| !(p.gpu && gpu_wait))
-            .map(|p| p.key)
+        pods.iter()
+            .zip(past_first)
+            .map(|(p, past)| past && !(p.gpu && gpu_wait))
             .collect()
     }
 }
@@ -226,11 +238,15 @@ mod tests {
                 })
                 .collect()
         };
-        let names = |s: std::collections::BTreeSet<&PodKey>| {
-            s.into_iter()
-                .map(|k| k.name.as_str())
-                .collect::<Vec<_>>()
-                .join(",")
+        let names = |acted: Vec<bool>| {
+            let mut n: Vec<&str> = keys
+                .iter()
+                .zip(acted)
+                .filter(|(_, a)| *a)
+                .map(|(k, _)| k.name.as_str())
+                .collect();
+            n.sort_unstable();
+            n.join(",")
         };
         let d = |new_pod_ms, gpu_pod_ms| ScaleUpDelays {
             new_pod_ms,
@@ -332,6 +348,27 @@ mod tests {
         b.resume();
         assert_eq!(b.step(1_300, &set(&[])), None);
         assert_eq!(b.step(1_400, &set(&["b"])), None);
+    }
+
+    #[test]
+    fn a_backlog_older_than_the_window_is_planned_at_a_new_leaders_first_step() {
+        let mut b = Batcher::new(BatchConfig::default());
+        // The youngest pending pod arrived 999 ms ago: it may be part of a burst still coming.
+        b.start_with(Some(999));
+        assert_eq!(b.step(0, &set(&["a", "b"])), None);
+        let mut b = Batcher::new(BatchConfig::default());
+        b.start_with(None);
+        assert_eq!(b.step(0, &set(&["a", "b"])), None);
+        // A second since the youngest arrived: nothing is gathering, plan at once.
+        let mut b = Batcher::new(BatchConfig::default());
+        b.start_with(Some(1_000));
+        assert_eq!(b.step(0, &set(&["a", "b"])), Some(set(&["a", "b"])));
+        // Then the usual rules: a newcomer opens a window.
+        assert_eq!(b.step(100, &set(&["a", "b", "c"])), None);
+        assert_eq!(
+            b.step(1_100, &set(&["a", "b", "c"])),
+            Some(set(&["a", "b", "c"]))
+        );
     }
 
     #[test]

@@ -262,12 +262,13 @@ pub struct RunArgs {
     /// CapacityRevoked) this long after they ended; `0s` leaves them to their owner.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub provreq_retention: Duration,
-    /// Most NodeClaims one provisioning round writes; the pods of the rest stay pending and are
-    /// planned again in the next round, at once. A backlog then gets its first nodes after
-    /// one slice is written (as the Cluster Autoscaler's `--max-nodes-per-scaleup`, 1000, this
-    /// bounds latency, not the rate of scale-up). A gang's or atomic scale-up's claims are
-    /// never split.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Most NodeClaims one provisioning round plans and writes; pods that would need more stay
+    /// pending and are planned again in the next round, at once. A backlog then gets its
+    /// first nodes after one slice is planned and written (as the Cluster Autoscaler's
+    /// `--max-nodes-per-scaleup`, 1000, this bounds latency, not the rate of scale-up). A
+    /// gang's or atomic scale-up's claims are never split.
+    #[arg(long, default_value_t = autoscaler_core::provision::DEFAULT_MAX_CLAIMS_PER_ROUND as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_claims_per_round: u64,
     /// ProvisioningRequests: most pods one request may ask for (all pod sets together);
     /// larger requests fail with `InvalidRequest` before any pod is built.

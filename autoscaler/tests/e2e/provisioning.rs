@@ -337,8 +337,8 @@ async fn e2e_new_pod_scale_up_delay_holds_young_pods() {
     );
 }
 
-/// `--max-claims-per-round`: a plan larger than the cap is written slice after slice, one
-/// round after another, every pod gets its node, and no pod gets two.
+/// `--max-claims-per-round`: a backlog larger than the cap is planned and written slice after
+/// slice, one round after another, every pod gets its node, and no pod gets two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_a_plan_beyond_max_claims_per_round_is_written_over_rounds() {
     let c = Cluster::start().await;
@@ -372,7 +372,7 @@ async fn e2e_a_plan_beyond_max_claims_per_round_is_written_over_rounds() {
     assert_eq!(c.claims().await.len(), 5, "one claim per pod, none twice");
     let log = ctl.log();
     assert!(
-        log.matches("written next round (--max-claims-per-round)")
+        log.matches("pods past --max-claims-per-round are planned next round")
             .count()
             >= 2,
         "5 claims at 2 a round take three rounds: {log}"

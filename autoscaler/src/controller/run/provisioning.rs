@@ -9,7 +9,7 @@ use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{PodKey, Snapshot};
 use autoscaler_core::plan::NewClaim;
-use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::provision::{PlanOptions, plan_with};
 use autoscaler_core::requirements::{Requirements, ValueSet};
 use autoscaler_core::resources::{Resources, is_gpu_class};
 use futures::StreamExt;
@@ -191,17 +191,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
     }
 
     /// Unschedulable pods, except those consuming a live ProvisioningRequest's capacity: that
-    /// capacity is booked for them, so they never trigger a scale-up of their own.
-    fn pending_now(&self, pods: &[Arc<CachedPod>]) -> BTreeSet<PodKey> {
+    /// capacity is booked for them, so they never trigger a scale-up of their own. In the
+    /// order of `pods`.
+    fn pending_now<'p>(&self, pods: &'p [Arc<CachedPod>]) -> Vec<&'p Arc<CachedPod>> {
         let live = self.live_provreqs();
         let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         let delays = ScaleUpDelays {
             new_pod_ms: ms(self.args.new_pod_scale_up_delay),
             gpu_pod_ms: ms(self.args.gpu_pod_scale_up_delay),
         };
-        let young: Vec<Young<'_>> = pods
+        let unschedulable: Vec<&Arc<CachedPod>> = pods.iter().filter(|p| p.unschedulable).collect();
+        let young: Vec<Young<'_>> = unschedulable
             .iter()
-            .filter(|p| p.unschedulable)
             .map(|p| Young {
                 key: &p.key,
                 created_ms: p.created_ms,
@@ -210,8 +211,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
             })
             .collect();
         let acted_on = delays.acted_on(&young, jiff::Timestamp::now().as_millisecond());
-        pods.iter()
-            .filter(|p| acted_on.contains(&p.key))
+        unschedulable
+            .into_iter()
+            .zip(acted_on)
+            .filter(|(_, acted)| *acted)
+            .map(|(p, _)| p)
             .filter(|p| {
                 live.is_empty()
                     || !p
@@ -221,18 +225,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .and_then(crate::controller::provreq::consumed_request)
                         .is_some_and(|r| live.contains(&r))
             })
-            .map(|p| p.key.clone())
             .collect()
     }
 
     async fn provision(&mut self) {
         let pods = self.stores.pods.state();
-        let pending = self.pending_now(&pods);
+        let pending_pods = self.pending_now(&pods);
+        let pending: BTreeSet<PodKey> = pending_pods.iter().map(|p| p.key.clone()).collect();
         self.shared.metrics.pending_pods.set(pending.len() as i64);
         let now_ms = jiff::Timestamp::now().as_millisecond();
-        let oldest = pods
+        let oldest = pending_pods
             .iter()
-            .filter(|p| pending.contains(&p.key))
             .filter_map(|p| p.unschedulable_since_ms)
             .map(|since| now_ms.saturating_sub(since))
             .max()
@@ -242,6 +245,21 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .oldest_pending_pod_seconds
             .set(oldest as f64 / 1000.0);
         self.guard_observe(&pending);
+        if self.first_round {
+            // A backlog older than a batch window (a restart, a failover) is planned at once.
+            let youngest = pending_pods
+                .iter()
+                .map(|p| {
+                    p.unschedulable_since_ms
+                        .map(|since| now_ms.saturating_sub(since))
+                })
+                .try_fold(None::<i64>, |min, age| {
+                    age.map(|a| Some(min.map_or(a, |m: i64| m.min(a))))
+                })
+                .flatten();
+            self.batcher
+                .start_with(youngest.map(|a| u64::try_from(a).unwrap_or(0)));
+        }
         let Some(batch) = self.batcher.step(self.millis(), &pending) else {
             return;
         };
@@ -298,7 +316,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         let planning = Instant::now();
-        let mut plan = plan_provisioning(&built.snapshot);
+        let options = PlanOptions {
+            max_new_claims: usize::try_from(self.args.max_claims_per_round).unwrap_or(usize::MAX),
+            ..PlanOptions::default()
+        };
+        let mut plan = plan_with(&built.snapshot, &options);
         tracing::info!(
             snapshot_ms = (planning - building).as_millis() as u64,
             plan_ms = planning.elapsed().as_millis() as u64,
@@ -307,17 +329,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
             in_flight = plan.in_flight.len(),
             new_claims = plan.new_claims.len(),
             unschedulable = plan.unschedulable.len(),
+            deferred = plan.deferred.len(),
             "planned"
         );
         let mut events = Vec::new();
         self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
-        let cap = usize::try_from(self.args.max_claims_per_round).unwrap_or(usize::MAX);
-        let deferred = plan.defer_beyond(cap);
-        if !deferred.is_empty() {
+        if !plan.deferred.is_empty() {
+            // The plan stopped opening claims at its limit: the pods it left are planned again
+            // in the next round, without a new batch window.
             tracing::info!(
                 written = plan.new_claims.len(),
-                deferred = deferred.len(),
-                "the plan's other claims are written next round (--max-claims-per-round)"
+                deferred = plan.deferred.len(),
+                "pods past --max-claims-per-round are planned next round"
             );
             self.batcher.resume();
         }
@@ -428,12 +451,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         self.limit_events(&plan, &pools, &mut events);
-        let pending_ids: HashSet<String> = pods
-            .iter()
-            .filter(|p| pending.contains(&p.key))
-            .map(|p| pod_problems::pod_id(p))
-            .collect();
-        self.notices.retain(|id| pending_ids.contains(id));
+        if !self.notices.is_empty() {
+            let pending_ids: HashSet<String> = pending_pods
+                .iter()
+                .map(|p| pod_problems::pod_id(p))
+                .collect();
+            self.notices.retain(|id| pending_ids.contains(id));
+        }
         if !events.is_empty() {
             let actuator = self.shared.actuator.clone();
             tokio::spawn(async move {
@@ -442,6 +466,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 }
             });
         }
+        // Freeing the snapshot and plan of a large backlog takes a while (100,000 pods: about
+        // 0.2 s); off the loop, so that this round's launches do not wait for it.
+        tokio::task::spawn_blocking(move || drop((built, plan)));
     }
 
     /// A `LimitReached` Warning on each NodePool whose limits hold pending pods back, with the
@@ -502,7 +529,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
         for_disruption: bool,
     ) -> Snapshot {
         let pods = self.stores.pods.state();
-        let pending = self.pending_now(&pods);
+        let pending: BTreeSet<PodKey> = self
+            .pending_now(&pods)
+            .iter()
+            .map(|p| p.key.clone())
+            .collect();
         let nodes = self.stores.nodes.state();
         let pools = self.stores.pools.state();
         let claims = self.stores.claims.state();
