@@ -465,16 +465,20 @@ async fn backlog(
     let Some(first) = first else {
         return Err(cfg(format!("no launch in {}", log.display())));
     };
-    for (at, f) in &lines {
-        if f["message"] == "planned" {
+    // Where the time to the first launch went: each message the controller logged before it,
+    // at its first occurrence.
+    let mut seen = std::collections::HashSet::new();
+    for (at, f) in lines.iter().filter(|(at, _)| *at <= first) {
+        let message = f["message"].as_str().unwrap_or_default();
+        if f["message"] == "planned" || seen.insert(message) {
             let d = at.duration_since(spawned_at).as_secs_f64();
-            eprintln!("controller planned at {d:.2}s after its start: {f}");
+            eprintln!("controller at {d:6.2}s: {f}");
         }
     }
     let secs = |a: jiff::Timestamp, b: jiff::Timestamp| b.duration_since(a).as_secs_f64();
     Ok(E2eResult {
         nodes: args.nodes,
-        pods: 0,
+        pods: args.nodes * args.pods_per_node + n,
         pending_to_launch_p50_s: None,
         pending_to_launch_p99_s: None,
         backlog_pods: Some(n),
