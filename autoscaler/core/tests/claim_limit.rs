@@ -3,40 +3,20 @@
 //! splits.
 
 use autoscaler_core::builders::*;
-use autoscaler_core::model::{Group, Snapshot};
+use autoscaler_core::model::Snapshot;
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::{PlanOptions, plan_provisioning, plan_with};
 use expect_test::{Expect, expect};
 
 mod support;
-use support::cpu_types;
+use support::{cpu_types, with_groups};
 
 fn snapshot(pods: Vec<PodBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
-    let mut snap = Snapshot {
+    with_groups(Snapshot {
         pending: pods.into_iter().map(|p| p.build()).collect(),
         pools: pools.into_iter().map(|p| p.build()).collect(),
         ..Snapshot::default()
-    };
-    let groups: Vec<String> = snap
-        .pending
-        .iter()
-        .filter_map(|p| p.group.clone())
-        .collect();
-    for g in groups {
-        let n = snap
-            .pending
-            .iter()
-            .filter(|p| p.group.as_deref() == Some(&g))
-            .count() as u32;
-        snap.groups.insert(
-            g.clone(),
-            Group {
-                name: g,
-                min_count: n,
-            },
-        );
-    }
-    snap
+    })
 }
 
 fn plan(snap: &Snapshot, limit: usize, expected: Expect) -> Plan {

@@ -4,11 +4,13 @@
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
-use autoscaler_core::model::{Group, Snapshot};
+use autoscaler_core::model::Snapshot;
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::taints::{Effect, Toleration};
+mod support;
 use expect_test::{Expect, expect};
+use support::with_groups;
 
 /// p4d.24xlarge on demand in three zones, cheapest in b.
 fn p4d() -> InstanceType {
@@ -39,7 +41,7 @@ fn gang(name: &str, n: usize) -> Vec<PodBuilder> {
 }
 
 fn snapshot(pods: Vec<PodBuilder>, types: Vec<InstanceType>) -> Snapshot {
-    let mut snap = Snapshot {
+    with_groups(Snapshot {
         pending: pods.into_iter().map(|p| p.build()).collect(),
         pools: vec![
             pool("gpu", types)
@@ -47,27 +49,7 @@ fn snapshot(pods: Vec<PodBuilder>, types: Vec<InstanceType>) -> Snapshot {
                 .build(),
         ],
         ..Snapshot::default()
-    };
-    let groups: Vec<String> = snap
-        .pending
-        .iter()
-        .filter_map(|p| p.group.clone())
-        .collect();
-    for g in groups {
-        let n = snap
-            .pending
-            .iter()
-            .filter(|p| p.group.as_deref() == Some(&g))
-            .count() as u32;
-        snap.groups.insert(
-            g.clone(),
-            Group {
-                name: g,
-                min_count: n,
-            },
-        );
-    }
-    snap
+    })
 }
 
 fn zones(plan: &Plan) -> Vec<Vec<String>> {

@@ -6,7 +6,7 @@
 
 use autoscaler_core::builders::itype;
 use autoscaler_core::instance::InstanceType;
-use autoscaler_core::model::Snapshot;
+use autoscaler_core::model::{Group, Snapshot};
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::plan_provisioning;
 use expect_test::Expect;
@@ -71,4 +71,23 @@ pub fn check(snap: &Snapshot, expected: Expect) -> Plan {
     expected.assert_eq(&plan.render());
     assert_eq!(plan, plan_provisioning(snap), "deterministic");
     plan
+}
+
+/// Declares every all-or-nothing group the pending pods name, with all its pending members as
+/// its minimum.
+pub fn with_groups(mut snap: Snapshot) -> Snapshot {
+    let names: Vec<String> = snap
+        .pending
+        .iter()
+        .filter_map(|p| p.group.clone())
+        .collect();
+    for name in names {
+        let min_count = snap
+            .pending
+            .iter()
+            .filter(|p| p.group.as_deref() == Some(&name))
+            .count() as u32;
+        snap.groups.insert(name.clone(), Group { name, min_count });
+    }
+    snap
 }
