@@ -708,12 +708,14 @@ impl<'a> Planner<'a> {
             self.reasons[i] = Some(why);
             return false;
         }
+        self.deferred[i] = false;
         if self.deferred_scan[self.scan_group[i]] && self.defers(i) {
             self.deferred[i] = true;
             return false;
         }
         let mut placed = self.place_inner(i);
-        if !placed && self.any_prefer_no_schedule {
+        // A pod waiting for a later plan's claim does not settle for a place it would avoid.
+        if !placed && self.any_prefer_no_schedule && !self.deferred[i] {
             let sg = self.scan_group[i];
             let from = self.scan_from[sg];
             self.relaxed = true;

@@ -8,7 +8,7 @@ use autoscaler_core::builders::*;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{GpuSharing, Group, Pod, Snapshot};
-use autoscaler_core::provision::plan_provisioning;
+use autoscaler_core::provision::{PlanOptions, plan_provisioning, plan_with};
 use autoscaler_core::requirements::Labels;
 use autoscaler_core::resources::Resources;
 use autoscaler_core::taints::untolerated;
@@ -345,6 +345,82 @@ proptest! {
         let snap = build(&specs, limit, tainted, existing);
         if let Err(e) = verify(&snap) {
             prop_assert!(false, "{e}\n{}", plan_provisioning(&snap).render());
+        }
+    }
+}
+
+/// Under a limit on new claims (`PlanOptions::max_new_claims`), every pending pod is still
+/// accounted for exactly once (placed, unschedulable or deferred), none is refused that the
+/// plan without a limit helps; without all-or-nothing
+/// groups the plan holds at most the limit; and a plan that needed no more than the limit is
+/// the plan without one.
+fn verify_limited(snap: &Snapshot, limit: usize) -> Result<(), String> {
+    let options = PlanOptions {
+        max_new_claims: limit,
+        ..PlanOptions::default()
+    };
+    let plan = plan_with(snap, &options);
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let keys = plan
+        .existing
+        .iter()
+        .chain(&plan.in_flight)
+        .map(|p| &p.pod)
+        .chain(plan.new_claims.iter().flat_map(|c| &c.pods))
+        .chain(plan.unschedulable.iter().map(|u| &u.pod))
+        .chain(&plan.deferred);
+    for k in keys {
+        *seen.entry(k.to_string()).or_default() += 1;
+    }
+    for p in &snap.pending {
+        let n = seen.remove(&p.key.to_string()).unwrap_or(0);
+        if n != 1 {
+            return Err(format!("pod {} is in the plan {n} times", p.key));
+        }
+    }
+    if let Some(k) = seen.keys().next() {
+        return Err(format!("pod {k} is in the plan but not pending"));
+    }
+    let grouped = snap.pending.iter().any(|p| p.group.is_some());
+    if !grouped && plan.new_claims.len() > limit {
+        return Err(format!(
+            "{} new claims over a limit of {limit}",
+            plan.new_claims.len()
+        ));
+    }
+    let whole = plan_provisioning(snap);
+    // No NodePool limits or topology here: whether a pod can be helped at all does not depend
+    // on how many claims the plan opened, so the limit defers pods but never refuses one.
+    for u in &plan.unschedulable {
+        if !whole.unschedulable.iter().any(|w| w.pod == u.pod) {
+            return Err(format!(
+                "pod {} is refused under the limit ({}) but placed without it",
+                u.pod, u.reason
+            ));
+        }
+    }
+    if whole.new_claims.len() <= limit && plan != whole {
+        return Err(format!(
+            "the plan fits the limit of {limit} but differs from the unlimited one:\n{}",
+            whole.render()
+        ));
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn a_limit_on_new_claims_defers_and_never_loses_a_pod(
+        specs in proptest::collection::vec(arb_pod(), 0..25),
+        limit in 0usize..6,
+        tainted in any::<bool>(),
+        existing in any::<bool>(),
+    ) {
+        let snap = build(&specs, None, tainted, existing);
+        if let Err(e) = verify_limited(&snap, limit) {
+            let options = PlanOptions { max_new_claims: limit, ..PlanOptions::default() };
+            prop_assert!(false, "{e}\n{}", plan_with(&snap, &options).render());
         }
     }
 }
