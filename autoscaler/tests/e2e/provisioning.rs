@@ -378,3 +378,71 @@ async fn e2e_a_plan_beyond_max_claims_per_round_is_written_over_rounds() {
         "5 claims at 2 a round take three rounds: {log}"
     );
 }
+
+/// A new leader (a restart, a failover) plans a backlog that stopped arriving before it
+/// started at once, instead of gathering it for a batch window first: with `--batch-idle=45s`
+/// the pod, unschedulable for an hour, gets its claim within 25 s of the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_new_leader_plans_an_old_backlog_without_a_batch_window() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(cpu_pool("cpu", "10m")).await;
+    let _: Pod = c
+        .create(cpu_pod(
+            "old",
+            "1",
+            std::collections::BTreeMap::from([("app", "old")]),
+        ))
+        .await;
+    let unschedulable = |p: &Pod| {
+        p.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
+    };
+    eventually("the pod unschedulable", DEADLINE, || async {
+        unschedulable(&c.pod("default", "old").await?)
+    })
+    .await;
+    // As if it had been pending for an hour: the scheduler keeps the time while the
+    // condition stays False.
+    let an_hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .patch_status(
+            "old",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/0 nodes are available", "lastTransitionTime": an_hour_ago.to_string()
+            }]}})),
+        )
+        .await
+        .expect("patching the pod's status");
+    let p = c.pod("default", "old").await.expect("the pod");
+    assert_eq!(
+        unschedulable(&p).map(|t| t.as_second()),
+        Some(an_hour_ago.as_second()),
+        "the condition's time as patched"
+    );
+    let started = std::time::Instant::now();
+    let _ctl = c.controller(
+        "restarted",
+        &[
+            "--leader-elect=false",
+            "--batch-idle=45s",
+            "--batch-max=60s",
+        ],
+    );
+    eventually(
+        "a claim for the old backlog",
+        Duration::from_secs(25),
+        || async { (!c.claims().await.is_empty()).then_some(()) },
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(45),
+        "the claim came after a batch window"
+    );
+}
