@@ -650,10 +650,18 @@ impl<'a> Planner<'a> {
         // cannot help it, but moving a target to a node of its own can (a new claim: once
         // the plan is at its limit, that waits for a later plan).
         for f in retry {
-            if self.at_claim_limit() {
+            if !self.at_claim_limit() && self.make_room_for(f) {
+                continue;
+            }
+            // Past the limit, the move needs a claim only a later plan may open: a pod a move
+            // could help waits for it; the others keep their reason.
+            if self.at_claim_limit()
+                && self.snap.pending[f]
+                    .affinity
+                    .iter()
+                    .any(|t| t.topology_key == labels::HOSTNAME)
+            {
                 self.deferred[f] = true;
-            } else {
-                self.make_room_for(f);
             }
         }
         let considered = self.considered.take();
@@ -677,6 +685,9 @@ impl<'a> Planner<'a> {
         self.in_group = false;
         let placed = members.len() - failed.len();
         if placed >= min {
+            // The group's claims past the limit have room other pods may join: a pod deferred
+            // before them is searched for again.
+            self.deferred_scan.fill(false);
             return;
         }
         let first = failed[0];
@@ -852,7 +863,9 @@ impl<'a> Planner<'a> {
         match alone {
             Ok(_) if self.defers(i) => {
                 self.deferred[i] = true;
-                if self.snap.pending[i].claims.is_empty() {
+                // Identical pods get the same answer only while the plan just fills: not for
+                // pods whose zone rules or affinity open up as others are placed.
+                if self.monotone[i] && self.snap.pending[i].claims.is_empty() {
                     self.deferred_scan[sg] = true;
                 }
                 false

@@ -389,13 +389,26 @@ fn verify_limited(snap: &Snapshot, limit: usize) -> Result<(), String> {
         ));
     }
     let whole = plan_provisioning(snap);
-    // No NodePool limits or topology here: whether a pod can be helped at all does not depend
-    // on how many claims the plan opened, so the limit defers pods but never refuses one.
+    // No topology here, and a NodePool's limit only refuses more as more claims open: the
+    // limit on claims defers pods but never refuses one the unlimited plan helps.
     for u in &plan.unschedulable {
         if !whole.unschedulable.iter().any(|w| w.pod == u.pod) {
             return Err(format!(
                 "pod {} is refused under the limit ({}) but placed without it",
                 u.pod, u.reason
+            ));
+        }
+    }
+    // A deferred pod can be helped: the unlimited plan places it, or refuses it only because
+    // its own claims used up a NodePool's limit first.
+    for d in &plan.deferred {
+        if whole
+            .unschedulable
+            .iter()
+            .any(|w| w.pod == *d && w.limited_by.is_empty())
+        {
+            return Err(format!(
+                "pod {d} is deferred under the limit but refused without it"
             ));
         }
     }

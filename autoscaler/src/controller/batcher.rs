@@ -68,6 +68,8 @@ pub struct Batcher {
     closed_at: u64,
     /// The last round wrote only part of its plan: the next step hands the pods back at once.
     resume: bool,
+    /// [`Batcher::step`] has run.
+    stepped: bool,
 }
 
 impl Batcher {
@@ -80,6 +82,7 @@ impl Batcher {
             arrived: BTreeSet::new(),
             closed_at: 0,
             resume: false,
+            stepped: false,
         }
     }
 
@@ -111,6 +114,11 @@ impl Batcher {
         self.resume = true;
     }
 
+    /// Whether [`Batcher::step`] has run: [`Batcher::start_with`] is for the step before.
+    pub fn stepped(&self) -> bool {
+        self.stepped
+    }
+
     /// A new leader's first look at the pods already pending: when the youngest of them became
     /// unschedulable at least `idle` ago by its own timestamp (`youngest_age_ms`), they stopped
     /// arriving before this process started, a window would gather nothing more, and the next
@@ -124,6 +132,7 @@ impl Batcher {
 
     /// Feeds the pods pending at `now`; returns them all when the window closes.
     pub fn step(&mut self, now: u64, pending: &BTreeSet<PodKey>) -> Option<BTreeSet<PodKey>> {
+        self.stepped = true;
         // Pods that left (bound, deleted) are forgotten, so that a pod coming back is new.
         self.seen.retain(|k| pending.contains(k));
         self.arrived.retain(|k| pending.contains(k));
@@ -361,8 +370,10 @@ mod tests {
         assert_eq!(b.step(0, &set(&["a", "b"])), None);
         // A second since the youngest arrived: nothing is gathering, plan at once.
         let mut b = Batcher::new(BatchConfig::default());
+        assert!(!b.stepped(), "a new batcher has not stepped: the controller primes it");
         b.start_with(Some(1_000));
         assert_eq!(b.step(0, &set(&["a", "b"])), Some(set(&["a", "b"])));
+        assert!(b.stepped());
         // Then the usual rules: a newcomer opens a window.
         assert_eq!(b.step(100, &set(&["a", "b", "c"])), None);
         assert_eq!(

@@ -777,6 +777,7 @@ impl<'a> Planner<'a> {
                 tries += 1;
                 let zone = self.state.slots[si].zone.clone();
                 let saved = self.state.clone();
+                let saved_scan = self.deferred_scan.clone();
                 self.uncommit(t, si);
                 let moved = match self.open_claim_candidates(t) {
                     Ok((pi, reqs, cands, price, _))
@@ -792,7 +793,10 @@ impl<'a> Planner<'a> {
                 if moved && self.place(f) {
                     return true;
                 }
+                // A deferral this try made is undone with it (the claim it counted is gone).
                 self.state = saved;
+                self.deferred_scan = saved_scan;
+                self.deferred[f] = false;
             }
         }
         false

@@ -245,8 +245,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .oldest_pending_pod_seconds
             .set(oldest as f64 / 1000.0);
         self.guard_observe(&pending);
-        if self.first_round {
-            // A backlog older than a batch window (a restart, a failover) is planned at once.
+        if !self.batcher.stepped() {
+            // A new leader's first provisioning round (not always its first round: scaling
+            // may be halted then): a backlog older than a batch window is planned at once.
             let youngest = pending_pods
                 .iter()
                 .map(|p| {
@@ -334,9 +335,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
         );
         let mut events = Vec::new();
         self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
-        if !plan.deferred.is_empty() {
+        if !plan.deferred.is_empty() && !plan.new_claims.is_empty() {
             // The plan stopped opening claims at its limit: the pods it left are planned again
-            // in the next round, without a new batch window.
+            // in the next round, without a new batch window. Not when the launch guard held
+            // back every claim of the slice: planning again at once would write nothing again
+            // (the pods wait for the usual re-plan).
             tracing::info!(
                 written = plan.new_claims.len(),
                 deferred = plan.deferred.len(),
