@@ -370,7 +370,10 @@ mod tests {
         assert_eq!(b.step(0, &set(&["a", "b"])), None);
         // A second since the youngest arrived: nothing is gathering, plan at once.
         let mut b = Batcher::new(BatchConfig::default());
-        assert!(!b.stepped(), "a new batcher has not stepped: the controller primes it");
+        assert!(
+            !b.stepped(),
+            "a new batcher has not stepped: the controller primes it"
+        );
         b.start_with(Some(1_000));
         assert_eq!(b.step(0, &set(&["a", "b"])), Some(set(&["a", "b"])));
         assert!(b.stepped());

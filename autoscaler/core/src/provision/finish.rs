@@ -1,0 +1,136 @@
+//! The plan out of the planner's final state: placements, new claims with their options,
+//! refused and deferred pods.
+
+use std::collections::BTreeMap;
+
+use crate::instance::CapacityType;
+use crate::labels;
+use crate::plan::{ClaimOption, NewClaim, Placement, Plan, Unschedulable};
+
+use super::claims::mark_group_claims;
+use super::shapes::offering_allowed;
+use super::{Planner, SlotKind};
+
+impl Planner<'_> {
+    /// The plan: placements on existing nodes and in-flight claims, the new claims with their
+    /// options (an atomic pool's sharing one template), the pods refused and those deferred.
+    pub(super) fn finish(self) -> Plan {
+        let mut plan = Plan::default();
+        let pending = &self.snap.pending;
+        let mut unplaced: Vec<usize> = Vec::new();
+        for (i, p) in self.state.placed.iter().enumerate() {
+            match p {
+                None if self.deferred[i] => plan.deferred.push(pending[i].key.clone()),
+                Some(si) => {
+                    let slot = &self.state.slots[*si];
+                    match slot.kind {
+                        SlotKind::Existing(_) => plan.existing.push(Placement {
+                            pod: pending[i].key.clone(),
+                            target: slot.name.clone(),
+                        }),
+                        SlotKind::InFlight(_) => plan.in_flight.push(Placement {
+                            pod: pending[i].key.clone(),
+                            target: slot.name.clone(),
+                        }),
+                        SlotKind::New => {}
+                    }
+                }
+                None => unplaced.push(i),
+            }
+        }
+        plan.existing.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan.in_flight.sort_by(|a, b| a.pod.cmp(&b.pod));
+        // An atomic pool's claims share one template: the candidates every one of them keeps
+        // (each claim's candidates hold its pods, so their intersection holds all of them).
+        let mut shared: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for slot in &self.state.slots {
+            if let (SlotKind::New, Some(pi)) = (&slot.kind, slot.pool)
+                && self.snap.pools[pi].atomic_nodes.is_some()
+            {
+                shared
+                    .entry(pi)
+                    .and_modify(|c| c.retain(|x| slot.candidates.contains(x)))
+                    .or_insert_with(|| slot.candidates.clone());
+            }
+        }
+        for slot in &self.state.slots {
+            let atomic = slot
+                .pool
+                .is_some_and(|pi| self.snap.pools[pi].atomic_nodes.is_some());
+            if slot.kind != SlotKind::New || (slot.pods.is_empty() && !atomic) {
+                continue;
+            }
+            let pool = &self.snap.pools[slot.pool.expect("new claims have a pool")];
+            let candidates = match slot.pool.and_then(|pi| shared.get(&pi)) {
+                Some(c) if atomic && !c.is_empty() => c,
+                _ => &slot.candidates,
+            };
+            let zc = slot.reqs.get(labels::ZONE);
+            let cc = slot.reqs.get(labels::CAPACITY_TYPE);
+            let mut options: Vec<(ClaimOption, usize)> = candidates
+                .iter()
+                .map(|c| {
+                    let s = &self.shapes[*c];
+                    let offerings: Vec<(String, CapacityType, f64)> = s
+                        .offerings
+                        .iter()
+                        .filter(|o| offering_allowed(o, zc, cc))
+                        .map(|o| (o.zone.clone(), o.capacity_type, o.price))
+                        .collect();
+                    let o = ClaimOption {
+                        instance_type: s.name.clone(),
+                        price: offerings.first().map_or(f64::INFINITY, |o| o.2),
+                        offerings,
+                    };
+                    (o, *c)
+                })
+                .filter(|o| !o.0.offerings.is_empty())
+                .collect();
+            options.sort_by(|(a, _), (b, _)| {
+                a.price
+                    .total_cmp(&b.price)
+                    .then_with(|| a.instance_type.cmp(&b.instance_type))
+            });
+            let options = self.truncate_options(pool, &slot.reqs, options);
+            let gpus = candidates
+                .iter()
+                .map(|c| &self.shapes[*c])
+                .find(|s| options.first().is_some_and(|o| o.instance_type == s.name))
+                .map_or(0, |s| s.gpus.0);
+            let mut labels_out = pool.labels.clone();
+            labels_out.insert(labels::NODEPOOL.into(), pool.name.clone());
+            let mut pods: Vec<_> = slot.pods.iter().map(|i| pending[*i].key.clone()).collect();
+            pods.sort();
+            let dra = slot.pods.iter().any(|i| !pending[*i].claims.is_empty());
+            plan.new_claims.push(NewClaim {
+                name: slot.name.clone(),
+                pool: pool.name.clone(),
+                price: options.first().map_or(0.0, |o| o.price),
+                instance_types: options,
+                requirements: slot.reqs.clone(),
+                labels: labels_out,
+                taints: pool.taints.clone(),
+                startup_taints: pool.startup_taints.clone(),
+                pods,
+                requests: slot.used.clone(),
+                gpus,
+                group: None,
+                atomic,
+                dra,
+            });
+        }
+        mark_group_claims(pending, &mut plan);
+        for i in unplaced {
+            plan.unschedulable.push(Unschedulable {
+                pod: pending[i].key.clone(),
+                reason: self.reasons[i]
+                    .clone()
+                    .unwrap_or_else(|| "not placed".into()),
+                limited_by: self.limited[i].clone(),
+            });
+        }
+        plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+        plan.deferred.sort();
+        plan
+    }
+}
