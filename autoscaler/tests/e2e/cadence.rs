@@ -270,13 +270,7 @@ async fn e2e_cadence_unready_nodes_halt_scaling_until_they_recover() {
     // unschedulable: more than the batch window, `--batch-max=2s`).
     let _: Pod = c.create(pool_pod("late", "cpu")).await;
     let unschedulable_at = eventually("the late pod unschedulable", DEADLINE, || async {
-        let p = c.pod("default", "late").await?;
-        p.status?
-            .conditions?
-            .into_iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
-            .last_transition_time
-            .map(|t| t.0)
+        unschedulable_since(&c.pod("default", "late").await?)
     })
     .await;
     eventually(

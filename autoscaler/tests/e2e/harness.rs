@@ -476,6 +476,19 @@ pub fn cpu_pod(name: &str, cpu: &str, labels: BTreeMap<&str, &str>) -> Value {
 }
 
 /// The node a pod is bound to.
+/// When the scheduler marked `p` unschedulable (`PodScheduled=False`), if it is.
+pub fn unschedulable_since(p: &Pod) -> Option<jiff::Timestamp> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
 pub fn bound_to(p: &Pod) -> Option<String> {
     p.spec.as_ref().and_then(|s| s.node_name.clone())
 }

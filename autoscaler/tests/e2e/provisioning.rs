@@ -393,17 +393,8 @@ async fn e2e_a_new_leader_plans_an_old_backlog_without_a_batch_window() {
             std::collections::BTreeMap::from([("app", "old")]),
         ))
         .await;
-    let unschedulable = |p: &Pod| {
-        p.status
-            .as_ref()?
-            .conditions
-            .as_ref()?
-            .iter()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-            .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
-    };
     eventually("the pod unschedulable", DEADLINE, || async {
-        unschedulable(&c.pod("default", "old").await?)
+        unschedulable_since(&c.pod("default", "old").await?)
     })
     .await;
     // As if it had been pending for an hour: the scheduler keeps the time while the
@@ -422,7 +413,7 @@ async fn e2e_a_new_leader_plans_an_old_backlog_without_a_batch_window() {
         .expect("patching the pod's status");
     let p = c.pod("default", "old").await.expect("the pod");
     assert_eq!(
-        unschedulable(&p).map(|t| t.as_second()),
+        unschedulable_since(&p).map(|t| t.as_second()),
         Some(an_hour_ago.as_second()),
         "the condition's time as patched"
     );

@@ -248,16 +248,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         if !self.batcher.stepped() {
             // A new leader's first provisioning round (not always its first round: scaling
             // may be halted then): a backlog older than a batch window is planned at once.
-            let youngest = pending_pods
+            // `None` when some pod has no condition time: its age is unknown.
+            let ages: Option<Vec<i64>> = pending_pods
                 .iter()
-                .map(|p| {
-                    p.unschedulable_since_ms
-                        .map(|since| now_ms.saturating_sub(since))
-                })
-                .try_fold(None::<i64>, |min, age| {
-                    age.map(|a| Some(min.map_or(a, |m: i64| m.min(a))))
-                })
-                .flatten();
+                .map(|p| p.unschedulable_since_ms.map(|s| now_ms.saturating_sub(s)))
+                .collect();
+            let youngest = ages.and_then(|a| a.into_iter().min());
             self.batcher
                 .start_with(youngest.map(|a| u64::try_from(a).unwrap_or(0)));
         }
