@@ -266,3 +266,55 @@ async fn e2e_guard_a_node_short_of_devices_costs_one_launch_and_is_reported() {
     assert_eq!(c.instances().await.len(), 1);
     assert_eq!(bound_to(&c.pod("default", "big").await.unwrap()), None);
 }
+
+/// A pod waiting for its in-flight claim keeps that claim when a larger pod arrives: the larger
+/// pod gets a claim of its own and the launch guard holds nobody back. (Before plans kept
+/// their nominations, the larger pod took the claim's room, the planner opened a second claim
+/// for the first pod, and the guard, counting that as its second launch, held it back for
+/// `--launch-backoff`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_guard_a_larger_newcomer_does_not_push_a_waiting_pod_off_its_claim() {
+    let c = Cluster::start().await;
+    // m5.xlarge only: room for either pod, not both.
+    let _: NodePool = c.create(crate::harness::cpu_pool("cpu", "1h")).await;
+    // The first claim stays in flight while the second pod is planned.
+    let ctl = c.controller("guard-nominated", &["--kwok-register-delay=8s"]);
+    let _: Pod = c
+        .create(crate::harness::cpu_pod("waiting", "2", BTreeMap::new()))
+        .await;
+    eventually("a claim for the first pod", DEADLINE, || async {
+        (c.claims().await.len() == 1).then_some(())
+    })
+    .await;
+    let _: Pod = c
+        .create(crate::harness::cpu_pod("larger", "3", BTreeMap::new()))
+        .await;
+    eventually("a second claim", DEADLINE, || async {
+        (c.claims().await.len() == 2).then_some(())
+    })
+    .await;
+    for name in ["waiting", "larger"] {
+        eventually(&format!("{name} to bind"), DEADLINE, || async {
+            bound_to(&c.pod("default", name).await?)
+        })
+        .await;
+    }
+    assert_eq!(c.claims().await.len(), 2, "one claim per pod");
+    let log = ctl.log();
+    assert!(
+        !log.contains("launch guard: holding back"),
+        "the guard held a pod back:\n{log}"
+    );
+    let events = Api::<Event>::all(c.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        !events
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("LaunchBackoff")),
+        "{:#?}",
+        events.items
+    );
+}
