@@ -88,6 +88,10 @@ pub(crate) struct FidelityArgs {
     /// The fake-apiserver binary (default: next to this executable).
     #[arg(long)]
     pub(crate) fake_apiserver: Option<PathBuf>,
+    /// Keep each case's working directory (the controller's log, the CRDs, the kubeconfig)
+    /// and print where it is, instead of removing it at the end.
+    #[arg(long)]
+    pub(crate) keep: bool,
     /// Use a running fake API server (with its harness scheduler and the kwok and NodePool
     /// CRDs; one case only) through this kubeconfig instead of starting one.
     #[arg(long)]

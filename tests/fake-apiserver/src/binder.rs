@@ -1,7 +1,8 @@
 //! A small stand-in for kube-scheduler (and, optionally, kubelet) in the test harness.
 //!
 //! Written independently of the project's planner so end-to-end tests do not grade the planner
-//! against itself. It binds pending pods to the first fitting node by name and marks pods that fit
+//! against itself. It binds pending pods to the first fitting node by name (or, with
+//! [`Score::LeastAllocated`], as kube-scheduler's default score would) and marks pods that fit
 //! nowhere `PodScheduled=False, reason=Unschedulable`, which is what the autoscaler watches.
 //!
 //! Fit rules: the node is Ready and not `spec.unschedulable`; every requested resource (CPU,
@@ -59,6 +60,22 @@ pub struct BinderOptions {
     pub mark_running: bool,
     /// Only pods with this `spec.schedulerName` are scheduled.
     pub scheduler_name: String,
+    /// How a pod's node is chosen among those that fit.
+    pub score: Score,
+}
+
+/// How the harness scheduler picks among the nodes that fit a pod.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Score {
+    /// The first by name: tests know where a pod goes.
+    #[default]
+    FirstFit,
+    /// kube-scheduler's default score (`NodeResourcesFit` with the `LeastAllocated` strategy,
+    /// CPU and memory weighted equally), with `nvidia.com/gpu` scored too for pods that ask
+    /// for GPUs (a `scoringStrategy.resources` entry of weight 1; shares count the thousandths
+    /// they hold), as the simulator's scheduler scores: the node with the largest share of
+    /// its allocatable left after the pod; on a tie the older node, then the first by name.
+    LeastAllocated,
 }
 
 impl Default for BinderOptions {
@@ -67,6 +84,7 @@ impl Default for BinderOptions {
             interval: Duration::from_millis(200),
             mark_running: true,
             scheduler_name: "default-scheduler".into(),
+            score: Score::FirstFit,
         }
     }
 }
@@ -289,6 +307,47 @@ fn fits_resources(req: &Resources, n: &NodeView) -> bool {
         .all(|(res, want)| *want <= 0 || n.free.get(res).copied().unwrap_or(0) >= *want)
 }
 
+/// The share of `n`'s allocatable left once `ask` is placed, averaged over CPU, memory and,
+/// for a pod asking for `nvidia.com/gpu` (whole or shared), the node's GPUs counted in
+/// thousandths (shares as held, not as whole devices): the `LeastAllocated` score (0 for a
+/// resource the node does not advertise).
+fn least_allocated(ask: &Ask, n: &NodeView) -> f64 {
+    let share = |a: i128, used: i128| {
+        if a <= 0 {
+            0.0
+        } else {
+            (a - used).max(0) as f64 / a as f64
+        }
+    };
+    let left = |r: &str| {
+        let a = n.allocatable.get(r).copied().unwrap_or(0);
+        let taken = a - n.free.get(r).copied().unwrap_or(0);
+        share(a, taken + ask.requests.get(r).copied().unwrap_or(0))
+    };
+    let mut parts = vec![left("cpu"), left("memory")];
+    let gpu = "nvidia.com/gpu";
+    let whole = ask.requests.get(gpu).copied().unwrap_or(0);
+    let shared = match &ask.share {
+        Ok(Some(s)) if s.resource == gpu => i128::from(s.milli) * i128::from(s.devices),
+        _ => 0,
+    };
+    if whole + shared > 0 {
+        let a = n.allocatable.get(gpu).copied().unwrap_or(0);
+        let (opened, held) = n.devices.shared(gpu);
+        // Devices a share opened count as taken in `free`; here they count what they hold.
+        let used = a - n.free.get(gpu).copied().unwrap_or(0) - 1000 * opened + held;
+        parts.push(share(a, used + whole + shared));
+    }
+    parts.iter().sum::<f64>() / parts.len() as f64
+}
+
+/// A node's `metadata.creationTimestamp` (RFC 3339, so text order is time order).
+fn created(n: &NodeView) -> &str {
+    n.node["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 pub(crate) fn terminal(p: &Value) -> bool {
     matches!(
         p.pointer("/status/phase").and_then(Value::as_str),
@@ -450,8 +509,24 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         // Resources first: it is the cheapest check and rules out full nodes at once; the
         // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
         let mut chosen = None;
-        for (i, n) in views.iter().enumerate() {
-            if !fits_resources(&ask.requests, n) || misfit(&pod, &ask, n).is_some() {
+        let mut order: Vec<usize> = (0..views.len())
+            .filter(|i| fits_resources(&ask.requests, &views[*i]))
+            .collect();
+        if opts.score == Score::LeastAllocated {
+            let scores: BTreeMap<usize, f64> = order
+                .iter()
+                .map(|i| (*i, least_allocated(&ask, &views[*i])))
+                .collect();
+            order.sort_by(|a, b| {
+                scores[b]
+                    .total_cmp(&scores[a])
+                    .then_with(|| created(&views[*a]).cmp(created(&views[*b])))
+                    .then(a.cmp(b))
+            });
+        }
+        for i in order {
+            let n = &views[i];
+            if misfit(&pod, &ask, n).is_some() {
                 continue;
             }
             let Some(at) = n.place(&ask) else {
@@ -613,6 +688,81 @@ mod tests {
             Err(m) if m.contains(says) => {}
             other => panic!("{name}: want unschedulable saying {says:?}, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn least_allocated_picks_the_emptiest_node_and_first_fit_the_first_by_name() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "a", json!({}));
+        add_node(&mut st, "b", json!({}));
+        // Node a already runs 10 of its 64 CPUs, node b 2.
+        let def = st.def("", "pods").unwrap();
+        for (name, node, cpu) in [("on-a", "a", "10"), ("on-b", "b", "2")] {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
+                    "resources": {"requests": {"cpu": cpu}}}]}});
+            st.create(&def, "default", pod, &WriteOpts::default())
+                .unwrap();
+        }
+        add_pod(&mut st, "first", json!({}), json!({}), None);
+        assert_eq!(pass(&mut st), 1);
+        assert_eq!(
+            placed(&st, "first").as_deref(),
+            Ok("a"),
+            "first fit by name"
+        );
+        let least = BinderOptions {
+            score: Score::LeastAllocated,
+            ..BinderOptions::default()
+        };
+        add_pod(&mut st, "scored", json!({}), json!({}), None);
+        assert_eq!(schedule_pass(&mut st, &least), 1);
+        assert_eq!(
+            placed(&st, "scored").as_deref(),
+            Ok("b"),
+            "more room left on b"
+        );
+    }
+
+    #[test]
+    fn least_allocated_scores_gpu_shares_by_what_they_hold() {
+        let mut st = State::new(1000, 16, false);
+        add_node(&mut st, "g2", json!({"nvidia.com/gpu": "2"}));
+        add_node(&mut st, "g1", json!({"nvidia.com/gpu": "2"}));
+        // g2 holds half a device in shares, g1 a whole GPU: by CPU and memory alike, by GPU
+        // g2 has more left (1.5 of 2 against 1 of 2); first fit by name would pick g1.
+        add_pod(
+            &mut st,
+            "half",
+            json!({"gpu-autoscaler.dev/gpu-share": "500"}),
+            json!({}),
+            Some("g2"),
+        );
+        add_pod(
+            &mut st,
+            "whole",
+            json!({}),
+            json!({"nvidia.com/gpu": "1"}),
+            Some("g1"),
+        );
+        let least = BinderOptions {
+            score: Score::LeastAllocated,
+            ..BinderOptions::default()
+        };
+        share_pod(&mut st, "share", "300");
+        assert_eq!(schedule_pass(&mut st, &least), 1);
+        assert_eq!(placed(&st, "share").as_deref(), Ok("g2"));
+        add_pod(
+            &mut st,
+            "gpu",
+            json!({}),
+            json!({"nvidia.com/gpu": "1"}),
+            None,
+        );
+        assert_eq!(schedule_pass(&mut st, &least), 1);
+        // g2: 0.8 of a device held, 1 device free whole; g1: 1 device free. A whole GPU leaves
+        // g2 0.2 of 2 and g1 none, which outweighs g2's one more CPU used.
+        assert_eq!(placed(&st, "gpu").as_deref(), Ok("g2"));
     }
 
     #[test]

@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-pub use binder::BinderOptions;
+pub use binder::{BinderOptions, Score as BinderScore};
 pub use error::{Error, Result};
 pub use faults::{FaultCounts, FaultRates, Faults};
 pub use selector::{FieldSelector, LabelSelector};

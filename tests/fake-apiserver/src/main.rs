@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use fake_apiserver::{BinderOptions, FakeApiServer, FaultRates, Faults, Options};
+use fake_apiserver::{
+    BinderOptions, BinderScore as Score, FakeApiServer, FaultRates, Faults, Options,
+};
 
 /// Command-line arguments.
 #[derive(Parser, Debug)]
@@ -31,6 +33,9 @@ struct Args {
     /// With --binder: leave bound pods Pending instead of marking them Running and Ready.
     #[arg(long)]
     no_kubelet: bool,
+    /// With --binder: how a pod's node is chosen among those that fit.
+    #[arg(long, value_enum, default_value_t = Score::FirstFit)]
+    binder_score: Score,
     /// With --binder: milliseconds between scheduling passes when nothing changes.
     #[arg(long, default_value_t = 200)]
     binder_interval_ms: u64,
@@ -81,6 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         binder: args.binder.then(|| BinderOptions {
             interval: Duration::from_millis(args.binder_interval_ms),
             mark_running: !args.no_kubelet,
+            score: args.binder_score,
             ..BinderOptions::default()
         }),
         graceful_deletion: args.graceful_deletion,

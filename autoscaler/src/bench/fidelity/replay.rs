@@ -84,6 +84,8 @@ fn start_server(args: &FidelityArgs, dir: &Path) -> Result<(Option<Killed>, Path
         "--no-workloads",
     ])
     .args(["--binder-interval-ms", "100"])
+    // As kube-scheduler (and the simulator's scheduler) score nodes, not the first by name.
+    .args(["--binder-score", "least-allocated"])
     .arg("--kubeconfig")
     .arg(&kubeconfig)
     .arg("--crd")
@@ -338,7 +340,11 @@ pub(super) async fn run(
             .collect(),
         bound: replay.first_bound.into_iter().collect(),
     };
-    let _ = std::fs::remove_dir_all(&dir);
+    if args.keep {
+        eprintln!("case {}: the controller's log is {}", s.name, log.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(Run {
         timeline,
         wall_seconds: wall,

@@ -154,6 +154,17 @@ impl NodeDevices {
         Some(chosen)
     }
 
+    /// Of `resource`'s devices: how many hold shares, and the thousandths they hold in all.
+    pub(crate) fn shared(&self, resource: &str) -> (i128, i128) {
+        self.used.get(resource).map_or((0, 0), |u| {
+            let held = u.iter().filter(|x| **x > 0);
+            (
+                held.clone().count() as i128,
+                held.map(|x| i128::from(*x)).sum(),
+            )
+        })
+    }
+
     /// Takes `share` on the devices `at`; returns how many untouched devices it opened (each
     /// leaves the node's free whole-device count). Indices past the node's devices are ignored.
     pub(crate) fn take(&mut self, share: &Share, at: &[usize], allocatable: &Resources) -> i128 {
