@@ -295,7 +295,6 @@ impl Engine<'_> {
         self.nominated.retain(|_, v| *v != n);
         self.request_pass(true);
         self.changed();
-        self.request_node_ready(n);
         // Disruptions waiting for this node as their replacement go ahead.
         self.nudge_jobs(n);
     }

@@ -1,6 +1,6 @@
 //! ProvisioningRequests in the engine, as Kueue and the controller handle them: a request
 //! arrives without pods; the policy finds (check-capacity) or launches (best-effort-atomic,
-//! all or nothing) capacity for all of them; once every booked node is initialized the request
+//! all or nothing) capacity for all of them; once every booked node has launched the request
 //! is Provisioned and its capacity stays booked (phantom pods in every snapshot, kept from
 //! other pods and from disruption) until its pods, created by Kueue `admissionDelay` later,
 //! bind, or until `bookingDuration` runs out.
@@ -9,7 +9,7 @@ use autoscaler_core::model::{Pod, PodKey};
 
 use super::result::percentile;
 use super::{Engine, Ev, ProvReqStats, ReqEnd, ReqPhase, Request, RequestRecord};
-use crate::cluster::{NodeId, NodePhase, PodId, PodPhase};
+use crate::cluster::{NodeId, PodId, PodPhase};
 use crate::policy::{Ctx, RequestAnswer, RequestAsk};
 
 impl Engine<'_> {
@@ -176,7 +176,10 @@ impl Engine<'_> {
         self.changed();
     }
 
-    /// A Launching request whose booked nodes are all initialized is Provisioned.
+    /// A Launching request whose booked nodes have all launched is Provisioned, as the
+    /// controller marks it once every claim launched and the Cluster Autoscaler once its
+    /// scale-up was requested (`CapacityIsProvisioned`), not when the nodes are up: the
+    /// request's pods are created then and wait for the nodes (the booking holds them).
     fn request_check(&mut self, g: u32) {
         let Some(r) = self.requests.get(&g) else {
             return;
@@ -189,12 +192,6 @@ impl Engine<'_> {
             .any(|(n, _)| !self.cluster.nodes[*n].alive())
         {
             self.rollback(g);
-            return;
-        }
-        if r.booking
-            .iter()
-            .any(|(n, _)| self.cluster.nodes[*n].phase != NodePhase::Ready)
-        {
             return;
         }
         let spec = r.spec;
@@ -285,21 +282,6 @@ impl Engine<'_> {
                 r.end = Some(ReqEnd::Consumed);
             }
             self.release(g);
-        }
-    }
-
-    /// A node was initialized: Launching requests booked on it may now be Provisioned.
-    pub(super) fn request_node_ready(&mut self, n: NodeId) {
-        let gs: Vec<u32> = self
-            .requests
-            .iter()
-            .filter(|(_, r)| {
-                r.phase == ReqPhase::Launching && r.booking.iter().any(|(x, _)| *x == n)
-            })
-            .map(|(g, _)| *g)
-            .collect();
-        for g in gs {
-            self.request_check(g);
         }
     }
 
