@@ -116,12 +116,6 @@ pub struct PlanOptions {
     /// backlog of 100,000 pods costs the planner one slice per round, not the whole backlog
     /// before the first launch.
     pub max_new_claims: usize,
-    /// Pending pods an earlier plan put on an in-flight claim, with that claim's name (a
-    /// claim created for them, or one they were placed on). Each is placed before the other
-    /// pods and tries its own claim first, so that a later plan does not hand its room to a
-    /// newer pod and open a new claim for it instead: the launch guard would count that claim
-    /// as its second launch. A name that is not an in-flight claim of the snapshot is ignored.
-    pub nominated: BTreeMap<crate::PodKey, String>,
 }
 
 /// The controller's default for [`PlanOptions::max_new_claims`] in a provisioning round
@@ -134,7 +128,6 @@ impl Default for PlanOptions {
         PlanOptions {
             max_instance_types: 60,
             max_new_claims: usize::MAX,
-            nominated: BTreeMap::new(),
         }
     }
 }
@@ -369,9 +362,6 @@ struct Planner<'a> {
     dra: Option<dra::DraPlan<'a>>,
     /// Per pending pod, its DRA identity (part of its class).
     dra_keys: Vec<dra::DraKey<'a>>,
-    /// Per pending pod, the slot of the in-flight claim it is nominated to
-    /// ([`PlanOptions::nominated`]).
-    nominated: Vec<Option<usize>>,
 }
 
 impl<'a> Planner<'a> {
@@ -488,7 +478,6 @@ impl<'a> Planner<'a> {
             considered: None,
             dra: None,
             dra_keys: dra::keys(snap),
-            nominated: Vec::new(),
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
         let pns = |t: &crate::taints::Taint| t.effect == Effect::PreferNoSchedule;
@@ -516,7 +505,6 @@ impl<'a> Planner<'a> {
         }
         planner.smallest = smallest.unwrap_or_default();
         planner.build_slots();
-        planner.nominated = planner.nominated_slots();
         planner.build_dra(templates);
         planner.build_classes();
         planner
@@ -615,11 +603,6 @@ impl<'a> Planner<'a> {
             if !run.is_sorted_by(|a, b| pending[*a].key <= pending[*b].key) {
                 run.sort_by(|a, b| pending[*a].key.cmp(&pending[*b].key));
             }
-        }
-        // Nominated pods first (in the same order among themselves): their claims' room is
-        // theirs before newer pods see it.
-        if self.nominated.iter().any(Option::is_some) {
-            order.sort_by_key(|i| self.nominated[*i].is_none());
         }
         let mut done = vec![false; pending.len()];
         let mut group_members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
@@ -762,14 +745,6 @@ impl<'a> Planner<'a> {
     fn place_inner(&mut self, i: usize) -> bool {
         let ci = self.class_of[i];
         let sg = self.scan_group[i];
-        // 0. the in-flight claim the pod is nominated to. The scan cache is left alone: the
-        // slots before it have not been tried.
-        if let Some(si) = self.nominated[i]
-            && self.fixed_takes(i, si)
-        {
-            self.commit(i, si, None, false);
-            return true;
-        }
         let start = if self.monotone[i] && !self.relaxed {
             self.scan_from[sg]
         } else {

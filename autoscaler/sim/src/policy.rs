@@ -277,7 +277,6 @@ impl Policy for GpuAutoscaler {
         // The controller's slice per round; the pods past it are planned at the next re-plan.
         let options = PlanOptions {
             max_new_claims: DEFAULT_MAX_CLAIMS_PER_ROUND,
-            nominated: nominations(ctx, snap),
             ..PlanOptions::default()
         };
         let plan = plan_with(snap, &options);
@@ -489,21 +488,6 @@ impl Policy for GpuAutoscaler {
     fn on_failure(&mut self, pool: &str, now: i64) {
         self.state.failed(pool, now);
     }
-}
-
-/// The pending pods of `snap` nominated to a node in flight, with its claim's name: the
-/// controller's record of its earlier plans.
-fn nominations(ctx: &Ctx, snap: &Snapshot) -> BTreeMap<PodKey, String> {
-    if ctx.nominated.is_empty() {
-        return BTreeMap::new();
-    }
-    snap.pending
-        .iter()
-        .filter_map(|p| {
-            let n = ctx.nominated.get(ctx.pod_ids.get(&p.key)?)?;
-            Some((p.key.clone(), ctx.cluster.nodes[*n].claim.clone()))
-        })
-        .collect()
 }
 
 /// The node called `name`, if it is live.

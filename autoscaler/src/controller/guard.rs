@@ -154,6 +154,21 @@ impl LaunchGuard {
         }
     }
 
+    /// [`Self::verdict`] for a pod a plan puts on a new claim, where `fills(claim)` says whether
+    /// the same plan puts other pending pods on in-flight claim `claim`. A pod blocked for its
+    /// launches is allowed when one of the claims it launched is still in flight and filled by
+    /// others: a newer pod took the room (plans place pods largest first), so the new claim is
+    /// the plan's growth, not a repeat of a launch that failed the pod. A claim that came up
+    /// without taking the pod is no longer in flight and keeps it blocked.
+    pub fn verdict_in_plan(&self, pod: &PodKey, now: i64, fills: impl Fn(&str) -> bool) -> Verdict {
+        match self.verdict(pod, now) {
+            Verdict::Blocked { claims, .. } if claims.iter().any(|c| fills(c)) => {
+                Verdict::Allowed
+            }
+            v => v,
+        }
+    }
+
     /// Pods with a record (for metrics and tests).
     pub fn tracked(&self) -> usize {
         self.pods.len()
@@ -169,6 +184,22 @@ mod tests {
             namespace: "default".into(),
             name: name.into(),
         }
+    }
+
+    #[test]
+    fn a_pod_displaced_from_its_in_flight_claim_may_launch_again() {
+        let mut g = LaunchGuard::new(GuardConfig::default());
+        let p = key("waiting");
+        g.created("c-1", std::slice::from_ref(&p));
+        g.observe([("c-1", Some(100))], &pending(&["waiting"]));
+        assert!(matches!(g.verdict(&p, 110), Verdict::Blocked { .. }));
+        // The plan fills c-1 with a newer pod: this pod's new claim is growth.
+        assert_eq!(g.verdict_in_plan(&p, 110, |c| c == "c-1"), Verdict::Allowed);
+        // Nobody else on c-1 (it came up without the pod, or the plan left it): still blocked.
+        assert!(matches!(
+            g.verdict_in_plan(&p, 110, |c| c == "other"),
+            Verdict::Blocked { launches: 1, .. }
+        ));
     }
 
     fn pending(names: &[&str]) -> BTreeSet<PodKey> {

@@ -10,7 +10,7 @@
 //! stage, each in its own module below. Launches and terminations run as spawned tasks
 //! (rate-limited, retried with backoff) so a slow cloud never stalls the loop.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -185,10 +185,6 @@ struct Controller<P> {
     provreq_memory: provreqs::Memory,
     /// The launch guard and the shapes kept out of planning for delivering too little.
     guard: GuardState,
-    /// Pending pods the last plans put on in-flight claims, with the claim's name; the next
-    /// plan puts them back there first (`PlanOptions::nominated`). In memory: a restarted
-    /// controller plans its pending pods afresh.
-    nominated: BTreeMap<autoscaler_core::PodKey, String>,
     /// This replica's identity (leader election, events, the status ConfigMap).
     identity: String,
     /// Conditions, events and the status summary already published.
@@ -605,7 +601,6 @@ async fn run_with<P: CloudProvider + 'static>(
         provreq_backoff_restored: false,
         provreq_memory: provreqs::Memory::default(),
         guard: GuardState::new(&args),
-        nominated: BTreeMap::new(),
         identity: me.clone(),
         visibility: visibility::Visibility::default(),
         last_round_ms: 0,

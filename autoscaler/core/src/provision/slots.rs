@@ -262,47 +262,35 @@ impl<'a> Planner<'a> {
 
     /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
     pub(super) fn scan_fixed(&mut self, i: usize, start: usize) -> Option<usize> {
-        (start..self.state.slots.len()).find(|si| self.fixed_takes(i, *si))
-    }
-
-    /// Whether slot `si`, an existing node or in-flight claim, takes pod `i` now.
-    pub(super) fn fixed_takes(&mut self, i: usize, si: usize) -> bool {
         let pod = &self.snap.pending[i];
         let ci = self.class_of[i];
-        let slot = &self.state.slots[si];
-        if !slot.open
-            || slot.kind == SlotKind::New
-            || !quick_fit(&pod.requests, &slot.allocatable, &slot.used)
-            || self.avoids(ci, &slot.taints)
-            || !demand(pod, &slot.devices).fits(&slot.allocatable.minus(&slot.used))
-        {
-            return false;
+        for si in start..self.state.slots.len() {
+            let slot = &self.state.slots[si];
+            if !slot.open || slot.kind == SlotKind::New {
+                continue;
+            }
+            if !quick_fit(&pod.requests, &slot.allocatable, &slot.used) {
+                continue;
+            }
+            if self.avoids(ci, &slot.taints) {
+                continue;
+            }
+            let need = demand(pod, &slot.devices);
+            if !need.fits(&slot.allocatable.minus(&slot.used)) {
+                continue;
+            }
+            if !self.slot_compatible(ci, si) {
+                continue;
+            }
+            if !self.topology_ok_fixed(i, si) {
+                continue;
+            }
+            if !self.dra_fits_fixed(i, si) {
+                continue;
+            }
+            return Some(si);
         }
-        self.slot_compatible(ci, si) && self.topology_ok_fixed(i, si) && self.dra_fits_fixed(i, si)
-    }
-
-    /// Per pending pod, the slot of the in-flight claim [`super::PlanOptions::nominated`] names.
-    pub(super) fn nominated_slots(&self) -> Vec<Option<usize>> {
-        let noms = &self.options.nominated;
-        if noms.is_empty() {
-            return vec![None; self.snap.pending.len()];
-        }
-        let by_name: HashMap<&str, usize> = self
-            .state
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| matches!(s.kind, SlotKind::InFlight(_)))
-            .map(|(si, s)| (s.name.as_str(), si))
-            .collect();
-        self.snap
-            .pending
-            .iter()
-            .map(|p| {
-                noms.get(&p.key)
-                    .and_then(|c| by_name.get(c.as_str()).copied())
-            })
-            .collect()
+        None
     }
 
     /// What new claim `si` means for pod `i` in step 2 of [`Self::place_inner`], with what

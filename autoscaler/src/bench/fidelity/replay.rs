@@ -26,7 +26,7 @@ use super::{FidelityArgs, NodeSpan, Timeline};
 use crate::bench::e2e::{Killed, cfg, fake_apiserver_bin, kerr, spawn_fake_apiserver};
 
 /// How often the replay reads pods, NodeClaims and ProvisioningRequests (real time).
-const OBSERVE: Duration = Duration::from_millis(200);
+const OBSERVE: Duration = Duration::from_millis(100);
 
 /// What the controller did.
 pub(super) struct Run {
@@ -56,6 +56,8 @@ fn start_server(args: &FidelityArgs, dir: &Path) -> Result<(Option<Killed>, Path
         return Ok((None, k.clone()));
     }
     let bin = fake_apiserver_bin(args.fake_apiserver.as_ref())?;
+    // The harness scheduler's pass every virtual second (it also runs on every write).
+    let binder_ms = ((1000.0 / args.compression).round() as u64).max(1);
     let mut text = nodepools::crds::to_yaml().map_err(|e| cfg(e.to_string()))?;
     text.push_str("\n---\n");
     text.push_str(providers::kwok::CRD_YAML);
@@ -83,7 +85,7 @@ fn start_server(args: &FidelityArgs, dir: &Path) -> Result<(Option<Killed>, Path
         "--binder",
         "--no-workloads",
     ])
-    .args(["--binder-interval-ms", "100"])
+    .args(["--binder-interval-ms", &binder_ms.to_string()])
     // As kube-scheduler (and the simulator's scheduler) score nodes, not the first by name.
     .args(["--binder-score", "least-allocated"])
     .arg("--kubeconfig")
@@ -124,7 +126,6 @@ fn controller_args(s: &Scenario, c: f64) -> Vec<String> {
         "--metrics-addr=127.0.0.1:0",
         "--log-format=json",
         "--namespace=kube-system",
-        "--loop-interval=100ms",
         "--identity=fidelity",
     ]
     .iter()
@@ -132,6 +133,8 @@ fn controller_args(s: &Scenario, c: f64) -> Vec<String> {
     .collect();
     // Every case sells the embedded AWS catalog (`catalog: aws`, checked when it loads).
     a.push("--catalog=aws".into());
+    // A round every virtual second: the simulator acts at the very second a batch closes.
+    a.push(format!("--loop-interval={}", flag(1, c)));
     for (name, secs) in [
         ("batch-idle", cadence.batch_idle_s),
         ("batch-max", cadence.batch_max_s),

@@ -3,7 +3,7 @@
 //! the NodePool's plans, the NodePool's `CapacityDelivered` condition, and holding back new
 //! claims for pods the [`LaunchGuard`] says have caused enough launches.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use autoscaler_core::gpu::apply_sharing;
@@ -164,11 +164,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
         events: &mut Vec<PendingEvent>,
     ) {
         let now = epoch();
+        let filled: HashSet<&str> = plan.in_flight.iter().map(|p| p.target.as_str()).collect();
         let verdicts: BTreeMap<&PodKey, Verdict> = plan
             .new_claims
             .iter()
             .flat_map(|nc| &nc.pods)
-            .map(|p| (p, self.guard.launches.verdict(p, now)))
+            .map(|p| {
+                let v = self
+                    .guard
+                    .launches
+                    .verdict_in_plan(p, now, |c| filled.contains(c));
+                (p, v)
+            })
             .filter(|(_, v)| *v != Verdict::Allowed)
             .collect();
         if verdicts.is_empty() {

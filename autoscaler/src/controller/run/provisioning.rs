@@ -313,22 +313,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         let planning = Instant::now();
-        self.nominated.retain(|k, _| pending.contains(k));
-        let mut options = PlanOptions {
+        let options = PlanOptions {
             max_new_claims: usize::try_from(self.args.max_claims_per_round).unwrap_or(usize::MAX),
-            nominated: std::mem::take(&mut self.nominated),
             ..PlanOptions::default()
         };
         let mut plan = plan_with(&built.snapshot, &options);
-        self.nominated = std::mem::take(&mut options.nominated);
-        // This plan's word replaces the last one's for the pods it planned; the claims it
-        // creates are added below.
-        for k in &batch {
-            self.nominated.remove(k);
-        }
-        for p in &plan.in_flight {
-            self.nominated.insert(p.pod.clone(), p.target.clone());
-        }
         tracing::info!(
             snapshot_ms = (planning - building).as_millis() as u64,
             plan_ms = planning.elapsed().as_millis() as u64,
@@ -403,9 +392,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .collect();
                     tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
                     self.guard.launches.created(&cname, &nc.pods);
-                    for pk in &nc.pods {
-                        self.nominated.insert(pk.clone(), cname.clone());
-                    }
                     self.disruption_state.scaled_up(&nc.pool, epoch());
                     self.visibility.decided(
                         epoch(),
