@@ -267,11 +267,11 @@ async fn e2e_guard_a_node_short_of_devices_costs_one_launch_and_is_reported() {
     assert_eq!(bound_to(&c.pod("default", "big").await.unwrap()), None);
 }
 
-/// A pod waiting for its in-flight claim keeps that claim when a larger pod arrives: the larger
-/// pod gets a claim of its own and the launch guard holds nobody back. (Before plans kept
-/// their nominations, the larger pod took the claim's room, the planner opened a second claim
-/// for the first pod, and the guard, counting that as its second launch, held it back for
-/// `--launch-backoff`.)
+/// A larger pod arriving while a pod waits for its in-flight claim takes that claim's room in
+/// the next plan (pods are packed largest first) and the waiting pod gets a new claim: the
+/// launch guard lets that claim through, since the pod's first claim is still in flight and
+/// filled by the newcomer. (It used to count it as the pod's second launch and hold it back
+/// for `--launch-backoff`, 5 minutes.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_guard_a_larger_newcomer_does_not_push_a_waiting_pod_off_its_claim() {
     let c = Cluster::start().await;
