@@ -162,9 +162,7 @@ impl LaunchGuard {
     /// without taking the pod is no longer in flight and keeps it blocked.
     pub fn verdict_in_plan(&self, pod: &PodKey, now: i64, fills: impl Fn(&str) -> bool) -> Verdict {
         match self.verdict(pod, now) {
-            Verdict::Blocked { claims, .. } if claims.iter().any(|c| fills(c)) => {
-                Verdict::Allowed
-            }
+            Verdict::Blocked { claims, .. } if claims.iter().any(|c| fills(c)) => Verdict::Allowed,
             v => v,
         }
     }
