@@ -279,20 +279,17 @@ async fn e2e_guard_a_larger_newcomer_does_not_push_a_waiting_pod_off_its_claim()
     let _: NodePool = c.create(crate::harness::cpu_pool("cpu", "1h")).await;
     // The first claim stays in flight while the second pod is planned.
     let ctl = c.controller("guard-nominated", &["--kwok-register-delay=8s"]);
-    let _: Pod = c
-        .create(crate::harness::cpu_pod("waiting", "2", BTreeMap::new()))
+    // One claim for the first pod; after the larger pod, two (whichever pod each ends up
+    // holding).
+    for (claims, name, cpu) in [(1, "waiting", "2"), (2, "larger", "3")] {
+        let _: Pod = c
+            .create(crate::harness::cpu_pod(name, cpu, BTreeMap::new()))
+            .await;
+        eventually(&format!("{claims} claim(s)"), DEADLINE, || async {
+            (c.claims().await.len() == claims).then_some(())
+        })
         .await;
-    eventually("a claim for the first pod", DEADLINE, || async {
-        (c.claims().await.len() == 1).then_some(())
-    })
-    .await;
-    let _: Pod = c
-        .create(crate::harness::cpu_pod("larger", "3", BTreeMap::new()))
-        .await;
-    eventually("a second claim", DEADLINE, || async {
-        (c.claims().await.len() == 2).then_some(())
-    })
-    .await;
+    }
     for name in ["waiting", "larger"] {
         eventually(&format!("{name} to bind"), DEADLINE, || async {
             bound_to(&c.pod("default", name).await?)
