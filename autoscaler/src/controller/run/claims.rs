@@ -304,23 +304,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .find(|n| n.metadata.name.as_deref() == Some(nn.as_str()))
                 {
                     if n.metadata.deletion_timestamp.is_none() {
-                        // A Node without the finalizer (deleted and registered again by its
-                        // kubelet after the claim was registered, or stripped by hand) would
-                        // go at once under its pods: it gets the finalizer first, so that the
-                        // termination drains it. The resourceVersion makes a stale cache fail
-                        // the patch rather than overwrite finalizers added since.
-                        if !has_finalizer(&n.metadata) {
-                            self.shared
-                                .actuator
-                                .patch_node(
-                                    nn,
-                                    &json!({"metadata": {
-                                        "finalizers": with_finalizer(n.finalizers()),
-                                        "resourceVersion": n.resource_version(),
-                                    }}),
-                                )
-                                .await?;
-                        }
+                        self.keep_node_finalizer(nn).await?;
                         self.shared.actuator.delete_node(nn).await?;
                     }
                     return Ok(());
@@ -362,6 +346,38 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 release_claim(&self.shared, claim).await
             }
         }
+    }
+
+    /// Puts the Node finalizer back on Node `name` when the cache shows it alive without one
+    /// (deleted and registered again by its kubelet after its claim registered, or stripped by
+    /// hand): such a Node would go at once under its pods when deleted, and its instance, still
+    /// claimed, would register it again. With the finalizer, deleting it drains it and ends
+    /// its claim. The resourceVersion makes a stale cache fail the patch rather than overwrite
+    /// finalizers added since.
+    ///
+    /// # Errors
+    /// The API error of the patch.
+    pub(super) async fn keep_node_finalizer(&self, name: &str) -> Result<()> {
+        let Some(n) = self
+            .stores
+            .nodes
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+        else {
+            return Ok(());
+        };
+        if n.metadata.deletion_timestamp.is_some() || has_finalizer(&n.metadata) {
+            return Ok(());
+        }
+        self.shared
+            .actuator
+            .patch_node(
+                name,
+                &json!({"metadata": {
+                    "finalizers": with_finalizer(n.finalizers()),
+                    "resourceVersion": n.resource_version(),
+                }}),
+            )
+            .await
     }
 
     /// Runs `work` (a cloud termination, then the release of a finalizer) in a task beside

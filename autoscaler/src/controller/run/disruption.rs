@@ -403,7 +403,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 disrupt::Action::DeleteNodes(names) => {
                     let mut ok = true;
                     for n in &names {
-                        ok &= self.shared.actuator.delete_node(n).await.is_ok();
+                        // A Node that lost its finalizer would be removed at once and
+                        // registered again by its still-claimed instance, for ever.
+                        ok &= self.keep_node_finalizer(n).await.is_ok()
+                            && self.shared.actuator.delete_node(n).await.is_ok();
                     }
                     if ok {
                         self.shared
