@@ -16,6 +16,11 @@
 //!                                                              release the finalizer)
 //! ```
 //!
+//! **A Node that lost its finalizer.** While the claim is Registered or Initialized, its live
+//! Node must carry the finalizer (deleting it must drain it and end the claim). A kubelet that
+//! registers its Node again after a deletion writes a Node without it; the step then answers
+//! [`Action::Reregister`] before anything else.
+//!
 //! **Delivered capacity.** A claim records at launch what its node was launched as
 //! (`status.allocatable`: the instance type with the NodePool's GPU sharing applied). A Node
 //! that advertises less of a GPU-class resource (or of another extended resource the claim's
@@ -304,6 +309,15 @@ pub enum Action {
         /// The Node's name.
         node: String,
     },
+    /// The claim's Node is alive without the finalizer: its kubelet registered it again after
+    /// it was deleted (or someone stripped the finalizer). Label, taint and finalize it again
+    /// as [`Action::Register`] does, without touching the claim's status: deleting such a Node
+    /// would remove it at once under its pods, and the still-claimed instance would register
+    /// it again.
+    Reregister {
+        /// The Node's name.
+        node: String,
+    },
     /// Record why the claim is not initialized yet (only when the reason changed).
     NotInitialized {
         /// Condition reason.
@@ -334,6 +348,11 @@ pub enum Action {
         /// The Node to delete, if one registered.
         node: Option<String>,
     },
+}
+
+/// Whether a live Node lacks the controller's finalizer (one being deleted is past helping).
+fn lost_finalizer(n: &Node) -> bool {
+    n.metadata.deletion_timestamp.is_none() && !super::actuator::has_finalizer(&n.metadata)
 }
 
 /// Seconds since the claim launched (or since it was created, when the Launched condition has
@@ -483,6 +502,13 @@ pub fn step_with_dra(
             },
             None => Action::Wait,
         },
+        Phase::Registered | Phase::Initialized if node.is_some_and(lost_finalizer) => {
+            Action::Reregister {
+                node: node
+                    .and_then(|n| n.metadata.name.clone())
+                    .unwrap_or_default(),
+            }
+        }
         Phase::Registered => match node {
             Some(n) => step_registered(claim, n, dra, now, timeouts),
             None => node_gone(),

@@ -265,3 +265,57 @@ async fn e2e_4h_a_node_without_the_finalizer_is_drained_before_its_claim_goes() 
     );
     held_until_the_protected_pod_goes(&c, &node, Some(&claim)).await;
 }
+
+/// A registered claim's Node that lost the finalizer (its kubelet registered it again, or
+/// someone stripped it) gets it back from the claim's lifecycle without waiting for a
+/// deletion; a `kubectl delete node` then drains it as any other. Before, such a Node deleted
+/// by consolidation went at once under its pods, and the still-claimed instance registered it
+/// again, for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4i_a_node_that_lost_its_finalizer_gets_it_back_and_is_drained() {
+    let c = Cluster::start().await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let node = one_node_with_a_protected_pod(&c).await;
+    let has_finalizer = |n: &Node| {
+        n.finalizers()
+            .iter()
+            .any(|f| f == "gpu-autoscaler.dev/termination")
+    };
+    eventually(
+        "the node registered with the finalizer",
+        DEADLINE,
+        || async {
+            let n = c.registered_node().await?;
+            (n.name_any() == node && has_finalizer(&n)).then_some(())
+        },
+    )
+    .await;
+    Api::<Node>::all(c.client.clone())
+        .patch(
+            &node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("stripping the node's finalizer");
+    eventually("the finalizer back on the node", DEADLINE, || async {
+        let n = c.nodes().await.into_iter().find(|n| n.name_any() == node)?;
+        has_finalizer(&n).then_some(())
+    })
+    .await;
+    assert!(
+        ctl.log().contains("registered again without the finalizer"),
+        "the controller says why it patched the node"
+    );
+    Api::<Node>::all(c.client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("deleting the node");
+    plain_pod_evicted(&c).await;
+    let n = held_node(&c, &node).await;
+    assert!(
+        n.metadata.deletion_timestamp.is_some(),
+        "the node is being deleted"
+    );
+    held_until_the_protected_pod_goes(&c, &node, None).await;
+}

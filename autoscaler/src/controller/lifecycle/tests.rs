@@ -1,5 +1,6 @@
 //! Lifecycle tests: claims and Nodes as literal JSON, one transition each.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::*;
@@ -44,7 +45,7 @@ fn cond(t: &str, status: &str, reason: &str) -> serde_json::Value {
 
 fn node(ready: bool, taints: serde_json::Value, gpus: &str) -> Node {
     serde_json::from_value(json!({
-        "metadata": {"name": "gpu-abc12"},
+        "metadata": {"name": "gpu-abc12", "finalizers": ["gpu-autoscaler.dev/termination"]},
         "spec": {"providerID": "kwok://gpu-abc12", "taints": taints},
         "status": {
             "allocatable": {"cpu": "4", "nvidia.com/gpu": gpus},
@@ -301,7 +302,7 @@ fn launched_for_16(extra_conditions: Vec<serde_json::Value>) -> NodeClaim {
 
 fn node_with(alloc: serde_json::Value) -> Node {
     serde_json::from_value(json!({
-        "metadata": {"name": "gpu-abc12"},
+        "metadata": {"name": "gpu-abc12", "finalizers": ["gpu-autoscaler.dev/termination"]},
         "spec": {"providerID": "kwok://gpu-abc12", "taints": []},
         "status": {"allocatable": alloc,
                    "conditions": [{"type": "Ready", "status": "True"}]}
@@ -400,4 +401,37 @@ fn the_device_plugin_timeout_counts_from_registration() {
         step(&c, Some(&short), NOW + 300 + 60, &t),
         Action::ResourceMismatch { .. }
     ));
+}
+
+#[test]
+fn a_registered_node_that_lost_its_finalizer_is_registered_again() {
+    let registered = claim(json!({"status": {"conditions": [
+        cond("Launched", "True", "Succeeded"), cond("Registered", "True", "Succeeded")]}}));
+    let initialized = claim(json!({"status": {"conditions": [
+        cond("Launched", "True", "Succeeded"), cond("Registered", "True", "Succeeded"),
+        cond("Initialized", "True", "Succeeded")]}}));
+    let mut again = node(true, json!([]), "1");
+    again.metadata.finalizers = None;
+    for c in [&registered, &initialized] {
+        assert_eq!(
+            step(c, Some(&again), NOW, &Timeouts::default()),
+            Action::Reregister {
+                node: "gpu-abc12".into()
+            },
+            "{:?}",
+            phase(c)
+        );
+    }
+    // Being deleted without the finalizer: it goes at once, nothing to hold.
+    again.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+    assert_eq!(
+        step(&initialized, Some(&again), NOW, &Timeouts::default()),
+        Action::Wait
+    );
+    // With it, the claim goes on as before.
+    let ok = node(true, json!([]), "1");
+    assert_eq!(
+        step(&initialized, Some(&ok), NOW, &Timeouts::default()),
+        Action::Wait
+    );
 }

@@ -162,46 +162,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             Action::Register { node: node_name } => {
                 let Some(n) = node else { return Ok(()) };
                 crate::controller::crashpoint::reached("register");
-                // Label and taint the Node as its NodePool says (the cloud's boot config
-                // normally did already), and put the finalizer on it.
-                let mut node_labels = n.labels().clone();
-                for (k, v) in claim.labels() {
-                    node_labels.insert(k.clone(), v.clone());
-                }
-                node_labels.insert(keys::CLAIM_LABEL.into(), name.clone());
-                let mut taints = n
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.taints.clone())
-                    .unwrap_or_default();
-                for t in &claim.spec.taints {
-                    if !taints
-                        .iter()
-                        .any(|x| x.key == t.key && x.effect == t.effect)
-                    {
-                        taints.push(k8s_openapi::api::core::v1::Taint {
-                            key: t.key.clone(),
-                            value: (!t.value.is_empty()).then(|| t.value.clone()),
-                            effect: t.effect.clone(),
-                            time_added: None,
-                        });
-                    }
-                }
-                let finalizers = with_finalizer(n.finalizers());
-                self.shared
-                    .actuator
-                    .patch_node(
-                        &node_name,
-                        &json!({
-                            "metadata": {
-                                "labels": node_labels,
-                                "finalizers": finalizers,
-                                "resourceVersion": n.resource_version(),
-                            },
-                            "spec": {"taints": taints},
-                        }),
-                    )
-                    .await?;
+                self.adopt_node(claim, n, &node_name).await?;
                 let mut s = status();
                 s.node_name = Some(node_name.clone());
                 set_condition(
@@ -225,6 +186,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .actuator
                     .patch_claim_status(&name, &json!(s))
                     .await
+            }
+            Action::Reregister { node: node_name } => {
+                let Some(n) = node else { return Ok(()) };
+                tracing::warn!(claim = %name, node = %node_name, "the claim's Node was registered again without the finalizer: labelling and finalizing it again");
+                self.adopt_node(claim, n, &node_name).await
             }
             Action::NotInitialized { reason, message } => {
                 let mut s = status();
@@ -298,10 +264,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 // The Node goes first (its own finalizer path terminates too); the claim's
                 // finalizer is released only once the Node is gone and the instance terminated.
                 if let Some(nn) = &node_name
-                    && let Some(n) = self
-                        .stores
-                        .nodes
-                        .find(|n| n.metadata.name.as_deref() == Some(nn.as_str()))
+                    && let Some(n) = self.stores.node(nn)
                 {
                     if n.metadata.deletion_timestamp.is_none() {
                         self.keep_node_finalizer(nn).await?;
@@ -348,21 +311,65 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    /// Puts the Node finalizer back on Node `name` when the cache shows it alive without one
-    /// (deleted and registered again by its kubelet after its claim registered, or stripped by
-    /// hand): such a Node would go at once under its pods when deleted, and its instance, still
-    /// claimed, would register it again. With the finalizer, deleting it drains it and ends
-    /// its claim. The resourceVersion makes a stale cache fail the patch rather than overwrite
-    /// finalizers added since.
+    /// Labels and taints the claim's Node `n` as its NodePool says (the cloud's boot config
+    /// normally did already) and puts the finalizer on it, in one patch carrying the cached
+    /// resourceVersion (a stale cache fails it; the next round tries again).
+    ///
+    /// # Errors
+    /// The API error of the patch.
+    async fn adopt_node(&self, claim: &NodeClaim, n: &Node, node_name: &str) -> Result<()> {
+        let name = claim.name_any();
+        let mut node_labels = n.labels().clone();
+        for (k, v) in claim.labels() {
+            node_labels.insert(k.clone(), v.clone());
+        }
+        node_labels.insert(keys::CLAIM_LABEL.into(), name.clone());
+        let mut taints = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        for t in &claim.spec.taints {
+            if !taints
+                .iter()
+                .any(|x| x.key == t.key && x.effect == t.effect)
+            {
+                taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: t.key.clone(),
+                    value: (!t.value.is_empty()).then(|| t.value.clone()),
+                    effect: t.effect.clone(),
+                    time_added: None,
+                });
+            }
+        }
+        let finalizers = with_finalizer(n.finalizers());
+        self.shared
+            .actuator
+            .patch_node(
+                node_name,
+                &json!({
+                    "metadata": {
+                        "labels": node_labels,
+                        "finalizers": finalizers,
+                        "resourceVersion": n.resource_version(),
+                    },
+                    "spec": {"taints": taints},
+                }),
+            )
+            .await
+    }
+
+    /// Puts the Node finalizer back on Node `name` when the cache shows it alive without one,
+    /// just before the Node is deleted. The lifecycle's [`Action::Reregister`] restores it each
+    /// round; this covers a Node registered again since that round's look: deleted without
+    /// the finalizer it would go at once under its pods, and its still-claimed instance would
+    /// register it again. The resourceVersion makes a stale cache fail the patch rather than
+    /// overwrite finalizers added since.
     ///
     /// # Errors
     /// The API error of the patch.
     pub(super) async fn keep_node_finalizer(&self, name: &str) -> Result<()> {
-        let Some(n) = self
-            .stores
-            .nodes
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-        else {
+        let Some(n) = self.stores.node(name) else {
             return Ok(());
         };
         if n.metadata.deletion_timestamp.is_some() || has_finalizer(&n.metadata) {

@@ -149,11 +149,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// # Errors
     /// The API server's, from the patch.
     pub(super) async fn taint(&self, name: &str) -> Result<()> {
-        let Some(n) = self
-            .stores
-            .nodes
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-        else {
+        let Some(n) = self.stores.node(name) else {
             return Ok(());
         };
         let mut taints = n
@@ -180,11 +176,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     }
 
     async fn untaint(&self, name: &str) -> Result<()> {
-        let Some(n) = self
-            .stores
-            .nodes
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-        else {
+        let Some(n) = self.stores.node(name) else {
             return Ok(());
         };
         let taints: Vec<_> = n

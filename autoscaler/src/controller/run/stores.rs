@@ -392,6 +392,11 @@ where
 }
 
 impl Stores {
+    /// The cached Node named `name`, if the cache has it (one map lookup).
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(&reflector::ObjectRef::new(name))
+    }
+
     /// Starts every reflector; those of optional APIs (ProvisioningRequests, Volcano, the
     /// Kubernetes PodGroup, CapacityQuotas, NodeOverlays, DRA) once the API is served, checking
     /// again every `recheck`. Returns once every optional API has answered for certain (served
