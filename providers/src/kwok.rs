@@ -28,6 +28,12 @@
 //!
 //! Terminating an instance deletes its `KwokInstance` and its Node.
 //!
+//! **Stage times.** Each delay counts from the moment this provider saw the stage begin (the
+//! instance created, the Node created, the Node turned Ready), kept in memory with the object's
+//! uid; an object this process did not write (another replica's, or one from before a restart)
+//! counts from its Kubernetes timestamp instead. Those have one-second precision, which under
+//! `bench fidelity`'s time compression is 30 virtual seconds per stage.
+//!
 //! **Placement groups** are recorded, not emulated: a launch with
 //! [`LaunchRequest::placement_group`] puts the name in the instance's labels under
 //! [`tags::PLACEMENT_GROUP`], so its Node carries it as a label, and the instance lists with it
@@ -41,7 +47,8 @@
 //!
 //! Behind the cargo feature `kwok`, which pulls in kube and tokio.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use autoscaler_core::labels;
@@ -232,6 +239,35 @@ pub struct KwokProvider {
     catalog: Vec<InstanceType>,
     config: KwokConfig,
     faults: std::sync::Arc<CloudFaultInjector>,
+    /// Per instance name, when this process saw each boot stage begin.
+    marks: Arc<Mutex<HashMap<String, Marks>>>,
+}
+
+/// When one instance's boot stages began, each with the uid of the object written then (a
+/// Node deleted and registered again is a new object, whose stages start again).
+#[derive(Default, Debug)]
+struct Marks {
+    launched: Option<(String, jiff::Timestamp)>,
+    registered: Option<(String, jiff::Timestamp)>,
+    ready: Option<(String, jiff::Timestamp)>,
+}
+
+/// A boot stage, for [`KwokProvider::since`].
+#[derive(Clone, Copy)]
+enum Stage {
+    Launched,
+    Registered,
+    Ready,
+}
+
+impl Marks {
+    fn slot(&mut self, stage: Stage) -> &mut Option<(String, jiff::Timestamp)> {
+        match stage {
+            Stage::Launched => &mut self.launched,
+            Stage::Registered => &mut self.registered,
+            Stage::Ready => &mut self.ready,
+        }
+    }
 }
 
 fn kube_err(action: Action, e: kube::Error) -> ProviderError {
@@ -286,6 +322,38 @@ impl KwokProvider {
             catalog,
             config,
             faults,
+            marks: Arc::default(),
+        }
+    }
+
+    /// Records that `stage` of instance `name` began now, for the object with `uid`.
+    fn mark(&self, name: &str, stage: Stage, uid: Option<&str>) {
+        let Some(uid) = uid else { return };
+        let mut m = self.marks.lock().expect("kwok marks");
+        *m.entry(name.to_string()).or_default().slot(stage) =
+            Some((uid.to_string(), jiff::Timestamp::now()));
+    }
+
+    /// How long ago `stage` of instance `name` began: from this process's mark when it was
+    /// made for the object with `uid`, else from the object's timestamp `fallback`.
+    fn since(
+        &self,
+        name: &str,
+        stage: Stage,
+        uid: Option<&str>,
+        fallback: Option<&Time>,
+        now: jiff::Timestamp,
+    ) -> Duration {
+        let mut m = self.marks.lock().expect("kwok marks");
+        let marked = m.get_mut(name).and_then(|k| {
+            k.slot(stage)
+                .as_ref()
+                .filter(|(u, _)| Some(u.as_str()) == uid)
+                .map(|(_, at)| *at)
+        });
+        match marked {
+            Some(at) => now.duration_since(at).unsigned_abs(),
+            None => age(fallback, now),
         }
     }
 
@@ -394,6 +462,15 @@ impl KwokProvider {
         let by_name: BTreeMap<String, &Node> =
             nodes.items.iter().map(|n| (n.name_any(), n)).collect();
         let t = now();
+        {
+            let listed: std::collections::HashSet<String> =
+                instances.items.iter().map(|k| k.name_any()).collect();
+            // Instances gone (terminated by another replica, deleted by hand) leave no marks.
+            self.marks
+                .lock()
+                .expect("kwok marks")
+                .retain(|n, _| listed.contains(n));
+        }
         for ki in instances.items.iter().filter(|k| {
             k.spec.cluster == self.config.cluster
                 && k.metadata.deletion_timestamp.is_none()
@@ -401,7 +478,14 @@ impl KwokProvider {
         }) {
             let name = ki.name_any();
             let Some(node) = by_name.get(&name) else {
-                if age(ki.metadata.creation_timestamp.as_ref(), t) >= self.config.register_delay {
+                let launched = self.since(
+                    &name,
+                    Stage::Launched,
+                    ki.metadata.uid.as_deref(),
+                    ki.metadata.creation_timestamp.as_ref(),
+                    t,
+                );
+                if launched >= self.config.register_delay {
                     self.register(ki).await?;
                 }
                 continue;
@@ -424,9 +508,17 @@ impl KwokProvider {
                 continue;
             }
             if !is_ready {
-                if age(node.metadata.creation_timestamp.as_ref(), t) >= self.config.ready_delay {
+                let registered = self.since(
+                    &name,
+                    Stage::Registered,
+                    node.metadata.uid.as_deref(),
+                    node.metadata.creation_timestamp.as_ref(),
+                    t,
+                );
+                if registered >= self.config.ready_delay {
                     self.patch_status(&name, self.node_status(it, true, false))
                         .await?;
+                    self.mark(&name, Stage::Ready, node.metadata.uid.as_deref());
                 }
                 continue;
             }
@@ -440,7 +532,13 @@ impl KwokProvider {
                         .and_then(|a| a.get(k))
                         .is_some_and(|q| q.0 != "0")
             });
-            let since_ready = age(ready.and_then(|c| c.last_transition_time.as_ref()), t);
+            let since_ready = self.since(
+                &name,
+                Stage::Ready,
+                node.metadata.uid.as_deref(),
+                ready.and_then(|c| c.last_transition_time.as_ref()),
+                t,
+            );
             if !gpus_up && since_ready >= self.config.gpu_delay {
                 let mut status = self.node_status(it, true, true);
                 // Keep the Ready transition time: readiness did not change.
@@ -464,7 +562,11 @@ impl KwokProvider {
         };
         let status = node.status.clone();
         match self.nodes_api().create(&PostParams::default(), &node).await {
-            Ok(_) => {}
+            Ok(created) => self.mark(
+                &ki.name_any(),
+                Stage::Registered,
+                created.metadata.uid.as_deref(),
+            ),
             Err(e) if is_status(&e, 409) => return Ok(()),
             Err(e) => return Err(kube_err(Action::Launch, e)),
         }
@@ -696,7 +798,10 @@ impl KwokProvider {
                 },
             };
             let created = match api.create(&PostParams::default(), &ki).await {
-                Ok(c) => c,
+                Ok(c) => {
+                    self.mark(&request.claim, Stage::Launched, c.metadata.uid.as_deref());
+                    c
+                }
                 // A concurrent launch for the same claim won: its instance is ours.
                 Err(e) if is_status(&e, 409) => api
                     .get(&request.claim)
@@ -725,6 +830,7 @@ impl KwokProvider {
         let Some(name) = instance_name(provider_id) else {
             return Ok(());
         };
+        self.marks.lock().expect("kwok marks").remove(name);
         for result in [
             self.instances_api()
                 .delete(name, &DeleteParams::default())
@@ -870,5 +976,37 @@ mod tests {
         assert_eq!(advertised(1, 0.1), 1);
         assert_eq!(advertised(8, 0.5), 4);
         assert_eq!(advertised(0, 0.5), 0);
+    }
+
+    /// A stage marked by this process counts from the mark, to the sub-second; one marked for
+    /// another object (a Node registered again), or not marked here, from the timestamp.
+    #[tokio::test]
+    async fn stage_times_count_from_this_process_marks_for_the_same_object() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = kube::Client::try_from(config).expect("a client");
+        let kwok = KwokProvider::new(client, vec![], KwokConfig::default());
+        let now = jiff::Timestamp::now();
+        let ten_ago = Time(now - jiff::SignedDuration::from_secs(10));
+        kwok.mark("gpu-a", Stage::Registered, Some("uid-1"));
+        let marked = kwok.since(
+            "gpu-a",
+            Stage::Registered,
+            Some("uid-1"),
+            Some(&ten_ago),
+            now,
+        );
+        assert!(marked < Duration::from_secs(1), "{marked:?}");
+        let other = kwok.since(
+            "gpu-a",
+            Stage::Registered,
+            Some("uid-2"),
+            Some(&ten_ago),
+            now,
+        );
+        assert_eq!(other, Duration::from_secs(10));
+        let unmarked = kwok.since("gpu-a", Stage::Ready, Some("uid-1"), Some(&ten_ago), now);
+        assert_eq!(unmarked, Duration::from_secs(10));
+        let unknown = kwok.since("gpu-b", Stage::Launched, None, None, now);
+        assert_eq!(unknown, Duration::ZERO);
     }
 }
