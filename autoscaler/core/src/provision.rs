@@ -2,7 +2,8 @@
 //!
 //! Pods are taken largest first (whole GPUs, GPU shares, cpu, memory, then name, so the order
 //! is total and the plan deterministic). Each pod goes to the first place it fits, in this
-//! order: an existing node, a claim already in flight, a claim this plan has opened whose
+//! order: an existing node, a claim already in flight (the one with least room first, so the
+//! plan does not depend on the claims' random names), a claim this plan has opened whose
 //! cheapest instance type still fits it, the open claim whose price grows least (when that
 //! growth costs less than a node of its own), and finally a new claim. A new claim keeps the
 //! *set* of instance types that fit all its pods; it narrows as pods are added. Members of an

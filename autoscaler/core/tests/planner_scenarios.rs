@@ -209,6 +209,28 @@ fn in_flight_gpu_claim_counts_its_gpus_before_the_device_plugin_is_up() {
     );
 }
 
+/// Claims in flight are tried tightest first, whatever their names: the controller names
+/// claims at random, and the plan (which pods are left for new claims) must not depend on it.
+#[test]
+fn a_pod_takes_the_tightest_in_flight_claim_whatever_the_names() {
+    let claim = |name: &str, ty: &str| InFlightClaim {
+        name: name.into(),
+        pool: "gpu".into(),
+        instance_types: vec![ty.into()],
+        requirements: Requirements::new().with(labels::ZONE, Operator::In, &["us-east-1a"]),
+        pods: vec![],
+        created_at: 0,
+    };
+    for (big, small) in [("gpu-a", "gpu-b"), ("gpu-b", "gpu-a")] {
+        let mut snap = snapshot(vec![pod("one").cpu("2").gpus(1)], vec![gpu_pool()]);
+        snap.in_flight.push(claim(big, "g5.12xlarge"));
+        snap.in_flight.push(claim(small, "g5.xlarge"));
+        let plan = plan_provisioning(&snap);
+        let to: Vec<&str> = plan.in_flight.iter().map(|p| p.target.as_str()).collect();
+        assert_eq!(to, [small], "the 4-GPU claim is {big}");
+    }
+}
+
 #[test]
 fn selectors_affinity_terms_and_preferences() {
     let pods = vec![

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::labels;
 use crate::model::HostPort;
 use crate::requirements::{Labels, Requirements};
-use crate::resources::Resources;
+use crate::resources::{Resources, is_gpu_class, names};
 use crate::taints::{Effect, Taint, Toleration, untolerated};
 
 use super::shapes::{Devices, Shape, demand, may_select};
@@ -152,6 +152,7 @@ impl<'a> Planner<'a> {
         }
         let mut claims: Vec<usize> = (0..snap.in_flight.len()).collect();
         claims.sort_by(|a, b| snap.in_flight[*a].name.cmp(&snap.in_flight[*b].name));
+        let mut claims_built = 0;
         for ci in claims {
             let c = &snap.in_flight[ci];
             let Some(&pi) = pool_idx.get(c.pool.as_str()) else {
@@ -238,7 +239,33 @@ impl<'a> Planner<'a> {
                 self.count_pod_into(&mut slot, &mut zone_counts, &mut zone_blocks, p, None);
             }
             slots.push(slot);
+            claims_built += 1;
         }
+        // Pods take the first fixed slot that fits, so the claims' order decides which pods
+        // are left for new claims. By least room first (then age, then name) rather than by
+        // name alone: the outcome no longer depends on random claim names (two runs of one
+        // workload, or the controller and the simulator, pack alike), and a pod takes the
+        // tightest claim that holds it.
+        let first_claim = slots.len() - claims_built;
+        slots[first_claim..].sort_by_cached_key(|s| {
+            let room = s.allocatable.minus(&s.used);
+            let gpus: i64 = room
+                .iter()
+                .filter(|(k, _)| is_gpu_class(k))
+                .map(|(_, v)| v)
+                .sum();
+            let created = match s.kind {
+                SlotKind::InFlight(ci) => snap.in_flight[ci].created_at,
+                _ => 0,
+            };
+            (
+                gpus,
+                room.get(names::CPU),
+                room.get(names::MEMORY),
+                created,
+                s.name.clone(),
+            )
+        });
         self.state.slots = slots;
         self.state.zone_counts = zone_counts;
         self.state.zone_blocks = zone_blocks;
