@@ -44,6 +44,8 @@ impl SplitMix64 {
     }
 
     /// True with probability `p` (below 0: never; 1 or more: always).
+    // Only `bench reliability` draws events, and it needs the `controller` feature.
+    #[cfg_attr(not(feature = "controller"), allow(dead_code))]
     pub(crate) fn happens(&mut self, p: f64) -> bool {
         // The top 53 bits: uniform in [0, 1) at f64's full precision.
         ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p

@@ -403,13 +403,7 @@ pub fn labels_json(labels: &BTreeMap<String, String>) -> Value {
     json!(labels)
 }
 
-/// Whether an object lists `finalizer`.
-pub fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
-    meta.finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == keys::FINALIZER)
-}
+pub use super::keys::has_finalizer;
 
 /// An object's finalizers with the controller's ([`keys::FINALIZER`]) added if missing: what
 /// to write so that the controller's termination path holds it.

@@ -15,3 +15,8 @@ pub const PLACEMENT_GROUP_ANNOTATION: &str = providers::tags::PLACEMENT_GROUP;
 
 /// The field manager of every write (server-side apply and patches).
 pub const FIELD_MANAGER: &str = "gpu-autoscaler";
+
+/// Whether an object lists the controller's finalizer ([`FINALIZER`]).
+pub fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.finalizers.iter().flatten().any(|f| f == FINALIZER)
+}

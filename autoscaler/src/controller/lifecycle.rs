@@ -352,7 +352,7 @@ pub enum Action {
 
 /// Whether a live Node lacks the controller's finalizer (one being deleted is past helping).
 fn lost_finalizer(n: &Node) -> bool {
-    n.metadata.deletion_timestamp.is_none() && !super::actuator::has_finalizer(&n.metadata)
+    n.metadata.deletion_timestamp.is_none() && !keys::has_finalizer(&n.metadata)
 }
 
 /// Seconds since the claim launched (or since it was created, when the Launched condition has
@@ -458,12 +458,7 @@ pub fn step_with_dra(
     now: i64,
     timeouts: &Timeouts,
 ) -> Action {
-    let has_finalizer = claim
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == keys::FINALIZER);
+    let has_finalizer = keys::has_finalizer(&claim.metadata);
     let phase = phase(claim);
     if phase == Phase::Deleting {
         if !has_finalizer {
