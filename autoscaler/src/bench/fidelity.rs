@@ -718,4 +718,35 @@ mod tests {
         }
         assert_eq!(default.workloads.len(), slice.workloads.len());
     }
+
+    /// The simulator's scheduler binds a gang all or nothing; a member bound on trial and
+    /// rolled back (the rest did not fit) must not count as bound. In `gangs`, gang-1 and
+    /// gang-2 arrive together and one member of each fitted an existing node: the simulator's
+    /// timeline had them bound 140 virtual seconds before the rest of their gang.
+    #[test]
+    fn the_simulators_gang_members_are_first_bound_together() {
+        let s = Scenario::parse(std::path::Path::new("gangs"), GANGS).unwrap();
+        let w = autoscaler_sim::workload::generate(&s, s.seed, s.duration_s, 100_000).unwrap();
+        let r =
+            autoscaler_sim::run_workload(&s, &w, &RunOptions::default(), &mut |_, _| {}).unwrap();
+        let bound: BTreeMap<usize, i64> = r.policies[0].first_bound.iter().copied().collect();
+        let mut gangs = 0;
+        for g in w.groups.iter().filter(|g| g.provisioning_request.is_none()) {
+            let times: Vec<Option<&i64>> = g
+                .members
+                .iter()
+                .map(|m| bound.get(&(*m as usize)))
+                .collect();
+            if times.iter().all(Option::is_none) {
+                continue;
+            }
+            gangs += 1;
+            assert!(
+                times.windows(2).all(|t| t[0] == t[1]),
+                "gang {}: members first bound at {times:?}",
+                g.name
+            );
+        }
+        assert!(gangs >= 5, "only {gangs} gangs bound");
+    }
 }

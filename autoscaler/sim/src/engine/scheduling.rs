@@ -110,7 +110,9 @@ impl Engine<'_> {
             // Not all created yet (or some still bound): wait for the group to be whole.
             return false;
         }
-        let mut done: Vec<(PodId, i64)> = Vec::new();
+        // With each trial bind: when the pod had been pending since, and whether this is its
+        // first bind (a rolled-back trial must not count as the pod's first bind).
+        let mut done: Vec<(PodId, i64, bool)> = Vec::new();
         for &m in &members {
             let since = match self.cluster.pods[m].phase {
                 PodPhase::Pending { since } => since,
@@ -129,13 +131,17 @@ impl Engine<'_> {
             };
             match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
                 Some((n, devices)) => {
+                    let first = !self.cluster.first_bound.contains_key(&m);
                     if let Err(e) = self.cluster.bind(m, n, devices, self.now) {
                         self.violation(e.0);
                     }
-                    done.push((m, since));
+                    done.push((m, since, first));
                 }
                 None => {
-                    for (d, since) in done {
+                    for (d, since, first) in done {
+                        if first {
+                            self.cluster.first_bound.remove(&d);
+                        }
                         self.cluster.unbind(d, self.now);
                         self.cluster.pods[d].phase = PodPhase::Pending { since };
                         self.cluster.pending.insert(d);
@@ -145,7 +151,7 @@ impl Engine<'_> {
             }
         }
         // Bound together: record pending times and start the shared clock.
-        for (m, since) in done {
+        for (m, since, _) in done {
             self.pending_samples.push(self.now - since);
             self.after_bind(m);
         }
