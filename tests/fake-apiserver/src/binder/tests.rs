@@ -1,0 +1,381 @@
+//! The harness scheduler's tests: one State, nodes and pods as JSON, one pass at a time.
+
+use super::*;
+
+/// One scheduling pass over `st` with kubelet played too.
+fn pass(st: &mut State) -> usize {
+    schedule_pass(st, &BinderOptions::default())
+}
+
+fn add_node(st: &mut State, name: &str, allocatable: Value) {
+    let mut alloc = json!({"cpu": "64", "memory": "256Gi", "pods": "110"});
+    alloc
+        .as_object_mut()
+        .unwrap()
+        .extend(allocatable.as_object().unwrap().clone());
+    let def = st.def("", "nodes").unwrap();
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True"}]}});
+    st.create(&def, "", node, &WriteOpts::default()).unwrap();
+}
+
+/// A pod with `annotations` whose one container has `limits`; bound to `node` if given.
+fn add_pod(st: &mut State, name: &str, annotations: Value, limits: Value, node: Option<&str>) {
+    let def = st.def("", "pods").unwrap();
+    let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": "1"}, "limits": limits}}]}});
+    if let Some(n) = node {
+        pod["spec"]["nodeName"] = json!(n);
+    }
+    st.create(&def, "default", pod, &WriteOpts::default())
+        .unwrap();
+}
+
+fn share_pod(st: &mut State, name: &str, milli: &str) {
+    add_pod(
+        st,
+        name,
+        json!({"gpu-autoscaler.dev/gpu-share": milli}),
+        json!({}),
+        None,
+    );
+}
+
+fn delete_pod(st: &mut State, name: &str) {
+    let def = st.def("", "pods").unwrap();
+    st.delete(&def, "default", name, &Value::Null, &WriteOpts::default())
+        .unwrap();
+}
+
+/// The pod's node, or the harness's message for why it is unschedulable.
+fn placed(st: &State, name: &str) -> Result<String, String> {
+    let def = st.def("", "pods").unwrap();
+    let p = st.get(&def, "default", name).unwrap();
+    match p.pointer("/spec/nodeName").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => Ok(n.to_string()),
+        _ => Err(p
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodScheduled")
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or("pending, not looked at")
+            .to_string()),
+    }
+}
+
+fn unschedulable(st: &State, name: &str, says: &str) {
+    match placed(st, name) {
+        Err(m) if m.contains(says) => {}
+        other => panic!("{name}: want unschedulable saying {says:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn least_allocated_picks_the_emptiest_node_and_first_fit_the_first_by_name() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "a", json!({}));
+    add_node(&mut st, "b", json!({}));
+    // Node a already runs 10 of its 64 CPUs, node b 2.
+    let def = st.def("", "pods").unwrap();
+    for (name, node, cpu) in [("on-a", "a", "10"), ("on-b", "b", "2")] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": cpu}}}]}});
+        st.create(&def, "default", pod, &WriteOpts::default())
+            .unwrap();
+    }
+    add_pod(&mut st, "first", json!({}), json!({}), None);
+    assert_eq!(pass(&mut st), 1);
+    assert_eq!(
+        placed(&st, "first").as_deref(),
+        Ok("a"),
+        "first fit by name"
+    );
+    let least = BinderOptions {
+        score: Score::LeastAllocated,
+        ..BinderOptions::default()
+    };
+    add_pod(&mut st, "scored", json!({}), json!({}), None);
+    assert_eq!(schedule_pass(&mut st, &least), 1);
+    assert_eq!(
+        placed(&st, "scored").as_deref(),
+        Ok("b"),
+        "more room left on b"
+    );
+}
+
+#[test]
+fn least_allocated_scores_gpu_shares_by_what_they_hold() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "g2", json!({"nvidia.com/gpu": "2"}));
+    add_node(&mut st, "g1", json!({"nvidia.com/gpu": "2"}));
+    // g2 holds half a device in shares, g1 a whole GPU: by CPU and memory alike, by GPU
+    // g2 has more left (1.5 of 2 against 1 of 2); first fit by name would pick g1.
+    add_pod(
+        &mut st,
+        "half",
+        json!({"gpu-autoscaler.dev/gpu-share": "500"}),
+        json!({}),
+        Some("g2"),
+    );
+    add_pod(
+        &mut st,
+        "whole",
+        json!({}),
+        json!({"nvidia.com/gpu": "1"}),
+        Some("g1"),
+    );
+    let least = BinderOptions {
+        score: Score::LeastAllocated,
+        ..BinderOptions::default()
+    };
+    share_pod(&mut st, "share", "300");
+    assert_eq!(schedule_pass(&mut st, &least), 1);
+    assert_eq!(placed(&st, "share").as_deref(), Ok("g2"));
+    add_pod(
+        &mut st,
+        "gpu",
+        json!({}),
+        json!({"nvidia.com/gpu": "1"}),
+        None,
+    );
+    assert_eq!(schedule_pass(&mut st, &least), 1);
+    // g2: 0.8 of a device held, 1 device free whole; g1: 1 device free. A whole GPU leaves
+    // g2 0.2 of 2 and g1 none, which outweighs g2's one more CPU used.
+    assert_eq!(placed(&st, "gpu").as_deref(), Ok("g2"));
+}
+
+#[test]
+fn a_pod_group_binds_all_or_nothing() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "g2", json!({"nvidia.com/gpu": "2"}));
+    let member = |i: u32| format!("train-{i}");
+    for i in 0..2 {
+        add_pod(
+            &mut st,
+            &member(i),
+            json!({"gpu-autoscaler.dev/pod-group": "train",
+                   "gpu-autoscaler.dev/pod-group-min-count": "2"}),
+            json!({"nvidia.com/gpu": "2"}),
+            None,
+        );
+    }
+    add_pod(&mut st, "solo", json!({}), json!({}), None);
+    // One member would fit alone: neither is bound; a pod outside the group still is.
+    assert_eq!(pass(&mut st), 1);
+    assert_eq!(placed(&st, "solo").as_deref(), Ok("g2"));
+    for i in 0..2 {
+        let why = placed(&st, &member(i)).unwrap_err();
+        assert!(why.contains("1 of its 2 pending members fit"), "{why}");
+    }
+    add_node(&mut st, "g2b", json!({"nvidia.com/gpu": "2"}));
+    assert_eq!(pass(&mut st), 2);
+    let mut on: Vec<String> = (0..2).map(|i| placed(&st, &member(i)).unwrap()).collect();
+    on.sort();
+    assert_eq!(on, ["g2", "g2b"]);
+}
+
+#[test]
+fn time_sliced_replicas_are_allocatable_under_either_name() {
+    let mut st = State::new(1000, 16, false);
+    // One GPU time-sliced four ways, and one renamed to nvidia.com/gpu.shared.
+    add_node(&mut st, "ts", json!({"nvidia.com/gpu": "4"}));
+    add_node(&mut st, "ts-renamed", json!({"nvidia.com/gpu.shared": "4"}));
+    for i in 0..5 {
+        add_pod(
+            &mut st,
+            &format!("r{i}"),
+            json!({}),
+            json!({"nvidia.com/gpu": "1"}),
+            None,
+        );
+    }
+    add_pod(
+        &mut st,
+        "shared",
+        json!({}),
+        json!({"nvidia.com/gpu.shared": "4"}),
+        None,
+    );
+    assert_eq!(pass(&mut st), 5);
+    for i in 0..4 {
+        assert_eq!(placed(&st, &format!("r{i}")), Ok("ts".into()));
+    }
+    unschedulable(&st, "r4", "2 Insufficient nvidia.com/gpu");
+    assert_eq!(placed(&st, "shared"), Ok("ts-renamed".into()));
+}
+
+#[test]
+fn mig_profiles_are_extended_resources() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "mig", json!({"nvidia.com/mig-3g.40gb": "2"}));
+    for i in 0..3 {
+        add_pod(
+            &mut st,
+            &format!("m{i}"),
+            json!({}),
+            json!({"nvidia.com/mig-3g.40gb": "1"}),
+            None,
+        );
+    }
+    add_pod(
+        &mut st,
+        "small",
+        json!({}),
+        json!({"nvidia.com/mig-1g.10gb": "1"}),
+        None,
+    );
+    add_pod(
+        &mut st,
+        "whole",
+        json!({}),
+        json!({"nvidia.com/gpu": "1"}),
+        None,
+    );
+    assert_eq!(pass(&mut st), 2);
+    assert_eq!(placed(&st, "m1"), Ok("mig".into()));
+    unschedulable(&st, "m2", "Insufficient nvidia.com/mig-3g.40gb");
+    unschedulable(&st, "small", "Insufficient nvidia.com/mig-1g.10gb");
+    unschedulable(&st, "whole", "Insufficient nvidia.com/gpu");
+}
+
+#[test]
+fn fractional_shares_pack_per_device_and_keep_their_devices() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "n", json!({"nvidia.com/gpu": "2"}));
+    share_pod(&mut st, "a", "600");
+    share_pod(&mut st, "b", "500");
+    assert_eq!(pass(&mut st), 2, "0.6 and 0.5 on two devices");
+    // Both devices hold a share: none is free whole, though 0.9 is free in total.
+    add_pod(
+        &mut st,
+        "whole",
+        json!({}),
+        json!({"nvidia.com/gpu": "1"}),
+        None,
+    );
+    share_pod(&mut st, "d", "400");
+    share_pod(&mut st, "e", "600");
+    assert_eq!(pass(&mut st), 1);
+    unschedulable(&st, "whole", "1 Insufficient nvidia.com/gpu");
+    assert_eq!(placed(&st, "d"), Ok("n".into()), "0.4 fills the 0.6 device");
+    unschedulable(
+        &st,
+        "e",
+        "1 node(s) had no nvidia.com/gpu device with 600/1000 free",
+    );
+    // b leaves: its device is free again, e takes it, and the whole pod still waits.
+    delete_pod(&mut st, "b");
+    assert_eq!(pass(&mut st), 1);
+    assert_eq!(placed(&st, "e"), Ok("n".into()));
+    unschedulable(&st, "whole", "Insufficient nvidia.com/gpu");
+    // a leaves: 0.4 (d) and 0.6 (e) stay on their two devices rather than being packed
+    // onto one afresh, so 0.7 fits neither device and no device is free whole.
+    delete_pod(&mut st, "a");
+    share_pod(&mut st, "f", "700");
+    assert_eq!(pass(&mut st), 0);
+    unschedulable(&st, "f", "no nvidia.com/gpu device with 700/1000 free");
+    share_pod(&mut st, "g", "400");
+    assert_eq!(pass(&mut st), 1, "0.4 still fits beside e's 0.6");
+}
+
+#[test]
+fn hami_cores_take_a_share_of_each_device_and_bad_annotations_fit_nowhere() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "one", json!({"nvidia.com/gpu": "1"}));
+    let hami = |gpus: &str, cores: &str| json!({"nvidia.com/gpu": gpus, "nvidia.com/gpucores": cores, "nvidia.com/gpumem": "8000"});
+    add_pod(&mut st, "h1", json!({}), hami("1", "50"), None);
+    add_pod(&mut st, "h2", json!({}), hami("1", "50"), None);
+    add_pod(&mut st, "h3", json!({}), hami("1", "10"), None);
+    add_pod(&mut st, "two", json!({}), hami("2", "10"), None);
+    add_pod(
+        &mut st,
+        "bad",
+        json!({"gpu-autoscaler.dev/gpu-share": "half"}),
+        json!({}),
+        None,
+    );
+    assert_eq!(pass(&mut st), 2, "two halves of the one device");
+    unschedulable(&st, "h3", "no nvidia.com/gpu device with 100/1000 free");
+    unschedulable(
+        &st,
+        "two",
+        "fewer than 2 nvidia.com/gpu devices with 100/1000 free",
+    );
+    unschedulable(&st, "bad", "gpu-autoscaler.dev/gpu-share=\"half\"");
+}
+
+#[test]
+fn a_share_pod_bound_by_someone_else_holds_a_device() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "one", json!({"nvidia.com/gpu": "1"}));
+    add_pod(
+        &mut st,
+        "bound",
+        json!({"gpu-autoscaler.dev/gpu-share": "700"}),
+        json!({}),
+        Some("one"),
+    );
+    share_pod(&mut st, "big", "500");
+    share_pod(&mut st, "small", "300");
+    assert_eq!(pass(&mut st), 1);
+    unschedulable(&st, "big", "no nvidia.com/gpu device with 500/1000 free");
+    assert_eq!(placed(&st, "small"), Ok("one".into()));
+}
+
+#[test]
+fn requests_default_to_limits_and_add_init_and_overhead() {
+    let pod = json!({"spec": {
+        "containers": [
+            {"resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "500m"}}},
+            {"resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}}
+        ],
+        "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
+        "overhead": {"cpu": "100m"}
+    }});
+    let r = pod_requests(&pod);
+    assert_eq!(r["cpu"], 2100);
+    assert_eq!(r["nvidia.com/gpu"], 1000);
+    assert_eq!(r["memory"], 1_073_741_824_000);
+    assert_eq!(r["pods"], 1000);
+}
+
+#[test]
+fn tolerations_and_affinity() {
+    let taint = json!({"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"});
+    assert!(tolerates(
+        &[json!({"key": "nvidia.com/gpu", "operator": "Exists"})],
+        &taint
+    ));
+    assert!(tolerates(&[json!({"operator": "Exists"})], &taint));
+    assert!(!tolerates(
+        &[json!({"key": "nvidia.com/gpu", "value": "false"})],
+        &taint
+    ));
+    assert!(!tolerates(
+        &[json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"})],
+        &taint
+    ));
+    let node = json!({"metadata": {"name": "n1", "labels": {"gpu": "a100", "mem": "80"}}});
+    let pod = |expr: Value| json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [expr]}]}}}}});
+    assert!(affinity_matches(
+        &pod(json!({"key": "gpu", "operator": "In", "values": ["a100"]})),
+        &node
+    ));
+    assert!(!affinity_matches(
+        &pod(json!({"key": "gpu", "operator": "NotIn", "values": ["a100"]})),
+        &node
+    ));
+    assert!(affinity_matches(
+        &pod(json!({"key": "mem", "operator": "Gt", "values": ["40"]})),
+        &node
+    ));
+    assert!(!affinity_matches(
+        &pod(json!({"key": "x", "operator": "Exists"})),
+        &node
+    ));
+}
