@@ -513,6 +513,20 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                 .to_string(),
         )
     });
+    // A group's members bind one after another, at the place of its first member: no pod in
+    // between takes the room the group's trial counted on.
+    let mut first_of: BTreeMap<String, usize> = BTreeMap::new();
+    let rank: Vec<usize> = pending
+        .iter()
+        .enumerate()
+        .map(|(i, p)| match group_of(p) {
+            Some((g, _)) => *first_of.entry(g).or_insert(i),
+            None => i,
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..pending.len()).collect();
+    order.sort_by_key(|i| (rank[*i], *i));
+    let pending: Vec<_> = order.into_iter().map(|i| pending[i].clone()).collect();
     let mut in_groups: BTreeMap<String, usize> = BTreeMap::new();
     for p in &pods.items {
         let on_node = p

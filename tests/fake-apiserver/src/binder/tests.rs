@@ -173,7 +173,16 @@ fn a_pod_group_binds_all_or_nothing() {
         assert!(why.contains("1 of its 2 pending members fit"), "{why}");
     }
     add_node(&mut st, "g2b", json!({"nvidia.com/gpu": "2"}));
+    // Ordered between the members by name: it must not take the room the group counted on.
+    add_pod(
+        &mut st,
+        "train-0a",
+        json!({}),
+        json!({"nvidia.com/gpu": "1"}),
+        None,
+    );
     assert_eq!(pass(&mut st), 2);
+    assert!(placed(&st, "train-0a").is_err());
     let mut on: Vec<String> = (0..2).map(|i| placed(&st, &member(i)).unwrap()).collect();
     on.sort();
     assert_eq!(on, ["g2", "g2b"]);
