@@ -260,6 +260,9 @@ fn fractional_shares_pack_per_device_and_keep_their_devices() {
     share_pod(&mut st, "b", "500");
     assert_eq!(pass(&mut st), 2, "0.6 and 0.5 on two devices");
     // Both devices hold a share: none is free whole, though 0.9 is free in total.
+    share_pod(&mut st, "d", "400");
+    share_pod(&mut st, "e", "600");
+    // Created last, so queued after e (the queue is by priority, then creation).
     add_pod(
         &mut st,
         "whole",
@@ -267,8 +270,6 @@ fn fractional_shares_pack_per_device_and_keep_their_devices() {
         json!({"nvidia.com/gpu": "1"}),
         None,
     );
-    share_pod(&mut st, "d", "400");
-    share_pod(&mut st, "e", "600");
     assert_eq!(pass(&mut st), 1);
     unschedulable(&st, "whole", "1 Insufficient nvidia.com/gpu");
     assert_eq!(placed(&st, "d"), Ok("n".into()), "0.4 fills the 0.6 device");
