@@ -41,6 +41,19 @@ async fn one_node_with_a_protected_pod(c: &Cluster) -> String {
     .await
 }
 
+/// Removes every finalizer from Node `node` (what a Node registered again by its kubelet
+/// looks like).
+async fn strip_finalizers(c: &Cluster, node: &str) {
+    Api::<Node>::all(c.client.clone())
+        .patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("stripping the node's finalizer");
+}
+
 fn gone_or_terminating(p: Option<Pod>) -> bool {
     p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
 }
@@ -238,14 +251,7 @@ async fn e2e_4h_a_node_without_the_finalizer_is_drained_before_its_claim_goes() 
         (n.name_any() == node).then_some(())
     })
     .await;
-    Api::<Node>::all(c.client.clone())
-        .patch(
-            &node,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("stripping the node's finalizer");
+    strip_finalizers(&c, &node).await;
     let claim = c
         .claims()
         .await
@@ -290,14 +296,7 @@ async fn e2e_4i_a_node_that_lost_its_finalizer_gets_it_back_and_is_drained() {
         },
     )
     .await;
-    Api::<Node>::all(c.client.clone())
-        .patch(
-            &node,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .expect("stripping the node's finalizer");
+    strip_finalizers(&c, &node).await;
     eventually("the finalizer back on the node", DEADLINE, || async {
         let n = c.nodes().await.into_iter().find(|n| n.name_any() == node)?;
         has_finalizer(&n).then_some(())

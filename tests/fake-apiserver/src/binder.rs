@@ -366,6 +366,27 @@ fn candidates(ask: &Ask, views: &[NodeView], opts: &BinderOptions) -> Vec<usize>
     order
 }
 
+/// Writes `PodScheduled=False`, reason `Unschedulable`, with `message` on `pod`'s status.
+fn mark_unschedulable(state: &mut State, pod: &Value, message: &str) {
+    let mut p = pod.clone();
+    set_condition(
+        &mut p,
+        "PodScheduled",
+        "False",
+        Some("Unschedulable"),
+        Some(message),
+    );
+    let ns = p["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let name = p["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    state.write_pod_status(&ns, &name, p["status"].clone());
+}
+
 /// A node's `metadata.creationTimestamp` (RFC 3339, so text order is time order).
 fn created(n: &NodeView) -> &str {
     n.node["metadata"]["creationTimestamp"]
@@ -555,15 +576,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
         let mut chosen = None;
         if let Some(message) = group_of(&pod).and_then(|(g, _)| held.get(&g)) {
-            let mut p = (*pod).clone();
-            set_condition(
-                &mut p,
-                "PodScheduled",
-                "False",
-                Some("Unschedulable"),
-                Some(message),
-            );
-            state.write_pod_status(&ns, &name, p["status"].clone());
+            mark_unschedulable(state, &pod, message);
             continue;
         }
         for i in candidates(&ask, &views, opts) {
@@ -640,15 +653,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                         parts.join(", ")
                     }
                 );
-                let mut p = (*pod).clone();
-                set_condition(
-                    &mut p,
-                    "PodScheduled",
-                    "False",
-                    Some("Unschedulable"),
-                    Some(&message),
-                );
-                state.write_pod_status(&ns, &name, p["status"].clone());
+                mark_unschedulable(state, &pod, &message);
             }
         }
     }
