@@ -90,7 +90,9 @@ fn fgd_mode_stops_at_the_share_and_never_departs() {
         .map(|i| {
             let p = w.materialize(i);
             p.requests.get("nvidia.com/gpu") as f64
-                + p.gpu_share.map_or(0.0, |g| f64::from(g.milli) / 1000.0)
+                + p.gpu_share
+                    .as_ref()
+                    .map_or(0.0, |g| f64::from(g.milli) / 1000.0)
         })
         .sum();
     assert!(requested >= 2.0, "{requested}");

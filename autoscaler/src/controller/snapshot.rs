@@ -383,7 +383,8 @@ impl SnapshotBuilder {
             // A bound pod's claims are allocated: resolved, they pin it where it runs. One
             // that does not resolve (its claim gone) counts as its other requests only.
             for p in out.iter_mut().filter(|p| !p.claims.is_empty()) {
-                if inputs.dra.resolve(&p.key.namespace, &mut p.claims).is_err() {
+                let ns = p.key.namespace.clone();
+                if inputs.dra.resolve(&ns, &mut p.claims).is_err() {
                     p.claims.clear();
                 }
             }

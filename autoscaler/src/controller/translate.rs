@@ -40,7 +40,7 @@ use autoscaler_core::error::CoreError;
 use autoscaler_core::labels as core_labels;
 use autoscaler_core::model::{
     DaemonSet as CoreDaemonSet, GpuShare, HostPort, Pdb, Pod as CorePod, PodAffinityTerm, PodKey,
-    TopologySpread,
+    PodShape, TopologySpread,
 };
 use autoscaler_core::quantity::Quantity as CoreQuantity;
 use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements};
@@ -570,30 +570,32 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
     });
     let host_ports = host_ports(spec, "spec")?;
     let started_at = started_at(p, &annotations);
-    Ok(CorePod {
-        key: pod_key(p),
-        requests,
-        gpu_share,
-        labels: p.metadata.labels.clone().unwrap_or_default(),
-        mirror: annotations.contains_key(MIRROR_ANNOTATION),
-        group: super::gangs::gang_of(p, None).map(|g| g.id),
-        annotations: annotations
-            .into_iter()
-            .filter(|(k, _)| KEPT_ANNOTATIONS.contains(&k.as_str()))
-            .collect(),
-        node_selector,
-        preferred,
-        tolerations,
-        spread,
-        anti_affinity,
-        affinity,
-        priority: spec.priority.unwrap_or(0),
-        owner_kind,
-        local_storage,
-        host_ports,
-        started_at,
-        claims,
-    })
+    Ok(CorePod::with_shape(
+        pod_key(p),
+        PodShape {
+            requests,
+            gpu_share,
+            labels: p.metadata.labels.clone().unwrap_or_default(),
+            mirror: annotations.contains_key(MIRROR_ANNOTATION),
+            group: super::gangs::gang_of(p, None).map(|g| g.id),
+            annotations: annotations
+                .into_iter()
+                .filter(|(k, _)| KEPT_ANNOTATIONS.contains(&k.as_str()))
+                .collect(),
+            node_selector,
+            preferred,
+            tolerations,
+            spread,
+            anti_affinity,
+            affinity,
+            priority: spec.priority.unwrap_or(0),
+            owner_kind,
+            local_storage,
+            host_ports,
+            started_at,
+            claims,
+        },
+    ))
 }
 
 /// Whether the scheduler has given up on the pod: `PodScheduled=False`,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use autoscaler_core::disruption::{DO_NOT_DISRUPT, SAFE_TO_EVICT};
 use autoscaler_core::model::{
     Budget, BudgetValue, ClusterLimit, ConsolidationPolicy, DaemonSet, DisruptionPolicy, GpuShare,
-    GpuSharing, Limits, MigSharing, MigStrategy, Pod, PodAffinityTerm, PodKey, Pool, TimeSlicing,
-    TopologySpread,
+    GpuSharing, Limits, MigSharing, MigStrategy, Pod, PodAffinityTerm, PodKey, PodShape, Pool,
+    TimeSlicing, TopologySpread,
 };
 use autoscaler_core::quota;
 use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements};
@@ -802,30 +802,33 @@ pub(super) fn build_pod(
         topology_key: k.clone(),
         selector: sel.clone(),
     };
-    Ok(Pod {
-        key: PodKey {
-            namespace: f.namespace.clone().unwrap_or_else(|| "default".into()),
-            name: wname.to_string(),
+    let key = PodKey {
+        namespace: f.namespace.clone().unwrap_or_else(|| "default".into()),
+        name: wname.to_string(),
+    };
+    Ok(Pod::with_shape(
+        key,
+        PodShape {
+            requests,
+            gpu_share,
+            labels: pod_labels,
+            annotations,
+            node_selector,
+            preferred: vec![],
+            tolerations,
+            spread,
+            anti_affinity: f.anti_affinity.iter().map(term).collect(),
+            affinity: f.affinity.iter().map(term).collect(),
+            priority: f.priority,
+            group: None,
+            owner_kind: Some(owner.to_string()),
+            local_storage: f.local_storage,
+            mirror: false,
+            host_ports: vec![],
+            started_at: None,
+            claims: vec![],
         },
-        requests,
-        gpu_share,
-        labels: pod_labels,
-        annotations,
-        node_selector,
-        preferred: vec![],
-        tolerations,
-        spread,
-        anti_affinity: f.anti_affinity.iter().map(term).collect(),
-        affinity: f.affinity.iter().map(term).collect(),
-        priority: f.priority,
-        group: None,
-        owner_kind: Some(owner.to_string()),
-        local_storage: f.local_storage,
-        mirror: false,
-        host_ports: vec![],
-        started_at: None,
-        claims: vec![],
-    })
+    ))
 }
 
 /// An `existingNodes` entry: the node as its pool (or, without one, its instance type) makes

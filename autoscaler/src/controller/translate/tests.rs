@@ -151,7 +151,7 @@ fn share_annotation_wins_and_is_checked() {
         "metadata": {"name": "frac", "annotations": {"gpu-autoscaler.dev/gpu-share": "470"}},
         "spec": {"containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30"}}}]}
     }));
-    assert_eq!(pod(&p).unwrap().gpu_share.unwrap().milli, 470);
+    assert_eq!(pod(&p).unwrap().gpu_share.as_ref().unwrap().milli, 470);
     let bad = pod_from(json!({
         "metadata": {"name": "frac", "annotations": {"gpu-autoscaler.dev/gpu-share": "0.5"}},
         "spec": {"containers": [{"name": "c"}]}
