@@ -111,7 +111,7 @@ impl HostPort {
 /// pod copies its key and shares the shape; changing a field through `DerefMut` copies the
 /// shape first when another pod shares it (copy on write), so no pod ever sees another's
 /// change. Serialized, the shape's fields sit beside `key` as before.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Pod {
     /// Identity.
     pub key: PodKey,
@@ -121,7 +121,7 @@ pub struct Pod {
 
 /// What a pod asks for and says about itself, apart from its name: the part of [`Pod`] that
 /// replicas share.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PodShape {
     /// Effective requests: max(sum of containers, largest init container) + overhead, with
     /// `pods = 1`. A [`GpuShare`] is not in here.

@@ -31,7 +31,6 @@ use std::borrow::Cow;
 #[cfg(feature = "controller")]
 use std::collections::HashMap;
 use std::collections::HashSet;
-use std::fmt::{self, Write as _};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -104,63 +103,10 @@ impl Translated {
     }
 }
 
-/// Values that can be shared through an [`Interner`]. Pods have no `Hash`/`Eq` of their own;
-/// they hash by their `Debug` text, which equal pods share (a pod holds no floats).
-trait Internable {
-    fn hash_into<H: Hasher>(&self, h: &mut H);
-    fn same(&self, other: &Self) -> bool;
-}
-
-impl Internable for str {
-    fn hash_into<H: Hasher>(&self, h: &mut H) {
-        self.hash(h);
-    }
-
-    fn same(&self, other: &Self) -> bool {
-        self == other
-    }
-}
-
-/// Feeds formatted text to a hasher without building the string.
-struct HashWriter<'a, H>(&'a mut H);
-
-impl<H: Hasher> fmt::Write for HashWriter<'_, H> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0.write(s.as_bytes());
-        Ok(())
-    }
-}
-
-impl Internable for CorePod {
-    fn hash_into<H: Hasher>(&self, h: &mut H) {
-        let _ = write!(HashWriter(h), "{self:?}");
-    }
-
-    fn same(&self, other: &Self) -> bool {
-        self == other
-    }
-}
-
-struct Entry<T: ?Sized>(Arc<T>);
-
-impl<T: ?Sized + Internable> Hash for Entry<T> {
-    fn hash<H: Hasher>(&self, h: &mut H) {
-        self.0.hash_into(h);
-    }
-}
-
-impl<T: ?Sized + Internable> PartialEq for Entry<T> {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.same(&other.0)
-    }
-}
-
-impl<T: ?Sized + Internable> Eq for Entry<T> {}
-
 /// The shared copies. Entries nobody else holds any more are dropped whenever the table has
 /// doubled since the last sweep, so the table stays proportional to the live values.
 struct Interner<T: ?Sized> {
-    set: HashSet<Entry<T>>,
+    set: HashSet<Arc<T>>,
     sweep_at: usize,
 }
 
@@ -177,22 +123,20 @@ static SHAPES: LazyLock<Mutex<Interner<CorePod>>> = LazyLock::new(Default::defau
 static NODE_NAMES: LazyLock<Mutex<Interner<str>>> = LazyLock::new(Default::default);
 
 /// The shared copy of `v`.
-fn intern<T: ?Sized + Internable>(table: &Mutex<Interner<T>>, v: Arc<T>) -> Arc<T> {
+fn intern<T: ?Sized + Hash + Eq>(table: &Mutex<Interner<T>>, v: Arc<T>) -> Arc<T> {
     // A poisoned table is still a valid table: every operation on it is a whole insert.
     let mut t = table
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let entry = Entry(v);
-    if let Some(e) = t.set.get(&entry) {
-        return e.0.clone();
+    if let Some(e) = t.set.get(&v) {
+        return e.clone();
     }
     if t.set.len() >= t.sweep_at {
-        t.set.retain(|e| Arc::strong_count(&e.0) > 1);
+        t.set.retain(|e| Arc::strong_count(e) > 1);
         t.sweep_at = (t.set.len() * 2).max(1024);
     }
-    let shared = entry.0.clone();
-    t.set.insert(entry);
-    shared
+    t.set.insert(v.clone());
+    v
 }
 
 /// A pod as it comes over the wire, what the pod watcher lists and watches: the typed `Pod`

@@ -136,20 +136,23 @@ pub fn epoch_seconds(t: &Time) -> i64 {
 }
 
 /// Adds every `name: quantity` of a request map to `into`.
+///
+/// `path` names the map for an error; it is only worked out for one (every pod of a list
+/// comes through here).
 fn add_map(
     into: &mut Resources,
     map: Option<&BTreeMap<String, Quantity>>,
-    path: &str,
+    path: &dyn Fn() -> String,
 ) -> Result<(), TranslateError> {
     for (name, q) in map.into_iter().flatten() {
-        let field = format!("{path}[{name:?}]");
+        let fail = |e: CoreError| at(format!("{}[{name:?}]", path()), &q.0)(e);
         let parsed = CoreQuantity::parse(&q.0)
             .map_err(|source| CoreError::ParseQuantity {
                 resource: name.clone(),
                 source,
             })
-            .map_err(at(field.clone(), &q.0))?;
-        into.add_quantity(name, parsed).map_err(at(field, &q.0))?;
+            .map_err(fail)?;
+        into.add_quantity(name, parsed).map_err(fail)?;
     }
     Ok(())
 }
@@ -163,22 +166,30 @@ pub fn resources(
     path: &str,
 ) -> Result<Resources, TranslateError> {
     let mut r = Resources::new();
-    add_map(&mut r, map, path)?;
+    add_map(&mut r, map, &|| path.to_string())?;
     Ok(r)
 }
 
 /// A container's requests; a resource with a limit but no request is requested at its limit,
 /// as API defaulting does (extended resources such as GPUs are usually written as limits only).
-fn container_requests(c: &Container, path: &str) -> Result<Resources, TranslateError> {
+fn container_requests(
+    c: &Container,
+    path: &dyn Fn() -> String,
+) -> Result<Resources, TranslateError> {
     let r = c.resources.as_ref();
     let requests = r.and_then(|r| r.requests.as_ref());
-    let mut out = resources(requests, &format!("{path}.resources.requests"))?;
+    let mut out = Resources::new();
+    add_map(&mut out, requests, &|| {
+        format!("{}.resources.requests", path())
+    })?;
     for (name, q) in r.and_then(|r| r.limits.as_ref()).into_iter().flatten() {
         if requests.is_some_and(|m| m.contains_key(name)) {
             continue;
         }
         let one = BTreeMap::from([(name.clone(), q.clone())]);
-        add_map(&mut out, Some(&one), &format!("{path}.resources.limits"))?;
+        add_map(&mut out, Some(&one), &|| {
+            format!("{}.resources.limits", path())
+        })?;
     }
     Ok(out)
 }
@@ -191,14 +202,14 @@ fn container_requests(c: &Container, path: &str) -> Result<Resources, TranslateE
 pub fn effective_requests(spec: &PodSpec) -> Result<Resources, TranslateError> {
     let mut sum = Resources::new();
     for (i, c) in spec.containers.iter().enumerate() {
-        sum.add(&container_requests(c, &format!("spec.containers[{i}]"))?);
+        sum.add(&container_requests(c, &|| format!("spec.containers[{i}]"))?);
     }
     // Restartable init containers (sidecars) run for the pod's whole life: they add to the
     // steady state, and to every init container started after them.
     let mut sidecars = Resources::new();
     let mut init_peak = Resources::new();
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        let r = container_requests(c, &format!("spec.initContainers[{i}]"))?;
+        let r = container_requests(c, &|| format!("spec.initContainers[{i}]"))?;
         if c.restart_policy.as_deref() == Some("Always") {
             sidecars.add(&r);
             init_peak = init_peak.max(&sidecars);
@@ -213,7 +224,9 @@ pub fn effective_requests(spec: &PodSpec) -> Result<Resources, TranslateError> {
             total.set(name, amount);
         }
     }
-    add_map(&mut total, spec.overhead.as_ref(), "spec.overhead")?;
+    add_map(&mut total, spec.overhead.as_ref(), &|| {
+        "spec.overhead".into()
+    })?;
     Ok(total)
 }
 
