@@ -42,6 +42,9 @@ use serde::Deserialize;
 
 use super::translate::{self, TranslateError};
 
+mod wire;
+use wire::SpecWire;
+
 /// A pod as the controller caches it.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(from = "PodWire")]
@@ -150,20 +153,6 @@ pub struct PodWire {
     spec: Option<SpecWire>,
     #[serde(default)]
     status: Option<k8s_openapi::api::core::v1::PodStatus>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-struct SpecWire {
-    #[serde(flatten)]
-    spec: k8s_openapi::api::core::v1::PodSpec,
-    #[serde(default, rename = "schedulingGroup")]
-    scheduling_group: Option<SchedulingGroupWire>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-struct SchedulingGroupWire {
-    #[serde(default, rename = "podGroupName")]
-    pod_group_name: Option<String>,
 }
 
 impl From<PodWire> for CachedPod {
