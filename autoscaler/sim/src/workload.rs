@@ -86,7 +86,11 @@ impl Workload {
             namespace: p.key.namespace.clone(),
             name: spec.name.clone(),
         };
-        p.group = spec.group.map(|g| self.groups[g as usize].name.clone());
+        let group = spec.group.map(|g| self.groups[g as usize].name.clone());
+        // Writing the same value would still copy the template's shared shape.
+        if p.group != group {
+            p.group = group;
+        }
         p
     }
 

@@ -6,7 +6,9 @@
 //! reserved resources), here one instance type `template` offered on demand in `zone-mars` at
 //! 1 $/hour (so the cost is the node count); one NodePool over it. Two equivalence groups of
 //! identical pods in namespace `universe`, labelled `app=estimatee`: 50,000 requesting 50m cpu
-//! and 100 bytes of memory, 1,000 requesting 95m and 190 bytes. Upstream expects 2,595 nodes:
+//! and 100 bytes of memory, 1,000 requesting 95m and 190 bytes (the pods of a group share
+//! one [`autoscaler_core::model::PodShape`], as the controller's cache gives replicas to the
+//! planner). Upstream expects 2,595 nodes:
 //! the large pods ten to a node with one small pod beside them (100 nodes), the rest twenty to
 //! a node.
 
@@ -29,15 +31,19 @@ pub(crate) fn snapshot(small: usize, large: usize) -> Snapshot {
         .max_pods(100)
         .offer("zone-mars", CapacityType::OnDemand, 1.0)
         .build();
+    // The pods of a group share one shape, as replicas do in the controller's pod cache.
     let group = |name: &str, n: usize, cpu: &str, mem: &str| -> Vec<Pod> {
+        let template = pod(name)
+            .ns("universe")
+            .label("app", "estimatee")
+            .cpu(cpu)
+            .mem(mem)
+            .build();
         (0..n)
             .map(|i| {
-                pod(&format!("{name}-{i:05}"))
-                    .ns("universe")
-                    .label("app", "estimatee")
-                    .cpu(cpu)
-                    .mem(mem)
-                    .build()
+                let mut p = template.clone();
+                p.key.name = format!("{name}-{i:05}");
+                p
             })
             .collect()
     };
