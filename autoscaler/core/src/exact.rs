@@ -31,7 +31,7 @@ pub fn optimum(snap: &Snapshot) -> Option<f64> {
     let shapes = build_shapes(snap);
     let needs: Vec<Resources> = pods
         .iter()
-        .map(|p| demand(p, &Devices::default()))
+        .map(|p| demand(p, &Devices::default()).into_owned())
         .collect();
     // Which shapes each pod may use.
     let usable: Vec<Vec<bool>> = pods

@@ -1,6 +1,7 @@
 //! Shapes: an instance type as a node of one pool would offer it, and the fit of pods'
 //! resources onto its devices.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::gpu::apply_sharing;
@@ -378,17 +379,19 @@ impl Devices {
 }
 
 /// A pod's demand on a place: its requests plus the whole devices its share would open there.
-pub fn demand(pod: &Pod, devices: &Devices) -> Resources {
-    match &pod.gpu_share {
-        None => pod.requests.clone(),
-        Some(share) => {
-            let mut r = pod.requests.clone();
-            let extra = devices.extra_devices(share);
-            if extra > 0 {
-                let cur = r.get(&share.resource);
-                r.set(&share.resource, cur + extra);
-            }
-            r
-        }
+///
+/// Borrowed from the pod unless a share opens devices: the planner asks this of every pod at
+/// every place it tries.
+pub fn demand<'p>(pod: &'p Pod, devices: &Devices) -> Cow<'p, Resources> {
+    let Some(share) = &pod.gpu_share else {
+        return Cow::Borrowed(&pod.requests);
+    };
+    let extra = devices.extra_devices(share);
+    if extra == 0 {
+        return Cow::Borrowed(&pod.requests);
     }
+    let mut r = pod.requests.clone();
+    let cur = r.get(&share.resource);
+    r.set(&share.resource, cur + extra);
+    Cow::Owned(r)
 }
