@@ -184,6 +184,19 @@ pub fn claims_by_provider_id(claims: &[Arc<NodeClaim>]) -> HashMap<&str, &NodeCl
         .collect()
 }
 
+/// Takes the pod events this process's watch saw (`events`: node name to seconds since the
+/// epoch, [`super::cache::PodStore::pod_events`]) into the nodes' `last_pod_event`, which the
+/// snapshot read from the claims. The claims carry what survives a restart, but their writes
+/// skip events that follow the last one within a few seconds: without the watch's own
+/// record, `consolidateAfter` could run out that much early.
+pub fn take_pod_events(snap: &mut Snapshot, events: &HashMap<Arc<str>, i64>) {
+    for n in &mut snap.nodes {
+        if let Some(&t) = events.get(n.name.as_str()) {
+            n.last_pod_event = Some(n.last_pod_event.map_or(t, |p| p.max(t)));
+        }
+    }
+}
+
 /// The hourly price of a node from its pool's catalog and its labels.
 pub fn node_price(types: &[InstanceType], node_labels: &Labels) -> Option<f64> {
     let it = types

@@ -474,9 +474,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
     }
 
     /// Writes the watch's pod events onto the claims of their nodes (`lastPodEventTime`), where
-    /// disruption reads them for `consolidateAfter` and where they outlive a restart. Under pod
-    /// churn a claim is written at most once per [`POD_EVENT_WRITE_EVERY_S`]; consolidation
-    /// may then start that much before `consolidateAfter` is over, never more.
+    /// they outlive a restart; disruption reads the later of them and the watch's own record
+    /// ([`crate::controller::snapshot::take_pod_events`]). Under pod churn a claim is written
+    /// at most once per [`POD_EVENT_WRITE_EVERY_S`]: only just after a restart can
+    /// consolidation start that much before `consolidateAfter` is over, never more.
     async fn persist_pod_events(&mut self) {
         let claims = self.stores.claims.state();
         let node_of = |c: &NodeClaim| c.status.as_ref().and_then(|s| s.node_name.clone());

@@ -558,6 +558,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             self.builder.build(&inputs)
         }
         .snapshot;
+        let live: HashSet<&str> = snap.nodes.iter().map(|n| n.name.as_str()).collect();
+        let events = self.stores.pods.pod_events(|n| live.contains(n));
+        crate::controller::snapshot::take_pod_events(&mut snap, &events);
         self.hold_bookings(&mut snap, &pods);
         snap.cluster_limits = self.cluster_limits();
         snap

@@ -515,3 +515,37 @@ fn disruption_folds_only_nodes_no_nodepool_manages() {
     assert_eq!(a.commands, c.commands);
     assert_eq!(a.verdicts, c.verdicts);
 }
+
+#[test]
+fn the_watchs_pod_events_count_when_the_claims_lag_behind() {
+    use autoscaler_core::builders::node;
+    let t = itype("m")
+        .cpu("4")
+        .mem("16Gi")
+        .on_demand(&["z1"], 1.0)
+        .build();
+    let mut snap = Snapshot {
+        nodes: [
+            "written-earlier",
+            "never-written",
+            "written-later",
+            "no-event",
+        ]
+        .iter()
+        .map(|n| node(n, &t, "z1").build())
+        .collect(),
+        ..Snapshot::default()
+    };
+    snap.nodes[0].last_pod_event = Some(100);
+    snap.nodes[2].last_pod_event = Some(300);
+    snap.nodes[3].last_pod_event = Some(50);
+    let events: HashMap<Arc<str>, i64> = [
+        (Arc::from("written-earlier"), 103),
+        (Arc::from("never-written"), 7),
+        (Arc::from("written-later"), 200),
+    ]
+    .into();
+    take_pod_events(&mut snap, &events);
+    let got: Vec<Option<i64>> = snap.nodes.iter().map(|n| n.last_pod_event).collect();
+    assert_eq!(got, vec![Some(103), Some(7), Some(300), Some(50)]);
+}
