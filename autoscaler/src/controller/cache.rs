@@ -31,7 +31,7 @@ use std::borrow::Cow;
 #[cfg(feature = "controller")]
 use std::collections::HashMap;
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use autoscaler_core::model::{Pod as CorePod, PodKey};
@@ -284,7 +284,7 @@ struct ByKey(Arc<CachedPod>);
 
 #[cfg(feature = "controller")]
 impl Hash for ByKey {
-    fn hash<H: Hasher>(&self, h: &mut H) {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.0.key.hash(h);
     }
 }

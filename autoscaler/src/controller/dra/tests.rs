@@ -144,6 +144,7 @@ fn pods_claims_resolve_from_templates_and_shared_claims() {
 }
 
 #[test]
+#[cfg(feature = "controller")]
 fn a_truncated_claim_is_refused_and_a_bad_slice_reported() {
     let mut objs = objects();
     let mut huge: ResourceClaim = (*objs.claims[0]).clone();
