@@ -59,8 +59,11 @@ pub(crate) struct FidelityArgs {
     /// Only this case (repeatable): default-slice, openb-slice, gangs.
     #[arg(long = "case")]
     pub(crate) cases: Vec<String>,
-    /// Virtual seconds per real second.
-    #[arg(long, default_value_t = 30.0)]
+    /// Virtual seconds per real second. The controller counts its disruption timers in whole
+    /// real seconds, so one real second is this many virtual ones of resolution: at 30 the
+    /// simulator's 15 s validation delay was half a second, which the controller took as none
+    /// (now as one, 30 virtual seconds).
+    #[arg(long, default_value_t = 15.0)]
     pub(crate) compression: f64,
     /// Virtual length of each case instead of its scenario's duration.
     #[arg(long, value_parser = autoscaler::controller::settings::parse_duration)]

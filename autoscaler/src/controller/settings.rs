@@ -346,7 +346,7 @@ impl RunArgs {
     /// The loop timings these flags give, in whole seconds (what the simulator's scenarios
     /// default to).
     pub fn cadence(&self) -> cadence::Cadence {
-        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        let s = whole_seconds;
         cadence::Cadence {
             batch_idle_s: s(self.batch_idle),
             batch_max_s: s(self.batch_max),
@@ -360,7 +360,7 @@ impl RunArgs {
     /// How long a disruption's replacement and drain may take (`--replacement-timeout`,
     /// `--drain-timeout`), in whole seconds.
     pub fn disruption_timeouts(&self) -> execute::Timeouts {
-        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        let s = whole_seconds;
         execute::Timeouts {
             replacement_s: s(self.replacement_timeout),
             drain_s: s(self.drain_timeout),
@@ -371,7 +371,7 @@ impl RunArgs {
     /// delay, utilization options, spot-to-spot minimum, parallelism limits and unready-node
     /// removal); `run` and `explain` plan with the same.
     pub fn disruption_config(&self) -> autoscaler_core::DisruptionConfig {
-        let s = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        let s = whole_seconds;
         autoscaler_core::DisruptionConfig {
             delay_after_scale_up_s: s(self.scale_down_delay_after_add),
             delay_after_delete_s: s(self.scale_down_delay_after_delete),
@@ -387,6 +387,13 @@ impl RunArgs {
             ..autoscaler_core::DisruptionConfig::default()
         }
     }
+}
+
+/// A flag's duration in the whole seconds the core counts in, rounded up: a wait or a delay is
+/// never shorter than asked (`--validation-delay=500ms` is one second, not none).
+pub fn whole_seconds(d: Duration) -> i64 {
+    let up = u64::from(d.subsec_nanos() > 0);
+    i64::try_from(d.as_secs().saturating_add(up)).unwrap_or(i64::MAX)
 }
 
 /// Cluster-wide limits, in the Cluster Autoscaler's flags and units, counted over every node of
@@ -438,6 +445,21 @@ mod tests {
         assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn sub_second_delays_round_up_to_the_cores_whole_seconds() {
+        use clap::Parser;
+        assert_eq!(whole_seconds(Duration::from_millis(500)), 1);
+        assert_eq!(whole_seconds(Duration::from_secs(15)), 15);
+        assert_eq!(whole_seconds(Duration::from_millis(15_001)), 16);
+        assert_eq!(whole_seconds(Duration::ZERO), 0);
+        assert_eq!(whole_seconds(Duration::MAX), i64::MAX);
+        let args = Cli::try_parse_from(["x", "--validation-delay=500ms", "--drain-timeout=1500ms"])
+            .expect("parses")
+            .run;
+        assert_eq!(args.disruption_config().validation_delay_s, 1);
+        assert_eq!(args.disruption_timeouts().drain_s, 2);
     }
 
     #[test]

@@ -63,12 +63,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     fn timeouts(&self) -> Timeouts {
         Timeouts {
-            registration_s: i64::try_from(self.args.registration_timeout.as_secs())
-                .unwrap_or(i64::MAX),
-            initialization_s: i64::try_from(self.args.initialization_timeout.as_secs())
-                .unwrap_or(i64::MAX),
-            device_plugin_s: i64::try_from(self.args.device_plugin_timeout.as_secs())
-                .unwrap_or(i64::MAX),
+            registration_s: crate::controller::settings::whole_seconds(
+                self.args.registration_timeout,
+            ),
+            initialization_s: crate::controller::settings::whole_seconds(
+                self.args.initialization_timeout,
+            ),
+            device_plugin_s: crate::controller::settings::whole_seconds(
+                self.args.device_plugin_timeout,
+            ),
         }
     }
 

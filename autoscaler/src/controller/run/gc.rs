@@ -36,7 +36,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let claims = self.stores.claims.state();
         let names: HashSet<String> = claims.iter().map(|c| c.name_any()).collect();
         let now = epoch();
-        let grace = i64::try_from(self.args.gc_grace.as_secs()).unwrap_or(i64::MAX);
+        let grace = crate::controller::settings::whole_seconds(self.args.gc_grace);
         let mut still = HashMap::new();
         for i in &instances {
             let owned = i.claim.as_ref().is_some_and(|c| names.contains(c));

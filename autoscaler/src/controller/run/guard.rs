@@ -25,6 +25,7 @@ use super::super::guard::{GuardConfig, LaunchGuard, Verdict};
 use super::super::lifecycle::{self, Phase};
 use super::super::settings::RunArgs;
 use super::{Controller, class_of, epoch};
+use crate::controller::settings::whole_seconds as secs;
 
 /// An event to publish: regarding, warning, reason, note.
 type PendingEvent = (ObjectReference, bool, &'static str, String);
@@ -40,10 +41,6 @@ pub(super) struct GuardState {
     mismatches: BTreeMap<ShapeKey, String>,
     /// Pods told they are held back, with the end of the back-off they were told about.
     told: HashMap<PodKey, i64>,
-}
-
-fn secs(d: std::time::Duration) -> i64 {
-    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
 impl GuardState {

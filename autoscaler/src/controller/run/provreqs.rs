@@ -25,6 +25,7 @@ use super::super::provreq::{
     Step, Target, TargetStatus, conditions, reasons,
 };
 use super::{Controller, claim_object, epoch};
+use crate::controller::settings::whole_seconds as secs;
 
 /// `provisioningClassDetails` key: when the booking was written (seconds), so a claim not yet
 /// in the cache right after its creation is not mistaken for a vanished one.
@@ -939,10 +940,6 @@ fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
                 && x.message == y.message
                 && x.observed_generation == y.observed_generation
         })
-}
-
-fn secs(d: std::time::Duration) -> i64 {
-    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
 mod cleanup;
