@@ -553,10 +553,14 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             *in_groups.entry(g).or_default() += 1;
         }
     }
-    let held = gangs::held(&pending, &in_groups, &views, &mut memory, opts);
+    let groups = gangs::pending_members(&pending);
+    // Each group is decided at its first member's turn, against the nodes as the pods bound
+    // before it left them: deciding every group up front let an earlier pod take room a
+    // group's trial had counted on, and the group then bound in part.
+    let mut held: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut bound = 0;
     let mut dra: Option<Dra> = None;
-    for pod in pending {
+    for pod in &pending {
         let ns = pod["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
@@ -575,9 +579,15 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         // Resources first: it is the cheapest check and rules out full nodes at once; the
         // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
         let mut chosen = None;
-        if let Some(message) = group_of(&pod).and_then(|(g, _)| held.get(&g)) {
-            mark_unschedulable(state, &pod, message);
-            continue;
+        if let Some((g, _)) = group_of(&pod) {
+            let verdict = held.entry(g).or_insert_with_key(|g| {
+                let already = in_groups.get(g).copied().unwrap_or(0);
+                gangs::held(g, &groups[g], already, &views, &mut memory, opts)
+            });
+            if let Some(message) = verdict {
+                mark_unschedulable(state, &pod, message);
+                continue;
+            }
         }
         for i in candidates(&ask, &views, opts) {
             let n = &views[i];

@@ -30,17 +30,11 @@ pub(super) fn group_of(p: &Value) -> Option<(String, usize)> {
     Some((format!("{ns}/{name}"), min))
 }
 
-/// The groups whose pending members wait this pass, each with the message for their
-/// `PodScheduled=False` condition. `pending` is in binding order; `bound` counts each group's
-/// members already bound. The trial runs on a copy of `views` with the same node choice as the
-/// pass (DRA claims are not tried here: the pass checks them per pod).
-pub(super) fn held(
+/// Each group's pending members this pass (in binding order) and its minimum count (the
+/// largest any member gives).
+pub(super) fn pending_members(
     pending: &[std::sync::Arc<Value>],
-    bound: &BTreeMap<String, usize>,
-    views: &[NodeView],
-    memory: &mut Memory,
-    opts: &BinderOptions,
-) -> BTreeMap<String, String> {
+) -> BTreeMap<String, (usize, Vec<&Value>)> {
     let mut members: BTreeMap<String, (usize, Vec<&Value>)> = BTreeMap::new();
     for p in pending {
         if let Some((g, min)) = group_of(p) {
@@ -49,44 +43,50 @@ pub(super) fn held(
             e.1.push(p.as_ref());
         }
     }
-    let mut out = BTreeMap::new();
-    for (g, (min, pods)) in members {
-        let already = bound.get(&g).copied().unwrap_or(0);
-        if already + pods.len() < min {
-            out.insert(
-                g.clone(),
-                format!(
-                    "pod group {g}: {} of its minimum {min} members exist",
-                    already + pods.len()
-                ),
-            );
-            continue;
-        }
-        let mut trial: Vec<NodeView> = views.to_vec();
-        let mut fitted = 0;
-        for p in &pods {
-            let uid = p["metadata"]["uid"].as_str().unwrap_or_default();
-            let ask = memory.ask(uid, p);
-            let spot = candidates(&ask, &trial, opts).into_iter().find_map(|i| {
-                let n = &trial[i];
-                if misfit(p, &ask, n).is_some() {
-                    return None;
-                }
-                n.place(&ask).map(|at| (i, at))
-            });
-            let Some((i, at)) = spot else { break };
-            trial[i].take(&ask, &at);
-            fitted += 1;
-        }
-        if fitted < pods.len() {
-            out.insert(
-                g.clone(),
-                format!(
-                    "pod group {g}: {fitted} of its {} pending members fit; all or none are bound",
-                    pods.len()
-                ),
-            );
-        }
+    members
+}
+
+/// Whether group `g`'s pending members `pods` wait this pass: `Some` with the message for
+/// their `PodScheduled=False` condition, `None` when all of them fit at once and the group
+/// then has at least `min` members bound (`already` are bound now). The trial runs on a copy
+/// of `views` as they are at the group's turn in the pass (the pods bound before it took
+/// their room), with the same node choice as the pass (DRA claims are not tried here: the
+/// pass checks them per pod).
+pub(super) fn held(
+    g: &str,
+    (min, pods): &(usize, Vec<&Value>),
+    already: usize,
+    views: &[NodeView],
+    memory: &mut Memory,
+    opts: &BinderOptions,
+) -> Option<String> {
+    let min = *min;
+    if already + pods.len() < min {
+        return Some(format!(
+            "pod group {g}: {} of its minimum {min} members exist",
+            already + pods.len()
+        ));
     }
-    out
+    let mut trial: Vec<NodeView> = views.to_vec();
+    let mut fitted = 0;
+    for p in pods {
+        let uid = p["metadata"]["uid"].as_str().unwrap_or_default();
+        let ask = memory.ask(uid, p);
+        let spot = candidates(&ask, &trial, opts).into_iter().find_map(|i| {
+            let n = &trial[i];
+            if misfit(p, &ask, n).is_some() {
+                return None;
+            }
+            n.place(&ask).map(|at| (i, at))
+        });
+        let Some((i, at)) = spot else { break };
+        trial[i].take(&ask, &at);
+        fitted += 1;
+    }
+    (fitted < pods.len()).then(|| {
+        format!(
+            "pod group {g}: {fitted} of its {} pending members fit; all or none are bound",
+            pods.len()
+        )
+    })
 }

@@ -188,6 +188,38 @@ fn a_pod_group_binds_all_or_nothing() {
     assert_eq!(on, ["g2", "g2b"]);
 }
 
+/// A pod queued before a group takes its room first: the group is tried against what that
+/// pod left, so it waits whole instead of binding three of four members.
+#[test]
+fn a_group_is_tried_against_the_room_earlier_pods_left() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "g8", json!({"nvidia.com/gpu": "8"}));
+    add_pod(
+        &mut st,
+        "first",
+        json!({}),
+        json!({"nvidia.com/gpu": "1"}),
+        None,
+    );
+    for i in 0..4 {
+        add_pod(
+            &mut st,
+            &format!("gang-{i}"),
+            json!({"gpu-autoscaler.dev/pod-group": "gang",
+                   "gpu-autoscaler.dev/pod-group-min-count": "4"}),
+            json!({"nvidia.com/gpu": "2"}),
+            None,
+        );
+    }
+    assert_eq!(pass(&mut st), 1);
+    assert_eq!(placed(&st, "first").as_deref(), Ok("g8"));
+    for i in 0..4 {
+        unschedulable(&st, &format!("gang-{i}"), "3 of its 4 pending members fit");
+    }
+    delete_pod(&mut st, "first");
+    assert_eq!(pass(&mut st), 4);
+}
+
 #[test]
 fn time_sliced_replicas_are_allocatable_under_either_name() {
     let mut st = State::new(1000, 16, false);
