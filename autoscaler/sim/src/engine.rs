@@ -143,7 +143,6 @@ pub struct Engine<'a> {
     version: u64,
     disrupt_version: u64,
     disrupt_wake: i64,
-    group_bound: Vec<u32>,
     selectors: SelectorCache,
     /// ProvisioningRequests by group.
     requests: BTreeMap<u32, Request>,
@@ -237,7 +236,6 @@ impl<'a> Engine<'a> {
             version: 0,
             disrupt_version: u64::MAX,
             disrupt_wake: 0,
-            group_bound: vec![0; workload.groups.len()],
             selectors: SelectorCache::default(),
             requests: BTreeMap::new(),
             held_nodes: Default::default(),
@@ -464,9 +462,6 @@ impl<'a> Engine<'a> {
     fn remove_pod(&mut self, i: PodId) {
         if let PodPhase::Bound { since, .. } = self.cluster.pods[i].phase {
             self.gpu_requested_s += self.cluster.pods[i].gpu_equiv * (self.now - since) as f64;
-            if let Some(g) = self.workload.pods[i].group {
-                self.group_bound[g as usize] = self.group_bound[g as usize].saturating_sub(1);
-            }
             self.request_pass(true);
         }
         if let PodPhase::Pending { since } = self.cluster.pods[i].phase {
@@ -481,7 +476,10 @@ impl<'a> Engine<'a> {
     /// Evicts a bound pod back to pending (a gang restarts as a whole).
     fn evict(&mut self, i: PodId) -> u64 {
         let mut evicted = 0;
-        let members: Vec<PodId> = match self.workload.pods[i].group {
+        let gang = self.workload.pods[i]
+            .group
+            .filter(|g| self.workload.groups[*g as usize].coscheduled());
+        let members: Vec<PodId> = match gang {
             Some(g) => self.workload.groups[g as usize]
                 .members
                 .iter()
@@ -496,9 +494,6 @@ impl<'a> Engine<'a> {
                 // A job restarts from the beginning; a service's time served is not lost.
                 if self.workload.pods[m].runtime.is_some() {
                     self.gpu_rerun_s += held;
-                }
-                if let Some(g) = self.workload.pods[m].group {
-                    self.group_bound[g as usize] = self.group_bound[g as usize].saturating_sub(1);
                 }
                 self.cluster.make_pending(m, self.now);
                 self.seen_unschedulable.remove(&m);

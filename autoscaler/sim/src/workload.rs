@@ -25,17 +25,18 @@ pub struct PodSpec {
     pub runtime: Option<i64>,
     /// When its controller deletes it (deployment scale-down), if ever.
     pub delete_at: Option<i64>,
-    /// Index into [`Workload::groups`] for gang and ProvisioningRequest members.
+    /// Index into [`Workload::groups`] for gang and ProvisioningRequest members (only a
+    /// gang's members carry the group's name in [`Pod::group`]).
     pub group: Option<u32>,
     /// Index into [`Workload::existing_nodes`] of the node it is bound to at the start
     /// (its arrival is then 0).
     pub start_on: Option<u32>,
 }
 
-/// An all-or-nothing group.
+/// A gang (bound all or nothing) or a ProvisioningRequest's pods.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GroupSpec {
-    /// Group name (pods carry it in [`Pod::group`]).
+    /// Group name (a gang's pods carry it in [`Pod::group`]).
     pub name: String,
     /// Member pod indices.
     pub members: Vec<u32>,
@@ -44,6 +45,16 @@ pub struct GroupSpec {
     /// (Provisioned, then the admission delay), or at creation under a policy without
     /// ProvisioningRequest support.
     pub provisioning_request: Option<ProvReqSpec>,
+}
+
+impl GroupSpec {
+    /// Whether its members bind all or nothing (a gang). A ProvisioningRequest's pods do not:
+    /// Kueue admits the workload once its request is Provisioned and the job's pods then
+    /// reach kube-scheduler as ordinary pods, each bound where it fits as soon as it fits
+    /// (and evicted alone); only the capacity was booked together.
+    pub fn coscheduled(&self) -> bool {
+        self.provisioning_request.is_none()
+    }
 }
 
 /// A PodDisruptionBudget of a deployment: at most `max_unavailable` of its pods may be down.
@@ -86,7 +97,11 @@ impl Workload {
             namespace: p.key.namespace.clone(),
             name: spec.name.clone(),
         };
-        let group = spec.group.map(|g| self.groups[g as usize].name.clone());
+        let group = spec
+            .group
+            .map(|g| &self.groups[g as usize])
+            .filter(|g| g.coscheduled())
+            .map(|g| g.name.clone());
         // Writing the same value would still copy the template's shared shape.
         if p.group != group {
             p.group = group;

@@ -274,6 +274,38 @@ fn booked_capacity_is_not_taken_by_other_pods() {
 }
 
 #[test]
+fn a_requests_pods_bind_one_by_one_as_their_room_comes() {
+    // Four 1-GPU pods: three fit in the busy node's 3 free GPUs, the fourth needs a new node.
+    // kube-scheduler binds the job's pods Kueue admitted one by one (no gang): three at
+    // admission, the last once the booked node is up.
+    let s = scenario(&format!(
+        "{ONE_BUSY_NODE}{}",
+        request("split", "      class: best-effort-atomic\n", 4, 1)
+    ));
+    let (ps, summary) = results(&s);
+    for p in serving(&ps) {
+        let rec = &stats(p).records[0];
+        let admitted = rec.admitted_at.expect("admitted");
+        let mut binds: Vec<i64> = p
+            .first_bound
+            .iter()
+            .filter(|(_, t)| *t >= rec.created)
+            .map(|(_, t)| *t)
+            .collect();
+        binds.sort();
+        assert_eq!(binds.len(), 4, "{}: {binds:?} {summary}", p.name);
+        assert_eq!(binds[..3], [admitted; 3], "{}: {rec:?} {binds:?}", p.name);
+        // The new node: launch, registration and device plugin (100 s) after Provisioned.
+        assert!(
+            binds[3] >= rec.provisioned_at.unwrap() + 100,
+            "{}: {rec:?} {binds:?}",
+            p.name
+        );
+        assert_eq!(rec.bound_at, Some(binds[3]), "{}: {rec:?}", p.name);
+    }
+}
+
+#[test]
 fn same_seed_same_result_with_requests() {
     let workloads = format!(
         "{ONE_BUSY_NODE}{}{}",

@@ -434,7 +434,7 @@ impl Policy for KarpenterLike {
                  declared NodeOverlay-style), a fractional share counts as a whole GPU, \
                  NodeClaims with up to 60 types cheapest first; emptiness, multi-node (100 \
                  candidates) and single-node consolidation with the spot-to-spot rule; no \
-                 ProvisioningRequest support (a request's pods are created at once, as a gang)"
+                 ProvisioningRequest support (a request's pods are created at once, as plain pods)"
             }
             Fidelity::Ideal => {
                 "an idealized, GPU-aware Karpenter: sizes by what the device plugin advertises \

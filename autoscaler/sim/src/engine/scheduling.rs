@@ -1,7 +1,7 @@
 //! The simulated kube-scheduler's passes in the engine: pending pods in priority, then age
 //! order, each bound to the node [`crate::scheduler`] scores best; a gang all or nothing (the
-//! coscheduling plugin); booked capacity held for its ProvisioningRequest's own pods. Pods no
-//! node takes open the batch window, as the controller's watch would.
+//! coscheduling plugin); a ProvisioningRequest's pods one by one, its booked capacity held for
+//! them. Pods no node takes open the batch window, as the controller's watch would.
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
@@ -50,7 +50,8 @@ impl Engine<'_> {
             if !self.cluster.pending.contains(&p) {
                 continue;
             }
-            if let Some(g) = self.workload.pods[p].group {
+            let group = self.workload.pods[p].group;
+            if let Some(g) = group.filter(|g| self.workload.groups[*g as usize].coscheduled()) {
                 if !tried_groups.insert(g) {
                     continue;
                 }
@@ -65,15 +66,17 @@ impl Engine<'_> {
             }
             let tpl = self.workload.pods[p].template;
             let pod = self.cluster.pod(p);
-            let topo = has_topology(pod) || self.cluster.anti_bound > 0;
-            if !topo && failed_templates.contains(&tpl) {
+            // A request's pod sees its own booking, which another request's pods of the same
+            // template do not: no verdict per template for them.
+            let alike = !has_topology(pod) && self.cluster.anti_bound == 0 && group.is_none();
+            if alike && failed_templates.contains(&tpl) {
                 unschedulable.push(p);
                 continue;
             }
             let cand = self
                 .selectors
                 .matching(&self.cluster.nodes, tpl, pod, &nodes);
-            let reserved = self.reserved(None);
+            let reserved = self.reserved(group);
             let view = View {
                 scratch: reserved.as_ref(),
                 ..View::of(&self.cluster)
@@ -81,7 +84,7 @@ impl Engine<'_> {
             match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
                 Some((n, devices)) => self.bind(p, n, devices),
                 None => {
-                    if !topo {
+                    if alike {
                         failed_templates.insert(tpl);
                     }
                     unschedulable.push(p);
@@ -199,9 +202,6 @@ impl Engine<'_> {
         if let Some(t) = untolerated(&self.cluster.pod(p).tolerations, &node.taints) {
             let msg = format!("pod bound to {} despite taint {t}", node.name);
             self.violation(msg);
-        }
-        if let Some(g) = self.workload.pods[p].group {
-            self.group_bound[g as usize] += 1;
         }
         if let Some(rt) = self.workload.pods[p].runtime {
             let generation = self.cluster.pods[p].generation;

@@ -392,7 +392,7 @@ impl Replay<'_> {
                 let gang = spec
                     .group
                     .map(|g| &w.groups[g as usize])
-                    .filter(|g| g.provisioning_request.is_none())
+                    .filter(|g| g.coscheduled())
                     .map(|g| (g.name.as_str(), g.members.len()));
                 let mut v = objects::pod(t, &spec.name, gang);
                 if let Some(r) = request {
@@ -543,6 +543,23 @@ impl Replay<'_> {
         let evicted: Vec<usize> = (0..self.pods.len())
             .filter(|i| self.pods[*i].live && !self.pods[*i].done && !present[*i])
             .collect();
+        let mut evicted = evicted;
+        // A gang restarts as a whole, as the simulator's do (a training job whose worker is
+        // evicted restarts every worker): its members still running are stopped too and made
+        // again with it.
+        let partners: BTreeSet<usize> = evicted
+            .iter()
+            .filter_map(|i| self.w.pods[*i].group)
+            .map(|g| &self.w.groups[g as usize])
+            .filter(|g| g.coscheduled())
+            .flat_map(|g| g.members.iter().map(|m| *m as usize))
+            .filter(|m| present[*m] && self.pods[*m].live && !self.pods[*m].done)
+            .filter(|m| self.pods[*m].bound)
+            .collect();
+        for m in partners {
+            self.delete(m, "stopping a gang's member").await?;
+            evicted.push(m);
+        }
         for i in &evicted {
             self.pods[*i].bound = false;
             self.pods[*i].ends = None;
@@ -599,17 +616,22 @@ impl Replay<'_> {
             .collect();
         for i in due {
             self.pods[i].done = true;
-            let spec = &self.w.pods[i];
-            let ns = &self.w.templates[spec.template as usize].key.namespace;
-            match Api::<Pod>::namespaced(self.client.clone(), ns)
-                .delete(&spec.name, &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(kerr("deleting a finished pod")(e)),
-            }
+            self.delete(i, "deleting a finished pod").await?;
         }
         Ok(())
+    }
+
+    /// Deletes pod `i` (gone already is fine); `doing` names the action in an error.
+    async fn delete(&self, i: usize, doing: &'static str) -> Result<()> {
+        let spec = &self.w.pods[i];
+        let ns = &self.w.templates[spec.template as usize].key.namespace;
+        match Api::<Pod>::namespaced(self.client.clone(), ns)
+            .delete(&spec.name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(kerr(doing)(e)),
+        }
     }
 }
