@@ -54,6 +54,34 @@ pub fn plan(
     (plan, why)
 }
 
+/// What a booking still holds once some of its request's pods are bound, the rule the
+/// controller and the simulator share: `targets` are the booked places in booking order, each
+/// with how many of the request's pods it was to take; `bound_on` has one entry per bound pod,
+/// the target it is on (`None`: a place not booked, for kube-scheduler binds a request's pods
+/// wherever they fit). A pod first frees a place on its own target, the room it took; a pod
+/// bound elsewhere frees one on the last target still holding one. Freeing by count alone
+/// (the last places first, whatever the pods took) left a phantom on a node beside the pod
+/// that had taken its room, and counted a place still needed as free.
+pub fn unconsumed<T: PartialEq + Clone>(
+    targets: &[(T, u32)],
+    bound_on: impl IntoIterator<Item = Option<T>>,
+) -> Vec<(T, u32)> {
+    let mut left: Vec<(T, u32)> = targets.to_vec();
+    let mut elsewhere = 0u32;
+    for on in bound_on {
+        match on.and_then(|t| left.iter_mut().find(|(x, n)| *x == t && *n > 0)) {
+            Some((_, n)) => *n -= 1,
+            None => elsewhere += 1,
+        }
+    }
+    for (_, n) in left.iter_mut().rev() {
+        let take = elsewhere.min(*n);
+        *n -= take;
+        elsewhere -= take;
+    }
+    left
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +109,30 @@ mod tests {
         );
         let t = trial(&snap, "req", vec![], false);
         assert_eq!(t.pools.len(), 1);
+    }
+
+    /// Each case: booked places, where the bound pods are, what stays held.
+    #[test]
+    fn a_bound_pod_frees_its_own_place_first() {
+        let booked = [("node-a", 1), ("claim-b", 1), ("claim-c", 2)];
+        let cases: [(&[Option<&str>], [u32; 3]); 6] = [
+            (&[], [1, 1, 2]),
+            // On its own place.
+            (&[Some("node-a")], [0, 1, 2]),
+            (&[Some("claim-c"), Some("claim-c")], [1, 1, 0]),
+            // Elsewhere: the last place still held goes.
+            (&[None], [1, 1, 1]),
+            (&[Some("claim-c"), None, None], [1, 0, 0]),
+            // More on one place than it had: the extra counts as elsewhere.
+            (&[Some("node-a"), Some("node-a")], [0, 1, 1]),
+        ];
+        for (bound, want) in cases {
+            let left = unconsumed(&booked, bound.iter().copied());
+            let got: Vec<u32> = left.iter().map(|(_, n)| *n).collect();
+            assert_eq!(got, want, "bound on {bound:?}");
+            assert!(left.iter().map(|(t, _)| *t).eq(booked.iter().map(|(t, _)| *t)));
+        }
+        let all = [Some("node-a"), None, None, None, None];
+        assert!(unconsumed(&booked, all).iter().all(|(_, n)| *n == 0));
     }
 }

@@ -140,18 +140,24 @@ impl Engine<'_> {
         let booking = r.booking.clone();
         for (n, pods) in booking {
             for m in pods {
-                let mut p = self.workload.materialize(m);
-                p.key = PodKey {
-                    namespace: p.key.namespace.clone(),
-                    name: format!("{}.booked", p.key.name),
-                };
-                p.group = None;
+                let p = self.phantom(m);
                 self.cluster.nodes[n].held.push((g, p));
             }
             self.cluster.nodes[n].hold_version += 1;
             self.held_nodes.insert(n);
         }
         self.changed();
+    }
+
+    /// The phantom holding member `m`'s booked place: its pod, renamed and in no group.
+    fn phantom(&self, m: PodId) -> Pod {
+        let mut p = self.workload.materialize(m);
+        p.key = PodKey {
+            namespace: p.key.namespace.clone(),
+            name: format!("{}.booked", p.key.name),
+        };
+        p.group = None;
+        p
     }
 
     /// Releases whatever the request still holds.
@@ -246,16 +252,22 @@ impl Engine<'_> {
         self.release(g);
     }
 
-    /// A pod bound: if it consumes a live booking, its phantom goes, and the booking ends once
-    /// every pod of the request is bound.
+    /// A pod bound: if it consumes a live booking, the places its bound pods took are freed
+    /// by the rule the controller follows ([`autoscaler_core::provreq::unconsumed`]), and the
+    /// booking ends once every pod of the request is bound.
     pub(super) fn request_pod_bound(&mut self, p: PodId) {
         let Some(g) = self.workload.pods[p].group else {
             return;
         };
-        let all = self
+        let bound_on: Vec<Option<NodeId>> = self
             .members(g)
             .into_iter()
-            .all(|m| matches!(self.cluster.pods[m].phase, PodPhase::Bound { .. }));
+            .filter_map(|m| match self.cluster.pods[m].phase {
+                PodPhase::Bound { node, .. } => Some(Some(node)),
+                _ => None,
+            })
+            .collect();
+        let all = bound_on.len() == self.members(g).len();
         let Some(r) = self.requests.get_mut(&g) else {
             return;
         };
@@ -265,11 +277,29 @@ impl Engine<'_> {
         if r.phase != ReqPhase::Booked {
             return;
         }
-        let phantom = format!("{}.booked", self.workload.pods[p].name);
-        if let Some((n, _)) = r.booking.iter().find(|(_, pods)| pods.contains(&p)) {
+        let places: Vec<(NodeId, u32)> = r
+            .booking
+            .iter()
+            .map(|(n, pods)| (*n, u32::try_from(pods.len()).unwrap_or(u32::MAX)))
+            .collect();
+        let left = autoscaler_core::provreq::unconsumed(&places, bound_on);
+        let booking = r.booking.clone();
+        for ((n, pods), (_, keep)) in booking.iter().zip(left) {
+            let held = self.cluster.nodes[*n]
+                .held
+                .iter()
+                .filter(|(x, _)| *x == g)
+                .count();
+            if held == keep as usize {
+                continue;
+            }
+            let phantoms: Vec<Pod> = pods[..keep as usize]
+                .iter()
+                .map(|m| self.phantom(*m))
+                .collect();
             let node = &mut self.cluster.nodes[*n];
-            node.held
-                .retain(|(x, pod)| !(*x == g && pod.key.name == phantom));
+            node.held.retain(|(x, _)| *x != g);
+            node.held.extend(phantoms.into_iter().map(|ph| (g, ph)));
             node.hold_version += 1;
             if node.held.is_empty() {
                 self.held_nodes.remove(n);

@@ -151,6 +151,36 @@ pub fn hold(snap: &mut Snapshot, booking: &Booking, phantoms: Vec<CorePod>) {
     }
 }
 
+/// What `booking` still holds once the request's pods bound on the nodes `on` (one entry per
+/// pod) took their places, by [`autoscaler_core::provreq::unconsumed`]: a pod on a booked Node,
+/// or on the Node of a booked claim (`claim_of` gives a Node's claim), frees that place.
+pub fn places_left<'c>(
+    booking: &Booking,
+    on: &[&str],
+    claim_of: impl Fn(&str) -> Option<&'c str>,
+) -> Booking {
+    let targets: Vec<(Target, u32)> = booking
+        .targets
+        .iter()
+        .map(|(t, n)| (t.clone(), *n))
+        .collect();
+    let bound_on = on.iter().map(|node| {
+        let as_node = Target::Node((*node).to_string());
+        if booking.targets.contains_key(&as_node) {
+            return Some(as_node);
+        }
+        claim_of(node)
+            .map(|c| Target::Claim(c.to_string()))
+            .filter(|t| booking.targets.contains_key(t))
+    });
+    Booking {
+        targets: autoscaler_core::provreq::unconsumed(&targets, bound_on)
+            .into_iter()
+            .collect(),
+        elided: booking.elided,
+    }
+}
+
 /// The [`PIN_LABEL`] value a pod requires (a single value in every term of its node
 /// selector), if any.
 pub fn pinned_to(p: &CorePod) -> Option<&str> {

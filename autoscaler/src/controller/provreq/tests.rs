@@ -417,11 +417,49 @@ fn hold_puts_phantoms_on_booked_nodes_and_claims() {
         .map(|i| pod(&format!("p{i}")).gpus(1).build())
         .collect();
     hold(&mut snap, &booking, ph);
-    // Targets are walked in order: claim/c1, node/gone, node/n1.
+    // Targets are walked in order: node/gone, node/n1, claim/c1.
     assert_eq!(snap.in_flight[0].pods.len(), 1);
     assert_eq!(snap.nodes[0].pods.len(), 2);
     assert!(snap.booked_nodes.contains("n1"));
     assert_eq!(snap.booked_nodes.len(), 1);
+}
+
+/// A consuming pod frees the place it took: on a booked Node, or on the Node a booked claim
+/// registered as; one bound elsewhere frees the last place still held.
+#[test]
+fn places_left_free_the_places_the_pods_took() {
+    let booking = Booking::parse("node/n1=1,claim/c1=2,claim/c2=1").unwrap();
+    let claim_of = |n: &str| (n == "c2-node").then_some("c2");
+    let left = |on: &[&str]| places_left(&booking, on, claim_of).render();
+    assert_eq!(left(&[]), booking.render());
+    assert_eq!(left(&["n1"]), "node/n1=0,claim/c1=2,claim/c2=1");
+    assert_eq!(left(&["c2-node"]), "node/n1=1,claim/c1=2,claim/c2=0");
+    // Elsewhere: the last place in booking order still held goes.
+    assert_eq!(left(&["other"]), "node/n1=1,claim/c1=2,claim/c2=0");
+    assert_eq!(
+        left(&["c2-node", "other", "other"]),
+        "node/n1=1,claim/c1=0,claim/c2=0"
+    );
+    // What is left holds as many phantoms as pods still to come.
+    let mut snap = Snapshot::default();
+    snap.nodes.push(
+        node(
+            "n1",
+            &itype("g6.12xlarge")
+                .gpus(4, "L4", 24)
+                .on_demand(&["a"], 4.6)
+                .build(),
+            "a",
+        )
+        .build(),
+    );
+    let pods: Vec<_> = (0..4).map(|i| pod(&format!("p{i}")).build()).collect();
+    hold(
+        &mut snap,
+        &places_left(&booking, &["c2-node"], claim_of),
+        phantoms(pods, 1),
+    );
+    assert_eq!(snap.nodes[0].pods.len(), 1);
 }
 
 #[test]

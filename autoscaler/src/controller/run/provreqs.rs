@@ -135,13 +135,21 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// Consuming pods bound to a node, per request `namespace/name`.
     fn consumed(pods: &[Arc<CachedPod>]) -> BTreeMap<String, u32> {
-        let mut out = BTreeMap::new();
+        Self::consumed_on(pods)
+            .into_iter()
+            .map(|(r, on)| (r, u32::try_from(on.len()).unwrap_or(u32::MAX)))
+            .collect()
+    }
+
+    /// The nodes of the consuming pods bound to one, per request `namespace/name`.
+    fn consumed_on(pods: &[Arc<CachedPod>]) -> BTreeMap<String, Vec<&str>> {
+        let mut out: BTreeMap<String, Vec<&str>> = BTreeMap::new();
         for p in pods {
-            if p.node_name.is_none() || !p.active {
+            let Some(node) = p.node_name.as_deref().filter(|_| p.active) else {
                 continue;
-            }
+            };
             if let Some(r) = p.core.as_ref().ok().and_then(provreq::consumed_request) {
-                *out.entry(r).or_insert(0) += 1;
+                out.entry(r).or_default().push(node);
             }
         }
         out
@@ -169,7 +177,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         let templates = self.templates();
         let by_name = by_name(&templates);
-        let consumed = Self::consumed(pods);
+        let consumed = Self::consumed_on(pods);
+        // A booked claim's place is on its Node once it registered.
+        let claim_of: HashMap<String, String> = snap
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.name.clone(), n.claim.clone()?)))
+            .collect();
         let settings = self.provreq_settings();
         for (pr, booking) in held {
             let (ns, name) = ns_name(&pr);
@@ -177,12 +191,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 // Elided and not found again yet: the request loop plans it this round.
                 continue;
             };
-            let used = consumed.get(&format!("{ns}/{name}")).copied().unwrap_or(0);
+            let on = consumed
+                .get(&format!("{ns}/{name}"))
+                .map_or(&[][..], Vec::as_slice);
+            let places = provreq::places_left(&booking, on, |n| {
+                claim_of.get(n).map(String::as_str)
+            });
+            let used = u32::try_from(on.len()).unwrap_or(u32::MAX);
             // Without its templates the request's nodes are still kept from disruption.
             let phantoms = provreq::pods(&pr, &by_name, settings.max_pods)
                 .map(|p| provreq::phantoms(p, used))
                 .unwrap_or_default();
-            provreq::hold(snap, &booking, phantoms);
+            provreq::hold(snap, &places, phantoms);
         }
     }
 
