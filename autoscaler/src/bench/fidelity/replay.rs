@@ -13,7 +13,6 @@ use autoscaler::controller::provreq::{BEST_EFFORT_ATOMIC, CHECK_CAPACITY, CONSUM
 use autoscaler_sim::Scenario;
 use autoscaler_sim::scenario::ProvReqClass;
 use autoscaler_sim::workload::Workload;
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
@@ -401,24 +400,22 @@ impl Replay<'_> {
                 (t.key.namespace.clone(), v)
             })
             .collect();
-        let client = self.client.clone();
-        stream::iter(objs)
-            .map(|(ns, v)| {
-                let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-                async move {
-                    let p: Pod = serde_json::from_value(v).expect("a pod");
-                    match api.create(&PostParams::default(), &p).await {
-                        Ok(_) => Ok(()),
-                        // Still terminating from its eviction: the next round retries.
-                        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-                        Err(e) => Err(e),
-                    }
-                }
-            })
-            .buffer_unordered(16)
-            .try_collect::<Vec<()>>()
-            .await
-            .map_err(kerr("creating workload pods"))?;
+        // One at a time, in the simulator's order: the harness scheduler takes pods of equal
+        // priority in creation order, as the simulator's takes them by index (created in
+        // parallel, a request's identical pods were bound in a random order).
+        for (ns, v) in objs {
+            let p: Pod = serde_json::from_value(v)
+                .map_err(|e| cfg(format!("a workload pod does not read as a Pod: {e}")))?;
+            match Api::<Pod>::namespaced(self.client.clone(), &ns)
+                .create(&PostParams::default(), &p)
+                .await
+            {
+                Ok(_) => {}
+                // Still terminating from its eviction: the next round retries.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(kerr("creating workload pods")(e)),
+            }
+        }
         for i in idx {
             self.pods[*i].live = true;
         }
