@@ -130,7 +130,11 @@ mod tests {
             let left = unconsumed(&booked, bound.iter().copied());
             let got: Vec<u32> = left.iter().map(|(_, n)| *n).collect();
             assert_eq!(got, want, "bound on {bound:?}");
-            assert!(left.iter().map(|(t, _)| *t).eq(booked.iter().map(|(t, _)| *t)));
+            assert!(
+                left.iter()
+                    .map(|(t, _)| *t)
+                    .eq(booked.iter().map(|(t, _)| *t))
+            );
         }
         let all = [Some("node-a"), None, None, None, None];
         assert!(unconsumed(&booked, all).iter().all(|(_, n)| *n == 0));

@@ -75,7 +75,8 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
 pub use planner::{
-    PodsError, booking_of, consumed_request, hold, offer_pin, phantoms, pinned_to, places_left, pods, shapes,
+    PodsError, booking_of, consumed_request, hold, offer_pin, phantoms, pinned_to, places_left,
+    pods, shapes,
 };
 
 /// Answer from existing and in-flight capacity only; never launch.

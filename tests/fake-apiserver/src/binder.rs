@@ -569,39 +569,35 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let ask = memory.ask(&uid_of(&pod), &pod);
+        let ask = memory.ask(&uid_of(pod), pod);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         // DRA state is read once per pass, and only when some pod has claims.
-        let claims = dra::has_claims(&pod);
+        let claims = dra::has_claims(pod);
         if claims && dra.is_none() {
             dra = Some(Dra::load(state));
         }
         // Resources first: it is the cheapest check and rules out full nodes at once; the
         // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
         let mut chosen = None;
-        if let Some((g, _)) = group_of(&pod) {
+        if let Some((g, _)) = group_of(pod) {
             let verdict = held.entry(g).or_insert_with_key(|g| {
                 let already = in_groups.get(g).copied().unwrap_or(0);
                 gangs::held(g, &groups[g], already, &views, &mut memory, opts)
             });
             if let Some(message) = verdict {
-                mark_unschedulable(state, &pod, message);
+                mark_unschedulable(state, pod, message);
                 continue;
             }
         }
         for i in candidates(&ask, &views, opts) {
             let n = &views[i];
-            if misfit(&pod, &ask, n).is_some() {
+            if misfit(pod, &ask, n).is_some() {
                 continue;
             }
             let Some(at) = n.place(&ask) else {
                 continue;
             };
-            match dra
-                .as_mut()
-                .filter(|_| claims)
-                .map(|d| d.fit(&pod, &n.node))
-            {
+            match dra.as_mut().filter(|_| claims).map(|d| d.fit(pod, &n.node)) {
                 Some(Err(_)) => continue,
                 Some(Ok(writes)) => chosen = Some((i, writes, at)),
                 None => chosen = Some((i, Vec::new(), at)),
@@ -610,10 +606,10 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         }
         if chosen.is_none() {
             for n in &views {
-                let why = misfit(&pod, &ask, n).or_else(|| {
+                let why = misfit(pod, &ask, n).or_else(|| {
                     dra.as_mut()
                         .filter(|_| claims)
-                        .and_then(|d| d.fit(&pod, &n.node).err())
+                        .and_then(|d| d.fit(pod, &n.node).err())
                 });
                 if let Some(r) = why {
                     *reasons.entry(r).or_default() += 1;
@@ -634,7 +630,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                 if !at.is_empty() {
                     memory
                         .placements
-                        .insert(uid_of(&pod), (node_name.clone(), at));
+                        .insert(uid_of(pod), (node_name.clone(), at));
                 }
                 bound += 1;
                 if opts.mark_running
@@ -663,7 +659,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                         parts.join(", ")
                     }
                 );
-                mark_unschedulable(state, &pod, &message);
+                mark_unschedulable(state, pod, &message);
             }
         }
     }

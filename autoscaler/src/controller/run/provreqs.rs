@@ -194,9 +194,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             let on = consumed
                 .get(&format!("{ns}/{name}"))
                 .map_or(&[][..], Vec::as_slice);
-            let places = provreq::places_left(&booking, on, |n| {
-                claim_of.get(n).map(String::as_str)
-            });
+            let places =
+                provreq::places_left(&booking, on, |n| claim_of.get(n).map(String::as_str));
             let used = u32::try_from(on.len()).unwrap_or(u32::MAX);
             // Without its templates the request's nodes are still kept from disruption.
             let phantoms = provreq::pods(&pr, &by_name, settings.max_pods)
