@@ -196,11 +196,6 @@ impl Pod {
     pub fn shares_shape_with(&self, other: &Pod) -> bool {
         Arc::ptr_eq(&self.shape, &other.shape)
     }
-
-    /// Whether the pod belongs to a DaemonSet.
-    pub fn is_daemonset(&self) -> bool {
-        self.shape.is_daemonset()
-    }
 }
 
 impl std::ops::Deref for Pod {

@@ -49,7 +49,7 @@ use serde_json::{Value, json};
 
 use crate::dra::{self, Dra};
 use crate::quantity::parse_milli;
-use crate::store::{State, WriteOpts, now, set_condition};
+use crate::store::{State, WriteOpts, meta_str, now, set_condition};
 use gangs::group_of;
 pub(crate) use shares::Memory;
 use shares::{Ask, NodeDevices};
@@ -376,15 +376,8 @@ fn mark_unschedulable(state: &mut State, pod: &Value, message: &str) {
         Some("Unschedulable"),
         Some(message),
     );
-    let ns = p["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let name = p["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    state.write_pod_status(&ns, &name, p["status"].clone());
+    let (ns, name) = (meta_str(&p, "namespace"), meta_str(&p, "name"));
+    state.write_pod_status(ns, name, p["status"].clone());
 }
 
 /// A node's `metadata.creationTimestamp` (RFC 3339, so text order is time order).
@@ -561,14 +554,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
     let mut bound = 0;
     let mut dra: Option<Dra> = None;
     for pod in &pending {
-        let ns = pod["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let name = pod["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        let (ns, name) = (meta_str(pod, "namespace"), meta_str(pod, "name"));
         let ask = memory.ask(&uid_of(pod), pod);
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         // DRA state is read once per pass, and only when some pod has claims.
@@ -619,8 +605,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         match chosen {
             Some((i, writes, at)) => {
                 let node_name = views[i].name.clone();
-                let Ok(bound_pod) = state.bind(&ns, &name, &node_name, &WriteOpts::default())
-                else {
+                let Ok(bound_pod) = state.bind(ns, name, &node_name, &WriteOpts::default()) else {
                     continue;
                 };
                 if let Some(d) = dra.as_mut() {
@@ -634,7 +619,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                 }
                 bound += 1;
                 if opts.mark_running
-                    && let Ok(p) = state.get(&pods_def, &ns, &name)
+                    && let Ok(p) = state.get(&pods_def, ns, name)
                 {
                     let mut p = (*p).clone();
                     let t = now();
@@ -643,7 +628,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                     for c in ["Initialized", "ContainersReady", "Ready"] {
                         set_condition(&mut p, c, "True", None, None);
                     }
-                    state.write_pod_status(&ns, &name, p["status"].clone());
+                    state.write_pod_status(ns, name, p["status"].clone());
                 }
             }
             None => {

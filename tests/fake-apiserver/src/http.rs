@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::faults::{Class, Verdict};
 use crate::resources::{self, Builtin, ResourceDef};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{Change, ChangeKind, Part, PatchKind, State, WriteOpts};
+use crate::store::{Change, ChangeKind, Part, PatchKind, State, WriteOpts, meta_str};
 
 /// Builds the router over shared state; `faults` says whether configured faults apply to
 /// its callers.
@@ -416,15 +416,8 @@ fn resource(
             let mut st = lock(sh);
             let items = st.list(&def, ns, &labels, &fields, None, None)?.items;
             for o in items {
-                let ons = o["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                let name = o["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string();
-                st.delete(&def, &ons, &name, &Value::Null, &opts)?;
+                let (ons, name) = (meta_str(&o, "namespace"), meta_str(&o, "name"));
+                st.delete(&def, ons, name, &Value::Null, &opts)?;
             }
             Ok(value_response(
                 StatusCode::OK,
