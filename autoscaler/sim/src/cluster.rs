@@ -209,6 +209,8 @@ pub struct Cluster {
     pub pending: BTreeSet<PodId>,
     /// When each pod was first bound (what `bench fidelity` compares with the controller).
     pub first_bound: BTreeMap<PodId, i64>,
+    /// The node each pod was first bound to (`bench fidelity` names a launch's pods with it).
+    pub first_node: BTreeMap<PodId, NodeId>,
     /// Nodes not gone.
     pub live_nodes: BTreeSet<NodeId>,
     /// Template of each pod.
@@ -368,6 +370,7 @@ impl Cluster {
             self.anti_bound += 1;
         }
         self.first_bound.entry(pod).or_insert(now);
+        self.first_node.entry(pod).or_insert(node);
         let st = &mut self.pods[pod];
         st.phase = PodPhase::Bound { node, since: now };
         // A do-not-disrupt duration counts from here (the simulated pod starts on binding).

@@ -855,6 +855,7 @@ mod tests {
             notes: vec![],
             node_records: vec![],
             first_bound: vec![],
+            first_node: vec![],
         }
     }
 

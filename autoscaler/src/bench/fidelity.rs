@@ -147,13 +147,14 @@ pub(crate) struct CaseResult {
     pub(crate) launches_per_minute: BTreeMap<i64, BTreeMap<String, (usize, usize)>>,
     /// Wall seconds of the controller's run.
     pub(crate) wall_seconds: f64,
-    /// With `--decisions`: every decision, `[t, kind, key]`, of the simulator and the controller.
+    /// With `--decisions`: every decision, `[t, kind, key, pods]`, of the simulator and the
+    /// controller (`pods`: for a launch, the pods first bound on the node).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) decisions: Option<[Vec<DecisionRow>; 2]>,
 }
 
-/// One decision in the JSON: virtual second, kind, key.
-pub(crate) type DecisionRow = (i64, &'static str, String);
+/// One decision in the JSON: virtual second, kind, key, and a launch's pods.
+pub(crate) type DecisionRow = (i64, &'static str, String, Vec<String>);
 
 /// One side's decisions, counted.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -198,6 +199,9 @@ pub(crate) struct Decision {
     pub(crate) kind: Kind,
     /// `pool/type` for nodes, the pod's name for binds.
     pub(crate) key: String,
+    /// For a launch: the pods first bound on the node, in the order they were (what the
+    /// launch was for, as far as the cluster shows); empty otherwise.
+    pub(crate) pods: Vec<String>,
 }
 
 /// A node of one side: `pool/type`, launched, removed (virtual seconds).
@@ -209,6 +213,8 @@ pub(crate) struct NodeSpan {
     pub(crate) launched: i64,
     /// Removed, if it was.
     pub(crate) gone: Option<i64>,
+    /// The pods first bound on it, in the order they were.
+    pub(crate) pods: Vec<String>,
 }
 
 /// One side's run: its nodes and the pods it bound (name, first bind).
@@ -229,6 +235,7 @@ impl Timeline {
                     t: n.launched,
                     kind: Kind::Launch,
                     key: n.key.clone(),
+                    pods: n.pods.clone(),
                 });
             }
             if let Some(g) = n.gone.filter(|g| *g <= horizon) {
@@ -236,6 +243,7 @@ impl Timeline {
                     t: g,
                     kind: Kind::Removal,
                     key: n.key.clone(),
+                    pods: Vec::new(),
                 });
             }
         }
@@ -245,6 +253,7 @@ impl Timeline {
                     t: *t,
                     kind: Kind::Bound,
                     key: p.clone(),
+                    pods: Vec::new(),
                 });
             }
         }
@@ -275,14 +284,26 @@ impl Timeline {
 
 /// The simulator's run as a timeline: its node records and first binds.
 pub(crate) fn sim_timeline(r: &PolicyResult, w: &Workload) -> Timeline {
+    let bound_at: BTreeMap<usize, i64> = r.first_bound.iter().copied().collect();
+    let mut first_on: Vec<Vec<(i64, &str)>> = vec![Vec::new(); r.node_records.len()];
+    for (p, n) in &r.first_node {
+        if let Some(on) = first_on.get_mut(*n) {
+            on.push((bound_at.get(p).copied().unwrap_or(0), &w.pods[*p].name));
+        }
+    }
     Timeline {
         nodes: r
             .node_records
             .iter()
-            .map(|n| NodeSpan {
+            .zip(first_on)
+            .map(|(n, mut on)| NodeSpan {
                 key: format!("{}/{}", n.pool, n.instance_type),
                 launched: n.launched_at,
                 gone: n.gone_at,
+                pods: {
+                    on.sort();
+                    on.into_iter().map(|(_, p)| p.to_string()).collect()
+                },
             })
             .collect(),
         bound: r
@@ -320,19 +341,19 @@ impl Comparison {
 /// `ctrl` within `tolerance` virtual seconds (both in time order, so pairing is greedy and
 /// order-preserving), and names the earliest decision left without a partner.
 pub(crate) fn compare(sim: &[Decision], ctrl: &[Decision], tolerance: i64) -> Comparison {
-    let mut by_key: BTreeMap<(Kind, &str), Vec<(i64, bool)>> = BTreeMap::new();
+    let mut by_key: BTreeMap<(Kind, &str), Vec<(&Decision, bool)>> = BTreeMap::new();
     for d in ctrl {
         by_key
             .entry((d.kind, d.key.as_str()))
             .or_default()
-            .push((d.t, false));
+            .push((d, false));
     }
     let mut sim_unmatched: Vec<&Decision> = Vec::new();
     let mut c = Comparison::default();
     for d in sim {
         let slot = by_key.get_mut(&(d.kind, d.key.as_str())).and_then(|v| {
             v.iter_mut()
-                .find(|(t, used)| !used && (t - d.t).abs() <= tolerance)
+                .find(|(x, used)| !used && (x.t - d.t).abs() <= tolerance)
         });
         let e = c.by_kind.entry(d.kind).or_default();
         e.1 += 1;
@@ -344,52 +365,46 @@ pub(crate) fn compare(sim: &[Decision], ctrl: &[Decision], tolerance: i64) -> Co
             None => sim_unmatched.push(d),
         }
     }
-    let mut ctrl_unmatched: Vec<Decision> = Vec::new();
-    for ((kind, key), v) in &by_key {
-        for (t, used) in v {
+    let mut ctrl_unmatched: Vec<&Decision> = Vec::new();
+    for ((kind, _), v) in &by_key {
+        for (d, used) in v {
             let e = c.by_kind.entry(*kind).or_default();
             e.1 += 1;
             if *used {
                 e.0 += 1;
             } else {
-                ctrl_unmatched.push(Decision {
-                    t: *t,
-                    kind: *kind,
-                    key: key.to_string(),
-                });
+                ctrl_unmatched.push(d);
             }
         }
     }
     c.matched = c.by_kind.values().map(|(m, _)| m).sum();
     c.total = c.by_kind.values().map(|(_, t)| t).sum();
-    let verb = |k: Kind| match k {
-        Kind::Launch => "launched",
-        Kind::Removal => "removed",
-        Kind::Bound => "bound",
+    let words = |d: &Decision, side: &str, other: &str| {
+        let verb = match d.kind {
+            Kind::Launch => "launched",
+            Kind::Removal => "removed",
+            Kind::Bound => "bound",
+        };
+        let pods = if d.pods.is_empty() {
+            String::new()
+        } else {
+            format!(" (first bound there: {})", d.pods.join(", "))
+        };
+        (
+            d.t,
+            format!(
+                "at {}s the {side} {verb} {}{pods} and the {other} did not within {tolerance}s",
+                d.t, d.key
+            ),
+        )
     };
-    let first_sim = sim_unmatched.first().map(|d| {
-        (
-            d.t,
-            format!(
-                "at {}s the simulator {} {} and the controller did not within {tolerance}s",
-                d.t,
-                verb(d.kind),
-                d.key
-            ),
-        )
-    });
+    let first_sim = sim_unmatched
+        .first()
+        .map(|d| words(d, "simulator", "controller"));
     ctrl_unmatched.sort();
-    let first_ctrl = ctrl_unmatched.first().map(|d| {
-        (
-            d.t,
-            format!(
-                "at {}s the controller {} {} and the simulator did not within {tolerance}s",
-                d.t,
-                verb(d.kind),
-                d.key
-            ),
-        )
-    });
+    let first_ctrl = ctrl_unmatched
+        .first()
+        .map(|d| words(d, "controller", "simulator"));
     c.first_difference = match (first_sim, first_ctrl) {
         (Some(a), Some(b)) => Some(if a.0 <= b.0 { a.1 } else { b.1 }),
         (a, b) => a.or(b).map(|x| x.1),
@@ -598,7 +613,7 @@ pub(crate) fn run(args: FidelityArgs) -> Result<FidelityResult> {
             decisions: args.decisions.then(|| {
                 [&sd, &cd].map(|ds| {
                     ds.iter()
-                        .map(|d| (d.t, d.kind.as_str(), d.key.clone()))
+                        .map(|d| (d.t, d.kind.as_str(), d.key.clone(), d.pods.clone()))
                         .collect()
                 })
             }),
@@ -670,6 +685,7 @@ mod tests {
 
     fn d(t: i64, kind: Kind, key: &str) -> Decision {
         Decision {
+            pods: Vec::new(),
             t,
             kind,
             key: key.into(),
@@ -702,6 +718,16 @@ mod tests {
         assert_eq!(
             (same.matched, same.total, same.first_difference),
             (6, 6, None)
+        );
+        // A launch without a partner names the pods first bound on its node.
+        let mut extra = d(100, Kind::Launch, "gpu/g4dn.4xlarge");
+        extra.pods = vec!["p-1".into(), "p-2".into()];
+        let c = compare(&sim, &[&sim[..], &[extra]].concat(), 120);
+        assert_eq!(
+            c.first_difference.as_deref(),
+            Some(
+                "at 100s the controller launched gpu/g4dn.4xlarge (first bound there: p-1, p-2) and the simulator did not within 120s"
+            )
         );
     }
 

@@ -149,6 +149,8 @@ pub struct PolicyResult {
     pub node_records: Vec<NodeRecord>,
     /// Each pod ever bound (index into the workload's pods) and when it was first bound.
     pub first_bound: Vec<(usize, i64)>,
+    /// Each pod ever bound and the node it was first bound to (index into `node_records`).
+    pub first_node: Vec<(usize, usize)>,
 }
 
 /// The `q` quantile of `sorted` (nearest rank; 0 when empty).
@@ -258,6 +260,12 @@ impl Engine<'_> {
             .iter()
             .map(|(p, t)| (*p, *t))
             .collect();
+        let first_node = self
+            .cluster
+            .first_node
+            .iter()
+            .map(|(p, n)| (*p, *n))
+            .collect();
         PolicyResult {
             name: self.policy.name().to_string(),
             description: self.policy.description().to_string(),
@@ -307,6 +315,7 @@ impl Engine<'_> {
             notes,
             node_records,
             first_bound,
+            first_node,
             samples: self.samples,
             wall_seconds: wall,
         }

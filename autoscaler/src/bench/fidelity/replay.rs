@@ -259,6 +259,7 @@ pub(super) async fn run(
             .collect(),
         claims: BTreeMap::new(),
         first_bound: BTreeMap::new(),
+        first_node: BTreeMap::new(),
         requests: BTreeMap::new(),
     };
     let in_request: BTreeSet<usize> = w
@@ -328,15 +329,23 @@ pub(super) async fn run(
     let wall = replay.start.elapsed().as_secs_f64();
     drop(controller);
     drop(server);
+    let mut first_on: BTreeMap<&str, Vec<(i64, &str)>> = BTreeMap::new();
+    for (pod, node) in &replay.first_node {
+        let at = replay.first_bound.get(pod).copied().unwrap_or(0);
+        first_on.entry(node).or_default().push((at, pod));
+    }
     let timeline = Timeline {
         nodes: replay
             .claims
-            .into_values()
-            .filter_map(|(key, launched, gone)| {
+            .iter()
+            .filter_map(|(name, (key, launched, gone))| {
+                let mut on = first_on.remove(name.as_str()).unwrap_or_default();
+                on.sort();
                 Some(NodeSpan {
-                    key: key?,
-                    launched,
-                    gone,
+                    key: key.clone()?,
+                    launched: *launched,
+                    gone: *gone,
+                    pods: on.into_iter().map(|(_, p)| p.to_string()).collect(),
                 })
             })
             .collect(),
@@ -371,6 +380,8 @@ struct Replay<'a> {
     /// Per NodeClaim: `pool/type` once launched, first seen, gone.
     claims: BTreeMap<String, (Option<String>, i64, Option<i64>)>,
     first_bound: BTreeMap<String, i64>,
+    /// The node each pod was first bound to (a kwok Node is named as its NodeClaim).
+    first_node: BTreeMap<String, String>,
     requests: BTreeMap<usize, RequestRun>,
 }
 
@@ -528,11 +539,14 @@ impl Replay<'_> {
                 continue;
             };
             present[i] = true;
-            let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_ref());
             let st = &mut self.pods[i];
-            if bound && !st.bound {
+            if let Some(node) = node.filter(|_| !st.bound) {
                 st.bound = true;
                 self.first_bound.entry(p.name_any()).or_insert(now);
+                self.first_node
+                    .entry(p.name_any())
+                    .or_insert_with(|| node.clone());
                 st.ends = self.w.pods[i].runtime.map(|r| now + r);
             }
         }
