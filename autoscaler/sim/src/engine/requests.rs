@@ -259,15 +259,15 @@ impl Engine<'_> {
         let Some(g) = self.workload.pods[p].group else {
             return;
         };
-        let bound_on: Vec<Option<NodeId>> = self
-            .members(g)
-            .into_iter()
-            .filter_map(|m| match self.cluster.pods[m].phase {
+        let members = self.members(g);
+        let bound_on: Vec<Option<NodeId>> = members
+            .iter()
+            .filter_map(|m| match self.cluster.pods[*m].phase {
                 PodPhase::Bound { node, .. } => Some(Some(node)),
                 _ => None,
             })
             .collect();
-        let all = bound_on.len() == self.members(g).len();
+        let all = bound_on.len() == members.len();
         let Some(r) = self.requests.get_mut(&g) else {
             return;
         };

@@ -254,18 +254,8 @@ impl Engine<'_> {
                 gone_at: n.gone_at,
             })
             .collect();
-        let first_bound = self
-            .cluster
-            .first_bound
-            .iter()
-            .map(|(p, t)| (*p, *t))
-            .collect();
-        let first_node = self
-            .cluster
-            .first_node
-            .iter()
-            .map(|(p, n)| (*p, *n))
-            .collect();
+        let first_bound = self.cluster.first_bound.clone().into_iter().collect();
+        let first_node = self.cluster.first_node.clone().into_iter().collect();
         PolicyResult {
             name: self.policy.name().to_string(),
             description: self.policy.description().to_string(),
