@@ -44,6 +44,7 @@
 //! counting `DisruptionState::in_progress`). Every node gets a
 //! verdict with a reason. `validate` re-checks a command after the validation delay.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -515,8 +516,9 @@ struct Pass<'a> {
     verdict: BTreeMap<String, Verdict>,
     /// Budgets, minNodes and PDBs left.
     allowance: Allowance,
-    /// The cluster as the commands so far leave it.
-    work: Vec<Node>,
+    /// The cluster as the commands so far leave it: each node borrowed until a command changes
+    /// it, as a copy of every node each round dominated the planning of large clusters.
+    work: Vec<Cow<'a, Node>>,
     /// Nodes the commands so far remove.
     gone: BTreeSet<String>,
 }
@@ -540,7 +542,7 @@ impl<'a> Pass<'a> {
             out,
             verdict: BTreeMap::new(),
             allowance: Allowance::new(snap, config, &state.in_progress),
-            work: snap.nodes.clone(),
+            work: snap.nodes.iter().map(Cow::Borrowed).collect(),
             gone: BTreeSet::new(),
         }
     }
@@ -548,6 +550,18 @@ impl<'a> Pass<'a> {
     /// The index of a node in the working cluster.
     fn index(&self, name: &str) -> Option<usize> {
         self.work.iter().position(|n| n.name == name)
+    }
+
+    /// The indexes in the working cluster of the nodes named, found in one walk over it (a
+    /// command of thousands of empty nodes would otherwise walk it once per node).
+    fn indices<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> BTreeSet<usize> {
+        let wanted: BTreeSet<&str> = names.into_iter().collect();
+        self.work
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| wanted.contains(n.name.as_str()))
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// Gives a node that stays the blocker why.

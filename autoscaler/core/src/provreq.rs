@@ -54,6 +54,11 @@ pub fn plan(
     (plan, why)
 }
 
+/// The most pods one ProvisioningRequest may ask for unless the controller is told otherwise
+/// (`--provreq-max-pods`): a larger request is refused before any of its pods is built, and a
+/// simulated scenario may not ask for one either.
+pub const MAX_PODS: u64 = 10_000;
+
 /// What a booking still holds once some of its request's pods are bound, the rule the
 /// controller and the simulator share: `targets` are the booked places in booking order, each
 /// with how many of the request's pods it was to take; `bound_on` has one entry per bound pod,
@@ -62,15 +67,28 @@ pub fn plan(
 /// bound elsewhere frees one on the last target still holding one. Freeing by count alone
 /// (the last places first, whatever the pods took) left a phantom on a node beside the pod
 /// that had taken its room, and counted a place still needed as free.
-pub fn unconsumed<T: PartialEq + Clone>(
+pub fn unconsumed<T: Ord + Clone>(
     targets: &[(T, u32)],
     bound_on: impl IntoIterator<Item = Option<T>>,
 ) -> Vec<(T, u32)> {
     let mut left: Vec<(T, u32)> = targets.to_vec();
+    // Each target's entries in booking order and the first that may still hold a place: a
+    // request of thousands of pods would otherwise search the booking once per bound pod.
+    let mut entries: BTreeMap<&T, (Vec<usize>, usize)> = BTreeMap::new();
+    for (i, (t, _)) in targets.iter().enumerate() {
+        entries.entry(t).or_default().0.push(i);
+    }
     let mut elsewhere = 0u32;
     for on in bound_on {
-        match on.and_then(|t| left.iter_mut().find(|(x, n)| *x == t && *n > 0)) {
-            Some((_, n)) => *n -= 1,
+        let hit = on.and_then(|t| {
+            let (at, first) = entries.get_mut(&t)?;
+            while at.get(*first).is_some_and(|i| left[*i].1 == 0) {
+                *first += 1;
+            }
+            at.get(*first).copied()
+        });
+        match hit {
+            Some(i) => left[i].1 -= 1,
             None => elsewhere += 1,
         }
     }
@@ -138,5 +156,21 @@ mod tests {
         }
         let all = [Some("node-a"), None, None, None, None];
         assert!(unconsumed(&booked, all).iter().all(|(_, n)| *n == 0));
+    }
+
+    /// A target booked in two entries gives up its first entry's places first, then its
+    /// second's, before a pod on it counts as bound elsewhere.
+    #[test]
+    fn a_target_in_two_entries_frees_them_in_booking_order() {
+        let booked = [("a", 1), ("b", 1), ("a", 2)];
+        let left = |bound: &[&str]| -> Vec<u32> {
+            let on = bound.iter().map(|t| Some(*t));
+            unconsumed(&booked, on).iter().map(|(_, n)| *n).collect()
+        };
+        assert_eq!(left(&["a"]), [0, 1, 2]);
+        assert_eq!(left(&["a", "a"]), [0, 1, 1]);
+        assert_eq!(left(&["a", "a", "a", "b"]), [0, 0, 0]);
+        assert_eq!(left(&["a", "a", "a", "a"]), [0, 0, 0]);
+        assert_eq!(left(&["b", "b"]), [1, 0, 1]);
     }
 }

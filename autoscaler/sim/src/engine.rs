@@ -87,6 +87,8 @@ struct Request {
     phase: ReqPhase,
     /// Each booked node and the pods it holds for the request.
     booking: Vec<(NodeId, Vec<PodId>)>,
+    /// How many places each entry of `booking` still holds once held (empty before).
+    holding: Vec<u32>,
     /// Nodes launched for the current attempt (deleted on rollback).
     launched: Vec<NodeId>,
     provisioned_at: Option<i64>,

@@ -442,7 +442,7 @@ impl Default for Settings {
         Settings {
             booking_s: 600,
             deadline_s: 7 * 24 * 3600,
-            max_pods: 10_000,
+            max_pods: autoscaler_core::provreq::MAX_PODS,
         }
     }
 }

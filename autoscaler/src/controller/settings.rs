@@ -272,7 +272,7 @@ pub struct RunArgs {
     pub max_claims_per_round: u64,
     /// ProvisioningRequests: most pods one request may ask for (all pod sets together);
     /// larger requests fail with `InvalidRequest` before any pod is built.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = autoscaler_core::provreq::MAX_PODS, value_parser = clap::value_parser!(u64).range(1..))]
     pub provreq_max_pods: u64,
     /// kwok: launch to Node registration.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
@@ -527,6 +527,10 @@ mod tests {
         assert_eq!(scenario.disruption_timeouts, execute::Timeouts::default());
         assert_eq!(flags.cadence(), cadence::Cadence::default());
         assert_eq!(scenario.cadence, cadence::Cadence::default());
+        assert_eq!(
+            flags.provreq_max_pods,
+            crate::controller::provreq::Settings::default().max_pods
+        );
         let batch = crate::controller::batcher::BatchConfig::default();
         assert_eq!(
             (batch.idle_ms, batch.max_ms, batch.replan_ms),

@@ -4,8 +4,6 @@
 //! zero), one delete command removes them all, counted as one disruption against the pool's
 //! budgets; otherwise each of its candidates is kept, naming the node that holds the pool.
 
-use std::collections::BTreeSet;
-
 use crate::model::{DisruptionReason, Node};
 
 use super::candidates::movable;
@@ -48,10 +46,7 @@ impl Pass<'_> {
                 keep_all(self, why);
                 continue;
             }
-            let removed: BTreeSet<usize> = chosen
-                .iter()
-                .filter_map(|ni| self.index(&snap.nodes[*ni].name))
-                .collect();
+            let removed = self.indices(chosen.iter().map(|ni| snap.nodes[*ni].name.as_str()));
             let plan = simulate(snap, &self.work, &removed, false);
             if let Some(u) = plan.unschedulable.first() {
                 let why = format!(
@@ -62,7 +57,10 @@ impl Pass<'_> {
                 keep_all(self, why);
                 continue;
             }
-            let current: Vec<Node> = removed.iter().map(|i| self.work[*i].clone()).collect();
+            let current: Vec<Node> = removed
+                .iter()
+                .map(|i| self.work[*i].clone().into_owned())
+                .collect();
             let nodes: Vec<&Node> = current.iter().collect();
             let empty = nodes.iter().all(|n| movable(n).is_empty());
             let reason = if empty {

@@ -26,7 +26,7 @@ impl Pass<'_> {
                 continue;
             };
             // The node as earlier commands left it (it may have received pods).
-            let current = self.work[wi].clone();
+            let current = self.work[wi].clone().into_owned();
             let removed = BTreeSet::from([wi]);
             if self.delete(&current, &removed) {
                 continue;

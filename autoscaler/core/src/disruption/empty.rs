@@ -1,8 +1,6 @@
 //! Consolidation method 1, empty nodes: every empty candidate within its NodePool's `Empty`
 //! budget, deleted in one command.
 
-use std::collections::BTreeSet;
-
 use crate::model::DisruptionReason;
 use crate::plan::Plan;
 
@@ -15,6 +13,7 @@ impl Pass<'_> {
     pub(super) fn empty(&mut self, candidates: &[usize]) {
         let snap = self.snap;
         let mut empties = Vec::new();
+        let mut savings = 0.0;
         for ni in candidates {
             let n = &snap.nodes[*ni];
             if !movable(n).is_empty() {
@@ -24,27 +23,21 @@ impl Pass<'_> {
                 .allowance
                 .admit(snap, &[n], DisruptionReason::Empty, false, true)
             {
-                Ok(()) => empties.push(n.name.clone()),
+                Ok(()) => {
+                    empties.push(n.name.clone());
+                    savings += n.price.unwrap_or(0.0);
+                }
                 Err(e) => self.keep(&n.name, e),
             }
         }
         if empties.is_empty() {
             return;
         }
-        let savings = empties
-            .iter()
-            .filter_map(|name| {
-                snap.nodes
-                    .iter()
-                    .find(|n| &n.name == name)
-                    .and_then(|n| n.price)
-            })
-            .sum();
         for name in &empties {
             self.disrupt(name, VerdictKind::Empty, "empty".into());
             self.gone.insert(name.clone());
         }
-        let removed: BTreeSet<usize> = empties.iter().filter_map(|n| self.index(n)).collect();
+        let removed = self.indices(empties.iter().map(String::as_str));
         apply(&mut self.work, &removed, &Plan::default());
         self.out.commands.push(Command {
             reason: DisruptionReason::Empty,

@@ -34,7 +34,10 @@ impl Pass<'_> {
         let Some((k, (removed, plan, cost))) = best else {
             return;
         };
-        let current: Vec<Node> = removed.iter().map(|i| self.work[*i].clone()).collect();
+        let current: Vec<Node> = removed
+            .iter()
+            .map(|i| self.work[*i].clone().into_owned())
+            .collect();
         let nodes: Vec<&Node> = current.iter().collect();
         let replaced = !plan.new_claims.is_empty();
         if let Err(e) = self.allowance.admit(
@@ -82,7 +85,7 @@ impl Pass<'_> {
     /// new node cheaper than they are. Their indexes, the plan and what they cost.
     fn try_prefix(&self, prefix: &[String]) -> Option<(BTreeSet<usize>, Plan, f64)> {
         let work = &self.work;
-        let removed: BTreeSet<usize> = prefix.iter().filter_map(|name| self.index(name)).collect();
+        let removed = self.indices(prefix.iter().map(String::as_str));
         let mut plan = simulate(self.snap, work, &removed, true);
         let cost: f64 = removed.iter().map(|i| work[*i].price.unwrap_or(0.0)).sum();
         if !(plan.unschedulable.is_empty() && plan.new_claims.len() <= 1 && plan.new_cost() < cost)

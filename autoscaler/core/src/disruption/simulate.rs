@@ -1,6 +1,7 @@
 //! Where the pods of removed nodes would go: the provisioning planner re-run on the cluster
 //! without them (one piece of fit logic), and the cluster after they moved.
 
+use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{Node, Pod, PodKey, Snapshot};
@@ -14,15 +15,15 @@ use super::candidates::movable;
 /// unless `allow_new`, no NodePool to launch from. A pod the planner puts on a node that has
 /// not initialized is listed unschedulable ([`UNINITIALIZED_TARGET`]): evicted pods go only to
 /// initialized, schedulable nodes or to the command's own replacement.
-pub fn simulate(
+pub fn simulate<N: Borrow<Node>>(
     snap: &Snapshot,
-    nodes: &[Node],
+    nodes: &[N],
     removed: &BTreeSet<usize>,
     allow_new: bool,
 ) -> Plan {
     let mut pending = Vec::new();
     for ri in removed {
-        for p in movable(&nodes[*ri]) {
+        for p in movable(nodes[*ri].borrow()) {
             let mut p = p.clone();
             p.group = None;
             pending.push(p);
@@ -34,7 +35,7 @@ pub fn simulate(
             .iter()
             .enumerate()
             .filter(|(i, _)| !removed.contains(i))
-            .map(|(_, n)| n.clone())
+            .map(|(_, n)| n.borrow().clone())
             .collect(),
         in_flight: vec![],
         daemonsets: snap.daemonsets.clone(),
@@ -112,7 +113,7 @@ pub(super) fn nowhere_to_go(u: &crate::plan::Unschedulable) -> String {
 }
 
 /// Moves the pods of `removed` onto their simulated nodes, and removes the nodes.
-pub(super) fn apply(nodes: &mut Vec<Node>, removed: &BTreeSet<usize>, plan: &Plan) {
+pub(super) fn apply(nodes: &mut Vec<Cow<'_, Node>>, removed: &BTreeSet<usize>, plan: &Plan) {
     let moving: BTreeMap<PodKey, Pod> = removed
         .iter()
         .flat_map(|ri| movable(&nodes[*ri]).into_iter().cloned())
@@ -123,7 +124,7 @@ pub(super) fn apply(nodes: &mut Vec<Node>, removed: &BTreeSet<usize>, plan: &Pla
             moving.get(&placement.pod),
             nodes.iter_mut().find(|n| n.name == placement.target),
         ) {
-            n.pods.push(pod.clone());
+            n.to_mut().pods.push(pod.clone());
         }
     }
     let mut i = 0;

@@ -33,6 +33,7 @@ impl Engine<'_> {
                 created: self.now,
                 phase: ReqPhase::Waiting,
                 booking: Vec::new(),
+                holding: Vec::new(),
                 launched: Vec::new(),
                 provisioned_at: None,
                 admitted_at: None,
@@ -138,13 +139,16 @@ impl Engine<'_> {
             return;
         };
         let booking = r.booking.clone();
-        for (n, pods) in booking {
+        for (n, pods) in &booking {
             for m in pods {
-                let p = self.phantom(m);
-                self.cluster.nodes[n].held.push((g, p));
+                let p = self.phantom(*m);
+                self.cluster.nodes[*n].held.push((g, p));
             }
-            self.cluster.nodes[n].hold_version += 1;
-            self.held_nodes.insert(n);
+            self.cluster.nodes[*n].hold_version += 1;
+            self.held_nodes.insert(*n);
+        }
+        if let Some(r) = self.requests.get_mut(&g) {
+            r.holding = booking.iter().map(|(_, pods)| count(pods)).collect();
         }
         self.changed();
     }
@@ -220,6 +224,7 @@ impl Engine<'_> {
         };
         r.phase = ReqPhase::Waiting;
         r.booking.clear();
+        r.holding.clear();
         let launched = std::mem::take(&mut r.launched);
         for n in launched {
             self.terminate(n);
@@ -280,29 +285,35 @@ impl Engine<'_> {
         let places: Vec<(NodeId, u32)> = r
             .booking
             .iter()
-            .map(|(n, pods)| (*n, u32::try_from(pods.len()).unwrap_or(u32::MAX)))
+            .map(|(n, pods)| (*n, count(pods)))
             .collect();
         let left = autoscaler_core::provreq::unconsumed(&places, bound_on);
-        let booking = r.booking.clone();
-        for ((n, pods), (_, keep)) in booking.iter().zip(left) {
-            let held = self.cluster.nodes[*n]
-                .held
-                .iter()
-                .filter(|(x, _)| *x == g)
-                .count();
-            if held == keep as usize {
-                continue;
+        // Only the nodes whose places changed are rebuilt: one bind of a request of thousands
+        // of pods touches one or two nodes, not the whole booking.
+        let mut rebuild: Vec<NodeId> = Vec::new();
+        for (i, (n, keep)) in left.iter().enumerate() {
+            if r.holding.get(i) != Some(keep) && !rebuild.contains(n) {
+                rebuild.push(*n);
             }
-            let phantoms: Vec<Pod> = pods[..keep as usize]
-                .iter()
-                .map(|m| self.phantom(*m))
-                .collect();
-            let node = &mut self.cluster.nodes[*n];
+        }
+        r.holding = left.iter().map(|(_, keep)| *keep).collect();
+        let kept: Vec<(NodeId, Vec<PodId>)> = rebuild
+            .into_iter()
+            .map(|n| {
+                let on_n = r.booking.iter().zip(&left).filter(|((x, _), _)| *x == n);
+                let pods =
+                    on_n.flat_map(|((_, pods), (_, keep))| pods[..*keep as usize].iter().copied());
+                (n, pods.collect())
+            })
+            .collect();
+        for (n, kept) in kept {
+            let phantoms: Vec<Pod> = kept.iter().map(|m| self.phantom(*m)).collect();
+            let node = &mut self.cluster.nodes[n];
             node.held.retain(|(x, _)| *x != g);
             node.held.extend(phantoms.into_iter().map(|ph| (g, ph)));
             node.hold_version += 1;
             if node.held.is_empty() {
-                self.held_nodes.remove(n);
+                self.held_nodes.remove(&n);
             }
             self.changed();
         }
@@ -394,4 +405,9 @@ impl Engine<'_> {
         st.to_provisioned_p95_s = percentile(&waits, 0.95);
         Some(st)
     }
+}
+
+/// A booking entry's number of places.
+fn count(pods: &[PodId]) -> u32 {
+    u32::try_from(pods.len()).unwrap_or(u32::MAX)
 }

@@ -43,7 +43,10 @@ impl Engine<'_> {
                 node.registered() && !node.cordoned && !node.deleting
             })
             .collect();
-        let mut failed_templates: HashSet<u32> = HashSet::new();
+        // Room only shrinks while a pass binds, so a pod that found none fails for every
+        // later pod of its template seeing the same bookings: those of the same request (or
+        // of none), which is why a request's pods are keyed by their request as well.
+        let mut failed_templates: HashSet<(Option<u32>, u32)> = HashSet::new();
         let mut tried_groups: HashSet<u32> = HashSet::new();
         let mut unschedulable = Vec::new();
         for p in pods {
@@ -66,10 +69,8 @@ impl Engine<'_> {
             }
             let tpl = self.workload.pods[p].template;
             let pod = self.cluster.pod(p);
-            // A request's pod sees its own booking, which another request's pods of the same
-            // template do not: no verdict per template for them.
-            let alike = !has_topology(pod) && self.cluster.anti_bound == 0 && group.is_none();
-            if alike && failed_templates.contains(&tpl) {
+            let alike = !has_topology(pod) && self.cluster.anti_bound == 0;
+            if alike && failed_templates.contains(&(group, tpl)) {
                 unschedulable.push(p);
                 continue;
             }
@@ -85,7 +86,7 @@ impl Engine<'_> {
                 Some((n, devices)) => self.bind(p, n, devices),
                 None => {
                     if alike {
-                        failed_templates.insert(tpl);
+                        failed_templates.insert((group, tpl));
                     }
                     unschedulable.push(p);
                 }

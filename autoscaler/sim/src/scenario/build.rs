@@ -562,7 +562,7 @@ pub(super) fn build_workload(
             provisioning_request: None,
         },
         WorkloadFile::ProvisioningRequests(r) => Generator::Groups {
-            size: check_size(cx, name, &base, r.size)?,
+            size: check_request_size(cx, name, &base, r.size)?,
             arrivals: build_arrivals(cx, name, &format!("{base}.arrivals"), &r.arrivals)?,
             runtime: build_runtime(cx, name, &format!("{base}.duration"), &r.duration)?,
             limit: r.limit,
@@ -585,6 +585,23 @@ pub(super) fn check_size(cx: &Ctx, name: &str, base: &str, size: u32) -> Result<
         ));
     }
     Ok(size)
+}
+
+/// A request's size: as any group's, and no more pods than the controller accepts in one
+/// request by default, for a scenario measures what the controller would do.
+fn check_request_size(cx: &Ctx, name: &str, base: &str, size: u32) -> Result<u32, SimError> {
+    let max = autoscaler_core::provreq::MAX_PODS;
+    if u64::from(size) > max {
+        return Err(cx.err(
+            &["workloads:", &format!("name: {name}"), "size:"],
+            format!("{base}.size"),
+            format!(
+                "{size} pods in one request; the controller refuses a request of more than {max} \
+                 pods (--provreq-max-pods): split it into several requests"
+            ),
+        ));
+    }
+    check_size(cx, name, base, size)
 }
 
 pub(super) fn build_provreq(

@@ -255,6 +255,16 @@ fn bad_provisioning_request_values_name_line_and_field() {
         (19, "workloads[1].provisioningRequests.bookingDuration"),
         "{why}"
     );
+    // No larger than the controller accepts; as large is fine.
+    let (line, field, why) = err(&with_request("").replace("size: 2", "size: 10001"));
+    assert_eq!(line, 15, "{field}: {why}");
+    assert_eq!(field, "workloads[1].provisioningRequests.size");
+    assert!(
+        why.contains("10001 pods in one request") && why.contains("--provreq-max-pods"),
+        "{why}"
+    );
+    let max = with_request("").replace("size: 2", "size: 10000");
+    assert!(Scenario::parse(Path::new("r.yaml"), &max).is_ok());
     // Gangs do not take request keys.
     let gang =
         with_request("      class: check-capacity\n").replace("provisioningRequests:", "gangs:");
