@@ -148,8 +148,6 @@ pub struct Engine<'a> {
     selectors: SelectorCache,
     /// ProvisioningRequests by group.
     requests: BTreeMap<u32, Request>,
-    /// Nodes holding booked phantoms (the scheduler keeps other pods off their capacity).
-    held_nodes: std::collections::BTreeSet<NodeId>,
     // Metrics.
     pending_samples: Vec<i64>,
     gpu_requested_s: f64,
@@ -240,7 +238,6 @@ impl<'a> Engine<'a> {
             disrupt_wake: 0,
             selectors: SelectorCache::default(),
             requests: BTreeMap::new(),
-            held_nodes: Default::default(),
             pending_samples: Vec::new(),
             gpu_requested_s: 0.0,
             gpu_rerun_s: 0.0,

@@ -243,9 +243,11 @@ fn a_booking_whose_pods_never_come_expires_and_its_nodes_are_then_removed() {
 }
 
 #[test]
-fn booked_capacity_is_not_taken_by_other_pods() {
-    // While the request's 4 GPUs are booked (its pods come 8 minutes after Provisioned),
-    // 1-GPU jobs keep arriving and would fit on the booked node.
+fn other_pods_may_take_booked_capacity() {
+    // kube-scheduler knows nothing of bookings (neither does the harness `bench fidelity`
+    // runs the controller against): while the request's 4 GPUs are booked (its pods come 8
+    // minutes after Provisioned), 1-GPU jobs that arrive bind on the booked node, and the
+    // request's pods, once created, wait for capacity launched for them.
     let workloads = format!(
         "{}  - jobs:
       name: others
@@ -263,10 +265,11 @@ fn booked_capacity_is_not_taken_by_other_pods() {
     let (ps, summary) = results(&scenario(&workloads));
     for p in serving(&ps) {
         let rec = &stats(p).records[0];
-        assert_eq!(rec.end, Some("consumed"), "{}: {rec:?} {summary}", p.name);
-        assert_eq!(
-            rec.bound_at, rec.admitted_at,
-            "{}: {rec:?} {summary}",
+        let admitted = rec.admitted_at.expect("admitted");
+        let bound = rec.bound_at.unwrap_or_else(|| panic!("{}: {rec:?}", p.name));
+        assert!(
+            bound > admitted + 60,
+            "{}: the request's pods found their room free: {rec:?} {summary}",
             p.name
         );
         assert_eq!(p.pending_at_end, 0, "{}: {summary}", p.name);

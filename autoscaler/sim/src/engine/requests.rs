@@ -1,9 +1,10 @@
 //! ProvisioningRequests in the engine, as Kueue and the controller handle them: a request
 //! arrives without pods; the policy finds (check-capacity) or launches (best-effort-atomic,
 //! all or nothing) capacity for all of them; once every booked node has launched the request
-//! is Provisioned and its capacity stays booked (phantom pods in every snapshot, kept from
-//! other pods and from disruption) until its pods, created by Kueue `admissionDelay` later,
-//! bind, or until `bookingDuration` runs out.
+//! is Provisioned and its capacity stays booked (phantom pods in every snapshot the policy
+//! plans on, so it neither gives the room to other pods nor disrupts it; kube-scheduler knows
+//! nothing of bookings) until its pods, created by Kueue `admissionDelay` later, bind, or until
+//! `bookingDuration` runs out.
 
 use autoscaler_core::model::{Pod, PodKey};
 
@@ -145,7 +146,6 @@ impl Engine<'_> {
                 self.cluster.nodes[*n].held.push((g, p));
             }
             self.cluster.nodes[*n].hold_version += 1;
-            self.held_nodes.insert(*n);
         }
         if let Some(r) = self.requests.get_mut(&g) {
             r.holding = booking.iter().map(|(_, pods)| count(pods)).collect();
@@ -176,9 +176,6 @@ impl Engine<'_> {
             node.held.retain(|(x, _)| *x != g);
             if node.held.len() != before {
                 node.hold_version += 1;
-            }
-            if node.held.is_empty() {
-                self.held_nodes.remove(&n);
             }
         }
         self.cluster.live_bookings.remove(&g);
@@ -312,9 +309,6 @@ impl Engine<'_> {
             node.held.retain(|(x, _)| *x != g);
             node.held.extend(phantoms.into_iter().map(|ph| (g, ph)));
             node.hold_version += 1;
-            if node.held.is_empty() {
-                self.held_nodes.remove(&n);
-            }
             self.changed();
         }
         if all {

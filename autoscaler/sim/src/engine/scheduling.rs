@@ -1,14 +1,15 @@
 //! The simulated kube-scheduler's passes in the engine: pending pods in priority, then age
 //! order, each bound to the node [`crate::scheduler`] scores best; a gang all or nothing (the
-//! coscheduling plugin); a ProvisioningRequest's pods one by one, its booked capacity held for
-//! them. Pods no node takes open the batch window, as the controller's watch would.
+//! coscheduling plugin); a ProvisioningRequest's pods one by one. Bookings are the
+//! autoscaler's, not the scheduler's: kube-scheduler knows nothing of them, so any pod may take
+//! booked room. Pods no node takes open the batch window, as the controller's watch would.
 
 use std::cmp::Reverse;
 use std::collections::HashSet;
 
 use super::{Engine, Ev};
 use crate::cluster::{Cluster, NodeId, PodId, PodPhase};
-use crate::scheduler::{self, Scratch, View, has_topology, untolerated};
+use crate::scheduler::{self, View, has_topology, untolerated};
 
 impl Engine<'_> {
     pub(super) fn schedule_pass(&mut self) {
@@ -43,10 +44,9 @@ impl Engine<'_> {
                 node.registered() && !node.cordoned && !node.deleting
             })
             .collect();
-        // Room only shrinks while a pass binds, so a pod that found none fails for every
-        // later pod of its template seeing the same bookings: those of the same request (or
-        // of none), which is why a request's pods are keyed by their request as well.
-        let mut failed_templates: HashSet<(Option<u32>, u32)> = HashSet::new();
+        // Room only shrinks while a pass binds, so a pod that found none fails for every later
+        // pod of its template.
+        let mut failed_templates: HashSet<u32> = HashSet::new();
         let mut tried_groups: HashSet<u32> = HashSet::new();
         let mut unschedulable = Vec::new();
         for p in pods {
@@ -70,23 +70,19 @@ impl Engine<'_> {
             let tpl = self.workload.pods[p].template;
             let pod = self.cluster.pod(p);
             let alike = !has_topology(pod) && self.cluster.anti_bound == 0;
-            if alike && failed_templates.contains(&(group, tpl)) {
+            if alike && failed_templates.contains(&tpl) {
                 unschedulable.push(p);
                 continue;
             }
             let cand = self
                 .selectors
                 .matching(&self.cluster.nodes, tpl, pod, &nodes);
-            let reserved = self.reserved(group);
-            let view = View {
-                scratch: reserved.as_ref(),
-                ..View::of(&self.cluster)
-            };
+            let view = View::of(&self.cluster);
             match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
                 Some((n, devices)) => self.bind(p, n, devices),
                 None => {
                     if alike {
-                        failed_templates.insert((group, tpl));
+                        failed_templates.insert(tpl);
                     }
                     unschedulable.push(p);
                 }
@@ -127,12 +123,7 @@ impl Engine<'_> {
             let cand = self
                 .selectors
                 .matching(&self.cluster.nodes, tpl, pod, nodes);
-            // A request's own pods may use its booking; everyone else's is held.
-            let reserved = self.reserved(Some(g));
-            let view = View {
-                scratch: reserved.as_ref(),
-                ..View::of(&self.cluster)
-            };
+            let view = View::of(&self.cluster);
             match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
                 Some((n, devices)) => {
                     let first = !self.cluster.first_bound.contains_key(&m);
@@ -160,23 +151,6 @@ impl Engine<'_> {
             self.after_bind(m);
         }
         true
-    }
-
-    /// The nodes holding booked phantoms, with the capacity of every phantom but those of
-    /// request `except` taken: the view other pods are scheduled against, so they never take
-    /// a booking. `None` when nothing is booked (the common case).
-    pub(super) fn reserved(&self, except: Option<u32>) -> Option<Scratch> {
-        if self.held_nodes.is_empty() {
-            return None;
-        }
-        let mut s = Scratch::new(self.cluster.nodes.len());
-        scheduler::reserve_bookings(
-            &self.cluster,
-            &mut s,
-            self.held_nodes.iter().copied(),
-            except,
-        );
-        Some(s)
     }
 
     pub(super) fn bind(&mut self, p: PodId, n: NodeId, devices: Vec<usize>) {
