@@ -291,6 +291,22 @@ impl Policy for GpuAutoscaler {
                 plan.new_claims.len(),
                 plan.unschedulable.len()
             );
+            for c in &plan.new_claims {
+                let types: Vec<&str> = c
+                    .instance_types
+                    .iter()
+                    .take(5)
+                    .map(|o| o.instance_type.as_str())
+                    .collect();
+                let pods: Vec<&str> = c.pods.iter().take(8).map(|k| k.name.as_str()).collect();
+                eprintln!(
+                    "  new {} {} pods={} for_pods={}",
+                    c.pool,
+                    types.join(","),
+                    c.pods.len(),
+                    pods.join(",")
+                );
+            }
         }
         let mut specs = Vec::new();
         for c in &plan.new_claims {

@@ -266,7 +266,9 @@ fn other_pods_may_take_booked_capacity() {
     for p in serving(&ps) {
         let rec = &stats(p).records[0];
         let admitted = rec.admitted_at.expect("admitted");
-        let bound = rec.bound_at.unwrap_or_else(|| panic!("{}: {rec:?}", p.name));
+        let bound = rec
+            .bound_at
+            .unwrap_or_else(|| panic!("{}: {rec:?}", p.name));
         assert!(
             bound > admitted + 60,
             "{}: the request's pods found their room free: {rec:?} {summary}",

@@ -390,7 +390,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .take(5)
                         .map(|o| o.instance_type.as_str())
                         .collect();
-                    tracing::info!(claim = %cname, pool = %nc.pool, pods = nc.pods.len(), "created NodeClaim");
+                    // The first pods it was opened for, so a launch can be traced to its pods.
+                    let for_pods: Vec<&str> =
+                        nc.pods.iter().take(8).map(|k| k.name.as_str()).collect();
+                    tracing::info!(
+                        claim = %cname,
+                        pool = %nc.pool,
+                        pods = nc.pods.len(),
+                        for_pods = %for_pods.join(","),
+                        types = %types.join(","),
+                        "created NodeClaim"
+                    );
                     self.guard.launches.created(&cname, &nc.pods);
                     self.disruption_state.scaled_up(&nc.pool, epoch());
                     self.visibility.decided(
