@@ -28,11 +28,13 @@
 //!
 //! Terminating an instance deletes its `KwokInstance` and its Node.
 //!
-//! **Stage times.** Each delay counts from the moment this provider saw the stage begin (the
-//! instance created, the Node created, the Node turned Ready), kept in memory with the object's
-//! uid; an object this process did not write (another replica's, or one from before a restart)
-//! counts from its Kubernetes timestamp instead. Those have one-second precision, which under
-//! `bench fidelity`'s time compression is 30 virtual seconds per stage.
+//! **Stage times.** Each delay counts from the moment the stage before was due (the instance
+//! created, the Node created, the Node turned Ready), kept in memory with the object's uid, so
+//! a pass that runs late does not delay the stages after it: a node is up the sum of the
+//! delays after its launch, however often `materialize` runs. An object this process did not
+//! write (another replica's, or one from before a restart) counts from its Kubernetes
+//! timestamp instead. Those have one-second precision, which under `bench fidelity`'s time
+//! compression is 15 virtual seconds per stage.
 //!
 //! **Placement groups** are recorded, not emulated: a launch with
 //! [`LaunchRequest::placement_group`] puts the name in the instance's labels under
@@ -307,6 +309,16 @@ fn now() -> jiff::Timestamp {
     jiff::Timestamp::now()
 }
 
+/// When a stage that began `elapsed` before `now` was due to end after `delay`: a pass that
+/// comes late does not push the next stage later too, so the stages keep the timeline their
+/// delays add up to however often [`KwokProvider::materialize`] runs.
+fn due(now: jiff::Timestamp, elapsed: Duration, delay: Duration) -> jiff::Timestamp {
+    jiff::SignedDuration::try_from(elapsed.saturating_sub(delay))
+        .ok()
+        .and_then(|late| now.checked_sub(late).ok())
+        .unwrap_or(now)
+}
+
 fn age(since: Option<&Time>, now: jiff::Timestamp) -> Duration {
     since
         .map(|t| now.duration_since(t.0).unsigned_abs())
@@ -326,12 +338,11 @@ impl KwokProvider {
         }
     }
 
-    /// Records that `stage` of instance `name` began now, for the object with `uid`.
-    fn mark(&self, name: &str, stage: Stage, uid: Option<&str>) {
+    /// Records that `stage` of instance `name` began `at`, for the object with `uid`.
+    fn mark(&self, name: &str, stage: Stage, uid: Option<&str>, at: jiff::Timestamp) {
         let Some(uid) = uid else { return };
         let mut m = self.marks.lock().expect("kwok marks");
-        *m.entry(name.to_string()).or_default().slot(stage) =
-            Some((uid.to_string(), jiff::Timestamp::now()));
+        *m.entry(name.to_string()).or_default().slot(stage) = Some((uid.to_string(), at));
     }
 
     /// How long ago `stage` of instance `name` began: from this process's mark when it was
@@ -486,7 +497,8 @@ impl KwokProvider {
                     t,
                 );
                 if launched >= self.config.register_delay {
-                    self.register(ki).await?;
+                    self.register(ki, due(t, launched, self.config.register_delay))
+                        .await?;
                 }
                 continue;
             };
@@ -518,7 +530,12 @@ impl KwokProvider {
                 if registered >= self.config.ready_delay {
                     self.patch_status(&name, self.node_status(it, true, false))
                         .await?;
-                    self.mark(&name, Stage::Ready, node.metadata.uid.as_deref());
+                    self.mark(
+                        &name,
+                        Stage::Ready,
+                        node.metadata.uid.as_deref(),
+                        due(t, registered, self.config.ready_delay),
+                    );
                 }
                 continue;
             }
@@ -545,18 +562,21 @@ impl KwokProvider {
                 if let (Some(conds), Some(r)) = (status.conditions.as_mut(), ready) {
                     conds[0].last_transition_time = r.last_transition_time.clone();
                 }
-                self.patch_status(&name, status).await?;
+                // The agent behind the startup taints (device plugin, GPU Operator) removes
+                // them as soon as the devices are advertised: in the same pass, on the Node
+                // the status write returned (its resourceVersion is the fresh one).
+                let patched = self.patch_status(&name, status).await?;
+                self.remove_startup_taints(&patched, ki).await?;
             } else if gpus_up {
-                // The agent behind the startup taints (device plugin, GPU Operator) is up: it
-                // removes them. Done on the next pass after the status write, with a fresh
-                // resourceVersion.
+                // Left over from a pass that stopped after the status write.
                 self.remove_startup_taints(node, ki).await?;
             }
         }
         Ok(())
     }
 
-    async fn register(&self, ki: &KwokInstance) -> Result<(), ProviderError> {
+    /// Creates the Node of `ki`, marking it registered `at` (when it was due).
+    async fn register(&self, ki: &KwokInstance, at: jiff::Timestamp) -> Result<(), ProviderError> {
         let Some(node) = self.node_for(ki) else {
             return Ok(());
         };
@@ -566,6 +586,7 @@ impl KwokProvider {
                 &ki.name_any(),
                 Stage::Registered,
                 created.metadata.uid.as_deref(),
+                at,
             ),
             Err(e) if is_status(&e, 409) => return Ok(()),
             Err(e) => return Err(kube_err(Action::Launch, e)),
@@ -577,7 +598,8 @@ impl KwokProvider {
         Ok(())
     }
 
-    async fn patch_status(&self, name: &str, status: NodeStatus) -> Result<(), ProviderError> {
+    /// Writes a Node's status; returns the Node as written.
+    async fn patch_status(&self, name: &str, status: NodeStatus) -> Result<Node, ProviderError> {
         self.nodes_api()
             .patch_status(
                 name,
@@ -585,7 +607,6 @@ impl KwokProvider {
                 &Patch::Merge(json!({ "status": status })),
             )
             .await
-            .map(|_| ())
             .map_err(|e| kube_err(Action::Launch, e))
     }
 
@@ -799,7 +820,12 @@ impl KwokProvider {
             };
             let created = match api.create(&PostParams::default(), &ki).await {
                 Ok(c) => {
-                    self.mark(&request.claim, Stage::Launched, c.metadata.uid.as_deref());
+                    self.mark(
+                        &request.claim,
+                        Stage::Launched,
+                        c.metadata.uid.as_deref(),
+                        now(),
+                    );
                     c
                 }
                 // A concurrent launch for the same claim won: its instance is ours.

@@ -105,7 +105,12 @@ async fn stage_times_count_from_this_process_marks_for_the_same_object() {
     let kwok = KwokProvider::new(client, vec![], KwokConfig::default());
     let now = jiff::Timestamp::now();
     let ten_ago = Time(now - jiff::SignedDuration::from_secs(10));
-    kwok.mark("gpu-a", Stage::Registered, Some("uid-1"));
+    kwok.mark(
+        "gpu-a",
+        Stage::Registered,
+        Some("uid-1"),
+        now - jiff::SignedDuration::from_millis(300),
+    );
     let marked = kwok.since(
         "gpu-a",
         Stage::Registered,
@@ -113,7 +118,7 @@ async fn stage_times_count_from_this_process_marks_for_the_same_object() {
         Some(&ten_ago),
         now,
     );
-    assert!(marked < Duration::from_secs(1), "{marked:?}");
+    assert_eq!(marked, Duration::from_millis(300));
     let other = kwok.since(
         "gpu-a",
         Stage::Registered,
@@ -126,4 +131,21 @@ async fn stage_times_count_from_this_process_marks_for_the_same_object() {
     assert_eq!(unmarked, Duration::from_secs(10));
     let unknown = kwok.since("gpu-b", Stage::Launched, None, None, now);
     assert_eq!(unknown, Duration::ZERO);
+}
+
+/// A stage seen late is marked when it was due, so the next one is not late as well; one
+/// seen early (clock skew) or on time is marked now.
+#[test]
+fn a_late_pass_marks_the_stage_when_it_was_due() {
+    let now = jiff::Timestamp::now();
+    let at = due(now, Duration::from_millis(1_400), Duration::from_secs(1));
+    assert_eq!(
+        now.duration_since(at),
+        jiff::SignedDuration::from_millis(400)
+    );
+    assert_eq!(
+        due(now, Duration::from_secs(1), Duration::from_secs(1)),
+        now
+    );
+    assert_eq!(due(now, Duration::ZERO, Duration::from_secs(1)), now);
 }
