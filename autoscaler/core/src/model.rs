@@ -585,6 +585,12 @@ pub struct Snapshot {
     pub pdbs: Vec<Pdb>,
     /// Nodes holding capacity booked for a ProvisioningRequest: never disrupted.
     pub booked_nodes: std::collections::BTreeSet<String>,
+    /// Pending pods an earlier plan put on a claim still in flight, with the claim's name
+    /// (Karpenter's nominations). The planner keeps each on its claim while it fits there, so
+    /// that pods arriving later do not take its room and push it onto yet another claim.
+    /// Entries for pods not pending or claims not in flight are ignored.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nominated: BTreeMap<PodKey, String>,
     /// Limits on the whole cluster (flags and CapacityQuota objects), across NodePools.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster_limits: Vec<ClusterLimit>,

@@ -7,7 +7,10 @@
 //! cheapest instance type still fits it, the open claim whose price grows least (when that
 //! growth costs less than a node of its own), and finally a new claim. A new claim keeps the
 //! *set* of instance types that fit all its pods; it narrows as pods are added. Members of an
-//! all-or-nothing group are placed together and rolled back together.
+//! all-or-nothing group are placed together and rolled back together. Before all that, a pod an
+//! earlier plan nominated to a claim still in flight ([`Snapshot::nominated`]) goes back to that
+//! claim if it still fits there, so a plan only adds to the last one's placements instead of
+//! repacking them with the pods that arrived since.
 //!
 //! The fit rules (resources with per-device GPU shares, labels, taints, topology) are written
 //! once here (`shapes`, `slots`, `topology`) and reused by disruption.
@@ -606,6 +609,7 @@ impl<'a> Planner<'a> {
             }
         }
         let mut done = vec![false; pending.len()];
+        self.keep_nominations(&order, &mut done);
         let mut group_members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for i in &order {
             if let Some(g) = &pending[*i].group {
@@ -665,6 +669,51 @@ impl<'a> Planner<'a> {
         }
         let considered = self.considered.take();
         (self.finish(), considered)
+    }
+
+    /// Puts each pod an earlier plan nominated to a claim still in flight
+    /// ([`Snapshot::nominated`]) back on that claim while it fits there, largest first, before
+    /// any other pod is placed; those pods are `done`. Planned from scratch, the pods that
+    /// arrived since would be packed first wherever they fit best, and a nominated pod whose
+    /// room they took would get yet another claim, which the scheduler then leaves empty.
+    /// Members of all-or-nothing groups are placed with their group instead.
+    fn keep_nominations(&mut self, order: &[usize], done: &mut [bool]) {
+        let snap = self.snap;
+        if snap.nominated.is_empty() {
+            return;
+        }
+        let slot_of: BTreeMap<&str, usize> = self
+            .state
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(si, s)| match s.kind {
+                SlotKind::InFlight(ci) => Some((snap.in_flight[ci].name.as_str(), si)),
+                _ => None,
+            })
+            .collect();
+        for &i in order {
+            let pod = &snap.pending[i];
+            let Some(&si) = snap
+                .nominated
+                .get(&pod.key)
+                .and_then(|c| slot_of.get(c.as_str()))
+            else {
+                continue;
+            };
+            if pod.group.is_some() || self.dra_invalid(i).is_some() || !self.fits_fixed(i, si) {
+                continue;
+            }
+            if self.explain == Some(i) {
+                self.considered = Some(self.consider(i));
+            }
+            self.commit(i, si, None, false);
+            let g = self.demand_group[i];
+            self.remaining[g] = self.remaining[g].saturating_sub(1);
+            let need = demand(pod, &Devices::default());
+            self.class_left[self.class_of[i]].sub(&need);
+            done[i] = true;
+        }
     }
 
     fn place_group(&mut self, group: &str, members: &[usize]) {

@@ -231,6 +231,66 @@ fn a_pod_takes_the_tightest_in_flight_claim_whatever_the_names() {
     }
 }
 
+/// A pod an earlier plan put on a claim still in flight keeps it: a larger pod that arrived
+/// since (first in the planner's order) does not take its room and push it onto a new claim.
+/// A nomination to a claim that is gone, or for a pod that no longer fits, changes nothing.
+#[test]
+fn a_nominated_pod_keeps_its_in_flight_claim() {
+    let claim = InFlightClaim {
+        name: "gpu-abc".into(),
+        pool: "gpu".into(),
+        instance_types: vec!["g5.xlarge".into()],
+        requirements: Requirements::new().with(labels::ZONE, Operator::In, &["us-east-1a"]),
+        pods: vec![],
+        created_at: 0,
+    };
+    let mut snap = snapshot(
+        vec![
+            pod("early").cpu("1").gpus(1),
+            pod("late").cpu("1500m").gpus(1),
+        ],
+        vec![gpu_pool()],
+    );
+    snap.in_flight.push(claim);
+    check(
+        &snap,
+        expect![[r#"
+            in-flight default/late -> gpu-abc
+            claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[early]
+        "#]],
+    );
+    let early = snap.pending[0].key.clone();
+    snap.nominated.insert(early.clone(), "gpu-abc".into());
+    check(
+        &snap,
+        expect![[r#"
+            in-flight default/early -> gpu-abc
+            claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[late]
+        "#]],
+    );
+    // The claim is gone (launch failed, or the node came up): planned from scratch.
+    snap.nominated.insert(early.clone(), "gpu-gone".into());
+    check(
+        &snap,
+        expect![[r#"
+            in-flight default/late -> gpu-abc
+            claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[early]
+        "#]],
+    );
+    // The claim now holds a pod that takes its only GPU: the nominated pod moves on.
+    snap.nominated.insert(early, "gpu-abc".into());
+    snap.in_flight[0]
+        .pods
+        .push(pod("bound").cpu("500m").gpus(1).build());
+    check(
+        &snap,
+        expect![[r#"
+            claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[late]
+            claim gpu-2 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[early]
+        "#]],
+    );
+}
+
 #[test]
 fn selectors_affinity_terms_and_preferences() {
     let pods = vec![

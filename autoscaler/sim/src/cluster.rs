@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use autoscaler_core::disruption::DO_NOT_DISRUPT;
-use autoscaler_core::model::{DaemonSet, Group, InFlightClaim, Node, Pdb, Pod, Pool, Snapshot};
+use autoscaler_core::model::{
+    DaemonSet, Group, InFlightClaim, Node, Pdb, Pod, PodKey, Pool, Snapshot,
+};
 use autoscaler_core::requirements::{Labels, Operator, Requirements};
 use autoscaler_core::resources::{Resources, is_gpu_class, names};
 use autoscaler_core::taints::Taint;
@@ -745,6 +747,11 @@ impl SnapshotCache {
             cluster,
         );
         &self.snap
+    }
+
+    /// Replaces the snapshot's [`Snapshot::nominated`] (kept by the engine, not the cluster).
+    pub fn set_nominated(&mut self, nominated: BTreeMap<PodKey, String>) {
+        self.snap.nominated = nominated;
     }
 
     /// The snapshot as of the last sync.

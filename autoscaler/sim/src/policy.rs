@@ -92,19 +92,24 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     /// The controller's snapshot (pending pods included when asked).
     pub fn snapshot(&self, pending: bool) -> Snapshot {
-        self.cluster
-            .snapshot(self.pools, self.daemonsets, self.workload, pending)
+        let mut snap = self
+            .cluster
+            .snapshot(self.pools, self.daemonsets, self.workload, pending);
+        snap.nominated = self.nominations(pending);
+        snap
     }
 
     /// The same snapshot, brought up to date in `cache` rather than built afresh.
     pub fn snapshot_in<'c>(&self, cache: &'c mut SnapshotCache, pending: bool) -> &'c Snapshot {
-        let snap = cache.sync(
+        cache.sync(
             self.cluster,
             self.pools,
             self.daemonsets,
             self.workload,
             pending,
         );
+        cache.set_nominated(self.nominations(pending));
+        let snap = cache.get();
         // Tests run unoptimized, so every end-to-end test checks the incremental snapshot
         // against a fresh one at each planner call.
         debug_assert!(
@@ -112,6 +117,24 @@ impl Ctx<'_> {
             "incremental snapshot drifted from the cluster"
         );
         snap
+    }
+}
+
+impl Ctx<'_> {
+    /// [`Snapshot::nominated`]: the pods nominated to nodes still in flight, by their claims
+    /// (as the controller keeps them between rounds); none without pending pods.
+    fn nominations(&self, pending: bool) -> BTreeMap<PodKey, String> {
+        if !pending {
+            return BTreeMap::new();
+        }
+        self.nominated
+            .iter()
+            .filter_map(|(p, n)| {
+                let node = &self.cluster.nodes[*n];
+                let pod = self.cluster.pods[*p].pod.as_ref()?;
+                (node.phase != NodePhase::Ready).then(|| (pod.key.clone(), node.claim.clone()))
+            })
+            .collect()
     }
 }
 

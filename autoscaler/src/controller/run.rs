@@ -10,7 +10,7 @@
 //! stage, each in its own module below. Launches and terminations run as spawned tasks
 //! (rate-limited, retried with backoff) so a slow cloud never stalls the loop.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -177,6 +177,11 @@ struct Controller<P> {
     draining: HashMap<String, termination::Draining>,
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
+    /// Pending pods the last plans put on claims, by claim name ([`Snapshot::nominated`]):
+    /// in memory, so a new leader plans its first round from scratch.
+    ///
+    /// [`Snapshot::nominated`]: autoscaler_core::model::Snapshot::nominated
+    nominations: BTreeMap<autoscaler_core::model::PodKey, String>,
     first_round: bool,
     /// Whether the ProvisioningRequest retry back-offs were read back from the requests: on
     /// the first round the ProvisioningRequest stage runs, which need not be the first round.
@@ -597,6 +602,7 @@ async fn run_with<P: CloudProvider + 'static>(
         held: HashSet::new(),
         draining: HashMap::new(),
         notices: pod_problems::Notices::default(),
+        nominations: BTreeMap::new(),
         first_round: true,
         provreq_backoff_restored: false,
         provreq_memory: provreqs::Memory::default(),

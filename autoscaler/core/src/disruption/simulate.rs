@@ -38,6 +38,8 @@ pub fn simulate<N: Borrow<Node>>(
             .map(|(_, n)| n.borrow().clone())
             .collect(),
         in_flight: vec![],
+        // No claim in flight here for a nomination to hold.
+        nominated: BTreeMap::new(),
         daemonsets: snap.daemonsets.clone(),
         // An atomic pool's nodes come all together, never as one replacement.
         pools: if allow_new {

@@ -289,35 +289,22 @@ impl<'a> Planner<'a> {
 
     /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
     pub(super) fn scan_fixed(&mut self, i: usize, start: usize) -> Option<usize> {
+        (start..self.state.slots.len()).find(|&si| self.fits_fixed(i, si))
+    }
+
+    /// Whether existing node or in-flight claim `si` takes pod `i` (false for a new claim).
+    pub(super) fn fits_fixed(&mut self, i: usize, si: usize) -> bool {
         let pod = &self.snap.pending[i];
         let ci = self.class_of[i];
-        for si in start..self.state.slots.len() {
-            let slot = &self.state.slots[si];
-            if !slot.open || slot.kind == SlotKind::New {
-                continue;
-            }
-            if !quick_fit(&pod.requests, &slot.allocatable, &slot.used) {
-                continue;
-            }
-            if self.avoids(ci, &slot.taints) {
-                continue;
-            }
-            let need = demand(pod, &slot.devices);
-            if !need.fits(&slot.allocatable.minus(&slot.used)) {
-                continue;
-            }
-            if !self.slot_compatible(ci, si) {
-                continue;
-            }
-            if !self.topology_ok_fixed(i, si) {
-                continue;
-            }
-            if !self.dra_fits_fixed(i, si) {
-                continue;
-            }
-            return Some(si);
-        }
-        None
+        let slot = &self.state.slots[si];
+        slot.open
+            && slot.kind != SlotKind::New
+            && quick_fit(&pod.requests, &slot.allocatable, &slot.used)
+            && !self.avoids(ci, &slot.taints)
+            && demand(pod, &slot.devices).fits(&slot.allocatable.minus(&slot.used))
+            && self.slot_compatible(ci, si)
+            && self.topology_ok_fixed(i, si)
+            && self.dra_fits_fixed(i, si)
     }
 
     /// What new claim `si` means for pod `i` in step 2 of [`Self::place_inner`], with what

@@ -245,6 +245,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .oldest_pending_pod_seconds
             .set(oldest as f64 / 1000.0);
         self.guard_observe(&pending);
+        // A nomination lasts while its pod is pending; the planner ignores the ones whose
+        // claim is no longer in flight.
+        self.nominations.retain(|k, _| pending.contains(k));
         if !self.batcher.stepped() {
             // A new leader's first provisioning round (not always its first round: scaling
             // may be halted then): a backlog older than a batch window is planned at once.
@@ -288,6 +291,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             dra: &dra,
         });
         self.hold_bookings(&mut built.snapshot, &pods);
+        built.snapshot.nominated = self.nominations.clone();
         built.snapshot.cluster_limits = self.cluster_limits();
         let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
             pods.iter().map(|p| (&p.key, p)).collect();
@@ -331,6 +335,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
         );
         let mut events = Vec::new();
         self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
+        for p in &plan.in_flight {
+            self.nominations.insert(p.pod.clone(), p.target.clone());
+        }
         if !plan.deferred.is_empty() && !plan.new_claims.is_empty() {
             // The plan stopped opening claims at its limit: the pods it left are planned again
             // in the next round, without a new batch window. Not when the launch guard held
@@ -402,6 +409,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         "created NodeClaim"
                     );
                     self.guard.launches.created(&cname, &nc.pods);
+                    for pk in &nc.pods {
+                        self.nominations.insert(pk.clone(), cname.clone());
+                    }
                     self.disruption_state.scaled_up(&nc.pool, epoch());
                     self.visibility.decided(
                         epoch(),
