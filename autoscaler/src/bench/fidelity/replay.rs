@@ -24,8 +24,13 @@ use super::objects;
 use super::{FidelityArgs, NodeSpan, Timeline};
 use crate::bench::e2e::{Killed, cfg, fake_apiserver_bin, kerr, spawn_fake_apiserver};
 
-/// How often the replay reads pods, NodeClaims and ProvisioningRequests (real time).
-const OBSERVE: Duration = Duration::from_millis(100);
+/// How often the replay reads pods, NodeClaims and ProvisioningRequests (real time): every
+/// half virtual second, within 20-100 ms. A bind is timed, a runtime started and a finished
+/// pod deleted when the replay looks, so each lags the simulator's instant by up to this
+/// much: at 15x, 100 ms would be a virtual second and a half.
+fn observe_every(compression: f64) -> Duration {
+    Duration::from_secs_f64((0.5 / compression).clamp(0.02, 0.1))
+}
 
 /// What the controller did.
 pub(super) struct Run {
@@ -284,8 +289,9 @@ pub(super) async fn run(
         })
         .collect();
     // Pods are created at their arrival to within a few milliseconds (the loop sleeps until
-    // the next arrival); the cluster is read every `OBSERVE` at most.
+    // the next arrival); the cluster is read every `observe_every` at most.
     let mut observed = Instant::now();
+    let observe = observe_every(c);
     loop {
         let now = replay.now();
         if now >= horizon {
@@ -303,7 +309,7 @@ pub(super) async fn run(
             replay.request(requests[next_request]).await?;
             next_request += 1;
         }
-        if observed.elapsed() >= OBSERVE {
+        if observed.elapsed() >= observe {
             observed = Instant::now();
             replay.admit(now).await?;
             replay.observe(now).await?;
@@ -319,11 +325,11 @@ pub(super) async fn run(
                     .map(|g| w.pods[w.groups[*g].members[0] as usize].arrival),
             )
             .min();
-        let until_arrival = next_arrival.map_or(OBSERVE, |t| {
+        let until_arrival = next_arrival.map_or(observe, |t| {
             let at = Duration::from_secs_f64(t as f64 / c);
             at.saturating_sub(replay.start.elapsed())
         });
-        let until_observe = OBSERVE.saturating_sub(observed.elapsed());
+        let until_observe = observe.saturating_sub(observed.elapsed());
         tokio::time::sleep(until_arrival.min(until_observe)).await;
     }
     let wall = replay.start.elapsed().as_secs_f64();
