@@ -708,10 +708,7 @@ impl<'a> Planner<'a> {
                 self.considered = Some(self.consider(i));
             }
             self.commit(i, si, None, false);
-            let g = self.demand_group[i];
-            self.remaining[g] = self.remaining[g].saturating_sub(1);
-            let need = demand(pod, &Devices::default());
-            self.class_left[self.class_of[i]].sub(&need);
+            self.count_placed(i);
             done[i] = true;
         }
     }
@@ -784,12 +781,17 @@ impl<'a> Planner<'a> {
             self.scan_from[sg] = from;
         }
         if placed {
-            let g = self.demand_group[i];
-            self.remaining[g] = self.remaining[g].saturating_sub(1);
-            let need = demand(&self.snap.pending[i], &Devices::default());
-            self.class_left[self.class_of[i]].sub(&need);
+            self.count_placed(i);
         }
         placed
+    }
+
+    /// Pod `i` has a place: one fewer of its kind and its class's demand left to place.
+    fn count_placed(&mut self, i: usize) {
+        let g = self.demand_group[i];
+        self.remaining[g] = self.remaining[g].saturating_sub(1);
+        let need = demand(&self.snap.pending[i], &Devices::default());
+        self.class_left[self.class_of[i]].sub(&need);
     }
 
     fn place_inner(&mut self, i: usize) -> bool {

@@ -118,9 +118,7 @@ impl Ctx<'_> {
         );
         snap
     }
-}
 
-impl Ctx<'_> {
     /// [`Snapshot::nominated`]: the pods nominated to nodes still in flight, by their claims
     /// (as the controller keeps them between rounds); none without pending pods.
     fn nominations(&self, pending: bool) -> BTreeMap<PodKey, String> {
