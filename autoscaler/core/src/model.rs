@@ -549,7 +549,9 @@ pub struct Pool {
 pub struct Group {
     /// Group id as pods reference it.
     pub name: String,
-    /// How many members must get capacity together (the group's pods in the snapshot count).
+    /// How many of the group's pending pods must get capacity together. More than the
+    /// snapshot holds means the group waits for its other members: none of them is planned.
+    /// Members already running are the caller's to subtract (a gang scheduler counts them).
     pub min_count: u32,
 }
 

@@ -718,7 +718,20 @@ impl<'a> Planner<'a> {
             .snap
             .groups
             .get(group)
-            .map_or(members.len(), |g| (g.min_count as usize).min(members.len()));
+            .map_or(members.len(), |g| g.min_count as usize);
+        if min > members.len() {
+            // Members not created yet: a partial gang launched now would sit idle until they
+            // come, and the gang scheduler binds none of it before then.
+            let msg = format!(
+                "all-or-nothing group {group} needs {min} pods but only {} are pending: waiting for the rest",
+                members.len()
+            );
+            for m in members {
+                self.state.placed[*m] = None;
+                self.reasons[*m] = Some(msg.clone());
+            }
+            return;
+        }
         let saved = self.state.clone();
         let mut failed: Vec<usize> = Vec::new();
         self.in_group = true;

@@ -626,6 +626,33 @@ fn all_or_nothing_group_places_every_member_or_none() {
     assert!(plan.unschedulable.is_empty());
 }
 
+/// A gang whose minimum is more than its pending members (the rest not created yet) plans
+/// nothing for any of them, even with room for all: a partial gang would sit idle.
+#[test]
+fn a_group_with_fewer_pending_members_than_its_minimum_waits() {
+    let pods = (0..5)
+        .map(|i| pod(&format!("w{i}")).gpus(1).model("A100").group("job"))
+        .collect();
+    let mut snap = snapshot(pods, vec![gpu_pool().limit("nvidia.com/gpu", "64")]);
+    snap.groups.insert(
+        "job".into(),
+        Group {
+            name: "job".into(),
+            min_count: 7,
+        },
+    );
+    check(
+        &snap,
+        expect![[r#"
+            unschedulable default/w0: all-or-nothing group job needs 7 pods but only 5 are pending: waiting for the rest
+            unschedulable default/w1: all-or-nothing group job needs 7 pods but only 5 are pending: waiting for the rest
+            unschedulable default/w2: all-or-nothing group job needs 7 pods but only 5 are pending: waiting for the rest
+            unschedulable default/w3: all-or-nothing group job needs 7 pods but only 5 are pending: waiting for the rest
+            unschedulable default/w4: all-or-nothing group job needs 7 pods but only 5 are pending: waiting for the rest
+        "#]],
+    );
+}
+
 #[test]
 fn daemonset_overhead_and_unavailable_offerings() {
     let types = vec![

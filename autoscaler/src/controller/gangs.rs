@@ -92,32 +92,61 @@ pub struct GangPolicy {
 /// What the gang objects in the cluster say, for the snapshot builder.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GangObjects {
-    /// Volcano PodGroups' `minMember` by `namespace/name`.
-    pub volcano: BTreeMap<String, u32>,
+    /// Volcano PodGroups by `namespace/name`: `Some(minMember)`, or `None` when it states none
+    /// usable.
+    pub volcano: BTreeMap<String, Option<u32>>,
     /// Kubernetes PodGroups by `namespace/name`: `Some(minCount)` for a gang, `None` for the
     /// basic policy (no gang).
     pub k8s: BTreeMap<String, Option<u32>>,
+    /// Whether the cluster serves Volcano's PodGroups (then `volcano` lists all of them).
+    pub volcano_served: bool,
+    /// Whether the cluster serves Kubernetes' PodGroups (then `k8s` lists all of them).
+    pub k8s_served: bool,
+}
+
+/// A gang's minimum as the cluster's objects state it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Minimum {
+    /// This many members must get capacity together.
+    Known(u32),
+    /// Not stated: every pending member counts.
+    Unknown,
+    /// A Kubernetes PodGroup with the basic policy: scheduled pod by pod.
+    NotAGang,
+    /// The PodGroup the pod names does not exist (though its API is served): its gang
+    /// scheduler binds none of the pods until it does, so none is planned. Says which.
+    Missing(String),
 }
 
 impl GangObjects {
-    /// The minimum of `g`: `Ok(Some(n))` known, `Ok(None)` unknown (every member counts),
-    /// `Err(())` not a gang at all (a Kubernetes PodGroup with the basic policy).
-    #[allow(clippy::result_unit_err)]
-    pub fn minimum(&self, g: &Gang) -> Result<Option<u32>, ()> {
+    /// The minimum of `g`. When a PodGroup's API is not served its objects are unknown, so a
+    /// pod naming one counts as [`Minimum::Unknown`], not missing: nothing then enforces the
+    /// gang, and planning every pending member together is the strictest safe reading.
+    pub fn minimum(&self, g: &Gang) -> Minimum {
         if let Some(m) = g.min {
-            return Ok(Some(m));
+            return Minimum::Known(m);
         }
         if let Some(v) = &g.volcano {
-            return Ok(self.volcano.get(v).copied());
+            return match self.volcano.get(v) {
+                Some(Some(m)) => Minimum::Known(*m),
+                Some(None) => Minimum::Unknown,
+                None if self.volcano_served => {
+                    Minimum::Missing(format!("Volcano PodGroup {v} does not exist yet"))
+                }
+                None => Minimum::Unknown,
+            };
         }
         if let Some(k) = &g.k8s {
             return match self.k8s.get(k) {
-                Some(Some(m)) => Ok(Some(*m)),
-                Some(None) => Err(()),
-                None => Ok(None),
+                Some(Some(m)) => Minimum::Known(*m),
+                Some(None) => Minimum::NotAGang,
+                None if self.k8s_served => Minimum::Missing(format!(
+                    "PodGroup {k} (scheduling.k8s.io) does not exist yet"
+                )),
+                None => Minimum::Unknown,
             };
         }
-        Ok(None)
+        Minimum::Unknown
     }
 }
 
@@ -226,16 +255,20 @@ pub fn gang_of(p: &Pod, scheduling_group: Option<&str>) -> Option<Gang> {
     None
 }
 
-/// Minimum member counts of Volcano PodGroups by `namespace/name`.
+/// Volcano PodGroups' minimum member counts by `namespace/name` (`None`: none usable).
 pub fn volcano_minimums<'a>(
     groups: impl IntoIterator<Item = &'a VolcanoPodGroup>,
-) -> BTreeMap<String, u32> {
+) -> BTreeMap<String, Option<u32>> {
     groups
         .into_iter()
         .filter_map(|g| {
             let ns = g.metadata.namespace.as_deref()?;
             let name = g.metadata.name.as_deref()?;
-            let min = u32::try_from(g.spec.min_member?).ok().filter(|m| *m > 0)?;
+            let min = g
+                .spec
+                .min_member
+                .and_then(|m| u32::try_from(m).ok())
+                .filter(|m| *m > 0);
             Some((format!("{ns}/{name}"), min))
         })
         .collect()
@@ -286,13 +319,24 @@ mod tests {
             "metadata": {"name": "pg", "namespace": "ml"}, "spec": {"minMember": 8}
         }))
         .unwrap();
-        assert_eq!(volcano_minimums([&pg]).get("ml/pg"), Some(&8));
+        assert_eq!(volcano_minimums([&pg]).get("ml/pg"), Some(&Some(8)));
         let g = gang_of_(&pod(json!({VOLCANO_GROUP_ANNOTATION: "pg"}), json!({}))).unwrap();
         let objects = GangObjects {
             volcano: volcano_minimums([&pg]),
             ..Default::default()
         };
-        assert_eq!(objects.minimum(&g), Ok(Some(8)));
+        assert_eq!(objects.minimum(&g), Minimum::Known(8));
+        // A pod naming a PodGroup not created yet waits for it when the API is served.
+        let later = gang_of_(&pod(json!({VOLCANO_GROUP_ANNOTATION: "later"}), json!({}))).unwrap();
+        assert_eq!(objects.minimum(&later), Minimum::Unknown);
+        let served = GangObjects {
+            volcano_served: true,
+            ..objects
+        };
+        assert_eq!(
+            served.minimum(&later),
+            Minimum::Missing("Volcano PodGroup ml/later does not exist yet".into())
+        );
     }
 
     #[test]
@@ -335,11 +379,16 @@ mod tests {
             k8s: k8s_policies(&groups),
             ..Default::default()
         };
-        assert_eq!(objects.minimum(&g), Ok(Some(4)));
+        assert_eq!(objects.minimum(&g), Minimum::Known(4));
         let basic = gang_of(&p, Some("web")).unwrap();
-        assert_eq!(objects.minimum(&basic), Err(()));
+        assert_eq!(objects.minimum(&basic), Minimum::NotAGang);
         let unknown = gang_of(&p, Some("later")).unwrap();
-        assert_eq!(objects.minimum(&unknown), Ok(None));
+        assert_eq!(objects.minimum(&unknown), Minimum::Unknown);
+        let served = GangObjects {
+            k8s_served: true,
+            ..objects
+        };
+        assert!(matches!(served.minimum(&unknown), Minimum::Missing(_)));
     }
 
     #[test]

@@ -63,7 +63,8 @@ pub struct Built {
     pub problems: Vec<(String, String)>,
     /// NodePools whose spec does not validate, with every problem (they are left out).
     pub invalid_pools: BTreeMap<String, String>,
-    /// Pending pods left out because a DRA claim of theirs does not resolve, and why.
+    /// Pending pods left out because a DRA claim of theirs does not resolve or the PodGroup
+    /// they name does not exist yet, and why.
     pub refused: Vec<(PodKey, String)>,
 }
 
@@ -301,6 +302,7 @@ impl SnapshotBuilder {
             .collect();
         let mut bound: HashMap<&str, Vec<&CachedPod>> = HashMap::new();
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        let mut running: HashMap<&str, u32> = HashMap::new();
         let mut ns_pods: BTreeMap<&str, Vec<(&Labels, bool)>> = BTreeMap::new();
         for p in inputs.pods.iter() {
             let key = &p.key;
@@ -333,10 +335,10 @@ impl SnapshotBuilder {
                     out.refused.push((key.clone(), why));
                     continue;
                 }
-                // Without a known minimum every pending member counts (the core's default).
                 if let Some(g) = &p.group {
+                    use super::gangs::Minimum;
                     match inputs.gangs.minimum(g) {
-                        Ok(Some(min)) => {
+                        Minimum::Known(min) => {
                             groups.insert(
                                 g.id.clone(),
                                 Group {
@@ -345,15 +347,38 @@ impl SnapshotBuilder {
                                 },
                             );
                         }
-                        Ok(None) => {}
-                        // A Kubernetes PodGroup with the basic policy: scheduled pod by pod.
-                        Err(()) => core.group = None,
+                        // Every pending member counts (the core's default).
+                        Minimum::Unknown => {}
+                        Minimum::NotAGang => core.group = None,
+                        Minimum::Missing(why) => {
+                            out.refused.push((key.clone(), format!("waiting: {why}")));
+                            continue;
+                        }
                     }
                 }
                 out.snapshot.pending.push(core);
                 continue;
             };
+            if let Some(g) = &p.group {
+                *running.entry(g.id.as_str()).or_default() += 1;
+            }
             bound.entry(n).or_default().push(p);
+        }
+        // A gang scheduler counts members already running toward the minimum: the pending
+        // ones need only the rest, and none at all once the minimum runs.
+        let mut satisfied: BTreeSet<String> = BTreeSet::new();
+        groups.retain(|id, g| {
+            let have = running.get(id.as_str()).copied().unwrap_or(0);
+            g.min_count = g.min_count.saturating_sub(have);
+            if g.min_count == 0 {
+                satisfied.insert(id.clone());
+            }
+            g.min_count > 0
+        });
+        for pod in &mut out.snapshot.pending {
+            if pod.group.as_ref().is_some_and(|id| satisfied.contains(id)) {
+                pod.group = None;
+            }
         }
         out.snapshot.pending.sort_by(|a, b| a.key.cmp(&b.key));
         out.snapshot.groups = groups;

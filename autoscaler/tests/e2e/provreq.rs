@@ -663,6 +663,43 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
     );
 }
 
+/// Pods naming a Volcano PodGroup that is created after them wait for it (Volcano binds none
+/// of them before then): no node for a partial gang, each pod told what it waits for; once
+/// the PodGroup says 2, both get their nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_7f_pods_wait_for_a_podgroup_created_after_them() {
+    let volcano = podgroup_crd("scheduling.volcano.sh", "v1beta1");
+    let c = Cluster::start_with(&[&volcano]).await;
+    let _: NodePool = c.create(gpu_pool("gpu", "30s")).await;
+    let ctl = c.controller("late-group", &["--leader-elect=false"]);
+    for i in 0..2 {
+        let mut p = gpu_pod(&format!("late-{i}"));
+        p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": "late"});
+        let _: Pod = c.create(p).await;
+    }
+    let notes = not_triggered(&c, "late-", 2).await;
+    for note in notes.values() {
+        assert!(
+            note.contains("Volcano PodGroup default/late does not exist yet"),
+            "{note}\n{}",
+            ctl.log()
+        );
+    }
+    assert!(c.claims().await.is_empty(), "no node before the PodGroup");
+    create_dynamic(
+        &c,
+        "scheduling.volcano.sh/v1beta1",
+        "podgroups",
+        json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+               "metadata": {"name": "late", "namespace": "default"}, "spec": {"minMember": 2}}),
+    )
+    .await;
+    eventually("2 claims once the PodGroup exists", DEADLINE, || async {
+        (c.claims().await.len() == 2).then_some(())
+    })
+    .await;
+}
+
 /// Kueue installed after the autoscaler: the ProvisioningRequest CRD appears while the
 /// controller runs, and its requests are answered without a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

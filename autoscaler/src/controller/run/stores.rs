@@ -549,6 +549,8 @@ impl Stores {
                     crate::controller::gangs::k8s_policies(k.state().iter().map(|g| g.as_ref()))
                 })
                 .unwrap_or_default(),
+            volcano_served: self.volcano.get().is_some(),
+            k8s_served: self.k8s_groups.get().is_some(),
         }
     }
 }

@@ -549,3 +549,83 @@ fn the_watchs_pod_events_count_when_the_claims_lag_behind() {
     let got: Vec<Option<i64>> = snap.nodes.iter().map(|n| n.last_pod_event).collect();
     assert_eq!(got, vec![Some(103), Some(7), Some(300), Some(50)]);
 }
+
+/// A Volcano gang's members already running count toward its `minMember`, as Volcano counts
+/// them: the pending ones need only the rest, and plan one by one once the minimum runs.
+/// Without running members the minimum stays whole, even above the pending count.
+#[test]
+fn running_gang_members_count_toward_the_minimum() {
+    let (pool, types) = general_pool();
+    let member = |name: &str, node: Option<&str>| -> Arc<CachedPod> {
+        let mut spec = json!({"containers": [{"name": "c",
+            "resources": {"requests": {"cpu": "500m"}}}]});
+        let status = match node {
+            Some(n) => {
+                spec["nodeName"] = json!(n);
+                json!({"phase": "Running"})
+            }
+            None => json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                "status": "False", "reason": "Unschedulable"}]}),
+        };
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ml", "uid": name,
+                "annotations": {"scheduling.k8s.io/group-name": "vc"}},
+            "spec": spec, "status": status
+        }))
+        .unwrap();
+        Arc::new(CachedPod::from(pod))
+    };
+    let with_group = crate::controller::gangs::GangObjects {
+        volcano: BTreeMap::from([("ml/vc".to_string(), Some(8))]),
+        volcano_served: true,
+        ..Default::default()
+    };
+    let nodes = [arc(node_json("n1"))];
+    let build = |gangs: &crate::controller::gangs::GangObjects, running: usize, pending: usize| {
+        let mut pods: Vec<Arc<CachedPod>> = (0..running)
+            .map(|i| member(&format!("run-{i}"), Some("n1")))
+            .collect();
+        pods.extend((0..pending).map(|i| member(&format!("wait-{i}"), None)));
+        let batch: BTreeSet<PodKey> = pods
+            .iter()
+            .filter(|p| p.node_name.is_none())
+            .map(|p| p.key.clone())
+            .collect();
+        let pools = [pool.clone()];
+        let mut inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
+        inputs.gangs = gangs;
+        let built = SnapshotBuilder::new().build(&inputs);
+        assert!(built.problems.is_empty(), "{:?}", built.problems);
+        let s = built.snapshot;
+        let min = s.groups.get("volcano:ml/vc").map(|g| g.min_count);
+        let grouped = s.pending.iter().filter(|p| p.group.is_some()).count();
+        (min, grouped, s.pending.len(), built.refused)
+    };
+    let g = &with_group;
+    assert_eq!(
+        build(g, 0, 6),
+        (Some(8), 6, 6, vec![]),
+        "none running: all 8"
+    );
+    assert_eq!(build(g, 6, 3), (Some(2), 3, 3, vec![]), "6 running: 2 of 3");
+    assert_eq!(
+        build(g, 8, 2),
+        (None, 0, 2, vec![]),
+        "minimum runs: no gang"
+    );
+    // The PodGroup not created yet while its API is served: its pods wait for it.
+    let (_, _, pending, refused) = build(
+        &crate::controller::gangs::GangObjects {
+            volcano_served: true,
+            ..Default::default()
+        },
+        0,
+        2,
+    );
+    assert_eq!(pending, 0);
+    assert_eq!(refused.len(), 2);
+    assert_eq!(
+        refused[0].1,
+        "waiting: Volcano PodGroup ml/vc does not exist yet"
+    );
+}
