@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::labels;
 use crate::model::{Pod, PodKey, Pool};
-use crate::plan::{ClaimOption, Plan};
+use crate::plan::Plan;
 use crate::requirements::{Constraint, Requirements};
 use crate::resources::{Resources, format_amount};
 use crate::taints::untolerated;
@@ -836,17 +836,18 @@ impl<'a> Planner<'a> {
         })
     }
 
-    /// The cheapest `max_instance_types` options, swapping in the cheapest options that bring a
-    /// value `minValues` still lacks, so truncation never breaks what the claim was planned with.
+    /// Of `options` (candidate shapes, cheapest first), the cheapest `max_instance_types`,
+    /// swapping in the cheapest that bring a value `minValues` still lacks, so truncation never
+    /// breaks what the claim was planned with. The order is kept.
     pub(super) fn truncate_options(
         &self,
         pool: &Pool,
         reqs: &Requirements,
-        options: Vec<(ClaimOption, usize)>,
-    ) -> Vec<ClaimOption> {
+        options: Vec<usize>,
+    ) -> Vec<usize> {
         let max = self.options.max_instance_types;
         if options.len() <= max {
-            return options.into_iter().map(|(o, _)| o).collect();
+            return options;
         }
         let mut keep = vec![false; options.len()];
         let mut kept = 0;
@@ -855,11 +856,11 @@ impl<'a> Planner<'a> {
                 .iter()
                 .zip(&keep)
                 .filter(|(_, k)| **k)
-                .map(|((_, c), _)| *c)
+                .map(|(c, _)| *c)
                 .collect();
             let mut have = distinct_values(&self.shapes, &chosen, key, reqs);
             let mut chosen = chosen;
-            for (j, (_, c)) in options.iter().enumerate() {
+            for (j, c) in options.iter().enumerate() {
                 if have >= need as usize || kept >= max {
                     break;
                 }
@@ -889,7 +890,7 @@ impl<'a> Planner<'a> {
         options
             .into_iter()
             .zip(keep)
-            .filter_map(|((o, _), k)| k.then_some(o))
+            .filter_map(|(c, k)| k.then_some(c))
             .collect()
     }
 

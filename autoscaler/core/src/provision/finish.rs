@@ -67,7 +67,29 @@ impl Planner<'_> {
             };
             let zc = slot.reqs.get(labels::ZONE);
             let cc = slot.reqs.get(labels::CAPACITY_TYPE);
-            let mut options: Vec<(ClaimOption, usize)> = candidates
+            // Priced and ordered by candidate first; only the kept ones are written out, as
+            // a claim of a large catalog keeps 60 of hundreds.
+            let first_price = |c: usize| {
+                self.shapes[c]
+                    .offerings
+                    .iter()
+                    .find(|o| offering_allowed(o, zc, cc))
+                    .map(|o| o.price)
+            };
+            let mut priced: Vec<(f64, usize)> = candidates
+                .iter()
+                .filter_map(|c| first_price(*c).map(|p| (p, *c)))
+                .collect();
+            priced.sort_by(|(pa, a), (pb, b)| {
+                pa.total_cmp(pb)
+                    .then_with(|| self.shapes[*a].name.cmp(&self.shapes[*b].name))
+            });
+            let kept = self.truncate_options(
+                pool,
+                &slot.reqs,
+                priced.into_iter().map(|(_, c)| c).collect(),
+            );
+            let options: Vec<ClaimOption> = kept
                 .iter()
                 .map(|c| {
                     let s = &self.shapes[*c];
@@ -77,21 +99,13 @@ impl Planner<'_> {
                         .filter(|o| offering_allowed(o, zc, cc))
                         .map(|o| (o.zone.clone(), o.capacity_type, o.price))
                         .collect();
-                    let o = ClaimOption {
+                    ClaimOption {
                         instance_type: s.name.clone(),
                         price: offerings.first().map_or(f64::INFINITY, |o| o.2),
                         offerings,
-                    };
-                    (o, *c)
+                    }
                 })
-                .filter(|o| !o.0.offerings.is_empty())
                 .collect();
-            options.sort_by(|(a, _), (b, _)| {
-                a.price
-                    .total_cmp(&b.price)
-                    .then_with(|| a.instance_type.cmp(&b.instance_type))
-            });
-            let options = self.truncate_options(pool, &slot.reqs, options);
             let gpus = candidates
                 .iter()
                 .map(|c| &self.shapes[*c])
