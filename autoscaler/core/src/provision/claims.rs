@@ -536,7 +536,7 @@ impl<'a> Planner<'a> {
         let si = self.state.slots.len() - 1;
         self.forget_answers(si);
         self.commit(i, si, None, false);
-        self.refresh_new_slot(si);
+        self.refresh_new_slot(si, true);
         // An atomic pool's other nodes are planned now, as copies of this claim with no pod:
         // they reserve their share of the limits at once, and later pods may fill them.
         for _ in 0..padding {
@@ -560,7 +560,7 @@ impl<'a> Planner<'a> {
             self.state.usage[pi].nodes += 1;
             let pad = self.state.slots.len() - 1;
             self.forget_answers(pad);
-            self.refresh_new_slot(pad);
+            self.refresh_new_slot(pad, true);
         }
     }
 
@@ -642,6 +642,7 @@ impl<'a> Planner<'a> {
         let resort = grow
             .as_ref()
             .is_some_and(|g| g.reqs.is_some() && g.candidates.is_none());
+        let replaced = grow.as_ref().is_some_and(|g| g.candidates.is_some());
         {
             let slot = &mut self.state.slots[si];
             if let Some(g) = grow {
@@ -682,6 +683,7 @@ impl<'a> Planner<'a> {
         let mut zc = std::mem::take(&mut self.state.zone_counts);
         let mut zb = std::mem::take(&mut self.state.zone_blocks);
         self.count_pod_into(&mut slot, &mut zc, &mut zb, pod, Some(i));
+        let mut before = usize::MAX;
         if is_new {
             // Keep only the candidates that still hold every pod, in price order.
             let ci = self.class_of[i];
@@ -701,6 +703,7 @@ impl<'a> Planner<'a> {
                 priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                 slot.candidates = priced.into_iter().map(|(_, c)| c).collect();
             }
+            before = slot.candidates.len();
             slot.candidates.retain(|c| {
                 class.shape_ok[*c]
                     && !(avoid_gpu && shapes[*c].has_gpu)
@@ -716,7 +719,11 @@ impl<'a> Planner<'a> {
         self.state.placed[i] = Some(si);
         self.dra_commit(i, si);
         if is_new {
-            self.refresh_new_slot(si);
+            // A claim's first pod comes before anything was worked out for it.
+            let slot = &self.state.slots[si];
+            let narrowed =
+                resort || replaced || slot.pods.len() == 1 || before != slot.candidates.len();
+            self.refresh_new_slot(si, narrowed);
         }
     }
 
@@ -741,7 +748,7 @@ impl<'a> Planner<'a> {
         }
         slot.open = true;
         self.state.placed[t] = None;
-        self.refresh_new_slot(si);
+        self.refresh_new_slot(si, true);
     }
 
     /// Pod `f` has hostname affinity and every claim holding a pod it must join is full: move
@@ -894,18 +901,20 @@ impl<'a> Planner<'a> {
             .collect()
     }
 
-    /// After a new claim narrowed: recompute the most any candidate offers (a quick reject for
-    /// later pods), close it when even the smallest pending pod no longer fits, and re-reserve
-    /// limits.
-    fn refresh_new_slot(&mut self, si: usize) {
+    /// After a new claim changed: recompute the most any candidate offers (a quick reject for
+    /// later pods) when its candidates may have `narrowed`, close it when even the smallest
+    /// pending pod no longer fits, and re-reserve limits.
+    fn refresh_new_slot(&mut self, si: usize, narrowed: bool) {
         self.last_stamp += 1;
         self.state.slots[si].stamp = self.last_stamp;
-        let mut most = Resources::new();
-        for c in &self.state.slots[si].candidates {
-            most = most.max(&self.shapes[*c].allocatable);
+        if narrowed {
+            let mut most = Resources::new();
+            for c in &self.state.slots[si].candidates {
+                most = most.max(&self.shapes[*c].allocatable);
+            }
+            self.state.slots[si].allocatable = most;
         }
         let slot = &mut self.state.slots[si];
-        slot.allocatable = most;
         let free = slot.allocatable.minus(&slot.used);
         if !self.smallest.fits(&free) {
             slot.open = false;
