@@ -157,6 +157,31 @@ impl Resources {
         .chain(self.extended.iter().map(|(k, v)| (k.as_str(), *v)))
     }
 
+    /// Each non-zero amount of `self` as [`Resources::iter`] gives it, with `other`'s amount
+    /// of the same resource (the fixed ones read without comparing names).
+    pub fn iter_with<'a>(
+        &'a self,
+        other: &'a Resources,
+    ) -> impl Iterator<Item = (&'a str, i64, i64)> + 'a {
+        [
+            (names::CPU, self.cpu, other.cpu),
+            (names::MEMORY, self.memory, other.memory),
+            (
+                names::EPHEMERAL_STORAGE,
+                self.ephemeral_storage,
+                other.ephemeral_storage,
+            ),
+            (names::PODS, self.pods, other.pods),
+        ]
+        .into_iter()
+        .filter(|(_, v, _)| *v != 0)
+        .chain(
+            self.extended
+                .iter()
+                .map(|(k, v)| (k.as_str(), *v, other.extended.get(k).copied().unwrap_or(0))),
+        )
+    }
+
     /// Whether every amount is zero.
     pub fn is_zero(&self) -> bool {
         self.cpu == 0
@@ -278,7 +303,17 @@ impl Resources {
 
     /// Whether [`Self::fits_in`] succeeds.
     pub fn fits(&self, available: &Resources) -> bool {
-        self.fits_in(available).is_ok()
+        // As `fits_in`, without building the shortfall: this is asked in the planner's
+        // innermost loops, where most answers are no.
+        self.cpu <= available.cpu
+            && self.memory <= available.memory
+            && (self.ephemeral_storage <= available.ephemeral_storage
+                || self.ephemeral_storage <= 0)
+            && self.pods <= available.pods
+            && self
+                .extended
+                .iter()
+                .all(|(k, v)| *v <= available.extended.get(k).copied().unwrap_or(0))
     }
 }
 
@@ -399,6 +434,39 @@ mod tests {
                 .extended
                 .len(),
             2
+        );
+    }
+
+    /// `fits` answers as `fits_in` does, on every resource kind and on the edges.
+    #[test]
+    fn fits_agrees_with_fits_in() {
+        let base = Resources::new()
+            .with("cpu", 4000)
+            .with("memory", 8 << 30)
+            .with("ephemeral-storage", 10 << 30)
+            .with("pods", 10)
+            .with("nvidia.com/gpu", 2);
+        let asks = [
+            Resources::new(),
+            base.clone(),
+            Resources::new().with("cpu", 4001),
+            Resources::new().with("memory", (8 << 30) + 1),
+            Resources::new().with("ephemeral-storage", (10 << 30) + 1),
+            Resources::new().with("pods", 11),
+            Resources::new().with("nvidia.com/gpu", 3),
+            Resources::new().with("example.com/fpga", 1),
+            Resources::new().with("cpu", 1000).with("nvidia.com/gpu", 2),
+        ];
+        let mut yes = 0;
+        for ask in &asks {
+            for have in [&base, &Resources::new()] {
+                assert_eq!(ask.fits(have), ask.fits_in(have).is_ok(), "{ask} in {have}");
+                yes += usize::from(ask.fits(have));
+            }
+        }
+        assert_eq!(
+            yes, 4,
+            "the empty ask fits both, the base and the small ask the base"
         );
     }
 }

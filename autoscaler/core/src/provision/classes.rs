@@ -17,11 +17,10 @@ use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotKind};
 /// `gpu_only`).
 pub(super) fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool) -> f64 {
     let mut share: f64 = 0.0;
-    for (name, amount) in need.iter() {
+    for (name, amount, have) in need.iter_with(alloc) {
         if gpu_only && !crate::resources::is_gpu_class(name) {
             continue;
         }
-        let have = alloc.get(name);
         if have > 0 {
             share = share.max(amount as f64 / have as f64);
         } else if amount > 0 {
@@ -34,11 +33,8 @@ pub(super) fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool
 /// How many nodes of `alloc` a demand needs if it could be split freely: its largest ratio
 /// over the resources the node has (resources it lacks are someone else's concern).
 pub(super) fn even_spread(need: &Resources, alloc: &Resources) -> f64 {
-    need.iter()
-        .filter_map(|(name, amount)| {
-            let have = alloc.get(name);
-            (have > 0).then(|| amount as f64 / have as f64)
-        })
+    need.iter_with(alloc)
+        .filter_map(|(_, amount, have)| (have > 0).then(|| amount as f64 / have as f64))
         .fold(0.0, f64::max)
 }
 
