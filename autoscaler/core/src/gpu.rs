@@ -8,6 +8,8 @@
 
 pub mod mig;
 
+use std::borrow::Cow;
+
 use crate::error::CoreError;
 use crate::instance::{GpuSpec, InstanceType};
 use crate::labels;
@@ -35,9 +37,24 @@ pub const SHARED_SUFFIX: &str = ".shared";
 /// [`CoreError::InvalidGpuSharing`] for MIG on a GPU without MIG, a multi-profile layout under the
 /// single strategy, time-slicing of a non-NVIDIA device or zero replicas.
 pub fn apply_sharing(it: &InstanceType, sharing: &GpuSharing) -> Result<InstanceType, CoreError> {
+    apply_sharing_cow(it, sharing).map(Cow::into_owned)
+}
+
+/// [`apply_sharing`], borrowing the instance type when it comes back unchanged (no GPU, or
+/// no sharing configured): the planner asks this of every type of every pool each plan.
+///
+/// # Errors
+/// As [`apply_sharing`].
+pub fn apply_sharing_cow<'a>(
+    it: &'a InstanceType,
+    sharing: &GpuSharing,
+) -> Result<Cow<'a, InstanceType>, CoreError> {
     let Some(gpu) = it.gpu.as_ref().filter(|g| g.count > 0) else {
-        return Ok(it.clone());
+        return Ok(Cow::Borrowed(it));
     };
+    if sharing.mig.is_none() && sharing.time_slicing.is_none() {
+        return Ok(Cow::Borrowed(it));
+    }
     let mut out = it.clone();
     if let Some(m) = &sharing.mig {
         apply_mig(&mut out, gpu, m)?;
@@ -45,7 +62,7 @@ pub fn apply_sharing(it: &InstanceType, sharing: &GpuSharing) -> Result<Instance
     if let Some(ts) = &sharing.time_slicing {
         apply_time_slicing(&mut out, gpu, ts)?;
     }
-    Ok(out)
+    Ok(Cow::Owned(out))
 }
 
 fn invalid(gpu: &GpuSpec, why: impl Into<String>) -> CoreError {

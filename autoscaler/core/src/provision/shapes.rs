@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::gpu::apply_sharing;
+use crate::gpu::apply_sharing_cow;
 use crate::instance::{InstanceType, Offering};
 use crate::labels;
 use crate::model::{ClusterLimit, GpuShare, HostPort, Pod, Pool, Snapshot};
@@ -203,11 +203,11 @@ pub(crate) enum Excluded<'a> {
 /// An instance type as a node of `pool`, when the pool's requirements admit it: sharing
 /// applied, its node labels, and the offerings in the zones and capacity types the pool allows
 /// (available or not).
-fn admitted<'p>(
+fn admitted<'p, 'i>(
     pool: &'p Pool,
-    it: &InstanceType,
-) -> Result<(InstanceType, Labels, Vec<Offering>), Excluded<'p>> {
-    let shared = apply_sharing(it, &pool.sharing).map_err(Excluded::Sharing)?;
+    it: &'i InstanceType,
+) -> Result<(Cow<'i, InstanceType>, Labels, Vec<Offering>), Excluded<'p>> {
+    let shared = apply_sharing_cow(it, &pool.sharing).map_err(Excluded::Sharing)?;
     let mut labels = shared.labels.clone();
     for (k, v) in &pool.labels {
         labels.insert(k.clone(), v.clone());
