@@ -208,20 +208,27 @@ fn admitted<'p, 'i>(
     it: &'i InstanceType,
 ) -> Result<(Cow<'i, InstanceType>, Labels, Vec<Offering>), Excluded<'p>> {
     let shared = apply_sharing_cow(it, &pool.sharing).map_err(Excluded::Sharing)?;
+    // The pool's requirements on the node's labels (zone and capacity type are per offering),
+    // checked before the labels are written out: most types of a large catalog fail here.
+    let label = |k: &str| -> Option<&str> {
+        if k == labels::NODEPOOL {
+            return Some(pool.name.as_str());
+        }
+        pool.labels.get(k).or_else(|| shared.labels.get(k)).map(String::as_str)
+    };
+    for (k, c) in pool.requirements.iter() {
+        if k == labels::ZONE || k == labels::CAPACITY_TYPE || k == labels::HOSTNAME {
+            continue;
+        }
+        if !c.matches(label(k)) {
+            return Err(Excluded::Requirement(k));
+        }
+    }
     let mut labels = shared.labels.clone();
     for (k, v) in &pool.labels {
         labels.insert(k.clone(), v.clone());
     }
     labels.insert(labels::NODEPOOL.into(), pool.name.clone());
-    // The pool's requirements on instance labels (zone and capacity type are per offering).
-    for (k, c) in pool.requirements.iter() {
-        if k == labels::ZONE || k == labels::CAPACITY_TYPE || k == labels::HOSTNAME {
-            continue;
-        }
-        if !c.matches(labels.get(k).map(String::as_str)) {
-            return Err(Excluded::Requirement(k));
-        }
-    }
     let zc = pool.requirements.get(labels::ZONE);
     let cc = pool.requirements.get(labels::CAPACITY_TYPE);
     let offerings: Vec<Offering> = shared
