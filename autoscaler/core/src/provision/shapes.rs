@@ -214,7 +214,10 @@ fn admitted<'p, 'i>(
         if k == labels::NODEPOOL {
             return Some(pool.name.as_str());
         }
-        pool.labels.get(k).or_else(|| shared.labels.get(k)).map(String::as_str)
+        pool.labels
+            .get(k)
+            .or_else(|| shared.labels.get(k))
+            .map(String::as_str)
     };
     for (k, c) in pool.requirements.iter() {
         if k == labels::ZONE || k == labels::CAPACITY_TYPE || k == labels::HOSTNAME {
