@@ -34,7 +34,8 @@ pub(super) fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool
 /// over the resources the node has (resources it lacks are someone else's concern).
 pub(super) fn even_spread(need: &Resources, alloc: &Resources) -> f64 {
     need.iter_with(alloc)
-        .filter_map(|(_, amount, have)| (have > 0).then(|| amount as f64 / have as f64))
+        .filter(|(_, _, have)| *have > 0)
+        .map(|(_, amount, have)| amount as f64 / have as f64)
         .fold(0.0, f64::max)
 }
 
