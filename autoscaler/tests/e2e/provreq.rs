@@ -505,6 +505,27 @@ async fn create_dynamic(c: &Cluster, api_version: &str, plural: &str, obj: Value
         .unwrap();
 }
 
+/// Waits until `n` pods named `prefix…` were each told why they got no node, and asserts
+/// that every latest note says `needle`.
+async fn all_told(c: &Cluster, prefix: &str, n: usize, needle: &str, ctl: &Controller) {
+    for note in not_triggered(c, prefix, n).await.values() {
+        assert!(note.contains(needle), "{note}\n{}", ctl.log());
+    }
+}
+
+/// Creates Volcano PodGroup `name` in `default` with `spec.minMember`.
+async fn volcano_group(c: &Cluster, name: &str, min_member: u32) {
+    create_dynamic(
+        c,
+        "scheduling.volcano.sh/v1beta1",
+        "podgroups",
+        json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+               "metadata": {"name": name, "namespace": "default"},
+               "spec": {"minMember": min_member}}),
+    )
+    .await;
+}
+
 /// Waits until `n` pods named `prefix…` in `default` each have a NotTriggerScaleUp (or
 /// LimitReached) event;
 /// returns each pod's latest note.
@@ -546,14 +567,7 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
     let mut pool = gpu_pool("gpu", "30s");
     pool["spec"]["limits"] = json!({"nvidia.com/gpu": "6"});
     let _: NodePool = c.create(pool).await;
-    create_dynamic(
-        &c,
-        "scheduling.volcano.sh/v1beta1",
-        "podgroups",
-        json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-               "metadata": {"name": "vc", "namespace": "default"}, "spec": {"minMember": 8}}),
-    )
-    .await;
+    volcano_group(&c, "vc", 8).await;
     create_dynamic(
         &c,
         "scheduling.k8s.io/v1alpha2",
@@ -591,22 +605,22 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
         );
     }
     // Every member of both gangs is told why nothing launched.
-    let notes = not_triggered(&c, "vc-", 8).await;
-    for note in notes.values() {
-        assert!(
-            note.contains("all-or-nothing group volcano:default/vc needs 8 pods"),
-            "{note}\n{}",
-            ctl.log()
-        );
-    }
-    let kg_notes = not_triggered(&c, "kg-", 8).await;
-    for note in kg_notes.values() {
-        assert!(
-            note.contains("all-or-nothing group k8s:default/kg needs 7 pods"),
-            "{note}\n{}",
-            ctl.log()
-        );
-    }
+    all_told(
+        &c,
+        "vc-",
+        8,
+        "all-or-nothing group volcano:default/vc needs 8 pods",
+        &ctl,
+    )
+    .await;
+    all_told(
+        &c,
+        "kg-",
+        8,
+        "all-or-nothing group k8s:default/kg needs 7 pods",
+        &ctl,
+    )
+    .await;
     assert!(
         c.claims().await.is_empty(),
         "neither gang fits: nothing launched"
@@ -677,23 +691,16 @@ async fn e2e_7f_pods_wait_for_a_podgroup_created_after_them() {
         p["metadata"]["annotations"] = json!({"scheduling.k8s.io/group-name": "late"});
         let _: Pod = c.create(p).await;
     }
-    let notes = not_triggered(&c, "late-", 2).await;
-    for note in notes.values() {
-        assert!(
-            note.contains("Volcano PodGroup default/late does not exist yet"),
-            "{note}\n{}",
-            ctl.log()
-        );
-    }
-    assert!(c.claims().await.is_empty(), "no node before the PodGroup");
-    create_dynamic(
+    all_told(
         &c,
-        "scheduling.volcano.sh/v1beta1",
-        "podgroups",
-        json!({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
-               "metadata": {"name": "late", "namespace": "default"}, "spec": {"minMember": 2}}),
+        "late-",
+        2,
+        "Volcano PodGroup default/late does not exist yet",
+        &ctl,
     )
     .await;
+    assert!(c.claims().await.is_empty(), "no node before the PodGroup");
+    volcano_group(&c, "late", 2).await;
     eventually("2 claims once the PodGroup exists", DEADLINE, || async {
         (c.claims().await.len() == 2).then_some(())
     })
