@@ -81,6 +81,7 @@
 //! placement group.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::labels;
 use crate::model::{HostPort, Pod, Snapshot};
@@ -99,8 +100,8 @@ mod slots;
 mod topology;
 
 pub use shapes::{
-    AdmittedTypes, Devices, Shape, admitted_types, build_shapes, claim_meets_min_values, demand,
-    term_fits_shape,
+    AdmittedTypes, Devices, Shape, ShapeCache, admitted_types, build_shapes,
+    claim_meets_min_values, demand, term_fits_shape,
 };
 
 pub(crate) use explanations::pool_standing;
@@ -150,8 +151,18 @@ pub fn plan_provisioning(snapshot: &Snapshot) -> Plan {
 
 /// [`plan_provisioning`] with explicit options.
 pub fn plan_with(snapshot: &Snapshot, options: &PlanOptions) -> Plan {
+    plan_shaped(snapshot, options, Arc::new(build_shapes(snapshot)))
+}
+
+/// [`plan_with`], taking the shapes from `cache` (built again only when the snapshot's pools
+/// or DaemonSets changed): the same plan, for callers that plan often.
+pub fn plan_cached(snapshot: &Snapshot, options: &PlanOptions, cache: &mut ShapeCache) -> Plan {
+    plan_shaped(snapshot, options, cache.shapes(snapshot))
+}
+
+fn plan_shaped(snapshot: &Snapshot, options: &PlanOptions, shapes: Arc<Vec<Shape>>) -> Plan {
     let templates = dra::Templates::of(snapshot);
-    let (mut plan, _) = Planner::new(snapshot, options, &templates).run();
+    let (mut plan, _) = Planner::new(snapshot, options, &templates, shapes).run();
     crate::gang::prefer_one_zone(snapshot, &mut plan);
     crate::gang::placement_only_in_one_zone(&mut plan);
     plan
@@ -165,7 +176,12 @@ pub(crate) fn plan_explained(
     pod: usize,
 ) -> (Plan, Vec<crate::explain::PoolConsidered>) {
     let templates = dra::Templates::of(snapshot);
-    let mut planner = Planner::new(snapshot, options, &templates);
+    let mut planner = Planner::new(
+        snapshot,
+        options,
+        &templates,
+        Arc::new(build_shapes(snapshot)),
+    );
     planner.explain = Some(pod);
     let (mut plan, considered) = planner.run();
     crate::gang::prefer_one_zone(snapshot, &mut plan);
@@ -298,7 +314,8 @@ struct State {
 struct Planner<'a> {
     snap: &'a Snapshot,
     options: &'a PlanOptions,
-    shapes: Vec<Shape>,
+    /// Shared with a [`ShapeCache`] when the caller keeps one; never changed here.
+    shapes: Arc<Vec<Shape>>,
     pool_order: Vec<usize>,
     classes: Vec<Class>,
     class_of: Vec<usize>,
@@ -369,8 +386,12 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(snap: &'a Snapshot, options: &'a PlanOptions, templates: &'a dra::Templates) -> Self {
-        let shapes = build_shapes(snap);
+    fn new(
+        snap: &'a Snapshot,
+        options: &'a PlanOptions,
+        templates: &'a dra::Templates,
+        shapes: Arc<Vec<Shape>>,
+    ) -> Self {
         let mut pool_order: Vec<usize> = (0..snap.pools.len()).collect();
         pool_order.sort_by(|a, b| {
             snap.pools[*b]

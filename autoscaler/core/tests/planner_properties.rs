@@ -8,7 +8,9 @@ use autoscaler_core::builders::*;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{GpuSharing, Group, Pod, Snapshot};
-use autoscaler_core::provision::{PlanOptions, plan_provisioning, plan_with};
+use autoscaler_core::provision::{
+    PlanOptions, ShapeCache, plan_cached, plan_provisioning, plan_with,
+};
 use autoscaler_core::requirements::Labels;
 use autoscaler_core::resources::Resources;
 use autoscaler_core::taints::untolerated;
@@ -434,6 +436,36 @@ proptest! {
         if let Err(e) = verify_limited(&snap, limit) {
             let options = PlanOptions { max_new_claims: limit, ..PlanOptions::default() };
             prop_assert!(false, "{e}\n{}", plan_with(&snap, &options).render());
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+    /// A caller's shape cache changes no plan: one cache through a run of snapshots whose
+    /// pools change now and then (a pool tainted, an offering gone) plans each as a fresh
+    /// planner does.
+    #[test]
+    fn plans_with_a_shape_cache_equal_plans_without(
+        rounds in proptest::collection::vec(
+            (proptest::collection::vec(arb_pod(), 0..12), any::<bool>(), any::<bool>(), any::<bool>()),
+            1..6,
+        ),
+    ) {
+        let mut cache = ShapeCache::default();
+        let options = PlanOptions::default();
+        for (specs, tainted, existing, drop_offering) in rounds {
+            let mut snap = build(&specs, None, tainted, existing);
+            if drop_offering {
+                for p in &mut snap.pools {
+                    for t in std::sync::Arc::make_mut(&mut p.instance_types) {
+                        t.offerings.truncate(1);
+                    }
+                }
+            }
+            let cached = plan_cached(&snap, &options, &mut cache);
+            let fresh = plan_with(&snap, &options);
+            prop_assert_eq!(&cached, &fresh, "{}\n{}", cached.render(), fresh.render());
         }
     }
 }

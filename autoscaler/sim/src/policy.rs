@@ -8,7 +8,9 @@ use autoscaler_core::disruption::{
     Command, DisruptionConfig, DisruptionState, Method, cooldown, plan_disruption, validate,
 };
 use autoscaler_core::model::{DaemonSet, Pod, PodKey, Pool, Snapshot};
-use autoscaler_core::provision::{DEFAULT_MAX_CLAIMS_PER_ROUND, PlanOptions, plan_with};
+use autoscaler_core::provision::{
+    DEFAULT_MAX_CLAIMS_PER_ROUND, PlanOptions, ShapeCache, plan_cached,
+};
 use providers::OfferingKey;
 
 use crate::cluster::{Cluster, NodeId, NodePhase, PodId, PodPhase, SnapshotCache};
@@ -242,6 +244,8 @@ pub struct GpuAutoscaler {
     state: DisruptionState,
     pub(crate) config: DisruptionConfig,
     cache: SnapshotCache,
+    /// The planner's instance-type shapes, kept while the pools do not change.
+    shapes: ShapeCache,
 }
 
 impl GpuAutoscaler {
@@ -252,6 +256,7 @@ impl GpuAutoscaler {
             state: DisruptionState::default(),
             config: cfg.disruption.clone(),
             cache: SnapshotCache::default(),
+            shapes: ShapeCache::default(),
         }
     }
 }
@@ -300,7 +305,7 @@ impl Policy for GpuAutoscaler {
             max_new_claims: DEFAULT_MAX_CLAIMS_PER_ROUND,
             ..PlanOptions::default()
         };
-        let plan = plan_with(snap, &options);
+        let plan = plan_cached(snap, &options, &mut self.shapes);
         if std::env::var_os("SIM_DEBUG").is_some() {
             eprintln!(
                 "t={now} pending={} nodes={} in_flight={} -> existing={} in_flight={} new={} unschedulable={}",

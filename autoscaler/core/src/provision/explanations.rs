@@ -170,7 +170,12 @@ pub(crate) fn pool_standing(snapshot: &Snapshot, name: &str) -> Option<Standing>
     let options = PlanOptions::default();
     // No pending pod: no DRA templates are needed.
     let templates = super::dra::Templates::default();
-    let planner = Planner::new(&bare, &options, &templates);
+    let planner = Planner::new(
+        &bare,
+        &options,
+        &templates,
+        std::sync::Arc::new(super::build_shapes(&bare)),
+    );
     let pool = &bare.pools[pi];
     let u = &planner.state.usage[pi];
     let usage: BTreeMap<String, String> = u

@@ -188,6 +188,35 @@ pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
     shapes
 }
 
+/// The shapes of the last snapshot a caller planned, kept for its next plan: a caller that
+/// plans again and again with the same NodePools and DaemonSets (the simulator, every few
+/// virtual seconds) need not build every instance type's node anew each time.
+///
+/// Exact, not approximate: [`ShapeCache::shapes`] compares the snapshot's pools and DaemonSets
+/// with those it built from, in full (offerings, availability and prices included), and builds
+/// again on any difference, so a plan made with the cache equals one made without.
+#[derive(Debug, Default)]
+pub struct ShapeCache {
+    built_from: Option<(Vec<Pool>, Vec<crate::model::DaemonSet>)>,
+    shapes: std::sync::Arc<Vec<Shape>>,
+}
+
+impl ShapeCache {
+    /// The shapes of `snapshot` ([`build_shapes`]), from the cache when its pools and
+    /// DaemonSets equal the last ones.
+    pub fn shapes(&mut self, snapshot: &Snapshot) -> std::sync::Arc<Vec<Shape>> {
+        let same = self
+            .built_from
+            .as_ref()
+            .is_some_and(|(pools, ds)| *pools == snapshot.pools && *ds == snapshot.daemonsets);
+        if !same {
+            self.shapes = std::sync::Arc::new(build_shapes(snapshot));
+            self.built_from = Some((snapshot.pools.clone(), snapshot.daemonsets.clone()));
+        }
+        self.shapes.clone()
+    }
+}
+
 /// Why an instance type is not a node its pool can launch: what [`build_shapes`] leaves out.
 /// Cheap to make (no words); [`super::explanations`] words it for `explain`.
 #[derive(Debug)]
