@@ -470,6 +470,40 @@ proptest! {
     }
 }
 
+/// A pool that keeps its catalog (the same `Arc`, so the cache compares no entry) but changes a
+/// label is a different pool: the cache builds its shapes again.
+#[test]
+fn a_shape_cache_sees_a_changed_pool_that_shares_its_catalog() {
+    use autoscaler_core::requirements::Operator;
+    let before = pool("p", catalog()).label("team", "a").build();
+    let mut after = before.clone();
+    after.labels.insert("team".into(), "b".into());
+    assert!(std::sync::Arc::ptr_eq(
+        &before.instance_types,
+        &after.instance_types
+    ));
+    let snap = |p: autoscaler_core::model::Pool| Snapshot {
+        pending: vec![
+            pod("wants-b")
+                .cpu("1")
+                .require("team", Operator::In, &["b"])
+                .build(),
+        ],
+        pools: vec![p],
+        ..Snapshot::default()
+    };
+    let mut cache = ShapeCache::default();
+    let options = PlanOptions::default();
+    let first = plan_cached(&snap(before), &options, &mut cache);
+    assert_eq!((first.new_claims.len(), first.unschedulable.len()), (0, 1));
+    let second = plan_cached(&snap(after.clone()), &options, &mut cache);
+    assert_eq!(second, plan_with(&snap(after), &options));
+    assert_eq!(
+        (second.new_claims.len(), second.unschedulable.len()),
+        (1, 0)
+    );
+}
+
 /// Two pods of one size that cannot both be placed (one GPU allowed, in different zones): the
 /// one first by name is, whichever order the snapshot lists them in.
 #[test]

@@ -205,16 +205,57 @@ impl ShapeCache {
     /// The shapes of `snapshot` ([`build_shapes`]), from the cache when its pools and
     /// DaemonSets equal the last ones.
     pub fn shapes(&mut self, snapshot: &Snapshot) -> std::sync::Arc<Vec<Shape>> {
-        let same = self
-            .built_from
-            .as_ref()
-            .is_some_and(|(pools, ds)| *pools == snapshot.pools && *ds == snapshot.daemonsets);
+        let same = self.built_from.as_ref().is_some_and(|(pools, ds)| {
+            pools.len() == snapshot.pools.len()
+                && pools
+                    .iter()
+                    .zip(&snapshot.pools)
+                    .all(|(a, b)| same_pool(a, b))
+                && *ds == snapshot.daemonsets
+        });
         if !same {
             self.shapes = std::sync::Arc::new(build_shapes(snapshot));
             self.built_from = Some((snapshot.pools.clone(), snapshot.daemonsets.clone()));
         }
         self.shapes.clone()
     }
+}
+
+/// `a == b`, but a catalog both pools share is not compared entry by entry (catalogs hold
+/// prices, so `Arc`'s own equality cannot take that shortcut). Every field is named, so a field
+/// added to [`Pool`] cannot be forgotten here.
+fn same_pool(a: &Pool, b: &Pool) -> bool {
+    let Pool {
+        name,
+        weight,
+        labels,
+        taints,
+        startup_taints,
+        requirements,
+        sharing,
+        limits,
+        min_nodes,
+        min_values,
+        disruption,
+        instance_types,
+        atomic_nodes,
+        dra_attributes,
+    } = a;
+    (std::sync::Arc::ptr_eq(instance_types, &b.instance_types)
+        || **instance_types == *b.instance_types)
+        && *name == b.name
+        && *weight == b.weight
+        && *labels == b.labels
+        && *taints == b.taints
+        && *startup_taints == b.startup_taints
+        && *requirements == b.requirements
+        && *sharing == b.sharing
+        && *limits == b.limits
+        && *min_nodes == b.min_nodes
+        && *min_values == b.min_values
+        && *disruption == b.disruption
+        && *atomic_nodes == b.atomic_nodes
+        && *dra_attributes == b.dra_attributes
 }
 
 /// Why an instance type is not a node its pool can launch: what [`build_shapes`] leaves out.
