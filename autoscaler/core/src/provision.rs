@@ -237,7 +237,9 @@ struct Slot {
     kind: SlotKind,
     name: String,
     pool: Option<usize>,
-    /// Fixed labels (existing and in-flight); new claims use their candidates' labels.
+    /// In-flight claims: the labels all candidates share. Existing nodes leave it empty (their
+    /// node's labels are read in place, see [`Slot::labels`]); new claims use their
+    /// candidates' labels.
     labels: Labels,
     taints: Vec<Taint>,
     /// Existing and in-flight: allocatable; new claims: unused.
@@ -276,6 +278,17 @@ struct Slot {
     dra_taken: Vec<crate::dra::DeviceId>,
     /// New claims: the DRA claims planned there (each allocated once), by the pod's name for it.
     dra_claims: Vec<(String, std::sync::Arc<crate::dra::ClaimSpec>)>,
+}
+
+impl Slot {
+    /// The labels a pod's node selector sees here: an existing node's own, an in-flight
+    /// claim's shared ones (empty for a new claim).
+    fn labels<'s>(&'s self, snap: &'s Snapshot) -> &'s Labels {
+        match self.kind {
+            SlotKind::Existing(ni) => &snap.nodes[ni].labels,
+            _ => &self.labels,
+        }
+    }
 }
 
 /// Per-class data: pods with the same node selector and tolerations share these answers.

@@ -163,7 +163,10 @@ impl<'a> Planner<'a> {
             for slot in &self.state.slots {
                 if let Some(z) = &slot.zone
                     && slot.kind != SlotKind::New
-                    && class.terms.iter().any(|t| t.matches(&slot.labels))
+                    && class
+                        .terms
+                        .iter()
+                        .any(|t| t.matches(slot.labels(self.snap)))
                 {
                     class.zones.insert(z.clone());
                 }

@@ -132,7 +132,9 @@ impl<'a> Planner<'a> {
                 kind: SlotKind::Existing(ni),
                 name: n.name.clone(),
                 pool,
-                labels: n.labels.clone(),
+                // Read from the node in place (`Slot::labels`): a copy per node per plan
+                // was a tenth of a simulated run.
+                labels: Labels::new(),
                 taints: n.taints.clone(),
                 allocatable: n.allocatable.clone(),
                 price: n.price.unwrap_or(0.0),
@@ -375,12 +377,9 @@ impl<'a> Planner<'a> {
                         .is_none_or(|pi| self.snap.pools[pi].sharing.fractional);
                 let ok = shares_ok
                     && untolerated(&class.tolerations, &slot.taints).is_none()
-                    && class.terms.iter().any(|t| match slot.kind {
-                        SlotKind::Existing(_) => t.matches(&slot.labels),
-                        // In-flight: labels are what all candidates share; a term on other
-                        // keys cannot be promised.
-                        _ => t.matches(&slot.labels),
-                    });
+                    // In-flight: labels are what all candidates share; a term on other keys
+                    // cannot be promised.
+                    && class.terms.iter().any(|t| t.matches(slot.labels(self.snap)));
                 class.slot_ok[si] = if ok { 1 } else { 2 };
                 ok
             }
