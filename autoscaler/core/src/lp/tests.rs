@@ -145,12 +145,9 @@ fn gpu_shares_count_as_fractions_of_a_device() {
     assert!(close(lb.cost, 3.0), "{lb:?}");
 }
 
-#[test]
-fn planner_rules_keep_cpu_pods_off_gpu_shapes() {
-    // One GPU pod and one cpu pod: a GPU node has room for both, but the planner keeps the
-    // cpu pod on a GPU-less node while one can hold it, so under its rule the bound pays for
-    // both nodes.
-    let types = vec![
+/// A one-T4 type with cores to spare, and a small GPU-less type.
+fn gpu_node_and_cpu_node() -> Vec<InstanceType> {
+    vec![
         itype("g.big")
             .cpu("16")
             .mem("64Gi")
@@ -162,7 +159,15 @@ fn planner_rules_keep_cpu_pods_off_gpu_shapes() {
             .mem("16Gi")
             .on_demand(&ZONES, 0.5)
             .build(),
-    ];
+    ]
+}
+
+#[test]
+fn planner_rules_keep_cpu_pods_off_gpu_shapes() {
+    // One GPU pod and one cpu pod: a GPU node has room for both, but the planner keeps the
+    // cpu pod on a GPU-less node while one can hold it, so under its rule the bound pays for
+    // both nodes.
+    let types = gpu_node_and_cpu_node();
     let pods = vec![
         pod("gpu").cpu("2").mem("8Gi").gpus(1).build(),
         pod("cpu").cpu("4").mem("16Gi").build(),
@@ -183,19 +188,7 @@ fn planner_rules_keep_cpu_pods_off_gpu_shapes() {
 fn planner_rules_allow_gpu_shapes_when_nothing_else_fits() {
     // The cpu pod is too big for the GPU-less type: the planner (and the bound) may use the
     // GPU type.
-    let types = vec![
-        itype("g.big")
-            .cpu("16")
-            .mem("64Gi")
-            .gpus(1, "T4", 16)
-            .on_demand(&ZONES, 2.0)
-            .build(),
-        itype("c.small")
-            .cpu("4")
-            .mem("16Gi")
-            .on_demand(&ZONES, 0.5)
-            .build(),
-    ];
+    let types = gpu_node_and_cpu_node();
     let snap = snapshot(
         vec![pool("p", types).build()],
         vec![pod("cpu").cpu("8").build()],
