@@ -182,6 +182,9 @@ struct Controller<P> {
     ///
     /// [`Snapshot::nominated`]: autoscaler_core::model::Snapshot::nominated
     nominations: BTreeMap<autoscaler_core::model::PodKey, String>,
+    /// The planner's instance-type shapes, built again only when the NodePools or DaemonSets
+    /// of a round's snapshot changed ([`autoscaler_core::provision::plan_cached`]).
+    shapes: autoscaler_core::provision::ShapeCache,
     first_round: bool,
     /// Whether the ProvisioningRequest retry back-offs were read back from the requests: on
     /// the first round the ProvisioningRequest stage runs, which need not be the first round.
@@ -603,6 +606,7 @@ async fn run_with<P: CloudProvider + 'static>(
         draining: HashMap::new(),
         notices: pod_problems::Notices::default(),
         nominations: BTreeMap::new(),
+        shapes: autoscaler_core::provision::ShapeCache::default(),
         first_round: true,
         provreq_backoff_restored: false,
         provreq_memory: provreqs::Memory::default(),

@@ -9,7 +9,7 @@ use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{PodKey, Snapshot};
 use autoscaler_core::plan::NewClaim;
-use autoscaler_core::provision::{PlanOptions, plan_with};
+use autoscaler_core::provision::{PlanOptions, plan_cached};
 use autoscaler_core::requirements::{Requirements, ValueSet};
 use autoscaler_core::resources::{Resources, is_gpu_class};
 use futures::StreamExt;
@@ -321,7 +321,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             max_new_claims: usize::try_from(self.args.max_claims_per_round).unwrap_or(usize::MAX),
             ..PlanOptions::default()
         };
-        let mut plan = plan_with(&built.snapshot, &options);
+        let mut plan = plan_cached(&built.snapshot, &options, &mut self.shapes);
         tracing::info!(
             snapshot_ms = (planning - building).as_millis() as u64,
             plan_ms = planning.elapsed().as_millis() as u64,
