@@ -55,7 +55,7 @@ use std::collections::HashMap;
 use microlp::{ComparisonOp, OptimizationDirection, Problem, Variable};
 
 use crate::model::{GpuShare, Pod, Snapshot};
-use crate::provision::{Devices, Shape, build_shapes, demand, term_fits_shape};
+use crate::provision::{Devices, Shape, build_shapes, demand, keeps_off_gpu, term_fits_shape};
 use crate::requirements::{NodeSelector, Requirements};
 use crate::resources::Resources;
 use crate::taints::{Toleration, untolerated};
@@ -177,12 +177,7 @@ fn build(snapshot: &Snapshot, shapes: &[Shape], rules: Rules) -> Lp {
                 let mut fit: Vec<usize> = (0..shapes.len())
                     .filter(|s| ok[*s] && alone.fits(&shapes[*s].allocatable))
                     .collect();
-                // The planner's test, on the same terms: no GPU-class demand and a GPU-less
-                // shape that holds the pod alone.
-                if rules == Rules::Planner
-                    && !alone.has_gpu_class()
-                    && fit.iter().any(|s| !shapes[*s].has_gpu)
-                {
+                if rules == Rules::Planner && keeps_off_gpu(&alone, shapes, |s| ok[s]) {
                     fit.retain(|s| !shapes[*s].has_gpu);
                 }
                 fit

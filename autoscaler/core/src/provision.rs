@@ -105,6 +105,7 @@ pub use shapes::{
 };
 
 pub(crate) use explanations::pool_standing;
+pub(crate) use shapes::keeps_off_gpu;
 
 use topology::SelectorIndex;
 

@@ -9,7 +9,7 @@ use crate::requirements::Requirements;
 use crate::resources::Resources;
 use crate::taints::untolerated;
 
-use super::shapes::{Devices, demand, offering_allowed, term_fits_shape};
+use super::shapes::{Devices, demand, keeps_off_gpu, offering_allowed, term_fits_shape};
 use super::slots::ports_conflict;
 use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotKind};
 
@@ -296,15 +296,8 @@ impl<'a> Planner<'a> {
         if !self.any_gpu_shape {
             return false;
         }
-        let pod = &self.snap.pending[i];
-        let need = demand(pod, &Devices::default());
-        if need.has_gpu_class() {
-            return false;
-        }
+        let need = demand(&self.snap.pending[i], &Devices::default());
         let class = &self.classes[self.class_of[i]];
-        self.shapes
-            .iter()
-            .enumerate()
-            .any(|(s, sh)| !sh.has_gpu && class.shape_ok[s] && need.fits(&sh.allocatable))
+        keeps_off_gpu(&need, &self.shapes, |s| class.shape_ok[s])
     }
 }

@@ -188,6 +188,22 @@ pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
     shapes
 }
 
+/// The planner's GPU-avoidance rule, written once for the planner and the LP bound: a pod
+/// whose demand alone (`need`) has no GPU-class resource stays off GPU shapes when some
+/// GPU-less shape it `may_use` (by index: selector, tolerations, pool) holds it alone. A CPU
+/// pod on a GPU node would keep that node from scaling down.
+pub(crate) fn keeps_off_gpu(
+    need: &Resources,
+    shapes: &[Shape],
+    may_use: impl Fn(usize) -> bool,
+) -> bool {
+    !need.has_gpu_class()
+        && shapes
+            .iter()
+            .enumerate()
+            .any(|(s, sh)| !sh.has_gpu && may_use(s) && need.fits(&sh.allocatable))
+}
+
 /// The shapes of the last snapshot a caller planned, kept for its next plan: a caller that
 /// plans again and again with the same NodePools and DaemonSets (the simulator, every few
 /// virtual seconds) need not build every instance type's node anew each time.
