@@ -4,7 +4,8 @@
 //! is total and the plan deterministic). Each pod goes to the first place it fits, in this
 //! order: an existing node, a claim already in flight (the one with least room first, so the
 //! plan does not depend on the claims' random names), a claim this plan has opened whose
-//! cheapest instance type still fits it, the open claim whose price grows least (when that
+//! cheapest instance type still fits it, one that holds it within the larger type it was
+//! opened to become, the open claim whose price grows least (when that
 //! growth costs less than a node of its own), and finally a new claim. A new claim keeps the
 //! *set* of instance types that fit all its pods; it narrows as pods are added. Members of an
 //! all-or-nothing group are placed together and rolled back together. Before all that, a pod an
@@ -25,7 +26,9 @@
 //! claim (counted with the GPUs it was launched for, conservatively the smallest candidate) → an
 //! open new claim that holds it below the price the claim was opened for, when the pod's fair share
 //! of that price (its dominant share of the claim's target type, GPU-class resources only on GPU
-//! types) is no more than it would cost per pod on a node of its own kind → the open claim whose
+//! types) is no more than it would cost per pod on a node of its own kind (the first claim whose
+//! cheapest candidate holds the pod as it is, room paid for in any case, before the first that
+//! would have to become the larger type it was sized for) → the open claim whose
 //! price grows least, if that costs less than the cheapest node any pool could launch for it alone
 //! → a new claim in the highest-weight pool that can take it. A new claim is *sized* for the
 //! identical pods still pending (the candidate with the lowest price per pod it would hold; for a
@@ -219,8 +222,9 @@ type SelKey = (String, Requirements);
 enum Verdict {
     /// The pod cannot join it.
     No,
-    /// The pod joins it below the price it was opened for, at a fair share.
-    Join,
+    /// The pod joins it below the price it was opened for, at a fair share; `free` when it
+    /// fits the claim's cheapest candidate as it is (room that is paid for in any case).
+    Join { free: bool },
     /// The pod can join it; the claim's price would grow by this much.
     Grow(f64),
 }
@@ -881,6 +885,8 @@ impl<'a> Planner<'a> {
         // The first claim that holds the pod at no extra price but at a fair share above a
         // node of its own: the place for a pod that cannot have a node of its own.
         let mut free: Option<(usize, Option<Grow>)> = None;
+        // The first claim that takes the pod into room it was sized for but has not bought.
+        let mut join: Option<(usize, Option<Grow>)> = None;
         let avoid_gpu = self.avoid_gpu(i);
         let own = self.unit_cost(i, avoid_gpu);
         // Identical pods come one after another and a placement changes one claim, so for
@@ -893,6 +899,19 @@ impl<'a> Planner<'a> {
         for si in start..n {
             let slot = &self.state.slots[si];
             if !slot.open || slot.kind != SlotKind::New || self.avoids(ci, &slot.taints) {
+                continue;
+            }
+            // Past a claim that takes the pod into unbought room, only room a claim has
+            // bought is of interest: its cheapest candidate must hold the pod as it is.
+            if join.is_some()
+                && !slot.candidates.first().is_some_and(|c| {
+                    slots::quick_fit(
+                        &self.snap.pending[i].requests,
+                        &self.shapes[*c].allocatable,
+                        &slot.used,
+                    )
+                })
+            {
                 continue;
             }
             let stamp = slot.stamp;
@@ -910,8 +929,16 @@ impl<'a> Planner<'a> {
             };
             let delta = match verdict {
                 Verdict::No => continue,
-                Verdict::Join => {
+                Verdict::Join { free } => {
                     first_ok.get_or_insert(si);
+                    if !free {
+                        // Room the claim was sized for but has not bought yet: taken only
+                        // when no claim has room it pays for anyway.
+                        if join.is_none() {
+                            join = Some((si, grow));
+                        }
+                        continue;
+                    }
                     if let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu)) {
                         self.scan_from[sg] = first_ok.unwrap_or(si);
                         self.commit(i, si, Some(grow), avoid_gpu);
@@ -931,6 +958,12 @@ impl<'a> Planner<'a> {
             }
         }
         self.scan_from[sg] = first_ok.unwrap_or(n);
+        if let Some((si, grow)) = join
+            && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
+        {
+            self.commit(i, si, Some(grow), avoid_gpu);
+            return true;
+        }
         // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
         let alone = self.open_claim_candidates(i);
         // A pod no new node could take (its pod affinity targets are all on claims of this

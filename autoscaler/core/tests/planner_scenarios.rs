@@ -832,6 +832,52 @@ fn claims_are_sized_across_pools_not_only_in_the_cheapest_pool_for_one_pod() {
 }
 
 #[test]
+fn a_small_pod_takes_room_already_paid_for_before_room_a_claim_was_sized_for() {
+    // c4 is cheaper per cpu than two c2, so b0's claim is opened to become a c4 for b0 and
+    // b1; b1 cannot join it (anti-affinity), so it stays a c2 with two cpus of room it has
+    // not bought. c0's claim is a c2 with half a cpu left over. s fits both; on b0's claim
+    // it would turn the c2 into a c4 (1.5 more), on c0's it costs nothing.
+    let types = vec![
+        itype("c1")
+            .cpu("1")
+            .mem("4Gi")
+            .on_demand(&["z1"], 1.0)
+            .build(),
+        itype("c2")
+            .cpu("2")
+            .mem("8Gi")
+            .on_demand(&["z1"], 2.0)
+            .build(),
+        itype("c4")
+            .cpu("4")
+            .mem("16Gi")
+            .on_demand(&["z1"], 3.5)
+            .build(),
+    ];
+    let anti = |name: &str, cpu: &str| {
+        pod(name)
+            .cpu(cpu)
+            .label("app", "b")
+            .anti_affinity(labels::HOSTNAME, "b")
+    };
+    let pods = vec![
+        anti("b0", "2"),
+        anti("b1", "2"),
+        anti("c0", "1500m"),
+        pod("s").cpu("500m"),
+    ];
+    let plan = check(
+        &snapshot(pods, vec![pool("default", types)]),
+        expect![[r#"
+            claim default-1 pool=default price=2.000 types=[c2,c4] pods=[b0]
+            claim default-2 pool=default price=2.000 types=[c2,c4] pods=[b1]
+            claim default-3 pool=default price=2.000 types=[c2,c4] pods=[c0,s]
+        "#]],
+    );
+    assert!((plan.new_cost() - 6.0).abs() < 1e-9, "{}", plan.render());
+}
+
+#[test]
 fn flexible_pods_leave_expensive_pinned_capacity_to_pinned_pods() {
     let types = vec![
         itype("t4.8")

@@ -48,7 +48,7 @@ impl Slot {
 
 /// A cheap necessary condition for `req` (without shares) fitting into `alloc - used`, with no
 /// allocation: most slots fail it.
-fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
+pub(super) fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
     req.cpu + used.cpu <= alloc.cpu
         && req.memory + used.memory <= alloc.memory
         && req.pods + used.pods <= alloc.pods
@@ -333,7 +333,9 @@ impl<'a> Planner<'a> {
         let v = if delta > 1e-12 {
             Verdict::Grow(delta)
         } else if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12 {
-            Verdict::Join
+            Verdict::Join {
+                free: grow.price <= slot.price + 1e-12,
+            }
         } else {
             // Fits for free, but the pod would take more of the claim than it is worth.
             Verdict::Grow(0.0)
