@@ -325,6 +325,11 @@ struct State {
     zone_blocks: Vec<(String, Requirements, String)>,
     placed: Vec<Option<usize>>,
     claims_opened: usize,
+    /// Slots that are existing nodes or in-flight claims: they come first, new claims after.
+    fixed: usize,
+    /// Per new claim: cpu, memory and pod slots its cheapest candidate has left, kept apart
+    /// from the slots so that looking for room already paid for reads little memory.
+    cheapest_room: Vec<[i64; 3]>,
     /// Shared DRA claims (namespace, name) planned so far, and the slot they went to.
     dra_shared: BTreeMap<(String, String), usize>,
 }
@@ -357,7 +362,7 @@ struct Planner<'a> {
     class_left: Vec<Resources>,
     /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
     /// how many of the group one node would really hold (lazy).
-    unit_cost: Vec<Option<(f64, f64)>>,
+    unit_cost: Vec<Option<classes::UnitCosts>>,
     /// Per pod: its scan group (demand group plus topology identity), and per scan group the
     /// first slot worth trying: earlier slots rejected an identical pod, and slots only fill.
     scan_group: Vec<usize>,
@@ -509,6 +514,8 @@ impl<'a> Planner<'a> {
                 zone_blocks: Vec::new(),
                 placed: vec![None; snap.pending.len()],
                 claims_opened: 0,
+                fixed: 0,
+                cheapest_room: Vec::new(),
                 dra_shared: BTreeMap::new(),
             },
             reasons: vec![None; snap.pending.len()],
@@ -888,7 +895,7 @@ impl<'a> Planner<'a> {
         // The first claim that takes the pod into room it was sized for but has not bought.
         let mut join: Option<(usize, Option<Grow>)> = None;
         let avoid_gpu = self.avoid_gpu(i);
-        let own = self.unit_cost(i, avoid_gpu);
+        let mut own = None;
         // Identical pods come one after another and a placement changes one claim, so for
         // pods whose answer depends on nothing but the claim itself, each claim's verdict is
         // kept per scan group and recomputed only when the claim's stamp moved on.
@@ -896,22 +903,22 @@ impl<'a> Planner<'a> {
         if cacheable && self.verdicts[sg].len() < n {
             self.verdicts[sg].resize(n, (0, Verdict::No));
         }
-        for si in start..n {
-            let slot = &self.state.slots[si];
-            if !slot.open || slot.kind != SlotKind::New || self.avoids(ci, &slot.taints) {
-                continue;
-            }
+        let req = &self.snap.pending[i].requests;
+        let req = [req.cpu, req.memory, req.pods];
+        for si in start.max(self.state.fixed)..n {
             // Past a claim that takes the pod into unbought room, only room a claim has
             // bought is of interest: its cheapest candidate must hold the pod as it is.
             if join.is_some()
-                && !slot.candidates.first().is_some_and(|c| {
-                    slots::quick_fit(
-                        &self.snap.pending[i].requests,
-                        &self.shapes[*c].allocatable,
-                        &slot.used,
-                    )
-                })
+                && self
+                    .state
+                    .cheapest_room
+                    .get(si)
+                    .is_none_or(|room| req[0] > room[0] || req[1] > room[1] || req[2] > room[2])
             {
+                continue;
+            }
+            let slot = &self.state.slots[si];
+            if !slot.open || slot.kind != SlotKind::New || self.avoids(ci, &slot.taints) {
                 continue;
             }
             let stamp = slot.stamp;
@@ -920,7 +927,7 @@ impl<'a> Planner<'a> {
             let (verdict, grow) = match self.verdicts[sg].get(si) {
                 Some((s, v)) if cacheable && *s == stamp => (*v, None),
                 _ => {
-                    let (v, grow) = self.verdict(i, si, avoid_gpu, own);
+                    let (v, grow) = self.verdict(i, si, avoid_gpu, &mut own);
                     if cacheable {
                         self.verdicts[sg][si] = (stamp, v);
                     }

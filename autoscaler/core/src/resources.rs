@@ -250,6 +250,21 @@ impl Resources {
         r
     }
 
+    /// Raises each resource to `other`'s amount where that is larger, in place ([`Self::max`]
+    /// without a new map).
+    pub fn max_assign(&mut self, other: &Resources) {
+        self.cpu = self.cpu.max(other.cpu);
+        self.memory = self.memory.max(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
+        self.pods = self.pods.max(other.pods);
+        for (k, v) in &other.extended {
+            let cur = self.get(k);
+            if *v > cur {
+                self.set(k, *v);
+            }
+        }
+    }
+
     /// Per-resource minimum over the names present in either side.
     pub fn min(&self, other: &Resources) -> Resources {
         let mut r = Resources {

@@ -910,7 +910,7 @@ impl<'a> Planner<'a> {
         if narrowed {
             let mut most = Resources::new();
             for c in &self.state.slots[si].candidates {
-                most = most.max(&self.shapes[*c].allocatable);
+                most.max_assign(&self.shapes[*c].allocatable);
             }
             self.state.slots[si].allocatable = most;
         }
@@ -919,6 +919,22 @@ impl<'a> Planner<'a> {
         if !self.smallest.fits(&free) {
             slot.open = false;
         }
+        let room = match slot.candidates.first() {
+            Some(c) if slot.open => {
+                let a = &self.shapes[*c].allocatable;
+                [
+                    a.cpu - slot.used.cpu,
+                    a.memory - slot.used.memory,
+                    a.pods - slot.used.pods,
+                ]
+            }
+            _ => [-1; 3],
+        };
+        let rooms = &mut self.state.cheapest_room;
+        if rooms.len() <= si {
+            rooms.resize(si + 1, [-1; 3]);
+        }
+        rooms[si] = room;
         self.reserve(si);
     }
 }

@@ -237,24 +237,26 @@ impl<'a> Planner<'a> {
 
     /// The lowest hourly cost per pod of demand group `g` on a node of its own kind: over the
     /// shapes pod `i` (a member) can use, price / how many members one node holds, capped by
-    /// the members still pending (worked out again once fewer are pending than a node holds:
-    /// the last members of a group would otherwise be measured by a full node's price per pod
-    /// and refuse a claim sized for them).
+    /// the members still pending (so the last members of a group are measured by the node
+    /// they would fill, not by a full node's price per pod, and do not refuse a claim sized
+    /// for them). The shapes are read once per group ([`UnitCosts`]); each call is a lookup.
     pub(super) fn unit_cost(&mut self, i: usize, avoid_gpu: bool) -> f64 {
         let g = self.demand_group[i];
         let left = self.remaining[g].max(1) as f64;
-        // A figure holds while as many members are left as it was worked out for, or as
-        // the most a node holds (fewer members left than that share a node less well).
-        if let Some((c, down_to)) = self.unit_cost[g]
-            && left >= down_to
-        {
-            return c;
+        if self.unit_cost[g].is_none() {
+            let table = self.unit_costs(i, avoid_gpu);
+            self.unit_cost[g] = Some(table);
         }
+        self.unit_cost[g]
+            .as_ref()
+            .map_or(f64::INFINITY, |t| t.at(left))
+    }
+
+    fn unit_costs(&self, i: usize, avoid_gpu: bool) -> UnitCosts {
         let pod = &self.snap.pending[i];
         let need = demand(pod, &Devices::default());
         let class = &self.classes[self.class_of[i]];
-        let mut best = f64::INFINITY;
-        let mut most = 1.0_f64;
+        let mut per_shape: Vec<(f64, f64)> = Vec::new();
         for (si, shape) in self.shapes.iter().enumerate() {
             if !class.shape_ok[si] || (avoid_gpu && shape.has_gpu) || !need.fits(&shape.allocatable)
             {
@@ -266,11 +268,9 @@ impl<'a> Planner<'a> {
             if let Some(k) = self.dra_copies(i, si) {
                 per_node = per_node.min(k);
             }
-            best = best.min(shape.offerings[0].price / per_node.min(left));
-            most = most.max(per_node);
+            per_shape.push((per_node, shape.offerings[0].price));
         }
-        self.unit_cost[g] = Some((best, most.min(left)));
-        best
+        UnitCosts::new(per_shape)
     }
 
     /// The pod's share of a claim's target price: its dominant share of the target type,
@@ -299,5 +299,86 @@ impl<'a> Planner<'a> {
         let need = demand(&self.snap.pending[i], &Devices::default());
         let class = &self.classes[self.class_of[i]];
         keeps_off_gpu(&need, &self.shapes, |s| class.shape_ok[s])
+    }
+}
+
+/// A demand group's cost per pod on nodes of its own, as a function of how many members are
+/// left: `min over shapes of price / min(per node, left)`. Shapes holding at most `left`
+/// members cost their full-node price per pod; the others are priced for `left` pods, so
+/// only the cheapest of them counts.
+#[derive(Clone, Debug)]
+pub(super) struct UnitCosts {
+    /// Members one node holds, ascending.
+    per_node: Vec<f64>,
+    /// `prefix[k]`: the lowest price per pod among the first `k + 1` shapes.
+    prefix: Vec<f64>,
+    /// `suffix[k]`: the lowest node price among shapes `k..`.
+    suffix: Vec<f64>,
+}
+
+impl UnitCosts {
+    fn new(mut shapes: Vec<(f64, f64)>) -> Self {
+        shapes.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let per_node = shapes.iter().map(|s| s.0).collect();
+        let mut prefix = Vec::with_capacity(shapes.len());
+        let mut low = f64::INFINITY;
+        for (n, price) in &shapes {
+            low = low.min(price / n);
+            prefix.push(low);
+        }
+        let mut suffix = vec![f64::INFINITY; shapes.len()];
+        let mut low = f64::INFINITY;
+        for (k, (_, price)) in shapes.iter().enumerate().rev() {
+            low = low.min(*price);
+            suffix[k] = low;
+        }
+        UnitCosts {
+            per_node,
+            prefix,
+            suffix,
+        }
+    }
+
+    /// The cost per pod with `left` members pending (infinite when no shape holds one).
+    fn at(&self, left: f64) -> f64 {
+        let k = self.per_node.partition_point(|n| *n <= left);
+        let full = if k > 0 {
+            self.prefix[k - 1]
+        } else {
+            f64::INFINITY
+        };
+        let partial = self.suffix.get(k).map_or(f64::INFINITY, |p| p / left);
+        full.min(partial)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UnitCosts;
+
+    /// The lookup agrees with the definition, `min over shapes of price / min(per node,
+    /// left)`, for every count of members left, on shapes whose cheapest choice changes
+    /// with the count (and one a pod fills alone, and one no member's size divides).
+    #[test]
+    fn unit_costs_agree_with_the_definition() {
+        let shapes = vec![
+            (1.0, 0.9),
+            (4.0, 2.0),
+            (16.0, 6.0),
+            (3.0, 1.8),
+            (64.0, 30.0),
+            (f64::INFINITY, 40.0),
+        ];
+        let table = UnitCosts::new(shapes.clone());
+        for left in 1..=100 {
+            let left = f64::from(left);
+            let want = shapes
+                .iter()
+                .map(|(n, p)| p / n.min(left))
+                .fold(f64::INFINITY, f64::min);
+            let got = table.at(left);
+            assert!((got - want).abs() < 1e-12, "left {left}: {got} against {want}");
+        }
+        assert_eq!(UnitCosts::new(Vec::new()).at(3.0), f64::INFINITY);
     }
 }

@@ -48,7 +48,7 @@ impl Slot {
 
 /// A cheap necessary condition for `req` (without shares) fitting into `alloc - used`, with no
 /// allocation: most slots fail it.
-pub(super) fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
+fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
     req.cpu + used.cpu <= alloc.cpu
         && req.memory + used.memory <= alloc.memory
         && req.pods + used.pods <= alloc.pods
@@ -268,6 +268,7 @@ impl<'a> Planner<'a> {
                 s.name.clone(),
             )
         });
+        self.state.fixed = slots.len();
         self.state.slots = slots;
         self.state.zone_counts = zone_counts;
         self.state.zone_blocks = zone_blocks;
@@ -291,7 +292,7 @@ impl<'a> Planner<'a> {
 
     /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
     pub(super) fn scan_fixed(&mut self, i: usize, start: usize) -> Option<usize> {
-        (start..self.state.slots.len()).find(|&si| self.fits_fixed(i, si))
+        (start..self.state.fixed).find(|&si| self.fits_fixed(i, si))
     }
 
     /// Whether existing node or in-flight claim `si` takes pod `i` (false for a new claim).
@@ -316,7 +317,7 @@ impl<'a> Planner<'a> {
         i: usize,
         si: usize,
         avoid_gpu: bool,
-        own: f64,
+        own: &mut Option<f64>,
     ) -> (Verdict, Option<Grow>) {
         let pod = &self.snap.pending[i];
         let slot = &self.state.slots[si];
@@ -330,9 +331,13 @@ impl<'a> Planner<'a> {
         };
         let slot = &self.state.slots[si];
         let delta = grow.price - slot.target.max(slot.price);
-        let v = if delta > 1e-12 {
-            Verdict::Grow(delta)
-        } else if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12 {
+        if delta > 1e-12 {
+            return (Verdict::Grow(delta), Some(grow));
+        }
+        // Worked out once per pod, and only for a pod that fits somewhere below the price.
+        let own = *own.get_or_insert_with(|| self.unit_cost(i, avoid_gpu));
+        let slot = &self.state.slots[si];
+        let v = if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12 {
             Verdict::Join {
                 free: grow.price <= slot.price + 1e-12,
             }
