@@ -113,6 +113,30 @@ impl Controller {
         Some(page)
     }
 
+    /// How many times the controller has finished loop `name` (`round` for a whole round,
+    /// `gc` for a garbage-collection pass), by its `loop_duration_seconds` histogram; 0
+    /// until it serves its metrics.
+    pub fn loops(&self, name: &str) -> u64 {
+        self.metric_with(
+            "gpu_autoscaler_loop_duration_seconds_count",
+            &[("name", name)],
+        )
+        .map_or(0, |n| n as u64)
+    }
+
+    /// Waits until loop `name` has finished `n` more times than when called. All but the
+    /// first of those began after the call, so they saw every object written before it:
+    /// how a test shows that something does *not* happen, without a sleep.
+    pub async fn more_loops(&self, name: &str, n: u64) {
+        let from = self.loops(name);
+        // A round takes well under a second here; a minute allows for a loaded machine.
+        let deadline = Duration::from_secs(60);
+        eventually(&format!("{n} more `{name}` loops"), deadline, || async {
+            (self.loops(name) >= from + n).then_some(())
+        })
+        .await;
+    }
+
     /// SIGKILL, no chance to clean up.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

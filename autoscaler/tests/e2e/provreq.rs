@@ -648,7 +648,8 @@ async fn e2e_7d_volcano_gang_of_8_that_cannot_fit_launches_nothing() {
         (claims.len() >= 6).then_some(claims)
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Three more rounds, two of them begun with the six claims there: no seventh.
+    ctl.more_loops("round", 3).await;
     let claims_after = c.claims().await;
     assert_eq!(claims_after.len(), 6, "{claims:#?}");
     // Every claim was launched for a Kubernetes-gang pod, none for the Volcano gang. (Which

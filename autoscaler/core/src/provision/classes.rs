@@ -377,7 +377,10 @@ mod tests {
                 .map(|(n, p)| p / n.min(left))
                 .fold(f64::INFINITY, f64::min);
             let got = table.at(left);
-            assert!((got - want).abs() < 1e-12, "left {left}: {got} against {want}");
+            assert!(
+                (got - want).abs() < 1e-12,
+                "left {left}: {got} against {want}"
+            );
         }
         assert_eq!(UnitCosts::new(Vec::new()).at(3.0), f64::INFINITY);
     }
