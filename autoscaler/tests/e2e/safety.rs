@@ -21,7 +21,7 @@ const DEADLINE: Duration = Duration::from_secs(90);
 async fn e2e_4a_pdb_with_zero_disruptions_blocks_consolidation() {
     let c = Cluster::start().await;
     let _: NodePool = c.create(cpu_pool("cpu", "1s")).await;
-    let _ctl = c.controller("solo", &["--leader-elect=false"]);
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
     // Two 3-CPU fillers need two 4-CPU nodes.
     for name in ["filler-1", "filler-2"] {
         let _: Pod = c
@@ -60,9 +60,27 @@ async fn e2e_4a_pdb_with_zero_disruptions_blocks_consolidation() {
         pods.delete(name, &DeleteParams::default()).await.unwrap();
     }
     // Each node now runs one 0.5-CPU pod: either could go, its pod fitting on the other, but
-    // the PDB allows no eviction. Give consolidation many rounds (unneeded 1s, validation 1s,
-    // disruption every 1s) to prove it does nothing.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // the PDB allows no eviction. Consolidation looks at both nodes and says why each stays;
+    // thirty more rounds must still do nothing: the harness sleeps 100 ms between rounds
+    // (`--loop-interval=100ms`), so they span more than the unneeded time and validation
+    // (1 s each), and unlike a sleep they show the controller really ran.
+    eventually(
+        "both claims Consolidatable=False PdbBlocked",
+        DEADLINE,
+        || async {
+            let claims = c.claims().await;
+            let blocked = claims.iter().all(|cl| {
+                cl.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|x| x.type_ == "Consolidatable" && x.reason == "PdbBlocked")
+                })
+            });
+            (claims.len() == 2 && blocked).then_some(())
+        },
+    )
+    .await;
+    ctl.more_loops("round", 30).await;
     let nodes = c.nodes().await;
     assert_eq!(nodes.len(), 2, "the PDB kept both nodes");
     for n in &nodes {
