@@ -15,16 +15,17 @@ const DEADLINE: Duration = Duration::from_secs(40);
 
 /// After the restart: the pod is bound, and exactly the one claim, instance and node exist,
 /// also after garbage collection had time to run.
-async fn converges_to_one(c: &Cluster, claim: &str) {
+async fn converges_to_one(c: &Cluster, claim: &str, ctl: &Controller) {
     eventually(
         "the pod to be bound after the restart",
         DEADLINE,
         || async { bound_to(&c.pod("default", "train").await?) },
     )
     .await;
-    // Long enough for at least two GC passes past the grace period (--gc-interval=2s,
-    // --gc-grace=4s).
-    tokio::time::sleep(Duration::from_secs(7)).await;
+    // Four more garbage-collection passes (--gc-interval=2s apart, so the last begins at least
+    // 6 s after the first): the later ones run past the grace period (--gc-grace=4s) of any
+    // instance launched around the restart.
+    ctl.more_loops("gc", 4).await;
     let claims = c.claims().await;
     let instances = c.instances().await;
     let nodes = c.nodes().await;
@@ -69,8 +70,8 @@ async fn e2e_3a_sigkill_between_claim_creation_and_launch() {
             .is_none(),
         "the claim was not launched yet"
     );
-    let _second = c.controller("second", &["--leader-elect=false"]);
-    converges_to_one(&c, &claim).await;
+    let second = c.controller("second", &["--leader-elect=false"]);
+    converges_to_one(&c, &claim, &second).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,8 +96,8 @@ async fn e2e_3b_sigkill_between_launch_and_registration() {
         c.nodes().await.is_empty(),
         "killed before the node registered"
     );
-    let _second = c.controller("second", &["--leader-elect=false"]);
-    converges_to_one(&c, &claim).await;
+    let second = c.controller("second", &["--leader-elect=false"]);
+    converges_to_one(&c, &claim, &second).await;
 }
 
 /// Restart continuity: a node's last pod event outlives the controller. The pod on a node
