@@ -50,6 +50,8 @@
 //! only weaken the bound, never invalidate it. `w_{s,r}` reads as the hourly price of resource
 //! `r` on shape `s`; `u_g` as what one pod of group `g` must cost at least.
 
+pub mod devices;
+
 use std::collections::HashMap;
 
 use microlp::{ComparisonOp, OptimizationDirection, Problem, Variable};

@@ -200,7 +200,7 @@ pub(crate) struct CaseResult {
     pub(crate) gpus_provisioned: Option<u64>,
     /// `gpus_requested / gpus_provisioned`.
     pub(crate) gpu_allocation: Option<f64>,
-    /// The best `gpu_allocation` any plan could reach, from [`share_waste_bound`]: shares of
+    /// The best `gpu_allocation` any plan could reach, from [`share_idle_bound`]: shares of
     /// one device cannot always fill devices exactly.
     pub(crate) gpu_allocation_max: Option<f64>,
     /// Pods the plan could not place.
@@ -553,15 +553,28 @@ pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> (CaseResult, Plan
             let shares: Vec<u32> = sub
                 .pending
                 .iter()
-                .filter_map(|p| p.gpu_share.as_ref().map(|s| s.milli))
+                .filter_map(|p| p.gpu_share.as_ref().map(|s| s.milli.min(1000)))
                 .collect();
-            r / (r + share_waste_bound(&shares))
+            r / (r + share_idle_bound(&shares))
         }),
         unschedulable: plan.unschedulable.len(),
         ffd: None,
         lp_seconds,
     };
     (result, plan)
+}
+
+/// A lower bound on the idle GPU capacity (in GPUs) left on the devices that hold fractional
+/// shares (thousandths of one device, at most 1000 each), whatever the plan: the larger of
+/// [`share_waste_bound`] and the devices the shares need at least
+/// ([`autoscaler_core::lp::devices::share_devices_lower_bound`], a bin-packing LP) less what
+/// the shares fill of them. Devices holding shares hold nothing else, so their idle room adds
+/// to the GPUs the plan's other pods need.
+pub(crate) fn share_idle_bound(shares: &[u32]) -> f64 {
+    let filled: u64 = shares.iter().map(|m| u64::from(*m)).sum();
+    let devices = autoscaler_core::lp::devices::share_devices_lower_bound(shares) as u64;
+    let packing = devices.saturating_mul(1000).saturating_sub(filled) as f64 / 1000.0;
+    share_waste_bound(shares).max(packing)
 }
 
 /// A lower bound on the idle GPU capacity (in GPUs) left on the devices that hold fractional

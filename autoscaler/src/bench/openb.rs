@@ -20,11 +20,15 @@
 //!
 //! # How high `gpu_allocation` can go
 //!
-//! Not to 1, and for the default list not to 0.98 either: its 1078 pods asking 810/1000 of a
-//! GPU each need a device of their own, and the 190/1000 left on each can only take shares of
-//! at most 190, of which the list has 14.8 GPUs' worth, so at least 189.8 GPUs stay idle and
-//! allocation is at most 6086.8 / 6276.6 = 0.970 whatever the plan (the report's
-//! `gpu_allocation_max`, see [`super::share_waste_bound`]).
+//! Not to 1, and for the default list not to 0.964 either. Its 4,166 fractional shares
+//! (1,731.8 GPUs' worth) cannot fill devices exactly: 1,078 of them ask 810/1000 of a GPU and
+//! need a device each, and the 190/1000 left on each can only take shares of at most 190, of
+//! which the list has 14.8 GPUs' worth (at least 189.8 GPUs idle, [`super::share_waste_bound`]);
+//! and packing all the shares' sizes at once, the bin-packing LP
+//! ([`autoscaler_core::lp::devices::share_devices_lower_bound`]) proves they need at least
+//! 1,965 devices, 233.2 GPUs more than they ask. With the 4,355 whole GPUs the other pods ask,
+//! allocation is at most 6,086.8 / 6,320 = 0.963 whatever the plan (the report's
+//! `gpu_allocation_max`, the larger idle of the two bounds: [`super::share_idle_bound`]).
 
 use std::collections::BTreeSet;
 

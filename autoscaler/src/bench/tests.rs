@@ -212,6 +212,18 @@ fn share_waste_bound_counts_residuals_nothing_small_can_fill() {
 }
 
 #[test]
+fn share_idle_bound_takes_the_stronger_of_its_two_bounds() {
+    // Seven shares of 340 (two to a device) need four devices: 4 - 2.38 idle, where the
+    // residual argument proves nothing (no share above half a device).
+    assert_eq!(share_waste_bound(&[340; 7]), 0.0);
+    assert!((share_idle_bound(&[340; 7]) - 1.62).abs() < 1e-9);
+    // Where the residual argument is the whole story the two agree.
+    assert!((share_idle_bound(&[810, 810, 160]) - 0.22).abs() < 1e-9);
+    assert_eq!(share_idle_bound(&[700, 300]), 0.0);
+    assert_eq!(share_idle_bound(&[]), 0.0);
+}
+
+#[test]
 fn small_exact_prints_the_ratio_distribution() {
     let d = small_exact::distribution(60);
     assert!(d.solvable > 0 && d.solvable <= 60);
