@@ -152,6 +152,9 @@ pub enum Metric {
     GpuAllocation,
     /// Pods still pending at the end.
     PendingAtEnd,
+    /// USD per useful GPU-hour: what a unit of GPU work that was not thrown away cost. NaN
+    /// for a run with no useful GPU-hour (see [`PolicySummary::work_costs`]).
+    CostPerUsefulGpuHour,
 }
 
 impl Metric {
@@ -167,6 +170,8 @@ impl Metric {
             Metric::GpuHoursRerun => p.gpu_hours_rerun,
             Metric::GpuAllocation => p.gpu_allocation,
             Metric::PendingAtEnd => p.pending_at_end as f64,
+            Metric::CostPerUsefulGpuHour if p.gpu_hours_useful > 0.0 => p.cost / p.gpu_hours_useful,
+            Metric::CostPerUsefulGpuHour => f64::NAN,
         }
     }
 
@@ -182,6 +187,7 @@ impl Metric {
             Metric::GpuHoursRerun => "gpu_hours_rerun",
             Metric::GpuAllocation => "gpu_allocation",
             Metric::PendingAtEnd => "pending_at_end",
+            Metric::CostPerUsefulGpuHour => "cost_per_useful_gpu_hour",
         }
     }
 }
@@ -229,6 +235,19 @@ impl PolicySummary {
             &column(&self.runs.iter().collect::<Vec<_>>(), metric),
             &column(&ours.iter().collect::<Vec<_>>(), metric),
         ))
+    }
+
+    /// [`Metric::CostPerUsefulGpuHour`]: its estimate and, against gpu-autoscaler, its paired
+    /// difference in percent. `None` when a run of this policy or of gpu-autoscaler had no
+    /// useful GPU-hour (a scenario without GPU work, or a policy that ran none of it): a
+    /// price per unit of work that was never done is not a number to compare.
+    pub fn work_costs(&self) -> Option<(Estimate, Option<Estimate>)> {
+        let metric = Metric::CostPerUsefulGpuHour;
+        let finite = |runs: &[PolicyResult]| runs.iter().all(|r| metric.of(r).is_finite());
+        if !finite(&self.runs) || self.ours.as_deref().is_some_and(|o| !finite(o)) {
+            return None;
+        }
+        Some((self.estimate(metric), self.diff_percent(metric)))
     }
 }
 
@@ -430,8 +449,36 @@ pub fn summary_text(s: &SeedSummary) -> String {
             }
         }
     }
+    work_costs(&mut out, s);
     gaps(&mut out, s);
     out
+}
+
+/// One line with each policy's cost per useful GPU-hour (cost over the GPU-hours that were
+/// not thrown away by evictions): a policy that is cheaper because it runs less of the work,
+/// or re-runs it, shows here. Left out when some run had no useful GPU-hour.
+fn work_costs(out: &mut String, s: &SeedSummary) {
+    let mut parts = Vec::new();
+    for p in &s.policies {
+        let Some((e, d)) = p.work_costs() else {
+            return;
+        };
+        parts.push(match d {
+            Some(d) if p.name != OURS => {
+                format!(
+                    "{} {} ({}%, {})",
+                    p.name,
+                    e.show(2),
+                    d.show_signed(1),
+                    cost_verdict(&d)
+                )
+            }
+            _ => format!("{} {}", p.name, e.show(2)),
+        });
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(out, "  $ per useful GPU-hour: {}", parts.join("; "));
+    }
 }
 
 /// Per competitor, the two gaps: to the model of what users run today (`-like`) and to the
@@ -479,6 +526,13 @@ pub fn policy_json(p: &PolicySummary) -> Value {
     }
     if let Some(d) = p.diff_percent(Metric::Cost) {
         put(&mut m, "cost_diff_vs_ours_pct", &d);
+    }
+    if let Some((e, d)) = p.work_costs() {
+        let key = Metric::CostPerUsefulGpuHour.key();
+        put(&mut m, key, &e);
+        if let Some(d) = d {
+            put(&mut m, &format!("{key}_diff_vs_ours_pct"), &d);
+        }
     }
     if let (Some(c), Some(w)) = (p.diff(Metric::Cost), p.diff(Metric::PendingP95)) {
         m.insert("cost_vs_ours".into(), json!(cost_verdict(&c)));
@@ -637,6 +691,84 @@ mod tests {
         assert_eq!(out, items.iter().map(|x| x * x).collect::<Vec<_>>());
         assert_eq!(count.load(Ordering::Relaxed), 50);
         assert!(par_map(&[] as &[u64], 4, |x| *x, || {}).is_empty());
+    }
+
+    fn result(name: &str, cost: f64, useful: f64) -> PolicyResult {
+        PolicyResult {
+            name: name.into(),
+            cost,
+            gpu_hours_useful: useful,
+            ..PolicyResult::default()
+        }
+    }
+
+    fn summary(policies: &[(&str, &[(f64, f64)])]) -> SeedSummary {
+        let runs = |name: &str, v: &[(f64, f64)]| -> Vec<PolicyResult> {
+            v.iter().map(|(c, u)| result(name, *c, *u)).collect()
+        };
+        let ours = policies
+            .iter()
+            .find(|(n, _)| *n == OURS)
+            .map(|(n, v)| runs(n, v));
+        SeedSummary {
+            scenario: "s".into(),
+            seeds: vec![1, 2],
+            virtual_seconds: 3600,
+            pods_mean: 1.0,
+            wall_seconds: 0.0,
+            threads: 1,
+            policies: policies
+                .iter()
+                .map(|(n, v)| PolicySummary {
+                    name: n.to_string(),
+                    description: String::new(),
+                    runs: runs(n, v),
+                    seeds: vec![1, 2],
+                    ours: ours.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn cost_per_useful_gpu_hour_is_paired_by_seed_and_left_out_without_work() {
+        // Cheaper in dollars, dearer per unit of work it kept: 90/30 and 100/40 against
+        // 100/50 and 120/60 are +50 % and +25 % per useful GPU-hour.
+        let s = summary(&[
+            (OURS, &[(100.0, 50.0), (120.0, 60.0)]),
+            ("cheap-but-less", &[(90.0, 30.0), (100.0, 40.0)]),
+        ]);
+        let (e, d) = s.policies[1].work_costs().unwrap();
+        assert!((e.mean - 2.75).abs() < 1e-9, "{e:?}");
+        let d = d.unwrap();
+        assert!((d.mean - 37.5).abs() < 1e-9, "{d:?}");
+        let text = summary_text(&s);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("  $ per useful GPU-hour: "))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            line.contains("gpu-autoscaler 2.00") && line.contains("cheap-but-less 2.75"),
+            "{line}"
+        );
+        let doc = policy_json(&s.policies[1]);
+        assert_eq!(doc["cost_per_useful_gpu_hour_mean"], json!(2.75));
+        assert_eq!(
+            doc["cost_per_useful_gpu_hour_diff_vs_ours_pct_mean"],
+            json!(37.5)
+        );
+        // A run without useful GPU-hours has no price per GPU-hour: the line and keys go.
+        let s = summary(&[
+            (OURS, &[(100.0, 50.0), (120.0, 60.0)]),
+            ("no-gpu-work", &[(90.0, 0.0), (100.0, 40.0)]),
+        ]);
+        assert!(s.policies[1].work_costs().is_none());
+        assert!(!summary_text(&s).contains("per useful GPU-hour"));
+        assert!(
+            policy_json(&s.policies[1])
+                .get("cost_per_useful_gpu_hour_mean")
+                .is_none()
+        );
     }
 
     #[test]

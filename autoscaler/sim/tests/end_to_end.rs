@@ -378,6 +378,16 @@ fn seeds_give_intervals_and_differences_paired_by_seed() {
         }
         assert!(p["gpu_hours_useful"].as_f64().unwrap() > 0.0);
         assert!(p["gpu_hours_rerun"].as_f64().unwrap() >= 0.0);
+        // Dollars per useful GPU-hour: the mean over the seeds of each run's ratio.
+        let ratio: f64 = p["per_seed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["cost"].as_f64().unwrap() / x["gpu_hours_useful"].as_f64().unwrap())
+            .sum::<f64>()
+            / 3.0;
+        let got = p["cost_per_useful_gpu_hour_mean"].as_f64().unwrap();
+        assert!((ratio - got).abs() < 1e-3 * ratio.max(1.0), "{ratio} {got}");
         // The paired difference, by hand from the per-seed costs.
         let mine = per_seed_cost(p);
         let d: Vec<f64> = mine.iter().zip(&ours).map(|(a, b)| a - b).collect();
@@ -398,6 +408,13 @@ fn seeds_give_intervals_and_differences_paired_by_seed() {
     }
     // Both gaps of each competitor: to its model of today and to its idealized model.
     let text = seeds::summary_text(&sum);
+    let work = text
+        .lines()
+        .find(|l| l.starts_with("  $ per useful GPU-hour: "))
+        .unwrap_or_else(|| panic!("no cost per useful GPU-hour in {text}"));
+    for p in &sum.policies {
+        assert!(work.contains(&format!("{} ", p.name)), "{work}");
+    }
     for family in ["karpenter", "ca"] {
         let line = text
             .lines()
