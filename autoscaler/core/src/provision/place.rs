@@ -1,0 +1,279 @@
+//! Placing one pod, or one all-or-nothing group: on an existing node or a claim in flight
+//! first, then on a new claim of this plan (room already paid for before room a claim was
+//! sized for, then the cheapest growth), then on a claim of its own; or deferred, or refused
+//! with a reason.
+
+use super::{Devices, Grow, Planner, SlotKind, Verdict, demand};
+
+impl<'a> Planner<'a> {
+    pub(super) fn place_group(&mut self, group: &str, members: &[usize]) {
+        let min = self
+            .snap
+            .groups
+            .get(group)
+            .map_or(members.len(), |g| g.min_count as usize);
+        if min > members.len() {
+            // Members not created yet: a partial gang launched now would sit idle until they
+            // come, and the gang scheduler binds none of it before then.
+            let msg = format!(
+                "all-or-nothing group {group} needs {min} pods but only {} are pending: waiting for the rest",
+                members.len()
+            );
+            for m in members {
+                self.state.placed[*m] = None;
+                self.reasons[*m] = Some(msg.clone());
+            }
+            return;
+        }
+        let saved = self.state.clone();
+        let mut failed: Vec<usize> = Vec::new();
+        self.in_group = true;
+        for m in members {
+            if !self.place(*m) {
+                failed.push(*m);
+            }
+        }
+        self.in_group = false;
+        let placed = members.len() - failed.len();
+        if placed >= min {
+            // The group's claims past the limit have room other pods may join: a pod deferred
+            // before them is searched for again.
+            self.deferred_scan.fill(false);
+            return;
+        }
+        let first = failed[0];
+        let why = self.reasons[first].clone().unwrap_or_default();
+        let msg = format!(
+            "all-or-nothing group {group} needs {min} pods but only {placed} fit: pod {} {}",
+            self.snap.pending[first].key.name, why
+        );
+        self.state = saved;
+        let limited = self.limited[first].clone();
+        for m in members {
+            self.state.placed[*m] = None;
+            self.reasons[*m] = Some(msg.clone());
+            self.limited[*m] = limited.clone();
+        }
+    }
+
+    /// Places pod `i`; on failure records the reason and returns false.
+    ///
+    /// `PreferNoSchedule` is a soft preference, as Karpenter relaxes it: the pod first tries
+    /// every place without such a taint it does not tolerate, and only when none takes it
+    /// tries again with those places allowed.
+    pub(super) fn place(&mut self, i: usize) -> bool {
+        if self.explain == Some(i) && self.considered.is_none() {
+            // As the pod finds the pools now: the usage of the claims placed before it counts.
+            self.considered = Some(self.consider(i));
+        }
+        if let Some(why) = self.dra_invalid(i) {
+            self.reasons[i] = Some(why);
+            return false;
+        }
+        self.deferred[i] = false;
+        if self.deferred_scan[self.scan_group[i]] && self.defers(i) {
+            self.deferred[i] = true;
+            return false;
+        }
+        let mut placed = self.place_inner(i);
+        // A pod waiting for a later plan's claim does not settle for a place it would avoid.
+        if !placed && self.any_prefer_no_schedule && !self.deferred[i] {
+            let sg = self.scan_group[i];
+            let from = self.scan_from[sg];
+            self.relaxed = true;
+            placed = self.place_inner(i);
+            self.relaxed = false;
+            // What the relaxed scan skipped says nothing about identical pods' first try.
+            self.scan_from[sg] = from;
+        }
+        if placed {
+            self.count_placed(i);
+        }
+        placed
+    }
+
+    /// Pod `i` has a place: one fewer of its kind and its class's demand left to place.
+    pub(super) fn count_placed(&mut self, i: usize) {
+        let g = self.demand_group[i];
+        self.remaining[g] = self.remaining[g].saturating_sub(1);
+        let need = demand(&self.snap.pending[i], &Devices::default());
+        self.class_left[self.class_of[i]].sub(&need);
+    }
+
+    pub(super) fn place_inner(&mut self, i: usize) -> bool {
+        let ci = self.class_of[i];
+        let sg = self.scan_group[i];
+        let start = if self.monotone[i] && !self.relaxed {
+            self.scan_from[sg]
+        } else {
+            0
+        };
+        let mut first_ok: Option<usize> = None;
+        // 1. existing nodes and in-flight claims, in that order (slots are laid out that way).
+        // Capacity that is already there is used under a PreferNoSchedule taint the pod does
+        // not tolerate too (the scheduler would put the pod there rather than leave it
+        // pending), but only once no other node or claim takes it.
+        let n = self.state.slots.len();
+        let was_relaxed = self.relaxed;
+        let mut from = start;
+        let fixed = loop {
+            if let Some(si) = self.scan_fixed(i, from) {
+                break Some(si);
+            }
+            if self.relaxed || !self.any_prefer_no_schedule {
+                break None;
+            }
+            // Slots before `start` may only have been avoided, not refused.
+            self.relaxed = true;
+            from = 0;
+        };
+        self.relaxed = was_relaxed;
+        if let Some(si) = fixed {
+            self.scan_from[sg] = si;
+            self.commit(i, si, None, false);
+            return true;
+        }
+        // 2. a new claim that takes it below the price it was opened for, if the pod's fair
+        // share of that price is no more than the pod would cost on a node of its own kind.
+        let mut best: Option<(f64, usize, Option<Grow>)> = None;
+        // The first claim that holds the pod at no extra price but at a fair share above a
+        // node of its own: the place for a pod that cannot have a node of its own.
+        let mut free: Option<(usize, Option<Grow>)> = None;
+        // The first claim that takes the pod into room it was sized for but has not bought.
+        let mut join: Option<(usize, Option<Grow>)> = None;
+        let avoid_gpu = self.avoid_gpu(i);
+        let mut own = None;
+        // Identical pods come one after another and a placement changes one claim, so for
+        // pods whose answer depends on nothing but the claim itself, each claim's verdict is
+        // kept per scan group and recomputed only when the claim's stamp moved on.
+        let cacheable = self.verdict_depends_on_slot_only(i);
+        if cacheable && self.verdicts[sg].len() < n {
+            self.verdicts[sg].resize(n, (0, Verdict::No));
+        }
+        let req = &self.snap.pending[i].requests;
+        let req = [req.cpu, req.memory, req.pods];
+        for si in start.max(self.state.fixed)..n {
+            // Past a claim that takes the pod into unbought room, only room a claim has
+            // bought is of interest: its cheapest candidate must hold the pod as it is.
+            if join.is_some()
+                && self
+                    .state
+                    .cheapest_room
+                    .get(si)
+                    .is_none_or(|room| req[0] > room[0] || req[1] > room[1] || req[2] > room[2])
+            {
+                continue;
+            }
+            let slot = &self.state.slots[si];
+            if !slot.open || slot.kind != SlotKind::New || self.avoids(ci, &slot.taints) {
+                continue;
+            }
+            let stamp = slot.stamp;
+            // The claim's grown form comes with a fresh verdict; a cached one recomputes it
+            // only for the claim the pod goes to.
+            let (verdict, grow) = match self.verdicts[sg].get(si) {
+                Some((s, v)) if cacheable && *s == stamp => (*v, None),
+                _ => {
+                    let (v, grow) = self.verdict(i, si, avoid_gpu, &mut own);
+                    if cacheable {
+                        self.verdicts[sg][si] = (stamp, v);
+                    }
+                    (v, grow)
+                }
+            };
+            let delta = match verdict {
+                Verdict::No => continue,
+                Verdict::Join { free } => {
+                    first_ok.get_or_insert(si);
+                    if !free {
+                        // Room the claim was sized for but has not bought yet: taken only
+                        // when no claim has room it pays for anyway.
+                        if join.is_none() {
+                            join = Some((si, grow));
+                        }
+                        continue;
+                    }
+                    if let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu)) {
+                        self.scan_from[sg] = first_ok.unwrap_or(si);
+                        self.commit(i, si, Some(grow), avoid_gpu);
+                        return true;
+                    }
+                    continue;
+                }
+                Verdict::Grow(delta) => delta,
+            };
+            first_ok.get_or_insert(si);
+            if delta <= 1e-12 {
+                if free.is_none() {
+                    free = Some((si, grow));
+                }
+            } else if best.as_ref().is_none_or(|b| delta < b.0) {
+                best = Some((delta, si, grow));
+            }
+        }
+        self.scan_from[sg] = first_ok.unwrap_or(n);
+        if let Some((si, grow)) = join
+            && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
+        {
+            self.commit(i, si, Some(grow), avoid_gpu);
+            return true;
+        }
+        // 3. grow the claim whose price grows least, when that is cheaper than a node alone.
+        let alone = self.open_claim_candidates(i);
+        // A pod no new node could take (its pod affinity targets are all on claims of this
+        // plan) joins where it costs nothing more rather than stay pending.
+        if alone.is_err()
+            && let Some((si, grow)) = free
+            && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
+        {
+            self.commit(i, si, Some(grow), avoid_gpu);
+            return true;
+        }
+        if let Some((delta, si, grow)) = best
+            && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
+        {
+            let alone_price = alone.as_ref().ok().map(|(.., p)| *p);
+            if alone_price.is_none_or(|a| delta <= a + 1e-12) {
+                self.commit(i, si, Some(grow), avoid_gpu);
+                let slot = &mut self.state.slots[si];
+                if slot.price > slot.target {
+                    slot.target = slot.price;
+                    slot.target_shape = slot.candidates.first().copied();
+                }
+                return true;
+            }
+        }
+        // 4. a new claim, sized for the similar pods that follow; past the plan's limit of
+        // new claims, a later plan's.
+        match alone {
+            Ok(_) if self.defers(i) => {
+                self.deferred[i] = true;
+                // Identical pods get the same answer only while the plan just fills: not for
+                // pods whose zone rules or affinity open up as others are placed.
+                if self.monotone[i] && self.snap.pending[i].claims.is_empty() {
+                    self.deferred_scan[sg] = true;
+                }
+                false
+            }
+            Ok((pool, reqs, cands, price, _)) => {
+                self.open_claim(i, pool, reqs, cands, price, avoid_gpu);
+                true
+            }
+            Err(reason) => {
+                self.reasons[i] = Some(reason);
+                false
+            }
+        }
+    }
+
+    /// Whether the plan has opened [`PlanOptions::max_new_claims`] claims.
+    pub(super) fn at_claim_limit(&self) -> bool {
+        self.state.claims_opened >= self.options.max_new_claims
+    }
+
+    /// Whether pod `i`, needing a new claim, waits for a later plan: the plan is at its limit
+    /// and the pod is not a member of the all-or-nothing group being placed.
+    pub(super) fn defers(&self, i: usize) -> bool {
+        !self.in_group && self.snap.pending[i].group.is_none() && self.at_claim_limit()
+    }
+}
