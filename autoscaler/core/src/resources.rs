@@ -236,17 +236,8 @@ impl Resources {
 
     /// Per-resource maximum (used for init containers: max(init, sum of app containers)).
     pub fn max(&self, other: &Resources) -> Resources {
-        let mut r = Resources {
-            cpu: self.cpu.max(other.cpu),
-            memory: self.memory.max(other.memory),
-            ephemeral_storage: self.ephemeral_storage.max(other.ephemeral_storage),
-            pods: self.pods.max(other.pods),
-            extended: self.extended.clone(),
-        };
-        for (k, v) in &other.extended {
-            let cur = r.get(k);
-            r.set(k, cur.max(*v));
-        }
+        let mut r = self.clone();
+        r.max_assign(other);
         r
     }
 
