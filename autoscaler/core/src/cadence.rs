@@ -50,6 +50,15 @@ impl Default for Cadence {
 }
 
 impl Cadence {
+    /// How long a pod's nomination to a node keeps that node from disruption after the plan
+    /// that last made it: Karpenter's window (twice the batch maximum, at least 10 s;
+    /// `nominationWindow` in kubernetes-sigs/karpenter `pkg/controllers/state/statenode.go`),
+    /// and at least two re-plan intervals, so that the re-plans of a pod still pending renew
+    /// it before it lapses.
+    pub fn nomination_window_s(&self) -> i64 {
+        (2 * self.batch_max_s).max(2 * self.replan_s).max(10)
+    }
+
     /// How long a ProvisioningRequest without capacity waits before its next attempt, after
     /// `attempts` failed ones: [`Cadence::provreq_retry_s`] doubling per attempt, at most
     /// [`Cadence::provreq_retry_max_s`].
@@ -90,5 +99,25 @@ mod tests {
         let delays: Vec<i64> = (0..7).map(|a| c.provreq_retry_delay_s(a)).collect();
         assert_eq!(delays, [10, 20, 40, 80, 160, 300, 300]);
         assert_eq!(c.provreq_retry_delay_s(u32::MAX), 300);
+    }
+
+    /// Karpenter's window by default; a slower re-plan stretches it so a renewal comes first.
+    #[test]
+    fn nominations_last_two_batches_or_two_replans_and_at_least_10s() {
+        let c = Cadence::default();
+        assert_eq!(c.nomination_window_s(), 20);
+        let slow_batches = Cadence {
+            batch_max_s: 30,
+            ..c
+        };
+        assert_eq!(slow_batches.nomination_window_s(), 60);
+        let slow_replans = Cadence { replan_s: 45, ..c };
+        assert_eq!(slow_replans.nomination_window_s(), 90);
+        let fast = Cadence {
+            batch_max_s: 1,
+            replan_s: 0,
+            ..c
+        };
+        assert_eq!(fast.nomination_window_s(), 10);
     }
 }

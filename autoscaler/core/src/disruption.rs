@@ -309,6 +309,8 @@ pub enum VerdictKind {
     Booked,
     /// The node has not initialized.
     NotInitialized,
+    /// A pending pod is nominated to the node: the scheduler is about to bind it there.
+    Nominated,
     /// A MIG reconfiguration is in progress.
     MigReconfiguring,
     /// A pod that may not be evicted: `safe-to-evict=false`, no controller, local storage,
@@ -479,8 +481,9 @@ mod validation;
 use budgets::Allowance;
 pub use budgets::budget_nodes;
 pub use candidates::{
-    DRA_DEVICES, node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,
-    utilization_by_resource, utilization_by_resource_with_devices, utilization_with_devices,
+    DRA_DEVICES, Nominations, node_block, node_block_in, node_blocker, pod_block, pod_blocker,
+    pod_protection, utilization, utilization_by_resource, utilization_by_resource_with_devices,
+    utilization_with_devices,
 };
 pub use simulate::{UNINITIALIZED_TARGET, UNREADY_TARGET, simulate};
 pub use validation::validate;
@@ -521,6 +524,8 @@ struct Pass<'a> {
     work: Vec<Cow<'a, Node>>,
     /// Nodes the commands so far remove.
     gone: BTreeSet<String>,
+    /// The snapshot's nominations, indexed by claim.
+    nominations: Nominations<'a>,
 }
 
 impl<'a> Pass<'a> {
@@ -544,6 +549,7 @@ impl<'a> Pass<'a> {
             allowance: Allowance::new(snap, config, &state.in_progress),
             work: snap.nodes.iter().map(Cow::Borrowed).collect(),
             gone: BTreeSet::new(),
+            nominations: Nominations::of(snap),
         }
     }
 

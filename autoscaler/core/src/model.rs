@@ -590,7 +590,10 @@ pub struct Snapshot {
     /// Pending pods an earlier plan put on a claim still in flight, with the claim's name
     /// (Karpenter's nominations). The planner keeps each on its claim while it fits there, so
     /// that pods arriving later do not take its room and push it onto yet another claim.
-    /// Entries for pods not pending or claims not in flight are ignored.
+    /// Disruption keeps the node of a named claim while the entry is there (the pod is about
+    /// to be bound to it); the caller drops entries whose pod is no longer pending, and
+    /// entries no plan has renewed for [`crate::cadence::Cadence::nomination_window_s`].
+    /// The planner ignores entries for pods not pending or claims not in flight.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub nominated: BTreeMap<PodKey, String>,
     /// Limits on the whole cluster (flags and CapacityQuota objects), across NodePools.

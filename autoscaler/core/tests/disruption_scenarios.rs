@@ -624,6 +624,47 @@ fn scale_to_zero_and_booked_capacity() {
     );
 }
 
+/// A node an earlier plan nominated a pending pod to is kept while the nomination lasts: the
+/// scheduler has not bound the pod yet, so the node looks empty only until it does (Karpenter's
+/// "nominated for a pending pod"). A command decided before the nomination fails validation.
+#[test]
+fn a_node_a_pending_pod_is_nominated_to_stays() {
+    let mut s = snap(
+        vec![managed("a", &g1(), "gpu"), managed("b", &g1(), "gpu")],
+        vec![pool("gpu", vec![g1()]).disruption(quick())],
+    );
+    s.nodes[0].claim = Some("gpu-a".into());
+    s.nodes[1].claim = Some("gpu-b".into());
+    let cfg = DisruptionConfig::default();
+    let before = plan_disruption(&s, &DisruptionState::default(), 0, &cfg);
+    let mut nominated = s.clone();
+    let late = pod("late").gpus(1).build().key;
+    nominated.nominated.insert(late.clone(), "gpu-a".into());
+    // A nomination to a claim no node has (still in flight) keeps nothing.
+    nominated
+        .nominated
+        .insert(pod("other").build().key, "gpu-elsewhere".into());
+    check(
+        &nominated,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Empty Delete nodes=[b] pods=0 savings=1.006
+            keep a: pending pod default/late is nominated to it
+        "#]],
+    );
+    let cmd = before
+        .commands
+        .iter()
+        .find(|c| c.nodes.contains(&"a".to_string()))
+        .expect("a command removes a when nothing is nominated");
+    assert_eq!(validate(cmd, &s, 15, &cfg), Ok(()));
+    assert_eq!(
+        validate(cmd, &nominated, 15, &cfg).unwrap_err(),
+        "node a: pending pod default/late is nominated to it"
+    );
+}
+
 #[test]
 fn pool_delays_after_scale_up_and_failure() {
     let s = snap(

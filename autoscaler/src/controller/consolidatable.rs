@@ -48,6 +48,7 @@ pub fn reason(kind: VerdictKind) -> &'static str {
         K::ScaleDownDisabled => "ScaleDownDisabled",
         K::Booked => "Booked",
         K::NotInitialized => "NotInitialized",
+        K::Nominated => "Nominated",
         K::MigReconfiguring => "MigReconfiguring",
         K::NotEvictable => "NotEvictable",
         K::PdbBlocked => "PdbBlocked",

@@ -62,6 +62,14 @@ fn epoch() -> i64 {
     jiff::Timestamp::now().as_second()
 }
 
+/// Where the last plan that placed a pending pod put it.
+struct Nomination {
+    /// The claim: in flight, or behind the existing node the pod is to be bound to.
+    claim: String,
+    /// When that plan was made ([`Controller::millis`]).
+    at_ms: u64,
+}
+
 /// Shared between the loop and its launch and termination tasks.
 struct Shared<P> {
     provider: Arc<P>,
@@ -177,11 +185,12 @@ struct Controller<P> {
     draining: HashMap<String, termination::Draining>,
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
     notices: pod_problems::Notices,
-    /// Pending pods the last plans put on claims, by claim name ([`Snapshot::nominated`]):
-    /// in memory, so a new leader plans its first round from scratch.
+    /// Pending pods the last plans put on claims, in flight or initialized
+    /// ([`Snapshot::nominated`]): in memory, so a new leader plans its first round from
+    /// scratch.
     ///
     /// [`Snapshot::nominated`]: autoscaler_core::model::Snapshot::nominated
-    nominations: BTreeMap<autoscaler_core::model::PodKey, String>,
+    nominations: BTreeMap<autoscaler_core::model::PodKey, Nomination>,
     /// The planner's instance-type shapes, built again only when the NodePools or DaemonSets
     /// of a round's snapshot changed ([`autoscaler_core::provision::plan_cached`]).
     shapes: autoscaler_core::provision::ShapeCache,

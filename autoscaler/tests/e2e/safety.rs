@@ -1,6 +1,6 @@
 //! Test 4: a PodDisruptionBudget with 0 disruptions allowed blocks consolidation; a pod the
 //! controller's cache has not seen keeps its node; with two replicas and leader election only
-//! the leader writes.
+//! the leader writes; a node waiting for the pod nominated to it is kept.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,9 +9,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nodepools::NodePool;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::*;
 
@@ -362,4 +362,72 @@ async fn e2e_4d_a_node_left_tainted_by_a_dead_leader_is_released_and_consolidate
         "{}",
         ctl.log()
     );
+}
+
+/// A node whose pending pod the scheduler has not bound yet is not empty: the plan's
+/// nomination keeps it, as Karpenter keeps a node nominated for a pending pod. Seen once in
+/// CI before the rule: a node was removed as `Empty` 13 ms after it initialized, because the
+/// loaded harness scheduler had not bound its pod, and the pod then waited out the launch
+/// guard. Here the test plays a slow scheduler: the pod names another scheduler, the test
+/// marks it unschedulable and binds it itself. Once the pod is gone the node is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4j_a_node_waiting_for_its_nominated_pod_is_kept() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(cpu_pool("cpu", "0s")).await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let mut late = cpu_pod("late", "3", BTreeMap::new());
+    late["spec"]["schedulerName"] = json!("slow-scheduler");
+    let _: Pod = c.create(late).await;
+    let pods = Api::<Pod>::namespaced(c.client.clone(), "default");
+    pods.patch_status(
+        "late",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/0 nodes are available"}]}})),
+    )
+    .await
+    .expect("status patch");
+    let node = eventually("the node kept for its nominated pod", DEADLINE, || async {
+        let claim = c.claims().await.into_iter().find(|x| {
+            x.status.as_ref().is_some_and(|s| {
+                s.conditions.iter().any(|k| {
+                    k.type_ == "Consolidatable" && k.status == "False" && k.reason == "Nominated"
+                })
+            })
+        })?;
+        claim.status?.node_name
+    })
+    .await;
+    // Five disruption passes that all began after the verdict: the node is still there.
+    ctl.more_loops("disrupt", 5).await;
+    assert!(
+        c.nodes()
+            .await
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(&node)),
+        "the node was removed before its pod was bound:\n{}",
+        ctl.log()
+    );
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "late", "namespace": "default"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node}
+    });
+    pods.create_subresource::<Value, Value>("binding", "late", &PostParams::default(), &binding)
+        .await
+        .expect("binding");
+    eventually("the pod bound to its node", DEADLINE, || async {
+        (bound_to(&c.pod("default", "late").await?)? == node).then_some(())
+    })
+    .await;
+    pods.delete("late", &DeleteParams::default()).await.unwrap();
+    eventually("the emptied node removed", DEADLINE, || async {
+        (!c.nodes()
+            .await
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(&node)))
+        .then_some(())
+    })
+    .await;
 }

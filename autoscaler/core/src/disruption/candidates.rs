@@ -2,8 +2,10 @@
 //! (do-not-disrupt, safe-to-evict, PDBs...), and phase 1 of planning, which picks the nodes
 //! worth removing and orders them by savings per disruption cost.
 
+use std::collections::HashMap;
+
 use crate::labels;
-use crate::model::{ConsolidationPolicy, Node, Pod, Snapshot};
+use crate::model::{ConsolidationPolicy, Node, Pod, PodKey, Snapshot};
 use crate::resources::{is_gpu_class, names};
 
 use super::{
@@ -259,6 +261,33 @@ fn booked() -> Blocker {
     )
 }
 
+/// The pending pods of [`Snapshot::nominated`] by the claim they are nominated to (the first
+/// by key when several are), so that each node's check is one lookup: a backlog can nominate
+/// a hundred thousand pods.
+pub struct Nominations<'a>(HashMap<&'a str, &'a PodKey>);
+
+impl<'a> Nominations<'a> {
+    /// The index of `snap`'s nominations.
+    pub fn of(snap: &'a Snapshot) -> Self {
+        let mut by_claim = HashMap::new();
+        for (pod, claim) in &snap.nominated {
+            by_claim.entry(claim.as_str()).or_insert(pod);
+        }
+        Nominations(by_claim)
+    }
+
+    /// Why `node` stays for a pending pod nominated to its claim, if one is: Karpenter does
+    /// not disrupt a node the scheduler is about to bind a pod to, as the node would look
+    /// empty (or emptier) only until the pod lands.
+    fn block(&self, node: &Node) -> Option<Blocker> {
+        let pod = self.0.get(node.claim.as_deref()?)?;
+        Some(Blocker::new(
+            VerdictKind::Nominated,
+            format!("pending pod {pod} is nominated to it"),
+        ))
+    }
+}
+
 /// Why a node may not be disrupted at `now`, ignoring thresholds and budgets.
 pub fn node_blocker(node: &Node, snap: &Snapshot, now: i64) -> Option<String> {
     node_block(node, snap, now).map(|b| b.message)
@@ -266,6 +295,16 @@ pub fn node_blocker(node: &Node, snap: &Snapshot, now: i64) -> Option<String> {
 
 /// [`node_blocker`] with the blocker's kind and wait.
 pub fn node_block(node: &Node, snap: &Snapshot, now: i64) -> Option<Blocker> {
+    node_block_in(node, snap, &Nominations::of(snap), now)
+}
+
+/// [`node_block`] with `snap`'s nominations indexed once by the caller.
+pub fn node_block_in(
+    node: &Node,
+    snap: &Snapshot,
+    nominations: &Nominations<'_>,
+    now: i64,
+) -> Option<Blocker> {
     use VerdictKind as K;
     let ann = |k: &str| node.annotations.get(k).map(String::as_str);
     if node.pool.is_none() {
@@ -293,6 +332,9 @@ pub fn node_block(node: &Node, snap: &Snapshot, now: i64) -> Option<Blocker> {
             K::NotInitialized,
             "not initialized yet (device plugin or startup taints pending, or no NodeClaim records it yet)",
         ));
+    }
+    if let Some(b) = nominations.block(node) {
+        return Some(b);
     }
     if let Some(state) = node.labels.get(labels::NVIDIA_MIG_CONFIG_STATE)
         && (state == "pending" || state == "rebooting")
@@ -421,7 +463,7 @@ impl Pass<'_> {
                 "NodePool consolidates only empty nodes",
             ));
         }
-        if let Some(b) = node_block(n, snap, now) {
+        if let Some(b) = node_block_in(n, snap, &self.nominations, now) {
             return Some(b);
         }
         let since = state.unneeded_since.get(&n.name).copied().unwrap_or(now);

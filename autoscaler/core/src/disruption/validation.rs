@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use crate::model::{DisruptionReason, Node, Snapshot};
 
 use super::budgets::Allowance;
-use super::candidates::{movable, node_blocker};
+use super::candidates::{Nominations, movable, node_block_in};
 use super::simulate::{nowhere_to_go, simulate};
 use super::{Command, DisruptionConfig, Method};
 
@@ -25,13 +25,14 @@ pub fn validate(
         ));
     }
     let mut removed = BTreeSet::new();
+    let nominations = Nominations::of(snap);
     for name in &command.nodes {
         let Some(i) = snap.nodes.iter().position(|n| &n.name == name) else {
             return Err(format!("node {name} is gone"));
         };
         let n = &snap.nodes[i];
-        if let Some(b) = node_blocker(n, snap, now) {
-            return Err(format!("node {name}: {b}"));
+        if let Some(b) = node_block_in(n, snap, &nominations, now) {
+            return Err(format!("node {name}: {}", b.message));
         }
         if command.reason == DisruptionReason::Empty && !movable(n).is_empty() {
             return Err(format!("node {name} is no longer empty"));

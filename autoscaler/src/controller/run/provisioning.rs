@@ -31,7 +31,7 @@ use crate::controller::keys;
 use crate::controller::pod_problems;
 use crate::controller::snapshot::Inputs;
 
-use super::{Controller, epoch};
+use super::{Controller, Nomination, epoch};
 
 /// The NodeClaim to create for a planned claim of `cluster`: the claim of a group's node
 /// carries the group's placement group ([`keys::PLACEMENT_GROUP_ANNOTATION`]), a claim for
@@ -291,7 +291,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
             dra: &dra,
         });
         self.hold_bookings(&mut built.snapshot, &pods);
-        built.snapshot.nominated = self.nominations.clone();
+        built.snapshot.nominated = self
+            .nominations
+            .iter()
+            .map(|(k, n)| (k.clone(), n.claim.clone()))
+            .collect();
         built.snapshot.cluster_limits = self.cluster_limits();
         let pod_by_key: HashMap<&PodKey, &Arc<CachedPod>> =
             pods.iter().map(|p| (&p.key, p)).collect();
@@ -336,7 +340,19 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let mut events = Vec::new();
         self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
         for p in &plan.in_flight {
-            self.nominations.insert(p.pod.clone(), p.target.clone());
+            self.nominate(&p.pod, &p.target);
+        }
+        // A pod planned onto an existing node keeps that node while the scheduler binds it.
+        let claim_of: HashMap<&str, &str> = built
+            .snapshot
+            .nodes
+            .iter()
+            .filter_map(|n| Some((n.name.as_str(), n.claim.as_deref()?)))
+            .collect();
+        for p in &plan.existing {
+            if let Some(claim) = claim_of.get(p.target.as_str()) {
+                self.nominate(&p.pod, claim);
+            }
         }
         if !plan.deferred.is_empty() && !plan.new_claims.is_empty() {
             // The plan stopped opening claims at its limit: the pods it left are planned again
@@ -410,7 +426,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     );
                     self.guard.launches.created(&cname, &nc.pods);
                     for pk in &nc.pods {
-                        self.nominations.insert(pk.clone(), cname.clone());
+                        self.nominate(pk, &cname);
                     }
                     self.disruption_state.scaled_up(&nc.pool, epoch());
                     self.visibility.decided(
@@ -583,7 +599,38 @@ impl<P: CloudProvider + 'static> Controller<P> {
         crate::controller::snapshot::take_pod_events(&mut snap, &events);
         self.hold_bookings(&mut snap, &pods);
         snap.cluster_limits = self.cluster_limits();
+        if for_disruption {
+            snap.nominated = self.live_nominations(&pending);
+        }
         snap
+    }
+
+    /// Records that the plan just made puts pending pod `pod` on claim `claim`.
+    fn nominate(&mut self, pod: &PodKey, claim: &str) {
+        let at_ms = self.millis();
+        self.nominations.insert(
+            pod.clone(),
+            Nomination {
+                claim: claim.to_string(),
+                at_ms,
+            },
+        );
+    }
+
+    /// The nominations that keep their nodes from disruption: the pod still pending, and a
+    /// plan made them within the nomination window
+    /// ([`autoscaler_core::cadence::Cadence::nomination_window_s`]). A pod the scheduler
+    /// never binds where it was planned stops holding the node once re-plans stop renewing it.
+    fn live_nominations(&self, pending: &BTreeSet<PodKey>) -> BTreeMap<PodKey, String> {
+        let window_ms = u64::try_from(self.args.cadence().nomination_window_s())
+            .unwrap_or(0)
+            .saturating_mul(1000);
+        let now = self.millis();
+        self.nominations
+            .iter()
+            .filter(|(k, n)| pending.contains(*k) && now.saturating_sub(n.at_ms) < window_ms)
+            .map(|(k, n)| (k.clone(), n.claim.clone()))
+            .collect()
     }
 }
 
