@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use crate::duration::default_seconds;
 
 use crate::model::{DisruptionReason, Node, PodKey, Snapshot};
-use crate::plan::NewClaim;
+use crate::plan::{NewClaim, Plan};
 
 pub use crate::keys::{DO_NOT_DISRUPT, POD_DELETION_COST, SAFE_TO_EVICT, SCALE_DOWN_DISABLED};
 
@@ -526,6 +526,8 @@ struct Pass<'a> {
     gone: BTreeSet<String>,
     /// The snapshot's nominations, indexed by claim.
     nominations: Nominations<'a>,
+    /// The working cluster copied once for the simulations, until a command changes it.
+    sim: std::cell::RefCell<simulate::SimBase>,
 }
 
 impl<'a> Pass<'a> {
@@ -550,6 +552,7 @@ impl<'a> Pass<'a> {
             work: snap.nodes.iter().map(Cow::Borrowed).collect(),
             gone: BTreeSet::new(),
             nominations: Nominations::of(snap),
+            sim: Default::default(),
         }
     }
 
@@ -568,6 +571,20 @@ impl<'a> Pass<'a> {
             .filter(|(_, n)| wanted.contains(n.name.as_str()))
             .map(|(i, _)| i)
             .collect()
+    }
+
+    /// Where the pods of the working cluster's nodes `removed` would go ([`simulate::simulate`]).
+    fn simulate(&self, removed: &BTreeSet<usize>, allow_new: bool) -> Plan {
+        self.sim
+            .borrow_mut()
+            .simulate(self.snap, &self.work, removed, allow_new)
+    }
+
+    /// Moves the pods of `removed` where `plan` puts them and takes those nodes out of the
+    /// working cluster.
+    fn apply(&mut self, removed: &BTreeSet<usize>, plan: &Plan) {
+        simulate::apply(&mut self.work, removed, plan);
+        self.sim.get_mut().invalidate();
     }
 
     /// Gives a node that stays the blocker why.

@@ -7,7 +7,7 @@
 use crate::model::{DisruptionReason, Node};
 
 use super::candidates::movable;
-use super::simulate::{apply, nowhere_to_go, simulate};
+use super::simulate::nowhere_to_go;
 use super::{Blocker, Command, Method, Pass, VerdictKind};
 
 impl Pass<'_> {
@@ -47,7 +47,7 @@ impl Pass<'_> {
                 continue;
             }
             let removed = self.indices(chosen.iter().map(|ni| snap.nodes[*ni].name.as_str()));
-            let plan = simulate(snap, &self.work, &removed, false);
+            let plan = self.simulate(&removed, false);
             if let Some(u) = plan.unschedulable.first() {
                 let why = format!(
                     "NodePool {} scales down only as a whole and its nodes' pods do not fit elsewhere together: {}",
@@ -96,7 +96,7 @@ impl Pass<'_> {
                 self.disrupt(name, kind, words.clone());
                 self.gone.insert(name.clone());
             }
-            apply(&mut self.work, &removed, &plan);
+            self.apply(&removed, &plan);
             self.out.commands.push(Command {
                 reason,
                 method: Method::Delete,

@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use crate::model::{DisruptionReason, Node};
 
 use super::candidates::movable;
-use super::simulate::{apply, simulate};
 use super::{Command, Method, Pass, VerdictKind};
 
 impl Pass<'_> {
@@ -41,7 +40,7 @@ impl Pass<'_> {
     /// Deletes node `n` (`removed`, its index in the working cluster) when its pods fit on the
     /// other nodes. True when that settled the node: deleted, or refused by a budget.
     fn delete(&mut self, n: &Node, removed: &BTreeSet<usize>) -> bool {
-        let plan = simulate(self.snap, &self.work, removed, false);
+        let plan = self.simulate(removed, false);
         if !plan.unschedulable.is_empty() {
             return false;
         }
@@ -56,7 +55,7 @@ impl Pass<'_> {
             return true;
         }
         let pods = movable(n).iter().map(|p| p.key.clone()).collect();
-        apply(&mut self.work, removed, &plan);
+        self.apply(removed, &plan);
         self.gone.insert(n.name.clone());
         self.disrupt(
             &n.name,

@@ -5,7 +5,6 @@ use crate::model::DisruptionReason;
 use crate::plan::Plan;
 
 use super::candidates::movable;
-use super::simulate::apply;
 use super::{Command, Method, Pass, VerdictKind};
 
 impl Pass<'_> {
@@ -38,7 +37,7 @@ impl Pass<'_> {
             self.gone.insert(name.clone());
         }
         let removed = self.indices(empties.iter().map(String::as_str));
-        apply(&mut self.work, &removed, &Plan::default());
+        self.apply(&removed, &Plan::default());
         self.out.commands.push(Command {
             reason: DisruptionReason::Empty,
             method: Method::Delete,

@@ -9,7 +9,6 @@ use crate::plan::Plan;
 
 use super::candidates::movable;
 use super::replace::cheaper_only;
-use super::simulate::{apply, simulate};
 use super::{Command, Method, Pass, VerdictKind};
 
 impl Pass<'_> {
@@ -65,7 +64,7 @@ impl Pass<'_> {
                 format!("underutilized: consolidated with {} other nodes", k - 1),
             );
         }
-        apply(&mut self.work, &removed, &plan);
+        self.apply(&removed, &plan);
         self.out.commands.push(Command {
             reason: DisruptionReason::Underutilized,
             method: if replaced {
@@ -86,7 +85,7 @@ impl Pass<'_> {
     fn try_prefix(&self, prefix: &[String]) -> Option<(BTreeSet<usize>, Plan, f64)> {
         let work = &self.work;
         let removed = self.indices(prefix.iter().map(String::as_str));
-        let mut plan = simulate(self.snap, work, &removed, true);
+        let mut plan = self.simulate(&removed, true);
         let cost: f64 = removed.iter().map(|i| work[*i].price.unwrap_or(0.0)).sum();
         if !(plan.unschedulable.is_empty() && plan.new_claims.len() <= 1 && plan.new_cost() < cost)
         {

@@ -10,7 +10,7 @@ use crate::model::{DisruptionReason, Node, Snapshot};
 use crate::plan::NewClaim;
 
 use super::candidates::movable;
-use super::simulate::{apply, nowhere_to_go, simulate};
+use super::simulate::nowhere_to_go;
 use super::{Blocker, Command, Method, Pass, VerdictKind};
 
 impl Pass<'_> {
@@ -18,7 +18,7 @@ impl Pass<'_> {
     /// node. False when the node is left over: no such replacement (the verdict says why).
     pub(super) fn replace(&mut self, n: &Node, removed: &BTreeSet<usize>) -> bool {
         let snap = self.snap;
-        let plan = simulate(snap, &self.work, removed, true);
+        let plan = self.simulate(removed, true);
         let price = n.price.unwrap_or(0.0);
         let mut replacement = (plan.unschedulable.is_empty()
             && plan.new_claims.len() == 1
@@ -53,7 +53,7 @@ impl Pass<'_> {
             return true;
         }
         let pods = movable(n).iter().map(|p| p.key.clone()).collect();
-        apply(&mut self.work, removed, &plan);
+        self.apply(removed, &plan);
         self.gone.insert(n.name.clone());
         self.disrupt(
             &n.name,

@@ -21,47 +21,92 @@ pub fn simulate<N: Borrow<Node>>(
     removed: &BTreeSet<usize>,
     allow_new: bool,
 ) -> Plan {
-    let mut pending = Vec::new();
-    for ri in removed {
-        for p in movable(nodes[*ri].borrow()) {
-            let mut p = p.clone();
-            p.group = None;
-            pending.push(p);
-        }
+    SimBase::default().simulate(snap, nodes, removed, allow_new)
+}
+
+/// The cluster a pass simulates on, as one owned snapshot of every node kept between its
+/// simulations: each [`SimBase::simulate`] takes the removed nodes out, plans, and puts them
+/// back. Copying every node for each candidate (and freeing the copies) was half of the cost
+/// of a disruption pass over a few thousand nodes. The caller drops the copy
+/// ([`SimBase::invalidate`]) whenever the nodes it passes change.
+#[derive(Default)]
+pub(super) struct SimBase {
+    /// The snapshot with every node and no pending pod; `None` until the first simulation
+    /// after a change.
+    base: Option<Snapshot>,
+    /// The NodePools a replacement may come from, while they are not in `base`.
+    launchable: Vec<crate::model::Pool>,
+}
+
+impl SimBase {
+    /// Forgets the copy: the nodes changed.
+    pub(super) fn invalidate(&mut self) {
+        self.base = None;
     }
-    let sim = Snapshot {
-        pending,
-        nodes: nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !removed.contains(i))
-            .map(|(_, n)| n.borrow().clone())
-            .collect(),
-        in_flight: vec![],
-        // No claim in flight here for a nomination to hold.
-        nominated: BTreeMap::new(),
-        daemonsets: snap.daemonsets.clone(),
-        // An atomic pool's nodes come all together, never as one replacement.
-        pools: if allow_new {
-            snap.pools
+
+    /// [`simulate`] on the kept copy of `nodes` (made from them, and from `snap`'s other
+    /// fields, when there is none).
+    pub(super) fn simulate<N: Borrow<Node>>(
+        &mut self,
+        snap: &Snapshot,
+        nodes: &[N],
+        removed: &BTreeSet<usize>,
+        allow_new: bool,
+    ) -> Plan {
+        let launchable = &mut self.launchable;
+        let base = self.base.get_or_insert_with(|| {
+            // An atomic pool's nodes come all together, never as one replacement.
+            *launchable = snap
+                .pools
                 .iter()
                 .filter(|p| p.atomic_nodes.is_none())
                 .cloned()
-                .collect()
-        } else {
-            vec![]
-        },
-        groups: BTreeMap::new(),
-        pdbs: vec![],
-        booked_nodes: BTreeSet::new(),
-        // A replacement counts against the cluster-wide maximums like any new node.
-        cluster_limits: snap.cluster_limits.clone(),
-        // Claims allocated on a removed node are allocated again where their pods go.
-        dra: snap.dra.clone(),
-    };
-    let mut plan = plan_provisioning(&sim);
-    refuse_uninitialized_targets(&mut plan, &sim.nodes);
-    plan
+                .collect();
+            Snapshot {
+                pending: vec![],
+                nodes: nodes.iter().map(|n| n.borrow().clone()).collect(),
+                in_flight: vec![],
+                // No claim in flight here for a nomination to hold.
+                nominated: BTreeMap::new(),
+                daemonsets: snap.daemonsets.clone(),
+                pools: vec![],
+                groups: BTreeMap::new(),
+                pdbs: vec![],
+                booked_nodes: BTreeSet::new(),
+                // A replacement counts against the cluster-wide maximums like any new node.
+                cluster_limits: snap.cluster_limits.clone(),
+                // Claims allocated on a removed node are allocated again where their pods go.
+                dra: snap.dra.clone(),
+            }
+        });
+        // Highest index first, so the indexes still to take do not move.
+        let len = base.nodes.len();
+        let mut taken: Vec<(usize, Node)> = Vec::with_capacity(removed.len());
+        for &ri in removed.iter().rev().filter(|ri| **ri < len) {
+            taken.push((ri, base.nodes.remove(ri)));
+        }
+        taken.reverse();
+        for (_, n) in &taken {
+            for p in movable(n) {
+                let mut p = p.clone();
+                p.group = None;
+                base.pending.push(p);
+            }
+        }
+        if allow_new {
+            base.pools = std::mem::take(launchable);
+        }
+        let mut plan = plan_provisioning(base);
+        refuse_uninitialized_targets(&mut plan, &base.nodes);
+        if allow_new {
+            *launchable = std::mem::take(&mut base.pools);
+        }
+        base.pending.clear();
+        for (ri, n) in taken {
+            base.nodes.insert(ri, n);
+        }
+        plan
+    }
 }
 
 /// Reason given to an evicted pod whose only place is a node that has not initialized.
