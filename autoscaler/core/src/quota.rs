@@ -122,11 +122,15 @@ pub fn usage_of_nodes<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
 ) -> Vec<Usage> {
     let mut out = vec![Usage::default(); limits.len()];
+    if limits.is_empty() {
+        // The planner asks this of every node on every call, limits or not.
+        return out;
+    }
     for n in nodes {
-        let u = node_usage(pools, n);
+        let mut u = None;
         for (li, l) in limits.iter().enumerate() {
             if selects(l, &n.labels) {
-                out[li].add(&u);
+                out[li].add(u.get_or_insert_with(|| node_usage(pools, n)));
             }
         }
     }

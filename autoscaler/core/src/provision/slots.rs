@@ -95,6 +95,7 @@ impl<'a> Planner<'a> {
             .enumerate()
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
+        let mut models: HashMap<(usize, &str), Option<String>> = HashMap::new();
         let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
         node_order.sort_by(|a, b| snap.nodes[*a].name.cmp(&snap.nodes[*b].name));
         let counted_as_claim = |n: &crate::model::Node| {
@@ -119,7 +120,15 @@ impl<'a> Planner<'a> {
                 u.nodes += 1;
                 // Limits count the node's full capacity; allocatable is the best measure we have.
                 u.resources.add(&n.allocatable);
-                if let Some(m) = self.node_model(n) {
+                let model = match n.instance_type.as_deref() {
+                    // Nodes share a handful of types: each is looked up in its pool once.
+                    Some(t) => models
+                        .entry((pi, t))
+                        .or_insert_with(|| self.node_model(pi, t))
+                        .clone(),
+                    None => None,
+                };
+                if let Some(m) = model {
                     let g = n
                         .labels
                         .get(labels::GPU_COUNT)
@@ -276,13 +285,8 @@ impl<'a> Planner<'a> {
         self.state.cluster = cluster;
     }
 
-    fn node_model(&self, n: &crate::model::Node) -> Option<String> {
-        let name = n.instance_type.as_deref()?;
-        let pi = self
-            .snap
-            .pools
-            .iter()
-            .position(|p| Some(&p.name) == n.pool.as_ref())?;
+    /// The GPU model of instance type `name` in pool `pi`'s catalog, if it has GPUs.
+    fn node_model(&self, pi: usize, name: &str) -> Option<String> {
         self.snap.pools[pi]
             .instance_types
             .iter()
