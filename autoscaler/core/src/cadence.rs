@@ -53,10 +53,11 @@ impl Cadence {
     /// How long a pod's nomination to a node keeps that node from disruption after the plan
     /// that last made it: Karpenter's window (twice the batch maximum, at least 10 s;
     /// `nominationWindow` in kubernetes-sigs/karpenter `pkg/controllers/state/statenode.go`),
-    /// and at least two re-plan intervals, so that the re-plans of a pod still pending renew
-    /// it before it lapses.
+    /// and at least twice the longest gap between two plans of a pod still pending (a re-plan
+    /// interval, then a batch window that a new pod may open just before it ends), so that a
+    /// renewal always comes before the nomination lapses.
     pub fn nomination_window_s(&self) -> i64 {
-        (2 * self.batch_max_s).max(2 * self.replan_s).max(10)
+        (2 * (self.replan_s + self.batch_max_s)).max(10)
     }
 
     /// How long a ProvisioningRequest without capacity waits before its next attempt, after
@@ -101,18 +102,18 @@ mod tests {
         assert_eq!(c.provreq_retry_delay_s(u32::MAX), 300);
     }
 
-    /// Karpenter's window by default; a slower re-plan stretches it so a renewal comes first.
+    /// Twice the longest gap between renewals, at least Karpenter's 10 s.
     #[test]
-    fn nominations_last_two_batches_or_two_replans_and_at_least_10s() {
+    fn nominations_outlast_two_gaps_between_plans_and_at_least_10s() {
         let c = Cadence::default();
-        assert_eq!(c.nomination_window_s(), 20);
+        assert_eq!(c.nomination_window_s(), 40);
         let slow_batches = Cadence {
             batch_max_s: 30,
             ..c
         };
-        assert_eq!(slow_batches.nomination_window_s(), 60);
+        assert_eq!(slow_batches.nomination_window_s(), 80);
         let slow_replans = Cadence { replan_s: 45, ..c };
-        assert_eq!(slow_replans.nomination_window_s(), 90);
+        assert_eq!(slow_replans.nomination_window_s(), 110);
         let fast = Cadence {
             batch_max_s: 1,
             replan_s: 0,

@@ -374,7 +374,9 @@ async fn e2e_4d_a_node_left_tainted_by_a_dead_leader_is_released_and_consolidate
 async fn e2e_4j_a_node_waiting_for_its_nominated_pod_is_kept() {
     let c = Cluster::start().await;
     let _: NodePool = c.create(cpu_pool("cpu", "0s")).await;
-    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    // Re-plans every second: the nomination window is 10 s (twice 1 s + 2 s, at least 10 s),
+    // so the passes below outlast it and only renewals keep the node.
+    let ctl = c.controller("solo", &["--leader-elect=false", "--replan-interval=1s"]);
     let mut late = cpu_pod("late", "3", BTreeMap::new());
     late["spec"]["schedulerName"] = json!("slow-scheduler");
     let _: Pod = c.create(late).await;
@@ -399,8 +401,28 @@ async fn e2e_4j_a_node_waiting_for_its_nominated_pod_is_kept() {
         claim.status?.node_name
     })
     .await;
-    // Five disruption passes that all began after the verdict: the node is still there.
-    ctl.more_loops("disrupt", 5).await;
+    // Fifteen disruption passes, one a second, all begun after the verdict: longer than the
+    // window, so the re-plans that put the pod on the now existing node renewed it.
+    ctl.more_loops("disrupt", 15).await;
+    let claim = c
+        .claims()
+        .await
+        .into_iter()
+        .find(|x| x.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node));
+    let reason = claim
+        .and_then(|x| x.status)
+        .and_then(|s| {
+            s.conditions
+                .into_iter()
+                .find(|k| k.type_ == "Consolidatable")
+        })
+        .map(|k| k.reason);
+    assert_eq!(
+        reason.as_deref(),
+        Some("Nominated"),
+        "the node is no longer kept for its pod:\n{}",
+        ctl.log()
+    );
     assert!(
         c.nodes()
             .await

@@ -81,6 +81,8 @@ impl SimBase {
         });
         // Highest index first, so the indexes still to take do not move.
         let len = base.nodes.len();
+        // The caller's indexes come from the nodes the copy was made of.
+        debug_assert!(removed.iter().all(|ri| *ri < len), "index out of the copy");
         let mut taken: Vec<(usize, Node)> = Vec::with_capacity(removed.len());
         for &ri in removed.iter().rev().filter(|ri| **ri < len) {
             taken.push((ri, base.nodes.remove(ri)));
