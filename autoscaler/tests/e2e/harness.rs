@@ -500,6 +500,22 @@ pub fn cpu_pod(name: &str, cpu: &str, labels: BTreeMap<&str, &str>) -> Value {
 }
 
 /// The node a pod is bound to.
+/// Marks pod `name` of `default` as a scheduler that gives up on it does
+/// (`PodScheduled=False`, reason `Unschedulable`): for pods the harness scheduler leaves to
+/// another `schedulerName`.
+pub async fn mark_unschedulable(c: &Cluster, name: &str) {
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/0 nodes are available"}]}})),
+        )
+        .await
+        .expect("status patch");
+}
+
 /// When the scheduler marked `p` unschedulable (`PodScheduled=False`), if it is.
 pub fn unschedulable_since(p: &Pod) -> Option<jiff::Timestamp> {
     p.status

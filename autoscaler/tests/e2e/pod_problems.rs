@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use nodepools::NodePool;
 use serde_json::{Value, json};
 
@@ -29,20 +29,6 @@ fn odd_pod(name: &str, annotations: Value, spec: Value) -> Value {
 fn requesting(requests: Value, limits: Value) -> Value {
     json!({"containers": [{"name": "app", "image": "app",
                            "resources": {"requests": requests, "limits": limits}}]})
-}
-
-/// Marks a pod as the scheduler gives up on it.
-async fn unschedulable(c: &Cluster, name: &str) {
-    Api::<Pod>::namespaced(c.client.clone(), "default")
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [{
-                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                "message": "0/0 nodes are available"}]}})),
-        )
-        .await
-        .expect("status patch");
 }
 
 /// `(reason, note, series count)` of every event about pod `name`.
@@ -149,7 +135,7 @@ async fn e2e_untranslatable_and_dra_pods_get_one_event_and_a_good_pod_its_node()
     ];
     for (name, object, _) in &bad {
         let _: Pod = c.create(object.clone()).await;
-        unschedulable(&c, name).await;
+        mark_unschedulable(&c, name).await;
     }
     let _: Pod = c.create(cpu_pod("good", "3", BTreeMap::new())).await;
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use nodepools::NodePool;
 use serde_json::{Value, json};
 
@@ -381,15 +381,7 @@ async fn e2e_4j_a_node_waiting_for_its_nominated_pod_is_kept() {
     late["spec"]["schedulerName"] = json!("slow-scheduler");
     let _: Pod = c.create(late).await;
     let pods = Api::<Pod>::namespaced(c.client.clone(), "default");
-    pods.patch_status(
-        "late",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": "0/0 nodes are available"}]}})),
-    )
-    .await
-    .expect("status patch");
+    mark_unschedulable(&c, "late").await;
     let node = eventually("the node kept for its nominated pod", DEADLINE, || async {
         let claim = c.claims().await.into_iter().find(|x| {
             x.status.as_ref().is_some_and(|s| {
