@@ -480,10 +480,10 @@ mod validation;
 
 use budgets::Allowance;
 pub use budgets::budget_nodes;
+use candidates::Nominations;
 pub use candidates::{
-    DRA_DEVICES, Nominations, node_block, node_block_in, node_blocker, pod_block, pod_blocker,
-    pod_protection, utilization, utilization_by_resource, utilization_by_resource_with_devices,
-    utilization_with_devices,
+    DRA_DEVICES, node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,
+    utilization_by_resource, utilization_by_resource_with_devices, utilization_with_devices,
 };
 pub use simulate::{UNINITIALIZED_TARGET, UNREADY_TARGET, simulate};
 pub use validation::validate;

@@ -264,11 +264,11 @@ fn booked() -> Blocker {
 /// The pending pods of [`Snapshot::nominated`] by the claim they are nominated to (the first
 /// by key when several are), so that each node's check is one lookup: a backlog can nominate
 /// a hundred thousand pods.
-pub struct Nominations<'a>(HashMap<&'a str, &'a PodKey>);
+pub(super) struct Nominations<'a>(HashMap<&'a str, &'a PodKey>);
 
 impl<'a> Nominations<'a> {
     /// The index of `snap`'s nominations.
-    pub fn of(snap: &'a Snapshot) -> Self {
+    pub(super) fn of(snap: &'a Snapshot) -> Self {
         let mut by_claim = HashMap::new();
         for (pod, claim) in &snap.nominated {
             by_claim.entry(claim.as_str()).or_insert(pod);
@@ -299,7 +299,7 @@ pub fn node_block(node: &Node, snap: &Snapshot, now: i64) -> Option<Blocker> {
 }
 
 /// [`node_block`] with `snap`'s nominations indexed once by the caller.
-pub fn node_block_in(
+pub(super) fn node_block_in(
     node: &Node,
     snap: &Snapshot,
     nominations: &Nominations<'_>,
