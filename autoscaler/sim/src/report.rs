@@ -47,6 +47,8 @@ struct JsonPolicy<'a> {
     /// Only when the scenario has ProvisioningRequests, so other reports keep their shape.
     #[serde(skip_serializing_if = "Option::is_none")]
     provisioning_requests: Option<JsonProvReq>,
+    /// USD per instance type; adds up to `cost` (what `--seeds` writes per seed too).
+    cost_by_type: std::collections::BTreeMap<&'a str, f64>,
     notes: &'a [String],
 }
 
@@ -105,6 +107,11 @@ pub fn to_json(report: &RunReport) -> String {
                     to_provisioned_p50_s: q.to_provisioned_p50_s,
                     to_provisioned_p95_s: q.to_provisioned_p95_s,
                 }),
+                cost_by_type: p
+                    .cost_by_type
+                    .iter()
+                    .map(|(t, c)| (t.as_str(), r(*c, 4)))
+                    .collect(),
                 notes: &p.notes,
             })
             .collect(),

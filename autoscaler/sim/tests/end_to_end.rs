@@ -111,6 +111,17 @@ fn tiny_scenario_is_safe_and_binds_every_pod() {
             "wall_seconds"
         ]
     );
+    // Where the money went, per instance type, adding up to each policy's cost.
+    for p in json["policies"].as_array().unwrap() {
+        let by_type = p["cost_by_type"].as_object().unwrap();
+        assert!(!by_type.is_empty(), "{p}");
+        let sum: f64 = by_type.values().map(|c| c.as_f64().unwrap()).sum();
+        let cost = p["cost"].as_f64().unwrap();
+        assert!(
+            (sum - cost).abs() < 0.01 * by_type.len() as f64,
+            "{sum} {cost}"
+        );
+    }
     let html = report::to_html(&r);
     assert!(html.contains("<svg") && html.contains("is a model"));
 }
