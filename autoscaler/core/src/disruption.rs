@@ -65,7 +65,7 @@ pub struct DisruptionConfig {
     /// Leave mirror pods out of utilization (`--ignore-mirror-pods-utilization`).
     pub ignore_mirror_utilization: bool,
     /// No scale-down of a pool's nodes for this long after the pool scaled up
-    /// (`--scale-down-delay-after-add`, 10m), unless the pool sets its own
+    /// (`--scale-down-delay-after-add`, 0s; the Cluster Autoscaler's 10m), unless the pool sets its own
     /// ([`crate::model::ScaleDownDelays`]).
     pub delay_after_scale_up_s: i64,
     /// ... after a deletion in the pool (`--scale-down-delay-after-delete`, 0s).
@@ -100,8 +100,11 @@ pub struct DisruptionConfig {
 
 /// `--validation-delay`: a command is validated again this long after it was decided.
 pub const DEFAULT_VALIDATION_DELAY: &str = "15s";
-/// `--scale-down-delay-after-add`.
-pub const DEFAULT_SCALE_DOWN_DELAY_AFTER_ADD: &str = "10m";
+/// `--scale-down-delay-after-add`: none by default, where the Cluster Autoscaler waits 10
+/// minutes. Per-node `consolidateAfter` and `unneededTime`, claims in flight and nominations
+/// already keep new capacity from being taken for spare; a pool-wide pause after every launch
+/// meant a pool with steady arrivals (the DLRM replay's CPU pool) never consolidated.
+pub const DEFAULT_SCALE_DOWN_DELAY_AFTER_ADD: &str = "0s";
 /// `--scale-down-delay-after-delete`.
 pub const DEFAULT_SCALE_DOWN_DELAY_AFTER_DELETE: &str = "0s";
 /// `--scale-down-delay-after-failure`.
@@ -528,6 +531,11 @@ struct Pass<'a> {
     nominations: Nominations<'a>,
     /// The working cluster copied once for the simulations, until a command changes it.
     sim: std::cell::RefCell<simulate::SimBase>,
+    /// Candidates above their threshold, only for right-sizing: the fraction a replacement
+    /// must save, and the utilization against the threshold, for the verdict.
+    right_size: BTreeMap<String, (f64, String)>,
+    /// Every pool's instance types for the right-sizing screen, built on first use.
+    cheap_types: std::cell::OnceCell<Vec<candidates::CheapType>>,
 }
 
 impl<'a> Pass<'a> {
@@ -553,6 +561,8 @@ impl<'a> Pass<'a> {
             gone: BTreeSet::new(),
             nominations: Nominations::of(snap),
             sim: Default::default(),
+            right_size: BTreeMap::new(),
+            cheap_types: Default::default(),
         }
     }
 

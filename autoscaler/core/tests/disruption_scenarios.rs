@@ -71,17 +71,26 @@ fn quick() -> DisruptionPolicy {
     }
 }
 
+/// The controller's flags, with the Cluster Autoscaler's `--scale-down-delay-after-add` (10m)
+/// that the pause scenarios exercise (gpu-autoscaler's own default is 0s).
+fn ca_flags() -> DisruptionConfig {
+    DisruptionConfig {
+        delay_after_scale_up_s: 600,
+        ..DisruptionConfig::default()
+    }
+}
+
 fn check(
     s: &Snapshot,
     now: i64,
     state: &DisruptionState,
     expected: Expect,
 ) -> autoscaler_core::DisruptionPlan {
-    let plan = plan_disruption(s, state, now, &DisruptionConfig::default());
+    let plan = plan_disruption(s, state, now, &ca_flags());
     expected.assert_eq(&plan.render());
     assert_eq!(
         plan,
-        plan_disruption(s, state, now, &DisruptionConfig::default()),
+        plan_disruption(s, state, now, &ca_flags()),
         "deterministic"
     );
     plan
@@ -731,7 +740,7 @@ fn a_scale_up_in_one_pool_does_not_hold_back_another() {
 fn a_pools_own_delays_override_the_flags() {
     use autoscaler_core::disruption::{PoolEvents, cooldown};
     use autoscaler_core::model::ScaleDownDelays;
-    let config = DisruptionConfig::default();
+    let config = ca_flags();
     let events = PoolEvents {
         last_scale_up: Some(1000),
         last_delete: Some(1040),
@@ -1062,7 +1071,7 @@ fn consolidate_after_counts_from_the_last_pod_event_not_the_node_age() {
 fn verdicts_carry_their_kind_threshold_and_wait() {
     let mut out = String::new();
     let mut show = |case: &str, s: &Snapshot, now: i64, state: &DisruptionState| {
-        let plan = plan_disruption(s, state, now, &DisruptionConfig::default());
+        let plan = plan_disruption(s, state, now, &ca_flags());
         for v in &plan.verdicts {
             out.push_str(&format!(
                 "{case} {}: {:?} candidate={} threshold={:?} wait={:?} | {}\n",
@@ -1187,4 +1196,146 @@ fn verdicts_carry_their_kind_threshold_and_wait() {
         pdb-one two: PdbBlocked candidate=false threshold=Some(0.5) wait=None | blocked by PDB default/x (allows 1 more disruptions, needs 2)
         booked full: Booked candidate=false threshold=Some(0.5) wait=None | capacity booked for a ProvisioningRequest
     "#]].assert_eq(&out);
+}
+
+/// The DLRM replay's pattern: a 64-cpu pod alone on a 128-cpu node is above the 0.5
+/// threshold (its memory share is 0.62), yet a 96-cpu node 25 % cheaper holds it. Right-sizing
+/// (20 % by default) replaces the node; a saving below the pool's `rightSizeSavings`, the
+/// setting 0, or a GPU node, keep it; validation refuses a replacement that stopped saving
+/// enough.
+#[test]
+fn a_node_above_its_threshold_is_right_sized_when_a_much_cheaper_node_holds_its_pods() {
+    let m128 = itype("m6i.32xlarge")
+        .cpu("128")
+        .mem("512Gi")
+        .on_demand(&ZONES, 6.144)
+        .build();
+    let m96 = itype("m6i.24xlarge")
+        .cpu("96")
+        .mem("384Gi")
+        .on_demand(&ZONES, 4.608)
+        .build();
+    let cluster = |savings: f64, types: Vec<InstanceType>| {
+        let n = managed("big", &m128, "cpu").with_pod(pod("w").cpu("64").mem("320Gi"));
+        snap(
+            vec![n],
+            vec![pool("cpu", types).disruption(DisruptionPolicy {
+                right_size_savings: savings,
+                ..quick()
+            })],
+        )
+    };
+    let s = cluster(0.2, vec![m96.clone(), m128.clone()]);
+    let plan = check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Replace nodes=[big] pods=1 savings=1.536 replacement=m6i.24xlarge@4.608
+        "#]],
+    );
+    let v = plan.verdicts.iter().find(|v| v.node == "big").unwrap();
+    assert!(
+        v.reason
+            .starts_with("right-sized: cpu/memory utilization 0.62 above threshold 0.50"),
+        "{}",
+        v.reason
+    );
+    assert_eq!(
+        validate(&plan.commands[0], &s, 15, &DisruptionConfig::default()),
+        Ok(())
+    );
+    // The saving is 25 %: a pool asking for 30 % keeps the node (no type is cheap enough to
+    // be worth a simulation), and so does one that turned right-sizing off.
+    check(
+        &cluster(0.3, vec![m96.clone(), m128.clone()]),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep big: cpu/memory utilization 0.62 above threshold 0.50
+        "#]],
+    );
+    check(
+        &cluster(0.0, vec![m96.clone(), m128.clone()]),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep big: cpu/memory utilization 0.62 above threshold 0.50
+        "#]],
+    );
+    // A cheaper type has the room, but the pod asks for the big type: the simulation finds
+    // no replacement and the verdict says what right-sizing looked for.
+    let pinned = managed("big", &m128, "cpu").with_pod(
+        pod("w")
+            .cpu("64")
+            .mem("320Gi")
+            .select(labels::INSTANCE_TYPE, "m6i.32xlarge"),
+    );
+    check(
+        &snap(
+            vec![pinned],
+            vec![pool("cpu", vec![m96.clone(), m128.clone()]).disruption(quick())],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep big: cpu/memory utilization 0.62 above threshold 0.50, and no node 20 % cheaper holds its pods
+        "#]],
+    );
+    // Without a cheaper type the screen keeps it without a simulation, as above threshold.
+    check(
+        &cluster(0.2, vec![m128.clone()]),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep big: cpu/memory utilization 0.62 above threshold 0.50
+        "#]],
+    );
+    // The command decided at 20 % no longer holds when the pool asks for 30 % by validation.
+    let stricter = cluster(0.3, vec![m96.clone(), m128.clone()]);
+    assert_eq!(
+        validate(
+            &plan.commands[0],
+            &stricter,
+            15,
+            &DisruptionConfig::default()
+        ),
+        Err("above its utilization threshold, and the replacement no longer saves 30 %".into())
+    );
+    // Right-sizing waits out the unneeded time like any candidate.
+    let mut waiting = cluster(0.2, vec![m96.clone(), m128.clone()]);
+    waiting.pools[0].disruption.unneeded_s = 300;
+    check(
+        &waiting,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep big: cpu/memory utilization 0.62 above threshold 0.50, but a node 20 % cheaper may hold its pods: right-sizing candidate for 0s of 5m
+        "#]],
+    );
+    // GPU nodes are not right-sized: evicting a GPU job throws its progress away.
+    let g4 = itype("g4dn.12xlarge")
+        .cpu("48")
+        .mem("192Gi")
+        .gpus(4, "T4", 16)
+        .on_demand(&ZONES, 3.912)
+        .build();
+    let g1 = itype("g4dn.4xlarge")
+        .cpu("16")
+        .mem("64Gi")
+        .gpus(1, "T4", 16)
+        .on_demand(&ZONES, 1.204)
+        .build();
+    let n = managed("gpu4", &g4, "gpu").with_pod(pod("t").cpu("4").gpus(3));
+    check(
+        &snap(
+            vec![n],
+            vec![pool("gpu", vec![g1, g4.clone()]).disruption(quick())],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep gpu4: GPU utilization 0.75 above threshold 0.50
+        "#]],
+    );
 }

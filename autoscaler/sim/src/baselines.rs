@@ -583,7 +583,7 @@ fn in_flight_room(ctx: &Ctx, shapes: &[Shape], physical: bool) -> Vec<(NodeId, R
     room.into_iter().collect()
 }
 
-mod ca;
+pub(crate) mod ca;
 mod karpenter;
 
 pub use ca::{CaLike, SCAN_INTERVAL_S, ca_utilization};

@@ -110,7 +110,7 @@ pub fn make_policy<'a>(
         "ca-like" | "ca-ideal" => Box::new(CaLike::new(
             shapes.to_vec(),
             cfg.score,
-            cfg.disruption.delay_after_scale_up_s,
+            cfg.ca_delay_after_add_s,
             if name == "ca-like" {
                 Fidelity::Real
             } else {

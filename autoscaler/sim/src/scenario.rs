@@ -351,6 +351,8 @@ struct DisruptionFile {
     #[serde(default)]
     utilization_threshold: Option<f64>,
     #[serde(default)]
+    right_size_savings: Option<f64>,
+    #[serde(default)]
     unneeded_time: Option<Dur>,
     #[serde(default)]
     budgets: Vec<String>,

@@ -156,9 +156,10 @@ pub struct RunArgs {
     /// replacement is likely the type interrupted next. 1 allows any cheaper spot type.
     #[arg(long, default_value_t = disruption::DEFAULT_MIN_SPOT_TO_SPOT_TYPES, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub min_spot_to_spot_types: u32,
-    /// No scale-down of a NodePool's nodes this long after the pool scaled up. Counted per
-    /// pool (the Cluster Autoscaler's `--scale-down-delay-type-local`); a NodePool's
-    /// `spec.disruption.scaleDownDelayAfterAdd` overrides it.
+    /// No scale-down of a NodePool's nodes this long after the pool scaled up (none by
+    /// default; the Cluster Autoscaler waits 10m). Counted per pool (the Cluster Autoscaler's
+    /// `--scale-down-delay-type-local`); a NodePool's `spec.disruption.scaleDownDelayAfterAdd`
+    /// overrides it.
     #[arg(long, default_value = disruption::DEFAULT_SCALE_DOWN_DELAY_AFTER_ADD, value_parser = parse_duration)]
     pub scale_down_delay_after_add: Duration,
     /// No scale-down of a NodePool's nodes this long after one of them was deleted (per pool;
@@ -547,7 +548,7 @@ mod tests {
                 core.delay_after_scale_up_s,
                 core.delay_after_failure_s
             ),
-            (15, 600, 180)
+            (15, 0, 180)
         );
     }
 

@@ -737,6 +737,11 @@ fn parse_disruption(
             d.utilization_threshold,
             errs,
         ),
+        right_size_savings: parse_threshold(
+            &path.field("rightSizeSavings"),
+            d.right_size_savings,
+            errs,
+        ),
         unneeded_s: parse_duration(&path.field("unneededTime"), &d.unneeded_time, false, errs),
         delays: ScaleDownDelays {
             after_add_s: optional_duration(

@@ -276,6 +276,14 @@ pub struct DisruptionSpec {
     #[serde(default = "default_threshold")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub utilization_threshold: f64,
+    /// Right-sizing: a node without GPUs above its threshold is still replaced, after the
+    /// same `unneededTime` and `consolidateAfter`, when a node at least this share cheaper
+    /// holds its pods (or deleted when they fit on other nodes). GPU nodes are not right-sized:
+    /// evicting a GPU job throws its progress away. `0` turns it off: only nodes below their
+    /// threshold are consolidated. Only with `WhenEmptyOrUnderutilized`.
+    #[serde(default = "default_right_size_savings")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub right_size_savings: f64,
     /// How long a node must stay unneeded before it is removed (`10m`, `1h30m`, `1.5h`; at
     /// most ten years).
     #[serde(default = "default_unneeded_time")]
@@ -316,6 +324,10 @@ fn default_threshold() -> f64 {
     0.5
 }
 
+fn default_right_size_savings() -> f64 {
+    autoscaler_core::model::DEFAULT_RIGHT_SIZE_SAVINGS
+}
+
 fn default_unneeded_time() -> String {
     "10m".to_string()
 }
@@ -334,6 +346,7 @@ impl Default for DisruptionSpec {
             consolidate_after: default_consolidate_after(),
             gpu_utilization_threshold: default_threshold(),
             utilization_threshold: default_threshold(),
+            right_size_savings: default_right_size_savings(),
             unneeded_time: default_unneeded_time(),
             scale_down_delay_after_add: None,
             scale_down_delay_after_delete: None,

@@ -448,14 +448,21 @@ impl Pass<'_> {
             ));
         }
         let below = empty || util <= threshold;
-        if !below {
-            return Some(Blocker::new(
-                K::AboveThreshold,
-                format!(
-                    "{} utilization {util:.2} above threshold {threshold:.2}",
-                    if gpu { "GPU" } else { "cpu/memory" }
-                ),
-            ));
+        let above = format!(
+            "{} utilization {util:.2} above threshold {threshold:.2}",
+            if gpu { "GPU" } else { "cpu/memory" }
+        );
+        // Right-sizing: above the threshold, still a candidate when a type cheap enough could
+        // hold its pods (the simulation decides whether one does).
+        let savings = policy.right_size_savings;
+        let right_size = !below
+            && !gpu
+            && savings > 0.0
+            && policy.consolidation_policy == ConsolidationPolicy::WhenEmptyOrUnderutilized
+            && n.price
+                .is_some_and(|p| self.cheaper_type_could_hold(n, p * (1.0 - savings)));
+        if !below && !right_size {
+            return Some(Blocker::new(K::AboveThreshold, above));
         }
         if !empty && policy.consolidation_policy == ConsolidationPolicy::WhenEmpty {
             return Some(Blocker::new(
@@ -468,6 +475,7 @@ impl Pass<'_> {
         }
         let since = state.unneeded_since.get(&n.name).copied().unwrap_or(now);
         self.out.state.unneeded_since.insert(n.name.clone(), since);
+        let right_sizing;
         // An unready node waits `--scale-down-unready-time` instead of the pool's unneededTime.
         let (wait, kind, what) = if broken {
             (
@@ -475,6 +483,12 @@ impl Pass<'_> {
                 K::UnreadyUnneeded,
                 "not ready and unneeded",
             )
+        } else if right_size {
+            right_sizing = format!(
+                "{above}, but a node {:.0} % cheaper may hold its pods: right-sizing candidate",
+                savings * 100.0
+            );
+            (policy.unneeded_s.max(0), K::Unneeded, right_sizing.as_str())
         } else {
             (policy.unneeded_s.max(0), K::Unneeded, "unneeded")
         };
@@ -518,9 +532,115 @@ impl Pass<'_> {
                 }),
             });
         }
+        if right_size {
+            self.right_size.insert(n.name.clone(), (savings, above));
+        }
         None
     }
 
+    /// Whether some instance type of some NodePool, at an offering its pool allows priced at
+    /// most `bound`, has the cpu and memory for the movable pods of `n` (and GPUs if they use
+    /// any). A necessary condition for a right-sizing replacement, cheap next to simulating
+    /// one for every node above its threshold in every pass.
+    fn cheaper_type_could_hold(&self, n: &Node, bound: f64) -> bool {
+        let pods = movable(n);
+        if pods.is_empty() {
+            return true;
+        }
+        let mut cpu = 0;
+        let mut memory = 0;
+        let mut gpu = false;
+        for p in &pods {
+            cpu += p.requests.get(names::CPU);
+            memory += p.requests.get(names::MEMORY);
+            gpu |= p.gpu_share.is_some()
+                || p.requests
+                    .extended
+                    .iter()
+                    .any(|(k, v)| is_gpu_class(k) && *v > 0);
+        }
+        self.cheap_types
+            .get_or_init(|| cheap_types(self.snap))
+            .iter()
+            .take_while(|t| t.price <= bound)
+            .any(|t| t.cpu >= cpu && t.memory >= memory && (t.gpu || !gpu))
+    }
+}
+
+/// The fraction a replacement of `n` must save: its pool's right-sizing savings when the node
+/// is above its utilization threshold, 0 below it (or outside any pool).
+pub(super) fn right_size_savings(
+    n: &Node,
+    snap: &Snapshot,
+    devices: Option<crate::dra::DeviceUse>,
+    config: &DisruptionConfig,
+) -> f64 {
+    let Some(pool) = snap.pools.iter().find(|p| Some(&p.name) == n.pool.as_ref()) else {
+        return 0.0;
+    };
+    let policy = &pool.disruption;
+    let (util, gpu) = utilization_with_devices(n, devices, config);
+    let threshold = if gpu {
+        policy.gpu_utilization_threshold
+    } else {
+        policy.utilization_threshold
+    };
+    if gpu || movable(n).is_empty() || util <= threshold {
+        0.0
+    } else {
+        policy.right_size_savings
+    }
+}
+
+/// One instance type as [`Pass::cheaper_type_could_hold`] screens it: the cheapest offering
+/// its NodePool allows, and its allocatable cpu and memory.
+pub(super) struct CheapType {
+    price: f64,
+    cpu: i64,
+    memory: i64,
+    gpu: bool,
+}
+
+/// Every NodePool's instance types that its requirements allow, cheapest first.
+fn cheap_types(snap: &Snapshot) -> Vec<CheapType> {
+    let mut out = Vec::new();
+    for pool in &snap.pools {
+        let zone = pool.requirements.get(labels::ZONE);
+        let capacity = pool.requirements.get(labels::CAPACITY_TYPE);
+        for t in pool.instance_types.iter() {
+            // Keys the type's labels do not carry (zone, capacity type, the pool's own labels)
+            // are left to the simulation: this screen may only let too much through.
+            let refused = pool.requirements.iter().any(|(k, c)| {
+                t.labels
+                    .get(k)
+                    .is_some_and(|v| !c.matches(Some(v.as_str())))
+            });
+            if refused {
+                continue;
+            }
+            let price = t
+                .offerings
+                .iter()
+                .filter(|o| zone.is_none_or(|c| c.matches(Some(&o.zone))))
+                .filter(|o| capacity.is_none_or(|c| c.matches(Some(o.capacity_type.as_str()))))
+                .map(|o| o.price)
+                .min_by(f64::total_cmp);
+            if let Some(price) = price {
+                let a = t.allocatable();
+                out.push(CheapType {
+                    price,
+                    cpu: a.get(names::CPU),
+                    memory: a.get(names::MEMORY),
+                    gpu: t.gpu_count() > 0,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.price.total_cmp(&b.price));
+    out
+}
+
+impl Pass<'_> {
     /// Orders candidates by savings per disruption cost, then name.
     pub(super) fn order(&self, candidates: &mut [usize]) {
         let snap = self.snap;

@@ -27,10 +27,28 @@ impl Pass<'_> {
             // The node as earlier commands left it (it may have received pods).
             let current = self.work[wi].clone().into_owned();
             let removed = BTreeSet::from([wi]);
+            // Once a budget or parallelism limit refuses even a replacement, neither method
+            // can take the node: no simulation (on a large cluster most candidates of a pass
+            // come after the limits are spent).
+            if let Err(b) = self.allowance.admit(
+                self.snap,
+                &[&current],
+                DisruptionReason::Underutilized,
+                true,
+                false,
+            ) {
+                self.keep(&current.name, b);
+                if !self.right_size.contains_key(&current.name) {
+                    leftovers.push(current.name.clone());
+                }
+                continue;
+            }
             if self.delete(&current, &removed) {
                 continue;
             }
-            if !self.replace(&current, &removed) {
+            // A node kept only for right-sizing is no multi-node candidate: it is not
+            // underutilized, and merging it would need no saving of its own.
+            if !self.replace(&current, &removed) && !self.right_size.contains_key(&current.name) {
                 leftovers.push(current.name.clone());
             }
         }
@@ -57,11 +75,11 @@ impl Pass<'_> {
         let pods = movable(n).iter().map(|p| p.key.clone()).collect();
         self.apply(removed, &plan);
         self.gone.insert(n.name.clone());
-        self.disrupt(
-            &n.name,
-            VerdictKind::Underutilized,
-            "underutilized: its pods fit on other nodes".into(),
-        );
+        let why = match self.right_size.get(&n.name) {
+            Some((_, above)) => format!("right-sized: {above}, but its pods fit on other nodes"),
+            None => "underutilized: its pods fit on other nodes".into(),
+        };
+        self.disrupt(&n.name, VerdictKind::Underutilized, why);
         self.out.commands.push(Command {
             reason: DisruptionReason::Underutilized,
             method: Method::Delete,

@@ -20,10 +20,15 @@ impl Pass<'_> {
         let snap = self.snap;
         let plan = self.simulate(removed, true);
         let price = n.price.unwrap_or(0.0);
+        // Right-sizing asks for a real saving, and keeps only offerings that make it.
+        let right_size = self.right_size.get(&n.name).cloned();
+        let bound = right_size
+            .as_ref()
+            .map_or(price, |(r, _)| price * (1.0 - r));
         let mut replacement = (plan.unschedulable.is_empty()
             && plan.new_claims.len() == 1
-            && plan.new_claims[0].price < price)
-            .then(|| cheaper_only(snap, plan.new_claims[0].clone(), price))
+            && plan.new_claims[0].price < bound)
+            .then(|| cheaper_only(snap, plan.new_claims[0].clone(), bound))
             .flatten();
         if is_spot(n)
             && let Some(claim) = replacement.take()
@@ -37,12 +42,24 @@ impl Pass<'_> {
             }
         }
         let Some(claim) = replacement else {
-            let why = plan
-                .unschedulable
-                .first()
-                .map(nowhere_to_go)
-                .unwrap_or_else(|| "no strictly cheaper replacement".into());
-            self.keep(&n.name, Blocker::new(VerdictKind::NoPlaceForPods, why));
+            let why = match &right_size {
+                // Above its threshold, the node is needed unless it can be right-sized.
+                Some((r, above)) => Blocker::new(
+                    VerdictKind::AboveThreshold,
+                    format!(
+                        "{above}, and no node {:.0} % cheaper holds its pods",
+                        r * 100.0
+                    ),
+                ),
+                None => Blocker::new(
+                    VerdictKind::NoPlaceForPods,
+                    plan.unschedulable
+                        .first()
+                        .map(nowhere_to_go)
+                        .unwrap_or_else(|| "no strictly cheaper replacement".into()),
+                ),
+            };
+            self.keep(&n.name, why);
             return false;
         };
         if let Err(e) =
@@ -58,10 +75,16 @@ impl Pass<'_> {
         self.disrupt(
             &n.name,
             VerdictKind::Underutilized,
-            format!(
-                "underutilized: replaced by a cheaper node ({:.3} < {price:.3} per hour)",
-                claim.price
-            ),
+            match &right_size {
+                Some((_, above)) => format!(
+                    "right-sized: {above}, replaced by a cheaper node ({:.3} < {price:.3} per hour)",
+                    claim.price
+                ),
+                None => format!(
+                    "underutilized: replaced by a cheaper node ({:.3} < {price:.3} per hour)",
+                    claim.price
+                ),
+            },
         );
         self.out.commands.push(Command {
             reason: DisruptionReason::Underutilized,

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use crate::model::{DisruptionReason, Node, Snapshot};
 
 use super::budgets::Allowance;
-use super::candidates::{Nominations, movable, node_block_in};
+use super::candidates::{Nominations, movable, node_block_in, right_size_savings};
 use super::simulate::{nowhere_to_go, simulate};
 use super::{Command, DisruptionConfig, Method};
 
@@ -66,6 +66,18 @@ pub fn validate(
     let cost: f64 = nodes.iter().map(|n| n.price.unwrap_or(0.0)).sum();
     if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {
         return Err("replacement is no longer strictly cheaper".into());
+    }
+    // A node above its threshold is replaced only for the saving right-sizing asks.
+    let devices = crate::dra::device_use(&snap.dra);
+    let savings = nodes
+        .iter()
+        .map(|n| right_size_savings(n, snap, devices.get(n.name.as_str()).copied(), config))
+        .fold(0.0, f64::max);
+    if command.method == Method::Replace && plan.new_cost() > cost * (1.0 - savings) {
+        return Err(format!(
+            "above its utilization threshold, and the replacement no longer saves {:.0} %",
+            savings * 100.0
+        ));
     }
     if command.method == Method::Delete && !plan.new_claims.is_empty() {
         return Err("pods no longer fit on the remaining nodes".into());

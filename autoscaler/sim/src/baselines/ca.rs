@@ -47,6 +47,9 @@ pub fn ca_utilization(cluster: &Cluster, n: NodeId) -> f64 {
 /// Seconds between two Cluster Autoscaler loops (`--scan-interval`, 10 s by default; see
 /// `cluster-autoscaler/FAQ.md`). ca-like scales up only on these ticks.
 pub const SCAN_INTERVAL_S: i64 = 10;
+/// No scale-down for this long after a scale-up (`--scale-down-delay-after-add`, 10 minutes by
+/// default; `cluster-autoscaler/FAQ.md`), unless a scenario sets `scaleDownDelayAfterAdd`.
+pub const CA_SCALE_DOWN_DELAY_AFTER_ADD_S: i64 = 600;
 /// How old the oldest unschedulable pod must be before a scale-up
 /// (`unschedulablePodTimeBuffer` in `cluster-autoscaler/core/static_autoscaler.go`).
 const POD_BUFFER_S: i64 = 2;

@@ -169,6 +169,7 @@ pub(super) fn build_cluster(
     }
     if let Some(d) = f.scale_down_delay_after_add {
         c.disruption.delay_after_scale_up_s = d.0;
+        c.ca_delay_after_add_s = d.0;
     }
     if let Some(d) = f.scale_down_delay_after_delete {
         c.disruption.delay_after_delete_s = d.0;
@@ -379,6 +380,11 @@ pub(super) fn build_pool(
             d.utilization_threshold,
             "utilizationThreshold",
             &mut disruption.utilization_threshold,
+        ),
+        (
+            d.right_size_savings,
+            "rightSizeSavings",
+            &mut disruption.right_size_savings,
         ),
     ] {
         if let Some(v) = v {

@@ -43,6 +43,9 @@ pub struct ClusterConfig {
     /// The disruption settings (validation delay, scale-down delays, utilization options),
     /// from the controller's flag defaults.
     pub disruption: autoscaler_core::DisruptionConfig,
+    /// The Cluster Autoscaler models' `--scale-down-delay-after-add`: CA's 10 minutes unless
+    /// the scenario sets `scaleDownDelayAfterAdd` (which gpu-autoscaler then takes too).
+    pub ca_delay_after_add_s: i64,
     /// How long a disruption's replacement and drain may take (the controller's
     /// `--replacement-timeout` and `--drain-timeout`).
     pub disruption_timeouts: autoscaler_core::disruption::execute::Timeouts,
@@ -73,6 +76,7 @@ impl Default for ClusterConfig {
             score: ScoreStrategy::LeastAllocated,
             cadence: Default::default(),
             disruption: Default::default(),
+            ca_delay_after_add_s: crate::baselines::ca::CA_SCALE_DOWN_DELAY_AFTER_ADD_S,
             disruption_timeouts: Default::default(),
             node_overlays: false,
             cluster_limits: Vec::new(),
