@@ -33,14 +33,17 @@ pub enum Key {
     UnneededTime,
     /// `disruption.consolidateAfter`.
     ConsolidateAfter,
+    /// `disruption.rightSizeSavings`.
+    RightSizeSavings,
 }
 
 /// Every key, in the spelling `--sweep` takes.
-pub const KEYS: [Key; 4] = [
+pub const KEYS: [Key; 5] = [
     Key::GpuUtilizationThreshold,
     Key::UtilizationThreshold,
     Key::UnneededTime,
     Key::ConsolidateAfter,
+    Key::RightSizeSavings,
 ];
 
 /// A value of a key: a share in [0, 1] or whole seconds.
@@ -60,12 +63,13 @@ impl Key {
             Key::UtilizationThreshold => "utilization-threshold",
             Key::UnneededTime => "unneeded-time",
             Key::ConsolidateAfter => "consolidate-after",
+            Key::RightSizeSavings => "right-size-savings",
         }
     }
 
     fn parse_value(self, text: &str) -> Result<Setting, String> {
         match self {
-            Key::GpuUtilizationThreshold | Key::UtilizationThreshold => {
+            Key::GpuUtilizationThreshold | Key::UtilizationThreshold | Key::RightSizeSavings => {
                 let v: f64 = text
                     .parse()
                     .map_err(|_| format!("{}: {text:?} is not a number", self.name()))?;
@@ -88,6 +92,7 @@ impl Key {
             Key::UtilizationThreshold => Setting::Ratio(d.utilization_threshold),
             Key::UnneededTime => Setting::Secs(d.unneeded_s),
             Key::ConsolidateAfter => Setting::Secs(d.consolidate_after_s),
+            Key::RightSizeSavings => Setting::Ratio(d.right_size_savings),
         }
     }
 
@@ -98,6 +103,7 @@ impl Key {
             (Key::UtilizationThreshold, Setting::Ratio(r)) => d.utilization_threshold = r,
             (Key::UnneededTime, Setting::Secs(s)) => d.unneeded_s = s,
             (Key::ConsolidateAfter, Setting::Secs(s)) => d.consolidate_after_s = s,
+            (Key::RightSizeSavings, Setting::Ratio(r)) => d.right_size_savings = r,
             // parse_value gives each key its own kind of value.
             _ => {}
         }
@@ -122,7 +128,7 @@ impl std::fmt::Display for Setting {
     }
 }
 
-/// Whether `policy` reads `key` (from the code: the core's `plan_disruption` reads all four;
+/// Whether `policy` reads `key` (from the code: the core's `plan_disruption` reads all five;
 /// the Karpenter models only `consolidateAfter`; the Cluster Autoscaler models the two
 /// thresholds and `unneededTime`). A policy not listed is taken to read every key, so it is never shown as
 /// unaffected by mistake. The `policies_that_ignore_a_key_do_not_change` test checks the
@@ -130,7 +136,10 @@ impl std::fmt::Display for Setting {
 pub fn policy_reads(policy: &str, key: Key) -> bool {
     match policy {
         "karpenter-like" | "karpenter-ideal" => key == Key::ConsolidateAfter,
-        "ca-like" | "ca-ideal" => key != Key::ConsolidateAfter,
+        "ca-like" | "ca-ideal" => matches!(
+            key,
+            Key::GpuUtilizationThreshold | Key::UtilizationThreshold | Key::UnneededTime
+        ),
         _ => true,
     }
 }

@@ -479,7 +479,9 @@ fn policies_that_ignore_a_key_do_not_change() {
             continue;
         }
         let values = match key {
-            sweep::Key::GpuUtilizationThreshold | sweep::Key::UtilizationThreshold => "0.05,0.95",
+            sweep::Key::GpuUtilizationThreshold
+            | sweep::Key::UtilizationThreshold
+            | sweep::Key::RightSizeSavings => "0.05,0.95",
             _ => "0s,5h",
         };
         let sw = sweep::parse(&format!("{}={values}", key.name()), &s).unwrap();
