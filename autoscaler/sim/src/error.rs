@@ -93,7 +93,7 @@ pub enum SimError {
     /// A scenario file (or a value derived from it) that the simulator cannot use: YAML that
     /// does not parse, a missing or unknown field, a negative duration, an unknown NodePool or
     /// resource. `line` is 0 when no line can be named.
-    #[error("{}:{line}: field {field}: {why}", path.display())]
+    #[error("{}{}: field {field}: {why}", path.display(), at_line(*line))]
     Scenario {
         /// The file.
         path: PathBuf,
@@ -127,4 +127,15 @@ pub enum SimError {
         /// What is wrong.
         why: String,
     },
+}
+
+/// `:N` for a 1-based line number, nothing for 0: an option given on the command line has no
+/// line in the file it applies to, and `file:0:` would send the reader to a line that does not
+/// exist.
+fn at_line(line: usize) -> String {
+    if line == 0 {
+        String::new()
+    } else {
+        format!(":{line}")
+    }
 }

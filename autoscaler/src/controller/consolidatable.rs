@@ -160,6 +160,17 @@ pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
         _ => v.reason.clone(),
     };
     let mut message = words;
+    // A node waits as unneeded above its threshold only as a right-sizing candidate; without
+    // this, "unneeded since" beside a utilization over the threshold reads as a contradiction.
+    if v.kind == K::Unneeded
+        && let (Some(u), Some(t)) = (v.utilization, v.threshold)
+        && u > t
+    {
+        message.push_str(
+            ", as a right-sizing candidate (above its threshold, but a cheaper node may hold \
+             its pods)",
+        );
+    }
     if let Some(threshold) = v.threshold
         && !by_resource.is_empty()
     {
@@ -316,6 +327,36 @@ mod tests {
             "unneeded since 2023-11-14T22:13:20Z; removable once unneededTime 10m is over at \
              2023-11-14T22:23:20Z; utilization nvidia.com/gpu 0.25 against threshold 0.50"
         );
+    }
+
+    #[test]
+    fn a_right_sizing_candidate_says_why_it_is_unneeded_above_its_threshold() {
+        let cpu = [("cpu".to_string(), 0.63)];
+        let wait = Some(Wait {
+            since: 1_700_000_000,
+            until: 1_700_000_600,
+        });
+        let mut v = verdict(VerdictKind::Unneeded, "right-sizing candidate", wait);
+        v.utilization = Some(0.63);
+        let d = condition(&v, &cpu);
+        assert_eq!(
+            d.message,
+            "unneeded since 2023-11-14T22:13:20Z; removable once unneededTime 10m is over at \
+             2023-11-14T22:23:20Z, as a right-sizing candidate (above its threshold, but a \
+             cheaper node may hold its pods); utilization cpu 0.63 against threshold 0.50"
+        );
+        // The wait's start still reads back for a new leader.
+        let c = Condition {
+            type_: CONDITION.into(),
+            status: "True".into(),
+            reason: d.reason.into(),
+            message: d.message,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::from_second(1_700_000_000).unwrap(),
+            ),
+            observed_generation: None,
+        };
+        assert_eq!(unneeded_since(&c), Some(1_700_000_000));
     }
 
     #[test]
