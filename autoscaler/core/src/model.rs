@@ -477,6 +477,18 @@ pub struct DisruptionPolicy {
     pub delays: ScaleDownDelays,
 }
 
+impl DisruptionPolicy {
+    /// The utilization threshold a node is measured against: the GPU threshold for a node
+    /// measured on its GPUs, the cpu/memory threshold otherwise.
+    pub fn threshold(&self, gpu: bool) -> f64 {
+        if gpu {
+            self.gpu_utilization_threshold
+        } else {
+            self.utilization_threshold
+        }
+    }
+}
+
 /// [`DisruptionPolicy::right_size_savings`] when a NodePool does not set it.
 pub const DEFAULT_RIGHT_SIZE_SAVINGS: f64 = 0.2;
 

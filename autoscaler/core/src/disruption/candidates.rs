@@ -428,11 +428,7 @@ impl Pass<'_> {
         };
         let policy = &snap.pools[pi].disruption;
         let empty = movable(n).is_empty();
-        let threshold = if gpu {
-            policy.gpu_utilization_threshold
-        } else {
-            policy.utilization_threshold
-        };
+        let threshold = policy.threshold(gpu);
         v.threshold = Some(threshold);
         // A booked node's phantom pods make it look busy: the booking is why it stays.
         if snap.booked_nodes.contains(&n.name) {
@@ -580,12 +576,7 @@ pub(super) fn right_size_savings(
     };
     let policy = &pool.disruption;
     let (util, gpu) = utilization_with_devices(n, devices, config);
-    let threshold = if gpu {
-        policy.gpu_utilization_threshold
-    } else {
-        policy.utilization_threshold
-    };
-    if gpu || movable(n).is_empty() || util <= threshold {
+    if gpu || movable(n).is_empty() || util <= policy.threshold(gpu) {
         0.0
     } else {
         policy.right_size_savings
