@@ -667,9 +667,9 @@ fn a_node_a_pending_pod_is_nominated_to_stays() {
         .iter()
         .find(|c| c.nodes.contains(&"a".to_string()))
         .expect("a command removes a when nothing is nominated");
-    assert_eq!(validate(cmd, &s, 15, &cfg), Ok(()));
+    assert_eq!(validate(cmd, &mut s, 15, &cfg), Ok(()));
     assert_eq!(
-        validate(cmd, &nominated, 15, &cfg).unwrap_err(),
+        validate(cmd, &mut nominated, 15, &cfg).unwrap_err(),
         "node a: pending pod default/late is nominated to it"
     );
 }
@@ -984,7 +984,7 @@ fn when_empty_policy_keeps_underutilized_nodes() {
 fn validation_drops_commands_the_cluster_no_longer_supports() {
     let a = managed("a", &m16(), "cpu").with_pod(pod("w1").cpu("2"));
     let b = managed("b", &m16(), "cpu").with_pod(pod("w2").cpu("12"));
-    let s = snap(
+    let mut s = snap(
         vec![a, b],
         vec![pool("cpu", vec![m16()]).disruption(quick())],
     );
@@ -993,14 +993,14 @@ fn validation_drops_commands_the_cluster_no_longer_supports() {
     let cmd: &Command = &plan.commands[0];
     assert_eq!(cmd.method, Method::Delete);
     assert_eq!(
-        validate(cmd, &s, 5, &cfg).unwrap_err(),
+        validate(cmd, &mut s, 5, &cfg).unwrap_err(),
         "validation delay not over (10s left)"
     );
-    assert_eq!(validate(cmd, &s, 15, &cfg), Ok(()));
+    assert_eq!(validate(cmd, &mut s, 15, &cfg), Ok(()));
     // Node b filled up meanwhile: a's pod no longer fits anywhere.
     let mut changed = s.clone();
     changed.nodes[1].pods.push(pod("late").cpu("3").build());
-    let err = validate(cmd, &changed, 15, &cfg).unwrap_err();
+    let err = validate(cmd, &mut changed, 15, &cfg).unwrap_err();
     assert!(err.starts_with("pod default/w1 has nowhere to go"), "{err}");
     // A do-not-disrupt pod arrived on a.
     let mut changed = s.clone();
@@ -1010,7 +1010,7 @@ fn validation_drops_commands_the_cluster_no_longer_supports() {
             .build(),
     );
     assert_eq!(
-        validate(cmd, &changed, 15, &cfg).unwrap_err(),
+        validate(cmd, &mut changed, 15, &cfg).unwrap_err(),
         "node a: pod default/new has karpenter.sh/do-not-disrupt"
     );
 }
@@ -1225,7 +1225,7 @@ fn a_node_above_its_threshold_is_right_sized_when_a_much_cheaper_node_holds_its_
             })],
         )
     };
-    let s = cluster(0.2, vec![m96.clone(), m128.clone()]);
+    let mut s = cluster(0.2, vec![m96.clone(), m128.clone()]);
     let plan = check(
         &s,
         0,
@@ -1241,10 +1241,14 @@ fn a_node_above_its_threshold_is_right_sized_when_a_much_cheaper_node_holds_its_
         "{}",
         v.reason
     );
+    // Validation lends the snapshot to a simulation that takes the node out and plans a
+    // replacement from the pools; it must come back as it was.
+    let lent = s.clone();
     assert_eq!(
-        validate(&plan.commands[0], &s, 15, &DisruptionConfig::default()),
+        validate(&plan.commands[0], &mut s, 15, &DisruptionConfig::default()),
         Ok(())
     );
+    assert!(s == lent, "validate changed the snapshot it was lent");
     // The saving is 25 %: a pool asking for 30 % keeps the node (no type is cheap enough to
     // be worth a simulation), and so does one that turned right-sizing off.
     check(
@@ -1292,11 +1296,11 @@ fn a_node_above_its_threshold_is_right_sized_when_a_much_cheaper_node_holds_its_
         "#]],
     );
     // The command decided at 20 % no longer holds when the pool asks for 30 % by validation.
-    let stricter = cluster(0.3, vec![m96.clone(), m128.clone()]);
+    let mut stricter = cluster(0.3, vec![m96.clone(), m128.clone()]);
     assert_eq!(
         validate(
             &plan.commands[0],
-            &stricter,
+            &mut stricter,
             15,
             &DisruptionConfig::default()
         ),

@@ -759,6 +759,13 @@ impl SnapshotCache {
         &self.snap
     }
 
+    /// The snapshot as of the last sync, to lend to a function that changes it and puts it back
+    /// as it was (`autoscaler_core::disruption::validate`): the next sync reuses its entries by
+    /// position, so one left changed would drift from the cluster.
+    pub fn get_mut(&mut self) -> &mut Snapshot {
+        &mut self.snap
+    }
+
     /// The entries for `wanted` (ascending node ids), moving unchanged ones over from `old`
     /// (also ascending), refreshing changed ones in place and building new ones; `keys` is
     /// replaced by the new keys.

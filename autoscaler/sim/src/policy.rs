@@ -515,8 +515,8 @@ impl Policy for GpuAutoscaler {
         let Some(cmd) = &decision.command else {
             return false;
         };
-        let snap = ctx.snapshot_in(&mut self.cache, false);
-        validate(cmd, snap, now, &self.config).is_ok()
+        ctx.snapshot_in(&mut self.cache, false);
+        validate(cmd, self.cache.get_mut(), now, &self.config).is_ok()
     }
 
     fn on_scale_up(&mut self, pool: &str, now: i64) {

@@ -11,10 +11,11 @@ use super::simulate::{nowhere_to_go, simulate};
 use super::{Command, DisruptionConfig, Method};
 
 /// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was
-/// decided. `Err` says why it no longer holds; the caller then drops it.
+/// decided. `Err` says why it no longer holds; the caller then drops it. `snap` is lent to the
+/// simulation and comes back as it was ([`simulate`]).
 pub fn validate(
     command: &Command,
-    snap: &Snapshot,
+    snap: &mut Snapshot,
     now: i64,
     config: &DisruptionConfig,
 ) -> Result<(), String> {
@@ -54,25 +55,20 @@ pub fn validate(
     if command.reason == DisruptionReason::Empty {
         return Ok(());
     }
-    let plan = simulate(
-        snap,
-        &snap.nodes,
-        &removed,
-        command.method == Method::Replace,
-    );
-    if let Some(u) = plan.unschedulable.first() {
-        return Err(nowhere_to_go(u));
-    }
     let cost: f64 = nodes.iter().map(|n| n.price.unwrap_or(0.0)).sum();
-    if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {
-        return Err("replacement is no longer strictly cheaper".into());
-    }
     // A node above its threshold is replaced only for the saving right-sizing asks.
     let devices = crate::dra::device_use(&snap.dra);
     let savings = nodes
         .iter()
         .map(|n| right_size_savings(n, snap, devices.get(n.name.as_str()).copied(), config))
         .fold(0.0, f64::max);
+    let plan = simulate(snap, &removed, command.method == Method::Replace);
+    if let Some(u) = plan.unschedulable.first() {
+        return Err(nowhere_to_go(u));
+    }
+    if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {
+        return Err("replacement is no longer strictly cheaper".into());
+    }
     if command.method == Method::Replace && plan.new_cost() > cost * (1.0 - savings) {
         return Err(format!(
             "above its utilization threshold, and the replacement no longer saves {:.0} %",

@@ -213,7 +213,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     async fn run_jobs(&mut self) {
         let pools = self.stores.pools.state();
         let types = self.instance_types(&pools).await;
-        let snap = self.full_snapshot(&types, true);
+        let mut snap = self.full_snapshot(&types, true);
         let config = self.disruption_config();
         let now = epoch();
         let pods = self.stores.pods.state();
@@ -265,7 +265,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 timeouts: self.args.disruption_timeouts(),
             };
             let mut step = disrupt::step(job, &facts, &mut || {
-                validate(&job.command, &snap, now, &config)
+                validate(&job.command, &mut snap, now, &config)
             });
             if let disrupt::Action::DeleteNodes(names) = &step.action {
                 // Deleting a Node loses the pods bound to it: confirm from the API server that
@@ -280,7 +280,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                 pods_left: fresh,
                                 ..facts
                             },
-                            &mut || validate(&job.command, &snap, now, &config),
+                            &mut || validate(&job.command, &mut snap, now, &config),
                         );
                     }
                     Err(e) => {

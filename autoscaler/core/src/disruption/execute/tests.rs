@@ -64,7 +64,7 @@ fn facts(now: i64) -> Facts {
 }
 
 /// One step with the core's validation against `snap`, as the controller runs it.
-fn run(job: &Job, f: &Facts, snap: &Snapshot) -> Step {
+fn run(job: &Job, f: &Facts, snap: &mut Snapshot) -> Step {
     let config = DisruptionConfig::default();
     step(job, f, &mut || validate(&job.command, snap, f.now, &config))
 }
@@ -101,10 +101,10 @@ fn in_progress_counts_unfinished_jobs() {
 
 #[test]
 fn waits_for_validation_delay_then_taints() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let job = Job::new(command(Method::Delete));
-    assert_eq!(run(&job, &facts(110), &snap).next, Stage::Decided);
-    let s = run(&job, &facts(115), &snap);
+    assert_eq!(run(&job, &facts(110), &mut snap).next, Stage::Decided);
+    let s = run(&job, &facts(115), &mut snap);
     assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
     assert_eq!(s.next, Stage::Tainted);
     // What the validation saw becomes the command's pods.
@@ -116,44 +116,44 @@ fn failed_validation_abandons_and_untaints() {
     let mut snap = snapshot();
     snap.nodes[0].pods.push(pod("p").build());
     let mut job = Job::new(command(Method::Delete));
-    let s = run(&job, &facts(200), &snap);
+    let s = run(&job, &facts(200), &mut snap);
     assert!(matches!(s.next, Stage::Abandoned(ref why) if why.contains("no longer empty")));
     job.stage = s.next;
-    let s = run(&job, &facts(201), &snap);
+    let s = run(&job, &facts(201), &mut snap);
     assert_eq!(s.action, Action::Untaint(vec!["n1".into()]));
     assert_eq!(s.next, Stage::Done);
 }
 
 #[test]
 fn drains_with_backoff_then_deletes() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Delete));
     job.command.pods = vec![key("a")];
     job.stage = Stage::Tainted;
     let mut f = facts(200);
     f.pods_left = vec![key("a")];
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert_eq!(s.action, Action::Evict(vec![key("a")]));
     job.stage = s.next;
     job.evictions_refused(200);
     job.evictions_refused(201);
     assert_eq!(job.next_eviction_at, 203);
     f.now = 202;
-    assert_eq!(run(&job, &f, &snap).action, Action::Wait);
+    assert_eq!(run(&job, &f, &mut snap).action, Action::Wait);
     f.now = 203;
-    assert_eq!(run(&job, &f, &snap).action, Action::Evict(vec![key("a")]));
+    assert_eq!(run(&job, &f, &mut snap).action, Action::Evict(vec![key("a")]));
     f.pods_left.clear();
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert_eq!(s.action, Action::DeleteNodes(vec!["n1".into()]));
     job.stage = s.next;
-    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting { since: 203 });
+    assert_eq!(run(&job, &f, &mut snap).next, Stage::Deleting { since: 203 });
     f.nodes_present.clear();
-    assert_eq!(run(&job, &f, &snap).next, Stage::Done);
+    assert_eq!(run(&job, &f, &mut snap).next, Stage::Done);
 }
 
 #[test]
 fn replacement_must_initialize_first() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Replace));
     job.stage = Stage::Replacing {
         claim: "default-x".into(),
@@ -161,21 +161,21 @@ fn replacement_must_initialize_first() {
     };
     let mut f = facts(200);
     f.replacement_initialized = Some(false);
-    assert_eq!(run(&job, &f, &snap).action, Action::Wait);
+    assert_eq!(run(&job, &f, &mut snap).action, Action::Wait);
     f.replacement_initialized = Some(true);
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
     assert_eq!(s.validated_pods, Some(vec![]));
     // Not in the claim cache yet just after its creation: wait, then give up.
     f.replacement_initialized = None;
     f.now = 100 + REPLACEMENT_CACHE_GRACE_S - 1;
-    assert_eq!(run(&job, &f, &snap).next, job.stage);
+    assert_eq!(run(&job, &f, &mut snap).next, job.stage);
     f.now = 100 + REPLACEMENT_CACHE_GRACE_S;
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(matches!(s.next, Stage::Abandoned(_)) && s.failure, "{s:?}");
     f.replacement_initialized = Some(false);
     f.now = 1_000;
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(matches!(s.next, Stage::Abandoned(_)));
     assert!(
         s.failure,
@@ -196,7 +196,7 @@ fn the_nodes_are_validated_again_once_the_replacement_is_up() {
     };
     let mut f = facts(200);
     f.replacement_initialized = Some(true);
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(
         matches!(s.next, Stage::Abandoned(ref why) if why.contains("after the replacement came up")),
         "{s:?}"
@@ -206,13 +206,13 @@ fn the_nodes_are_validated_again_once_the_replacement_is_up() {
 
 #[test]
 fn a_pod_bound_between_validation_and_taint_abandons_without_failure() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Delete));
     job.command.pods = vec![key("a")];
     job.stage = Stage::Tainted;
     let mut f = facts(200);
     f.pods_left = vec![key("a"), key("late")];
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(
         matches!(s.next, Stage::Abandoned(ref why) if why.contains("default/late arrived")),
         "{s:?}"
@@ -220,7 +220,7 @@ fn a_pod_bound_between_validation_and_taint_abandons_without_failure() {
     assert!(!s.failure);
     // Only the pods validation saw: the drain goes on.
     f.pods_left = vec![key("a")];
-    assert_eq!(run(&job, &f, &snap).action, Action::Evict(vec![key("a")]));
+    assert_eq!(run(&job, &f, &mut snap).action, Action::Evict(vec![key("a")]));
 }
 
 /// An empty node's command, mid-drain, learns from the fresh read before deletion that a
@@ -228,18 +228,18 @@ fn a_pod_bound_between_validation_and_taint_abandons_without_failure() {
 /// a pod nothing found a place for, and counts as a failed deletion (evictions went out).
 #[test]
 fn a_pod_found_while_draining_abandons_instead_of_being_evicted() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Delete));
     job.command.pods = vec![key("a")];
     job.stage = Stage::Draining;
     let mut f = facts(200);
     f.pods_left = vec![];
     assert_eq!(
-        run(&job, &f, &snap).action,
+        run(&job, &f, &mut snap).action,
         Action::DeleteNodes(vec!["n1".into()])
     );
     f.pods_left = vec![key("protected")];
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert_eq!(s.action, Action::Wait);
     assert!(
         matches!(s.next, Stage::Abandoned(ref why) if why.contains("default/protected arrived")),
@@ -248,21 +248,21 @@ fn a_pod_found_while_draining_abandons_instead_of_being_evicted() {
     assert!(s.failure);
     // A validated pod the cache still shows after its eviction is evicted again.
     f.pods_left = vec![key("a")];
-    assert_eq!(run(&job, &f, &snap).action, Action::Evict(vec![key("a")]));
+    assert_eq!(run(&job, &f, &mut snap).action, Action::Evict(vec![key("a")]));
 }
 
 #[test]
 fn a_drain_that_does_not_finish_in_time_gives_up_as_a_failure() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Delete));
     job.command.pods = vec![key("a")];
     job.stage = Stage::Draining;
     job.evictions_refused(200);
     let mut f = facts(799);
     f.pods_left = vec![key("a")];
-    assert_eq!(run(&job, &f, &snap).action, Action::Evict(vec![key("a")]));
+    assert_eq!(run(&job, &f, &mut snap).action, Action::Evict(vec![key("a")]));
     f.now = 800;
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(
         matches!(s.next, Stage::Abandoned(ref why) if why.contains("drain timed out after 600s")),
         "{s:?}"
@@ -270,7 +270,7 @@ fn a_drain_that_does_not_finish_in_time_gives_up_as_a_failure() {
     assert!(s.failure);
     job.stage = s.next;
     assert_eq!(
-        run(&job, &f, &snap).action,
+        run(&job, &f, &mut snap).action,
         Action::Untaint(vec!["n1".into()])
     );
 }
@@ -279,19 +279,19 @@ fn a_drain_that_does_not_finish_in_time_gives_up_as_a_failure() {
 /// Node) would otherwise hold the command, and the node, in Deleting for good.
 #[test]
 fn a_node_back_after_its_deletion_ends_the_command() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Delete));
     job.stage = Stage::Deleting { since: 200 };
     let mut f = facts(210);
     // Within the grace the cache may simply not show the deletion yet.
     f.nodes_not_deleting = vec!["n1".into()];
-    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting { since: 200 });
+    assert_eq!(run(&job, &f, &mut snap).next, Stage::Deleting { since: 200 });
     // Being deleted (a finalizer at work): wait however long it takes.
     f.now = 200 + DELETION_CACHE_GRACE_S + 60;
     f.nodes_not_deleting.clear();
-    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting { since: 200 });
+    assert_eq!(run(&job, &f, &mut snap).next, Stage::Deleting { since: 200 });
     f.nodes_not_deleting = vec!["n1".into()];
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(
         matches!(s.next, Stage::Abandoned(ref why) if why.contains("node n1 is present and not being deleted 90s after")),
         "{s:?}"
@@ -302,30 +302,30 @@ fn a_node_back_after_its_deletion_ends_the_command() {
     );
     job.stage = s.next;
     assert_eq!(
-        run(&job, &f, &snap).action,
+        run(&job, &f, &mut snap).action,
         Action::Untaint(vec!["n1".into()])
     );
 }
 
 #[test]
 fn actions_that_keep_failing_give_up() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Delete));
     job.stage = Stage::Deleting { since: 200 };
     for _ in 0..MAX_FAILED_ACTIONS - 1 {
         job.action_failed();
     }
     let f = facts(200);
-    assert_eq!(run(&job, &f, &snap).next, Stage::Deleting { since: 200 });
+    assert_eq!(run(&job, &f, &mut snap).next, Stage::Deleting { since: 200 });
     job.action_failed();
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(matches!(s.next, Stage::Abandoned(_)) && s.failure, "{s:?}");
     // Nothing was started before the taint: giving up there is no failed deletion.
     job.stage = Stage::Decided;
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(matches!(s.next, Stage::Abandoned(_)) && !s.failure, "{s:?}");
     job.action_succeeded();
-    assert!(!matches!(run(&job, &f, &snap).next, Stage::Abandoned(_)));
+    assert!(!matches!(run(&job, &f, &mut snap).next, Stage::Abandoned(_)));
 }
 
 /// The time at which only the clock can change the answer, for event-driven callers.
@@ -369,7 +369,7 @@ fn admit_keeps_one_command_per_node() {
 /// autoscalers) sets `replaces`: the replacement comes first, then the taint.
 #[test]
 fn a_replacement_described_by_the_caller_comes_first() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Replace));
     assert_eq!(
         job.order,
@@ -377,13 +377,13 @@ fn a_replacement_described_by_the_caller_comes_first() {
         "a Replace command without a claim replaces nothing"
     );
     job.order = Order::ReplaceFirst;
-    let s = run(&job, &facts(200), &snap);
+    let s = run(&job, &facts(200), &mut snap);
     assert_eq!(s.action, Action::CreateReplacement);
     assert!(matches!(s.next, Stage::Replacing { since: 200, .. }));
     job.advance(s);
     let mut f = facts(250);
     f.replacement_initialized = Some(true);
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
 }
 
@@ -395,35 +395,35 @@ fn karpenters_order_taints_first_and_drains_once_the_replacement_is_up() {
     let mut snap = snapshot();
     let mut job = Job::new(command(Method::Replace));
     job.order = Order::TaintFirst;
-    let s = run(&job, &facts(200), &snap);
+    let s = run(&job, &facts(200), &mut snap);
     assert_eq!(s.action, Action::Taint(vec!["n1".into()]));
     assert_eq!(s.next, Stage::Tainted);
     job.advance(s);
     assert!(job.tainted());
-    let s = run(&job, &facts(200), &snap);
+    let s = run(&job, &facts(200), &mut snap);
     assert_eq!(s.action, Action::CreateReplacement);
     assert!(matches!(s.next, Stage::Replacing { since: 200, .. }));
     job.advance(s);
     assert!(job.tainted(), "still tainted while the replacement boots");
     let mut f = facts(250);
     f.replacement_initialized = Some(false);
-    assert_eq!(run(&job, &f, &snap).action, Action::Wait);
+    assert_eq!(run(&job, &f, &mut snap).action, Action::Wait);
     assert_eq!(wake(&job, &f), Some(1100), "the replacement timeout");
     // The validation would now fail (the node holds a pod); it is not asked again.
     snap.nodes[0].pods.push(pod("a").build());
     job.command.pods = vec![key("a")];
     f.replacement_initialized = Some(true);
     f.pods_left = vec![key("a")];
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert_eq!(s.action, Action::Evict(vec![key("a")]));
     assert_eq!(s.next, Stage::Draining);
     f.pods_left = vec![];
     assert_eq!(
-        run(&job, &f, &snap).action,
+        run(&job, &f, &mut snap).action,
         Action::DeleteNodes(vec!["n1".into()])
     );
     f.pods_left = vec![key("a"), key("tolerating")];
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(
         matches!(s.next, Stage::Abandoned(ref why) if why.contains("default/tolerating arrived")),
         "{s:?}"
@@ -435,7 +435,7 @@ fn karpenters_order_taints_first_and_drains_once_the_replacement_is_up() {
 /// deletion the users are warned of.
 #[test]
 fn karpenters_order_untaints_when_the_replacement_fails() {
-    let snap = snapshot();
+    let mut snap = snapshot();
     let mut job = Job::new(command(Method::Replace));
     job.order = Order::TaintFirst;
     job.stage = Stage::Replacing {
@@ -443,7 +443,7 @@ fn karpenters_order_untaints_when_the_replacement_fails() {
         since: 100,
     };
     let mut f = facts(100 + REPLACEMENT_CACHE_GRACE_S);
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(
         matches!(s.next, Stage::Abandoned(ref why) if why.contains("NodeClaim is gone")),
         "{s:?}"
@@ -451,11 +451,11 @@ fn karpenters_order_untaints_when_the_replacement_fails() {
     assert_eq!(s.notice(&job), Some(Notice::GivenUp));
     f.replacement_initialized = Some(false);
     f.now = 1_000;
-    let s = run(&job, &f, &snap);
+    let s = run(&job, &f, &mut snap);
     assert!(s.failure && s.why().contains("did not initialize"), "{s:?}");
     job.advance(s);
     assert_eq!(
-        run(&job, &f, &snap).action,
+        run(&job, &f, &mut snap).action,
         Action::Untaint(vec!["n1".into()])
     );
 }
@@ -467,14 +467,14 @@ fn notices_follow_what_users_saw() {
     let mut snap = snapshot();
     snap.nodes[0].pods.push(pod("p").build());
     let job = Job::new(command(Method::Delete));
-    let s = run(&job, &facts(200), &snap);
+    let s = run(&job, &facts(200), &mut snap);
     assert!(matches!(s.next, Stage::Abandoned(_)) && !s.failure);
     assert_eq!(s.notice(&job), None, "validation failed before the taint");
     let mut tainted = job.clone();
     tainted.stage = Stage::Tainted;
     let mut f = facts(200);
     f.pods_left = vec![key("late")];
-    let s = run(&tainted, &f, &snap);
+    let s = run(&tainted, &f, &mut snap);
     assert_eq!(s.notice(&tainted), Some(Notice::Abandoned));
     assert_eq!(
         (Notice::Abandoned.reason(), Notice::Abandoned.warning()),
@@ -486,7 +486,7 @@ fn notices_follow_what_users_saw() {
     );
     let mut draining = tainted.clone();
     draining.stage = Stage::Draining;
-    let s = run(&draining, &f, &snap);
+    let s = run(&draining, &f, &mut snap);
     assert_eq!(s.notice(&draining), Some(Notice::GivenUp));
     assert_eq!(
         (Notice::GivenUp.reason(), Notice::GivenUp.warning()),
