@@ -40,7 +40,8 @@ pub(crate) struct SimulateArgs {
     /// Run each value on the same seeds as the scenario's own setting and print a decision
     /// table with a recommendation: `[POOL:]KEY=v1,v2,...`, KEY one of
     /// gpu-utilization-threshold, utilization-threshold, unneeded-time, consolidate-after,
-    /// right-size-savings, on every NodePool or only on POOL. Use with --seeds 10 or more.
+    /// right-size-savings, scale-down-delay-after-add, on every NodePool or only on POOL. Use
+    /// with --seeds 10 or more.
     #[arg(long)]
     sweep: Option<String>,
     /// Replay an openb pod list (`openb_pod_list_*.csv`) instead of the scenario's

@@ -35,15 +35,19 @@ pub enum Key {
     ConsolidateAfter,
     /// `disruption.rightSizeSavings`.
     RightSizeSavings,
+    /// The pool's pause of scale-down after it scaled up (`--scale-down-delay-after-add` for
+    /// one pool; the scenario's `cluster.scaleDownDelayAfterAdd` when the pool sets none).
+    ScaleDownDelayAfterAdd,
 }
 
 /// Every key, in the spelling `--sweep` takes.
-pub const KEYS: [Key; 5] = [
+pub const KEYS: [Key; 6] = [
     Key::GpuUtilizationThreshold,
     Key::UtilizationThreshold,
     Key::UnneededTime,
     Key::ConsolidateAfter,
     Key::RightSizeSavings,
+    Key::ScaleDownDelayAfterAdd,
 ];
 
 /// A value of a key: a share in [0, 1] or whole seconds.
@@ -64,6 +68,7 @@ impl Key {
             Key::UnneededTime => "unneeded-time",
             Key::ConsolidateAfter => "consolidate-after",
             Key::RightSizeSavings => "right-size-savings",
+            Key::ScaleDownDelayAfterAdd => "scale-down-delay-after-add",
         }
     }
 
@@ -78,14 +83,17 @@ impl Key {
                 }
                 Ok(Setting::Ratio(v))
             }
-            Key::UnneededTime | Key::ConsolidateAfter => scenario::parse_duration(text)
-                .map(Setting::Secs)
-                .map_err(|e| format!("{}: {e}", self.name())),
+            Key::UnneededTime | Key::ConsolidateAfter | Key::ScaleDownDelayAfterAdd => {
+                scenario::parse_duration(text)
+                    .map(Setting::Secs)
+                    .map_err(|e| format!("{}: {e}", self.name()))
+            }
         }
     }
 
-    /// The pool's setting.
-    pub fn get(self, pool: &Pool) -> Setting {
+    /// The pool's setting in `scenario` (whose cluster-wide settings stand in for what the
+    /// pool leaves unset).
+    pub fn get(self, pool: &Pool, scenario: &Scenario) -> Setting {
         let d = &pool.disruption;
         match self {
             Key::GpuUtilizationThreshold => Setting::Ratio(d.gpu_utilization_threshold),
@@ -93,6 +101,11 @@ impl Key {
             Key::UnneededTime => Setting::Secs(d.unneeded_s),
             Key::ConsolidateAfter => Setting::Secs(d.consolidate_after_s),
             Key::RightSizeSavings => Setting::Ratio(d.right_size_savings),
+            Key::ScaleDownDelayAfterAdd => Setting::Secs(
+                d.delays
+                    .after_add_s
+                    .unwrap_or(scenario.cluster.disruption.delay_after_scale_up_s),
+            ),
         }
     }
 
@@ -104,6 +117,7 @@ impl Key {
             (Key::UnneededTime, Setting::Secs(s)) => d.unneeded_s = s,
             (Key::ConsolidateAfter, Setting::Secs(s)) => d.consolidate_after_s = s,
             (Key::RightSizeSavings, Setting::Ratio(r)) => d.right_size_savings = r,
+            (Key::ScaleDownDelayAfterAdd, Setting::Secs(s)) => d.delays.after_add_s = Some(s),
             // parse_value gives each key its own kind of value.
             _ => {}
         }
@@ -128,9 +142,10 @@ impl std::fmt::Display for Setting {
     }
 }
 
-/// Whether `policy` reads `key` (from the code: the core's `plan_disruption` reads all five;
+/// Whether `policy` reads `key` (from the code: the core's `plan_disruption` reads all six;
 /// the Karpenter models only `consolidateAfter`; the Cluster Autoscaler models the two
-/// thresholds and `unneededTime`). A policy not listed is taken to read every key, so it is never shown as
+/// thresholds and `unneededTime`: their `--scale-down-delay-after-add` is one flag for the
+/// whole cluster, as in the Cluster Autoscaler, which has no per-node-group value for it). A policy not listed is taken to read every key, so it is never shown as
 /// unaffected by mistake. The `policies_that_ignore_a_key_do_not_change` test checks the
 /// `false` answers by running them.
 pub fn policy_reads(policy: &str, key: Key) -> bool {
@@ -226,7 +241,9 @@ impl Sweep {
 
     /// The scenario's own setting: one value when every targeted pool agrees.
     pub fn current(&self, scenario: &Scenario) -> Option<Setting> {
-        let mut it = self.targets(&scenario.pools).map(|p| self.key.get(p));
+        let mut it = self
+            .targets(&scenario.pools)
+            .map(|p| self.key.get(p, scenario));
         let first = it.next()?;
         it.all(|v| v == first).then_some(first)
     }
@@ -237,7 +254,7 @@ impl Sweep {
             Some(v) => v.to_string(),
             None => self
                 .targets(&scenario.pools)
-                .map(|p| format!("{} {}", p.name, self.key.get(p)))
+                .map(|p| format!("{} {}", p.name, self.key.get(p, scenario)))
                 .collect::<Vec<_>>()
                 .join(", "),
         }

@@ -495,6 +495,35 @@ fn policies_that_ignore_a_key_do_not_change() {
 }
 
 #[test]
+fn the_pause_after_a_scale_up_is_swept_per_pool_from_the_cluster_value() {
+    let s = tiny();
+    let sw = sweep::parse("scale-down-delay-after-add=0s,5h", &s).unwrap();
+    // No pool sets its own: the current value is the cluster's (the controller's default).
+    assert_eq!(sw.current_text(&s), "0s");
+    let mut ten = s.clone();
+    ten.cluster.disruption.delay_after_scale_up_s = 600;
+    assert_eq!(sw.current_text(&ten), "10m");
+    let ours = |sc: &Scenario| {
+        let opts = RunOptions {
+            policies: Some(vec!["gpu-autoscaler".into()]),
+            ..Default::default()
+        };
+        run(sc, &opts, &mut |_, _| {}).unwrap().policies.remove(0)
+    };
+    let [none, long] = [0, 1].map(|i| ours(&sw.apply(&s, sw.values[i].1)));
+    assert_eq!(none.cost, ours(&s).cost, "0s is the current setting");
+    // Five hours outlast the three-hour run: after its first scale-up no node of a pool goes.
+    assert!(
+        long.nodes_terminated < none.nodes_terminated && long.cost > none.cost,
+        "0s: {} nodes down, ${:.2}; 5h: {} nodes down, ${:.2}",
+        none.nodes_terminated,
+        none.cost,
+        long.nodes_terminated,
+        long.cost
+    );
+}
+
+#[test]
 fn a_sweep_runs_readers_per_value_and_the_others_once() {
     let s = tiny();
     // Both pools' unneeded time is 2m: that value is the current row, not run twice.

@@ -141,12 +141,18 @@ fn drains_with_backoff_then_deletes() {
     f.now = 202;
     assert_eq!(run(&job, &f, &mut snap).action, Action::Wait);
     f.now = 203;
-    assert_eq!(run(&job, &f, &mut snap).action, Action::Evict(vec![key("a")]));
+    assert_eq!(
+        run(&job, &f, &mut snap).action,
+        Action::Evict(vec![key("a")])
+    );
     f.pods_left.clear();
     let s = run(&job, &f, &mut snap);
     assert_eq!(s.action, Action::DeleteNodes(vec!["n1".into()]));
     job.stage = s.next;
-    assert_eq!(run(&job, &f, &mut snap).next, Stage::Deleting { since: 203 });
+    assert_eq!(
+        run(&job, &f, &mut snap).next,
+        Stage::Deleting { since: 203 }
+    );
     f.nodes_present.clear();
     assert_eq!(run(&job, &f, &mut snap).next, Stage::Done);
 }
@@ -220,7 +226,10 @@ fn a_pod_bound_between_validation_and_taint_abandons_without_failure() {
     assert!(!s.failure);
     // Only the pods validation saw: the drain goes on.
     f.pods_left = vec![key("a")];
-    assert_eq!(run(&job, &f, &mut snap).action, Action::Evict(vec![key("a")]));
+    assert_eq!(
+        run(&job, &f, &mut snap).action,
+        Action::Evict(vec![key("a")])
+    );
 }
 
 /// An empty node's command, mid-drain, learns from the fresh read before deletion that a
@@ -248,7 +257,10 @@ fn a_pod_found_while_draining_abandons_instead_of_being_evicted() {
     assert!(s.failure);
     // A validated pod the cache still shows after its eviction is evicted again.
     f.pods_left = vec![key("a")];
-    assert_eq!(run(&job, &f, &mut snap).action, Action::Evict(vec![key("a")]));
+    assert_eq!(
+        run(&job, &f, &mut snap).action,
+        Action::Evict(vec![key("a")])
+    );
 }
 
 #[test]
@@ -260,7 +272,10 @@ fn a_drain_that_does_not_finish_in_time_gives_up_as_a_failure() {
     job.evictions_refused(200);
     let mut f = facts(799);
     f.pods_left = vec![key("a")];
-    assert_eq!(run(&job, &f, &mut snap).action, Action::Evict(vec![key("a")]));
+    assert_eq!(
+        run(&job, &f, &mut snap).action,
+        Action::Evict(vec![key("a")])
+    );
     f.now = 800;
     let s = run(&job, &f, &mut snap);
     assert!(
@@ -285,11 +300,17 @@ fn a_node_back_after_its_deletion_ends_the_command() {
     let mut f = facts(210);
     // Within the grace the cache may simply not show the deletion yet.
     f.nodes_not_deleting = vec!["n1".into()];
-    assert_eq!(run(&job, &f, &mut snap).next, Stage::Deleting { since: 200 });
+    assert_eq!(
+        run(&job, &f, &mut snap).next,
+        Stage::Deleting { since: 200 }
+    );
     // Being deleted (a finalizer at work): wait however long it takes.
     f.now = 200 + DELETION_CACHE_GRACE_S + 60;
     f.nodes_not_deleting.clear();
-    assert_eq!(run(&job, &f, &mut snap).next, Stage::Deleting { since: 200 });
+    assert_eq!(
+        run(&job, &f, &mut snap).next,
+        Stage::Deleting { since: 200 }
+    );
     f.nodes_not_deleting = vec!["n1".into()];
     let s = run(&job, &f, &mut snap);
     assert!(
@@ -316,7 +337,10 @@ fn actions_that_keep_failing_give_up() {
         job.action_failed();
     }
     let f = facts(200);
-    assert_eq!(run(&job, &f, &mut snap).next, Stage::Deleting { since: 200 });
+    assert_eq!(
+        run(&job, &f, &mut snap).next,
+        Stage::Deleting { since: 200 }
+    );
     job.action_failed();
     let s = run(&job, &f, &mut snap);
     assert!(matches!(s.next, Stage::Abandoned(_)) && s.failure, "{s:?}");
@@ -325,7 +349,10 @@ fn actions_that_keep_failing_give_up() {
     let s = run(&job, &f, &mut snap);
     assert!(matches!(s.next, Stage::Abandoned(_)) && !s.failure, "{s:?}");
     job.action_succeeded();
-    assert!(!matches!(run(&job, &f, &mut snap).next, Stage::Abandoned(_)));
+    assert!(!matches!(
+        run(&job, &f, &mut snap).next,
+        Stage::Abandoned(_)
+    ));
 }
 
 /// The time at which only the clock can change the answer, for event-driven callers.
