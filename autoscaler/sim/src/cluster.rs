@@ -119,6 +119,15 @@ pub struct NodeState {
     pub launched_at: i64,
     /// When it was terminated.
     pub gone_at: Option<i64>,
+    /// When its device plugin advertised its GPUs and its startup taints went (it became
+    /// Ready); `None` until then.
+    pub ready_at: Option<i64>,
+    /// Bound pods holding some GPU (whole, share, slice or replica).
+    pub gpu_pods: u32,
+    /// Since when `gpu_pods` has been above 0 (meaningless while it is 0).
+    pub gpu_busy_since: i64,
+    /// Seconds, closed intervals only, during which some pod held a GPU of the node.
+    pub gpu_busy_s: i64,
     /// Physical GPUs.
     pub gpus: u32,
     /// Last time a pod was bound to or left the node.
@@ -383,6 +392,13 @@ impl Cluster {
         }
         st.devices = devices;
         st.gpu_equiv = gpu_equiv;
+        if gpu_equiv > 0.0 {
+            let n = &mut self.nodes[node];
+            if n.gpu_pods == 0 {
+                n.gpu_busy_since = now;
+            }
+            n.gpu_pods += 1;
+        }
         if let Some(p) = st.pod.as_mut() {
             let n = &self.nodes[node];
             for (i, c) in p.claims.iter_mut().enumerate() {
@@ -423,6 +439,12 @@ impl Cluster {
         }
         n.pods.retain(|p| *p != pod);
         n.last_pod_change = now;
+        if self.pods[pod].gpu_equiv > 0.0 && n.gpu_pods > 0 {
+            n.gpu_pods -= 1;
+            if n.gpu_pods == 0 {
+                n.gpu_busy_s += now - n.gpu_busy_since;
+            }
+        }
         // The pod's claims are released (a template's claim goes with its pod).
         n.dra
             .mark(&std::mem::take(&mut self.pods[pod].claim_devices), false);

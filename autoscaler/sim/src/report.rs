@@ -36,6 +36,9 @@ struct JsonPolicy<'a> {
     gpu_hours_requested: f64,
     gpu_hours_useful: f64,
     gpu_hours_rerun: f64,
+    gpu_hours_booting: f64,
+    gpu_hours_idle: f64,
+    gpu_hours_idle_empty: f64,
     gpu_allocation: f64,
     pending_p50_s: f64,
     pending_p95_s: f64,
@@ -88,6 +91,9 @@ pub fn to_json(report: &RunReport) -> String {
                 gpu_hours_requested: r(p.gpu_hours_requested, 4),
                 gpu_hours_useful: r(p.gpu_hours_useful, 4),
                 gpu_hours_rerun: r(p.gpu_hours_rerun, 4),
+                gpu_hours_booting: r(p.gpu_hours_booting, 4),
+                gpu_hours_idle: r(p.gpu_hours_idle, 4),
+                gpu_hours_idle_empty: r(p.gpu_hours_idle_empty, 4),
                 gpu_allocation: r(p.gpu_allocation, 4),
                 pending_p50_s: p.pending_p50_s,
                 pending_p95_s: p.pending_p95_s,
@@ -197,6 +203,7 @@ pub fn summary(report: &RunReport) -> String {
             p.pending_at_end
         );
     }
+    gpu_hours_split(&mut s, report);
     provreq_table(&mut s, report);
     for p in &report.policies {
         if p.name != "gpu-autoscaler" {
@@ -222,6 +229,42 @@ pub fn summary(report: &RunReport) -> String {
         }
     }
     s
+}
+
+/// Where each policy's paid GPU-hours went: booting (before the device plugin advertised the
+/// GPUs), idle (advertised, held by no pod) and held by pods (of which re-run after an
+/// eviction), each with its share of paid. Nothing when no policy paid for a GPU.
+fn gpu_hours_split(s: &mut String, report: &RunReport) {
+    if report.policies.iter().all(|p| p.gpu_hours_paid <= 0.0) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "paid GPU-hours = booting (launch until the device plugin advertises the GPUs) + idle (advertised, held by no pod; of which on nodes where no pod held any GPU) + held by pods (of which re-run):"
+    );
+    for p in &report.policies {
+        let pct = |v: f64| {
+            if p.gpu_hours_paid > 0.0 {
+                v / p.gpu_hours_paid * 100.0
+            } else {
+                0.0
+            }
+        };
+        let _ = writeln!(
+            s,
+            "  {:<15} {:>9.1} = {:>8.1} ({:>4.1}%) + {:>8.1} ({:>4.1}%; empty nodes {:.1}) + {:>9.1} ({:>4.1}%, re-run {:.1})",
+            p.name,
+            p.gpu_hours_paid,
+            p.gpu_hours_booting,
+            pct(p.gpu_hours_booting),
+            p.gpu_hours_idle,
+            pct(p.gpu_hours_idle),
+            p.gpu_hours_idle_empty,
+            p.gpu_hours_requested,
+            pct(p.gpu_hours_requested),
+            p.gpu_hours_rerun
+        );
+    }
 }
 
 /// What a policy that does not serve ProvisioningRequests did with them instead.

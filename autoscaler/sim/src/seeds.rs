@@ -148,6 +148,12 @@ pub enum Metric {
     GpuHoursUseful,
     /// GPU-hours of job work re-run after evictions.
     GpuHoursRerun,
+    /// GPU-hours paid before nodes were Ready.
+    GpuHoursBooting,
+    /// GPU-hours paid on Ready nodes that no pod held.
+    GpuHoursIdle,
+    /// Of those, on nodes where no pod held any GPU.
+    GpuHoursIdleEmpty,
     /// Useful over paid GPU-hours.
     GpuAllocation,
     /// Pods still pending at the end.
@@ -168,6 +174,9 @@ impl Metric {
             Metric::GpuHoursPaid => p.gpu_hours_paid,
             Metric::GpuHoursUseful => p.gpu_hours_useful,
             Metric::GpuHoursRerun => p.gpu_hours_rerun,
+            Metric::GpuHoursBooting => p.gpu_hours_booting,
+            Metric::GpuHoursIdle => p.gpu_hours_idle,
+            Metric::GpuHoursIdleEmpty => p.gpu_hours_idle_empty,
             Metric::GpuAllocation => p.gpu_allocation,
             Metric::PendingAtEnd => p.pending_at_end as f64,
             Metric::CostPerUsefulGpuHour if p.gpu_hours_useful > 0.0 => p.cost / p.gpu_hours_useful,
@@ -185,6 +194,9 @@ impl Metric {
             Metric::GpuHoursPaid => "gpu_hours_paid",
             Metric::GpuHoursUseful => "gpu_hours_useful",
             Metric::GpuHoursRerun => "gpu_hours_rerun",
+            Metric::GpuHoursBooting => "gpu_hours_booting",
+            Metric::GpuHoursIdle => "gpu_hours_idle",
+            Metric::GpuHoursIdleEmpty => "gpu_hours_idle_empty",
             Metric::GpuAllocation => "gpu_allocation",
             Metric::PendingAtEnd => "pending_at_end",
             Metric::CostPerUsefulGpuHour => "cost_per_useful_gpu_hour",
@@ -450,8 +462,48 @@ pub fn summary_text(s: &SeedSummary) -> String {
         }
     }
     work_costs(&mut out, s);
+    gpu_hours_split(&mut out, s);
     gaps(&mut out, s);
     out
+}
+
+/// One line with where each policy's paid GPU-hours went, means over the seeds: booting
+/// (before the device plugin advertised them), idle (advertised, held by no pod; of which on
+/// nodes where no pod held any GPU) and held by pods. Left out when no run paid for a GPU.
+fn gpu_hours_split(out: &mut String, s: &SeedSummary) {
+    if s.policies
+        .iter()
+        .all(|p| p.estimate(Metric::GpuHoursPaid).mean <= 0.0)
+    {
+        return;
+    }
+    let parts: Vec<String> = s
+        .policies
+        .iter()
+        .map(|p| {
+            let [paid, booting, idle, empty] = [
+                Metric::GpuHoursPaid,
+                Metric::GpuHoursBooting,
+                Metric::GpuHoursIdle,
+                Metric::GpuHoursIdleEmpty,
+            ]
+            .map(|m| p.estimate(m).mean);
+            let held = (paid - booting - idle).max(0.0);
+            let pct = |v: f64| if paid > 0.0 { v / paid * 100.0 } else { 0.0 };
+            format!(
+                "{} {:.0} booting ({:.1}%), {:.0} idle ({:.1}%, {:.0} on empty nodes), {:.0} held ({:.1}%)",
+                p.name,
+                booting,
+                pct(booting),
+                idle,
+                pct(idle),
+                empty,
+                held,
+                pct(held)
+            )
+        })
+        .collect();
+    let _ = writeln!(out, "  paid GPU-hours, mean: {}", parts.join("; "));
 }
 
 /// One line with each policy's cost per useful GPU-hour (cost over the GPU-hours that were
@@ -542,6 +594,9 @@ pub fn policy_json(p: &PolicySummary) -> Value {
         Metric::GpuHoursPaid,
         Metric::GpuHoursUseful,
         Metric::GpuHoursRerun,
+        Metric::GpuHoursBooting,
+        Metric::GpuHoursIdle,
+        Metric::GpuHoursIdleEmpty,
         Metric::GpuAllocation,
         Metric::PodsDisrupted,
         Metric::NodesLaunched,
@@ -571,6 +626,9 @@ pub fn policy_json(p: &PolicySummary) -> Value {
                         "gpu_hours_requested": (r.gpu_hours_requested * 1e4).round() / 1e4,
                         "gpu_hours_useful": (r.gpu_hours_useful * 1e4).round() / 1e4,
                         "gpu_hours_rerun": (r.gpu_hours_rerun * 1e4).round() / 1e4,
+                        "gpu_hours_booting": (r.gpu_hours_booting * 1e4).round() / 1e4,
+                        "gpu_hours_idle": (r.gpu_hours_idle * 1e4).round() / 1e4,
+                        "gpu_hours_idle_empty": (r.gpu_hours_idle_empty * 1e4).round() / 1e4,
                         "pods_disrupted": r.pods_disrupted,
                         "nodes_launched": r.nodes_launched,
                         "notes": r.notes,

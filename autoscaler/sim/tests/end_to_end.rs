@@ -652,3 +652,78 @@ fn explain_says_why_a_simulated_pod_is_pending_and_why_a_node_stays() {
     assert_eq!(why, format!("no node {node} at t=0s"));
     assert!(Asked::parse("deployment/x").is_err());
 }
+
+/// One GPU job on one node, with exact latencies: what each part of the paid GPU-hours must be.
+const ONE_GPU_JOB: &str = "\
+name: one-gpu-job
+seed: 1
+duration: 2h
+catalog: aws
+cluster:
+  launch: {cpu: 45s, gpu: 120s, jitter: 0}
+  registration: 20s
+  devicePluginDelay: 3m
+pools:
+  - name: gpu
+    families: [g4dn]
+    taints: [{key: nvidia.com/gpu, value: present}]
+    disruption: {consolidateAfter: 1m, unneededTime: 2m}
+workloads:
+  - jobs:
+      name: train
+      arrivals: {at: [0s]}
+      duration: {fixed: 30m}
+      pod: {nodePool: gpu, cpu: 1, memory: 2Gi, gpus: 1}
+";
+
+#[test]
+fn paid_gpu_hours_split_into_booting_idle_and_held() {
+    let s = Scenario::parse(Path::new("one-gpu-job.yaml"), ONE_GPU_JOB).unwrap();
+    let r = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let summary = report::summary(&r);
+    for p in &r.policies {
+        let parts = p.gpu_hours_booting + p.gpu_hours_idle + p.gpu_hours_requested;
+        assert!(
+            (parts - p.gpu_hours_paid).abs() < 1e-9 && p.gpu_hours_idle >= 0.0,
+            "{}: {parts} against {} paid\n{summary}",
+            p.name,
+            p.gpu_hours_paid
+        );
+    }
+    let ours = &r.policies[0];
+    assert_eq!(ours.name, "gpu-autoscaler");
+    assert_eq!(ours.nodes_launched, 1, "{summary}");
+    // Launch 120 s, registration 20 s, device plugin 3 min, on a one-GPU node.
+    assert!(
+        (ours.gpu_hours_booting - 320.0 / 3600.0).abs() < 1e-9,
+        "{summary}"
+    );
+    assert!((ours.gpu_hours_requested - 0.5).abs() < 1e-9, "{summary}");
+    // The node goes after the job ends, its unneeded time and consolidateAfter: idle, not held,
+    // and all of it on a node no pod held a GPU of.
+    assert!(ours.gpu_hours_idle >= 2.0 / 60.0, "{summary}");
+    assert!(
+        (ours.gpu_hours_idle_empty - ours.gpu_hours_idle).abs() < 1e-9,
+        "{summary}"
+    );
+    assert!(summary.contains("paid GPU-hours = booting"), "{summary}");
+    let json = report::to_json(&r);
+    assert!(json.contains("\"gpu_hours_booting\": 0.0889"), "{json}");
+
+    // The same job on a four-GPU node: three GPUs idle beside it for its half hour.
+    let four = ONE_GPU_JOB.replace("families: [g4dn]", "instanceTypes: [g4dn.12xlarge]");
+    let s = Scenario::parse(Path::new("one-gpu-job-4.yaml"), &four).unwrap();
+    let opts = RunOptions {
+        policies: Some(vec!["gpu-autoscaler".into()]),
+        ..Default::default()
+    };
+    let r = run(&s, &opts, &mut |_, _| {}).unwrap();
+    let p = &r.policies[0];
+    let summary = report::summary(&r);
+    assert!(
+        (p.gpu_hours_booting - 4.0 * 320.0 / 3600.0).abs() < 1e-9,
+        "{summary}"
+    );
+    let beside = p.gpu_hours_idle - p.gpu_hours_idle_empty;
+    assert!((beside - 3.0 * 0.5).abs() < 1e-9, "{summary}");
+}

@@ -60,6 +60,10 @@ impl Engine<'_> {
                 deleting: false,
                 launched_at: 0,
                 gone_at: None,
+                ready_at: Some(0),
+                gpu_pods: 0,
+                gpu_busy_since: 0,
+                gpu_busy_s: 0,
                 gpus: ex.gpus,
                 last_pod_change: 0,
                 held: Vec::new(),
@@ -209,6 +213,10 @@ impl Engine<'_> {
             deleting: false,
             launched_at: self.now,
             gone_at: None,
+            ready_at: None,
+            gpu_pods: 0,
+            gpu_busy_since: 0,
+            gpu_busy_s: 0,
             gpus: shape.gpus,
             last_pod_change: self.now,
             held: Vec::new(),
@@ -290,6 +298,7 @@ impl Engine<'_> {
         }
         let node = &mut self.cluster.nodes[n];
         node.phase = NodePhase::Ready;
+        node.ready_at = Some(self.now);
         let startup = std::mem::take(&mut node.startup_taints);
         node.taints.retain(|t| !startup.contains(t));
         self.nominated.retain(|_, v| *v != n);

@@ -101,6 +101,16 @@ pub struct PolicyResult {
     pub gpu_hours_useful: f64,
     /// GPU-hours of job work thrown away by evictions, to be run again.
     pub gpu_hours_rerun: f64,
+    /// Of `gpu_hours_paid`, the GPUs of nodes not Ready yet: from the launch request until the
+    /// device plugin advertised them (launch, registration, device plugin start).
+    pub gpu_hours_booting: f64,
+    /// Of `gpu_hours_paid`, the GPUs of Ready nodes that no pod held: paid minus booting minus
+    /// requested (empty nodes waiting out their unneeded time, and room left on busy ones).
+    pub gpu_hours_idle: f64,
+    /// Of `gpu_hours_idle`, on Ready nodes where no pod held any GPU at all (the whole node
+    /// idle: waiting out its unneeded time and `consolidateAfter`, or kept for pods to come);
+    /// the rest is room left beside pods.
+    pub gpu_hours_idle_empty: f64,
     /// useful / paid: work re-run after an eviction does not count, so disrupting more never
     /// looks more efficient.
     pub gpu_allocation: f64,
@@ -191,6 +201,39 @@ impl Engine<'_> {
         (cost, gpu_s)
     }
 
+    /// GPU-seconds paid until `t` on nodes before they were Ready.
+    pub(super) fn booting_gpu_s(&self, t: i64) -> f64 {
+        self.cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                let end = n.gone_at.unwrap_or(t).min(t);
+                let up = n.ready_at.unwrap_or(end).min(end);
+                f64::from(n.gpus) * (up - n.launched_at).max(0) as f64
+            })
+            .sum()
+    }
+
+    /// GPU-seconds paid until `t` on Ready nodes while no pod held any of their GPUs.
+    pub(super) fn empty_gpu_s(&self, t: i64) -> f64 {
+        self.cluster
+            .nodes
+            .iter()
+            .filter(|n| n.gpus > 0)
+            .filter_map(|n| {
+                let end = n.gone_at.unwrap_or(t).min(t);
+                let ready = n.ready_at?.min(end);
+                let open = if n.gpu_pods > 0 {
+                    (end - n.gpu_busy_since).max(0)
+                } else {
+                    0
+                };
+                let empty = (end - ready - n.gpu_busy_s - open).max(0);
+                Some(f64::from(n.gpus) * empty as f64)
+            })
+            .sum()
+    }
+
     pub(super) fn cost_by_type(&self, t: i64) -> BTreeMap<String, f64> {
         let mut by_type = BTreeMap::new();
         for (n, _, c) in self.node_costs(t) {
@@ -241,6 +284,9 @@ impl Engine<'_> {
         let req_h = self.gpu_requested_s / 3600.0;
         let rerun_h = self.gpu_rerun_s / 3600.0;
         let useful_h = (req_h - rerun_h).max(0.0);
+        let booting_h = self.booting_gpu_s(end) / 3600.0;
+        let idle_h = (paid_h - booting_h - req_h).max(0.0);
+        let idle_empty_h = (self.empty_gpu_s(end) / 3600.0).min(idle_h);
         let cost_by_type = self.cost_by_type(end);
         let notes = self.policy.notes(&self.cluster);
         let node_records = self
@@ -264,6 +310,9 @@ impl Engine<'_> {
             gpu_hours_requested: req_h,
             gpu_hours_useful: useful_h,
             gpu_hours_rerun: rerun_h,
+            gpu_hours_booting: booting_h,
+            gpu_hours_idle: idle_h,
+            gpu_hours_idle_empty: idle_empty_h,
             gpu_allocation: if paid_h > 0.0 { useful_h / paid_h } else { 0.0 },
             pending_p50_s: percentile(&s, 0.50),
             pending_p95_s: percentile(&s, 0.95),
