@@ -200,8 +200,27 @@ impl Resources {
             .saturating_add(other.ephemeral_storage);
         self.pods = self.pods.saturating_add(other.pods);
         for (k, v) in &other.extended {
-            let cur = self.extended.get(k).copied().unwrap_or(0);
-            self.set(k, cur.saturating_add(*v));
+            self.add_extended(k, |cur| cur.saturating_add(*v));
+        }
+    }
+
+    /// Sets extended resource `name` to `f` of its amount, as [`Resources::set`] would (an
+    /// amount of 0 is removed), without allocating its name when it is already there: the
+    /// planner adds every bound pod's requests to its node at each plan.
+    fn add_extended(&mut self, name: &String, f: impl Fn(i64) -> i64) {
+        match self.extended.get_mut(name) {
+            Some(cur) => {
+                *cur = f(*cur);
+                if *cur == 0 {
+                    self.extended.remove(name);
+                }
+            }
+            None => {
+                let v = f(0);
+                if v != 0 {
+                    self.extended.insert(name.clone(), v);
+                }
+            }
         }
     }
 
@@ -215,8 +234,7 @@ impl Resources {
             .saturating_sub(other.ephemeral_storage);
         self.pods = self.pods.saturating_sub(other.pods);
         for (k, v) in &other.extended {
-            let cur = self.extended.get(k).copied().unwrap_or(0);
-            self.set(k, cur.saturating_sub(*v));
+            self.add_extended(k, |cur| cur.saturating_sub(*v));
         }
     }
 
