@@ -267,6 +267,45 @@ fn gpu_hours_split(s: &mut String, report: &RunReport) {
     }
 }
 
+/// The HTML form of [`gpu_hours_split`]: one row per policy.
+fn split_html(s: &mut String, report: &RunReport) {
+    if report.policies.iter().all(|p| p.gpu_hours_paid <= 0.0) {
+        return;
+    }
+    s.push_str(
+        "<h2>Where the paid GPU-hours went</h2><table><tr><th>policy</th><th>paid</th>\
+         <th>booting</th><th>idle on empty nodes</th><th>idle beside pods</th><th>held</th>\
+         <th>of which re-run</th></tr>",
+    );
+    for p in &report.policies {
+        let cell = |v: f64| {
+            let pct = if p.gpu_hours_paid > 0.0 {
+                v / p.gpu_hours_paid * 100.0
+            } else {
+                0.0
+            };
+            format!("{v:.1} ({pct:.1}%)")
+        };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr>",
+            esc(&p.name),
+            p.gpu_hours_paid,
+            cell(p.gpu_hours_booting),
+            cell(p.gpu_hours_idle_empty),
+            cell(p.gpu_hours_idle - p.gpu_hours_idle_empty),
+            cell(p.gpu_hours_requested),
+            p.gpu_hours_rerun
+        );
+    }
+    s.push_str(
+        "</table><p class=\"note\">Booting: from the launch request until the device plugin \
+         advertises the GPUs. Idle on empty nodes: no pod held any GPU of the node (unneeded \
+         time, consolidateAfter, capacity kept for pods to come). Idle beside pods: free GPUs \
+         of nodes some pod used. Held: what bound pods requested, re-run work included.</p>",
+    );
+}
+
 /// What a policy that does not serve ProvisioningRequests did with them instead.
 const NOT_SERVED: &str = "not served: each request's pods were created at once, as a plain gang";
 
@@ -607,6 +646,7 @@ pub fn to_html(report: &RunReport) -> String {
         );
     }
     s.push_str("</table>");
+    split_html(&mut s, report);
     provreq_html(&mut s, report);
     s.push_str("<h2>Policies</h2><ul>");
     for p in &report.policies {

@@ -709,6 +709,17 @@ fn paid_gpu_hours_split_into_booting_idle_and_held() {
     assert!(summary.contains("paid GPU-hours = booting"), "{summary}");
     let json = report::to_json(&r);
     assert!(json.contains("\"gpu_hours_booting\": 0.0889"), "{json}");
+    let html = report::to_html(&r);
+    let row = format!(
+        "<tr><td>gpu-autoscaler</td><td>{:.1}</td><td>{:.1} ({:.1}%)</td>",
+        ours.gpu_hours_paid,
+        ours.gpu_hours_booting,
+        ours.gpu_hours_booting / ours.gpu_hours_paid * 100.0
+    );
+    assert!(
+        html.contains("Where the paid GPU-hours went") && html.contains(&row),
+        "{row}\n{html}"
+    );
 
     // The same job on a four-GPU node: three GPUs idle beside it for its half hour.
     let four = ONE_GPU_JOB.replace("families: [g4dn]", "instanceTypes: [g4dn.12xlarge]");
