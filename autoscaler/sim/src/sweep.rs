@@ -4,7 +4,8 @@
 //! Every value runs on the same seeds as the scenario's current setting, so each value's
 //! change against the current one is paired by seed. A policy that does not read the knob
 //! ([`policy_reads`]) runs once per seed and is shown once. Per value the table gives cost,
-//! pending p95, pods disrupted, nodes launched and re-run GPU-hours with their 95 % intervals;
+//! pending p95, pods disrupted, nodes launched, re-run GPU-hours and GPU-hours idle on empty
+//! nodes with their 95 % intervals;
 //! a value is *dominated* when another is better on cost or pending p95 (the paired interval
 //! of the difference excludes 0) and worse on neither. The recommendation names a value only
 //! when it alone is not dominated; otherwise it says "cannot decide" and why.
@@ -582,12 +583,32 @@ pub fn recommend(t: &Table) -> Recommendation {
     ))
 }
 
-/// The table's columns: metric, header, decimals (seconds are formatted apart).
-const COLUMNS: [(Metric, &str, usize); 3] = [
+/// The table's columns: metric, header, decimals (seconds are formatted apart). The GPU-hours
+/// idle on nodes no pod held a GPU of are what unneeded time and `consolidateAfter` cost.
+const COLUMNS: [(Metric, &str, usize); 4] = [
     (Metric::PodsDisrupted, "pods disrupted", 0),
     (Metric::NodesLaunched, "nodes launched", 0),
     (Metric::GpuHoursRerun, "re-run GPU-h", 1),
+    (Metric::GpuHoursIdleEmpty, "idle GPU-h, empty", 1),
 ];
+
+/// The columns' cells, each right-aligned to its header's width (at least 13).
+fn cells(est: impl Fn(Metric) -> Estimate) -> String {
+    COLUMNS
+        .iter()
+        .map(|(m, h, d)| format!("{:>w$}", est(*m).show(*d), w = h.len().max(13)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The columns' headers, aligned as [`cells`].
+fn headers() -> String {
+    COLUMNS
+        .iter()
+        .map(|(_, h, _)| format!("{:>w$}", h, w = h.len().max(13)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// The decision tables, the unaffected policies and the recommendation, as printed.
 pub fn text(r: &SweepResult) -> String {
@@ -613,15 +634,13 @@ pub fn text(r: &SweepResult) -> String {
         let _ = writeln!(s, "{}:", t.policy);
         let _ = writeln!(
             s,
-            "  {:<16} {:>13} {:>28} {:>12} {:>18} {:>15} {:>15} {:>13}  ",
+            "  {:<16} {:>13} {:>28} {:>12} {:>18} {}  ",
             "value",
             "cost $",
             "cost vs current",
             "pending p95",
             "p95 vs current",
-            COLUMNS[0].1,
-            COLUMNS[1].1,
-            COLUMNS[2].1
+            headers()
         );
         let base = &t.rows[0];
         let cd = digits_for(Estimate::of(&column(&refs(&base.runs), Metric::Cost)).mean);
@@ -650,15 +669,13 @@ pub fn text(r: &SweepResult) -> String {
             };
             let _ = writeln!(
                 s,
-                "  {:<16} {:>13} {:>28} {:>12} {:>18} {:>15} {:>15} {:>13}  {mark}",
+                "  {:<16} {:>13} {:>28} {:>12} {:>18} {}  {mark}",
                 row.label,
                 est(Metric::Cost).show(cd),
                 cost_vs,
                 show_secs(&est(Metric::PendingP95), false),
                 wait_vs,
-                est(COLUMNS[0].0).show(COLUMNS[0].2),
-                est(COLUMNS[1].0).show(COLUMNS[1].2),
-                est(COLUMNS[2].0).show(COLUMNS[2].2),
+                cells(est),
             );
         }
     }
@@ -671,16 +688,14 @@ pub fn text(r: &SweepResult) -> String {
         for p in &r.others {
             let _ = writeln!(
                 s,
-                "  {:<16} {:>13} {:>28} {:>12} {:>18} {:>15} {:>15} {:>13}",
+                "  {:<16} {:>13} {:>28} {:>12} {:>18} {}",
                 p.name,
                 p.estimate(Metric::Cost)
                     .show(digits_for(p.estimate(Metric::Cost).mean)),
                 "",
                 show_secs(&p.estimate(Metric::PendingP95), false),
                 "",
-                p.estimate(COLUMNS[0].0).show(COLUMNS[0].2),
-                p.estimate(COLUMNS[1].0).show(COLUMNS[1].2),
-                p.estimate(COLUMNS[2].0).show(COLUMNS[2].2),
+                cells(|m| p.estimate(m)),
             );
         }
     }
@@ -783,6 +798,7 @@ fn column_set(row: &Row) -> Vec<(Metric, Estimate)> {
         Metric::PodsDisrupted,
         Metric::NodesLaunched,
         Metric::GpuHoursRerun,
+        Metric::GpuHoursIdleEmpty,
     ]
     .into_iter()
     .map(|m| (m, Estimate::of(&column(&refs(&row.runs), m))))

@@ -562,9 +562,17 @@ fn a_sweep_runs_readers_per_value_and_the_others_once() {
     let text = sweep::text(&r);
     assert!(
         text.contains("not affected by unneeded-time")
-            && text.contains("recommendation (gpu-autoscaler): "),
+            && text.contains("recommendation (gpu-autoscaler): ")
+            && text.contains("idle GPU-h, empty"),
         "{text}"
     );
+    // An hour of unneeded time keeps empty GPU nodes longer than two minutes do: that is the
+    // column an on-call engineer reads it from.
+    let idle = |i: usize| {
+        let runs = &r.tables[0].rows[i].runs;
+        runs.iter().map(|p| p.gpu_hours_idle_empty).sum::<f64>()
+    };
+    assert!(idle(2) > idle(0), "{text}");
     let doc: serde_json::Value = serde_json::from_str(&sweep::to_json(&r)).unwrap();
     assert_eq!(doc["recommendation"]["policy"], "gpu-autoscaler");
     assert_eq!(doc["current"], "2m");
