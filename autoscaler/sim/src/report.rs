@@ -231,11 +231,21 @@ pub fn summary(report: &RunReport) -> String {
     s
 }
 
+/// `v` as a percentage of `paid` GPU-hours (0 when nothing was paid).
+pub fn share_of_paid(v: f64, paid: f64) -> f64 {
+    if paid > 0.0 { v / paid * 100.0 } else { 0.0 }
+}
+
+/// Whether some policy paid for a GPU (else the GPU-hours split is left out).
+fn any_gpu_paid(report: &RunReport) -> bool {
+    report.policies.iter().any(|p| p.gpu_hours_paid > 0.0)
+}
+
 /// Where each policy's paid GPU-hours went: booting (before the device plugin advertised the
 /// GPUs), idle (advertised, held by no pod) and held by pods (of which re-run after an
 /// eviction), each with its share of paid. Nothing when no policy paid for a GPU.
 fn gpu_hours_split(s: &mut String, report: &RunReport) {
-    if report.policies.iter().all(|p| p.gpu_hours_paid <= 0.0) {
+    if !any_gpu_paid(report) {
         return;
     }
     let _ = writeln!(
@@ -243,13 +253,7 @@ fn gpu_hours_split(s: &mut String, report: &RunReport) {
         "paid GPU-hours = booting (launch until the device plugin advertises the GPUs) + idle (advertised, held by no pod; of which on nodes where no pod held any GPU) + held by pods (of which re-run):"
     );
     for p in &report.policies {
-        let pct = |v: f64| {
-            if p.gpu_hours_paid > 0.0 {
-                v / p.gpu_hours_paid * 100.0
-            } else {
-                0.0
-            }
-        };
+        let pct = |v: f64| share_of_paid(v, p.gpu_hours_paid);
         let _ = writeln!(
             s,
             "  {:<15} {:>9.1} = {:>8.1} ({:>4.1}%) + {:>8.1} ({:>4.1}%; empty nodes {:.1}) + {:>9.1} ({:>4.1}%, re-run {:.1})",
@@ -269,7 +273,7 @@ fn gpu_hours_split(s: &mut String, report: &RunReport) {
 
 /// The HTML form of [`gpu_hours_split`]: one row per policy.
 fn split_html(s: &mut String, report: &RunReport) {
-    if report.policies.iter().all(|p| p.gpu_hours_paid <= 0.0) {
+    if !any_gpu_paid(report) {
         return;
     }
     s.push_str(
@@ -278,14 +282,7 @@ fn split_html(s: &mut String, report: &RunReport) {
          <th>of which re-run</th></tr>",
     );
     for p in &report.policies {
-        let cell = |v: f64| {
-            let pct = if p.gpu_hours_paid > 0.0 {
-                v / p.gpu_hours_paid * 100.0
-            } else {
-                0.0
-            };
-            format!("{v:.1} ({pct:.1}%)")
-        };
+        let cell = |v: f64| format!("{v:.1} ({:.1}%)", share_of_paid(v, p.gpu_hours_paid));
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td></tr>",

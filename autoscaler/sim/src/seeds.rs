@@ -489,7 +489,7 @@ fn gpu_hours_split(out: &mut String, s: &SeedSummary) {
             ]
             .map(|m| p.estimate(m).mean);
             let held = (paid - booting - idle).max(0.0);
-            let pct = |v: f64| if paid > 0.0 { v / paid * 100.0 } else { 0.0 };
+            let pct = |v: f64| report::share_of_paid(v, paid);
             format!(
                 "{} {:.0} booting ({:.1}%), {:.0} idle ({:.1}%, {:.0} on empty nodes), {:.0} held ({:.1}%)",
                 p.name,

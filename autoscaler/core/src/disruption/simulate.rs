@@ -16,32 +16,54 @@ use super::candidates::movable;
 /// not initialized is listed unschedulable ([`UNINITIALIZED_TARGET`]): evicted pods go only to
 /// initialized, schedulable nodes or to the command's own replacement.
 ///
-/// `snap` is the planner's input for the time of the call: the fields the simulation must not
-/// see are moved out and the removed nodes taken away, and all of it is put back before this
-/// returns, so `snap` is as it was. This spares a copy of every node for each call, which was
+/// `snap` is the planner's input for the time of the call: its nodes, DaemonSets and cluster
+/// limits are moved into a [`bare`] snapshot, the removed nodes taken away, and all of it is
+/// put back before this returns, so `snap` is as it was. This spares a copy of every node for each call, which was
 /// a fifth of a simulated day on a cluster of thousands of nodes.
 pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool) -> Plan {
-    let pending = std::mem::take(&mut snap.pending);
-    let in_flight = std::mem::take(&mut snap.in_flight);
-    let nominated = std::mem::take(&mut snap.nominated);
-    let groups = std::mem::take(&mut snap.groups);
-    let pdbs = std::mem::take(&mut snap.pdbs);
-    let booked_nodes = std::mem::take(&mut snap.booked_nodes);
-    let pools = std::mem::take(&mut snap.pools);
     let mut launchable = if allow_new {
-        launchable_pools(&pools)
+        launchable_pools(&snap.pools)
     } else {
         vec![]
     };
-    let plan = plan_without(snap, removed, allow_new.then_some(&mut launchable));
-    snap.pending = pending;
-    snap.in_flight = in_flight;
-    snap.nominated = nominated;
-    snap.groups = groups;
-    snap.pdbs = pdbs;
-    snap.booked_nodes = booked_nodes;
-    snap.pools = pools;
+    let mut base = bare(
+        std::mem::take(&mut snap.nodes),
+        std::mem::take(&mut snap.daemonsets),
+        std::mem::take(&mut snap.cluster_limits),
+        snap,
+    );
+    let plan = plan_without(&mut base, removed, allow_new.then_some(&mut launchable));
+    snap.nodes = base.nodes;
+    snap.daemonsets = base.daemonsets;
+    snap.cluster_limits = base.cluster_limits;
     plan
+}
+
+/// What a simulation plans on: `nodes`, with `snap`'s DRA state, and nothing pending, in
+/// flight, nominated, grouped, protected by a PDB, booked or launchable (the caller adds the
+/// pools a replacement may come from).
+fn bare(
+    nodes: Vec<Node>,
+    daemonsets: Vec<crate::model::DaemonSet>,
+    cluster_limits: Vec<crate::model::ClusterLimit>,
+    snap: &Snapshot,
+) -> Snapshot {
+    Snapshot {
+        pending: vec![],
+        nodes,
+        in_flight: vec![],
+        // No claim in flight here for a nomination to hold.
+        nominated: BTreeMap::new(),
+        daemonsets,
+        pools: vec![],
+        groups: BTreeMap::new(),
+        pdbs: vec![],
+        booked_nodes: BTreeSet::new(),
+        // A replacement counts against the cluster-wide maximums like any new node.
+        cluster_limits,
+        // Claims allocated on a removed node are allocated again where their pods go.
+        dra: snap.dra.clone(),
+    }
 }
 
 /// The NodePools a replacement may come from: an atomic pool's nodes come all together,
@@ -126,22 +148,12 @@ impl SimBase {
         let launchable = &mut self.launchable;
         let base = self.base.get_or_insert_with(|| {
             *launchable = launchable_pools(&snap.pools);
-            Snapshot {
-                pending: vec![],
-                nodes: nodes.iter().map(|n| n.borrow().clone()).collect(),
-                in_flight: vec![],
-                // No claim in flight here for a nomination to hold.
-                nominated: BTreeMap::new(),
-                daemonsets: snap.daemonsets.clone(),
-                pools: vec![],
-                groups: BTreeMap::new(),
-                pdbs: vec![],
-                booked_nodes: BTreeSet::new(),
-                // A replacement counts against the cluster-wide maximums like any new node.
-                cluster_limits: snap.cluster_limits.clone(),
-                // Claims allocated on a removed node are allocated again where their pods go.
-                dra: snap.dra.clone(),
-            }
+            bare(
+                nodes.iter().map(|n| n.borrow().clone()).collect(),
+                snap.daemonsets.clone(),
+                snap.cluster_limits.clone(),
+                snap,
+            )
         });
         plan_without(base, removed, allow_new.then_some(launchable))
     }
