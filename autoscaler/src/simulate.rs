@@ -141,7 +141,7 @@ impl Setup {
         scenario: &Scenario,
         seed: u64,
         policies: Option<Vec<String>>,
-        progress: &mut dyn FnMut(&str, f64),
+        progress: &(dyn Fn(&str, f64) + Sync),
     ) -> anyhow::Result<RunReport> {
         let opts = RunOptions {
             seed: Some(seed),
@@ -194,6 +194,8 @@ fn setup(args: &SimulateArgs) -> anyhow::Result<Setup> {
         policies: (!args.policies.is_empty()).then(|| args.policies.clone()),
         max_pods: Some(args.max_pods),
         explain,
+        // Runs of many seeds keep one thread each: the seeds share the cores.
+        threads: None,
     };
     let seed = opts.seed.unwrap_or(scenario.seed);
     let source = match (&args.openb, &args.dlrm) {
@@ -329,7 +331,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
             &setup.scenario,
             &policies,
             &seeds,
-            |s, seed, policies| setup.run(s, seed, Some(policies), &mut |_, _| {}),
+            |s, seed, policies| setup.run(s, seed, Some(policies), &|_, _| {}),
             || pb.inc(1),
         )?;
         pb.finish_and_clear();
@@ -342,7 +344,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
         let pb = runs_bar(args.quiet, seeds.len());
         let s = seeds::run_seeds(
             &seeds,
-            |seed| setup.run(&setup.scenario, seed, None, &mut |_, _| {}),
+            |seed| setup.run(&setup.scenario, seed, None, &|_, _| {}),
             || pb.inc(1),
         )?;
         pb.finish_and_clear();
@@ -353,11 +355,20 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
     }
     let names = setup.policies();
     let pb = progress_bar(args.quiet, names.len());
-    let mut progress = |name: &str, f: f64| {
-        let i = names.iter().position(|n| n == name).unwrap_or(0) as u64;
-        pb.set_message(name.to_string());
-        pb.set_position(i * 1000 + (f * 1000.0) as u64);
+    // The policies run side by side, so the bar shows the sum of their fractions.
+    let done = std::sync::Mutex::new(vec![0.0f64; names.len()]);
+    let progress = |name: &str, f: f64| {
+        let Some(i) = names.iter().position(|n| n == name) else {
+            return;
+        };
+        if let Ok(mut d) = done.lock() {
+            d[i] = f;
+            pb.set_message(name.to_string());
+            pb.set_position(d.iter().map(|f| (f * 1000.0) as u64).sum());
+        }
     };
+    let mut setup = setup;
+    setup.opts.threads = Some(seeds::threads());
     if args.explain.is_some() && !names.iter().any(|n| n == "gpu-autoscaler") {
         anyhow::bail!(
             "--explain: explanations come from the gpu-autoscaler policy; add --policy gpu-autoscaler"
@@ -372,7 +383,7 @@ pub(crate) fn run(args: SimulateArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let r = setup.run(&setup.scenario, seeds[0], None, &mut progress)?;
+    let r = setup.run(&setup.scenario, seeds[0], None, &progress)?;
     pb.finish_and_clear();
     print!("{}", report::summary(&r));
     let mut missing = None;

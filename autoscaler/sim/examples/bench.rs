@@ -69,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Default::default()
         };
         let before = cpu_seconds();
-        let one = run_workload(&scenario, &work, &opts, &mut |_, _| {})?;
+        let one = run_workload(&scenario, &work, &opts, &|_, _| {})?;
         cpu.push(before.zip(cpu_seconds()).map(|(b, a)| a - b));
         match &mut r {
             None => r = Some(one),

@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             policies: args.get(3).map(|p| vec![p.clone()]),
             ..Default::default()
         };
-        let r = run(&scenario, &opts, &mut |_, _| {})?;
+        let r = run(&scenario, &opts, &|_, _| {})?;
         print!("{}", report::summary(&r));
         return Ok(());
     }
@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         policies: args.get(5).map(|p| vec![p.clone()]),
         ..Default::default()
     };
-    let r = run_workload(&scenario, &w, &opts, &mut |_, _| {})?;
+    let r = run_workload(&scenario, &w, &opts, &|_, _| {})?;
     print!("{}", report::summary(&r));
     Ok(())
 }

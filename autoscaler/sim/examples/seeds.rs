@@ -74,10 +74,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             policies,
             max_pods: None,
             explain: None,
+            threads: None,
         };
         match &trace {
-            Some(w) => autoscaler_sim::run_workload(s, w, &opts, &mut |_, _| {}),
-            None => autoscaler_sim::run(s, &opts, &mut |_, _| {}),
+            Some(w) => autoscaler_sim::run_workload(s, w, &opts, &|_, _| {}),
+            None => autoscaler_sim::run(s, &opts, &|_, _| {}),
         }
     };
     let text = match &sweep_text {

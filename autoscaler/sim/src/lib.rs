@@ -59,6 +59,11 @@ pub struct RunOptions {
     /// What to explain (`simulate --explain`), and at which virtual second (`None`: at the
     /// end); each policy's [`PolicyResult::explanation`] holds its answer.
     pub explain: Option<(policy::Asked, Option<i64>)>,
+    /// Threads the policies of one run share (`None` or 0: one). Each policy's run is
+    /// independent of the others' and deterministic, so the report is the same on any
+    /// number; `simulate` gives a single run every core, and runs of many seeds one each
+    /// (their seeds already share the cores).
+    pub threads: Option<usize>,
 }
 
 impl RunOptions {
@@ -152,7 +157,8 @@ pub fn initial_state(scenario: &Scenario, workload: &Workload) -> autoscaler_cor
 }
 
 /// Runs every policy of `scenario` (or of `opts.policies`) on the scenario's generated
-/// workload. `progress` receives the policy name and the fraction of its virtual time done.
+/// workload. `progress` receives the policy name and the fraction of its virtual time done
+/// (from the thread running that policy).
 ///
 /// # Errors
 /// [`SimError::Scenario`] for an unknown policy name, [`SimError::BadOption`] for a bad
@@ -160,7 +166,7 @@ pub fn initial_state(scenario: &Scenario, workload: &Workload) -> autoscaler_cor
 pub fn run(
     scenario: &Scenario,
     opts: &RunOptions,
-    progress: &mut dyn FnMut(&str, f64),
+    progress: &(dyn Fn(&str, f64) + Sync),
 ) -> Result<RunReport, SimError> {
     let seed = opts.seed.unwrap_or(scenario.seed);
     let horizon = horizon(scenario, opts)?;
@@ -187,7 +193,8 @@ pub fn horizon(scenario: &Scenario, opts: &RunOptions) -> Result<i64, SimError> 
     Ok(autoscaler_core::duration::whole_seconds(d).max(1))
 }
 
-/// Runs the policies on an already generated (or loaded) workload.
+/// Runs the policies on an already generated (or loaded) workload, side by side on
+/// [`RunOptions::threads`]; results in the order of the policy names.
 ///
 /// # Errors
 /// [`SimError::Scenario`] for an unknown policy name, [`SimError::BadOption`] for a bad
@@ -196,7 +203,7 @@ pub fn run_workload(
     scenario: &Scenario,
     workload: &Workload,
     opts: &RunOptions,
-    progress: &mut dyn FnMut(&str, f64),
+    progress: &(dyn Fn(&str, f64) + Sync),
 ) -> Result<RunReport, SimError> {
     let start = Instant::now();
     let seed = opts.seed.unwrap_or(scenario.seed);
@@ -213,25 +220,35 @@ pub fn run_workload(
         .policies
         .clone()
         .unwrap_or_else(|| scenario.policies.clone());
-    let mut results = Vec::new();
+    // Every name is checked before any run starts, so a typo costs no simulated time.
     for name in &names {
-        let policy = make_policy(name, scenario, &shapes)?;
-        let mut engine = Engine::new(
-            &scenario.cluster,
-            (*scenario.catalog).clone(),
-            &scenario.pools,
-            &scenario.daemonsets,
-            &shapes,
-            workload,
-            policy,
-            seed,
-            horizon,
-        );
-        if let Some((asked, at)) = &opts.explain {
-            engine = engine.explain_at(asked.clone(), *at);
-        }
-        results.push(engine.run(&mut |f| progress(name, f)));
+        make_policy(name, scenario, &shapes)?;
     }
+    let threads = opts.threads.unwrap_or(1).max(1);
+    let runs = seeds::par_map(
+        &names,
+        threads,
+        |name| -> Result<PolicyResult, SimError> {
+            let policy = make_policy(name, scenario, &shapes)?;
+            let mut engine = Engine::new(
+                &scenario.cluster,
+                (*scenario.catalog).clone(),
+                &scenario.pools,
+                &scenario.daemonsets,
+                &shapes,
+                workload,
+                policy,
+                seed,
+                horizon,
+            );
+            if let Some((asked, at)) = &opts.explain {
+                engine = engine.explain_at(asked.clone(), *at);
+            }
+            Ok(engine.run(&mut |f| progress(name, f)))
+        },
+        || {},
+    );
+    let results = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
     Ok(RunReport {
         scenario: scenario.name.clone(),
         seed,

@@ -163,8 +163,8 @@ pub fn run(
             seeds,
             |seed| -> Result<RunReport, SimError> {
                 match &trace {
-                    Some(w) => crate::run_workload(&scenario, w, &opts(seed), &mut |_, _| {}),
-                    None => crate::run(&scenario, &opts(seed), &mut |_, _| {}),
+                    Some(w) => crate::run_workload(&scenario, w, &opts(seed), &|_, _| {}),
+                    None => crate::run(&scenario, &opts(seed), &|_, _| {}),
                 }
             },
             || done(e),

@@ -17,7 +17,7 @@ fn scenario(cluster: &str, pool: &str, workload: &str, policies: &str) -> Scenar
 }
 
 fn results(s: &Scenario) -> (Vec<PolicyResult>, String) {
-    let r = run(s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run(s, &RunOptions::default(), &|_, _| {}).unwrap();
     let summary = report::summary(&r);
     (r.policies, summary)
 }
@@ -196,7 +196,7 @@ fn no_policy_leaves_a_pod_pending_the_whole_first_hour_of_the_default_scenario()
         hours: Some(1.0),
         ..RunOptions::default()
     };
-    let r = run(&s, &opts, &mut |_, _| {}).unwrap();
+    let r = run(&s, &opts, &|_, _| {}).unwrap();
     for p in &r.policies {
         let stuck: Vec<&String> = p
             .pending_examples

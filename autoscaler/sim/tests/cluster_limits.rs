@@ -45,7 +45,7 @@ fn ours(cluster: &str, pool: &str) -> (u64, u64) {
         policies: Some(vec!["gpu-autoscaler".into()]),
         ..Default::default()
     };
-    let r = run(&s, &opts, &mut |_, _| {}).unwrap();
+    let r = run(&s, &opts, &|_, _| {}).unwrap();
     let p = &r.policies[0];
     assert_eq!(p.safety_violations, 0, "{}", report::summary(&r));
     (p.nodes_launched as u64, p.pending_at_end as u64)

@@ -65,7 +65,7 @@ fn claims_run_end_to_end_and_match_the_device_plugin() {
     let mut results = Vec::new();
     for pods in [DEVICE_PLUGIN, DRA] {
         let s = parse(&scenario(pods)).unwrap();
-        let r = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+        let r = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
         let p = r.policies[0].clone();
         assert_eq!(p.safety_violations, 0, "{:?}", p.violation_examples);
         assert_eq!(p.pending_at_end, 0, "{p:?}");
@@ -116,12 +116,7 @@ workloads:
                 deviceClassName: mig.nvidia.com
                 selectors: [\"device.attributes['gpu.nvidia.com'].profile == '1g.5gb'\"]
 ";
-    let r = run(
-        &parse(text).unwrap(),
-        &RunOptions::default(),
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let r = run(&parse(text).unwrap(), &RunOptions::default(), &|_, _| {}).unwrap();
     let p = &r.policies[0];
     assert_eq!(p.safety_violations, 0, "{:?}", p.violation_examples);
     assert_eq!(p.pending_at_end, 0, "{p:?}");
@@ -137,12 +132,7 @@ fn a_claim_no_type_can_hold_stays_pending_and_launches_nothing() {
             requests: [{name: gpu, deviceClassName: gpu.nvidia.com, count: 16}]",
         DRA[1],
     ]);
-    let r = run(
-        &parse(&text).unwrap(),
-        &RunOptions::default(),
-        &mut |_, _| {},
-    )
-    .unwrap();
+    let r = run(&parse(&text).unwrap(), &RunOptions::default(), &|_, _| {}).unwrap();
     let p = &r.policies[0];
     assert_eq!(p.safety_violations, 0, "{:?}", p.violation_examples);
     // The 16-GPU jobs (12 arrived) wait; the 1-GPU replicas got nodes.

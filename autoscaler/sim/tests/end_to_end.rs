@@ -64,8 +64,8 @@ fn stable_json(r: &autoscaler_sim::RunReport) -> String {
 #[test]
 fn same_seed_same_json_other_seed_other_run() {
     let s = tiny();
-    let a = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
-    let b = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let a = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
+    let b = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
     assert_eq!(stable_json(&a), stable_json(&b));
     let c = run(
         &s,
@@ -73,15 +73,60 @@ fn same_seed_same_json_other_seed_other_run() {
             seed: Some(8),
             ..Default::default()
         },
-        &mut |_, _| {},
+        &|_, _| {},
     )
     .unwrap();
     assert_ne!(stable_json(&a), stable_json(&c));
 }
 
 #[test]
+fn policies_side_by_side_report_what_they_report_one_after_another() {
+    let s = tiny();
+    let one = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
+    let last = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let three = run(
+        &s,
+        &RunOptions {
+            threads: Some(3),
+            ..Default::default()
+        },
+        &|name, f| {
+            last.lock().unwrap().insert(name.to_string(), f);
+        },
+    )
+    .unwrap();
+    assert_eq!(stable_json(&one), stable_json(&three));
+    let names: Vec<_> = three.policies.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names, s.policies);
+    // Every policy, whichever thread ran it, told the caller it finished.
+    let last = last.into_inner().unwrap();
+    assert_eq!(last.keys().cloned().collect::<Vec<_>>(), {
+        let mut n = s.policies.clone();
+        n.sort();
+        n
+    });
+    assert!(last.values().all(|f| *f >= 1.0), "{last:?}");
+    // A misspelt policy is refused before any policy runs.
+    let ran = std::sync::atomic::AtomicUsize::new(0);
+    let err = run(
+        &s,
+        &RunOptions {
+            threads: Some(2),
+            policies: Some(vec!["gpu-autoscaler".into(), "karpenter-lik".into()]),
+            ..Default::default()
+        },
+        &|_, _| {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        },
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("karpenter-lik"), "{err}");
+    assert_eq!(ran.into_inner(), 0);
+}
+
+#[test]
 fn tiny_scenario_is_safe_and_binds_every_pod() {
-    let r = run(&tiny(), &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run(&tiny(), &RunOptions::default(), &|_, _| {}).unwrap();
     let summary = report::summary(&r);
     assert_eq!(r.policies.len(), 5, "{summary}");
     for p in &r.policies {
@@ -149,7 +194,7 @@ fn chart<'a>(html: &'a str, heading: &str) -> &'a str {
 
 #[test]
 fn the_report_reads_at_a_glance() {
-    let r = run(&tiny(), &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run(&tiny(), &RunOptions::default(), &|_, _| {}).unwrap();
     let html = report::to_html(&r);
     // Self-contained: nothing fetched.
     let outside = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
@@ -238,7 +283,7 @@ fn default_scenario_runs_on_a_short_horizon() {
         hours: Some(1.5),
         ..Default::default()
     };
-    let r = run(&s, &opts, &mut |_, _| {}).unwrap();
+    let r = run(&s, &opts, &|_, _| {}).unwrap();
     for p in &r.policies {
         assert_eq!(p.safety_violations, 0, "{}", report::summary(&r));
     }
@@ -312,7 +357,7 @@ fn ours_only() -> RunOptions {
 #[test]
 fn job_work_thrown_away_by_evictions_is_rerun_not_useful() {
     let jobs = Scenario::parse(Path::new("jobs.yaml"), EVICTED_JOBS).unwrap();
-    let r = run(&jobs, &ours_only(), &mut |_, _| {}).unwrap();
+    let r = run(&jobs, &ours_only(), &|_, _| {}).unwrap();
     let p = &r.policies[0];
     let summary = report::summary(&r);
     assert!(p.pods_interrupted > 0, "{summary}");
@@ -328,7 +373,7 @@ fn job_work_thrown_away_by_evictions_is_rerun_not_useful() {
         "  - deployment:\n      name: train\n      replicas: [{at: 0s, count: 6}]\n",
     );
     let svc = Scenario::parse(Path::new("service.yaml"), &service).unwrap();
-    let r = run(&svc, &ours_only(), &mut |_, _| {}).unwrap();
+    let r = run(&svc, &ours_only(), &|_, _| {}).unwrap();
     let q = &r.policies[0];
     assert!(q.pods_interrupted > 0, "{}", report::summary(&r));
     assert_eq!(q.gpu_hours_rerun, 0.0);
@@ -344,7 +389,7 @@ fn runs_on(s: &Scenario, seeds: &[u64]) -> Vec<autoscaler_sim::RunReport> {
                 seed: Some(*seed),
                 ..Default::default()
             };
-            run(s, &opts, &mut |_, _| {}).unwrap()
+            run(s, &opts, &|_, _| {}).unwrap()
         },
         || {},
     )
@@ -361,7 +406,7 @@ fn seeds_give_intervals_and_differences_paired_by_seed() {
             seed: Some(2),
             ..Default::default()
         },
-        &mut |_, _| {},
+        &|_, _| {},
     )
     .unwrap();
     assert_eq!(stable_json(&runs[1]), stable_json(&two));
@@ -468,7 +513,7 @@ fn policies_that_ignore_a_key_do_not_change() {
             policies: Some(policies.iter().map(|p| p.to_string()).collect()),
             ..Default::default()
         };
-        stable_json(&run(s, &opts, &mut |_, _| {}).unwrap())
+        stable_json(&run(s, &opts, &|_, _| {}).unwrap())
     };
     for key in sweep::KEYS {
         let ignoring: Vec<&str> = autoscaler_sim::scenario::POLICY_NAMES
@@ -508,7 +553,7 @@ fn the_pause_after_a_scale_up_is_swept_per_pool_from_the_cluster_value() {
             policies: Some(vec!["gpu-autoscaler".into()]),
             ..Default::default()
         };
-        run(sc, &opts, &mut |_, _| {}).unwrap().policies.remove(0)
+        run(sc, &opts, &|_, _| {}).unwrap().policies.remove(0)
     };
     let [none, long] = [0, 1].map(|i| ours(&sw.apply(&s, sw.values[i].1)));
     assert_eq!(none.cost, ours(&s).cost, "0s is the current setting");
@@ -545,7 +590,7 @@ fn a_sweep_runs_readers_per_value_and_the_others_once() {
                 policies: Some(policies),
                 ..Default::default()
             };
-            run(scenario, &opts, &mut |_, _| {})
+            run(scenario, &opts, &|_, _| {})
         },
         || {},
     )
@@ -610,7 +655,7 @@ fn explain_says_why_a_simulated_pod_is_pending_and_why_a_node_stays() {
             explain: Some((asked, at)),
             ..ours_only()
         };
-        let r = run(&s, &opts, &mut |_, _| {}).unwrap();
+        let r = run(&s, &opts, &|_, _| {}).unwrap();
         r.policies[0].explanation.clone().expect("an answer")
     };
     let Explained::Pod(e) = ask(Asked::Pod("big-0".into()), None) else {
@@ -687,7 +732,7 @@ workloads:
 #[test]
 fn paid_gpu_hours_split_into_booting_idle_and_held() {
     let s = Scenario::parse(Path::new("one-gpu-job.yaml"), ONE_GPU_JOB).unwrap();
-    let r = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
     let summary = report::summary(&r);
     for p in &r.policies {
         let parts = p.gpu_hours_booting + p.gpu_hours_idle + p.gpu_hours_requested;
@@ -736,7 +781,7 @@ fn paid_gpu_hours_split_into_booting_idle_and_held() {
         policies: Some(vec!["gpu-autoscaler".into()]),
         ..Default::default()
     };
-    let r = run(&s, &opts, &mut |_, _| {}).unwrap();
+    let r = run(&s, &opts, &|_, _| {}).unwrap();
     let p = &r.policies[0];
     let summary = report::summary(&r);
     assert!(

@@ -74,14 +74,14 @@ fn existing_pods_leave_when_told_and_only_pool_nodes_are_removed() {
         "      - {name: pinned, pod: {cpu: 500m, doNotDisrupt: true}}\n",
         "",
     ));
-    let r = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
     let ours = &r.policies[0];
     assert_eq!(ours.nodes_terminated, 1, "{ours:?}");
     assert_eq!(ours.nodes_launched, 0);
     assert_eq!(ours.pods_created, 3);
     assert_eq!(ours.safety_violations, 0, "{:?}", ours.violation_examples);
     // The pinned pod keeps old-a for the whole run.
-    let kept = run(&scenario(SCENARIO), &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let kept = run(&scenario(SCENARIO), &RunOptions::default(), &|_, _| {}).unwrap();
     assert_eq!(kept.policies[0].nodes_terminated, 0);
     assert!(kept.policies[0].cost > ours.cost);
 }

@@ -35,7 +35,7 @@ fn billed(s: &Scenario) -> (Vec<String>, u64) {
         policies: Some(vec!["gpu-autoscaler".into()]),
         ..Default::default()
     };
-    let r = run(s, &opts, &mut |_, _| {}).unwrap();
+    let r = run(s, &opts, &|_, _| {}).unwrap();
     let p = &r.policies[0];
     assert_eq!(p.safety_violations, 0, "{}", report::summary(&r));
     (p.cost_by_type.keys().cloned().collect(), p.pending_at_end)

@@ -52,7 +52,7 @@ fn request(name: &str, extra: &str, size: u32, gpus: u32) -> String {
 }
 
 fn results(s: &Scenario) -> (Vec<PolicyResult>, String) {
-    let r = run(s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run(s, &RunOptions::default(), &|_, _| {}).unwrap();
     let summary = report::summary(&r);
     for p in &r.policies {
         assert_eq!(p.safety_violations, 0, "{summary}");
@@ -320,8 +320,8 @@ fn same_seed_same_result_with_requests() {
     )
     .replace("arrivals: {at: [20m]}", "arrivals: {perHour: 3}");
     let s = scenario(&workloads);
-    let a = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
-    let b = run(&s, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let a = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
+    let b = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
     assert_eq!(a.policies.len(), 5);
     for (x, y) in a.policies.iter().zip(&b.policies) {
         assert_eq!(x.provisioning_requests, y.provisioning_requests);
@@ -340,7 +340,7 @@ fn the_html_report_has_the_provisioning_request_table_only_when_there_are_reques
         "{ONE_BUSY_NODE}{}",
         request("atomic", "      class: best-effort-atomic\n", 2, 1)
     ));
-    let r = run(&with, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run(&with, &RunOptions::default(), &|_, _| {}).unwrap();
     let html = report::to_html(&r);
     let table = html
         .split("<h2>ProvisioningRequests</h2>")
@@ -379,6 +379,6 @@ fn the_html_report_has_the_provisioning_request_table_only_when_there_are_reques
     );
 
     let without = scenario(ONE_BUSY_NODE);
-    let r = run(&without, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run(&without, &RunOptions::default(), &|_, _| {}).unwrap();
     assert!(!report::to_html(&r).contains("ProvisioningRequests</h2>"));
 }

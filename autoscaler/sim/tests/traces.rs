@@ -60,7 +60,7 @@ fn openb_replay_compresses_time_and_runs_safely() {
     assert!(w.materialize(4).node_selector.terms.is_empty());
     assert!(!w.materialize(2).node_selector.terms.is_empty());
     s.duration_s = horizon;
-    let r = run_workload(&s, &w, &RunOptions::default(), &mut |_, _| {}).unwrap();
+    let r = run_workload(&s, &w, &RunOptions::default(), &|_, _| {}).unwrap();
     for p in &r.policies {
         assert_eq!(p.safety_violations, 0);
         assert_eq!(

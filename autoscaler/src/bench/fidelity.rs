@@ -543,13 +543,9 @@ pub(crate) fn run(args: FidelityArgs) -> Result<FidelityResult> {
             "case {name}: {} pods over {horizon} virtual seconds; simulating",
             workload.pods.iter().filter(|p| p.arrival < horizon).count()
         );
-        let report = autoscaler_sim::run_workload(
-            &scenario,
-            &workload,
-            &RunOptions::default(),
-            &mut |_, _| {},
-        )
-        .map_err(|e| cfg(format!("case {name}: {e}")))?;
+        let report =
+            autoscaler_sim::run_workload(&scenario, &workload, &RunOptions::default(), &|_, _| {})
+                .map_err(|e| cfg(format!("case {name}: {e}")))?;
         let sim = sim_timeline(&report.policies[0], &workload);
         eprintln!(
             "case {name}: running the controller for {:.0} s",
@@ -756,8 +752,7 @@ mod tests {
     fn the_simulators_gang_members_are_first_bound_together() {
         let s = Scenario::parse(std::path::Path::new("gangs"), GANGS).unwrap();
         let w = autoscaler_sim::workload::generate(&s, s.seed, s.duration_s, 100_000).unwrap();
-        let r =
-            autoscaler_sim::run_workload(&s, &w, &RunOptions::default(), &mut |_, _| {}).unwrap();
+        let r = autoscaler_sim::run_workload(&s, &w, &RunOptions::default(), &|_, _| {}).unwrap();
         let bound: BTreeMap<usize, i64> = r.policies[0].first_bound.iter().copied().collect();
         let mut gangs = 0;
         for g in w.groups.iter().filter(|g| g.provisioning_request.is_none()) {
