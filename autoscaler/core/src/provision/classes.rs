@@ -158,11 +158,13 @@ impl<'a> Planner<'a> {
             class_of.push(ci);
             prev = Some((key, ci));
         }
-        // Zones of compatible existing nodes are spread domains too.
+        // Zones of compatible existing nodes are spread domains too. A cluster has a few
+        // zones and thousands of nodes: a zone already known needs no term matched.
         for class in &mut classes {
             for slot in &self.state.slots {
                 if let Some(z) = &slot.zone
                     && slot.kind != SlotKind::New
+                    && !class.zones.contains(z)
                     && class
                         .terms
                         .iter()
