@@ -536,6 +536,10 @@ struct Pass<'a> {
     right_size: BTreeMap<String, (f64, String)>,
     /// Every pool's instance types for the right-sizing screen, built on first use.
     cheap_types: std::cell::OnceCell<Vec<candidates::CheapType>>,
+    /// "utilization above threshold" words by (GPU, utilization bits, threshold bits): most
+    /// nodes of a pass are above their threshold and share a handful of figures, and writing
+    /// two floats out for each was a twentieth of a simulated day.
+    above_words: BTreeMap<(bool, u64, u64), String>,
 }
 
 impl<'a> Pass<'a> {
@@ -563,6 +567,7 @@ impl<'a> Pass<'a> {
             sim: Default::default(),
             right_size: BTreeMap::new(),
             cheap_types: Default::default(),
+            above_words: BTreeMap::new(),
         }
     }
 

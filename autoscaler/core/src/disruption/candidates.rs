@@ -444,10 +444,16 @@ impl Pass<'_> {
             ));
         }
         let below = empty || util <= threshold;
-        let above = format!(
-            "{} utilization {util:.2} above threshold {threshold:.2}",
-            if gpu { "GPU" } else { "cpu/memory" }
-        );
+        let above = self
+            .above_words
+            .entry((gpu, util.to_bits(), threshold.to_bits()))
+            .or_insert_with(|| {
+                format!(
+                    "{} utilization {util:.2} above threshold {threshold:.2}",
+                    if gpu { "GPU" } else { "cpu/memory" }
+                )
+            })
+            .clone();
         // Right-sizing: above the threshold, still a candidate when a type cheap enough could
         // hold its pods (the simulation decides whether one does).
         let savings = policy.right_size_savings;
