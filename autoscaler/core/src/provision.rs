@@ -247,8 +247,11 @@ struct Slot {
     /// node's labels are read in place, see [`Slot::labels`]); new claims use their
     /// candidates' labels.
     labels: Labels,
+    /// In-flight and new claims: their pool's taints. Existing nodes leave it empty (read in
+    /// place, see [`Slot::taints`]).
     taints: Vec<Taint>,
-    /// Existing and in-flight: allocatable; new claims: unused.
+    /// In-flight: allocatable; new claims: the most any candidate offers. Existing nodes leave
+    /// it empty (read in place, see [`Slot::allocatable`]).
     allocatable: Resources,
     used: Resources,
     devices: Devices,
@@ -293,6 +296,23 @@ impl Slot {
         match self.kind {
             SlotKind::Existing(ni) => &snap.nodes[ni].labels,
             _ => &self.labels,
+        }
+    }
+
+    /// The slot's taints: an existing node's own (not copied for every plan), a claim's pool's.
+    fn taints<'s>(&'s self, snap: &'s Snapshot) -> &'s [Taint] {
+        match self.kind {
+            SlotKind::Existing(ni) => &snap.nodes[ni].taints,
+            _ => &self.taints,
+        }
+    }
+
+    /// What the slot offers: an existing node's allocatable (not copied for every plan), an
+    /// in-flight claim's least candidate's, a new claim's most any candidate offers.
+    fn allocatable<'s>(&'s self, snap: &'s Snapshot) -> &'s Resources {
+        match self.kind {
+            SlotKind::Existing(ni) => &snap.nodes[ni].allocatable,
+            _ => &self.allocatable,
         }
     }
 }

@@ -65,7 +65,7 @@ impl<'a> Planner<'a> {
         let ci = self.class_of[i];
         let slot = &self.state.slots[si];
         let need = slot.used.plus(&demand(pod, &slot.devices));
-        if !need.fits(&slot.allocatable) {
+        if !need.fits(slot.allocatable(self.snap)) {
             // `allocatable` of a new claim holds the most any candidate offers.
             return None;
         }

@@ -165,7 +165,7 @@ impl<'a> Planner<'a> {
                 continue;
             }
             let slot = &self.state.slots[si];
-            if !slot.open || slot.kind != SlotKind::New || self.avoids(ci, &slot.taints) {
+            if !slot.open || slot.kind != SlotKind::New || self.avoids(ci, slot.taints(self.snap)) {
                 continue;
             }
             let stamp = slot.stamp;

@@ -144,8 +144,6 @@ impl<'a> Planner<'a> {
                 // Read from the node in place (`Slot::labels`): a copy per node per plan
                 // was a tenth of a simulated run.
                 labels: Labels::new(),
-                taints: n.taints.clone(),
-                allocatable: n.allocatable.clone(),
                 price: n.price.unwrap_or(0.0),
                 zone: n.labels.get(labels::ZONE).cloned(),
                 open: !(n.unschedulable || n.deleting),
@@ -259,7 +257,7 @@ impl<'a> Planner<'a> {
         // tightest claim that holds it.
         let first_claim = slots.len() - claims_built;
         slots[first_claim..].sort_by_cached_key(|s| {
-            let room = s.allocatable.minus(&s.used);
+            let room = s.allocatable(snap).minus(&s.used);
             let gpus: i64 = room
                 .iter()
                 .filter(|(k, _)| is_gpu_class(k))
@@ -306,9 +304,9 @@ impl<'a> Planner<'a> {
         let slot = &self.state.slots[si];
         slot.open
             && slot.kind != SlotKind::New
-            && quick_fit(&pod.requests, &slot.allocatable, &slot.used)
-            && !self.avoids(ci, &slot.taints)
-            && demand(pod, &slot.devices).fits(&slot.allocatable.minus(&slot.used))
+            && quick_fit(&pod.requests, slot.allocatable(self.snap), &slot.used)
+            && !self.avoids(ci, slot.taints(self.snap))
+            && demand(pod, &slot.devices).fits(&slot.allocatable(self.snap).minus(&slot.used))
             && self.slot_compatible(ci, si)
             && self.topology_ok_fixed(i, si)
             && self.dra_fits_fixed(i, si)
@@ -325,7 +323,7 @@ impl<'a> Planner<'a> {
     ) -> (Verdict, Option<Grow>) {
         let pod = &self.snap.pending[i];
         let slot = &self.state.slots[si];
-        if !quick_fit(&pod.requests, &slot.allocatable, &slot.used)
+        if !quick_fit(&pod.requests, slot.allocatable(self.snap), &slot.used)
             || !self.new_slot_may_fit(self.class_of[i], si)
         {
             return (Verdict::No, None);
@@ -387,7 +385,7 @@ impl<'a> Planner<'a> {
                         .pool
                         .is_none_or(|pi| self.snap.pools[pi].sharing.fractional);
                 let ok = shares_ok
-                    && untolerated(&class.tolerations, &slot.taints).is_none()
+                    && untolerated(&class.tolerations, slot.taints(self.snap)).is_none()
                     // In-flight: labels are what all candidates share; a term on other keys
                     // cannot be promised.
                     && class.terms.iter().any(|t| t.matches(slot.labels(self.snap)));
