@@ -501,7 +501,51 @@ pub fn plan_disruption(
     now: i64,
     config: &DisruptionConfig,
 ) -> DisruptionPlan {
+    plan_disruption_cached(snap, state, now, config, &mut DisruptionCache::default())
+}
+
+/// What a caller that plans disruption again and again keeps between passes: what the pass
+/// derives from the NodePools alone (the right-sizing screen's instance types, cheapest first).
+///
+/// Exact, not approximate: the pools are compared with those it was built from in full (a
+/// catalog they share by pointer), and it is built again on any difference, so a plan made
+/// with the cache equals one made without.
+#[derive(Default)]
+pub struct DisruptionCache {
+    built_from: Option<Vec<crate::model::Pool>>,
+    cheap_types: std::sync::Arc<Vec<candidates::CheapType>>,
+}
+
+impl DisruptionCache {
+    /// The right-sizing screen's instance types for `snap`'s pools, built when they changed.
+    fn cheap_types(&mut self, snap: &Snapshot) -> std::sync::Arc<Vec<candidates::CheapType>> {
+        let same = self.built_from.as_ref().is_some_and(|pools| {
+            pools.len() == snap.pools.len()
+                && pools
+                    .iter()
+                    .zip(&snap.pools)
+                    .all(|(a, b)| crate::provision::same_pool(a, b))
+        });
+        if !same {
+            self.cheap_types = std::sync::Arc::new(candidates::cheap_types(snap));
+            self.built_from = Some(snap.pools.clone());
+        }
+        self.cheap_types.clone()
+    }
+}
+
+/// [`plan_disruption`] with what `cache` kept from earlier passes (the same plan, less work
+/// for a caller that plans every few seconds: building the right-sizing screen for each pass
+/// was a tenth of a simulated openb replay).
+pub fn plan_disruption_cached(
+    snap: &Snapshot,
+    state: &DisruptionState,
+    now: i64,
+    config: &DisruptionConfig,
+    cache: &mut DisruptionCache,
+) -> DisruptionPlan {
     let mut pass = Pass::new(snap, state, now, config);
+    pass.cheap_types = Some(cache.cheap_types(snap));
     let candidates = pass.candidates(state);
     let mut candidates = pass.paused(state, candidates);
     pass.order(&mut candidates);
@@ -534,8 +578,9 @@ struct Pass<'a> {
     /// Candidates above their threshold, only for right-sizing: the fraction a replacement
     /// must save, and the utilization against the threshold, for the verdict.
     right_size: BTreeMap<String, (f64, String)>,
-    /// Every pool's instance types for the right-sizing screen, built on first use.
-    cheap_types: std::cell::OnceCell<Vec<candidates::CheapType>>,
+    /// Every pool's instance types for the right-sizing screen, from the caller's
+    /// [`DisruptionCache`].
+    cheap_types: Option<std::sync::Arc<Vec<candidates::CheapType>>>,
     /// "utilization above threshold" words by (GPU, utilization bits, threshold bits): most
     /// nodes of a pass are above their threshold and share a handful of figures, and writing
     /// two floats out for each was a twentieth of a simulated day.
@@ -566,7 +611,7 @@ impl<'a> Pass<'a> {
             nominations: Nominations::of(snap),
             sim: Default::default(),
             right_size: BTreeMap::new(),
-            cheap_types: Default::default(),
+            cheap_types: None,
             above_words: BTreeMap::new(),
         }
     }

@@ -3,7 +3,8 @@
 
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{
-    Command, DisruptionConfig, DisruptionState, Method, plan_disruption, utilization, validate,
+    Command, DisruptionCache, DisruptionConfig, DisruptionState, Method, plan_disruption,
+    plan_disruption_cached, utilization, validate,
 };
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
@@ -1203,6 +1204,55 @@ fn verdicts_carry_their_kind_threshold_and_wait() {
 /// (20 % by default) replaces the node; a saving below the pool's `rightSizeSavings`, the
 /// setting 0, or a GPU node, keep it; validation refuses a replacement that stopped saving
 /// enough.
+#[test]
+fn a_disruption_cache_plans_as_passes_without_one_while_the_pools_change() {
+    let m128 = itype("m6i.32xlarge")
+        .cpu("128")
+        .mem("512Gi")
+        .on_demand(&ZONES, 6.144)
+        .build();
+    let m96 = itype("m6i.24xlarge")
+        .cpu("96")
+        .mem("384Gi")
+        .on_demand(&ZONES, 4.608)
+        .build();
+    let cluster = |types: Vec<InstanceType>| {
+        let n = managed("big", &m128, "cpu").with_pod(pod("w").cpu("64").mem("320Gi"));
+        snap(
+            vec![n],
+            vec![pool("cpu", types).disruption(DisruptionPolicy {
+                right_size_savings: 0.2,
+                ..quick()
+            })],
+        )
+    };
+    let cheap = cluster(vec![m96.clone(), m128.clone()]);
+    // The same catalog (one `Arc`), but the pool's requirements leave out the cheaper type:
+    // a cache that compared catalogs alone would still offer it.
+    let mut narrowed = cheap.clone();
+    narrowed.pools[0].requirements = Requirements::new().with(
+        labels::INSTANCE_TYPE,
+        Operator::NotIn,
+        &["m6i.24xlarge"],
+    );
+    assert!(std::sync::Arc::ptr_eq(
+        &narrowed.pools[0].instance_types,
+        &cheap.pools[0].instance_types
+    ));
+    let dear = cluster(vec![m128.clone()]);
+    let config = DisruptionConfig::default();
+    let state = DisruptionState::default();
+    let mut cache = DisruptionCache::default();
+    let mut replaced = Vec::new();
+    for s in [&cheap, &narrowed, &cheap, &dear, &dear, &cheap] {
+        let with = plan_disruption_cached(s, &state, 0, &config, &mut cache);
+        assert_eq!(with, plan_disruption(s, &state, 0, &config));
+        replaced.push(!with.commands.is_empty());
+    }
+    // The screen lets the node through exactly where the cheaper type is in the pool.
+    assert_eq!(replaced, [true, false, true, false, false, true]);
+}
+
 #[test]
 fn a_node_above_its_threshold_is_right_sized_when_a_much_cheaper_node_holds_its_pods() {
     let m128 = itype("m6i.32xlarge")

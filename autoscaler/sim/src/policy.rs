@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::disruption::{
-    Command, DisruptionConfig, DisruptionState, Method, cooldown, plan_disruption, validate,
+    Command, DisruptionCache, DisruptionConfig, DisruptionState, Method, cooldown,
+    plan_disruption_cached, validate,
 };
 use autoscaler_core::model::{DaemonSet, Pod, PodKey, Pool, Snapshot};
 use autoscaler_core::provision::{
@@ -246,6 +247,8 @@ pub struct GpuAutoscaler {
     cache: SnapshotCache,
     /// The planner's instance-type shapes, kept while the pools do not change.
     shapes: ShapeCache,
+    /// What disruption passes derive from the pools alone, kept while they do not change.
+    disruption: DisruptionCache,
 }
 
 impl GpuAutoscaler {
@@ -257,6 +260,7 @@ impl GpuAutoscaler {
             config: cfg.disruption.clone(),
             cache: SnapshotCache::default(),
             shapes: ShapeCache::default(),
+            disruption: DisruptionCache::default(),
         }
     }
 }
@@ -479,7 +483,8 @@ impl Policy for GpuAutoscaler {
 
     fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {
         let snap = ctx.snapshot_in(&mut self.cache, false);
-        let plan = plan_disruption(snap, &self.state, now, &self.config);
+        let plan =
+            plan_disruption_cached(snap, &self.state, now, &self.config, &mut self.disruption);
         self.state = plan.state.clone();
         let mut out = Vec::new();
         for cmd in plan.commands {

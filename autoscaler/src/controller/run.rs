@@ -194,6 +194,9 @@ struct Controller<P> {
     /// The planner's instance-type shapes, built again only when the NodePools or DaemonSets
     /// of a round's snapshot changed ([`autoscaler_core::provision::plan_cached`]).
     shapes: autoscaler_core::provision::ShapeCache,
+    /// What disruption passes derive from the NodePools alone, built again only when they
+    /// changed ([`autoscaler_core::disruption::plan_disruption_cached`]).
+    disruption_cache: autoscaler_core::disruption::DisruptionCache,
     first_round: bool,
     /// Whether the ProvisioningRequest retry back-offs were read back from the requests: on
     /// the first round the ProvisioningRequest stage runs, which need not be the first round.
@@ -616,6 +619,7 @@ async fn run_with<P: CloudProvider + 'static>(
         notices: pod_problems::Notices::default(),
         nominations: BTreeMap::new(),
         shapes: autoscaler_core::provision::ShapeCache::default(),
+        disruption_cache: autoscaler_core::disruption::DisruptionCache::default(),
         first_round: true,
         provreq_backoff_restored: false,
         provreq_memory: provreqs::Memory::default(),

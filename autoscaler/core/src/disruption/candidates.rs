@@ -562,7 +562,8 @@ impl Pass<'_> {
                     .any(|(k, v)| is_gpu_class(k) && *v > 0);
         }
         self.cheap_types
-            .get_or_init(|| cheap_types(self.snap))
+            .as_deref()
+            .map_or(&[][..], Vec::as_slice)
             .iter()
             .take_while(|t| t.price <= bound)
             .any(|t| t.cpu >= cpu && t.memory >= memory && (t.gpu || !gpu))
@@ -599,7 +600,7 @@ pub(super) struct CheapType {
 }
 
 /// Every NodePool's instance types that its requirements allow, cheapest first.
-fn cheap_types(snap: &Snapshot) -> Vec<CheapType> {
+pub(super) fn cheap_types(snap: &Snapshot) -> Vec<CheapType> {
     let mut out = Vec::new();
     for pool in &snap.pools {
         let zone = pool.requirements.get(labels::ZONE);

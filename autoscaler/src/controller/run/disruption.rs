@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use autoscaler_core::disruption::{DisruptionConfig, plan_disruption, validate};
+use autoscaler_core::disruption::{DisruptionConfig, plan_disruption_cached, validate};
 use autoscaler_core::model::PodKey;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -69,11 +69,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let snap = self.full_snapshot(&types, true);
         let now = epoch();
         self.disruption_state.in_progress = disrupt::in_progress(&self.jobs);
-        let plan = plan_disruption(
+        let plan = plan_disruption_cached(
             &snap,
             &self.disruption_state,
             now,
             &self.disruption_config(),
+            &mut self.disruption_cache,
         );
         self.disruption_state = plan.state.clone();
         for v in plan
