@@ -1230,11 +1230,8 @@ fn a_disruption_cache_plans_as_passes_without_one_while_the_pools_change() {
     // The same catalog (one `Arc`), but the pool's requirements leave out the cheaper type:
     // a cache that compared catalogs alone would still offer it.
     let mut narrowed = cheap.clone();
-    narrowed.pools[0].requirements = Requirements::new().with(
-        labels::INSTANCE_TYPE,
-        Operator::NotIn,
-        &["m6i.24xlarge"],
-    );
+    narrowed.pools[0].requirements =
+        Requirements::new().with(labels::INSTANCE_TYPE, Operator::NotIn, &["m6i.24xlarge"]);
     assert!(std::sync::Arc::ptr_eq(
         &narrowed.pools[0].instance_types,
         &cheap.pools[0].instance_types

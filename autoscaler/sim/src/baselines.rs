@@ -119,6 +119,10 @@ pub struct Shape {
     /// physical `nvidia.com/gpu`, no time-slicing replicas, no MIG resources. What Karpenter
     /// sizes new nodes by unless a NodeOverlay declares more.
     pub physical: Resources,
+    /// Room on a new node of this shape once its DaemonSet pods run: by `allocatable` and by
+    /// `physical` ([`fresh_room`]), worked out once because consolidation asks for every
+    /// shape at every candidate.
+    pub fresh: [Resources; 2],
 }
 
 /// How closely a baseline follows the project it models.
@@ -134,12 +138,8 @@ pub enum Fidelity {
 
 /// Room for pods on a fresh node of `sh` (DaemonSet requests subtracted), as a baseline that
 /// sees the `physical` instance type (or the shared allocatable) believes.
-fn fresh_room(sh: &Shape, physical: bool) -> Resources {
-    if physical {
-        sh.physical.minus(&sh.ds_overhead)
-    } else {
-        sh.allocatable.minus(&sh.ds_overhead)
-    }
+fn fresh_room(sh: &Shape, physical: bool) -> &Resources {
+    &sh.fresh[usize::from(physical)]
 }
 
 /// Every (pool, instance type) shape of a scenario.
@@ -185,18 +185,25 @@ pub fn build_shapes(pools: &[Pool], daemonsets: &[autoscaler_core::DaemonSet]) -
                     l
                 })
                 .collect();
+            let allocatable = shared.allocatable();
+            let physical = it.allocatable();
+            let fresh = [
+                allocatable.minus(&ds_overhead),
+                physical.minus(&ds_overhead),
+            ];
             out.push(Shape {
                 offering_labels,
                 pool: pi,
                 name: shared.name.clone(),
                 labels: shared.labels.clone(),
                 taints: pool.taints.clone(),
-                allocatable: shared.allocatable(),
+                allocatable,
                 ds_overhead,
                 capacity: shared.capacity.clone(),
                 offerings,
                 gpus: shared.gpu_count(),
-                physical: it.allocatable(),
+                physical,
+                fresh,
             });
         }
     }
@@ -444,7 +451,7 @@ fn pack(
                 .copied()
                 .filter(|(s, o, _)| {
                     let sh = &shapes[*s];
-                    pod_allows(pod, sh, *o) && used.fits(&fresh_room(sh, physical))
+                    pod_allows(pod, sh, *o) && used.fits(fresh_room(sh, physical))
                 })
                 .collect();
             if !opts.is_empty() {
@@ -462,7 +469,7 @@ fn pack(
             let mut opts: Vec<(usize, usize, f64)> = Vec::new();
             for (si, sh) in shapes.iter().enumerate() {
                 if sh.pool != pi
-                    || !d.fits(&fresh_room(sh, physical))
+                    || !d.fits(fresh_room(sh, physical))
                     || !within_limits(&ctx.pools[pi], &usage[pi], sh)
                 {
                     continue;
@@ -563,7 +570,7 @@ fn in_flight_room(ctx: &Ctx, shapes: &[Shape], physical: bool) -> Vec<(NodeId, R
         else {
             continue;
         };
-        let mut r = fresh_room(sh, physical);
+        let mut r = fresh_room(sh, physical).clone();
         for p in &n.pods {
             r.sub(&whole_demand(ctx.cluster.pod(*p)));
         }

@@ -99,7 +99,7 @@ fn node_pods_fit_new(
     }
     let mut best: Option<(usize, usize, f64)> = None;
     for (si, sh) in shapes.iter().enumerate() {
-        if Some(sh.pool) != node.pool || !total.fits(&fresh_room(sh, false)) {
+        if Some(sh.pool) != node.pool || !total.fits(fresh_room(sh, false)) {
             continue;
         }
         for (oi, o) in sh.offerings.iter().enumerate() {
@@ -175,7 +175,7 @@ impl KarpenterLike {
         let physical = self.physical();
         let mut opts: Vec<(usize, usize, f64)> = Vec::new();
         for (si, sh) in self.shapes.iter().enumerate() {
-            if !total.fits(&fresh_room(sh, physical)) {
+            if !total.fits(fresh_room(sh, physical)) {
                 continue;
             }
             for (oi, o) in sh.offerings.iter().enumerate() {
