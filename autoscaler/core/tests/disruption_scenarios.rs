@@ -1199,13 +1199,8 @@ fn verdicts_carry_their_kind_threshold_and_wait() {
     "#]].assert_eq(&out);
 }
 
-/// The DLRM replay's pattern: a 64-cpu pod alone on a 128-cpu node is above the 0.5
-/// threshold (its memory share is 0.62), yet a 96-cpu node 25 % cheaper holds it. Right-sizing
-/// (20 % by default) replaces the node; a saving below the pool's `rightSizeSavings`, the
-/// setting 0, or a GPU node, keep it; validation refuses a replacement that stopped saving
-/// enough.
-#[test]
-fn a_disruption_cache_plans_as_passes_without_one_while_the_pools_change() {
+/// A 128-cpu type and a 96-cpu one 25 % cheaper (the DLRM replay's right-sizing case).
+fn m6i_pair() -> (InstanceType, InstanceType) {
     let m128 = itype("m6i.32xlarge")
         .cpu("128")
         .mem("512Gi")
@@ -1216,16 +1211,27 @@ fn a_disruption_cache_plans_as_passes_without_one_while_the_pools_change() {
         .mem("384Gi")
         .on_demand(&ZONES, 4.608)
         .build();
-    let cluster = |types: Vec<InstanceType>| {
-        let n = managed("big", &m128, "cpu").with_pod(pod("w").cpu("64").mem("320Gi"));
-        snap(
-            vec![n],
-            vec![pool("cpu", types).disruption(DisruptionPolicy {
-                right_size_savings: 0.2,
-                ..quick()
-            })],
-        )
-    };
+    (m128, m96)
+}
+
+/// One `m6i.32xlarge` node running a 64-cpu pod, in a pool of `types` that right-sizes at
+/// `savings`.
+fn one_big_node(savings: f64, types: Vec<InstanceType>) -> Snapshot {
+    let (m128, _) = m6i_pair();
+    let n = managed("big", &m128, "cpu").with_pod(pod("w").cpu("64").mem("320Gi"));
+    snap(
+        vec![n],
+        vec![pool("cpu", types).disruption(DisruptionPolicy {
+            right_size_savings: savings,
+            ..quick()
+        })],
+    )
+}
+
+#[test]
+fn a_disruption_cache_plans_as_passes_without_one_while_the_pools_change() {
+    let (m128, m96) = m6i_pair();
+    let cluster = |types: Vec<InstanceType>| one_big_node(0.2, types);
     let cheap = cluster(vec![m96.clone(), m128.clone()]);
     // The same catalog (one `Arc`), but the pool's requirements leave out the cheaper type:
     // a cache that compared catalogs alone would still offer it.
@@ -1250,28 +1256,15 @@ fn a_disruption_cache_plans_as_passes_without_one_while_the_pools_change() {
     assert_eq!(replaced, [true, false, true, false, false, true]);
 }
 
+/// The DLRM replay's pattern: a 64-cpu pod alone on a 128-cpu node is above the 0.5
+/// threshold (its memory share is 0.62), yet a 96-cpu node 25 % cheaper holds it. Right-sizing
+/// (20 % by default) replaces the node; a saving below the pool's `rightSizeSavings`, the
+/// setting 0, or a GPU node, keep it; validation refuses a replacement that stopped saving
+/// enough.
 #[test]
 fn a_node_above_its_threshold_is_right_sized_when_a_much_cheaper_node_holds_its_pods() {
-    let m128 = itype("m6i.32xlarge")
-        .cpu("128")
-        .mem("512Gi")
-        .on_demand(&ZONES, 6.144)
-        .build();
-    let m96 = itype("m6i.24xlarge")
-        .cpu("96")
-        .mem("384Gi")
-        .on_demand(&ZONES, 4.608)
-        .build();
-    let cluster = |savings: f64, types: Vec<InstanceType>| {
-        let n = managed("big", &m128, "cpu").with_pod(pod("w").cpu("64").mem("320Gi"));
-        snap(
-            vec![n],
-            vec![pool("cpu", types).disruption(DisruptionPolicy {
-                right_size_savings: savings,
-                ..quick()
-            })],
-        )
-    };
+    let (m128, m96) = m6i_pair();
+    let cluster = one_big_node;
     let mut s = cluster(0.2, vec![m96.clone(), m128.clone()]);
     let plan = check(
         &s,

@@ -142,18 +142,31 @@ pub fn make_policy<'a>(
 /// recorded.
 pub fn initial_state(scenario: &Scenario, workload: &Workload) -> autoscaler_core::Snapshot {
     let shapes = build_shapes(&scenario.pools, &scenario.daemonsets);
+    let policy = Box::new(GpuAutoscaler::new(&scenario.cluster));
+    let horizon = scenario.duration_s.max(1);
+    engine(scenario, workload, &shapes, policy, scenario.seed, horizon).initial_snapshot()
+}
+
+/// An engine running `policy` on `workload` in `scenario`'s cluster.
+fn engine<'a>(
+    scenario: &'a Scenario,
+    workload: &'a Workload,
+    shapes: &'a [baselines::Shape],
+    policy: Box<dyn Policy + 'a>,
+    seed: u64,
+    horizon: i64,
+) -> Engine<'a> {
     Engine::new(
         &scenario.cluster,
         (*scenario.catalog).clone(),
         &scenario.pools,
         &scenario.daemonsets,
-        &shapes,
+        shapes,
         workload,
-        Box::new(GpuAutoscaler::new(&scenario.cluster)),
-        scenario.seed,
-        scenario.duration_s.max(1),
+        policy,
+        seed,
+        horizon,
     )
-    .initial_snapshot()
 }
 
 /// Runs every policy of `scenario` (or of `opts.policies`) on the scenario's generated
@@ -230,17 +243,7 @@ pub fn run_workload(
         threads,
         |name| -> Result<PolicyResult, SimError> {
             let policy = make_policy(name, scenario, &shapes)?;
-            let mut engine = Engine::new(
-                &scenario.cluster,
-                (*scenario.catalog).clone(),
-                &scenario.pools,
-                &scenario.daemonsets,
-                &shapes,
-                workload,
-                policy,
-                seed,
-                horizon,
-            );
+            let mut engine = engine(scenario, workload, &shapes, policy, seed, horizon);
             if let Some((asked, at)) = &opts.explain {
                 engine = engine.explain_at(asked.clone(), *at);
             }
