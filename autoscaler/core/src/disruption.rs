@@ -505,7 +505,8 @@ pub fn plan_disruption(
 }
 
 /// What a caller that plans disruption again and again keeps between passes: what the pass
-/// derives from the NodePools alone (the right-sizing screen's instance types, cheapest first).
+/// derives from the NodePools alone (the right-sizing screen's instance types, cheapest first,
+/// and the shapes its simulations plan replacements with).
 ///
 /// Exact, not approximate: the pools are compared with those it was built from in full (a
 /// catalog they share by pointer), and it is built again on any difference, so a plan made
@@ -514,6 +515,8 @@ pub fn plan_disruption(
 pub struct DisruptionCache {
     built_from: Option<Vec<crate::model::Pool>>,
     cheap_types: std::sync::Arc<Vec<candidates::CheapType>>,
+    /// The shapes a simulation that may launch a replacement plans with.
+    shapes: crate::provision::ShapeCache,
 }
 
 impl DisruptionCache {
@@ -546,6 +549,7 @@ pub fn plan_disruption_cached(
 ) -> DisruptionPlan {
     let mut pass = Pass::new(snap, state, now, config);
     pass.cheap_types = Some(cache.cheap_types(snap));
+    pass.sim.get_mut().shapes = std::mem::take(&mut cache.shapes);
     let candidates = pass.candidates(state);
     let mut candidates = pass.paused(state, candidates);
     pass.order(&mut candidates);
@@ -553,6 +557,7 @@ pub fn plan_disruption_cached(
     pass.empty(&candidates);
     let leftovers = pass.one_at_a_time(&candidates);
     pass.multi_node(leftovers);
+    cache.shapes = std::mem::take(&mut pass.sim.get_mut().shapes);
     pass.finish()
 }
 

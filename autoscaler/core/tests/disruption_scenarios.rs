@@ -1243,17 +1243,24 @@ fn a_disruption_cache_plans_as_passes_without_one_while_the_pools_change() {
         &cheap.pools[0].instance_types
     ));
     let dear = cluster(vec![m128.clone()]);
+    // Still cheap enough to replace with, at a new price: a replacement planned on the last
+    // pass's shapes would carry the old one.
+    let mut m96_dearer = m96.clone();
+    for o in &mut m96_dearer.offerings {
+        o.price = 4.9;
+    }
+    let pricier = cluster(vec![m96_dearer, m128.clone()]);
     let config = DisruptionConfig::default();
     let state = DisruptionState::default();
     let mut cache = DisruptionCache::default();
     let mut replaced = Vec::new();
-    for s in [&cheap, &narrowed, &cheap, &dear, &dear, &cheap] {
+    for s in [&cheap, &narrowed, &cheap, &pricier, &dear, &dear, &cheap] {
         let with = plan_disruption_cached(s, &state, 0, &config, &mut cache);
         assert_eq!(with, plan_disruption(s, &state, 0, &config));
         replaced.push(!with.commands.is_empty());
     }
     // The screen lets the node through exactly where the cheaper type is in the pool.
-    assert_eq!(replaced, [true, false, true, false, false, true]);
+    assert_eq!(replaced, [true, false, true, true, false, false, true]);
 }
 
 /// The DLRM replay's pattern: a 64-cpu pod alone on a 128-cpu node is above the 0.5

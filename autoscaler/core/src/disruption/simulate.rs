@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{Node, Pod, PodKey, Snapshot};
 use crate::plan::Plan;
-use crate::provision::plan_provisioning;
+use crate::provision::{PlanOptions, ShapeCache, plan_cached, plan_provisioning};
 
 use super::candidates::movable;
 
@@ -32,7 +32,12 @@ pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool)
         std::mem::take(&mut snap.cluster_limits),
         snap,
     );
-    let plan = plan_without(&mut base, removed, allow_new.then_some(&mut launchable));
+    let plan = plan_without(
+        &mut base,
+        removed,
+        allow_new.then_some(&mut launchable),
+        None,
+    );
     snap.nodes = base.nodes;
     snap.daemonsets = base.daemonsets;
     snap.cluster_limits = base.cluster_limits;
@@ -77,12 +82,14 @@ fn launchable_pools(pools: &[crate::model::Pool]) -> Vec<crate::model::Pool> {
 }
 
 /// Plans on `base` (no pending pod, no in-flight claim, no NodePool) without its nodes
-/// `removed`, their movable pods pending, and `launchable` as its NodePools when given; then
-/// puts the nodes and pools back and clears the pods, leaving `base` as it was.
+/// `removed`, their movable pods pending, and `launchable` as its NodePools when given (their
+/// instance-type shapes from `shapes` when given); then puts the nodes and pools back and
+/// clears the pods, leaving `base` as it was.
 fn plan_without(
     base: &mut Snapshot,
     removed: &BTreeSet<usize>,
     launchable: Option<&mut Vec<crate::model::Pool>>,
+    shapes: Option<&mut ShapeCache>,
 ) -> Plan {
     // Highest index first, so the indexes still to take do not move.
     let len = base.nodes.len();
@@ -104,7 +111,12 @@ fn plan_without(
     if let Some(l) = launchable.as_deref_mut() {
         base.pools = std::mem::take(l);
     }
-    let mut plan = plan_provisioning(base);
+    // Only a simulation with pools has shapes to keep: one without would make the cache
+    // build the launchable pools' shapes again at the next one with.
+    let mut plan = match shapes {
+        Some(cache) if launchable.is_some() => plan_cached(base, &PlanOptions::default(), cache),
+        _ => plan_provisioning(base),
+    };
     refuse_uninitialized_targets(&mut plan, &base.nodes);
     if let Some(l) = launchable {
         *l = std::mem::take(&mut base.pools);
@@ -128,6 +140,10 @@ pub(super) struct SimBase {
     base: Option<Snapshot>,
     /// The NodePools a replacement may come from, while they are not in `base`.
     launchable: Vec<crate::model::Pool>,
+    /// The launchable pools' instance-type shapes, lent by the caller's
+    /// [`super::DisruptionCache`] for the pass, so that each simulation that may launch a
+    /// replacement does not build them again.
+    pub(super) shapes: ShapeCache,
 }
 
 impl SimBase {
@@ -155,7 +171,12 @@ impl SimBase {
                 snap,
             )
         });
-        plan_without(base, removed, allow_new.then_some(launchable))
+        plan_without(
+            base,
+            removed,
+            allow_new.then_some(launchable),
+            Some(&mut self.shapes),
+        )
     }
 }
 
