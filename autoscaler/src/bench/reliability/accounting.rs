@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use autoscaler::controller::Result;
 use autoscaler::controller::keys;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
+use nodepools::NodeClaim;
 use serde_json::Value;
 
 use super::server::audit;
@@ -33,6 +34,10 @@ impl Bench<'_> {
             let pending = pods.iter().filter(|p| unplaced(p)).count();
             let empty = self.empty_nodes(&pods).await?.len();
             let orphans = self.orphan_instances().await?.len();
+            // A claim whose launch was recorded on the instance but not on the claim (its
+            // status write failed) is launched again after a pause, which records it: the
+            // accounting below counts such a Node as a duplicate, so settling waits for it.
+            let unclaimed = unclaimed_nodes(&self.nodes().await?, &self.claims().await?).len();
             let wanted: i32 = self.replicas.values().sum();
             let live = pods
                 .iter()
@@ -41,7 +46,12 @@ impl Bench<'_> {
                 .count();
             // An instance whose claim is gone is the controller's to collect within its GC
             // grace: settling waits for that too, and one still there at the timeout counts.
-            if pending == 0 && empty == 0 && orphans == 0 && live == wanted as usize {
+            if pending == 0
+                && empty == 0
+                && orphans == 0
+                && unclaimed == 0
+                && live == wanted as usize
+            {
                 let since = *quiet_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > Duration::from_secs(8) {
                     return Ok(());
@@ -51,7 +61,7 @@ impl Bench<'_> {
             }
             if Instant::now() > deadline {
                 eprintln!(
-                    "not settled after {:?}: {pending} pods pending, {empty} empty nodes, {orphans} instances without a claim, {live} of {wanted} replicas",
+                    "not settled after {:?}: {pending} pods pending, {empty} empty nodes, {orphans} instances without a claim, {unclaimed} Nodes no claim has recorded, {live} of {wanted} replicas",
                     self.args.settle_timeout
                 );
                 self.describe_empty_nodes(&pods).await?;
@@ -178,24 +188,8 @@ impl Bench<'_> {
                 *by_provider.entry(pid).or_default() += 1;
             }
         }
-        let claimed: HashSet<String> = claims
-            .iter()
-            .filter_map(|c| c.status.as_ref()?.provider_id.clone())
-            .collect();
         let shared_nodes: usize = by_provider.values().map(|n| n - 1).sum();
-        let unclaimed: Vec<String> = nodes
-            .iter()
-            .filter(|n| n.metadata.deletion_timestamp.is_none())
-            .filter(|n| {
-                n.spec
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_ref())
-                    .is_some_and(|p| {
-                        p.starts_with(providers::kwok::PROVIDER_ID_PREFIX) && !claimed.contains(p)
-                    })
-            })
-            .map(|n| n.name_any())
-            .collect();
+        let unclaimed = unclaimed_nodes(&nodes, &claims);
         let empty = self.empty_nodes(&pods).await?;
         if shared_nodes + unclaimed.len() + empty.len() > 0 {
             eprintln!(
@@ -320,4 +314,25 @@ pub(super) fn unplaced(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none()
         && !terminal(p)
         && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+}
+
+/// Live kwok Nodes whose instance no NodeClaim has recorded (`status.providerID`).
+fn unclaimed_nodes(nodes: &[Node], claims: &[NodeClaim]) -> Vec<String> {
+    let claimed: HashSet<&str> = claims
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.provider_id.as_deref())
+        .collect();
+    nodes
+        .iter()
+        .filter(|n| n.metadata.deletion_timestamp.is_none())
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| {
+                    p.starts_with(providers::kwok::PROVIDER_ID_PREFIX) && !claimed.contains(p)
+                })
+        })
+        .map(|n| n.name_any())
+        .collect()
 }
