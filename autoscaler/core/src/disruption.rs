@@ -522,13 +522,10 @@ pub struct DisruptionCache {
 impl DisruptionCache {
     /// The right-sizing screen's instance types for `snap`'s pools, built when they changed.
     fn cheap_types(&mut self, snap: &Snapshot) -> std::sync::Arc<Vec<candidates::CheapType>> {
-        let same = self.built_from.as_ref().is_some_and(|pools| {
-            pools.len() == snap.pools.len()
-                && pools
-                    .iter()
-                    .zip(&snap.pools)
-                    .all(|(a, b)| crate::provision::same_pool(a, b))
-        });
+        let same = self
+            .built_from
+            .as_ref()
+            .is_some_and(|pools| crate::provision::same_pools(pools, &snap.pools));
         if !same {
             self.cheap_types = std::sync::Arc::new(candidates::cheap_types(snap));
             self.built_from = Some(snap.pools.clone());

@@ -222,12 +222,7 @@ impl ShapeCache {
     /// DaemonSets equal the last ones.
     pub fn shapes(&mut self, snapshot: &Snapshot) -> std::sync::Arc<Vec<Shape>> {
         let same = self.built_from.as_ref().is_some_and(|(pools, ds)| {
-            pools.len() == snapshot.pools.len()
-                && pools
-                    .iter()
-                    .zip(&snapshot.pools)
-                    .all(|(a, b)| same_pool(a, b))
-                && *ds == snapshot.daemonsets
+            same_pools(pools, &snapshot.pools) && *ds == snapshot.daemonsets
         });
         if !same {
             self.shapes = std::sync::Arc::new(build_shapes(snapshot));
@@ -237,10 +232,15 @@ impl ShapeCache {
     }
 }
 
+/// Every pool of `a` [`same_pool`] as the one at its place in `b`, and as many.
+pub(crate) fn same_pools(a: &[Pool], b: &[Pool]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_pool(a, b))
+}
+
 /// `a == b`, but a catalog both pools share is not compared entry by entry (catalogs hold
 /// prices, so `Arc`'s own equality cannot take that shortcut). Every field is named, so a field
 /// added to [`Pool`] cannot be forgotten here.
-pub(crate) fn same_pool(a: &Pool, b: &Pool) -> bool {
+fn same_pool(a: &Pool, b: &Pool) -> bool {
     let Pool {
         name,
         weight,
