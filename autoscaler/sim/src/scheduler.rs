@@ -405,25 +405,23 @@ fn ratio(used: i64, req: i64, alloc: i64) -> f64 {
 
 /// Score of a feasible node, higher is better.
 pub fn score(pod: &Pod, node: &NodeState, strategy: ScoreStrategy) -> f64 {
-    let mut parts = vec![
-        ratio(node.used.cpu, pod.requests.cpu, node.allocatable.cpu),
-        ratio(
+    // Summed in the order cpu, memory, GPU, without a list: this runs for every feasible node
+    // of every scheduling attempt.
+    let mut sum = ratio(node.used.cpu, pod.requests.cpu, node.allocatable.cpu)
+        + ratio(
             node.used.memory,
             pod.requests.memory,
             node.allocatable.memory,
-        ),
-    ];
+        );
+    let mut parts = 2.0;
     let gpu_req = pod.requests.get(names::NVIDIA_GPU) * 1000
         + pod.gpu_share.as_ref().map_or(0, |s| i64::from(s.milli));
     if gpu_req > 0 {
         let used: i64 = node.devices.iter().map(|d| i64::from(*d)).sum();
-        parts.push(ratio(
-            used,
-            gpu_req,
-            node.alloc_get(names::NVIDIA_GPU) * 1000,
-        ));
+        sum += ratio(used, gpu_req, node.alloc_get(names::NVIDIA_GPU) * 1000);
+        parts = 3.0;
     }
-    let avg = parts.iter().sum::<f64>() / parts.len() as f64;
+    let avg = sum / parts;
     match strategy {
         ScoreStrategy::LeastAllocated => 1.0 - avg,
         ScoreStrategy::MostAllocated => avg,
@@ -437,40 +435,40 @@ pub fn best_node(
     nodes: &[NodeId],
     strategy: ScoreStrategy,
 ) -> Option<(NodeId, Vec<usize>)> {
-    best_of(view, pod, nodes, strategy, false)
-}
-
-/// [`best_node`] among nodes already known to match the pod's node selector and required
-/// node affinity (node labels never change, so the engine remembers that per pod template).
-pub fn best_matching_node(
-    view: View,
-    pod: &Pod,
-    nodes: &[NodeId],
-    strategy: ScoreStrategy,
-) -> Option<(NodeId, Vec<usize>)> {
-    best_of(view, pod, nodes, strategy, true)
+    best_of(view, pod, nodes.iter().copied(), strategy, false)
 }
 
 fn best_of(
     view: View,
     pod: &Pod,
-    nodes: &[NodeId],
+    nodes: impl Iterator<Item = NodeId>,
     strategy: ScoreStrategy,
     selector_known: bool,
 ) -> Option<(NodeId, Vec<usize>)> {
     let topo = (has_topology(pod) || view.any_anti).then(|| Topology::of(view, pod));
     let mut best: Option<(f64, NodeId, Vec<usize>)> = None;
     for ni in nodes {
-        let n = view.node(*ni);
+        let n = view.node(ni);
+        // Most nodes of a busy cluster are too full: asking for the cpu and memory first skips
+        // the taint and device checks on them (the filters' answer is the same either way).
+        if short_of_cpu_or_memory(pod, n) {
+            continue;
+        }
         let Ok(devices) = filter_cheap(pod, n, topo.as_ref(), selector_known) else {
             continue;
         };
         let s = score(pod, n, strategy);
         if best.as_ref().is_none_or(|(bs, _, _)| s > *bs + 1e-12) {
-            best = Some((s, *ni, devices));
+            best = Some((s, ni, devices));
         }
     }
     best.map(|(_, n, d)| (n, d))
+}
+
+/// Whether the node lacks the cpu or memory `pod` requests ([`fit_units`] would say so too).
+fn short_of_cpu_or_memory(pod: &Pod, node: &NodeState) -> bool {
+    let (r, a, u) = (&pod.requests, &node.allocatable, &node.used);
+    (r.cpu != 0 && r.cpu > a.cpu - u.cpu) || (r.memory != 0 && r.memory > a.memory - u.memory)
 }
 
 /// Per pod template, whether each node matches the template's node selector and required
@@ -483,36 +481,36 @@ pub struct SelectorCache {
 }
 
 impl SelectorCache {
-    /// The nodes of `nodes` that `pod` (of template `template`) selects, in the same order.
-    pub fn matching(
+    /// The best node for `pod` (of template `template`) among the nodes of `nodes` it
+    /// selects, with the GPU units it would take: [`best_node`] with the selector answered
+    /// from memory.
+    pub fn best_node(
         &mut self,
-        nodes_by_id: &[NodeState],
+        view: View,
         template: u32,
         pod: &Pod,
         nodes: &[NodeId],
-    ) -> Vec<NodeId> {
+        strategy: ScoreStrategy,
+    ) -> Option<(NodeId, Vec<usize>)> {
         let t = template as usize;
         if self.known.len() <= t {
             self.known.resize(t + 1, Vec::new());
         }
         let known = &mut self.known[t];
-        if known.len() < nodes_by_id.len() {
-            known.resize(nodes_by_id.len(), 0);
+        if known.len() < view.nodes.len() {
+            known.resize(view.nodes.len(), 0);
         }
-        nodes
-            .iter()
-            .copied()
-            .filter(|&n| {
-                if known[n] == 0 {
-                    known[n] = if pod.node_selector.matches(&nodes_by_id[n].labels) {
-                        1
-                    } else {
-                        2
-                    };
-                }
-                known[n] == 1
-            })
-            .collect()
+        let selected = nodes.iter().copied().filter(|&n| {
+            if known[n] == 0 {
+                known[n] = if pod.node_selector.matches(&view.nodes[n].labels) {
+                    1
+                } else {
+                    2
+                };
+            }
+            known[n] == 1
+        });
+        best_of(view, pod, selected, strategy, true)
     }
 }
 
@@ -614,8 +612,7 @@ pub fn unplaced(
             scratch: Some(&scratch),
             ..View::of(cluster)
         };
-        let cand = selectors.matching(&cluster.nodes, cluster.template_of[p], pod, &targets);
-        match best_matching_node(view, pod, &cand, strategy) {
+        match selectors.best_node(view, cluster.template_of[p], pod, &targets, strategy) {
             Some((ni, devices)) => {
                 place_what_if(scratch.node_mut(&cluster.nodes, ni), pod, p, &devices);
             }

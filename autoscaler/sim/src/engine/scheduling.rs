@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use super::{Engine, Ev};
 use crate::cluster::{Cluster, NodeId, PodId, PodPhase};
-use crate::scheduler::{self, View, has_topology, untolerated};
+use crate::scheduler::{View, has_topology, untolerated};
 
 impl Engine<'_> {
     pub(super) fn schedule_pass(&mut self) {
@@ -74,11 +74,11 @@ impl Engine<'_> {
                 unschedulable.push(p);
                 continue;
             }
-            let cand = self
-                .selectors
-                .matching(&self.cluster.nodes, tpl, pod, &nodes);
             let view = View::of(&self.cluster);
-            match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
+            match self
+                .selectors
+                .best_node(view, tpl, pod, &nodes, self.cfg.score)
+            {
                 Some((n, devices)) => self.bind(p, n, devices),
                 None => {
                     if alike {
@@ -120,11 +120,11 @@ impl Engine<'_> {
             };
             let pod = self.cluster.pod(m);
             let tpl = self.workload.pods[m].template;
-            let cand = self
-                .selectors
-                .matching(&self.cluster.nodes, tpl, pod, nodes);
             let view = View::of(&self.cluster);
-            match scheduler::best_matching_node(view, pod, &cand, self.cfg.score) {
+            match self
+                .selectors
+                .best_node(view, tpl, pod, nodes, self.cfg.score)
+            {
                 Some((n, devices)) => {
                     let first = !self.cluster.first_bound.contains_key(&m);
                     if let Err(e) = self.cluster.bind(m, n, devices, self.now) {
