@@ -145,6 +145,77 @@ pub struct NodeState {
 }
 
 impl NodeState {
+    /// Makes `self` a copy of `src`, reusing `self`'s allocations: the what-if overlay
+    /// ([`crate::scheduler::Scratch`]) refreshes its copies this way, and allocating and
+    /// freeing every copy's strings was a tenth of the baselines' consolidation.
+    pub fn copy_from(&mut self, src: &NodeState) {
+        // Destructured in full, so that a new field cannot be forgotten here.
+        let NodeState {
+            name,
+            claim,
+            provider_id,
+            pool,
+            pool_name,
+            instance_type,
+            zone,
+            capacity_type,
+            price,
+            labels,
+            taints,
+            startup_taints,
+            allocatable,
+            used,
+            devices,
+            pods,
+            ds_pods,
+            phase,
+            cordoned,
+            deleting,
+            launched_at,
+            gone_at,
+            ready_at,
+            gpu_pods,
+            gpu_busy_since,
+            gpu_busy_s,
+            gpus,
+            last_pod_change,
+            held,
+            hold_version,
+            dra,
+        } = src;
+        self.name.clone_from(name);
+        self.claim.clone_from(claim);
+        self.provider_id.clone_from(provider_id);
+        self.pool = *pool;
+        self.pool_name.clone_from(pool_name);
+        self.instance_type.clone_from(instance_type);
+        self.zone.clone_from(zone);
+        self.capacity_type = *capacity_type;
+        self.price = *price;
+        self.labels.clone_from(labels);
+        self.taints.clone_from(taints);
+        self.startup_taints.clone_from(startup_taints);
+        self.allocatable.clone_from(allocatable);
+        self.used.clone_from(used);
+        self.devices.clone_from(devices);
+        self.pods.clone_from(pods);
+        self.ds_pods.clone_from(ds_pods);
+        self.phase = *phase;
+        self.cordoned = *cordoned;
+        self.deleting = *deleting;
+        self.launched_at = *launched_at;
+        self.gone_at = *gone_at;
+        self.ready_at = *ready_at;
+        self.gpu_pods = *gpu_pods;
+        self.gpu_busy_since = *gpu_busy_since;
+        self.gpu_busy_s = *gpu_busy_s;
+        self.gpus = *gpus;
+        self.last_pod_change = *last_pod_change;
+        self.held.clone_from(held);
+        self.hold_version = *hold_version;
+        self.dra.clone_from(dra);
+    }
+
     /// Whether the node exists as a Kubernetes Node.
     pub fn registered(&self) -> bool {
         matches!(self.phase, NodePhase::Registered | NodePhase::Ready)

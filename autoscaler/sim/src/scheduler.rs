@@ -154,24 +154,39 @@ pub const CLAIMS: &str = "resourceClaims";
 pub struct Scratch {
     /// Per node id, the index of its copy in `copies` (`u32::MAX`: not copied).
     index: Vec<u32>,
-    /// The changed nodes.
+    /// The changed nodes: the first `ids.len()` are in use, the rest are kept from an earlier
+    /// question so that their allocations can be reused.
     copies: Vec<NodeState>,
+    /// The node id of each copy in use.
+    ids: Vec<NodeId>,
 }
 
 impl Scratch {
     /// An overlay with nothing copied yet, for a cluster of `nodes` nodes (gone ones included).
     pub fn new(nodes: usize) -> Self {
-        Scratch {
-            index: vec![u32::MAX; nodes],
-            copies: Vec::new(),
+        let mut s = Scratch::default();
+        s.reset(nodes);
+        s
+    }
+
+    /// Forgets every copy (keeping their allocations) for a cluster of `nodes` nodes.
+    pub fn reset(&mut self, nodes: usize) {
+        for id in self.ids.drain(..) {
+            self.index[id] = u32::MAX;
         }
+        self.index.resize(nodes, u32::MAX);
     }
 
     /// The copy of node `id`, made from `base` on first use.
     pub fn node_mut(&mut self, base: &[NodeState], id: NodeId) -> &mut NodeState {
         if self.index[id] == u32::MAX {
-            self.index[id] = self.copies.len() as u32;
-            self.copies.push(base[id].clone());
+            let slot = self.ids.len();
+            match self.copies.get_mut(slot) {
+                Some(old) => old.copy_from(&base[id]),
+                None => self.copies.push(base[id].clone()),
+            }
+            self.ids.push(id);
+            self.index[id] = slot as u32;
         }
         &mut self.copies[self.index[id] as usize]
     }
@@ -474,10 +489,14 @@ fn short_of_cpu_or_memory(pod: &Pod, node: &NodeState) -> bool {
 /// Per pod template, whether each node matches the template's node selector and required
 /// node affinity. Both sides are fixed (templates are immutable and node labels are set at
 /// launch), so the answer is computed once per pair instead of at every scheduling attempt.
+/// It also lends the what-if questions ([`unplaced`]) one scratch overlay, reset between
+/// questions rather than allocated for each.
 #[derive(Clone, Debug, Default)]
 pub struct SelectorCache {
     /// Per template, per node id: 0 not known yet, 1 matches, 2 does not.
     known: Vec<Vec<u8>>,
+    /// The overlay [`unplaced`] borrows.
+    spare: Scratch,
 }
 
 impl SelectorCache {
@@ -585,7 +604,30 @@ pub fn unplaced(
     selectors: &mut SelectorCache,
     first_only: bool,
 ) -> Vec<PodId> {
-    let mut scratch = Scratch::new(cluster.nodes.len());
+    let mut scratch = std::mem::take(&mut selectors.spare);
+    scratch.reset(cluster.nodes.len());
+    let left = unplaced_on(
+        cluster,
+        &mut scratch,
+        removed,
+        targets,
+        strategy,
+        selectors,
+        first_only,
+    );
+    selectors.spare = scratch;
+    left
+}
+
+fn unplaced_on(
+    cluster: &Cluster,
+    scratch: &mut Scratch,
+    removed: &[NodeId],
+    targets: &[NodeId],
+    strategy: ScoreStrategy,
+    selectors: &mut SelectorCache,
+    first_only: bool,
+) -> Vec<PodId> {
     // A node is live exactly while it is not gone: asking the node is a read, asking the
     // set of live nodes a search per target, which was a tenth of a consolidation's cost.
     let live = |n: &NodeId| cluster.nodes.get(*n).is_some_and(NodeState::alive);
@@ -609,7 +651,7 @@ pub fn unplaced(
     for p in order {
         let pod = cluster.pod(p);
         let view = View {
-            scratch: Some(&scratch),
+            scratch: Some(scratch),
             ..View::of(cluster)
         };
         match selectors.best_node(view, cluster.template_of[p], pod, &targets, strategy) {
