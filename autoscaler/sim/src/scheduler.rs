@@ -508,7 +508,7 @@ impl SelectorCache {
         view: View,
         template: u32,
         pod: &Pod,
-        nodes: &[NodeId],
+        nodes: impl IntoIterator<Item = NodeId>,
         strategy: ScoreStrategy,
     ) -> Option<(NodeId, Vec<usize>)> {
         let t = template as usize;
@@ -519,7 +519,7 @@ impl SelectorCache {
         if known.len() < view.nodes.len() {
             known.resize(view.nodes.len(), 0);
         }
-        let selected = nodes.iter().copied().filter(|&n| {
+        let selected = nodes.into_iter().filter(|&n| {
             if known[n] == 0 {
                 known[n] = if pod.node_selector.matches(&view.nodes[n].labels) {
                     1
@@ -638,25 +638,57 @@ fn unplaced_on(
         order.extend(copy.pods.iter().copied());
         copy.pods.clear();
     }
-    order.sort_by_key(|p| {
-        let r = &cluster.pod(*p).requests;
+    // Keys built once (the GPU count is a map lookup); each includes the pod id, so the order
+    // is total and the sort's stability does not matter.
+    let mut keyed: Vec<_> = order
+        .iter()
+        .map(|&p| {
+            let r = &cluster.pod(p).requests;
+            (
+                std::cmp::Reverse(r.get(names::NVIDIA_GPU)),
+                std::cmp::Reverse(r.cpu),
+                std::cmp::Reverse(r.memory),
+                p,
+            )
+        })
+        .collect();
+    keyed.sort_unstable();
+    // The cpu and memory each target has free, side by side: most targets of a busy cluster
+    // are too full for the pod at hand, and reading two numbers per node to say so is much
+    // cheaper than reading the node.
+    let free_of = |n: &NodeState| {
         (
-            std::cmp::Reverse(r.get(names::NVIDIA_GPU)),
-            std::cmp::Reverse(r.cpu),
-            std::cmp::Reverse(r.memory),
-            *p,
+            n.allocatable.cpu - n.used.cpu,
+            n.allocatable.memory - n.used.memory,
         )
-    });
+    };
+    let mut free: Vec<(i64, i64)> = {
+        let view = View {
+            scratch: Some(scratch),
+            ..View::of(cluster)
+        };
+        targets.iter().map(|&n| free_of(view.node(n))).collect()
+    };
     let mut left = Vec::new();
-    for p in order {
+    for (_, _, _, p) in keyed {
         let pod = cluster.pod(p);
         let view = View {
             scratch: Some(scratch),
             ..View::of(cluster)
         };
-        match selectors.best_node(view, cluster.template_of[p], pod, &targets, strategy) {
+        let (cpu, memory) = (pod.requests.cpu, pod.requests.memory);
+        let roomy = targets
+            .iter()
+            .zip(&free)
+            .filter(|(_, (c, m))| (cpu == 0 || cpu <= *c) && (memory == 0 || memory <= *m))
+            .map(|(n, _)| *n);
+        match selectors.best_node(view, cluster.template_of[p], pod, roomy, strategy) {
             Some((ni, devices)) => {
-                place_what_if(scratch.node_mut(&cluster.nodes, ni), pod, p, &devices);
+                let copy = scratch.node_mut(&cluster.nodes, ni);
+                place_what_if(copy, pod, p, &devices);
+                if let Some(i) = targets.iter().position(|t| *t == ni) {
+                    free[i] = free_of(copy);
+                }
             }
             None if first_only => return vec![p],
             None => left.push(p),

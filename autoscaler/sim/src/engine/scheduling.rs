@@ -77,7 +77,7 @@ impl Engine<'_> {
             let view = View::of(&self.cluster);
             match self
                 .selectors
-                .best_node(view, tpl, pod, &nodes, self.cfg.score)
+                .best_node(view, tpl, pod, nodes.iter().copied(), self.cfg.score)
             {
                 Some((n, devices)) => self.bind(p, n, devices),
                 None => {
@@ -123,7 +123,7 @@ impl Engine<'_> {
             let view = View::of(&self.cluster);
             match self
                 .selectors
-                .best_node(view, tpl, pod, nodes, self.cfg.score)
+                .best_node(view, tpl, pod, nodes.iter().copied(), self.cfg.score)
             {
                 Some((n, devices)) => {
                     let first = !self.cluster.first_bound.contains_key(&m);
