@@ -588,10 +588,13 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// The pools with offerings in the insufficient-capacity cache marked unavailable.
-    fn pools_now(&self) -> Vec<Pool> {
+    /// The pools with offerings in the insufficient-capacity cache marked unavailable (the
+    /// scenario's own, lent, while nothing is).
+    fn pools_now(&self) -> std::borrow::Cow<'a, [Pool]> {
         if self.unavailable.active(self.now).next().is_none() {
-            return self.pools.to_vec();
+            // Lent, not copied: copying every pool's labels and requirements for each pass
+            // was a twelfth of a replay.
+            return std::borrow::Cow::Borrowed(self.pools);
         }
         let mut cache: Vec<(
             *const Vec<autoscaler_core::InstanceType>,
@@ -616,7 +619,8 @@ impl<'a> Engine<'a> {
                     ..p.clone()
                 }
             })
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     }
 }
 
