@@ -5,7 +5,10 @@
 use std::collections::BTreeMap;
 
 use autoscaler_core::builders::*;
-use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, Method, plan_disruption};
+use autoscaler_core::disruption::{
+    DisruptionCache, DisruptionConfig, DisruptionState, Method, plan_disruption,
+    plan_disruption_cached,
+};
 use autoscaler_core::model::{
     Budget, BudgetValue, DisruptionPolicy, DisruptionReason, Pdb, Snapshot,
 };
@@ -357,6 +360,81 @@ fn check(snap: &Snapshot) -> Result<(), String> {
         return Err(format!("moved pods {moved:?} have no place in {bins:?}"));
     }
     Ok(())
+}
+
+/// A change between two passes over the same cluster.
+#[derive(Debug, Clone)]
+enum Edit {
+    /// A node goes (the nodes after it move up one place and take new names).
+    DropNode(usize),
+    /// A pod gets another size: same node, same pod count, same names.
+    Resize(usize, usize, u32),
+    /// A pod is bound.
+    AddPod(usize, PodSpec),
+    /// A pod leaves.
+    DropPod(usize, usize),
+}
+
+fn arb_edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        (0usize..7).prop_map(Edit::DropNode),
+        (0usize..7, 0usize..4, 1u32..80).prop_map(|(n, p, c)| Edit::Resize(n, p, c)),
+        (0usize..7, arb_pod()).prop_map(|(n, p)| Edit::AddPod(n, p)),
+        (0usize..7, 0usize..4).prop_map(|(n, p)| Edit::DropPod(n, p)),
+    ]
+}
+
+fn apply(nodes: &mut Vec<Vec<PodSpec>>, edit: &Edit) {
+    if nodes.is_empty() {
+        return;
+    }
+    let len = nodes.len();
+    match edit {
+        Edit::DropNode(n) => {
+            nodes.remove(n % len);
+        }
+        Edit::Resize(n, p, cpu) => {
+            let pods = &mut nodes[n % len];
+            if !pods.is_empty() {
+                let i = p % pods.len();
+                pods[i].cpu = *cpu;
+            }
+        }
+        Edit::AddPod(n, p) => nodes[n % len].push(p.clone()),
+        Edit::DropPod(n, p) => {
+            let pods = &mut nodes[n % len];
+            if !pods.is_empty() {
+                let i = p % pods.len();
+                pods.remove(i);
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+    /// One cache carried through passes over a changing cluster (it keeps a copy of the nodes
+    /// and copies only those that changed) plans exactly as passes without one.
+    #[test]
+    fn a_cache_kept_across_changing_passes_plans_as_fresh_passes(
+        nodes in proptest::collection::vec(proptest::collection::vec(arb_pod(), 0..4), 1..7),
+        edits in proptest::collection::vec(arb_edit(), 1..6),
+        flags in proptest::collection::vec(arb_flag(), 7),
+    ) {
+        let budget = BudgetSpec { value: 3, percent: false, underutilized_only: false };
+        let mut nodes = nodes;
+        let mut cache = DisruptionCache::default();
+        let (state, config) = (DisruptionState::default(), DisruptionConfig::default());
+        for edit in std::iter::once(None).chain(edits.iter().map(Some)) {
+            if let Some(e) = edit {
+                apply(&mut nodes, e);
+            }
+            let snap = build(&nodes, [1, 1, 1], budget, 0, &flags);
+            let with = plan_disruption_cached(&snap, &state, 0, &config, &mut cache);
+            let without = plan_disruption(&snap, &state, 0, &config);
+            prop_assert_eq!(&with, &without, "after {:?}", edit);
+        }
+    }
 }
 
 proptest! {

@@ -131,13 +131,16 @@ fn plan_without(
 /// The cluster a pass simulates on, as one owned snapshot of every node kept between its
 /// simulations: each [`SimBase::simulate`] takes the removed nodes out, plans, and puts them
 /// back. Copying every node for each candidate (and freeing the copies) was half of the cost
-/// of a disruption pass over a few thousand nodes. The caller drops the copy
-/// ([`SimBase::invalidate`]) whenever the nodes it passes change.
+/// of a disruption pass over a few thousand nodes. The caller says when the nodes it passes
+/// may have changed ([`SimBase::invalidate`]); the copy is then brought up to date node by
+/// node, so that a caller planning every few seconds ([`super::DisruptionCache`]) copies only
+/// the nodes that changed since its last pass.
 #[derive(Default)]
 pub(super) struct SimBase {
-    /// The snapshot with every node and no pending pod; `None` until the first simulation
-    /// after a change.
+    /// The snapshot with every node and no pending pod; `None` until the first simulation.
     base: Option<Snapshot>,
+    /// Whether `base` is known to hold what the caller passes now.
+    current: bool,
     /// The NodePools a replacement may come from, while they are not in `base`.
     launchable: Vec<crate::model::Pool>,
     /// The launchable pools' instance-type shapes, lent by the caller's
@@ -147,13 +150,14 @@ pub(super) struct SimBase {
 }
 
 impl SimBase {
-    /// Forgets the copy: the nodes changed.
+    /// The nodes (or anything else of the snapshot) may have changed: the next simulation
+    /// compares the copy with them first.
     pub(super) fn invalidate(&mut self) {
-        self.base = None;
+        self.current = false;
     }
 
-    /// [`simulate`] on the kept copy of `nodes` (made from them, and from `snap`'s other
-    /// fields, when there is none).
+    /// [`simulate`] on the kept copy of `nodes` (and of `snap`'s other fields), brought up to
+    /// date first when it may not be.
     pub(super) fn simulate<N: Borrow<Node>>(
         &mut self,
         snap: &Snapshot,
@@ -161,23 +165,68 @@ impl SimBase {
         removed: &BTreeSet<usize>,
         allow_new: bool,
     ) -> Plan {
-        let launchable = &mut self.launchable;
-        let base = self.base.get_or_insert_with(|| {
-            *launchable = launchable_pools(&snap.pools);
-            bare(
+        if !self.current {
+            self.catch_up(snap, nodes);
+            self.current = true;
+        }
+        let base = self.base.as_mut().expect("caught up");
+        plan_without(
+            base,
+            removed,
+            allow_new.then_some(&mut self.launchable),
+            Some(&mut self.shapes),
+        )
+    }
+
+    /// Makes the copy equal to `nodes` and `snap`: copies only what differs from it.
+    fn catch_up<N: Borrow<Node>>(&mut self, snap: &Snapshot, nodes: &[N]) {
+        let launchable = snap.pools.iter().filter(|p| p.atomic_nodes.is_none());
+        let same_launchable = self.launchable.len() == launchable.clone().count()
+            && self
+                .launchable
+                .iter()
+                .zip(launchable)
+                .all(|(a, b)| crate::provision::same_pool(a, b));
+        if !same_launchable {
+            self.launchable = launchable_pools(&snap.pools);
+        }
+        let Some(base) = self.base.as_mut() else {
+            self.base = Some(bare(
                 nodes.iter().map(|n| n.borrow().clone()).collect(),
                 snap.daemonsets.clone(),
                 snap.cluster_limits.clone(),
                 snap,
-            )
-        });
-        plan_without(
-            base,
-            removed,
-            allow_new.then_some(launchable),
-            Some(&mut self.shapes),
-        )
+            ));
+            return;
+        };
+        base.nodes.truncate(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            let n = n.borrow();
+            match base.nodes.get_mut(i) {
+                Some(kept) if same_node(kept, n) => {}
+                Some(kept) => kept.clone_from(n),
+                None => base.nodes.push(n.clone()),
+            }
+        }
+        if base.daemonsets != snap.daemonsets {
+            base.daemonsets.clone_from(&snap.daemonsets);
+        }
+        if base.cluster_limits != snap.cluster_limits {
+            base.cluster_limits.clone_from(&snap.cluster_limits);
+        }
+        if base.dra != snap.dra {
+            base.dra.clone_from(&snap.dra);
+        }
     }
+}
+
+/// `a == b`, asking first what most often differs between passes (the name, when a node came
+/// or went before it; the pods, when one was bound or left).
+fn same_node(a: &Node, b: &Node) -> bool {
+    a.name == b.name
+        && a.pods.len() == b.pods.len()
+        && a.last_pod_event == b.last_pod_event
+        && a == b
 }
 
 /// Reason given to an evicted pod whose only place is a node that has not initialized.

@@ -240,7 +240,7 @@ pub(crate) fn same_pools(a: &[Pool], b: &[Pool]) -> bool {
 /// `a == b`, but a catalog both pools share is not compared entry by entry (catalogs hold
 /// prices, so `Arc`'s own equality cannot take that shortcut). Every field is named, so a field
 /// added to [`Pool`] cannot be forgotten here.
-fn same_pool(a: &Pool, b: &Pool) -> bool {
+pub(crate) fn same_pool(a: &Pool, b: &Pool) -> bool {
     let Pool {
         name,
         weight,
