@@ -110,7 +110,8 @@ pub use shapes::{
 
 pub(crate) use explanations::pool_standing;
 pub(crate) use shapes::keeps_off_gpu;
-pub(crate) use shapes::{same_pool, same_pools};
+pub(crate) use shapes::same_pool;
+pub use shapes::same_pools;
 
 use topology::SelectorIndex;
 

@@ -571,9 +571,22 @@ impl Cluster {
         workload: &Workload,
         include_pending: bool,
     ) {
-        snap.daemonsets = daemonsets.to_vec();
-        snap.pools = pools.to_vec();
-        snap.cluster_limits = self.limits.clone();
+        // Copied again only when they differ: copying every pool for each pass was a
+        // twentieth of a replay. Pools whose catalogs are not the same `Arc` are copied
+        // rather than compared (the engine marks unavailable offerings on a fresh copy).
+        if snap.daemonsets != daemonsets {
+            snap.daemonsets = daemonsets.to_vec();
+        }
+        let shared_catalogs = snap.pools.len() == pools.len()
+            && snap
+                .pools
+                .iter()
+                .zip(pools)
+                .all(|(a, b)| Arc::ptr_eq(&a.instance_types, &b.instance_types));
+        if !shared_catalogs || !autoscaler_core::provision::same_pools(&snap.pools, pools) {
+            snap.pools = pools.to_vec();
+        }
+        snap.cluster_limits.clone_from(&self.limits);
         snap.pending.clear();
         snap.groups.clear();
         if include_pending {

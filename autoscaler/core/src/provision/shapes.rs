@@ -232,8 +232,10 @@ impl ShapeCache {
     }
 }
 
-/// Every pool of `a` [`same_pool`] as the one at its place in `b`, and as many.
-pub(crate) fn same_pools(a: &[Pool], b: &[Pool]) -> bool {
+/// Whether two lists of NodePools are equal (`a == b`), a catalog two pools share by pointer
+/// not compared entry by entry: callers that keep what they derived from the pools use it to
+/// know whether to derive it again.
+pub fn same_pools(a: &[Pool], b: &[Pool]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| same_pool(a, b))
 }
 
