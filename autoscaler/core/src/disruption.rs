@@ -566,6 +566,62 @@ pub fn plan_disruption_cached(
     pass.finish()
 }
 
+/// One verdict per node, found by name: kept in the snapshot's order with a list of the names
+/// sorted once, which borrows the names instead of copying each into a map's key (that map
+/// was a tenth of a pass over a few thousand nodes).
+#[derive(Default)]
+struct Verdicts<'a> {
+    list: Vec<Verdict>,
+    /// Per name, the index in `list` of its verdict, sorted by name once [`Verdicts::index`]
+    /// has run.
+    by_name: Vec<(&'a str, usize)>,
+}
+
+impl<'a> Verdicts<'a> {
+    fn push(&mut self, name: &'a str, v: Verdict) {
+        self.by_name.push((name, self.list.len()));
+        self.list.push(v);
+    }
+
+    /// Sorts the names, after the last push: one verdict per name, the last one pushed (node
+    /// names are unique in a cluster; a map would also keep the last).
+    fn index(&mut self) {
+        self.by_name.sort_by(|a, b| a.0.cmp(b.0));
+        self.by_name.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                kept.1 = later.1;
+            }
+            same
+        });
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        let i = self
+            .by_name
+            .binary_search_by(|(n, _)| (*n).cmp(name))
+            .ok()?;
+        Some(self.by_name[i].1)
+    }
+
+    fn get(&self, name: &str) -> Option<&Verdict> {
+        self.position(name).map(|i| &self.list[i])
+    }
+
+    fn get_mut(&mut self, name: &str) -> Option<&mut Verdict> {
+        self.position(name).map(|i| &mut self.list[i])
+    }
+
+    /// The verdicts, by node name.
+    fn into_sorted(self) -> Vec<Verdict> {
+        let mut list: Vec<Option<Verdict>> = self.list.into_iter().map(Some).collect();
+        self.by_name
+            .iter()
+            .filter_map(|(_, i)| list[*i].take())
+            .collect()
+    }
+}
+
 /// One planning pass: what the phases of [`plan_disruption`] share.
 struct Pass<'a> {
     snap: &'a Snapshot,
@@ -573,7 +629,7 @@ struct Pass<'a> {
     config: &'a DisruptionConfig,
     out: DisruptionPlan,
     /// One verdict per node, by name.
-    verdict: BTreeMap<String, Verdict>,
+    verdict: Verdicts<'a>,
     /// Budgets, minNodes and PDBs left.
     allowance: Allowance,
     /// The cluster as the commands so far leave it: each node borrowed until a command changes
@@ -614,7 +670,7 @@ impl<'a> Pass<'a> {
             now,
             config,
             out,
-            verdict: BTreeMap::new(),
+            verdict: Verdicts::default(),
             allowance: Allowance::new(snap, config, &state.in_progress),
             work: snap.nodes.iter().map(Cow::Borrowed).collect(),
             gone: BTreeSet::new(),
@@ -670,7 +726,7 @@ impl<'a> Pass<'a> {
     }
 
     fn finish(mut self) -> DisruptionPlan {
-        self.out.verdicts = self.verdict.into_values().collect();
+        self.out.verdicts = self.verdict.into_sorted();
         self.out
     }
 }

@@ -401,8 +401,9 @@ impl Pass<'_> {
                     v.set(VerdictKind::Candidate, "candidate");
                 }
             }
-            self.verdict.insert(n.name.clone(), v);
+            self.verdict.push(&n.name, v);
         }
+        self.verdict.index();
         candidates
     }
 
