@@ -796,14 +796,14 @@ impl NodeKey {
 
     /// Compares without building a key: this runs for every live node at every planner call.
     fn matches(&self, n: &NodeState) -> bool {
-        self.phase == n.phase
+        self.last_pod_change == n.last_pod_change
+            && self.hold_version == n.hold_version
+            && self.phase == n.phase
             && self.cordoned == n.cordoned
             && self.deleting == n.deleting
             && self.ds_pods == n.ds_pods.len()
             && self.taints == n.taints
             && self.pods == n.pods
-            && self.last_pod_change == n.last_pod_change
-            && self.hold_version == n.hold_version
     }
 }
 
@@ -881,6 +881,21 @@ impl SnapshotCache {
         wanted: impl Iterator<Item = NodeId>,
         cluster: &Cluster,
     ) -> Vec<T> {
+        let wanted: Vec<NodeId> = wanted.collect();
+        // Mostly the same nodes as at the last sync: then the entries are patched where they
+        // are, instead of every entry being moved to a new list.
+        if wanted.len() == keys.len() && wanted.iter().zip(keys.iter()).all(|(w, (id, _))| w == id)
+        {
+            let mut entries = old;
+            for (entry, (ni, key)) in entries.iter_mut().zip(keys.iter_mut()) {
+                let n = &cluster.nodes[*ni];
+                if !key.matches(n) {
+                    entry.refresh(cluster, *ni, key);
+                    *key = NodeKey::of(n);
+                }
+            }
+            return entries;
+        }
         let old_keys = std::mem::take(keys);
         let mut old = old.into_iter().zip(old_keys).peekable();
         let mut out = Vec::with_capacity(old.len());
