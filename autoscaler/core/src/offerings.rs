@@ -173,6 +173,12 @@ impl<K: Ord> Expiring<K> {
         }
     }
 
+    /// Whether no entry is held, expired or not (nothing is unavailable): lets a caller that
+    /// would build a key for every offering skip that.
+    pub fn is_empty(&self) -> bool {
+        self.until.is_empty()
+    }
+
     /// Whether `key` is still considered unavailable at `now`.
     pub fn is_unavailable(&self, key: &K, now: i64) -> bool {
         self.until.get(key).is_some_and(|until| now < *until)

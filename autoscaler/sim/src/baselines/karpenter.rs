@@ -103,17 +103,19 @@ fn node_pods_fit_new(
             continue;
         }
         for (oi, o) in sh.offerings.iter().enumerate() {
-            if !available(shapes, unavailable, si, oi, now)
+            // The price first: an offering no cheaper than the node, or than the best so far,
+            // would not be chosen, so the costlier checks are skipped for it.
+            if o.2 >= node.price
+                || best.is_some_and(|b| o.2 >= b.2)
+                || !available(shapes, unavailable, si, oi, now)
                 || !pods.iter().all(|p| pod_allows(ctx.cluster.pod(*p), sh, oi))
             {
                 continue;
             }
-            if best.is_none_or(|b| o.2 < b.2) {
-                best = Some((si, oi, o.2));
-            }
+            best = Some((si, oi, o.2));
         }
     }
-    best.filter(|b| b.2 < node.price)
+    best
 }
 
 /// How much disrupting a node costs in Karpenter's ordering: one per pod, scaled by the
