@@ -162,6 +162,8 @@ pub struct Engine<'a> {
     launch_failures: u64,
     pods_created: u64,
     samples: Vec<Sample>,
+    /// The cost so far, kept up as the samples are taken.
+    tally: result::CostTally,
     /// What to explain, and when (`None`: at the end of the run).
     explain: Option<(Option<i64>, Asked)>,
     explained: Option<Explained>,
@@ -250,6 +252,7 @@ impl<'a> Engine<'a> {
             launch_failures: 0,
             pods_created: 0,
             samples: Vec::new(),
+            tally: result::CostTally::default(),
             explain: None,
             explained: None,
         };

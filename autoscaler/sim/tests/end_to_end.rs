@@ -167,6 +167,20 @@ fn tiny_scenario_is_safe_and_binds_every_pod() {
             "{sum} {cost}"
         );
     }
+    // The charts' cost curve is kept up sample by sample (nodes come and go, spot ones are
+    // interrupted): it never falls, and it ends at the run's cost.
+    for p in &r.policies {
+        let costs: Vec<f64> = p.samples.iter().map(|s| s.cost).collect();
+        assert!(costs.windows(2).all(|w| w[0] <= w[1] + 1e-9), "{costs:?}");
+        let last = costs.last().copied().unwrap_or(0.0);
+        assert!(
+            (last - p.cost).abs() < 1e-9 * p.cost,
+            "{} {last} {}",
+            p.name,
+            p.cost
+        );
+        assert!(p.nodes_terminated > 0, "{summary}");
+    }
     let html = report::to_html(&r);
     assert!(html.contains("<svg") && html.contains("is a model"));
 }
