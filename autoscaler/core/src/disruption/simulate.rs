@@ -199,14 +199,47 @@ impl SimBase {
             ));
             return;
         };
-        base.nodes.truncate(nodes.len());
-        for (i, n) in nodes.iter().enumerate() {
-            let n = n.borrow();
-            match base.nodes.get_mut(i) {
-                Some(kept) if same_node(kept, n) => {}
-                Some(kept) => kept.clone_from(n),
-                None => base.nodes.push(n.clone()),
+        let aligned = base.nodes.len() == nodes.len()
+            && base
+                .nodes
+                .iter()
+                .zip(nodes)
+                .all(|(kept, n)| kept.name == n.borrow().name);
+        if aligned {
+            for (kept, n) in base.nodes.iter_mut().zip(nodes) {
+                let n = n.borrow();
+                if !same_node(kept, n) {
+                    kept.clone_from(n);
+                }
             }
+        } else {
+            // Nodes came or went: each kept copy is found by name, so that one node gone from
+            // the middle does not make every node after it be copied again.
+            let at: std::collections::HashMap<&str, usize> = base
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect();
+            let found: Vec<Option<usize>> = nodes
+                .iter()
+                .map(|n| at.get(n.borrow().name.as_str()).copied())
+                .collect();
+            let mut old: Vec<Option<Node>> = std::mem::take(&mut base.nodes)
+                .into_iter()
+                .map(Some)
+                .collect();
+            base.nodes = nodes
+                .iter()
+                .zip(found)
+                .map(|(n, j)| {
+                    let n = n.borrow();
+                    match j.and_then(|j| old[j].take()) {
+                        Some(kept) if same_node(&kept, n) => kept,
+                        _ => n.clone(),
+                    }
+                })
+                .collect();
         }
         if base.daemonsets != snap.daemonsets {
             base.daemonsets.clone_from(&snap.daemonsets);
