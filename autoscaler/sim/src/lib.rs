@@ -211,7 +211,8 @@ pub fn horizon(scenario: &Scenario, opts: &RunOptions) -> Result<i64, SimError> 
 ///
 /// # Errors
 /// [`SimError::Scenario`] for an unknown policy name, [`SimError::BadOption`] for a bad
-/// `--hours`, [`SimError::TooManyPods`] when the workload has more pods than the limit.
+/// `--hours` or a policy named twice, [`SimError::TooManyPods`] when the workload has more
+/// pods than the limit.
 pub fn run_workload(
     scenario: &Scenario,
     workload: &Workload,
@@ -234,8 +235,14 @@ pub fn run_workload(
         .clone()
         .unwrap_or_else(|| scenario.policies.clone());
     // Every name is checked before any run starts, so a typo costs no simulated time.
-    for name in &names {
+    for (i, name) in names.iter().enumerate() {
         make_policy(name, scenario, &shapes)?;
+        if names[..i].contains(name) {
+            return Err(SimError::BadOption {
+                option: "--policy".into(),
+                why: format!("{name} is named twice (a policy would be compared with itself)"),
+            });
+        }
     }
     let threads = opts.threads.unwrap_or(1).max(1);
     let runs = seeds::par_map(

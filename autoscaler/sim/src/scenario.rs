@@ -845,6 +845,14 @@ impl Scenario {
                             format!("unknown policy {p:?} (known: {})", POLICY_NAMES.join(", ")),
                         ));
                     }
+                    // Run twice, a policy would be compared with itself in every report.
+                    if list[..i].contains(p) {
+                        return Err(cx.err(
+                            &["policies:", p],
+                            format!("policies[{i}]"),
+                            format!("policy {p:?} is listed twice"),
+                        ));
+                    }
                 }
                 list.clone()
             }

@@ -121,6 +121,26 @@ fn policies_side_by_side_report_what_they_report_one_after_another() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("karpenter-lik"), "{err}");
+    // So is a policy named twice: it would be compared with itself.
+    let err = run(
+        &s,
+        &RunOptions {
+            policies: Some(vec![
+                "ca-like".into(),
+                "gpu-autoscaler".into(),
+                "ca-like".into(),
+            ]),
+            ..Default::default()
+        },
+        &|_, _| {
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        },
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("--policy") && err.to_string().contains("ca-like is named twice"),
+        "{err}"
+    );
     assert_eq!(ran.into_inner(), 0);
 }
 

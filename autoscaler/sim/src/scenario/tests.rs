@@ -109,6 +109,15 @@ fn unknown_nodepool_is_named() {
 }
 
 #[test]
+fn a_policy_listed_twice_is_refused() {
+    let text = format!("{GOOD}policies: [gpu-autoscaler, ca-like, gpu-autoscaler]\n");
+    let (line, field, why) = err(&text);
+    assert_eq!(line, 13);
+    assert_eq!(field, "policies[2]");
+    assert!(why.contains("\"gpu-autoscaler\" is listed twice"), "{why}");
+}
+
+#[test]
 fn unknown_resource_is_named() {
     let text = GOOD.replace(
         "memory: 1Gi}",
