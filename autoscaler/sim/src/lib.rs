@@ -238,9 +238,19 @@ pub fn run_workload(
     for (i, name) in names.iter().enumerate() {
         make_policy(name, scenario, &shapes)?;
         if names[..i].contains(name) {
-            return Err(SimError::BadOption {
-                option: "--policy".into(),
-                why: format!("{name} is named twice (a policy would be compared with itself)"),
+            let why = format!("{name} is named twice (a policy would be compared with itself)");
+            return Err(if opts.policies.is_some() {
+                SimError::BadOption {
+                    option: "--policy".into(),
+                    why,
+                }
+            } else {
+                SimError::Scenario {
+                    path: scenario.path.clone(),
+                    line: 0,
+                    field: format!("policies[{i}]"),
+                    why,
+                }
             });
         }
     }

@@ -141,6 +141,14 @@ fn policies_side_by_side_report_what_they_report_one_after_another() {
         err.to_string().contains("--policy") && err.to_string().contains("ca-like is named twice"),
         "{err}"
     );
+    // A scenario built in code, past the file loader's own check, is refused naming its field.
+    let mut twice = tiny();
+    twice.policies = vec!["ca-like".into(), "ca-like".into()];
+    let err = run(&twice, &RunOptions::default(), &|_, _| {
+        ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("policies[1]"), "{err}");
     assert_eq!(ran.into_inner(), 0);
 }
 
