@@ -604,30 +604,10 @@ pub fn unplaced(
     selectors: &mut SelectorCache,
     first_only: bool,
 ) -> Vec<PodId> {
-    let mut scratch = std::mem::take(&mut selectors.spare);
-    scratch.reset(cluster.nodes.len());
-    let left = unplaced_on(
-        cluster,
-        &mut scratch,
-        removed,
-        targets,
-        strategy,
-        selectors,
-        first_only,
-    );
-    selectors.spare = scratch;
-    left
-}
-
-fn unplaced_on(
-    cluster: &Cluster,
-    scratch: &mut Scratch,
-    removed: &[NodeId],
-    targets: &[NodeId],
-    strategy: ScoreStrategy,
-    selectors: &mut SelectorCache,
-    first_only: bool,
-) -> Vec<PodId> {
+    // The overlay is lent by the memo, so that its allocations serve every question.
+    let mut spare = std::mem::take(&mut selectors.spare);
+    spare.reset(cluster.nodes.len());
+    let scratch = &mut spare;
     // A node is live exactly while it is not gone: asking the node is a read, asking the
     // set of live nodes a search per target, which was a tenth of a consolidation's cost.
     let live = |n: &NodeId| cluster.nodes.get(*n).is_some_and(NodeState::alive);
@@ -690,10 +670,15 @@ fn unplaced_on(
                     free[i] = free_of(copy);
                 }
             }
-            None if first_only => return vec![p],
-            None => left.push(p),
+            None => {
+                left.push(p);
+                if first_only {
+                    break;
+                }
+            }
         }
     }
+    selectors.spare = spare;
     left
 }
 
