@@ -243,6 +243,8 @@ enum SlotKind {
 #[derive(Clone, Debug)]
 struct Slot {
     kind: SlotKind,
+    /// In-flight and new claims: the claim's name. Existing nodes leave it empty (their
+    /// node's name is read in place, see [`Slot::name`]).
     name: String,
     pool: Option<usize>,
     /// In-flight claims: the labels all candidates share. Existing nodes leave it empty (their
@@ -292,6 +294,14 @@ struct Slot {
 }
 
 impl Slot {
+    /// The slot's name: an existing node's own (not copied for every plan), a claim's.
+    fn name<'s>(&'s self, snap: &'s Snapshot) -> &'s str {
+        match self.kind {
+            SlotKind::Existing(ni) => &snap.nodes[ni].name,
+            _ => &self.name,
+        }
+    }
+
     /// The labels a pod's node selector sees here: an existing node's own, an in-flight
     /// claim's shared ones (empty for a new claim).
     fn labels<'s>(&'s self, snap: &'s Snapshot) -> &'s Labels {

@@ -387,7 +387,7 @@ impl<'a> Planner<'a> {
         }
         let need = &d.pods[i];
         let slot = &self.state.slots[si];
-        if need.invalid.is_some() || need.pin.is_some_and(|n| n != slot.name) {
+        if need.invalid.is_some() || need.pin.is_some_and(|n| n != slot.name(self.snap)) {
             return false;
         }
         let (at, rest) = self.dra_pending(i);
@@ -403,7 +403,7 @@ impl<'a> Planner<'a> {
         let taken = |id: &DeviceId| d.taken.contains(id) || slot.dra_taken.contains(id);
         d.alloc
             .borrow_mut()
-            .allocate_with(&slot.name, inv, &taken, &rest)
+            .allocate_with(slot.name(self.snap), inv, &taken, &rest)
             .is_ok()
     }
 
@@ -442,7 +442,7 @@ impl<'a> Planner<'a> {
         };
         d.alloc
             .borrow_mut()
-            .allocate_with(&slot.name, inv, &|_| false, &claims)
+            .allocate_with(slot.name(self.snap), inv, &|_| false, &claims)
             .is_ok()
     }
 
@@ -502,7 +502,7 @@ impl<'a> Planner<'a> {
             let got = d
                 .alloc
                 .borrow_mut()
-                .allocate_with(&slot.name, inv, &taken, &rest);
+                .allocate_with(slot.name(self.snap), inv, &taken, &rest);
             if let Ok(allocs) = got {
                 let ids = allocs
                     .into_iter()

@@ -26,11 +26,11 @@ impl Planner<'_> {
                     match slot.kind {
                         SlotKind::Existing(_) => plan.existing.push(Placement {
                             pod: pending[i].key.clone(),
-                            target: slot.name.clone(),
+                            target: slot.name(self.snap).to_string(),
                         }),
                         SlotKind::InFlight(_) => plan.in_flight.push(Placement {
                             pod: pending[i].key.clone(),
-                            target: slot.name.clone(),
+                            target: slot.name(self.snap).to_string(),
                         }),
                         SlotKind::New => {}
                     }

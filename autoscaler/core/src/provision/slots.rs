@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::labels;
-use crate::model::HostPort;
+use crate::model::{HostPort, Snapshot};
 use crate::requirements::{Labels, Requirements};
 use crate::resources::{Resources, is_gpu_class, names};
 use crate::taints::{Effect, Taint, Toleration, untolerated};
@@ -73,6 +73,43 @@ fn prefers_not(tolerations: &[Toleration], taints: &[Taint]) -> bool {
     })
 }
 
+/// The GPU model of instance type `name` in pool `pi`'s catalog, if it has GPUs.
+fn node_model<'s>(snap: &'s Snapshot, pi: usize, name: &str) -> Option<&'s str> {
+    snap.pools[pi]
+        .instance_types
+        .iter()
+        .find(|t| t.name == name)
+        .and_then(|t| t.gpu.as_ref().map(|g| g.model.as_str()))
+}
+
+/// FNV-1a: a fast, fixed hash for the short string keys [`Planner::build_slots`] looks up
+/// once per node. Fixed, so nothing about a plan depends on a random seed (the maps are only
+/// looked up, never iterated).
+struct FnvHasher(u64);
+
+impl Default for FnvHasher {
+    fn default() -> Self {
+        FnvHasher(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for FnvHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = self.0;
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type Fnv = std::hash::BuildHasherDefault<FnvHasher>;
+
 pub(super) fn placeholder() -> Slot {
     Slot {
         open: false,
@@ -85,17 +122,19 @@ impl<'a> Planner<'a> {
         let snap = self.snap;
         let in_flight_names: BTreeSet<&str> =
             snap.in_flight.iter().map(|c| c.name.as_str()).collect();
-        let mut slots = Vec::new();
+        let mut slots = Vec::with_capacity(snap.nodes.len() + snap.in_flight.len());
         let mut zone_counts = HashMap::new();
         let mut zone_blocks = Vec::new();
         let mut usage = vec![PoolUse::default(); snap.pools.len()];
-        let pool_idx: HashMap<&str, usize> = snap
+        // Both maps are asked once per node at every plan, with short keys: a cheaper hash
+        // than the default's pays off on clusters of thousands of nodes.
+        let pool_idx: HashMap<&str, usize, Fnv> = snap
             .pools
             .iter()
             .enumerate()
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
-        let mut models: HashMap<(usize, &str), Option<String>> = HashMap::new();
+        let mut models: HashMap<(usize, &str), Option<&str>, Fnv> = HashMap::default();
         let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
         node_order.sort_by(|a, b| snap.nodes[*a].name.cmp(&snap.nodes[*b].name));
         let counted_as_claim = |n: &crate::model::Node| {
@@ -122,10 +161,9 @@ impl<'a> Planner<'a> {
                 u.resources.add(&n.allocatable);
                 let model = match n.instance_type.as_deref() {
                     // Nodes share a handful of types: each is looked up in its pool once.
-                    Some(t) => models
+                    Some(t) => *models
                         .entry((pi, t))
-                        .or_insert_with(|| self.node_model(pi, t))
-                        .clone(),
+                        .or_insert_with(|| node_model(snap, pi, t)),
                     None => None,
                 };
                 if let Some(m) = model {
@@ -134,12 +172,16 @@ impl<'a> Planner<'a> {
                         .get(labels::GPU_COUNT)
                         .and_then(|c| c.parse::<i64>().ok())
                         .unwrap_or(0);
-                    *u.models.entry(m).or_default() += g;
+                    match u.models.get_mut(m) {
+                        Some(v) => *v += g,
+                        None => {
+                            u.models.insert(m.to_string(), g);
+                        }
+                    }
                 }
             }
             let mut slot = Slot {
                 kind: SlotKind::Existing(ni),
-                name: n.name.clone(),
                 pool,
                 // Read from the node in place (`Slot::labels`): a copy per node per plan
                 // was a tenth of a simulated run.
@@ -281,15 +323,6 @@ impl<'a> Planner<'a> {
         self.state.zone_blocks = zone_blocks;
         self.state.usage = usage;
         self.state.cluster = cluster;
-    }
-
-    /// The GPU model of instance type `name` in pool `pi`'s catalog, if it has GPUs.
-    fn node_model(&self, pi: usize, name: &str) -> Option<String> {
-        self.snap.pools[pi]
-            .instance_types
-            .iter()
-            .find(|t| t.name == name)
-            .and_then(|t| t.gpu.as_ref().map(|g| g.model.clone()))
     }
 
     /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
