@@ -57,7 +57,7 @@ use std::collections::HashMap;
 use microlp::{ComparisonOp, OptimizationDirection, Problem, Variable};
 
 use crate::model::{GpuShare, Pod, Snapshot};
-use crate::provision::{Devices, Shape, build_shapes, demand, keeps_off_gpu, term_fits_shape};
+use crate::provision::{Devices, Shape, build_shapes, demand, term_fits_shape};
 use crate::requirements::{NodeSelector, Requirements};
 use crate::resources::Resources;
 use crate::taints::{Toleration, untolerated};
@@ -111,32 +111,15 @@ struct Lp {
     pods_excluded: usize,
 }
 
-/// Which pod may go on which shape in the bound.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Rules {
-    /// Every shape a pod's selector, tolerations and size allow: a bound on any plan.
-    #[default]
-    Any,
-    /// Also the planner's own rule: a pod that needs no GPU and fits some GPU-less shape
-    /// alone never goes on a GPU shape (`Planner::avoid_gpu`). A bound on the plans that keep
-    /// that rule, so the gap between the two bounds is what the rule costs.
-    Planner,
-}
-
 /// A lower bound on the hourly cost of new nodes for the pending pods of `snapshot`, from the
-/// LP relaxation of the covering problem (see the module documentation), with [`Rules::Any`].
+/// LP relaxation of the covering problem (see the module documentation): every shape a pod's
+/// selector, tolerations and size allow may hold it, so it bounds any plan.
 ///
 /// Pure and infallible: should the solver fail, a weaker bound that needs no solver (the best
 /// single-resource price bound) is returned instead.
 pub fn lower_bound(snapshot: &Snapshot) -> LowerBound {
-    lower_bound_with(snapshot, Rules::Any)
-}
-
-/// [`lower_bound`] under `rules`: with [`Rules::Planner`], a bound on the plans that keep
-/// GPU-less pods off GPU shapes whenever a GPU-less shape could hold them.
-pub fn lower_bound_with(snapshot: &Snapshot, rules: Rules) -> LowerBound {
     let shapes = build_shapes(snapshot);
-    let lp = build(snapshot, &shapes, rules);
+    let lp = build(snapshot, &shapes);
     let (variables, constraints) = lp.primal_size();
     let cost = solve_dual(&lp)
         .unwrap_or(0.0)
@@ -156,7 +139,7 @@ type DemandKey<'a> = (&'a Resources, Option<&'a GpuShare>);
 /// Identity of a pod's placement rules as far as shapes are concerned.
 type ClassKey<'a> = (&'a NodeSelector, &'a [Toleration], bool);
 
-fn build(snapshot: &Snapshot, shapes: &[Shape], rules: Rules) -> Lp {
+fn build(snapshot: &Snapshot, shapes: &[Shape]) -> Lp {
     let mut class_ok: HashMap<ClassKey<'_>, Vec<bool>> = HashMap::new();
     let mut groups_by_key: HashMap<(Vec<usize>, DemandKey<'_>), usize> = HashMap::new();
     let mut compat_cache: HashMap<(ClassKey<'_>, DemandKey<'_>), Vec<usize>> = HashMap::new();
@@ -176,13 +159,9 @@ fn build(snapshot: &Snapshot, shapes: &[Shape], rules: Rules) -> Lp {
                     .entry(class)
                     .or_insert_with(|| class_shapes(snapshot, shapes, pod));
                 let alone = demand(pod, &Devices::default());
-                let mut fit: Vec<usize> = (0..shapes.len())
+                (0..shapes.len())
                     .filter(|s| ok[*s] && alone.fits(&shapes[*s].allocatable))
-                    .collect();
-                if rules == Rules::Planner && keeps_off_gpu(&alone, shapes, |s| ok[s]) {
-                    fit.retain(|s| !shapes[*s].has_gpu);
-                }
-                fit
+                    .collect::<Vec<usize>>()
             })
             .clone();
         if compat.is_empty() {

@@ -109,7 +109,6 @@ pub use shapes::{
 };
 
 pub(crate) use explanations::pool_standing;
-pub(crate) use shapes::keeps_off_gpu;
 pub(crate) use shapes::same_pool;
 pub use shapes::same_pools;
 

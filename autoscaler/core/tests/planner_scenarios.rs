@@ -56,16 +56,78 @@ fn gpu_pods_get_gpu_nodes_with_the_model_they_ask_for() {
 
 #[test]
 fn cpu_pods_avoid_gpu_instance_types_unless_nothing_else_fits() {
-    // The GPU pool is untainted, so CPU pods could land there; they must not.
-    let pods = vec![pod("small").cpu("1"), pod("huge").cpu("40")];
+    // The GPU pool is untainted, so CPU pods could land there; none gets a GPU node of its
+    // own while a GPU-less type holds it.
+    let pools = || vec![pool("gpu", gpu_types()), pool("cpu", cpu_types())];
+    check(
+        &snapshot(vec![pod("small").cpu("1")], pools()),
+        expect![[r#"
+            claim cpu-1 pool=cpu price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[small]
+        "#]],
+    );
+    check(
+        &snapshot(vec![pod("huge").cpu("40")], pools()),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[huge]
+        "#]],
+    );
+    // Once "huge" has a GPU node, "small" rides in its spare cores: the node comes anyway.
+    check(
+        &snapshot(vec![pod("small").cpu("1"), pod("huge").cpu("40")], pools()),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[huge,small]
+        "#]],
+    );
+}
+
+#[test]
+fn cpu_pods_take_room_a_gpu_node_leaves_but_never_grow_it() {
+    // "infer" gets a g5.xlarge (4 cores). "fits" rides in the room it leaves; "big" would
+    // need a larger GPU type and gets a node of its own kind instead.
+    let pods = vec![
+        pod("infer").cpu("2").mem("4Gi").gpus(1),
+        pod("fits").cpu("1").mem("2Gi"),
+        pod("big").cpu("3").mem("2Gi"),
+    ];
     check(
         &snapshot(
             pods,
             vec![pool("gpu", gpu_types()), pool("cpu", cpu_types())],
         ),
         expect![[r#"
-            claim gpu-1 pool=gpu price=5.672 types=[g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[huge]
-            claim cpu-2 pool=cpu price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[small]
+            claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[fits,infer]
+            claim cpu-2 pool=cpu price=0.192 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[big]
+        "#]],
+    );
+}
+
+#[test]
+fn a_cpu_pod_never_grows_a_gpu_node_even_when_that_is_cheaper() {
+    // Growing the GPU claim from g.small to g.large would cost 0.05 more, half a CPU node; the
+    // CPU pod still gets the CPU node: a pod that needs no GPU adds nothing to GPU spend.
+    let gpu = vec![
+        itype("g.small")
+            .cpu("4")
+            .mem("16Gi")
+            .gpus(1, "T4", 16)
+            .on_demand(&ZONES, 1.0)
+            .build(),
+        itype("g.large")
+            .cpu("8")
+            .mem("32Gi")
+            .gpus(1, "T4", 16)
+            .on_demand(&ZONES, 1.05)
+            .build(),
+    ];
+    let pods = vec![
+        pod("infer").cpu("3").mem("4Gi").gpus(1),
+        pod("web").cpu("2").mem("2Gi"),
+    ];
+    check(
+        &snapshot(pods, vec![pool("gpu", gpu), pool("cpu", cpu_types())]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=1.000 types=[g.small,g.large] pods=[infer]
+            claim cpu-2 pool=cpu price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web]
         "#]],
     );
 }

@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use autoscaler_core::lp::{Rules, lower_bound, lower_bound_with};
+use autoscaler_core::lp::lower_bound;
 use autoscaler_core::model::{Pod, Snapshot};
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::{Shape, build_shapes, plan_provisioning};
@@ -187,13 +187,6 @@ pub(crate) struct CaseResult {
     pub(crate) lp_lower_bound: Option<f64>,
     /// `cost_per_hour / lp_lower_bound`.
     pub(crate) cost_ratio: Option<f64>,
-    /// The LP bound for plans that keep the planner's rule of GPU-less pods off GPU types
-    /// while a GPU-less type holds them ([`autoscaler_core::lp::Rules::Planner`]): how well
-    /// the planner packs under its own rule. At least `lp_lower_bound`; the gap between the
-    /// two is what the rule may cost.
-    pub(crate) lp_lower_bound_planner_rules: Option<f64>,
-    /// `cost_per_hour / lp_lower_bound_planner_rules`.
-    pub(crate) cost_ratio_planner_rules: Option<f64>,
     /// Physical-GPU equivalents the placed pods request (GPU suites only).
     pub(crate) gpus_requested: Option<f64>,
     /// Physical GPUs of the new claims (GPU suites only).
@@ -311,13 +304,6 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
             r.ffd = Some(yardstick_of(&case.snapshot, r.cost_per_hour));
         }
         println!("{}", table_row(&r));
-        if let (Some(b), Some(ratio)) = (r.lp_lower_bound_planner_rules, r.cost_ratio_planner_rules)
-            && r.lp_lower_bound.is_some_and(|any| b > any * (1.0 + 1e-6))
-        {
-            println!(
-                "  LP bound keeping GPU-less pods off GPU types (the planner's rule): ${b:.3}/hour, ratio {ratio:.3}"
-            );
-        }
         if let Some(f) = &r.ffd {
             println!(
                 "  first-fit-decreasing: {} nodes, ${:.3}/hour, {} unplaced; plan/FFD cost {:.3}",
@@ -510,10 +496,8 @@ pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> (CaseResult, Plan
     let lp_start = Instant::now();
     let lb = lower_bound(&sub);
     let lp_seconds = lp_start.elapsed().as_secs_f64();
-    let ruled = lower_bound_with(&sub, Rules::Planner);
     let cost = plan.new_cost();
     let bound = (lb.pods_counted > 0).then_some(lb.cost);
-    let ruled_bound = (ruled.pods_counted > 0).then_some(ruled.cost);
     let (req, prov) = if gpus {
         let (r, p) = gpu_counts(snap, &plan);
         (Some(r), Some(p))
@@ -541,8 +525,6 @@ pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> (CaseResult, Plan
         cost_per_hour: cost,
         lp_lower_bound: bound,
         cost_ratio: bound.filter(|b| *b > 0.0).map(|b| cost / b),
-        lp_lower_bound_planner_rules: ruled_bound,
-        cost_ratio_planner_rules: ruled_bound.filter(|b| *b > 0.0).map(|b| cost / b),
         gpus_requested: req,
         gpus_provisioned: prov,
         gpu_allocation: match (req, prov) {

@@ -69,6 +69,12 @@ impl<'a> Planner<'a> {
             // `allocatable` of a new claim holds the most any candidate offers.
             return None;
         }
+        if avoid_gpu && self.is_gpu_claim(si) {
+            // Room a GPU node planned for other pods leaves: taken only when it costs nothing
+            // more, so a pod that keeps off GPU types never opens or grows a GPU node.
+            let grow = self.try_new_slot(i, si, false)?;
+            return (grow.price <= slot.price + 1e-12).then_some(grow);
+        }
         let class = &self.classes[ci];
         let usable = |c: usize| {
             class.shape_ok[c]
@@ -635,7 +641,24 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Whether new claim `si` is a GPU node planned for pods already on it (its cheapest
+    /// candidate has GPUs). A pod that keeps off GPU types ([`Planner::avoid_gpu`]) may take
+    /// room such a claim leaves at no extra price ([`Planner::try_new_slot`]): the node comes
+    /// anyway, and on an untainted pool the scheduler would put the pod there too. A claim
+    /// with no pod yet (an atomic pool's other nodes) is not one.
+    pub(super) fn is_gpu_claim(&self, si: usize) -> bool {
+        let slot = &self.state.slots[si];
+        slot.kind == SlotKind::New
+            && !slot.pods.is_empty()
+            && slot
+                .candidates
+                .first()
+                .is_some_and(|c| self.shapes[*c].has_gpu)
+    }
+
     pub(super) fn commit(&mut self, i: usize, si: usize, grow: Option<Grow>, avoid_gpu: bool) {
+        // A pod taking a GPU claim's spare room keeps the claim's GPU candidates.
+        let avoid_gpu = avoid_gpu && !self.is_gpu_claim(si);
         let pod = &self.snap.pending[i];
         let need = demand(pod, &self.state.slots[si].devices);
         let is_new = self.state.slots[si].kind == SlotKind::New;

@@ -188,11 +188,12 @@ pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
     shapes
 }
 
-/// The planner's GPU-avoidance rule, written once for the planner and the LP bound: a pod
-/// whose demand alone (`need`) has no GPU-class resource stays off GPU shapes when some
-/// GPU-less shape it `may_use` (by index: selector, tolerations, pool) holds it alone. A CPU
-/// pod on a GPU node would keep that node from scaling down.
-pub(crate) fn keeps_off_gpu(
+/// The planner's GPU-avoidance rule: a pod whose demand alone (`need`) has no GPU-class
+/// resource gets no GPU node of its own, nor a GPU node grown for it, when some GPU-less shape
+/// it `may_use` (by index: selector, tolerations, pool) holds it alone. A CPU pod on a GPU
+/// node would keep that node from scaling down. Room a GPU node planned for other pods leaves
+/// it may still take (`Planner::is_gpu_claim`).
+pub(super) fn keeps_off_gpu(
     need: &Resources,
     shapes: &[Shape],
     may_use: impl Fn(usize) -> bool,

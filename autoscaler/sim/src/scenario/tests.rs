@@ -17,6 +17,33 @@ fn bundled_scenarios_load() {
     assert_eq!(o.pools.len(), 2);
 }
 
+#[test]
+fn the_untainted_openb_scenario_differs_from_the_bundled_one_by_the_gpu_taint_only() {
+    let bundled = Scenario::parse(
+        Path::new("openb.yaml"),
+        crate::openb_workload::OPENB_SCENARIO_YAML,
+    )
+    .unwrap();
+    let mut untainted = Scenario::parse(
+        Path::new("openb-untainted.yaml"),
+        include_str!("../../scenarios/openb-untainted.yaml"),
+    )
+    .unwrap();
+    let gpu = |s: &Scenario| s.pools.iter().position(|p| p.name == "gpu").unwrap();
+    let (bi, ui) = (gpu(&bundled), gpu(&untainted));
+    assert!(!bundled.pools[bi].taints.is_empty());
+    assert!(
+        untainted.pools[ui].taints.is_empty(),
+        "{:?}",
+        untainted.pools[ui].taints
+    );
+    untainted.pools[ui].taints = bundled.pools[bi].taints.clone();
+    assert_eq!(untainted.pools, bundled.pools);
+    assert_eq!(untainted.cluster, bundled.cluster);
+    assert_eq!(untainted.seed, bundled.seed);
+    assert_eq!(untainted.duration_s, bundled.duration_s);
+}
+
 const GOOD: &str = "\
 name: tiny
 duration: 2h
