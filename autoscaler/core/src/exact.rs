@@ -5,8 +5,10 @@
 //! The optimum is found by dynamic programming over subsets of the pending pods (each subset
 //! priced at the cheapest shape that holds it), so it is only for a handful of pods
 //! ([`MAX_PODS`]). It follows the planner's own placement rules, so a gap is a packing gap and
-//! not a difference of policy: taints, node selectors, and "a pod that needs no GPU does not
-//! use a GPU instance type when a GPU-less one would hold it alone".
+//! not a difference of policy: taints, node selectors, and "a pod that needs no GPU gets no
+//! GPU instance type when a GPU-less one would hold it alone", which it may still share with a
+//! pod that does (the planner lets such a pod ride in a GPU node's spare room). The optimum may
+//! size that node for the riders too, which the planner never does, so it stays a bound.
 
 use crate::builders::{itype, pod, pool};
 use crate::instance::CapacityType;
@@ -33,8 +35,9 @@ pub fn optimum(snap: &Snapshot) -> Option<f64> {
         .iter()
         .map(|p| demand(p, &Devices::default()).into_owned())
         .collect();
-    // Which shapes each pod may use.
-    let usable: Vec<Vec<bool>> = pods
+    // Which shapes each pod may use, and whether it keeps off GPU shapes unless a pod that
+    // does not shares the node.
+    let (usable, avoid_gpu): (Vec<Vec<bool>>, Vec<bool>) = pods
         .iter()
         .zip(&needs)
         .map(|(p, need)| {
@@ -48,12 +51,9 @@ pub fn optimum(snap: &Snapshot) -> Option<f64> {
                 && shapes
                     .iter()
                     .any(|s| !s.has_gpu && compatible(s) && need.fits(&s.allocatable));
-            shapes
-                .iter()
-                .map(|s| compatible(s) && !(avoid_gpu && s.has_gpu))
-                .collect()
+            (shapes.iter().map(compatible).collect(), avoid_gpu)
         })
-        .collect();
+        .unzip();
     let full = (1usize << n) - 1;
     // cost[mask]: the cheapest single node holding exactly the pods in `mask`.
     let mut cost = vec![f64::INFINITY; full + 1];
@@ -64,8 +64,10 @@ pub fn optimum(snap: &Snapshot) -> Option<f64> {
                 total.add(need);
             }
         }
+        let rider_only = (0..n).all(|i| mask & (1 << i) == 0 || avoid_gpu[i]);
         for (si, s) in shapes.iter().enumerate() {
-            let ok = (0..n).all(|i| mask & (1 << i) == 0 || usable[i][si]);
+            let ok =
+                (0..n).all(|i| mask & (1 << i) == 0 || usable[i][si]) && !(s.has_gpu && rider_only);
             if ok && total.fits(&s.allocatable) {
                 *c = c.min(s.offerings[0].price);
             }

@@ -55,3 +55,19 @@ fn plans_never_exceed_1_25_times_the_optimum() {
         "a plan costs more than 1.25x the optimum; worst: {text}"
     );
 }
+
+/// The optimum is a bound on every plan, riders in GPU nodes' spare room included: a plan
+/// below it would mean the yardstick forbids something the planner does.
+#[test]
+fn no_plan_beats_the_optimum() {
+    let below: Vec<String> = ratios()
+        .iter()
+        .filter(|(r, _)| *r < 1.0 - 1e-9)
+        .map(|(r, seed)| format!("seed {seed}: {r:.3}x"))
+        .collect();
+    assert!(
+        below.is_empty(),
+        "plans below the optimum: {}",
+        below.join(", ")
+    );
+}

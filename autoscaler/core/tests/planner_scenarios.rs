@@ -132,6 +132,128 @@ fn a_cpu_pod_never_grows_a_gpu_node_even_when_that_is_cheaper() {
     );
 }
 
+/// Two GPU types at 1.0 and 1.2 with 4 and 8 cores, one T4 each.
+fn two_t4_types() -> Vec<InstanceType> {
+    [("g.small", "4", "16Gi", 1.0), ("g.large", "8", "32Gi", 1.2)]
+        .into_iter()
+        .map(|(name, cpu, mem, price)| {
+            itype(name)
+                .cpu(cpu)
+                .mem(mem)
+                .gpus(1, "T4", 16)
+                .on_demand(&ZONES, price)
+                .build()
+        })
+        .collect()
+}
+
+#[test]
+fn a_rider_keeps_the_gpu_claims_price_and_zones() {
+    // "pinned" would pin the GPU claim to one zone, taking the GPU pod's fallback to the
+    // others: it gets a CPU node in its zone. "free" rides.
+    let pods = vec![
+        pod("infer").cpu("2").mem("4Gi").gpus(1),
+        pod("pinned")
+            .cpu("1")
+            .mem("1Gi")
+            .select(labels::ZONE, ZONES[1]),
+        pod("free").cpu("1").mem("1Gi"),
+    ];
+    check(
+        &snapshot(
+            pods,
+            vec![pool("gpu", two_t4_types()), pool("cpu", cpu_types())],
+        ),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=1.000 types=[g.small,g.large] pods=[free,infer]
+            claim cpu-2 pool=cpu price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[pinned]
+              requirements: topology.kubernetes.io/zone In [us-east-1b]
+        "#]],
+    );
+}
+
+#[test]
+fn nobody_rides_on_an_all_or_nothing_groups_claims() {
+    // The gang's nodes share a placement group only while they hold nothing but its pods.
+    let pods = vec![
+        pod("t0").cpu("2").mem("4Gi").gpus(1).group("train"),
+        pod("t1").cpu("2").mem("4Gi").gpus(1).group("train"),
+        pod("web").cpu("1").mem("1Gi"),
+    ];
+    check(
+        &support::with_groups(snapshot(
+            pods,
+            vec![pool("gpu", two_t4_types()), pool("cpu", cpu_types())],
+        )),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=1.000 types=[g.small,g.large] pods=[t0]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+              group: train
+            claim gpu-2 pool=gpu price=1.000 types=[g.small,g.large] pods=[t1]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+              group: train
+            claim cpu-3 pool=cpu price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web]
+        "#]],
+    );
+}
+
+#[test]
+fn a_rider_is_never_left_alone_on_a_gpu_claim() {
+    // "target" opens a g.small in the anchor's zone and "rider" rides there. "follower" must
+    // share a node with "target" but no longer fits beside them: moving "target" to a claim
+    // of its own would leave "rider" alone on a GPU node, so the planner does not, and
+    // "follower" waits (as it did before pods rode in GPU nodes: it could not join one).
+    let anchor_node = node("existing", &cpu_types()[0], ZONES[0])
+        .with_pod(
+            pod("anchor")
+                .cpu("2")
+                .mem("8Gi")
+                .label("app", "anchor")
+                .build(),
+        )
+        .build();
+    let pods = vec![
+        pod("target")
+            .cpu("2")
+            .mem("4Gi")
+            .gpus(1)
+            .label("app", "target")
+            .affinity(labels::ZONE, "anchor"),
+        pod("rider").cpu("1500m").mem("1Gi"),
+        pod("follower")
+            .cpu("1")
+            .mem("1Gi")
+            .affinity(labels::HOSTNAME, "target"),
+    ];
+    let mut snap = snapshot(
+        pods,
+        vec![pool("gpu", two_t4_types()), pool("cpu", cpu_types())],
+    );
+    snap.nodes.push(anchor_node);
+    let plan = check(
+        &snap,
+        expect![[r#"
+        claim gpu-1 pool=gpu price=1.000 types=[g.small,g.large] pods=[rider,target]
+          requirements: topology.kubernetes.io/zone In [us-east-1a]
+        unschedulable default/follower: topology constraints cannot be met on a new node
+    "#]],
+    );
+    for c in &plan.new_claims {
+        let gpu_type = c
+            .instance_types
+            .iter()
+            .any(|o| o.instance_type.starts_with("g."));
+        assert!(
+            !gpu_type
+                || c.pods
+                    .iter()
+                    .any(|p| p.name == "target" || p.name == "follower"),
+            "a GPU claim with riders only:\n{}",
+            plan.render()
+        );
+    }
+}
+
 #[test]
 fn untolerated_taint_is_the_reason() {
     let pods = vec![pod("no-tol").cpu("1").res("nvidia.com/gpu", "1")];

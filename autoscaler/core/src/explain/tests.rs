@@ -93,7 +93,7 @@ fn taints_resources_and_gpu_last_resort_each_say_so() {
           gpu (weight 10): refused (Taint): the pod does not tolerate the NodePool's taint nvidia.com/gpu:NoSchedule
           general (weight 0)
             m5.xlarge: fits, from 0.200/h
-            g4dn.xlarge: refused (GpuLastResort): a GPU type, kept for pods that need GPUs while a GPU-less type fits
+            g4dn.xlarge: refused (GpuLastResort): a GPU type, never launched for a pod that needs no GPU while a GPU-less type fits (it may take room a GPU node planned for other pods leaves)
     "#]]
     .assert_eq(&e.render());
     let e = explain_pod(&snap, &big.key).unwrap();

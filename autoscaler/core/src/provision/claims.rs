@@ -69,11 +69,14 @@ impl<'a> Planner<'a> {
             // `allocatable` of a new claim holds the most any candidate offers.
             return None;
         }
-        if avoid_gpu && self.is_gpu_claim(si) {
-            // Room a GPU node planned for other pods leaves: taken only when it costs nothing
-            // more, so a pod that keeps off GPU types never opens or grows a GPU node.
+        if self.rides(i, si, avoid_gpu) {
+            // Room a GPU node planned for other pods leaves, taken only when the claim keeps
+            // its price (a pod that keeps off GPU types never opens or grows a GPU node) and
+            // its requirements (the GPU pods keep every zone and capacity type to fall back
+            // on). Like any pod that joins, it may leave out candidates too small for it.
             let grow = self.try_new_slot(i, si, false)?;
-            return (grow.price <= slot.price + 1e-12).then_some(grow);
+            let same_reqs = grow.reqs.as_ref().is_none_or(|r| *r == slot.reqs);
+            return (grow.price <= slot.price + 1e-12 && same_reqs).then_some(grow);
         }
         let class = &self.classes[ci];
         let usable = |c: usize| {
@@ -642,10 +645,12 @@ impl<'a> Planner<'a> {
     }
 
     /// Whether new claim `si` is a GPU node planned for pods already on it (its cheapest
-    /// candidate has GPUs). A pod that keeps off GPU types ([`Planner::avoid_gpu`]) may take
-    /// room such a claim leaves at no extra price ([`Planner::try_new_slot`]): the node comes
-    /// anyway, and on an untainted pool the scheduler would put the pod there too. A claim
-    /// with no pod yet (an atomic pool's other nodes) is not one.
+    /// candidate has GPUs) that other pods may ride in. A pod that keeps off GPU types
+    /// ([`Planner::avoid_gpu`]) may take room such a claim leaves when the claim keeps its
+    /// price and requirements ([`Planner::try_new_slot`]): the node comes anyway, and on an untainted pool
+    /// the scheduler would put the pod there too. Not one: a claim with no pod yet (an atomic
+    /// pool's other nodes), and a claim of an all-or-nothing group (its nodes share a
+    /// placement group only while they hold nothing but the group's pods).
     pub(super) fn is_gpu_claim(&self, si: usize) -> bool {
         let slot = &self.state.slots[si];
         slot.kind == SlotKind::New
@@ -654,11 +659,22 @@ impl<'a> Planner<'a> {
                 .candidates
                 .first()
                 .is_some_and(|c| self.shapes[*c].has_gpu)
+            && slot
+                .pods
+                .iter()
+                .all(|p| self.snap.pending[*p].group.is_none())
+    }
+
+    /// Whether pod `i`, keeping off GPU types (`avoid_gpu`), joins new claim `si` as a rider:
+    /// in the spare room of a GPU claim ([`Self::is_gpu_claim`]). A pod with DRA claims does
+    /// not: its devices are allocated per candidate, which a rider must leave as they are.
+    fn rides(&self, i: usize, si: usize, avoid_gpu: bool) -> bool {
+        avoid_gpu && self.snap.pending[i].claims.is_empty() && self.is_gpu_claim(si)
     }
 
     pub(super) fn commit(&mut self, i: usize, si: usize, grow: Option<Grow>, avoid_gpu: bool) {
-        // A pod taking a GPU claim's spare room keeps the claim's GPU candidates.
-        let avoid_gpu = avoid_gpu && !self.is_gpu_claim(si);
+        // A pod riding in a GPU claim's spare room keeps the claim's GPU candidates.
+        let avoid_gpu = avoid_gpu && !self.rides(i, si, avoid_gpu);
         let pod = &self.snap.pending[i];
         let need = demand(pod, &self.state.slots[si].devices);
         let is_new = self.state.slots[si].kind == SlotKind::New;
@@ -846,6 +862,17 @@ impl<'a> Planner<'a> {
             || !pod.anti_affinity.is_empty()
             || !pod.spread.is_empty()
             || pod.affinity.iter().any(|a| a.topology_key != labels::ZONE)
+        {
+            return false;
+        }
+        // A GPU claim keeps a pod that needs one: pods riding in its spare room
+        // ([`Self::is_gpu_claim`]) must not be left alone on a GPU node.
+        if self.is_gpu_claim(si)
+            && slot
+                .pods
+                .iter()
+                .filter(|p| **p != t)
+                .all(|p| self.avoid_gpu(*p))
         {
             return false;
         }

@@ -425,7 +425,7 @@ impl<'a> Planner<'a> {
                     excluded,
                 });
             }
-            // A pod that needs no GPU leaves GPU types alone while a GPU-less one fits,
+            // A pod that needs no GPU gets no GPU node of its own while a GPU-less one fits,
             // unless dropping them breaks minValues (as `open_claim_candidates` narrows).
             let reqs = pool.requirements.intersect(terms[0]);
             let cpu_only: Vec<usize> = fitting
@@ -446,7 +446,7 @@ impl<'a> Planner<'a> {
                         t.price = None;
                         t.refused = Some(Refusal::new(
                             RefusalKind::GpuLastResort,
-                            "a GPU type, kept for pods that need GPUs while a GPU-less type fits",
+                            "a GPU type, never launched for a pod that needs no GPU while a GPU-less type fits (it may take room a GPU node planned for other pods leaves)",
                         ));
                     }
                 }

@@ -189,10 +189,11 @@ pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
 }
 
 /// The planner's GPU-avoidance rule: a pod whose demand alone (`need`) has no GPU-class
-/// resource gets no GPU node of its own, nor a GPU node grown for it, when some GPU-less shape
-/// it `may_use` (by index: selector, tolerations, pool) holds it alone. A CPU pod on a GPU
-/// node would keep that node from scaling down. Room a GPU node planned for other pods leaves
-/// it may still take (`Planner::is_gpu_claim`).
+/// resource joins no GPU claim the usual way, nor makes one dearer, when some GPU-less shape it
+/// `may_use` (by index: selector, tolerations, pool) holds it alone. A CPU pod on a GPU node
+/// would keep that node from scaling down. It may still ride in the room a GPU claim planned
+/// for other pods leaves (`Planner::rides`). Its own claim keeps off GPU types where its
+/// NodePool has a GPU-less type that holds it (`Planner::open_claim_candidates`).
 pub(super) fn keeps_off_gpu(
     need: &Resources,
     shapes: &[Shape],
