@@ -141,6 +141,10 @@ pub enum Outcome {
         instance_types: Vec<String>,
         /// The cheapest one's hourly price.
         price: f64,
+        /// Other pending pods planned onto the same NodeClaim. A pod that needs no GPU on a
+        /// GPU type rides in the room a GPU node planned for such pods leaves.
+        #[serde(default)]
+        other_pods: usize,
     },
     /// Cannot be helped; the reason its `NotTriggerScaleUp` event gives.
     #[serde(rename_all = "camelCase")]
@@ -210,6 +214,7 @@ fn outcome_of(plan: &Plan, pod: &PodKey) -> Outcome {
                 .map(|o| o.instance_type.clone())
                 .collect(),
             price: c.price,
+            other_pods: c.pods.len().saturating_sub(1),
         };
     }
     Outcome::Unschedulable {
@@ -511,16 +516,22 @@ impl PodExplanation {
                 pool,
                 instance_types,
                 price,
+                other_pods,
             } => writeln!(
                 out,
                 "  pending; gets a new NodeClaim of NodePool {pool} at the next planning round \
-                 (instance types {}; from {price:.3}/h)",
+                 (instance types {}; from {price:.3}/h{})",
                 names(
                     &instance_types
                         .iter()
                         .map(String::as_str)
                         .collect::<Vec<_>>()
-                )
+                ),
+                match other_pods {
+                    0 => String::new(),
+                    1 => "; shared with 1 other pending pod".to_string(),
+                    n => format!("; shared with {n} other pending pods"),
+                }
             ),
             Outcome::Unschedulable { reason } => {
                 writeln!(out, "  pending; no node can be launched for it: {reason}")

@@ -81,6 +81,34 @@ fn a_gpu_model_no_pool_offers_names_each_pool_type_and_the_spelling_meant() {
 }
 
 #[test]
+fn a_pod_riding_in_a_gpu_nodes_spare_room_is_told_it_shares_the_claim() {
+    // "infer" is held to the untainted pool, gets a g4dn.xlarge there, and "web" rides in the
+    // cores it leaves: the explanation lists the GPU type as never launched for "web", and
+    // says the claim is shared.
+    let infer = pod("infer")
+        .cpu("1")
+        .gpus(1)
+        .select(labels::NODEPOOL, "general")
+        .build();
+    let web = pod("web").cpu("1").build();
+    let snap = snapshot(vec![infer, web.clone()]);
+    let e = explain_pod(&snap, &web.key).unwrap();
+    expect![[r#"
+        Pod default/web
+          pending; gets a new NodeClaim of NodePool general at the next planning round (instance types g4dn.xlarge; from 0.500/h; shared with 1 other pending pod)
+        NodePools considered (highest weight first):
+          gpu (weight 10): refused (Taint): the pod does not tolerate the NodePool's taint nvidia.com/gpu:NoSchedule
+          general (weight 0)
+            m5.xlarge: fits, from 0.200/h
+            g4dn.xlarge: refused (GpuLastResort): a GPU type, never launched for a pod that needs no GPU while a GPU-less type fits (it may take room a GPU node planned for other pods leaves)
+    "#]]
+    .assert_eq(&e.render());
+    let json = serde_json::to_value(&e).unwrap();
+    assert_eq!(json["outcome"]["kind"], "newClaim");
+    assert_eq!(json["outcome"]["otherPods"], 1);
+}
+
+#[test]
 fn taints_resources_and_gpu_last_resort_each_say_so() {
     let small = pod("web").cpu("2").build();
     let big = pod("huge").cpu("64").build();
