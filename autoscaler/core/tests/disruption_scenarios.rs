@@ -1390,3 +1390,27 @@ fn a_node_above_its_threshold_is_right_sized_when_a_much_cheaper_node_holds_its_
         "#]],
     );
 }
+
+#[test]
+fn a_gpu_node_with_a_cpu_rider_is_replaced_by_one_smaller_gpu_node() {
+    // An untainted GPU pool: "web" needs no GPU and rides in the room the replacement for
+    // "infer" leaves, so one g5.xlarge replaces the p4d (without riders the pods would need
+    // two new nodes, and a replacement is one).
+    let big = managed("big", &g8(), "gpu")
+        .with_pod(pod("infer").cpu("1").gpus(1).owner(Some("ReplicaSet")))
+        .with_pod(pod("web").cpu("1").owner(Some("ReplicaSet")));
+    check(
+        &snap(
+            vec![big],
+            vec![
+                pool("gpu", vec![g1(), g8()]).disruption(quick()),
+                pool("cpu", vec![m4()]).disruption(quick()),
+            ],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Replace nodes=[big] pods=2 savings=20.954 replacement=g5.xlarge@1.006
+        "#]],
+    );
+}
