@@ -101,24 +101,29 @@ fn cpu_pods_take_room_a_gpu_node_leaves_but_never_grow_it() {
     );
 }
 
+/// Two GPU types, one T4 each: g.small (4 cores) at 1.0 and g.large (8 cores) at `large`.
+fn two_t4_types(large: f64) -> Vec<InstanceType> {
+    [
+        ("g.small", "4", "16Gi", 1.0),
+        ("g.large", "8", "32Gi", large),
+    ]
+    .into_iter()
+    .map(|(name, cpu, mem, price)| {
+        itype(name)
+            .cpu(cpu)
+            .mem(mem)
+            .gpus(1, "T4", 16)
+            .on_demand(&ZONES, price)
+            .build()
+    })
+    .collect()
+}
+
 #[test]
 fn a_cpu_pod_never_grows_a_gpu_node_even_when_that_is_cheaper() {
     // Growing the GPU claim from g.small to g.large would cost 0.05 more, half a CPU node; the
     // CPU pod still gets the CPU node: a pod that needs no GPU adds nothing to GPU spend.
-    let gpu = vec![
-        itype("g.small")
-            .cpu("4")
-            .mem("16Gi")
-            .gpus(1, "T4", 16)
-            .on_demand(&ZONES, 1.0)
-            .build(),
-        itype("g.large")
-            .cpu("8")
-            .mem("32Gi")
-            .gpus(1, "T4", 16)
-            .on_demand(&ZONES, 1.05)
-            .build(),
-    ];
+    let gpu = two_t4_types(1.05);
     let pods = vec![
         pod("infer").cpu("3").mem("4Gi").gpus(1),
         pod("web").cpu("2").mem("2Gi"),
@@ -130,21 +135,6 @@ fn a_cpu_pod_never_grows_a_gpu_node_even_when_that_is_cheaper() {
             claim cpu-2 pool=cpu price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web]
         "#]],
     );
-}
-
-/// Two GPU types at 1.0 and 1.2 with 4 and 8 cores, one T4 each.
-fn two_t4_types() -> Vec<InstanceType> {
-    [("g.small", "4", "16Gi", 1.0), ("g.large", "8", "32Gi", 1.2)]
-        .into_iter()
-        .map(|(name, cpu, mem, price)| {
-            itype(name)
-                .cpu(cpu)
-                .mem(mem)
-                .gpus(1, "T4", 16)
-                .on_demand(&ZONES, price)
-                .build()
-        })
-        .collect()
 }
 
 #[test]
@@ -162,7 +152,7 @@ fn a_rider_keeps_the_gpu_claims_price_and_zones() {
     check(
         &snapshot(
             pods,
-            vec![pool("gpu", two_t4_types()), pool("cpu", cpu_types())],
+            vec![pool("gpu", two_t4_types(1.2)), pool("cpu", cpu_types())],
         ),
         expect![[r#"
             claim gpu-1 pool=gpu price=1.000 types=[g.small,g.large] pods=[free,infer]
@@ -183,7 +173,7 @@ fn nobody_rides_on_an_all_or_nothing_groups_claims() {
     check(
         &support::with_groups(snapshot(
             pods,
-            vec![pool("gpu", two_t4_types()), pool("cpu", cpu_types())],
+            vec![pool("gpu", two_t4_types(1.2)), pool("cpu", cpu_types())],
         )),
         expect![[r#"
             claim gpu-1 pool=gpu price=1.000 types=[g.small,g.large] pods=[t0]
@@ -227,7 +217,7 @@ fn a_rider_is_never_left_alone_on_a_gpu_claim() {
     ];
     let mut snap = snapshot(
         pods,
-        vec![pool("gpu", two_t4_types()), pool("cpu", cpu_types())],
+        vec![pool("gpu", two_t4_types(1.2)), pool("cpu", cpu_types())],
     );
     snap.nodes.push(anchor_node);
     let plan = check(
