@@ -241,10 +241,27 @@ fn setup(args: &SimulateArgs) -> anyhow::Result<Setup> {
             }
         }
     };
+    if let Some(w) = no_pods_warning(&scenario, &source) {
+        eprintln!("warning: {w}");
+    }
     Ok(Setup {
         scenario,
         source,
         opts,
+    })
+}
+
+/// Why a run of `scenario` would see no pod at all, if it would: a scenario file meant for a
+/// trace (like the bundled `openb.yaml`) run without one simulates an idle cluster, which is
+/// legal (existing nodes still cost) but rarely what was meant.
+fn no_pods_warning(scenario: &Scenario, source: &Source) -> Option<String> {
+    let generated = matches!(source, Source::Generated);
+    (generated && scenario.workloads.is_empty() && scenario.replay.is_empty()).then(|| {
+        format!(
+            "{}: the scenario defines no workloads and no trace was given (--openb FILE or \
+             --dlrm FILE), so no pod arrives in this run",
+            scenario.path.display()
+        )
     })
 }
 
