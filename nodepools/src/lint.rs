@@ -12,7 +12,7 @@ use std::sync::Arc;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{Pool, Snapshot};
-use autoscaler_core::provision::build_shapes;
+use autoscaler_core::provision::{build_shapes, restricted_domain};
 use autoscaler_core::vocabulary::{self, MODEL_KEY, Vocabulary, closest, did_you_mean};
 use kube::core::cel::Validator;
 use serde_json::Value;
@@ -251,7 +251,9 @@ impl Linter {
             }
             if !known.has_key(&r.key) {
                 let near = closest(&r.key, known.keys());
-                if selects || near.is_some() {
+                // A key outside the restricted domains is a label the NodePool gives its nodes
+                // itself (`team In [ml]`), unless it looks like a misspelt known key.
+                if (selects && restricted_domain(&r.key)) || near.is_some() {
                     let hint = near
                         .map(|k| format!(" (did you mean {k}?)"))
                         .unwrap_or_default();
@@ -347,10 +349,26 @@ mod tests {
             "template": {"requirements": [
                 {"key": labels::GPU_NAME, "operator": "In", "values": ["h100"]},
                 {"key": labels::ZONE, "operator": "In", "values": ["us-east-1a"]},
+                // A label of the pool's own: its nodes get it.
+                {"key": "example.com/team", "operator": "In", "values": ["ml", "research"]},
             ]},
             "gpuLimits": {"H100": 16},
         }));
         assert_eq!(problems(linter().check(&p)), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_pool_may_not_invent_labels_of_restricted_domains() {
+        let p = pool(json!({"template": {"requirements": [
+            {"key": "example.kubernetes.io/team", "operator": "In", "values": ["ml"]},
+            {"key": "node-restriction.kubernetes.io/team", "operator": "In", "values": ["ml"]},
+        ]}}));
+        assert_eq!(
+            problems(linter().check(&p)),
+            [
+                "spec.template.requirements[0].key: no instance type in the catalog has the label example.kubernetes.io/team",
+            ]
+        );
     }
 
     #[test]

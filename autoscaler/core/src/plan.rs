@@ -43,7 +43,9 @@ pub struct NewClaim {
     pub instance_types: Vec<ClaimOption>,
     /// Resolved requirements: the pool's, the pods' node affinity and any zone pinning.
     pub requirements: Requirements,
-    /// Labels the node gets from its NodePool.
+    /// Labels the node gets from its NodePool: its `labels`, and a value the claim's pods
+    /// allow for each label the pool's requirements define itself
+    /// ([`crate::provision::pool_defined_labels`]).
     pub labels: Labels,
     /// Taints the node gets.
     pub taints: Vec<Taint>,

@@ -233,6 +233,26 @@ impl Constraint {
         self.allow_absent || self.any_value()
     }
 
+    /// A present value satisfying the constraint, chosen deterministically (the least listed
+    /// value, or the least integer in range, or the least of "1", "2", ... not excluded), for a
+    /// label a NodePool gives its nodes itself; `None` when no present value satisfies it.
+    pub fn some_value(&self) -> Option<String> {
+        match &self.values {
+            ValueSet::In(s) => s.iter().find(|v| self.in_bounds(v)).cloned(),
+            ValueSet::NotIn(ex) => {
+                let from = match (self.gt, self.lt) {
+                    (Some(g), _) => i128::from(g) + 1,
+                    (None, Some(l)) => i128::from(l) - 1 - ex.len() as i128,
+                    (None, None) => 1,
+                };
+                // At most `ex.len()` values are skipped, so the search is short.
+                (from..=from + ex.len() as i128)
+                    .map(|n| n.to_string())
+                    .find(|v| !ex.contains(v) && self.in_bounds(v))
+            }
+        }
+    }
+
     /// The single allowed value, when the constraint pins one.
     pub fn single_value(&self) -> Option<&str> {
         match &self.values {

@@ -1268,3 +1268,133 @@ fn the_last_pods_of_a_group_share_the_claim_sized_for_them() {
     assert_eq!(plan.new_claims.len(), 2, "{}", plan.render());
     assert!((plan.new_cost() - 12.10).abs() < 1e-9, "{}", plan.render());
 }
+
+/// The labels each new claim gives its node, one line per claim.
+fn node_labels(plan: &autoscaler_core::plan::Plan) -> String {
+    plan.new_claims
+        .iter()
+        .map(|c| format!("{} {:?}\n", c.name, c.labels))
+        .collect()
+}
+
+#[test]
+fn a_nodepool_requirement_on_a_label_of_its_own_labels_its_nodes() {
+    // `team` is on no instance type: the pool defines it, as a Karpenter NodePool does. Its
+    // types are not refused for lacking it; pods may ask for any value the pool allows, and
+    // pods asking for different values get different nodes.
+    let pools =
+        vec![pool("default", cpu_types()).require("team", Operator::In, &["ml", "research"])];
+    let pods = vec![
+        pod("any").cpu("1"),
+        pod("ml").cpu("1").select("team", "ml"),
+        pod("research")
+            .cpu("1")
+            .require("team", Operator::In, &["research"]),
+        pod("not-ml")
+            .cpu("1")
+            .require("team", Operator::NotIn, &["ml"]),
+        pod("ops").cpu("1").select("team", "ops"),
+        pod("none")
+            .cpu("1")
+            .require("team", Operator::DoesNotExist, &[]),
+    ];
+    let plan = check(
+        &snapshot(pods, pools),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[any,ml]
+              requirements: team In [ml]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[not-ml,research]
+              requirements: team In [research]
+            unschedulable default/none: NodePool default requirement on team conflicts with the pod's node affinity
+            unschedulable default/ops: NodePool default requirement on team conflicts with the pod's node affinity
+        "#]],
+    );
+    expect![[r#"
+        default-1 {"gpu-autoscaler.dev/nodepool": "default", "team": "ml"}
+        default-2 {"gpu-autoscaler.dev/nodepool": "default", "team": "research"}
+    "#]]
+    .assert_eq(&node_labels(&plan));
+}
+
+#[test]
+fn labels_of_the_clusters_and_the_clouds_domains_are_never_invented() {
+    // A NodePool may not make up values for a restricted domain (kubernetes.io, k8s.io and
+    // their subdomains, Karpenter's, the GPU Operator's, this project's): a requirement there
+    // refuses the types that lack the label. Karpenter's exceptions (node-restriction.kubernetes.io
+    // among them) are the pool's to define.
+    let pools = vec![
+        pool("restricted", cpu_types()).require("example.kubernetes.io/team", Operator::In, &["a"]),
+        pool("gpu-less", cpu_types()).require(labels::GPU_NAME, Operator::In, &["h100"]),
+        pool("excepted", cpu_types()).require(
+            "node-restriction.kubernetes.io/team",
+            Operator::Exists,
+            &[],
+        ),
+    ];
+    let plan = check(
+        &snapshot(vec![pod("p").cpu("1")], pools),
+        expect![[r#"
+            claim excepted-1 pool=excepted price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[p]
+              requirements: node-restriction.kubernetes.io/team Exists
+        "#]],
+    );
+    expect![[r#"
+        excepted-1 {"gpu-autoscaler.dev/nodepool": "excepted", "node-restriction.kubernetes.io/team": "1"}
+    "#]]
+    .assert_eq(&node_labels(&plan));
+}
+
+#[test]
+fn a_daemonset_that_selects_a_zone_or_capacity_type_keeps_its_room_on_new_nodes() {
+    // The zone of a new node is not chosen when its type is: room is kept for a DaemonSet that
+    // may land in any zone the node may be bought in (Karpenter checks a DaemonSet against the
+    // NodeClaim's requirements the same way). Without it m5.large (2 cpu) would take a
+    // 1.5-cpu pod beside a 1-cpu agent.
+    let types = || {
+        vec![
+            itype("m5.large")
+                .cpu("2")
+                .mem("8Gi")
+                .on_demand(&ZONES, 0.096)
+                .build(),
+            itype("m5.xlarge")
+                .cpu("4")
+                .mem("16Gi")
+                .on_demand(&ZONES, 0.192)
+                .build(),
+        ]
+    };
+    for (key, value) in [
+        (labels::ZONE, "us-east-1a"),
+        (labels::CAPACITY_TYPE, "on-demand"),
+    ] {
+        let mut snap = snapshot(
+            vec![pod("p").cpu("1500m").select(labels::ZONE, "us-east-1a")],
+            vec![pool("default", types())],
+        );
+        let mut ds = daemonset("kube-system/agent", "1", "100Mi", vec![]);
+        ds.node_selector = autoscaler_core::requirements::NodeSelector::single(
+            Requirements::new().with(key, Operator::In, &[value]),
+        );
+        snap.daemonsets.push(ds.clone());
+        check(
+            &snap,
+            expect![[r#"
+                claim default-1 pool=default price=0.192 types=[m5.xlarge] pods=[p]
+                  requirements: topology.kubernetes.io/zone In [us-east-1a]
+            "#]],
+        );
+        // A DaemonSet that can land in none of the pool's offerings takes no room.
+        ds.node_selector = autoscaler_core::requirements::NodeSelector::single(
+            Requirements::new().with(key, Operator::In, &["elsewhere"]),
+        );
+        snap.daemonsets = vec![ds];
+        check(
+            &snap,
+            expect![[r#"
+                claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge] pods=[p]
+                  requirements: topology.kubernetes.io/zone In [us-east-1a]
+            "#]],
+        );
+    }
+}

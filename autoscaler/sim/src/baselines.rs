@@ -526,6 +526,7 @@ fn bin_spec(shapes: &[Shape], b: &Bin) -> LaunchSpec {
             })
             .collect(),
         pods: b.pods.clone(),
+        labels: Labels::new(),
     }
 }
 

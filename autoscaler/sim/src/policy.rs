@@ -12,6 +12,7 @@ use autoscaler_core::model::{DaemonSet, Pod, PodKey, Pool, Snapshot};
 use autoscaler_core::provision::{
     DEFAULT_MAX_CLAIMS_PER_ROUND, PlanOptions, ShapeCache, plan_cached,
 };
+use autoscaler_core::requirements::Labels;
 use providers::OfferingKey;
 
 use crate::cluster::{Cluster, NodeId, NodePhase, PodId, PodPhase, SnapshotCache};
@@ -27,6 +28,9 @@ pub struct LaunchSpec {
     pub candidates: Vec<OfferingKey>,
     /// Pods the policy planned onto the node (nominated to it while it is in flight).
     pub pods: Vec<PodId>,
+    /// Labels the node gets beyond its pool's `labels`: values the plan chose for labels the
+    /// NodePool's requirements define itself (`team In [ml, research]`).
+    pub labels: Labels,
 }
 
 /// A disruption decision.
@@ -348,6 +352,7 @@ impl Policy for GpuAutoscaler {
                     .iter()
                     .filter_map(|k| ctx.pod_ids.get(k).copied())
                     .collect(),
+                labels: c.labels.clone(),
             });
         }
         let noms = plan
@@ -405,6 +410,7 @@ impl Policy for GpuAutoscaler {
                 pool: pool_index(ctx.pools, &c.pool),
                 candidates: claim_candidates(ctx, c, now),
                 pods: c.pods.iter().filter_map(|k| id(&k.name)).collect(),
+                labels: c.labels.clone(),
             })
             .collect();
         RequestAnswer::Capacity {
@@ -497,6 +503,7 @@ impl Policy for GpuAutoscaler {
                 pool: pool_index(ctx.pools, &c.pool),
                 candidates: claim_candidates(ctx, c, now),
                 pods: vec![],
+                labels: c.labels.clone(),
             });
             out.push(Decision {
                 nodes,

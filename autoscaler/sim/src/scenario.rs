@@ -890,8 +890,20 @@ pub fn type_in_pool(it: &InstanceType, pool: &Pool) -> Option<InstanceType> {
         l.insert(k.clone(), v.clone());
     }
     l.insert(labels::NODEPOOL.into(), pool.name.clone());
+    // Labels the pool defines itself refuse no type; one it pins to a single value is on every
+    // node (the baselines, which read these labels, know no other value).
+    let defined = autoscaler_core::provision::pool_defined_labels(pool);
+    for (k, c) in defined.iter() {
+        if let Some(v) = c.single_value() {
+            l.insert(k.to_string(), v.to_string());
+        }
+    }
     for (k, c) in pool.requirements.iter() {
-        if k == labels::ZONE || k == labels::CAPACITY_TYPE || k == labels::HOSTNAME {
+        if k == labels::ZONE
+            || k == labels::CAPACITY_TYPE
+            || k == labels::HOSTNAME
+            || defined.get(k).is_some()
+        {
             continue;
         }
         if !c.matches(l.get(k).map(String::as_str)) {

@@ -833,3 +833,41 @@ fn paid_gpu_hours_split_into_booting_idle_and_held() {
     let beside = p.gpu_hours_idle - p.gpu_hours_idle_empty;
     assert!((beside - 3.0 * 0.5).abs() < 1e-9, "{summary}");
 }
+
+/// A NodePool whose requirements name a label of its own (`team`), and Deployments asking for
+/// each value it allows.
+const TEAMS: &str = "\
+name: teams
+seed: 1
+duration: 1h
+catalog: aws
+nodePools:
+  - metadata: {name: shared}
+    spec:
+      template:
+        requirements:
+          - {key: node.kubernetes.io/instance-type, operator: In, values: [m6i.large]}
+          - {key: team, operator: In, values: [ml, research]}
+workloads:
+  - deployment:
+      name: ml
+      replicas: [{at: 0s, count: 1}]
+      pod: {nodePool: shared, cpu: 1, memory: 1Gi, nodeSelector: {team: ml}}
+  - deployment:
+      name: research
+      replicas: [{at: 0s, count: 1}]
+      pod: {nodePool: shared, cpu: 1, memory: 1Gi, nodeSelector: {team: research}}
+";
+
+#[test]
+fn pods_asking_for_a_label_their_nodepool_defines_run_on_nodes_labelled_so() {
+    // The plan gives each node the value its pods ask for; were the label not on the launched
+    // node, the pods would never bind and the policy would launch node after node.
+    let s = Scenario::parse(Path::new("teams.yaml"), TEAMS).unwrap();
+    let r = run(&s, &ours_only(), &|_, _| {}).unwrap();
+    let p = &r.policies[0];
+    let summary = report::summary(&r);
+    assert_eq!(p.pending_at_end, 0, "{summary}");
+    assert_eq!(p.nodes_launched, 2, "{summary}");
+    assert_eq!(p.safety_violations, 0, "{summary}");
+}

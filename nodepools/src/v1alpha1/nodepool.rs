@@ -172,7 +172,10 @@ pub struct NodePoolTemplate {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub startup_taints: Vec<Taint>,
-    /// Which instance types, zones, capacity types, architectures and GPUs may be used.
+    /// Which instance types, zones, capacity types, architectures and GPUs may be used. A key
+    /// no instance type carries, outside the `kubernetes.io`, `k8s.io`, `karpenter.sh`,
+    /// `nvidia.com` and `gpu-autoscaler.dev` domains (`team In [ml, research]`), is a label
+    /// the NodePool gives its nodes: each node gets a value its pods and the requirement allow.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub requirements: Vec<NodeSelectorRequirement>,

@@ -15,7 +15,8 @@ use crate::taints::untolerated;
 
 use super::classes::{Bar, class_bar};
 use super::shapes::{
-    Devices, Excluded, Shape, demand, min_values_short, shape_for, term_fits_shape,
+    Devices, Excluded, Shape, demand, min_values_short, pool_defined_labels, shape_for,
+    term_fits_shape,
 };
 use super::{PlanOptions, Planner};
 
@@ -218,11 +219,12 @@ pub(crate) fn pool_standing(snapshot: &Snapshot, name: &str) -> Option<Standing>
             reached: used + step > *l || used >= *l,
         });
     }
+    let defined = std::sync::Arc::new(pool_defined_labels(pool));
     let types = pool
         .instance_types
         .iter()
         .map(|it| {
-            let (price, refused, excluded) = match shape_for(pi, pool, it, &bare) {
+            let (price, refused, excluded) = match shape_for(pi, pool, it, &bare, &defined) {
                 Err(why) => (None, Some(excluded_words(&why, pool, it)), true),
                 Ok(shape) => match planner.fits_limits(pi, &shape, &pool.requirements) {
                     Err(e) => (None, Some(Refusal::new(RefusalKind::Limits, e)), false),
@@ -402,10 +404,11 @@ impl<'a> Planner<'a> {
                 .map(|(s, sh)| (sh.name.as_str(), s))
                 .collect();
             let mut fitting: Vec<usize> = Vec::new();
+            let defined = std::sync::Arc::new(pool_defined_labels(pool));
             for it in pool.instance_types.iter() {
                 let (price, refused, excluded) = match shape_of.get(it.name.as_str()) {
                     None => {
-                        let why = shape_for(pi, pool, it, self.snap)
+                        let why = shape_for(pi, pool, it, self.snap, &defined)
                             .err()
                             .map(|e| excluded_words(&e, pool, it));
                         (None, why, true)

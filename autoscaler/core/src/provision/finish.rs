@@ -8,7 +8,7 @@ use crate::labels;
 use crate::plan::{ClaimOption, NewClaim, Placement, Plan, Unschedulable};
 
 use super::claims::mark_group_claims;
-use super::shapes::offering_allowed;
+use super::shapes::{offering_allowed, pool_defined_values};
 use super::{Planner, SlotKind};
 
 impl Planner<'_> {
@@ -112,6 +112,12 @@ impl Planner<'_> {
                 .find(|s| options.first().is_some_and(|o| o.instance_type == s.name))
                 .map_or(0, |s| s.gpus.0);
             let mut labels_out = pool.labels.clone();
+            if let Some(&c) = candidates.first() {
+                labels_out.extend(pool_defined_values(
+                    &self.shapes[c].pool_defined,
+                    &slot.reqs,
+                ));
+            }
             labels_out.insert(labels::NODEPOOL.into(), pool.name.clone());
             let mut pods: Vec<_> = slot.pods.iter().map(|i| pending[*i].key.clone()).collect();
             pods.sort();

@@ -36,6 +36,10 @@ pub struct Shape {
     pub has_gpu: bool,
     /// Host ports the DaemonSets reserved on it bind, with the DaemonSet's name.
     pub host_ports: Vec<(HostPort, String)>,
+    /// The pool's requirements on labels it gives its nodes itself ([`pool_defined_labels`]):
+    /// a pod's constraint on such a key holds when it agrees with the pool's, and the new
+    /// node gets a value both allow.
+    pub pool_defined: std::sync::Arc<Requirements>,
 }
 
 impl Shape {
@@ -179,8 +183,9 @@ pub(super) fn min_values_short(
 pub fn build_shapes(snapshot: &Snapshot) -> Vec<Shape> {
     let mut shapes = Vec::new();
     for (pi, pool) in snapshot.pools.iter().enumerate() {
+        let defined = std::sync::Arc::new(pool_defined_labels(pool));
         for it in pool.instance_types.iter() {
-            if let Ok(s) = shape_for(pi, pool, it, snapshot) {
+            if let Ok(s) = shape_for(pi, pool, it, snapshot, &defined) {
                 shapes.push(s);
             }
         }
@@ -290,12 +295,83 @@ pub(crate) enum Excluded<'a> {
     NoOffering,
 }
 
+/// Label domains a NodePool may not invent values for: the cluster's and the clouds' own
+/// (`kubernetes.io`, `k8s.io` and their subdomains, Karpenter's, the GPU Operator's and this
+/// project's), as Karpenter restricts NodePool labels
+/// (<https://karpenter.sh/docs/concepts/nodepools/>, "Well-Known Labels" and label
+/// restrictions), with its exceptions for `node-restriction.kubernetes.io`,
+/// `node.kubernetes.io` and `kops.k8s.io`.
+pub fn restricted_domain(key: &str) -> bool {
+    let Some((domain, _)) = key.split_once('/') else {
+        return false;
+    };
+    let under = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    let excepted = [
+        "node-restriction.kubernetes.io",
+        "node.kubernetes.io",
+        "kops.k8s.io",
+    ];
+    if excepted.iter().any(|d| under(d)) {
+        return false;
+    }
+    [
+        "kubernetes.io",
+        "k8s.io",
+        "karpenter.sh",
+        "karpenter.k8s.aws",
+        "gpu-autoscaler.dev",
+        "nvidia.com",
+        "cloud.google.com",
+    ]
+    .iter()
+    .any(|d| under(d))
+}
+
+/// The requirements of `pool` on labels it gives its nodes itself: keys no instance type of its
+/// catalog carries, that its `labels` do not set and that lie outside the restricted domains
+/// ([`restricted_domain`]). `team In [ml]` on a NodePool is such a label, as in Karpenter: the
+/// pool's types are not refused for lacking it, a pod asking for `team=ml` may use the pool, and
+/// the node is labelled with a value the pool and the pods allow (`finish` picks it).
+pub fn pool_defined_labels(pool: &Pool) -> Requirements {
+    let mut out = Requirements::new();
+    for (k, c) in pool.requirements.iter() {
+        let own = k == labels::ZONE
+            || k == labels::CAPACITY_TYPE
+            || k == labels::HOSTNAME
+            || k == labels::NODEPOOL
+            || restricted_domain(k)
+            || pool.labels.contains_key(k)
+            || pool.instance_types.iter().any(|t| t.labels.contains_key(k));
+        if !own {
+            out.add_constraint(k, c.clone());
+        }
+    }
+    out
+}
+
+/// The value a new node of a claim with requirements `reqs` gets for each label its pool
+/// defines (`defined`): none where the claim allows the label to be absent, else one value the
+/// claim allows ([`Constraint::some_value`]).
+pub(crate) fn pool_defined_values(defined: &Requirements, reqs: &Requirements) -> Labels {
+    let mut out = Labels::new();
+    for (k, c) in defined.iter() {
+        let c = reqs.get(k).unwrap_or(c);
+        if !c.allow_absent
+            && let Some(v) = c.some_value()
+        {
+            out.insert(k.to_string(), v);
+        }
+    }
+    out
+}
+
 /// An instance type as a node of `pool`, when the pool's requirements admit it: sharing
 /// applied, its node labels, and the offerings in the zones and capacity types the pool allows
-/// (available or not).
+/// (available or not). Requirements on labels the pool defines (`defined`) do not refuse types.
 fn admitted<'p, 'i>(
     pool: &'p Pool,
     it: &'i InstanceType,
+    defined: &Requirements,
 ) -> Result<(Cow<'i, InstanceType>, Labels, Vec<Offering>), Excluded<'p>> {
     let shared = apply_sharing_cow(it, &pool.sharing).map_err(Excluded::Sharing)?;
     // The pool's requirements on the node's labels (zone and capacity type are per offering),
@@ -310,7 +386,11 @@ fn admitted<'p, 'i>(
             .map(String::as_str)
     };
     for (k, c) in pool.requirements.iter() {
-        if k == labels::ZONE || k == labels::CAPACITY_TYPE || k == labels::HOSTNAME {
+        if k == labels::ZONE
+            || k == labels::CAPACITY_TYPE
+            || k == labels::HOSTNAME
+            || defined.get(k).is_some()
+        {
             continue;
         }
         if !c.matches(label(k)) {
@@ -342,8 +422,9 @@ fn admitted<'p, 'i>(
 /// The planner launches only from the second kind.
 pub fn admitted_types(pool: &Pool) -> AdmittedTypes {
     let mut out = AdmittedTypes::default();
+    let defined = pool_defined_labels(pool);
     for it in pool.instance_types.iter() {
-        if let Ok((_, _, offerings)) = admitted(pool, it) {
+        if let Ok((_, _, offerings)) = admitted(pool, it, &defined) {
             out.admitted += 1;
             if offerings.iter().any(|o| o.available) {
                 out.available += 1;
@@ -367,8 +448,9 @@ pub(crate) fn shape_for<'p>(
     pool: &'p Pool,
     it: &InstanceType,
     snapshot: &Snapshot,
+    defined: &std::sync::Arc<Requirements>,
 ) -> Result<Shape, Excluded<'p>> {
-    let (shared, labels, mut offerings) = admitted(pool, it)?;
+    let (shared, labels, mut offerings) = admitted(pool, it, defined)?;
     offerings.retain(|o| o.available);
     if offerings.is_empty() {
         return Err(Excluded::NoOffering);
@@ -380,13 +462,31 @@ pub(crate) fn shape_for<'p>(
             .then_with(|| a.capacity_type.cmp(&b.capacity_type))
     });
     let mut allocatable = shared.allocatable();
-    // DaemonSets that will run on this node: selector and affinity match and the pool's taints
-    // are tolerated. Startup taints do not count: a DaemonSet that does not tolerate them still
-    // lands once they are removed, and the node must have room for it then.
+    // DaemonSets that may run on this node: selector and affinity can match (in some zone and
+    // capacity type it may be bought in, with a value of a label its pool defines) and the
+    // pool's taints are tolerated. Room is kept for any DaemonSet that may land, as Karpenter
+    // does for a NodeClaim whose zone is not chosen yet. Startup taints do not count: a
+    // DaemonSet that does not tolerate them still lands once they are removed, and the node
+    // must have room for it then.
+    let may_match = |t: &Requirements| {
+        let labels_ok = t.iter().all(|(k, c)| {
+            if k == labels::ZONE || k == labels::CAPACITY_TYPE {
+                true
+            } else if let Some(p) = defined.get(k) {
+                c.intersect(p).satisfiable()
+            } else {
+                c.matches(labels.get(k).map(String::as_str))
+            }
+        });
+        let zc = t.get(labels::ZONE);
+        let cc = t.get(labels::CAPACITY_TYPE);
+        labels_ok && offerings.iter().any(|o| offering_allowed(o, zc, cc))
+    };
     let mut host_ports = Vec::new();
     for ds in &snapshot.daemonsets {
-        if ds.node_selector.matches(&labels) && untolerated(&ds.tolerations, &pool.taints).is_none()
-        {
+        let lands =
+            ds.node_selector.terms.is_empty() || ds.node_selector.terms.iter().any(may_match);
+        if lands && untolerated(&ds.tolerations, &pool.taints).is_none() {
             allocatable.sub(&ds.requests);
             host_ports.extend(ds.host_ports.iter().map(|p| (p.clone(), ds.name.clone())));
         }
@@ -405,6 +505,7 @@ pub(crate) fn shape_for<'p>(
         ),
         has_gpu,
         host_ports,
+        pool_defined: defined.clone(),
     })
 }
 
@@ -418,6 +519,12 @@ pub fn term_fits_shape(term: &Requirements, shape: &Shape) -> bool {
         if k == labels::HOSTNAME {
             // A new node's name is unknown; only constraints that any fresh name meets hold.
             if !(c.allow_absent || matches!(c.values, ValueSet::NotIn(_))) {
+                return false;
+            }
+            continue;
+        }
+        if let Some(p) = shape.pool_defined.get(k) {
+            if !c.intersect(p).satisfiable() {
                 return false;
             }
             continue;

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use autoscaler_core::model::{ConsolidationPolicy, Pod};
+use autoscaler_core::requirements::Labels;
 use autoscaler_core::resources::{Resources, is_gpu_class, names};
 use providers::OfferingKey;
 
@@ -303,6 +304,7 @@ impl CaLike {
                     pool: sh.pool,
                     candidates,
                     pods,
+                    labels: Labels::new(),
                 }
             })
             .collect()

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use autoscaler_core::CapacityType;
 use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::model::ConsolidationPolicy;
+use autoscaler_core::requirements::Labels;
 use autoscaler_core::resources::Resources;
 use providers::{OfferingKey, UnavailableOfferings};
 
@@ -250,6 +251,7 @@ impl KarpenterLike {
                     pool,
                     candidates,
                     pods: vec![],
+                    labels: Labels::new(),
                 }),
                 reason: format!("{kind} replace"),
                 command: None,
@@ -373,6 +375,7 @@ impl KarpenterLike {
                             pool: pi,
                             candidates: vec![OfferingKey::new(&self.shapes[s].name, z, *ct)],
                             pods: vec![],
+                            labels: Labels::new(),
                         }),
                         reason: "Underutilized replace".into(),
                         command: None,

@@ -145,7 +145,11 @@ impl Engine<'_> {
             pool: pool.name.clone(),
             class: NodeClassRef::default(),
             candidates: spec.candidates.clone(),
-            labels: pool.labels.clone(),
+            labels: {
+                let mut l = pool.labels.clone();
+                l.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+                l
+            },
             taints: pool.taints.clone(),
             startup_taints: pool.startup_taints.clone(),
             // The simulated cloud has no network topology to place into.
@@ -180,6 +184,7 @@ impl Engine<'_> {
         let id = self.cluster.nodes.len();
         let name = format!("node-{id}");
         let mut node_labels = shape.labels.clone();
+        node_labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         node_labels.insert(labels::HOSTNAME.into(), name.clone());
         node_labels.insert(labels::ZONE.into(), inst.zone.clone());
         node_labels.insert(
