@@ -337,9 +337,10 @@ pub struct BudgetUse {
     pub nodes: String,
     /// The reasons it applies to; empty for all.
     pub reasons: Vec<DisruptionReason>,
-    /// Nodes it allows disrupted at once, for the pool's node count.
+    /// Nodes it allows disrupted at once, for the pool's count of initialized nodes.
     pub allows: i64,
-    /// Nodes of the pool being deleted now, which it counts against.
+    /// Initialized nodes of the pool disrupted now (being deleted, or not ready), which it
+    /// counts against.
     pub in_use: i64,
 }
 
@@ -392,16 +393,12 @@ pub fn explain_pool(
 ) -> Option<PoolExplanation> {
     let pool = snapshot.pools.iter().find(|p| p.name == name)?;
     let (usage, limits, nodes, instance_types) = provision::pool_standing(snapshot, name)?;
-    let total = snapshot
-        .nodes
-        .iter()
-        .filter(|n| n.pool.as_deref() == Some(name))
-        .count() as i64;
-    let deleting = snapshot
-        .nodes
-        .iter()
-        .filter(|n| n.pool.as_deref() == Some(name) && n.deleting)
-        .count() as i64;
+    let (total, deleting) = crate::disruption::budget_standing(
+        snapshot
+            .nodes
+            .iter()
+            .filter(|n| n.pool.as_deref() == Some(name)),
+    );
     let budgets = pool
         .disruption
         .budgets

@@ -1414,3 +1414,156 @@ fn a_gpu_node_with_a_cpu_rider_is_replaced_by_one_smaller_gpu_node() {
         "#]],
     );
 }
+
+/// Ten percent of `count` empty GPU nodes as the pool's one budget, and `extra` more nodes.
+fn ten_percent(count: usize, extra: Vec<NodeBuilder>) -> Snapshot {
+    let policy = DisruptionPolicy {
+        unneeded_s: 0,
+        budgets: vec![Budget {
+            nodes: BudgetValue::Percent(10),
+            reasons: vec![],
+        }],
+        ..DisruptionPolicy::default()
+    };
+    let mut nodes: Vec<NodeBuilder> = (0..count)
+        .map(|i| managed(&format!("n{i}"), &g1(), "gpu"))
+        .collect();
+    nodes.extend(extra);
+    snap(nodes, vec![pool("gpu", vec![g1()]).disruption(policy)])
+}
+
+#[test]
+fn budgets_count_initialized_nodes_and_take_not_ready_ones_as_disrupted() {
+    // Karpenter's budget arithmetic: ten initialized nodes make 10 % one node, however many
+    // nodes are still coming up...
+    let booting = (0..10)
+        .map(|i| managed(&format!("u{i}"), &g1(), "gpu").initialized(false))
+        .collect();
+    let plan = plan_disruption(
+        &ten_percent(10, booting),
+        &DisruptionState::default(),
+        0,
+        &ca_flags(),
+    );
+    let deleted: Vec<&str> = plan
+        .commands
+        .iter()
+        .flat_map(|c| c.nodes.iter().map(String::as_str))
+        .collect();
+    assert_eq!(deleted, ["n0"]);
+    // ...and a node that is not ready uses up the budget as one being deleted does. Twenty
+    // nodes allow two; the sick one takes one of them.
+    let sick = vec![managed("sick", &g1(), "gpu").unready()];
+    let plan = plan_disruption(
+        &ten_percent(19, sick),
+        &DisruptionState::default(),
+        0,
+        &ca_flags(),
+    );
+    let deleted: Vec<&str> = plan
+        .commands
+        .iter()
+        .flat_map(|c| c.nodes.iter().map(String::as_str))
+        .collect();
+    assert_eq!(deleted, ["n0"]);
+}
+
+#[test]
+fn do_not_disrupt_on_a_daemonset_or_static_pod_keeps_the_node() {
+    // Neither pod is ever evicted, yet whoever annotated it wants the node kept (Karpenter
+    // keeps it too).
+    let mut mirror = pod("static").cpu("100m").owner(Some("Node"));
+    mirror.0.mirror = true;
+    let nodes = vec![
+        managed("ds", &g1(), "gpu").with_pod(
+            pod("agent")
+                .cpu("100m")
+                .owner(Some("DaemonSet"))
+                .annotate(autoscaler_core::keys::DO_NOT_DISRUPT, "true"),
+        ),
+        managed("static", &g1(), "gpu")
+            .with_pod(mirror.annotate(autoscaler_core::keys::DO_NOT_DISRUPT, "true")),
+        managed("plain", &g1(), "gpu"),
+    ];
+    check(
+        &snap(nodes, vec![pool("gpu", vec![g1()]).disruption(quick())]),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Empty Delete nodes=[plain] pods=0 savings=1.006
+            keep ds: pod default/agent has karpenter.sh/do-not-disrupt
+            keep static: pod default/static has karpenter.sh/do-not-disrupt
+        "#]],
+    );
+}
+
+#[test]
+fn a_pod_two_budgets_select_or_that_is_safe_to_evict_still_meets_its_pdbs() {
+    let web = |name: &str| pod(name).cpu("1").label("app", "web");
+    let pdb = |name: &str, allowed| Pdb {
+        namespace: "default".into(),
+        name: name.into(),
+        selector: Requirements::new().with("app", Operator::In, &["web"]),
+        disruptions_allowed: allowed,
+    };
+    let target = || managed("target", &m16(), "cpu").with_pod(pod("fill").cpu("10"));
+    // Two budgets each allowing five: the eviction API refuses a pod more than one selects.
+    let mut s = snap(
+        vec![managed("n", &m16(), "cpu").with_pod(web("w")), target()],
+        vec![pool("cpu", vec![m16()]).disruption(quick())],
+    );
+    s.pdbs = vec![pdb("web-a", 5), pdb("web-b", 5)];
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep n: pod default/w is selected by more than one PDB (default/web-a and default/web-b): the eviction API refuses it
+            keep target: cpu/memory utilization 0.63 above threshold 0.50
+        "#]],
+    );
+    // safe-to-evict=true waives the bare-pod rule, not the budget the eviction API enforces.
+    let mut bare = web("w").annotate(autoscaler_core::keys::SAFE_TO_EVICT, "true");
+    bare.0.owner_kind = None;
+    s.nodes[0] = managed("n", &m16(), "cpu").with_pod(bare).build();
+    s.pdbs = vec![pdb("web", 0)];
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep n: blocked by PDB default/web (allows 0 disruptions)
+            keep target: cpu/memory utilization 0.63 above threshold 0.50
+        "#]],
+    );
+    s.pdbs = vec![pdb("web", 1)];
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Delete nodes=[n] pods=1 savings=0.768
+            keep target: cpu/memory utilization 0.63 above threshold 0.50
+        "#]],
+    );
+}
+
+#[test]
+fn consolidate_after_never_keeps_every_node_whenever_it_was_made() {
+    // Never is the largest duration: adding it to a node's creation time must not overflow.
+    let policy = DisruptionPolicy {
+        consolidate_after_s: i64::MAX,
+        ..quick()
+    };
+    check(
+        &snap(
+            vec![managed("late", &g1(), "gpu").created(100)],
+            vec![pool("gpu", vec![g1()]).disruption(policy)],
+        ),
+        1_000,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep late: NodePool consolidateAfter is Never
+        "#]],
+    );
+}

@@ -25,6 +25,20 @@ pub fn budget_nodes(b: &Budget, total: i64) -> i64 {
     }
 }
 
+/// What a NodePool's disruption budgets are measured against, over the pool's `nodes`: the
+/// nodes counted (initialized ones only) and those already disrupted (being deleted, or not
+/// ready), as Karpenter counts them.
+pub fn budget_standing<'a>(nodes: impl Iterator<Item = &'a Node>) -> (i64, i64) {
+    let (mut total, mut disrupted) = (0, 0);
+    for n in nodes.filter(|n| n.initialized) {
+        total += 1;
+        if n.deleting || !n.ready {
+            disrupted += 1;
+        }
+    }
+    (total, disrupted)
+}
+
 /// Budgets left per pool and reason, and minNodes headroom.
 pub(super) struct Allowance {
     /// (pool index, reason) -> nodes that may still be disrupted.
@@ -58,6 +72,7 @@ impl Allowance {
                 .collect();
             let total = nodes.len() as i64;
             let deleting = nodes.iter().filter(|n| n.deleting).count() as i64;
+            let (budget_total, disrupted) = budget_standing(nodes.iter().copied());
             for reason in [
                 DisruptionReason::Empty,
                 DisruptionReason::Underutilized,
@@ -68,10 +83,10 @@ impl Allowance {
                     .budgets
                     .iter()
                     .filter(|b| b.reasons.is_empty() || b.reasons.contains(&reason))
-                    .map(|b| budget_nodes(b, total))
+                    .map(|b| budget_nodes(b, budget_total))
                     .min()
                     .unwrap_or(i64::MAX);
-                budget.insert((pi, reason), allowed.saturating_sub(deleting));
+                budget.insert((pi, reason), allowed.saturating_sub(disrupted));
             }
             above_min.push(total - deleting - i64::from(pool.min_nodes));
         }

@@ -220,15 +220,18 @@ pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
         return Some(why);
     }
     let evict = |m: String| Some(Blocker::new(VerdictKind::NotEvictable, m));
-    match ann(SAFE_TO_EVICT) {
+    // `safe-to-evict=true` waives the Cluster Autoscaler's own rules (no controller, local
+    // storage, kube-system without a budget), not PodDisruptionBudgets: the eviction API
+    // enforces those whatever the pod says.
+    let safe = match ann(SAFE_TO_EVICT) {
         Some("false") => return evict(format!("pod {} has {SAFE_TO_EVICT}=false", pod.key)),
-        Some("true") => return None,
-        _ => {}
-    }
-    if pod.owner_kind.is_none() {
+        Some("true") => true,
+        _ => false,
+    };
+    if !safe && pod.owner_kind.is_none() {
         return evict(format!("pod {} has no controller", pod.key));
     }
-    if pod.local_storage {
+    if !safe && pod.local_storage {
         return evict(format!("pod {} uses local storage", pod.key));
     }
     let pdbs: Vec<_> = snap
@@ -236,10 +239,20 @@ pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
         .iter()
         .filter(|b| b.namespace == pod.key.namespace && b.selector.matches(&pod.labels))
         .collect();
-    if pod.key.namespace == "kube-system" && pdbs.is_empty() {
+    if !safe && pod.key.namespace == "kube-system" && pdbs.is_empty() {
         return evict(format!(
             "kube-system pod {} has no PodDisruptionBudget",
             pod.key
+        ));
+    }
+    if let [a, b, ..] = pdbs.as_slice() {
+        // The eviction API refuses a pod more than one budget selects.
+        return Some(Blocker::new(
+            VerdictKind::PdbBlocked,
+            format!(
+                "pod {} is selected by more than one PDB ({}/{} and {}/{}): the eviction API refuses it",
+                pod.key, a.namespace, a.name, b.namespace, b.name
+            ),
         ));
     }
     if let Some(b) = pdbs.iter().find(|b| b.disruptions_allowed <= 0) {
@@ -343,6 +356,16 @@ pub(super) fn node_block_in(
             K::MigReconfiguring,
             format!("MIG reconfiguration in progress ({state})"),
         ));
+    }
+    // A DaemonSet or mirror pod is not evicted, but its do-not-disrupt still keeps the node,
+    // as in Karpenter: whoever set it wants the node kept.
+    if let Some(b) = node
+        .pods
+        .iter()
+        .filter(|p| p.is_daemonset() || p.mirror)
+        .find_map(|p| pod_protection_block(p, now))
+    {
+        return Some(b);
     }
     movable(node)
         .into_iter()
@@ -513,6 +536,13 @@ impl Pass<'_> {
         let stable_since = n
             .last_pod_event
             .map_or(n.created_at, |t| t.max(n.created_at));
+        if policy.consolidate_after_s == i64::MAX {
+            // `consolidateAfter: Never`: no wait ends it.
+            return Some(Blocker::new(
+                K::ConsolidateAfter,
+                "NodePool consolidateAfter is Never",
+            ));
+        }
         if now - stable_since < policy.consolidate_after_s {
             let message = if stable_since > n.created_at {
                 format!(
@@ -531,7 +561,7 @@ impl Pass<'_> {
                 message,
                 wait: Some(Wait {
                     since: stable_since,
-                    until: stable_since + policy.consolidate_after_s,
+                    until: stable_since.saturating_add(policy.consolidate_after_s),
                 }),
             });
         }
