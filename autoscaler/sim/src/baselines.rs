@@ -78,7 +78,7 @@
 use std::collections::BTreeMap;
 
 use autoscaler_core::disruption::pod_blocker;
-use autoscaler_core::model::{BudgetValue, Pod, Pool, Snapshot};
+use autoscaler_core::model::{Pod, Pool, Snapshot};
 use autoscaler_core::requirements::Labels;
 use autoscaler_core::resources::Resources;
 use autoscaler_core::taints::Taint;
@@ -329,10 +329,7 @@ fn budgets_left(ctx: &Ctx) -> Vec<i64> {
                 .disruption
                 .budgets
                 .iter()
-                .map(|b| match b.nodes {
-                    BudgetValue::Count(n) => i64::from(n),
-                    BudgetValue::Percent(p) => (total * i64::from(p) + 99) / 100,
-                })
+                .map(|b| autoscaler_core::disruption::budget_nodes(b, total))
                 .min()
                 .unwrap_or(i64::MAX);
             let above_min = total - deleting - i64::from(pool.min_nodes);
