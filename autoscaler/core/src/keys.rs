@@ -24,6 +24,18 @@ pub const FOREIGN_REMOVAL_TAINTS: [&str; 3] = [
     "karpenter.sh/disrupted",
 ];
 
+/// `NoSchedule` taints a node carries while it starts or briefly loses its kubelet: the node
+/// lifecycle controller's `not-ready` and `unreachable`, and the cloud controller manager's
+/// `uninitialized`. Planning looks through them on an existing node, as Karpenter does (its
+/// known ephemeral taints): the node is capacity coming back, and counting it out would launch
+/// a second node for pods the first will hold. The `NoExecute` forms, which the node lifecycle
+/// controller adds to a node that stays down, still keep pods off it.
+pub const EPHEMERAL_TAINTS: [&str; 3] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+];
+
 /// Annotation on a NodeClaim created as the replacement of a disrupted node: the nodes it
 /// replaces, comma-separated.
 pub const REPLACES_ANNOTATION: &str = "gpu-autoscaler.dev/replaces";

@@ -251,8 +251,11 @@ struct Slot {
     /// candidates' labels.
     labels: Labels,
     /// In-flight and new claims: their pool's taints. Existing nodes leave it empty (read in
-    /// place, see [`Slot::taints`]).
+    /// place, see [`Slot::taints`]) unless `own_taints`.
     taints: Vec<Taint>,
+    /// Existing nodes with an ephemeral taint ([`crate::keys::EPHEMERAL_TAINTS`]): `taints`
+    /// holds the node's taints without it.
+    own_taints: bool,
     /// In-flight: allocatable; new claims: the most any candidate offers. Existing nodes leave
     /// it empty (read in place, see [`Slot::allocatable`]).
     allocatable: Resources,
@@ -313,7 +316,7 @@ impl Slot {
     /// The slot's taints: an existing node's own (not copied for every plan), a claim's pool's.
     fn taints<'s>(&'s self, snap: &'s Snapshot) -> &'s [Taint] {
         match self.kind {
-            SlotKind::Existing(ni) => &snap.nodes[ni].taints,
+            SlotKind::Existing(ni) if !self.own_taints => &snap.nodes[ni].taints,
             _ => &self.taints,
         }
     }

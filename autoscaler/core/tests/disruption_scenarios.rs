@@ -1567,3 +1567,38 @@ fn consolidate_after_never_keeps_every_node_whenever_it_was_made() {
         "#]],
     );
 }
+
+#[test]
+fn evicted_pods_take_room_on_a_node_that_is_up_before_one_still_starting() {
+    // Nodes a0..a3 have the room, but only a2 has initialized. A pod may be evicted only onto
+    // a node that is up, so the one it would take first by name must not decide: it moves to
+    // a2 and its node goes. With a2 starting too, the node is kept, saying why.
+    let nodes = |up: usize| -> Vec<NodeBuilder> {
+        let mut v: Vec<NodeBuilder> = (0..4)
+            .map(|i| {
+                managed(&format!("a{i}"), &m16(), "cpu")
+                    .initialized(i == up)
+                    .with_pod(pod(&format!("fill{i}")).cpu("9"))
+            })
+            .collect();
+        v.push(managed("z-small", &m4(), "cpu").with_pod(pod("c").cpu("1")));
+        v
+    };
+    let pools = || vec![pool("cpu", vec![m4(), m16()]).disruption(quick())];
+    let moved = |up| {
+        plan_disruption(
+            &snap(nodes(up), pools()),
+            &DisruptionState::default(),
+            0,
+            &ca_flags(),
+        )
+        .render()
+        .lines()
+        .filter(|l| l.contains("z-small"))
+        .collect::<Vec<_>>()
+        .join("\n")
+    };
+    expect!["Underutilized Delete nodes=[z-small] pods=1 savings=0.192"].assert_eq(&moved(2));
+    expect!["keep z-small: pod default/c would schedule against an uninitialized node a0"]
+        .assert_eq(&moved(9));
+}

@@ -1398,3 +1398,42 @@ fn a_daemonset_that_selects_a_zone_or_capacity_type_keeps_its_room_on_new_nodes(
         );
     }
 }
+
+#[test]
+fn a_node_tainted_not_ready_for_a_moment_is_still_capacity() {
+    // The node lifecycle controller's and the cloud controller's NoSchedule taints come and go
+    // with a kubelet restart; a second node launched for that moment would be waste. Their
+    // NoExecute forms mean the node stays down: pods then get a node of their own.
+    let m5 = itype("m5.xlarge")
+        .cpu("4")
+        .mem("16Gi")
+        .on_demand(&ZONES, 0.192)
+        .build();
+    let tainted = |effect: Effect| {
+        node("n1", &m5, "us-east-1a")
+            .pool("default")
+            .taint(Taint::new("node.kubernetes.io/not-ready", "", effect))
+            .taint(Taint::new("node.kubernetes.io/unreachable", "", effect))
+            .taint(Taint::new(
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                "true",
+                Effect::NoSchedule,
+            ))
+            .build()
+    };
+    let mut snap = snapshot(vec![pod("p").cpu("1")], vec![pool("default", cpu_types())]);
+    snap.nodes.push(tainted(Effect::NoSchedule));
+    check(
+        &snap,
+        expect![[r#"
+            existing default/p -> n1
+        "#]],
+    );
+    snap.nodes[0] = tainted(Effect::NoExecute);
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[p]
+        "#]],
+    );
+}

@@ -270,8 +270,8 @@ pub const UNREADY_TARGET: &str = "would schedule against a node that is not read
 /// Turns every placement of an evicted pod onto an uninitialized or unready node into an
 /// unschedulable pod: such a node may never come up (startup taints, device plugin) or come
 /// back, and a disruption must not bet on it. Its NodeClaim is left out of the simulation, but
-/// its Node is not, so the planner would otherwise count it as ordinary capacity (as Karpenter
-/// does, the command then fails rather than being re-planned around the node).
+/// its Node is not; the planner tries such nodes after every node that is up, so a pod lands on
+/// one only when no healthy node holds it, and the command then fails (as in Karpenter).
 fn refuse_uninitialized_targets(plan: &mut Plan, nodes: &[Node]) {
     let refused_targets: BTreeMap<&str, &str> = nodes
         .iter()

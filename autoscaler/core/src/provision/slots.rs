@@ -21,6 +21,7 @@ impl Slot {
             pool: None,
             labels: Labels::new(),
             taints: vec![],
+            own_taints: false,
             allocatable: Resources::new(),
             used: Resources::new(),
             devices: Devices::default(),
@@ -136,7 +137,13 @@ impl<'a> Planner<'a> {
             .collect();
         let mut models: HashMap<(usize, &str), Option<&str>, Fnv> = HashMap::default();
         let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
-        node_order.sort_by(|a, b| snap.nodes[*a].name.cmp(&snap.nodes[*b].name));
+        // Healthy nodes first, then by name: a pod takes room on a node that is up before room
+        // on one still starting or not ready (as Karpenter orders existing nodes), which matters
+        // to disruption, whose evicted pods may go only to the first kind.
+        node_order.sort_by_key(|i| {
+            let n = &snap.nodes[*i];
+            (!(n.initialized && n.ready), n.name.as_str())
+        });
         let counted_as_claim = |n: &crate::model::Node| {
             !n.initialized
                 && n.claim
@@ -191,6 +198,14 @@ impl<'a> Planner<'a> {
                 open: !(n.unschedulable || n.deleting),
                 ..Slot::empty(vec![0; self.nsel()])
             };
+            let ephemeral = |t: &Taint| {
+                t.effect == Effect::NoSchedule
+                    && crate::keys::EPHEMERAL_TAINTS.contains(&t.key.as_str())
+            };
+            if n.taints.iter().any(ephemeral) {
+                slot.taints = n.taints.iter().filter(|t| !ephemeral(t)).cloned().collect();
+                slot.own_taints = true;
+            }
             for p in &n.pods {
                 let d = demand(p, &slot.devices);
                 slot.used.add(&d);
