@@ -1437,3 +1437,37 @@ fn a_node_tainted_not_ready_for_a_moment_is_still_capacity() {
         "#]],
     );
 }
+
+#[test]
+fn a_preferred_zone_gives_way_to_zone_spread() {
+    // Six pods spread over zones (maxSkew 1) and prefer zones a and b: the preference decides
+    // while the spread allows it, and gives way when only zone c keeps the skew, as the
+    // scheduler would place them rather than leave them pending. 2/2/2, nobody pending.
+    let pods = (0..6)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .spread(labels::ZONE, 1, "web")
+                .prefer(
+                    1,
+                    Requirements::new().with(
+                        labels::ZONE,
+                        Operator::In,
+                        &["us-east-1a", "us-east-1b"],
+                    ),
+                )
+        })
+        .collect();
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-3]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1,web-4]
+              requirements: topology.kubernetes.io/zone In [us-east-1b]
+            claim default-3 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-2,web-5]
+              requirements: topology.kubernetes.io/zone In [us-east-1c]
+        "#]],
+    );
+}

@@ -366,6 +366,8 @@ impl<'a> Planner<'a> {
                     }
                 }
                 // Preferred node affinity breaks ties: keep it when something still fits.
+                // Without it, for when it leaves no zone the pod's topology allows.
+                let unpreferred = (reqs.clone(), fitting.clone());
                 let mut reqs = reqs;
                 let mut prefs = pod.preferred.clone();
                 prefs.sort_by_key(|p| std::cmp::Reverse(p.0));
@@ -385,7 +387,14 @@ impl<'a> Planner<'a> {
                     }
                 }
                 if self.needs_zone(i) {
-                    let Some(z) = self.pick_zone(i, &reqs, &fitting, &empty) else {
+                    let mut zone = self.pick_zone(i, &reqs, &fitting, &empty);
+                    if zone.is_none() && reqs != unpreferred.0 {
+                        // A preference is soft: the scheduler would place the pod outside it
+                        // rather than leave it pending, so spread is not held to it.
+                        (reqs, fitting) = unpreferred;
+                        zone = self.pick_zone(i, &reqs, &fitting, &empty);
+                    }
+                    let Some(z) = zone else {
                         reasons.push(format!(
                             "NodePool {}: no zone satisfies the pod's topology constraints",
                             pool.name
