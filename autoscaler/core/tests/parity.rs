@@ -873,3 +873,27 @@ fn parity_corpus() {
         failures.join("\n")
     );
 }
+
+/// karpenter consolidation_test.go "spot to spot consolidation should order the instance types
+/// by price before enforcing minimum flexibility": with more than 15 cheaper spot types the
+/// replacement offers the 15 cheapest.
+#[test]
+fn a_spot_to_spot_replacement_offers_the_fifteen_cheapest_types() {
+    let plan = plan_disruption(
+        &spot_node(17),
+        &DisruptionState::default(),
+        1000,
+        &DisruptionConfig::default(),
+    );
+    let claim = plan.commands[0]
+        .replacement
+        .as_ref()
+        .expect("a spot-to-spot replacement");
+    let types: Vec<&str> = claim
+        .instance_types
+        .iter()
+        .map(|o| o.instance_type.as_str())
+        .collect();
+    let cheapest: Vec<String> = (0..15).map(|i| format!("c{i}.large")).collect();
+    assert_eq!(types, cheapest);
+}

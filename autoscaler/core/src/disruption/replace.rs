@@ -167,8 +167,19 @@ fn spot_to_spot(
         claim.price = first.price;
     }
     let pool = snap.pools.iter().find(|p| p.name == claim.pool);
-    if pool.is_some_and(|p| !crate::provision::claim_meets_min_values(p, &claim)) {
+    let meets = |c: &NewClaim| pool.is_none_or(|p| crate::provision::claim_meets_min_values(p, c));
+    if !meets(&claim) {
         return Err("spot-to-spot replacement would not meet the NodePool's minValues".into());
+    }
+    // Only the cheapest `min_types` are offered, as in Karpenter: the flexibility asked for,
+    // without launching on a type far dearer than the cheapest. Unless the pool's minValues
+    // needs more of them.
+    if min_types > 0 && count > min_types {
+        let mut cut = claim.clone();
+        cut.instance_types.truncate(min_types);
+        if meets(&cut) {
+            claim = cut;
+        }
     }
     Ok(claim)
 }
