@@ -1602,3 +1602,39 @@ fn evicted_pods_take_room_on_a_node_that_is_up_before_one_still_starting() {
     expect!["keep z-small: pod default/c would schedule against an uninitialized node a0"]
         .assert_eq(&moved(9));
 }
+
+#[test]
+fn room_a_pending_pod_is_nominated_to_is_not_given_to_evicted_pods() {
+    // b registered for claim-b, which a pending 10-cpu pod was planned onto; the scheduler
+    // binds it there next. Moving a's 5-cpu pod onto b would leave it no room.
+    let mut b = managed("b", &m16(), "cpu").with_pod(pod("fill").cpu("1"));
+    b.0.claim = Some("claim-b".into());
+    let mut s = snap(
+        vec![managed("a", &m16(), "cpu").with_pod(pod("w").cpu("5")), b],
+        vec![pool("cpu", vec![m16()]).disruption(quick())],
+    );
+    let coming = pod("coming").cpu("10").build();
+    s.nominated.insert(coming.key.clone(), "claim-b".into());
+    s.pending.push(coming);
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep a: no strictly cheaper replacement
+            keep b: pending pod default/coming is nominated to it
+        "#]],
+    );
+    // Without the nomination the room is free: a's pod moves to b and a goes.
+    s.pending.clear();
+    s.nominated.clear();
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Delete nodes=[a] pods=1 savings=0.768
+            keep b: no strictly cheaper replacement
+        "#]],
+    );
+}

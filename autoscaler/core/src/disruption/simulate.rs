@@ -26,6 +26,7 @@ pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool)
     } else {
         vec![]
     };
+    let holds = nominated_holds(snap, &snap.nodes);
     let mut base = bare(
         std::mem::take(&mut snap.nodes),
         std::mem::take(&mut snap.daemonsets),
@@ -35,6 +36,7 @@ pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool)
     let plan = plan_without(
         &mut base,
         removed,
+        &holds,
         allow_new.then_some(&mut launchable),
         None,
     );
@@ -81,18 +83,47 @@ fn launchable_pools(pools: &[crate::model::Pool]) -> Vec<crate::model::Pool> {
         .collect()
 }
 
+/// The pending pods of `snap` nominated to a claim whose node has registered, with that node's
+/// index in `nodes`: the scheduler is about to bind them there, so their room on it is taken
+/// and evicted pods may not be planned into it.
+fn nominated_holds(snap: &Snapshot, nodes: &[Node]) -> Vec<(usize, Pod)> {
+    if snap.nominated.is_empty() {
+        return Vec::new();
+    }
+    let by_claim: BTreeMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| n.claim.as_deref().map(|c| (c, i)))
+        .collect();
+    if by_claim.is_empty() {
+        return Vec::new();
+    }
+    snap.pending
+        .iter()
+        .filter_map(|p| {
+            let claim = snap.nominated.get(&p.key)?;
+            by_claim.get(claim.as_str()).map(|i| (*i, p.clone()))
+        })
+        .collect()
+}
+
 /// Plans on `base` (no pending pod, no in-flight claim, no NodePool) without its nodes
-/// `removed`, their movable pods pending, and `launchable` as its NodePools when given (their
+/// `removed`, their movable pods pending, the pods `held` counted on the nodes they are
+/// nominated to ([`nominated_holds`]), and `launchable` as its NodePools when given (their
 /// instance-type shapes from `shapes` when given); then puts the nodes and pools back and
 /// clears the pods, leaving `base` as it was.
 fn plan_without(
     base: &mut Snapshot,
     removed: &BTreeSet<usize>,
+    held: &[(usize, Pod)],
     launchable: Option<&mut Vec<crate::model::Pool>>,
     shapes: Option<&mut ShapeCache>,
 ) -> Plan {
-    // Highest index first, so the indexes still to take do not move.
     let len = base.nodes.len();
+    for (ni, p) in held.iter().filter(|(ni, _)| *ni < len) {
+        base.nodes[*ni].pods.push(p.clone());
+    }
+    // Highest index first, so the indexes still to take do not move.
     // The caller's indexes come from the nodes the copy was made of.
     debug_assert!(removed.iter().all(|ri| *ri < len), "index out of the copy");
     let mut taken: Vec<(usize, Node)> = Vec::with_capacity(removed.len());
@@ -125,6 +156,10 @@ fn plan_without(
     for (ri, n) in taken {
         base.nodes.insert(ri, n);
     }
+    // The held pods were pushed last onto their nodes: taken off in reverse.
+    for (ni, _) in held.iter().rev().filter(|(ni, _)| *ni < len) {
+        base.nodes[*ni].pods.pop();
+    }
     plan
 }
 
@@ -143,6 +178,9 @@ pub(super) struct SimBase {
     current: bool,
     /// The NodePools a replacement may come from, while they are not in `base`.
     launchable: Vec<crate::model::Pool>,
+    /// Pending pods nominated to a registered node's claim, with the node's index
+    /// ([`nominated_holds`]), worked out when the copy is brought up to date.
+    holds: Vec<(usize, Pod)>,
     /// The launchable pools' instance-type shapes, lent by the caller's
     /// [`super::DisruptionCache`] for the pass, so that each simulation that may launch a
     /// replacement does not build them again.
@@ -167,12 +205,15 @@ impl SimBase {
     ) -> Plan {
         if !self.current {
             self.catch_up(snap, nodes);
+            let base = self.base.as_ref().expect("caught up");
+            self.holds = nominated_holds(snap, &base.nodes);
             self.current = true;
         }
         let base = self.base.as_mut().expect("caught up");
         plan_without(
             base,
             removed,
+            &self.holds,
             allow_new.then_some(&mut self.launchable),
             Some(&mut self.shapes),
         )
