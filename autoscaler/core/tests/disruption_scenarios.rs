@@ -1638,3 +1638,33 @@ fn room_a_pending_pod_is_nominated_to_is_not_given_to_evicted_pods() {
         "#]],
     );
 }
+
+#[test]
+fn an_atomic_pool_larger_than_the_parallelism_limit_still_goes_whole() {
+    // Eleven empty nodes of an atomic pool against --max-scale-down-parallelism 10: the pool
+    // goes whole while the limit has room (the Cluster Autoscaler lets an atomic group overrun
+    // it), and waits when removals under way have used it up.
+    let nodes = || {
+        (0..11)
+            .map(|i| managed(&format!("a{i:02}"), &g1(), "slice"))
+            .collect::<Vec<_>>()
+    };
+    let s = snap(
+        nodes(),
+        vec![pool("slice", vec![g1()]).atomic(11).disruption(quick())],
+    );
+    let config = DisruptionConfig {
+        max_scale_down_parallelism: 10,
+        ..ca_flags()
+    };
+    let plan = plan_disruption(&s, &DisruptionState::default(), 0, &config);
+    assert_eq!(plan.commands.len(), 1, "{}", plan.render());
+    assert_eq!(plan.commands[0].nodes.len(), 11, "{}", plan.render());
+    let mut state = DisruptionState::default();
+    state.in_progress.nodes = 9;
+    let plan = plan_disruption(&s, &state, 0, &config);
+    assert_eq!(plan.commands.len(), 1, "{}", plan.render());
+    state.in_progress.nodes = 10;
+    let plan = plan_disruption(&s, &state, 0, &config);
+    assert!(plan.commands.is_empty(), "{}", plan.render());
+}

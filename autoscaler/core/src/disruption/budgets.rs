@@ -129,7 +129,8 @@ impl Allowance {
 
     /// [`Self::admit`] for the whole of an atomic NodePool: the nodes count as one disruption
     /// against the pool's budgets (a budget below the pool's size would otherwise never let it
-    /// go), and in full against minNodes, cluster-wide minimums and PDBs.
+    /// go), in full against minNodes, cluster-wide minimums and PDBs, and may overrun the
+    /// parallelism limits that have room left.
     pub(super) fn admit_whole(
         &mut self,
         snap: &Snapshot,
@@ -194,7 +195,17 @@ impl Allowance {
         }
         let removals = nodes.len() as i64;
         let drains = nodes.iter().filter(|n| !movable(n).is_empty()).count() as i64;
-        if removals > self.removals_left {
+        // An atomic pool goes whole or not at all: it may overrun the parallelism limits as
+        // long as they have room left, as the Cluster Autoscaler lets an atomic node group
+        // (otherwise a pool larger than the limit could never scale down).
+        let over = |wanted: i64, left: i64| {
+            if as_one {
+                wanted > 0 && left <= 0
+            } else {
+                wanted > left
+            }
+        };
+        if over(removals, self.removals_left) {
             return Err(Blocker::new(
                 VerdictKind::ParallelismLimit,
                 format!(
@@ -203,7 +214,7 @@ impl Allowance {
                 ),
             ));
         }
-        if drains > self.drains_left {
+        if over(drains, self.drains_left) {
             return Err(Blocker::new(
                 VerdictKind::ParallelismLimit,
                 format!(
