@@ -727,6 +727,22 @@ impl<'a> Pass<'a> {
 
     fn finish(mut self) -> DisruptionPlan {
         self.out.verdicts = self.verdict.into_sorted();
+        // A node is unneeded only while its pods have somewhere to go, as the Cluster
+        // Autoscaler counts it: one whose simulation found no place (or no cheaper node, when
+        // right-sizing) starts its unneeded time again, rather than going the moment room
+        // appears after having waited with nowhere to go.
+        for v in &self.out.verdicts {
+            let unhelped = matches!(
+                v.kind,
+                VerdictKind::NoPlaceForPods | VerdictKind::AboveThreshold
+            );
+            if !v.disrupted
+                && unhelped
+                && let Some(since) = self.out.state.unneeded_since.get_mut(&v.node)
+            {
+                *since = self.now;
+            }
+        }
         self.out
     }
 }

@@ -98,23 +98,28 @@ fn check(
 }
 
 #[test]
-fn gpu_threshold_is_inclusive_and_ignores_cpu() {
-    // 4 of 8 GPUs used = 0.5 exactly: a candidate. Pods fit on the other node.
-    let at = managed("at", &g8(), "gpu").with_pod(pod("a").cpu("90").gpus(4));
+fn gpu_threshold_is_strict_and_ignores_cpu() {
+    // 4 of 8 GPUs used = 0.5 exactly: not below the threshold, so kept (the Cluster
+    // Autoscaler's "below which"). 3 of 8 with all its cpu used is below: its pod moves.
+    let at = managed("at", &g8(), "gpu").with_pod(pod("a").cpu("1").gpus(4));
+    let below = managed("below", &g8(), "gpu").with_pod(pod("c").cpu("90").gpus(3));
     let above = managed("above", &g8(), "gpu").with_pod(pod("b").cpu("1").gpus(5));
     let s = snap(
-        vec![at, above],
+        vec![at, below, above],
         vec![pool("gpu", vec![g8()]).disruption(quick())],
     );
-    let n = &s.nodes[0];
-    assert_eq!(utilization(n, &DisruptionConfig::default()), (0.5, true));
+    assert_eq!(
+        utilization(&s.nodes[0], &DisruptionConfig::default()),
+        (0.5, true)
+    );
     check(
         &s,
         0,
         &DisruptionState::default(),
         expect![[r#"
+            Underutilized Delete nodes=[below] pods=1 savings=21.960
             keep above: GPU utilization 0.62 above threshold 0.50
-            keep at: no strictly cheaper replacement
+            keep at: GPU utilization 0.50 at threshold 0.50
         "#]],
     );
 }
@@ -143,8 +148,9 @@ fn gpu_node_without_allocatable_gpus_has_gpu_utilization_zero() {
             "{labelled}: {u} {gpu}"
         );
     }
-    // In a plan: the labelled node is a candidate (kept only because nothing cheaper can
-    // take its pod), the unlabelled one is kept by its cpu.
+    // In a plan: the labelled node is a candidate that waits the unready time, as the
+    // Cluster Autoscaler counts a GPU node without allocatable GPUs unready; the unlabelled
+    // one is kept by its cpu.
     let plan = |labelled: bool| {
         let t = no_devices(labelled);
         let s = snap(
@@ -165,7 +171,7 @@ fn gpu_node_without_allocatable_gpus_has_gpu_utilization_zero() {
     expect![[r#"
         labelled:
         Empty Delete nodes=[spare] pods=0 savings=21.960
-        keep plugin-down: no strictly cheaper replacement
+        keep plugin-down: unneeded with no allocatable GPU for 0s of 20m
         unlabelled:
         Empty Delete nodes=[spare] pods=0 savings=21.960
         keep plugin-down: cpu/memory utilization 0.94 above threshold 0.50
@@ -1667,4 +1673,61 @@ fn an_atomic_pool_larger_than_the_parallelism_limit_still_goes_whole() {
     state.in_progress.nodes = 10;
     let plan = plan_disruption(&s, &state, 0, &config);
     assert!(plan.commands.is_empty(), "{}", plan.render());
+}
+
+#[test]
+fn a_node_whose_pods_had_nowhere_to_go_waits_its_unneeded_time_from_when_they_do() {
+    // `lonely` is under its threshold from t=0, but its pod has nowhere to go until `room`
+    // arrives at t=800. Its unneeded time starts again when the simulation finds no place
+    // (t=700), so it goes at 1300, not the moment room appears.
+    let policy = DisruptionPolicy {
+        unneeded_s: 600,
+        ..quick()
+    };
+    let lonely = || managed("lonely", &m16(), "cpu").with_pod(pod("a").cpu("1"));
+    let pools = || vec![pool("cpu", vec![m16()]).disruption(policy.clone())];
+    let mut state = DisruptionState::default();
+    for t in [0, 700] {
+        state = plan_disruption(&snap(vec![lonely()], pools()), &state, t, &ca_flags()).state;
+    }
+    let room = managed("room", &m16(), "cpu").with_pod(
+        pod("pinned")
+            .cpu("1")
+            .annotate(autoscaler_core::keys::SAFE_TO_EVICT, "false"),
+    );
+    let s = snap(vec![lonely(), room], pools());
+    let lonely_at = |t, state: &DisruptionState| {
+        plan_disruption(&s, state, t, &ca_flags())
+            .render()
+            .lines()
+            .filter(|l| l.contains("lonely"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    expect!["keep lonely: unneeded for 1m40s of 10m"].assert_eq(&lonely_at(800, &state));
+    expect!["Underutilized Delete nodes=[lonely] pods=1 savings=0.768"]
+        .assert_eq(&lonely_at(1300, &state));
+}
+
+#[test]
+fn a_node_another_autoscaler_is_removing_is_left_to_it() {
+    // During a migration the Cluster Autoscaler may be draining a node (its taint says so):
+    // it is not a candidate, whatever the controller's own bookkeeping says.
+    let tainted = managed("theirs", &g1(), "gpu").taint(autoscaler_core::taints::Taint::new(
+        "ToBeDeletedByClusterAutoscaler",
+        "1733400000",
+        autoscaler_core::taints::Effect::NoSchedule,
+    ));
+    check(
+        &snap(
+            vec![tainted, managed("ours", &g1(), "gpu")],
+            vec![pool("gpu", vec![g1()]).disruption(quick())],
+        ),
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Empty Delete nodes=[ours] pods=0 savings=1.006
+            keep theirs: being removed by another autoscaler (taint ToBeDeletedByClusterAutoscaler)
+        "#]],
+    );
 }

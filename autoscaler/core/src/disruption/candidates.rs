@@ -326,6 +326,16 @@ pub(super) fn node_block_in(
     if node.deleting {
         return Some(Blocker::new(K::Deleting, "already being deleted"));
     }
+    if let Some(t) = node
+        .taints
+        .iter()
+        .find(|t| crate::keys::FOREIGN_REMOVAL_TAINTS.contains(&t.key.as_str()))
+    {
+        return Some(Blocker::new(
+            K::Deleting,
+            format!("being removed by another autoscaler (taint {})", t.key),
+        ));
+    }
     if let Some(v) = ann(DO_NOT_DISRUPT)
         && let Some(why) = do_not_disrupt("node", v, Some(node.created_at), now)
     {
@@ -460,21 +470,31 @@ impl Pass<'_> {
         }
         // Cluster Autoscaler's `--scale-down-unready-enabled`: a node that broke down after it
         // started is left alone when it is off.
-        let broken = n.initialized && !n.ready;
+        // A GPU node whose GPUs are not allocatable (its device plugin died) is as broken as
+        // one not ready: the Cluster Autoscaler counts it unready and waits its unready time.
+        let no_devices = gpu && !n.allocatable.has_gpu_class();
+        let broken = n.initialized && (!n.ready || no_devices);
         if broken && !self.config.scale_down_unready_enabled {
             return Some(Blocker::new(
                 K::NotReady,
-                "not ready, and scale-down of unready nodes is off (--scale-down-unready-enabled)",
+                if no_devices {
+                    "its GPUs are not allocatable (device plugin down), and scale-down of unready nodes is off (--scale-down-unready-enabled)"
+                } else {
+                    "not ready, and scale-down of unready nodes is off (--scale-down-unready-enabled)"
+                },
             ));
         }
-        let below = empty || util <= threshold;
+        let below = empty || util < threshold;
         let above = self
             .above_words
             .entry((gpu, util.to_bits(), threshold.to_bits()))
             .or_insert_with(|| {
                 format!(
-                    "{} utilization {util:.2} above threshold {threshold:.2}",
-                    if gpu { "GPU" } else { "cpu/memory" }
+                    "{} utilization {util:.2} {} threshold {threshold:.2}",
+                    if gpu { "GPU" } else { "cpu/memory" },
+                    // A node goes only strictly below its threshold, as in the Cluster
+                    // Autoscaler ("below which a node can be considered for scale down").
+                    if util == threshold { "at" } else { "above" }
                 )
             })
             .clone();
@@ -507,7 +527,11 @@ impl Pass<'_> {
             (
                 self.config.scale_down_unready_s.max(0),
                 K::UnreadyUnneeded,
-                "not ready and unneeded",
+                if no_devices {
+                    "unneeded with no allocatable GPU"
+                } else {
+                    "not ready and unneeded"
+                },
             )
         } else if right_size {
             right_sizing = format!(
