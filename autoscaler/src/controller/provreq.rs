@@ -102,6 +102,9 @@ pub const REQUEST_ANNOTATION: &str = "gpu-autoscaler.dev/provisioning-request-na
 
 /// Parameter: `"true"` fails the request at the first attempt without capacity.
 pub const PARAM_NO_RETRY: &str = "noRetry";
+/// Request parameter naming the autoscaler instance meant to answer it; a request that sets
+/// it is left alone (this controller has no instance name).
+pub const PARAM_PROCESSOR_INSTANCE: &str = "processorInstance";
 /// Parameter: seconds after creation during which the request is retried.
 pub const PARAM_VALID_UNTIL: &str = "ValidUntilSeconds";
 /// Parameter: seconds a booking is held once provisioned.
@@ -220,6 +223,16 @@ pub enum Class {
 impl Class {
     /// The class of a request, `None` for classes left to other backends.
     pub fn of(pr: &ProvisioningRequest) -> Option<Class> {
+        // A request addressed to a dedicated autoscaler instance (the Cluster Autoscaler's
+        // `--check-capacity-processor-instance`) is that instance's to answer.
+        if pr
+            .spec
+            .parameters
+            .get(PARAM_PROCESSOR_INSTANCE)
+            .is_some_and(|v| !v.is_empty())
+        {
+            return None;
+        }
         match pr.spec.provisioning_class_name.as_str() {
             CHECK_CAPACITY => Some(Class::CheckCapacity),
             BEST_EFFORT_ATOMIC => Some(Class::BestEffortAtomic),
@@ -384,27 +397,26 @@ pub fn state(pr: &ProvisioningRequest) -> State {
     if is_true(pr, FAILED) || is_true(pr, BOOKING_EXPIRED) || is_true(pr, CAPACITY_REVOKED) {
         return State::Done;
     }
-    if !is_true(pr, ACCEPTED) {
-        return State::New;
-    }
     let clock = pr
         .status
         .as_ref()
         .and_then(|s| s.provisioning_class_details.get(CLOCK_DETAIL))
         .and_then(|v| v.parse::<i64>().ok());
-    match (condition(pr, PROVISIONED), booking(pr)) {
-        (Some(c), Some(b)) if c.status == "True" => State::Booked {
-            booking: b,
+    // Provisioned decides before Accepted: a request another writer provisioned (the Cluster
+    // Autoscaler before a migration) may carry no Accepted condition, and is booked, not new.
+    if let Some(c) = condition(pr, PROVISIONED).filter(|c| c.status == "True") {
+        return State::Booked {
+            // Without a booking of ours there is nothing of ours to hold.
+            booking: booking(pr).unwrap_or_default(),
             since: c.last_transition_time.0.as_second(),
             clock,
-        },
-        // Provisioned by another writer without a booking: nothing of ours to hold.
-        (Some(c), None) if c.status == "True" => State::Booked {
-            booking: Booking::default(),
-            since: c.last_transition_time.0.as_second(),
-            clock,
-        },
-        (_, Some(b)) if !b.targets.is_empty() || b.elided => State::Launching(b),
+        };
+    }
+    if !is_true(pr, ACCEPTED) {
+        return State::New;
+    }
+    match booking(pr) {
+        Some(b) if !b.targets.is_empty() || b.elided => State::Launching(b),
         _ => State::Waiting,
     }
 }
@@ -652,23 +664,22 @@ pub fn step_from(
     {
         return Step::Fail { reason, message };
     }
+    // Past its deadline (strictly, as the Cluster Autoscaler reads it), a request fails
+    // whether or not it was accepted: a stale one is not accepted first.
+    let expired = || {
+        let deadline = param_seconds(pr, PARAM_VALID_UNTIL)
+            .ok()
+            .flatten()
+            .unwrap_or(settings.deadline_s);
+        (facts.now > facts.created.saturating_add(deadline)).then(|| Step::Fail {
+            reason: reasons::EXPIRED,
+            message: format!("not provisioned within {deadline} s of its creation"),
+        })
+    };
     match state {
-        State::New => Step::Accept,
+        State::New => expired().unwrap_or(Step::Accept),
         State::Done => Step::Wait,
-        State::Waiting => {
-            let deadline = param_seconds(pr, PARAM_VALID_UNTIL)
-                .ok()
-                .flatten()
-                .unwrap_or(settings.deadline_s);
-            if facts.now >= facts.created.saturating_add(deadline) {
-                Step::Fail {
-                    reason: reasons::EXPIRED,
-                    message: format!("not provisioned within {deadline} s of its creation"),
-                }
-            } else {
-                Step::Attempt
-            }
-        }
+        State::Waiting => expired().unwrap_or(Step::Attempt),
         State::Launching(b) if b.elided => Step::Rollback {
             message: "the NodeClaims being launched are not known to this leader".into(),
         },

@@ -75,14 +75,69 @@ fn new_request_is_accepted_then_attempted_until_its_deadline() {
         step(&p, &facts(T0 + 10, &[], 0), &settings()),
         Step::Attempt
     );
-    let late = T0 + Settings::default().deadline_s;
+    // The deadline itself still counts (the Cluster Autoscaler expires strictly after it).
+    let deadline = T0 + Settings::default().deadline_s;
+    assert_eq!(
+        step(&p, &facts(deadline, &[], 0), &settings()),
+        Step::Attempt
+    );
     assert!(matches!(
-        step(&p, &facts(late, &[], 0), &settings()),
+        step(&p, &facts(deadline + 1, &[], 0), &settings()),
         Step::Fail {
             reason: reasons::EXPIRED,
             ..
         }
     ));
+    // A request first seen after its deadline fails at once, without being accepted.
+    let stale = pr(CHECK_CAPACITY, &[], json!({}));
+    assert!(matches!(
+        step(&stale, &facts(deadline + 1, &[], 0), &settings()),
+        Step::Fail {
+            reason: reasons::EXPIRED,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_request_another_writer_provisioned_is_booked_not_accepted_again() {
+    // Provisioned=True and no Accepted (the Cluster Autoscaler's writes before a migration):
+    // booked from Provisioned's time, and expired once the booking time has run.
+    for class in [CHECK_CAPACITY, BEST_EFFORT_ATOMIC] {
+        let p = pr(class, &[("Provisioned", "True", T0)], json!({}));
+        assert_eq!(
+            state(&p),
+            State::Booked {
+                booking: Booking::default(),
+                since: T0,
+                clock: None
+            },
+            "{class}"
+        );
+        assert_eq!(step(&p, &facts(T0 + 30, &[], 0), &settings()), Step::Wait);
+        assert!(matches!(
+            step(&p, &facts(T0 + 60, &[], 0), &settings()),
+            Step::Expire {
+                reason: reasons::TIME_EXPIRED,
+                ..
+            }
+        ));
+    }
+}
+
+#[test]
+fn a_request_for_another_autoscaler_instance_is_left_alone() {
+    let mut p = pr(CHECK_CAPACITY, &[], json!({}));
+    p.spec
+        .parameters
+        .insert(PARAM_PROCESSOR_INSTANCE.into(), "instance2".into());
+    assert_eq!(Class::of(&p), None);
+    assert_eq!(step(&p, &facts(T0, &[], 0), &settings()), Step::Wait);
+    // An empty name addresses no instance in particular.
+    p.spec
+        .parameters
+        .insert(PARAM_PROCESSOR_INSTANCE.into(), String::new());
+    assert_eq!(step(&p, &facts(T0, &[], 0), &settings()), Step::Accept);
 }
 
 #[test]
