@@ -812,10 +812,14 @@ pub fn pin_value(pr: &ProvisioningRequest) -> String {
         .unwrap_or_else(|| group_id(pr).replace([':', '/'], "."))
 }
 
-/// Names of the requests whose capacity consumer pods may use: those not Done.
+/// Names of the requests whose consumer pods get no scale-up of their own: ours not Done
+/// (their capacity is booked or coming), and every request another backend answers (its
+/// class is not ours, or it names another autoscaler instance): that backend provisions for
+/// its pods, as the Cluster Autoscaler leaves any consuming pod alone. A pod of one of our
+/// requests that ended is provisioned for like any pod, so it is not stranded.
 pub fn live(prs: &[std::sync::Arc<ProvisioningRequest>]) -> BTreeSet<String> {
     prs.iter()
-        .filter(|p| Class::of(p).is_some() && state(p) != State::Done)
+        .filter(|p| Class::of(p).is_none() || state(p) != State::Done)
         .map(|p| {
             format!(
                 "{}/{}",

@@ -527,6 +527,28 @@ fn consuming_pods_name_their_request_under_either_annotation() {
 }
 
 #[test]
+fn pods_of_live_requests_and_of_other_backends_requests_get_no_scale_up_of_their_own() {
+    let named = |name: &str, p: ProvisioningRequest| {
+        let mut p = p;
+        p.metadata.name = Some(name.into());
+        std::sync::Arc::new(p)
+    };
+    let prs = vec![
+        named(
+            "waiting",
+            pr(CHECK_CAPACITY, &[("Accepted", "True", T0)], json!({})),
+        ),
+        named(
+            "ended",
+            pr(CHECK_CAPACITY, &[("Failed", "True", T0)], json!({})),
+        ),
+        named("gke", pr("queued-provisioning.gke.io", &[], json!({}))),
+    ];
+    let live: Vec<String> = live(&prs).into_iter().collect();
+    assert_eq!(live, ["ml/gke", "ml/waiting"]);
+}
+
+#[test]
 fn a_restart_finds_the_retry_schedule_again() {
     let mut r = pr(
         BEST_EFFORT_ATOMIC,

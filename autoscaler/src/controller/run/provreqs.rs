@@ -73,7 +73,8 @@ fn state_name(s: &State) -> &'static str {
 }
 
 impl<P: CloudProvider + 'static> Controller<P> {
-    /// `namespace/name` of the requests whose capacity consuming pods wait for.
+    /// `namespace/name` of the requests whose consuming pods get no scale-up of their own
+    /// ([`provreq::live`]).
     pub(super) fn live_provreqs(&self) -> BTreeSet<String> {
         match self.stores.provreqs.get() {
             Some((prs, _)) => provreq::live(&prs.state()),
