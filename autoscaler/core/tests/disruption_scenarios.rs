@@ -519,11 +519,12 @@ fn safety_rules_block_disruption() {
 
 #[test]
 fn pdb_with_zero_disruptions_blocks_and_one_allows() {
-    let n = || managed("n", &m16(), "cpu").with_pod(pod("p").cpu("1").label("app", "web"));
+    let web = |name: &str| pod(name).cpu("1").label("app", "web");
+    let n = || managed("n", &m16(), "cpu").with_pod(web("p"));
     let target = || managed("target", &m16(), "cpu").with_pod(pod("fill").cpu("10"));
-    let pdb = |allowed| Pdb {
+    let pdb = |name: &str, allowed| Pdb {
         namespace: "default".into(),
-        name: "web".into(),
+        name: name.into(),
         selector: Requirements::new().with("app", Operator::In, &["web"]),
         disruptions_allowed: allowed,
     };
@@ -531,8 +532,10 @@ fn pdb_with_zero_disruptions_blocks_and_one_allows() {
         vec![n(), target()],
         vec![pool("cpu", vec![m16()]).disruption(quick())],
     );
-    s.pdbs.push(pdb(0));
-    check(
+    let render =
+        |s: &Snapshot| plan_disruption(s, &DisruptionState::default(), 0, &ca_flags()).render();
+    s.pdbs = vec![pdb("web", 0)];
+    let blocked = check(
         &s,
         0,
         &DisruptionState::default(),
@@ -540,17 +543,38 @@ fn pdb_with_zero_disruptions_blocks_and_one_allows() {
             keep n: blocked by PDB default/web (allows 0 disruptions)
             keep target: cpu/memory utilization 0.63 above threshold 0.50
         "#]],
-    );
-    s.pdbs[0] = pdb(1);
+    )
+    .render();
+    s.pdbs = vec![pdb("web", 1)];
+    let allowed = check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            Underutilized Delete nodes=[n] pods=1 savings=0.768
+            keep target: cpu/memory utilization 0.63 above threshold 0.50
+        "#]],
+    )
+    .render();
+    // Two budgets each allowing five: the eviction API refuses a pod more than one selects.
+    s.pdbs = vec![pdb("web-a", 5), pdb("web-b", 5)];
     check(
         &s,
         0,
         &DisruptionState::default(),
         expect![[r#"
-        Underutilized Delete nodes=[n] pods=1 savings=0.768
-        keep target: cpu/memory utilization 0.63 above threshold 0.50
-    "#]],
+            keep n: pod default/p is selected by more than one PDB (default/web-a and default/web-b): the eviction API refuses it
+            keep target: cpu/memory utilization 0.63 above threshold 0.50
+        "#]],
     );
+    // safe-to-evict=true waives the bare-pod rule, not the budget the eviction API enforces.
+    let mut bare = web("p").annotate(autoscaler_core::keys::SAFE_TO_EVICT, "true");
+    bare.0.owner_kind = None;
+    s.nodes[0] = managed("n", &m16(), "cpu").with_pod(bare).build();
+    s.pdbs = vec![pdb("web", 0)];
+    assert_eq!(render(&s), blocked);
+    s.pdbs = vec![pdb("web", 1)];
+    assert_eq!(render(&s), allowed);
 }
 
 #[test]
@@ -1499,57 +1523,6 @@ fn do_not_disrupt_on_a_daemonset_or_static_pod_keeps_the_node() {
             Empty Delete nodes=[plain] pods=0 savings=1.006
             keep ds: pod default/agent has karpenter.sh/do-not-disrupt
             keep static: pod default/static has karpenter.sh/do-not-disrupt
-        "#]],
-    );
-}
-
-#[test]
-fn a_pod_two_budgets_select_or_that_is_safe_to_evict_still_meets_its_pdbs() {
-    let web = |name: &str| pod(name).cpu("1").label("app", "web");
-    let pdb = |name: &str, allowed| Pdb {
-        namespace: "default".into(),
-        name: name.into(),
-        selector: Requirements::new().with("app", Operator::In, &["web"]),
-        disruptions_allowed: allowed,
-    };
-    let target = || managed("target", &m16(), "cpu").with_pod(pod("fill").cpu("10"));
-    // Two budgets each allowing five: the eviction API refuses a pod more than one selects.
-    let mut s = snap(
-        vec![managed("n", &m16(), "cpu").with_pod(web("w")), target()],
-        vec![pool("cpu", vec![m16()]).disruption(quick())],
-    );
-    s.pdbs = vec![pdb("web-a", 5), pdb("web-b", 5)];
-    check(
-        &s,
-        0,
-        &DisruptionState::default(),
-        expect![[r#"
-            keep n: pod default/w is selected by more than one PDB (default/web-a and default/web-b): the eviction API refuses it
-            keep target: cpu/memory utilization 0.63 above threshold 0.50
-        "#]],
-    );
-    // safe-to-evict=true waives the bare-pod rule, not the budget the eviction API enforces.
-    let mut bare = web("w").annotate(autoscaler_core::keys::SAFE_TO_EVICT, "true");
-    bare.0.owner_kind = None;
-    s.nodes[0] = managed("n", &m16(), "cpu").with_pod(bare).build();
-    s.pdbs = vec![pdb("web", 0)];
-    check(
-        &s,
-        0,
-        &DisruptionState::default(),
-        expect![[r#"
-            keep n: blocked by PDB default/web (allows 0 disruptions)
-            keep target: cpu/memory utilization 0.63 above threshold 0.50
-        "#]],
-    );
-    s.pdbs = vec![pdb("web", 1)];
-    check(
-        &s,
-        0,
-        &DisruptionState::default(),
-        expect![[r#"
-            Underutilized Delete nodes=[n] pods=1 savings=0.768
-            keep target: cpu/memory utilization 0.63 above threshold 0.50
         "#]],
     );
 }
