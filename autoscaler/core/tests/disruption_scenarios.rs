@@ -1464,38 +1464,23 @@ fn ten_percent(count: usize, extra: Vec<NodeBuilder>) -> Snapshot {
 
 #[test]
 fn budgets_count_initialized_nodes_and_take_not_ready_ones_as_disrupted() {
+    let deleted = |s: &Snapshot| -> Vec<String> {
+        plan_disruption(s, &DisruptionState::default(), 0, &ca_flags())
+            .commands
+            .iter()
+            .flat_map(|c| c.nodes.iter().cloned())
+            .collect()
+    };
     // Karpenter's budget arithmetic: ten initialized nodes make 10 % one node, however many
     // nodes are still coming up...
     let booting = (0..10)
         .map(|i| managed(&format!("u{i}"), &g1(), "gpu").initialized(false))
         .collect();
-    let plan = plan_disruption(
-        &ten_percent(10, booting),
-        &DisruptionState::default(),
-        0,
-        &ca_flags(),
-    );
-    let deleted: Vec<&str> = plan
-        .commands
-        .iter()
-        .flat_map(|c| c.nodes.iter().map(String::as_str))
-        .collect();
-    assert_eq!(deleted, ["n0"]);
+    assert_eq!(deleted(&ten_percent(10, booting)), ["n0"]);
     // ...and a node that is not ready uses up the budget as one being deleted does. Twenty
     // nodes allow two; the sick one takes one of them.
     let sick = vec![managed("sick", &g1(), "gpu").unready()];
-    let plan = plan_disruption(
-        &ten_percent(19, sick),
-        &DisruptionState::default(),
-        0,
-        &ca_flags(),
-    );
-    let deleted: Vec<&str> = plan
-        .commands
-        .iter()
-        .flat_map(|c| c.nodes.iter().map(String::as_str))
-        .collect();
-    assert_eq!(deleted, ["n0"]);
+    assert_eq!(deleted(&ten_percent(19, sick)), ["n0"]);
 }
 
 #[test]
