@@ -1471,3 +1471,23 @@ fn a_preferred_zone_gives_way_to_zone_spread() {
         "#]],
     );
 }
+
+#[test]
+fn a_restricted_domain_is_the_domain_itself_or_a_subdomain() {
+    use autoscaler_core::provision::restricted_domain;
+    for key in [
+        "kubernetes.io/team",
+        "example.kubernetes.io/team",
+        "nvidia.com/gpu.team",
+    ] {
+        assert!(restricted_domain(key), "{key}");
+    }
+    for key in [
+        "team",
+        "notkubernetes.io/team",
+        "node-restriction.kubernetes.io/team",
+        "example.com/team",
+    ] {
+        assert!(!restricted_domain(key), "{key}");
+    }
+}

@@ -305,7 +305,13 @@ pub fn restricted_domain(key: &str) -> bool {
     let Some((domain, _)) = key.split_once('/') else {
         return false;
     };
-    let under = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    // `d` itself or a subdomain of it, without building the dotted suffix for each check.
+    let under = |d: &str| {
+        domain == d
+            || (domain.len() > d.len()
+                && domain.ends_with(d)
+                && domain.as_bytes()[domain.len() - d.len() - 1] == b'.')
+    };
     let excepted = [
         "node-restriction.kubernetes.io",
         "node.kubernetes.io",
