@@ -214,6 +214,7 @@ type ClassKey<'a> = (
     bool,
     &'a Vec<HostPort>,
     &'a dra::DraKey<'a>,
+    Vec<&'a str>,
 );
 
 /// Selector identity for topology counting: namespace plus label requirements.
@@ -346,6 +347,9 @@ struct Class {
     zones: BTreeSet<String>,
     /// Host ports the pods bind.
     host_ports: Vec<HostPort>,
+    /// Label keys the pods' hard topology spread needs on a node (in `terms` as `Exists`),
+    /// for the words when no type has one.
+    spread_keys: Vec<String>,
 }
 
 use crate::quota::Usage as PoolUse;

@@ -1491,3 +1491,25 @@ fn a_restricted_domain_is_the_domain_itself_or_a_subdomain() {
         assert!(!restricted_domain(key), "{key}");
     }
 }
+
+#[test]
+fn a_pod_spread_over_a_label_no_node_carries_gets_no_node() {
+    // The scheduler filters out a node without the spread's key, so a node launched for the
+    // pod would stay empty, be removed, and be launched again. A key the nodes do carry
+    // (kubernetes.io/arch on every type, a label the pool defines) is fine.
+    let spread = |name: &str, key: &str| pod(name).cpu("1").label("app", name).spread(key, 1, name);
+    let pods = vec![
+        spread("rack", "example.com/rack"),
+        spread("arch", labels::ARCH),
+        spread("team", "team"),
+    ];
+    let pools = vec![pool("default", cpu_types()).require("team", Operator::In, &["ml"])];
+    check(
+        &snapshot(pods, pools),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[arch,team]
+              requirements: kubernetes.io/arch Exists, team In [ml]
+            unschedulable default/rack: no instance type in NodePool default carries the label example.com/rack the pod's topology spread counts by (the scheduler places it only on nodes with that label)
+        "#]],
+    );
+}

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::labels;
 use crate::model::GpuShare;
-use crate::requirements::Requirements;
+use crate::requirements::{Constraint, Requirements};
 use crate::resources::Resources;
 use crate::taints::untolerated;
 
@@ -73,6 +73,25 @@ pub(super) fn class_bar(
     None
 }
 
+/// The label keys a node must carry for the pod's hard topology spread constraints: the
+/// scheduler filters out a node without the key ("missing required label"), so a node the
+/// pod's spread cannot count is no place for it, and planning one would launch a node the pod
+/// never binds to (then, once it was removed empty, another). Every node has a hostname, and
+/// every node the planner launches a zone and a capacity type: those keys are left out, which
+/// keeps the common zone spread free of an extra requirement on every term.
+fn spread_label_keys(p: &crate::model::Pod) -> Vec<&str> {
+    let given = |k: &str| k == labels::HOSTNAME || k == labels::ZONE || k == labels::CAPACITY_TYPE;
+    let mut keys: Vec<&str> = p
+        .spread
+        .iter()
+        .filter(|s| s.hard && !given(&s.topology_key))
+        .map(|s| s.topology_key.as_str())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
 /// A pod's demand-group identity: its class, requests and GPU share.
 type DemandKey<'a> = (usize, &'a Resources, &'a Option<GpuShare>);
 
@@ -98,6 +117,7 @@ impl<'a> Planner<'a> {
                 share,
                 &p.host_ports,
                 &self.dra_keys[i],
+                spread_label_keys(p),
             );
             // Pods of a workload come one after another: an identical neighbour spares the
             // hashing of the whole key.
@@ -108,11 +128,22 @@ impl<'a> Planner<'a> {
             let ci = match known {
                 Some(ci) => ci,
                 None => {
-                    let terms = if p.node_selector.terms.is_empty() {
+                    let mut terms = if p.node_selector.terms.is_empty() {
                         vec![Requirements::new()]
                     } else {
                         p.node_selector.terms.clone()
                     };
+                    for k in &key.5 {
+                        for t in &mut terms {
+                            t.add_constraint(
+                                k,
+                                Constraint {
+                                    allow_absent: false,
+                                    ..Constraint::any()
+                                },
+                            );
+                        }
+                    }
                     let mut zones = BTreeSet::new();
                     let shape_ok: Vec<bool> = self
                         .shapes
@@ -150,8 +181,9 @@ impl<'a> Planner<'a> {
                         shape_ok,
                         slot_ok: Vec::new(),
                         zones,
+                        spread_keys: key.5.iter().map(|k| k.to_string()).collect(),
                     });
-                    index.insert(key, classes.len() - 1);
+                    index.insert(key.clone(), classes.len() - 1);
                     classes.len() - 1
                 }
             };

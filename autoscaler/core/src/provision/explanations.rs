@@ -314,6 +314,19 @@ impl<'a> Planner<'a> {
                     pool.name
                 );
             }
+            let unlabelled = class.spread_keys.iter().find(|k| {
+                !self.shapes.iter().any(|s| {
+                    s.pool == pi
+                        && (s.labels.contains_key(k.as_str()) || s.pool_defined.get(k).is_some())
+                })
+            });
+            if let Some(k) = unlabelled {
+                return format!(
+                    "no instance type in NodePool {} carries the label {k} the pod's topology \
+                     spread counts by (the scheduler places it only on nodes with that label)",
+                    pool.name
+                );
+            }
             return format!(
                 "no instance type in NodePool {} matches the pod's node selector and affinity",
                 pool.name
