@@ -577,8 +577,8 @@ fn pdb_with_zero_disruptions_blocks_and_one_allows() {
     assert_eq!(render(&s), allowed);
 }
 
-#[test]
-fn budget_ten_percent_of_nine_nodes_allows_one() {
+/// Ten percent of `count` empty GPU nodes as the pool's one budget, and `extra` more nodes.
+fn ten_percent(count: usize, extra: Vec<NodeBuilder>) -> Snapshot {
     let policy = DisruptionPolicy {
         unneeded_s: 0,
         budgets: vec![Budget {
@@ -587,11 +587,17 @@ fn budget_ten_percent_of_nine_nodes_allows_one() {
         }],
         ..DisruptionPolicy::default()
     };
-    let nodes = (0..9)
+    let mut nodes: Vec<NodeBuilder> = (0..count)
         .map(|i| managed(&format!("n{i}"), &g1(), "gpu"))
         .collect();
+    nodes.extend(extra);
+    snap(nodes, vec![pool("gpu", vec![g1()]).disruption(policy)])
+}
+
+#[test]
+fn budget_ten_percent_of_nine_nodes_allows_one() {
     let plan = check(
-        &snap(nodes, vec![pool("gpu", vec![g1()]).disruption(policy)]),
+        &ten_percent(9, vec![]),
         0,
         &DisruptionState::default(),
         expect![[r#"
@@ -1443,23 +1449,6 @@ fn a_gpu_node_with_a_cpu_rider_is_replaced_by_one_smaller_gpu_node() {
             Underutilized Replace nodes=[big] pods=2 savings=20.954 replacement=g5.xlarge@1.006
         "#]],
     );
-}
-
-/// Ten percent of `count` empty GPU nodes as the pool's one budget, and `extra` more nodes.
-fn ten_percent(count: usize, extra: Vec<NodeBuilder>) -> Snapshot {
-    let policy = DisruptionPolicy {
-        unneeded_s: 0,
-        budgets: vec![Budget {
-            nodes: BudgetValue::Percent(10),
-            reasons: vec![],
-        }],
-        ..DisruptionPolicy::default()
-    };
-    let mut nodes: Vec<NodeBuilder> = (0..count)
-        .map(|i| managed(&format!("n{i}"), &g1(), "gpu"))
-        .collect();
-    nodes.extend(extra);
-    snap(nodes, vec![pool("gpu", vec![g1()]).disruption(policy)])
 }
 
 #[test]
