@@ -994,6 +994,12 @@ impl<'a> Planner<'a> {
             rooms.resize(si + 1, [-1; 3]);
         }
         rooms[si] = room;
+        let live = if slot.open { slot.stamp } else { 0 };
+        let stamps = &mut self.state.live_stamp;
+        if stamps.len() <= si {
+            stamps.resize(si + 1, 0);
+        }
+        stamps[si] = live;
         self.reserve(si);
     }
 }

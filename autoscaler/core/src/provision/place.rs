@@ -3,7 +3,7 @@
 //! sized for, then the cheapest growth), then on a claim of its own; or deferred, or refused
 //! with a reason.
 
-use super::{Devices, Grow, Planner, SlotKind, Verdict, demand};
+use super::{Devices, Grow, Planner, Verdict, demand};
 
 impl<'a> Planner<'a> {
     pub(super) fn place_group(&mut self, group: &str, members: &[usize]) {
@@ -164,11 +164,11 @@ impl<'a> Planner<'a> {
             {
                 continue;
             }
-            let slot = &self.state.slots[si];
-            if !slot.open || slot.kind != SlotKind::New || self.avoids(ci, slot.taints(self.snap)) {
+            // Only open new claims have a stamp here (see `State::live_stamp`).
+            let stamp = self.state.live_stamp.get(si).copied().unwrap_or(0);
+            if stamp == 0 || self.avoids_slot(ci, si) {
                 continue;
             }
-            let stamp = slot.stamp;
             // The claim's grown form comes with a fresh verdict; a cached one recomputes it
             // only for the claim the pod goes to.
             let (verdict, grow) = match self.verdicts[sg].get(si) {

@@ -56,7 +56,12 @@ fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
         && req
             .extended
             .iter()
-            .all(|(k, v)| v + used.get(k) <= alloc.get(k))
+            // Keys here are extended ones by construction, so the map is read directly rather
+            // than through `get`'s comparisons against the four named resources.
+            .all(|(k, v)| {
+                v + used.extended.get(k).copied().unwrap_or(0)
+                    <= alloc.extended.get(k).copied().unwrap_or(0)
+            })
 }
 
 /// Whether any of `wanted` conflicts with a port already bound (`bound`).
@@ -369,11 +374,13 @@ impl<'a> Planner<'a> {
         avoid_gpu: bool,
         own: &mut Option<f64>,
     ) -> (Verdict, Option<Grow>) {
+        // The class check is a remembered answer, so it goes first.
+        if !self.new_slot_may_fit(self.class_of[i], si) {
+            return (Verdict::No, None);
+        }
         let pod = &self.snap.pending[i];
         let slot = &self.state.slots[si];
-        if !quick_fit(&pod.requests, slot.allocatable(self.snap), &slot.used)
-            || !self.new_slot_may_fit(self.class_of[i], si)
-        {
+        if !quick_fit(&pod.requests, slot.allocatable(self.snap), &slot.used) {
             return (Verdict::No, None);
         }
         let Some(grow) = self.try_new_slot(i, si, avoid_gpu) else {
@@ -404,6 +411,13 @@ impl<'a> Planner<'a> {
         !self.relaxed
             && self.any_prefer_no_schedule
             && prefers_not(&self.classes[ci].tolerations, taints)
+    }
+
+    /// [`Self::avoids`] for slot `si`, reading the slot only when some taint may be avoided.
+    pub(super) fn avoids_slot(&self, ci: usize, si: usize) -> bool {
+        !self.relaxed
+            && self.any_prefer_no_schedule
+            && self.avoids(ci, self.state.slots[si].taints(self.snap))
     }
 
     /// Whether pod `i`'s verdict on a new claim depends on that claim alone (and on the pod's
