@@ -50,7 +50,9 @@
 //! cheapest types carrying a missing value, and the controller writes the rule onto the NodeClaim's
 //! requirements. Fractional GPU shares are packed per device (best fit), never pooled, and only on
 //! pools with `gpuSharing.fractional`. Topology: zone and hostname spread (DoNotSchedule; the pod
-//! counts in its own domain only when it matches the constraint's selector, as in the scheduler),
+//! counts in its own domain only when it matches the constraint's selector, as in the scheduler);
+//! spread over other keys (capacity type, instance labels, labels a pool defines) by pinning each
+//! pod to the domain with the fewest matching pods before planning (`spread_domains`);
 //! hostname/zone anti-affinity (both directions), zone/hostname affinity; a claim is pinned to one
 //! zone when a zone rule needs it, or when it takes a pod some pending pod's zone affinity selects
 //! (so that the pod counts in a zone); the pods a claim held before it was pinned count in its
@@ -101,6 +103,7 @@ mod finish;
 mod place;
 mod shapes;
 mod slots;
+mod spread_domains;
 mod topology;
 
 pub use shapes::{
@@ -214,7 +217,7 @@ type ClassKey<'a> = (
     bool,
     &'a Vec<HostPort>,
     &'a dra::DraKey<'a>,
-    Vec<&'a str>,
+    Vec<(&'a str, Option<&'a str>)>,
 );
 
 /// Selector identity for topology counting: namespace plus label requirements.
@@ -347,9 +350,13 @@ struct Class {
     zones: BTreeSet<String>,
     /// Host ports the pods bind.
     host_ports: Vec<HostPort>,
-    /// Label keys the pods' hard topology spread needs on a node (in `terms` as `Exists`),
-    /// for the words when no type has one.
+    /// Label keys the pods' hard topology spread needs on a node (in `terms` as `Exists`, or
+    /// as `In` the one domain [`Planner::spread_pins`] chose), for the words when no type has
+    /// one.
     spread_keys: Vec<String>,
+    /// The domains [`Planner::spread_pins`] gave the pods, as `key=value`, for the words when
+    /// no type is in them.
+    pins: Vec<String>,
 }
 
 use crate::quota::Usage as PoolUse;

@@ -1508,8 +1508,175 @@ fn a_pod_spread_over_a_label_no_node_carries_gets_no_node() {
         &snapshot(pods, pools),
         expect![[r#"
             claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[arch,team]
-              requirements: kubernetes.io/arch Exists, team In [ml]
+              requirements: kubernetes.io/arch In [amd64], team In [ml]
             unschedulable default/rack: no instance type in NodePool default carries the label example.com/rack the pod's topology spread counts by (the scheduler places it only on nodes with that label)
+        "#]],
+    );
+}
+
+/// [`cpu_types`] with spot offerings at 40 % of the on-demand price in every zone.
+fn spot_and_on_demand_types() -> Vec<autoscaler_core::instance::InstanceType> {
+    let mut types = cpu_types();
+    for t in &mut types {
+        let spot: Vec<_> = t
+            .offerings
+            .iter()
+            .map(|o| autoscaler_core::instance::Offering {
+                capacity_type: CapacityType::Spot,
+                price: o.price * 0.4,
+                ..o.clone()
+            })
+            .collect();
+        t.offerings.extend(spot);
+    }
+    types
+}
+
+#[test]
+fn a_spread_over_capacity_type_puts_pods_on_spot_and_on_demand_in_turn() {
+    // Karpenter's "should balance pods across capacity types": the pool allows both, so both
+    // are domains, and maxSkew 1 splits four pods 2/2. Before, all four went to spot (the
+    // kube-scheduler, seeing only spot nodes, accepts that), and the split never happened.
+    let pods = (0..4)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .spread(labels::CAPACITY_TYPE, 1, "web")
+        })
+        .collect();
+    check(
+        &snapshot(pods, vec![pool("default", spot_and_on_demand_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-2]
+              requirements: karpenter.sh/capacity-type In [spot]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1,web-3]
+              requirements: karpenter.sh/capacity-type In [on-demand]
+        "#]],
+    );
+}
+
+#[test]
+fn a_spread_over_a_label_two_nodepools_define_splits_pods_by_their_values() {
+    // The od/spot split of Karpenter's blueprints: two pools give a label of their own
+    // disjoint values (spot 2-5, on-demand 1), and a spread over it with maxSkew 1 puts one
+    // pod in five on on-demand: ten pods, two per value, eight on spot.
+    let types = spot_and_on_demand_types;
+    let pools = vec![
+        pool("spot", types())
+            .require(labels::CAPACITY_TYPE, Operator::In, &["spot"])
+            .require("capacity-spread", Operator::In, &["2", "3", "4", "5"]),
+        pool("od", types())
+            .require(labels::CAPACITY_TYPE, Operator::In, &["on-demand"])
+            .require("capacity-spread", Operator::In, &["1"]),
+    ];
+    let pods = (0..10)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .spread("capacity-spread", 1, "web")
+        })
+        .collect();
+    check(
+        &snapshot(pods, pools),
+        expect![[r#"
+            claim spot-1 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-5]
+              requirements: capacity-spread In [2], karpenter.sh/capacity-type In [spot]
+            claim spot-2 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1,web-6]
+              requirements: capacity-spread In [3], karpenter.sh/capacity-type In [spot]
+            claim spot-3 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-2,web-7]
+              requirements: capacity-spread In [4], karpenter.sh/capacity-type In [spot]
+            claim spot-4 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-3,web-8]
+              requirements: capacity-spread In [5], karpenter.sh/capacity-type In [spot]
+            claim od-5 pool=od price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-4,web-9]
+              requirements: capacity-spread In [1], karpenter.sh/capacity-type In [on-demand]
+        "#]],
+    );
+}
+
+#[test]
+fn a_capacity_type_spread_counts_the_pods_already_running() {
+    // Two matching pods already run on a full spot node: the next two go on demand.
+    let types = spot_and_on_demand_types();
+    let full = node("spot-1", &types[0], "us-east-1a")
+        .label(labels::CAPACITY_TYPE, "spot")
+        .with_pod(pod("old-0").cpu("900m").label("app", "web"))
+        .with_pod(pod("old-1").cpu("900m").label("app", "web"));
+    let pods = (0..2)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .spread(labels::CAPACITY_TYPE, 1, "web")
+        })
+        .collect();
+    let mut snap = snapshot(pods, vec![pool("default", types)]);
+    snap.nodes.push(full.build());
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1]
+              requirements: karpenter.sh/capacity-type In [on-demand]
+        "#]],
+    );
+}
+
+#[test]
+fn pods_that_may_only_run_on_demand_share_an_on_demand_node() {
+    // Their cost on a node of their own was priced at the type's cheapest offering, spot, so
+    // their share of an on-demand claim looked too dear and each took a node of its own.
+    let pods = (0..2)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .select(labels::CAPACITY_TYPE, "on-demand")
+        })
+        .collect();
+    check(
+        &snapshot(pods, vec![pool("default", spot_and_on_demand_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1]
+              requirements: karpenter.sh/capacity-type In [on-demand]
+        "#]],
+    );
+}
+
+#[test]
+fn a_pod_whose_spread_domain_has_no_room_waits_and_says_which_domain() {
+    // The pool offers spot only; a full on-demand node it does not manage is a domain too
+    // (the pod's node selection matches it), with no matching pod. A spot node holds one: a
+    // second there would break maxSkew 1, so the pod waits, as the scheduler would keep it.
+    let mut types = spot_and_on_demand_types();
+    let spot_only: Vec<_> = types
+        .iter()
+        .cloned()
+        .map(|mut t| {
+            t.offerings
+                .retain(|o| o.capacity_type == CapacityType::Spot);
+            t
+        })
+        .collect();
+    let m5 = types.remove(0);
+    let spot = node("spot-1", &m5, "us-east-1a")
+        .label(labels::CAPACITY_TYPE, "spot")
+        .with_pod(pod("old").cpu("1900m").label("app", "web"));
+    let on_demand = node("od-1", &m5, "us-east-1a")
+        .label(labels::CAPACITY_TYPE, "on-demand")
+        .with_pod(pod("other").cpu("1900m"));
+    let pods =
+        vec![
+            pod("web-0")
+                .cpu("1")
+                .label("app", "web")
+                .spread(labels::CAPACITY_TYPE, 1, "web"),
+        ];
+    let mut snap = snapshot(pods, vec![pool("default", spot_only)]);
+    snap.nodes = vec![spot.build(), on_demand.build()];
+    check(
+        &snap,
+        expect![[r#"
+            unschedulable default/web-0: no instance type in NodePool default matches the pod's node selector and affinity in the topology spread domain karpenter.sh/capacity-type=on-demand (the one with the fewest matching pods)
         "#]],
     );
 }

@@ -1,5 +1,6 @@
 //! End-to-end runs of small scenarios: determinism, safety and that every pod gets bound.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use autoscaler_sim::{RunOptions, Scenario, chart, report, run, seeds, sweep};
@@ -870,4 +871,64 @@ fn pods_asking_for_a_label_their_nodepool_defines_run_on_nodes_labelled_so() {
     assert_eq!(p.pending_at_end, 0, "{summary}");
     assert_eq!(p.nodes_launched, 2, "{summary}");
     assert_eq!(p.safety_violations, 0, "{summary}");
+}
+
+/// Karpenter's blueprint for an on-demand/spot split: two NodePools give a label of their own
+/// disjoint values (spot 2-5, on-demand 1), and a Deployment spreads over that label.
+const CAPACITY_SPLIT: &str = "\
+name: capacity-split
+seed: 1
+duration: 1h
+catalog: aws
+nodePools:
+  - metadata: {name: spot}
+    spec:
+      template:
+        requirements:
+          - {key: node.kubernetes.io/instance-type, operator: In, values: [m6i.large]}
+          - {key: karpenter.sh/capacity-type, operator: In, values: [spot]}
+          - {key: capacity-spread, operator: In, values: ['2', '3', '4', '5']}
+  - metadata: {name: on-demand}
+    spec:
+      template:
+        requirements:
+          - {key: node.kubernetes.io/instance-type, operator: In, values: [m6i.large]}
+          - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+          - {key: capacity-spread, operator: In, values: ['1']}
+workloads:
+  - deployment:
+      name: web
+      replicas: [{at: 0s, count: 10}]
+      pod:
+        cpu: 900m
+        memory: 1Gi
+        labels: {app: web}
+        spread: [{topologyKey: capacity-spread, maxSkew: 1}]
+";
+
+#[test]
+fn a_spread_over_a_label_two_nodepools_define_splits_the_pods_between_them() {
+    // Two pods per value: two on on-demand nodes, eight on spot. Before, every pod went to
+    // the cheaper spot pool, and the scheduler (seeing one domain) bound them all there.
+    // Two pods fill a node: with room to spare, a pod planned for the on-demand node can be
+    // bound to a spot node that registers first (the scheduler knows only domains that have a
+    // node), as it can under Karpenter.
+    let s = Scenario::parse(Path::new("capacity-split.yaml"), CAPACITY_SPLIT).unwrap();
+    let r = run(&s, &ours_only(), &|_, _| {}).unwrap();
+    let p = &r.policies[0];
+    let summary = report::summary(&r);
+    assert_eq!(p.pending_at_end, 0, "{summary}");
+    assert_eq!(p.safety_violations, 0, "{summary}");
+    assert_eq!(p.nodes_launched, 5, "{summary}");
+    let mut per_pool: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, node) in &p.first_node {
+        *per_pool
+            .entry(p.node_records[*node].pool.as_str())
+            .or_default() += 1;
+    }
+    assert_eq!(
+        per_pool,
+        BTreeMap::from([("on-demand", 2), ("spot", 8)]),
+        "{summary}"
+    );
 }

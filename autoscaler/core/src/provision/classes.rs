@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::labels;
 use crate::model::GpuShare;
-use crate::requirements::{Constraint, Requirements};
+use crate::requirements::{Constraint, Requirements, ValueSet};
 use crate::resources::Resources;
 use crate::taints::untolerated;
 
@@ -79,14 +79,26 @@ pub(super) fn class_bar(
 /// never binds to (then, once it was removed empty, another). Every node has a hostname, and
 /// every node the planner launches a zone and a capacity type: those keys are left out, which
 /// keeps the common zone spread free of an extra requirement on every term.
-fn spread_label_keys(p: &crate::model::Pod) -> Vec<&str> {
+///
+/// With each key, the domain [`Planner::spread_pins`] pinned the pod to (`pins`), if any: a
+/// pinned capacity type is kept too, though every node has one.
+fn spread_label_keys<'p>(
+    p: &'p crate::model::Pod,
+    pins: &'p [(String, String)],
+) -> Vec<(&'p str, Option<&'p str>)> {
     let given = |k: &str| k == labels::HOSTNAME || k == labels::ZONE || k == labels::CAPACITY_TYPE;
-    let mut keys: Vec<&str> = p
+    let pinned = |k: &str| pins.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.as_str());
+    let mut keys: Vec<(&str, Option<&str>)> = p
         .spread
         .iter()
         .filter(|s| s.hard && !given(&s.topology_key))
-        .map(|s| s.topology_key.as_str())
+        .map(|s| (s.topology_key.as_str(), pinned(&s.topology_key)))
         .collect();
+    keys.extend(
+        pins.iter()
+            .filter(|(k, _)| k == labels::CAPACITY_TYPE)
+            .map(|(k, v)| (k.as_str(), Some(v.as_str()))),
+    );
     keys.sort_unstable();
     keys.dedup();
     keys
@@ -109,6 +121,7 @@ impl<'a> Planner<'a> {
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         let mut prev: Option<(ClassKey<'_>, usize)> = None;
+        let pins = self.spread_pins();
         for (i, p) in self.snap.pending.iter().enumerate() {
             let share = p.gpu_share.is_some();
             let key = (
@@ -117,7 +130,7 @@ impl<'a> Planner<'a> {
                 share,
                 &p.host_ports,
                 &self.dra_keys[i],
-                spread_label_keys(p),
+                spread_label_keys(p, &pins[i]),
             );
             // Pods of a workload come one after another: an identical neighbour spares the
             // hashing of the whole key.
@@ -133,12 +146,17 @@ impl<'a> Planner<'a> {
                     } else {
                         p.node_selector.terms.clone()
                     };
-                    for k in &key.5 {
+                    for (k, pinned) in &key.5 {
+                        let values = match pinned {
+                            Some(v) => ValueSet::In(BTreeSet::from([v.to_string()])),
+                            None => ValueSet::NotIn(BTreeSet::new()),
+                        };
                         for t in &mut terms {
                             t.add_constraint(
                                 k,
                                 Constraint {
                                     allow_absent: false,
+                                    values: values.clone(),
                                     ..Constraint::any()
                                 },
                             );
@@ -181,7 +199,17 @@ impl<'a> Planner<'a> {
                         shape_ok,
                         slot_ok: Vec::new(),
                         zones,
-                        spread_keys: key.5.iter().map(|k| k.to_string()).collect(),
+                        spread_keys: key
+                            .5
+                            .iter()
+                            .filter(|(k, _)| *k != labels::CAPACITY_TYPE)
+                            .map(|(k, _)| k.to_string())
+                            .collect(),
+                        pins: key
+                            .5
+                            .iter()
+                            .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+                            .collect(),
                     });
                     index.insert(key.clone(), classes.len() - 1);
                     classes.len() - 1
@@ -302,7 +330,18 @@ impl<'a> Planner<'a> {
             if let Some(k) = self.dra_copies(i, si) {
                 per_node = per_node.min(k);
             }
-            per_shape.push((per_node, shape.offerings[0].price));
+            // Priced under the class's own zone and capacity type: a pod that may only run
+            // on demand measured against the type's spot price found every claim's share of
+            // an on-demand node too dear, and took a node of its own each time.
+            let Some(price) = class
+                .terms
+                .iter()
+                .filter_map(|t| shape.price_under(t))
+                .min_by(f64::total_cmp)
+            else {
+                continue;
+            };
+            per_shape.push((per_node, price));
         }
         UnitCosts::new(per_shape)
     }

@@ -327,6 +327,14 @@ impl<'a> Planner<'a> {
                     pool.name
                 );
             }
+            if !class.pins.is_empty() {
+                return format!(
+                    "no instance type in NodePool {} matches the pod's node selector and affinity \
+                     in the topology spread domain {} (the one with the fewest matching pods)",
+                    pool.name,
+                    class.pins.join(", ")
+                );
+            }
             return format!(
                 "no instance type in NodePool {} matches the pod's node selector and affinity",
                 pool.name
