@@ -108,7 +108,8 @@ mod topology;
 
 pub use shapes::{
     AdmittedTypes, Devices, Shape, ShapeCache, admitted_types, build_shapes,
-    claim_meets_min_values, demand, pool_defined_labels, restricted_domain, term_fits_shape,
+    claim_meets_min_values, demand, pool_defined_labels, pool_node_type, restricted_domain,
+    term_fits_shape,
 };
 
 pub(crate) use explanations::pool_standing;

@@ -24,9 +24,8 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use autoscaler_core::gpu::apply_sharing;
 use autoscaler_core::model::Pool;
-use autoscaler_core::{CapacityType, InstanceType, labels};
+use autoscaler_core::{CapacityType, InstanceType};
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -884,42 +883,7 @@ impl Scenario {
 /// The instance type as nodes of `pool` see it (sharing applied), when the pool's label
 /// requirements (zone and capacity type aside) allow it and some offering is allowed.
 pub fn type_in_pool(it: &InstanceType, pool: &Pool) -> Option<InstanceType> {
-    let shared = apply_sharing(it, &pool.sharing).ok()?;
-    let mut l = shared.labels.clone();
-    for (k, v) in &pool.labels {
-        l.insert(k.clone(), v.clone());
-    }
-    l.insert(labels::NODEPOOL.into(), pool.name.clone());
-    // Labels the pool defines itself refuse no type; one it pins to a single value is on every
-    // node (the baselines, which read these labels, know no other value).
-    let defined = autoscaler_core::provision::pool_defined_labels(pool);
-    for (k, c) in defined.iter() {
-        if let Some(v) = c.single_value() {
-            l.insert(k.to_string(), v.to_string());
-        }
-    }
-    for (k, c) in pool.requirements.iter() {
-        if k == labels::ZONE
-            || k == labels::CAPACITY_TYPE
-            || k == labels::HOSTNAME
-            || defined.get(k).is_some()
-        {
-            continue;
-        }
-        if !c.matches(l.get(k).map(String::as_str)) {
-            return None;
-        }
-    }
-    let zc = pool.requirements.get(labels::ZONE);
-    let cc = pool.requirements.get(labels::CAPACITY_TYPE);
-    let any = shared.offerings.iter().any(|o| {
-        zc.is_none_or(|c| c.matches(Some(&o.zone)))
-            && cc.is_none_or(|c| c.matches(Some(o.capacity_type.as_str())))
-    });
-    any.then_some(InstanceType {
-        labels: l,
-        ..shared
-    })
+    autoscaler_core::provision::pool_node_type(pool, it)
 }
 
 mod build;

@@ -422,6 +422,27 @@ fn admitted<'p, 'i>(
     Ok((shared, labels, offerings))
 }
 
+/// Instance type `it` as a node of `pool` looks: sharing applied, the node's labels (the
+/// type's, the pool's own, its name, and each label the pool defines itself with a single
+/// allowed value), and every offering of the type. `None` when the pool's requirements refuse
+/// the type or leave it no offering in an allowed zone and capacity type. The same admission
+/// as the planner's shapes, for callers that model nodes of their own (the simulator's
+/// baselines and existing nodes).
+pub fn pool_node_type(pool: &Pool, it: &InstanceType) -> Option<InstanceType> {
+    let defined = pool_defined_labels(pool);
+    let (shared, mut labels, _) = admitted(pool, it, &defined).ok()?;
+    // Only a single value is certain; a label with several is chosen per claim at planning.
+    for (k, c) in defined.iter() {
+        if let Some(v) = c.single_value() {
+            labels.insert(k.to_string(), v.to_string());
+        }
+    }
+    Some(InstanceType {
+        labels,
+        ..shared.into_owned()
+    })
+}
+
 /// How many instance types of `pool.instance_types` its requirements admit (sharing valid,
 /// labels matching, an offering in an allowed zone and capacity type), and how many of those
 /// have such an offering available now: the NodePool's `InstanceTypesAvailable` condition.
