@@ -94,15 +94,18 @@ fn apply_mig(it: &mut InstanceType, gpu: &GpuSpec, m: &MigSharing) -> Result<(),
     };
     let model = mig::model_for(&gpu.model, gpu.memory_mib);
     // `all-disabled` is a no-op on any GPU, so a pool may list non-MIG types next to MIG ones;
-    // the operator's labels only concern NVIDIA nodes.
+    // the operator's labels only concern NVIDIA nodes, and it writes `mig.config` only on
+    // nodes whose GPUs can do MIG (GFD's `mig.strategy` is on every node it runs on).
     if m.config == mig::DISABLED {
         if !is_nvidia(gpu) {
             return Ok(());
         }
-        set_label(it, labels::NVIDIA_MIG_CONFIG, mig::DISABLED);
         set_label(it, labels::NVIDIA_MIG_STRATEGY, strategy);
         if model.is_some() {
+            set_label(it, labels::NVIDIA_MIG_CONFIG, mig::DISABLED);
             set_label(it, NVIDIA_MIG_CAPABLE, "true");
+        } else {
+            set_label(it, NVIDIA_MIG_CAPABLE, "false");
         }
         return Ok(());
     }
@@ -124,12 +127,20 @@ fn apply_mig(it: &mut InstanceType, gpu: &GpuSpec, m: &MigSharing) -> Result<(),
     it.capacity.set(&gpu.resource, 0);
     match m.strategy {
         MigStrategy::Single => {
-            // `all-enabled` creates no instances: the node offers no GPU at all.
             let [(profile, per_gpu)] = layout.as_slice() else {
+                // `all-enabled` creates no instances, and the device plugin under the single
+                // strategy refuses to start on a MIG-enabled GPU without any: no node of the
+                // pool would ever offer a GPU, nor run its device plugin.
                 if layout.is_empty() {
-                    set_mig_labels(it, &m.config, strategy);
-                    set_label(it, labels::NVIDIA_COUNT, "0");
-                    return Ok(());
+                    return Err(invalid(
+                        gpu,
+                        format!(
+                            "MIG strategy single needs MIG instances to advertise as {}, but \
+                             {} creates none and the device plugin does not start without \
+                             them; use strategy mixed or an all-<profile> configuration",
+                            gpu.resource, m.config
+                        ),
+                    ));
                 }
                 let names: Vec<&str> = layout.iter().map(|(p, _)| p.name).collect();
                 return Err(invalid(
@@ -209,7 +220,11 @@ fn apply_time_slicing(
     }
     set_label(it, labels::NVIDIA_REPLICAS, ts.replicas.to_string());
     set_label(it, NVIDIA_SHARING_STRATEGY, "time-slicing");
-    suffix_product(it, "-SHARED");
+    // GFD marks the product shared only when the resource keeps its name: a renamed
+    // resource (`nvidia.com/gpu.shared`) says so itself, and the product label stays as it is.
+    if !ts.rename {
+        suffix_product(it, "-SHARED");
+    }
     Ok(())
 }
 

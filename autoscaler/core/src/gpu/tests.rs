@@ -179,12 +179,12 @@ fn time_slicing_with_rename_moves_to_shared_resource() {
     check(
         &ts(3, true),
         expect![[r#"
-            p4d: nvidia.com/gpu.shared=24 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
-            p4de: nvidia.com/gpu.shared=24 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
-            a3-1g: nvidia.com/gpu.shared=3 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
-            p5en: nvidia.com/gpu.shared=24 [nvidia.com/gpu.product=NVIDIA-H200-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
-            b200x8: nvidia.com/gpu.shared=24 [nvidia.com/gpu.product=NVIDIA-B200-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
-            g4dn: nvidia.com/gpu.shared=3 [nvidia.com/gpu.product=Tesla-T4-SHARED] [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            p4d: nvidia.com/gpu.shared=24 [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            p4de: nvidia.com/gpu.shared=24 [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            a3-1g: nvidia.com/gpu.shared=3 [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            p5en: nvidia.com/gpu.shared=24 [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            b200x8: nvidia.com/gpu.shared=24 [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
+            g4dn: nvidia.com/gpu.shared=3 [nvidia.com/gpu.replicas=3] [nvidia.com/gpu.sharing-strategy=time-slicing]
             g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": time-slicing is a feature of NVIDIA's device plugin and needs an NVIDIA GPU
             cpu-only: no devices
         "#]],
@@ -269,7 +269,7 @@ fn mig_disabled_keeps_whole_gpus() {
             a3-1g: nvidia.com/gpu=1 [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
             p5en: nvidia.com/gpu=8 [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
             b200x8: nvidia.com/gpu=8 [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
-            g4dn: nvidia.com/gpu=1 [nvidia.com/mig.config=all-disabled] [nvidia.com/mig.strategy=single]
+            g4dn: nvidia.com/gpu=1 [nvidia.com/mig.capable=false] [nvidia.com/mig.strategy=single]
             g4ad: amd.com/gpu=1
             cpu-only: no devices
         "#]],
@@ -277,15 +277,15 @@ fn mig_disabled_keeps_whole_gpus() {
 }
 
 #[test]
-fn mig_enabled_without_instances_offers_nothing() {
+fn mig_enabled_without_instances_offers_nothing_and_is_refused_under_single() {
     check(
         &mig("all-enabled", MigStrategy::Single),
         expect![[r#"
-            p4d: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
-            p4de: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
-            a3-1g: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
-            p5en: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
-            b200x8: no devices [nvidia.com/gpu.count=0] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-enabled] [nvidia.com/mig.strategy=single]
+            p4d: error: GPU sharing on GPU model "A100": MIG strategy single needs MIG instances to advertise as nvidia.com/gpu, but all-enabled creates none and the device plugin does not start without them; use strategy mixed or an all-<profile> configuration
+            p4de: error: GPU sharing on GPU model "A100": MIG strategy single needs MIG instances to advertise as nvidia.com/gpu, but all-enabled creates none and the device plugin does not start without them; use strategy mixed or an all-<profile> configuration
+            a3-1g: error: GPU sharing on GPU model "H100": MIG strategy single needs MIG instances to advertise as nvidia.com/gpu, but all-enabled creates none and the device plugin does not start without them; use strategy mixed or an all-<profile> configuration
+            p5en: error: GPU sharing on GPU model "H200": MIG strategy single needs MIG instances to advertise as nvidia.com/gpu, but all-enabled creates none and the device plugin does not start without them; use strategy mixed or an all-<profile> configuration
+            b200x8: error: GPU sharing on GPU model "B200": MIG strategy single needs MIG instances to advertise as nvidia.com/gpu, but all-enabled creates none and the device plugin does not start without them; use strategy mixed or an all-<profile> configuration
             g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
             g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
             cpu-only: no devices
@@ -318,15 +318,15 @@ fn mig_then_time_slicing() {
     check(
         &sharing,
         expect![[r#"
-        p4d: error: unknown MIG configuration "all-3g.40gb" for GPU model "A100 (A100-40GB)"
-        p4de: nvidia.com/mig-3g.40gb.shared=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig-3g.40gb.count=16] [nvidia.com/mig-3g.40gb.memory=40192] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=mixed]
-        a3-1g: nvidia.com/mig-3g.40gb.shared=4 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig-3g.40gb.count=2] [nvidia.com/mig-3g.40gb.memory=40960] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=mixed]
-        p5en: error: unknown MIG configuration "all-3g.40gb" for GPU model "H200 (H200-141GB)"
-        b200x8: error: unknown MIG configuration "all-3g.40gb" for GPU model "B200"
-        g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
-        g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
-        cpu-only: no devices
-    "#]],
+            p4d: error: unknown MIG configuration "all-3g.40gb" for GPU model "A100 (A100-40GB)"
+            p4de: nvidia.com/mig-3g.40gb.shared=32 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig-3g.40gb.count=16] [nvidia.com/mig-3g.40gb.memory=40192] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=mixed]
+            a3-1g: nvidia.com/mig-3g.40gb.shared=4 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=time-slicing] [nvidia.com/mig-3g.40gb.count=2] [nvidia.com/mig-3g.40gb.memory=40960] [nvidia.com/mig.capable=true] [nvidia.com/mig.config=all-3g.40gb] [nvidia.com/mig.strategy=mixed]
+            p5en: error: unknown MIG configuration "all-3g.40gb" for GPU model "H200 (H200-141GB)"
+            b200x8: error: unknown MIG configuration "all-3g.40gb" for GPU model "B200"
+            g4dn: error: GPU sharing on GPU model "T4": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": this GPU does not support MIG (MIG-capable models: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, B200)
+            cpu-only: no devices
+        "#]],
     );
     let sharing = GpuSharing {
         time_slicing: Some(TimeSlicing {
