@@ -83,6 +83,8 @@ fn examples_parse_into_the_expected_core_pools() {
     let inference = get("gpu-inference");
     let mig = inference.sharing.mig.unwrap();
     assert_eq!(mig.config, "all-1g.10gb");
+    // Its nodes carry the configuration the MIG manager applies.
+    assert_eq!(inference.labels["nvidia.com/mig.config"], "all-1g.10gb");
     assert_eq!(mig.strategy, autoscaler_core::model::MigStrategy::Mixed);
     assert_eq!(inference.disruption.gpu_utilization_threshold, 0.4);
     assert_eq!(inference.disruption.budgets.len(), 2);

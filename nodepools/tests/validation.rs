@@ -256,6 +256,14 @@ fn nodepool_cases() {
             "#]],
         ),
         (
+            "template:\n  metadata:\n    labels:\n      nvidia.com/mig.config: all-2g.20gb\ngpuSharing:\n  mig:\n    config: all-1g.10gb\n    strategy: mixed",
+            expect![[r#"
+                rust:
+                  spec.template.metadata.labels["nvidia.com/mig.config"]: "all-2g.20gb" differs from gpuSharing.mig.config "all-1g.10gb": the MIG manager would apply "all-2g.20gb" to nodes sized for "all-1g.10gb" (leave the label out: the pool's nodes get gpuSharing.mig.config)
+                server: ok
+            "#]],
+        ),
+        (
             "gpuSharing:\n  timeSlicing:\n    replicas: 1\n  mig:\n    config: all-1g.10gb",
             expect![[r#"
                 rust:

@@ -13,7 +13,9 @@
 //!    kwok controller can manage it. GPU-class allocatable starts at zero.
 //! 2. `ready_delay` after that, the Node turns Ready.
 //! 3. `gpu_delay` after that, the device plugin "starts": GPU-class allocatable is raised to
-//!    the capacity and the startup taints are removed (as the GPU Operator would).
+//!    the capacity and the startup taints are removed (as the GPU Operator would). A Node
+//!    whose `nvidia.com/mig.config` asks for a MIG geometry registers with
+//!    `nvidia.com/mig.config.state=pending`, which turns `success` then too.
 //!
 //! The emulated device plugin is configured as the NodePool says: the Node advertises the
 //! instance type with the pool's GPU sharing applied ([`autoscaler_core::gpu::apply_sharing`]:
@@ -76,6 +78,9 @@ mod api;
 
 use api::{api_taint, booted_type, node_status};
 pub use api::{quantities, quantity};
+
+/// `nvidia.com/mig.config.state` while the emulated MIG manager works.
+const MIG_PENDING: &str = "pending";
 
 /// Label marking a [`KwokInstance`] as an outage of its offering rather than an instance.
 pub const OUTAGE_LABEL: &str = "kwok.gpu-autoscaler.dev/outage";
@@ -429,6 +434,14 @@ impl KwokProvider {
         node_labels.insert(labels::HOSTNAME.into(), name.clone());
         node_labels.insert(INSTANCE_LABEL.into(), name.clone());
         node_labels.insert("type".into(), "kwok".into());
+        // The GPU Operator's MIG manager starts on a Node whose `nvidia.com/mig.config` asks
+        // for a geometry, and reports it applied when the device plugin comes back (below).
+        if node_labels
+            .get(labels::NVIDIA_MIG_CONFIG)
+            .is_some_and(|c| c != autoscaler_core::gpu::mig::DISABLED)
+        {
+            node_labels.insert(labels::NVIDIA_MIG_CONFIG_STATE.into(), MIG_PENDING.into());
+        }
         let mut taints = s.taints.clone();
         taints.extend(s.startup_taints.clone());
         Some(Node {
@@ -627,18 +640,27 @@ impl KwokProvider {
                     .any(|s| s.key == t.key && s.effect == t.effect)
             })
             .collect();
-        if keep.len() == taints.len() {
+        // The MIG manager finished before the device plugin it paused came back.
+        let mig_pending = node
+            .labels()
+            .get(labels::NVIDIA_MIG_CONFIG_STATE)
+            .is_some_and(|s| s == MIG_PENDING);
+        if keep.len() == taints.len() && !mig_pending {
             return Ok(());
         }
         let rv = node.metadata.resource_version.clone();
+        let mut patch = json!({
+            "metadata": {"resourceVersion": rv},
+            "spec": {"taints": keep},
+        });
+        if mig_pending {
+            patch["metadata"]["labels"] = json!({ labels::NVIDIA_MIG_CONFIG_STATE: "success" });
+        }
         self.nodes_api()
             .patch(
                 &node.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(json!({
-                    "metadata": {"resourceVersion": rv},
-                    "spec": {"taints": keep},
-                })),
+                &Patch::Merge(patch),
             )
             .await
             .map(|_| ())

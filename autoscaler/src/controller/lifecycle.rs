@@ -29,6 +29,17 @@
 //! stays in that state (the planner no longer counts on it once the runtime excludes its shape)
 //! until the Node catches up or the initialization timeout deletes it.
 //!
+//! **MIG.** A claim of a NodePool that partitions its GPUs with MIG carries the pool's
+//! `nvidia.com/mig.config` label, which the runtime copies onto its Node; the GPU Operator's MIG
+//! manager applies that geometry and reports it in `nvidia.com/mig.config.state`. Until the
+//! Node carries the claim's configuration with state `success`, the claim is
+//! `Initialized=False` with reason `MIGNotApplied` and no device shortfall is judged (the
+//! manager pauses the device plugin, may reboot the Node, and whole GPUs show meanwhile): a
+//! geometry whose instance count equals the GPU count would otherwise be initialized with whole
+//! GPUs, and any other be reported short and relaunched. State `failed` is a
+//! `ResourceMismatch` at once (the shape is set aside, as for a Node that came up short). The
+//! initialization timeout still applies.
+//!
 //! **DRA devices.** A claim launched for pods with DRA claims, or as a disruption's
 //! replacement for such pods (annotation [`keys::DRA_ANNOTATION`], set by
 //! `run::claim_object` from the planner's `NewClaim::dra`), is initialized only once its Node's ResourceSlices publish, for
@@ -184,6 +195,9 @@ pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'static str, 
                 ),
             ));
         }
+    }
+    if let Mig::Applying(message) = mig(claim, node) {
+        return Some((reasons::MIG_NOT_APPLIED, message));
     }
     let alloc = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
     for name in claim.spec.resources.requests.keys() {
@@ -379,6 +393,61 @@ fn since_registration(claim: &NodeClaim, now: i64) -> i64 {
         .unwrap_or_else(|| since_launch(claim, now))
 }
 
+/// Where the Node of a claim that carries a MIG configuration is with it.
+#[derive(Debug, PartialEq, Eq)]
+enum Mig {
+    /// Applied (or the claim asks for none).
+    Applied,
+    /// Not yet: the message says what the Node shows.
+    Applying(String),
+    /// The MIG manager reports it failed.
+    Failed(String),
+}
+
+/// What the claim's `nvidia.com/mig.config` label asks of Node `n`: `all-disabled` and no
+/// label ask for nothing (the GPU Operator writes `all-disabled` itself on MIG-capable nodes).
+fn mig(claim: &NodeClaim, n: &Node) -> Mig {
+    use autoscaler_core::labels::{NVIDIA_MIG_CONFIG, NVIDIA_MIG_CONFIG_STATE};
+    let Some(want) = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(NVIDIA_MIG_CONFIG))
+    else {
+        return Mig::Applied;
+    };
+    if want == autoscaler_core::gpu::mig::DISABLED {
+        return Mig::Applied;
+    }
+    let label = |k: &str| n.metadata.labels.as_ref().and_then(|l| l.get(k));
+    let state = label(NVIDIA_MIG_CONFIG_STATE).map(String::as_str);
+    match label(NVIDIA_MIG_CONFIG) {
+        Some(have) if have != want => {
+            return Mig::Applying(format!(
+                "the Node's {NVIDIA_MIG_CONFIG} is {have}, not the claim's {want}"
+            ));
+        }
+        None => {
+            return Mig::Applying(format!(
+                "the Node does not carry {NVIDIA_MIG_CONFIG}={want} yet"
+            ));
+        }
+        Some(_) => {}
+    }
+    match state {
+        Some("success") => Mig::Applied,
+        Some("failed") => Mig::Failed(format!(
+            "the MIG manager failed to apply {want} ({NVIDIA_MIG_CONFIG_STATE}=failed)"
+        )),
+        Some(other) => Mig::Applying(format!(
+            "waiting for the MIG manager to apply {want} ({NVIDIA_MIG_CONFIG_STATE}={other})"
+        )),
+        None => Mig::Applying(format!(
+            "waiting for the MIG manager to apply {want} (no {NVIDIA_MIG_CONFIG_STATE} yet)"
+        )),
+    }
+}
+
 /// The Registered phase: wait for the Node, initialize it, or report what it lacks.
 fn step_registered(
     claim: &NodeClaim,
@@ -418,7 +487,16 @@ fn step_registered(
     let unchanged = |reason: &str, message: &str| {
         current.is_some_and(|c| c.reason == reason && c.message == message)
     };
+    let mig = mig(claim, n);
+    if let Mig::Failed(message) = mig {
+        if unchanged(reasons::RESOURCE_MISMATCH, &message) {
+            return Action::Wait;
+        }
+        return Action::ResourceMismatch { message };
+    }
+    // While the MIG manager works, the devices shown are not the ones the claim waits for.
     if !short.is_empty()
+        && mig == Mig::Applied
         && node_ready(n)
         && since_registration(claim, now) >= timeouts.device_plugin_s
     {

@@ -136,6 +136,11 @@ pub mod conditions {
         /// A GPU-class resource the claim was launched for shows zero allocatable (the device
         /// plugin is not up yet).
         pub const DEVICE_PLUGIN_NOT_READY: &str = "DevicePluginNotReady";
+        /// The claim's NodePool partitions its GPUs with MIG, and the Node's MIG manager has
+        /// not reported the claim's `nvidia.com/mig.config` applied yet
+        /// (`nvidia.com/mig.config.state` is not `success`, or the Node carries another
+        /// configuration).
+        pub const MIG_NOT_APPLIED: &str = "MIGNotApplied";
         /// The claim was launched for pods with DRA claims and the Node's ResourceSlices do
         /// not publish (yet) the devices its instance type's template predicts, per driver.
         pub const RESOURCE_SLICES_NOT_PUBLISHED: &str = "ResourceSlicesNotPublished";

@@ -115,6 +115,32 @@ impl NodePool {
             .unwrap_or_default();
         let mut pool_labels = template.labels;
         pool_labels.insert(labels::NODEPOOL.to_string(), name.clone());
+        // The GPU Operator's MIG manager applies the geometry a Node's `nvidia.com/mig.config`
+        // names, so the pool's nodes carry the one they are sized for; a template label
+        // naming another would have them partitioned one way and planned another.
+        if let Some(m) = &sharing.mig
+            && m.config != autoscaler_core::gpu::mig::DISABLED
+        {
+            match pool_labels.get(labels::NVIDIA_MIG_CONFIG) {
+                Some(v) if *v != m.config => errs.push(
+                    &spec
+                        .field("template")
+                        .field("metadata")
+                        .field("labels")
+                        .key(labels::NVIDIA_MIG_CONFIG),
+                    format!(
+                        "{v:?} differs from gpuSharing.mig.config {:?}: the MIG manager would \
+                         apply {v:?} to nodes sized for {:?} (leave the label out: the pool's \
+                         nodes get gpuSharing.mig.config)",
+                        m.config, m.config
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    pool_labels.insert(labels::NVIDIA_MIG_CONFIG.to_string(), m.config.clone());
+                }
+            }
+        }
         errs.finish(Pool {
             name,
             weight,

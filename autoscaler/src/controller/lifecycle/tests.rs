@@ -435,3 +435,121 @@ fn a_registered_node_that_lost_its_finalizer_is_registered_again() {
         Action::Wait
     );
 }
+
+/// A claim of a MIG pool (`all-1g.10gb`, mixed: 7 slices of each of 8 GPUs), registered.
+fn mig_claim(extra_conditions: Vec<serde_json::Value>) -> NodeClaim {
+    let mut conds = vec![
+        cond("Launched", "True", "Succeeded"),
+        cond("Registered", "True", "Succeeded"),
+    ];
+    conds.extend(extra_conditions);
+    let mut c = claim(json!({
+        "metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}},
+        "spec": {"nodePool": "gpu-inference",
+                 "resources": {"requests": {"cpu": "1", "nvidia.com/mig-1g.10gb": "1"}},
+                 "startupTaints": []},
+        "status": {"providerID": "kwok://gpu-abc12", "nodeName": "gpu-abc12",
+                   "instanceType": "p4de.24xlarge",
+                   "allocatable": {"cpu": "95", "nvidia.com/mig-1g.10gb": "56"},
+                   "conditions": conds}
+    }));
+    // The base claim's whole GPU is not what a MIG pool's claim asks for.
+    c.spec.resources.requests.remove("nvidia.com/gpu");
+    c
+}
+
+/// The claim's Node with MIG labels `config` and `state` (absent when `None`).
+fn mig_node(config: Option<&str>, state: Option<&str>, alloc: serde_json::Value) -> Node {
+    let mut n = node_with(alloc);
+    let labels = n.metadata.labels.get_or_insert_with(Default::default);
+    if let Some(c) = config {
+        labels.insert("nvidia.com/mig.config".into(), c.into());
+    }
+    if let Some(s) = state {
+        labels.insert("nvidia.com/mig.config.state".into(), s.into());
+    }
+    n
+}
+
+#[test]
+fn a_mig_claim_waits_for_the_mig_manager_and_is_not_judged_short_meanwhile() {
+    let t = Timeouts {
+        device_plugin_s: 60,
+        ..Timeouts::default()
+    };
+    let c = mig_claim(vec![]);
+    // Whole GPUs show while the MIG manager works (and may reboot the Node): past the
+    // device-plugin timeout that is still waiting, not a shortfall.
+    let whole = json!({"cpu": "95", "nvidia.com/gpu": "8"});
+    for (config, state, says) in [
+        (
+            None,
+            None,
+            "does not carry nvidia.com/mig.config=all-1g.10gb yet",
+        ),
+        (
+            Some("all-1g.10gb"),
+            None,
+            "(no nvidia.com/mig.config.state yet)",
+        ),
+        (
+            Some("all-1g.10gb"),
+            Some("pending"),
+            "(nvidia.com/mig.config.state=pending)",
+        ),
+        (
+            Some("all-1g.10gb"),
+            Some("rebooting"),
+            "(nvidia.com/mig.config.state=rebooting)",
+        ),
+        (
+            Some("all-disabled"),
+            Some("success"),
+            "is all-disabled, not the claim's all-1g.10gb",
+        ),
+    ] {
+        let n = mig_node(config, state, whole.clone());
+        match step(&c, Some(&n), NOW + 300, &t) {
+            Action::NotInitialized { reason, message } => {
+                assert_eq!(reason, "MIGNotApplied", "{config:?} {state:?}");
+                assert!(message.contains(says), "{message}");
+            }
+            other => panic!("{config:?} {state:?}: {other:?}"),
+        }
+    }
+    // Applied and advertised: initialized.
+    let done = mig_node(
+        Some("all-1g.10gb"),
+        Some("success"),
+        json!({"cpu": "95", "nvidia.com/mig-1g.10gb": "56"}),
+    );
+    assert_eq!(step(&c, Some(&done), NOW + 300, &t), Action::Initialize);
+    // Applied, but the device plugin shows fewer slices past its timeout: a shortfall again.
+    let short = mig_node(
+        Some("all-1g.10gb"),
+        Some("success"),
+        json!({"cpu": "95", "nvidia.com/mig-1g.10gb": "28"}),
+    );
+    assert!(matches!(
+        step(&c, Some(&short), NOW + 300, &t),
+        Action::ResourceMismatch { .. }
+    ));
+    // The manager failed: the shape is set aside at once, and that is reported once.
+    let failed = mig_node(Some("all-1g.10gb"), Some("failed"), whole.clone());
+    let Action::ResourceMismatch { message } = step(&c, Some(&failed), NOW + 30, &t) else {
+        panic!("a failed MIG configuration is a mismatch");
+    };
+    assert!(message.contains("failed to apply all-1g.10gb"), "{message}");
+    let mut reported = cond("Initialized", "False", "ResourceMismatch");
+    reported["message"] = json!(message);
+    assert_eq!(
+        step(&mig_claim(vec![reported]), Some(&failed), NOW + 40, &t),
+        Action::Wait
+    );
+    // The initialization timeout still ends a manager that never finishes.
+    let stuck = mig_node(Some("all-1g.10gb"), Some("pending"), whole);
+    assert!(matches!(
+        step(&c, Some(&stuck), NOW + 900, &t),
+        Action::Delete { .. }
+    ));
+}
