@@ -366,15 +366,36 @@ pub fn kube_taint(t: &CoreTaint) -> Taint {
     }
 }
 
+/// A selector no object matches: what Kubernetes makes of a null `labelSelector` in a pod
+/// (anti-)affinity term and of a PodDisruptionBudget's null `selector` (an empty one, `{}`,
+/// matches everything).
+fn matches_nothing() -> Requirements {
+    let mut r = Requirements::new();
+    r.add_constraint(
+        "gpu-autoscaler.dev/null-selector",
+        autoscaler_core::requirements::Constraint {
+            allow_absent: false,
+            values: autoscaler_core::requirements::ValueSet::In(Default::default()),
+            gt: None,
+            lt: None,
+        },
+    );
+    r
+}
+
+/// The pod (anti-)affinity terms; `anti` drops terms with a null selector, which match no pod
+/// and so forbid nothing (a required affinity term with one is never met, and is kept).
 fn affinity_terms(
     terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>,
     path: &str,
+    anti: bool,
 ) -> Result<Vec<PodAffinityTerm>, TranslateError> {
     let mut out = Vec::new();
     for (i, t) in terms.into_iter().flatten().enumerate() {
         let selector = match &t.label_selector {
             Some(s) => label_selector(s, &format!("{path}[{i}].labelSelector"))?,
-            None => Requirements::new(),
+            None if anti => continue,
+            None => matches_nothing(),
         };
         out.push(PodAffinityTerm {
             topology_key: t.topology_key.clone(),
@@ -532,13 +553,14 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         .enumerate()
     {
         let path = format!("spec.topologySpreadConstraints[{i}]");
+        // A null selector counts no pod, so the constraint never holds a pod back.
+        let Some(sel) = &c.label_selector else {
+            continue;
+        };
         spread.push(TopologySpread {
             max_skew: u32::try_from(c.max_skew).unwrap_or(1).max(1),
             topology_key: c.topology_key.clone(),
-            selector: match &c.label_selector {
-                Some(s) => label_selector(s, &format!("{path}.labelSelector"))?,
-                None => Requirements::new(),
-            },
+            selector: label_selector(sel, &format!("{path}.labelSelector"))?,
             hard: c.when_unsatisfiable == "DoNotSchedule",
         });
     }
@@ -549,6 +571,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
                 .as_ref()
         }),
         "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        false,
     )?;
     let anti_affinity = affinity_terms(
         aff.and_then(|a| a.pod_anti_affinity.as_ref())
@@ -557,6 +580,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
                     .as_ref()
             }),
         "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+        true,
     )?;
     // The Cluster Autoscaler's annotation makes a pod count as a DaemonSet pod (node agents
     // started by other means), for utilization and drains alike.
@@ -720,7 +744,7 @@ pub fn pdb(b: &PodDisruptionBudget, pods: &[(&Labels, bool)]) -> Result<Pdb, Tra
     let spec = b.spec.clone().unwrap_or_default();
     let selector = match &spec.selector {
         Some(s) => label_selector(s, "spec.selector")?,
-        None => Requirements::new(),
+        None => matches_nothing(),
     };
     let disruptions_allowed = match &b.status {
         Some(s) if s.observed_generation.is_some() || s.expected_pods > 0 => s.disruptions_allowed,

@@ -283,6 +283,59 @@ fn pdb_from_status_or_computed() {
 }
 
 #[test]
+fn null_selectors_match_no_pod_and_empty_ones_every_pod() {
+    // Kubernetes: a null labelSelector in a pod (anti-)affinity term matches no pod, a spread
+    // constraint's counts none, and a PodDisruptionBudget's null selector selects none; an
+    // empty one ({}) selects them all.
+    let p = pod_from(json!({
+        "metadata": {"name": "p", "labels": {"app": "web"}},
+        "spec": {
+            "containers": [{"name": "c"}],
+            "affinity": {
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname"}
+                ]},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname"},
+                    {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {}}
+                ]}
+            },
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"}
+            ]
+        }
+    }));
+    let c = pod(&p).unwrap();
+    let web: Labels = [("app".to_string(), "web".to_string())].into();
+    assert!(c.spread.is_empty(), "{:?}", c.spread);
+    // The affinity term stays, and no pod ever meets it (not even the pod itself).
+    assert_eq!(c.affinity.len(), 1);
+    assert!(!c.affinity[0].selector.matches(&web));
+    assert!(!c.affinity[0].selector.matches(&Labels::new()));
+    // The null anti-affinity term forbids nothing and is gone; the empty one matches all.
+    assert_eq!(c.anti_affinity.len(), 1);
+    assert_eq!(
+        c.anti_affinity[0].topology_key,
+        "topology.kubernetes.io/zone"
+    );
+    assert!(c.anti_affinity[0].selector.matches(&web));
+
+    let pods = [(&web, true), (&web, true)];
+    let budget = |spec: serde_json::Value| -> PodDisruptionBudget {
+        serde_json::from_value(
+            json!({"metadata": {"name": "b", "namespace": "default"}, "spec": spec}),
+        )
+        .unwrap()
+    };
+    // No selector: no pod is covered, so none is held back.
+    let none = pdb(&budget(json!({"maxUnavailable": 0})), &pods).unwrap();
+    assert!(!none.selector.matches(&web));
+    let all = pdb(&budget(json!({"maxUnavailable": 0, "selector": {}})), &pods).unwrap();
+    assert!(all.selector.matches(&web));
+    assert_eq!(all.disruptions_allowed, 0);
+}
+
+#[test]
 fn node_fields() {
     let n: Node = serde_json::from_value(json!({
         "metadata": {"name": "n1", "creationTimestamp": "2026-01-01T00:00:10Z"},
