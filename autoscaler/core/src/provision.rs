@@ -218,7 +218,7 @@ type ClassKey<'a> = (
     bool,
     &'a Vec<HostPort>,
     &'a dra::DraKey<'a>,
-    Vec<(&'a str, Option<&'a str>)>,
+    Vec<(&'a str, Option<&'a crate::requirements::Constraint>)>,
 );
 
 /// Selector identity for topology counting: namespace plus label requirements.
@@ -352,11 +352,10 @@ struct Class {
     /// Host ports the pods bind.
     host_ports: Vec<HostPort>,
     /// Label keys the pods' hard topology spread needs on a node (in `terms` as `Exists`, or
-    /// as `In` the one domain [`Planner::spread_pins`] chose), for the words when no type has
-    /// one.
+    /// as what [`Planner::domain_pins`] requires there), for the words when no type has one.
     spread_keys: Vec<String>,
-    /// The domains [`Planner::spread_pins`] gave the pods, as `key=value`, for the words when
-    /// no type is in them.
+    /// What [`Planner::domain_pins`] required of the pods' nodes, as the reasons say it
+    /// ([`spread_domains::Pin::describe`]), for the words when no type meets it.
     pins: Vec<String>,
 }
 

@@ -1676,7 +1676,241 @@ fn a_pod_whose_spread_domain_has_no_room_waits_and_says_which_domain() {
     check(
         &snap,
         expect![[r#"
-            unschedulable default/web-0: no instance type in NodePool default matches the pod's node selector and affinity in the topology spread domain karpenter.sh/capacity-type=on-demand (the one with the fewest matching pods)
+            unschedulable default/web-0: no instance type in NodePool default matches the pod's node selector and affinity where its topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=on-demand)
+        "#]],
+    );
+}
+
+/// `n` pods `web-<i>` of `cpu` each, spread over the capacity type with `max_skew`.
+fn web_spread(n: usize, cpu: &str, max_skew: u32) -> Vec<PodBuilder> {
+    (0..n)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu(cpu)
+                .label("app", "web")
+                .spread(labels::CAPACITY_TYPE, max_skew, "web")
+        })
+        .collect()
+}
+
+/// A node of `it` in `ct` holding one `app=web` pod of `cpu`.
+fn web_node(name: &str, it: &InstanceType, ct: &str, cpu: &str) -> NodeBuilder {
+    node(name, it, "us-east-1a")
+        .label(labels::CAPACITY_TYPE, ct)
+        .with_pod(pod(&format!("{name}-web")).cpu(cpu).label("app", "web"))
+}
+
+#[test]
+fn a_capacity_type_spread_never_plans_past_its_skew() {
+    // Karpenter's "should not violate max-skew when unsat = do not schedule (capacity type)":
+    // the pool launches on demand only, a full spot node holds one matching pod. Two pods go on
+    // demand; the others wait for the spot domain, which nothing can grow. Counting those as
+    // placed on spot pushed a third onto on-demand, a node the scheduler never binds it to.
+    let types = spot_and_on_demand_types();
+    let on_demand = || {
+        pool("default", spot_and_on_demand_types()).require(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            &["on-demand"],
+        )
+    };
+    let mut snap = snapshot(web_spread(5, "1.1", 1), vec![on_demand()]);
+    snap.nodes = vec![web_node("spot-1", &types[0], "spot", "1.1").build()];
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.192 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1]
+              requirements: karpenter.sh/capacity-type In [on-demand]
+            unschedulable default/web-2: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=spot), and no existing node there has room
+            unschedulable default/web-3: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=spot), and no existing node there has room
+            unschedulable default/web-4: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=spot), and no existing node there has room
+        "#]],
+    );
+    // The round after: on demand holds two, spot one. No node of the pool can take a pod.
+    let mut snap = snapshot(web_spread(3, "1.1", 1), vec![on_demand()]);
+    snap.nodes = vec![
+        web_node("spot-1", &types[0], "spot", "1.1").build(),
+        web_node("od-1", &types[0], "on-demand", "1.1").build(),
+        web_node("od-2", &types[0], "on-demand", "1.1").build(),
+    ];
+    check(
+        &snap,
+        expect![[r#"
+            unschedulable default/web-0: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=spot), and no existing node there has room
+            unschedulable default/web-1: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=spot), and no existing node there has room
+            unschedulable default/web-2: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=spot), and no existing node there has room
+        "#]],
+    );
+    // maxSkew 3 lets spot run ahead of a full on-demand node holding one: four on spot (the
+    // emptiest domain a new node can be in, while the skew allows), the fifth waits.
+    let spot = || {
+        pool("default", spot_and_on_demand_types()).require(
+            labels::CAPACITY_TYPE,
+            Operator::In,
+            &["spot"],
+        )
+    };
+    let mut snap = snapshot(web_spread(5, "2", 3), vec![spot()]);
+    snap.nodes = vec![web_node("od-1", &types[0], "on-demand", "1.5").build()];
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.077 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1]
+              requirements: karpenter.sh/capacity-type In [spot]
+            claim default-2 pool=default price=0.077 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-2,web-3]
+              requirements: karpenter.sh/capacity-type In [spot]
+            unschedulable default/web-4: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=on-demand), and no existing node there has room
+        "#]],
+    );
+}
+
+/// [`cpu_types`] and two arm64 types priced at `arm_factor` times their amd64 peers.
+fn amd_and_arm_types(arm_factor: f64) -> Vec<InstanceType> {
+    let mut types = cpu_types();
+    for (name, cpu, mem, price) in [
+        ("a1.large", "2", "8Gi", 0.096),
+        ("a1.xlarge", "4", "16Gi", 0.192),
+    ] {
+        let mut t = itype(name)
+            .cpu(cpu)
+            .mem(mem)
+            .label(labels::ARCH, "arm64")
+            .on_demand(&ZONES, price * arm_factor)
+            .build();
+        t.arch = "arm64".into();
+        types.push(t);
+    }
+    types
+}
+
+#[test]
+fn pod_affinity_and_anti_affinity_over_arch_and_capacity_type_hold() {
+    // Karpenter's "should respect pod affinity (arch)" and "should not violate pod
+    // anti-affinity (arch)": the pod follows (or avoids) the arch its target's node selection
+    // fixes, whichever arch is cheaper. These terms used to be ignored: the pod got the cheapest
+    // node, which the scheduler then refused it.
+    let target = || {
+        pod("p1")
+            .cpu("2")
+            .label("app", "s2")
+            .select(labels::ARCH, "arm64")
+    };
+    check(
+        &snapshot(
+            vec![target(), pod("p2").cpu("1").affinity(labels::ARCH, "s2")],
+            vec![pool("default", amd_and_arm_types(2.0))],
+        ),
+        expect![[r#"
+            claim default-1 pool=default price=0.384 types=[a1.xlarge] pods=[p1,p2]
+              requirements: kubernetes.io/arch In [arm64]
+        "#]],
+    );
+    check(
+        &snapshot(
+            vec![
+                target(),
+                pod("p2").cpu("1").anti_affinity(labels::ARCH, "s2"),
+            ],
+            vec![pool("default", amd_and_arm_types(0.5))],
+        ),
+        expect![[r#"
+            claim default-1 pool=default price=0.048 types=[a1.large,a1.xlarge] pods=[p1]
+              requirements: kubernetes.io/arch In [arm64]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[p2]
+              requirements: kubernetes.io/arch NotIn [arm64]
+        "#]],
+    );
+    // Over capacity type: the api keeps off the spot the db is on, and the cache joins the
+    // on-demand db.
+    let db = |ct: &str| {
+        pod("db")
+            .cpu("1")
+            .label("app", "db")
+            .select(labels::CAPACITY_TYPE, ct)
+    };
+    check(
+        &snapshot(
+            vec![
+                db("spot"),
+                pod("api")
+                    .cpu("1")
+                    .anti_affinity(labels::CAPACITY_TYPE, "db"),
+            ],
+            vec![pool("default", spot_and_on_demand_types())],
+        ),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[api]
+              requirements: karpenter.sh/capacity-type NotIn [spot]
+            claim default-2 pool=default price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[db]
+              requirements: karpenter.sh/capacity-type In [spot]
+        "#]],
+    );
+    check(
+        &snapshot(
+            vec![
+                db("on-demand"),
+                pod("cache").cpu("1").affinity(labels::CAPACITY_TYPE, "db"),
+            ],
+            vec![pool("default", spot_and_on_demand_types())],
+        ),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[cache,db]
+              requirements: karpenter.sh/capacity-type In [on-demand]
+        "#]],
+    );
+    // A running db on a spot node with room: the api does not go there; a running guard's
+    // anti-affinity keeps a web pod off its spot node too.
+    let types = spot_and_on_demand_types();
+    let spot_node = |pod_there: PodBuilder| {
+        node("spot-1", &types[3], "us-east-1a")
+            .label(labels::CAPACITY_TYPE, "spot")
+            .with_pod(pod_there)
+            .build()
+    };
+    let mut snap = snapshot(
+        vec![
+            pod("api")
+                .cpu("1")
+                .anti_affinity(labels::CAPACITY_TYPE, "db"),
+        ],
+        vec![pool("default", spot_and_on_demand_types())],
+    );
+    snap.nodes = vec![spot_node(pod("db").cpu("1").label("app", "db"))];
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[api]
+              requirements: karpenter.sh/capacity-type NotIn [spot]
+        "#]],
+    );
+    let mut snap = snapshot(
+        vec![pod("web-0").cpu("1").label("app", "web")],
+        vec![pool("default", spot_and_on_demand_types())],
+    );
+    snap.nodes = vec![spot_node(
+        pod("guard")
+            .cpu("1")
+            .anti_affinity(labels::CAPACITY_TYPE, "web"),
+    )];
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+              requirements: karpenter.sh/capacity-type NotIn [spot]
+        "#]],
+    );
+    // Affinity to a pod that runs nowhere: the pod waits (Karpenter leaves it unscheduled).
+    check(
+        &snapshot(
+            vec![
+                pod("lonely")
+                    .cpu("1")
+                    .affinity(labels::CAPACITY_TYPE, "nobody"),
+            ],
+            vec![pool("default", spot_and_on_demand_types())],
+        ),
+        expect![[r#"
+            unschedulable default/lonely: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type in no domain: no pod its affinity selects runs anywhere, or its anti-affinity leaves no domain), and no existing node there has room
         "#]],
     );
 }

@@ -317,10 +317,23 @@ impl<'a> Planner<'a> {
             for term in self.classes[ci].terms.clone() {
                 let reqs = pool.requirements.intersect(&term);
                 if let Some(k) = pool.requirements.conflict_with(&term) {
-                    reasons.push(format!(
-                        "NodePool {} requirement on {k} conflicts with the pod's node affinity",
-                        pool.name
-                    ));
+                    // Where the pod's topology rules pinned it is no affinity of its own.
+                    let pin = self.classes[ci].pins.iter().find(|p| {
+                        p.strip_prefix(k.as_str())
+                            .is_some_and(|v| v.starts_with(['=', ' ']))
+                    });
+                    reasons.push(match pin {
+                        Some(pin) => format!(
+                            "NodePool {} cannot launch where the pod's topology spread or pod \
+                             (anti-)affinity lets it go ({pin}), and no existing node there \
+                             has room",
+                            pool.name
+                        ),
+                        None => format!(
+                            "NodePool {} requirement on {k} conflicts with the pod's node affinity",
+                            pool.name
+                        ),
+                    });
                     continue;
                 }
                 let mut limit_reason = None;

@@ -5,12 +5,13 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::labels;
 use crate::model::GpuShare;
-use crate::requirements::{Constraint, Requirements, ValueSet};
+use crate::requirements::{Constraint, Requirements};
 use crate::resources::Resources;
 use crate::taints::untolerated;
 
 use super::shapes::{Devices, demand, keeps_off_gpu, offering_allowed, term_fits_shape};
 use super::slots::ports_conflict;
+use super::spread_domains::Pin;
 use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotKind};
 
 /// The largest fraction of `alloc` that `need` takes in any resource (only GPU-class ones when
@@ -80,27 +81,30 @@ pub(super) fn class_bar(
 /// every node the planner launches a zone and a capacity type: those keys are left out, which
 /// keeps the common zone spread free of an extra requirement on every term.
 ///
-/// With each key, the domain [`Planner::spread_pins`] pinned the pod to (`pins`), if any: a
-/// pinned capacity type is kept too, though every node has one.
+/// With each key, what [`Planner::domain_pins`] requires there (`pins`), if anything; a key
+/// only a pin names (a capacity type, a pod affinity's key) is listed with its pin.
 fn spread_label_keys<'p>(
     p: &'p crate::model::Pod,
-    pins: &'p [(String, String)],
-) -> Vec<(&'p str, Option<&'p str>)> {
+    pins: &'p [Pin],
+) -> Vec<(&'p str, Option<&'p Constraint>)> {
     let given = |k: &str| k == labels::HOSTNAME || k == labels::ZONE || k == labels::CAPACITY_TYPE;
-    let pinned = |k: &str| pins.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.as_str());
-    let mut keys: Vec<(&str, Option<&str>)> = p
+    let pinned = |k: &str| {
+        pins.iter()
+            .find(|pin| pin.key == k)
+            .map(|pin| &pin.constraint)
+    };
+    let mut keys: Vec<(&str, Option<&Constraint>)> = p
         .spread
         .iter()
         .filter(|s| s.hard && !given(&s.topology_key))
         .map(|s| (s.topology_key.as_str(), pinned(&s.topology_key)))
         .collect();
-    keys.extend(
-        pins.iter()
-            .filter(|(k, _)| k == labels::CAPACITY_TYPE)
-            .map(|(k, v)| (k.as_str(), Some(v.as_str()))),
-    );
-    keys.sort_unstable();
-    keys.dedup();
+    for pin in pins {
+        if !keys.iter().any(|(k, _)| *k == pin.key) {
+            keys.push((pin.key.as_str(), Some(&pin.constraint)));
+        }
+    }
+    keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
     keys
 }
 
@@ -121,7 +125,7 @@ impl<'a> Planner<'a> {
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         let mut prev: Option<(ClassKey<'_>, usize)> = None;
-        let pins = self.spread_pins();
+        let pins = self.domain_pins();
         for (i, p) in self.snap.pending.iter().enumerate() {
             let share = p.gpu_share.is_some();
             let key = (
@@ -147,19 +151,12 @@ impl<'a> Planner<'a> {
                         p.node_selector.terms.clone()
                     };
                     for (k, pinned) in &key.5 {
-                        let values = match pinned {
-                            Some(v) => ValueSet::In(BTreeSet::from([v.to_string()])),
-                            None => ValueSet::NotIn(BTreeSet::new()),
-                        };
+                        let c = pinned.cloned().unwrap_or(Constraint {
+                            allow_absent: false,
+                            ..Constraint::any()
+                        });
                         for t in &mut terms {
-                            t.add_constraint(
-                                k,
-                                Constraint {
-                                    allow_absent: false,
-                                    values: values.clone(),
-                                    ..Constraint::any()
-                                },
-                            );
+                            t.add_constraint(k, c.clone());
                         }
                     }
                     let mut zones = BTreeSet::new();
@@ -202,14 +199,12 @@ impl<'a> Planner<'a> {
                         spread_keys: key
                             .5
                             .iter()
-                            .filter(|(k, _)| *k != labels::CAPACITY_TYPE)
+                            .filter(|(k, c)| {
+                                *k != labels::CAPACITY_TYPE && c.is_none_or(|c| !c.allow_absent)
+                            })
                             .map(|(k, _)| k.to_string())
                             .collect(),
-                        pins: key
-                            .5
-                            .iter()
-                            .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
-                            .collect(),
+                        pins: pins[i].iter().map(Pin::describe).collect(),
                     });
                     index.insert(key.clone(), classes.len() - 1);
                     classes.len() - 1

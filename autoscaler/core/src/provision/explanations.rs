@@ -330,7 +330,7 @@ impl<'a> Planner<'a> {
             if !class.pins.is_empty() {
                 return format!(
                     "no instance type in NodePool {} matches the pod's node selector and affinity \
-                     in the topology spread domain {} (the one with the fewest matching pods)",
+                     where its topology spread or pod (anti-)affinity lets it go ({})",
                     pool.name,
                     class.pins.join(", ")
                 );
