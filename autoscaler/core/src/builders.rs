@@ -139,7 +139,15 @@ impl PodBuilder {
             topology_key: key.into(),
             selector: Requirements::new().with("app", Operator::In, &[app]),
             hard: true,
+            min_domains: 0,
         });
+        self
+    }
+    /// Sets `minDomains` on the last spread constraint added.
+    pub fn min_domains(mut self, n: u32) -> Self {
+        if let Some(s) = self.0.spread.last_mut() {
+            s.min_domains = n;
+        }
         self
     }
     /// Adds required anti-affinity over `key` against pods labelled `app=<app>`.

@@ -48,6 +48,14 @@ pub struct TopologySpread {
     pub selector: Requirements,
     /// `DoNotSchedule` (true) or `ScheduleAnyway` (false, ignored by planning).
     pub hard: bool,
+    /// `minDomains` (0 when unset): while fewer domains than this are eligible, the global
+    /// minimum is taken as 0, so at most `maxSkew` matching pods go in each.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub min_domains: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A required pod (anti-)affinity term.

@@ -1914,3 +1914,35 @@ fn pod_affinity_and_anti_affinity_over_arch_and_capacity_type_hold() {
         "#]],
     );
 }
+
+#[test]
+fn min_domains_above_the_zones_a_pod_may_use_caps_every_zone_at_max_skew() {
+    // Karpenter's "should respect minDomains constraints": the pool launches in two zones,
+    // minDomains 3, maxSkew 1. With fewer eligible zones than minDomains the scheduler takes
+    // the minimum as 0, so each zone takes one pod and the third waits. minDomains used to be
+    // dropped: the third went to a node the scheduler would not bind it to.
+    let pods = (0..3)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .spread(labels::ZONE, 1, "web")
+                .min_domains(3)
+        })
+        .collect();
+    let pools = vec![pool("default", cpu_types()).require(
+        labels::ZONE,
+        Operator::In,
+        &["us-east-1a", "us-east-1b"],
+    )];
+    check(
+        &snapshot(pods, pools),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1]
+              requirements: topology.kubernetes.io/zone In [us-east-1b]
+            unschedulable default/web-2: NodePool default: no zone satisfies the pod's topology constraints
+        "#]],
+    );
+}

@@ -435,6 +435,9 @@ struct SpreadFile {
     topology_key: String,
     #[serde(default = "one")]
     max_skew: u32,
+    /// Kubernetes' `minDomains` (0: unset).
+    #[serde(default)]
+    min_domains: u32,
 }
 
 fn one() -> u32 {

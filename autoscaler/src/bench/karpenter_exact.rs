@@ -109,6 +109,7 @@ fn make(rng: &mut SplitMix64, kind: usize, name: String) -> Pod {
                 .into(),
                 selector: selector(SPREAD_KEY, other),
                 hard: true,
+                min_domains: 0,
             });
             b
         }

@@ -409,6 +409,7 @@ mod ffd_packing {
                     topology_key: labels::ZONE.into(),
                     selector: sel("app", "s"),
                     hard: true,
+                    min_domains: 0,
                 });
                 p
             })

@@ -562,6 +562,10 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
             topology_key: c.topology_key.clone(),
             selector: label_selector(sel, &format!("{path}.labelSelector"))?,
             hard: c.when_unsatisfiable == "DoNotSchedule",
+            min_domains: c
+                .min_domains
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(0),
         });
     }
     let aff = spec.affinity.as_ref();

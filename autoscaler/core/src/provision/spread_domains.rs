@@ -190,7 +190,7 @@ impl<'a> Planner<'a> {
             for (t, sel) in p.spread.iter().zip(&self.sel_of_spread[i]) {
                 let key = t.topology_key.as_str();
                 if t.hard && ours(key) && !got.iter().any(|(pin, _)| pin.key == key) {
-                    got.extend(self.spread_pin(&mut walk, i, key, *sel, t.max_skew));
+                    got.extend(self.spread_pin(&mut walk, i, key, *sel, t));
                 }
             }
             for (t, sel) in p.affinity.iter().zip(&self.sel_of_affinity[i]) {
@@ -285,14 +285,19 @@ impl<'a> Planner<'a> {
         i: usize,
         key: &'a str,
         sel: usize,
-        max_skew: u32,
+        t: &crate::model::TopologySpread,
     ) -> Option<(Pin, bool)> {
+        let max_skew = t.max_skew;
         let domains = self.domains_for(walk, i, key)?;
         let counts: BTreeMap<&String, u32> = domains
             .keys()
             .map(|v| (v, self.domain_count(walk, sel, key, v)))
             .collect();
-        let min = counts.values().copied().min()?;
+        let mut min = counts.values().copied().min()?;
+        // Fewer eligible domains than minDomains: the scheduler takes the minimum as 0.
+        if domains.len() < t.min_domains as usize {
+            min = 0;
+        }
         let itself = u32::from(self.matches[i].binary_search(&sel).is_ok());
         // Existing room first at equal counts: it is paid for already.
         let cost = |v: &str, price: f64| if walk.has_room(key, v) { 0.0 } else { price };

@@ -169,18 +169,23 @@ impl<'a> Planner<'a> {
                 // The claim's own pods count in `z` only, so the other zones' minimum is
                 // taken without them.
                 let here = self.zone_count_with(*sel, z, slot);
-                let min = self.classes[ci]
-                    .zones
-                    .iter()
-                    .map(|d| {
-                        if d == z {
-                            here
-                        } else {
-                            self.zone_count(*sel, d)
-                        }
-                    })
-                    .min()
-                    .unwrap_or(0);
+                let zones = &self.classes[ci].zones;
+                // Fewer eligible zones than minDomains: the scheduler takes the minimum as 0.
+                let min = if zones.len() < t.min_domains as usize {
+                    0
+                } else {
+                    zones
+                        .iter()
+                        .map(|d| {
+                            if d == z {
+                                here
+                            } else {
+                                self.zone_count(*sel, d)
+                            }
+                        })
+                        .min()
+                        .unwrap_or(0)
+                };
                 if here + itself > min + t.max_skew {
                     return false;
                 }

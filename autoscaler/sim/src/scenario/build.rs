@@ -819,6 +819,7 @@ pub(super) fn build_pod(
             topology_key: s.topology_key.clone(),
             selector: sel.clone(),
             hard: true,
+            min_domains: s.min_domains,
         });
     }
     let term = |k: &String| PodAffinityTerm {
