@@ -932,3 +932,42 @@ fn a_spread_over_a_label_two_nodepools_define_splits_the_pods_between_them() {
         "{summary}"
     );
 }
+
+/// Three replicas that must not share a capacity type, on a pool offering spot and on-demand.
+const APART_BY_CAPACITY_TYPE: &str = "\
+name: apart
+seed: 1
+duration: 1h
+catalog: aws
+nodePools:
+  - metadata: {name: web}
+    spec:
+      template:
+        requirements:
+          - {key: node.kubernetes.io/instance-type, operator: In, values: [m6i.large]}
+          - {key: karpenter.sh/capacity-type, operator: In, values: [spot, on-demand]}
+workloads:
+  - deployment:
+      name: web
+      replicas: [{at: 0s, count: 3}]
+      pod:
+        cpu: 500m
+        memory: 1Gi
+        labels: {app: web}
+        antiAffinity: [karpenter.sh/capacity-type]
+";
+
+#[test]
+fn pods_apart_by_capacity_type_get_one_node_per_capacity_type_and_no_more() {
+    // Two capacity types hold two of the three pods; the third waits. The planner ignored
+    // anti-affinity over the capacity type before: it counted all three on one spot node, the
+    // scheduler bound one, and the other two waited the whole hour for a node of the other
+    // capacity type that never came (one node launched, two pods pending at the end).
+    let s = Scenario::parse(Path::new("apart.yaml"), APART_BY_CAPACITY_TYPE).unwrap();
+    let r = run(&s, &ours_only(), &|_, _| {}).unwrap();
+    let p = &r.policies[0];
+    let summary = report::summary(&r);
+    assert_eq!(p.pending_at_end, 1, "{summary}");
+    assert_eq!(p.nodes_launched, 2, "{summary}");
+    assert_eq!(p.safety_violations, 0, "{summary}");
+}
