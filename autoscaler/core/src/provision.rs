@@ -400,8 +400,9 @@ struct Planner<'a> {
     sel_of_spread: Vec<Vec<usize>>,
     sel_of_affinity: Vec<Vec<usize>>,
     sel_of_anti: Vec<Vec<usize>>,
-    /// Per pending pod: whether a pending pod's zone affinity selects it. Such a pod pins the
-    /// zone of the claim it joins, so that it counts in a zone those pods can join.
+    /// Per pending pod: whether a pending pod's zone affinity or anti-affinity selects it. Such
+    /// a pod pins the zone of the claim it joins, so that it counts in a zone those pods can
+    /// join (or keep out of).
     zone_target: Vec<bool>,
     /// Per pod: its demand group (same class, requests and share); pods of a group are
     /// interchangeable for sizing claims.
@@ -515,9 +516,17 @@ impl<'a> Planner<'a> {
             .map(|p| index.matching(&selectors, &p.key.namespace, &p.labels))
             .collect();
 
+        // Targets of zone affinity and of zone anti-affinity: a claim that takes one is pinned
+        // to a zone, so that the pod counts there (an unpinned claim's pods count nowhere, and
+        // a pod avoiding them could be planned into the zone the claim later lands in).
         let mut zone_affinity_sel = vec![false; selectors.len()];
-        for (p, sels) in snap.pending.iter().zip(&sel_of_affinity) {
-            for (t, sel) in p.affinity.iter().zip(sels) {
+        for (i, p) in snap.pending.iter().enumerate() {
+            let terms = p
+                .affinity
+                .iter()
+                .zip(&sel_of_affinity[i])
+                .chain(p.anti_affinity.iter().zip(&sel_of_anti[i]));
+            for (t, sel) in terms {
                 if t.topology_key == labels::ZONE {
                     zone_affinity_sel[*sel] = true;
                 }

@@ -1946,3 +1946,24 @@ fn min_domains_above_the_zones_a_pod_may_use_caps_every_zone_at_max_skew() {
         "#]],
     );
 }
+
+#[test]
+fn a_zone_anti_affinity_target_placed_first_is_pinned_to_a_zone() {
+    // Karpenter's "should not violate pod anti-affinity on zone (other schedules first)": the
+    // target's claim was left free to land in any zone, so the pod avoiding it could be given
+    // the zone the target's node then came up in. Now the target's claim is pinned, and the
+    // other pod goes elsewhere.
+    let pods = vec![
+        pod("target").cpu("2").label("app", "s2"),
+        pod("aff").cpu("1").anti_affinity(labels::ZONE, "s2"),
+    ];
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[target]
+              requirements: topology.kubernetes.io/zone In [us-east-1a]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[aff]
+              requirements: topology.kubernetes.io/zone In [us-east-1b]
+        "#]],
+    );
+}
