@@ -31,8 +31,10 @@
 //!
 //! **MIG.** A claim of a NodePool that partitions its GPUs with MIG carries the pool's
 //! `nvidia.com/mig.config` label, which the runtime copies onto its Node; the GPU Operator's MIG
-//! manager applies that geometry and reports it in `nvidia.com/mig.config.state`. Until the
-//! Node carries the claim's configuration with state `success`, the claim is
+//! manager applies that geometry and reports it in `nvidia.com/mig.config.state`. Once a Node
+//! carries that state label, until it carries the claim's configuration with state `success`
+//! (a Node without the label, where MIG is applied otherwise, is judged by its devices alone),
+//! the claim is
 //! `Initialized=False` with reason `MIGNotApplied` and no device shortfall is judged (the
 //! manager pauses the device plugin, may reboot the Node, and whole GPUs show meanwhile): a
 //! geometry whose instance count equals the GPU count would otherwise be initialized with whole
@@ -406,6 +408,9 @@ enum Mig {
 
 /// What the claim's `nvidia.com/mig.config` label asks of Node `n`: `all-disabled` and no
 /// label ask for nothing (the GPU Operator writes `all-disabled` itself on MIG-capable nodes).
+/// Only a Node the MIG manager reports on (`nvidia.com/mig.config.state` present) is waited
+/// for: where MIG is applied otherwise (a node image, GKE's GPU partitioning) no manager ever
+/// writes the state, and the devices the Node advertises decide as for any other claim.
 fn mig(claim: &NodeClaim, n: &Node) -> Mig {
     use autoscaler_core::labels::{NVIDIA_MIG_CONFIG, NVIDIA_MIG_CONFIG_STATE};
     let Some(want) = claim
@@ -420,30 +425,23 @@ fn mig(claim: &NodeClaim, n: &Node) -> Mig {
         return Mig::Applied;
     }
     let label = |k: &str| n.metadata.labels.as_ref().and_then(|l| l.get(k));
-    let state = label(NVIDIA_MIG_CONFIG_STATE).map(String::as_str);
-    match label(NVIDIA_MIG_CONFIG) {
-        Some(have) if have != want => {
-            return Mig::Applying(format!(
-                "the Node's {NVIDIA_MIG_CONFIG} is {have}, not the claim's {want}"
-            ));
-        }
-        None => {
-            return Mig::Applying(format!(
-                "the Node does not carry {NVIDIA_MIG_CONFIG}={want} yet"
-            ));
-        }
-        Some(_) => {}
+    let Some(state) = label(NVIDIA_MIG_CONFIG_STATE).map(String::as_str) else {
+        return Mig::Applied;
+    };
+    if let Some(have) = label(NVIDIA_MIG_CONFIG)
+        && have != want
+    {
+        return Mig::Applying(format!(
+            "the Node's {NVIDIA_MIG_CONFIG} is {have}, not the claim's {want}"
+        ));
     }
     match state {
-        Some("success") => Mig::Applied,
-        Some("failed") => Mig::Failed(format!(
+        "success" => Mig::Applied,
+        "failed" => Mig::Failed(format!(
             "the MIG manager failed to apply {want} ({NVIDIA_MIG_CONFIG_STATE}=failed)"
         )),
-        Some(other) => Mig::Applying(format!(
+        other => Mig::Applying(format!(
             "waiting for the MIG manager to apply {want} ({NVIDIA_MIG_CONFIG_STATE}={other})"
-        )),
-        None => Mig::Applying(format!(
-            "waiting for the MIG manager to apply {want} (no {NVIDIA_MIG_CONFIG_STATE} yet)"
         )),
     }
 }

@@ -483,16 +483,6 @@ fn a_mig_claim_waits_for_the_mig_manager_and_is_not_judged_short_meanwhile() {
     let whole = json!({"cpu": "95", "nvidia.com/gpu": "8"});
     for (config, state, says) in [
         (
-            None,
-            None,
-            "does not carry nvidia.com/mig.config=all-1g.10gb yet",
-        ),
-        (
-            Some("all-1g.10gb"),
-            None,
-            "(no nvidia.com/mig.config.state yet)",
-        ),
-        (
             Some("all-1g.10gb"),
             Some("pending"),
             "(nvidia.com/mig.config.state=pending)",
@@ -516,6 +506,25 @@ fn a_mig_claim_waits_for_the_mig_manager_and_is_not_judged_short_meanwhile() {
             }
             other => panic!("{config:?} {state:?}: {other:?}"),
         }
+    }
+    // No MIG manager reports on the Node (MIG applied by the image, or by GKE): the devices
+    // decide, so whole GPUs past the device-plugin timeout are a shortfall, and the slices
+    // an initialization.
+    for config in [None, Some("all-1g.10gb")] {
+        assert!(matches!(
+            step(
+                &c,
+                Some(&mig_node(config, None, whole.clone())),
+                NOW + 300,
+                &t
+            ),
+            Action::ResourceMismatch { .. }
+        ));
+        let sliced = json!({"cpu": "95", "nvidia.com/mig-1g.10gb": "56"});
+        assert_eq!(
+            step(&c, Some(&mig_node(config, None, sliced)), NOW + 300, &t),
+            Action::Initialize
+        );
     }
     // Applied and advertised: initialized.
     let done = mig_node(
