@@ -360,27 +360,21 @@ fn build(
                 .unwrap_or_default()
                 .to_string();
             capacity.set(&resource, i64::from(g.count));
-            put(labels::GPU_MANUFACTURER, model.vendor.clone());
-            put(labels::GPU_NAME, model.name.clone());
-            put(labels::GPU_COUNT, g.count.to_string());
-            put(labels::GPU_MEMORY, model.memory_mib.to_string());
-            if model.vendor == "nvidia" {
-                if let Some(product) = &model.product {
-                    put(labels::NVIDIA_PRODUCT, product.clone());
-                }
-                put(labels::NVIDIA_COUNT, g.count.to_string());
-                put(labels::NVIDIA_MEMORY, model.memory_mib.to_string());
-            }
+            let spec = GpuSpec {
+                vendor: model.vendor.clone(),
+                model: g.model.clone(),
+                count: g.count,
+                memory_mib: model.memory_mib,
+                resource,
+            };
+            // The same labels the cloud providers give the types they describe.
+            let accel = e
+                .gke_accelerator
+                .as_ref()
+                .or(model.gke_accelerator.as_ref());
             if provider == GCP {
-                let accel = e
-                    .gke_accelerator
-                    .as_ref()
-                    .or(model.gke_accelerator.as_ref());
                 match accel {
-                    Some(a) => {
-                        check_label_value(name, "gke_accelerator", a)?;
-                        put(labels::GKE_ACCELERATOR, a.clone());
-                    }
+                    Some(a) => check_label_value(name, "gke_accelerator", a)?,
                     None => {
                         return Err(invalid(
                             name,
@@ -390,13 +384,16 @@ fn build(
                     }
                 }
             }
-            Some(GpuSpec {
-                vendor: model.vendor.clone(),
-                model: g.model.clone(),
-                count: g.count,
-                memory_mib: model.memory_mib,
-                resource,
-            })
+            crate::common::add_gpu_labels(
+                &mut l,
+                &spec,
+                crate::common::GpuNames {
+                    short: &model.name,
+                    product: model.product.as_deref(),
+                    gke_accelerator: accel.filter(|_| provider == GCP).map(String::as_str),
+                },
+            );
+            Some(spec)
         }
     };
 

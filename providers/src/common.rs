@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use autoscaler_core::{GpuSpec, Labels, labels};
+use autoscaler_core::{GpuSpec, Labels, gpu, labels};
 use serde::{Deserialize, Serialize};
 
 /// Retries of throttled calls, 5xx answers, timeouts and connection failures: exponential
@@ -159,8 +159,10 @@ pub struct GpuNames<'a> {
 }
 
 /// Adds the GPU labels of `gpu` to `l`: the provider-neutral `gpu-autoscaler.dev/instance-gpu-*`
-/// family; for NVIDIA also GPU Feature Discovery's `nvidia.com/gpu.{count,memory}` and, where
-/// the product name is known, `nvidia.com/gpu.product`; and the GKE accelerator label where
+/// family; for NVIDIA also GPU Feature Discovery's `nvidia.com/gpu.{count,memory}`,
+/// `nvidia.com/gpu.replicas=1`, `nvidia.com/gpu.sharing-strategy=none`,
+/// `nvidia.com/mig.capable` and, where the product name is known, `nvidia.com/gpu.product`;
+/// and the GKE accelerator label where
 /// given. The same labels the embedded catalog gives its types, so that selectors written
 /// against one provider work on the others.
 pub fn add_gpu_labels(l: &mut Labels, gpu: &GpuSpec, names: GpuNames<'_>) {
@@ -177,6 +179,12 @@ pub fn add_gpu_labels(l: &mut Labels, gpu: &GpuSpec, names: GpuNames<'_>) {
         }
         put(labels::NVIDIA_COUNT, gpu.count.to_string());
         put(labels::NVIDIA_MEMORY, gpu.memory_mib.to_string());
+        // What GPU Feature Discovery writes on GPUs nobody shares (a pool's sharing changes
+        // them), so a pod that asks for an unshared GPU by label gets a node planned.
+        put(labels::NVIDIA_REPLICAS, "1".into());
+        put(gpu::NVIDIA_SHARING_STRATEGY, "none".into());
+        let capable = gpu::mig::model_for(&gpu.model, gpu.memory_mib).is_some();
+        put(gpu::NVIDIA_MIG_CAPABLE, capable.to_string());
     }
     if let Some(a) = names.gke_accelerator {
         put(labels::GKE_ACCELERATOR, a.to_string());

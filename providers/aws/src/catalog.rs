@@ -354,24 +354,24 @@ impl TypeFacts {
                 .gpus
                 .get(&(vendor.clone(), short.clone(), a.memory_mib));
             capacity.set(resource, i64::from(a.count));
-            put(labels::GPU_MANUFACTURER, vendor.clone());
-            put(labels::GPU_NAME, short.clone());
-            put(labels::GPU_COUNT, a.count.to_string());
-            put(labels::GPU_MEMORY, a.memory_mib.to_string());
-            if vendor == "nvidia" {
-                if let Some(p) = known.and_then(|k| k.product.clone()) {
-                    put(labels::NVIDIA_PRODUCT, p);
-                }
-                put(labels::NVIDIA_COUNT, a.count.to_string());
-                put(labels::NVIDIA_MEMORY, a.memory_mib.to_string());
-            }
-            Some(GpuSpec {
+            let spec = GpuSpec {
                 vendor,
                 model: known.map_or_else(|| a.name.replace(' ', "-"), |k| k.model.clone()),
                 count: a.count,
                 memory_mib: a.memory_mib,
                 resource: resource.to_string(),
-            })
+            };
+            // The labels the embedded catalog gives its types, written by the same code.
+            providers::common::add_gpu_labels(
+                &mut l,
+                &spec,
+                providers::common::GpuNames {
+                    short: &short,
+                    product: known.and_then(|k| k.product.as_deref()),
+                    gke_accelerator: None,
+                },
+            );
+            Some(spec)
         });
 
         Some(InstanceType {

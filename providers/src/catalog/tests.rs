@@ -210,6 +210,9 @@ fn sample_entries() {
           nvidia.com/gpu.count=1
           nvidia.com/gpu.memory=22888
           nvidia.com/gpu.product=NVIDIA-A10G
+          nvidia.com/gpu.replicas=1
+          nvidia.com/gpu.sharing-strategy=none
+          nvidia.com/mig.capable=false
           topology.kubernetes.io/region=us-east-1
           offerings: us-east-1a,us-east-1b,us-east-1c,us-east-1d x (on-demand $1.006, spot $0.4024)
         p5.48xlarge
@@ -228,6 +231,9 @@ fn sample_entries() {
           nvidia.com/gpu.count=8
           nvidia.com/gpu.memory=81920
           nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3
+          nvidia.com/gpu.replicas=1
+          nvidia.com/gpu.sharing-strategy=none
+          nvidia.com/mig.capable=true
           topology.kubernetes.io/region=us-east-1
           offerings: us-east-1a,us-east-1b,us-east-1c,us-east-1d x (on-demand $55.04, spot $22.016)
         inf2.xlarge
@@ -262,6 +268,9 @@ fn sample_entries() {
           nvidia.com/gpu.count=1
           nvidia.com/gpu.memory=16384
           nvidia.com/gpu.product=Tesla-T4
+          nvidia.com/gpu.replicas=1
+          nvidia.com/gpu.sharing-strategy=none
+          nvidia.com/mig.capable=false
           topology.kubernetes.io/region=us-central1
           offerings: us-central1-a,us-central1-b,us-central1-c,us-central1-f x (on-demand $0.729998, spot $0.291999)
         a3-megagpu-8g
@@ -281,6 +290,9 @@ fn sample_entries() {
           nvidia.com/gpu.count=8
           nvidia.com/gpu.memory=81920
           nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3
+          nvidia.com/gpu.replicas=1
+          nvidia.com/gpu.sharing-strategy=none
+          nvidia.com/mig.capable=true
           topology.kubernetes.io/region=us-east4
           offerings: us-east4-a,us-east4-b,us-east4-c x (on-demand $92.937588, spot $37.175035)
     "#]]

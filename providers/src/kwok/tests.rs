@@ -55,6 +55,7 @@ fn the_node_advertises_the_pools_sharing_and_the_configured_share_of_it() {
             time_slicing: Some(TimeSlicing {
                 replicas: 4,
                 rename: false,
+                ..TimeSlicing::default()
             }),
             ..GpuSharing::default()
         },
