@@ -89,6 +89,7 @@ fn nodepool() -> impl Strategy<Value = NodePool> {
                     time_slicing: (which & 1 == 1).then_some(TimeSlicingSpec {
                         replicas,
                         rename_by_default: rename,
+                        fail_requests_greater_than_one: rename,
                     }),
                     mig: (which & 2 == 2).then_some(MigSpec { config, strategy }),
                     fractional: which & 4 == 4,

@@ -334,12 +334,16 @@ pub struct DaemonSet {
 }
 
 /// Time-slicing configuration of a NodePool.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TimeSlicing {
     /// Replicas per physical GPU (>= 2).
     pub replicas: u32,
     /// Advertise `<resource>.shared` instead of `<resource>`.
     pub rename: bool,
+    /// The device plugin's `failRequestsGreaterThanOne`: a container asking for more than one
+    /// replica fails at admission, so such pods get no node of the pool.
+    #[serde(default)]
+    pub fail_requests_greater_than_one: bool,
 }
 
 /// MIG strategy of the GPU Operator.

@@ -210,8 +210,9 @@ struct Grow {
 /// anti-affinity selectors.
 type ScanKey<'a> = (usize, &'a [usize], &'a [usize], &'a [usize], &'a [usize]);
 
-/// A pod's class identity: node selection, tolerations, whether it takes a GPU share, and
-/// its host ports.
+/// A pod's class identity: node selection, tolerations, whether it takes a GPU share, its
+/// host ports, its DRA identity, what its topology rules require of a node, and whether it
+/// asks for more than one of a GPU resource.
 type ClassKey<'a> = (
     &'a crate::requirements::NodeSelector,
     &'a Vec<Toleration>,
@@ -219,6 +220,7 @@ type ClassKey<'a> = (
     &'a Vec<HostPort>,
     &'a dra::DraKey<'a>,
     Vec<(&'a str, Option<&'a crate::requirements::Constraint>)>,
+    bool,
 );
 
 /// Selector identity for topology counting: namespace plus label requirements.
@@ -357,6 +359,9 @@ struct Class {
     /// What [`Planner::domain_pins`] required of the pods' nodes, as the reasons say it
     /// ([`spread_domains::Pin::describe`]), for the words when no type meets it.
     pins: Vec<String>,
+    /// The pods ask for more than one of a GPU-class resource (refused by time-sliced pools
+    /// with `failRequestsGreaterThanOne`).
+    several: bool,
 }
 
 use crate::quota::Usage as PoolUse;

@@ -204,6 +204,7 @@ fn time_slicing(replicas: u32) -> GpuSharing {
         time_slicing: Some(TimeSlicing {
             replicas,
             rename: false,
+            ..TimeSlicing::default()
         }),
         ..GpuSharing::default()
     }

@@ -878,6 +878,7 @@ fn time_sliced_pool_offers_replicas() {
         time_slicing: Some(TimeSlicing {
             replicas: 4,
             rename: false,
+            ..TimeSlicing::default()
         }),
         ..GpuSharing::default()
     };
@@ -1257,6 +1258,7 @@ fn the_last_pods_of_a_group_share_the_claim_sized_for_them() {
         time_slicing: Some(TimeSlicing {
             replicas: 7,
             rename: false,
+            ..TimeSlicing::default()
         }),
         ..GpuSharing::default()
     };
@@ -1964,6 +1966,322 @@ fn a_zone_anti_affinity_target_placed_first_is_pinned_to_a_zone() {
               requirements: topology.kubernetes.io/zone In [us-east-1a]
             claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[aff]
               requirements: topology.kubernetes.io/zone In [us-east-1b]
+        "#]],
+    );
+}
+
+#[test]
+fn a_pool_failing_requests_for_several_replicas_takes_one_replica_pods_only() {
+    // NVIDIA's device plugin with failRequestsGreaterThanOne refuses a container asking for
+    // more than one time-sliced replica at admission. Such a pod is not planned onto the
+    // pool's nodes, new or running (it would fail there, again and again); others are.
+    let sharing = GpuSharing {
+        time_slicing: Some(TimeSlicing {
+            replicas: 4,
+            rename: false,
+            fail_requests_greater_than_one: true,
+        }),
+        ..GpuSharing::default()
+    };
+    let sliced = || gpu_pool().sharing(sharing.clone());
+    let tolerate = |p: PodBuilder| p.tolerate(Toleration::exists("nvidia.com/gpu"));
+    let pods = vec![
+        tolerate(pod("one").cpu("500m").gpus(1)),
+        tolerate(pod("two").cpu("500m").gpus(2)),
+    ];
+    check(
+        &snapshot(pods.clone(), vec![sliced()]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[one]
+            unschedulable default/two: the pod asks for more than one GPU and NodePool gpu time-slices with failRequestsGreaterThanOne (its device plugin fails such requests)
+        "#]],
+    );
+    // A running node of the pool with room for both: only the one-replica pod goes there.
+    let mut snap = snapshot(pods, vec![sliced()]);
+    let types = gpu_types();
+    let mut running = node("sliced-1", &types[1], "us-east-1a")
+        .pool("gpu")
+        .build();
+    running.allocatable.set("nvidia.com/gpu", 16);
+    snap.nodes = vec![running];
+    check(
+        &snap,
+        expect![[r#"
+            existing default/one -> sliced-1
+            unschedulable default/two: the pod asks for more than one GPU and NodePool gpu time-slices with failRequestsGreaterThanOne (its device plugin fails such requests)
+        "#]],
+    );
+}
+
+/// A node of `it` in zone a with capacity type `ct`, holding `pods`.
+fn ct_node(
+    name: &str,
+    it: &InstanceType,
+    ct: &str,
+    pods: Vec<PodBuilder>,
+) -> autoscaler_core::model::Node {
+    let mut n = node(name, it, "us-east-1a").label(labels::CAPACITY_TYPE, ct);
+    for p in pods {
+        n = n.with_pod(p);
+    }
+    n.build()
+}
+
+#[test]
+fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
+    // A review's probes: rules on one key used to be applied one at a time (the first won),
+    // and a pod could be counted once per rule.
+    let types = spot_and_on_demand_types();
+    let pools = || vec![pool("default", spot_and_on_demand_types())];
+    // Spread and anti-affinity: the db runs on spot, so the spread's emptiest domain (spot)
+    // is not one the pod may use; it goes on demand.
+    let mut snap = snapshot(
+        vec![
+            pod("web-0")
+                .cpu("1")
+                .label("app", "web")
+                .spread(labels::CAPACITY_TYPE, 1, "web")
+                .anti_affinity(labels::CAPACITY_TYPE, "db"),
+        ],
+        pools(),
+    );
+    snap.nodes = vec![ct_node(
+        "spot-1",
+        &types[0],
+        "spot",
+        vec![pod("db").cpu("1900m").label("app", "db")],
+    )];
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+              requirements: karpenter.sh/capacity-type In [on-demand]
+        "#]],
+    );
+    // Two anti-affinity terms whose targets cover both capacity types: no domain is left.
+    let mut snap = snapshot(
+        vec![
+            pod("x")
+                .cpu("1")
+                .anti_affinity(labels::CAPACITY_TYPE, "a")
+                .anti_affinity(labels::CAPACITY_TYPE, "b"),
+        ],
+        pools(),
+    );
+    snap.nodes = vec![
+        ct_node(
+            "n-a",
+            &types[0],
+            "on-demand",
+            vec![pod("a").cpu("1900m").label("app", "a")],
+        ),
+        ct_node(
+            "n-b",
+            &types[0],
+            "spot",
+            vec![pod("b").cpu("1900m").label("app", "b")],
+        ),
+    ];
+    check(
+        &snap,
+        expect![[r#"
+            unschedulable default/x: no instance type in NodePool default matches the pod's node selector and affinity where its topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type not in [on-demand, spot])
+        "#]],
+    );
+    // Two spreads on one key with different selectors: both skews must hold.
+    let mut web = pod("web-0")
+        .cpu("1")
+        .label("app", "web")
+        .label("tier", "fe")
+        .spread(labels::CAPACITY_TYPE, 1, "web");
+    web.0.spread.push(autoscaler_core::model::TopologySpread {
+        max_skew: 1,
+        topology_key: labels::CAPACITY_TYPE.into(),
+        selector: Requirements::new().with("tier", Operator::In, &["fe"]),
+        hard: true,
+        min_domains: 0,
+    });
+    let mut snap = snapshot(vec![web], pools());
+    snap.nodes = vec![
+        ct_node(
+            "spot-1",
+            &types[0],
+            "spot",
+            vec![
+                pod("fe-0").cpu("900m").label("tier", "fe"),
+                pod("fe-1").cpu("900m").label("tier", "fe"),
+            ],
+        ),
+        ct_node(
+            "od-1",
+            &types[0],
+            "on-demand",
+            vec![pod("other").cpu("1900m")],
+        ),
+    ];
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+              requirements: karpenter.sh/capacity-type In [on-demand]
+        "#]],
+    );
+    // Spread and affinity: the cache runs on spot, so all three must go to spot. The spread
+    // lets one in while on-demand is empty; the other two are planned there uncounted: with no
+    // on-demand node the scheduler, which counts only domains that have nodes, binds them.
+    let pods3 = (0..3)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .spread(labels::CAPACITY_TYPE, 1, "web")
+                .affinity(labels::CAPACITY_TYPE, "cache")
+        })
+        .collect();
+    let mut snap = snapshot(pods3, pools());
+    snap.nodes = vec![ct_node(
+        "spot-1",
+        &types[0],
+        "spot",
+        vec![pod("cache").cpu("1900m").label("app", "cache")],
+    )];
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.077 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1,web-2]
+              requirements: karpenter.sh/capacity-type In [spot]
+        "#]],
+    );
+    // A pending target with no rules of its own is placed first, in one domain, and the pod
+    // avoiding it takes the other.
+    check(
+        &snapshot(
+            vec![
+                pod("target").cpu("2").label("app", "s2"),
+                pod("aff")
+                    .cpu("1")
+                    .anti_affinity(labels::CAPACITY_TYPE, "s2"),
+            ],
+            pools(),
+        ),
+        expect![[r#"
+            claim default-1 pool=default price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[target]
+              requirements: karpenter.sh/capacity-type In [spot]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[aff]
+              requirements: karpenter.sh/capacity-type NotIn [spot]
+        "#]],
+    );
+}
+
+#[test]
+fn a_spread_counts_only_pods_on_nodes_the_pod_may_use_and_pods_sure_to_be_placed() {
+    // nodeAffinityPolicy Honor: three web pods on a team-b node do not count for team-a pods.
+    let types = spot_and_on_demand_types();
+    let pods = (0..3)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .select("team", "a")
+                .spread(labels::CAPACITY_TYPE, 1, "web")
+        })
+        .collect();
+    let mut snap = snapshot(
+        pods,
+        vec![pool("a", spot_and_on_demand_types()).label("team", "a")],
+    );
+    snap.nodes = vec![
+        node("b-od", &types[2], "us-east-1a")
+            .label(labels::CAPACITY_TYPE, "on-demand")
+            .label("team", "b")
+            .with_pod(pod("w0").cpu("1").label("app", "web"))
+            .with_pod(pod("w1").cpu("1").label("app", "web"))
+            .with_pod(pod("w2").cpu("1").label("app", "web"))
+            .build(),
+        node("a-od", &types[0], "us-east-1a")
+            .label(labels::CAPACITY_TYPE, "on-demand")
+            .label("team", "a")
+            .with_pod(pod("other").cpu("1900m"))
+            .build(),
+    ];
+    check(
+        &snap,
+        expect![[r#"
+            claim a-1 pool=a price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-2]
+              requirements: karpenter.sh/capacity-type In [spot], team In [a]
+            claim a-2 pool=a price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1]
+              requirements: karpenter.sh/capacity-type In [on-demand], team In [a]
+        "#]],
+    );
+    // Two matching pods no node can hold (100 cpu) are not counted on spot.
+    let mut pods: Vec<PodBuilder> = (0..2)
+        .map(|i| {
+            pod(&format!("big-{i}"))
+                .cpu("100")
+                .label("app", "web")
+                .select(labels::CAPACITY_TYPE, "spot")
+        })
+        .collect();
+    pods.extend((0..4).map(|i| {
+        pod(&format!("web-{i}"))
+            .cpu("1")
+            .label("app", "web")
+            .spread(labels::CAPACITY_TYPE, 1, "web")
+    }));
+    check(
+        &snapshot(pods, vec![pool("default", spot_and_on_demand_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-2]
+              requirements: karpenter.sh/capacity-type In [spot]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1,web-3]
+              requirements: karpenter.sh/capacity-type In [on-demand]
+            unschedulable default/big-0: no instance type in NodePool default offers 100 cpu
+            unschedulable default/big-1: no instance type in NodePool default offers 100 cpu
+        "#]],
+    );
+}
+
+#[test]
+fn pods_on_a_claim_in_flight_count_under_the_label_its_nodepool_defines() {
+    // Two pods bound to an in-flight claim of the spot pool (capacity-spread 2) count there:
+    // the next two pending pods go to domain 1.
+    let types = spot_and_on_demand_types;
+    let pools = vec![
+        pool("spot", types())
+            .require(labels::CAPACITY_TYPE, Operator::In, &["spot"])
+            .require("capacity-spread", Operator::In, &["2"]),
+        pool("od", types())
+            .require(labels::CAPACITY_TYPE, Operator::In, &["on-demand"])
+            .require("capacity-spread", Operator::In, &["1"]),
+    ];
+    let pods = (0..2)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .spread("capacity-spread", 1, "web")
+        })
+        .collect();
+    let mut snap = snapshot(pods, pools);
+    snap.in_flight = vec![InFlightClaim {
+        name: "spot-9".into(),
+        pool: "spot".into(),
+        instance_types: vec!["m5.xlarge".into()],
+        requirements: Requirements::new()
+            .with("capacity-spread", Operator::In, &["2"])
+            .with(labels::CAPACITY_TYPE, Operator::In, &["spot"])
+            .with(labels::ZONE, Operator::In, &["us-east-1a"]),
+        pods: vec![
+            pod("w-a").cpu("1").label("app", "web").build(),
+            pod("w-b").cpu("1").label("app", "web").build(),
+        ],
+        created_at: 0,
+    }];
+    check(
+        &snap,
+        expect![[r#"
+            claim od-1 pool=od price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1]
+              requirements: capacity-spread In [1], karpenter.sh/capacity-type In [on-demand]
         "#]],
     );
 }

@@ -75,6 +75,7 @@ fn pools(provider: &str, types: &[InstanceType]) -> Vec<Pool> {
                 time_slicing: Some(TimeSlicing {
                     replicas: 4,
                     rename: false,
+                    ..TimeSlicing::default()
                 }),
                 ..GpuSharing::default()
             })

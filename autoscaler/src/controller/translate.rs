@@ -367,8 +367,8 @@ pub fn kube_taint(t: &CoreTaint) -> Taint {
 }
 
 /// A selector no object matches: what Kubernetes makes of a null `labelSelector` in a pod
-/// (anti-)affinity term and of a PodDisruptionBudget's null `selector` (an empty one, `{}`,
-/// matches everything).
+/// (anti-)affinity term or a topology spread constraint, and of a PodDisruptionBudget's null
+/// `selector` (an empty one, `{}`, matches everything).
 fn matches_nothing() -> Requirements {
     let mut r = Requirements::new();
     r.add_constraint(
@@ -553,14 +553,16 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         .enumerate()
     {
         let path = format!("spec.topologySpreadConstraints[{i}]");
-        // A null selector counts no pod, so the constraint never holds a pod back.
-        let Some(sel) = &c.label_selector else {
-            continue;
+        // A null selector counts no pod; the constraint stays, as in the scheduler, which
+        // still keeps the pod off nodes without the key.
+        let selector = match &c.label_selector {
+            Some(s) => label_selector(s, &format!("{path}.labelSelector"))?,
+            None => matches_nothing(),
         };
         spread.push(TopologySpread {
             max_skew: u32::try_from(c.max_skew).unwrap_or(1).max(1),
             topology_key: c.topology_key.clone(),
-            selector: label_selector(sel, &format!("{path}.labelSelector"))?,
+            selector,
             hard: c.when_unsatisfiable == "DoNotSchedule",
             min_domains: c
                 .min_domains

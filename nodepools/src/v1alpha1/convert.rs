@@ -516,6 +516,7 @@ fn parse_sharing(path: &FieldPath, g: &GpuSharingSpec, errs: &mut ValidationErro
             Ok(r) if (2..=1024).contains(&r) => Some(TimeSlicing {
                 replicas: r,
                 rename: t.rename_by_default,
+                fail_requests_greater_than_one: t.fail_requests_greater_than_one,
             }),
             _ => {
                 errs.push(&p, format!("{} is outside [2, 1024]", t.replicas));

@@ -235,6 +235,11 @@ pub struct TimeSlicingSpec {
     /// Advertise `<resource>.shared` (e.g. `nvidia.com/gpu.shared`) instead of `<resource>`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rename_by_default: bool,
+    /// The device plugin refuses a container asking for more than one replica (NVIDIA
+    /// recommends it: more replicas give no more GPU); pods asking for more get no node of
+    /// this pool, with a reason.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fail_requests_greater_than_one: bool,
 }
 
 /// MIG settings (the GPU Operator's `nvidia.com/mig.config` and MIG strategy).

@@ -92,7 +92,11 @@ fn types() -> Vec<InstanceType> {
 
 fn ts(replicas: u32, rename: bool) -> GpuSharing {
     GpuSharing {
-        time_slicing: Some(TimeSlicing { replicas, rename }),
+        time_slicing: Some(TimeSlicing {
+            replicas,
+            rename,
+            ..TimeSlicing::default()
+        }),
         ..GpuSharing::default()
     }
 }
@@ -312,6 +316,7 @@ fn mig_then_time_slicing() {
         time_slicing: Some(TimeSlicing {
             replicas: 2,
             rename: true,
+            ..TimeSlicing::default()
         }),
         ..mig("all-3g.40gb", MigStrategy::Mixed)
     };
@@ -332,6 +337,7 @@ fn mig_then_time_slicing() {
         time_slicing: Some(TimeSlicing {
             replicas: 2,
             rename: false,
+            ..TimeSlicing::default()
         }),
         ..mig("all-3g.40gb", MigStrategy::Single)
     };

@@ -49,10 +49,31 @@ pub(super) enum Bar {
     Sharing,
     /// A DaemonSet on every such node binds one of the pods' host ports.
     HostPort,
+    /// The pods ask for more than one replica of a time-sliced GPU, and the pool's device
+    /// plugin fails such requests (`failRequestsGreaterThanOne`).
+    OneReplica,
+}
+
+/// Whether pod `p` asks for more than one of a GPU-class resource: what a time-sliced pool
+/// with `failRequestsGreaterThanOne` refuses.
+pub(super) fn asks_several_gpus(p: &crate::model::Pod) -> bool {
+    p.requests
+        .extended
+        .iter()
+        .any(|(k, v)| *v > 1 && crate::resources::is_gpu_class(k))
+}
+
+/// Whether `pool`'s device plugin fails requests for more than one time-sliced replica.
+pub(super) fn one_replica_each(pool: &crate::model::Pool) -> bool {
+    pool.sharing
+        .time_slicing
+        .as_ref()
+        .is_some_and(|t| t.fail_requests_greater_than_one)
 }
 
 /// The first [`Bar`] between pods (`tolerations`, whether they take a GPU `share`, their
-/// `host_ports`) and the nodes of shape `s` of `pool`; `None` when only their selectors and
+/// `host_ports`, whether they ask for `several` of a GPU resource) and the nodes of shape `s`
+/// of `pool`; `None` when only their selectors and
 /// requests remain to be checked.
 pub(super) fn class_bar(
     pool: &crate::model::Pool,
@@ -60,6 +81,7 @@ pub(super) fn class_bar(
     tolerations: &[crate::taints::Toleration],
     share: bool,
     host_ports: &[crate::model::HostPort],
+    several: bool,
 ) -> Option<Bar> {
     if untolerated(tolerations, &pool.taints).is_some() {
         return Some(Bar::Taint);
@@ -67,6 +89,9 @@ pub(super) fn class_bar(
     // Shares of one device need a pool whose nodes run a sharing device plugin.
     if share && !pool.sharing.fractional {
         return Some(Bar::Sharing);
+    }
+    if several && one_replica_each(pool) {
+        return Some(Bar::OneReplica);
     }
     if ports_conflict(host_ports, s.host_ports.iter().map(|(h, _)| h)) {
         return Some(Bar::HostPort);
@@ -126,6 +151,7 @@ impl<'a> Planner<'a> {
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         let mut prev: Option<(ClassKey<'_>, usize)> = None;
         let pins = self.domain_pins();
+        let one_replica_pools = self.snap.pools.iter().any(one_replica_each);
         for (i, p) in self.snap.pending.iter().enumerate() {
             let share = p.gpu_share.is_some();
             let key = (
@@ -135,6 +161,9 @@ impl<'a> Planner<'a> {
                 &p.host_ports,
                 &self.dra_keys[i],
                 spread_label_keys(p, &pins[i]),
+                // Only where some pool refuses several replicas: a split of the class would
+                // change how its GPU pods are sized together everywhere else.
+                one_replica_pools && asks_several_gpus(p),
             );
             // Pods of a workload come one after another: an identical neighbour spares the
             // hashing of the whole key.
@@ -166,7 +195,9 @@ impl<'a> Planner<'a> {
                         .enumerate()
                         .map(|(si, s)| {
                             let pool = &self.snap.pools[s.pool];
-                            if class_bar(pool, s, &p.tolerations, share, &p.host_ports).is_some() {
+                            if class_bar(pool, s, &p.tolerations, share, &p.host_ports, key.6)
+                                .is_some()
+                            {
                                 return false;
                             }
                             if !self.dra_shape_ok(i, si) {
@@ -205,6 +236,7 @@ impl<'a> Planner<'a> {
                             .map(|(k, _)| k.to_string())
                             .collect(),
                         pins: pins[i].iter().map(Pin::describe).collect(),
+                        several: key.6,
                     });
                     index.insert(key.clone(), classes.len() - 1);
                     classes.len() - 1
@@ -331,6 +363,7 @@ impl<'a> Planner<'a> {
             let Some(price) = class
                 .terms
                 .iter()
+                .filter(|t| term_fits_shape(t, shape))
                 .filter_map(|t| shape.price_under(t))
                 .min_by(f64::total_cmp)
             else {

@@ -287,6 +287,9 @@ impl<'a> Planner<'a> {
             .map(|(_, sh)| sh)
             .collect();
         if compatible.is_empty() {
+            if self.classes[ci].several && super::classes::one_replica_each(pool) {
+                return one_replica_reason(pool);
+            }
             if self.classes[ci].share && !pool.sharing.fractional {
                 return format!(
                     "NodePool {} does not offer fractional GPU shares (gpuSharing.fractional)",
@@ -507,7 +510,11 @@ impl<'a> Planner<'a> {
             &class.tolerations,
             class.share,
             &class.host_ports,
+            class.several,
         ) {
+            Some(Bar::OneReplica) => {
+                return Err(Refusal::new(RefusalKind::Sharing, one_replica_reason(pool)));
+            }
             Some(Bar::Taint) => {
                 let t = untolerated(&class.tolerations, &pool.taints)
                     .map_or_else(String::new, |t| t.to_string());
@@ -561,4 +568,13 @@ impl<'a> Planner<'a> {
             .map_err(|e| Refusal::new(RefusalKind::Limits, e))?;
         Ok(shape.price_under(&reqs).unwrap_or(f64::INFINITY))
     }
+}
+
+/// Why a pod asking for several replicas of a time-sliced GPU gets no node of `pool`.
+fn one_replica_reason(pool: &crate::model::Pool) -> String {
+    format!(
+        "the pod asks for more than one GPU and NodePool {} time-slices with \
+         failRequestsGreaterThanOne (its device plugin fails such requests)",
+        pool.name
+    )
 }

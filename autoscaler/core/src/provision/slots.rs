@@ -261,6 +261,13 @@ impl<'a> Planner<'a> {
             {
                 common.insert(labels::CAPACITY_TYPE.into(), ct.to_string());
             }
+            // A label its pool defines, pinned to one value, is on the node too (a topology
+            // spread over it counts the claim's pods there).
+            for (k, _) in first.pool_defined.iter() {
+                if let Some(v) = c.requirements.get(k).and_then(|r| r.single_value()) {
+                    common.insert(k.to_string(), v.to_string());
+                }
+            }
             let u = &mut usage[pi];
             u.nodes += 1;
             u.resources.add(&cap);
@@ -446,7 +453,13 @@ impl<'a> Planner<'a> {
                     || slot
                         .pool
                         .is_none_or(|pi| self.snap.pools[pi].sharing.fractional);
+                // A node whose device plugin fails requests for several replicas.
+                let replicas_ok = !class.several
+                    || slot
+                        .pool
+                        .is_none_or(|pi| !super::classes::one_replica_each(&self.snap.pools[pi]));
                 let ok = shares_ok
+                    && replicas_ok
                     && untolerated(&class.tolerations, slot.taints(self.snap)).is_none()
                     // In-flight: labels are what all candidates share; a term on other keys
                     // cannot be promised.

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::labels;
-use crate::requirements::{Constraint, Requirements, ValueSet};
+use crate::requirements::{Constraint, NodeSelector, Requirements, ValueSet};
 use crate::resources::Resources;
 use crate::taints::untolerated;
 
@@ -39,6 +39,19 @@ type Domains = BTreeMap<String, f64>;
 
 /// A running pod's anti-affinity term: (namespace, selector, key, its node's value of the key).
 type RunningAnti<'s> = (&'s str, &'s Requirements, &'s str, &'s str);
+
+/// The values of `key` where running pods' anti-affinity keeps pod `p` out.
+fn running_forbidden(
+    running: &[RunningAnti<'_>],
+    p: &crate::model::Pod,
+    key: &str,
+) -> BTreeSet<String> {
+    running
+        .iter()
+        .filter(|(ns, sel, k, _)| *k == key && *ns == p.key.namespace && sel.matches(&p.labels))
+        .map(|(.., v)| v.to_string())
+        .collect()
+}
 
 /// The one value of `key` pod `p`'s node selection allows, when every term pins it to one.
 fn fixed_value<'p>(p: &'p crate::model::Pod, key: &str) -> Option<&'p str> {
@@ -112,18 +125,22 @@ impl Pin {
 /// What [`Planner::domain_pins`] keeps while it walks the pending pods.
 #[derive(Default)]
 struct Walk<'s> {
-    /// Matching pods on existing nodes and claims in flight, per (selector, key) and value.
-    counted: HashMap<(usize, &'s str), BTreeMap<String, u32>>,
-    /// Pending pods whose domain is known (pinned to one, or their node selection allows
-    /// one), per (selector they match, key, value).
+    /// Matching pods on existing nodes and claims in flight, per (selector, key, node
+    /// selection whose nodes alone count, or `None` for all) and value.
+    counted: HashMap<(usize, &'s str, Option<&'s NodeSelector>), BTreeMap<String, u32>>,
+    /// Pods of this plan sure to be in one domain (pinned there, and able to get a node
+    /// there), per (selector they match, key, value): what a spread counts.
     planned: HashMap<(usize, &'s str, String), u32>,
-    /// Room on existing nodes per (key, value) for pods like the last one, used up as pods
-    /// are pinned there.
+    /// Pending pods known to be in one domain (pinned there, or put there by their own node
+    /// selection), per (selector they match, key, value): what pod (anti-)affinity looks for.
+    present: HashMap<(usize, &'s str, String), u32>,
+    /// Room on existing nodes per (key, value) for pods like the last one listed for the key,
+    /// used up as pods are pinned there.
     room: HashMap<(&'s str, String), u32>,
-    /// The last pod whose domains were listed, for which key, and them: the pods of a
-    /// workload come one after another, and the next one with the same node selection and
-    /// requests has the same domains (and the room left).
-    last: Option<(usize, &'s str, Option<Domains>)>,
+    /// Per key, the pod its domains were last listed for, and them: the pods of a workload
+    /// come one after another, and the next one with the same node selection and requests
+    /// has the same domains (and the room left).
+    domains: HashMap<&'s str, (usize, Option<Domains>)>,
 }
 
 impl<'s> Walk<'s> {
@@ -132,120 +149,307 @@ impl<'s> Walk<'s> {
     }
 }
 
+/// What one pod's rules say about one key, gathered before a domain is chosen.
+#[derive(Default)]
+struct KeyRules<'t> {
+    /// Hard spread constraints, with their selector ids.
+    spreads: Vec<(usize, &'t crate::model::TopologySpread)>,
+    /// Domains pod affinity allows (`None`: no affinity term on the key).
+    allowed: Option<BTreeSet<String>>,
+    /// Domains pod anti-affinity forbids (its own terms, and running pods' against it).
+    forbidden: BTreeSet<String>,
+    /// An affinity or anti-affinity term selecting the pod itself, with no target to follow:
+    /// the pod needs one domain of its own choosing.
+    choose: bool,
+    /// An affinity term that selects no pod anywhere, the pod itself included.
+    lonely: bool,
+}
+
 impl<'a> Planner<'a> {
     /// Per pending pod, the requirements its hard topology spread and its required pod
     /// (anti-)affinity over keys other than zone and hostname put on its node; empty for
-    /// most pods.
+    /// most pods. Every rule of a pod on one key is weighed together, into one requirement.
     ///
-    /// **Spread.** Of the domains the skew allows (`count + 1 <= min + maxSkew`), the pod is
-    /// pinned to one it can reach (a new node can be launched there, or an existing node
-    /// there has room for it), the one with the fewest matching pods, then the cheapest
-    /// (existing room costs nothing), then by name; Karpenter likewise takes the emptiest
-    /// domain a node it can launch or use allows. When none is reachable, the pod is pinned
-    /// to the emptiest domain and waits there, as the scheduler would keep it; it is not
-    /// counted, so it does not push the next pods past the skew.
+    /// **Spread.** Of the domains every spread constraint on the key allows
+    /// (`count + 1 <= min + maxSkew`; the minimum 0 while fewer domains than `minDomains`
+    /// are eligible), the pod is pinned to one it can reach (a new node can be launched
+    /// there, or an existing node there has room for it), the one with the fewest matching
+    /// pods, then the cheapest (existing room costs nothing), then by name; Karpenter likewise
+    /// takes the emptiest domain a node it can launch or use allows. Counts, as the
+    /// scheduler's default `nodeAffinityPolicy: Honor` has them, take only nodes the pod's
+    /// node selection matches. When no domain is reachable the pod is pinned to the emptiest
+    /// allowed one and waits there, as the scheduler would keep it; it is not counted, so it
+    /// does not push the next pods past the skew.
     ///
-    /// **Affinity.** The pod goes where a pod its term selects runs or is pinned; the first
-    /// of a group that selects itself picks the cheapest domain it can reach, and the rest
-    /// follow; with no such pod anywhere it waits ("in no domain").
+    /// **Affinity.** The pod goes where a pod its term selects runs or is known to be (pinned,
+    /// or put there by its node selection); the first of a group that selects itself picks
+    /// the cheapest domain it can reach, and the rest follow; with no such pod anywhere it
+    /// waits ("in no domain").
     ///
     /// **Anti-affinity.** The pod keeps out of the domains of the pods its term selects, and
     /// of the domains whose running pods' anti-affinity selects it; a pod that selects itself
-    /// takes one domain of its own, so the next one keeps out of it.
+    /// takes one domain of its own, so the next one keeps out of it. A pending pod that such a
+    /// term selects, with no rule of its own on the key, is pinned to the cheapest domain it
+    /// can reach first, so that the pods avoiding (or following) it know where it will be.
     pub(super) fn domain_pins(&self) -> Vec<Vec<Pin>> {
         let pending = &self.snap.pending;
         let mut pins: Vec<Vec<Pin>> = vec![Vec::new(); pending.len()];
         let ours = |k: &str| !balanced_elsewhere(k);
-        let mut keys: BTreeSet<&str> = BTreeSet::new();
-        for p in pending {
+        let mut keys: BTreeSet<&'a str> = BTreeSet::new();
+        // Selectors of (anti-)affinity terms per key: whose targets must be placed first.
+        let mut targeted: BTreeMap<&'a str, BTreeSet<usize>> = BTreeMap::new();
+        for (i, p) in pending.iter().enumerate() {
             keys.extend(
                 p.spread
                     .iter()
-                    .filter(|t| t.hard)
-                    .map(|t| t.topology_key.as_str())
-                    .chain(p.affinity.iter().map(|t| t.topology_key.as_str()))
-                    .chain(p.anti_affinity.iter().map(|t| t.topology_key.as_str()))
-                    .filter(|k| ours(k)),
+                    .filter(|t| t.hard && ours(&t.topology_key))
+                    .map(|t| t.topology_key.as_str()),
             );
+            let terms = p
+                .affinity
+                .iter()
+                .zip(&self.sel_of_affinity[i])
+                .chain(p.anti_affinity.iter().zip(&self.sel_of_anti[i]));
+            for (t, sel) in terms.filter(|(t, _)| ours(&t.topology_key)) {
+                keys.insert(t.topology_key.as_str());
+                targeted
+                    .entry(t.topology_key.as_str())
+                    .or_default()
+                    .insert(*sel);
+            }
         }
         let running_anti = self.running_anti_affinity();
         if keys.is_empty() && running_anti.is_empty() {
             return pins;
         }
         let mut walk = Walk::default();
-        // Pending pods whose node selection allows one domain are counted there from the
-        // start, wherever they come in the walk.
         for (j, p) in pending.iter().enumerate() {
             for k in &keys {
                 if let Some(v) = fixed_value(p, k) {
                     for s in &self.matches[j] {
-                        *walk.planned.entry((*s, *k, v.to_string())).or_default() += 1;
+                        *walk.present.entry((*s, *k, v.to_string())).or_default() += 1;
                     }
                 }
             }
         }
+        let has_rules = |p: &crate::model::Pod, k: &str| {
+            p.spread.iter().any(|t| t.hard && t.topology_key == k)
+                || p.affinity.iter().any(|t| t.topology_key == k)
+                || p.anti_affinity.iter().any(|t| t.topology_key == k)
+        };
+        // Targets without rules of their own on the key go first.
+        for (j, p) in pending.iter().enumerate() {
+            for (key, sels) in &targeted {
+                let selected = self.matches[j].iter().any(|s| sels.contains(s));
+                if !selected || has_rules(p, key) || fixed_value(p, key).is_some() {
+                    continue;
+                }
+                let forbidden = running_forbidden(&running_anti, p, key);
+                let (pin, sure) = match self.cheapest_reachable(&mut walk, j, key, &forbidden) {
+                    Some(v) => {
+                        Self::take_room(&mut walk, key, &v);
+                        (Pin::one(key, &v), true)
+                    }
+                    None => (Pin::within(key, BTreeSet::new()), false),
+                };
+                self.count_pin(&mut walk, j, key, &pin, sure);
+                pins[j].push(pin);
+            }
+        }
         for (i, p) in pending.iter().enumerate() {
-            // Each pin, with whether the pod is sure to be in its one domain (counted there).
-            let mut got: Vec<(Pin, bool)> = Vec::new();
+            let mut rules: BTreeMap<&'a str, KeyRules<'a>> = BTreeMap::new();
             for (t, sel) in p.spread.iter().zip(&self.sel_of_spread[i]) {
-                let key = t.topology_key.as_str();
-                if t.hard && ours(key) && !got.iter().any(|(pin, _)| pin.key == key) {
-                    got.extend(self.spread_pin(&mut walk, i, key, *sel, t));
+                if t.hard && ours(&t.topology_key) {
+                    let r = rules.entry(t.topology_key.as_str()).or_default();
+                    r.spreads.push((*sel, t));
                 }
             }
             for (t, sel) in p.affinity.iter().zip(&self.sel_of_affinity[i]) {
                 let key = t.topology_key.as_str();
-                if ours(key) {
-                    got.push(self.affinity_pin(&mut walk, i, key, *sel));
-                }
-            }
-            // Its own anti-affinity, and running pods' anti-affinity against it.
-            let mut anti: Vec<(&str, Option<usize>)> = p
-                .anti_affinity
-                .iter()
-                .zip(&self.sel_of_anti[i])
-                .filter(|(t, _)| ours(&t.topology_key))
-                .map(|(t, sel)| (t.topology_key.as_str(), Some(*sel)))
-                .collect();
-            for (ns, sel, key, _) in &running_anti {
-                if *ns == p.key.namespace
-                    && sel.matches(&p.labels)
-                    && !anti.iter().any(|(k, _)| k == key)
-                {
-                    anti.push((key, None));
-                }
-            }
-            for (key, sel) in anti {
-                got.extend(self.anti_affinity_pin(&mut walk, i, key, sel, &running_anti));
-            }
-            // A pod sure to be in one domain is counted there by every selector it matches
-            // (a pod whose node selection allows one domain was counted from the start).
-            for (pin, sure) in &got {
-                let ValueSet::In(values) = &pin.constraint.values else {
+                if !ours(key) {
                     continue;
-                };
-                if let (true, 1, None, Some(key)) = (
-                    *sure,
-                    values.len(),
-                    fixed_value(p, &pin.key),
-                    keys.get(pin.key.as_str()),
-                ) {
-                    let v = values.iter().next().cloned().unwrap_or_default();
-                    for s in &self.matches[i] {
-                        *walk.planned.entry((*s, *key, v.clone())).or_default() += 1;
-                    }
+                }
+                let targets = self.present_values(&mut walk, *sel, key);
+                let r = rules.entry(key).or_default();
+                if !targets.is_empty() {
+                    r.allowed = Some(match r.allowed.take() {
+                        Some(a) => a.intersection(&targets).cloned().collect(),
+                        None => targets,
+                    });
+                } else if self.matches[i].binary_search(sel).is_ok() {
+                    r.choose = true;
+                } else {
+                    r.lonely = true;
                 }
             }
-            pins[i] = got.into_iter().map(|(pin, _)| pin).collect();
+            for (t, sel) in p.anti_affinity.iter().zip(&self.sel_of_anti[i]) {
+                let key = t.topology_key.as_str();
+                if !ours(key) {
+                    continue;
+                }
+                let there = self.present_values(&mut walk, *sel, key);
+                let r = rules.entry(key).or_default();
+                r.forbidden.extend(there);
+                if self.matches[i].binary_search(sel).is_ok() {
+                    r.choose = true;
+                }
+            }
+            for (_, _, key, _) in running_anti
+                .iter()
+                .filter(|(ns, sel, ..)| *ns == p.key.namespace && sel.matches(&p.labels))
+            {
+                let forbidden = running_forbidden(&running_anti, p, key);
+                rules.entry(key).or_default().forbidden.extend(forbidden);
+            }
+            for (key, r) in rules {
+                if pins[i].iter().any(|pin| pin.key == key) {
+                    continue;
+                }
+                if let Some((pin, sure)) = self.key_pin(&mut walk, i, key, &r) {
+                    self.count_pin(&mut walk, i, key, &pin, sure);
+                    pins[i].push(pin);
+                }
+            }
         }
         pins
     }
-    /// Matching pods per value of `key` for selector `sel`: running and known pending ones.
-    fn domain_count(&self, walk: &mut Walk<'a>, sel: usize, key: &'a str, v: &str) -> u32 {
+
+    /// The one requirement pod `i`'s rules on `key` come to, and whether the pod is sure to
+    /// be in its one domain (`None`: no requirement).
+    fn key_pin(
+        &self,
+        walk: &mut Walk<'a>,
+        i: usize,
+        key: &'a str,
+        r: &KeyRules<'a>,
+    ) -> Option<(Pin, bool)> {
+        if r.lonely {
+            return Some((Pin::within(key, BTreeSet::new()), false));
+        }
+        let permitted =
+            |v: &str| !r.forbidden.contains(v) && r.allowed.as_ref().is_none_or(|a| a.contains(v));
+        if r.spreads.is_empty() && !r.choose {
+            return match &r.allowed {
+                Some(a) => {
+                    let left: BTreeSet<String> =
+                        a.iter().filter(|v| permitted(v)).cloned().collect();
+                    let sure = left.len() == 1;
+                    Some((Pin::within(key, left), sure))
+                }
+                None if r.forbidden.is_empty() => None,
+                None => Some((Pin::outside(key, r.forbidden.clone()), false)),
+            };
+        }
+        let Some(domains) = self.domains_for(walk, i, key) else {
+            // Values that cannot be listed: what affinity allows, or all but the forbidden.
+            return match &r.allowed {
+                Some(a) => Some((
+                    Pin::within(key, a.iter().filter(|v| permitted(v)).cloned().collect()),
+                    false,
+                )),
+                None if r.forbidden.is_empty() => None,
+                None => {
+                    let mut pin = Pin::outside(key, r.forbidden.clone());
+                    // A spread still needs the label on the node.
+                    pin.constraint.allow_absent = r.spreads.is_empty();
+                    Some((pin, false))
+                }
+            };
+        };
+        if domains.is_empty() && r.allowed.is_none() && r.forbidden.is_empty() {
+            // No node can carry the key: the spread's own requirement says so.
+            return None;
+        }
+        let p = &self.snap.pending[i];
+        // Per spread constraint: counts per domain, the minimum, and whether the pod counts.
+        let mut spreads = Vec::with_capacity(r.spreads.len());
+        for (sel, t) in &r.spreads {
+            let counts: BTreeMap<&String, u32> = domains
+                .keys()
+                .map(|v| (v, self.spread_count(walk, *sel, key, &p.node_selector, v)))
+                .collect();
+            let mut min = counts.values().copied().min().unwrap_or(0);
+            if domains.len() < t.min_domains as usize {
+                min = 0;
+            }
+            let itself = u32::from(self.matches[i].binary_search(sel).is_ok());
+            spreads.push((counts, min, itself, t.max_skew));
+        }
+        let skew_ok = |v: &String| {
+            spreads.iter().all(|(counts, min, itself, skew)| {
+                u64::from(counts[v]) + u64::from(*itself) <= u64::from(*min) + u64::from(*skew)
+            })
+        };
+        let load = |v: &String| spreads.first().map_or(0, |(counts, ..)| counts[v]);
+        let cost = |v: &str, price: f64| if walk.has_room(key, v) { 0.0 } else { price };
+        let chosen = domains
+            .iter()
+            .filter(|(v, price)| {
+                permitted(v) && skew_ok(v) && (price.is_finite() || walk.has_room(key, v))
+            })
+            .min_by(|(va, pa), (vb, pb)| {
+                load(va)
+                    .cmp(&load(vb))
+                    .then(cost(va, **pa).total_cmp(&cost(vb, **pb)))
+                    .then(va.cmp(vb))
+            })
+            .map(|(v, _)| v.clone());
+        if let Some(v) = chosen {
+            Self::take_room(walk, key, &v);
+            return Some((Pin::one(key, &v), true));
+        }
+        // Nowhere to go now: wait in the emptiest domain the rules allow, uncounted.
+        let waiting = domains
+            .keys()
+            .filter(|v| permitted(v) && skew_ok(v))
+            .min_by(|a, b| load(a).cmp(&load(b)).then(a.cmp(b)))
+            .or_else(|| {
+                domains
+                    .keys()
+                    .filter(|v| permitted(v))
+                    .min_by(|a, b| load(a).cmp(&load(b)).then(a.cmp(b)))
+            });
+        Some(match waiting {
+            Some(v) => (Pin::one(key, v), false),
+            None => (Pin::within(key, BTreeSet::new()), false),
+        })
+    }
+
+    /// Records where pod `i` is now known to be on `key`: a pin to one domain is where its
+    /// (anti-)affinity targets look, and where a spread counts it when the pod is `sure` to
+    /// get there. A pod its node selection already put there was counted from the start.
+    fn count_pin(&self, walk: &mut Walk<'a>, i: usize, key: &'a str, pin: &Pin, sure: bool) {
+        let ValueSet::In(values) = &pin.constraint.values else {
+            return;
+        };
+        let (Some(v), 1) = (values.iter().next(), values.len()) else {
+            return;
+        };
+        let fixed = fixed_value(&self.snap.pending[i], key).is_some();
+        for s in &self.matches[i] {
+            if !fixed {
+                *walk.present.entry((*s, key, v.clone())).or_default() += 1;
+            }
+            if sure {
+                *walk.planned.entry((*s, key, v.clone())).or_default() += 1;
+            }
+        }
+    }
+
+    /// Pods matching selector `sel` in domain `v` of `key`, as a spread counts them for a pod
+    /// with node selection `ns`: running ones on nodes `ns` matches, and this plan's sure ones.
+    fn spread_count(
+        &self,
+        walk: &mut Walk<'a>,
+        sel: usize,
+        key: &'a str,
+        ns: &'a NodeSelector,
+        v: &str,
+    ) -> u32 {
         let existing = walk
             .counted
-            .entry((sel, key))
-            .or_insert_with(|| self.existing_counts(sel, key));
+            .entry((sel, key, Some(ns)))
+            .or_insert_with(|| self.existing_counts(sel, key, Some(ns)));
         existing.get(v).copied().unwrap_or(0)
             + walk
                 .planned
@@ -254,18 +458,41 @@ impl<'a> Planner<'a> {
                 .unwrap_or(0)
     }
 
-    /// The domains of `key` pod `i` could be in, listed once per workload (see [`Walk::last`]).
+    /// The domains of `key` where a pod matching selector `sel` runs or is known to be.
+    fn present_values(&self, walk: &mut Walk<'a>, sel: usize, key: &'a str) -> BTreeSet<String> {
+        let existing = walk
+            .counted
+            .entry((sel, key, None))
+            .or_insert_with(|| self.existing_counts(sel, key, None));
+        let mut out: BTreeSet<String> = existing
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(v, _)| v.clone())
+            .collect();
+        out.extend(
+            walk.present
+                .iter()
+                .filter(|((s, k, _), n)| *s == sel && *k == key && **n > 0)
+                .map(|((.., v), _)| v.clone()),
+        );
+        out
+    }
+
+    /// The domains of `key` pod `i` could be in, listed once per workload (see
+    /// [`Walk::domains`]).
     fn domains_for(&self, walk: &mut Walk<'a>, i: usize, key: &'a str) -> Option<Domains> {
-        let reuse =
-            matches!(&walk.last, Some((j, k, _)) if *k == key && self.same_node_selection(*j, i));
+        let reuse = walk
+            .domains
+            .get(key)
+            .is_some_and(|(j, _)| self.same_node_selection(*j, i));
         if !reuse {
-            walk.last = Some((i, key, self.spread_domains(i, key)));
+            walk.domains.insert(key, (i, self.spread_domains(i, key)));
             walk.room.retain(|(k, _), _| *k != key);
             for (v, n) in self.existing_room(i, key) {
                 walk.room.insert((key, v), n);
             }
         }
-        walk.last.as_ref().and_then(|(.., d)| d.clone())
+        walk.domains.get(key).and_then(|(_, d)| d.clone())
     }
 
     /// Takes one place in domain `v` of `key` from the existing room, when there is some.
@@ -275,123 +502,6 @@ impl<'a> Planner<'a> {
         {
             *n -= 1;
         }
-    }
-
-    /// The spread pin for pod `i` (see [`Self::domain_pins`]), and whether the pod can reach
-    /// it.
-    fn spread_pin(
-        &self,
-        walk: &mut Walk<'a>,
-        i: usize,
-        key: &'a str,
-        sel: usize,
-        t: &crate::model::TopologySpread,
-    ) -> Option<(Pin, bool)> {
-        let max_skew = t.max_skew;
-        let domains = self.domains_for(walk, i, key)?;
-        let counts: BTreeMap<&String, u32> = domains
-            .keys()
-            .map(|v| (v, self.domain_count(walk, sel, key, v)))
-            .collect();
-        let mut min = counts.values().copied().min()?;
-        // Fewer eligible domains than minDomains: the scheduler takes the minimum as 0.
-        if domains.len() < t.min_domains as usize {
-            min = 0;
-        }
-        let itself = u32::from(self.matches[i].binary_search(&sel).is_ok());
-        // Existing room first at equal counts: it is paid for already.
-        let cost = |v: &str, price: f64| if walk.has_room(key, v) { 0.0 } else { price };
-        let reachable = domains
-            .iter()
-            .filter(|(v, price)| {
-                counts[v] + itself <= min + max_skew && (price.is_finite() || walk.has_room(key, v))
-            })
-            .min_by(|(va, pa), (vb, pb)| {
-                counts[va]
-                    .cmp(&counts[vb])
-                    .then(cost(va, **pa).total_cmp(&cost(vb, **pb)))
-                    .then(va.cmp(vb))
-            });
-        let Some((value, _)) = reachable else {
-            let (value, _) = counts
-                .iter()
-                .min_by(|a, b| a.1.cmp(b.1).then(a.0.cmp(b.0)))?;
-            return Some((Pin::one(key, value), false));
-        };
-        let value = value.clone();
-        Self::take_room(walk, key, &value);
-        Some((Pin::one(key, &value), true))
-    }
-
-    /// The affinity pin for pod `i`'s term over `key` selecting `sel`.
-    fn affinity_pin(&self, walk: &mut Walk<'a>, i: usize, key: &'a str, sel: usize) -> (Pin, bool) {
-        let mut targets: BTreeSet<String> = self
-            .existing_counts(sel, key)
-            .into_iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(v, _)| v)
-            .collect();
-        targets.extend(
-            walk.planned
-                .iter()
-                .filter(|((s, k, _), n)| *s == sel && *k == key && **n > 0)
-                .map(|((.., v), _)| v.clone()),
-        );
-        if !targets.is_empty() {
-            let sure = targets.len() == 1;
-            return (Pin::within(key, targets), sure);
-        }
-        // Nobody to join: the first of a group that selects itself opens the domain.
-        if self.matches[i].binary_search(&sel).is_ok()
-            && let Some(v) = self.cheapest_reachable(walk, i, key, &BTreeSet::new())
-        {
-            Self::take_room(walk, key, &v);
-            return (Pin::one(key, &v), true);
-        }
-        (Pin::within(key, BTreeSet::new()), false)
-    }
-
-    /// The anti-affinity pin for pod `i` over `key`: its own term selecting `sel`, or (when
-    /// `None`) only running pods' terms against it.
-    fn anti_affinity_pin(
-        &self,
-        walk: &mut Walk<'a>,
-        i: usize,
-        key: &'a str,
-        sel: Option<usize>,
-        running: &[RunningAnti<'a>],
-    ) -> Option<(Pin, bool)> {
-        let p = &self.snap.pending[i];
-        let mut forbidden: BTreeSet<String> = running
-            .iter()
-            .filter(|(ns, s, k, _)| *k == key && *ns == p.key.namespace && s.matches(&p.labels))
-            .map(|(.., v)| v.to_string())
-            .collect();
-        if let Some(sel) = sel {
-            forbidden.extend(
-                self.existing_counts(sel, key)
-                    .into_iter()
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(v, _)| v),
-            );
-            forbidden.extend(
-                walk.planned
-                    .iter()
-                    .filter(|((s, k, _), n)| *s == sel && *k == key && **n > 0)
-                    .map(|((.., v), _)| v.clone()),
-            );
-            // A pod its own term selects takes a domain of its own, so the next keeps out.
-            if self.matches[i].binary_search(&sel).is_ok() {
-                return Some(match self.cheapest_reachable(walk, i, key, &forbidden) {
-                    Some(v) => {
-                        Self::take_room(walk, key, &v);
-                        (Pin::one(key, &v), true)
-                    }
-                    None => (Pin::within(key, BTreeSet::new()), false),
-                });
-            }
-        }
-        (!forbidden.is_empty()).then(|| (Pin::outside(key, forbidden), false))
     }
 
     /// The cheapest domain of `key` outside `forbidden` pod `i` can reach (existing room
@@ -417,14 +527,15 @@ impl<'a> Planner<'a> {
     }
 
     /// Required anti-affinity terms of pods running on existing nodes over keys other than
-    /// zone and hostname: (namespace, selector, key, the node's value of the key).
+    /// zone and hostname, once each: (namespace, selector, key, the node's value of the key).
     fn running_anti_affinity(&self) -> Vec<RunningAnti<'a>> {
-        let mut out = Vec::new();
+        let snap: &'a Snapshot = self.snap;
+        let mut out: Vec<RunningAnti<'a>> = Vec::new();
+        let mut seen: std::collections::HashSet<RunningAnti<'a>> = Default::default();
         for slot in &self.state.slots {
             let SlotKind::Existing(ni) = slot.kind else {
                 continue;
             };
-            let snap: &'a Snapshot = self.snap;
             let node = &snap.nodes[ni];
             for pod in &node.pods {
                 for t in &pod.anti_affinity {
@@ -432,12 +543,15 @@ impl<'a> Planner<'a> {
                         continue;
                     }
                     if let Some(v) = node.labels.get(&t.topology_key) {
-                        out.push((
+                        let term = (
                             pod.key.namespace.as_str(),
                             &t.selector,
                             t.topology_key.as_str(),
                             v.as_str(),
-                        ));
+                        );
+                        if seen.insert(term) {
+                            out.push(term);
+                        }
                     }
                 }
             }
@@ -502,7 +616,9 @@ impl<'a> Planner<'a> {
         let share = p.gpu_share.is_some();
         for s in self.shapes.iter() {
             let pool = &self.snap.pools[s.pool];
-            if class_bar(pool, s, &p.tolerations, share, &p.host_ports).is_some() {
+            let several =
+                super::classes::one_replica_each(pool) && super::classes::asks_several_gpus(p);
+            if class_bar(pool, s, &p.tolerations, share, &p.host_ports, several).is_some() {
                 continue;
             }
             for t in terms.iter().filter(|t| term_fits_shape(t, s)) {
@@ -540,14 +656,26 @@ impl<'a> Planner<'a> {
     }
 
     /// Pods matching selector `sel` on existing nodes and claims in flight, per value of `key`
-    /// on their node.
-    fn existing_counts(&self, sel: usize, key: &str) -> BTreeMap<String, u32> {
+    /// on their node; only on nodes node selection `ns` matches, when given.
+    fn existing_counts(
+        &self,
+        sel: usize,
+        key: &str,
+        ns: Option<&NodeSelector>,
+    ) -> BTreeMap<String, u32> {
         let mut out = BTreeMap::new();
         for slot in &self.state.slots {
             if slot.kind == SlotKind::New || slot.counts[sel] == 0 {
                 continue;
             }
-            if let Some(v) = slot.labels(self.snap).get(key) {
+            let node_labels = slot.labels(self.snap);
+            if let Some(ns) = ns
+                && !ns.terms.is_empty()
+                && !ns.terms.iter().any(|t| t.matches(node_labels))
+            {
+                continue;
+            }
+            if let Some(v) = node_labels.get(key) {
                 *out.entry(v.clone()).or_default() += slot.counts[sel];
             }
         }

@@ -306,6 +306,7 @@ pub(super) fn build_pool(
         Some(r) if r >= 2 => Some(TimeSlicing {
             replicas: r,
             rename: false,
+            ..TimeSlicing::default()
         }),
         Some(r) => {
             return Err(err(

@@ -285,8 +285,8 @@ fn pdb_from_status_or_computed() {
 #[test]
 fn null_selectors_match_no_pod_and_empty_ones_every_pod() {
     // Kubernetes: a null labelSelector in a pod (anti-)affinity term matches no pod, a spread
-    // constraint's counts none, and a PodDisruptionBudget's null selector selects none; an
-    // empty one ({}) selects them all.
+    // constraint's counts none (the constraint still needs the key on the node), and a
+    // PodDisruptionBudget's null selector selects none; an empty one ({}) selects them all.
     let p = pod_from(json!({
         "metadata": {"name": "p", "labels": {"app": "web"}},
         "spec": {
@@ -307,7 +307,8 @@ fn null_selectors_match_no_pod_and_empty_ones_every_pod() {
     }));
     let c = pod(&p).unwrap();
     let web: Labels = [("app".to_string(), "web".to_string())].into();
-    assert!(c.spread.is_empty(), "{:?}", c.spread);
+    assert_eq!(c.spread.len(), 1);
+    assert!(!c.spread[0].selector.matches(&web));
     // The affinity term stays, and no pod ever meets it (not even the pod itself).
     assert_eq!(c.affinity.len(), 1);
     assert!(!c.affinity[0].selector.matches(&web));
