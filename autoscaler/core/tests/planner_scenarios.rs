@@ -1534,6 +1534,20 @@ fn spot_and_on_demand_types() -> Vec<autoscaler_core::instance::InstanceType> {
     types
 }
 
+/// Karpenter's blueprint for an on-demand/spot split: a spot pool and an on-demand pool
+/// giving their nodes the label `capacity-spread` with these values.
+fn split_pools(spot: &[&str], on_demand: &[&str]) -> Vec<PoolBuilder> {
+    let with = |name: &str, ct: &str, values: &[&str]| {
+        pool(name, spot_and_on_demand_types())
+            .require(labels::CAPACITY_TYPE, Operator::In, &[ct])
+            .require("capacity-spread", Operator::In, values)
+    };
+    vec![
+        with("spot", "spot", spot),
+        with("od", "on-demand", on_demand),
+    ]
+}
+
 #[test]
 fn a_spread_over_capacity_type_puts_pods_on_spot_and_on_demand_in_turn() {
     // Karpenter's "should balance pods across capacity types": the pool allows both, so both
@@ -1563,15 +1577,7 @@ fn a_spread_over_a_label_two_nodepools_define_splits_pods_by_their_values() {
     // The od/spot split of Karpenter's blueprints: two pools give a label of their own
     // disjoint values (spot 2-5, on-demand 1), and a spread over it with maxSkew 1 puts one
     // pod in five on on-demand: ten pods, two per value, eight on spot.
-    let types = spot_and_on_demand_types;
-    let pools = vec![
-        pool("spot", types())
-            .require(labels::CAPACITY_TYPE, Operator::In, &["spot"])
-            .require("capacity-spread", Operator::In, &["2", "3", "4", "5"]),
-        pool("od", types())
-            .require(labels::CAPACITY_TYPE, Operator::In, &["on-demand"])
-            .require("capacity-spread", Operator::In, &["1"]),
-    ];
+    let pools = split_pools(&["2", "3", "4", "5"], &["1"]);
     let pods = (0..10)
         .map(|i| {
             pod(&format!("web-{i}"))
@@ -1685,12 +1691,17 @@ fn a_pod_whose_spread_domain_has_no_room_waits_and_says_which_domain() {
 
 /// `n` pods `web-<i>` of `cpu` each, spread over the capacity type with `max_skew`.
 fn web_spread(n: usize, cpu: &str, max_skew: u32) -> Vec<PodBuilder> {
+    web_spread_over(labels::CAPACITY_TYPE, n, cpu, max_skew)
+}
+
+/// `n` pods `web-<i>` of `cpu` each, spread over `key` with `max_skew`.
+fn web_spread_over(key: &str, n: usize, cpu: &str, max_skew: u32) -> Vec<PodBuilder> {
     (0..n)
         .map(|i| {
             pod(&format!("web-{i}"))
                 .cpu(cpu)
                 .label("app", "web")
-                .spread(labels::CAPACITY_TYPE, max_skew, "web")
+                .spread(key, max_skew, "web")
         })
         .collect()
 }
@@ -1923,14 +1934,9 @@ fn min_domains_above_the_zones_a_pod_may_use_caps_every_zone_at_max_skew() {
     // minDomains 3, maxSkew 1. With fewer eligible zones than minDomains the scheduler takes
     // the minimum as 0, so each zone takes one pod and the third waits. minDomains used to be
     // dropped: the third went to a node the scheduler would not bind it to.
-    let pods = (0..3)
-        .map(|i| {
-            pod(&format!("web-{i}"))
-                .cpu("1")
-                .label("app", "web")
-                .spread(labels::ZONE, 1, "web")
-                .min_domains(3)
-        })
+    let pods = web_spread_over(labels::ZONE, 3, "1", 1)
+        .into_iter()
+        .map(|p| p.min_domains(3))
         .collect();
     let pools = vec![pool("default", cpu_types()).require(
         labels::ZONE,
@@ -2245,15 +2251,7 @@ fn a_spread_counts_only_pods_on_nodes_the_pod_may_use_and_pods_sure_to_be_placed
 fn pods_on_a_claim_in_flight_count_under_the_label_its_nodepool_defines() {
     // Two pods bound to an in-flight claim of the spot pool (capacity-spread 2) count there:
     // the next two pending pods go to domain 1.
-    let types = spot_and_on_demand_types;
-    let pools = vec![
-        pool("spot", types())
-            .require(labels::CAPACITY_TYPE, Operator::In, &["spot"])
-            .require("capacity-spread", Operator::In, &["2"]),
-        pool("od", types())
-            .require(labels::CAPACITY_TYPE, Operator::In, &["on-demand"])
-            .require("capacity-spread", Operator::In, &["1"]),
-    ];
+    let pools = split_pools(&["2"], &["1"]);
     let pods = (0..2)
         .map(|i| {
             pod(&format!("web-{i}"))
