@@ -1923,7 +1923,7 @@ fn pod_affinity_and_anti_affinity_over_arch_and_capacity_type_hold() {
             vec![pool("default", spot_and_on_demand_types())],
         ),
         expect![[r#"
-            unschedulable default/lonely: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type in no domain: no pod its affinity selects runs anywhere, or its anti-affinity leaves no domain), and no existing node there has room
+            unschedulable default/lonely: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
         "#]],
     );
 }
@@ -2133,8 +2133,8 @@ fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
         "#]],
     );
     // Spread and affinity: the cache runs on spot, so all three must go to spot. The spread
-    // lets one in while on-demand is empty; the other two are planned there uncounted: with no
-    // on-demand node the scheduler, which counts only domains that have nodes, binds them.
+    // over the pools' domains lets one in while on-demand is empty; with no on-demand node the
+    // scheduler, which counts only domains that have nodes, binds the other two there too.
     let pods3 = (0..3)
         .map(|i| {
             pod(&format!("web-{i}"))
@@ -2156,6 +2156,42 @@ fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
         expect![[r#"
             claim default-1 pool=default price=0.077 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1,web-2]
               requirements: karpenter.sh/capacity-type In [spot]
+        "#]],
+    );
+    // The same with an on-demand node the scheduler knows (holding no web pod): past the
+    // first, spot would break the skew against it, and the affinity forbids on-demand, so
+    // the other two wait rather than get a node the scheduler would not bind them to.
+    let pods3 = (0..3)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("1")
+                .label("app", "web")
+                .spread(labels::CAPACITY_TYPE, 1, "web")
+                .affinity(labels::CAPACITY_TYPE, "cache")
+        })
+        .collect();
+    let mut snap = snapshot(pods3, pools());
+    snap.nodes = vec![
+        ct_node(
+            "spot-1",
+            &types[0],
+            "spot",
+            vec![pod("cache").cpu("1900m").label("app", "cache")],
+        ),
+        ct_node(
+            "od-1",
+            &types[0],
+            "on-demand",
+            vec![pod("other").cpu("1900m")],
+        ),
+    ];
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+              requirements: karpenter.sh/capacity-type In [spot]
+            unschedulable default/web-1: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
+            unschedulable default/web-2: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
         "#]],
     );
     // A pending target with no rules of its own is placed first, in one domain, and the pod

@@ -112,8 +112,9 @@ impl Pin {
         match &self.constraint.values {
             ValueSet::In(v) if v.len() == 1 => format!("{}={}", self.key, list(v)),
             ValueSet::In(v) if v.is_empty() => format!(
-                "{} in no domain: no pod its affinity selects runs anywhere, or its \
-                 anti-affinity leaves no domain",
+                "{} in no domain: its pod affinity selects no pod anywhere, its \
+                 anti-affinity leaves none, or the ones left are past its topology spread's \
+                 skew",
                 self.key
             ),
             ValueSet::In(v) => format!("{} in [{}]", self.key, list(v)),
@@ -137,6 +138,8 @@ struct Walk<'s> {
     /// Room on existing nodes per (key, value) for pods like the last one listed for the key,
     /// used up as pods are pinned there.
     room: HashMap<(&'s str, String), u32>,
+    /// Per (key, node selection): the values of the key on nodes that selection matches.
+    known: HashMap<(&'s str, &'s NodeSelector), BTreeSet<String>>,
     /// Per key, the pod its domains were last listed for, and them: the pods of a workload
     /// come one after another, and the next one with the same node selection and requests
     /// has the same domains (and the room left).
@@ -409,10 +412,61 @@ impl<'a> Planner<'a> {
                     .filter(|v| permitted(v))
                     .min_by(|a, b| load(a).cmp(&load(b)).then(a.cmp(b)))
             });
-        Some(match waiting {
-            Some(v) => (Pin::one(key, v), false),
-            None => (Pin::within(key, BTreeSet::new()), false),
-        })
+        let Some(v) = waiting.cloned() else {
+            return Some((Pin::within(key, BTreeSet::new()), false));
+        };
+        if !(domains[&v].is_finite() || walk.has_room(key, &v)) {
+            // Nothing can be planned there: the pod waits, and the reason names the domain.
+            return Some((Pin::one(key, &v), false));
+        }
+        // A node could be had there, past the skew the NodePools' domains set. The scheduler
+        // counts only domains that have nodes: when with those the pod may still go there, it
+        // goes (and counts); when not, a node launched for it would never get it.
+        let known = self.node_domains(walk, key, &p.node_selector);
+        let binds = spreads
+            .iter()
+            .zip(&r.spreads)
+            .all(|((counts, _, itself, skew), (_, t))| {
+                let seen: Vec<u32> = known
+                    .iter()
+                    .chain(std::iter::once(&v))
+                    .filter_map(|d| counts.get(d).copied())
+                    .collect();
+                let min = if seen.len() < t.min_domains as usize {
+                    0
+                } else {
+                    seen.iter().copied().min().unwrap_or(0)
+                };
+                u64::from(counts[&v]) + u64::from(*itself) <= u64::from(min) + u64::from(*skew)
+            });
+        if binds {
+            Self::take_room(walk, key, &v);
+            return Some((Pin::one(key, &v), true));
+        }
+        Some((Pin::within(key, BTreeSet::new()), false))
+    }
+
+    /// The values of `key` on existing nodes and claims in flight that node selection `ns`
+    /// matches: the domains the scheduler knows for a pod with that selection.
+    fn node_domains(
+        &self,
+        walk: &mut Walk<'a>,
+        key: &'a str,
+        ns: &'a NodeSelector,
+    ) -> BTreeSet<String> {
+        walk.known
+            .entry((key, ns))
+            .or_insert_with(|| {
+                self.state
+                    .slots
+                    .iter()
+                    .filter(|s| s.kind != SlotKind::New)
+                    .map(|s| s.labels(self.snap))
+                    .filter(|l| ns.terms.is_empty() || ns.terms.iter().any(|t| t.matches(l)))
+                    .filter_map(|l| l.get(key).cloned())
+                    .collect()
+            })
+            .clone()
     }
 
     /// Records where pod `i` is now known to be on `key`: a pin to one domain is where its
