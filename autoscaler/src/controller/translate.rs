@@ -383,17 +383,42 @@ fn matches_nothing() -> Requirements {
     r
 }
 
+/// Narrows `selector` to pods sharing the pod's value of each of `same` (`matchLabelKeys`)
+/// and not sharing it for each of `other` (`mismatchLabelKeys`): the scheduler's way of
+/// telling a Deployment's revisions apart. A key the pod does not carry is ignored.
+fn with_label_keys(
+    mut selector: Requirements,
+    pod_labels: &Labels,
+    same: Option<&Vec<String>>,
+    other: Option<&Vec<String>>,
+) -> Requirements {
+    for (keys, op) in [(same, Operator::In), (other, Operator::NotIn)] {
+        for k in keys.into_iter().flatten() {
+            if let Some(v) = pod_labels.get(k) {
+                selector = selector.with(k, op, &[v.as_str()]);
+            }
+        }
+    }
+    selector
+}
+
 /// The pod (anti-)affinity terms; `anti` drops terms with a null selector, which match no pod
 /// and so forbid nothing (a required affinity term with one is never met, and is kept).
 fn affinity_terms(
     terms: Option<&Vec<k8s_openapi::api::core::v1::PodAffinityTerm>>,
     path: &str,
     anti: bool,
+    pod_labels: &Labels,
 ) -> Result<Vec<PodAffinityTerm>, TranslateError> {
     let mut out = Vec::new();
     for (i, t) in terms.into_iter().flatten().enumerate() {
         let selector = match &t.label_selector {
-            Some(s) => label_selector(s, &format!("{path}[{i}].labelSelector"))?,
+            Some(s) => with_label_keys(
+                label_selector(s, &format!("{path}[{i}].labelSelector"))?,
+                pod_labels,
+                t.match_label_keys.as_ref(),
+                t.mismatch_label_keys.as_ref(),
+            ),
             None if anti => continue,
             None => matches_nothing(),
         };
@@ -537,6 +562,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
             why: Why::Unsupported(why),
         })?;
     let annotations: Labels = p.metadata.annotations.clone().unwrap_or_default();
+    let pod_labels: Labels = p.metadata.labels.clone().unwrap_or_default();
     let mut requests = effective_requests(spec)?;
     requests.set(names::PODS, 1);
     let gpu_share = gpu_share(&mut requests, &annotations)?;
@@ -556,7 +582,12 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         // A null selector counts no pod; the constraint stays, as in the scheduler, which
         // still keeps the pod off nodes without the key.
         let selector = match &c.label_selector {
-            Some(s) => label_selector(s, &format!("{path}.labelSelector"))?,
+            Some(s) => with_label_keys(
+                label_selector(s, &format!("{path}.labelSelector"))?,
+                &pod_labels,
+                c.match_label_keys.as_ref(),
+                None,
+            ),
             None => matches_nothing(),
         };
         spread.push(TopologySpread {
@@ -578,6 +609,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         }),
         "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
         false,
+        &pod_labels,
     )?;
     let anti_affinity = affinity_terms(
         aff.and_then(|a| a.pod_anti_affinity.as_ref())
@@ -587,6 +619,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
             }),
         "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution",
         true,
+        &pod_labels,
     )?;
     // The Cluster Autoscaler's annotation makes a pod count as a DaemonSet pod (node agents
     // started by other means), for utilization and drains alike.
@@ -618,7 +651,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         PodShape {
             requests,
             gpu_share,
-            labels: p.metadata.labels.clone().unwrap_or_default(),
+            labels: pod_labels,
             mirror: annotations.contains_key(MIRROR_ANNOTATION),
             group: super::gangs::gang_of(p, None).map(|g| g.id),
             annotations: annotations

@@ -337,6 +337,50 @@ fn null_selectors_match_no_pod_and_empty_ones_every_pod() {
 }
 
 #[test]
+fn match_label_keys_narrow_selectors_to_the_pods_revision() {
+    // A rolling update: only pods of the new revision (the pod's own pod-template-hash)
+    // count for its spread and its affinity; mismatchLabelKeys keeps it away from its own
+    // tenant's pods. A key the pod lacks is ignored.
+    let p = pod_from(json!({
+        "metadata": {"name": "p", "labels": {"app": "web", "pod-template-hash": "new", "tenant": "a"}},
+        "spec": {
+            "containers": [{"name": "c"}],
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "karpenter.sh/capacity-type", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash", "absent"]}
+            ],
+            "affinity": {
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}},
+                     "matchLabelKeys": ["pod-template-hash"]}
+                ]},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}},
+                     "mismatchLabelKeys": ["tenant"]}
+                ]}
+            }
+        }
+    }));
+    let c = pod(&p).unwrap();
+    let labels = |hash: &str, tenant: &str| -> Labels {
+        [
+            ("app", "web"),
+            ("pod-template-hash", hash),
+            ("tenant", tenant),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    };
+    assert!(c.spread[0].selector.matches(&labels("new", "a")));
+    assert!(!c.spread[0].selector.matches(&labels("old", "a")));
+    assert!(c.affinity[0].selector.matches(&labels("new", "b")));
+    assert!(!c.affinity[0].selector.matches(&labels("old", "b")));
+    assert!(c.anti_affinity[0].selector.matches(&labels("old", "b")));
+    assert!(!c.anti_affinity[0].selector.matches(&labels("old", "a")));
+}
+
+#[test]
 fn node_fields() {
     let n: Node = serde_json::from_value(json!({
         "metadata": {"name": "n1", "creationTimestamp": "2026-01-01T00:00:10Z"},
