@@ -1830,7 +1830,7 @@ fn pod_affinity_and_anti_affinity_over_arch_and_capacity_type_hold() {
             claim default-1 pool=default price=0.048 types=[a1.large,a1.xlarge] pods=[p1]
               requirements: kubernetes.io/arch In [arm64]
             claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[p2]
-              requirements: kubernetes.io/arch NotIn [arm64]
+              requirements: kubernetes.io/arch In [amd64]
         "#]],
     );
     // Over capacity type: the api keeps off the spot the db is on, and the cache joins the
@@ -1853,7 +1853,7 @@ fn pod_affinity_and_anti_affinity_over_arch_and_capacity_type_hold() {
         ),
         expect![[r#"
             claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[api]
-              requirements: karpenter.sh/capacity-type NotIn [spot]
+              requirements: karpenter.sh/capacity-type In [on-demand]
             claim default-2 pool=default price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[db]
               requirements: karpenter.sh/capacity-type In [spot]
         "#]],
@@ -1893,7 +1893,7 @@ fn pod_affinity_and_anti_affinity_over_arch_and_capacity_type_hold() {
         &snap,
         expect![[r#"
             claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[api]
-              requirements: karpenter.sh/capacity-type NotIn [spot]
+              requirements: karpenter.sh/capacity-type In [on-demand]
         "#]],
     );
     let mut snap = snapshot(
@@ -2091,7 +2091,7 @@ fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
     check(
         &snap,
         expect![[r#"
-            unschedulable default/x: no instance type in NodePool default matches the pod's node selector and affinity where its topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type not in [on-demand, spot])
+            unschedulable default/x: NodePool default cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
         "#]],
     );
     // Two spreads on one key with different selectors: both skews must hold.
@@ -2210,7 +2210,7 @@ fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
             claim default-1 pool=default price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[target]
               requirements: karpenter.sh/capacity-type In [spot]
             claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[aff]
-              requirements: karpenter.sh/capacity-type NotIn [spot]
+              requirements: karpenter.sh/capacity-type In [on-demand]
         "#]],
     );
 }

@@ -138,6 +138,9 @@ struct Walk<'s> {
     /// Room on existing nodes per (key, value) for pods like the last one listed for the key,
     /// used up as pods are pinned there.
     room: HashMap<(&'s str, String), u32>,
+    /// Anti-affinity terms of pods of this plan pinned to one domain, as running pods' are
+    /// kept ([`RunningAnti`]): a later pod they select keeps out of that domain.
+    pending_anti: Vec<(&'s str, &'s Requirements, &'s str, String)>,
     /// Per (key, node selection): the values of the key on nodes that selection matches.
     known: HashMap<(&'s str, &'s NodeSelector), BTreeSet<String>>,
     /// Per key, the pod its domains were last listed for, and them: the pods of a workload
@@ -161,8 +164,9 @@ struct KeyRules<'t> {
     allowed: Option<BTreeSet<String>>,
     /// Domains pod anti-affinity forbids (its own terms, and running pods' against it).
     forbidden: BTreeSet<String>,
-    /// An affinity or anti-affinity term selecting the pod itself, with no target to follow:
-    /// the pod needs one domain of its own choosing.
+    /// The pod needs one domain of its own choosing: an affinity term selecting the pod
+    /// itself with no target to follow, an anti-affinity term (its domain must be known for
+    /// the term to hold against the pods after it), or another pod's term selecting it.
     choose: bool,
     /// An affinity term that selects no pod anywhere, the pod itself included.
     lonely: bool,
@@ -293,24 +297,53 @@ impl<'a> Planner<'a> {
                 let there = self.present_values(&mut walk, *sel, key);
                 let r = rules.entry(key).or_default();
                 r.forbidden.extend(there);
-                if self.matches[i].binary_search(sel).is_ok() {
-                    r.choose = true;
-                }
+                // One known domain, so that its term holds against the pods after it.
+                r.choose = true;
             }
-            for (_, _, key, _) in running_anti
+            let against =
+                |ns: &str, sel: &Requirements| ns == p.key.namespace && sel.matches(&p.labels);
+            for (_, _, key, v) in running_anti.iter().filter(|(ns, sel, ..)| against(ns, sel)) {
+                rules
+                    .entry(key)
+                    .or_default()
+                    .forbidden
+                    .insert(v.to_string());
+            }
+            for (_, _, key, v) in walk
+                .pending_anti
                 .iter()
-                .filter(|(ns, sel, ..)| *ns == p.key.namespace && sel.matches(&p.labels))
+                .filter(|(ns, sel, ..)| against(ns, sel))
             {
-                let forbidden = running_forbidden(&running_anti, p, key);
-                rules.entry(key).or_default().forbidden.extend(forbidden);
+                rules.entry(key).or_default().forbidden.insert(v.clone());
             }
-            for (key, r) in rules {
+            for (key, mut r) in rules {
                 if pins[i].iter().any(|pin| pin.key == key) {
                     continue;
+                }
+                // A pod another pod's (anti-)affinity selects must be in one known domain.
+                if targeted
+                    .get(key)
+                    .is_some_and(|sels| self.matches[i].iter().any(|s| sels.contains(s)))
+                {
+                    r.choose = true;
                 }
                 if let Some((pin, sure)) = self.key_pin(&mut walk, i, key, &r) {
                     self.count_pin(&mut walk, i, key, &pin, sure);
                     pins[i].push(pin);
+                }
+            }
+            // Its anti-affinity, where it is pinned to one domain, holds against later pods.
+            for t in p.anti_affinity.iter().filter(|t| ours(&t.topology_key)) {
+                let key = t.topology_key.as_str();
+                let one = pins[i].iter().find(|pin| pin.key == key).and_then(|pin| {
+                    match &pin.constraint.values {
+                        ValueSet::In(v) if v.len() == 1 => v.iter().next().cloned(),
+                        _ => None,
+                    }
+                });
+                if let Some(v) = one {
+                    walk.pending_anti
+                        .push((p.key.namespace.as_str(), &t.selector, key, v));
                 }
             }
         }
