@@ -94,7 +94,23 @@ pub fn node_gpus(pools: &[Pool], node: &Node) -> Option<(String, i64)> {
             .map(|g| (g.model.clone(), i64::from(g.count)));
     }
     let model = node.labels.get(labels::GPU_NAME)?;
-    let count = [labels::GPU_COUNT, labels::NVIDIA_COUNT]
+    // GPU Feature Discovery's count is of MIG instances under the single strategy, not of
+    // physical GPUs: it is read only where no MIG layout is applied.
+    let mig_single = node
+        .labels
+        .get(labels::NVIDIA_MIG_STRATEGY)
+        .map(String::as_str)
+        == Some("single")
+        && node
+            .labels
+            .get(labels::NVIDIA_MIG_CONFIG)
+            .is_some_and(|c| c != crate::gpu::mig::DISABLED);
+    let keys: &[&str] = if mig_single {
+        &[labels::GPU_COUNT]
+    } else {
+        &[labels::GPU_COUNT, labels::NVIDIA_COUNT]
+    };
+    let count = keys
         .iter()
         .find_map(|k| node.labels.get(*k).and_then(|v| v.parse::<i64>().ok()))
         .unwrap_or(0);
@@ -361,5 +377,32 @@ mod tests {
         let u = usage_of_nodes(std::slice::from_ref(&limit), &[], [&n]);
         assert_eq!(u[0].nodes, 1);
         assert_eq!(u[0].gpus_of("H100"), 8);
+    }
+
+    #[test]
+    fn a_foreign_mig_node_counts_physical_gpus_not_instances() {
+        // Under MIG single, nvidia.com/gpu.count counts instances (56 on eight 80 GB GPUs
+        // cut seven ways); only a physical count may stand for the GPUs.
+        let t = itype("p4de")
+            .cpu("8")
+            .mem("32Gi")
+            .gpus(8, "A100", 80)
+            .build();
+        let mut n = node("n", &t, "a").build();
+        n.labels.remove(labels::GPU_COUNT);
+        n.labels.insert(labels::NVIDIA_COUNT.into(), "56".into());
+        n.labels
+            .insert(labels::NVIDIA_MIG_STRATEGY.into(), "single".into());
+        n.labels
+            .insert(labels::NVIDIA_MIG_CONFIG.into(), "all-1g.10gb".into());
+        assert_eq!(node_gpus(&[], &n), None);
+        n.labels.insert(labels::GPU_COUNT.into(), "8".into());
+        assert_eq!(node_gpus(&[], &n), Some(("a100".into(), 8)));
+        // Without MIG the device plugin's count is the physical one.
+        n.labels.remove(labels::GPU_COUNT);
+        n.labels
+            .insert(labels::NVIDIA_MIG_CONFIG.into(), "all-disabled".into());
+        n.labels.insert(labels::NVIDIA_COUNT.into(), "8".into());
+        assert_eq!(node_gpus(&[], &n), Some(("a100".into(), 8)));
     }
 }
