@@ -2135,16 +2135,13 @@ fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
     // Spread and affinity: the cache runs on spot, so all three must go to spot. The spread
     // over the pools' domains lets one in while on-demand is empty; with no on-demand node the
     // scheduler, which counts only domains that have nodes, binds the other two there too.
-    let pods3 = (0..3)
-        .map(|i| {
-            pod(&format!("web-{i}"))
-                .cpu("1")
-                .label("app", "web")
-                .spread(labels::CAPACITY_TYPE, 1, "web")
-                .affinity(labels::CAPACITY_TYPE, "cache")
-        })
-        .collect();
-    let mut snap = snapshot(pods3, pools());
+    let pods3 = || {
+        web_spread(3, "1", 1)
+            .into_iter()
+            .map(|p| p.affinity(labels::CAPACITY_TYPE, "cache"))
+            .collect()
+    };
+    let mut snap = snapshot(pods3(), pools());
     snap.nodes = vec![ct_node(
         "spot-1",
         &types[0],
@@ -2161,16 +2158,8 @@ fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
     // The same with an on-demand node the scheduler knows (holding no web pod): past the
     // first, spot would break the skew against it, and the affinity forbids on-demand, so
     // the other two wait rather than get a node the scheduler would not bind them to.
-    let pods3 = (0..3)
-        .map(|i| {
-            pod(&format!("web-{i}"))
-                .cpu("1")
-                .label("app", "web")
-                .spread(labels::CAPACITY_TYPE, 1, "web")
-                .affinity(labels::CAPACITY_TYPE, "cache")
-        })
-        .collect();
-    let mut snap = snapshot(pods3, pools());
+
+    let mut snap = snapshot(pods3(), pools());
     snap.nodes = vec![
         ct_node(
             "spot-1",
