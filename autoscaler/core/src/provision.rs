@@ -101,6 +101,7 @@ mod dra;
 mod explanations;
 mod finish;
 mod place;
+mod room;
 mod shapes;
 mod slots;
 mod spread_domains;
