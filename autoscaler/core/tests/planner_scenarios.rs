@@ -2308,3 +2308,83 @@ fn pods_on_a_claim_in_flight_count_under_the_label_its_nodepool_defines() {
         "#]],
     );
 }
+
+#[test]
+fn a_pod_spread_over_two_keys_gets_domains_one_nodepool_can_give_together() {
+    // Spread over the label two NodePools define and over the capacity type, each maxSkew 1:
+    // the pins of both keys must meet in one pool. Chosen one key at a time, the second pod
+    // took capacity-spread 3 (spot, cheapest) and then found spot past the capacity type's
+    // skew, and no pool gives capacity-spread 3 on demand; it now takes 1 (on demand), which
+    // leaves the capacity type a domain. Four pods: spot, on-demand, spot, on-demand.
+    let pods = (0..4)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("900m")
+                .label("app", "web")
+                .spread("capacity-spread", 1, "web")
+                .spread(labels::CAPACITY_TYPE, 1, "web")
+        })
+        .collect();
+    check(
+        &snapshot(pods, split_pools(&["2", "3"], &["1"])),
+        expect![[r#"
+            claim spot-1 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+              requirements: capacity-spread In [2], karpenter.sh/capacity-type In [spot]
+            claim od-2 pool=od price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1,web-3]
+              requirements: capacity-spread In [1], karpenter.sh/capacity-type In [on-demand]
+            claim spot-3 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-2]
+              requirements: capacity-spread In [3], karpenter.sh/capacity-type In [spot]
+        "#]],
+    );
+}
+
+#[test]
+fn a_pod_pinned_on_one_key_takes_only_domains_of_another_that_meet_the_pin() {
+    // Spread over the label (maxSkew 1) and anti-affinity over the arch (every pool is
+    // amd64): the first pod takes capacity-spread 2 and amd64; the others have no arch left.
+    // Once the claim planned for it is in flight, with the requirements the plan gave it, it
+    // serves the pod, and no claim is added (the simulator used to drop those requirements
+    // from its in-flight claims, and launched a node for the pod every round).
+    let mk = || {
+        (0..3)
+            .map(|i| {
+                pod(&format!("web-{i}"))
+                    .cpu("900m")
+                    .label("app", "web")
+                    .spread("capacity-spread", 1, "web")
+                    .anti_affinity(labels::ARCH, "web")
+            })
+            .collect::<Vec<_>>()
+    };
+    let pools = split_pools(&["2", "3"], &["1"]);
+    let plan = check(
+        &snapshot(mk(), pools.clone()),
+        expect![[r#"
+        claim spot-1 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+          requirements: capacity-spread In [2], karpenter.sh/capacity-type In [spot], kubernetes.io/arch In [amd64]
+        unschedulable default/web-1: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
+        unschedulable default/web-2: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=1), and no existing node there has room
+    "#]],
+    );
+    let mut snap = snapshot(mk(), pools);
+    let c = &plan.new_claims[0];
+    snap.in_flight = vec![InFlightClaim {
+        name: "spot-9".into(),
+        pool: c.pool.clone(),
+        instance_types: vec!["m5.large".into()],
+        requirements: c
+            .requirements
+            .clone()
+            .with(labels::ZONE, Operator::In, &["us-east-1a"]),
+        pods: vec![],
+        created_at: 0,
+    }];
+    check(
+        &snap,
+        expect![[r#"
+        in-flight default/web-0 -> spot-9
+        unschedulable default/web-1: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
+        unschedulable default/web-2: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=1), and no existing node there has room
+    "#]],
+    );
+}

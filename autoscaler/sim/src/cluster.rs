@@ -719,6 +719,15 @@ impl Cluster {
             std::slice::from_ref(&n.instance_type),
         )
         .expect("one value");
+        // A NodeClaim's requirements carry what the plan pinned it to (a label its NodePool
+        // defines, an instance type's arch): without them the planner saw a claim that might
+        // not meet a pod's topology pins and launched another for the pod every round.
+        for (k, v) in n.labels.iter() {
+            if k != labels::HOSTNAME && reqs.get(k).is_none() {
+                reqs.add(k, Operator::In, std::slice::from_ref(v))
+                    .expect("one value");
+            }
+        }
         InFlightClaim {
             name: n.claim.clone(),
             pool: n.pool_name.clone(),

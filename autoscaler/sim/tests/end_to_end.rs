@@ -971,3 +971,47 @@ fn pods_apart_by_capacity_type_get_one_node_per_capacity_type_and_no_more() {
     assert_eq!(p.nodes_launched, 2, "{summary}");
     assert_eq!(p.safety_violations, 0, "{summary}");
 }
+
+/// [`CAPACITY_SPLIT`] with `replicas` pods whose spread line is `spread` (and any further
+/// pod fields after it).
+fn capacity_split_with(replicas: u32, spread: &str) -> Scenario {
+    let text = CAPACITY_SPLIT
+        .replace("count: 10", &format!("count: {replicas}"))
+        .replace(
+            "        spread: [{topologyKey: capacity-spread, maxSkew: 1}]\n",
+            spread,
+        );
+    assert_ne!(text, CAPACITY_SPLIT);
+    Scenario::parse(Path::new("capacity-split.yaml"), &text).unwrap()
+}
+
+#[test]
+fn pods_with_rules_on_two_keys_get_nodes_once_and_keep_both() {
+    // Spread over the label the pools define and over the capacity type. Chosen one key at a
+    // time, a pod could be pinned to capacity-spread 1 (only the on-demand pool) and to spot;
+    // and the simulator's in-flight claims lacked the label they were pinned to, so the pod
+    // got another claim every round: 12 nodes launched and 10 removed for 3 pods.
+    let s = capacity_split_with(
+        4,
+        "        spread: [{topologyKey: capacity-spread, maxSkew: 1}, \
+         {topologyKey: karpenter.sh/capacity-type, maxSkew: 1}]\n",
+    );
+    let r = run(&s, &ours_only(), &|_, _| {}).unwrap();
+    let p = &r.policies[0];
+    let summary = report::summary(&r);
+    assert_eq!(p.pending_at_end, 0, "{summary}");
+    assert_eq!(p.safety_violations, 0, "{summary}");
+    assert!(p.nodes_launched <= 4, "{summary}");
+    // Anti-affinity over the arch (every type is amd64) lets one pod run; the other two wait,
+    // and no node is launched for them (before: 7 launched, 6 removed).
+    let s = capacity_split_with(
+        3,
+        "        spread: [{topologyKey: capacity-spread, maxSkew: 1}]\n        \
+         antiAffinity: [kubernetes.io/arch]\n",
+    );
+    let r = run(&s, &ours_only(), &|_, _| {}).unwrap();
+    let p = &r.policies[0];
+    let summary = report::summary(&r);
+    assert_eq!(p.pending_at_end, 2, "{summary}");
+    assert_eq!(p.nodes_launched, 1, "{summary}");
+}

@@ -135,23 +135,68 @@ struct Walk<'s> {
     /// Pending pods known to be in one domain (pinned there, or put there by their own node
     /// selection), per (selector they match, key, value): what pod (anti-)affinity looks for.
     present: HashMap<(usize, &'s str, String), u32>,
-    /// Room on existing nodes per (key, value) for pods like the last one listed for the key,
-    /// used up as pods are pinned there.
-    room: HashMap<(&'s str, String), u32>,
+    /// Room on existing nodes per scope and value for pods like the last one listed for the
+    /// scope, used up as pods are pinned there.
+    room: HashMap<Scope<'s>, BTreeMap<String, u32>>,
     /// Anti-affinity terms of pods of this plan pinned to one domain, as running pods' are
     /// kept ([`RunningAnti`]): a later pod they select keeps out of that domain.
     pending_anti: Vec<(&'s str, &'s Requirements, &'s str, String)>,
     /// Per (key, node selection): the values of the key on nodes that selection matches.
     known: HashMap<(&'s str, &'s NodeSelector), BTreeSet<String>>,
-    /// Per key, the pod its domains were last listed for, and them: the pods of a workload
+    /// Per scope, the pod its domains were last listed for, and them: the pods of a workload
     /// come one after another, and the next one with the same node selection and requests
     /// has the same domains (and the room left).
-    domains: HashMap<&'s str, (usize, Option<Domains>)>,
+    domains: HashMap<Scope<'s>, (usize, Option<Domains>)>,
 }
 
 impl<'s> Walk<'s> {
-    fn has_room(&self, key: &str, v: &str) -> bool {
-        self.room.get(&(key, v.to_string())).is_some_and(|n| *n > 0)
+    fn has_room(&self, scope: &Scope<'s>, v: &str) -> bool {
+        self.room
+            .get(scope)
+            .and_then(|r| r.get(v))
+            .is_some_and(|n| *n > 0)
+    }
+}
+
+/// A key whose domain is being chosen for a pod, with the pins the pod already has on other
+/// keys: a domain counts only where a node also meets those. Chosen one key at a time without
+/// them, a pod spread over a label only an on-demand NodePool gives one value, and also over
+/// the capacity type, could be pinned to that value and to spot: no NodePool has such nodes,
+/// and the pins came out differently each round, launching nodes the pod never took.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Scope<'s> {
+    key: &'s str,
+    given: Vec<Pin>,
+}
+
+impl<'s> Scope<'s> {
+    fn new(key: &'s str, pins: &[Pin]) -> Self {
+        let given = pins.iter().filter(|p| p.key != key).cloned().collect();
+        Scope { key, given }
+    }
+
+    /// Whether a node with `labels` meets the pins on other keys.
+    fn admits(&self, labels: &crate::requirements::Labels) -> bool {
+        self.given
+            .iter()
+            .all(|p| p.constraint.matches(labels.get(&p.key).map(String::as_str)))
+    }
+}
+
+/// One hard spread constraint seen from one pod: matching pods per domain, their minimum
+/// (0 while fewer domains than `minDomains`), whether the pod counts itself, and `maxSkew`.
+struct SpreadView {
+    counts: BTreeMap<String, u32>,
+    min: u32,
+    itself: u32,
+    skew: u32,
+}
+
+impl SpreadView {
+    /// Whether the pod may go to domain `v`: `count + itself <= min + maxSkew`.
+    fn allows(&self, v: &str) -> bool {
+        let n = self.counts.get(v).copied().unwrap_or(0);
+        u64::from(n) + u64::from(self.itself) <= u64::from(self.min) + u64::from(self.skew)
     }
 }
 
@@ -252,9 +297,10 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 let forbidden = running_forbidden(&running_anti, p, key);
-                let (pin, sure) = match self.cheapest_reachable(&mut walk, j, key, &forbidden) {
+                let scope = Scope::new(key, &pins[j]);
+                let (pin, sure) = match self.cheapest_reachable(&mut walk, j, &scope, &forbidden) {
                     Some(v) => {
-                        Self::take_room(&mut walk, key, &v);
+                        Self::take_room(&mut walk, &scope, &v);
                         (Pin::one(key, &v), true)
                     }
                     None => (Pin::within(key, BTreeSet::new()), false),
@@ -316,10 +362,11 @@ impl<'a> Planner<'a> {
             {
                 rules.entry(key).or_default().forbidden.insert(v.clone());
             }
-            for (key, mut r) in rules {
-                if pins[i].iter().any(|pin| pin.key == key) {
-                    continue;
-                }
+            let mut rules: Vec<(&'a str, KeyRules<'a>)> = rules
+                .into_iter()
+                .filter(|(key, _)| !pins[i].iter().any(|pin| pin.key == *key))
+                .collect();
+            for (key, r) in &mut rules {
                 // A pod another pod's (anti-)affinity selects must be in one known domain.
                 if targeted
                     .get(key)
@@ -327,7 +374,10 @@ impl<'a> Planner<'a> {
                 {
                     r.choose = true;
                 }
-                if let Some((pin, sure)) = self.key_pin(&mut walk, i, key, &r) {
+            }
+            for (q, (key, r)) in rules.iter().enumerate() {
+                let scope = Scope::new(key, &pins[i]);
+                if let Some((pin, sure)) = self.key_pin(&mut walk, i, &scope, r, &rules[q + 1..]) {
                     self.count_pin(&mut walk, i, key, &pin, sure);
                     pins[i].push(pin);
                 }
@@ -356,9 +406,11 @@ impl<'a> Planner<'a> {
         &self,
         walk: &mut Walk<'a>,
         i: usize,
-        key: &'a str,
+        scope: &Scope<'a>,
         r: &KeyRules<'a>,
+        later: &[(&'a str, KeyRules<'a>)],
     ) -> Option<(Pin, bool)> {
+        let key = scope.key;
         if r.lonely {
             return Some((Pin::within(key, BTreeSet::new()), false));
         }
@@ -376,7 +428,15 @@ impl<'a> Planner<'a> {
                 None => Some((Pin::outside(key, r.forbidden.clone()), false)),
             };
         }
-        let Some(domains) = self.domains_for(walk, i, key) else {
+        // Every domain counts for the skew; the pod may go only where its pins on other keys
+        // can be met too.
+        let all = self.domains_for(walk, i, &Scope::new(key, &[]));
+        let reach = if scope.given.is_empty() {
+            all.clone()
+        } else {
+            self.domains_for(walk, i, scope)
+        };
+        let (Some(domains), Some(reach)) = (all, reach) else {
             // Values that cannot be listed: what affinity allows, or all but the forbidden.
             return match &r.allowed {
                 Some(a) => Some((
@@ -397,41 +457,24 @@ impl<'a> Planner<'a> {
             return None;
         }
         let p = &self.snap.pending[i];
-        // Per spread constraint: counts per domain, the minimum, and whether the pod counts.
-        let mut spreads = Vec::with_capacity(r.spreads.len());
-        for (sel, t) in &r.spreads {
-            let counts: BTreeMap<&String, u32> = domains
-                .keys()
-                .map(|v| (v, self.spread_count(walk, *sel, key, &p.node_selector, v)))
-                .collect();
-            let mut min = counts.values().copied().min().unwrap_or(0);
-            if domains.len() < t.min_domains as usize {
-                min = 0;
+        let spreads = self.spread_views(walk, i, key, &domains, r);
+        let skew_ok = |v: &String| spreads.iter().all(|s| s.allows(v));
+        let load = |v: &String| spreads.first().map_or(0, |s| s.counts[v]);
+        let mut open = self.open_domains(walk, scope, r, &reach, &spreads);
+        // The first of them that leaves every later key of the pod a domain too; when none
+        // does, the first (the pod then waits on a later key, and the reason names it).
+        let mut chosen = None;
+        for v in &open {
+            if self.leaves_room_for(walk, i, scope, v, later) {
+                chosen = Some(v.clone());
+                break;
             }
-            let itself = u32::from(self.matches[i].binary_search(sel).is_ok());
-            spreads.push((counts, min, itself, t.max_skew));
         }
-        let skew_ok = |v: &String| {
-            spreads.iter().all(|(counts, min, itself, skew)| {
-                u64::from(counts[v]) + u64::from(*itself) <= u64::from(*min) + u64::from(*skew)
-            })
-        };
-        let load = |v: &String| spreads.first().map_or(0, |(counts, ..)| counts[v]);
-        let cost = |v: &str, price: f64| if walk.has_room(key, v) { 0.0 } else { price };
-        let chosen = domains
-            .iter()
-            .filter(|(v, price)| {
-                permitted(v) && skew_ok(v) && (price.is_finite() || walk.has_room(key, v))
-            })
-            .min_by(|(va, pa), (vb, pb)| {
-                load(va)
-                    .cmp(&load(vb))
-                    .then(cost(va, **pa).total_cmp(&cost(vb, **pb)))
-                    .then(va.cmp(vb))
-            })
-            .map(|(v, _)| v.clone());
+        if chosen.is_none() && !open.is_empty() {
+            chosen = Some(open.swap_remove(0));
+        }
         if let Some(v) = chosen {
-            Self::take_room(walk, key, &v);
+            Self::take_room(walk, scope, &v);
             return Some((Pin::one(key, &v), true));
         }
         // Nowhere to go now: wait in the emptiest domain the rules allow, uncounted.
@@ -448,7 +491,7 @@ impl<'a> Planner<'a> {
         let Some(v) = waiting.cloned() else {
             return Some((Pin::within(key, BTreeSet::new()), false));
         };
-        if !(domains[&v].is_finite() || walk.has_room(key, &v)) {
+        if !(reach.get(&v).is_some_and(|p| p.is_finite()) || walk.has_room(scope, &v)) {
             // Nothing can be planned there: the pod waits, and the reason names the domain.
             return Some((Pin::one(key, &v), false));
         }
@@ -456,27 +499,122 @@ impl<'a> Planner<'a> {
         // counts only domains that have nodes: when with those the pod may still go there, it
         // goes (and counts); when not, a node launched for it would never get it.
         let known = self.node_domains(walk, key, &p.node_selector);
-        let binds = spreads
-            .iter()
-            .zip(&r.spreads)
-            .all(|((counts, _, itself, skew), (_, t))| {
-                let seen: Vec<u32> = known
-                    .iter()
-                    .chain(std::iter::once(&v))
-                    .filter_map(|d| counts.get(d).copied())
-                    .collect();
-                let min = if seen.len() < t.min_domains as usize {
-                    0
-                } else {
-                    seen.iter().copied().min().unwrap_or(0)
-                };
-                u64::from(counts[&v]) + u64::from(*itself) <= u64::from(min) + u64::from(*skew)
-            });
+        let binds = spreads.iter().zip(&r.spreads).all(|(s, (_, t))| {
+            let seen: Vec<u32> = known
+                .iter()
+                .chain(std::iter::once(&v))
+                .filter_map(|d| s.counts.get(d).copied())
+                .collect();
+            let min = if seen.len() < t.min_domains as usize {
+                0
+            } else {
+                seen.iter().copied().min().unwrap_or(0)
+            };
+            u64::from(s.counts[&v]) + u64::from(s.itself) <= u64::from(min) + u64::from(s.skew)
+        });
         if binds {
-            Self::take_room(walk, key, &v);
+            Self::take_room(walk, scope, &v);
             return Some((Pin::one(key, &v), true));
         }
         Some((Pin::within(key, BTreeSet::new()), false))
+    }
+
+    /// Per hard spread constraint of pod `i` on `key`: the counts in each of `domains`, the
+    /// minimum, and whether the pod counts itself.
+    fn spread_views(
+        &self,
+        walk: &mut Walk<'a>,
+        i: usize,
+        key: &'a str,
+        domains: &Domains,
+        r: &KeyRules<'a>,
+    ) -> Vec<SpreadView> {
+        let p = &self.snap.pending[i];
+        let mut out = Vec::with_capacity(r.spreads.len());
+        for (sel, t) in &r.spreads {
+            let counts: BTreeMap<String, u32> = domains
+                .keys()
+                .map(|v| {
+                    let n = self.spread_count(walk, *sel, key, &p.node_selector, v);
+                    (v.clone(), n)
+                })
+                .collect();
+            let mut min = counts.values().copied().min().unwrap_or(0);
+            if domains.len() < t.min_domains as usize {
+                min = 0;
+            }
+            let itself = u32::from(self.matches[i].binary_search(sel).is_ok());
+            out.push(SpreadView {
+                counts,
+                min,
+                itself,
+                skew: t.max_skew,
+            });
+        }
+        out
+    }
+
+    /// The domains of `reach` (the scope's) a pod may be pinned to now, best first:
+    /// permitted by its (anti-)affinity, within every spread's skew, and reachable (a node
+    /// can be launched there, or an existing one has room); the fewest matching pods first,
+    /// then the cheapest (existing room costs nothing), then by name.
+    fn open_domains(
+        &self,
+        walk: &Walk<'a>,
+        scope: &Scope<'a>,
+        r: &KeyRules<'a>,
+        reach: &Domains,
+        spreads: &[SpreadView],
+    ) -> Vec<String> {
+        let permitted =
+            |v: &str| !r.forbidden.contains(v) && r.allowed.as_ref().is_none_or(|a| a.contains(v));
+        let load = |v: &String| spreads.first().map_or(0, |s| s.counts[v]);
+        let cost = |v: &str, price: f64| if walk.has_room(scope, v) { 0.0 } else { price };
+        let mut open: Vec<(&String, f64)> = reach
+            .iter()
+            .filter(|(v, price)| {
+                permitted(v)
+                    && spreads.iter().all(|s| s.allows(v))
+                    && (price.is_finite() || walk.has_room(scope, v))
+            })
+            .map(|(v, price)| (v, cost(v, *price)))
+            .collect();
+        open.sort_by(|(va, ca), (vb, cb)| {
+            load(va)
+                .cmp(&load(vb))
+                .then(ca.total_cmp(cb))
+                .then(va.cmp(vb))
+        });
+        open.into_iter().map(|(v, _)| v.clone()).collect()
+    }
+
+    /// Whether, with pod `i` pinned to `v` on the scope's key, each of its `later` keys still
+    /// has a domain open (one step ahead: a key whose domains cannot be listed, or whose
+    /// rules need no domain chosen, always does).
+    fn leaves_room_for(
+        &self,
+        walk: &mut Walk<'a>,
+        i: usize,
+        scope: &Scope<'a>,
+        v: &str,
+        later: &[(&'a str, KeyRules<'a>)],
+    ) -> bool {
+        later.iter().all(|(key, r)| {
+            if r.lonely || (r.spreads.is_empty() && !r.choose) {
+                return true;
+            }
+            let mut given = scope.given.clone();
+            given.push(Pin::one(scope.key, v));
+            let next = Scope::new(key, &given);
+            let all = self.domains_for(walk, i, &Scope::new(key, &[]));
+            let (Some(domains), Some(reach)) = (all, self.domains_for(walk, i, &next)) else {
+                return true;
+            };
+            let spreads = self.spread_views(walk, i, key, &domains, r);
+            !self
+                .open_domains(walk, &next, r, &reach, &spreads)
+                .is_empty()
+        })
     }
 
     /// The values of `key` on existing nodes and claims in flight that node selection `ns`
@@ -565,26 +703,25 @@ impl<'a> Planner<'a> {
         out
     }
 
-    /// The domains of `key` pod `i` could be in, listed once per workload (see
+    /// The domains of the scope's key pod `i` could be in, listed once per workload (see
     /// [`Walk::domains`]).
-    fn domains_for(&self, walk: &mut Walk<'a>, i: usize, key: &'a str) -> Option<Domains> {
+    fn domains_for(&self, walk: &mut Walk<'a>, i: usize, scope: &Scope<'a>) -> Option<Domains> {
         let reuse = walk
             .domains
-            .get(key)
+            .get(scope)
             .is_some_and(|(j, _)| self.same_node_selection(*j, i));
         if !reuse {
-            walk.domains.insert(key, (i, self.spread_domains(i, key)));
-            walk.room.retain(|(k, _), _| *k != key);
-            for (v, n) in self.existing_room(i, key) {
-                walk.room.insert((key, v), n);
-            }
+            let domains = self.spread_domains(i, scope);
+            walk.domains.insert(scope.clone(), (i, domains));
+            walk.room
+                .insert(scope.clone(), self.existing_room(i, scope));
         }
-        walk.domains.get(key).and_then(|(_, d)| d.clone())
+        walk.domains.get(scope).and_then(|(_, d)| d.clone())
     }
 
-    /// Takes one place in domain `v` of `key` from the existing room, when there is some.
-    fn take_room(walk: &mut Walk<'a>, key: &'a str, v: &str) {
-        if let Some(n) = walk.room.get_mut(&(key, v.to_string()))
+    /// Takes one place in domain `v` of the scope from the existing room, when there is some.
+    fn take_room(walk: &mut Walk<'a>, scope: &Scope<'a>, v: &str) {
+        if let Some(n) = walk.room.get_mut(scope).and_then(|r| r.get_mut(v))
             && *n > 0
         {
             *n -= 1;
@@ -597,15 +734,15 @@ impl<'a> Planner<'a> {
         &self,
         walk: &mut Walk<'a>,
         i: usize,
-        key: &'a str,
+        scope: &Scope<'a>,
         forbidden: &BTreeSet<String>,
     ) -> Option<String> {
-        let domains = self.domains_for(walk, i, key)?;
+        let domains = self.domains_for(walk, i, scope)?;
         domains
             .into_iter()
             .filter(|(v, _)| !forbidden.contains(v))
             .map(|(v, price)| {
-                let cost = if walk.has_room(key, &v) { 0.0 } else { price };
+                let cost = if walk.has_room(scope, &v) { 0.0 } else { price };
                 (v, cost)
             })
             .filter(|(_, cost)| cost.is_finite())
@@ -646,10 +783,10 @@ impl<'a> Planner<'a> {
         out
     }
 
-    /// How many pods like pending pod `i` fit on the existing nodes of each value of `key`
-    /// (schedulable nodes whose taints it tolerates and whose labels its node selection
-    /// matches), each node counted on its own.
-    fn existing_room(&self, i: usize, key: &str) -> BTreeMap<String, u32> {
+    /// How many pods like pending pod `i` fit on the existing nodes of each value of the
+    /// scope's key (schedulable nodes whose taints it tolerates and whose labels its node
+    /// selection and the scope's other pins match), each node counted on its own.
+    fn existing_room(&self, i: usize, scope: &Scope<'_>) -> BTreeMap<String, u32> {
         let p = &self.snap.pending[i];
         let mut out = BTreeMap::new();
         for slot in &self.state.slots {
@@ -657,11 +794,12 @@ impl<'a> Planner<'a> {
                 continue;
             }
             let node_labels = slot.labels(self.snap);
-            let Some(v) = node_labels.get(key) else {
+            let Some(v) = node_labels.get(scope.key) else {
                 continue;
             };
-            let selected = p.node_selector.terms.is_empty()
-                || p.node_selector.terms.iter().any(|t| t.matches(node_labels));
+            let selected = (p.node_selector.terms.is_empty()
+                || p.node_selector.terms.iter().any(|t| t.matches(node_labels)))
+                && scope.admits(node_labels);
             if !selected || untolerated(&p.tolerations, slot.taints(self.snap)).is_some() {
                 continue;
             }
@@ -685,15 +823,34 @@ impl<'a> Planner<'a> {
             && a.host_ports == b.host_ports
     }
 
-    /// The values of `key` a node for pending pod `i` could carry; `None` when they cannot be
-    /// listed (a NodePool defining the label with `NotIn` or `Exists`).
-    fn spread_domains(&self, i: usize, key: &str) -> Option<Domains> {
+    /// The values of the scope's key a node for pending pod `i` that meets the scope's other
+    /// pins could carry; `None` when they cannot be listed (a NodePool defining the label
+    /// with `NotIn` or `Exists`).
+    fn spread_domains(&self, i: usize, scope: &Scope<'_>) -> Option<Domains> {
         let p = &self.snap.pending[i];
+        let key = scope.key;
         let any = [Requirements::new()];
-        let terms: &[Requirements] = if p.node_selector.terms.is_empty() {
+        let own: &[Requirements] = if p.node_selector.terms.is_empty() {
             &any
         } else {
             &p.node_selector.terms
+        };
+        let conditioned: Vec<Requirements>;
+        let terms: &[Requirements] = if scope.given.is_empty() {
+            own
+        } else {
+            conditioned = own
+                .iter()
+                .map(|t| {
+                    let mut t = t.clone();
+                    for pin in &scope.given {
+                        t.add_constraint(&pin.key, pin.constraint.clone());
+                    }
+                    t
+                })
+                .filter(Requirements::satisfiable)
+                .collect();
+            &conditioned
         };
         let mut out = Domains::new();
         let mut add = |v: &str, price: f64| {
