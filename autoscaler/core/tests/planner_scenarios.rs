@@ -2360,11 +2360,11 @@ fn a_pod_pinned_on_one_key_takes_only_domains_of_another_that_meet_the_pin() {
     let plan = check(
         &snapshot(mk(), pools.clone()),
         expect![[r#"
-        claim spot-1 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
-          requirements: capacity-spread In [2], karpenter.sh/capacity-type In [spot], kubernetes.io/arch In [amd64]
-        unschedulable default/web-1: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
-        unschedulable default/web-2: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=1), and no existing node there has room
-    "#]],
+            claim spot-1 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+              requirements: capacity-spread In [2], karpenter.sh/capacity-type In [spot], kubernetes.io/arch In [amd64]
+            unschedulable default/web-1: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
+            unschedulable default/web-2: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
+        "#]],
     );
     let mut snap = snapshot(mk(), pools);
     let c = &plan.new_claims[0];
@@ -2382,9 +2382,45 @@ fn a_pod_pinned_on_one_key_takes_only_domains_of_another_that_meet_the_pin() {
     check(
         &snap,
         expect![[r#"
-        in-flight default/web-0 -> spot-9
-        unschedulable default/web-1: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
-        unschedulable default/web-2: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=1), and no existing node there has room
-    "#]],
+            in-flight default/web-0 -> spot-9
+            unschedulable default/web-1: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
+            unschedulable default/web-2: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch in no domain: its pod affinity selects no pod anywhere, its anti-affinity leaves none, or the ones left are past its topology spread's skew), and no existing node there has room
+        "#]],
     );
+}
+
+#[test]
+fn a_pod_that_waits_on_one_key_is_not_counted_on_another() {
+    // Spread over the label (maxSkew 1) and over the capacity type (maxSkew 2): one pod in
+    // three goes on demand, so spot gains a pod on on-demand every three, and the two
+    // constraints hold together for 8 pods (spot 5, on-demand 3); a ninth would have to go to
+    // on-demand, where the label's skew forbids it. A pod pinned to a label value and then
+    // waiting on the capacity type was counted under the label: the pods after it were let
+    // past the label's skew, planned onto claims the scheduler then kept them off.
+    let pods = (0..12)
+        .map(|i| {
+            pod(&format!("web-{i:02}"))
+                .cpu("900m")
+                .label("app", "web")
+                .spread("capacity-spread", 1, "web")
+                .spread(labels::CAPACITY_TYPE, 2, "web")
+        })
+        .collect();
+    let plan = check(
+        &snapshot(pods, split_pools(&["2", "3"], &["1"])),
+        expect![[r#"
+            claim spot-1 pool=spot price=0.077 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-00,web-03,web-07]
+              requirements: capacity-spread In [2], karpenter.sh/capacity-type In [spot]
+            claim spot-2 pool=spot price=0.038 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-01,web-05]
+              requirements: capacity-spread In [3], karpenter.sh/capacity-type In [spot]
+            claim od-3 pool=od price=0.192 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-02,web-04,web-06]
+              requirements: capacity-spread In [1], karpenter.sh/capacity-type In [on-demand]
+            unschedulable default/web-08: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=on-demand), and no existing node there has room
+            unschedulable default/web-09: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=on-demand), and no existing node there has room
+            unschedulable default/web-10: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=on-demand), and no existing node there has room
+            unschedulable default/web-11: NodePool od cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (capacity-spread=3), and no existing node there has room; NodePool spot cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (karpenter.sh/capacity-type=on-demand), and no existing node there has room
+        "#]],
+    );
+    let placed: usize = plan.new_claims.iter().map(|c| c.pods.len()).sum();
+    assert_eq!(placed + plan.unschedulable.len(), 12);
 }

@@ -237,7 +237,7 @@ impl<'a> View<'a> {
 }
 
 /// Per-pod topology facts, computed once per scheduling attempt.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub struct Topology {
     /// Per hard spread constraint: matching-pod count per domain over eligible nodes.
     spread: Vec<BTreeMap<String, u32>>,
@@ -272,7 +272,6 @@ impl Topology {
             anti: vec![BTreeSet::new(); pod.anti_affinity.len()],
             forbidden: BTreeSet::new(),
         };
-        let ns = &pod.key.namespace;
         for ni in view.live {
             let n = view.node(*ni);
             if !n.registered() {
@@ -285,40 +284,63 @@ impl Topology {
                 }
             }
             for pid in &n.pods {
-                let other = view.pod(*pid);
-                for (ci, c) in hard.iter().enumerate() {
-                    if let (true, Some(d)) = (eligible, domain(n, &c.topology_key))
-                        && matches_sel(ns, &c.selector, &other.key.namespace, &other.labels)
-                    {
-                        *t.spread[ci].entry(d.to_string()).or_insert(0) += 1;
-                    }
-                }
-                for (ci, term) in pod.affinity.iter().enumerate() {
-                    if matches_sel(ns, &term.selector, &other.key.namespace, &other.labels) {
-                        t.affinity[ci].1 = true;
-                        if let Some(d) = domain(n, &term.topology_key) {
-                            t.affinity[ci].0.insert(d.to_string());
-                        }
-                    }
-                }
-                for (ci, term) in pod.anti_affinity.iter().enumerate() {
-                    if matches_sel(ns, &term.selector, &other.key.namespace, &other.labels)
-                        && let Some(d) = domain(n, &term.topology_key)
-                    {
-                        t.anti[ci].insert(d.to_string());
-                    }
-                }
-                for term in &other.anti_affinity {
-                    if matches_sel(&other.key.namespace, &term.selector, ns, &pod.labels)
-                        && let Some(d) = domain(n, &term.topology_key)
-                    {
-                        t.forbidden
-                            .insert((term.topology_key.clone(), d.to_string()));
-                    }
-                }
+                t.count(pod, &hard, eligible, n, view.pod(*pid));
             }
         }
         t
+    }
+
+    /// Takes in pod `other`, just bound to registered node `node`: what [`Topology::of`]
+    /// would have found had it been there. A scheduling pass keeps one topology per pod
+    /// template up to date this way instead of walking every pod of the cluster again for
+    /// each pending pod (quadratic: 2,000 replicas of a zone-spread Deployment took 3.5 s).
+    pub fn add_bound(&mut self, pod: &Pod, node: &NodeState, other: &Pod) {
+        let hard: Vec<_> = pod.spread.iter().filter(|s| s.hard).collect();
+        let eligible = pod.node_selector.matches(&node.labels);
+        self.count(pod, &hard, eligible, node, other);
+    }
+
+    /// Counts pod `other` on node `n` into the facts of `pod` (`hard`: its hard spread
+    /// constraints; `eligible`: whether its node selection matches `n`).
+    fn count(
+        &mut self,
+        pod: &Pod,
+        hard: &[&autoscaler_core::model::TopologySpread],
+        eligible: bool,
+        n: &NodeState,
+        other: &Pod,
+    ) {
+        let ns = &pod.key.namespace;
+        for (ci, c) in hard.iter().enumerate() {
+            if let (true, Some(d)) = (eligible, domain(n, &c.topology_key))
+                && matches_sel(ns, &c.selector, &other.key.namespace, &other.labels)
+            {
+                *self.spread[ci].entry(d.to_string()).or_insert(0) += 1;
+            }
+        }
+        for (ci, term) in pod.affinity.iter().enumerate() {
+            if matches_sel(ns, &term.selector, &other.key.namespace, &other.labels) {
+                self.affinity[ci].1 = true;
+                if let Some(d) = domain(n, &term.topology_key) {
+                    self.affinity[ci].0.insert(d.to_string());
+                }
+            }
+        }
+        for (ci, term) in pod.anti_affinity.iter().enumerate() {
+            if matches_sel(ns, &term.selector, &other.key.namespace, &other.labels)
+                && let Some(d) = domain(n, &term.topology_key)
+            {
+                self.anti[ci].insert(d.to_string());
+            }
+        }
+        for term in &other.anti_affinity {
+            if matches_sel(&other.key.namespace, &term.selector, ns, &pod.labels)
+                && let Some(d) = domain(n, &term.topology_key)
+            {
+                self.forbidden
+                    .insert((term.topology_key.clone(), d.to_string()));
+            }
+        }
     }
 
     fn check(&self, pod: &Pod, node: &NodeState) -> Result<(), Unfit> {
@@ -450,7 +472,21 @@ pub fn best_node(
     nodes: &[NodeId],
     strategy: ScoreStrategy,
 ) -> Option<(NodeId, Vec<usize>)> {
-    best_of(view, pod, nodes.iter().copied(), strategy, false)
+    let topo = needs_topology(view, pod).then(|| Topology::of(view, pod));
+    best_of(
+        view,
+        pod,
+        nodes.iter().copied(),
+        strategy,
+        false,
+        topo.as_ref(),
+    )
+}
+
+/// Whether placing `pod` in `view` depends on other pods: its own spread or (anti-)affinity,
+/// or a bound pod's anti-affinity.
+pub fn needs_topology(view: View, pod: &Pod) -> bool {
+    has_topology(pod) || view.any_anti
 }
 
 fn best_of(
@@ -459,8 +495,8 @@ fn best_of(
     nodes: impl Iterator<Item = NodeId>,
     strategy: ScoreStrategy,
     selector_known: bool,
+    topo: Option<&Topology>,
 ) -> Option<(NodeId, Vec<usize>)> {
-    let topo = (has_topology(pod) || view.any_anti).then(|| Topology::of(view, pod));
     let mut best: Option<(f64, NodeId, Vec<usize>)> = None;
     for ni in nodes {
         let n = view.node(ni);
@@ -469,7 +505,7 @@ fn best_of(
         if short_of_cpu_or_memory(pod, n) {
             continue;
         }
-        let Ok(devices) = filter_cheap(pod, n, topo.as_ref(), selector_known) else {
+        let Ok(devices) = filter_cheap(pod, n, topo, selector_known) else {
             continue;
         };
         let s = score(pod, n, strategy);
@@ -511,6 +547,21 @@ impl SelectorCache {
         nodes: impl IntoIterator<Item = NodeId>,
         strategy: ScoreStrategy,
     ) -> Option<(NodeId, Vec<usize>)> {
+        let topo = needs_topology(view, pod).then(|| Topology::of(view, pod));
+        self.best_node_in(view, template, pod, nodes, strategy, topo.as_ref())
+    }
+
+    /// [`SelectorCache::best_node`] with the pod's topology facts given (`None` when it needs
+    /// none; see [`needs_topology`]), as a scheduling pass keeps them per template.
+    pub fn best_node_in(
+        &mut self,
+        view: View,
+        template: u32,
+        pod: &Pod,
+        nodes: impl IntoIterator<Item = NodeId>,
+        strategy: ScoreStrategy,
+        topo: Option<&Topology>,
+    ) -> Option<(NodeId, Vec<usize>)> {
         let t = template as usize;
         if self.known.len() <= t {
             self.known.resize(t + 1, Vec::new());
@@ -529,7 +580,7 @@ impl SelectorCache {
             }
             known[n] == 1
         });
-        best_of(view, pod, selected, strategy, true)
+        best_of(view, pod, selected, strategy, true, topo)
     }
 }
 

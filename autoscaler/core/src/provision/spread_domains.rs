@@ -375,11 +375,23 @@ impl<'a> Planner<'a> {
                     r.choose = true;
                 }
             }
+            // The pod is counted only once every key has its domain: one that waits on a
+            // later key is in no domain of an earlier one either (counted there, it let the
+            // pods after it past a skew the scheduler then held them to, and they waited on
+            // room the plan said existing nodes had).
+            let mut chosen: Vec<(&'a str, bool)> = Vec::new();
             for (q, (key, r)) in rules.iter().enumerate() {
                 let scope = Scope::new(key, &pins[i]);
                 if let Some((pin, sure)) = self.key_pin(&mut walk, i, &scope, r, &rules[q + 1..]) {
-                    self.count_pin(&mut walk, i, key, &pin, sure);
+                    chosen.push((key, sure));
                     pins[i].push(pin);
+                }
+            }
+            let all_sure = chosen.iter().all(|(_, sure)| *sure);
+            for (key, _) in chosen {
+                let pin = pins[i].iter().find(|pin| pin.key == key).cloned();
+                if let Some(pin) = pin {
+                    self.count_pin(&mut walk, i, key, &pin, all_sure);
                 }
             }
             // Its anti-affinity, where it is pinned to one domain, holds against later pods.

@@ -5,11 +5,11 @@
 //! booked room. Pods no node takes open the batch window, as the controller's watch would.
 
 use std::cmp::Reverse;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::{Engine, Ev};
 use crate::cluster::{Cluster, NodeId, PodId, PodPhase};
-use crate::scheduler::{View, has_topology, untolerated};
+use crate::scheduler::{Topology, View, has_topology, needs_topology, untolerated};
 
 impl Engine<'_> {
     pub(super) fn schedule_pass(&mut self) {
@@ -47,6 +47,12 @@ impl Engine<'_> {
         // Room only shrinks while a pass binds, so a pod that found none fails for every later
         // pod of its template.
         let mut failed_templates: HashSet<u32> = HashSet::new();
+        // Per template of pods whose placement depends on other pods: its topology facts,
+        // kept up to date as the pass binds, and the binds counted when a pod of it last
+        // found no node (nothing changed since: the next one finds none either).
+        let mut topos: HashMap<u32, (PodId, Topology)> = HashMap::new();
+        let mut failed_at: HashMap<u32, usize> = HashMap::new();
+        let mut binds = 0usize;
         let mut tried_groups: HashSet<u32> = HashSet::new();
         let mut unschedulable = Vec::new();
         for p in pods {
@@ -65,6 +71,10 @@ impl Engine<'_> {
                         }
                     }
                 }
+                // It may have bound and rolled back: every kept fact is recounted.
+                topos.clear();
+                failed_at.clear();
+                binds += 1;
                 continue;
             }
             let tpl = self.workload.pods[p].template;
@@ -75,14 +85,43 @@ impl Engine<'_> {
                 continue;
             }
             let view = View::of(&self.cluster);
-            match self
-                .selectors
-                .best_node(view, tpl, pod, nodes.iter().copied(), self.cfg.score)
-            {
-                Some((n, devices)) => self.bind(p, n, devices),
+            let topo = if needs_topology(view, pod) {
+                if failed_at.get(&tpl) == Some(&binds) {
+                    unschedulable.push(p);
+                    continue;
+                }
+                let (_, t) = topos
+                    .entry(tpl)
+                    .or_insert_with(|| (p, Topology::of(view, pod)));
+                Some(&*t)
+            } else {
+                None
+            };
+            let best = self.selectors.best_node_in(
+                view,
+                tpl,
+                pod,
+                nodes.iter().copied(),
+                self.cfg.score,
+                topo,
+            );
+            match best {
+                Some((n, devices)) => {
+                    self.bind(p, n, devices);
+                    binds += 1;
+                    if matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {
+                        let (node, bound) = (&self.cluster.nodes[n], self.cluster.pod(p));
+                        for (rep, t) in topos.values_mut() {
+                            t.add_bound(self.cluster.pod(*rep), node, bound);
+                        }
+                    }
+                }
                 None => {
                     if alike {
                         failed_templates.insert(tpl);
+                    }
+                    if topo.is_some() {
+                        failed_at.insert(tpl, binds);
                     }
                     unschedulable.push(p);
                 }

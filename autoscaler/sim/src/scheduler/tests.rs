@@ -225,6 +225,57 @@ fn topology_spread_do_not_schedule() {
 }
 
 #[test]
+fn topology_kept_across_binds_is_the_one_computed_afresh() {
+    // A scheduling pass keeps each template's topology and takes in every pod it binds;
+    // after each bind it must be what a walk over the whole cluster finds.
+    let p = pod("p")
+        .label("app", "web")
+        .spread(labels::ZONE, 1, "web")
+        .spread("rack", 2, "web")
+        .affinity(labels::ZONE, "cache")
+        .anti_affinity(labels::HOSTNAME, "batch")
+        .select("tier", "front")
+        .build();
+    let mut nodes = vec![
+        node("a", "z1", 8000, 0),
+        node("b", "z2", 8000, 0),
+        node("c", "z2", 8000, 0),
+    ];
+    for (n, (rack, tier)) in
+        nodes
+            .iter_mut()
+            .zip([("r1", "front"), ("r2", "front"), ("r1", "back")])
+    {
+        let l = std::sync::Arc::make_mut(&mut n.labels);
+        l.insert("rack".into(), rack.into());
+        l.insert("tier".into(), tier.into());
+    }
+    let binds = vec![
+        (pod("w0").label("app", "web").build(), 0),
+        (pod("c0").label("app", "cache").build(), 1),
+        (pod("w1").label("app", "web").build(), 2),
+        (pod("b0").label("app", "batch").build(), 1),
+        (
+            pod("x0")
+                .label("app", "other")
+                .anti_affinity("rack", "web")
+                .build(),
+            2,
+        ),
+        (pod("w2").label("app", "web").build(), 1),
+    ];
+    let start = cluster(nodes.clone(), vec![]);
+    let mut kept = Topology::of(View::of(&start), &p);
+    for k in 1..=binds.len() {
+        let c = cluster(nodes.clone(), binds[..k].to_vec());
+        let (bound, n) = &binds[k - 1];
+        kept.add_bound(&p, &c.nodes[*n], bound);
+        assert_eq!(kept, Topology::of(View::of(&c), &p), "after {k} binds");
+    }
+    assert!(!kept.forbidden.is_empty() && kept.affinity[0].1);
+}
+
+#[test]
 fn pod_affinity_and_anti_affinity() {
     let cache = pod("cache").label("app", "cache").build();
     let c = cluster(
