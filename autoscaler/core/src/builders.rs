@@ -10,7 +10,7 @@ use crate::instance::{CapacityType, GpuSpec, InstanceType, Offering};
 use crate::labels;
 use crate::model::{
     ClusterLimit, DaemonSet, DisruptionPolicy, GpuShare, GpuSharing, HostPort, Limits, Node, Pod,
-    PodAffinityTerm, PodKey, Pool, TopologySpread,
+    PodAffinityTerm, PodKey, Pool, TermNamespaces, TopologySpread,
 };
 use crate::quantity::Quantity;
 use crate::requirements::{Labels, NodeSelector, Operator, Requirements};
@@ -151,21 +151,33 @@ impl PodBuilder {
         self
     }
     /// Adds required anti-affinity over `key` against pods labelled `app=<app>`.
-    pub fn anti_affinity(mut self, key: &str, app: &str) -> Self {
+    pub fn anti_affinity(self, key: &str, app: &str) -> Self {
+        self.anti_affinity_in(key, app, TermNamespaces::Own)
+    }
+    /// Adds required anti-affinity over `key` against pods labelled `app=<app>` in
+    /// `namespaces`.
+    pub fn anti_affinity_in(mut self, key: &str, app: &str, namespaces: TermNamespaces) -> Self {
         self.0.anti_affinity.push(PodAffinityTerm {
             topology_key: key.into(),
             selector: Requirements::new().with("app", Operator::In, &[app]),
+            namespaces,
         });
         self
     }
     /// Adds required affinity over `key` to pods labelled `app=<app>`.
-    pub fn affinity(mut self, key: &str, app: &str) -> Self {
+    pub fn affinity(self, key: &str, app: &str) -> Self {
+        self.affinity_in(key, app, TermNamespaces::Own)
+    }
+    /// Adds required affinity over `key` to pods labelled `app=<app>` in `namespaces`.
+    pub fn affinity_in(mut self, key: &str, app: &str, namespaces: TermNamespaces) -> Self {
         self.0.affinity.push(PodAffinityTerm {
             topology_key: key.into(),
             selector: Requirements::new().with("app", Operator::In, &[app]),
+            namespaces,
         });
         self
     }
+
     /// Puts the pod in an all-or-nothing group.
     pub fn group(mut self, g: &str) -> Self {
         self.0.group = Some(g.into());

@@ -63,8 +63,60 @@ fn is_zero_u32(n: &u32) -> bool {
 pub struct PodAffinityTerm {
     /// Domain key.
     pub topology_key: String,
-    /// Which pods the term is about (same namespace).
+    /// Which pods the term is about, in [`PodAffinityTerm::namespaces`].
     pub selector: Requirements,
+    /// The namespaces whose pods the selector looks at.
+    #[serde(default, skip_serializing_if = "TermNamespaces::is_own")]
+    pub namespaces: TermNamespaces,
+}
+
+impl PodAffinityTerm {
+    /// Whether the term of a pod in namespace `own` selects a pod in namespace `ns` with
+    /// `labels`.
+    pub fn selects(&self, own: &str, ns: &str, labels: &Labels) -> bool {
+        self.namespaces.contains(own, ns) && self.selector.matches(labels)
+    }
+}
+
+/// The namespaces a pod (anti-)affinity term selects pods in: the union of its `namespaces`
+/// list and the namespaces its `namespaceSelector` selects; the pod's own when both are
+/// unset or empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TermNamespaces {
+    /// The namespace of the pod that has the term.
+    #[default]
+    Own,
+    /// These namespaces.
+    Listed(std::collections::BTreeSet<String>),
+    /// Every namespace (`namespaceSelector: {}`).
+    All,
+}
+
+impl TermNamespaces {
+    /// Whether this is [`TermNamespaces::Own`].
+    pub fn is_own(&self) -> bool {
+        matches!(self, TermNamespaces::Own)
+    }
+
+    /// Whether a term of a pod in namespace `own` looks at pods in namespace `ns`.
+    pub fn contains(&self, own: &str, ns: &str) -> bool {
+        match self {
+            TermNamespaces::Own => own == ns,
+            TermNamespaces::Listed(names) => names.contains(ns),
+            TermNamespaces::All => true,
+        }
+    }
+
+    /// The same namespaces with [`TermNamespaces::Own`] written as the list of `own`: two
+    /// terms of pods in different namespaces compare equal only when they look at the same
+    /// pods.
+    pub fn resolved(&self, own: &str) -> TermNamespaces {
+        match self {
+            TermNamespaces::Own => TermNamespaces::Listed([own.to_string()].into()),
+            other => other.clone(),
+        }
+    }
 }
 
 /// A port a container binds on its node's network (`containers[].ports[].hostPort`): two pods

@@ -89,7 +89,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::labels;
-use crate::model::{HostPort, Pod, Snapshot};
+use crate::model::{HostPort, Pod, PodAffinityTerm, Snapshot, TermNamespaces};
 use crate::plan::Plan;
 use crate::requirements::{Labels, Requirements};
 use crate::resources::Resources;
@@ -225,7 +225,14 @@ type ClassKey<'a> = (
 );
 
 /// Selector identity for topology counting: namespace plus label requirements.
-type SelKey = (String, Requirements);
+/// A label selector with the namespaces it looks in ([`TermNamespaces::resolved`]: never
+/// `Own`, so equal keys select the same pods).
+type SelKey = (TermNamespaces, Requirements);
+
+/// The selector key of a pod (anti-)affinity term of a pod in namespace `own`.
+fn term_sel(own: &str, t: &PodAffinityTerm) -> SelKey {
+    (t.namespaces.resolved(own), t.selector.clone())
+}
 
 /// A new claim's answer to a pod in step 2 of `place_inner`.
 #[derive(Clone, Copy, Debug)]
@@ -282,7 +289,7 @@ struct Slot {
     /// Matching-pod counts per selector id.
     counts: Vec<u32>,
     /// Anti-affinity terms of existing pods on this slot: (namespace, selector, topology key).
-    blocks: Vec<(String, Requirements, String)>,
+    blocks: Vec<(SelKey, String)>,
     /// Hostname anti-affinity of planned pods on this slot, as selector ids.
     sel_blocks: Vec<usize>,
     /// Host ports bound on this slot: its pods' and, for in-flight claims, its DaemonSets'
@@ -374,7 +381,7 @@ struct State {
     /// Usage per cluster-wide limit ([`Snapshot::cluster_limits`]).
     cluster: Vec<PoolUse>,
     zone_counts: HashMap<String, Vec<u32>>,
-    zone_blocks: Vec<(String, Requirements, String)>,
+    zone_blocks: Vec<(SelKey, String)>,
     placed: Vec<Option<usize>>,
     claims_opened: usize,
     /// Slots that are existing nodes or in-flight claims: they come first, new claims after.
@@ -496,22 +503,18 @@ impl<'a> Planner<'a> {
         let mut sel_of_anti = Vec::new();
         for p in &snap.pending {
             let ns = &p.key.namespace;
+            let own = TermNamespaces::Own.resolved(ns);
             sel_of_spread.push(
                 p.spread
                     .iter()
-                    .map(|s| intern((ns.clone(), s.selector.clone())))
+                    .map(|s| intern((own.clone(), s.selector.clone())))
                     .collect(),
             );
-            sel_of_affinity.push(
-                p.affinity
-                    .iter()
-                    .map(|s| intern((ns.clone(), s.selector.clone())))
-                    .collect(),
-            );
+            sel_of_affinity.push(p.affinity.iter().map(|t| intern(term_sel(ns, t))).collect());
             sel_of_anti.push(
                 p.anti_affinity
                     .iter()
-                    .map(|s| intern((ns.clone(), s.selector.clone())))
+                    .map(|t| intern(term_sel(ns, t)))
                     .collect(),
             );
         }
@@ -634,7 +637,7 @@ impl<'a> Planner<'a> {
         &self,
         slot: &mut Slot,
         zone_counts: &mut HashMap<String, Vec<u32>>,
-        zone_blocks: &mut Vec<(String, Requirements, String)>,
+        zone_blocks: &mut Vec<(SelKey, String)>,
         pod: &Pod,
         pending: Option<usize>,
     ) {
@@ -672,14 +675,11 @@ impl<'a> Planner<'a> {
             }
             if t.topology_key == labels::ZONE {
                 if let Some(z) = &slot.zone {
-                    zone_blocks.push((pod.key.namespace.clone(), t.selector.clone(), z.clone()));
+                    zone_blocks.push((term_sel(&pod.key.namespace, t), z.clone()));
                 }
             } else {
-                slot.blocks.push((
-                    pod.key.namespace.clone(),
-                    t.selector.clone(),
-                    t.topology_key.clone(),
-                ));
+                slot.blocks
+                    .push((term_sel(&pod.key.namespace, t), t.topology_key.clone()));
             }
         }
     }

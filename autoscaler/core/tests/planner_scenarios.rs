@@ -4,7 +4,9 @@
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
-use autoscaler_core::model::{GpuSharing, Group, InFlightClaim, Snapshot, TimeSlicing};
+use autoscaler_core::model::{
+    GpuSharing, Group, InFlightClaim, Snapshot, TermNamespaces, TimeSlicing,
+};
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Operator, Requirements};
 use autoscaler_core::taints::{Effect, Taint, Toleration};
@@ -2423,4 +2425,91 @@ fn a_pod_that_waits_on_one_key_is_not_counted_on_another() {
     );
     let placed: usize = plan.new_claims.iter().map(|c| c.pods.len()).sum();
     assert_eq!(placed + plan.unschedulable.len(), 12);
+}
+
+#[test]
+fn pod_affinity_terms_look_in_the_namespaces_they_name() {
+    // A term's `namespaces` (or `namespaceSelector`) points it at pods of other namespaces.
+    // Before, every term looked in its own pod's namespace only: anti-affinity against another
+    // namespace's pods was ignored (the web pod shared the db pod's claim, and the scheduler
+    // then kept it off that node), and affinity to another namespace's pods was never met.
+    let ns_db = || TermNamespaces::Listed(["data".to_string()].into());
+    let db = || pod("db").ns("data").cpu("1").label("app", "db");
+    let pods = vec![
+        db(),
+        pod("web")
+            .ns("shop")
+            .cpu("1")
+            .anti_affinity_in(labels::HOSTNAME, "db", ns_db()),
+        // Looks in its own namespace: the db pod is not one of its targets.
+        pod("near-own")
+            .ns("shop")
+            .cpu("1")
+            .anti_affinity(labels::HOSTNAME, "db"),
+    ];
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[db,near-own]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web]
+        "#]],
+    );
+    let pods = vec![
+        db(),
+        pod("cache")
+            .ns("shop")
+            .cpu("1")
+            .affinity_in(labels::HOSTNAME, "db", ns_db()),
+        pod("any")
+            .ns("ops")
+            .cpu("1")
+            .anti_affinity_in(labels::HOSTNAME, "db", TermNamespaces::All),
+    ];
+    check(
+        &snapshot(pods, vec![pool("default", cpu_types())]),
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[db,cache]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[any]
+        "#]],
+    );
+    // A running pod's term over the arch, naming the web pods' namespace, keeps them off its
+    // arch; a term naming another namespace does not.
+    let running = |name: &str, ns: TermNamespaces| {
+        node(name, &cpu_types()[0], ZONES[0]).with_pod(
+            pod(&format!("{name}-guard"))
+                .ns("ops")
+                .cpu("100m")
+                .anti_affinity_in(labels::ARCH, "web", ns)
+                .build(),
+        )
+    };
+    let web = || vec![pod("web").ns("shop").cpu("1").label("app", "web")];
+    let mut snap = snapshot(web(), vec![pool("default", cpu_types())]);
+    snap.nodes.push(
+        running(
+            "guarded",
+            TermNamespaces::Listed(["shop".to_string()].into()),
+        )
+        .build(),
+    );
+    check(
+        &snap,
+        expect![[r#"
+        unschedulable shop/web: no instance type in NodePool default matches the pod's node selector and affinity where its topology spread or pod (anti-)affinity lets it go (kubernetes.io/arch not in [amd64])
+    "#]],
+    );
+    let mut snap = snapshot(web(), vec![pool("default", cpu_types())]);
+    snap.nodes.push(
+        running(
+            "elsewhere",
+            TermNamespaces::Listed(["blog".to_string()].into()),
+        )
+        .build(),
+    );
+    check(
+        &snap,
+        expect![[r#"
+        existing shop/web -> elsewhere
+    "#]],
+    );
 }

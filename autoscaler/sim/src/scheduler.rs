@@ -319,7 +319,7 @@ impl Topology {
             }
         }
         for (ci, term) in pod.affinity.iter().enumerate() {
-            if matches_sel(ns, &term.selector, &other.key.namespace, &other.labels) {
+            if term.selects(ns, &other.key.namespace, &other.labels) {
                 self.affinity[ci].1 = true;
                 if let Some(d) = domain(n, &term.topology_key) {
                     self.affinity[ci].0.insert(d.to_string());
@@ -327,14 +327,14 @@ impl Topology {
             }
         }
         for (ci, term) in pod.anti_affinity.iter().enumerate() {
-            if matches_sel(ns, &term.selector, &other.key.namespace, &other.labels)
+            if term.selects(ns, &other.key.namespace, &other.labels)
                 && let Some(d) = domain(n, &term.topology_key)
             {
                 self.anti[ci].insert(d.to_string());
             }
         }
         for term in &other.anti_affinity {
-            if matches_sel(&other.key.namespace, &term.selector, ns, &pod.labels)
+            if term.selects(&other.key.namespace, ns, &pod.labels)
                 && let Some(d) = domain(n, &term.topology_key)
             {
                 self.forbidden
@@ -361,7 +361,11 @@ impl Topology {
             let (domains, any) = &self.affinity[ci];
             let ok = match domain(node, &term.topology_key) {
                 None => false,
-                Some(d) => domains.contains(d) || (!any && term.selector.matches(&pod.labels)),
+                Some(d) => {
+                    domains.contains(d)
+                        || (!any
+                            && term.selects(&pod.key.namespace, &pod.key.namespace, &pod.labels))
+                }
             };
             if !ok {
                 return Err(Unfit::Affinity);

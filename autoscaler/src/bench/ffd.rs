@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
-use autoscaler_core::model::{Pod, Snapshot};
+use autoscaler_core::model::{Pod, Snapshot, TermNamespaces};
 use autoscaler_core::requirements::Requirements;
 use autoscaler_core::resources::names;
 
@@ -221,8 +221,8 @@ fn cheapest(types: &[&InstanceType], zone: &str, cpu: i64, mem: i64, pods: i64) 
 
 /// The index of `(ns, sel)` in `selectors`, added when new.
 fn index<'a>(
-    selectors: &mut Vec<(&'a str, &'a Requirements)>,
-    ns: &'a str,
+    selectors: &mut Vec<(TermNamespaces, &'a Requirements)>,
+    ns: TermNamespaces,
     sel: &'a Requirements,
 ) -> usize {
     match selectors.iter().position(|(n, s)| *n == ns && *s == sel) {
@@ -263,26 +263,29 @@ pub(crate) fn pack(snap: &Snapshot) -> Packing {
     let cap = (a.get(names::CPU), a.get(names::MEMORY), a.get(names::PODS));
     let pods = &snap.pending;
 
-    let mut selectors: Vec<(&str, &Requirements)> = Vec::new();
+    let mut selectors: Vec<(TermNamespaces, &Requirements)> = Vec::new();
     let terms: Vec<Terms> = pods
         .iter()
         .map(|p| {
             let ns = p.key.namespace.as_str();
+            let own = TermNamespaces::Own.resolved(ns);
             let mut t = Terms::default();
             for s in p.spread.iter().filter(|s| s.hard) {
                 if let Some(d) = domain(&s.topology_key) {
-                    t.spread
-                        .push((index(&mut selectors, ns, &s.selector), d, s.max_skew));
+                    let i = index(&mut selectors, own.clone(), &s.selector);
+                    t.spread.push((i, d, s.max_skew));
                 }
             }
             for a in &p.affinity {
                 if let Some(d) = domain(&a.topology_key) {
-                    t.affinity.push((index(&mut selectors, ns, &a.selector), d));
+                    let i = index(&mut selectors, a.namespaces.resolved(ns), &a.selector);
+                    t.affinity.push((i, d));
                 }
             }
             for a in &p.anti_affinity {
                 if let Some(d) = domain(&a.topology_key) {
-                    t.anti.push((index(&mut selectors, ns, &a.selector), d));
+                    let i = index(&mut selectors, a.namespaces.resolved(ns), &a.selector);
+                    t.anti.push((i, d));
                 }
             }
             t
@@ -292,7 +295,7 @@ pub(crate) fn pack(snap: &Snapshot) -> Packing {
         .iter()
         .map(|(ns, sel)| {
             pods.iter()
-                .map(|p| p.key.namespace == *ns && sel.matches(&p.labels))
+                .map(|p| ns.contains("", &p.key.namespace) && sel.matches(&p.labels))
                 .collect()
         })
         .collect();

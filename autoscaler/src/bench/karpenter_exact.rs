@@ -125,6 +125,7 @@ fn make(rng: &mut SplitMix64, kind: usize, name: String) -> Pod {
                 }
                 .into(),
                 selector: selector(AFFINITY_KEY, other),
+                namespaces: Default::default(),
             });
             b
         }
@@ -133,6 +134,7 @@ fn make(rng: &mut SplitMix64, kind: usize, name: String) -> Pod {
             b.0.anti_affinity.push(PodAffinityTerm {
                 topology_key: labels::HOSTNAME.into(),
                 selector: selector("app", "nginx"),
+                namespaces: Default::default(),
             });
             b
         }

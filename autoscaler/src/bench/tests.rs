@@ -387,6 +387,7 @@ mod ffd_packing {
         repel.anti_affinity.push(PodAffinityTerm {
             topology_key: labels::HOSTNAME.into(),
             selector: sel("app", "web"),
+            namespaces: Default::default(),
         });
         // The plain web pods carry no term, but the placed pod's term repels them.
         let pods = vec![
@@ -426,6 +427,7 @@ mod ffd_packing {
         near.affinity.push(PodAffinityTerm {
             topology_key: labels::HOSTNAME.into(),
             selector: sel("app", "db"),
+            namespaces: Default::default(),
         });
         let pods = vec![near, pod("db").cpu("1").label("app", "db").build()];
         assert_eq!(
@@ -441,6 +443,7 @@ mod ffd_packing {
         lonely.affinity.push(PodAffinityTerm {
             topology_key: labels::ZONE.into(),
             selector: sel("app", "nobody"),
+            namespaces: Default::default(),
         });
         assert_eq!(pack(&snap(vec![lonely])).unplaced, 1);
     }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
 use autoscaler_core::model::{
-    Group, InFlightClaim, Node as CoreNode, Pod as CorePod, PodKey, Pool, Snapshot,
+    Group, InFlightClaim, Node as CoreNode, Pod as CorePod, PodKey, Pool, Snapshot, TermNamespaces,
 };
 use autoscaler_core::requirements::{Labels, Operator, Requirements};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -91,39 +91,42 @@ enum Folding {
     Unmanaged,
 }
 
+#[derive(Default)]
 struct Fold {
     /// Namespaces whose pods a pending pod's topology terms select.
     selected: BTreeSet<String>,
+    /// A term selects pods in every namespace: no pod is folded.
+    every: bool,
 }
 
 impl Fold {
     fn for_pending(pending: &[CorePod]) -> Self {
-        Fold {
-            selected: pending
-                .iter()
-                .filter(|p| {
-                    !(p.spread.is_empty() && p.affinity.is_empty() && p.anti_affinity.is_empty())
-                })
-                .map(|p| p.key.namespace.clone())
-                .collect(),
-        }
+        Fold::default().and_movable(pending)
     }
 
-    /// Also keeps whole the namespaces that `pods` (the pods disruption may move) select.
+    /// Also keeps whole the namespaces that `pods` (the pods disruption may move) select:
+    /// their own, where their topology terms look, and every one another namespace's term
+    /// names.
     fn and_movable<'a>(mut self, pods: impl IntoIterator<Item = &'a CorePod>) -> Self {
-        self.selected.extend(
-            pods.into_iter()
-                .filter(|p| {
-                    !(p.spread.is_empty() && p.affinity.is_empty() && p.anti_affinity.is_empty())
-                })
-                .map(|p| p.key.namespace.clone()),
-        );
+        for p in pods {
+            if !p.spread.is_empty() || !p.affinity.is_empty() || !p.anti_affinity.is_empty() {
+                self.selected.insert(p.key.namespace.clone());
+            }
+            for t in p.affinity.iter().chain(&p.anti_affinity) {
+                match &t.namespaces {
+                    TermNamespaces::Own => {}
+                    TermNamespaces::Listed(names) => self.selected.extend(names.iter().cloned()),
+                    TermNamespaces::All => self.every = true,
+                }
+            }
+        }
         self
     }
 
     fn keeps(&self, p: &CorePod) -> bool {
         // DRA claims are kept whole: disruption re-allocates them where a pod would move.
-        p.gpu_share.is_some()
+        self.every
+            || p.gpu_share.is_some()
             || !p.claims.is_empty()
             || !p.anti_affinity.is_empty()
             || self.selected.contains(&p.key.namespace)

@@ -40,10 +40,10 @@ use autoscaler_core::error::CoreError;
 use autoscaler_core::labels as core_labels;
 use autoscaler_core::model::{
     DaemonSet as CoreDaemonSet, GpuShare, HostPort, Pdb, Pod as CorePod, PodAffinityTerm, PodKey,
-    PodShape, TopologySpread,
+    PodShape, TermNamespaces, TopologySpread,
 };
 use autoscaler_core::quantity::Quantity as CoreQuantity;
-use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements};
+use autoscaler_core::requirements::{Labels, NodeSelector, Operator, Requirements, ValueSet};
 use autoscaler_core::resources::{Resources, names};
 use autoscaler_core::taints::{Effect, Taint as CoreTaint, Toleration as CoreToleration};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -425,9 +425,58 @@ fn affinity_terms(
         out.push(PodAffinityTerm {
             topology_key: t.topology_key.clone(),
             selector,
+            namespaces: term_namespaces(t, &format!("{path}[{i}]"))?,
         });
     }
     Ok(out)
+}
+
+/// The label every namespace carries with its own name.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// The namespaces a pod (anti-)affinity term looks in: its `namespaces` list and the
+/// namespaces its `namespaceSelector` selects (`{}`: every one); the pod's own when neither
+/// is set. A selector can be read only when it names namespaces by
+/// `kubernetes.io/metadata.name` (`matchLabels` or `In`): the autoscaler does not read
+/// Namespace objects, so a selector on their other labels is refused rather than guessed.
+fn term_namespaces(
+    t: &k8s_openapi::api::core::v1::PodAffinityTerm,
+    path: &str,
+) -> Result<TermNamespaces, TranslateError> {
+    let mut names: std::collections::BTreeSet<String> =
+        t.namespaces.iter().flatten().cloned().collect();
+    let Some(sel) = &t.namespace_selector else {
+        return Ok(if names.is_empty() {
+            TermNamespaces::Own
+        } else {
+            TermNamespaces::Listed(names)
+        });
+    };
+    let field = format!("{path}.namespaceSelector");
+    let r = label_selector(sel, &field)?;
+    if r.is_empty() {
+        return Ok(TermNamespaces::All);
+    }
+    let by_name = match r.get(NAMESPACE_NAME_LABEL) {
+        Some(c) if r.iter().count() == 1 && !c.allow_absent => match &c.values {
+            ValueSet::In(v) => Some(v),
+            ValueSet::NotIn(_) => None,
+        },
+        _ => None,
+    };
+    let Some(selected) = by_name else {
+        return Err(TranslateError {
+            field,
+            value: render(sel),
+            why: Why::Unsupported(
+                "a namespaceSelector is read only when it names namespaces by \
+                 kubernetes.io/metadata.name (matchLabels or In); the autoscaler does not read \
+                 Namespace labels",
+            ),
+        });
+    };
+    names.extend(selected.iter().cloned());
+    Ok(TermNamespaces::Listed(names))
 }
 
 /// Takes the GPU share out of `requests`, per the module docs.

@@ -25,7 +25,7 @@ use crate::taints::untolerated;
 use super::classes::class_bar;
 use super::shapes::{offering_allowed, term_fits_shape};
 use super::{Planner, SlotKind};
-use crate::model::Snapshot;
+use crate::model::{PodAffinityTerm, Snapshot};
 
 /// Keys the planner balances itself: claims are pinned to a zone, and every new node is a
 /// hostname domain of its own.
@@ -37,8 +37,9 @@ fn balanced_elsewhere(key: &str) -> bool {
 /// existing nodes carry).
 type Domains = BTreeMap<String, f64>;
 
-/// A running pod's anti-affinity term: (namespace, selector, key, its node's value of the key).
-type RunningAnti<'s> = (&'s str, &'s Requirements, &'s str, &'s str);
+/// A running pod's anti-affinity term: (the pod's namespace, the term, its node's value of the
+/// term's key).
+type RunningAnti<'s> = (&'s str, &'s PodAffinityTerm, &'s str);
 
 /// The values of `key` where running pods' anti-affinity keeps pod `p` out.
 fn running_forbidden(
@@ -48,7 +49,7 @@ fn running_forbidden(
 ) -> BTreeSet<String> {
     running
         .iter()
-        .filter(|(ns, sel, k, _)| *k == key && *ns == p.key.namespace && sel.matches(&p.labels))
+        .filter(|(ns, t, _)| t.topology_key == key && t.selects(ns, &p.key.namespace, &p.labels))
         .map(|(.., v)| v.to_string())
         .collect()
 }
@@ -140,7 +141,7 @@ struct Walk<'s> {
     room: HashMap<Scope<'s>, BTreeMap<String, u32>>,
     /// Anti-affinity terms of pods of this plan pinned to one domain, as running pods' are
     /// kept ([`RunningAnti`]): a later pod they select keeps out of that domain.
-    pending_anti: Vec<(&'s str, &'s Requirements, &'s str, String)>,
+    pending_anti: Vec<(&'s str, &'s PodAffinityTerm, String)>,
     /// Per (key, node selection): the values of the key on nodes that selection matches.
     known: HashMap<(&'s str, &'s NodeSelector), BTreeSet<String>>,
     /// Per scope, the pod its domains were last listed for, and them: the pods of a workload
@@ -347,20 +348,20 @@ impl<'a> Planner<'a> {
                 r.choose = true;
             }
             let against =
-                |ns: &str, sel: &Requirements| ns == p.key.namespace && sel.matches(&p.labels);
-            for (_, _, key, v) in running_anti.iter().filter(|(ns, sel, ..)| against(ns, sel)) {
+                |ns: &str, t: &PodAffinityTerm| t.selects(ns, &p.key.namespace, &p.labels);
+            for (_, t, v) in running_anti.iter().filter(|(ns, t, _)| against(ns, t)) {
                 rules
-                    .entry(key)
+                    .entry(t.topology_key.as_str())
                     .or_default()
                     .forbidden
                     .insert(v.to_string());
             }
-            for (_, _, key, v) in walk
-                .pending_anti
-                .iter()
-                .filter(|(ns, sel, ..)| against(ns, sel))
-            {
-                rules.entry(key).or_default().forbidden.insert(v.clone());
+            for (_, t, v) in walk.pending_anti.iter().filter(|(ns, t, _)| against(ns, t)) {
+                rules
+                    .entry(t.topology_key.as_str())
+                    .or_default()
+                    .forbidden
+                    .insert(v.clone());
             }
             let mut rules: Vec<(&'a str, KeyRules<'a>)> = rules
                 .into_iter()
@@ -404,8 +405,7 @@ impl<'a> Planner<'a> {
                     }
                 });
                 if let Some(v) = one {
-                    walk.pending_anti
-                        .push((p.key.namespace.as_str(), &t.selector, key, v));
+                    walk.pending_anti.push((p.key.namespace.as_str(), t, v));
                 }
             }
         }
@@ -763,7 +763,7 @@ impl<'a> Planner<'a> {
     }
 
     /// Required anti-affinity terms of pods running on existing nodes over keys other than
-    /// zone and hostname, once each: (namespace, selector, key, the node's value of the key).
+    /// zone and hostname, once each ([`RunningAnti`]).
     fn running_anti_affinity(&self) -> Vec<RunningAnti<'a>> {
         let snap: &'a Snapshot = self.snap;
         let mut out: Vec<RunningAnti<'a>> = Vec::new();
@@ -779,12 +779,7 @@ impl<'a> Planner<'a> {
                         continue;
                     }
                     if let Some(v) = node.labels.get(&t.topology_key) {
-                        let term = (
-                            pod.key.namespace.as_str(),
-                            &t.selector,
-                            t.topology_key.as_str(),
-                            v.as_str(),
-                        );
+                        let term = (pod.key.namespace.as_str(), t, v.as_str());
                         if seen.insert(term) {
                             out.push(term);
                         }

@@ -10,23 +10,24 @@ use super::shapes::offering_allowed;
 use super::slots::ports_conflict;
 use super::{Planner, SelKey, Slot};
 
-fn sel_matches(sel: &SelKey, ns: &str, labels: &Labels) -> bool {
-    sel.0 == ns && sel.1.matches(labels)
+/// Whether selector `sel` selects a pod in namespace `ns` with `labels`.
+pub(super) fn sel_matches(sel: &SelKey, ns: &str, labels: &Labels) -> bool {
+    sel.0.contains("", ns) && sel.1.matches(labels)
 }
 
 /// Finds the selectors a pod's labels match without testing every selector: a selector with an
 /// `In` constraint can only match pods carrying one of its values, so it is filed under each
-/// (namespace, key, value); the rest are tested always.
+/// (key, value); the rest are tested always.
 pub(super) struct SelectorIndex {
-    by_label: HashMap<(String, String, String), Vec<usize>>,
+    by_label: HashMap<(String, String), Vec<usize>>,
     always: Vec<usize>,
 }
 
 impl SelectorIndex {
     pub(super) fn new(selectors: &[SelKey]) -> Self {
-        let mut by_label: HashMap<(String, String, String), Vec<usize>> = HashMap::new();
+        let mut by_label: HashMap<(String, String), Vec<usize>> = HashMap::new();
         let mut always = Vec::new();
-        for (i, (ns, req)) in selectors.iter().enumerate() {
+        for (i, (_, req)) in selectors.iter().enumerate() {
             let key = req.iter().find_map(|(k, c)| match &c.values {
                 ValueSet::In(vals) if !c.allow_absent => Some((k, vals)),
                 _ => None,
@@ -35,7 +36,7 @@ impl SelectorIndex {
                 Some((k, vals)) => {
                     for v in vals {
                         by_label
-                            .entry((ns.clone(), k.to_string(), v.clone()))
+                            .entry((k.to_string(), v.clone()))
                             .or_default()
                             .push(i);
                     }
@@ -56,7 +57,7 @@ impl SelectorIndex {
             .collect();
         if !self.by_label.is_empty() {
             for (k, v) in labels {
-                if let Some(ids) = self.by_label.get(&(ns.to_string(), k.clone(), v.clone())) {
+                if let Some(ids) = self.by_label.get(&(k.clone(), v.clone())) {
                     out.extend(
                         ids.iter()
                             .copied()
@@ -108,14 +109,14 @@ impl<'a> Planner<'a> {
         {
             return false;
         }
-        for (ns, sel, key) in &slot.blocks {
-            if key == labels::HOSTNAME && *ns == pod.key.namespace && sel.matches(&pod.labels) {
+        for (sel, key) in &slot.blocks {
+            if key == labels::HOSTNAME && sel_matches(sel, &pod.key.namespace, &pod.labels) {
                 return false;
             }
         }
         if let Some(z) = zone {
-            for (ns, sel, bz) in &self.state.zone_blocks {
-                if bz == z && *ns == pod.key.namespace && sel.matches(&pod.labels) {
+            for (sel, bz) in &self.state.zone_blocks {
+                if bz == z && sel_matches(sel, &pod.key.namespace, &pod.labels) {
                     return false;
                 }
             }
@@ -214,7 +215,7 @@ impl<'a> Planner<'a> {
                 .state
                 .zone_blocks
                 .iter()
-                .any(|(ns, sel, _)| *ns == pod.key.namespace && sel.matches(&pod.labels))
+                .any(|(sel, _)| sel_matches(sel, &pod.key.namespace, &pod.labels))
     }
 
     /// Chooses a zone for a pod with zone rules on a claim not yet pinned: the allowed zone

@@ -826,6 +826,7 @@ pub(super) fn build_pod(
     let term = |k: &String| PodAffinityTerm {
         topology_key: k.clone(),
         selector: sel.clone(),
+        namespaces: Default::default(),
     };
     let key = PodKey {
         namespace: f.namespace.clone().unwrap_or_else(|| "default".into()),

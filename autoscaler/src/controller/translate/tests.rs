@@ -337,6 +337,62 @@ fn null_selectors_match_no_pod_and_empty_ones_every_pod() {
 }
 
 #[test]
+fn affinity_terms_read_their_namespaces() {
+    // `namespaces` and a namespaceSelector by name are unioned; `{}` selects every namespace;
+    // neither set means the pod's own; a selector on other namespace labels is refused, naming
+    // the field (the autoscaler does not read Namespaces, and must not plan as if the term
+    // looked in the pod's own namespace).
+    let with_terms = |terms: serde_json::Value| {
+        pod_from(json!({
+            "metadata": {"name": "p", "namespace": "shop"},
+            "spec": {
+                "containers": [{"name": "c"}],
+                "affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": terms
+                }}
+            }
+        }))
+    };
+    let sel = json!({"matchLabels": {"app": "db"}});
+    let c = pod(&with_terms(json!([
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": sel},
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": sel,
+         "namespaces": ["data"],
+         "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+             "operator": "In", "values": ["logs"]}]}},
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": sel, "namespaceSelector": {}},
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": sel, "namespaces": []}
+    ])))
+    .unwrap();
+    let ns: Vec<&TermNamespaces> = c.anti_affinity.iter().map(|t| &t.namespaces).collect();
+    assert_eq!(
+        ns,
+        [
+            &TermNamespaces::Own,
+            &TermNamespaces::Listed(["data".to_string(), "logs".to_string()].into()),
+            &TermNamespaces::All,
+            &TermNamespaces::Own,
+        ]
+    );
+    let db: Labels = [("app".to_string(), "db".to_string())].into();
+    assert!(c.anti_affinity[1].selects("shop", "logs", &db));
+    assert!(!c.anti_affinity[1].selects("shop", "shop", &db));
+    assert!(c.anti_affinity[0].selects("shop", "shop", &db));
+    let err = pod(&with_terms(json!([
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": sel,
+         "namespaceSelector": {"matchLabels": {"team": "data"}}}
+    ])))
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector"
+        ) && text.contains("kubernetes.io/metadata.name"),
+        "{text}"
+    );
+}
+
+#[test]
 fn match_label_keys_narrow_selectors_to_the_pods_revision() {
     // A rolling update: only pods of the new revision (the pod's own pod-template-hash)
     // count for its spread and its affinity; mismatchLabelKeys keeps it away from its own
