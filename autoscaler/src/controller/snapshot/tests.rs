@@ -356,6 +356,45 @@ fn folding_plain_bound_pods_plans_as_the_whole_snapshot() {
 }
 
 #[test]
+fn folding_keeps_whole_the_namespaces_a_pending_pods_term_names() {
+    // The pending pod follows the `x` pods of namespace `a` onto their node: they must keep
+    // their labels in the folded snapshot, or the plan would differ from the whole one.
+    let (pool, types) = general_pool();
+    let near = |namespaces: serde_json::Value| {
+        json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}},
+             "namespaces": namespaces}]}}})
+    };
+    for (namespaces, name) in [(json!(["a"]), "listed"), (json!(null), "all")] {
+        let mut term = near(namespaces);
+        if name == "all" {
+            term["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+                ["namespaceSelector"] = json!({});
+        }
+        let mut pods: Vec<_> = (0..3)
+            .map(|i| pod_json("a", &format!("x-{i}"), "x", Some("n1"), "300m", json!({})))
+            .collect();
+        pods.push(pod_json("c", "near", "near", None, "200m", term));
+        let batch: BTreeSet<PodKey> = pods
+            .iter()
+            .filter(|p| p.node_name.is_none())
+            .map(|p| p.key.clone())
+            .collect();
+        let nodes: Vec<Arc<Node>> = vec![arc(node_json("n1"))];
+        let pools = [pool.clone()];
+        let inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
+        let mut b = SnapshotBuilder::new();
+        let whole = b.build(&inputs);
+        let folded = b.build_for_provisioning(&inputs);
+        assert_eq!(folded.snapshot.nodes[0].pods.len(), 3, "{name}");
+        let a = autoscaler_core::plan_provisioning(&whole.snapshot);
+        let f = autoscaler_core::plan_provisioning(&folded.snapshot);
+        assert_eq!(a.existing.len(), 1, "{name}: {}", a.render());
+        assert_eq!(a.render(), f.render(), "{name}");
+    }
+}
+
+#[test]
 fn folded_pods_keep_the_host_ports_they_bind() {
     let (pool, types) = general_pool();
     let port = |p: u16| {
