@@ -455,6 +455,9 @@ struct Planner<'a> {
     limited: Vec<Vec<String>>,
     /// Known label values, for "did you mean" in reasons; built for the first pod that fails.
     vocabulary: std::cell::OnceCell<crate::vocabulary::Vocabulary>,
+    /// Per class, that hint (the same for every pod of the class; looking for the closest
+    /// known label for each of thousands of pods that wait took a third of a round).
+    hints: HashMap<usize, String>,
     /// The pending pod to explain (`explain`): its considerations are taken when it is placed.
     explain: Option<usize>,
     considered: Option<Vec<crate::explain::PoolConsidered>>,
@@ -593,6 +596,7 @@ impl<'a> Planner<'a> {
             deferred_scan: Vec::new(),
             in_group: false,
             vocabulary: std::cell::OnceCell::new(),
+            hints: HashMap::new(),
             explain: None,
             considered: None,
             dra: None,

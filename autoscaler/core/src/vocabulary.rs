@@ -102,6 +102,9 @@ impl GpuNames {
 pub struct Vocabulary {
     values: BTreeMap<String, BTreeSet<String>>,
     gpus: BTreeMap<String, GpuNames>,
+    /// Labels a NodePool gives its nodes without listing their values (`Exists`, `NotIn`):
+    /// any value may be right, so none is questioned.
+    open: BTreeSet<String>,
 }
 
 impl Vocabulary {
@@ -121,6 +124,20 @@ impl Vocabulary {
             v.add_labels(&p.labels);
             for t in p.instance_types.iter() {
                 v.add_instance_type(t);
+            }
+            // A label the pool's requirements define (the `capacity-spread` of a spot and an
+            // on-demand pool): its nodes carry one of the allowed values.
+            for (k, c) in crate::provision::pool_defined_labels(p).iter() {
+                match &c.values {
+                    ValueSet::In(values) => {
+                        for value in values {
+                            v.add_value(k, value);
+                        }
+                    }
+                    ValueSet::NotIn(_) => {
+                        v.open.insert(k.to_string());
+                    }
+                }
             }
         }
         v
@@ -238,7 +255,7 @@ impl Vocabulary {
             let ValueSet::In(values) = &c.values else {
                 continue;
             };
-            if c.allow_absent || key == labels::HOSTNAME {
+            if c.allow_absent || key == labels::HOSTNAME || self.open.contains(key) {
                 continue;
             }
             if !self.has_key(key) {
@@ -383,5 +400,22 @@ mod tests {
             "{}",
             v.hint(&[Requirements::new()])
         );
+    }
+
+    #[test]
+    fn labels_a_nodepool_defines_are_known_values() {
+        // `team` is a label only the pool's requirements give its nodes: its listed values are
+        // known (a typo in one is questioned), and a label defined with `Exists` takes any.
+        let p = crate::builders::pool("p", vec![h100_type()])
+            .require("team", Operator::In, &["ml", "web"])
+            .require("rack", Operator::Exists, &[])
+            .build();
+        let v = Vocabulary::of_pools(&[p]);
+        let ok = Requirements::new().with("team", Operator::In, &["ml"]);
+        assert_eq!(v.hint(&[ok]), "");
+        let typo = Requirements::new().with("team", Operator::In, &["m1"]);
+        assert!(v.hint(&[typo]).contains(r#"did you mean "ml"?"#));
+        let any = Requirements::new().with("rack", Operator::In, &["r7"]);
+        assert_eq!(v.hint(&[any]), "");
     }
 }

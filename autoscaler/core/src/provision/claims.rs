@@ -468,9 +468,13 @@ impl<'a> Planner<'a> {
         match best {
             Some((_, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
             None => {
-                let vocabulary = (self.vocabulary)
-                    .get_or_init(|| crate::vocabulary::Vocabulary::of_pools(&self.snap.pools));
-                Err(self.summarize(reasons) + &vocabulary.hint(&self.classes[ci].terms))
+                if !self.hints.contains_key(&ci) {
+                    let vocabulary = (self.vocabulary)
+                        .get_or_init(|| crate::vocabulary::Vocabulary::of_pools(&self.snap.pools));
+                    let hint = vocabulary.hint(&self.classes[ci].terms);
+                    self.hints.insert(ci, hint);
+                }
+                Err(self.summarize(reasons) + &self.hints[&ci])
             }
         }
     }
