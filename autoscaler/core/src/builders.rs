@@ -140,7 +140,15 @@ impl PodBuilder {
             selector: Requirements::new().with("app", Operator::In, &[app]),
             hard: true,
             min_domains: 0,
+            honor_taints: false,
         });
+        self
+    }
+    /// Sets `nodeTaintsPolicy: Honor` on the last spread constraint added.
+    pub fn honor_taints(mut self) -> Self {
+        if let Some(s) = self.0.spread.last_mut() {
+            s.honor_taints = true;
+        }
         self
     }
     /// Sets `minDomains` on the last spread constraint added.

@@ -52,6 +52,11 @@ pub struct TopologySpread {
     /// minimum is taken as 0, so at most `maxSkew` matching pods go in each.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub min_domains: u32,
+    /// `nodeTaintsPolicy: Honor`: only nodes whose taints the pod tolerates (and NodePools
+    /// it tolerates) count. The default, `Ignore`, counts every node: a domain only a
+    /// tainted NodePool offers is a domain with no pods, which caps the others at `maxSkew`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub honor_taints: bool,
 }
 
 fn is_zero_u32(n: &u32) -> bool {

@@ -2108,6 +2108,7 @@ fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
         selector: Requirements::new().with("tier", Operator::In, &["fe"]),
         hard: true,
         min_domains: 0,
+        honor_taints: false,
     });
     let mut snap = snapshot(vec![web], pools());
     snap.nodes = vec![
@@ -2510,6 +2511,49 @@ fn pod_affinity_terms_look_in_the_namespaces_they_name() {
         &snap,
         expect![[r#"
         existing shop/web -> elsewhere
+    "#]],
+    );
+}
+
+#[test]
+fn a_tainted_nodepools_domains_count_unless_the_spread_honors_taints() {
+    // Karpenter's "should balance pods across a label when discovered from the nodepool":
+    // the open pool gives `fake-label` foo, a tainted pool (not tolerated) bar. With the
+    // default `nodeTaintsPolicy: Ignore`, bar is a domain with no pods and none can be had:
+    // one pod goes to foo and the other waits. With `Honor`, bar is no domain: both go to foo.
+    // Before, the tainted pool's domain was left out whatever the policy.
+    let pools = || {
+        vec![
+            pool("open", cpu_types()).require("fake-label", Operator::In, &["foo"]),
+            pool("tainted", cpu_types())
+                .require("fake-label", Operator::In, &["bar"])
+                .taint("taint-key", "taint-value"),
+        ]
+    };
+    let pods = |honor: bool| {
+        (0..2)
+            .map(|i| {
+                let p = pod(&format!("web-{i}"))
+                    .cpu("1")
+                    .label("app", "web")
+                    .spread("fake-label", 1, "web");
+                if honor { p.honor_taints() } else { p }
+            })
+            .collect()
+    };
+    check(
+        &snapshot(pods(false), pools()),
+        expect![[r#"
+        claim open-1 pool=open price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0]
+          requirements: fake-label In [foo]
+        unschedulable default/web-1: NodePool open cannot launch where the pod's topology spread or pod (anti-)affinity lets it go (fake-label=bar), and no existing node there has room; taint taint-key=taint-value:NoSchedule of NodePool tainted not tolerated
+    "#]],
+    );
+    check(
+        &snapshot(pods(true), pools()),
+        expect![[r#"
+        claim open-1 pool=open price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-1]
+          requirements: fake-label In [foo]
     "#]],
     );
 }

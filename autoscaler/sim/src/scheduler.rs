@@ -253,6 +253,18 @@ fn domain<'a>(node: &'a NodeState, key: &str) -> Option<&'a str> {
     node.labels.get(key).map(String::as_str)
 }
 
+/// Whether spread constraint `c` of `pod` counts node `n` (`eligible`: the pod's node
+/// selection matches it, `nodeAffinityPolicy: Honor`): with `nodeTaintsPolicy: Honor` only
+/// if the pod tolerates its taints.
+fn counts_node(
+    c: &autoscaler_core::model::TopologySpread,
+    pod: &Pod,
+    eligible: bool,
+    n: &NodeState,
+) -> bool {
+    eligible && (!c.honor_taints || untolerated(&pod.tolerations, &n.taints).is_none())
+}
+
 fn matches_sel(
     ns: &str,
     sel: &autoscaler_core::Requirements,
@@ -279,7 +291,9 @@ impl Topology {
             }
             let eligible = pod.node_selector.matches(&n.labels);
             for (ci, c) in hard.iter().enumerate() {
-                if let (true, Some(d)) = (eligible, domain(n, &c.topology_key)) {
+                if let (true, Some(d)) =
+                    (counts_node(c, pod, eligible, n), domain(n, &c.topology_key))
+                {
                     t.spread[ci].entry(d.to_string()).or_insert(0);
                 }
             }
@@ -312,7 +326,7 @@ impl Topology {
     ) {
         let ns = &pod.key.namespace;
         for (ci, c) in hard.iter().enumerate() {
-            if let (true, Some(d)) = (eligible, domain(n, &c.topology_key))
+            if let (true, Some(d)) = (counts_node(c, pod, eligible, n), domain(n, &c.topology_key))
                 && matches_sel(ns, &c.selector, &other.key.namespace, &other.labels)
             {
                 *self.spread[ci].entry(d.to_string()).or_insert(0) += 1;

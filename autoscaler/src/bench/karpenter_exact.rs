@@ -110,6 +110,7 @@ fn make(rng: &mut SplitMix64, kind: usize, name: String) -> Pod {
                 selector: selector(SPREAD_KEY, other),
                 hard: true,
                 min_domains: 0,
+                honor_taints: false,
             });
             b
         }

@@ -411,6 +411,7 @@ mod ffd_packing {
                     selector: sel("app", "s"),
                     hard: true,
                     min_domains: 0,
+                    honor_taints: false,
                 });
                 p
             })

@@ -648,6 +648,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
                 .min_domains
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(0),
+            honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
         });
     }
     let aff = spec.affinity.as_ref();

@@ -10,7 +10,9 @@
 //! Domains are the values nodes for the pod could carry: its usable instance types' labels or
 //! allowed offerings' capacity types, the values a NodePool's requirement allows for a label it
 //! defines, and the values on existing nodes the pod's node selection matches (Kubernetes'
-//! default `nodeAffinityPolicy: Honor`; taints are ignored, its `nodeTaintsPolicy` default).
+//! default `nodeAffinityPolicy: Honor`). A NodePool or node whose taints the pod does not
+//! tolerate still gives its domains, unreachable, unless the spread says
+//! `nodeTaintsPolicy: Honor` (the default is `Ignore`).
 //! A pod counts where its node carries the value; pods of this plan count where they were
 //! pinned. A key whose values cannot be listed (a NodePool allowing any value but some) pins
 //! nothing: the node must then only carry the label ([`super::classes`]).
@@ -22,7 +24,7 @@ use crate::requirements::{Constraint, NodeSelector, Requirements, ValueSet};
 use crate::resources::Resources;
 use crate::taints::untolerated;
 
-use super::classes::class_bar;
+use super::classes::{Bar, class_bar};
 use super::shapes::{offering_allowed, term_fits_shape};
 use super::{Planner, SlotKind};
 use crate::model::{PodAffinityTerm, Snapshot};
@@ -52,6 +54,14 @@ fn running_forbidden(
         .filter(|(ns, t, _)| t.topology_key == key && t.selects(ns, &p.key.namespace, &p.labels))
         .map(|(.., v)| v.to_string())
         .collect()
+}
+
+/// Whether a hard spread constraint of pod `p` on `key` counts only nodes whose taints the pod
+/// tolerates (`nodeTaintsPolicy: Honor`).
+fn honors_taints(p: &crate::model::Pod, key: &str) -> bool {
+    p.spread
+        .iter()
+        .any(|t| t.hard && t.topology_key == key && t.honor_taints)
 }
 
 /// The one value of `key` pod `p`'s node selection allows, when every term pins it to one.
@@ -823,7 +833,9 @@ impl<'a> Planner<'a> {
     /// (so have the same domains and the same room in them).
     fn same_node_selection(&self, a: usize, b: usize) -> bool {
         let (a, b) = (&self.snap.pending[a], &self.snap.pending[b]);
-        a.node_selector == b.node_selector
+        let honor = |p: &crate::model::Pod| p.spread.iter().any(|t| t.honor_taints);
+        honor(a) == honor(b)
+            && a.node_selector == b.node_selector
             && a.requests == b.requests
             && a.tolerations == b.tolerations
             && a.gpu_share.is_some() == b.gpu_share.is_some()
@@ -865,13 +877,21 @@ impl<'a> Planner<'a> {
             *e = e.min(price);
         };
         let share = p.gpu_share.is_some();
+        let honor = honors_taints(p, key);
         for s in self.shapes.iter() {
             let pool = &self.snap.pools[s.pool];
             let several =
                 super::classes::one_replica_each(pool) && super::classes::asks_several_gpus(p);
-            if class_bar(pool, s, &p.tolerations, share, &p.host_ports, several).is_some() {
-                continue;
-            }
+            // A NodePool whose taints the pod does not tolerate still offers its domains
+            // (`nodeTaintsPolicy: Ignore`, the default): they count, and cannot be reached.
+            let reachable = match class_bar(pool, s, &p.tolerations, share, &p.host_ports, several)
+            {
+                None => true,
+                Some(Bar::Taint) if !honor => false,
+                Some(_) => continue,
+            };
+            let mut add =
+                |v: &str, price: f64| add(v, if reachable { price } else { f64::INFINITY });
             for t in terms.iter().filter(|t| term_fits_shape(t, s)) {
                 if key == labels::CAPACITY_TYPE {
                     let (zc, cc) = (t.get(labels::ZONE), t.get(labels::CAPACITY_TYPE));
@@ -893,7 +913,9 @@ impl<'a> Planner<'a> {
             }
         }
         for slot in &self.state.slots {
-            if slot.kind == SlotKind::New {
+            if slot.kind == SlotKind::New
+                || (honor && untolerated(&p.tolerations, slot.taints(self.snap)).is_some())
+            {
                 continue;
             }
             let node_labels = slot.labels(self.snap);

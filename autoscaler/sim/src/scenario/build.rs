@@ -821,6 +821,7 @@ pub(super) fn build_pod(
             selector: sel.clone(),
             hard: true,
             min_domains: s.min_domains,
+            honor_taints: false,
         });
     }
     let term = |k: &String| PodAffinityTerm {

@@ -698,3 +698,24 @@ fn start_time_is_kept_only_for_a_do_not_disrupt_duration() {
     }));
     assert_eq!(pod(&plain).unwrap().started_at, None);
 }
+
+#[test]
+fn spread_constraints_read_their_node_taints_policy() {
+    let p = pod_from(json!({
+        "metadata": {"name": "p", "labels": {"app": "web"}},
+        "spec": {
+            "containers": [{"name": "c"}],
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "a", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "web"}}},
+                {"maxSkew": 1, "topologyKey": "b", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "web"}}, "nodeTaintsPolicy": "Honor"},
+                {"maxSkew": 1, "topologyKey": "c", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "web"}}, "nodeTaintsPolicy": "Ignore"}
+            ]
+        }
+    }));
+    let c = pod(&p).unwrap();
+    let honored: Vec<bool> = c.spread.iter().map(|s| s.honor_taints).collect();
+    assert_eq!(honored, [false, true, false]);
+}
