@@ -250,7 +250,7 @@ fn topology_kept_across_binds_is_the_one_computed_afresh() {
         l.insert("rack".into(), rack.into());
         l.insert("tier".into(), tier.into());
     }
-    let binds = vec![
+    let binds = [
         (pod("w0").label("app", "web").build(), 0),
         (pod("c0").label("app", "cache").build(), 1),
         (pod("w1").label("app", "web").build(), 2),
