@@ -2557,3 +2557,42 @@ fn a_tainted_nodepools_domains_count_unless_the_spread_honors_taints() {
     "#]],
     );
 }
+
+#[test]
+fn a_pod_kept_out_of_some_domains_still_counts_where_it_is_pinned() {
+    // A running pod's anti-affinity over `team` keeps the web pods off `team=blue`: that pin
+    // ("not in [blue]") leaves them a place, so their pin on `rack` still counts, and four
+    // pods spread over two racks split 2/2. Counted only when every pin was to one domain,
+    // they were all planned into r1 (skew 4 against maxSkew 1).
+    let guard = node("guard", &cpu_types()[0], ZONES[0])
+        .label("team", "blue")
+        .with_pod(
+            pod("guard-0")
+                .cpu("100m")
+                .anti_affinity("team", "web")
+                .build(),
+        )
+        .build();
+    let pods = (0..4)
+        .map(|i| {
+            pod(&format!("web-{i}"))
+                .cpu("900m")
+                .label("app", "web")
+                .spread("rack", 1, "web")
+        })
+        .collect();
+    let mut snap = snapshot(
+        pods,
+        vec![pool("default", cpu_types()).require("rack", Operator::In, &["r1", "r2"])],
+    );
+    snap.nodes.push(guard);
+    check(
+        &snap,
+        expect![[r#"
+        claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-0,web-2]
+          requirements: rack In [r1], team NotIn [blue]
+        claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1,web-3]
+          requirements: rack In [r2], team NotIn [blue]
+    "#]],
+    );
+}

@@ -116,6 +116,16 @@ impl Pin {
         }
     }
 
+    /// Whether a pod with this pin waits: no domain is left, or its one domain cannot be
+    /// reached (`sure` false). A pin to several domains, or all but some, leaves the pod a
+    /// place.
+    fn waits(&self, sure: bool) -> bool {
+        match &self.constraint.values {
+            ValueSet::In(v) => v.is_empty() || (v.len() == 1 && !sure),
+            ValueSet::NotIn(_) => false,
+        }
+    }
+
     /// As the reasons say it: `karpenter.sh/capacity-type=spot`, `kubernetes.io/arch in
     /// [arm64]`, `… not in [a]`, `… in no domain`.
     pub(super) fn describe(&self) -> String {
@@ -398,11 +408,13 @@ impl<'a> Planner<'a> {
                     pins[i].push(pin);
                 }
             }
-            let all_sure = chosen.iter().all(|(_, sure)| *sure);
-            for (key, _) in chosen {
-                let pin = pins[i].iter().find(|pin| pin.key == key).cloned();
-                if let Some(pin) = pin {
-                    self.count_pin(&mut walk, i, key, &pin, all_sure);
+            let pin_of = |key: &str| pins[i].iter().find(|pin| pin.key == key).cloned();
+            let waiting = chosen
+                .iter()
+                .any(|(key, sure)| pin_of(key).is_some_and(|pin| pin.waits(*sure)));
+            for (key, sure) in chosen {
+                if let Some(pin) = pin_of(key) {
+                    self.count_pin(&mut walk, i, key, &pin, sure && !waiting);
                 }
             }
             // Its anti-affinity, where it is pinned to one domain, holds against later pods.
@@ -461,10 +473,12 @@ impl<'a> Planner<'a> {
         let (Some(domains), Some(reach)) = (all, reach) else {
             // Values that cannot be listed: what affinity allows, or all but the forbidden.
             return match &r.allowed {
-                Some(a) => Some((
-                    Pin::within(key, a.iter().filter(|v| permitted(v)).cloned().collect()),
-                    false,
-                )),
+                Some(a) => {
+                    let left: BTreeSet<String> =
+                        a.iter().filter(|v| permitted(v)).cloned().collect();
+                    let sure = left.len() == 1;
+                    Some((Pin::within(key, left), sure))
+                }
                 None if r.forbidden.is_empty() => None,
                 None => {
                     let mut pin = Pin::outside(key, r.forbidden.clone());
@@ -728,10 +742,11 @@ impl<'a> Planner<'a> {
     /// The domains of the scope's key pod `i` could be in, listed once per workload (see
     /// [`Walk::domains`]).
     fn domains_for(&self, walk: &mut Walk<'a>, i: usize, scope: &Scope<'a>) -> Option<Domains> {
-        let reuse = walk
-            .domains
-            .get(scope)
-            .is_some_and(|(j, _)| self.same_node_selection(*j, i));
+        let pending = &self.snap.pending;
+        let reuse = walk.domains.get(scope).is_some_and(|(j, _)| {
+            self.same_node_selection(*j, i)
+                && honors_taints(&pending[*j], scope.key) == honors_taints(&pending[i], scope.key)
+        });
         if !reuse {
             let domains = self.spread_domains(i, scope);
             walk.domains.insert(scope.clone(), (i, domains));
@@ -833,9 +848,7 @@ impl<'a> Planner<'a> {
     /// (so have the same domains and the same room in them).
     fn same_node_selection(&self, a: usize, b: usize) -> bool {
         let (a, b) = (&self.snap.pending[a], &self.snap.pending[b]);
-        let honor = |p: &crate::model::Pod| p.spread.iter().any(|t| t.honor_taints);
-        honor(a) == honor(b)
-            && a.node_selector == b.node_selector
+        a.node_selector == b.node_selector
             && a.requests == b.requests
             && a.tolerations == b.tolerations
             && a.gpu_share.is_some() == b.gpu_share.is_some()
