@@ -141,7 +141,15 @@ impl PodBuilder {
             hard: true,
             min_domains: 0,
             honor_taints: false,
+            ignore_node_affinity: false,
         });
+        self
+    }
+    /// Sets `nodeAffinityPolicy: Ignore` on the last spread constraint added.
+    pub fn ignore_node_affinity(mut self) -> Self {
+        if let Some(s) = self.0.spread.last_mut() {
+            s.ignore_node_affinity = true;
+        }
         self
     }
     /// Sets `nodeTaintsPolicy: Honor` on the last spread constraint added.

@@ -57,6 +57,10 @@ pub struct TopologySpread {
     /// tainted NodePool offers is a domain with no pods, which caps the others at `maxSkew`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub honor_taints: bool,
+    /// `nodeAffinityPolicy: Ignore`: every node counts, not only those the pod's node
+    /// selection matches (the default, `Honor`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_node_affinity: bool,
 }
 
 fn is_zero_u32(n: &u32) -> bool {

@@ -2109,6 +2109,7 @@ fn every_topology_rule_of_a_pod_on_one_key_is_weighed_together() {
         hard: true,
         min_domains: 0,
         honor_taints: false,
+        ignore_node_affinity: false,
     });
     let mut snap = snapshot(vec![web], pools());
     snap.nodes = vec![
@@ -2595,4 +2596,49 @@ fn a_pod_kept_out_of_some_domains_still_counts_where_it_is_pinned() {
           requirements: rack In [r2], team NotIn [blue]
     "#]],
     );
+}
+
+#[test]
+fn a_spread_that_ignores_node_affinity_counts_domains_the_pod_cannot_use() {
+    // Karpenter's "should balance pods across a label (NodeAffinityPolicy=ignore/honor)":
+    // existing nodes in fake-label foo and bar that the pods' node selector does not match,
+    // and a pool giving baz. With `nodeAffinityPolicy: Ignore`, foo and bar count (empty, and
+    // out of reach): one pod goes to baz, the rest wait. With the default, `Honor`, they are
+    // no domains: all five go to baz.
+    let existing = |name: &str, value: &str| {
+        node(name, &cpu_types()[0], ZONES[0])
+            .label("fake-label", value)
+            .label("selector", "mismatch")
+            .build()
+    };
+    let plan = |ignore: bool| {
+        let pods = (0..5)
+            .map(|i| {
+                let p = pod(&format!("web-{i}"))
+                    .cpu("1")
+                    .label("app", "web")
+                    .select("selector", "value")
+                    .spread("fake-label", 1, "web");
+                if ignore { p.ignore_node_affinity() } else { p }
+            })
+            .collect();
+        let mut snap = snapshot(
+            pods,
+            vec![
+                pool("default", cpu_types())
+                    .label("fake-label", "baz")
+                    .label("selector", "value"),
+            ],
+        );
+        snap.nodes = vec![existing("n-foo", "foo"), existing("n-bar", "bar")];
+        plan_provisioning(&snap)
+    };
+    let placed = |p: &autoscaler_core::plan::Plan| -> usize {
+        p.new_claims.iter().map(|c| c.pods.len()).sum::<usize>() + p.existing.len()
+    };
+    let ignoring = plan(true);
+    assert_eq!(placed(&ignoring), 1, "{}", ignoring.render());
+    assert_eq!(ignoring.unschedulable.len(), 4, "{}", ignoring.render());
+    let honoring = plan(false);
+    assert_eq!(placed(&honoring), 5, "{}", honoring.render());
 }

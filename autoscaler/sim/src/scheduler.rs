@@ -262,7 +262,8 @@ fn counts_node(
     eligible: bool,
     n: &NodeState,
 ) -> bool {
-    eligible && (!c.honor_taints || untolerated(&pod.tolerations, &n.taints).is_none())
+    (eligible || c.ignore_node_affinity)
+        && (!c.honor_taints || untolerated(&pod.tolerations, &n.taints).is_none())
 }
 
 fn matches_sel(

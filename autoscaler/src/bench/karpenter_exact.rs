@@ -111,6 +111,7 @@ fn make(rng: &mut SplitMix64, kind: usize, name: String) -> Pod {
                 hard: true,
                 min_domains: 0,
                 honor_taints: false,
+                ignore_node_affinity: false,
             });
             b
         }

@@ -412,6 +412,7 @@ mod ffd_packing {
                     hard: true,
                     min_domains: 0,
                     honor_taints: false,
+                    ignore_node_affinity: false,
                 });
                 p
             })

@@ -649,6 +649,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(0),
             honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+            ignore_node_affinity: c.node_affinity_policy.as_deref() == Some("Ignore"),
         });
     }
     let aff = spec.affinity.as_ref();

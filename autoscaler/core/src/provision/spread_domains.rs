@@ -10,7 +10,8 @@
 //! Domains are the values nodes for the pod could carry: its usable instance types' labels or
 //! allowed offerings' capacity types, the values a NodePool's requirement allows for a label it
 //! defines, and the values on existing nodes the pod's node selection matches (Kubernetes'
-//! default `nodeAffinityPolicy: Honor`). A NodePool or node whose taints the pod does not
+//! default `nodeAffinityPolicy: Honor`; under `Ignore` every node and NodePool gives its
+//! values, the ones the pod cannot select out of reach). A NodePool or node whose taints the pod does not
 //! tolerate still gives its domains, unreachable, unless the spread says
 //! `nodeTaintsPolicy: Honor` (the default is `Ignore`).
 //! A pod counts where its node carries the value; pods of this plan count where they were
@@ -62,6 +63,14 @@ fn honors_taints(p: &crate::model::Pod, key: &str) -> bool {
     p.spread
         .iter()
         .any(|t| t.hard && t.topology_key == key && t.honor_taints)
+}
+
+/// Whether a hard spread constraint of pod `p` on `key` counts every node, whatever the pod's
+/// node selection (`nodeAffinityPolicy: Ignore`).
+fn ignores_node_affinity(p: &crate::model::Pod, key: &str) -> bool {
+    p.spread
+        .iter()
+        .any(|t| t.hard && t.topology_key == key && t.ignore_node_affinity)
 }
 
 /// The one value of `key` pod `p`'s node selection allows, when every term pins it to one.
@@ -571,7 +580,8 @@ impl<'a> Planner<'a> {
             let counts: BTreeMap<String, u32> = domains
                 .keys()
                 .map(|v| {
-                    let n = self.spread_count(walk, *sel, key, &p.node_selector, v);
+                    let ns = (!t.ignore_node_affinity).then_some(&p.node_selector);
+                    let n = self.spread_count(walk, *sel, key, ns, v);
                     (v.clone(), n)
                 })
                 .collect();
@@ -698,19 +708,20 @@ impl<'a> Planner<'a> {
     }
 
     /// Pods matching selector `sel` in domain `v` of `key`, as a spread counts them for a pod
-    /// with node selection `ns`: running ones on nodes `ns` matches, and this plan's sure ones.
+    /// with node selection `ns`: running ones on nodes `ns` matches (all, for `None`:
+    /// `nodeAffinityPolicy: Ignore`), and this plan's sure ones.
     fn spread_count(
         &self,
         walk: &mut Walk<'a>,
         sel: usize,
         key: &'a str,
-        ns: &'a NodeSelector,
+        ns: Option<&'a NodeSelector>,
         v: &str,
     ) -> u32 {
         let existing = walk
             .counted
-            .entry((sel, key, Some(ns)))
-            .or_insert_with(|| self.existing_counts(sel, key, Some(ns)));
+            .entry((sel, key, ns))
+            .or_insert_with(|| self.existing_counts(sel, key, ns));
         existing.get(v).copied().unwrap_or(0)
             + walk
                 .planned
@@ -746,6 +757,8 @@ impl<'a> Planner<'a> {
         let reuse = walk.domains.get(scope).is_some_and(|(j, _)| {
             self.same_node_selection(*j, i)
                 && honors_taints(&pending[*j], scope.key) == honors_taints(&pending[i], scope.key)
+                && ignores_node_affinity(&pending[*j], scope.key)
+                    == ignores_node_affinity(&pending[i], scope.key)
         });
         if !reuse {
             let domains = self.spread_domains(i, scope);
@@ -891,7 +904,20 @@ impl<'a> Planner<'a> {
         };
         let share = p.gpu_share.is_some();
         let honor = honors_taints(p, key);
-        for s in self.shapes.iter() {
+        // `nodeAffinityPolicy: Ignore`: every node counts, whatever the pod's node selection;
+        // the domains it does not select are listed too, and cannot be reached.
+        let everywhere = ignores_node_affinity(p, key) && scope.given.is_empty();
+        let unselected = [(false, terms), (true, &any[..])];
+        let passes = if everywhere {
+            &unselected[..]
+        } else {
+            &unselected[..1]
+        };
+        for (s, &(beyond, terms)) in self
+            .shapes
+            .iter()
+            .flat_map(|s| passes.iter().map(move |pass| (s, pass)))
+        {
             let pool = &self.snap.pools[s.pool];
             let several =
                 super::classes::one_replica_each(pool) && super::classes::asks_several_gpus(p);
@@ -899,7 +925,7 @@ impl<'a> Planner<'a> {
             // (`nodeTaintsPolicy: Ignore`, the default): they count, and cannot be reached.
             let reachable = match class_bar(pool, s, &p.tolerations, share, &p.host_ports, several)
             {
-                None => true,
+                None => !beyond,
                 Some(Bar::Taint) if !honor => false,
                 Some(_) => continue,
             };
@@ -933,7 +959,7 @@ impl<'a> Planner<'a> {
             }
             let node_labels = slot.labels(self.snap);
             if let Some(v) = node_labels.get(key)
-                && terms.iter().any(|t| t.matches(node_labels))
+                && (everywhere || terms.iter().any(|t| t.matches(node_labels)))
             {
                 add(v, f64::INFINITY);
             }

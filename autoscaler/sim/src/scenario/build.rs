@@ -822,6 +822,7 @@ pub(super) fn build_pod(
             hard: true,
             min_domains: s.min_domains,
             honor_taints: false,
+            ignore_node_affinity: false,
         });
     }
     let term = |k: &String| PodAffinityTerm {

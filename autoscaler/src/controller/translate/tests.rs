@@ -700,7 +700,7 @@ fn start_time_is_kept_only_for_a_do_not_disrupt_duration() {
 }
 
 #[test]
-fn spread_constraints_read_their_node_taints_policy() {
+fn spread_constraints_read_their_node_inclusion_policies() {
     let p = pod_from(json!({
         "metadata": {"name": "p", "labels": {"app": "web"}},
         "spec": {
@@ -711,11 +711,16 @@ fn spread_constraints_read_their_node_taints_policy() {
                 {"maxSkew": 1, "topologyKey": "b", "whenUnsatisfiable": "DoNotSchedule",
                  "labelSelector": {"matchLabels": {"app": "web"}}, "nodeTaintsPolicy": "Honor"},
                 {"maxSkew": 1, "topologyKey": "c", "whenUnsatisfiable": "DoNotSchedule",
-                 "labelSelector": {"matchLabels": {"app": "web"}}, "nodeTaintsPolicy": "Ignore"}
+                 "labelSelector": {"matchLabels": {"app": "web"}}, "nodeTaintsPolicy": "Ignore",
+                 "nodeAffinityPolicy": "Ignore"},
+                {"maxSkew": 1, "topologyKey": "d", "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {"matchLabels": {"app": "web"}}, "nodeAffinityPolicy": "Honor"}
             ]
         }
     }));
     let c = pod(&p).unwrap();
     let honored: Vec<bool> = c.spread.iter().map(|s| s.honor_taints).collect();
-    assert_eq!(honored, [false, true, false]);
+    assert_eq!(honored, [false, true, false, false]);
+    let ignored: Vec<bool> = c.spread.iter().map(|s| s.ignore_node_affinity).collect();
+    assert_eq!(ignored, [false, false, true, false]);
 }
