@@ -97,6 +97,7 @@ use crate::taints::{Effect, Taint, Toleration};
 
 mod claims;
 mod classes;
+mod domain_sources;
 mod dra;
 mod explanations;
 mod finish;
