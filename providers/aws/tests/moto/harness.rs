@@ -1,4 +1,4 @@
-//! Test harness: a moto EC2 server on a free 127.0.0.1 port per test, fake credentials in a
+//! Test harness: a moto EC2 server on its own 127.0.0.1 port per test, fake credentials in a
 //! profile file (the provider's default chain reads it), and a plain SDK client for setup and
 //! inspection.
 //!
@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 use std::io::Write as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -43,16 +42,24 @@ pub fn moto_path() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+/// The port werkzeug's start-up line (` * Running on http://127.0.0.1:PORT`) names, if the log
+/// holds it yet.
+fn bound_port(log: &str) -> Option<u16> {
+    log.lines().find_map(|line| {
+        let rest = line.split("Running on http://127.0.0.1:").nth(1)?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok().filter(|p| *p != 0)
+    })
 }
 
 impl Moto {
     /// Starts moto, or prints `SKIPPED: moto_server not found` and returns `None` (the CI
     /// script installs moto, so there the tests always run).
+    ///
+    /// moto binds port 0 and the harness reads the port it got from its log. Probing a free port
+    /// first and handing it over raced with the tests running alongside: two servers could be
+    /// given one port, the second failed to bind, and its test talked to the first one's server
+    /// until that test ended and stopped it (connection refused half-way through a test).
     pub fn start(test: &str) -> Option<Moto> {
         let Some(bin) = moto_path() else {
             // Straight to the process's stderr: the test harness would swallow `eprintln!` of a
@@ -64,42 +71,47 @@ impl Moto {
             return None;
         };
         let dir = tempfile::tempdir().expect("temp dir");
-        let log = std::fs::File::create(dir.path().join("moto.log")).expect("moto log");
-        // A port can be taken between the probe and moto's bind; try a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let mut child = Command::new(&bin)
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("log"))
-                .stderr(log.try_clone().expect("log"))
-                .spawn()
-                .expect("spawning moto_server");
-            let url = format!("http://127.0.0.1:{port}");
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    let creds = dir.path().join("credentials");
-                    let mut f = std::fs::File::create(&creds).expect("credentials file");
-                    writeln!(
-                        f,
-                        "[{PROFILE}]\naws_access_key_id = test\naws_secret_access_key = test"
-                    )
-                    .expect("write credentials");
-                    return Some(Moto { child, url, dir });
-                }
-                std::thread::sleep(Duration::from_millis(50));
+        let log_path = dir.path().join("moto.log");
+        let log = std::fs::File::create(&log_path).expect("moto log");
+        let mut child = Command::new(&bin)
+            .args(["-H", "127.0.0.1", "-p", "0"])
+            .env("MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION", "true")
+            // Unbuffered, so the start-up line reaches the log file as soon as it is printed.
+            .env("PYTHONUNBUFFERED", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawning moto_server");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "moto_server exited ({status}) before serving; log:\n{}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if let Some(port) = bound_port(&text)
+                && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                let creds = dir.path().join("credentials");
+                let mut f = std::fs::File::create(&creds).expect("credentials file");
+                writeln!(
+                    f,
+                    "[{PROFILE}]\naws_access_key_id = test\naws_secret_access_key = test"
+                )
+                .expect("write credentials");
+                let url = format!("http://127.0.0.1:{port}");
+                return Some(Moto { child, url, dir });
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
+        let _ = child.kill();
+        let _ = child.wait();
         panic!(
-            "moto_server did not start; log:\n{}",
-            std::fs::read_to_string(dir.path().join("moto.log")).unwrap_or_default()
+            "moto_server did not start within 60 s; log:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
         );
     }
 
