@@ -403,6 +403,15 @@ fn admitted<'p, 'i>(
             return Err(Excluded::Requirement(k));
         }
     }
+    // A label the pool sets is a requirement too, as Karpenter reads template labels (`In`
+    // their value): a type labelled otherwise is refused, and a labelled zone or capacity
+    // type keeps only its offerings. Otherwise the node would carry the pool's value while
+    // the plan counted it elsewhere (a zone spread over a pool labelled with one zone).
+    for (k, v) in &pool.labels {
+        if shared.labels.get(k).is_some_and(|t| t != v) {
+            return Err(Excluded::Requirement(k));
+        }
+    }
     let mut labels = shared.labels.clone();
     for (k, v) in &pool.labels {
         labels.insert(k.clone(), v.clone());
@@ -410,10 +419,16 @@ fn admitted<'p, 'i>(
     labels.insert(labels::NODEPOOL.into(), pool.name.clone());
     let zc = pool.requirements.get(labels::ZONE);
     let cc = pool.requirements.get(labels::CAPACITY_TYPE);
+    let zone_label = pool.labels.get(labels::ZONE);
+    let capacity_label = pool.labels.get(labels::CAPACITY_TYPE);
     let offerings: Vec<Offering> = shared
         .offerings
         .iter()
-        .filter(|o| offering_allowed(o, zc, cc))
+        .filter(|o| {
+            offering_allowed(o, zc, cc)
+                && zone_label.is_none_or(|z| *z == o.zone)
+                && capacity_label.is_none_or(|c| c == o.capacity_type.as_str())
+        })
         .cloned()
         .collect();
     if offerings.is_empty() {
