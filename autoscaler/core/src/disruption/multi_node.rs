@@ -8,7 +8,7 @@ use crate::model::{DisruptionReason, Node};
 use crate::plan::Plan;
 
 use super::candidates::movable;
-use super::replace::cheaper_only;
+use super::replace::{cheaper_only, is_spot, spot_to_spot};
 use super::{Command, Method, Pass, VerdictKind};
 
 impl Pass<'_> {
@@ -92,7 +92,13 @@ impl Pass<'_> {
             return None;
         }
         if let Some(c) = plan.new_claims.pop() {
-            plan.new_claims.push(cheaper_only(self.snap, c, cost)?);
+            let mut c = cheaper_only(self.snap, c, cost)?;
+            // Spot nodes replaced together get a spot node when it can be one, as in
+            // Karpenter; the flexibility of 15 cheaper types is asked of single nodes only.
+            if removed.iter().all(|i| is_spot(&work[*i])) {
+                c = spot_to_spot(self.snap, c, 0).ok()?;
+            }
+            plan.new_claims.push(c);
         }
         Some((removed, plan, cost))
     }

@@ -114,7 +114,7 @@ pub(super) fn cheaper_only(snap: &Snapshot, mut claim: NewClaim, below: f64) -> 
 }
 
 /// Whether a node runs on spot capacity.
-fn is_spot(n: &Node) -> bool {
+pub(super) fn is_spot(n: &Node) -> bool {
     n.labels.get(labels::CAPACITY_TYPE).map(String::as_str)
         == Some(crate::instance::CapacityType::Spot.as_str())
 }
@@ -124,7 +124,7 @@ fn is_spot(n: &Node) -> bool {
 /// and then at least `min_types` instance types must offer spot below the node's price, so
 /// the launch has room to pick a type that is not the next to be interrupted. A replacement
 /// with only on-demand offerings is an ordinary (strictly cheaper) replacement.
-fn spot_to_spot(
+pub(super) fn spot_to_spot(
     snap: &Snapshot,
     mut claim: NewClaim,
     min_types: usize,

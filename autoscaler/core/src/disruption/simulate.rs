@@ -5,8 +5,8 @@ use std::borrow::{Borrow, Cow};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{Node, Pod, PodKey, Snapshot};
-use crate::plan::Plan;
-use crate::provision::{PlanOptions, ShapeCache, plan_cached, plan_provisioning};
+use crate::plan::{Plan, Unschedulable};
+use crate::provision::{PlanOptions, ShapeCache, plan_cached, plan_provisioning, plan_with};
 
 use super::candidates::movable;
 
@@ -21,11 +21,7 @@ use super::candidates::movable;
 /// put back before this returns, so `snap` is as it was. This spares a copy of every node for each call, which was
 /// a fifth of a simulated day on a cluster of thousands of nodes.
 pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool) -> Plan {
-    let mut launchable = if allow_new {
-        launchable_pools(&snap.pools)
-    } else {
-        vec![]
-    };
+    let mut launchable = launchable_pools(&snap.pools);
     let holds = nominated_holds(snap, &snap.nodes);
     let mut base = bare(
         std::mem::take(&mut snap.nodes),
@@ -33,13 +29,7 @@ pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool)
         std::mem::take(&mut snap.cluster_limits),
         snap,
     );
-    let plan = plan_without(
-        &mut base,
-        removed,
-        &holds,
-        allow_new.then_some(&mut launchable),
-        None,
-    );
+    let plan = plan_without(&mut base, removed, &holds, &mut launchable, allow_new, None);
     snap.nodes = base.nodes;
     snap.daemonsets = base.daemonsets;
     snap.cluster_limits = base.cluster_limits;
@@ -109,14 +99,22 @@ fn nominated_holds(snap: &Snapshot, nodes: &[Node]) -> Vec<(usize, Pod)> {
 
 /// Plans on `base` (no pending pod, no in-flight claim, no NodePool) without its nodes
 /// `removed`, their movable pods pending, the pods `held` counted on the nodes they are
-/// nominated to ([`nominated_holds`]), and `launchable` as its NodePools when given (their
-/// instance-type shapes from `shapes` when given); then puts the nodes and pools back and
-/// clears the pods, leaving `base` as it was.
+/// nominated to ([`nominated_holds`]), and `launchable` as its NodePools (their instance-type
+/// shapes from `shapes` when given); then puts the nodes and pools back and clears the pods,
+/// leaving `base` as it was.
+///
+/// Unless `allow_new`, nothing is launched: the pools are left out, except when a moved pod
+/// has a hard topology spread over a key other than hostname. The pools' domains count for it
+/// as they do when it is provisioned (Karpenter's consolidation simulates with them too):
+/// without them, deleting the only node of a zone would move its pod into another zone, a
+/// skew the planner itself would not have planned. Those simulations open no claim; a pod
+/// that would need one is unschedulable.
 fn plan_without(
     base: &mut Snapshot,
     removed: &BTreeSet<usize>,
     held: &[(usize, Pod)],
-    launchable: Option<&mut Vec<crate::model::Pool>>,
+    launchable: &mut Vec<crate::model::Pool>,
+    allow_new: bool,
     shapes: Option<&mut ShapeCache>,
 ) -> Plan {
     let len = base.nodes.len();
@@ -138,19 +136,38 @@ fn plan_without(
             base.pending.push(p);
         }
     }
-    let mut launchable = launchable;
-    if let Some(l) = launchable.as_deref_mut() {
-        base.pools = std::mem::take(l);
+    let with_pools = allow_new
+        || base.pending.iter().any(|p| {
+            p.spread
+                .iter()
+                .any(|t| t.hard && t.topology_key != crate::labels::HOSTNAME)
+        });
+    if with_pools {
+        base.pools = std::mem::take(launchable);
     }
+    let options = PlanOptions {
+        max_new_claims: if allow_new { usize::MAX } else { 0 },
+        ..PlanOptions::default()
+    };
     // Only a simulation with pools has shapes to keep: one without would make the cache
     // build the launchable pools' shapes again at the next one with.
     let mut plan = match shapes {
-        Some(cache) if launchable.is_some() => plan_cached(base, &PlanOptions::default(), cache),
+        Some(cache) if with_pools => plan_cached(base, &options, cache),
+        _ if with_pools => plan_with(base, &options),
         _ => plan_provisioning(base),
     };
+    if !allow_new {
+        for pod in std::mem::take(&mut plan.deferred) {
+            plan.unschedulable.push(Unschedulable {
+                pod,
+                reason: NEEDS_A_NEW_NODE.into(),
+                limited_by: Vec::new(),
+            });
+        }
+    }
     refuse_uninitialized_targets(&mut plan, &base.nodes);
-    if let Some(l) = launchable {
-        *l = std::mem::take(&mut base.pools);
+    if with_pools {
+        *launchable = std::mem::take(&mut base.pools);
     }
     base.pending.clear();
     for (ri, n) in taken {
@@ -214,7 +231,8 @@ impl SimBase {
             base,
             removed,
             &self.holds,
-            allow_new.then_some(&mut self.launchable),
+            &mut self.launchable,
+            allow_new,
             Some(&mut self.shapes),
         )
     }
@@ -305,6 +323,9 @@ fn same_node(a: &Node, b: &Node) -> bool {
 
 /// Reason given to an evicted pod whose only place is a node that has not initialized.
 pub const UNINITIALIZED_TARGET: &str = "would schedule against an uninitialized node";
+/// Reason given to an evicted pod that only a new node would hold, in a simulation that
+/// launches none.
+pub const NEEDS_A_NEW_NODE: &str = "would need a new node";
 /// Reason given to an evicted pod whose only place is a node that is not ready.
 pub const UNREADY_TARGET: &str = "would schedule against a node that is not ready";
 
