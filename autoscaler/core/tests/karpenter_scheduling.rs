@@ -835,7 +835,6 @@ fn should_ignore_node_preferred_affinity_zone_and_hostname() {
 }
 
 #[test]
-#[ignore = "defect: a preference is dropped in the heaviest NodePool instead of trying lighter ones first"]
 fn a_preference_only_a_lower_weight_nodepool_meets_is_honoured() {
     // Karpenter tries the heaviest preference against every NodePool before relaxing it, so a
     // preference for zone 3 sends the pod to the lower-weight pool that offers zone 3.

@@ -286,15 +286,36 @@ impl<'a> Planner<'a> {
         let need = demand(pod, &Devices::default());
         let wants_gpu = need.has_gpu_class();
         let avoid_gpu = self.avoid_gpu(i);
-        let mut best: Option<(i32, Option<f64>, f64, usize, Requirements, Vec<usize>)> = None;
+        // Which of the pod's preferred terms a pool's claim meets, heaviest first as the
+        // highest bit: pools compete on it before their weight, as Karpenter tries the
+        // heaviest preference against every NodePool before it relaxes it.
+        let mut prefs = pod.preferred.clone();
+        prefs.sort_by_key(|p| std::cmp::Reverse(p.0));
+        prefs.truncate(64);
+        let every_pref: u64 = if prefs.is_empty() {
+            0
+        } else {
+            u64::MAX << (64 - prefs.len())
+        };
+        #[allow(clippy::type_complexity)]
+        let mut best: Option<(
+            u64,
+            i32,
+            Option<f64>,
+            f64,
+            usize,
+            Requirements,
+            Vec<usize>,
+        )> = None;
         let mut cheapest = f64::INFINITY;
         let mut reasons: Vec<String> = Vec::new();
         let mut limited: Vec<String> = Vec::new();
         let empty = Slot::empty(vec![0; self.nsel()]);
         for &pi in &self.pool_order {
             let pool = &self.snap.pools[pi];
-            if let Some((w, ..)) = &best
+            if let Some((met, w, ..)) = &best
                 && *w > pool.weight
+                && *met == every_pref
             {
                 break;
             }
@@ -377,10 +398,9 @@ impl<'a> Planner<'a> {
                 // Without it, for when it leaves no zone the pod's topology allows.
                 let unpreferred = (reqs.clone(), fitting.clone());
                 let mut reqs = reqs;
-                let mut prefs = pod.preferred.clone();
-                prefs.sort_by_key(|p| std::cmp::Reverse(p.0));
-                for (_, pterm) in prefs {
-                    let r2 = reqs.intersect(&pterm);
+                let mut met: u64 = 0;
+                for (k, (_, pterm)) in prefs.iter().enumerate() {
+                    let r2 = reqs.intersect(pterm);
                     let kept: Vec<usize> = fitting
                         .iter()
                         .copied()
@@ -392,6 +412,7 @@ impl<'a> Planner<'a> {
                     {
                         reqs = r2;
                         fitting = kept;
+                        met |= 1 << (63 - k);
                     }
                 }
                 if self.needs_zone(i) {
@@ -400,6 +421,7 @@ impl<'a> Planner<'a> {
                         // A preference is soft: the scheduler would place the pod outside it
                         // rather than leave it pending, so spread is not held to it.
                         (reqs, fitting) = unpreferred;
+                        met = 0;
                         zone = self.pick_zone(i, &reqs, &fitting, &empty);
                     }
                     let Some(z) = zone else {
@@ -444,21 +466,25 @@ impl<'a> Planner<'a> {
                 // there is a choice.
                 let (better, unit) = match &mut best {
                     None => (true, None),
+                    // More of the pod's preferences met wins; fewer, or as many in a lighter
+                    // pool, loses.
+                    Some(b) if met != b.0 => (met > b.0, None),
+                    Some(b) if pool.weight < b.1 => (false, None),
                     Some(b) => {
-                        let theirs = *b.1.get_or_insert_with(|| {
-                            self.claim_target(i, &b.4, &b.5, avoid_gpu).0
-                                * self.nodes_per_open(b.3) as f64
+                        let theirs = *b.2.get_or_insert_with(|| {
+                            self.claim_target(i, &b.5, &b.6, avoid_gpu).0
+                                * self.nodes_per_open(b.4) as f64
                         });
                         // An atomic pool opens all its missing nodes for this pod.
                         let unit = self.claim_target(i, &reqs, &cands, avoid_gpu).0
                             * self.nodes_per_open(pi) as f64;
                         let better = unit < theirs * (1.0 - 1e-9)
-                            || (unit <= theirs * (1.0 + 1e-9) && price < b.2);
+                            || (unit <= theirs * (1.0 + 1e-9) && price < b.3);
                         (better, Some(unit))
                     }
                 };
                 if better {
-                    best = Some((pool.weight, unit, price, pi, reqs, cands));
+                    best = Some((met, pool.weight, unit, price, pi, reqs, cands));
                 }
             }
         }
@@ -466,7 +492,7 @@ impl<'a> Planner<'a> {
         limited.dedup();
         self.limited[i] = if best.is_some() { Vec::new() } else { limited };
         match best {
-            Some((_, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
+            Some((_, _, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
             None => {
                 if !self.hints.contains_key(&ci) {
                     let vocabulary = (self.vocabulary)
