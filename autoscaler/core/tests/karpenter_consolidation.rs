@@ -556,7 +556,6 @@ fn can_delete_nodes_evicts_pods_without_an_owner_ref() {
 }
 
 #[test]
-#[ignore = "defect: evicted pods are planned onto nodes still under consolidateAfter"]
 fn should_not_consolidate_pods_onto_a_destination_node_that_is_under_its_consolidate_after_window()
 {
     // consolidateAfter 1m. n1 (the source) last changed long ago; n0, the only place its pod
