@@ -703,7 +703,7 @@ impl<'a> Pass<'a> {
     fn simulate(&self, removed: &BTreeSet<usize>, allow_new: bool) -> Plan {
         self.sim
             .borrow_mut()
-            .simulate(self.snap, &self.work, removed, allow_new, self.now)
+            .simulate(self.snap, &self.work, removed, allow_new)
     }
 
     /// Moves the pods of `removed` where `plan` puts them and takes those nodes out of the

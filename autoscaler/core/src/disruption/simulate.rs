@@ -29,15 +29,7 @@ pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool)
         std::mem::take(&mut snap.cluster_limits),
         snap,
     );
-    let plan = plan_without(
-        &mut base,
-        removed,
-        &holds,
-        &[],
-        &mut launchable,
-        allow_new,
-        None,
-    );
+    let plan = plan_without(&mut base, removed, &holds, &mut launchable, allow_new, None);
     snap.nodes = base.nodes;
     snap.daemonsets = base.daemonsets;
     snap.cluster_limits = base.cluster_limits;
@@ -81,36 +73,6 @@ fn launchable_pools(pools: &[crate::model::Pool]) -> Vec<crate::model::Pool> {
         .collect()
 }
 
-/// The nodes of `nodes` inside their NodePool's `consolidateAfter` at `now` (a pod was bound to
-/// or left them more recently): as in Karpenter's consolidation, the pods a command moves do
-/// not go there, since the node's own workload is still settling. A NodePool whose
-/// `consolidateAfter` is 0 or `Never` has no such window.
-fn busy_nodes(snap: &Snapshot, nodes: &[Node], now: i64) -> Vec<usize> {
-    let windows: BTreeMap<&str, i64> = snap
-        .pools
-        .iter()
-        .map(|p| (p.name.as_str(), p.disruption.consolidate_after_s))
-        .filter(|(_, w)| *w > 0 && *w != i64::MAX)
-        .collect();
-    if windows.is_empty() {
-        return Vec::new();
-    }
-    nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| {
-            let Some(w) = n.pool.as_deref().and_then(|p| windows.get(p)) else {
-                return false;
-            };
-            let since = n
-                .last_pod_event
-                .map_or(n.created_at, |t| t.max(n.created_at));
-            n.initialized && now - since < *w
-        })
-        .map(|(i, _)| i)
-        .collect()
-}
-
 /// The pending pods of `snap` nominated to a claim whose node has registered, with that node's
 /// index in `nodes`: the scheduler is about to bind them there, so their room on it is taken
 /// and evicted pods may not be planned into it.
@@ -139,7 +101,7 @@ fn nominated_holds(snap: &Snapshot, nodes: &[Node]) -> Vec<(usize, Pod)> {
 /// `removed`, their movable pods pending, the pods `held` counted on the nodes they are
 /// nominated to ([`nominated_holds`]), and `launchable` as its NodePools (their instance-type
 /// shapes from `shapes` when given); then puts the nodes and pools back and clears the pods,
-/// leaving `base` as it was. The nodes `busy` ([`busy_nodes`]) take none of the moved pods.
+/// leaving `base` as it was.
 ///
 /// Unless `allow_new`, nothing is launched: the pools are left out, except when a moved pod
 /// has a hard topology spread over a key other than hostname. The pools' domains count for it
@@ -151,7 +113,6 @@ fn plan_without(
     base: &mut Snapshot,
     removed: &BTreeSet<usize>,
     held: &[(usize, Pod)],
-    busy: &[usize],
     launchable: &mut Vec<crate::model::Pool>,
     allow_new: bool,
     shapes: Option<&mut ShapeCache>,
@@ -168,15 +129,6 @@ fn plan_without(
         taken.push((ri, base.nodes.remove(ri)));
     }
     taken.reverse();
-    // Cordoned for the plan, and uncordoned after (a busy node may be cordoned already).
-    let mut cordoned: Vec<usize> = Vec::new();
-    for &bi in busy {
-        let at = bi - removed.range(..bi).count();
-        if !removed.contains(&bi) && at < base.nodes.len() && !base.nodes[at].unschedulable {
-            base.nodes[at].unschedulable = true;
-            cordoned.push(at);
-        }
-    }
     for (_, n) in &taken {
         for p in movable(n) {
             let mut p = p.clone();
@@ -218,9 +170,6 @@ fn plan_without(
         *launchable = std::mem::take(&mut base.pools);
     }
     base.pending.clear();
-    for at in cordoned {
-        base.nodes[at].unschedulable = false;
-    }
     for (ri, n) in taken {
         base.nodes.insert(ri, n);
     }
@@ -249,8 +198,6 @@ pub(super) struct SimBase {
     /// Pending pods nominated to a registered node's claim, with the node's index
     /// ([`nominated_holds`]), worked out when the copy is brought up to date.
     holds: Vec<(usize, Pod)>,
-    /// The nodes moved pods may not go to ([`busy_nodes`]), worked out with the holds.
-    busy: Vec<usize>,
     /// The launchable pools' instance-type shapes, lent by the caller's
     /// [`super::DisruptionCache`] for the pass, so that each simulation that may launch a
     /// replacement does not build them again.
@@ -272,13 +219,11 @@ impl SimBase {
         nodes: &[N],
         removed: &BTreeSet<usize>,
         allow_new: bool,
-        now: i64,
     ) -> Plan {
         if !self.current {
             self.catch_up(snap, nodes);
             let base = self.base.as_ref().expect("caught up");
             self.holds = nominated_holds(snap, &base.nodes);
-            self.busy = busy_nodes(snap, &base.nodes, now);
             self.current = true;
         }
         let base = self.base.as_mut().expect("caught up");
@@ -286,7 +231,6 @@ impl SimBase {
             base,
             removed,
             &self.holds,
-            &self.busy,
             &mut self.launchable,
             allow_new,
             Some(&mut self.shapes),
