@@ -1026,7 +1026,6 @@ fn should_create_new_nodes_when_a_node_is_at_capacity() {
 }
 
 #[test]
-#[ignore = "defect: a small pod opens a node instead of taking room a claim has paid for when a node of its own is fairer"]
 fn should_pack_small_and_large_pods_together() {
     let mut all = pods("large", 40, |p| p.select(ARCH, "amd64").mem("1.8G"));
     all.extend(pods("small", 20, |p| p.select(ARCH, "amd64").mem("400M")));
@@ -1471,7 +1470,6 @@ fn should_assume_pod_will_schedule_to_a_node_with_ephemeral_taint_not_ready_noex
 }
 
 #[test]
-#[ignore = "defect: a small pod opens a node instead of taking room a claim has paid for when a node of its own is fairer"]
 fn small_pods_take_room_paid_for_on_claims_of_large_pods() {
     // Not an upstream case: "should pack small and large pods together" cut down. Ten 1.8G
     // pods open five default-instance-type claims, each with 0.68G and three pod slots

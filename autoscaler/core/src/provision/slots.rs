@@ -401,10 +401,22 @@ impl<'a> Planner<'a> {
         // Worked out once per pod, and only for a pod that fits somewhere below the price.
         let own = *own.get_or_insert_with(|| self.unit_cost(i, avoid_gpu));
         let slot = &self.state.slots[si];
-        let v = if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12 {
-            Verdict::Join {
-                free: grow.price <= slot.price + 1e-12,
-            }
+        let paid = grow.price <= slot.price + 1e-12;
+        // Room already paid for on a node without GPUs costs nothing once no pod of the
+        // claim's own kinds is left to want it (Karpenter's "should pack small and large pods
+        // together": the small pods fill what the large ones left); until then, and on GPU
+        // nodes, whose room other GPU pods of the plan may want, the pod must be worth its
+        // share.
+        let gpu_node = slot.target_shape.is_some_and(|t| self.shapes[t].has_gpu);
+        let v = if self.fair_share(i, slot) <= own * (1.0 + 1e-9) + 1e-12
+            || (paid
+                && !gpu_node
+                && slot
+                    .pods
+                    .iter()
+                    .all(|&p| self.remaining[self.demand_group[p]] == 0))
+        {
+            Verdict::Join { free: paid }
         } else {
             // Fits for free, but the pod would take more of the claim than it is worth.
             Verdict::Grow(0.0)
