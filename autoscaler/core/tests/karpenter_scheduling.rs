@@ -848,6 +848,38 @@ fn a_preference_only_a_lower_weight_nodepool_meets_is_honoured() {
     assert_eq!(s.label("p", ZONE).as_deref(), Some(Z[2]));
 }
 
+/// A preference no NodePool meets changes nothing: the pod is planned as without it. (The
+/// lighter pools weighed for the preference are no cheaper place for it alone.)
+#[test]
+fn a_preference_no_nodepool_meets_leaves_the_plan_as_without_it() {
+    let a = vec![
+        priced("a.small", "2", "8Gi", CapacityType::OnDemand, 1.0).build(),
+        priced("a.large", "4", "16Gi", CapacityType::OnDemand, 1.5).build(),
+    ];
+    let b = vec![priced("b.small", "2", "8Gi", CapacityType::OnDemand, 0.1).build()];
+    let cost = |prefer: bool| {
+        let p2 = cpu_pod("p2", "1200m");
+        let p2 = if prefer {
+            p2.prefer(1, req("nothing-carries-this", In, &["x"]))
+        } else {
+            p2
+        };
+        let snap = Snapshot {
+            pending: vec![cpu_pod("p1", "1500m").build(), p2.build()],
+            pools: vec![
+                pool("a", a.clone()).weight(10).build(),
+                pool("b", b.clone()).weight(1).build(),
+            ],
+            ..Snapshot::default()
+        };
+        let plan = plan_provisioning(&snap);
+        assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+        plan.new_cost()
+    };
+    assert_eq!(cost(true), cost(false));
+    assert!((cost(false) - 1.5).abs() < 1e-9, "{}", cost(false));
+}
+
 // ================================================================ Instance Type Compatibility
 
 #[test]

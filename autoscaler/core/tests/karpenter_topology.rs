@@ -1366,6 +1366,44 @@ fn a_pools_zone_and_capacity_type_labels_keep_only_their_offerings() {
         .collect();
     waiting.sort();
     assert_eq!(waiting, ["on-demand", "wants-z2"], "{}", plan.render());
+    // The launch is held to them too, not only the plan: every offering the provider may
+    // take is zone 1 spot, even where another zone or on-demand is cheaper.
+    let launch = autoscaler_core::offerings::launch_requirements(claim);
+    let offers = autoscaler_core::offerings::candidates(
+        &launch,
+        &snap.pools[0].instance_types,
+        &Default::default(),
+        0,
+    );
+    assert!(!offers.is_empty());
+    for (key, _) in &offers {
+        assert_eq!(
+            (key.zone.as_str(), key.capacity_type),
+            (Z[0], CapacityType::Spot),
+            "{offers:?}"
+        );
+    }
+}
+
+/// The refusal says which label of the pool the type does not carry.
+#[test]
+fn a_type_a_pools_label_refuses_is_explained_by_the_label() {
+    let snap = Snapshot {
+        pools: vec![pool("default", types_arch()).label(ARCH, "arm64").build()],
+        ..Snapshot::default()
+    };
+    let text = autoscaler_core::explain::explain_pool(&snap, "default", &[])
+        .expect("the pool")
+        .render();
+    let line = text
+        .lines()
+        .find(|l| l.contains("m5.large"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("labels its nodes kubernetes.io/arch=arm64"),
+        "{line}"
+    );
+    assert!(line.contains("amd64"), "{line}");
 }
 
 #[test]

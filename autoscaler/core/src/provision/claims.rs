@@ -307,7 +307,10 @@ impl<'a> Planner<'a> {
             Requirements,
             Vec<usize>,
         )> = None;
-        let mut cheapest = f64::INFINITY;
+        // Per pool that could take the pod: the preferences met, its weight and price. The
+        // cheapest node for the pod alone is taken among the pools that tie with the chosen
+        // one on both: a lighter pool, or one meeting fewer preferences, could never be chosen.
+        let mut priced_pools: Vec<(u64, i32, f64)> = Vec::new();
         let mut reasons: Vec<String> = Vec::new();
         let mut limited: Vec<String> = Vec::new();
         let empty = Slot::empty(vec![0; self.nsel()]);
@@ -331,8 +334,9 @@ impl<'a> Planner<'a> {
                 continue;
             }
             for term in self.classes[ci].terms.clone() {
-                let reqs = pool.requirements.intersect(&term);
-                if let Some(k) = pool.requirements.conflict_with(&term) {
+                let node_reqs = super::shapes::node_requirements(pool);
+                let reqs = node_reqs.intersect(&term);
+                if let Some(k) = node_reqs.conflict_with(&term) {
                     // Where the pod's topology rules pinned it is no affinity of its own.
                     let pin = self.classes[ci].pins.iter().find(|p| {
                         p.strip_prefix(k.as_str())
@@ -458,7 +462,7 @@ impl<'a> Planner<'a> {
                     reasons.push(why);
                     continue;
                 }
-                cheapest = cheapest.min(price);
+                priced_pools.push((met, pool.weight, price));
                 // Pools compete on the price per pod of the node the claim would be sized to,
                 // not on the cheapest node for this pod alone: a pool whose only small node is
                 // cheap can still cost more per pod than another pool's big node once the
@@ -492,7 +496,14 @@ impl<'a> Planner<'a> {
         limited.dedup();
         self.limited[i] = if best.is_some() { Vec::new() } else { limited };
         match best {
-            Some((_, _, _, price, pi, reqs, cands)) => Ok((pi, reqs, cands, price, cheapest)),
+            Some((met, weight, _, price, pi, reqs, cands)) => {
+                let cheapest = priced_pools
+                    .iter()
+                    .filter(|(m, w, _)| *m == met && *w == weight)
+                    .map(|(.., p)| *p)
+                    .fold(f64::INFINITY, f64::min);
+                Ok((pi, reqs, cands, price, cheapest))
+            }
             None => {
                 if !self.hints.contains_key(&ci) {
                     let vocabulary = (self.vocabulary)

@@ -15,8 +15,8 @@ use crate::taints::untolerated;
 
 use super::classes::{Bar, class_bar};
 use super::shapes::{
-    Devices, Excluded, Shape, demand, min_values_short, pool_defined_labels, shape_for,
-    term_fits_shape,
+    Devices, Excluded, Shape, demand, min_values_short, node_requirements, pool_defined_labels,
+    shape_for, term_fits_shape,
 };
 use super::{PlanOptions, Planner};
 
@@ -139,11 +139,19 @@ fn excluded_words(why: &Excluded<'_>, pool: &Pool, it: &InstanceType) -> Refusal
                 ),
             )
         }
+        Excluded::Label(k) => Refusal::new(
+            RefusalKind::Requirements,
+            format!(
+                "the NodePool labels its nodes {k}={}{}",
+                pool.labels.get(*k).map_or("", String::as_str),
+                has_words(k, it.labels.get(*k))
+            ),
+        ),
         Excluded::NoOffering => Refusal::new(
             RefusalKind::Offerings,
             format!(
                 "no available offering the NodePool allows ({}); offered: {}",
-                zone_words(&pool.requirements),
+                zone_words(&node_requirements(pool)),
                 offering_words(&it.offerings)
             ),
         ),
@@ -395,14 +403,15 @@ impl<'a> Planner<'a> {
                 out.push(considered);
                 continue;
             }
+            let node_reqs = node_requirements(pool);
             let terms: Vec<&Requirements> = class
                 .terms
                 .iter()
-                .filter(|t| pool.requirements.conflict_with(t).is_none())
+                .filter(|t| node_reqs.conflict_with(t).is_none())
                 .collect();
             if terms.is_empty() {
                 let term = &class.terms[0];
-                let key = pool.requirements.conflict_with(term).unwrap_or_default();
+                let key = node_reqs.conflict_with(term).unwrap_or_default();
                 let words = |r: &Requirements| {
                     r.get(&key).map_or_else(
                         || format!("{key} (no constraint)"),
@@ -413,7 +422,7 @@ impl<'a> Planner<'a> {
                     RefusalKind::Requirements,
                     format!(
                         "the NodePool requires {} and the pod {}",
-                        words(&pool.requirements),
+                        words(&node_reqs),
                         words(term)
                     ),
                 ));
@@ -454,7 +463,7 @@ impl<'a> Planner<'a> {
             }
             // A pod that needs no GPU gets no GPU node of its own while a GPU-less one fits,
             // unless dropping them breaks minValues (as `open_claim_candidates` narrows).
-            let reqs = pool.requirements.intersect(terms[0]);
+            let reqs = node_requirements(pool).intersect(terms[0]);
             let cpu_only: Vec<usize> = fitting
                 .iter()
                 .copied()
@@ -563,7 +572,7 @@ impl<'a> Planner<'a> {
                 ),
             ));
         }
-        let reqs = pool.requirements.intersect(term);
+        let reqs = node_requirements(pool).intersect(term);
         self.fits_limits(pi, shape, &reqs)
             .map_err(|e| Refusal::new(RefusalKind::Limits, e))?;
         Ok(shape.price_under(&reqs).unwrap_or(f64::INFINITY))

@@ -291,6 +291,8 @@ pub(crate) enum Excluded<'a> {
     Sharing(crate::CoreError),
     /// The pool's requirement on this label key refuses the type's value.
     Requirement(&'a str),
+    /// The pool labels its nodes with another value of this key than the type carries.
+    Label(&'a str),
     /// No available offering in the zones and capacity types the pool allows.
     NoOffering,
 }
@@ -371,6 +373,31 @@ pub(crate) fn pool_defined_values(defined: &Requirements, reqs: &Requirements) -
     out
 }
 
+/// The requirements every new node of `pool` meets: its own, and the zone and capacity type
+/// its labels set (`In` their value, as Karpenter reads template labels). Those two are chosen
+/// per offering, so without the requirement a launch could take an offering elsewhere and
+/// label the node with the pool's value. Borrowed when the pool labels neither.
+pub(crate) fn node_requirements(pool: &Pool) -> Cow<'_, Requirements> {
+    let pinned: Vec<(&str, &String)> = [labels::ZONE, labels::CAPACITY_TYPE]
+        .into_iter()
+        .filter_map(|k| pool.labels.get(k).map(|v| (k, v)))
+        .collect();
+    if pinned.is_empty() {
+        return Cow::Borrowed(&pool.requirements);
+    }
+    let mut reqs = pool.requirements.clone();
+    for (k, v) in pinned {
+        if let Ok(c) = Constraint::from_operator(
+            k,
+            crate::requirements::Operator::In,
+            std::slice::from_ref(v),
+        ) {
+            reqs.add_constraint(k, c);
+        }
+    }
+    Cow::Owned(reqs)
+}
+
 /// An instance type as a node of `pool`, when the pool's requirements admit it: sharing
 /// applied, its node labels, and the offerings in the zones and capacity types the pool allows
 /// (available or not). Requirements on labels the pool defines (`defined`) do not refuse types.
@@ -404,12 +431,14 @@ fn admitted<'p, 'i>(
         }
     }
     // A label the pool sets is a requirement too, as Karpenter reads template labels (`In`
-    // their value): a type labelled otherwise is refused, and a labelled zone or capacity
-    // type keeps only its offerings. Otherwise the node would carry the pool's value while
-    // the plan counted it elsewhere (a zone spread over a pool labelled with one zone).
+    // their value): a type labelled otherwise is refused (by its own label or the one its
+    // GPU sharing gives it), and a labelled zone or capacity type keeps only its offerings
+    // ([`node_requirements`]). Otherwise the node would carry the pool's value while the plan
+    // counted it elsewhere (a zone spread over a pool labelled with one zone).
     for (k, v) in &pool.labels {
-        if shared.labels.get(k).is_some_and(|t| t != v) {
-            return Err(Excluded::Requirement(k));
+        let differs = |l: &Labels| l.get(k).is_some_and(|t| t != v);
+        if differs(&it.labels) && differs(&shared.labels) {
+            return Err(Excluded::Label(k));
         }
     }
     let mut labels = shared.labels.clone();
@@ -417,18 +446,13 @@ fn admitted<'p, 'i>(
         labels.insert(k.clone(), v.clone());
     }
     labels.insert(labels::NODEPOOL.into(), pool.name.clone());
-    let zc = pool.requirements.get(labels::ZONE);
-    let cc = pool.requirements.get(labels::CAPACITY_TYPE);
-    let zone_label = pool.labels.get(labels::ZONE);
-    let capacity_label = pool.labels.get(labels::CAPACITY_TYPE);
+    let reqs = node_requirements(pool);
+    let zc = reqs.get(labels::ZONE);
+    let cc = reqs.get(labels::CAPACITY_TYPE);
     let offerings: Vec<Offering> = shared
         .offerings
         .iter()
-        .filter(|o| {
-            offering_allowed(o, zc, cc)
-                && zone_label.is_none_or(|z| *z == o.zone)
-                && capacity_label.is_none_or(|c| c == o.capacity_type.as_str())
-        })
+        .filter(|o| offering_allowed(o, zc, cc))
         .cloned()
         .collect();
     if offerings.is_empty() {
