@@ -42,14 +42,16 @@ pub fn moto_path() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The port werkzeug's start-up line (` * Running on http://127.0.0.1:PORT`) names, if the log
-/// holds it yet.
+/// The port werkzeug's start-up line (` * Running on http://127.0.0.1:PORT`) names, once the
+/// log holds the whole line (a line still being written could end in half the port).
 fn bound_port(log: &str) -> Option<u16> {
-    log.lines().find_map(|line| {
-        let rest = line.split("Running on http://127.0.0.1:").nth(1)?;
-        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse().ok().filter(|p| *p != 0)
-    })
+    log.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .find_map(|line| {
+            let rest = line.split("Running on http://127.0.0.1:").nth(1)?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok().filter(|p| *p != 0)
+        })
 }
 
 impl Moto {
