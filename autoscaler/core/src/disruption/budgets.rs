@@ -55,6 +55,9 @@ pub(super) struct Allowance {
     drains_left: i64,
     /// The two limits, for the words.
     limits: (usize, usize),
+    /// Whether a whole atomic pool was admitted in this pass: only the first may overrun the
+    /// parallelism limits.
+    atomic_taken: bool,
 }
 
 impl Allowance {
@@ -111,6 +114,7 @@ impl Allowance {
                 config.max_scale_down_parallelism,
                 config.max_drain_parallelism,
             ),
+            atomic_taken: false,
         }
     }
 
@@ -195,14 +199,17 @@ impl Allowance {
         }
         let removals = nodes.len() as i64;
         let drains = nodes.iter().filter(|n| !movable(n).is_empty()).count() as i64;
-        // An atomic pool goes whole or not at all: it may overrun the parallelism limits as
-        // long as they have room left, as the Cluster Autoscaler lets an atomic node group
-        // (otherwise a pool larger than the limit could never scale down).
+        // An atomic pool goes whole or not at all: the first one of a pass may overrun the
+        // parallelism limits as long as they have room left, as the Cluster Autoscaler lets
+        // one atomic node group per loop (`cropAtomicNodes`; otherwise a pool larger than the
+        // limit could never scale down); the next must fit. Nodes with nothing to drain need
+        // no drain allowance, whatever an atomic pool's drains left of it.
+        let may_overrun = as_one && !self.atomic_taken;
         let over = |wanted: i64, left: i64| {
-            if as_one {
+            if may_overrun {
                 wanted > 0 && left <= 0
             } else {
-                wanted > left
+                wanted > 0 && wanted > left
             }
         };
         if over(removals, self.removals_left) {
@@ -270,6 +277,7 @@ impl Allowance {
             }
             self.removals_left -= removals;
             self.drains_left -= drains;
+            self.atomic_taken |= as_one;
         }
         Ok(())
     }
