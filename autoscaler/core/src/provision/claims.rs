@@ -13,7 +13,7 @@ use crate::taints::untolerated;
 use super::classes::{dominant_share, even_spread};
 use super::shapes::{
     Devices, Shape, demand, distinct_values, may_select, min_values_short, offering_allowed,
-    term_fits_shape,
+    offering_constraints, term_fits_shape,
 };
 use super::slots::placeholder;
 use super::{Grow, Planner, PoolUse, Slot, SlotKind};
@@ -126,9 +126,10 @@ impl<'a> Planner<'a> {
                 Constraint::from_operator(labels::ZONE, crate::requirements::Operator::In, &[z])
                     .ok()?,
             );
+            let (zc, cc) = offering_constraints(&reqs);
             let price = prefix
                 .iter()
-                .filter_map(|c| self.shapes[*c].price_under(&reqs))
+                .filter_map(|c| self.shapes[*c].price_allowed(zc, cc))
                 .min_by(f64::total_cmp)?;
             return Some(Grow {
                 reqs: Some(reqs),
@@ -167,7 +168,8 @@ impl<'a> Planner<'a> {
                     )
                     .ok()?,
                 );
-                cands.retain(|c| self.shapes[*c].price_under(&reqs).is_some());
+                let (zc, cc) = offering_constraints(&reqs);
+                cands.retain(|c| self.shapes[*c].price_allowed(zc, cc).is_some());
                 if cands.is_empty() {
                     continue;
                 }
@@ -183,10 +185,13 @@ impl<'a> Planner<'a> {
             if !self.topology_ok(i, slot, zone.as_deref()) {
                 continue;
             }
-            let mut priced: Vec<(f64, usize)> = cands
-                .iter()
-                .filter_map(|c| self.shapes[*c].price_under(&reqs).map(|p| (p, *c)))
-                .collect();
+            let (zc, cc) = offering_constraints(&reqs);
+            let mut priced: Vec<(f64, usize)> = Vec::with_capacity(cands.len());
+            priced.extend(
+                cands
+                    .iter()
+                    .filter_map(|c| self.shapes[*c].price_allowed(zc, cc).map(|p| (p, *c))),
+            );
             priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
             let price = priced.first()?.0;
             return Some(Grow {
@@ -444,15 +449,19 @@ impl<'a> Planner<'a> {
                         )
                         .expect("one value"),
                     );
-                    fitting.retain(|c| self.shapes[*c].price_under(&reqs).is_some());
+                    // The shapes without an offering in that zone are dropped by the pricing
+                    // below.
                 } else if !self.topology_ok(i, &empty, None) {
                     reasons.push("topology constraints cannot be met on a new node".into());
                     continue;
                 }
-                let mut priced: Vec<(f64, usize)> = fitting
-                    .iter()
-                    .filter_map(|c| self.shapes[*c].price_under(&reqs).map(|p| (p, *c)))
-                    .collect();
+                let (zc, cc) = offering_constraints(&reqs);
+                let mut priced: Vec<(f64, usize)> = Vec::with_capacity(fitting.len());
+                priced.extend(
+                    fitting
+                        .iter()
+                        .filter_map(|c| self.shapes[*c].price_allowed(zc, cc).map(|p| (p, *c))),
+                );
                 priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                 let Some(&(price, _)) = priced.first() else {
                     continue;
@@ -538,12 +547,13 @@ impl<'a> Planner<'a> {
             .has_gpu_class()
             .then(|| &self.class_left[self.class_of[i]]);
         let mut best = (f64::INFINITY, f64::INFINITY, None);
+        let (zc, cc) = offering_constraints(reqs);
         for c in cands {
             let shape = &self.shapes[*c];
             if avoid_gpu && shape.has_gpu {
                 continue;
             }
-            let Some(p) = shape.price_under(reqs) else {
+            let Some(p) = shape.price_allowed(zc, cc) else {
                 continue;
             };
             let mut per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
@@ -789,14 +799,14 @@ impl<'a> Planner<'a> {
             let used = &slot.used;
             if resort {
                 // The requirements changed (a zone was pinned) without a narrowed list.
-                let reqs = &slot.reqs;
-                slot.candidates
-                    .retain(|c| shapes[*c].price_under(reqs).is_some());
-                let mut priced: Vec<(f64, usize)> = slot
-                    .candidates
-                    .iter()
-                    .filter_map(|c| shapes[*c].price_under(reqs).map(|p| (p, *c)))
-                    .collect();
+                // The candidates without an offering there are dropped by the pricing.
+                let (zc, cc) = offering_constraints(&slot.reqs);
+                let mut priced: Vec<(f64, usize)> = Vec::with_capacity(slot.candidates.len());
+                priced.extend(
+                    slot.candidates
+                        .iter()
+                        .filter_map(|c| shapes[*c].price_allowed(zc, cc).map(|p| (p, *c))),
+                );
                 priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                 slot.candidates = priced.into_iter().map(|(_, c)| c).collect();
             }

@@ -45,13 +45,30 @@ pub struct Shape {
 impl Shape {
     /// Cheapest offering price allowed by `reqs` (zone and capacity type), if any.
     pub(super) fn price_under(&self, reqs: &Requirements) -> Option<f64> {
-        let zc = reqs.get(labels::ZONE);
-        let cc = reqs.get(labels::CAPACITY_TYPE);
+        let (zc, cc) = offering_constraints(reqs);
+        self.price_allowed(zc, cc)
+    }
+
+    /// [`Self::price_under`] given the zone and capacity-type constraints
+    /// ([`offering_constraints`]): a loop pricing many shapes under one set of requirements
+    /// looks them up once rather than once per shape.
+    pub(super) fn price_allowed(
+        &self,
+        zc: Option<&Constraint>,
+        cc: Option<&Constraint>,
+    ) -> Option<f64> {
         self.offerings
             .iter()
             .find(|o| offering_allowed(o, zc, cc))
             .map(|o| o.price)
     }
+}
+
+/// The constraints of `reqs` that decide which offerings are allowed: zone and capacity type.
+pub(super) fn offering_constraints(
+    reqs: &Requirements,
+) -> (Option<&Constraint>, Option<&Constraint>) {
+    (reqs.get(labels::ZONE), reqs.get(labels::CAPACITY_TYPE))
 }
 
 impl Shape {
