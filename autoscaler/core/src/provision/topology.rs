@@ -243,14 +243,15 @@ impl<'a> Planner<'a> {
             }
         }
         let pod_sels = &self.sel_of_spread[i];
+        // Each zone's count is summed once, not again in every comparison.
         zones
             .into_iter()
             .filter(|(z, _)| self.topology_ok(i, slot, Some(z)))
-            .min_by(|(za, pa), (zb, pb)| {
-                let ca: u32 = pod_sels.iter().map(|s| self.zone_count(*s, za)).sum();
-                let cb: u32 = pod_sels.iter().map(|s| self.zone_count(*s, zb)).sum();
-                ca.cmp(&cb).then(pa.total_cmp(pb)).then(za.cmp(zb))
+            .map(|(z, p)| {
+                let count: u32 = pod_sels.iter().map(|s| self.zone_count(*s, z)).sum();
+                (count, p, z)
             })
-            .map(|(z, _)| z.to_string())
+            .min_by(|(ca, pa, za), (cb, pb, zb)| ca.cmp(cb).then(pa.total_cmp(pb)).then(za.cmp(zb)))
+            .map(|(.., z)| z.to_string())
     }
 }
