@@ -102,7 +102,9 @@ impl<'a> Planner<'a> {
             // Pin a zone without narrowing everything: a cheapest-first prefix of the usable
             // candidates that reaches every zone tells which zones are possible and their price.
             let mut prefix = Vec::new();
-            let mut seen: Vec<&str> = Vec::new();
+            // The zones seen, with the price each is first offered at: what `pick_zone` would
+            // gather from the prefix again.
+            let mut seen: Vec<(&str, f64)> = Vec::new();
             let zc = slot.reqs.get(labels::ZONE);
             let cc = slot.reqs.get(labels::CAPACITY_TYPE);
             for c in slot.candidates.iter().copied() {
@@ -111,15 +113,15 @@ impl<'a> Planner<'a> {
                 }
                 prefix.push(c);
                 for o in &self.shapes[c].offerings {
-                    if offering_allowed(o, zc, cc) && !seen.contains(&o.zone.as_str()) {
-                        seen.push(&o.zone);
+                    if offering_allowed(o, zc, cc) && !seen.iter().any(|(z, _)| *z == o.zone) {
+                        seen.push((&o.zone, o.price));
                     }
                 }
                 if seen.len() >= self.zone_total {
                     break;
                 }
             }
-            let z = self.pick_zone(i, &slot.reqs, &prefix, slot)?;
+            let z = self.pick_zone_among(i, seen, slot)?;
             let mut reqs = slot.reqs.clone();
             reqs.add_constraint(
                 labels::ZONE,

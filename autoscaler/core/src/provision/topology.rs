@@ -242,6 +242,18 @@ impl<'a> Planner<'a> {
                 break;
             }
         }
+        self.pick_zone_among(i, zones, slot)
+    }
+
+    /// [`Self::pick_zone`] given the zones `reqs` allow on the candidates, each with its first
+    /// (cheapest) price, in the order the candidates first offer them: a caller that walked
+    /// the candidates already does not walk them again.
+    pub(super) fn pick_zone_among(
+        &self,
+        i: usize,
+        zones: Vec<(&str, f64)>,
+        slot: &Slot,
+    ) -> Option<String> {
         let pod_sels = &self.sel_of_spread[i];
         // Each zone's count is summed once, not again in every comparison.
         zones
