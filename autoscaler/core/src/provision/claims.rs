@@ -105,8 +105,7 @@ impl<'a> Planner<'a> {
             // The zones seen, with the price each is first offered at: what `pick_zone` would
             // gather from the prefix again.
             let mut seen: Vec<(&str, f64)> = Vec::new();
-            let zc = slot.reqs.get(labels::ZONE);
-            let cc = slot.reqs.get(labels::CAPACITY_TYPE);
+            let (zc, cc) = offering_constraints(&slot.reqs);
             for c in slot.candidates.iter().copied() {
                 if !usable(c) {
                     continue;
@@ -340,8 +339,8 @@ impl<'a> Planner<'a> {
                 ));
                 continue;
             }
+            let node_reqs = super::shapes::node_requirements(pool);
             for term in self.classes[ci].terms.clone() {
-                let node_reqs = super::shapes::node_requirements(pool);
                 let reqs = node_reqs.intersect(&term);
                 if let Some(k) = node_reqs.conflict_with(&term) {
                     // Where the pod's topology rules pinned it is no affinity of its own.

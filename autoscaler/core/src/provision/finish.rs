@@ -8,7 +8,7 @@ use crate::labels;
 use crate::plan::{ClaimOption, NewClaim, Placement, Plan, Unschedulable};
 
 use super::claims::mark_group_claims;
-use super::shapes::{offering_allowed, pool_defined_values};
+use super::shapes::{offering_allowed, offering_constraints, pool_defined_values};
 use super::{Planner, SlotKind};
 
 impl Planner<'_> {
@@ -65,8 +65,7 @@ impl Planner<'_> {
                 Some(c) if atomic && !c.is_empty() => c,
                 _ => &slot.candidates,
             };
-            let zc = slot.reqs.get(labels::ZONE);
-            let cc = slot.reqs.get(labels::CAPACITY_TYPE);
+            let (zc, cc) = offering_constraints(&slot.reqs);
             // Priced and ordered by candidate first; only the kept ones are written out, as
             // a claim of a large catalog keeps 60 of hundreds.
             let first_price = |c: usize| {
@@ -96,8 +95,9 @@ impl Planner<'_> {
                 .map(|c| {
                     let s = &self.shapes[*c];
                     // Sized exactly before it is filled: a plan writes hundreds of thousands
-                    // of these lists, and growing each as it fills was a tenth of a large
-                    // plan's time (reallocations and the fresh pages they touch).
+                    // of these lists, and growing each as it fills was about 4 % of
+                    // karpenter-exact at 20,000 pods (reallocations and the fresh pages they
+                    // touch).
                     let allowed = |o: &&Offering| offering_allowed(o, zc, cc);
                     let mut offerings: Vec<(String, CapacityType, f64)> =
                         Vec::with_capacity(s.offerings.iter().filter(allowed).count());

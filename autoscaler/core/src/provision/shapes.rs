@@ -464,8 +464,7 @@ fn admitted<'p, 'i>(
     }
     labels.insert(labels::NODEPOOL.into(), pool.name.clone());
     let reqs = node_requirements(pool);
-    let zc = reqs.get(labels::ZONE);
-    let cc = reqs.get(labels::CAPACITY_TYPE);
+    let (zc, cc) = offering_constraints(&reqs);
     let offerings: Vec<Offering> = shared
         .offerings
         .iter()
