@@ -553,7 +553,7 @@ pub fn plan_disruption_cached(
     let mut pass = Pass::new(snap, state, now, config);
     pass.cheap_types = Some(cache.cheap_types(snap));
     let mut sim = std::mem::take(&mut cache.sim);
-    sim.invalidate();
+    sim.start_pass();
     pass.sim = std::cell::RefCell::new(sim);
     let candidates = pass.candidates(state);
     let mut candidates = pass.paused(state, candidates);
@@ -637,8 +637,13 @@ struct Pass<'a> {
     work: Vec<Cow<'a, Node>>,
     /// Nodes the commands so far remove.
     gone: BTreeSet<String>,
-    /// The snapshot's nominations, indexed by claim.
+    /// The snapshot's nominations, indexed by claim; with the nodes pending pods would be
+    /// bound to once `binding_known`.
     nominations: Nominations<'a>,
+    /// Whether `nominations` has the nodes pending pods would be bound to: worked out when
+    /// the first node gets that far among the checks, as most passes of a busy cluster have
+    /// no node below its threshold and need not plan the pending pods at all.
+    binding_known: bool,
     /// The working cluster copied once for the simulations, until a command changes it.
     sim: std::cell::RefCell<simulate::SimBase>,
     /// Candidates above their threshold, only for right-sizing: the fraction a replacement
@@ -675,6 +680,7 @@ impl<'a> Pass<'a> {
             work: snap.nodes.iter().map(Cow::Borrowed).collect(),
             gone: BTreeSet::new(),
             nominations: Nominations::of(snap),
+            binding_known: false,
             sim: Default::default(),
             right_size: BTreeMap::new(),
             cheap_types: None,

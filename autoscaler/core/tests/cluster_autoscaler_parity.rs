@@ -312,7 +312,6 @@ fn with_pending(nodes: Vec<NodeBuilder>, pending: Vec<PodBuilder>) -> BTreeSet<S
 }
 
 #[test]
-#[ignore = "defect: disruption simulations drop pending pods (same root cause as karpenter_consolidation::considers_pending_pods_when_consolidating)"]
 fn test_update_cluster_state_recently_evicted_pod_can_schedule_on_eligible_node_eligible() {
     // p1 needs one of the two empty nodes: upstream removes n1 and keeps n2 for it.
     let got = with_pending(
@@ -327,7 +326,6 @@ fn test_update_cluster_state_recently_evicted_pod_can_schedule_on_eligible_node_
 }
 
 #[test]
-#[ignore = "defect: disruption simulations drop pending pods (same root cause as karpenter_consolidation::considers_pending_pods_when_consolidating)"]
 fn test_update_cluster_state_scheduled_and_recently_evicted_pods_take_all_capacity_no_eligible() {
     let got = with_pending(
         vec![

@@ -1593,6 +1593,50 @@ fn room_a_pending_pod_is_nominated_to_is_not_given_to_evicted_pods() {
 }
 
 #[test]
+fn a_node_a_pending_pod_would_be_scheduled_on_stays_and_keeps_its_room() {
+    // No claim holds a nomination for the pending 12-cpu pod, but it fits on b as b is (a has
+    // 10.9 cpu free): the scheduler binds it there next. Karpenter's provisioner nominates b
+    // for it, so b stays, and a's 5-cpu pod may not take the room it needs.
+    let mut s = snap(
+        vec![
+            managed("a", &m16(), "cpu").with_pod(pod("w").cpu("5")),
+            managed("b", &m16(), "cpu"),
+        ],
+        vec![pool("cpu", vec![m16(), m4()]).disruption(quick())],
+    );
+    let cfg = DisruptionConfig::default();
+    let before = plan_disruption(&s, &DisruptionState::default(), 0, &cfg);
+    s.pending.push(pod("coming").cpu("12").build());
+    check(
+        &s,
+        0,
+        &DisruptionState::default(),
+        expect![[r#"
+            keep a: no strictly cheaper replacement
+            keep b: pending pod default/coming would be scheduled on it
+        "#]],
+    );
+    // Decided before the pod came, the command no longer holds once it has.
+    let empty_b = before
+        .commands
+        .iter()
+        .find(|c| c.nodes == ["b"])
+        .expect("b goes while nothing is pending");
+    assert_eq!(
+        validate(empty_b, &mut s, 15, &cfg).unwrap_err(),
+        "node b: pending pod default/coming would be scheduled on it"
+    );
+    // A pending pod no node holds as it is keeps nothing: the plan is the one made before.
+    s.pending = vec![pod("huge").cpu("64").build()];
+    let with_huge = plan_disruption(&s, &DisruptionState::default(), 0, &cfg);
+    assert_eq!(with_huge.render(), before.render());
+    assert_eq!(
+        before.render(),
+        "Empty Delete nodes=[b] pods=0 savings=0.768\nkeep a: no strictly cheaper replacement\n"
+    );
+}
+
+#[test]
 fn an_atomic_pool_larger_than_the_parallelism_limit_still_goes_whole() {
     // Eleven empty nodes of an atomic pool against --max-scale-down-parallelism 10: the pool
     // goes whole while the limit has room (the Cluster Autoscaler lets an atomic group overrun

@@ -898,7 +898,6 @@ fn will_consider_a_node_with_a_daemon_set_pod_as_empty() {
 }
 
 #[test]
-#[ignore = "defect: simulations drop pending pods, so capacity a pending pod needs is consolidated away"]
 fn considers_pending_pods_when_consolidating() {
     // A large node holds a 1-cpu pod; a pending 62-cpu pod fits only a large node. Upstream
     // keeps the node: replacing it by a small one would leave the pending pod without room.

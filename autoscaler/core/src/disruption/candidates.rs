@@ -276,8 +276,13 @@ fn booked() -> Blocker {
 
 /// The pending pods of [`Snapshot::nominated`] by the claim they are nominated to (the first
 /// by key when several are), so that each node's check is one lookup: a backlog can nominate
-/// a hundred thousand pods.
-pub(super) struct Nominations<'a>(HashMap<&'a str, &'a PodKey>);
+/// a hundred thousand pods. With them, when the caller worked them out, the nodes the
+/// planner would bind pending pods to.
+pub(super) struct Nominations<'a> {
+    by_claim: HashMap<&'a str, &'a PodKey>,
+    /// Node name to the first pending pod (by key) the planner binds to it.
+    binding: HashMap<String, PodKey>,
+}
 
 impl<'a> Nominations<'a> {
     /// The index of `snap`'s nominations.
@@ -286,17 +291,43 @@ impl<'a> Nominations<'a> {
         for (pod, claim) in &snap.nominated {
             by_claim.entry(claim.as_str()).or_insert(pod);
         }
-        Nominations(by_claim)
+        Nominations {
+            by_claim,
+            binding: HashMap::new(),
+        }
     }
 
-    /// Why `node` stays for a pending pod nominated to its claim, if one is: Karpenter does
-    /// not disrupt a node the scheduler is about to bind a pod to, as the node would look
-    /// empty (or emptier) only until the pod lands.
+    /// Adds the nodes pending pods would be bound to (node name, pod).
+    pub(super) fn binding(&mut self, targets: Vec<(String, PodKey)>) {
+        for (node, pod) in targets {
+            match self.binding.entry(node) {
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    if pod < *e.get() {
+                        e.insert(pod);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(pod);
+                }
+            }
+        }
+    }
+
+    /// Why `node` stays for a pending pod nominated to its claim, or one the planner would bind
+    /// to it, if one is: Karpenter does not disrupt a node the scheduler is about to bind a pod
+    /// to (its provisioner nominates the nodes it plans pending pods onto), as the node would
+    /// look empty (or emptier) only until the pod lands.
     fn block(&self, node: &Node) -> Option<Blocker> {
-        let pod = self.0.get(node.claim.as_deref()?)?;
+        if let Some(pod) = node.claim.as_deref().and_then(|c| self.by_claim.get(c)) {
+            return Some(Blocker::new(
+                VerdictKind::Nominated,
+                format!("pending pod {pod} is nominated to it"),
+            ));
+        }
+        let pod = self.binding.get(&node.name)?;
         Some(Blocker::new(
             VerdictKind::Nominated,
-            format!("pending pod {pod} is nominated to it"),
+            format!("pending pod {pod} would be scheduled on it"),
         ))
     }
 }
@@ -515,6 +546,11 @@ impl Pass<'_> {
                 K::WhenEmptyOnly,
                 "NodePool consolidates only empty nodes",
             ));
+        }
+        if !self.binding_known {
+            self.binding_known = true;
+            let binding = self.sim.get_mut().pending_targets(snap, &self.work);
+            self.nominations.binding(binding);
         }
         if let Some(b) = node_block_in(n, snap, &self.nominations, now) {
             return Some(b);

@@ -21,19 +21,142 @@ use super::candidates::movable;
 /// put back before this returns, so `snap` is as it was. This spares a copy of every node for each call, which was
 /// a fifth of a simulated day on a cluster of thousands of nodes.
 pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool) -> Plan {
+    on_bare(snap, |base, snap, launchable| {
+        let mut holds = nominated_holds(snap, &base.nodes);
+        let waiting = binds_pending(
+            base,
+            waiting_pods(snap, &base.nodes),
+            &holds,
+            launchable,
+            None,
+        );
+        holds.extend(waiting);
+        plan_without(
+            base,
+            removed,
+            &holds,
+            &mut Vec::new(),
+            launchable,
+            allow_new,
+            None,
+        )
+    })
+}
+
+/// The registered nodes the planner would bind `snap`'s pending pods to as the cluster is
+/// ([`binds_pending`]), by node name: Karpenter nominates such a node and leaves it alone
+/// while the pod is on its way. `snap` is lent as to [`simulate`] and comes back as it was.
+pub(super) fn pending_targets(snap: &mut Snapshot) -> Vec<(String, PodKey)> {
+    on_bare(snap, |base, snap, launchable| {
+        let holds = nominated_holds(snap, &base.nodes);
+        binds_pending(
+            base,
+            waiting_pods(snap, &base.nodes),
+            &holds,
+            launchable,
+            None,
+        )
+        .into_iter()
+        .map(|(ni, p)| (base.nodes[ni].name.clone(), p.key))
+        .collect()
+    })
+}
+
+/// Runs `f` on a [`bare`] snapshot holding `snap`'s nodes, DaemonSets and cluster limits
+/// (moved, not copied, and put back after), with the NodePools a replacement may come from.
+fn on_bare<T>(
+    snap: &mut Snapshot,
+    f: impl FnOnce(&mut Snapshot, &Snapshot, &mut Vec<crate::model::Pool>) -> T,
+) -> T {
     let mut launchable = launchable_pools(&snap.pools);
-    let holds = nominated_holds(snap, &snap.nodes);
     let mut base = bare(
         std::mem::take(&mut snap.nodes),
         std::mem::take(&mut snap.daemonsets),
         std::mem::take(&mut snap.cluster_limits),
         snap,
     );
-    let plan = plan_without(&mut base, removed, &holds, &mut launchable, allow_new, None);
+    let out = f(&mut base, snap, &mut launchable);
     snap.nodes = base.nodes;
     snap.daemonsets = base.daemonsets;
     snap.cluster_limits = base.cluster_limits;
-    plan
+    out
+}
+
+/// `snap`'s pending pods that no claim holds a nomination for and that might fit on one of
+/// `nodes` as it is: the ones the scheduler may bind to a node that is up. A pod asking for
+/// more of a resource than any such node has free is left out without planning it (the most
+/// of each resource is taken over the nodes separately, so a pod left out fits none), which
+/// spares planning a backlog waiting for new nodes at every pass.
+fn waiting_pods<N: Borrow<Node>>(snap: &Snapshot, nodes: &[N]) -> Vec<Pod> {
+    let mut waiting = snap
+        .pending
+        .iter()
+        .filter(|p| !snap.nominated.contains_key(&p.key))
+        .peekable();
+    if waiting.peek().is_none() {
+        return Vec::new();
+    }
+    let mut most = crate::resources::Resources::new();
+    for n in nodes
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|n| n.initialized && n.ready)
+    {
+        let mut free = n.allocatable.clone();
+        for p in &n.pods {
+            free.sub(&p.requests);
+        }
+        most.max_assign(&free);
+    }
+    waiting
+        .filter(|p| p.requests.fits(&most))
+        .cloned()
+        .collect()
+}
+
+/// Which of `pods` (pending, no nomination) the planner binds to an initialized, ready node of
+/// `base` as it is (nothing removed, nothing launched, the pods `held` counted where they
+/// are), with that node's index. Such a pod is about to take that room: a disruption that
+/// moved other pods into it, or removed the node, would leave the pod to a new node. Karpenter
+/// nominates those nodes for the pods and does not disrupt them; its consolidation simulations
+/// carry every pending pod along. A pod that fits no node as it is fits none after a removal
+/// either, so only pods with a place matter.
+fn binds_pending(
+    base: &mut Snapshot,
+    mut pods: Vec<Pod>,
+    held: &[(usize, Pod)],
+    launchable: &mut Vec<crate::model::Pool>,
+    shapes: Option<&mut ShapeCache>,
+) -> Vec<(usize, Pod)> {
+    if pods.is_empty() {
+        return Vec::new();
+    }
+    let plan = plan_without(
+        base,
+        &BTreeSet::new(),
+        held,
+        &mut pods,
+        launchable,
+        false,
+        shapes,
+    );
+    if plan.existing.is_empty() {
+        return Vec::new();
+    }
+    let at: std::collections::HashMap<&str, usize> = base
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut by_key: BTreeMap<PodKey, Pod> = pods.into_iter().map(|p| (p.key.clone(), p)).collect();
+    plan.existing
+        .iter()
+        .filter_map(|placed| {
+            let ni = *at.get(placed.target.as_str())?;
+            Some((ni, by_key.remove(&placed.pod)?))
+        })
+        .collect()
 }
 
 /// What a simulation plans on: `nodes`, with `snap`'s DRA state, and nothing pending, in
@@ -98,10 +221,11 @@ fn nominated_holds(snap: &Snapshot, nodes: &[Node]) -> Vec<(usize, Pod)> {
 }
 
 /// Plans on `base` (no pending pod, no in-flight claim, no NodePool) without its nodes
-/// `removed`, their movable pods pending, the pods `held` counted on the nodes they are
-/// nominated to ([`nominated_holds`]), and `launchable` as its NodePools (their instance-type
-/// shapes from `shapes` when given); then puts the nodes and pools back and clears the pods,
-/// leaving `base` as it was.
+/// `removed`, their movable pods pending with the pods `pending` (lent and given back as they
+/// were), the pods `held` counted on the nodes they will take ([`nominated_holds`],
+/// [`binds_pending`]), and `launchable` as its NodePools (their instance-type shapes from
+/// `shapes` when given); then puts the nodes and pools back and clears the pods, leaving
+/// `base` as it was.
 ///
 /// Unless `allow_new`, nothing is launched: the pools are left out, except when a moved pod
 /// has a hard topology spread over a key other than hostname. The pools' domains count for it
@@ -113,10 +237,14 @@ fn plan_without(
     base: &mut Snapshot,
     removed: &BTreeSet<usize>,
     held: &[(usize, Pod)],
+    pending: &mut Vec<Pod>,
     launchable: &mut Vec<crate::model::Pool>,
     allow_new: bool,
     shapes: Option<&mut ShapeCache>,
 ) -> Plan {
+    debug_assert!(base.pending.is_empty(), "a simulation left pods pending");
+    std::mem::swap(&mut base.pending, pending);
+    let lent = base.pending.len();
     let len = base.nodes.len();
     for (ni, p) in held.iter().filter(|(ni, _)| *ni < len) {
         base.nodes[*ni].pods.push(p.clone());
@@ -169,7 +297,8 @@ fn plan_without(
     if with_pools {
         *launchable = std::mem::take(&mut base.pools);
     }
-    base.pending.clear();
+    base.pending.truncate(lent);
+    std::mem::swap(&mut base.pending, pending);
     for (ri, n) in taken {
         base.nodes.insert(ri, n);
     }
@@ -195,9 +324,17 @@ pub(super) struct SimBase {
     current: bool,
     /// The NodePools a replacement may come from, while they are not in `base`.
     launchable: Vec<crate::model::Pool>,
-    /// Pending pods nominated to a registered node's claim, with the node's index
-    /// ([`nominated_holds`]), worked out when the copy is brought up to date.
+    /// Pending pods nominated to a registered node's claim, and pending pods the planner binds
+    /// to a node that is up ([`binds_pending`]), with the node's index, worked out when the
+    /// copy is brought up to date.
     holds: Vec<(usize, Pod)>,
+    /// How many of `holds` come from nominations; the rest are [`binds_pending`]'s.
+    nominated: usize,
+    /// The pending pods [`binds_pending`] looks at in this pass: every one without a
+    /// nomination at the pass's first simulation, then only those that had a place (a
+    /// command only takes room away), so that a backlog of pods that fit nowhere is planned
+    /// once a pass, not once per command. `None` until the pass's first simulation.
+    waiting: Option<Vec<Pod>>,
     /// The launchable pools' instance-type shapes, lent by the caller's
     /// [`super::DisruptionCache`] for the pass, so that each simulation that may launch a
     /// replacement does not build them again.
@@ -211,6 +348,61 @@ impl SimBase {
         self.current = false;
     }
 
+    /// A new pass, on a snapshot whose pending pods may differ from the last pass's.
+    pub(super) fn start_pass(&mut self) {
+        self.current = false;
+        self.waiting = None;
+    }
+
+    /// The registered nodes of `nodes` pending pods would be bound to, by name, with the pod
+    /// ([`binds_pending`]); the pods are counted there in this pass's simulations.
+    pub(super) fn pending_targets<N: Borrow<Node>>(
+        &mut self,
+        snap: &Snapshot,
+        nodes: &[N],
+    ) -> Vec<(String, PodKey)> {
+        if self.waiting.is_none() {
+            let waiting = waiting_pods(snap, nodes);
+            let none = waiting.is_empty();
+            self.waiting = Some(waiting);
+            if none {
+                return Vec::new();
+            }
+        }
+        self.bring_up_to_date(snap, nodes);
+        let base = self.base.as_ref().expect("caught up");
+        self.holds[self.nominated..]
+            .iter()
+            .map(|(ni, p)| (base.nodes[*ni].name.clone(), p.key.clone()))
+            .collect()
+    }
+
+    /// Brings the copy up to date with `nodes` and `snap` when it may not be, and works out
+    /// the pods held on its nodes again.
+    fn bring_up_to_date<N: Borrow<Node>>(&mut self, snap: &Snapshot, nodes: &[N]) {
+        if self.current {
+            return;
+        }
+        self.catch_up(snap, nodes);
+        let base = self.base.as_mut().expect("caught up");
+        self.holds = nominated_holds(snap, &base.nodes);
+        self.nominated = self.holds.len();
+        let pods = self
+            .waiting
+            .take()
+            .unwrap_or_else(|| waiting_pods(snap, &base.nodes));
+        let placed = binds_pending(
+            base,
+            pods,
+            &self.holds,
+            &mut self.launchable,
+            Some(&mut self.shapes),
+        );
+        self.waiting = Some(placed.iter().map(|(_, p)| p.clone()).collect());
+        self.holds.extend(placed);
+        self.current = true;
+    }
+
     /// [`simulate`] on the kept copy of `nodes` (and of `snap`'s other fields), brought up to
     /// date first when it may not be.
     pub(super) fn simulate<N: Borrow<Node>>(
@@ -220,17 +412,13 @@ impl SimBase {
         removed: &BTreeSet<usize>,
         allow_new: bool,
     ) -> Plan {
-        if !self.current {
-            self.catch_up(snap, nodes);
-            let base = self.base.as_ref().expect("caught up");
-            self.holds = nominated_holds(snap, &base.nodes);
-            self.current = true;
-        }
+        self.bring_up_to_date(snap, nodes);
         let base = self.base.as_mut().expect("caught up");
         plan_without(
             base,
             removed,
             &self.holds,
+            &mut Vec::new(),
             &mut self.launchable,
             allow_new,
             Some(&mut self.shapes),

@@ -26,7 +26,9 @@ pub fn validate(
         ));
     }
     let mut removed = BTreeSet::new();
-    let nominations = Nominations::of(snap);
+    let binding = super::simulate::pending_targets(snap);
+    let mut nominations = Nominations::of(snap);
+    nominations.binding(binding);
     for name in &command.nodes {
         let Some(i) = snap.nodes.iter().position(|n| &n.name == name) else {
             return Err(format!("node {name} is gone"));
