@@ -23,6 +23,9 @@ use autoscaler_core::model::{DisruptionPolicy, Pdb, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Operator, Requirements};
 
+mod support;
+use support::{names, removed};
+
 const NOW: i64 = 10_000;
 
 /// A type with `milli` millicores, priced by its size, offered in `z1`.
@@ -86,17 +89,6 @@ fn run_with(s: &Snapshot, config: &DisruptionConfig, in_progress: InProgress) ->
         ..DisruptionState::default()
     };
     plan_disruption(s, &state, NOW, config)
-}
-
-fn removed(plan: &DisruptionPlan) -> BTreeSet<String> {
-    plan.commands
-        .iter()
-        .flat_map(|c| c.nodes.iter().cloned())
-        .collect()
-}
-
-fn names(list: &[&str]) -> BTreeSet<String> {
-    list.iter().map(|s| s.to_string()).collect()
 }
 
 fn verdict(plan: &DisruptionPlan, node: &str) -> (VerdictKind, String) {

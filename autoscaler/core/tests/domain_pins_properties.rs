@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use autoscaler_core::builders::*;
-use autoscaler_core::instance::{CapacityType, InstanceType, Offering};
+use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{Pod, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
@@ -15,23 +15,11 @@ use autoscaler_core::requirements::Operator;
 use proptest::prelude::*;
 
 mod support;
-use support::cpu_types;
+use support::{cpu_types, with_spot};
 
 /// `cpu_types` with spot offerings at 40 % of the on-demand price, and two arm64 types.
 fn catalog() -> Vec<InstanceType> {
-    let mut types = cpu_types();
-    for t in &mut types {
-        let spot: Vec<Offering> = t
-            .offerings
-            .iter()
-            .map(|o| Offering {
-                capacity_type: CapacityType::Spot,
-                price: o.price * 0.4,
-                ..o.clone()
-            })
-            .collect();
-        t.offerings.extend(spot);
-    }
+    let mut types: Vec<InstanceType> = cpu_types().into_iter().map(with_spot).collect();
     for (name, cpu, price) in [("a1.large", "2", 0.08), ("a1.xlarge", "4", 0.16)] {
         let mut t = itype(name)
             .cpu(cpu)

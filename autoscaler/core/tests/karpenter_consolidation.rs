@@ -20,6 +20,9 @@ use autoscaler_core::model::{
 };
 use autoscaler_core::requirements::{Operator, Requirements};
 
+mod support;
+use support::{names, removed};
+
 const NOW: i64 = 10_000;
 
 /// An on-demand type with `cpu` cpus offered in `z1` at `price`.
@@ -108,18 +111,6 @@ fn run(s: &Snapshot) -> DisruptionPlan {
 
 fn run_at(s: &Snapshot, now: i64) -> DisruptionPlan {
     plan_disruption(s, &DisruptionState::default(), now, &config())
-}
-
-/// The nodes the plan's commands remove.
-fn removed(plan: &DisruptionPlan) -> BTreeSet<String> {
-    plan.commands
-        .iter()
-        .flat_map(|c| c.nodes.iter().cloned())
-        .collect()
-}
-
-fn names(list: &[&str]) -> BTreeSet<String> {
-    list.iter().map(|s| s.to_string()).collect()
 }
 
 /// The instance types a plan's replacements may launch.

@@ -22,6 +22,8 @@ use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{NodeSelector, Operator, Requirements};
 use autoscaler_core::taints::{Effect, Taint, Toleration};
 
+mod support;
+
 const Z: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
 const ZONE: &str = labels::ZONE;
 const CT: &str = labels::CAPACITY_TYPE;
@@ -211,7 +213,7 @@ impl Sim {
             for p in &pods {
                 self.at.insert(p.key.name.clone(), name.clone());
             }
-            let n = launch(&snap, c, &name, pods);
+            let n = support::launch(&snap, c, &name, pods);
             self.node_labels.insert(name.clone(), n.labels.clone());
             if self.in_flight {
                 let mut reqs = c.requirements.clone();
@@ -259,29 +261,6 @@ impl Sim {
     fn launched(&self) -> usize {
         self.node_labels.len()
     }
-}
-
-/// The node a new claim becomes: its cheapest type, in the cheapest offering it allows.
-fn launch(snap: &Snapshot, c: &NewClaim, name: &str, pods: Vec<Pod>) -> Node {
-    let pool = snap.pools.iter().find(|p| p.name == c.pool).unwrap();
-    let opt = &c.instance_types[0];
-    let it = pool
-        .instance_types
-        .iter()
-        .find(|t| t.name == opt.instance_type)
-        .unwrap();
-    let (zone, ct, _) = opt.offerings[0].clone();
-    let mut nb = node(name, it, &zone).pool(&c.pool).label(CT, ct.as_str());
-    for (k, v) in &c.labels {
-        nb = nb.label(k, v);
-    }
-    for t in &c.taints {
-        nb = nb.taint(t.clone());
-    }
-    for p in pods {
-        nb = nb.with_pod(p);
-    }
-    nb.build()
 }
 
 /// One round in a cluster of `pools`.

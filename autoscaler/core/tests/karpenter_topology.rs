@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use autoscaler_core::builders::*;
-use autoscaler_core::instance::{CapacityType, InstanceType, Offering};
+use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
 use autoscaler_core::model::{
     Node, Pod, PodAffinityTerm, Snapshot, TermNamespaces, TopologySpread,
@@ -19,25 +19,14 @@ use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Operator, Requirements};
 use autoscaler_core::taints::{Effect, Taint, Toleration};
 
+mod support;
+use support::with_spot;
+
 const Z: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
 const ZONE: &str = labels::ZONE;
 const HOST: &str = labels::HOSTNAME;
 const CT: &str = labels::CAPACITY_TYPE;
 const ARCH: &str = labels::ARCH;
-
-fn with_spot(mut t: InstanceType) -> InstanceType {
-    let spot: Vec<_> = t
-        .offerings
-        .iter()
-        .map(|o| Offering {
-            capacity_type: CapacityType::Spot,
-            price: o.price * 0.4,
-            ..o.clone()
-        })
-        .collect();
-    t.offerings.extend(spot);
-    t
-}
 
 /// amd64 types, spot and on-demand, in the three zones.
 fn types() -> Vec<InstanceType> {
@@ -146,59 +135,9 @@ impl Sim {
         }
         assert!(plan.in_flight.is_empty());
         for c in &plan.new_claims {
-            let pool = snap.pools.iter().find(|p| p.name == c.pool).unwrap();
-            let opt = &c.instance_types[0];
-            let it = pool
-                .instance_types
-                .iter()
-                .find(|t| t.name == opt.instance_type)
-                .unwrap();
             let pods: Vec<Pod> = c.pods.iter().map(|k| by_key[k].clone()).collect();
-            // domain values of the claim for zone and capacity type
-            let pick = |key: &str, vals: Vec<String>| -> String {
-                if let Some(v) = c.requirements.get(key).and_then(|x| x.single_value()) {
-                    return v.to_string();
-                }
-                let mut u = vals.clone();
-                u.sort();
-                u.dedup();
-                if u.len() > 1 {
-                    let constrained = pods.iter().any(|p| {
-                        p.spread.iter().any(|s| s.hard && s.topology_key == key)
-                            || p.affinity.iter().any(|s| s.topology_key == key)
-                            || p.anti_affinity.iter().any(|s| s.topology_key == key)
-                    });
-                    assert!(
-                        !constrained,
-                        "claim {} holds pods with rules on {key} but may land in {u:?}",
-                        c.name
-                    );
-                }
-                vals[0].clone()
-            };
-            let zone = pick(ZONE, opt.offerings.iter().map(|o| o.0.clone()).collect());
-            let ct = pick(
-                CT,
-                opt.offerings
-                    .iter()
-                    .map(|o| o.1.as_str().to_string())
-                    .collect(),
-            );
-            let mut nb = node(&format!("r{r}-{}", c.name), it, &zone)
-                .pool(&c.pool)
-                .label(CT, &ct);
-            for (k, v) in &c.labels {
-                nb = nb.label(k, v);
-            }
-            // the cloud decides the zone and capacity type: the launched offering's
-            nb = nb.label(ZONE, &zone).label(CT, &ct);
-            for t in &c.taints {
-                nb = nb.taint(t.clone());
-            }
-            for p in pods {
-                nb = nb.with_pod(p);
-            }
-            self.nodes.push(nb.build());
+            let n = support::launch(&snap, c, &format!("r{r}-{}", c.name), pods);
+            self.nodes.push(n);
         }
         self.last = plan.clone();
         plan

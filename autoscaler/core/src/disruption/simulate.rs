@@ -143,12 +143,7 @@ fn binds_pending(
     if plan.existing.is_empty() {
         return Vec::new();
     }
-    let at: std::collections::HashMap<&str, usize> = base
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
+    let at = by_name(&base.nodes);
     let mut by_key: BTreeMap<PodKey, Pod> = pods.into_iter().map(|p| (p.key.clone(), p)).collect();
     plan.existing
         .iter()
@@ -462,12 +457,7 @@ impl SimBase {
         } else {
             // Nodes came or went: each kept copy is found by name, so that one node gone from
             // the middle does not make every node after it be copied again.
-            let at: std::collections::HashMap<&str, usize> = base
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.name.as_str(), i))
-                .collect();
+            let at = by_name(&base.nodes);
             let found: Vec<Option<usize>> = nodes
                 .iter()
                 .map(|n| at.get(n.borrow().name.as_str()).copied())
@@ -498,6 +488,15 @@ impl SimBase {
             base.dra.clone_from(&snap.dra);
         }
     }
+}
+
+/// Each node's index in `nodes`, by name.
+fn by_name(nodes: &[Node]) -> std::collections::HashMap<&str, usize> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect()
 }
 
 /// `a == b`, asking first what most often differs between passes (the name, when a node came

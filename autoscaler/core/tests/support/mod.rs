@@ -1,13 +1,18 @@
-//! Fixtures the planner's scenario tests share (`planner_scenarios`, `dra_scenarios`,
-//! `four_encodings`): the instance types they plan with and the check that renders a plan
-//! against its expectation.
+//! Fixtures the core's scenario tests share (`planner_scenarios`, `dra_scenarios`,
+//! `four_encodings`, the Karpenter and Cluster Autoscaler suites): the instance types they plan
+//! with, the check that renders a plan against its expectation, the node a planned claim
+//! becomes, and the nodes a disruption plan removes.
 // Each test file uses only some of the fixtures.
 #![allow(dead_code)]
 
-use autoscaler_core::builders::itype;
-use autoscaler_core::instance::InstanceType;
-use autoscaler_core::model::{Group, Snapshot};
-use autoscaler_core::plan::Plan;
+use std::collections::BTreeSet;
+
+use autoscaler_core::DisruptionPlan;
+use autoscaler_core::builders::{itype, node};
+use autoscaler_core::instance::{CapacityType, InstanceType, Offering};
+use autoscaler_core::labels;
+use autoscaler_core::model::{Group, Node, Pod, Snapshot};
+use autoscaler_core::plan::{NewClaim, Plan};
 use autoscaler_core::provision::plan_provisioning;
 use expect_test::Expect;
 
@@ -90,4 +95,96 @@ pub fn with_groups(mut snap: Snapshot) -> Snapshot {
         snap.groups.insert(name.clone(), Group { name, min_count });
     }
     snap
+}
+
+/// `t` with a spot offering beside each of its offerings, at 40 % of its price.
+pub fn with_spot(mut t: InstanceType) -> InstanceType {
+    let spot: Vec<Offering> = t
+        .offerings
+        .iter()
+        .map(|o| Offering {
+            capacity_type: CapacityType::Spot,
+            price: o.price * 0.4,
+            ..o.clone()
+        })
+        .collect();
+    t.offerings.extend(spot);
+    t
+}
+
+/// The node a new claim of a plan of `snap` becomes, named `name` and holding `pods`: its
+/// cheapest type, in the zone and capacity type its requirements pin, else its cheapest
+/// offering's (the cloud picks among the rest), with the claim's labels and taints.
+///
+/// Panics when the claim leaves a pod with a rule on the zone or capacity type (a hard
+/// spread, an affinity or anti-affinity term) free to land in more than one of them: the
+/// plan would then hold only if the cloud happened to pick the right one.
+pub fn launch(snap: &Snapshot, c: &NewClaim, name: &str, pods: Vec<Pod>) -> Node {
+    let pool = snap.pools.iter().find(|p| p.name == c.pool).unwrap();
+    let opt = &c.instance_types[0];
+    let it = pool
+        .instance_types
+        .iter()
+        .find(|t| t.name == opt.instance_type)
+        .unwrap();
+    let pick = |key: &str, values: Vec<String>| -> String {
+        if let Some(v) = c.requirements.get(key).and_then(|x| x.single_value()) {
+            return v.to_string();
+        }
+        let mut distinct = values.clone();
+        distinct.sort();
+        distinct.dedup();
+        if distinct.len() > 1 {
+            let constrained = pods.iter().any(|p| {
+                p.spread.iter().any(|s| s.hard && s.topology_key == key)
+                    || p.affinity.iter().any(|s| s.topology_key == key)
+                    || p.anti_affinity.iter().any(|s| s.topology_key == key)
+            });
+            assert!(
+                !constrained,
+                "claim {} holds pods with rules on {key} but may land in {distinct:?}",
+                c.name
+            );
+        }
+        values[0].clone()
+    };
+    let zone = pick(
+        labels::ZONE,
+        opt.offerings.iter().map(|o| o.0.clone()).collect(),
+    );
+    let ct = pick(
+        labels::CAPACITY_TYPE,
+        opt.offerings
+            .iter()
+            .map(|o| o.1.as_str().to_string())
+            .collect(),
+    );
+    let mut nb = node(name, it, &zone).pool(&c.pool);
+    for (k, v) in &c.labels {
+        nb = nb.label(k, v);
+    }
+    // The cloud decides the zone and capacity type: the launched offering's.
+    nb = nb
+        .label(labels::ZONE, &zone)
+        .label(labels::CAPACITY_TYPE, &ct);
+    for t in &c.taints {
+        nb = nb.taint(t.clone());
+    }
+    for p in pods {
+        nb = nb.with_pod(p);
+    }
+    nb.build()
+}
+
+/// The nodes a disruption plan's commands remove.
+pub fn removed(plan: &DisruptionPlan) -> BTreeSet<String> {
+    plan.commands
+        .iter()
+        .flat_map(|c| c.nodes.iter().cloned())
+        .collect()
+}
+
+/// A set of node names.
+pub fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
 }
