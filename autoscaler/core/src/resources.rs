@@ -274,6 +274,42 @@ impl Resources {
         }
     }
 
+    /// Which amounts of `self` equal `most`'s amount of the same resource, as bits
+    /// ([`Self::ATTAINS_CPU`] and the others): the resources `self` may be what sets `most`
+    /// in, when `most` is a [`Self::max`] over a set `self` is in.
+    pub fn attains(&self, most: &Resources) -> u8 {
+        let mut bits = 0;
+        for (bit, here, there) in [
+            (Self::ATTAINS_CPU, self.cpu, most.cpu),
+            (Self::ATTAINS_MEMORY, self.memory, most.memory),
+            (
+                Self::ATTAINS_EPHEMERAL_STORAGE,
+                self.ephemeral_storage,
+                most.ephemeral_storage,
+            ),
+            (Self::ATTAINS_PODS, self.pods, most.pods),
+        ] {
+            if here == there {
+                bits |= bit;
+            }
+        }
+        if self.extended.iter().any(|(k, v)| *v == most.get(k)) {
+            bits |= Self::ATTAINS_EXTENDED;
+        }
+        bits
+    }
+
+    /// [`Self::attains`]: cpu.
+    pub const ATTAINS_CPU: u8 = 1;
+    /// [`Self::attains`]: memory.
+    pub const ATTAINS_MEMORY: u8 = 2;
+    /// [`Self::attains`]: ephemeral storage.
+    pub const ATTAINS_EPHEMERAL_STORAGE: u8 = 4;
+    /// [`Self::attains`]: pods.
+    pub const ATTAINS_PODS: u8 = 8;
+    /// [`Self::attains`]: some extended resource (which one is not said).
+    pub const ATTAINS_EXTENDED: u8 = 16;
+
     /// Per-resource minimum over the names present in either side.
     pub fn min(&self, other: &Resources) -> Resources {
         let mut r = Resources {

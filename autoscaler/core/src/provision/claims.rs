@@ -101,19 +101,26 @@ impl<'a> Planner<'a> {
         if class.terms.len() == 1 && class.terms[0].is_empty() && !strict {
             // Pin a zone without narrowing everything: a cheapest-first prefix of the usable
             // candidates that reaches every zone tells which zones are possible and their price.
-            let mut prefix = Vec::new();
-            // The zones seen, with the price each is first offered at: what `pick_zone` would
-            // gather from the prefix again.
+            // The zones seen, with the price each is first offered at (what `pick_zone` would
+            // gather from the prefix again), and the cheapest price in each over the prefix:
+            // the claim's price once the zone is pinned.
             let mut seen: Vec<(&str, f64)> = Vec::new();
+            let mut cheapest: Vec<(&str, f64)> = Vec::new();
             let (zc, cc) = offering_constraints(&slot.reqs);
             for c in slot.candidates.iter().copied() {
                 if !usable(c) {
                     continue;
                 }
-                prefix.push(c);
                 for o in &self.shapes[c].offerings {
-                    if offering_allowed(o, zc, cc) && !seen.iter().any(|(z, _)| *z == o.zone) {
-                        seen.push((&o.zone, o.price));
+                    if !offering_allowed(o, zc, cc) {
+                        continue;
+                    }
+                    match seen.iter().position(|(z, _)| *z == o.zone) {
+                        Some(k) => cheapest[k].1 = cheapest[k].1.min(o.price),
+                        None => {
+                            seen.push((&o.zone, o.price));
+                            cheapest.push((&o.zone, o.price));
+                        }
                     }
                 }
                 if seen.len() >= self.zone_total {
@@ -121,17 +128,13 @@ impl<'a> Planner<'a> {
                 }
             }
             let z = self.pick_zone_among(i, seen, slot)?;
+            let price = cheapest.iter().find(|(s, _)| *s == z)?.1;
             let mut reqs = slot.reqs.clone();
             reqs.add_constraint(
                 labels::ZONE,
                 Constraint::from_operator(labels::ZONE, crate::requirements::Operator::In, &[z])
                     .ok()?,
             );
-            let (zc, cc) = offering_constraints(&reqs);
-            let price = prefix
-                .iter()
-                .filter_map(|c| self.shapes[*c].price_allowed(zc, cc))
-                .min_by(f64::total_cmp)?;
             return Some(Grow {
                 reqs: Some(reqs),
                 candidates: None,
@@ -791,7 +794,11 @@ impl<'a> Planner<'a> {
         let mut zc = std::mem::take(&mut self.state.zone_counts);
         let mut zb = std::mem::take(&mut self.state.zone_blocks);
         self.count_pod_into(&mut slot, &mut zc, &mut zb, pod, Some(i));
-        let mut before = usize::MAX;
+        // Whether the most any candidate offers may have changed: only when a candidate that
+        // gave it (in some resource) was dropped. Working it out again over every candidate
+        // at each narrowing was a tenth of a large plan.
+        let mut lost_most = false;
+        let mut kept = usize::MAX;
         if is_new {
             // Keep only the candidates that still hold every pod, in price order.
             let ci = self.class_of[i];
@@ -811,12 +818,29 @@ impl<'a> Planner<'a> {
                 priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                 slot.candidates = priced.into_iter().map(|(_, c)| c).collect();
             }
-            before = slot.candidates.len();
+            let most = &slot.allocatable;
+            let mut lost = 0;
             slot.candidates.retain(|c| {
-                class.shape_ok[*c]
+                let keep = class.shape_ok[*c]
                     && !(avoid_gpu && shapes[*c].has_gpu)
-                    && used.fits(&shapes[*c].allocatable)
+                    && used.fits(&shapes[*c].allocatable);
+                if !keep {
+                    lost |= shapes[*c].allocatable.attains(most);
+                }
+                keep
             });
+            // A resource a dropped candidate gave the most of may still be given by a kept
+            // one (every type of a catalog may have the same pod count).
+            if lost & Resources::ATTAINS_EXTENDED == 0 {
+                for c in &slot.candidates {
+                    if lost == 0 {
+                        break;
+                    }
+                    lost &= !shapes[*c].allocatable.attains(most);
+                }
+            }
+            lost_most = lost != 0;
+            kept = slot.candidates.len();
             if let Some(first) = slot.candidates.first() {
                 slot.price = shapes[*first].price_under(&slot.reqs).unwrap_or(slot.price);
             }
@@ -829,8 +853,12 @@ impl<'a> Planner<'a> {
         if is_new {
             // A claim's first pod comes before anything was worked out for it.
             let slot = &self.state.slots[si];
-            let narrowed =
-                resort || replaced || slot.pods.len() == 1 || before != slot.candidates.len();
+            // DRA may have dropped candidates after the narrowing above.
+            let narrowed = resort
+                || replaced
+                || slot.pods.len() == 1
+                || lost_most
+                || kept != slot.candidates.len();
             self.refresh_new_slot(si, narrowed);
         }
     }
