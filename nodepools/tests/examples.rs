@@ -99,6 +99,27 @@ fn examples_parse_into_the_expected_core_pools() {
 }
 
 #[test]
+fn the_notebooks_example_with_mps_instead_of_time_slicing_loads_as_mps() {
+    let (_, text) = examples()
+        .into_iter()
+        .find(|(n, _)| n == "notebooks")
+        .unwrap();
+    let text = text.replace("timeSlicing:", "mps:");
+    assert!(text.contains("mps:"), "the example time-slices");
+    let pool = &nodepools::load_nodepools(&text).unwrap()[0];
+    let core = pool.to_core(Arc::new(Vec::new())).unwrap();
+    let mps = core.sharing.time_slicing.unwrap();
+    assert!(mps.mps && mps.one_replica_each(), "{mps:?}");
+    assert_eq!(mps.replicas, 4);
+    let raw: serde_json::Value = serde_norway::from_str(&text).unwrap();
+    assert_eq!(
+        common::server_side("NodePool", &raw),
+        Vec::<String>::new(),
+        "the CRD accepts it"
+    );
+}
+
+#[test]
 fn loading_reports_wrong_kinds_and_all_problems() {
     let e = nodepools::load_nodepools("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
         .unwrap_err();

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use nodepools::{
-    BudgetSpec, GpuSharingSpec, MigSpec, NodeClaim, NodeClaimSpec, NodePool, NodePoolSpec,
+    BudgetSpec, GpuSharingSpec, MigSpec, MpsSpec, NodeClaim, NodeClaimSpec, NodePool, NodePoolSpec,
     NodeSelectorRequirement, Taint, TimeSlicingSpec,
 };
 use proptest::prelude::*;
@@ -90,6 +90,10 @@ fn nodepool() -> impl Strategy<Value = NodePool> {
                         replicas,
                         rename_by_default: rename,
                         fail_requests_greater_than_one: rename,
+                    }),
+                    mps: (which & 8 == 8).then_some(MpsSpec {
+                        replicas,
+                        rename_by_default: rename,
                     }),
                     mig: (which & 2 == 2).then_some(MigSpec { config, strategy }),
                     fractional: which & 4 == 4,

@@ -275,6 +275,26 @@ fn nodepool_cases() {
             "#]],
         ),
         (
+            "gpuSharing:\n  mps:\n    replicas: 49\n  timeSlicing:\n    replicas: 4",
+            expect![[r#"
+                rust:
+                  spec.gpuSharing: mps cannot be set with timeSlicing or mig
+                  spec.gpuSharing.mps.replicas: 49 is outside [2, 48]
+                server:
+                  spec.gpuSharing.mps.replicas: 49 is greater than 48
+                  spec.gpuSharing: mps cannot be set with timeSlicing or mig
+            "#]],
+        ),
+        (
+            "gpuSharing:\n  mps:\n    replicas: 4\n  mig:\n    config: all-1g.10gb",
+            expect![[r#"
+                rust:
+                  spec.gpuSharing: mps cannot be set with timeSlicing or mig
+                server:
+                  spec.gpuSharing: mps cannot be set with timeSlicing or mig
+            "#]],
+        ),
+        (
             r#"template:
   taints:
     - {key: nvidia.com/gpu, value: present, effect: NoSchedule}

@@ -55,6 +55,17 @@ pub fn apply_sharing_cow<'a>(
     if sharing.mig.is_none() && sharing.time_slicing.is_none() {
         return Ok(Cow::Borrowed(it));
     }
+    // NVIDIA's device plugin shares only whole GPUs with MPS, not MIG instances.
+    if let (Some(m), Some(ts)) = (&sharing.mig, &sharing.time_slicing)
+        && ts.mps
+        && m.config != mig::DISABLED
+    {
+        return Err(invalid(
+            gpu,
+            "MPS shares only whole GPUs, not MIG instances (MIG configuration \
+             all-disabled, or time-slicing instead of MPS)",
+        ));
+    }
     let mut out = it.clone();
     if let Some(m) = &sharing.mig {
         apply_mig(&mut out, gpu, m)?;
@@ -193,15 +204,17 @@ fn apply_time_slicing(
     gpu: &GpuSpec,
     ts: &TimeSlicing,
 ) -> Result<(), CoreError> {
+    let what = if ts.mps { "MPS" } else { "time-slicing" };
     if !is_nvidia(gpu) {
         return Err(invalid(
             gpu,
-            "time-slicing is a feature of NVIDIA's device plugin and needs an NVIDIA GPU",
+            format!("{what} is a feature of NVIDIA's device plugin and needs an NVIDIA GPU"),
         ));
     }
     if ts.replicas == 0 {
-        return Err(invalid(gpu, "time-slicing replicas must be at least 1"));
+        return Err(invalid(gpu, format!("{what} replicas must be at least 1")));
     }
+
     let devices: Vec<(String, i64)> = it
         .capacity
         .iter()
@@ -219,7 +232,11 @@ fn apply_time_slicing(
         }
     }
     set_label(it, labels::NVIDIA_REPLICAS, ts.replicas.to_string());
-    set_label(it, NVIDIA_SHARING_STRATEGY, "time-slicing");
+    set_label(
+        it,
+        NVIDIA_SHARING_STRATEGY,
+        if ts.mps { "mps" } else { "time-slicing" },
+    );
     // GFD marks the product shared only when the resource keeps its name: a renamed
     // resource (`nvidia.com/gpu.shared`) says so itself, and the product label stays as it is.
     if !ts.rename {

@@ -394,7 +394,8 @@ pub struct DaemonSet {
     pub host_ports: Vec<HostPort>,
 }
 
-/// Time-slicing configuration of a NodePool.
+/// Time-slicing (or MPS) configuration of a NodePool: how the device plugin advertises each
+/// GPU as several replicas.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TimeSlicing {
     /// Replicas per physical GPU (>= 2).
@@ -405,6 +406,20 @@ pub struct TimeSlicing {
     /// replica fails at admission, so such pods get no node of the pool.
     #[serde(default)]
     pub fail_requests_greater_than_one: bool,
+    /// The replicas come from CUDA MPS (the device plugin's `sharing.mps`) rather than
+    /// time-slicing: the node is advertised the same way, GPU Feature Discovery's
+    /// sharing-strategy label says `mps`, and the device plugin always fails a request for
+    /// more than one replica (each replica gets a fixed part of the GPU's memory and compute).
+    #[serde(default)]
+    pub mps: bool,
+}
+
+impl TimeSlicing {
+    /// Whether a container asking for more than one replica is refused by the device plugin:
+    /// always under MPS, under time-slicing with `failRequestsGreaterThanOne`.
+    pub fn one_replica_each(&self) -> bool {
+        self.fail_requests_greater_than_one || self.mps
+    }
 }
 
 /// MIG strategy of the GPU Operator.

@@ -1988,6 +1988,7 @@ fn a_pool_failing_requests_for_several_replicas_takes_one_replica_pods_only() {
             replicas: 4,
             rename: false,
             fail_requests_greater_than_one: true,
+            mps: false,
         }),
         ..GpuSharing::default()
     };
@@ -2017,6 +2018,35 @@ fn a_pool_failing_requests_for_several_replicas_takes_one_replica_pods_only() {
         expect![[r#"
             existing default/one -> sliced-1
             unschedulable default/two: the pod asks for more than one GPU and NodePool gpu time-slices with failRequestsGreaterThanOne (its device plugin fails such requests)
+        "#]],
+    );
+}
+
+#[test]
+fn an_mps_pool_packs_one_replica_pods_by_replicas_and_refuses_pods_asking_for_more() {
+    // MPS: each GPU is advertised as `replicas` devices, as with time-slicing, and the device
+    // plugin always fails a request for more than one. Eight one-replica pods fill two
+    // one-GPU nodes four to a GPU; the two-replica pod gets no node of the pool.
+    let sharing = GpuSharing {
+        time_slicing: Some(TimeSlicing {
+            replicas: 4,
+            rename: false,
+            mps: true,
+            ..TimeSlicing::default()
+        }),
+        ..GpuSharing::default()
+    };
+    let tolerate = |p: PodBuilder| p.tolerate(Toleration::exists("nvidia.com/gpu"));
+    let mut pods: Vec<PodBuilder> = (0..8)
+        .map(|i| tolerate(pod(&format!("one-{i}")).cpu("500m").gpus(1)))
+        .collect();
+    pods.push(tolerate(pod("two").cpu("500m").gpus(2)));
+    check(
+        &snapshot(pods, vec![gpu_pool().sharing(sharing)]),
+        expect![[r#"
+            claim gpu-1 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[one-0,one-1,one-2,one-3]
+            claim gpu-2 pool=gpu price=1.006 types=[g5.xlarge,g5.12xlarge,p4d.24xlarge,p5.48xlarge] pods=[one-4,one-5,one-6,one-7]
+            unschedulable default/two: the pod asks for more than one GPU and NodePool gpu shares its GPUs with MPS (its device plugin fails requests for more than one replica)
         "#]],
     );
 }

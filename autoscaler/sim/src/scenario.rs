@@ -321,6 +321,8 @@ struct PoolFile {
     #[serde(default)]
     time_slicing: Option<u32>,
     #[serde(default)]
+    mps: Option<u32>,
+    #[serde(default)]
     mig: Option<String>,
     #[serde(default)]
     mig_strategy: Option<String>,

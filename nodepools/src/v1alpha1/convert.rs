@@ -510,20 +510,36 @@ fn parse_sharing(path: &FieldPath, g: &GpuSharingSpec, errs: &mut ValidationErro
     if g.time_slicing.is_some() && g.mig.is_some() {
         errs.push(path, "timeSlicing and mig cannot both be set");
     }
-    let time_slicing = g.time_slicing.as_ref().and_then(|t| {
-        let p = path.field("timeSlicing").field("replicas");
-        match u32::try_from(t.replicas) {
-            Ok(r) if (2..=1024).contains(&r) => Some(TimeSlicing {
-                replicas: r,
-                rename: t.rename_by_default,
-                fail_requests_greater_than_one: t.fail_requests_greater_than_one,
-            }),
+    if g.mps.is_some() && (g.time_slicing.is_some() || g.mig.is_some()) {
+        errs.push(path, "mps cannot be set with timeSlicing or mig");
+    }
+    let replicas = |field: &str, replicas: i32, most: u32, errs: &mut ValidationErrors| {
+        let p = path.field(field).field("replicas");
+        match u32::try_from(replicas) {
+            Ok(r) if (2..=most).contains(&r) => Some(r),
             _ => {
-                errs.push(&p, format!("{} is outside [2, 1024]", t.replicas));
+                errs.push(&p, format!("{replicas} is outside [2, {most}]"));
                 None
             }
         }
+    };
+    let time_slicing = g.time_slicing.as_ref().and_then(|t| {
+        replicas("timeSlicing", t.replicas, 1024, errs).map(|r| TimeSlicing {
+            replicas: r,
+            rename: t.rename_by_default,
+            fail_requests_greater_than_one: t.fail_requests_greater_than_one,
+            mps: false,
+        })
     });
+    let mps = g.mps.as_ref().and_then(|m| {
+        replicas("mps", m.replicas, 48, errs).map(|r| TimeSlicing {
+            replicas: r,
+            rename: m.rename_by_default,
+            fail_requests_greater_than_one: true,
+            mps: true,
+        })
+    });
+    let time_slicing = time_slicing.or(mps);
     let mig = g.mig.as_ref().and_then(|m| {
         let p = path.field("mig");
         let strategy = match m.strategy.as_str() {

@@ -18,8 +18,8 @@ pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, ResourceRequireme
 pub use nodeoverlay::{MAX_OVERLAY_REQUIREMENTS, NodeOverlay, NodeOverlaySpec};
 pub use nodepool::{
     AtomicScaleUpSpec, BUDGET_NODES_PATTERN, BudgetSpec, DeviceAttributeSpec, DisruptionSpec,
-    DraSpec, GpuSharingSpec, MigSpec, NodePool, NodePoolSpec, NodePoolStatus, NodePoolTemplate,
-    TemplateMetadata, TimeSlicingSpec,
+    DraSpec, GpuSharingSpec, MigSpec, MpsSpec, NodePool, NodePoolSpec, NodePoolStatus,
+    NodePoolTemplate, TemplateMetadata, TimeSlicingSpec,
 };
 
 /// The version string.

@@ -204,7 +204,7 @@ pub struct TemplateMetadata {
     pub labels: BTreeMap<String, String>,
 }
 
-/// How a NodePool's GPUs are shared. `timeSlicing` and `mig` exclude each other.
+/// How a NodePool's GPUs are shared. `timeSlicing`, `mps` and `mig` exclude each other.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -212,11 +212,19 @@ pub struct TemplateMetadata {
         "rule": "!(has(self.timeSlicing) && has(self.mig))",
         "message": "timeSlicing and mig cannot both be set",
     },
+    {
+        "rule": "!(has(self.mps) && (has(self.timeSlicing) || has(self.mig)))",
+        "message": "mps cannot be set with timeSlicing or mig",
+    },
 ]))]
 pub struct GpuSharingSpec {
     /// Time-slicing: each physical GPU is advertised as `replicas` devices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_slicing: Option<TimeSlicingSpec>,
+    /// CUDA MPS (the device plugin's `sharing.mps`): each physical GPU is advertised as
+    /// `replicas` devices, each with an equal part of its memory and compute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mps: Option<MpsSpec>,
     /// MIG: each physical GPU is split into instances of a named layout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mig: Option<MigSpec>,
@@ -240,6 +248,20 @@ pub struct TimeSlicingSpec {
     /// this pool, with a reason.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fail_requests_greater_than_one: bool,
+}
+
+/// MPS settings (the GPU Operator's device-plugin `sharing.mps`). The device plugin always
+/// fails a container asking for more than one replica, so such pods get no node of this pool,
+/// with a reason.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MpsSpec {
+    /// Devices advertised per physical GPU. CUDA MPS serves at most 48 clients per GPU.
+    #[schemars(range(min = 2, max = 48))]
+    pub replicas: i32,
+    /// Advertise `nvidia.com/gpu.shared` instead of `nvidia.com/gpu`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rename_by_default: bool,
 }
 
 /// MIG settings (the GPU Operator's `nvidia.com/mig.config` and MIG strategy).

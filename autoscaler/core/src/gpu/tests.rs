@@ -357,6 +357,63 @@ fn mig_then_time_slicing() {
 }
 
 #[test]
+fn mps_advertises_replicas_like_time_slicing_and_says_mps() {
+    let mps = |replicas, rename| GpuSharing {
+        time_slicing: Some(TimeSlicing {
+            replicas,
+            rename,
+            mps: true,
+            ..TimeSlicing::default()
+        }),
+        ..GpuSharing::default()
+    };
+    check(
+        &mps(4, false),
+        expect![[r#"
+            p4d: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
+            p4de: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
+            a3-1g: nvidia.com/gpu=4 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
+            p5en: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-H200-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
+            b200x8: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-B200-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
+            g4dn: nvidia.com/gpu=4 [nvidia.com/gpu.product=Tesla-T4-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": MPS is a feature of NVIDIA's device plugin and needs an NVIDIA GPU
+            cpu-only: no devices
+        "#]],
+    );
+    check(
+        &mps(2, true),
+        expect![[r#"
+            p4d: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
+            p4de: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
+            a3-1g: nvidia.com/gpu.shared=2 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
+            p5en: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
+            b200x8: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
+            g4dn: nvidia.com/gpu.shared=2 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
+            g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": MPS is a feature of NVIDIA's device plugin and needs an NVIDIA GPU
+            cpu-only: no devices
+        "#]],
+    );
+    // Not on MIG instances, under either strategy; all-disabled keeps whole GPUs to share.
+    for strategy in [MigStrategy::Single, MigStrategy::Mixed] {
+        let sharing = GpuSharing {
+            time_slicing: mps(2, false).time_slicing,
+            ..mig("all-1g.10gb", strategy)
+        };
+        let t = &types()[0];
+        assert_eq!(
+            render(t, &sharing),
+            "error: GPU sharing on GPU model \"A100\": MPS shares only whole GPUs, not MIG \
+             instances (MIG configuration all-disabled, or time-slicing instead of MPS)"
+        );
+    }
+    let off = GpuSharing {
+        time_slicing: mps(2, false).time_slicing,
+        ..mig("all-disabled", MigStrategy::Single)
+    };
+    assert!(render(&types()[0], &off).contains("nvidia.com/gpu=16"));
+}
+
+#[test]
 fn errors_name_the_problem() {
     let t4 = &types()[5];
     let e = apply_sharing(t4, &mig("all-1g.10gb", MigStrategy::Mixed)).unwrap_err();

@@ -63,12 +63,13 @@ pub(super) fn asks_several_gpus(p: &crate::model::Pod) -> bool {
         .any(|(k, v)| *v > 1 && crate::resources::is_gpu_class(k))
 }
 
-/// Whether `pool`'s device plugin fails requests for more than one time-sliced replica.
+/// Whether `pool`'s device plugin fails requests for more than one replica (time-slicing
+/// with `failRequestsGreaterThanOne`, or MPS).
 pub(super) fn one_replica_each(pool: &crate::model::Pool) -> bool {
     pool.sharing
         .time_slicing
         .as_ref()
-        .is_some_and(|t| t.fail_requests_greater_than_one)
+        .is_some_and(crate::model::TimeSlicing::one_replica_each)
 }
 
 /// The first [`Bar`] between pods (`tolerations`, whether they take a GPU `share`, their

@@ -579,8 +579,16 @@ impl<'a> Planner<'a> {
     }
 }
 
-/// Why a pod asking for several replicas of a time-sliced GPU gets no node of `pool`.
+/// Why a pod asking for several replicas of a time-sliced or MPS-shared GPU gets no node of
+/// `pool`.
 fn one_replica_reason(pool: &crate::model::Pool) -> String {
+    if pool.sharing.time_slicing.as_ref().is_some_and(|t| t.mps) {
+        return format!(
+            "the pod asks for more than one GPU and NodePool {} shares its GPUs with MPS (its \
+             device plugin fails requests for more than one replica)",
+            pool.name
+        );
+    }
     format!(
         "the pod asks for more than one GPU and NodePool {} time-slices with \
          failRequestsGreaterThanOne (its device plugin fails such requests)",

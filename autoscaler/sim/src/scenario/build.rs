@@ -323,6 +323,30 @@ pub(super) fn build_pool(
             "timeSlicing and mig cannot both be set".into(),
         ));
     }
+    let mps = match f.mps {
+        None => None,
+        Some(_) if mig.is_some() || time_slicing.is_some() => {
+            return Err(err(
+                "mps",
+                "mps",
+                "mps cannot be set with timeSlicing or mig".into(),
+            ));
+        }
+        Some(r) if (2..=48).contains(&r) => Some(TimeSlicing {
+            replicas: r,
+            rename: false,
+            fail_requests_greater_than_one: true,
+            mps: true,
+        }),
+        Some(r) => {
+            return Err(err(
+                "mps",
+                "mps",
+                format!("{r} replicas: must be between 2 and 48"),
+            ));
+        }
+    };
+    let time_slicing = time_slicing.or(mps);
     if let Some(a) = &f.atomic_scale_up
         && !(1..=1000).contains(&a.nodes)
     {

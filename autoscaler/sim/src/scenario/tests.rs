@@ -307,3 +307,20 @@ fn bad_provisioning_request_values_name_line_and_field() {
     let (_, _, why) = err(&gang);
     assert!(why.contains("unknown field `class`"), "{why}");
 }
+
+#[test]
+fn an_mps_pool_loads_as_mps_and_bad_mps_names_its_line() {
+    let gpu = GOOD.replace("families: [m6i]", "families: [g5]\n    mps: 4");
+    let s = Scenario::parse(Path::new("mps.yaml"), &gpu).unwrap();
+    let mps = s.pools[0].sharing.time_slicing.as_ref().unwrap();
+    assert!(
+        mps.mps && mps.one_replica_each() && mps.replicas == 4,
+        "{mps:?}"
+    );
+    let (line, field, why) = err(&gpu.replace("mps: 4", "mps: 64"));
+    assert_eq!((line, field.as_str()), (7, "pools[0].mps"), "{why}");
+    assert!(why.contains("between 2 and 48"), "{why}");
+    let (line, field, why) = err(&gpu.replace("mps: 4", "mps: 4\n    timeSlicing: 2"));
+    assert_eq!((line, field.as_str()), (7, "pools[0].mps"), "{why}");
+    assert!(why.contains("cannot be set with timeSlicing"), "{why}");
+}
