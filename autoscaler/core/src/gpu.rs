@@ -21,6 +21,9 @@ pub const NVIDIA_SHARING_STRATEGY: &str = "nvidia.com/gpu.sharing-strategy";
 pub const NVIDIA_MIG_CAPABLE: &str = "nvidia.com/mig.capable";
 /// Prefix of the mixed-strategy MIG resources (`nvidia.com/mig-1g.10gb`).
 pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
+/// GPU Feature Discovery's label on nodes whose GPUs are shared with MPS; NVIDIA's MPS
+/// control daemon runs where it is `true`.
+pub const NVIDIA_MPS_CAPABLE: &str = "nvidia.com/mps.capable";
 /// Suffix the device plugin appends to time-sliced resources when renaming them.
 pub const SHARED_SUFFIX: &str = ".shared";
 
@@ -237,6 +240,10 @@ fn apply_time_slicing(
         NVIDIA_SHARING_STRATEGY,
         if ts.mps { "mps" } else { "time-slicing" },
     );
+    if ts.mps {
+        // The MPS control daemon's DaemonSet selects it: its overhead counts on the node.
+        set_label(it, NVIDIA_MPS_CAPABLE, "true");
+    }
     // GFD marks the product shared only when the resource keeps its name: a renamed
     // resource (`nvidia.com/gpu.shared`) says so itself, and the product label stays as it is.
     if !ts.rename {

@@ -414,7 +414,8 @@ fn apply(nodes: &mut Vec<Vec<PodSpec>>, edit: &Edit) {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(100))]
     /// One cache carried through passes over a changing cluster (it keeps a copy of the nodes
-    /// and copies only those that changed) plans exactly as passes without one.
+    /// and copies only those that changed, and the plans of its simulations while nothing
+    /// changed) plans exactly as passes without one.
     #[test]
     fn a_cache_kept_across_changing_passes_plans_as_fresh_passes(
         nodes in proptest::collection::vec(proptest::collection::vec(arb_pod(), 0..4), 1..7),
@@ -433,6 +434,9 @@ proptest! {
             let with = plan_disruption_cached(&snap, &state, 0, &config, &mut cache);
             let without = plan_disruption(&snap, &state, 0, &config);
             prop_assert_eq!(&with, &without, "after {:?}", edit);
+            // A second pass on the unchanged cluster answers from the plans the cache kept.
+            let again = plan_disruption_cached(&snap, &state, 0, &config, &mut cache);
+            prop_assert_eq!(&again, &without, "again after {:?}", edit);
         }
     }
 }

@@ -1722,3 +1722,51 @@ fn a_node_another_autoscaler_is_removing_is_left_to_it() {
         "#]],
     );
 }
+
+#[test]
+fn a_gang_still_waiting_for_members_keeps_no_node() {
+    // Two of a gang of three are pending: the planner binds none of them (the gang waits for
+    // its third), so no node is kept for them.
+    let mut s = snap(
+        vec![
+            managed("a", &m16(), "cpu").with_pod(pod("w").cpu("15")),
+            managed("b", &m16(), "cpu"),
+        ],
+        vec![pool("cpu", vec![m16(), m4()]).disruption(quick())],
+    );
+    for n in ["g-0", "g-1"] {
+        s.pending.push(pod(n).cpu("2").group("g").build());
+    }
+    s.groups.insert(
+        "g".into(),
+        autoscaler_core::model::Group {
+            name: "g".into(),
+            min_count: 3,
+        },
+    );
+    let plan = plan_disruption(
+        &s,
+        &DisruptionState::default(),
+        0,
+        &DisruptionConfig::default(),
+    );
+    assert!(
+        !plan.render().contains("would be scheduled on it"),
+        "{}",
+        plan.render()
+    );
+    // With its third member the gang fits b, and b stays for it.
+    s.pending.push(pod("g-2").cpu("2").group("g").build());
+    let plan = plan_disruption(
+        &s,
+        &DisruptionState::default(),
+        0,
+        &DisruptionConfig::default(),
+    );
+    assert!(
+        plan.render()
+            .contains("keep b: pending pod default/g-0 would be scheduled on it"),
+        "{}",
+        plan.render()
+    );
+}

@@ -370,12 +370,12 @@ fn mps_advertises_replicas_like_time_slicing_and_says_mps() {
     check(
         &mps(4, false),
         expect![[r#"
-            p4d: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
-            p4de: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
-            a3-1g: nvidia.com/gpu=4 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
-            p5en: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-H200-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
-            b200x8: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-B200-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
-            g4dn: nvidia.com/gpu=4 [nvidia.com/gpu.product=Tesla-T4-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps]
+            p4d: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            p4de: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            a3-1g: nvidia.com/gpu=4 [nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            p5en: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-H200-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            b200x8: nvidia.com/gpu=32 [nvidia.com/gpu.product=NVIDIA-B200-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            g4dn: nvidia.com/gpu=4 [nvidia.com/gpu.product=Tesla-T4-SHARED] [nvidia.com/gpu.replicas=4] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
             g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": MPS is a feature of NVIDIA's device plugin and needs an NVIDIA GPU
             cpu-only: no devices
         "#]],
@@ -383,12 +383,12 @@ fn mps_advertises_replicas_like_time_slicing_and_says_mps() {
     check(
         &mps(2, true),
         expect![[r#"
-            p4d: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
-            p4de: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
-            a3-1g: nvidia.com/gpu.shared=2 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
-            p5en: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
-            b200x8: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
-            g4dn: nvidia.com/gpu.shared=2 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps]
+            p4d: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            p4de: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            a3-1g: nvidia.com/gpu.shared=2 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            p5en: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            b200x8: nvidia.com/gpu.shared=16 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
+            g4dn: nvidia.com/gpu.shared=2 [nvidia.com/gpu.replicas=2] [nvidia.com/gpu.sharing-strategy=mps] [nvidia.com/mps.capable=true]
             g4ad: error: GPU sharing on GPU model "Radeon-Pro-V520": MPS is a feature of NVIDIA's device plugin and needs an NVIDIA GPU
             cpu-only: no devices
         "#]],
