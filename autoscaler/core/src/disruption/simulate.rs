@@ -22,16 +22,7 @@ use super::candidates::movable;
 /// a fifth of a simulated day on a cluster of thousands of nodes.
 pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool) -> Plan {
     on_bare(snap, |base, snap, launchable| {
-        let mut holds = nominated_holds(snap, &base.nodes);
-        let waiting = binds_pending(
-            base,
-            waiting_pods(snap, &base.nodes),
-            &snap.groups,
-            &holds,
-            launchable,
-            None,
-        );
-        holds.extend(waiting);
+        let (holds, _) = holds_on(base, snap, launchable);
         plan_without(
             base,
             removed,
@@ -49,19 +40,28 @@ pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool)
 /// while the pod is on its way. `snap` is lent as to [`simulate`] and comes back as it was.
 pub(super) fn pending_targets(snap: &mut Snapshot) -> Vec<(String, PodKey)> {
     on_bare(snap, |base, snap, launchable| {
-        let holds = nominated_holds(snap, &base.nodes);
-        binds_pending(
-            base,
-            waiting_pods(snap, &base.nodes),
-            &snap.groups,
-            &holds,
-            launchable,
-            None,
-        )
-        .into_iter()
-        .map(|(ni, p)| (base.nodes[ni].name.clone(), p.key))
-        .collect()
+        let (holds, nominated) = holds_on(base, snap, launchable);
+        holds[nominated..]
+            .iter()
+            .map(|(ni, p)| (base.nodes[*ni].name.clone(), p.key.clone()))
+            .collect()
     })
+}
+
+/// The pods held on `base`'s nodes: those nominated to a registered node's claim
+/// ([`nominated_holds`]), then those the planner binds to a node that is up
+/// ([`binds_pending`]); with how many of them are nominations.
+fn holds_on(
+    base: &mut Snapshot,
+    snap: &Snapshot,
+    launchable: &mut Vec<crate::model::Pool>,
+) -> (Vec<(usize, Pod)>, usize) {
+    let mut holds = nominated_holds(snap, &base.nodes);
+    let nominated = holds.len();
+    let pods = waiting_pods(snap, &base.nodes);
+    let binding = binds_pending(base, pods, &snap.groups, &holds, launchable, None);
+    holds.extend(binding);
+    (holds, nominated)
 }
 
 /// Runs `f` on a [`bare`] snapshot holding `snap`'s nodes, DaemonSets and cluster limits
