@@ -1015,3 +1015,40 @@ fn pods_with_rules_on_two_keys_get_nodes_once_and_keep_both() {
     assert_eq!(p.pending_at_end, 2, "{summary}");
     assert_eq!(p.nodes_launched, 1, "{summary}");
 }
+
+const MPS: &str = "\
+name: mps
+seed: 7
+duration: 2h
+catalog: aws
+pools:
+  - name: mps
+    families: [g5]
+    taints: [{key: nvidia.com/gpu, value: present}]
+    mps: 4
+    disruption: {consolidateAfter: 2m, unneededTime: 5m}
+workloads:
+  - jobs:
+      name: infer
+      arrivals: {perHour: 40}
+      duration: {min: 10m, max: 30m}
+      pod: {nodePool: mps, cpu: 500m, memory: 2Gi, gpus: 1}
+  - jobs:
+      name: big
+      arrivals: {every: 30m, end: 1h}
+      duration: {fixed: 10m}
+      pod: {nodePool: mps, cpu: 1, memory: 4Gi, gpus: 2}
+";
+
+#[test]
+fn an_mps_pool_runs_one_replica_pods_and_never_binds_a_pod_asking_for_two() {
+    // NVIDIA's device plugin fails a container asking for two MPS replicas: no node is
+    // launched for such a pod, the simulated scheduler never binds it to a node of the pool
+    // (which would have the room), and it is still pending at the end.
+    let s = Scenario::parse(Path::new("mps.yaml"), MPS).unwrap();
+    let r = run(&s, &ours_only(), &|_, _| {}).unwrap();
+    let p = &r.policies[0];
+    let summary = report::summary(&r);
+    assert!(p.nodes_launched > 0 && p.pods_created > 20, "{summary}");
+    assert_eq!(p.pending_at_end, 2, "{summary}");
+}

@@ -44,6 +44,15 @@ impl Engine<'_> {
                 node.registered() && !node.cordoned && !node.deleting
             })
             .collect();
+        // NVIDIA's device plugin fails a container asking for more than one replica under MPS
+        // (and under time-slicing with failRequestsGreaterThanOne) at admission: the kubelet
+        // would fail the pod, so a pod asking for several GPUs is never bound to such a node
+        // and waits.
+        let several_ok: Vec<NodeId> = nodes
+            .iter()
+            .copied()
+            .filter(|n| !self.one_replica_each(*n))
+            .collect();
         // Room only shrinks while a pass binds, so a pod that found none fails for every later
         // pod of its template.
         let mut failed_templates: HashSet<u32> = HashSet::new();
@@ -64,7 +73,11 @@ impl Engine<'_> {
                 if !tried_groups.insert(g) {
                     continue;
                 }
-                if !self.place_group(g, &nodes) {
+                let several = self.workload.groups[g as usize]
+                    .members
+                    .iter()
+                    .any(|m| asks_several_gpus(self.cluster.pod(*m as usize)));
+                if !self.place_group(g, if several { &several_ok } else { &nodes }) {
                     for m in &self.workload.groups[g as usize].members {
                         if self.cluster.pending.contains(&(*m as usize)) {
                             unschedulable.push(*m as usize);
@@ -97,11 +110,16 @@ impl Engine<'_> {
             } else {
                 None
             };
+            let allowed = if asks_several_gpus(pod) {
+                &several_ok
+            } else {
+                &nodes
+            };
             let best = self.selectors.best_node_in(
                 view,
                 tpl,
                 pod,
-                nodes.iter().copied(),
+                allowed.iter().copied(),
                 self.cfg.score,
                 topo,
             );
@@ -136,6 +154,18 @@ impl Engine<'_> {
         if fresh {
             self.trigger_batch();
         }
+    }
+
+    /// Whether node `n`'s device plugin fails a request for more than one GPU replica (its
+    /// pool shares GPUs with MPS, or time-slices them with failRequestsGreaterThanOne).
+    fn one_replica_each(&self, n: NodeId) -> bool {
+        self.cluster.nodes[n].pool.is_some_and(|pi| {
+            self.pools[pi]
+                .sharing
+                .time_slicing
+                .as_ref()
+                .is_some_and(autoscaler_core::model::TimeSlicing::one_replica_each)
+        })
     }
 
     /// All-or-nothing placement of a group's pending members (the coscheduling plugin).
@@ -223,4 +253,12 @@ impl Engine<'_> {
         }
         self.request_pod_bound(p);
     }
+}
+
+/// Whether `pod` asks for more than one of a GPU-class resource.
+fn asks_several_gpus(pod: &autoscaler_core::model::Pod) -> bool {
+    pod.requests
+        .extended
+        .iter()
+        .any(|(k, v)| *v > 1 && autoscaler_core::resources::is_gpu_class(k))
 }
