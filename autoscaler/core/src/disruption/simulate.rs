@@ -14,7 +14,8 @@ use super::candidates::movable;
 /// with no in-flight capacity (evicting onto capacity that may never arrive is unsafe) and,
 /// unless `allow_new`, no NodePool to launch from. A pod the planner puts on a node that has
 /// not initialized is listed unschedulable ([`UNINITIALIZED_TARGET`]): evicted pods go only to
-/// initialized, schedulable nodes or to the command's own replacement.
+/// initialized, schedulable nodes or to the command's own replacement. The room of pending
+/// pods about to land on a node (`holds_on`) is taken.
 ///
 /// `snap` is the planner's input for the time of the call: its nodes, DaemonSets and cluster
 /// limits are moved into a [`bare`] snapshot, the removed nodes taken away, and all of it is
