@@ -336,6 +336,60 @@ mod disruption {
         decide(nodes, types, dra).render()
     }
 
+    #[test]
+    fn a_claim_does_not_move_onto_devices_a_pending_pod_is_about_to_take() {
+        // b has one free GPU, and the pending pod p (one GPU by claim, selecting b's host)
+        // goes there: b stays for it. a's one-GPU pod would fit b's free GPU too, but p's
+        // claim is not allocated yet, so the simulation would hand a's pod the GPU p needs:
+        // a stays.
+        let mut dra = classes();
+        let nodes = vec![
+            busy("a", &p4d(), &[1], &mut dra),
+            busy("b", &p4d(), &[4, 3], &mut dra),
+        ];
+        let quick = DisruptionPolicy {
+            unneeded_s: 0,
+            budgets: vec![],
+            ..DisruptionPolicy::default()
+        };
+        let mut s = Snapshot {
+            nodes,
+            pools: vec![pool("gpu", vec![p4d()]).disruption(quick).build()],
+            dra: Arc::new(dra),
+            ..Snapshot::default()
+        };
+        let before = plan_disruption(
+            &s,
+            &DisruptionState::default(),
+            0,
+            &DisruptionConfig::default(),
+        );
+        assert_eq!(
+            before.render(),
+            "Underutilized Delete nodes=[a] pods=1 savings=21.960\nkeep b: GPU utilization 0.88 above threshold 0.50\n"
+        );
+        s.pending = vec![
+            dra_pod("p", gpus(1))
+                .select(autoscaler_core::labels::HOSTNAME, "b")
+                .build(),
+        ];
+        assert_eq!(
+            autoscaler_core::provision::plan_provisioning(&s).render(),
+            "existing default/p -> b\n"
+        );
+        let after = plan_disruption(
+            &s,
+            &DisruptionState::default(),
+            0,
+            &DisruptionConfig::default(),
+        );
+        expect![[r#"
+            keep a: pod default/a-w0 has nowhere to go: would take devices held on b for pending pod default/p
+            keep b: GPU utilization 0.88 above threshold 0.50
+        "#]]
+        .assert_eq(&after.render());
+    }
+
     fn decide(
         nodes: Vec<Node>,
         types: Vec<InstanceType>,

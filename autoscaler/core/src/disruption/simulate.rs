@@ -252,6 +252,12 @@ fn plan_without(
     for (ni, p) in held.iter().filter(|(ni, _)| *ni < len) {
         base.nodes[*ni].pods.push(p.clone());
     }
+    // By node name: the indexes shift once the removed nodes are taken out.
+    let held_claims: BTreeMap<String, PodKey> = held
+        .iter()
+        .filter(|(ni, p)| !p.claims.is_empty() && *ni < len)
+        .map(|(ni, p)| (base.nodes[*ni].name.clone(), p.key.clone()))
+        .collect();
     // Highest index first, so the indexes still to take do not move.
     // The caller's indexes come from the nodes the copy was made of.
     debug_assert!(removed.iter().all(|ri| *ri < len), "index out of the copy");
@@ -297,6 +303,7 @@ fn plan_without(
         }
     }
     refuse_uninitialized_targets(&mut plan, &base.nodes);
+    refuse_held_devices(&mut plan, base, &held_claims);
     if with_pools {
         *launchable = std::mem::take(&mut base.pools);
     }
@@ -604,6 +611,43 @@ fn refuse_uninitialized_targets(plan: &mut Plan, nodes: &[Node]) {
     }
     plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
 }
+
+/// Turns every placement of a pod with DRA claims onto a node where a held pod with claims
+/// waits (`waiting`, by node name) into an unschedulable pod: a held pod's claims are not allocated yet, so the devices
+/// it will take are not marked taken in the simulation, and the moved pod could be given
+/// them. Leaving such nodes to pods without claims is the safe side (it holds back a
+/// consolidation only while the pod waits).
+fn refuse_held_devices(plan: &mut Plan, base: &Snapshot, waiting: &BTreeMap<String, PodKey>) {
+    if waiting.is_empty() || plan.existing.is_empty() {
+        return;
+    }
+    let claiming: BTreeSet<&PodKey> = base
+        .pending
+        .iter()
+        .filter(|p| !p.claims.is_empty())
+        .map(|p| &p.key)
+        .collect();
+    let (refused, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.existing)
+        .into_iter()
+        .partition(|p| claiming.contains(&p.pod) && waiting.contains_key(p.target.as_str()));
+    plan.existing = kept;
+    for p in refused {
+        plan.unschedulable.push(Unschedulable {
+            reason: format!(
+                "{HELD_DEVICES} {} for pending pod {}",
+                p.target,
+                waiting[p.target.as_str()]
+            ),
+            pod: p.pod,
+            limited_by: Vec::new(),
+        });
+    }
+    plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
+}
+
+/// Reason given to a pod with DRA claims whose only place is a node where a pending pod with
+/// claims is held.
+pub const HELD_DEVICES: &str = "would take devices held on";
 
 /// How a verdict names an evicted pod that cannot be placed.
 pub(super) fn nowhere_to_go(u: &crate::plan::Unschedulable) -> String {
