@@ -274,29 +274,21 @@ impl Resources {
         }
     }
 
-    /// Which amounts of `self` equal `most`'s amount of the same resource, as bits
+    /// Which non-zero amounts of `self` equal `most`'s amount of the same resource, as bits
     /// ([`Self::ATTAINS_CPU`] and the others): the resources `self` may be what sets `most`
-    /// in, when `most` is a [`Self::max`] over a set `self` is in.
+    /// in, when `most` is a [`Self::max`] over a set `self` is in (a zero sets nothing).
     pub fn attains(&self, most: &Resources) -> u8 {
-        let mut bits = 0;
-        for (bit, here, there) in [
-            (Self::ATTAINS_CPU, self.cpu, most.cpu),
-            (Self::ATTAINS_MEMORY, self.memory, most.memory),
-            (
-                Self::ATTAINS_EPHEMERAL_STORAGE,
-                self.ephemeral_storage,
-                most.ephemeral_storage,
-            ),
-            (Self::ATTAINS_PODS, self.pods, most.pods),
-        ] {
-            if here == there {
-                bits |= bit;
-            }
-        }
-        if self.extended.iter().any(|(k, v)| *v == most.get(k)) {
-            bits |= Self::ATTAINS_EXTENDED;
-        }
-        bits
+        self.iter_with(most)
+            .filter(|(_, here, there)| here == there)
+            .fold(0, |bits, (name, _, _)| {
+                bits | match name {
+                    names::CPU => Self::ATTAINS_CPU,
+                    names::MEMORY => Self::ATTAINS_MEMORY,
+                    names::EPHEMERAL_STORAGE => Self::ATTAINS_EPHEMERAL_STORAGE,
+                    names::PODS => Self::ATTAINS_PODS,
+                    _ => Self::ATTAINS_EXTENDED,
+                }
+            })
     }
 
     /// [`Self::attains`]: cpu.
