@@ -13,7 +13,7 @@ use crate::taints::untolerated;
 use super::classes::{dominant_share, even_spread};
 use super::shapes::{
     Devices, Shape, demand, distinct_values, may_select, min_values_short, offering_allowed,
-    offering_constraints, term_fits_shape,
+    offering_constraints, priced_candidates, term_fits_shape,
 };
 use super::slots::placeholder;
 use super::{Grow, Planner, PoolUse, Slot, SlotKind};
@@ -189,14 +189,7 @@ impl<'a> Planner<'a> {
             if !self.topology_ok(i, slot, zone.as_deref()) {
                 continue;
             }
-            let (zc, cc) = offering_constraints(&reqs);
-            let mut priced: Vec<(f64, usize)> = Vec::with_capacity(cands.len());
-            priced.extend(
-                cands
-                    .iter()
-                    .filter_map(|c| self.shapes[*c].price_allowed(zc, cc).map(|p| (p, *c))),
-            );
-            priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let priced = priced_candidates(&self.shapes, &cands, &reqs);
             let price = priced.first()?.0;
             return Some(Grow {
                 reqs: Some(reqs),
@@ -459,14 +452,7 @@ impl<'a> Planner<'a> {
                     reasons.push("topology constraints cannot be met on a new node".into());
                     continue;
                 }
-                let (zc, cc) = offering_constraints(&reqs);
-                let mut priced: Vec<(f64, usize)> = Vec::with_capacity(fitting.len());
-                priced.extend(
-                    fitting
-                        .iter()
-                        .filter_map(|c| self.shapes[*c].price_allowed(zc, cc).map(|p| (p, *c))),
-                );
-                priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let priced = priced_candidates(&self.shapes, &fitting, &reqs);
                 let Some(&(price, _)) = priced.first() else {
                     continue;
                 };
@@ -808,14 +794,7 @@ impl<'a> Planner<'a> {
             if resort {
                 // The requirements changed (a zone was pinned) without a narrowed list.
                 // The candidates without an offering there are dropped by the pricing.
-                let (zc, cc) = offering_constraints(&slot.reqs);
-                let mut priced: Vec<(f64, usize)> = Vec::with_capacity(slot.candidates.len());
-                priced.extend(
-                    slot.candidates
-                        .iter()
-                        .filter_map(|c| shapes[*c].price_allowed(zc, cc).map(|p| (p, *c))),
-                );
-                priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let priced = priced_candidates(shapes, &slot.candidates, &slot.reqs);
                 slot.candidates = priced.into_iter().map(|(_, c)| c).collect();
             }
             let most = &slot.allocatable;

@@ -64,6 +64,24 @@ impl Shape {
     }
 }
 
+/// `cands` (indexes into `shapes`) with an offering `reqs` allows, each with its cheapest such
+/// price, cheapest first (ties by index): the order every claim keeps its candidates in.
+pub(super) fn priced_candidates(
+    shapes: &[Shape],
+    cands: &[usize],
+    reqs: &Requirements,
+) -> Vec<(f64, usize)> {
+    let (zc, cc) = offering_constraints(reqs);
+    let mut priced: Vec<(f64, usize)> = Vec::with_capacity(cands.len());
+    priced.extend(
+        cands
+            .iter()
+            .filter_map(|c| shapes[*c].price_allowed(zc, cc).map(|p| (p, *c))),
+    );
+    priced.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    priced
+}
+
 /// The constraints of `reqs` that decide which offerings are allowed: zone and capacity type.
 pub(super) fn offering_constraints(
     reqs: &Requirements,
