@@ -22,12 +22,23 @@ use super::candidates::movable;
 /// put back before this returns, so `snap` is as it was. This spares a copy of every node for each call, which was
 /// a fifth of a simulated day on a cluster of thousands of nodes.
 pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool) -> Plan {
-    on_bare(snap, |base, snap, launchable| {
-        let (holds, _) = holds_on(base, snap, launchable);
+    let (holds, _) = pending_holds(snap);
+    simulate_holding(snap, removed, allow_new, &holds)
+}
+
+/// [`simulate`] with the pods held on `snap`'s nodes already worked out ([`pending_holds`]),
+/// for a caller that also needs them.
+pub(super) fn simulate_holding(
+    snap: &mut Snapshot,
+    removed: &BTreeSet<usize>,
+    allow_new: bool,
+    holds: &[(usize, Pod)],
+) -> Plan {
+    on_bare(snap, |base, _, launchable| {
         plan_without(
             base,
             removed,
-            &holds,
+            holds,
             &mut Vec::new(),
             launchable,
             allow_new,
@@ -36,17 +47,12 @@ pub fn simulate(snap: &mut Snapshot, removed: &BTreeSet<usize>, allow_new: bool)
     })
 }
 
-/// The registered nodes the planner would bind `snap`'s pending pods to as the cluster is
-/// ([`binds_pending`]), by node name: Karpenter nominates such a node and leaves it alone
-/// while the pod is on its way. `snap` is lent as to [`simulate`] and comes back as it was.
-pub(super) fn pending_targets(snap: &mut Snapshot) -> Vec<(String, PodKey)> {
-    on_bare(snap, |base, snap, launchable| {
-        let (holds, nominated) = holds_on(base, snap, launchable);
-        holds[nominated..]
-            .iter()
-            .map(|(ni, p)| (base.nodes[*ni].name.clone(), p.key.clone()))
-            .collect()
-    })
+/// The pods held on `snap`'s nodes (indexes into them), as [`simulate`] holds them
+/// (`holds_on`), with how many are nominations; the rest are pending pods the planner would
+/// bind to a node that is up: Karpenter nominates such a node and leaves it alone while the
+/// pod is on its way. `snap` is lent as to [`simulate`] and comes back as it was.
+pub(super) fn pending_holds(snap: &mut Snapshot) -> (Vec<(usize, Pod)>, usize) {
+    on_bare(snap, holds_on)
 }
 
 /// The pods held on `base`'s nodes: those nominated to a registered node's claim
@@ -383,11 +389,16 @@ impl SimBase {
         snap: &Snapshot,
         nodes: &[N],
     ) -> Vec<(String, PodKey)> {
-        if self.binding.is_none() && waiting_pods(snap, nodes).is_empty() {
-            self.binding = Some(Vec::new());
-            return Vec::new();
+        let mut waiting = None;
+        if self.binding.is_none() {
+            let pods = waiting_pods(snap, nodes);
+            if pods.is_empty() {
+                self.binding = Some(Vec::new());
+                return Vec::new();
+            }
+            waiting = Some(pods);
         }
-        self.bring_up_to_date(snap, nodes);
+        self.bring_up_to_date_with(snap, nodes, waiting);
         self.binding
             .iter()
             .flatten()
@@ -398,6 +409,16 @@ impl SimBase {
     /// Brings the copy up to date with `nodes` and `snap` when it may not be, and puts the
     /// pods held on its nodes where they are now (the nodes may have moved in it).
     fn bring_up_to_date<N: Borrow<Node>>(&mut self, snap: &Snapshot, nodes: &[N]) {
+        self.bring_up_to_date_with(snap, nodes, None);
+    }
+
+    /// [`Self::bring_up_to_date`], given the pass's [`waiting_pods`] when the caller has them.
+    fn bring_up_to_date_with<N: Borrow<Node>>(
+        &mut self,
+        snap: &Snapshot,
+        nodes: &[N],
+        waiting: Option<Vec<Pod>>,
+    ) {
         if self.current {
             return;
         }
@@ -406,7 +427,7 @@ impl SimBase {
         let mut holds = nominated_holds(snap, &base.nodes);
         let nominated = holds.len();
         if self.binding.is_none() {
-            let pods = waiting_pods(snap, &base.nodes);
+            let pods = waiting.unwrap_or_else(|| waiting_pods(snap, &base.nodes));
             let placed = binds_pending(
                 base,
                 pods,

@@ -7,12 +7,12 @@ use crate::model::{DisruptionReason, Node, Snapshot};
 
 use super::budgets::Allowance;
 use super::candidates::{Nominations, movable, node_block_in, right_size_savings};
-use super::simulate::{nowhere_to_go, simulate};
+use super::simulate::{nowhere_to_go, pending_holds, simulate_holding};
 use super::{Command, DisruptionConfig, Method};
 
 /// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was
 /// decided. `Err` says why it no longer holds; the caller then drops it. `snap` is lent to the
-/// simulation and comes back as it was ([`simulate`]).
+/// simulation and comes back as it was ([`super::simulate()`]).
 pub fn validate(
     command: &Command,
     snap: &mut Snapshot,
@@ -26,9 +26,15 @@ pub fn validate(
         ));
     }
     let mut removed = BTreeSet::new();
-    let binding = super::simulate::pending_targets(snap);
+    // Worked out once: the nodes they keep, and the simulation below holds them.
+    let (holds, nominated) = pending_holds(snap);
     let mut nominations = Nominations::of(snap);
-    nominations.binding(binding);
+    nominations.binding(
+        holds[nominated..]
+            .iter()
+            .map(|(ni, p)| (snap.nodes[*ni].name.clone(), p.key.clone()))
+            .collect(),
+    );
     for name in &command.nodes {
         let Some(i) = snap.nodes.iter().position(|n| &n.name == name) else {
             return Err(format!("node {name} is gone"));
@@ -64,7 +70,7 @@ pub fn validate(
         .iter()
         .map(|n| right_size_savings(n, snap, devices.get(n.name.as_str()).copied(), config))
         .fold(0.0, f64::max);
-    let plan = simulate(snap, &removed, command.method == Method::Replace);
+    let plan = simulate_holding(snap, &removed, command.method == Method::Replace, &holds);
     if let Some(u) = plan.unschedulable.first() {
         return Err(nowhere_to_go(u));
     }
