@@ -48,11 +48,17 @@ impl Engine<'_> {
         // (and under time-slicing with failRequestsGreaterThanOne) at admission: the kubelet
         // would fail the pod, so a pod asking for several GPUs is never bound to such a node
         // and waits.
-        let several_ok: Vec<NodeId> = nodes
-            .iter()
-            .copied()
-            .filter(|n| !self.one_replica_each(*n))
-            .collect();
+        // Most scenarios have no such pool: the node list is then borrowed, not filtered.
+        let refusing = (0..self.pools.len()).any(|pi| self.pool_one_replica_each(pi));
+        let several_ok: std::borrow::Cow<'_, [NodeId]> = if refusing {
+            nodes
+                .iter()
+                .copied()
+                .filter(|n| !self.one_replica_each(*n))
+                .collect()
+        } else {
+            std::borrow::Cow::Borrowed(&nodes)
+        };
         // Room only shrinks while a pass binds, so a pod that found none fails for every later
         // pod of its template.
         let mut failed_templates: HashSet<u32> = HashSet::new();
@@ -77,7 +83,7 @@ impl Engine<'_> {
                     .members
                     .iter()
                     .any(|m| asks_several_gpus(self.cluster.pod(*m as usize)));
-                if !self.place_group(g, if several { &several_ok } else { &nodes }) {
+                if !self.place_group(g, if several { &several_ok } else { &nodes[..] }) {
                     for m in &self.workload.groups[g as usize].members {
                         if self.cluster.pending.contains(&(*m as usize)) {
                             unschedulable.push(*m as usize);
@@ -110,7 +116,7 @@ impl Engine<'_> {
             } else {
                 None
             };
-            let allowed = if asks_several_gpus(pod) {
+            let allowed: &[NodeId] = if asks_several_gpus(pod) {
                 &several_ok
             } else {
                 &nodes
@@ -159,13 +165,18 @@ impl Engine<'_> {
     /// Whether node `n`'s device plugin fails a request for more than one GPU replica (its
     /// pool shares GPUs with MPS, or time-slices them with failRequestsGreaterThanOne).
     fn one_replica_each(&self, n: NodeId) -> bool {
-        self.cluster.nodes[n].pool.is_some_and(|pi| {
-            self.pools[pi]
-                .sharing
-                .time_slicing
-                .as_ref()
-                .is_some_and(autoscaler_core::model::TimeSlicing::one_replica_each)
-        })
+        self.cluster.nodes[n]
+            .pool
+            .is_some_and(|pi| self.pool_one_replica_each(pi))
+    }
+
+    /// Whether pool `pi`'s device plugin fails a request for more than one GPU replica.
+    fn pool_one_replica_each(&self, pi: usize) -> bool {
+        self.pools[pi]
+            .sharing
+            .time_slicing
+            .as_ref()
+            .is_some_and(autoscaler_core::model::TimeSlicing::one_replica_each)
     }
 
     /// All-or-nothing placement of a group's pending members (the coscheduling plugin).
