@@ -323,4 +323,8 @@ fn an_mps_pool_loads_as_mps_and_bad_mps_names_its_line() {
     let (line, field, why) = err(&gpu.replace("mps: 4", "mps: 4\n    timeSlicing: 2"));
     assert_eq!((line, field.as_str()), (7, "pools[0].mps"), "{why}");
     assert!(why.contains("cannot be set with timeSlicing"), "{why}");
+    // A pool named after the field: the line is the field's, not the name's.
+    let named = gpu.replace("name: cpu", "name: mps");
+    let (line, _, _) = err(&named.replace("mps: 4", "mps: 64"));
+    assert_eq!(line, 7);
 }

@@ -120,7 +120,7 @@ pub(in crate::scenario) fn build_pool(
         Some(_) if mig.is_some() || time_slicing.is_some() => {
             return Err(err(
                 "mps",
-                "mps",
+                "mps:",
                 "mps cannot be set with timeSlicing or mig".into(),
             ));
         }
@@ -133,7 +133,7 @@ pub(in crate::scenario) fn build_pool(
         Some(r) => {
             return Err(err(
                 "mps",
-                "mps",
+                "mps:",
                 format!("{r} replicas: must be between 2 and 48"),
             ));
         }
