@@ -161,7 +161,7 @@ pub struct GpuNames<'a> {
 /// Adds the GPU labels of `gpu` to `l`: the provider-neutral `gpu-autoscaler.dev/instance-gpu-*`
 /// family; for NVIDIA also GPU Feature Discovery's `nvidia.com/gpu.{count,memory}`,
 /// `nvidia.com/gpu.replicas=1`, `nvidia.com/gpu.sharing-strategy=none`,
-/// `nvidia.com/mig.capable` and, where the product name is known, `nvidia.com/gpu.product`;
+/// `nvidia.com/mps.capable=false`, `nvidia.com/mig.capable` and, where the product name is known, `nvidia.com/gpu.product`;
 /// and the GKE accelerator label where
 /// given. The same labels the embedded catalog gives its types, so that selectors written
 /// against one provider work on the others.
@@ -183,6 +183,7 @@ pub fn add_gpu_labels(l: &mut Labels, gpu: &GpuSpec, names: GpuNames<'_>) {
         // them), so a pod that asks for an unshared GPU by label gets a node planned.
         put(labels::NVIDIA_REPLICAS, "1".into());
         put(gpu::NVIDIA_SHARING_STRATEGY, "none".into());
+        put(gpu::NVIDIA_MPS_CAPABLE, "false".into());
         let capable = gpu::mig::model_for(&gpu.model, gpu.memory_mib).is_some();
         put(gpu::NVIDIA_MIG_CAPABLE, capable.to_string());
     }

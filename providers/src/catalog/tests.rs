@@ -213,6 +213,7 @@ fn sample_entries() {
           nvidia.com/gpu.replicas=1
           nvidia.com/gpu.sharing-strategy=none
           nvidia.com/mig.capable=false
+          nvidia.com/mps.capable=false
           topology.kubernetes.io/region=us-east-1
           offerings: us-east-1a,us-east-1b,us-east-1c,us-east-1d x (on-demand $1.006, spot $0.4024)
         p5.48xlarge
@@ -234,6 +235,7 @@ fn sample_entries() {
           nvidia.com/gpu.replicas=1
           nvidia.com/gpu.sharing-strategy=none
           nvidia.com/mig.capable=true
+          nvidia.com/mps.capable=false
           topology.kubernetes.io/region=us-east-1
           offerings: us-east-1a,us-east-1b,us-east-1c,us-east-1d x (on-demand $55.04, spot $22.016)
         inf2.xlarge
@@ -271,6 +273,7 @@ fn sample_entries() {
           nvidia.com/gpu.replicas=1
           nvidia.com/gpu.sharing-strategy=none
           nvidia.com/mig.capable=false
+          nvidia.com/mps.capable=false
           topology.kubernetes.io/region=us-central1
           offerings: us-central1-a,us-central1-b,us-central1-c,us-central1-f x (on-demand $0.729998, spot $0.291999)
         a3-megagpu-8g
@@ -293,6 +296,7 @@ fn sample_entries() {
           nvidia.com/gpu.replicas=1
           nvidia.com/gpu.sharing-strategy=none
           nvidia.com/mig.capable=true
+          nvidia.com/mps.capable=false
           topology.kubernetes.io/region=us-east4
           offerings: us-east4-a,us-east4-b,us-east4-c x (on-demand $92.937588, spot $37.175035)
     "#]]
