@@ -339,9 +339,9 @@ mod disruption {
     #[test]
     fn a_claim_does_not_move_onto_devices_a_pending_pod_is_about_to_take() {
         // b has one free GPU, and the pending pod p (one GPU by claim, selecting b's host)
-        // goes there: b stays for it. a's one-GPU pod would fit b's free GPU too, but p's
-        // claim is not allocated yet, so the simulation would hand a's pod the GPU p needs:
-        // a stays.
+        // goes there: b stays for it. a's one-GPU pod would fit b's free GPU too, but the
+        // simulation gives that GPU to p's claim (not allocated yet) first: a's pod has no
+        // place but a replacement as dear as a, and a stays.
         let mut dra = classes();
         let nodes = vec![
             busy("a", &p4d(), &[1], &mut dra),
@@ -384,10 +384,63 @@ mod disruption {
             &DisruptionConfig::default(),
         );
         expect![[r#"
-            keep a: pod default/a-w0 has nowhere to go: would take devices held on b for pending pod default/p
+            keep a: no strictly cheaper replacement
             keep b: GPU utilization 0.88 above threshold 0.50
         "#]]
         .assert_eq(&after.render());
+    }
+
+    #[test]
+    fn a_claim_moves_onto_devices_left_beside_a_pending_pods() {
+        // b has two free GPUs; the pending pod p (one GPU by its own claim) goes there and
+        // the simulation gives p's claim one of them first, so a's one-GPU pod takes the
+        // other: a goes. A shared claim p would make for itself may be followed by other pods
+        // (moved ones among them), so its devices are not worked out: b is kept from moved
+        // pods with claims, and a stays.
+        let shared = claim()
+            .request(request("gpu").class(NVIDIA_DRIVER).count(1))
+            .shared("team-gpu");
+        for (p_claim, expected) in [
+            (
+                gpus(1),
+                "Underutilized Delete nodes=[a] pods=1 savings=21.960\n",
+            ),
+            (
+                shared,
+                "keep a: pod default/a-w0 has nowhere to go: would take devices held on b \
+                 for pending pod default/p\n",
+            ),
+        ] {
+            let mut dra = classes();
+            let nodes = vec![
+                busy("a", &p4d(), &[1], &mut dra),
+                busy("b", &p4d(), &[4, 2], &mut dra),
+            ];
+            let quick = DisruptionPolicy {
+                unneeded_s: 0,
+                budgets: vec![],
+                ..DisruptionPolicy::default()
+            };
+            let s = Snapshot {
+                nodes,
+                pools: vec![pool("gpu", vec![p4d()]).disruption(quick).build()],
+                dra: Arc::new(dra),
+                pending: vec![
+                    dra_pod("p", p_claim)
+                        .select(autoscaler_core::labels::HOSTNAME, "b")
+                        .build(),
+                ],
+                ..Snapshot::default()
+            };
+            let got = plan_disruption(
+                &s,
+                &DisruptionState::default(),
+                0,
+                &DisruptionConfig::default(),
+            )
+            .render();
+            assert!(got.starts_with(expected), "{got}");
+        }
     }
 
     fn decide(

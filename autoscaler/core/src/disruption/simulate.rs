@@ -2,7 +2,11 @@
 //! without them (one piece of fit logic), and the cluster after they moved.
 
 use std::borrow::{Borrow, Cow};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use crate::dra::allocate::{Allocator, ClaimRef, Inventory, reaches};
+use crate::dra::{DeviceId, Dra, PodClaim, ResourceClaim};
 
 use crate::model::{Node, Pod, PodKey, Snapshot};
 use crate::plan::{Plan, Unschedulable};
@@ -258,12 +262,11 @@ fn plan_without(
     for (ni, p) in held.iter().filter(|(ni, _)| *ni < len) {
         base.nodes[*ni].pods.push(p.clone());
     }
-    // By node name: the indexes shift once the removed nodes are taken out.
-    let held_claims: BTreeMap<String, PodKey> = held
-        .iter()
-        .filter(|(ni, p)| !p.claims.is_empty() && *ni < len)
-        .map(|(ni, p)| (base.nodes[*ni].name.clone(), p.key.clone()))
-        .collect();
+    // The devices held pods will take are taken, as their room is; where that cannot be
+    // worked out, the node is refused to moved pods with claims (by node name: the indexes
+    // shift once the removed nodes are taken out).
+    let (held_dra, held_claims) = allocate_held(&base.dra, &base.nodes, held);
+    let cluster_dra = held_dra.map(|d| std::mem::replace(&mut base.dra, Arc::new(d)));
     // Highest index first, so the indexes still to take do not move.
     // The caller's indexes come from the nodes the copy was made of.
     debug_assert!(removed.iter().all(|ri| *ri < len), "index out of the copy");
@@ -310,6 +313,9 @@ fn plan_without(
     }
     refuse_uninitialized_targets(&mut plan, &base.nodes);
     refuse_held_devices(&mut plan, base, &held_claims);
+    if let Some(d) = cluster_dra {
+        base.dra = d;
+    }
     if with_pools {
         *launchable = std::mem::take(&mut base.pools);
     }
@@ -633,11 +639,91 @@ fn refuse_uninitialized_targets(plan: &mut Plan, nodes: &[Node]) {
     plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
 }
 
+/// The pods `held` on `nodes` whose claims are not allocated yet, given devices on their
+/// node as the scheduler will give them: `dra` with a claim object per such claim, allocated
+/// there (`None` when there is none), so that a simulation counts those devices taken and a
+/// moved pod gets only what is left. A held pod with an unallocated shared claim (other pods,
+/// moved ones among them, would have to follow its allocation) or whose claims find no devices
+/// on its node is listed instead, by node name, for [`refuse_held_devices`].
+fn allocate_held(
+    dra: &Dra,
+    nodes: &[Node],
+    held: &[(usize, Pod)],
+) -> (Option<Dra>, BTreeMap<String, PodKey>) {
+    let mut refused = BTreeMap::new();
+    let mut made: Vec<ResourceClaim> = Vec::new();
+    let mut taken: Option<HashSet<DeviceId>> = None;
+    for (ni, p) in held.iter().filter(|(ni, _)| *ni < nodes.len()) {
+        let open: Vec<&PodClaim> = p.claims.iter().filter(|c| c.allocation.is_none()).collect();
+        if open.is_empty() {
+            continue;
+        }
+        let node = &nodes[*ni];
+        if open.iter().any(|c| c.shared_name().is_some()) {
+            refused.insert(node.name.clone(), p.key.clone());
+            continue;
+        }
+        let taken = taken.get_or_insert_with(|| {
+            dra.claims
+                .iter()
+                .filter_map(|c| c.allocation.as_ref())
+                .flat_map(|a| a.devices.iter().map(|d| d.device.clone()))
+                .collect()
+        });
+        let inv = Inventory::new(
+            dra.slices
+                .iter()
+                .filter(|s| reaches(s, &node.name, &node.labels)),
+        );
+        let refs: Vec<ClaimRef<'_>> = open
+            .iter()
+            .map(|c| ClaimRef {
+                name: &c.name,
+                spec: &c.spec,
+            })
+            .collect();
+        let got = Allocator::new(&dra.classes).allocate_with(
+            &node.name,
+            &inv,
+            &|id| taken.contains(id),
+            &refs,
+        );
+        let Ok(allocations) = got else {
+            refused.insert(node.name.clone(), p.key.clone());
+            continue;
+        };
+        for (c, a) in open.iter().zip(allocations) {
+            taken.extend(a.devices.iter().map(|d| d.device.clone()));
+            made.push(ResourceClaim {
+                namespace: p.key.namespace.clone(),
+                name: c
+                    .claim_name()
+                    .map_or_else(|| format!("{}-{}", p.key.name, c.name), str::to_string),
+                spec: c.spec.clone(),
+                allocation: Some(a),
+                reserved_for: vec![p.key.clone()],
+            });
+        }
+    }
+    if made.is_empty() {
+        return (None, refused);
+    }
+    let mut with_held = dra.clone();
+    // A template's claim that exists already is replaced by its allocated copy.
+    with_held.claims.retain(|c| {
+        !made
+            .iter()
+            .any(|m| m.namespace == c.namespace && m.name == c.name)
+    });
+    with_held.claims.extend(made);
+    (Some(with_held), refused)
+}
+
 /// Turns every placement of a pod with DRA claims onto a node where a held pod with claims
-/// waits (`waiting`, by node name) into an unschedulable pod: a held pod's claims are not allocated yet, so the devices
-/// it will take are not marked taken in the simulation, and the moved pod could be given
-/// them. Leaving such nodes to pods without claims is the safe side (it holds back a
-/// consolidation only while the pod waits).
+/// waits whose devices [`allocate_held`] could not work out (`waiting`, by node name) into an
+/// unschedulable pod: the moved pod could be given the devices that pod needs. Leaving such
+/// nodes to pods without claims is the safe side (it holds back a consolidation only while
+/// the pod waits).
 fn refuse_held_devices(plan: &mut Plan, base: &Snapshot, waiting: &BTreeMap<String, PodKey>) {
     if waiting.is_empty() || plan.existing.is_empty() {
         return;
