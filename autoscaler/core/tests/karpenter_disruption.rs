@@ -621,7 +621,6 @@ fn should_not_consider_candidates_that_have_fully_blocking_pdbs() {
 }
 
 #[test]
-#[ignore = "differs from Karpenter: a PDB selecting only a DaemonSet pod does not block its node"]
 fn should_not_consider_candidates_that_have_fully_blocking_pdbs_on_daemonset_pods() {
     let plan = filtered(
         kn("n", &big(), "p").with_pod(daemon_pod("ds").label("test", "value")),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::model::{Budget, BudgetValue, DisruptionReason, Node, Snapshot};
 use crate::quota::{Usage, below_min, node_usage, selects, usage_of_nodes};
 
-use super::candidates::{fmt_duration, movable};
+use super::candidates::{fmt_duration, movable, pdb_selects};
 use super::{
     Blocker, DisruptionConfig, DisruptionState, InProgress, Pass, PoolEvents, VerdictKind, cooldown,
 };
@@ -230,11 +230,13 @@ impl Allowance {
                 ),
             ));
         }
+        // Every pod that goes with a node uses its budgets: evicted ones, and DaemonSet pods,
+        // which end with the node (mirror pods are the kubelet's).
         let mut pdb_use: BTreeMap<usize, i64> = BTreeMap::new();
         for n in nodes {
-            for p in movable(n) {
+            for p in n.pods.iter().filter(|p| !p.mirror) {
                 for (bi, b) in snap.pdbs.iter().enumerate() {
-                    if b.namespace == p.key.namespace && b.selector.matches(&p.labels) {
+                    if pdb_selects(b, p) {
                         *pdb_use.entry(bi).or_default() += 1;
                     }
                 }

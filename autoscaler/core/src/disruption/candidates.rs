@@ -234,17 +234,24 @@ pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
     if !safe && pod.local_storage {
         return evict(format!("pod {} uses local storage", pod.key));
     }
-    let pdbs: Vec<_> = snap
-        .pdbs
-        .iter()
-        .filter(|b| b.namespace == pod.key.namespace && b.selector.matches(&pod.labels))
-        .collect();
-    if !safe && pod.key.namespace == "kube-system" && pdbs.is_empty() {
+    if !safe && pod.key.namespace == "kube-system" && !snap.pdbs.iter().any(|b| pdb_selects(b, pod)) {
         return evict(format!(
             "kube-system pod {} has no PodDisruptionBudget",
             pod.key
         ));
     }
+    pdb_block(pod, snap)
+}
+
+/// Whether PodDisruptionBudget `b` selects `pod`.
+pub(super) fn pdb_selects(b: &crate::model::Pdb, pod: &Pod) -> bool {
+    b.namespace == pod.key.namespace && b.selector.matches(&pod.labels)
+}
+
+/// What keeps `pod` on its node by PodDisruptionBudget: more than one selects it, or one that
+/// selects it allows no disruption now.
+fn pdb_block(pod: &Pod, snap: &Snapshot) -> Option<Blocker> {
+    let pdbs: Vec<_> = snap.pdbs.iter().filter(|b| pdb_selects(b, pod)).collect();
     if let [a, b, ..] = pdbs.as_slice() {
         // The eviction API refuses a pod more than one budget selects.
         return Some(Blocker::new(
@@ -399,12 +406,21 @@ pub(super) fn node_block_in(
         ));
     }
     // A DaemonSet or mirror pod is not evicted, but its do-not-disrupt still keeps the node,
-    // as in Karpenter: whoever set it wants the node kept.
+    // as in Karpenter: whoever set it wants the node kept. A DaemonSet pod goes with its
+    // node, so a budget that allows it no disruption keeps the node too (Karpenter's
+    // candidates with fully blocking PDBs on DaemonSet pods); a mirror pod is the kubelet's,
+    // and no budget of the API server's holds it.
     if let Some(b) = node
         .pods
         .iter()
         .filter(|p| p.is_daemonset() || p.mirror)
-        .find_map(|p| pod_protection_block(p, now))
+        .find_map(|p| {
+            pod_protection_block(p, now).or_else(|| {
+                (p.is_daemonset() && !p.mirror)
+                    .then(|| pdb_block(p, snap))
+                    .flatten()
+            })
+        })
     {
         return Some(b);
     }
