@@ -845,7 +845,6 @@ fn eighteen_spot(min_types: u32) -> (Snapshot, Vec<String>) {
 }
 
 #[test]
-#[ignore = "differs from Karpenter: minValues above 15 keeps every cheaper spot type instead of exactly minValues"]
 fn spot_to_spot_consolidation_should_consider_the_max_of_default_and_minimum_number_of_instance_type_options_from_min_values_in_requirement_for_truncation_if_minimum_number_of_instance_type_options_from_min_values_in_requirement_is_greater_than_15()
  {
     let (s, by_price) = eighteen_spot(16);

@@ -172,13 +172,17 @@ pub(super) fn spot_to_spot(
         return Err("spot-to-spot replacement would not meet the NodePool's minValues".into());
     }
     // Only the cheapest `min_types` are offered, as in Karpenter: the flexibility asked for,
-    // without launching on a type far dearer than the cheapest. Unless the pool's minValues
-    // needs more of them.
-    if min_types > 0 && count > min_types {
-        let mut cut = claim.clone();
-        cut.instance_types.truncate(min_types);
-        if meets(&cut) {
-            claim = cut;
+    // without launching on a type far dearer than the cheapest. Where the pool's minValues
+    // needs more of them, the fewest cheapest that meet it (Karpenter truncates to the larger
+    // of the two counts).
+    if min_types > 0 {
+        for keep in min_types..count {
+            let mut cut = claim.clone();
+            cut.instance_types.truncate(keep);
+            if meets(&cut) {
+                claim = cut;
+                break;
+            }
         }
     }
     Ok(claim)
