@@ -1221,7 +1221,6 @@ fn replace_with_tiny() -> (Snapshot, Command) {
 }
 
 #[test]
-#[ignore = "differs from Karpenter: validation checks the price, not that the replacement's types are still a subset"]
 fn should_not_consolidate_if_the_action_picks_different_instance_types_after_the_node_ttl_wait() {
     let (s, cmd) = replace_with_tiny();
     assert!(replacement_types_of(&cmd).contains(&"tiny.medium".to_string()));

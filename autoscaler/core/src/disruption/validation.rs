@@ -77,6 +77,27 @@ pub fn validate(
     if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {
         return Err("replacement is no longer strictly cheaper".into());
     }
+    // The replacement launches with the types decided then: each must still be one the
+    // simulation picks for the pods now (Karpenter's check that they are a subset), or a pod
+    // that came meanwhile might not fit the node that comes. Once the replacement is up its
+    // pods need no new node, and there is nothing to compare.
+    if let (Some(r), Some(now_claim)) = (&command.replacement, plan.new_claims.first()) {
+        let picked: BTreeSet<&str> = now_claim
+            .instance_types
+            .iter()
+            .map(|o| o.instance_type.as_str())
+            .collect();
+        if let Some(o) = r
+            .instance_types
+            .iter()
+            .find(|o| !picked.contains(o.instance_type.as_str()))
+        {
+            return Err(format!(
+                "the replacement's instance type {} is no longer one scheduling picks for its pods",
+                o.instance_type
+            ));
+        }
+    }
     if command.method == Method::Replace && plan.new_cost() > cost * (1.0 - savings) {
         return Err(format!(
             "above its utilization threshold, and the replacement no longer saves {:.0} %",
