@@ -1168,7 +1168,11 @@ fn should_consider_initialized_nodes_before_uninitialized_nodes() {
         .find(|v| v.node == "small")
         .expect("a verdict for every node");
     assert_eq!(small.kind, VerdictKind::AboveThreshold, "{}", plan.render());
-    assert!(small.reason.contains("at threshold 1.00"), "{}", small.reason);
+    assert!(
+        small.reason.contains("at threshold 1.00"),
+        "{}",
+        small.reason
+    );
 }
 
 /// Not an upstream `It()` of its own: the case above with a small node of 1.5 cpus, below its

@@ -234,7 +234,8 @@ pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
     if !safe && pod.local_storage {
         return evict(format!("pod {} uses local storage", pod.key));
     }
-    if !safe && pod.key.namespace == "kube-system" && !snap.pdbs.iter().any(|b| pdb_selects(b, pod)) {
+    if !safe && pod.key.namespace == "kube-system" && !snap.pdbs.iter().any(|b| pdb_selects(b, pod))
+    {
         return evict(format!(
             "kube-system pod {} has no PodDisruptionBudget",
             pod.key
