@@ -224,11 +224,18 @@ impl ClusterRead {
         built
     }
 
-    /// The pods the controller plans for: the unschedulable ones.
+    /// The pods the controller plans for: the unschedulable ones, but for those preempting
+    /// pods on a node that is up ([`CachedPod::preempting`]).
     fn unschedulable(&self) -> BTreeSet<PodKey> {
+        let up: BTreeSet<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| n.metadata.deletion_timestamp.is_none())
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
         self.pods
             .iter()
-            .filter(|p| p.unschedulable)
+            .filter(|p| p.unschedulable && !p.preempting(|n| up.contains(n)))
             .map(|p| p.key.clone())
             .collect()
     }

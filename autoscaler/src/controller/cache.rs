@@ -63,6 +63,9 @@ pub struct CachedPod {
     pub unschedulable: bool,
     /// When it became unschedulable, milliseconds since the epoch.
     pub unschedulable_since_ms: Option<i64>,
+    /// `status.nominatedNodeName`: the node the scheduler preempted pods on for it, where it
+    /// will be bound once they are gone.
+    pub nominated_node: Option<Arc<str>>,
     /// Its creation time, milliseconds since the epoch (for `--new-pod-scale-up-delay`).
     pub created_ms: Option<i64>,
     /// `Ready=True`.
@@ -200,6 +203,12 @@ impl CachedPod {
             active: translate::is_active(&p),
             unschedulable: translate::is_unschedulable(&p),
             unschedulable_since_ms,
+            nominated_node: p
+                .status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+                .filter(|n| !n.is_empty())
+                .map(|n| intern(&NODE_NAMES, Arc::from(n))),
             created_ms: p
                 .metadata
                 .creation_timestamp
@@ -237,6 +246,15 @@ impl CachedPod {
             Ok(c) => Ok(CorePod::sharing(self.key.clone(), c.shape().clone())),
             Err(e) => Err(e.clone()),
         }
+    }
+
+    /// Whether the scheduler preempted pods for this pod on a node that is still there and not
+    /// being deleted (`status.nominatedNodeName`; `node_up` says whether a node by that name
+    /// is): it is bound there once they are gone and needs no node of its own, so the
+    /// controller leaves it alone, as Karpenter leaves preempting pods (`IsPreempting`). A
+    /// nomination to a node that went is stale and counts for nothing.
+    pub fn preempting(&self, node_up: impl Fn(&str) -> bool) -> bool {
+        self.nominated_node.as_deref().is_some_and(node_up)
     }
 
     /// Whether the pod is a DaemonSet or mirror pod (it does not move when its node goes).
@@ -496,6 +514,25 @@ mod tests {
             (r.kind.as_deref(), r.name.as_deref(), r.namespace.as_deref()),
             (Some("Pod"), Some("p"), Some("ml"))
         );
+    }
+
+    #[test]
+    fn a_pod_nominated_to_a_node_preempts_only_while_that_node_is_up() {
+        let nominated = |node: &str| -> CachedPod {
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "ml"},
+                "spec": {"containers": [{"name": "c"}]},
+                "status": {"nominatedNodeName": node, "conditions": [{"type": "PodScheduled",
+                    "status": "False", "reason": "Unschedulable"}]}
+            }))
+            .unwrap()
+        };
+        let p = nominated("n1");
+        assert!(p.unschedulable);
+        assert!(p.preempting(|n| n == "n1"));
+        assert!(!p.preempting(|n| n == "n2"));
+        // The scheduler clears a nomination by writing it empty.
+        assert!(!nominated("").preempting(|_| true));
     }
 
     #[test]

@@ -437,3 +437,51 @@ async fn e2e_a_new_leader_plans_an_old_backlog_without_a_batch_window() {
         "the claim came after a batch window"
     );
 }
+
+/// A pod the scheduler preempted pods for (`status.nominatedNodeName`) is bound to that node
+/// once they are gone: while the node is there, the controller launches nothing for it (as
+/// Karpenter leaves preempting pods alone); once the nomination names a node that went, the
+/// pod is pending like any other and gets its claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_preempting_pod_waits_for_its_nominated_node_not_a_new_one() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(gpu_pool("gpu", "10m")).await;
+    let _: k8s_openapi::api::core::v1::Node = c
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "busy"}}))
+        .await;
+    // The harness scheduler leaves pods of another scheduler alone.
+    let mut pod = gpu_pod("preemptor");
+    pod["spec"]["schedulerName"] = json!("other-scheduler");
+    let _: Pod = c.create(pod).await;
+    let nominate = |node: &'static str| {
+        let pods = Api::<Pod>::namespaced(c.client.clone(), "default");
+        async move {
+            pods.patch_status(
+                "preemptor",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "nominatedNodeName": node,
+                    "conditions": [{"type": "PodScheduled", "status": "False",
+                        "reason": "Unschedulable", "message": "preempting pods on busy",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+            )
+            .await
+            .expect("status patch");
+        }
+    };
+    nominate("busy").await;
+    let ctl = c.controller("preempting", &["--leader-elect=false"]);
+    // Rounds that began after the nomination was written: none launched anything.
+    ctl.more_loops("round", 3).await;
+    assert!(
+        c.claims().await.is_empty(),
+        "a claim for a pod preempting on an existing node"
+    );
+    nominate("gone").await;
+    eventually(
+        "a claim once the nominated node is gone",
+        DEADLINE,
+        || async { c.claims().await.into_iter().next() },
+    )
+    .await;
+}

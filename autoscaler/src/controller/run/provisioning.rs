@@ -190,9 +190,19 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    /// Unschedulable pods, except those consuming a live ProvisioningRequest's capacity: that
-    /// capacity is booked for them, so they never trigger a scale-up of their own. In the
-    /// order of `pods`.
+    /// [`CachedPod::preempting`] against the node cache.
+    fn preempting(&self, p: &CachedPod) -> bool {
+        p.preempting(|n| {
+            self.stores
+                .nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(n))
+                .is_some_and(|node| node.metadata.deletion_timestamp.is_none())
+        })
+    }
+
+    /// Unschedulable pods, except those preempting pods on a node that is up
+    /// ([`CachedPod::preempting`]) and those consuming a live ProvisioningRequest's capacity: that capacity is booked for
+    /// them, so they never trigger a scale-up of their own. In the order of `pods`.
     fn pending_now<'p>(&self, pods: &'p [Arc<CachedPod>]) -> Vec<&'p Arc<CachedPod>> {
         let live = self.live_provreqs();
         let ms = |d: std::time::Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
@@ -200,7 +210,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
             new_pod_ms: ms(self.args.new_pod_scale_up_delay),
             gpu_pod_ms: ms(self.args.gpu_pod_scale_up_delay),
         };
-        let unschedulable: Vec<&Arc<CachedPod>> = pods.iter().filter(|p| p.unschedulable).collect();
+        let unschedulable: Vec<&Arc<CachedPod>> = pods
+            .iter()
+            .filter(|p| p.unschedulable && !self.preempting(p))
+            .collect();
         let young: Vec<Young<'_>> = unschedulable
             .iter()
             .map(|p| Young {
