@@ -60,7 +60,7 @@ use autoscaler_core::DisruptionPlan;
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{
     Command, DO_NOT_DISRUPT, DisruptionConfig, DisruptionState, Method, POD_DELETION_COST, Verdict,
-    VerdictKind, budget_nodes, budget_standing, plan_disruption, simulate, validate,
+    VerdictKind, budget_nodes, budget_standing, narrow_empty, plan_disruption, simulate, validate,
 };
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
@@ -1030,7 +1030,6 @@ fn plain_three() -> [PodBuilder; 3] {
 }
 
 #[test]
-#[ignore = "differs from Karpenter: validate rejects a whole empty command when one node takes a pod"]
 fn does_not_delete_nodes_with_pod_churn_deletes_nodes_without_pod_churn() {
     let s = snap(
         vec![kn("n0", &big(), "p"), kn("n1", &big(), "p")],
@@ -1041,10 +1040,21 @@ fn does_not_delete_nodes_with_pod_churn_deletes_nodes_without_pod_churn() {
     let cmd = &plan.commands[0];
     assert_eq!(cmd.reason, DisruptionReason::Empty);
     // While the command waits out its validation delay a pod lands on n0. Karpenter drops n0
-    // from the command and deletes n1; the command must survive validation for that.
+    // from the command and deletes n1.
     let mut later = s.clone();
     bind(&mut later, "n0", rs_pod("late"));
-    assert_eq!(validate_after_delay(cmd, &later), Ok(()));
+    assert!(
+        validate_after_delay(cmd, &later).is_err(),
+        "n0 is not empty"
+    );
+    let mut narrowed = cmd.clone();
+    narrowed.nodes = narrow_empty(cmd, &later).expect("n1 is still empty");
+    assert_eq!(narrowed.nodes, vec!["n1".to_string()]);
+    assert_eq!(validate_after_delay(&narrowed, &later), Ok(()));
+    // Nothing to narrow while both are empty, nor once both took pods.
+    assert_eq!(narrow_empty(cmd, &s), None);
+    bind(&mut later, "n1", rs_pod("later"));
+    assert_eq!(narrow_empty(cmd, &later), None);
 }
 
 #[test]

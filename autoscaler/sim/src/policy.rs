@@ -205,6 +205,12 @@ pub trait Policy {
     fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64);
     /// Whether a decision still holds after the validation delay.
     fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64) -> bool;
+    /// The nodes of `decision` to go on with, when it may go on with fewer than it names
+    /// (the core's [`autoscaler_core::disruption::narrow_empty`]), asked before it is
+    /// validated; the default (the baselines) never narrows.
+    fn narrow(&mut self, _ctx: &Ctx, _decision: &Decision) -> Option<Vec<String>> {
+        None
+    }
     /// Capacity for a ProvisioningRequest; the default serves none ([`RequestAnswer::Unsupported`]).
     fn provision_request(&mut self, _ctx: &Ctx, _ask: &RequestAsk, _now: i64) -> RequestAnswer {
         RequestAnswer::Unsupported
@@ -529,6 +535,12 @@ impl Policy for GpuAutoscaler {
         };
         ctx.snapshot_in(&mut self.cache, false);
         validate(cmd, self.cache.get_mut(), now, &self.config).is_ok()
+    }
+
+    fn narrow(&mut self, ctx: &Ctx, decision: &Decision) -> Option<Vec<String>> {
+        let cmd = decision.command.as_ref()?;
+        ctx.snapshot_in(&mut self.cache, false);
+        autoscaler_core::disruption::narrow_empty(cmd, self.cache.get_mut())
     }
 
     fn on_scale_up(&mut self, pool: &str, now: i64) {

@@ -10,6 +10,30 @@ use super::candidates::{Nominations, movable, node_block_in, right_size_savings}
 use super::simulate::{nowhere_to_go, pending_holds, simulate_holding};
 use super::{Command, DisruptionConfig, Method};
 
+/// The nodes of an empty-nodes `command` still there and empty in `snap`, when a pod has
+/// landed on some of them and not on all: Karpenter drops the nodes that took pods and deletes
+/// the others, where dropping the whole command would leave them all to the next pass, a
+/// validation delay later. `None` for any other command, or when every node or none is still
+/// empty; the command is then validated as it is. The caller replaces the command's nodes
+/// before [`validate`], which checks the rest (blocks, budgets).
+pub fn narrow_empty(command: &Command, snap: &Snapshot) -> Option<Vec<String>> {
+    if command.reason != DisruptionReason::Empty {
+        return None;
+    }
+    let kept: Vec<String> = command
+        .nodes
+        .iter()
+        .filter(|name| {
+            snap.nodes
+                .iter()
+                .find(|n| &n.name == *name)
+                .is_some_and(|n| movable(n).is_empty())
+        })
+        .cloned()
+        .collect();
+    (!kept.is_empty() && kept.len() < command.nodes.len()).then_some(kept)
+}
+
 /// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was
 /// decided. `Err` says why it no longer holds; the caller then drops it. `snap` is lent to the
 /// simulation and comes back as it was ([`super::simulate()`]).

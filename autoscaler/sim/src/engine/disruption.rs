@@ -138,6 +138,14 @@ impl Engine<'_> {
             let Some(p) = self.decisions.get(&i) else {
                 return;
             };
+            if p.job.stage == Stage::Decided
+                && self.now >= p.job.command.decided_at + self.cfg.disruption.validation_delay_s
+            {
+                self.narrow_job(i);
+            }
+            let Some(p) = self.decisions.get(&i) else {
+                return;
+            };
             let facts = self.job_facts(p);
             let job = p.job.clone();
             let mut decision = p.decision.clone();
@@ -246,6 +254,32 @@ impl Engine<'_> {
                 return;
             }
         }
+    }
+
+    /// Narrows decision `i` to the nodes its policy goes on with ([`Policy::narrow`]), as the
+    /// controller narrows its job before validating it.
+    fn narrow_job(&mut self, i: u64) {
+        let Some(p) = self.decisions.get(&i) else {
+            return;
+        };
+        let mut decision = p.decision.clone();
+        if decision.command.is_some() {
+            decision.command = Some(p.job.command.clone());
+        }
+        let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
+        let kept = taken.narrow(&self.ctx(), &decision);
+        self.policy = taken;
+        let (Some(kept), Some(p)) = (kept, self.decisions.get_mut(&i)) else {
+            return;
+        };
+        let nodes = &self.cluster.nodes;
+        p.decision
+            .nodes
+            .retain(|n| kept.iter().any(|k| *k == nodes[*n].name));
+        if let Some(cmd) = p.decision.command.as_mut() {
+            cmd.nodes.clone_from(&kept);
+        }
+        p.job.command.nodes = kept;
     }
 
     /// Decisions waiting on node `n` (as their replacement or among their nodes), stepped

@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use autoscaler_core::disruption::{DisruptionConfig, plan_disruption_cached, validate};
+use autoscaler_core::disruption::{
+    DisruptionConfig, narrow_empty, plan_disruption_cached, validate,
+};
 use autoscaler_core::model::PodKey;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -222,6 +224,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let claims = self.stores.claims.state();
         let mut jobs = std::mem::take(&mut self.jobs);
         for job in &mut jobs {
+            // An empty-nodes command some of whose nodes took pods while it waited goes on
+            // with the ones still empty, as Karpenter's does, before it is validated.
+            if job.stage == Stage::Decided
+                && now >= job.command.decided_at + config.validation_delay_s
+                && let Some(kept) = narrow_empty(&job.command, &snap)
+            {
+                tracing::info!(nodes = ?job.command.nodes, kept = ?kept, "pods landed on some nodes of an empty-nodes command: going on with the others");
+                job.command.nodes = kept;
+            }
             let nodes_present: Vec<String> = job
                 .command
                 .nodes
