@@ -104,6 +104,10 @@ impl<'a> Planner<'a> {
             // The zones seen, with the price each is first offered at (what `pick_zone` would
             // gather from the prefix again), and the cheapest price in each over the prefix:
             // the claim's price once the zone is pinned.
+            if !self.topology_ok_on_node(i, slot) {
+                // No zone would do: the walk over the candidates is spared.
+                return None;
+            }
             let mut seen: Vec<(&str, f64)> = Vec::new();
             let mut cheapest: Vec<(&str, f64)> = Vec::new();
             let (zc, cc) = offering_constraints(&slot.reqs);

@@ -97,6 +97,12 @@ impl<'a> Planner<'a> {
     /// Whether pod `i` may go on `slot` placed in `zone` (None: zone not known yet, so zone
     /// rules must be settled by pinning first).
     pub(super) fn topology_ok(&self, i: usize, slot: &Slot, zone: Option<&str>) -> bool {
+        self.topology_ok_on_node(i, slot) && self.topology_ok_in_zone(i, slot, zone)
+    }
+
+    /// The rules of [`Self::topology_ok`] that hold or fail whatever the slot's zone: host
+    /// ports and the hostname terms. Weighing every zone for a slot asks them once.
+    pub(super) fn topology_ok_on_node(&self, i: usize, slot: &Slot) -> bool {
         let pod = &self.snap.pending[i];
         if ports_conflict(&pod.host_ports, slot.ports.iter()) {
             return false;
@@ -114,6 +120,37 @@ impl<'a> Planner<'a> {
                 return false;
             }
         }
+        for (t, sel) in pod.anti_affinity.iter().zip(&self.sel_of_anti[i]) {
+            if t.topology_key == labels::HOSTNAME && slot.counts[*sel] > 0 {
+                return false;
+            }
+        }
+        for (t, sel) in pod.affinity.iter().zip(&self.sel_of_affinity[i]) {
+            if t.topology_key == labels::HOSTNAME
+                && slot.counts[*sel] == 0
+                && !(self.matches[i].contains(sel) && self.nobody_matches(*sel))
+            {
+                return false;
+            }
+        }
+        for (t, sel) in pod.spread.iter().zip(&self.sel_of_spread[i]) {
+            // The pod counts in its own domain only when it matches the constraint's selector
+            // (as the scheduler's PodTopologySpread does). A new node is always a possible
+            // domain with no matching pod, so min is 0.
+            if t.hard && t.topology_key == labels::HOSTNAME {
+                let itself = u32::from(self.matches[i].binary_search(sel).is_ok());
+                if slot.counts[*sel] + itself > t.max_skew {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The zone rules of [`Self::topology_ok`]: what depends on the zone `slot` is (or would be
+    /// pinned to) in.
+    fn topology_ok_in_zone(&self, i: usize, slot: &Slot, zone: Option<&str>) -> bool {
+        let pod = &self.snap.pending[i];
         if let Some(z) = zone {
             for (sel, bz) in &self.state.zone_blocks {
                 if bz == z && sel_matches(sel, &pod.key.namespace, &pod.labels) {
@@ -122,11 +159,7 @@ impl<'a> Planner<'a> {
             }
         }
         for (t, sel) in pod.anti_affinity.iter().zip(&self.sel_of_anti[i]) {
-            if t.topology_key == labels::HOSTNAME {
-                if slot.counts[*sel] > 0 {
-                    return false;
-                }
-            } else if t.topology_key == labels::ZONE {
+            if t.topology_key == labels::ZONE {
                 match zone {
                     Some(z) if self.zone_count_with(*sel, z, slot) == 0 => {}
                     _ => return false,
@@ -134,12 +167,8 @@ impl<'a> Planner<'a> {
             }
         }
         for (t, sel) in pod.affinity.iter().zip(&self.sel_of_affinity[i]) {
-            let self_match = self.matches[i].contains(sel);
-            if t.topology_key == labels::HOSTNAME {
-                if slot.counts[*sel] == 0 && !(self_match && self.nobody_matches(*sel)) {
-                    return false;
-                }
-            } else if t.topology_key == labels::ZONE {
+            if t.topology_key == labels::ZONE {
+                let self_match = self.matches[i].contains(sel);
                 match zone {
                     Some(z) => {
                         if self.zone_count_with(*sel, z, slot) == 0
@@ -154,42 +183,34 @@ impl<'a> Planner<'a> {
         }
         let ci = self.class_of[i];
         for (t, sel) in pod.spread.iter().zip(&self.sel_of_spread[i]) {
-            if !t.hard {
+            if !t.hard || t.topology_key != labels::ZONE {
                 continue;
             }
-            // The pod counts in its own domain only when it matches the constraint's selector
-            // (as the scheduler's PodTopologySpread does).
+            // As on a node, the pod counts in its zone only when the selector matches it.
             let itself = u32::from(self.matches[i].binary_search(sel).is_ok());
-            if t.topology_key == labels::HOSTNAME {
-                // A new node is always a possible domain with no matching pod, so min is 0.
-                if slot.counts[*sel] + itself > t.max_skew {
-                    return false;
-                }
-            } else if t.topology_key == labels::ZONE {
-                let Some(z) = zone else { return false };
-                // The claim's own pods count in `z` only, so the other zones' minimum is
-                // taken without them.
-                let here = self.zone_count_with(*sel, z, slot);
-                let zones = &self.classes[ci].zones;
-                // Fewer eligible zones than minDomains: the scheduler takes the minimum as 0.
-                let min = if zones.len() < t.min_domains as usize {
-                    0
-                } else {
-                    zones
-                        .iter()
-                        .map(|d| {
-                            if d == z {
-                                here
-                            } else {
-                                self.zone_count(*sel, d)
-                            }
-                        })
-                        .min()
-                        .unwrap_or(0)
-                };
-                if here + itself > min + t.max_skew {
-                    return false;
-                }
+            let Some(z) = zone else { return false };
+            // The claim's own pods count in `z` only, so the other zones' minimum is
+            // taken without them.
+            let here = self.zone_count_with(*sel, z, slot);
+            let zones = &self.classes[ci].zones;
+            // Fewer eligible zones than minDomains: the scheduler takes the minimum as 0.
+            let min = if zones.len() < t.min_domains as usize {
+                0
+            } else {
+                zones
+                    .iter()
+                    .map(|d| {
+                        if d == z {
+                            here
+                        } else {
+                            self.zone_count(*sel, d)
+                        }
+                    })
+                    .min()
+                    .unwrap_or(0)
+            };
+            if here + itself > min + t.max_skew {
+                return false;
             }
         }
         true
@@ -254,11 +275,14 @@ impl<'a> Planner<'a> {
         zones: Vec<(&str, f64)>,
         slot: &Slot,
     ) -> Option<String> {
+        if !self.topology_ok_on_node(i, slot) {
+            return None;
+        }
         let pod_sels = &self.sel_of_spread[i];
         // Each zone's count is summed once, not again in every comparison.
         zones
             .into_iter()
-            .filter(|(z, _)| self.topology_ok(i, slot, Some(z)))
+            .filter(|(z, _)| self.topology_ok_in_zone(i, slot, Some(z)))
             .map(|(z, p)| {
                 let count: u32 = pod_sels.iter().map(|s| self.zone_count(*s, z)).sum();
                 (count, p, z)
