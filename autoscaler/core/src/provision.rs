@@ -358,6 +358,10 @@ struct Class {
     shape_ok: Vec<bool>,
     /// Per slot: 0 unknown, 1 compatible, 2 not.
     slot_ok: Vec<u8>,
+    /// Per (pool, index into `terms`): the pool's shapes that `shape_ok` and the term allow,
+    /// in index order, worked out when a pod of the class first looks for a new claim there
+    /// (every pod that opens a claim asked it of each shape of the catalog).
+    pool_shapes: HashMap<(usize, usize), Vec<usize>>,
     /// Zones any node for this class could be in.
     zones: BTreeSet<String>,
     /// Host ports the pods bind.

@@ -340,7 +340,7 @@ impl<'a> Planner<'a> {
                 continue;
             }
             let node_reqs = super::shapes::node_requirements(pool);
-            for term in self.classes[ci].terms.clone() {
+            for (ti, term) in self.classes[ci].terms.clone().into_iter().enumerate() {
                 let reqs = node_reqs.intersect(&term);
                 if let Some(k) = node_reqs.conflict_with(&term) {
                     // Where the pod's topology rules pinned it is no affinity of its own.
@@ -363,14 +363,21 @@ impl<'a> Planner<'a> {
                     continue;
                 }
                 let mut limit_reason = None;
-                let mut fitting: Vec<usize> = (0..self.shapes.len())
-                    .filter(|s| {
-                        let sh = &self.shapes[*s];
-                        sh.pool == pi
-                            && self.classes[ci].shape_ok[*s]
-                            && term_fits_shape(&term, sh)
-                            && need.fits(&sh.allocatable)
-                    })
+                if !self.classes[ci].pool_shapes.contains_key(&(pi, ti)) {
+                    let allowed = (0..self.shapes.len())
+                        .filter(|s| {
+                            let sh = &self.shapes[*s];
+                            sh.pool == pi
+                                && self.classes[ci].shape_ok[*s]
+                                && term_fits_shape(&term, sh)
+                        })
+                        .collect();
+                    self.classes[ci].pool_shapes.insert((pi, ti), allowed);
+                }
+                let mut fitting: Vec<usize> = self.classes[ci].pool_shapes[&(pi, ti)]
+                    .iter()
+                    .copied()
+                    .filter(|s| need.fits(&self.shapes[*s].allocatable))
                     .filter(|s| match self.fits_limits(pi, &self.shapes[*s], &reqs) {
                         Ok(()) => true,
                         Err(e) => {

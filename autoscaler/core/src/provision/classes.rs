@@ -227,6 +227,7 @@ impl<'a> Planner<'a> {
                         tolerations: p.tolerations.clone(),
                         shape_ok,
                         slot_ok: Vec::new(),
+                        pool_shapes: HashMap::new(),
                         zones,
                         spread_keys: key
                             .5
