@@ -17,9 +17,23 @@ use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotKind};
 /// The largest fraction of `alloc` that `need` takes in any resource (only GPU-class ones when
 /// `gpu_only`).
 pub(super) fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool) -> f64 {
+    // The four named resources are read as fields, not walked by name: this is asked for
+    // every candidate of every claim sized, and none of them is GPU-class.
+    let fixed = [
+        (need.cpu, alloc.cpu),
+        (need.memory, alloc.memory),
+        (need.ephemeral_storage, alloc.ephemeral_storage),
+        (need.pods, alloc.pods),
+    ];
+    let extended = need
+        .extended
+        .iter()
+        .filter(|(name, _)| !gpu_only || crate::resources::is_gpu_class(name))
+        .map(|(name, amount)| (*amount, alloc.extended.get(name).copied().unwrap_or(0)));
+    let fixed = fixed.into_iter().filter(|_| !gpu_only);
     let mut share: f64 = 0.0;
-    for (name, amount, have) in need.iter_with(alloc) {
-        if gpu_only && !crate::resources::is_gpu_class(name) {
+    for (amount, have) in fixed.chain(extended) {
+        if amount == 0 {
             continue;
         }
         if have > 0 {
