@@ -224,15 +224,19 @@ impl ClusterRead {
         built
     }
 
-    /// The pods the controller plans for: the unschedulable ones, but for those preempting
-    /// pods on a node that is up ([`CachedPod::preempting`]).
-    fn unschedulable(&self) -> BTreeSet<PodKey> {
-        let up: BTreeSet<&str> = self
-            .nodes
+    /// The names of the nodes not being deleted.
+    fn nodes_up(&self) -> BTreeSet<&str> {
+        self.nodes
             .iter()
             .filter(|n| n.metadata.deletion_timestamp.is_none())
             .filter_map(|n| n.metadata.name.as_deref())
-            .collect();
+            .collect()
+    }
+
+    /// The pods the controller plans for: the unschedulable ones, but for those preempting
+    /// pods on a node that is up ([`CachedPod::preempting`]).
+    fn unschedulable(&self) -> BTreeSet<PodKey> {
+        let up = self.nodes_up();
         self.pods
             .iter()
             .filter(|p| p.unschedulable && !p.preempting(|n| up.contains(n)))
@@ -371,6 +375,15 @@ fn explain_pod(
     }
     if let Some(node) = &p.node_name {
         return Ok(done(Outcome::Bound {
+            node: node.to_string(),
+        }));
+    }
+    // The scheduler binds a preempting pod to its nominated node once the victims are gone.
+    let up = read.nodes_up();
+    if let Some(node) = p.nominated_node.as_deref()
+        && p.preempting(|n| up.contains(n))
+    {
+        return Ok(done(Outcome::ExistingNode {
             node: node.to_string(),
         }));
     }

@@ -477,6 +477,19 @@ async fn e2e_a_preempting_pod_waits_for_its_nominated_node_not_a_new_one() {
         c.claims().await.is_empty(),
         "a claim for a pod preempting on an existing node"
     );
+    // `explain` says the same: the scheduler places it on busy.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
+        .args(["explain", "pod", "default/preemptor", "--provider", "kwok"])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("the binary runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("fits existing node busy"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     nominate("gone").await;
     eventually(
         "a claim once the nominated node is gone",
