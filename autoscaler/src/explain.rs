@@ -139,6 +139,9 @@ pub struct ClusterRead {
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// Every NodeOverlay (none when its CRD is not installed).
     pub overlays: Vec<Arc<NodeOverlay>>,
+    /// Plan without pods' preferences, as the controller does under
+    /// `--preference-policy=ignore` (false from [`ClusterRead::list`]; the caller sets it).
+    pub ignore_preferences: bool,
 }
 
 /// Every object of kind `K`, 500 at a time.
@@ -191,6 +194,7 @@ impl ClusterRead {
                 Err(e) if e.status() == Some(404) => Vec::new(),
                 other => other?,
             },
+            ignore_preferences: false,
         })
     }
 
@@ -214,7 +218,9 @@ impl ClusterRead {
             gangs: &gangs,
             dra: &Default::default(),
         };
-        let mut builder = SnapshotBuilder::new();
+        let mut builder = SnapshotBuilder {
+            ignore_preferences: self.ignore_preferences,
+        };
         let mut built = if for_disruption {
             builder.build_for_disruption(&inputs)
         } else {
@@ -516,7 +522,9 @@ pub async fn run(args: &ExplainArgs) -> Result<String> {
         .await
         .map_err(|e| Error::KubeConfig(e.to_string()))?;
     let client = kube::Client::try_from(config).map_err(|e| Error::KubeConfig(e.to_string()))?;
-    let read = ClusterRead::list(&client).await?;
+    let mut read = ClusterRead::list(&client).await?;
+    read.ignore_preferences =
+        args.settings.preference_policy == crate::controller::settings::PreferencePolicy::Ignore;
     let types = crate::controller::run::instance_types_for(&args.settings, &read.pools).await?;
     // As the controller plans: overlays that do not parse are left out (it logs them).
     let (overlays, _) =

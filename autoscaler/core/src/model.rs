@@ -723,6 +723,25 @@ pub struct Snapshot {
     pub dra: Arc<crate::dra::Dra>,
 }
 
+impl Snapshot {
+    /// Drops every pod's preferences: preferred node affinity and `ScheduleAnyway` topology
+    /// spreads (preferred pod affinity is not modelled), on pending pods and on the pods of
+    /// nodes, which disruption may move. What Karpenter's `--preference-policy=Ignore` asks of
+    /// its scheduler and its consolidation. A pod without preferences keeps its shared shape.
+    pub fn ignore_preferences(&mut self) {
+        let pods = self
+            .pending
+            .iter_mut()
+            .chain(self.nodes.iter_mut().flat_map(|n| n.pods.iter_mut()));
+        for p in pods {
+            if !p.preferred.is_empty() || p.spread.iter().any(|t| !t.hard) {
+                p.preferred.clear();
+                p.spread.retain(|t| t.hard);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1417,12 +1417,18 @@ fn should_wait_for_the_node_ttl_for_non_empty_nodes_before_consolidating_multi_n
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-#[ignore = "differs from Karpenter: no PreferencePolicy=Ignore; simulations always honour preferred node affinity"]
 fn should_consolidate_a_node_through_replacement_when_ignoring_preferences() {
-    // Upstream runs with `--preference-policy=Ignore`: the pod's preference for the dearest
-    // type is dropped, so a cheaper node replaces it.
+    // Upstream runs with `--preference-policy=Ignore`, which the controller passes on as
+    // `Snapshot::ignore_preferences`: the pod's preference for the dearest type is dropped,
+    // so a cheaper node replaces it. Respected, the preference keeps the node.
     let pref = Requirements::new().with(labels::INSTANCE_TYPE, Operator::In, &["big.8xlarge"]);
-    let plan = replaceable(kn("n", &big(), "p"), rs_pod("a").prefer(1, pref), vec![]);
+    let mut s = snap(
+        vec![kn("n", &big(), "p").with_pod(rs_pod("a").prefer(1, pref).cpu("1"))],
+        vec![kpool("p", vec![cheap(), big()])],
+    );
+    assert!(run(&s).commands.is_empty(), "{}", run(&s).render());
+    s.ignore_preferences();
+    let plan = run(&s);
     assert_eq!(removed(&plan), names(&["n"]), "{}", plan.render());
     let offered = &replacement_types(&plan)[0];
     assert!(!offered.contains(&"big.8xlarge".to_string()), "{offered:?}");

@@ -33,7 +33,7 @@ use super::error::{Error, Result};
 use super::leader::{self, LeaderConfig};
 use super::metrics::{Health, Liveness, LoopLabel, Metrics};
 use super::pod_problems;
-use super::settings::{LogFormat, ProviderKind, RunArgs};
+use super::settings::{LogFormat, PreferencePolicy, ProviderKind, RunArgs};
 use super::snapshot::SnapshotBuilder;
 use autoscaler_core::disruption::execute::Job;
 
@@ -603,7 +603,9 @@ async fn run_with<P: CloudProvider + 'static>(
             replan_ms: u64::try_from(args.replan_interval.as_millis()).unwrap_or(u64::MAX),
         }),
         args: args.clone(),
-        builder: SnapshotBuilder::new(),
+        builder: SnapshotBuilder {
+            ignore_preferences: args.preference_policy == PreferencePolicy::Ignore,
+        },
         started: Instant::now(),
         types: HashMap::new(),
         disruption_state: DisruptionState::default(),

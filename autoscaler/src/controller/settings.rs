@@ -70,6 +70,17 @@ pub enum ProviderKind {
     Gcp,
 }
 
+/// How planning treats pods' preferences (`--preference-policy`, Karpenter's flag of that
+/// name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PreferencePolicy {
+    /// Met where a node can meet them, relaxed where none can.
+    Respect,
+    /// Dropped: preferred node affinity and `ScheduleAnyway` topology spreads count for
+    /// nothing, in provisioning and in consolidation.
+    Ignore,
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -244,6 +255,11 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Pods' preferences (preferred node affinity, `ScheduleAnyway` topology spreads):
+    /// `respect` them where a node can meet them, or `ignore` them in provisioning and
+    /// consolidation alike (Karpenter's `--preference-policy=Ignore`).
+    #[arg(long, value_enum, default_value = "respect")]
+    pub preference_policy: PreferencePolicy,
     /// ProvisioningRequests: how long provisioned capacity stays booked for its pods, unless
     /// the request's `BookingDurationSeconds` parameter says otherwise.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]

@@ -70,7 +70,11 @@ pub struct Built {
 
 /// Builds snapshots.
 #[derive(Debug, Default)]
-pub struct SnapshotBuilder {}
+pub struct SnapshotBuilder {
+    /// Drop every pod's preferences from the snapshots it builds
+    /// ([`autoscaler_core::model::Snapshot::ignore_preferences`]; `--preference-policy=ignore`).
+    pub ignore_preferences: bool,
+}
 
 /// Folding bound pods for provisioning.
 ///
@@ -588,6 +592,9 @@ impl SnapshotBuilder {
                     e.to_string(),
                 )),
             }
+        }
+        if self.ignore_preferences {
+            out.snapshot.ignore_preferences();
         }
         out
     }

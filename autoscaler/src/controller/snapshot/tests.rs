@@ -668,3 +668,57 @@ fn running_gang_members_count_toward_the_minimum() {
         "waiting: Volcano PodGroup ml/vc does not exist yet"
     );
 }
+
+/// `--preference-policy=ignore`: the builder drops a pending pod's preferred node affinity and
+/// `ScheduleAnyway` spread, and keeps its `DoNotSchedule` spread; by default it keeps all three.
+#[test]
+fn ignoring_preferences_drops_preferred_terms_and_soft_spreads_only() {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "default", "labels": {"app": "p"}},
+        "spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [
+                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["big"]}]}}]}},
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                 "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "p"}}},
+                {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                 "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "p"}}}]
+        },
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+    }))
+    .unwrap();
+    let pods = vec![Arc::new(CachedPod::from(pod))];
+    let pending = BTreeSet::from([pods[0].key.clone()]);
+    let build = |ignore: bool| {
+        let mut b = SnapshotBuilder {
+            ignore_preferences: ignore,
+        };
+        b.build(&Inputs {
+            pods: &pods,
+            nodes: &[],
+            pools: &[],
+            claims: &[],
+            daemonsets: &[],
+            pdbs: &[],
+            instance_types: &BTreeMap::new(),
+            pending: &pending,
+            gangs: &Default::default(),
+            dra: &Default::default(),
+        })
+        .snapshot
+    };
+    let kept = build(false);
+    assert_eq!(kept.pending[0].preferred.len(), 1);
+    assert_eq!(kept.pending[0].spread.len(), 2);
+    let dropped = build(true);
+    assert!(dropped.pending[0].preferred.is_empty());
+    let spreads: Vec<(bool, &str)> = dropped.pending[0]
+        .spread
+        .iter()
+        .map(|t| (t.hard, t.topology_key.as_str()))
+        .collect();
+    assert_eq!(spreads, vec![(true, "kubernetes.io/hostname")]);
+}
