@@ -629,6 +629,22 @@ fn should_not_consider_candidates_that_have_fully_blocking_pdbs_on_daemonset_pod
     assert_kept(&plan, VerdictKind::PdbBlocked);
 }
 
+/// Not an upstream `It()` of its own: the case above with a DaemonSet pod that tolerates every
+/// taint, as node agents do. Karpenter does not evict such a pod (`IsEvictable`: it tolerates
+/// the disrupted taint), so its budget is not asked, and the node goes.
+#[test]
+fn candidates_with_fully_blocking_pdbs_on_daemonset_pods_that_tolerate_everything_are_considered() {
+    let plan = filtered(
+        kn("n", &big(), "p").with_pod(
+            daemon_pod("ds")
+                .label("test", "value")
+                .tolerate(autoscaler_core::taints::Toleration::exists("")),
+        ),
+        vec![pdb_in("default", "budget", "test", "value", 0)],
+    );
+    assert_eq!(removed(&plan), names(&["n"]), "{}", plan.render());
+}
+
 #[test]
 fn should_consider_candidates_that_have_fully_blocking_pdbs_on_mirror_pods() {
     let plan = filtered(

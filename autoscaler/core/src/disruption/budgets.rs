@@ -230,11 +230,11 @@ impl Allowance {
                 ),
             ));
         }
-        // Every pod that goes with a node uses its budgets: evicted ones, and DaemonSet pods,
-        // which end with the node (mirror pods are the kubelet's).
+        // Only evictions use a budget: DaemonSet pods are not evicted (a budget allowing one
+        // nothing keeps its node, `node_block_in`).
         let mut pdb_use: BTreeMap<usize, i64> = BTreeMap::new();
         for n in nodes {
-            for p in n.pods.iter().filter(|p| !p.mirror) {
+            for p in movable(n) {
                 for (bi, b) in snap.pdbs.iter().enumerate() {
                     if pdb_selects(b, p) {
                         *pdb_use.entry(bi).or_default() += 1;

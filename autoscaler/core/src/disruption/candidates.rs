@@ -244,6 +244,17 @@ pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
     pdb_block(pod, snap)
 }
 
+/// Whether `pod` tolerates the taint a node being disrupted gets (Karpenter leaves such pods
+/// on the node: they are not evicted, and no budget of theirs is asked).
+fn tolerates_disruption(pod: &Pod) -> bool {
+    let taint = crate::taints::Taint::new(
+        crate::keys::DISRUPTION_TAINT,
+        "",
+        crate::taints::Effect::NoSchedule,
+    );
+    pod.tolerations.iter().any(|t| t.tolerates(&taint))
+}
+
 /// Whether PodDisruptionBudget `b` selects `pod`.
 pub(super) fn pdb_selects(b: &crate::model::Pdb, pod: &Pod) -> bool {
     b.namespace == pod.key.namespace && b.selector.matches(&pod.labels)
@@ -407,17 +418,18 @@ pub(super) fn node_block_in(
         ));
     }
     // A DaemonSet or mirror pod is not evicted, but its do-not-disrupt still keeps the node,
-    // as in Karpenter: whoever set it wants the node kept. A DaemonSet pod goes with its
-    // node, so a budget that allows it no disruption keeps the node too (Karpenter's
-    // candidates with fully blocking PDBs on DaemonSet pods); a mirror pod is the kubelet's,
-    // and no budget of the API server's holds it.
+    // as in Karpenter: whoever set it wants the node kept. A DaemonSet pod that does not
+    // tolerate the disruption taint is one Karpenter would evict, so a budget that allows it
+    // no disruption keeps the node too (its candidates with fully blocking PDBs on DaemonSet
+    // pods); one that tolerates everything, as node agents do, is not Karpenter's to evict,
+    // and a mirror pod is the kubelet's: no budget holds those.
     if let Some(b) = node
         .pods
         .iter()
         .filter(|p| p.is_daemonset() || p.mirror)
         .find_map(|p| {
             pod_protection_block(p, now).or_else(|| {
-                (p.is_daemonset() && !p.mirror)
+                (p.is_daemonset() && !p.mirror && !tolerates_disruption(p))
                     .then(|| pdb_block(p, snap))
                     .flatten()
             })
