@@ -3,8 +3,8 @@
 
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{
-    Command, DisruptionCache, DisruptionConfig, DisruptionState, Method, plan_disruption,
-    plan_disruption_cached, utilization, validate,
+    Command, DisruptionCache, DisruptionConfig, DisruptionState, Method, narrow_empty,
+    plan_disruption, plan_disruption_cached, utilization, validate,
 };
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
@@ -1664,6 +1664,43 @@ fn an_atomic_pool_larger_than_the_parallelism_limit_still_goes_whole() {
     state.in_progress.nodes = 10;
     let plan = plan_disruption(&s, &state, 0, &config);
     assert!(plan.commands.is_empty(), "{}", plan.render());
+}
+
+#[test]
+fn an_atomic_pool_validates_whole_under_its_budget_and_is_never_narrowed() {
+    // Two empty nodes of an atomic pool under the default budget (10 % of 2 nodes: one at a
+    // time): decided as one disruption, the command validates as one too.
+    let s = snap(
+        vec![managed("a0", &g1(), "slice"), managed("a1", &g1(), "slice")],
+        vec![
+            pool("slice", vec![g1()])
+                .atomic(2)
+                .disruption(DisruptionPolicy {
+                    unneeded_s: 0,
+                    ..DisruptionPolicy::default()
+                }),
+        ],
+    );
+    let cfg = DisruptionConfig::default();
+    let plan = plan_disruption(&s, &DisruptionState::default(), 0, &cfg);
+    assert_eq!(plan.commands.len(), 1, "{}", plan.render());
+    let cmd = &plan.commands[0];
+    assert_eq!(cmd.nodes, ["a0", "a1"]);
+    let later = cfg.validation_delay_s;
+    assert_eq!(validate(cmd, &mut s.clone(), later, &cfg), Ok(()));
+    // A pod lands on a0 meanwhile: the pool does not go without it, so the command is not
+    // narrowed to a1, and fails.
+    let mut busy = s.clone();
+    busy.nodes[0].pods.push(pod("late").build());
+    assert_eq!(narrow_empty(cmd, &busy), None);
+    assert!(validate(cmd, &mut busy, later, &cfg).is_err());
+    // A node of the pool the command does not name (launched since) stops it too.
+    let mut grown = s.clone();
+    grown.nodes.push(managed("a2", &g1(), "slice").build());
+    assert_eq!(
+        validate(cmd, &mut grown, later, &cfg).unwrap_err(),
+        "NodePool slice scales down only as a whole, and node a2 is not in the command"
+    );
 }
 
 #[test]

@@ -17,7 +17,8 @@ use super::{Command, DisruptionConfig, Method};
 /// empty; the command is then validated as it is. The caller replaces the command's nodes
 /// before [`validate`], which checks the rest (blocks, budgets).
 pub fn narrow_empty(command: &Command, snap: &Snapshot) -> Option<Vec<String>> {
-    if command.reason != DisruptionReason::Empty {
+    // An atomic pool's nodes leave all together or not at all.
+    if command.reason != DisruptionReason::Empty || atomic_pool(command, snap).is_some() {
         return None;
     }
     let kept: Vec<String> = command
@@ -32,6 +33,20 @@ pub fn narrow_empty(command: &Command, snap: &Snapshot) -> Option<Vec<String>> {
         .cloned()
         .collect();
     (!kept.is_empty() && kept.len() < command.nodes.len()).then_some(kept)
+}
+
+/// The atomic NodePool (`Pool::atomic_nodes`) one of `command`'s nodes belongs to, if any: the
+/// command then removes that pool whole (`atomic.rs`).
+fn atomic_pool<'s>(command: &Command, snap: &'s Snapshot) -> Option<&'s str> {
+    snap.pools
+        .iter()
+        .filter(|p| p.atomic_nodes.is_some())
+        .find(|p| {
+            snap.nodes
+                .iter()
+                .any(|n| n.pool.as_ref() == Some(&p.name) && command.nodes.contains(&n.name))
+        })
+        .map(|p| p.name.as_str())
 }
 
 /// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was
@@ -73,17 +88,35 @@ pub fn validate(
         removed.insert(i);
     }
     let nodes: Vec<&Node> = removed.iter().map(|i| &snap.nodes[*i]).collect();
+    // An atomic pool goes whole: every node it has now must be in the command, which counts
+    // as one disruption, as it did when it was decided.
+    let atomic = atomic_pool(command, snap);
+    if let Some(pool) = atomic
+        && let Some(other) = snap
+            .nodes
+            .iter()
+            .find(|n| n.pool.as_deref() == Some(pool) && !command.nodes.contains(&n.name))
+    {
+        return Err(format!(
+            "NodePool {pool} scales down only as a whole, and node {} is not in the command",
+            other.name
+        ));
+    }
     // The command's own removal is the one the parallelism limits admitted when it was
     // decided: nothing else is counted against them here.
-    Allowance::new(snap, config, &super::InProgress::default())
-        .admit(
+    let mut allowance = Allowance::new(snap, config, &super::InProgress::default());
+    let admitted = if atomic.is_some() {
+        allowance.admit_whole(snap, &nodes, command.reason)
+    } else {
+        allowance.admit(
             snap,
             &nodes,
             command.reason,
             command.method == Method::Replace,
             false,
         )
-        .map_err(|b| b.message)?;
+    };
+    admitted.map_err(|b| b.message)?;
     if command.reason == DisruptionReason::Empty {
         return Ok(());
     }
