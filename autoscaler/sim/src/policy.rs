@@ -538,7 +538,10 @@ impl Policy for GpuAutoscaler {
     }
 
     fn narrow(&mut self, ctx: &Ctx, decision: &Decision) -> Option<Vec<String>> {
-        let cmd = decision.command.as_ref()?;
+        let cmd = decision
+            .command
+            .as_ref()
+            .filter(|c| c.reason == autoscaler_core::model::DisruptionReason::Empty)?;
         ctx.snapshot_in(&mut self.cache, false);
         autoscaler_core::disruption::narrow_empty(cmd, self.cache.get_mut())
     }

@@ -696,9 +696,11 @@ fn allocate_held(
             taken.extend(a.devices.iter().map(|d| d.device.clone()));
             made.push(ResourceClaim {
                 namespace: p.key.namespace.clone(),
+                // A claim not made yet gets a name no object can have (`:` is not allowed in
+                // one), so that it never stands in for a real claim below.
                 name: c
                     .claim_name()
-                    .map_or_else(|| format!("{}-{}", p.key.name, c.name), str::to_string),
+                    .map_or_else(|| format!("{}:{}", p.key.name, c.name), str::to_string),
                 spec: c.spec.clone(),
                 allocation: Some(a),
                 reserved_for: vec![p.key.clone()],
