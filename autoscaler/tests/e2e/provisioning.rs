@@ -498,3 +498,78 @@ async fn e2e_a_preempting_pod_waits_for_its_nominated_node_not_a_new_one() {
     )
     .await;
 }
+
+/// A node a pod preempts pods on (`status.nominatedNodeName`) is held for it: emptied, it is
+/// kept with the reason `Nominated` (the pod will be bound there), and removed once the
+/// nomination is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_an_empty_node_a_pod_preempts_on_is_kept_for_it() {
+    let (c, _ctl, node) = scale_up().await;
+    let mut urgent = gpu_pod("urgent");
+    urgent["spec"]["schedulerName"] = json!("other-scheduler");
+    let _: Pod = c.create(urgent).await;
+    let pods = Api::<Pod>::namespaced(c.client.clone(), "default");
+    let nominate = |to: String| {
+        let pods = pods.clone();
+        async move {
+            pods.patch_status(
+                "urgent",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "nominatedNodeName": to,
+                    "conditions": [{"type": "PodScheduled", "status": "False",
+                        "reason": "Unschedulable", "message": "preempting",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+            )
+            .await
+            .expect("status patch");
+        }
+    };
+    nominate(node.clone()).await;
+    pods.patch_status(
+        "train",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+    )
+    .await
+    .unwrap();
+    let kept = eventually("the emptied node kept as Nominated", DEADLINE, || async {
+        let claim = c.claims().await.into_iter().find(|cl| {
+            cl.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
+        })?;
+        let cond = claim
+            .status?
+            .conditions
+            .into_iter()
+            .find(|k| k.type_ == "Consolidatable")?;
+        // Our own nomination of `train` may be named first, while it is still pending.
+        (cond.reason == "Nominated" && cond.message.contains("default/urgent"))
+            .then_some(cond.message)
+    })
+    .await;
+    assert!(kept.contains("is nominated to it"), "{kept}");
+    assert_eq!(
+        c.claims().await.len(),
+        1,
+        "a claim launched for the preempting pod"
+    );
+    assert!(
+        c.nodes()
+            .await
+            .iter()
+            .any(|n| n.metadata.name.as_deref() == Some(node.as_str())),
+        "the node went while a pod was nominated to it"
+    );
+    // The pod goes (its owner gave up on it): nothing holds the node any more.
+    pods.delete("urgent", &Default::default())
+        .await
+        .expect("delete the pod");
+    eventually("the node to be removed", DEADLINE, || async {
+        c.nodes()
+            .await
+            .iter()
+            .all(|n| n.metadata.name.as_deref() != Some(node.as_str()))
+            .then_some(())
+    })
+    .await;
+}

@@ -577,11 +577,22 @@ impl<P: CloudProvider + 'static> Controller<P> {
         for_disruption: bool,
     ) -> Snapshot {
         let pods = self.stores.pods.state();
-        let pending: BTreeSet<PodKey> = self
+        let mut pending: BTreeSet<PodKey> = self
             .pending_now(&pods)
             .iter()
             .map(|p| p.key.clone())
             .collect();
+        // Disruption holds the node a pod preempts pods on for it, as a nomination to that
+        // node's claim: the pod is bound there once its victims are gone.
+        let preempting: Vec<(PodKey, Arc<str>)> = if for_disruption {
+            pods.iter()
+                .filter(|p| p.unschedulable && self.preempting(p))
+                .filter_map(|p| Some((p.key.clone(), p.nominated_node.clone()?)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        pending.extend(preempting.iter().map(|(k, _)| k.clone()));
         let nodes = self.stores.nodes.state();
         let pools = self.stores.pools.state();
         let claims = self.stores.claims.state();
@@ -614,6 +625,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         snap.cluster_limits = self.cluster_limits();
         if for_disruption {
             snap.nominated = self.live_nominations(&pending);
+            hold_preempting(&mut snap, &preempting);
         }
         snap
     }
@@ -644,6 +656,33 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .filter(|(k, n)| pending.contains(*k) && now.saturating_sub(n.at_ms) < window_ms)
             .map(|(k, n)| (k.clone(), n.claim.clone()))
             .collect()
+    }
+}
+
+/// Nominates each of `preempting` (pods the scheduler preempted pods for, with the node it
+/// nominated) to the claim of that node in `snap`, so that disruption neither removes the node
+/// nor moves pods into the room the pod is about to take. A pod whose node has no claim (no
+/// NodePool manages it, so it is never a candidate) is taken out of `snap`'s pending pods
+/// again: it needs no node, and nothing of disruption's concerns it.
+fn hold_preempting(snap: &mut Snapshot, preempting: &[(PodKey, Arc<str>)]) {
+    let mut unheld: BTreeSet<&PodKey> = BTreeSet::new();
+    for (key, node) in preempting {
+        match snap
+            .nodes
+            .iter()
+            .find(|n| n.name == **node)
+            .and_then(|n| n.claim.clone())
+        {
+            Some(claim) => {
+                snap.nominated.insert(key.clone(), claim);
+            }
+            None => {
+                unheld.insert(key);
+            }
+        }
+    }
+    if !unheld.is_empty() {
+        snap.pending.retain(|p| !unheld.contains(&p.key));
     }
 }
 
