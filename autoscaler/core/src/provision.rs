@@ -42,7 +42,10 @@
 //! Each open new claim's answer to a pod (no / joins below its price / grows by so much) is kept
 //! per group of identical pods under a stamp the claim renews on every change, so a pod re-asks
 //! only the claims changed since the last identical pod; pods with topology terms of their own, or
-//! any pod once a zone anti-affinity is placed, ask every claim afresh. A new claim keeps the set
+//! any pod once a zone anti-affinity is placed, ask every claim afresh. Per block of 64 claims, a
+//! group also keeps what its answers there add up to when they are all "no" or "grows by so much"
+//! (the first claim that takes the pod, the least growth), so an identical pod reads a block no
+//! claim of which changed since as one entry. A new claim keeps the set
 //! of candidate types that fit all its pods, cheapest first, and reports up to 60. A pool's
 //! `minValues` (distinct values of a key, instance labels or the offerings' zones and capacity
 //! types) is a hard rule: a pod does not join a claim whose candidates would fall below it, a claim
@@ -247,6 +250,34 @@ enum Verdict {
     Grow(f64),
 }
 
+/// Slots per block of [`BlockSummary`].
+const BLOCK: usize = 64;
+
+/// The walk over open claims for a pod whose verdicts are cached, over one block of slots in
+/// which each cached verdict is `No` or a growth above zero (most claims, for most pods): the
+/// first claim that takes the pod and the least growth, first of equals. Valid while the
+/// block's version is `version`; then every verdict in it is cached at the live stamp, so
+/// walking it slot by slot would only read the same answers again.
+#[derive(Clone, Copy, Debug)]
+struct BlockSummary {
+    /// The block's version when summed up; 0 for none.
+    version: u64,
+    /// The first slot whose verdict is not `No` (`u32::MAX` for none).
+    first_ok: u32,
+    /// The least growth and its first slot (`u32::MAX` for none).
+    least: f64,
+    least_at: u32,
+}
+
+impl BlockSummary {
+    const NONE: BlockSummary = BlockSummary {
+        version: 0,
+        first_ok: u32::MAX,
+        least: f64::INFINITY,
+        least_at: u32::MAX,
+    };
+}
+
 #[derive(Clone, Debug, PartialEq)]
 enum SlotKind {
     Existing(usize),
@@ -438,6 +469,12 @@ struct Planner<'a> {
     scan_from: Vec<usize>,
     /// Per scan group, per slot: the stamp a verdict was computed at and the verdict.
     verdicts: Vec<Vec<(u64, Verdict)>>,
+    /// Per block of [`BLOCK`] slots: bumped whenever a live stamp in it may have changed
+    /// (outside `state`, so a rollback bumps every block rather than turning versions back).
+    block_version: Vec<u64>,
+    /// Per scan group, per block: what the walk over open claims takes from the block when
+    /// every cached verdict in it still holds (see [`BlockSummary`]).
+    summaries: Vec<Vec<BlockSummary>>,
     /// The last stamp given out; outside `state`, so that stamps stay unique across rollbacks.
     last_stamp: u64,
     /// Per pod: whether rejections stay rejections as the plan grows (no zone spread or
@@ -575,6 +612,8 @@ impl<'a> Planner<'a> {
             scan_group: Vec::new(),
             scan_from: Vec::new(),
             verdicts: Vec::new(),
+            block_version: Vec::new(),
+            summaries: Vec::new(),
             last_stamp: 0,
             monotone: Vec::new(),
             any_gpu_shape: false,
@@ -636,6 +675,24 @@ impl<'a> Planner<'a> {
         planner.build_dra(templates);
         planner.build_classes();
         planner
+    }
+
+    /// A live stamp in slot `si`'s block may have changed: summaries of the block are stale.
+    fn block_changed(&mut self, si: usize) {
+        let b = si / BLOCK;
+        if self.block_version.len() <= b {
+            self.block_version.resize(b + 1, 1);
+        }
+        self.block_version[b] += 1;
+    }
+
+    /// Puts back a state saved before a try that failed: any live stamp may differ from the
+    /// one a summary was made at, so every block's summaries are stale.
+    fn restore(&mut self, saved: State) {
+        self.state = saved;
+        for v in &mut self.block_version {
+            *v += 1;
+        }
     }
 
     fn nsel(&self) -> usize {

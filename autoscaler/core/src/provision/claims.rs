@@ -951,6 +951,7 @@ impl<'a> Planner<'a> {
             stamps.resize(si + 1, 0);
         }
         stamps[si] = live;
+        self.block_changed(si);
         self.reserve(si);
     }
 }

@@ -338,6 +338,7 @@ impl<'a> Planner<'a> {
         self.scan_from = vec![0; scan_index.len()];
         self.deferred_scan = vec![false; scan_index.len()];
         self.verdicts = vec![Vec::new(); scan_index.len()];
+        self.summaries = vec![Vec::new(); scan_index.len()];
     }
 
     /// The lowest hourly cost per pod of demand group `g` on a node of its own kind: over the

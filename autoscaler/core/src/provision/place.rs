@@ -3,7 +3,7 @@
 //! sized for, then the cheapest growth), then on a claim of its own; or deferred, or refused
 //! with a reason.
 
-use super::{Devices, Grow, Planner, Verdict, demand};
+use super::{BLOCK, BlockSummary, Devices, Grow, Planner, Verdict, demand};
 
 impl<'a> Planner<'a> {
     pub(super) fn place_group(&mut self, group: &str, members: &[usize]) {
@@ -47,7 +47,7 @@ impl<'a> Planner<'a> {
             "all-or-nothing group {group} needs {min} pods but only {placed} fit: pod {} {}",
             self.snap.pending[first].key.name, why
         );
-        self.state = saved;
+        self.restore(saved);
         let limited = self.limited[first].clone();
         for m in members {
             self.state.placed[*m] = None;
@@ -152,7 +152,44 @@ impl<'a> Planner<'a> {
         }
         let req = &self.snap.pending[i].requests;
         let req = [req.cpu, req.memory, req.pods];
-        for si in start.max(self.state.fixed)..n {
+        // With every verdict cached, a block of claims that only answer "no" or "grows by so
+        // much" and has not changed since is taken from its summary rather than walked.
+        let use_blocks = cacheable && !self.any_prefer_no_schedule;
+        // The summary of the block being walked: only while it is walked from its first slot
+        // with plain answers and no claim of unbought room found (which skips slots after it).
+        let mut sum: Option<BlockSummary> = None;
+        let mut next = start.max(self.state.fixed);
+        while next < n {
+            let si = next;
+            next += 1;
+            if use_blocks && si % BLOCK == 0 {
+                let b = si / BLOCK;
+                if let Some(s) = sum.take() {
+                    self.keep_summary(sg, b - 1, s);
+                }
+                let version = self.block_version.get(b).copied().unwrap_or(0);
+                if join.is_none() && version != 0 {
+                    match self.summaries[sg].get(b) {
+                        Some(s) if s.version == version => {
+                            if s.first_ok != u32::MAX {
+                                first_ok.get_or_insert(s.first_ok as usize);
+                            }
+                            if s.least_at != u32::MAX && best.as_ref().is_none_or(|b| s.least < b.0)
+                            {
+                                best = Some((s.least, s.least_at as usize, None));
+                            }
+                            next = (b + 1) * BLOCK;
+                            continue;
+                        }
+                        _ => {
+                            sum = Some(BlockSummary {
+                                version,
+                                ..BlockSummary::NONE
+                            })
+                        }
+                    }
+                }
+            }
             // Past a claim that takes the pod into unbought room, only room a claim has
             // bought is of interest: its cheapest candidate must hold the pod as it is.
             if join.is_some()
@@ -184,6 +221,7 @@ impl<'a> Planner<'a> {
             let delta = match verdict {
                 Verdict::No => continue,
                 Verdict::Join { free } => {
+                    sum = None;
                     first_ok.get_or_insert(si);
                     if !free {
                         // Room the claim was sized for but has not bought yet: taken only
@@ -204,12 +242,28 @@ impl<'a> Planner<'a> {
             };
             first_ok.get_or_insert(si);
             if delta <= 1e-12 {
+                sum = None;
                 if free.is_none() {
                     free = Some((si, grow));
                 }
-            } else if best.as_ref().is_none_or(|b| delta < b.0) {
-                best = Some((delta, si, grow));
+            } else {
+                if let Some(s) = &mut sum {
+                    if s.first_ok == u32::MAX {
+                        s.first_ok = si as u32;
+                    }
+                    if delta < s.least {
+                        s.least = delta;
+                        s.least_at = si as u32;
+                    }
+                }
+                if best.as_ref().is_none_or(|b| delta < b.0) {
+                    best = Some((delta, si, grow));
+                }
             }
+        }
+        if let Some(s) = sum {
+            // The last block, walked to the last slot there is.
+            self.keep_summary(sg, (n - 1) / BLOCK, s);
         }
         self.scan_from[sg] = first_ok.unwrap_or(n);
         if let Some((si, grow)) = join
@@ -264,6 +318,15 @@ impl<'a> Planner<'a> {
                 false
             }
         }
+    }
+
+    /// Keeps the summary of block `b` walked for scan group `sg`.
+    fn keep_summary(&mut self, sg: usize, b: usize, s: BlockSummary) {
+        let summaries = &mut self.summaries[sg];
+        if summaries.len() <= b {
+            summaries.resize(b + 1, BlockSummary::NONE);
+        }
+        summaries[b] = s;
     }
 
     /// Whether the plan has opened [`PlanOptions::max_new_claims`] claims.

@@ -85,7 +85,7 @@ impl Planner<'_> {
                     return true;
                 }
                 // A deferral this try made is undone with it (the claim it counted is gone).
-                self.state = saved;
+                self.restore(saved);
                 self.deferred_scan = saved_scan;
                 self.deferred[f] = false;
             }
