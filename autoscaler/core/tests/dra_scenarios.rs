@@ -336,28 +336,34 @@ mod disruption {
         decide(nodes, types, dra).render()
     }
 
-    #[test]
-    fn a_claim_does_not_move_onto_devices_a_pending_pod_is_about_to_take() {
-        // b has one free GPU, and the pending pod p (one GPU by claim, selecting b's host)
-        // goes there: b stays for it. a's one-GPU pod would fit b's free GPU too, but the
-        // simulation gives that GPU to p's claim (not allocated yet) first: a's pod has no
-        // place but a replacement as dear as a, and a stays.
+    /// Two p4d nodes of pool `gpu` that go at once when they may: `a` with a one-GPU claim,
+    /// `b` with claims of `on_b` GPUs.
+    fn a_beside_b(on_b: &[u32]) -> Snapshot {
         let mut dra = classes();
         let nodes = vec![
             busy("a", &p4d(), &[1], &mut dra),
-            busy("b", &p4d(), &[4, 3], &mut dra),
+            busy("b", &p4d(), on_b, &mut dra),
         ];
         let quick = DisruptionPolicy {
             unneeded_s: 0,
             budgets: vec![],
             ..DisruptionPolicy::default()
         };
-        let mut s = Snapshot {
+        Snapshot {
             nodes,
             pools: vec![pool("gpu", vec![p4d()]).disruption(quick).build()],
             dra: Arc::new(dra),
             ..Snapshot::default()
-        };
+        }
+    }
+
+    #[test]
+    fn a_claim_does_not_move_onto_devices_a_pending_pod_is_about_to_take() {
+        // b has one free GPU, and the pending pod p (one GPU by claim, selecting b's host)
+        // goes there: b stays for it. a's one-GPU pod would fit b's free GPU too, but the
+        // simulation gives that GPU to p's claim (not allocated yet) first: a's pod has no
+        // place but a replacement as dear as a, and a stays.
+        let mut s = a_beside_b(&[4, 3]);
         let before = plan_disruption(
             &s,
             &DisruptionState::default(),
@@ -411,27 +417,12 @@ mod disruption {
                  for pending pod default/p\n",
             ),
         ] {
-            let mut dra = classes();
-            let nodes = vec![
-                busy("a", &p4d(), &[1], &mut dra),
-                busy("b", &p4d(), &[4, 2], &mut dra),
+            let mut s = a_beside_b(&[4, 2]);
+            s.pending = vec![
+                dra_pod("p", p_claim)
+                    .select(autoscaler_core::labels::HOSTNAME, "b")
+                    .build(),
             ];
-            let quick = DisruptionPolicy {
-                unneeded_s: 0,
-                budgets: vec![],
-                ..DisruptionPolicy::default()
-            };
-            let s = Snapshot {
-                nodes,
-                pools: vec![pool("gpu", vec![p4d()]).disruption(quick).build()],
-                dra: Arc::new(dra),
-                pending: vec![
-                    dra_pod("p", p_claim)
-                        .select(autoscaler_core::labels::HOSTNAME, "b")
-                        .build(),
-                ],
-                ..Snapshot::default()
-            };
             let got = plan_disruption(
                 &s,
                 &DisruptionState::default(),

@@ -12,55 +12,15 @@ use std::collections::BTreeSet;
 
 use autoscaler_core::DisruptionPlan;
 use autoscaler_core::builders::*;
-use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, Method, plan_disruption};
+use autoscaler_core::disruption::{DisruptionState, Method, plan_disruption};
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
-use autoscaler_core::model::{
-    Budget, BudgetValue, DisruptionPolicy, DisruptionReason, Pdb, Snapshot,
-};
+use autoscaler_core::model::{BudgetValue, DisruptionPolicy, DisruptionReason, Pdb, Snapshot};
 use autoscaler_core::requirements::{Operator, Requirements};
 
 mod support;
+use support::karpenter::*;
 use support::{names, removed};
-
-const NOW: i64 = 10_000;
-
-/// An on-demand type with `cpu` cpus offered in `z1` at `price`.
-fn od(name: &str, cpu: &str, price: f64) -> InstanceType {
-    itype(name)
-        .cpu(cpu)
-        .mem("128Gi")
-        .on_demand(&["z1"], price)
-        .build()
-}
-
-/// A type with `cpu` cpus offered as spot in `z1` at `price`.
-fn spot(name: &str, cpu: &str, price: f64) -> InstanceType {
-    itype(name)
-        .cpu(cpu)
-        .mem("128Gi")
-        .offer("z1", CapacityType::Spot, price)
-        .build()
-}
-
-/// The NodePool of upstream's suite, as far as our model goes.
-fn karpenter_policy() -> DisruptionPolicy {
-    DisruptionPolicy {
-        consolidate_after_s: 0,
-        unneeded_s: 0,
-        utilization_threshold: 1.0,
-        gpu_utilization_threshold: 1.0,
-        budgets: vec![budget(BudgetValue::Percent(100))],
-        ..DisruptionPolicy::default()
-    }
-}
-
-fn budget(nodes: BudgetValue) -> Budget {
-    Budget {
-        nodes,
-        reasons: vec![],
-    }
-}
 
 fn policy_with_budget(nodes: BudgetValue) -> DisruptionPolicy {
     DisruptionPolicy {
@@ -69,62 +29,8 @@ fn policy_with_budget(nodes: BudgetValue) -> DisruptionPolicy {
     }
 }
 
-fn kpool(name: &str, types: Vec<InstanceType>) -> PoolBuilder {
-    pool(name, types).disruption(karpenter_policy())
-}
-
-/// A managed node of pool `p`, created at 0, in `z1`.
-fn kn(name: &str, it: &InstanceType, p: &str) -> NodeBuilder {
-    node(name, it, "z1").pool(p)
-}
-
-/// A spot node of pool `p`.
-fn spot_node(name: &str, it: &InstanceType, p: &str) -> NodeBuilder {
-    kn(name, it, p).label(labels::CAPACITY_TYPE, CapacityType::Spot.as_str())
-}
-
-/// A ReplicaSet pod labelled `app=test`.
-fn rs_pod(name: &str) -> PodBuilder {
-    pod(name).label("app", "test")
-}
-
-fn snap(nodes: Vec<NodeBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
-    Snapshot {
-        nodes: nodes.into_iter().map(NodeBuilder::build).collect(),
-        pools: pools.into_iter().map(PoolBuilder::build).collect(),
-        ..Snapshot::default()
-    }
-}
-
-/// Karpenter has no parallelism limits.
-fn config() -> DisruptionConfig {
-    DisruptionConfig {
-        max_scale_down_parallelism: 10_000,
-        max_drain_parallelism: 10_000,
-        ..DisruptionConfig::default()
-    }
-}
-
-fn run(s: &Snapshot) -> DisruptionPlan {
-    plan_disruption(s, &DisruptionState::default(), NOW, &config())
-}
-
 fn run_at(s: &Snapshot, now: i64) -> DisruptionPlan {
     plan_disruption(s, &DisruptionState::default(), now, &config())
-}
-
-/// The instance types a plan's replacements may launch.
-fn replacement_types(plan: &DisruptionPlan) -> Vec<Vec<String>> {
-    plan.commands
-        .iter()
-        .filter_map(|c| c.replacement.as_ref())
-        .map(|r| {
-            r.instance_types
-                .iter()
-                .map(|o| o.instance_type.clone())
-                .collect()
-        })
-        .collect()
 }
 
 fn pdb(name: &str, allowed: i32) -> Pdb {
@@ -249,13 +155,6 @@ fn should_allow_no_nodes_from_each_node_pool_to_be_deleted() {
 // ---------------------------------------------------------------------------------------------
 // Replace
 // ---------------------------------------------------------------------------------------------
-
-/// Twenty spot types, 32 cpus each, priced 1.0, 1.1, ... 2.9.
-fn spot_catalog(count: usize) -> Vec<InstanceType> {
-    (0..count)
-        .map(|i| spot(&format!("s{i:02}.large"), "32", 1.0 + i as f64 * 0.1))
-        .collect()
-}
 
 #[test]
 fn can_replace_node_if_the_candidate_is_on_demand_node() {
@@ -437,19 +336,6 @@ fn can_replace_nodes_considers_pdb() {
 // ---------------------------------------------------------------------------------------------
 // Delete
 // ---------------------------------------------------------------------------------------------
-
-fn least() -> InstanceType {
-    od("least.large", "32", 0.1)
-}
-
-/// Two nodes of the least expensive type: two pods on `n0`, one on `n1`.
-fn two_least(pods: [PodBuilder; 3]) -> Vec<NodeBuilder> {
-    let [a, b, c] = pods;
-    vec![
-        kn("n0", &least(), "p").with_pod(a).with_pod(b),
-        kn("n1", &least(), "p").with_pod(c),
-    ]
-}
 
 #[test]
 fn can_delete_nodes() {

@@ -70,30 +70,8 @@ use autoscaler_core::model::{
 use autoscaler_core::requirements::{Operator, Requirements};
 
 mod support;
+use support::karpenter::*;
 use support::{names, removed};
-
-const NOW: i64 = 10_000;
-
-fn od(name: &str, cpu: &str, price: f64) -> InstanceType {
-    itype(name)
-        .cpu(cpu)
-        .mem("128Gi")
-        .on_demand(&["z1"], price)
-        .build()
-}
-
-fn spot(name: &str, cpu: &str, price: f64) -> InstanceType {
-    itype(name)
-        .cpu(cpu)
-        .mem("128Gi")
-        .offer("z1", CapacityType::Spot, price)
-        .build()
-}
-
-/// The cheapest type: no replacement can undercut a node of it.
-fn least() -> InstanceType {
-    od("least.large", "32", 0.1)
-}
 
 /// The dearest type, which a node of is replaced by `cheap()`.
 fn big() -> InstanceType {
@@ -102,21 +80,6 @@ fn big() -> InstanceType {
 
 fn cheap() -> InstanceType {
     od("cheap.large", "4", 0.2)
-}
-
-/// Upstream's NodePool, as far as the model goes.
-fn karpenter_policy() -> DisruptionPolicy {
-    DisruptionPolicy {
-        consolidate_after_s: 0,
-        unneeded_s: 0,
-        utilization_threshold: 1.0,
-        gpu_utilization_threshold: 1.0,
-        budgets: vec![Budget {
-            nodes: BudgetValue::Percent(100),
-            reasons: vec![],
-        }],
-        ..DisruptionPolicy::default()
-    }
 }
 
 fn with_budget(nodes: BudgetValue) -> DisruptionPolicy {
@@ -129,44 +92,6 @@ fn with_budget(nodes: BudgetValue) -> DisruptionPolicy {
     }
 }
 
-fn kpool(name: &str, types: Vec<InstanceType>) -> PoolBuilder {
-    pool(name, types).disruption(karpenter_policy())
-}
-
-/// A managed node of pool `p` in `z1`, created at 0.
-fn kn(name: &str, it: &InstanceType, p: &str) -> NodeBuilder {
-    node(name, it, "z1").pool(p)
-}
-
-fn spot_node(name: &str, it: &InstanceType, p: &str) -> NodeBuilder {
-    kn(name, it, p).label(labels::CAPACITY_TYPE, CapacityType::Spot.as_str())
-}
-
-/// A ReplicaSet pod labelled `app=test`.
-fn rs_pod(name: &str) -> PodBuilder {
-    pod(name).label("app", "test")
-}
-
-fn snap(nodes: Vec<NodeBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
-    Snapshot {
-        nodes: nodes.into_iter().map(NodeBuilder::build).collect(),
-        pools: pools.into_iter().map(PoolBuilder::build).collect(),
-        ..Snapshot::default()
-    }
-}
-
-fn config() -> DisruptionConfig {
-    DisruptionConfig {
-        max_scale_down_parallelism: 10_000,
-        max_drain_parallelism: 10_000,
-        ..DisruptionConfig::default()
-    }
-}
-
-fn run(s: &Snapshot) -> DisruptionPlan {
-    plan_disruption(s, &DisruptionState::default(), NOW, &config())
-}
-
 fn run_with(s: &Snapshot, c: &DisruptionConfig) -> DisruptionPlan {
     plan_disruption(s, &DisruptionState::default(), NOW, c)
 }
@@ -176,19 +101,6 @@ fn verdict<'a>(plan: &'a DisruptionPlan, node: &str) -> &'a Verdict {
         .iter()
         .find(|v| v.node == node)
         .unwrap_or_else(|| panic!("no verdict for {node}: {}", plan.render()))
-}
-
-fn replacement_types(plan: &DisruptionPlan) -> Vec<Vec<String>> {
-    plan.commands
-        .iter()
-        .filter_map(|c| c.replacement.as_ref())
-        .map(|r| {
-            r.instance_types
-                .iter()
-                .map(|o| o.instance_type.clone())
-                .collect()
-        })
-        .collect()
 }
 
 fn pdb_in(namespace: &str, name: &str, key: &str, value: &str, allowed: i32) -> Pdb {
@@ -817,12 +729,6 @@ fn should_fire_an_event_for_consolidation_disabled_when_the_node_pool_has_consol
 // consolidation_test.go: Replace
 // ---------------------------------------------------------------------------------------------
 
-fn spot_catalog(count: usize) -> Vec<InstanceType> {
-    (0..count)
-        .map(|i| spot(&format!("s{i:02}.large"), "32", 1.0 + i as f64 * 0.1))
-        .collect()
-}
-
 #[test]
 fn cannot_replace_spot_with_spot_if_the_spot_to_spot_consolidation_is_disabled() {
     // The core has no feature gate; a minimum no catalog meets is the same switch.
@@ -1031,15 +937,6 @@ fn can_replace_nodes_considers_karpenter_sh_do_not_disrupt_set_to_true_on_pods()
 // ---------------------------------------------------------------------------------------------
 // consolidation_test.go: Delete
 // ---------------------------------------------------------------------------------------------
-
-/// Two nodes of the least expensive type: pods `a`, `b` on `n0`, `c` on `n1`.
-fn two_least(pods: [PodBuilder; 3]) -> Vec<NodeBuilder> {
-    let [a, b, c] = pods;
-    vec![
-        kn("n0", &least(), "p").with_pod(a).with_pod(b),
-        kn("n1", &least(), "p").with_pod(c),
-    ]
-}
 
 fn plain_three() -> [PodBuilder; 3] {
     [rs_pod("a"), rs_pod("b"), rs_pod("c")]

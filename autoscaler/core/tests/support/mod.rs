@@ -16,6 +16,8 @@ use autoscaler_core::plan::{NewClaim, Plan};
 use autoscaler_core::provision::plan_provisioning;
 use expect_test::Expect;
 
+pub mod karpenter;
+
 /// Three zones of one region.
 pub const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
