@@ -52,86 +52,6 @@ pub(super) fn mark_group_claims(pending: &[Pod], plan: &mut Plan) {
     }
 }
 
-/// Most extended resources [`Need`] holds without a map.
-const NEED_EXTENDED: usize = 4;
-
-/// A claim's usage with one more pod, `used.plus(add)`, only ever asked whether it fits
-/// somewhere: with a few extended resources it is kept on the stack, as building and dropping
-/// the map of them for a GPU pod's verdict on every open claim was much of the plan's
-/// allocation.
-enum Need<'r> {
-    Small {
-        /// cpu, memory, ephemeral storage and pods.
-        base: [i64; 4],
-        /// The extended amounts the sum would store (no entry that adding made 0).
-        extended: [(&'r str, i64); NEED_EXTENDED],
-        len: usize,
-    },
-    Big(Resources),
-}
-
-impl<'r> Need<'r> {
-    fn of(used: &'r Resources, add: &'r Resources) -> Need<'r> {
-        let base = [
-            used.cpu.saturating_add(add.cpu),
-            used.memory.saturating_add(add.memory),
-            used.ephemeral_storage.saturating_add(add.ephemeral_storage),
-            used.pods.saturating_add(add.pods),
-        ];
-        let mut extended = [("", 0); NEED_EXTENDED];
-        let mut len = 0;
-        // As `Resources::add`: an amount both have is summed and dropped when that makes 0,
-        // one only `add` has is taken when it is not 0, one only `used` has stays as it is.
-        let summed = used
-            .extended
-            .iter()
-            .filter_map(|(k, v)| match add.extended.get(k) {
-                Some(a) => {
-                    let sum = v.saturating_add(*a);
-                    (sum != 0).then_some((k.as_str(), sum))
-                }
-                None => Some((k.as_str(), *v)),
-            });
-        let added = add
-            .extended
-            .iter()
-            .filter(|(k, v)| **v != 0 && !used.extended.contains_key(*k))
-            .map(|(k, v)| (k.as_str(), *v));
-        for e in summed.chain(added) {
-            if len == NEED_EXTENDED {
-                return Need::Big(used.plus(add));
-            }
-            extended[len] = e;
-            len += 1;
-        }
-        Need::Small {
-            base,
-            extended,
-            len,
-        }
-    }
-
-    /// `used.plus(add).fits(available)`.
-    fn fits(&self, available: &Resources) -> bool {
-        match self {
-            Need::Small {
-                base,
-                extended,
-                len,
-            } => {
-                base[0] <= available.cpu
-                    && base[1] <= available.memory
-                    && (base[2] <= available.ephemeral_storage || base[2] <= 0)
-                    && base[3] <= available.pods
-                    && extended[..*len]
-                        .iter()
-                        .all(|(k, v)| *v <= available.extended.get(*k).copied().unwrap_or(0))
-            }
-            Need::Big(r) => r.fits(available),
-        }
-    }
-}
-
 impl<'a> Planner<'a> {
     /// For a new-claim slot: the requirements, candidates and price it would have with pod `i`
     /// added, or `None` when the pod cannot join it.
@@ -140,7 +60,7 @@ impl<'a> Planner<'a> {
         let ci = self.class_of[i];
         let slot = &self.state.slots[si];
         let add = demand(pod, &slot.devices);
-        let need = Need::of(&slot.used, &add);
+        let need = slot.used.sum(&add);
         if !need.fits(slot.allocatable(self.snap)) {
             // `allocatable` of a new claim holds the most any candidate offers.
             return None;
