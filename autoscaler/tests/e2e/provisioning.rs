@@ -438,6 +438,23 @@ async fn e2e_a_new_leader_plans_an_old_backlog_without_a_batch_window() {
     );
 }
 
+/// Marks pod `name` of `default` as the scheduler marks a pod it preempted pods for: unschedulable
+/// for now, nominated to `node` (`status.nominatedNodeName`).
+async fn nominate(c: &Cluster, name: &str, node: &str) {
+    Api::<Pod>::namespaced(c.client.clone(), "default")
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "nominatedNodeName": node,
+                "conditions": [{"type": "PodScheduled", "status": "False",
+                    "reason": "Unschedulable", "message": format!("preempting pods on {node}"),
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await
+        .expect("status patch");
+}
+
 /// A pod the scheduler preempted pods for (`status.nominatedNodeName`) is bound to that node
 /// once they are gone: while the node is there, the controller launches nothing for it (as
 /// Karpenter leaves preempting pods alone); once the nomination names a node that went, the
@@ -453,23 +470,7 @@ async fn e2e_a_preempting_pod_waits_for_its_nominated_node_not_a_new_one() {
     let mut pod = gpu_pod("preemptor");
     pod["spec"]["schedulerName"] = json!("other-scheduler");
     let _: Pod = c.create(pod).await;
-    let nominate = |node: &'static str| {
-        let pods = Api::<Pod>::namespaced(c.client.clone(), "default");
-        async move {
-            pods.patch_status(
-                "preemptor",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {
-                    "nominatedNodeName": node,
-                    "conditions": [{"type": "PodScheduled", "status": "False",
-                        "reason": "Unschedulable", "message": "preempting pods on busy",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
-            )
-            .await
-            .expect("status patch");
-        }
-    };
-    nominate("busy").await;
+    nominate(&c, "preemptor", "busy").await;
     let ctl = c.controller("preempting", &["--leader-elect=false"]);
     // Rounds that began after the nomination was written: none launched anything.
     ctl.more_loops("round", 3).await;
@@ -490,7 +491,7 @@ async fn e2e_a_preempting_pod_waits_for_its_nominated_node_not_a_new_one() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    nominate("gone").await;
+    nominate(&c, "preemptor", "gone").await;
     eventually(
         "a claim once the nominated node is gone",
         DEADLINE,
@@ -509,23 +510,7 @@ async fn e2e_an_empty_node_a_pod_preempts_on_is_kept_for_it() {
     urgent["spec"]["schedulerName"] = json!("other-scheduler");
     let _: Pod = c.create(urgent).await;
     let pods = Api::<Pod>::namespaced(c.client.clone(), "default");
-    let nominate = |to: String| {
-        let pods = pods.clone();
-        async move {
-            pods.patch_status(
-                "urgent",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {
-                    "nominatedNodeName": to,
-                    "conditions": [{"type": "PodScheduled", "status": "False",
-                        "reason": "Unschedulable", "message": "preempting",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
-            )
-            .await
-            .expect("status patch");
-        }
-    };
-    nominate(node.clone()).await;
+    nominate(&c, "urgent", &node).await;
     pods.patch_status(
         "train",
         &PatchParams::default(),
