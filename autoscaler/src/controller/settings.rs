@@ -257,8 +257,8 @@ pub struct RunArgs {
     pub log_format: LogFormat,
     /// Pods' preferences (preferred node affinity, `ScheduleAnyway` topology spreads):
     /// `respect` them where a node can meet them, or `ignore` them in provisioning and
-    /// consolidation alike (Karpenter's `--preference-policy=Ignore`).
-    #[arg(long, value_enum, default_value = "respect")]
+    /// consolidation alike (Karpenter's `--preference-policy=Ignore`; its spelling is taken too).
+    #[arg(long, value_enum, default_value = "respect", ignore_case = true)]
     pub preference_policy: PreferencePolicy,
     /// ProvisioningRequests: how long provisioned capacity stays booked for its pods, unless
     /// the request's `BookingDurationSeconds` parameter says otherwise.
@@ -451,6 +451,22 @@ impl ClusterLimitArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--preference-policy` takes Karpenter's spelling (`Ignore`) as well as ours, and nothing
+    /// else.
+    #[test]
+    fn preference_policy_takes_karpenters_spelling() {
+        use clap::Parser;
+        let policy = |v: &str| {
+            Cli::try_parse_from(["x", &format!("--preference-policy={v}")])
+                .map(|c| c.run.preference_policy)
+        };
+        assert_eq!(policy("Ignore").ok(), Some(PreferencePolicy::Ignore));
+        assert_eq!(policy("respect").ok(), Some(PreferencePolicy::Respect));
+        assert!(policy("maybe").is_err());
+        let defaults = Cli::try_parse_from(["x"]).expect("defaults parse").run;
+        assert_eq!(defaults.preference_policy, PreferencePolicy::Respect);
+    }
 
     #[test]
     fn durations() {
