@@ -33,6 +33,16 @@ pub fn pod(name: &str) -> PodBuilder {
     PodBuilder(p)
 }
 
+/// A term over `key` about pods labelled `app=<app>` in `namespaces`.
+fn app_term(key: &str, app: &str, namespaces: TermNamespaces) -> PodAffinityTerm {
+    PodAffinityTerm {
+        topology_key: key.into(),
+        selector: Requirements::new().with("app", Operator::In, &[app]),
+        namespaces,
+        held: false,
+    }
+}
+
 /// Builder for [`Pod`].
 #[derive(Clone, Debug)]
 pub struct PodBuilder(pub Pod);
@@ -159,6 +169,26 @@ impl PodBuilder {
         }
         self
     }
+    /// Makes the last spread constraint added `ScheduleAnyway`.
+    pub fn schedule_anyway(mut self) -> Self {
+        if let Some(s) = self.0.spread.last_mut() {
+            s.hard = false;
+        }
+        self
+    }
+    /// Adds preferred pod affinity of `weight` over `key` to pods labelled `app=<app>`.
+    pub fn prefer_affinity(mut self, weight: i32, key: &str, app: &str) -> Self {
+        let term = app_term(key, app, TermNamespaces::Own);
+        self.0.preferred_affinity.push((weight, term));
+        self
+    }
+    /// Adds preferred pod anti-affinity of `weight` over `key` against pods labelled
+    /// `app=<app>`.
+    pub fn prefer_anti_affinity(mut self, weight: i32, key: &str, app: &str) -> Self {
+        let term = app_term(key, app, TermNamespaces::Own);
+        self.0.preferred_anti_affinity.push((weight, term));
+        self
+    }
     /// Sets `minDomains` on the last spread constraint added.
     pub fn min_domains(mut self, n: u32) -> Self {
         if let Some(s) = self.0.spread.last_mut() {
@@ -173,11 +203,7 @@ impl PodBuilder {
     /// Adds required anti-affinity over `key` against pods labelled `app=<app>` in
     /// `namespaces`.
     pub fn anti_affinity_in(mut self, key: &str, app: &str, namespaces: TermNamespaces) -> Self {
-        self.0.anti_affinity.push(PodAffinityTerm {
-            topology_key: key.into(),
-            selector: Requirements::new().with("app", Operator::In, &[app]),
-            namespaces,
-        });
+        self.0.anti_affinity.push(app_term(key, app, namespaces));
         self
     }
     /// Adds required affinity over `key` to pods labelled `app=<app>`.
@@ -186,11 +212,7 @@ impl PodBuilder {
     }
     /// Adds required affinity over `key` to pods labelled `app=<app>` in `namespaces`.
     pub fn affinity_in(mut self, key: &str, app: &str, namespaces: TermNamespaces) -> Self {
-        self.0.affinity.push(PodAffinityTerm {
-            topology_key: key.into(),
-            selector: Requirements::new().with("app", Operator::In, &[app]),
-            namespaces,
-        });
+        self.0.affinity.push(app_term(key, app, namespaces));
         self
     }
 

@@ -46,7 +46,9 @@ pub struct TopologySpread {
     pub topology_key: String,
     /// Which pods count (same namespace).
     pub selector: Requirements,
-    /// `DoNotSchedule` (true) or `ScheduleAnyway` (false, ignored by planning).
+    /// `DoNotSchedule` (true) or `ScheduleAnyway` (false). The planner holds a `ScheduleAnyway`
+    /// spread as required while it tries it and gives it up when the pod cannot be placed so
+    /// ([`crate::provision`]'s preference relaxation, as Karpenter's).
     pub hard: bool,
     /// `minDomains` (0 when unset): while fewer domains than this are eligible, the global
     /// minimum is taken as 0, so at most `maxSkew` matching pods go in each.
@@ -67,7 +69,7 @@ fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
-/// A required pod (anti-)affinity term.
+/// A pod (anti-)affinity term.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PodAffinityTerm {
     /// Domain key.
@@ -77,6 +79,12 @@ pub struct PodAffinityTerm {
     /// The namespaces whose pods the selector looks at.
     #[serde(default, skip_serializing_if = "TermNamespaces::is_own")]
     pub namespaces: TermNamespaces,
+    /// A preferred term the planner holds as required while it tries it (set only on the
+    /// pods it plans, never on a snapshot's own). It binds the pod that has it and no other:
+    /// as in Karpenter, the pods it selects are not kept away from that pod's domain, since
+    /// relaxing it could not help them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 impl PodAffinityTerm {
@@ -214,6 +222,12 @@ pub struct PodShape {
     pub anti_affinity: Vec<PodAffinityTerm>,
     /// Required pod affinity terms.
     pub affinity: Vec<PodAffinityTerm>,
+    /// Preferred pod affinity terms: (weight, term).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_affinity: Vec<(i32, PodAffinityTerm)>,
+    /// Preferred pod anti-affinity terms: (weight, term).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_anti_affinity: Vec<(i32, PodAffinityTerm)>,
     /// Priority.
     pub priority: i32,
     /// All-or-nothing group this pod belongs to (gang or ProvisioningRequest).
@@ -234,6 +248,17 @@ pub struct PodShape {
     /// Its DRA claims (`spec.resourceClaims`), resolved; see [`crate::dra`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<crate::dra::PodClaim>,
+}
+
+impl PodShape {
+    /// Whether the pod states any preference: preferred node or pod (anti-)affinity, or a
+    /// `ScheduleAnyway` spread.
+    pub fn has_preferences(&self) -> bool {
+        !self.preferred.is_empty()
+            || !self.preferred_affinity.is_empty()
+            || !self.preferred_anti_affinity.is_empty()
+            || self.spread.iter().any(|t| !t.hard)
+    }
 }
 
 impl Pod {
@@ -296,6 +321,8 @@ impl Default for PodShape {
             spread: vec![],
             anti_affinity: vec![],
             affinity: vec![],
+            preferred_affinity: vec![],
+            preferred_anti_affinity: vec![],
             priority: 0,
             group: None,
             owner_kind: None,
@@ -724,18 +751,21 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Drops every pod's preferences: preferred node affinity and `ScheduleAnyway` topology
-    /// spreads (preferred pod affinity is not modelled), on pending pods and on the pods of
-    /// nodes, which disruption may move. What Karpenter's `--preference-policy=Ignore` asks of
-    /// its scheduler and its consolidation. A pod without preferences keeps its shared shape.
+    /// Drops every pod's preferences: preferred node affinity, preferred pod affinity and
+    /// anti-affinity, and `ScheduleAnyway` topology spreads, on pending pods and on the pods
+    /// of nodes, which disruption may move. What Karpenter's `--preference-policy=Ignore` asks
+    /// of its scheduler and its consolidation. A pod without preferences keeps its shared
+    /// shape.
     pub fn ignore_preferences(&mut self) {
         let pods = self
             .pending
             .iter_mut()
             .chain(self.nodes.iter_mut().flat_map(|n| n.pods.iter_mut()));
         for p in pods {
-            if !p.preferred.is_empty() || p.spread.iter().any(|t| !t.hard) {
+            if p.has_preferences() {
                 p.preferred.clear();
+                p.preferred_affinity.clear();
+                p.preferred_anti_affinity.clear();
                 p.spread.retain(|t| t.hard);
             }
         }

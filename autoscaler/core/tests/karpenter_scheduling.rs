@@ -1607,6 +1607,7 @@ fn should_partially_schedule_if_limits_would_be_exceeded() {
     let mk = |n: &str| {
         let mut p = cpu_pod(n, "1.5").label("app", "foo");
         p.0.anti_affinity = vec![PodAffinityTerm {
+            held: false,
             topology_key: HOST.into(),
             selector: req("app", In, &["foo"]),
             namespaces: TermNamespaces::Own,
@@ -1653,6 +1654,7 @@ fn should_not_schedule_if_limits_would_be_exceeded_node() {
     let mk = |n: &str| {
         let mut p = cpu_pod(n, "1.5").label("app", "foo");
         p.0.anti_affinity = vec![PodAffinityTerm {
+            held: false,
             topology_key: HOST.into(),
             selector: req("app", In, &["foo"]),
             namespaces: TermNamespaces::Own,

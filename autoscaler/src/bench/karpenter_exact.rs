@@ -120,6 +120,7 @@ fn make(rng: &mut SplitMix64, kind: usize, name: String) -> Pod {
             let other = rng.pick(&LABEL_VALUES);
             let mut b = b.label(AFFINITY_KEY, own);
             b.0.affinity.push(PodAffinityTerm {
+                held: false,
                 topology_key: if kind == 3 {
                     labels::HOSTNAME
                 } else {
@@ -134,6 +135,7 @@ fn make(rng: &mut SplitMix64, kind: usize, name: String) -> Pod {
         5 => {
             let mut b = b.label("app", "nginx");
             b.0.anti_affinity.push(PodAffinityTerm {
+                held: false,
                 topology_key: labels::HOSTNAME.into(),
                 selector: selector("app", "nginx"),
                 namespaces: Default::default(),

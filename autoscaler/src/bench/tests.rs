@@ -385,6 +385,7 @@ mod ffd_packing {
     fn anti_affinity_keeps_pods_apart_both_ways() {
         let mut repel = pod("r").cpu("1").label("app", "web").build();
         repel.anti_affinity.push(PodAffinityTerm {
+            held: false,
             topology_key: labels::HOSTNAME.into(),
             selector: sel("app", "web"),
             namespaces: Default::default(),
@@ -427,6 +428,7 @@ mod ffd_packing {
         // pass puts it on the db's node.
         let mut near = pod("near").cpu("2").build();
         near.affinity.push(PodAffinityTerm {
+            held: false,
             topology_key: labels::HOSTNAME.into(),
             selector: sel("app", "db"),
             namespaces: Default::default(),
@@ -443,6 +445,7 @@ mod ffd_packing {
         // A pod whose affinity nothing can ever satisfy stays unplaced.
         let mut lonely = pod("lonely").cpu("1").build();
         lonely.affinity.push(PodAffinityTerm {
+            held: false,
             topology_key: labels::ZONE.into(),
             selector: sel("app", "nobody"),
             namespaces: Default::default(),

@@ -412,21 +412,55 @@ fn affinity_terms(
 ) -> Result<Vec<PodAffinityTerm>, TranslateError> {
     let mut out = Vec::new();
     for (i, t) in terms.into_iter().flatten().enumerate() {
-        let selector = match &t.label_selector {
-            Some(s) => with_label_keys(
-                label_selector(s, &format!("{path}[{i}].labelSelector"))?,
-                pod_labels,
-                t.match_label_keys.as_ref(),
-                t.mismatch_label_keys.as_ref(),
-            ),
-            None if anti => continue,
-            None => matches_nothing(),
-        };
-        out.push(PodAffinityTerm {
-            topology_key: t.topology_key.clone(),
-            selector,
-            namespaces: term_namespaces(t, &format!("{path}[{i}]"))?,
-        });
+        out.extend(affinity_term(t, &format!("{path}[{i}]"), anti, pod_labels)?);
+    }
+    Ok(out)
+}
+
+/// One pod (anti-)affinity term at `path`; `None` for an anti-affinity term with a null
+/// selector (see [`affinity_terms`]).
+fn affinity_term(
+    t: &k8s_openapi::api::core::v1::PodAffinityTerm,
+    path: &str,
+    anti: bool,
+    pod_labels: &Labels,
+) -> Result<Option<PodAffinityTerm>, TranslateError> {
+    let selector = match &t.label_selector {
+        Some(s) => with_label_keys(
+            label_selector(s, &format!("{path}.labelSelector"))?,
+            pod_labels,
+            t.match_label_keys.as_ref(),
+            t.mismatch_label_keys.as_ref(),
+        ),
+        None if anti => return Ok(None),
+        None => matches_nothing(),
+    };
+    Ok(Some(PodAffinityTerm {
+        held: false,
+        topology_key: t.topology_key.clone(),
+        selector,
+        namespaces: term_namespaces(t, path)?,
+    }))
+}
+
+/// The preferred pod (anti)-affinity terms with their weights. A term whose
+/// `namespaceSelector` cannot be read (on namespace labels other than the name, which the
+/// autoscaler does not watch) is left out rather than refusing the pod, as a required one
+/// does: it is a preference, and the pod is planned without it.
+fn preferred_affinity_terms(
+    terms: Option<&Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>>,
+    path: &str,
+    anti: bool,
+    pod_labels: &Labels,
+) -> Result<Vec<(i32, PodAffinityTerm)>, TranslateError> {
+    let mut out = Vec::new();
+    for (i, w) in terms.into_iter().flatten().enumerate() {
+        let at = format!("{path}[{i}].podAffinityTerm");
+        match affinity_term(&w.pod_affinity_term, &at, anti, pod_labels) {
+            Ok(t) => out.extend(t.map(|t| (w.weight, t))),
+            Err(e) if e.field == format!("{at}.namespaceSelector") => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(out)
 }
@@ -672,6 +706,25 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         true,
         &pod_labels,
     )?;
+    let preferred_affinity = preferred_affinity_terms(
+        aff.and_then(|a| a.pod_affinity.as_ref()).and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        }),
+        "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+        false,
+        &pod_labels,
+    )?;
+    let preferred_anti_affinity = preferred_affinity_terms(
+        aff.and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+        "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution",
+        true,
+        &pod_labels,
+    )?;
     // The Cluster Autoscaler's annotation makes a pod count as a DaemonSet pod (node agents
     // started by other means), for utilization and drains alike.
     let ca_daemonset = p
@@ -715,6 +768,8 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
             spread,
             anti_affinity,
             affinity,
+            preferred_affinity,
+            preferred_anti_affinity,
             priority: spec.priority.unwrap_or(0),
             owner_kind,
             local_storage,

@@ -596,6 +596,7 @@ pub(super) fn build_pod(
         });
     }
     let term = |k: &String| PodAffinityTerm {
+        held: false,
         topology_key: k.clone(),
         selector: sel.clone(),
         namespaces: Default::default(),
@@ -617,6 +618,8 @@ pub(super) fn build_pod(
             spread,
             anti_affinity: f.anti_affinity.iter().map(term).collect(),
             affinity: f.affinity.iter().map(term).collect(),
+            preferred_affinity: vec![],
+            preferred_anti_affinity: vec![],
             priority: f.priority,
             group: None,
             owner_kind: Some(owner.to_string()),

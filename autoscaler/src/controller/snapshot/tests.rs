@@ -669,17 +669,29 @@ fn running_gang_members_count_toward_the_minimum() {
     );
 }
 
-/// `--preference-policy=ignore`: the builder drops a pending pod's preferred node affinity and
-/// `ScheduleAnyway` spread, and keeps its `DoNotSchedule` spread; by default it keeps all three.
+/// `--preference-policy=ignore`: the builder drops a pending pod's preferred node affinity,
+/// preferred pod affinity and anti-affinity and `ScheduleAnyway` spread, and keeps its
+/// `DoNotSchedule` spread and required terms; by default it keeps them all.
 #[test]
 fn ignoring_preferences_drops_preferred_terms_and_soft_spreads_only() {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "p", "namespace": "default", "labels": {"app": "p"}},
         "spec": {
             "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
-            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 1, "preference": {"matchExpressions": [
-                    {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["big"]}]}}]}},
+            "affinity": {
+                "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": {"matchExpressions": [
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["big"]}]}}]},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 3, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "cache"}}}}]},
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 2, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app": "p"}}}}],
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "topology.kubernetes.io/zone",
+                         "labelSelector": {"matchLabels": {"app": "db"}}}]}},
             "topologySpreadConstraints": [
                 {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
                  "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "p"}}},
@@ -712,9 +724,14 @@ fn ignoring_preferences_drops_preferred_terms_and_soft_spreads_only() {
     };
     let kept = build(false);
     assert_eq!(kept.pending[0].preferred.len(), 1);
+    assert_eq!(kept.pending[0].preferred_affinity.len(), 1);
+    assert_eq!(kept.pending[0].preferred_anti_affinity.len(), 1);
     assert_eq!(kept.pending[0].spread.len(), 2);
     let dropped = build(true);
     assert!(dropped.pending[0].preferred.is_empty());
+    assert!(dropped.pending[0].preferred_affinity.is_empty());
+    assert!(dropped.pending[0].preferred_anti_affinity.is_empty());
+    assert_eq!(dropped.pending[0].anti_affinity.len(), 1);
     let spreads: Vec<(bool, &str)> = dropped.pending[0]
         .spread
         .iter()

@@ -393,6 +393,67 @@ fn affinity_terms_read_their_namespaces() {
 }
 
 #[test]
+fn preferred_pod_affinity_terms_are_read_with_their_weights() {
+    // Both kinds of preferred term keep their weight and read like required ones; a preferred
+    // term whose namespaceSelector names other namespace labels is left out (the pod is still
+    // planned, without that preference), while a bad label selector is still refused.
+    let p = pod_from(json!({
+        "metadata": {"name": "p", "namespace": "shop", "labels": {"app": "web"}},
+        "spec": {
+            "containers": [{"name": "c"}],
+            "affinity": {
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 40, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone",
+                        "labelSelector": {"matchLabels": {"app": "cache"}}}}
+                ]},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "web"}}, "namespaces": ["edge"]}},
+                    {"weight": 5, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "web"}},
+                        "namespaceSelector": {"matchLabels": {"team": "a"}}}},
+                    {"weight": 7, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+                ]}
+            }
+        }
+    }));
+    let c = pod(&p).unwrap();
+    assert!(c.affinity.is_empty() && c.anti_affinity.is_empty());
+    assert_eq!(c.preferred_affinity.len(), 1);
+    let (w, t) = &c.preferred_affinity[0];
+    assert_eq!(
+        (*w, t.topology_key.as_str()),
+        (40, "topology.kubernetes.io/zone")
+    );
+    let cache: Labels = [("app".to_string(), "cache".to_string())].into();
+    assert!(t.selects("shop", "shop", &cache) && !t.held);
+    // The unreadable namespaceSelector and the null selector (which avoids no pod) are gone.
+    assert_eq!(c.preferred_anti_affinity.len(), 1);
+    let (w, t) = &c.preferred_anti_affinity[0];
+    assert_eq!(*w, 100);
+    assert_eq!(
+        t.namespaces,
+        TermNamespaces::Listed(["edge".to_string()].into())
+    );
+
+    let mut bad = p.clone();
+    bad.spec.as_mut().unwrap().affinity = Some(
+        serde_json::from_value(json!({
+            "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}}}
+            ]}
+        }))
+        .unwrap(),
+    );
+    let text = pod(&bad).unwrap_err().to_string();
+    assert!(
+        text.contains("spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.labelSelector"),
+        "{text}"
+    );
+}
+
+#[test]
 fn match_label_keys_narrow_selectors_to_the_pods_revision() {
     // A rolling update: only pods of the new revision (the pod's own pod-template-hash)
     // count for its spread and its affinity; mismatchLabelKeys keeps it away from its own
