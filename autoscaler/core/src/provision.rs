@@ -69,7 +69,10 @@
 //! it (the reason names the port and DaemonSet). `PreferNoSchedule` taints are a soft preference,
 //! relaxed as Karpenter does: a pod first tries every place without such a taint it does not
 //! tolerate; an existing node or in-flight claim under one is used only when no other takes the
-//! pod, and a pool under one only when the pod can be helped nowhere else. Limits (resources,
+//! pod, and a pool under one only when the pod can be helped nowhere else. Preferred pod
+//! affinity and anti-affinity and `ScheduleAnyway` spreads are held as required and given up
+//! one at a time for the pods they leave without a place, by planning the batch again
+//! (`preferences`, as Karpenter relaxes them). Limits (resources,
 //! nodes, GPUs per model) count existing nodes, in-flight claims and the largest candidate of each
 //! new claim; cluster-wide limits (`Snapshot::cluster_limits`, see [`crate::quota`]) do the same
 //! across every pool, for the nodes their selector matches (a claim counts when one of its
@@ -105,6 +108,7 @@ mod dra;
 mod explanations;
 mod finish;
 mod place;
+mod preferences;
 mod room;
 mod shapes;
 mod slots;
@@ -118,6 +122,7 @@ pub use shapes::{
 };
 
 pub(crate) use explanations::pool_standing;
+pub(crate) use preferences::relaxable;
 pub(crate) use shapes::same_pool;
 pub use shapes::same_pools;
 
@@ -176,10 +181,13 @@ pub fn plan_cached(snapshot: &Snapshot, options: &PlanOptions, cache: &mut Shape
 }
 
 fn plan_shaped(snapshot: &Snapshot, options: &PlanOptions, shapes: Arc<Vec<Shape>>) -> Plan {
-    let templates = dra::Templates::of(snapshot);
-    let (mut plan, _) = Planner::new(snapshot, options, &templates, shapes).run();
-    crate::gang::prefer_one_zone(snapshot, &mut plan);
-    crate::gang::placement_only_in_one_zone(&mut plan);
+    let (plan, _) = preferences::plan_relaxing(snapshot, |tried| {
+        let templates = dra::Templates::of(tried);
+        let (mut plan, _) = Planner::new(tried, options, &templates, shapes.clone()).run();
+        crate::gang::prefer_one_zone(tried, &mut plan);
+        crate::gang::placement_only_in_one_zone(&mut plan);
+        (plan, ())
+    });
     plan
 }
 
@@ -190,18 +198,16 @@ pub(crate) fn plan_explained(
     options: &PlanOptions,
     pod: usize,
 ) -> (Plan, Vec<crate::explain::PoolConsidered>) {
-    let templates = dra::Templates::of(snapshot);
-    let mut planner = Planner::new(
-        snapshot,
-        options,
-        &templates,
-        Arc::new(build_shapes(snapshot)),
-    );
-    planner.explain = Some(pod);
-    let (mut plan, considered) = planner.run();
-    crate::gang::prefer_one_zone(snapshot, &mut plan);
-    crate::gang::placement_only_in_one_zone(&mut plan);
-    (plan, considered.unwrap_or_default())
+    let shapes = Arc::new(build_shapes(snapshot));
+    preferences::plan_relaxing(snapshot, |tried| {
+        let templates = dra::Templates::of(tried);
+        let mut planner = Planner::new(tried, options, &templates, shapes.clone());
+        planner.explain = Some(pod);
+        let (mut plan, considered) = planner.run();
+        crate::gang::prefer_one_zone(tried, &mut plan);
+        crate::gang::placement_only_in_one_zone(&mut plan);
+        (plan, considered.unwrap_or_default())
+    })
 }
 
 /// What a new claim becomes when a pod joins it; `None` fields stay as they are.
@@ -732,7 +738,13 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        for (ti, t) in pod.anti_affinity.iter().enumerate() {
+        // A held preference binds its own pod only (see `preferences`).
+        for (ti, t) in pod
+            .anti_affinity
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.held)
+        {
             if let Some(pi) = pending
                 && t.topology_key == labels::HOSTNAME
             {

@@ -1347,6 +1347,34 @@ fn should_consolidate_a_node_through_replacement_when_ignoring_preferences() {
     assert!(!offered.contains(&"big.8xlarge".to_string()), "{offered:?}");
 }
 
+#[test]
+fn should_consolidate_a_node_through_deletion_when_ignoring_preferences() {
+    // Three pods that prefer hostnames apart: two on n0, one on n1, both nodes of the
+    // cheapest type. Respected (the default), the preference is held while the pod on n1 is
+    // moved, so it would need a node of its own and n1 stays; ignored, it joins n0.
+    let foo = |name: &str| {
+        rs_pod(name)
+            .cpu("1")
+            .label("app", "foo")
+            .prefer_anti_affinity(1, labels::HOSTNAME, "foo")
+    };
+    let mut s = snap(
+        vec![
+            kn("n0", &cheap(), "p")
+                .with_pod(foo("a"))
+                .with_pod(foo("b")),
+            kn("n1", &cheap(), "p").with_pod(foo("c")),
+        ],
+        vec![kpool("p", vec![cheap()])],
+    );
+    let kept = run(&s);
+    assert!(kept.commands.is_empty(), "{}", kept.render());
+    s.ignore_preferences();
+    let plan = run(&s);
+    assert_eq!(removed(&plan), names(&["n1"]), "{}", plan.render());
+    assert!(replacement_types(&plan).is_empty(), "{}", plan.render());
+}
+
 // ---------------------------------------------------------------------------------------------
 // singlenodeconsolidation_test.go: Candidate Shuffling
 // ---------------------------------------------------------------------------------------------

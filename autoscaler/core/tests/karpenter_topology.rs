@@ -6,7 +6,7 @@
 //! descriptions and asserted counts, not copied. Where this project deliberately differs, the
 //! test asserts its own behaviour and says why (docs/src/reference/semantics.md).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::{CapacityType, InstanceType};
@@ -84,6 +84,7 @@ fn tsc(key: &str, skew: u32, selector: Requirements, hard: bool) -> TopologySpre
 
 fn term(key: &str, selector: Requirements) -> PodAffinityTerm {
     PodAffinityTerm {
+        held: false,
         topology_key: key.into(),
         selector,
         namespaces: TermNamespaces::Own,
@@ -96,6 +97,8 @@ struct Sim {
     nodes: Vec<Node>,
     round: usize,
     last: Plan,
+    /// Plan as `--preference-policy=ignore` does (`Snapshot::ignore_preferences`).
+    ignore_preferences: bool,
 }
 
 impl Sim {
@@ -105,6 +108,7 @@ impl Sim {
             nodes: vec![],
             round: 0,
             last: Plan::default(),
+            ignore_preferences: false,
         }
     }
 
@@ -120,12 +124,15 @@ impl Sim {
                 p
             })
             .collect();
-        let snap = Snapshot {
+        let mut snap = Snapshot {
             pending: pending.clone(),
             nodes: self.nodes.clone(),
             pools: self.pools.iter().cloned().map(|p| p.build()).collect(),
             ..Snapshot::default()
         };
+        if self.ignore_preferences {
+            snap.ignore_preferences();
+        }
         let plan = plan_provisioning(&snap);
         eprintln!("--- round {r}\n{}", plan.render());
         let by_key: BTreeMap<_, _> = pending.iter().map(|p| (p.key.clone(), p.clone())).collect();
@@ -1512,4 +1519,230 @@ fn ct_and_zone_spread_with_existing_nodes() {
         "{:?}",
         s.skew(ZONE, "test")
     );
+}
+
+// ---------------------------------------------------------------- Preferences
+// topology_test.go's preferred-term cases and suite_test.go's "Preferences" tables: under the
+// default policy (Respect) a preferred pod (anti-)affinity term or a ScheduleAnyway spread is
+// held as required until the pod cannot be placed, then given up.
+
+/// Nodes the pods named `prefix-*` landed on.
+fn hosts_of(s: &Sim, prefix: &str) -> BTreeSet<String> {
+    s.nodes
+        .iter()
+        .filter(|n| {
+            n.pods
+                .iter()
+                .any(|p| p.key.name.contains(&format!("-{prefix}-")))
+        })
+        .map(|n| n.name.clone())
+        .collect()
+}
+
+fn zones_of(s: &Sim, prefix: &str) -> BTreeSet<String> {
+    s.nodes
+        .iter()
+        .filter(|n| hosts_of(s, prefix).contains(&n.name))
+        .filter_map(|n| n.labels.get(ZONE).cloned())
+        .collect()
+}
+
+#[test]
+fn should_allow_violation_of_preferred_pod_affinity() {
+    let mut s = Sim::new(vec![dpool()]);
+    let mut pods = spread_pods("p", 10, &[tsc(HOST, 1, sel("test"), true)]);
+    pods.push(pod("aff").prefer_affinity(50, HOST, "s2"));
+    let plan = s.run(pods);
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert!(s.node_of("aff").is_some());
+}
+
+#[test]
+fn should_allow_violation_of_preferred_pod_anti_affinity() {
+    // Three app=test pods spread one per zone; ten pods preferring zones without app=test
+    // find none left and are placed anyway.
+    let mut s = Sim::new(vec![dpool()]);
+    let mut pods = spread_pods("p", 3, &[zone1(1)]);
+    pods.extend((0..10).map(|i| pod(&format!("aff-{i}")).prefer_anti_affinity(50, ZONE, "test")));
+    let plan = s.run(pods);
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(s.skew(ZONE, "test"), vec![1, 1, 1]);
+}
+
+/// Three 2-cpu pods, one per zone by node selector, each preferring zones without
+/// security=s2 pods.
+fn zone_pods_avoiding_s2() -> Vec<PodBuilder> {
+    (0..3)
+        .map(|i| {
+            pod(&format!("zone{i}"))
+                .cpu("2")
+                .select(ZONE, Z[i])
+                .prefer_anti_affinity(10, ZONE, "s2")
+        })
+        .collect()
+}
+
+#[test]
+fn should_violate_preferred_pod_anti_affinity_on_zone_inverse() {
+    // The three pods' preference binds them, not the s2 pod, which schedules in a zone of one
+    // of them (as required anti-affinity it could not: `anti_affinity_zone_inverse`).
+    let mut s = Sim::new(vec![dpool()]);
+    let mut pods = zone_pods_avoiding_s2();
+    pods.push(pod("s2").label("app", "s2"));
+    let plan = s.run(pods);
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    for p in ["zone0", "zone1", "zone2", "s2"] {
+        assert!(s.node_of(p).is_some(), "{p}");
+    }
+}
+
+#[test]
+fn should_violate_preferred_pod_anti_affinity_on_zone_inverse_with_existing_nodes() {
+    let mut s = Sim::new(vec![dpool()]);
+    s.run(zone_pods_avoiding_s2());
+    let plan = s.run(vec![pod("s2").label("app", "s2")]);
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert!(s.node_of("s2").is_some());
+}
+
+#[test]
+fn should_allow_violation_of_a_pod_affinity_preference_with_a_conflicting_required_constraint() {
+    // Three app=test pods, one per host (required), each preferring the host of the one s2
+    // pod: one of them gets it, the other two give the preference up.
+    let mut s = Sim::new(vec![dpool()]);
+    let mut pods: Vec<PodBuilder> = spread_pods("p", 3, &[tsc(HOST, 1, sel("test"), true)])
+        .into_iter()
+        .map(|p| p.prefer_affinity(50, HOST, "s2"))
+        .collect();
+    pods.push(pod("s2").label("app", "s2"));
+    let plan = s.run(pods);
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(s.skew(HOST, "test"), vec![1, 1, 1]);
+    let s2 = s.node_of("s2").expect("s2 placed").name.clone();
+    let with_s2 = (0..3)
+        .filter(|i| s.node_of(&format!("p-{i}")).is_some_and(|n| n.name == s2))
+        .count();
+    assert_eq!(with_s2, 1, "one app=test pod joins the s2 pod's host");
+}
+
+/// Five app=foo pods preferring `key` apart from each other.
+fn foo_apart(key: &str) -> Vec<PodBuilder> {
+    (0..5)
+        .map(|i| {
+            pod(&format!("foo-{i}"))
+                .label("app", "foo")
+                .prefer_anti_affinity(1, key, "foo")
+        })
+        .collect()
+}
+
+#[test]
+fn pod_anti_affinity_preferences_are_respected_by_default_and_ignored_on_request() {
+    // suite_test.go: "If we were respecting preferences, we would add these pods on separate
+    // nodes. Because we are ignoring them, we will schedule them all on the same node."
+    let mut s = Sim::new(vec![dpool()]);
+    let plan = s.run(foo_apart(HOST));
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(hosts_of(&s, "foo").len(), 5);
+
+    // Zone: three zones hold the first three apart; the other two give the preference up.
+    let mut s = Sim::new(vec![dpool()]);
+    let plan = s.run(foo_apart(ZONE));
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(zones_of(&s, "foo").len(), 3);
+
+    for key in [HOST, ZONE] {
+        let mut s = Sim::new(vec![dpool()]);
+        s.ignore_preferences = true;
+        let plan = s.run(foo_apart(key));
+        assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+        assert_eq!(hosts_of(&s, "foo").len(), 1, "{key}");
+    }
+}
+
+#[test]
+fn pod_affinity_preferences_are_respected_by_default() {
+    // suite_test.go's "should ignore pod affinity preferences", respected: a 2-cpu pod in
+    // zone 1, two 3-cpu app=bar pods in zone 2, and a 1-cpu pod preferring app=bar's host
+    // (and, in the second case, zone) joins them.
+    for key in [HOST, ZONE] {
+        let mut s = Sim::new(vec![dpool()]);
+        let mut pods = vec![pod("one").label("app", "foo").cpu("2").select(ZONE, Z[0])];
+        pods.extend((0..2).map(|i| {
+            pod(&format!("bar-{i}"))
+                .label("app", "bar")
+                .cpu("3")
+                .select(ZONE, Z[1])
+        }));
+        pods.push(
+            pod("baz")
+                .label("app", "baz")
+                .cpu("1")
+                .prefer_affinity(1, key, "bar"),
+        );
+        let plan = s.run(pods);
+        assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+        let baz = s.node_of("baz").expect("placed");
+        assert_eq!(
+            baz.labels.get(ZONE).map(String::as_str),
+            Some(Z[1]),
+            "{key}"
+        );
+        if key == HOST {
+            let bar = s.node_of("bar-0").expect("placed");
+            assert_eq!(baz.name, bar.name);
+        }
+    }
+}
+
+#[test]
+fn a_schedule_anyway_spread_is_held_until_it_cannot_be() {
+    // Respected, four app=test pods with a ScheduleAnyway hostname spread get a node each;
+    // ignored, they share one.
+    let soft_host = [tsc(HOST, 1, sel("test"), false)];
+    let mut s = Sim::new(vec![dpool()]);
+    s.run(spread_pods("p", 4, &soft_host));
+    assert_eq!(s.skew(HOST, "test"), vec![1, 1, 1, 1]);
+    let mut s = Sim::new(vec![dpool()]);
+    s.ignore_preferences = true;
+    s.run(spread_pods("p", 4, &soft_host));
+    assert_eq!(s.skew(HOST, "test"), vec![4]);
+    // A pool of at most two nodes: the two pods the spread leaves without a node give it up
+    // and join the others (wherever they fit first, the spread being given up), where a
+    // DoNotSchedule spread leaves them pending.
+    let two = || vec![dpool().limit_nodes(2)];
+    let mut s = Sim::new(two());
+    let plan = s.run(spread_pods("p", 4, &soft_host));
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    let per_node = s.skew(HOST, "test");
+    assert_eq!(
+        (per_node.len(), per_node.iter().sum()),
+        (2, 4),
+        "{per_node:?}"
+    );
+    let mut s = Sim::new(two());
+    let plan = s.run(spread_pods("p", 4, &[tsc(HOST, 1, sel("test"), true)]));
+    assert_eq!(plan.unschedulable.len(), 2, "{}", plan.render());
+}
+
+#[test]
+fn preference_pods_of_the_benchmark_give_up_the_zone_term_and_keep_the_hostname_one() {
+    // scheduling_benchmark_test.go's `makePreferencePods`: app=nginx pods preferring zone 1,
+    // zones apart from each other (weight 10, which only three can have) and hosts apart
+    // (weight 1). The heavier term goes first, so every pod still gets a node of its own.
+    let mut s = Sim::new(vec![dpool()]);
+    let pods: Vec<PodBuilder> = (0..8)
+        .map(|i| {
+            pod(&format!("nginx-{i}"))
+                .label("app", "nginx")
+                .cpu("1")
+                .prefer(1, Requirements::new().with(ZONE, Operator::In, &[Z[0]]))
+                .prefer_anti_affinity(10, ZONE, "nginx")
+                .prefer_anti_affinity(1, HOST, "nginx")
+        })
+        .collect();
+    let plan = s.run(pods);
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(hosts_of(&s, "nginx").len(), 8);
+    assert_eq!(zones_of(&s, "nginx").len(), 3);
 }

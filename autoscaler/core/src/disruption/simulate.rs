@@ -282,11 +282,17 @@ fn plan_without(
             base.pending.push(p);
         }
     }
+    // A spread's domains include the zones the pools offer; a `ScheduleAnyway` spread counts
+    // too, as the planner holds it while it tries it. A pod with preferences the planner
+    // relaxes needs the pools as well: without them it could not be placed even on a new
+    // node, and would give up a preference that a new node would keep (the command is then
+    // refused, as needing one, instead of moving the pod against its preference).
     let with_pools = allow_new
         || base.pending.iter().any(|p| {
-            p.spread
-                .iter()
-                .any(|t| t.hard && t.topology_key != crate::labels::HOSTNAME)
+            crate::provision::relaxable(p)
+                || p.spread
+                    .iter()
+                    .any(|t| t.topology_key != crate::labels::HOSTNAME)
         });
     if with_pools {
         base.pools = std::mem::take(launchable);

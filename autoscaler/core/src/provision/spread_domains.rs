@@ -408,7 +408,12 @@ impl<'a> Planner<'a> {
                 }
             }
             // Its anti-affinity, where it is pinned to one domain, holds against later pods.
-            for t in p.anti_affinity.iter().filter(|t| ours(&t.topology_key)) {
+            // A held preference binds its own pod only (see `preferences`).
+            for t in p
+                .anti_affinity
+                .iter()
+                .filter(|t| !t.held && ours(&t.topology_key))
+            {
                 let key = t.topology_key.as_str();
                 let one = pins[i].iter().find(|pin| pin.key == key).and_then(|pin| {
                     match &pin.constraint.values {

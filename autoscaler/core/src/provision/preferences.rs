@@ -1,0 +1,276 @@
+//! Preference relaxation, as Karpenter's scheduler does it: a pending pod's preferred pod
+//! affinity and anti-affinity terms and its `ScheduleAnyway` spreads are held as required
+//! while the planner tries them, and given up one at a time for the pods they leave without
+//! a place.
+//!
+//! Karpenter (`pkg/controllers/provisioning/scheduling/preferences.go`, `Relax`) gives up, in
+//! this order: preferred pod affinity terms (heaviest first), preferred pod anti-affinity
+//! terms (heaviest first), preferred node affinity terms, `ScheduleAnyway` spreads, and last
+//! adds a toleration of `PreferNoSchedule` taints. The planner weighs preferred node affinity
+//! and `PreferNoSchedule` taints itself (see [`super`]), so this module handles the rest.
+//! Karpenter relaxes a pod as soon as it fails and tries it again at once; this planner packs
+//! a batch, so it plans the batch again instead: each pass gives up one more preference of
+//! every pod the last pass left unplaced, and after [`ONE_STEP_PASSES`] passes every
+//! preference of the pods still unplaced goes at once, so a round plans at most
+//! `ONE_STEP_PASSES + 3` times, and once when no pending pod states a preference.
+//!
+//! A held anti-affinity term binds only its own pod (`PodAffinityTerm::held`): as in
+//! Karpenter, which tracks no inverse preferred anti-affinity, the pods it selects are free
+//! to join that pod's domain.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::model::{Pod, PodAffinityTerm, PodShape, Snapshot};
+use crate::plan::Plan;
+
+/// Passes that each give up one preference of every pod left unplaced.
+const ONE_STEP_PASSES: usize = 3;
+
+/// The preferences of `pod` this module relaxes, in the order they are given up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Soft {
+    /// Index into `preferred_affinity`.
+    Affinity(usize),
+    /// Index into `preferred_anti_affinity`.
+    Anti(usize),
+    /// Index into `spread` (a `ScheduleAnyway` one).
+    Spread(usize),
+}
+
+/// `pod`'s preferences in Karpenter's order of giving up: affinity then anti-affinity terms,
+/// each heaviest first (equal weights in their written order), then `ScheduleAnyway` spreads
+/// in their written order.
+fn give_up_order(pod: &PodShape) -> Vec<Soft> {
+    let by_weight = |terms: &[(i32, PodAffinityTerm)]| {
+        let mut ix: Vec<usize> = (0..terms.len()).collect();
+        ix.sort_by_key(|i| std::cmp::Reverse(terms[*i].0));
+        ix
+    };
+    let mut out: Vec<Soft> = by_weight(&pod.preferred_affinity)
+        .into_iter()
+        .map(Soft::Affinity)
+        .collect();
+    out.extend(
+        by_weight(&pod.preferred_anti_affinity)
+            .into_iter()
+            .map(Soft::Anti),
+    );
+    out.extend(
+        pod.spread
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.hard)
+            .map(|(i, _)| Soft::Spread(i)),
+    );
+    out
+}
+
+/// Whether `pod` has a preference this module holds and gives up.
+pub(crate) fn relaxable(pod: &PodShape) -> bool {
+    steps(pod) > 0
+}
+
+/// How many preferences of `pod` can be given up.
+fn steps(pod: &PodShape) -> usize {
+    pod.preferred_affinity.len()
+        + pod.preferred_anti_affinity.len()
+        + pod.spread.iter().filter(|t| !t.hard).count()
+}
+
+/// `pod` as the planner tries it with its first `given_up` preferences given up: the others
+/// held as required (held terms marked [`PodAffinityTerm::held`]), the given-up ones gone.
+fn holding(pod: &PodShape, given_up: usize) -> PodShape {
+    let order = give_up_order(pod);
+    let kept: BTreeSet<usize> = (given_up..order.len()).collect();
+    let mut out = pod.clone();
+    out.preferred_affinity.clear();
+    out.preferred_anti_affinity.clear();
+    out.spread.clear();
+    let held = |t: &PodAffinityTerm| PodAffinityTerm {
+        held: true,
+        ..t.clone()
+    };
+    for (at, soft) in order.iter().enumerate() {
+        if !kept.contains(&at) {
+            continue;
+        }
+        match *soft {
+            Soft::Affinity(i) => out.affinity.push(held(&pod.preferred_affinity[i].1)),
+            Soft::Anti(i) => out
+                .anti_affinity
+                .push(held(&pod.preferred_anti_affinity[i].1)),
+            Soft::Spread(_) => {}
+        }
+    }
+    for (i, t) in pod.spread.iter().enumerate() {
+        let soft_at = order.iter().position(|s| *s == Soft::Spread(i));
+        match soft_at {
+            None => out.spread.push(t.clone()),
+            Some(at) if kept.contains(&at) => {
+                let mut t = t.clone();
+                t.hard = true;
+                out.spread.push(t);
+            }
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+/// Plans `snapshot` with `plan`, relaxing preferences as the module documentation says, and
+/// returns the last pass's plan (made on the snapshot with the pods as that pass tried them)
+/// and what `plan` returned with it.
+///
+/// A pod an earlier plan nominated to a claim in flight ([`Snapshot::nominated`]) is planned
+/// with every preference given up: that plan already chose its place, and holding it to a
+/// preference it was relieved of could open a second node for it.
+pub(crate) fn plan_relaxing<T>(
+    snapshot: &Snapshot,
+    mut plan: impl FnMut(&Snapshot) -> (Plan, T),
+) -> (Plan, T) {
+    let most: Vec<usize> = snapshot.pending.iter().map(|p| steps(p)).collect();
+    if most.iter().all(|n| *n == 0) {
+        return plan(snapshot);
+    }
+    let mut given_up: Vec<usize> = snapshot
+        .pending
+        .iter()
+        .zip(&most)
+        .map(|(p, n)| {
+            if snapshot.nominated.contains_key(&p.key) {
+                *n
+            } else {
+                0
+            }
+        })
+        .collect();
+    let mut tried = snapshot.clone();
+    let mut pass = 0;
+    loop {
+        tried.pending = held_pods(snapshot, &given_up);
+        let (out, extra) = plan(&tried);
+        let failed: BTreeSet<&crate::model::PodKey> =
+            out.unschedulable.iter().map(|u| &u.pod).collect();
+        let mut changed = false;
+        for (i, p) in snapshot.pending.iter().enumerate() {
+            if given_up[i] < most[i] && failed.contains(&p.key) {
+                given_up[i] = if pass < ONE_STEP_PASSES {
+                    given_up[i] + 1
+                } else {
+                    most[i]
+                };
+                changed = true;
+            }
+        }
+        // Past the one-step passes every failed pod gave up everything, so a pass more can
+        // only fail pods that were placed before; stop relaxing them one by one too.
+        if !changed {
+            return (out, extra);
+        }
+        if pass > ONE_STEP_PASSES {
+            given_up.clone_from(&most);
+            tried.pending = held_pods(snapshot, &given_up);
+            return plan(&tried);
+        }
+        pass += 1;
+    }
+}
+
+/// The pending pods as a pass tries them. Pods sharing a shape and a number of preferences
+/// given up share the held shape too (a workload's replicas stay one shape).
+fn held_pods(snapshot: &Snapshot, given_up: &[usize]) -> Vec<Pod> {
+    let mut shared: HashMap<(*const PodShape, usize), Arc<PodShape>> = HashMap::new();
+    snapshot
+        .pending
+        .iter()
+        .zip(given_up)
+        .map(|(p, g)| {
+            if steps(p) == 0 {
+                return p.clone();
+            }
+            let shape = shared
+                .entry((Arc::as_ptr(p.shape()), *g))
+                .or_insert_with(|| Arc::new(holding(p, *g)));
+            Pod::sharing(p.key.clone(), shape.clone())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::pod;
+    use crate::labels::{HOSTNAME, ZONE};
+
+    #[test]
+    fn preferences_go_affinity_then_anti_affinity_heaviest_first_then_soft_spreads() {
+        let p = pod("p")
+            .spread(ZONE, 1, "web")
+            .schedule_anyway()
+            .spread(HOSTNAME, 1, "web")
+            .prefer_anti_affinity(1, HOSTNAME, "a1")
+            .prefer_anti_affinity(10, ZONE, "a10")
+            .prefer_affinity(5, ZONE, "f5")
+            .prefer_affinity(50, HOSTNAME, "f50")
+            .build();
+        assert_eq!(
+            give_up_order(&p),
+            vec![
+                Soft::Affinity(1),
+                Soft::Affinity(0),
+                Soft::Anti(1),
+                Soft::Anti(0),
+                Soft::Spread(0)
+            ]
+        );
+        assert_eq!(steps(&p), 5);
+        let apps = |ts: &[PodAffinityTerm]| -> Vec<String> {
+            ts.iter().map(|t| format!("{:?}", t.selector)).collect()
+        };
+        // Nothing given up: every preference held, marked as held; required terms unmarked.
+        let all = holding(&p, 0);
+        assert_eq!(all.affinity.len(), 2);
+        assert_eq!(all.anti_affinity.len(), 2);
+        assert!(
+            all.affinity
+                .iter()
+                .chain(&all.anti_affinity)
+                .all(|t| t.held)
+        );
+        assert!(all.spread.iter().all(|t| t.hard));
+        assert_eq!(all.spread.len(), 2);
+        assert!(all.preferred_affinity.is_empty() && all.preferred_anti_affinity.is_empty());
+        // Three given up: both affinity terms and the heavier anti-affinity term.
+        let three = holding(&p, 3);
+        assert!(three.affinity.is_empty());
+        let lighter = [p.preferred_anti_affinity[0].1.clone()];
+        assert_eq!(apps(&three.anti_affinity), apps(&lighter));
+        assert_eq!(three.spread.len(), 2);
+        // Everything given up: the soft spread is gone, the hard one stays.
+        let none = holding(&p, 5);
+        assert!(none.affinity.is_empty() && none.anti_affinity.is_empty());
+        assert_eq!(none.spread.len(), 1);
+        assert_eq!(none.spread[0].topology_key, HOSTNAME);
+        assert!(none.spread[0].hard);
+    }
+
+    #[test]
+    fn replicas_share_their_held_shape_and_plain_pods_keep_theirs() {
+        let a = pod("a").prefer_anti_affinity(1, HOSTNAME, "web").build();
+        let mut b = a.clone();
+        b.key.name = "b".into();
+        let plain = pod("c").build();
+        let snap = Snapshot {
+            pending: vec![a, b, plain.clone()],
+            ..Snapshot::default()
+        };
+        let held = held_pods(&snap, &[0, 0, 0]);
+        assert!(held[0].shares_shape_with(&held[1]));
+        assert!(held[2].shares_shape_with(&plain));
+        assert_eq!(held[0].anti_affinity.len(), 1);
+        let apart = held_pods(&snap, &[0, 1, 0]);
+        assert!(!apart[0].shares_shape_with(&apart[1]));
+        assert!(apart[1].anti_affinity.is_empty());
+    }
+}
