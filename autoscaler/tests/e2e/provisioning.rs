@@ -558,3 +558,41 @@ async fn e2e_an_empty_node_a_pod_preempts_on_is_kept_for_it() {
     })
     .await;
 }
+
+/// Preferred pod anti-affinity is held while it can be (Karpenter's default policy): three
+/// 1-CPU replicas preferring hosts apart get a 4-CPU node each, and every one is bound; with
+/// `--preference-policy=ignore` the three share one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_replicas_preferring_hosts_apart_get_a_node_each_unless_preferences_are_ignored() {
+    for (policy, nodes) in [("respect", 3), ("ignore", 1)] {
+        let c = Cluster::start().await;
+        let _: NodePool = c.create(cpu_pool("cpu", "10m")).await;
+        for i in 0..3 {
+            let mut p = cpu_pod(
+                &format!("web-{i}"),
+                "1",
+                std::collections::BTreeMap::from([("app", "web")]),
+            );
+            p["spec"]["affinity"] = json!({"podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100,
+                    "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "web"}}}}]}});
+            let _: Pod = c.create(p).await;
+        }
+        let flag = format!("--preference-policy={policy}");
+        let ctl = c.controller(policy, &["--leader-elect=false", &flag]);
+        eventually("every replica bound", Duration::from_secs(90), || async {
+            let mut bound = 0;
+            for i in 0..3 {
+                if bound_to(&c.pod("default", &format!("web-{i}")).await?).is_some() {
+                    bound += 1;
+                }
+            }
+            (bound == 3).then_some(())
+        })
+        .await;
+        // Rounds that began after the last bind launched nothing more.
+        ctl.more_loops("round", 2).await;
+        assert_eq!(c.claims().await.len(), nodes, "{policy}: {}", ctl.log());
+    }
+}
