@@ -373,6 +373,7 @@ fn explain_pod(
         outcome,
         pools: vec![],
         hints: vec![],
+        given_up: vec![],
     };
     if let Some(phase) = read.finished.get(key) {
         return Ok(done(Outcome::Finished {

@@ -169,6 +169,11 @@ pub struct PodExplanation {
     /// mean").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<String>,
+    /// The preferences (preferred pod affinity and anti-affinity, `ScheduleAnyway` spreads)
+    /// the planner gave up for the outcome, in the order it gave them up; empty when it held
+    /// every one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub given_up: Vec<String>,
 }
 
 /// Why a pending pod of `snapshot` gets what it gets: the plan's outcome for it and every pool
@@ -176,7 +181,7 @@ pub struct PodExplanation {
 /// the pod is not among the snapshot's pending pods.
 pub fn explain_pod(snapshot: &Snapshot, pod: &PodKey) -> Option<PodExplanation> {
     let i = snapshot.pending.iter().position(|p| &p.key == pod)?;
-    let (plan, pools) = provision::plan_explained(snapshot, &PlanOptions::default(), i);
+    let (plan, pools, given_up) = provision::plan_explained(snapshot, &PlanOptions::default(), i);
     let vocabulary = crate::vocabulary::Vocabulary::of_pools(&snapshot.pools);
     let mut hints: Vec<String> = Vec::new();
     for term in &snapshot.pending[i].node_selector.terms {
@@ -191,6 +196,7 @@ pub fn explain_pod(snapshot: &Snapshot, pod: &PodKey) -> Option<PodExplanation> 
         outcome: outcome_of(&plan, pod),
         pools,
         hints,
+        given_up,
     })
 }
 
@@ -534,6 +540,9 @@ impl PodExplanation {
                 writeln!(out, "  pending; no node can be launched for it: {reason}")
             }
         };
+        for g in &self.given_up {
+            let _ = writeln!(out, "  gave up its {g}");
+        }
         if !self.pools.is_empty() {
             out.push_str("NodePools considered (highest weight first):\n");
         }

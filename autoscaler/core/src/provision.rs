@@ -181,25 +181,26 @@ pub fn plan_cached(snapshot: &Snapshot, options: &PlanOptions, cache: &mut Shape
 }
 
 fn plan_shaped(snapshot: &Snapshot, options: &PlanOptions, shapes: Arc<Vec<Shape>>) -> Plan {
-    let (plan, _) = preferences::plan_relaxing(snapshot, |tried| {
+    let relaxed = preferences::plan_relaxing(snapshot, |tried| {
         let templates = dra::Templates::of(tried);
         let (mut plan, _) = Planner::new(tried, options, &templates, shapes.clone()).run();
         crate::gang::prefer_one_zone(tried, &mut plan);
         crate::gang::placement_only_in_one_zone(&mut plan);
         (plan, ())
     });
-    plan
+    relaxed.plan
 }
 
-/// [`plan_with`], and every pool and instance type pending pod `pod` (an index into
-/// `snapshot.pending`) was considered for, taken when the planner placed it.
+/// [`plan_with`], every pool and instance type pending pod `pod` (an index into
+/// `snapshot.pending`) was considered for, taken when the planner placed it, and the
+/// preferences it gave up to be placed, in words.
 pub(crate) fn plan_explained(
     snapshot: &Snapshot,
     options: &PlanOptions,
     pod: usize,
-) -> (Plan, Vec<crate::explain::PoolConsidered>) {
+) -> (Plan, Vec<crate::explain::PoolConsidered>, Vec<String>) {
     let shapes = Arc::new(build_shapes(snapshot));
-    preferences::plan_relaxing(snapshot, |tried| {
+    let relaxed = preferences::plan_relaxing(snapshot, |tried| {
         let templates = dra::Templates::of(tried);
         let mut planner = Planner::new(tried, options, &templates, shapes.clone());
         planner.explain = Some(pod);
@@ -207,7 +208,9 @@ pub(crate) fn plan_explained(
         crate::gang::prefer_one_zone(tried, &mut plan);
         crate::gang::placement_only_in_one_zone(&mut plan);
         (plan, considered.unwrap_or_default())
-    })
+    });
+    let given_up = preferences::given_up(&snapshot.pending[pod], relaxed.given_up[pod]);
+    (relaxed.plan, relaxed.extra, given_up)
 }
 
 /// What a new claim becomes when a pod joins it; `None` fields stay as they are.

@@ -462,6 +462,7 @@ impl Policy for GpuAutoscaler {
                         outcome,
                         pools: vec![],
                         hints: vec![],
+                        given_up: vec![],
                     })
                 };
                 match &ctx.cluster.pods[id].phase {

@@ -238,3 +238,39 @@ fn offerings_and_unknown_pods_are_explained_or_refused() {
         "offerings"
     );
 }
+
+#[test]
+fn a_pod_placed_against_its_preference_says_which_preference_it_gave_up() {
+    // Two replicas preferring hosts apart, in a NodePool of at most one node: the second
+    // gives the preference up and shares the first one's node; its explanation says so.
+    let web = |name: &str| {
+        pod(name)
+            .cpu("1")
+            .label("app", "web")
+            .prefer_anti_affinity(5, labels::HOSTNAME, "web")
+            .build()
+    };
+    let snap = Snapshot {
+        pending: vec![web("web-a"), web("web-b")],
+        pools: vec![pool("general", vec![cpu()]).limit_nodes(1).build()],
+        ..Default::default()
+    };
+    let given_up: Vec<usize> = snap
+        .pending
+        .iter()
+        .map(|p| explain_pod(&snap, &p.key).unwrap().given_up.len())
+        .collect();
+    assert_eq!(given_up, vec![0, 1]);
+    let e = explain_pod(&snap, &snap.pending[1].key).unwrap();
+    expect![[r#"
+        Pod default/web-b
+          pending; gets a new NodeClaim of NodePool general at the next planning round (instance types m5.xlarge; from 0.200/h; shared with 1 other pending pod)
+          gave up its preferred pod anti-affinity (weight 5) over kubernetes.io/hostname with pods app In [web]
+        NodePools considered (highest weight first):
+          general (weight 0)
+            m5.xlarge: refused (Limits): NodePool general limit nodes=1 reached
+    "#]]
+    .assert_eq(&e.render());
+    let json = serde_json::to_value(&e).unwrap();
+    assert_eq!(json["givenUp"].as_array().map(Vec::len), Some(1), "{json}");
+}

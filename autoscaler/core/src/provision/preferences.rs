@@ -118,9 +118,47 @@ fn holding(pod: &PodShape, given_up: usize) -> PodShape {
     out
 }
 
-/// Plans `snapshot` with `plan`, relaxing preferences as the module documentation says, and
-/// returns the last pass's plan (made on the snapshot with the pods as that pass tried them)
-/// and what `plan` returned with it.
+/// What [`plan_relaxing`] returns: the last pass's plan (made on the snapshot with the pods
+/// as that pass tried them), what the planning function returned with it, and per pending pod
+/// how many of its preferences that pass had given up ([`given_up`] says which).
+pub(crate) struct Relaxed<T> {
+    pub(crate) plan: Plan,
+    pub(crate) extra: T,
+    pub(crate) given_up: Vec<usize>,
+}
+
+/// The first `n` preferences `pod` gives up, in words, for `explain`.
+pub(crate) fn given_up(pod: &PodShape, n: usize) -> Vec<String> {
+    let term = |kind: &str, w: i32, t: &PodAffinityTerm| {
+        format!(
+            "preferred pod {kind} (weight {w}) over {} with pods {}",
+            t.topology_key, t.selector
+        )
+    };
+    give_up_order(pod)
+        .into_iter()
+        .take(n)
+        .map(|soft| match soft {
+            Soft::Affinity(i) => {
+                let (w, t) = &pod.preferred_affinity[i];
+                term("affinity", *w, t)
+            }
+            Soft::Anti(i) => {
+                let (w, t) = &pod.preferred_anti_affinity[i];
+                term("anti-affinity", *w, t)
+            }
+            Soft::Spread(i) => {
+                let t = &pod.spread[i];
+                format!(
+                    "ScheduleAnyway topology spread over {} (maxSkew {}) of pods {}",
+                    t.topology_key, t.max_skew, t.selector
+                )
+            }
+        })
+        .collect()
+}
+
+/// Plans `snapshot` with `plan`, relaxing preferences as the module documentation says.
 ///
 /// A pod an earlier plan nominated to a claim in flight ([`Snapshot::nominated`]) is planned
 /// with every preference given up: that plan already chose its place, and holding it to a
@@ -128,10 +166,15 @@ fn holding(pod: &PodShape, given_up: usize) -> PodShape {
 pub(crate) fn plan_relaxing<T>(
     snapshot: &Snapshot,
     mut plan: impl FnMut(&Snapshot) -> (Plan, T),
-) -> (Plan, T) {
+) -> Relaxed<T> {
     let most: Vec<usize> = snapshot.pending.iter().map(|p| steps(p)).collect();
     if most.iter().all(|n| *n == 0) {
-        return plan(snapshot);
+        let (plan, extra) = plan(snapshot);
+        return Relaxed {
+            plan,
+            extra,
+            given_up: most,
+        };
     }
     let mut given_up: Vec<usize> = snapshot
         .pending
@@ -166,12 +209,20 @@ pub(crate) fn plan_relaxing<T>(
         // Past the one-step passes every failed pod gave up everything, so a pass more can
         // only fail pods that were placed before; stop relaxing them one by one too.
         if !changed {
-            return (out, extra);
+            return Relaxed {
+                plan: out,
+                extra,
+                given_up,
+            };
         }
         if pass > ONE_STEP_PASSES {
-            given_up.clone_from(&most);
-            tried.pending = held_pods(snapshot, &given_up);
-            return plan(&tried);
+            tried.pending = held_pods(snapshot, &most);
+            let (plan, extra) = plan(&tried);
+            return Relaxed {
+                plan,
+                extra,
+                given_up: most,
+            };
         }
         pass += 1;
     }
