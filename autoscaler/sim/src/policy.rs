@@ -206,8 +206,9 @@ pub trait Policy {
     /// Whether a decision still holds after the validation delay.
     fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64) -> bool;
     /// The nodes of `decision` to go on with, when it may go on with fewer than it names
-    /// (the core's [`autoscaler_core::disruption::narrow_empty`]), asked before it is
-    /// validated; the default (the baselines) never narrows.
+    /// (the core's [`autoscaler_core::disruption::narrow_empty`], the Karpenter models'
+    /// emptiness validation), asked before it is validated; the default (the Cluster
+    /// Autoscaler models) never narrows.
     fn narrow(&mut self, _ctx: &Ctx, _decision: &Decision) -> Option<Vec<String>> {
         None
     }

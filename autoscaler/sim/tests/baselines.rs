@@ -1,6 +1,7 @@
 //! The baselines' GPU blind spots, each against its idealized twin on a small scenario:
 //! karpenter-like sizes time-sliced nodes by physical GPUs and knows no MIG resource without a
-//! NodeOverlay; ca-like waits 30 s before scaling up for a GPU pod.
+//! NodeOverlay; ca-like waits 30 s before scaling up for a GPU pod. And rules of the real
+//! projects the models follow: Karpenter's emptiness validation narrowing a command.
 
 use std::path::Path;
 
@@ -207,4 +208,36 @@ fn no_policy_leaves_a_pod_pending_the_whole_first_hour_of_the_default_scenario()
             .collect();
         assert!(stuck.is_empty(), "{}: {stuck:?}", p.name);
     }
+}
+
+/// Karpenter's emptiness validation goes on with the nodes still empty: of two nodes decided
+/// empty at 5 min, one takes a pod during the 15 s validation and the other is deleted then
+/// (by 320 s), not a decision and a validation later (335 s without narrowing). The run ends
+/// between the two moments.
+#[test]
+fn karpenter_like_deletes_the_nodes_still_empty_when_a_pod_lands_on_one_during_validation() {
+    let pool = "  - name: cpu
+    instanceTypes: [m6i.large]
+    capacityTypes: [on-demand]
+    disruption: {consolidateAfter: 0s, budgets: [100%]}
+";
+    let work = "  - deployment:
+      name: two
+      replicas: [{at: 0s, count: 2}, {at: 5m, count: 0}]
+      pod: {nodePool: cpu, cpu: 1500m, memory: 1Gi}
+  - deployment:
+      name: late
+      replicas: [{at: 305s, count: 1}]
+      pod: {nodePool: cpu, cpu: 1500m, memory: 1Gi}
+";
+    let yaml = format!(
+        "name: narrow\nseed: 3\nduration: 325s\ncatalog: aws\npolicies: [karpenter-like]\n\
+         cluster:\n  launch: {{cpu: 45s, gpu: 120s}}\npools:\n{pool}workloads:\n{work}"
+    );
+    let s = Scenario::parse(Path::new("narrow.yaml"), &yaml).unwrap();
+    let (ps, summary) = results(&s);
+    let like = named(&ps, "karpenter-like");
+    assert_eq!(like.nodes_launched, 2, "{summary}");
+    assert_eq!(like.nodes_terminated, 1, "{summary}");
+    assert_eq!(like.pending_at_end, 0, "{summary}");
 }

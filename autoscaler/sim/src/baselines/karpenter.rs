@@ -491,6 +491,28 @@ impl Policy for KarpenterLike {
         }
     }
 
+    /// Karpenter's emptiness validation goes on with the candidates still empty and not
+    /// nominated for a pod, and drops the others (`pkg/controllers/disruption/validation.go`,
+    /// `EmptinessValidator.validateCandidates`), rather than dropping the whole command.
+    /// Budgets held when the command was decided, and narrowing only takes nodes out.
+    fn narrow(&mut self, ctx: &Ctx, d: &Decision) -> Option<Vec<String>> {
+        if !d.reason.starts_with("Empty") {
+            return None;
+        }
+        let nodes = &ctx.cluster.nodes;
+        let kept: Vec<String> = d
+            .nodes
+            .iter()
+            .filter(|n| {
+                disruptable(ctx.cluster, **n)
+                    && nodes[**n].pods.is_empty()
+                    && nodes[**n].held.is_empty()
+            })
+            .map(|n| nodes[*n].name.clone())
+            .collect();
+        (!kept.is_empty() && kept.len() < d.nodes.len()).then_some(kept)
+    }
+
     fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64) -> bool {
         let snap = pdb_snapshot(ctx);
         for &n in &d.nodes {
