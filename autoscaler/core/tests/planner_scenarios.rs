@@ -461,6 +461,43 @@ fn a_nominated_pod_keeps_its_in_flight_claim() {
     );
 }
 
+/// A pod an earlier plan put on a claim in flight after giving up a preference is planned
+/// there again with its preferences given up: held again, its preference for hosts apart
+/// from the claim's other pod would open a second node for it.
+#[test]
+fn a_nominated_pod_keeps_its_claim_without_the_preference_it_gave_up() {
+    let web = |name: &str| {
+        pod(name)
+            .cpu("1")
+            .label("app", "web")
+            .prefer_anti_affinity(1, labels::HOSTNAME, "web")
+    };
+    let mut snap = snapshot(vec![web("web-1")], vec![pool("default", cpu_types())]);
+    snap.in_flight.push(InFlightClaim {
+        name: "default-abc".into(),
+        pool: "default".into(),
+        instance_types: vec!["m5.xlarge".into()],
+        requirements: Requirements::new(),
+        pods: vec![web("web-0").build()],
+        created_at: 0,
+    });
+    // Not nominated: the preference holds, and the pod gets a node of its own.
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1]
+        "#]],
+    );
+    let key = snap.pending[0].key.clone();
+    snap.nominated.insert(key, "default-abc".into());
+    check(
+        &snap,
+        expect![[r#"
+            in-flight default/web-1 -> default-abc
+        "#]],
+    );
+}
+
 #[test]
 fn selectors_affinity_terms_and_preferences() {
     let pods = vec![
