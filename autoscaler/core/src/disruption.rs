@@ -489,7 +489,7 @@ pub use candidates::{
     utilization_by_resource, utilization_by_resource_with_devices, utilization_with_devices,
 };
 pub use simulate::{UNINITIALIZED_TARGET, UNREADY_TARGET, simulate};
-pub use validation::{narrow_empty, validate};
+pub use validation::{Check, narrow_empty, validate, validate_at};
 
 /// Plans disruption. Never fails; every node gets a [`Verdict`].
 ///

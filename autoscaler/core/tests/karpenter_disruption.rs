@@ -59,8 +59,9 @@ use std::collections::BTreeSet;
 use autoscaler_core::DisruptionPlan;
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{
-    Command, DO_NOT_DISRUPT, DisruptionConfig, DisruptionState, Method, POD_DELETION_COST, Verdict,
-    VerdictKind, budget_nodes, budget_standing, narrow_empty, plan_disruption, simulate, validate,
+    Check, Command, DO_NOT_DISRUPT, DisruptionConfig, DisruptionState, Method, POD_DELETION_COST,
+    Verdict, VerdictKind, budget_nodes, budget_standing, narrow_empty, plan_disruption, simulate,
+    validate, validate_at,
 };
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
@@ -1156,6 +1157,30 @@ fn should_not_consolidate_if_the_action_picks_different_instance_types_after_the
     let mut later = s;
     bind(&mut later, "n", rs_pod("b").cpu("1"));
     assert!(validate_after_delay(&cmd, &later).is_err());
+}
+
+/// Once the replacement launched first is up, validation asks only whether the pods fit
+/// without another node: the replacement's price and types were settled when it launched. A
+/// pod that came while it booted and fits nowhere then abandons the command, naming the pod.
+#[test]
+fn once_the_replacement_is_up_only_room_for_the_pods_is_checked() {
+    let (s, cmd) = replace_with_tiny();
+    let up_at = cmd.decided_at + config().validation_delay_s + 60;
+    let validate_up =
+        |s: &Snapshot| validate_at(Check::ReplacementUp, &cmd, &mut s.clone(), up_at, &config());
+    let mut up = s;
+    up.nodes
+        .push(kn("r", &od("tiny.medium", "1500m", 0.1), "p").build());
+    assert_eq!(validate_up(&up), Ok(()));
+    // A second 1-cpu pod came to n while r booted: r holds one of the two, not both.
+    bind(&mut up, "n", rs_pod("b").cpu("1"));
+    let err = validate_up(&up).unwrap_err();
+    assert!(err.contains("nowhere to go"), "{err}");
+    // Checked as at the decision (what ran once the replacement was up before), the command
+    // went on: a new tiny node for the pod r cannot hold still costs less than n, so n was
+    // deleted and its pod left to a launch of its own.
+    let as_decided = validate_at(Check::Decided, &cmd, &mut up.clone(), up_at, &config());
+    assert_eq!(as_decided, Ok(()));
 }
 
 fn replacement_types_of(cmd: &Command) -> Vec<String> {

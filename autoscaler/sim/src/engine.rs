@@ -11,6 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::time::Instant;
 
+use autoscaler_core::disruption::Check;
 use autoscaler_core::model::{DaemonSet, PodKey, Pool, Snapshot};
 use providers::UnavailableOfferings;
 use providers::fake::FakeProvider;
@@ -649,7 +650,7 @@ impl Policy for Noop {
     fn disrupt(&mut self, _: &Ctx, _: i64) -> (Vec<Decision>, i64) {
         (vec![], i64::MAX)
     }
-    fn validate(&mut self, _: &Ctx, _: &Decision, _: i64) -> bool {
+    fn validate(&mut self, _: &Ctx, _: &Decision, _: i64, _: Check) -> bool {
         false
     }
     fn on_scale_up(&mut self, _: &str, _: i64) {}

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::disruption::{
-    Command, DisruptionCache, DisruptionConfig, DisruptionState, Method, cooldown,
-    plan_disruption_cached, validate,
+    Check, Command, DisruptionCache, DisruptionConfig, DisruptionState, Method, cooldown,
+    plan_disruption_cached, validate_at,
 };
 use autoscaler_core::model::{DaemonSet, Pod, PodKey, Pool, Snapshot};
 use autoscaler_core::provision::{
@@ -203,8 +203,10 @@ pub trait Policy {
     /// Disruption decisions, and the latest time until which, if the cluster does not change,
     /// calling again is pointless.
     fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64);
-    /// Whether a decision still holds after the validation delay.
-    fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64) -> bool;
+    /// Whether a decision still holds at `check`: after the validation delay, or once the
+    /// replacement launched first is up (the core's [`Check`]; only commands carried out in
+    /// [`autoscaler_core::disruption::execute::Order::ReplaceFirst`] are checked then).
+    fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64, check: Check) -> bool;
     /// The nodes of `decision` to go on with, when it may go on with fewer than it names
     /// (the core's [`autoscaler_core::disruption::narrow_empty`], the Karpenter models'
     /// emptiness validation), asked before it is validated; the default (the Cluster
@@ -531,12 +533,12 @@ impl Policy for GpuAutoscaler {
         (out, next_wake(snap, &self.state, &self.config, now))
     }
 
-    fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64) -> bool {
+    fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64, check: Check) -> bool {
         let Some(cmd) = &decision.command else {
             return false;
         };
         ctx.snapshot_in(&mut self.cache, false);
-        validate(cmd, self.cache.get_mut(), now, &self.config).is_ok()
+        validate_at(check, cmd, self.cache.get_mut(), now, &self.config).is_ok()
     }
 
     fn narrow(&mut self, ctx: &Ctx, decision: &Decision) -> Option<Vec<String>> {

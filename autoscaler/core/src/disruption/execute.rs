@@ -27,7 +27,7 @@
 //! `--scale-down-delay-after-failure`. [`wake`] says when time alone can change the next step,
 //! so an event-driven caller knows when to call again.
 
-use super::{Command, InProgress, Method};
+use super::{Check, Command, InProgress, Method};
 use crate::duration::default_seconds;
 use crate::model::PodKey;
 
@@ -380,10 +380,15 @@ fn give_up(why: String, failure: bool) -> Step {
 }
 
 /// Decides the next action of `job`. `validate` re-checks the command against the cluster as
-/// it is now (the core's [`super::validate`] for the core's commands); it is called only when
-/// the command must be re-checked: once the validation delay is over, and again once a
-/// replacement initialized.
-pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), String>) -> Step {
+/// it is now (the core's [`super::validate_at`] for the core's commands); it is called only
+/// when the command must be re-checked: once the validation delay is over
+/// ([`Check::Decided`]), and again once a replacement launched first initialized
+/// ([`Check::ReplacementUp`]).
+pub fn step(
+    job: &Job,
+    facts: &Facts,
+    validate: &mut dyn FnMut(Check) -> Result<(), String>,
+) -> Step {
     let cmd = &job.command;
     let drain = |next_if_empty: Stage| {
         if facts.pods_left.is_empty() {
@@ -440,7 +445,7 @@ pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), S
             if facts.now < cmd.decided_at + facts.validation_delay_s {
                 return stay(job);
             }
-            if let Err(why) = validate() {
+            if let Err(why) = validate(Check::Decided) {
                 return give_up(why, false);
             }
             let mut step = if job.order == Order::ReplaceFirst {
@@ -461,7 +466,7 @@ pub fn step(job: &Job, facts: &Facts, validate: &mut dyn FnMut() -> Result<(), S
             Some(true) => {
                 // The nodes kept taking pods while the replacement booted: check again, with
                 // the replacement now among the places they may go.
-                if let Err(why) = validate() {
+                if let Err(why) = validate(Check::ReplacementUp) {
                     return give_up(format!("after the replacement came up: {why}"), true);
                 }
                 let mut step = go(Action::Taint(cmd.nodes.clone()), Stage::Tainted);

@@ -58,6 +58,31 @@ pub fn validate(
     now: i64,
     config: &DisruptionConfig,
 ) -> Result<(), String> {
+    validate_at(Check::Decided, command, snap, now, config)
+}
+
+/// When a command is checked again ([`super::execute::step`] says which).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The validation delay is over and nothing was done yet: [`validate`].
+    Decided,
+    /// The replacement launched first is up ([`super::execute::Order::ReplaceFirst`]): it is
+    /// a node of `snap` now, paid for, so the only question left is whether the nodes' pods,
+    /// with those that came while it booted, fit on what remains without another node; price,
+    /// savings and the replacement's types were settled when it was launched.
+    ReplacementUp,
+}
+
+/// [`validate`] at `check`: the same checks of the nodes (still there, unblocked, within
+/// budget), then, once the replacement is up, only that the pods fit without a new node.
+/// `Err` says why the command no longer holds.
+pub fn validate_at(
+    check: Check,
+    command: &Command,
+    snap: &mut Snapshot,
+    now: i64,
+    config: &DisruptionConfig,
+) -> Result<(), String> {
     if now < command.decided_at + config.validation_delay_s {
         return Err(format!(
             "validation delay not over ({}s left)",
@@ -120,6 +145,13 @@ pub fn validate(
     if command.reason == DisruptionReason::Empty {
         return Ok(());
     }
+    if check == Check::ReplacementUp {
+        let plan = simulate_holding(snap, &removed, false, &holds);
+        return match plan.unschedulable.first() {
+            Some(u) => Err(nowhere_to_go(u)),
+            None => Ok(()),
+        };
+    }
     let cost: f64 = nodes.iter().map(|n| n.price.unwrap_or(0.0)).sum();
     // A node above its threshold is replaced only for the saving right-sizing asks.
     let devices = crate::dra::device_use(&snap.dra);
@@ -136,8 +168,7 @@ pub fn validate(
     }
     // The replacement launches with the types decided then: each must still be one the
     // simulation picks for the pods now (Karpenter's check that they are a subset), or a pod
-    // that came meanwhile might not fit the node that comes. Once the replacement is up its
-    // pods need no new node, and there is nothing to compare.
+    // that came meanwhile might not fit the node that comes.
     if let (Some(r), Some(now_claim)) = (&command.replacement, plan.new_claims.first()) {
         let picked: BTreeSet<&str> = now_claim
             .instance_types

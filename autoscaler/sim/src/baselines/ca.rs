@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use autoscaler_core::disruption::Check;
 use autoscaler_core::model::{ConsolidationPolicy, Pod};
 use autoscaler_core::requirements::Labels;
 use autoscaler_core::resources::{Resources, is_gpu_class, names};
@@ -518,7 +519,7 @@ impl Policy for CaLike {
         (vec![], wake)
     }
 
-    fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64) -> bool {
+    fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64, _: Check) -> bool {
         let snap = pdb_snapshot(ctx);
         for &n in &d.nodes {
             if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n, now) {

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::CapacityType;
+use autoscaler_core::disruption::Check;
 use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::model::ConsolidationPolicy;
 use autoscaler_core::requirements::Labels;
@@ -513,7 +514,7 @@ impl Policy for KarpenterLike {
         (!kept.is_empty() && kept.len() < d.nodes.len()).then_some(kept)
     }
 
-    fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64) -> bool {
+    fn validate(&mut self, ctx: &Ctx, d: &Decision, now: i64, _: Check) -> bool {
         let snap = pdb_snapshot(ctx);
         for &n in &d.nodes {
             if !disruptable(ctx.cluster, n) || blocked(ctx, &snap, n, now) {

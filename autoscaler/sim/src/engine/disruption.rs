@@ -155,13 +155,13 @@ impl Engine<'_> {
                 decision.command = Some(job.command.clone());
             }
             let mut taken = std::mem::replace(&mut self.policy, Box::new(Noop));
-            let step = execute::step(&job, &facts, &mut || {
+            let step = execute::step(&job, &facts, &mut |check| {
                 let pools = self.pools_now();
                 let ctx = Ctx {
                     pools: &pools,
                     ..self.ctx()
                 };
-                if taken.validate(&ctx, &decision, self.now) {
+                if taken.validate(&ctx, &decision, self.now, check) {
                     Ok(())
                 } else {
                     Err("the decision no longer holds".into())

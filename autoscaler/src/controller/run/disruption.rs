@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Instant;
 
 use autoscaler_core::disruption::{
-    DisruptionConfig, narrow_empty, plan_disruption_cached, validate,
+    DisruptionConfig, narrow_empty, plan_disruption_cached, validate_at,
 };
 use autoscaler_core::model::PodKey;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -276,8 +276,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 replacement_initialized,
                 timeouts: self.args.disruption_timeouts(),
             };
-            let mut step = disrupt::step(job, &facts, &mut || {
-                validate(&job.command, &mut snap, now, &config)
+            let mut step = disrupt::step(job, &facts, &mut |check| {
+                validate_at(check, &job.command, &mut snap, now, &config)
             });
             if let disrupt::Action::DeleteNodes(names) = &step.action {
                 // Deleting a Node loses the pods bound to it: confirm from the API server that
@@ -292,7 +292,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                 pods_left: fresh,
                                 ..facts
                             },
-                            &mut || validate(&job.command, &mut snap, now, &config),
+                            &mut |check| validate_at(check, &job.command, &mut snap, now, &config),
                         );
                     }
                     Err(e) => {

@@ -1,7 +1,7 @@
 //! The executor's steps, one scenario per test.
 
 use crate::builders::{pod, pool};
-use crate::disruption::{DisruptionConfig, validate};
+use crate::disruption::{DisruptionConfig, validate_at};
 use crate::model::{DisruptionReason, Node, Snapshot};
 use crate::requirements::Labels;
 use crate::resources::Resources;
@@ -66,7 +66,9 @@ fn facts(now: i64) -> Facts {
 /// One step with the core's validation against `snap`, as the controller runs it.
 fn run(job: &Job, f: &Facts, snap: &mut Snapshot) -> Step {
     let config = DisruptionConfig::default();
-    step(job, f, &mut || validate(&job.command, snap, f.now, &config))
+    step(job, f, &mut |check| {
+        validate_at(check, &job.command, snap, f.now, &config)
+    })
 }
 
 fn snapshot() -> Snapshot {
