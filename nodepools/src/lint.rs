@@ -360,13 +360,13 @@ mod tests {
     #[test]
     fn a_pool_may_not_invent_labels_of_restricted_domains() {
         let p = pool(json!({"template": {"requirements": [
+            {"key": "example.karpenter.sh/team", "operator": "In", "values": ["ml"]},
             {"key": "example.kubernetes.io/team", "operator": "In", "values": ["ml"]},
-            {"key": "node-restriction.kubernetes.io/team", "operator": "In", "values": ["ml"]},
         ]}}));
         assert_eq!(
             problems(linter().check(&p)),
             [
-                "spec.template.requirements[0].key: no instance type in the catalog has the label example.kubernetes.io/team",
+                "spec.template.requirements[0].key: no instance type in the catalog has the label example.karpenter.sh/team",
             ]
         );
     }

@@ -1517,15 +1517,19 @@ fn a_preferred_zone_gives_way_to_zone_spread() {
 fn a_restricted_domain_is_the_domain_itself_or_a_subdomain() {
     use autoscaler_core::provision::restricted_domain;
     for key in [
-        "kubernetes.io/team",
-        "example.kubernetes.io/team",
+        "karpenter.sh/team",
+        "example.karpenter.sh/team",
+        "gpu-autoscaler.dev/team",
         "nvidia.com/gpu.team",
     ] {
         assert!(restricted_domain(key), "{key}");
     }
+    // Karpenter v1 restricts neither kubernetes.io nor k8s.io.
     for key in [
         "team",
-        "notkubernetes.io/team",
+        "notkarpenter.sh/team",
+        "kubernetes.io/team",
+        "example.k8s.io/team",
         "node-restriction.kubernetes.io/team",
         "example.com/team",
     ] {

@@ -183,7 +183,16 @@ impl<'a> Planner<'a> {
                     continue;
                 }
             }
-            if pool.is_some_and(|p| min_values_short(p, &self.shapes, &cands, &reqs).is_some()) {
+            if pool.is_some_and(|p| {
+                min_values_short(
+                    p,
+                    &self.shapes,
+                    &cands,
+                    &reqs,
+                    self.options.max_instance_types,
+                )
+                .is_some()
+            }) {
                 continue;
             }
             let zone = slot.zone.clone().or_else(|| {
@@ -408,7 +417,15 @@ impl<'a> Planner<'a> {
                         .copied()
                         .filter(|s| !self.shapes[*s].has_gpu)
                         .collect();
-                    if min_values_short(pool, &self.shapes, &cpu_only, &reqs).is_none() {
+                    if min_values_short(
+                        pool,
+                        &self.shapes,
+                        &cpu_only,
+                        &reqs,
+                        self.options.max_instance_types,
+                    )
+                    .is_none()
+                    {
                         fitting = cpu_only;
                     }
                 }
@@ -426,7 +443,14 @@ impl<'a> Planner<'a> {
                         .collect();
                     if r2.satisfiable()
                         && !kept.is_empty()
-                        && min_values_short(pool, &self.shapes, &kept, &r2).is_none()
+                        && min_values_short(
+                            pool,
+                            &self.shapes,
+                            &kept,
+                            &r2,
+                            self.options.max_instance_types,
+                        )
+                        .is_none()
                     {
                         reqs = r2;
                         fitting = kept;
@@ -469,7 +493,13 @@ impl<'a> Planner<'a> {
                     continue;
                 };
                 let cands: Vec<usize> = priced.into_iter().map(|(_, c)| c).collect();
-                if let Some(why) = min_values_short(pool, &self.shapes, &cands, &reqs) {
+                if let Some(why) = min_values_short(
+                    pool,
+                    &self.shapes,
+                    &cands,
+                    &reqs,
+                    self.options.max_instance_types,
+                ) {
                     reasons.push(why);
                     continue;
                 }

@@ -472,7 +472,14 @@ impl<'a> Planner<'a> {
             if !need.has_gpu_class()
                 && !cpu_only.is_empty()
                 && cpu_only.len() < fitting.len()
-                && min_values_short(pool, &self.shapes, &cpu_only, &reqs).is_none()
+                && min_values_short(
+                    pool,
+                    &self.shapes,
+                    &cpu_only,
+                    &reqs,
+                    self.options.max_instance_types,
+                )
+                .is_none()
             {
                 for t in considered.instance_types.iter_mut() {
                     let gpu = shape_of
@@ -489,7 +496,13 @@ impl<'a> Planner<'a> {
                 fitting = cpu_only;
             }
             if !fitting.is_empty()
-                && let Some(why) = min_values_short(pool, &self.shapes, &fitting, &reqs)
+                && let Some(why) = min_values_short(
+                    pool,
+                    &self.shapes,
+                    &fitting,
+                    &reqs,
+                    self.options.max_instance_types,
+                )
             {
                 considered.refused = Some(Refusal::new(RefusalKind::MinValues, why));
             }

@@ -193,13 +193,26 @@ pub fn claim_meets_min_values(pool: &Pool, claim: &NewClaim) -> bool {
 }
 
 /// The first `minValues` rule of `pool` the candidates cannot meet, as a reason for the pod.
+/// A claim lists at most `max_types` instance types ([`super::PlanOptions::max_instance_types`]),
+/// each with one value of a label, so a rule on a label (not zone or capacity type, which one
+/// type's offerings may span) asking for more values than that is never met, as Karpenter
+/// fails a claim whose truncation breaks its `minValues`.
 pub(super) fn min_values_short(
     pool: &Pool,
     shapes: &[Shape],
     cands: &[usize],
     reqs: &Requirements,
+    max_types: usize,
 ) -> Option<String> {
     pool.min_values.iter().find_map(|(key, &need)| {
+        let per_type = key != labels::ZONE && key != labels::CAPACITY_TYPE;
+        if per_type && need as usize > max_types {
+            return Some(format!(
+                "NodePool {} needs {need} distinct values of {key} among a node's instance types \
+                 (minValues); a NodeClaim lists at most {max_types} instance types",
+                pool.name
+            ));
+        }
         let have = distinct_values(shapes, cands, key, reqs);
         (have < need as usize).then(|| {
             format!(
@@ -332,12 +345,14 @@ pub(crate) enum Excluded<'a> {
     NoOffering,
 }
 
-/// Label domains a NodePool may not invent values for: the cluster's and the clouds' own
-/// (`kubernetes.io`, `k8s.io` and their subdomains, Karpenter's, the GPU Operator's and this
-/// project's), as Karpenter restricts NodePool labels
-/// (<https://karpenter.sh/docs/concepts/nodepools/>, "Well-Known Labels" and label
-/// restrictions), with its exceptions for `node-restriction.kubernetes.io`,
-/// `node.kubernetes.io` and `kops.k8s.io`.
+/// Label domains a NodePool may not invent values for: Karpenter's own (`karpenter.sh`, the
+/// only domain its v1 API restricts, `pkg/apis/v1/labels.go`, and the AWS provider's
+/// `karpenter.k8s.aws`), this project's, and the GPU labels that come from the hardware
+/// (`nvidia.com`, set by GPU feature discovery, and `cloud.google.com`): a NodePool's
+/// requirement on such a key picks instance types that carry it, never labels a node with it.
+/// `kubernetes.io` and `k8s.io` are not restricted, as in Karpenter v1: a NodePool requiring
+/// `kubernetes.io/team In [ml]` labels its nodes so (its well-known keys, carried by every
+/// instance type, are never invented; see [`pool_defined_labels`]).
 pub fn restricted_domain(key: &str) -> bool {
     let Some((domain, _)) = key.split_once('/') else {
         return false;
@@ -349,17 +364,7 @@ pub fn restricted_domain(key: &str) -> bool {
                 && domain.ends_with(d)
                 && domain.as_bytes()[domain.len() - d.len() - 1] == b'.')
     };
-    let excepted = [
-        "node-restriction.kubernetes.io",
-        "node.kubernetes.io",
-        "kops.k8s.io",
-    ];
-    if excepted.iter().any(|d| under(d)) {
-        return false;
-    }
     [
-        "kubernetes.io",
-        "k8s.io",
         "karpenter.sh",
         "karpenter.k8s.aws",
         "gpu-autoscaler.dev",
@@ -379,6 +384,10 @@ pub fn pool_defined_labels(pool: &Pool) -> Requirements {
     let mut out = Requirements::new();
     for (k, c) in pool.requirements.iter() {
         let own = k == labels::ZONE
+            || k == labels::REGION
+            || k == labels::INSTANCE_TYPE
+            || k == labels::ARCH
+            || k == labels::OS
             || k == labels::CAPACITY_TYPE
             || k == labels::HOSTNAME
             || k == labels::NODEPOOL
@@ -393,15 +402,14 @@ pub fn pool_defined_labels(pool: &Pool) -> Requirements {
 }
 
 /// The value a new node of a claim with requirements `reqs` gets for each label its pool
-/// defines (`defined`): none where the claim allows the label to be absent, else one value the
-/// claim allows ([`Constraint::some_value`]).
+/// defines (`defined`): one value the claim allows ([`Constraint::some_value`]), also where it
+/// allows the label to be absent (`NotIn`), as Karpenter labels a node with some value outside
+/// a `NotIn` list; none for `DoesNotExist`.
 pub(crate) fn pool_defined_values(defined: &Requirements, reqs: &Requirements) -> Labels {
     let mut out = Labels::new();
     for (k, c) in defined.iter() {
         let c = reqs.get(k).unwrap_or(c);
-        if !c.allow_absent
-            && let Some(v) = c.some_value()
-        {
+        if let Some(v) = c.some_value() {
             out.insert(k.to_string(), v);
         }
     }
