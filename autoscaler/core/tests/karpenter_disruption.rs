@@ -1159,28 +1159,29 @@ fn should_not_consolidate_if_the_action_picks_different_instance_types_after_the
     assert!(validate_after_delay(&cmd, &later).is_err());
 }
 
-/// Once the replacement launched first is up, validation asks only whether the pods fit
-/// without another node: the replacement's price and types were settled when it launched. A
-/// pod that came while it booted and fits nowhere then abandons the command, naming the pod.
+/// Once the replacement launched first is up it is one of the cluster's nodes, and a new claim
+/// the simulation makes is for pods that came while it booted: the command goes on when that
+/// claim still costs less than the node it removes, as at the decision, without comparing the
+/// replacement's types with the new claim's (which abandoned it, naming the replacement's
+/// types, when the newcomer needed a larger type).
 #[test]
-fn once_the_replacement_is_up_only_room_for_the_pods_is_checked() {
+fn once_the_replacement_is_up_its_types_are_not_compared_with_a_newcomers_node() {
     let (s, cmd) = replace_with_tiny();
     let up_at = cmd.decided_at + config().validation_delay_s + 60;
-    let validate_up =
-        |s: &Snapshot| validate_at(Check::ReplacementUp, &cmd, &mut s.clone(), up_at, &config());
+    let check = |c: Check, s: &Snapshot| validate_at(c, &cmd, &mut s.clone(), up_at, &config());
     let mut up = s;
     up.nodes
         .push(kn("r", &od("tiny.medium", "1500m", 0.1), "p").build());
-    assert_eq!(validate_up(&up), Ok(()));
-    // A second 1-cpu pod came to n while r booted: r holds one of the two, not both.
-    bind(&mut up, "n", rs_pod("b").cpu("1"));
-    let err = validate_up(&up).unwrap_err();
-    assert!(err.contains("nowhere to go"), "{err}");
-    // Checked as at the decision (what ran once the replacement was up before), the command
-    // went on: a new tiny node for the pod r cannot hold still costs less than n, so n was
-    // deleted and its pod left to a launch of its own.
-    let as_decided = validate_at(Check::Decided, &cmd, &mut up.clone(), up_at, &config());
-    assert_eq!(as_decided, Ok(()));
+    assert_eq!(check(Check::ReplacementUp, &up), Ok(()));
+    // A 2-cpu pod came to n while r booted: it needs a cheap.large of its own, still far
+    // cheaper than n.
+    bind(&mut up, "n", rs_pod("b").cpu("2"));
+    assert_eq!(check(Check::ReplacementUp, &up), Ok(()));
+    let as_decided = check(Check::Decided, &up).unwrap_err();
+    assert!(as_decided.contains("tiny.medium"), "{as_decided}");
+    // One that needs a node as dear as n: the command no longer saves anything.
+    bind(&mut up, "n", rs_pod("c").cpu("20"));
+    assert!(check(Check::ReplacementUp, &up).is_err());
 }
 
 fn replacement_types_of(cmd: &Command) -> Vec<String> {

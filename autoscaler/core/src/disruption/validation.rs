@@ -67,14 +67,15 @@ pub enum Check {
     /// The validation delay is over and nothing was done yet: [`validate`].
     Decided,
     /// The replacement launched first is up ([`super::execute::Order::ReplaceFirst`]): it is
-    /// a node of `snap` now, paid for, so the only question left is whether the nodes' pods,
-    /// with those that came while it booted, fit on what remains without another node; price,
-    /// savings and the replacement's types were settled when it was launched.
+    /// a node of `snap` now, so the pods that came to the nodes while it booted are placed
+    /// with it among the places they may go. The command still goes on only if what they
+    /// need then (at most one new node) costs less than the nodes it removes, as at the
+    /// decision; the replacement's types are not compared with that node's, which would say
+    /// nothing about it.
     ReplacementUp,
 }
 
-/// [`validate`] at `check`: the same checks of the nodes (still there, unblocked, within
-/// budget), then, once the replacement is up, only that the pods fit without a new node.
+/// [`validate`] at `check` (see [`Check`] for what differs once the replacement is up).
 /// `Err` says why the command no longer holds.
 pub fn validate_at(
     check: Check,
@@ -145,13 +146,6 @@ pub fn validate_at(
     if command.reason == DisruptionReason::Empty {
         return Ok(());
     }
-    if check == Check::ReplacementUp {
-        let plan = simulate_holding(snap, &removed, false, &holds);
-        return match plan.unschedulable.first() {
-            Some(u) => Err(nowhere_to_go(u)),
-            None => Ok(()),
-        };
-    }
     let cost: f64 = nodes.iter().map(|n| n.price.unwrap_or(0.0)).sum();
     // A node above its threshold is replaced only for the saving right-sizing asks.
     let devices = crate::dra::device_use(&snap.dra);
@@ -169,7 +163,11 @@ pub fn validate_at(
     // The replacement launches with the types decided then: each must still be one the
     // simulation picks for the pods now (Karpenter's check that they are a subset), or a pod
     // that came meanwhile might not fit the node that comes.
-    if let (Some(r), Some(now_claim)) = (&command.replacement, plan.new_claims.first()) {
+    // Once it is up, it is one of `snap`'s nodes and any new claim is for pods that came
+    // meanwhile: comparing its types with that claim's would say nothing.
+    if check == Check::Decided
+        && let (Some(r), Some(now_claim)) = (&command.replacement, plan.new_claims.first())
+    {
         let picked: BTreeSet<&str> = now_claim
             .instance_types
             .iter()
