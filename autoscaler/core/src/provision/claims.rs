@@ -183,16 +183,7 @@ impl<'a> Planner<'a> {
                     continue;
                 }
             }
-            if pool.is_some_and(|p| {
-                min_values_short(
-                    p,
-                    &self.shapes,
-                    &cands,
-                    &reqs,
-                    self.options.max_instance_types,
-                )
-                .is_some()
-            }) {
+            if pool.is_some_and(|p| self.min_values_short(p, &cands, &reqs).is_some()) {
                 continue;
             }
             let zone = slot.zone.clone().or_else(|| {
@@ -417,15 +408,7 @@ impl<'a> Planner<'a> {
                         .copied()
                         .filter(|s| !self.shapes[*s].has_gpu)
                         .collect();
-                    if min_values_short(
-                        pool,
-                        &self.shapes,
-                        &cpu_only,
-                        &reqs,
-                        self.options.max_instance_types,
-                    )
-                    .is_none()
-                    {
+                    if self.min_values_short(pool, &cpu_only, &reqs).is_none() {
                         fitting = cpu_only;
                     }
                 }
@@ -443,14 +426,7 @@ impl<'a> Planner<'a> {
                         .collect();
                     if r2.satisfiable()
                         && !kept.is_empty()
-                        && min_values_short(
-                            pool,
-                            &self.shapes,
-                            &kept,
-                            &r2,
-                            self.options.max_instance_types,
-                        )
-                        .is_none()
+                        && self.min_values_short(pool, &kept, &r2).is_none()
                     {
                         reqs = r2;
                         fitting = kept;
@@ -493,13 +469,7 @@ impl<'a> Planner<'a> {
                     continue;
                 };
                 let cands: Vec<usize> = priced.into_iter().map(|(_, c)| c).collect();
-                if let Some(why) = min_values_short(
-                    pool,
-                    &self.shapes,
-                    &cands,
-                    &reqs,
-                    self.options.max_instance_types,
-                ) {
+                if let Some(why) = self.min_values_short(pool, &cands, &reqs) {
                     reasons.push(why);
                     continue;
                 }
@@ -882,6 +852,23 @@ impl<'a> Planner<'a> {
                 || kept != slot.candidates.len();
             self.refresh_new_slot(si, narrowed);
         }
+    }
+
+    /// The first `minValues` rule of `pool` candidates `cands` cannot meet under `reqs`, as a
+    /// reason for the pod ([`min_values_short`] with this plan's shapes and type limit).
+    pub(super) fn min_values_short(
+        &self,
+        pool: &Pool,
+        cands: &[usize],
+        reqs: &Requirements,
+    ) -> Option<String> {
+        min_values_short(
+            pool,
+            &self.shapes,
+            cands,
+            reqs,
+            self.options.max_instance_types,
+        )
     }
 
     /// Of `options` (candidate shapes, cheapest first), the cheapest `max_instance_types`,

@@ -15,8 +15,8 @@ use crate::taints::untolerated;
 
 use super::classes::{Bar, class_bar};
 use super::shapes::{
-    Devices, Excluded, Shape, demand, min_values_short, node_requirements, pool_defined_labels,
-    shape_for, term_fits_shape,
+    Devices, Excluded, Shape, demand, node_requirements, pool_defined_labels, shape_for,
+    term_fits_shape,
 };
 use super::{PlanOptions, Planner};
 
@@ -472,14 +472,7 @@ impl<'a> Planner<'a> {
             if !need.has_gpu_class()
                 && !cpu_only.is_empty()
                 && cpu_only.len() < fitting.len()
-                && min_values_short(
-                    pool,
-                    &self.shapes,
-                    &cpu_only,
-                    &reqs,
-                    self.options.max_instance_types,
-                )
-                .is_none()
+                && self.min_values_short(pool, &cpu_only, &reqs).is_none()
             {
                 for t in considered.instance_types.iter_mut() {
                     let gpu = shape_of
@@ -496,13 +489,7 @@ impl<'a> Planner<'a> {
                 fitting = cpu_only;
             }
             if !fitting.is_empty()
-                && let Some(why) = min_values_short(
-                    pool,
-                    &self.shapes,
-                    &fitting,
-                    &reqs,
-                    self.options.max_instance_types,
-                )
+                && let Some(why) = self.min_values_short(pool, &fitting, &reqs)
             {
                 considered.refused = Some(Refusal::new(RefusalKind::MinValues, why));
             }
