@@ -425,6 +425,13 @@ struct PodFile {
     anti_affinity: Vec<String>,
     #[serde(default)]
     affinity: Vec<String>,
+    /// Preferred anti-affinity to the workload's own pods over these keys (weight 1 each,
+    /// given up in the order written).
+    #[serde(default)]
+    preferred_anti_affinity: Vec<String>,
+    /// Preferred affinity to the workload's own pods over these keys.
+    #[serde(default)]
+    preferred_affinity: Vec<String>,
     #[serde(default)]
     local_storage: bool,
     #[serde(default)]
@@ -440,6 +447,9 @@ struct SpreadFile {
     /// Kubernetes' `minDomains` (0: unset).
     #[serde(default)]
     min_domains: u32,
+    /// `DoNotSchedule` (the default) or `ScheduleAnyway`.
+    #[serde(default)]
+    when_unsatisfiable: Option<String>,
 }
 
 fn one() -> u32 {

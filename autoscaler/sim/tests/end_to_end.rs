@@ -1052,3 +1052,38 @@ fn an_mps_pool_runs_one_replica_pods_and_never_binds_a_pod_asking_for_two() {
     assert!(p.nodes_launched > 0 && p.pods_created > 20, "{summary}");
     assert_eq!(p.pending_at_end, 2, "{summary}");
 }
+
+/// Scenario pods can state preferences: a `ScheduleAnyway` spread and preferred
+/// anti-affinity, which this project's planner holds while a new node can keep them (three
+/// replicas, three nodes; one node without them); a misspelt `whenUnsatisfiable` is refused
+/// naming the field and line.
+#[test]
+fn scenario_preferences_are_held_by_the_planner() {
+    let nodes = |pod_extra: &str| {
+        let yaml = format!(
+            "name: prefs\nseed: 1\nduration: 20m\ncatalog: aws\npolicies: [gpu-autoscaler]\n\
+             pools:\n  - name: cpu\n    instanceTypes: [m6i.xlarge]\n    capacityTypes: [on-demand]\n\
+             workloads:\n  - deployment:\n      name: web\n      replicas: [{{at: 0s, count: 3}}]\n\
+             \x20     pod: {{nodePool: cpu, cpu: 500m, memory: 1Gi{pod_extra}}}\n"
+        );
+        let s = Scenario::parse(Path::new("prefs.yaml"), &yaml).unwrap();
+        let r = run(&s, &RunOptions::default(), &|_, _| {}).unwrap();
+        let p = &r.policies[0];
+        assert_eq!(p.pending_at_end, 0, "{}", report::summary(&r));
+        p.nodes_launched
+    };
+    assert_eq!(nodes(""), 1);
+    assert_eq!(
+        nodes(", spread: [{topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway}]"),
+        3
+    );
+    assert_eq!(nodes(", preferredAntiAffinity: [kubernetes.io/hostname]"), 3);
+    let bad = "name: prefs\nduration: 20m\ncatalog: aws\npools:\n  - name: cpu\n    instanceTypes: [m6i.xlarge]\n\
+               workloads:\n  - deployment:\n      name: web\n      replicas: [{at: 0s, count: 3}]\n\
+               \x20     pod: {nodePool: cpu, cpu: 500m, spread: [{topologyKey: kubernetes.io/hostname, whenUnsatisfiable: Sometimes}]}\n";
+    let err = Scenario::parse(Path::new("prefs.yaml"), bad).unwrap_err().to_string();
+    assert!(
+        err.contains("spread[0].whenUnsatisfiable") && err.contains("Sometimes") && err.contains(":11"),
+        "{err}"
+    );
+}

@@ -585,11 +585,22 @@ pub(super) fn build_pod(
                 "must be at least 1".into(),
             ));
         }
+        let hard = match s.when_unsatisfiable.as_deref() {
+            None | Some("DoNotSchedule") => true,
+            Some("ScheduleAnyway") => false,
+            Some(other) => {
+                return Err(err(
+                    &format!("spread[{i}].whenUnsatisfiable"),
+                    "whenUnsatisfiable:",
+                    format!("must be DoNotSchedule or ScheduleAnyway, not {other:?}"),
+                ));
+            }
+        };
         spread.push(TopologySpread {
             max_skew: s.max_skew,
             topology_key: s.topology_key.clone(),
             selector: sel.clone(),
-            hard: true,
+            hard,
             min_domains: s.min_domains,
             honor_taints: false,
             ignore_node_affinity: false,
@@ -618,8 +629,12 @@ pub(super) fn build_pod(
             spread,
             anti_affinity: f.anti_affinity.iter().map(term).collect(),
             affinity: f.affinity.iter().map(term).collect(),
-            preferred_affinity: vec![],
-            preferred_anti_affinity: vec![],
+            preferred_affinity: f.preferred_affinity.iter().map(|k| (1, term(k))).collect(),
+            preferred_anti_affinity: f
+                .preferred_anti_affinity
+                .iter()
+                .map(|k| (1, term(k)))
+                .collect(),
             priority: f.priority,
             group: None,
             owner_kind: Some(owner.to_string()),
