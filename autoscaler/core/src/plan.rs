@@ -53,7 +53,9 @@ pub struct NewClaim {
     pub startup_taints: Vec<Taint>,
     /// Pods planned onto it.
     pub pods: Vec<PodKey>,
-    /// Sum of the pods' requests (fractional GPU shares as whole devices opened).
+    /// Sum of the pods' requests (fractional GPU shares as whole devices opened) and of the
+    /// DaemonSets' that land on its cheapest instance type, as Karpenter's NodeClaim
+    /// `spec.resources.requests`.
     pub requests: Resources,
     /// Hourly price of the cheapest option.
     pub price: f64,

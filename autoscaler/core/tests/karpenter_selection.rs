@@ -5,8 +5,7 @@
 //! selectors, NodeClaim labels, requirements and requests, nomination without binding, DaemonSet
 //! usage on existing nodes, and NodePool requirements that leave no instance type. Each test is
 //! named after the upstream `It(...)` it follows and asserts what upstream asserts; where our
-//! scenario had to differ, a comment says how. A case our planner fails is `#[ignore]`d with the
-//! deviation.
+//! scenario had to differ, a comment says how.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1186,7 +1185,6 @@ fn should_create_a_nodeclaim_with_resource_requests() {
 }
 
 #[test]
-#[ignore = "deviation: NewClaim::requests sums the claim's pods only, without the DaemonSet overhead"]
 fn should_create_a_nodeclaim_with_resource_requests_with_daemon_overhead() {
     let mut snap = snapshot(
         vec![pool("default", fake_types())],

@@ -127,6 +127,12 @@ impl Planner<'_> {
                 ));
             }
             labels_out.insert(labels::NODEPOOL.into(), pool.name.clone());
+            // As Karpenter's NodeClaim: the pods' requests and those of the DaemonSets that land
+            // on the cheapest type listed.
+            let mut requests = slot.used.clone();
+            if let Some(c) = kept.first() {
+                requests.add(&self.shapes[*c].daemonsets);
+            }
             let mut pods: Vec<_> = slot.pods.iter().map(|i| pending[*i].key.clone()).collect();
             pods.sort();
             let dra = slot.pods.iter().any(|i| !pending[*i].claims.is_empty());
@@ -140,7 +146,7 @@ impl Planner<'_> {
                 taints: pool.taints.clone(),
                 startup_taints: pool.startup_taints.clone(),
                 pods,
-                requests: slot.used.clone(),
+                requests,
                 gpus,
                 group: None,
                 atomic,

@@ -26,6 +26,8 @@ pub struct Shape {
     pub labels: Labels,
     /// What pods can use: capacity − reserve − DaemonSet overhead.
     pub allocatable: Resources,
+    /// What the DaemonSets that land on it request (taken out of `allocatable`).
+    pub daemonsets: Resources,
     /// Capacity after sharing, counted against limits.
     pub capacity: Resources,
     /// Available offerings allowed by the pool, cheapest first.
@@ -591,11 +593,13 @@ pub(crate) fn shape_for<'p>(
         labels_ok && offerings.iter().any(|o| offering_allowed(o, zc, cc))
     };
     let mut host_ports = Vec::new();
+    let mut daemonsets = Resources::new();
     for ds in &snapshot.daemonsets {
         let lands =
             ds.node_selector.terms.is_empty() || ds.node_selector.terms.iter().any(may_match);
         if lands && untolerated(&ds.tolerations, &pool.taints).is_none() {
             allocatable.sub(&ds.requests);
+            daemonsets.add(&ds.requests);
             host_ports.extend(ds.host_ports.iter().map(|p| (p.clone(), ds.name.clone())));
         }
     }
@@ -605,6 +609,7 @@ pub(crate) fn shape_for<'p>(
         name: shared.name.clone(),
         labels,
         allocatable,
+        daemonsets,
         capacity: shared.capacity.clone(),
         offerings,
         gpus: (
