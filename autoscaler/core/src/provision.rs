@@ -438,6 +438,9 @@ struct State {
     /// claims). The same kind of compact copy as `cheapest_room`: the walk over open claims
     /// for every pod reads this instead of the much larger slots.
     live_stamp: Vec<u64>,
+    /// Per new claim from slot `fixed` on, [`slots::FitIndex::stride`] numbers: what it
+    /// offers and what its pods use, as the first check of a verdict reads them.
+    fit_rows: Vec<i64>,
     /// Shared DRA claims (namespace, name) planned so far, and the slot they went to.
     dra_shared: BTreeMap<(String, String), usize>,
 }
@@ -524,6 +527,8 @@ struct Planner<'a> {
     dra: Option<dra::DraPlan<'a>>,
     /// Per pending pod, its DRA identity (part of its class).
     dra_keys: Vec<dra::DraKey<'a>>,
+    /// The columns of `State::fit_rows` and each pending pod's requests in them.
+    fit_index: slots::FitIndex,
 }
 
 impl<'a> Planner<'a> {
@@ -600,6 +605,7 @@ impl<'a> Planner<'a> {
             .map(|m| m.iter().any(|sel| zone_affinity_sel[*sel]))
             .collect();
 
+        let fit_index = slots::FitIndex::new(snap, &shapes);
         let mut planner = Planner {
             snap,
             options,
@@ -641,6 +647,7 @@ impl<'a> Planner<'a> {
                 fixed: 0,
                 cheapest_room: Vec::new(),
                 live_stamp: Vec::new(),
+                fit_rows: Vec::new(),
                 dra_shared: BTreeMap::new(),
             },
             reasons: vec![None; snap.pending.len()],
@@ -654,6 +661,7 @@ impl<'a> Planner<'a> {
             considered: None,
             dra: None,
             dra_keys: dra::keys(snap),
+            fit_index,
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
         let pns = |t: &crate::taints::Taint| t.effect == Effect::PreferNoSchedule;

@@ -60,8 +60,10 @@ impl<'a> Planner<'a> {
         let ci = self.class_of[i];
         let slot = &self.state.slots[si];
         let add = demand(pod, &slot.devices);
-        let need = slot.used.sum(&add);
-        if !need.fits(slot.allocatable(self.snap)) {
+        let row = self.fit_row(si);
+        let need = self.fit_index.need(i, &pod.requests, row, &slot.used, &add);
+        debug_assert!(self.need_agrees(&need, &slot.used.sum(&add)));
+        if !need.fits(self.fit_index.offers(row), slot.allocatable(self.snap)) {
             // `allocatable` of a new claim holds the most any candidate offers.
             return None;
         }
@@ -78,7 +80,7 @@ impl<'a> Planner<'a> {
         let usable = |c: usize| {
             class.shape_ok[c]
                 && !(avoid_gpu && self.shapes[c].has_gpu)
-                && need.fits(&self.shapes[c].allocatable)
+                && need.fits(self.fit_index.shape_row(c), &self.shapes[c].allocatable)
                 && self.dra_fits_new(Some(i), si, c)
         };
         let zone_rules = self.needs_zone(i) && slot.zone.is_none();
@@ -969,6 +971,7 @@ impl<'a> Planner<'a> {
             stamps.resize(si + 1, 0);
         }
         stamps[si] = live;
+        self.write_fit_row(si);
         self.block_changed(si);
         self.reserve(si);
     }

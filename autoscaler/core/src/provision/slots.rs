@@ -64,6 +64,199 @@ fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
             })
 }
 
+/// Columns of a [`FitIndex`] row before the extended resources: cpu, memory, ephemeral
+/// storage, pods.
+const BASE: usize = 4;
+
+/// Most columns a [`Need`] keeps on the stack; a plan whose pods ask for more extended
+/// resources than that sums them by [`Resources::sum`] instead.
+const NEED_COLS: usize = 16;
+
+/// The amounts a new claim's fit checks read, in numbered columns: cpu, memory, ephemeral
+/// storage, pods, then each extended resource a pending pod's demand may hold (those its
+/// requests name and its GPU share's), by name; so every resource a new claim's pods use has
+/// one. A claim's row ([`State::fit_rows`]) holds what it offers and, beside it, what its pods
+/// use; each shape has a row of what it offers. The walk over open claims for every pod reads
+/// a few cache lines per claim that way, rather than the claim and maps keyed by strings (most
+/// of the walk's cache misses), and a claim's candidates are held against a pod without a map
+/// lookup each.
+///
+/// [`State::fit_rows`]: super::State
+pub(super) struct FitIndex {
+    /// Extended resource names, sorted: columns [`BASE`] and on.
+    names: Vec<String>,
+    /// Per pending pod: its range in `asks`.
+    ranges: Vec<(u32, u32)>,
+    /// Per pending pod (see `ranges`): the column and amount of each extended resource it
+    /// requests.
+    asks: Vec<(u32, i64)>,
+    /// Per shape, [`Self::width`] columns: its allocatable.
+    shape_rows: Vec<i64>,
+}
+
+impl FitIndex {
+    pub(super) fn new(snap: &Snapshot, shapes: &[Shape]) -> FitIndex {
+        let requested = snap.pending.iter().flat_map(|p| p.requests.extended.keys());
+        let shared = snap
+            .pending
+            .iter()
+            .filter_map(|p| p.gpu_share.as_ref().map(|s| &s.resource));
+        let names: Vec<String> = requested
+            .chain(shared)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .cloned()
+            .collect();
+        let mut ranges = Vec::with_capacity(snap.pending.len());
+        let mut asks = Vec::new();
+        for p in &snap.pending {
+            let from = asks.len() as u32;
+            for (k, v) in &p.requests.extended {
+                // Every name is there: `names` was gathered from these very maps.
+                let col = names.binary_search(k).map_or(0, |c| c + BASE);
+                asks.push((col as u32, *v));
+            }
+            ranges.push((from, asks.len() as u32));
+        }
+        let mut index = FitIndex {
+            names,
+            ranges,
+            asks,
+            shape_rows: Vec::new(),
+        };
+        let w = index.width();
+        let mut rows = vec![0; shapes.len() * w];
+        for (row, s) in rows.chunks_exact_mut(w).zip(shapes) {
+            index.put(row, &s.allocatable);
+        }
+        index.shape_rows = rows;
+        index
+    }
+
+    /// Columns of one set of amounts.
+    fn width(&self) -> usize {
+        BASE + self.names.len()
+    }
+
+    /// Length of a claim's row: what it offers, then what its pods use.
+    pub(super) fn stride(&self) -> usize {
+        2 * self.width()
+    }
+
+    /// `r` in columns, an absent amount as 0 (as [`quick_fit`] and [`Resources::sum`] read it).
+    fn put(&self, cols: &mut [i64], r: &Resources) {
+        cols[..BASE].copy_from_slice(&[r.cpu, r.memory, r.ephemeral_storage, r.pods]);
+        for (cell, name) in cols[BASE..].iter_mut().zip(&self.names) {
+            *cell = r.extended.get(name).copied().unwrap_or(0);
+        }
+    }
+
+    /// Fills a claim's `row` ([`Self::stride`] long) with `alloc` and `used`.
+    pub(super) fn fill(&self, row: &mut [i64], alloc: &Resources, used: &Resources) {
+        // A claim's pods are pending pods, whose demand has a column for every resource.
+        debug_assert!(
+            used.extended
+                .keys()
+                .all(|k| self.names.binary_search(k).is_ok())
+        );
+        let (offers, uses) = row.split_at_mut(self.width());
+        self.put(offers, alloc);
+        self.put(uses, used);
+    }
+
+    /// What a claim whose row is `row` offers.
+    pub(super) fn offers<'r>(&self, row: &'r [i64]) -> &'r [i64] {
+        &row[..self.width()]
+    }
+
+    /// What shape `c` offers.
+    pub(super) fn shape_row(&self, c: usize) -> &[i64] {
+        let w = self.width();
+        &self.shape_rows[c * w..(c + 1) * w]
+    }
+
+    /// [`quick_fit`] of pending pod `i` (whose requests are `req`) on the claim whose row is
+    /// `row`: the same sums and comparisons, read from the row.
+    pub(super) fn fits(&self, i: usize, req: &Resources, row: &[i64]) -> bool {
+        let (offers, uses) = row.split_at(self.width());
+        let (from, to) = self.ranges[i];
+        req.cpu + uses[0] <= offers[0]
+            && req.memory + uses[1] <= offers[1]
+            && req.pods + uses[3] <= offers[3]
+            && self.asks[from as usize..to as usize]
+                .iter()
+                .all(|&(c, v)| v + uses[c as usize] <= offers[c as usize])
+    }
+
+    /// `used.sum(add)` on the claim whose row is `row` (with `used` its pods' use): in
+    /// columns when they fit on the stack. `add` is pending pod `i`'s demand, which is its
+    /// requests unless its share opens a device.
+    pub(super) fn need<'r>(
+        &self,
+        i: usize,
+        requests: &Resources,
+        row: &[i64],
+        used: &'r Resources,
+        add: &'r Resources,
+    ) -> Need<'r> {
+        let w = self.width();
+        if w > NEED_COLS {
+            return Need::Sum(used.sum(add));
+        }
+        // As `Resources::sum`: saturating, and an amount of 0 is as good as absent (every
+        // check below passes it).
+        let mut cols = [0; NEED_COLS];
+        cols[..w].copy_from_slice(&row[w..]);
+        for (c, v) in [add.cpu, add.memory, add.ephemeral_storage, add.pods]
+            .into_iter()
+            .enumerate()
+        {
+            cols[c] = cols[c].saturating_add(v);
+        }
+        if std::ptr::eq(add, requests) {
+            let (from, to) = self.ranges[i];
+            for &(c, v) in &self.asks[from as usize..to as usize] {
+                cols[c as usize] = cols[c as usize].saturating_add(v);
+            }
+        } else {
+            for (k, v) in &add.extended {
+                let Ok(c) = self.names.binary_search(k) else {
+                    return Need::Sum(used.sum(add));
+                };
+                cols[BASE + c] = cols[BASE + c].saturating_add(*v);
+            }
+        }
+        Need::Row(cols)
+    }
+}
+
+/// What a claim's pods would use with one more: [`FitIndex::need`].
+pub(super) enum Need<'r> {
+    /// In [`FitIndex`] columns.
+    Row([i64; NEED_COLS]),
+    /// More columns than a row keeps.
+    Sum(crate::resources::Sum<'r>),
+}
+
+impl Need<'_> {
+    /// [`crate::resources::Sum::fits`] in `available`, whose columns are `offers`.
+    pub(super) fn fits(&self, offers: &[i64], available: &Resources) -> bool {
+        match self {
+            Need::Row(n) => {
+                n[0] <= offers[0]
+                    && n[1] <= offers[1]
+                    && (n[2] <= offers[2] || n[2] <= 0)
+                    && n[3] <= offers[3]
+                    && n[BASE..offers.len()]
+                        .iter()
+                        .zip(&offers[BASE..])
+                        .all(|(n, o)| *n == 0 || n <= o)
+            }
+            Need::Sum(s) => s.fits(available),
+        }
+    }
+}
+
 /// Whether any of `wanted` conflicts with a port already bound (`bound`).
 pub(super) fn ports_conflict<'a>(
     wanted: &[HostPort],
@@ -386,8 +579,17 @@ impl<'a> Planner<'a> {
             return (Verdict::No, None);
         }
         let pod = &self.snap.pending[i];
-        let slot = &self.state.slots[si];
-        if !quick_fit(&pod.requests, slot.allocatable(self.snap), &slot.used) {
+        // The claim's row, not the claim: many claims fail here (see `FitIndex`).
+        let fits = self.fit_index.fits(i, &pod.requests, self.fit_row(si));
+        debug_assert_eq!(
+            fits,
+            quick_fit(
+                &pod.requests,
+                self.state.slots[si].allocatable(self.snap),
+                &self.state.slots[si].used
+            )
+        );
+        if !fits {
             return (Verdict::No, None);
         }
         let Some(grow) = self.try_new_slot(i, si, avoid_gpu) else {
@@ -422,6 +624,33 @@ impl<'a> Planner<'a> {
             Verdict::Grow(0.0)
         };
         (v, Some(grow))
+    }
+
+    /// New claim `si`'s row of [`FitIndex`] amounts.
+    pub(super) fn fit_row(&self, si: usize) -> &[i64] {
+        let stride = self.fit_index.stride();
+        let at = (si - self.state.fixed) * stride;
+        &self.state.fit_rows[at..at + stride]
+    }
+
+    /// Writes new claim `si`'s row of [`FitIndex`] amounts, after a change to it.
+    pub(super) fn write_fit_row(&mut self, si: usize) {
+        let stride = self.fit_index.stride();
+        let at = (si - self.state.fixed) * stride;
+        let rows = &mut self.state.fit_rows;
+        if rows.len() < at + stride {
+            rows.resize(at + stride, 0);
+        }
+        let slot = &self.state.slots[si];
+        self.fit_index
+            .fill(&mut rows[at..at + stride], &slot.allocatable, &slot.used);
+    }
+
+    /// Whether `need` says what `sum` says of every shape (for debug assertions).
+    pub(super) fn need_agrees(&self, need: &Need, sum: &crate::resources::Sum) -> bool {
+        self.shapes.iter().enumerate().all(|(c, s)| {
+            need.fits(self.fit_index.shape_row(c), &s.allocatable) == sum.fits(&s.allocatable)
+        })
     }
 
     /// Whether pods of class `ci` keep off a place with these taints on their first try: a
