@@ -77,12 +77,7 @@ impl<'a> Planner<'a> {
             return (grow.price <= slot.price + 1e-12 && same_reqs).then_some(grow);
         }
         let class = &self.classes[ci];
-        let usable = |c: usize| {
-            class.shape_ok[c]
-                && !(avoid_gpu && self.shapes[c].has_gpu)
-                && need.fits(self.fit_index.shape_row(c), &self.shapes[c].allocatable)
-                && self.dra_fits_new(Some(i), si, c)
-        };
+        let usable = |c: usize| self.usable(i, si, c, avoid_gpu, &need);
         let zone_rules = self.needs_zone(i) && slot.zone.is_none();
         // The quick paths below do not list the narrowed candidates; minValues needs them.
         let pool = slot.pool.map(|pi| &self.snap.pools[pi]);
@@ -740,7 +735,7 @@ impl<'a> Planner<'a> {
     /// Whether pod `i`, keeping off GPU types (`avoid_gpu`), joins new claim `si` as a rider:
     /// in the spare room of a GPU claim ([`Self::is_gpu_claim`]). A pod with DRA claims does
     /// not: its devices are allocated per candidate, which a rider must leave as they are.
-    fn rides(&self, i: usize, si: usize, avoid_gpu: bool) -> bool {
+    pub(super) fn rides(&self, i: usize, si: usize, avoid_gpu: bool) -> bool {
         avoid_gpu && self.snap.pending[i].claims.is_empty() && self.is_gpu_claim(si)
     }
 

@@ -9,7 +9,7 @@ use crate::requirements::{Labels, Requirements};
 use crate::resources::{Resources, is_gpu_class, names};
 use crate::taints::{Effect, Taint, Toleration, untolerated};
 
-use super::shapes::{Devices, Shape, demand, may_select};
+use super::shapes::{Devices, Shape, demand, may_select, offering_constraints, term_fits_shape};
 use super::{Grow, Planner, PoolUse, Slot, SlotKind, Verdict};
 
 impl Slot {
@@ -592,18 +592,18 @@ impl<'a> Planner<'a> {
         if !fits {
             return (Verdict::No, None);
         }
-        let Some(grow) = self.try_new_slot(i, si, avoid_gpu) else {
+        let Some((price, grow)) = self.join_price(i, si, avoid_gpu) else {
             return (Verdict::No, None);
         };
         let slot = &self.state.slots[si];
-        let delta = grow.price - slot.target.max(slot.price);
+        let delta = price - slot.target.max(slot.price);
         if delta > 1e-12 {
-            return (Verdict::Grow(delta), Some(grow));
+            return (Verdict::Grow(delta), grow);
         }
         // Worked out once per pod, and only for a pod that fits somewhere below the price.
         let own = *own.get_or_insert_with(|| self.unit_cost(i, avoid_gpu));
         let slot = &self.state.slots[si];
-        let paid = grow.price <= slot.price + 1e-12;
+        let paid = price <= slot.price + 1e-12;
         // Room already paid for on a node without GPUs costs nothing once no pod of the
         // claim's own kinds is left to want it (Karpenter's "should pack small and large pods
         // together": the small pods fill what the large ones left); until then, and on GPU
@@ -623,7 +623,106 @@ impl<'a> Planner<'a> {
             // Fits for free, but the pod would take more of the claim than it is worth.
             Verdict::Grow(0.0)
         };
-        (v, Some(grow))
+        (v, grow)
+    }
+
+    /// Whether candidate `c` of new claim `si` would hold pod `i` (`need` being what the
+    /// claim's pods would use with it): [`Self::try_new_slot`]'s test of each candidate.
+    pub(super) fn usable(
+        &self,
+        i: usize,
+        si: usize,
+        c: usize,
+        avoid_gpu: bool,
+        need: &Need,
+    ) -> bool {
+        self.classes[self.class_of[i]].shape_ok[c]
+            && !(avoid_gpu && self.shapes[c].has_gpu)
+            && need.fits(self.fit_index.shape_row(c), &self.shapes[c].allocatable)
+            && self.dra_fits_new(Some(i), si, c)
+    }
+
+    /// The price new claim `si` would have with pod `i` ([`Self::try_new_slot`]'s), with the
+    /// claim's grown form when working the price out built it anyway. A verdict needs only the
+    /// price, and most verdicts are never taken: for a pod whose node selection narrows the
+    /// claim (the loop over its class's terms), the narrowed requirements and candidate list
+    /// are left to the claim the pod goes to, which [`Self::place_inner`] works out again.
+    fn join_price(&self, i: usize, si: usize, avoid_gpu: bool) -> Option<(f64, Option<Grow>)> {
+        let class = &self.classes[self.class_of[i]];
+        let slot = &self.state.slots[si];
+        // The cases `try_new_slot` answers before its loop over terms, or where that loop
+        // needs the candidate list (a zone to pick, minValues to check).
+        let before_loop = (class.terms.len() == 1 && class.terms[0].is_empty())
+            || self.rides(i, si, avoid_gpu)
+            || (self.needs_zone(i) && slot.zone.is_none())
+            || slot
+                .pool
+                .is_some_and(|pi| !self.snap.pools[pi].min_values.is_empty());
+        if before_loop {
+            return self
+                .try_new_slot(i, si, avoid_gpu)
+                .map(|g| (g.price, Some(g)));
+        }
+        let price = self.terms_price(i, si, avoid_gpu);
+        debug_assert_eq!(
+            price.map(f64::to_bits),
+            self.try_new_slot(i, si, avoid_gpu)
+                .map(|g| g.price.to_bits())
+        );
+        price.map(|p| (p, None))
+    }
+
+    /// [`Self::try_new_slot`]'s price through its loop over the terms of pod `i`'s class, for a
+    /// claim that needs no zone picked and has no minValues: the same tests in the same order,
+    /// the least price of the candidates kept rather than their list.
+    fn terms_price(&self, i: usize, si: usize, avoid_gpu: bool) -> Option<f64> {
+        let pod = &self.snap.pending[i];
+        let slot = &self.state.slots[si];
+        let add = demand(pod, &slot.devices);
+        let row = self.fit_row(si);
+        let need = self.fit_index.need(i, &pod.requests, row, &slot.used, &add);
+        if !need.fits(self.fit_index.offers(row), slot.allocatable(self.snap)) {
+            return None;
+        }
+        for term in &self.classes[self.class_of[i]].terms {
+            let reqs = if term.is_empty() {
+                std::borrow::Cow::Borrowed(&slot.reqs)
+            } else {
+                std::borrow::Cow::Owned(slot.reqs.intersect(term))
+            };
+            if !reqs.satisfiable() {
+                continue;
+            }
+            let (zc, cc) = offering_constraints(&reqs);
+            let mut any = false;
+            // As the first of `priced_candidates`: least by `total_cmp`.
+            let mut least: Option<f64> = None;
+            for &c in &slot.candidates {
+                if !(self.usable(i, si, c, avoid_gpu, &need)
+                    && (term.is_empty() || term_fits_shape(&reqs, &self.shapes[c])))
+                {
+                    continue;
+                }
+                any = true;
+                if let Some(p) = self.shapes[c].price_allowed(zc, cc)
+                    && least.is_none_or(|l| p.total_cmp(&l).is_lt())
+                {
+                    least = Some(p);
+                }
+            }
+            if !any {
+                continue;
+            }
+            let zone = slot
+                .zone
+                .as_deref()
+                .or_else(|| reqs.get(labels::ZONE).and_then(|c| c.single_value()));
+            if !self.topology_ok(i, slot, zone) {
+                continue;
+            }
+            return least;
+        }
+        None
     }
 
     /// New claim `si`'s row of [`FitIndex`] amounts.
