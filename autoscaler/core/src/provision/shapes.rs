@@ -625,28 +625,23 @@ pub(crate) fn shape_for<'p>(
 /// Whether a requirement term can hold on a new node of `shape` (labels, and some offering's
 /// zone and capacity type together).
 pub fn term_fits_shape(term: &Requirements, shape: &Shape) -> bool {
-    for (k, c) in term.iter() {
-        if k == labels::ZONE || k == labels::CAPACITY_TYPE {
-            continue;
-        }
-        if k == labels::HOSTNAME {
-            // A new node's name is unknown; only constraints that any fresh name meets hold.
-            if !(c.allow_absent || matches!(c.values, ValueSet::NotIn(_))) {
-                return false;
-            }
-            continue;
-        }
-        if let Some(p) = shape.pool_defined.get(k) {
-            if !c.intersect(p).satisfiable() {
-                return false;
-            }
-            continue;
-        }
-        if !c.matches(shape.labels.get(k).map(String::as_str)) {
-            return false;
-        }
+    term.iter().all(|(k, c)| key_fits_shape(k, c, shape)) && shape.price_under(term).is_some()
+}
+
+/// [`term_fits_shape`]'s test of one key `k` constrained by `c` (zone and capacity type are
+/// left to the offerings), for callers that hold a term's constraints in pieces.
+pub(super) fn key_fits_shape(k: &str, c: &Constraint, shape: &Shape) -> bool {
+    if k == labels::ZONE || k == labels::CAPACITY_TYPE {
+        return true;
     }
-    shape.price_under(term).is_some()
+    if k == labels::HOSTNAME {
+        // A new node's name is unknown; only constraints that any fresh name meets hold.
+        return c.allow_absent || matches!(c.values, ValueSet::NotIn(_));
+    }
+    if let Some(p) = shape.pool_defined.get(k) {
+        return c.intersect(p).satisfiable();
+    }
+    c.matches(shape.labels.get(k).map(String::as_str))
 }
 
 /// Device-level GPU accounting shared by every place a pod can go: fractional shares are

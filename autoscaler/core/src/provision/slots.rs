@@ -1,15 +1,16 @@
 //! Slots: the places a pod can go (existing nodes, in-flight claims, new claims), built
 //! once per plan and scanned for each pod.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::labels;
 use crate::model::{HostPort, Snapshot};
-use crate::requirements::{Labels, Requirements};
+use crate::requirements::{Constraint, Labels, Requirements};
 use crate::resources::{Resources, is_gpu_class, names};
 use crate::taints::{Effect, Taint, Toleration, untolerated};
 
-use super::shapes::{Devices, Shape, demand, may_select, offering_constraints, term_fits_shape};
+use super::shapes::{Devices, Shape, demand, key_fits_shape, may_select};
 use super::{Grow, Planner, PoolUse, Slot, SlotKind, Verdict};
 
 impl Slot {
@@ -685,26 +686,47 @@ impl<'a> Planner<'a> {
             return None;
         }
         for term in &self.classes[self.class_of[i]].terms {
-            let reqs = if term.is_empty() {
-                std::borrow::Cow::Borrowed(&slot.reqs)
-            } else {
-                std::borrow::Cow::Owned(slot.reqs.intersect(term))
-            };
-            if !reqs.satisfiable() {
+            // The claim's requirements narrowed by the term (`slot.reqs.intersect(term)`)
+            // without copying them, which was most of a verdict here: the term's keys as
+            // `add_constraint` narrows them, every other key as the claim has it.
+            // A constraint the claim has already (the term of the pod that opened it) is
+            // its own intersection when it has no integer bounds to filter its values by.
+            let narrowed: Vec<(&str, Cow<Constraint>)> = term
+                .iter()
+                .map(|(k, c)| {
+                    let c = match slot.reqs.get(k) {
+                        Some(cur) if cur == c && c.gt.is_none() && c.lt.is_none() => {
+                            Cow::Borrowed(cur)
+                        }
+                        Some(cur) => Cow::Owned(cur.intersect(c)),
+                        None => Cow::Borrowed(c),
+                    };
+                    (k, c)
+                })
+                .collect();
+            let own = |k: &str| narrowed.iter().find(|(n, _)| *n == k).map(|(_, c)| &**c);
+            let get = |k: &str| own(k).or_else(|| slot.reqs.get(k));
+            let rest = || slot.reqs.iter().filter(|(k, _)| own(k).is_none());
+            let all = || narrowed.iter().map(|(k, c)| (*k, &**c)).chain(rest());
+            if !all().all(|(_, c)| c.satisfiable()) {
                 continue;
             }
-            let (zc, cc) = offering_constraints(&reqs);
+            let (zc, cc) = (get(labels::ZONE), get(labels::CAPACITY_TYPE));
             let mut any = false;
             // As the first of `priced_candidates`: least by `total_cmp`.
             let mut least: Option<f64> = None;
             for &c in &slot.candidates {
-                if !(self.usable(i, si, c, avoid_gpu, &need)
-                    && (term.is_empty() || term_fits_shape(&reqs, &self.shapes[c])))
-                {
+                let shape = &self.shapes[c];
+                // `term_fits_shape` of the narrowed requirements.
+                let fits = || {
+                    all().all(|(k, con)| key_fits_shape(k, con, shape))
+                        && shape.price_allowed(zc, cc).is_some()
+                };
+                if !(self.usable(i, si, c, avoid_gpu, &need) && (term.is_empty() || fits())) {
                     continue;
                 }
                 any = true;
-                if let Some(p) = self.shapes[c].price_allowed(zc, cc)
+                if let Some(p) = shape.price_allowed(zc, cc)
                     && least.is_none_or(|l| p.total_cmp(&l).is_lt())
                 {
                     least = Some(p);
@@ -716,7 +738,7 @@ impl<'a> Planner<'a> {
             let zone = slot
                 .zone
                 .as_deref()
-                .or_else(|| reqs.get(labels::ZONE).and_then(|c| c.single_value()));
+                .or_else(|| zc.and_then(|c| c.single_value()));
             if !self.topology_ok(i, slot, zone) {
                 continue;
             }
