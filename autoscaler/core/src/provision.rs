@@ -480,7 +480,7 @@ struct Planner<'a> {
     scan_group: Vec<usize>,
     scan_from: Vec<usize>,
     /// Per scan group, per slot: the stamp a verdict was computed at and the verdict.
-    verdicts: Vec<Vec<(u64, Verdict)>>,
+    verdicts: Vec<Vec<place::CachedVerdict>>,
     /// Per block of [`BLOCK`] slots: bumped whenever a live stamp in it may have changed
     /// (outside `state`, so a rollback bumps every block rather than turning versions back).
     block_version: Vec<u64>,
