@@ -1074,16 +1074,25 @@ fn scenario_preferences_are_held_by_the_planner() {
     };
     assert_eq!(nodes(""), 1);
     assert_eq!(
-        nodes(", spread: [{topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway}]"),
+        nodes(
+            ", spread: [{topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway}]"
+        ),
         3
     );
-    assert_eq!(nodes(", preferredAntiAffinity: [kubernetes.io/hostname]"), 3);
+    assert_eq!(
+        nodes(", preferredAntiAffinity: [kubernetes.io/hostname]"),
+        3
+    );
     let bad = "name: prefs\nduration: 20m\ncatalog: aws\npools:\n  - name: cpu\n    instanceTypes: [m6i.xlarge]\n\
                workloads:\n  - deployment:\n      name: web\n      replicas: [{at: 0s, count: 3}]\n\
                \x20     pod: {nodePool: cpu, cpu: 500m, spread: [{topologyKey: kubernetes.io/hostname, whenUnsatisfiable: Sometimes}]}\n";
-    let err = Scenario::parse(Path::new("prefs.yaml"), bad).unwrap_err().to_string();
+    let err = Scenario::parse(Path::new("prefs.yaml"), bad)
+        .unwrap_err()
+        .to_string();
     assert!(
-        err.contains("spread[0].whenUnsatisfiable") && err.contains("Sometimes") && err.contains(":11"),
+        err.contains("spread[0].whenUnsatisfiable")
+            && err.contains("Sometimes")
+            && err.contains(":11"),
         "{err}"
     );
 }
