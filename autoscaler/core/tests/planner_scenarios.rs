@@ -489,13 +489,21 @@ fn a_nominated_pod_keeps_its_claim_without_the_preference_it_gave_up() {
         "#]],
     );
     let key = snap.pending[0].key.clone();
-    snap.nominated.insert(key, "default-abc".into());
+    snap.nominated.insert(key.clone(), "default-abc".into());
     check(
         &snap,
         expect![[r#"
             in-flight default/web-1 -> default-abc
         "#]],
     );
+    // A nomination to a claim that is gone holds nothing: the preference is held again.
+    let from_scratch = {
+        let mut s = snap.clone();
+        s.nominated.clear();
+        plan_provisioning(&s)
+    };
+    snap.nominated.insert(key, "default-gone".into());
+    assert_eq!(plan_provisioning(&snap), from_scratch);
 }
 
 #[test]

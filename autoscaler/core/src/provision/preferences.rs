@@ -160,9 +160,10 @@ pub(crate) fn given_up(pod: &PodShape, n: usize) -> Vec<String> {
 
 /// Plans `snapshot` with `plan`, relaxing preferences as the module documentation says.
 ///
-/// A pod an earlier plan nominated to a claim in flight ([`Snapshot::nominated`]) is planned
-/// with every preference given up: that plan already chose its place, and holding it to a
-/// preference it was relieved of could open a second node for it.
+/// A pod an earlier plan nominated to a claim still in flight ([`Snapshot::nominated`]) is
+/// planned with every preference given up: that plan already chose its place, and holding it
+/// to a preference it was relieved of could open a second node for it. A nomination to a
+/// claim that is gone (its launch failed) counts for nothing.
 pub(crate) fn plan_relaxing<T>(
     snapshot: &Snapshot,
     mut plan: impl FnMut(&Snapshot) -> (Plan, T),
@@ -181,11 +182,11 @@ pub(crate) fn plan_relaxing<T>(
         .iter()
         .zip(&most)
         .map(|(p, n)| {
-            if snapshot.nominated.contains_key(&p.key) {
-                *n
-            } else {
-                0
-            }
+            let on_its_claim = snapshot
+                .nominated
+                .get(&p.key)
+                .is_some_and(|claim| snapshot.in_flight.iter().any(|c| &c.name == claim));
+            if on_its_claim { *n } else { 0 }
         })
         .collect();
     let mut tried = snapshot.clone();
