@@ -74,10 +74,12 @@ pub enum ProviderKind {
 /// name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PreferencePolicy {
-    /// Met where a node can meet them, relaxed where none can.
+    /// Held as required while a node can meet them, and given up one at a time for the pods
+    /// none can (as Karpenter relaxes them).
     Respect,
-    /// Dropped: preferred node affinity and `ScheduleAnyway` topology spreads count for
-    /// nothing, in provisioning and in consolidation.
+    /// Dropped: preferred node affinity, preferred pod affinity and anti-affinity and
+    /// `ScheduleAnyway` topology spreads count for nothing, in provisioning and in
+    /// consolidation.
     Ignore,
 }
 
@@ -255,9 +257,10 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
-    /// Pods' preferences (preferred node affinity, `ScheduleAnyway` topology spreads):
-    /// `respect` them where a node can meet them, or `ignore` them in provisioning and
-    /// consolidation alike (Karpenter's `--preference-policy=Ignore`; its spelling is taken too).
+    /// Pods' preferences (preferred node affinity, preferred pod affinity and anti-affinity,
+    /// `ScheduleAnyway` topology spreads): `respect` them where a node can meet them, or
+    /// `ignore` them in provisioning and consolidation alike (Karpenter's
+    /// `--preference-policy=Ignore`; its spelling is taken too).
     #[arg(long, value_enum, default_value = "respect", ignore_case = true)]
     pub preference_policy: PreferencePolicy,
     /// ProvisioningRequests: how long provisioned capacity stays booked for its pods, unless
