@@ -181,14 +181,30 @@ pub fn plan_cached(snapshot: &Snapshot, options: &PlanOptions, cache: &mut Shape
 }
 
 fn plan_shaped(snapshot: &Snapshot, options: &PlanOptions, shapes: Arc<Vec<Shape>>) -> Plan {
-    let relaxed = preferences::plan_relaxing(snapshot, |tried| {
-        let templates = dra::Templates::of(tried);
-        let (mut plan, _) = Planner::new(tried, options, &templates, shapes.clone()).run();
-        crate::gang::prefer_one_zone(tried, &mut plan);
-        crate::gang::placement_only_in_one_zone(&mut plan);
-        (plan, ())
-    });
-    relaxed.plan
+    preferences::plan_relaxing(snapshot, |tried| (plan_once(tried, options, &shapes), ())).plan
+}
+
+/// [`plan_with`] (or [`plan_cached`] with `cache`) on a snapshot the caller lends: the same
+/// plan, without copying the snapshot when pods state preferences (disruption's simulations).
+pub(crate) fn plan_lent(
+    snapshot: &mut Snapshot,
+    options: &PlanOptions,
+    cache: Option<&mut ShapeCache>,
+) -> Plan {
+    let shapes = match cache {
+        Some(c) => c.shapes(snapshot),
+        None => Arc::new(build_shapes(snapshot)),
+    };
+    preferences::plan_relaxing_in(snapshot, |tried| (plan_once(tried, options, &shapes), ())).plan
+}
+
+/// One plan of `snapshot`'s pending pods as they are.
+fn plan_once(snapshot: &Snapshot, options: &PlanOptions, shapes: &Arc<Vec<Shape>>) -> Plan {
+    let templates = dra::Templates::of(snapshot);
+    let (mut plan, _) = Planner::new(snapshot, options, &templates, shapes.clone()).run();
+    crate::gang::prefer_one_zone(snapshot, &mut plan);
+    crate::gang::placement_only_in_one_zone(&mut plan);
+    plan
 }
 
 /// [`plan_with`], every pool and instance type pending pod `pod` (an index into

@@ -2721,3 +2721,65 @@ fn a_spread_that_ignores_node_affinity_counts_domains_the_pod_cannot_use() {
     let honoring = plan(false);
     assert_eq!(placed(&honoring), 5, "{}", honoring.render());
 }
+
+/// Found by review: when relaxation runs out of one-step passes, only the pods still without a
+/// place give up everything. Here "x" fails four times (its preferred zone affinity targets do
+/// not exist), then takes the pool's only node, which "b" needed; "c1" and "c2", which prefer
+/// hosts apart and always had two empty nodes for that, keep their preference.
+#[test]
+fn the_last_relaxation_pass_relaxes_only_the_pods_without_a_place() {
+    let small = itype("e.large")
+        .cpu("4")
+        .mem("16Gi")
+        .on_demand(&["z1"], 0.2)
+        .build();
+    let big = itype("b.2xlarge")
+        .cpu("8")
+        .mem("32Gi")
+        .on_demand(&["z1"], 0.4)
+        .build();
+    let mut x = pod("x").cpu("7").priority(100);
+    for (w, app) in [(4, "ghost1"), (3, "ghost2"), (2, "ghost3"), (1, "ghost4")] {
+        x = x.prefer_affinity(w, labels::ZONE, app);
+    }
+    let b = pod("b")
+        .cpu("6")
+        .prefer_anti_affinity(1, labels::HOSTNAME, "nothing");
+    let c = |name: &str| {
+        pod(name)
+            .cpu("1")
+            .label("app", "c")
+            .prefer_anti_affinity(1, labels::HOSTNAME, "c")
+    };
+    let snap = Snapshot {
+        pools: vec![pool("p", vec![big]).limit_nodes(1).build()],
+        nodes: vec![
+            node("e1", &small, "z1").build(),
+            node("e2", &small, "z1").build(),
+        ],
+        pending: [x, b, c("c1"), c("c2")]
+            .into_iter()
+            .map(|p| p.build())
+            .collect(),
+        ..Snapshot::default()
+    };
+    let plan = plan_provisioning(&snap);
+    let on: Vec<&str> = ["c1", "c2"]
+        .iter()
+        .map(|n| {
+            plan.existing
+                .iter()
+                .find(|p| p.pod.name == *n)
+                .map_or("-", |p| p.target.as_str())
+        })
+        .collect();
+    assert!(
+        on[0] != on[1] && !on.contains(&"-"),
+        "{on:?}\n{}",
+        plan.render()
+    );
+    let given_up = autoscaler_core::explain::explain_pod(&snap, &snap.pending[2].key)
+        .unwrap()
+        .given_up;
+    assert!(given_up.is_empty(), "{given_up:?}");
+}

@@ -10,7 +10,7 @@ use crate::dra::{DeviceId, Dra, PodClaim, ResourceClaim};
 
 use crate::model::{Node, Pod, PodKey, Snapshot};
 use crate::plan::{Plan, Unschedulable};
-use crate::provision::{PlanOptions, ShapeCache, plan_cached, plan_provisioning, plan_with};
+use crate::provision::{PlanOptions, ShapeCache, plan_lent};
 
 use super::candidates::movable;
 
@@ -304,9 +304,9 @@ fn plan_without(
     // Only a simulation with pools has shapes to keep: one without would make the cache
     // build the launchable pools' shapes again at the next one with.
     let mut plan = match shapes {
-        Some(cache) if with_pools => plan_cached(base, &options, cache),
-        _ if with_pools => plan_with(base, &options),
-        _ => plan_provisioning(base),
+        Some(cache) if with_pools => plan_lent(base, &options, Some(cache)),
+        _ if with_pools => plan_lent(base, &options, None),
+        _ => plan_lent(base, &PlanOptions::default(), None),
     };
     if !allow_new {
         for pod in std::mem::take(&mut plan.deferred) {

@@ -11,8 +11,9 @@
 //! Karpenter relaxes a pod as soon as it fails and tries it again at once; this planner packs
 //! a batch, so it plans the batch again instead: each pass gives up one more preference of
 //! every pod the last pass left unplaced, and after [`ONE_STEP_PASSES`] passes every
-//! preference of the pods still unplaced goes at once, so a round plans at most
-//! `ONE_STEP_PASSES + 3` times, and once when no pending pod states a preference.
+//! preference of the pods still unplaced goes at once (the others keep what they hold), so a
+//! round plans at most `ONE_STEP_PASSES + 3` times, and once when no pending pod states a
+//! preference.
 //!
 //! A held anti-affinity term binds only its own pod (`PodAffinityTerm::held`): as in
 //! Karpenter, which tracks no inverse preferred anti-affinity, the pods it selects are free
@@ -164,40 +165,88 @@ pub(crate) fn given_up(pod: &PodShape, n: usize) -> Vec<String> {
 /// planned with every preference given up: that plan already chose its place, and holding it
 /// to a preference it was relieved of could open a second node for it. A nomination to a
 /// claim that is gone (its launch failed) counts for nothing.
+///
+/// Copies the snapshot once when some pending pod states a preference;
+/// [`plan_relaxing_in`] lends its own instead.
 pub(crate) fn plan_relaxing<T>(
     snapshot: &Snapshot,
     mut plan: impl FnMut(&Snapshot) -> (Plan, T),
 ) -> Relaxed<T> {
-    let most: Vec<usize> = snapshot.pending.iter().map(|p| steps(p)).collect();
-    if most.iter().all(|n| *n == 0) {
+    if !snapshot.pending.iter().any(|p| relaxable(p)) {
         let (plan, extra) = plan(snapshot);
-        return Relaxed {
-            plan,
-            extra,
-            given_up: most,
-        };
+        return unrelaxed(snapshot, plan, extra);
     }
-    let mut given_up: Vec<usize> = snapshot
+    let settled = settled(snapshot);
+    let mut tried = snapshot.clone();
+    relax(&snapshot.pending, &settled, |pods| {
+        tried.pending = pods;
+        plan(&tried)
+    })
+}
+
+/// [`plan_relaxing`] on a snapshot the caller lends: its pending pods are swapped for the
+/// ones each pass tries, and put back before it returns, so nothing is copied (disruption
+/// plans once per candidate).
+pub(crate) fn plan_relaxing_in<T>(
+    snapshot: &mut Snapshot,
+    mut plan: impl FnMut(&Snapshot) -> (Plan, T),
+) -> Relaxed<T> {
+    if !snapshot.pending.iter().any(|p| relaxable(p)) {
+        let (plan, extra) = plan(snapshot);
+        return unrelaxed(snapshot, plan, extra);
+    }
+    let settled = settled(snapshot);
+    let pending = std::mem::take(&mut snapshot.pending);
+    let out = relax(&pending, &settled, |pods| {
+        snapshot.pending = pods;
+        plan(snapshot)
+    });
+    snapshot.pending = pending;
+    out
+}
+
+fn unrelaxed<T>(snapshot: &Snapshot, plan: Plan, extra: T) -> Relaxed<T> {
+    Relaxed {
+        plan,
+        extra,
+        given_up: vec![0; snapshot.pending.len()],
+    }
+}
+
+/// Per pending pod: nominated by an earlier plan to a claim still in flight.
+fn settled(snapshot: &Snapshot) -> Vec<bool> {
+    snapshot
         .pending
         .iter()
-        .zip(&most)
-        .map(|(p, n)| {
-            let on_its_claim = snapshot
+        .map(|p| {
+            snapshot
                 .nominated
                 .get(&p.key)
-                .is_some_and(|claim| snapshot.in_flight.iter().any(|c| &c.name == claim));
-            if on_its_claim { *n } else { 0 }
+                .is_some_and(|claim| snapshot.in_flight.iter().any(|c| &c.name == claim))
         })
+        .collect()
+}
+
+/// The passes: `plan_pods` plans the batch with the pods as given. Only pods a pass leaves
+/// unplaced give up more; the last pass's plan stands, whatever it leaves unplaced.
+fn relax<T>(
+    pending: &[Pod],
+    settled: &[bool],
+    mut plan_pods: impl FnMut(Vec<Pod>) -> (Plan, T),
+) -> Relaxed<T> {
+    let most: Vec<usize> = pending.iter().map(|p| steps(p)).collect();
+    let mut given_up: Vec<usize> = most
+        .iter()
+        .zip(settled)
+        .map(|(n, s)| if *s { *n } else { 0 })
         .collect();
-    let mut tried = snapshot.clone();
     let mut pass = 0;
     loop {
-        tried.pending = held_pods(snapshot, &given_up);
-        let (out, extra) = plan(&tried);
+        let (out, extra) = plan_pods(held_pods(pending, &given_up));
         let failed: BTreeSet<&crate::model::PodKey> =
             out.unschedulable.iter().map(|u| &u.pod).collect();
         let mut changed = false;
-        for (i, p) in snapshot.pending.iter().enumerate() {
+        for (i, p) in pending.iter().enumerate() {
             if given_up[i] < most[i] && failed.contains(&p.key) {
                 given_up[i] = if pass < ONE_STEP_PASSES {
                     given_up[i] + 1
@@ -207,8 +256,6 @@ pub(crate) fn plan_relaxing<T>(
                 changed = true;
             }
         }
-        // Past the one-step passes every failed pod gave up everything, so a pass more can
-        // only fail pods that were placed before; stop relaxing them one by one too.
         if !changed {
             return Relaxed {
                 plan: out,
@@ -216,13 +263,14 @@ pub(crate) fn plan_relaxing<T>(
                 given_up,
             };
         }
+        // Past the one-step passes a failed pod gives up everything at once; a pass after
+        // that can only fail pods placed before, and they get one more pass, the last.
         if pass > ONE_STEP_PASSES {
-            tried.pending = held_pods(snapshot, &most);
-            let (plan, extra) = plan(&tried);
+            let (plan, extra) = plan_pods(held_pods(pending, &given_up));
             return Relaxed {
                 plan,
                 extra,
-                given_up: most,
+                given_up,
             };
         }
         pass += 1;
@@ -231,10 +279,9 @@ pub(crate) fn plan_relaxing<T>(
 
 /// The pending pods as a pass tries them. Pods sharing a shape and a number of preferences
 /// given up share the held shape too (a workload's replicas stay one shape).
-fn held_pods(snapshot: &Snapshot, given_up: &[usize]) -> Vec<Pod> {
+fn held_pods(pending: &[Pod], given_up: &[usize]) -> Vec<Pod> {
     let mut shared: HashMap<(*const PodShape, usize), Arc<PodShape>> = HashMap::new();
-    snapshot
-        .pending
+    pending
         .iter()
         .zip(given_up)
         .map(|(p, g)| {
@@ -317,11 +364,11 @@ mod tests {
             pending: vec![a, b, plain.clone()],
             ..Snapshot::default()
         };
-        let held = held_pods(&snap, &[0, 0, 0]);
+        let held = held_pods(&snap.pending, &[0, 0, 0]);
         assert!(held[0].shares_shape_with(&held[1]));
         assert!(held[2].shares_shape_with(&plain));
         assert_eq!(held[0].anti_affinity.len(), 1);
-        let apart = held_pods(&snap, &[0, 1, 0]);
+        let apart = held_pods(&snap.pending, &[0, 1, 0]);
         assert!(!apart[0].shares_shape_with(&apart[1]));
         assert!(apart[1].anti_affinity.is_empty());
     }
