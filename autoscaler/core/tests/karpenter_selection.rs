@@ -1195,3 +1195,58 @@ fn should_create_a_nodeclaim_with_resource_requests_with_daemon_overhead() {
     let want = requests(pod("x").cpu("2").mem("2Mi").res("pods", "2"));
     assert_eq!(claim_of(&plan, "p").requests, want);
 }
+
+/// Found by review: well-known keys in the `kubernetes.io` domains, deprecated spellings
+/// included, are never labels a NodePool invents (Karpenter's `WellKnownLabels` and
+/// `NormalizedLabels`): a pool requiring `beta.kubernetes.io/arch In [arm64]` over amd64 types
+/// gives a pod selecting it no node, and `node.kubernetes.io/windows-build NotIn [x]` puts no
+/// value on the node.
+#[test]
+fn well_known_and_deprecated_keys_are_never_invented_by_a_nodepool() {
+    let beta_arch = "beta.kubernetes.io/arch";
+    let np = pool("default", vec![mem_type("amd", "4Gi", 0.1).build()]).require(
+        beta_arch,
+        In,
+        &["arm64"],
+    );
+    let p = pod("p").require(beta_arch, In, &["arm64"]);
+    let refused = plan(vec![np], vec![p]);
+    assert!(!scheduled(&refused, "p"), "{}", refused.render());
+    let build = "node.kubernetes.io/windows-build";
+    let np = pool("default", vec![mem_type("amd", "4Gi", 0.1).build()]).require(
+        build,
+        Operator::NotIn,
+        &["x"],
+    );
+    let labelled = plan(vec![np], vec![pod("p")]);
+    assert!(scheduled(&labelled, "p"), "{}", labelled.render());
+    assert!(
+        labelled
+            .new_claims
+            .iter()
+            .all(|c| !c.labels.contains_key(build)),
+        "{}",
+        labelled.render()
+    );
+}
+
+/// Found by review: a DaemonSet asking for a GPU on every node does not put a GPU into a CPU
+/// type's claim requests (the claim would wait for a GPU that never registers).
+#[test]
+fn a_daemonsets_gpu_request_stays_out_of_a_cpu_claim() {
+    let mut snap = snapshot(
+        vec![pool("default", vec![mem_type("cpu", "4Gi", 0.1).build()])],
+        vec![pod("p")],
+    );
+    let mut ds = daemonset("gpu-agent", "100m", "10Mi", vec![]);
+    ds.requests
+        .set(autoscaler_core::resources::names::NVIDIA_GPU, 1);
+    snap.daemonsets.push(ds);
+    let plan = plan_provisioning(&snap);
+    let claim = &plan.new_claims[0];
+    let gpu = claim
+        .requests
+        .get(autoscaler_core::resources::names::NVIDIA_GPU);
+    assert_eq!(gpu, 0, "{}", plan.render());
+    assert!(claim.requests.cpu >= 100, "{:?}", claim.requests);
+}

@@ -377,6 +377,24 @@ pub fn restricted_domain(key: &str) -> bool {
     .any(|d| under(d))
 }
 
+/// Labels every node carries from its instance type, offering or cloud, which a NodePool
+/// requirement only selects by (Karpenter's `WellKnownLabels`, and the deprecated spellings it
+/// normalizes, `NormalizedLabels`).
+const WELL_KNOWN: [&str; 12] = [
+    labels::ZONE,
+    labels::REGION,
+    labels::INSTANCE_TYPE,
+    labels::ARCH,
+    labels::OS,
+    labels::CAPACITY_TYPE,
+    "node.kubernetes.io/windows-build",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+];
+
 /// The requirements of `pool` on labels it gives its nodes itself: keys no instance type of its
 /// catalog carries, that its `labels` do not set and that lie outside the restricted domains
 /// ([`restricted_domain`]). `team In [ml]` on a NodePool is such a label, as in Karpenter: the
@@ -385,12 +403,7 @@ pub fn restricted_domain(key: &str) -> bool {
 pub fn pool_defined_labels(pool: &Pool) -> Requirements {
     let mut out = Requirements::new();
     for (k, c) in pool.requirements.iter() {
-        let own = k == labels::ZONE
-            || k == labels::REGION
-            || k == labels::INSTANCE_TYPE
-            || k == labels::ARCH
-            || k == labels::OS
-            || k == labels::CAPACITY_TYPE
+        let own = WELL_KNOWN.contains(&k)
             || k == labels::HOSTNAME
             || k == labels::NODEPOOL
             || restricted_domain(k)
@@ -603,6 +616,11 @@ pub(crate) fn shape_for<'p>(
             host_ports.extend(ds.host_ports.iter().map(|p| (p.clone(), ds.name.clone())));
         }
     }
+    // A DaemonSet asking for what the type does not have (a GPU on a CPU type) is not part
+    // of what a claim of it requests: the node would wait for that resource for ever.
+    daemonsets
+        .extended
+        .retain(|k, _| shared.capacity.get(k) > 0);
     let has_gpu = shared.capacity.has_gpu_class();
     Ok(Shape {
         pool: pi,
