@@ -170,8 +170,8 @@ pub struct PodExplanation {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<String>,
     /// The preferences (preferred pod affinity and anti-affinity, `ScheduleAnyway` spreads)
-    /// the planner gave up for the outcome, in the order it gave them up; empty when it held
-    /// every one.
+    /// the planner gave up for the outcome, in the order it gave them up (for an unschedulable
+    /// pod: those it was tried without too); empty when it held every one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub given_up: Vec<String>,
 }
@@ -540,8 +540,13 @@ impl PodExplanation {
                 writeln!(out, "  pending; no node can be launched for it: {reason}")
             }
         };
+        let placed = !matches!(self.outcome, Outcome::Unschedulable { .. });
         for g in &self.given_up {
-            let _ = writeln!(out, "  gave up its {g}");
+            let _ = if placed {
+                writeln!(out, "  gave up its {g}")
+            } else {
+                writeln!(out, "  tried without its {g} too")
+            };
         }
         if !self.pools.is_empty() {
             out.push_str("NodePools considered (highest weight first):\n");
