@@ -1184,27 +1184,6 @@ fn once_the_replacement_is_up_its_types_are_not_compared_with_a_newcomers_node()
     assert!(check(Check::ReplacementUp, &up).is_err());
 }
 
-/// Once the replacement is up its price counts: a newcomer's node that costs less than the
-/// old node alone, but more with the replacement, ends the command (found by review).
-#[test]
-fn once_the_replacement_is_up_its_price_counts_with_a_newcomers_node() {
-    let tiny = od("tiny.medium", "1500m", 0.1);
-    let mid = od("mid.8xlarge", "24", 2.95);
-    let s = snap(
-        vec![kn("n", &big(), "p").with_pod(rs_pod("a").cpu("1"))],
-        vec![kpool("p", vec![tiny.clone(), mid, big()])],
-    );
-    let plan = run(&s);
-    assert_eq!(plan.commands.len(), 1, "{}", plan.render());
-    let cmd = plan.commands[0].clone();
-    let up_at = cmd.decided_at + config().validation_delay_s + 60;
-    let mut up = s;
-    up.nodes.push(kn("r", &tiny, "p").build());
-    bind(&mut up, "n", rs_pod("b").cpu("20"));
-    let err = validate_at(Check::ReplacementUp, &cmd, &mut up, up_at, &config()).unwrap_err();
-    assert!(err.contains("no longer strictly cheaper"), "{err}");
-}
-
 fn replacement_types_of(cmd: &Command) -> Vec<String> {
     cmd.replacement
         .iter()

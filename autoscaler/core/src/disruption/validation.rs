@@ -68,10 +68,10 @@ pub enum Check {
     Decided,
     /// The replacement launched first is up ([`super::execute::Order::ReplaceFirst`]): it is
     /// a node of `snap` now, so the pods that came to the nodes while it booted are placed
-    /// with it among the places they may go. The command still goes on only if the
-    /// replacement's price and what they need then (at most one new node) cost less than the
-    /// nodes it removes, as at the decision; the replacement's types are not compared with
-    /// that node's, which would say nothing about it.
+    /// with it among the places they may go. The command still goes on only if what they
+    /// need then (at most one new node) costs less than the nodes it removes, as at the
+    /// decision; the replacement's types are not compared with that node's, which would say
+    /// nothing about it.
     ReplacementUp,
 }
 
@@ -157,14 +157,7 @@ pub fn validate_at(
     if let Some(u) = plan.unschedulable.first() {
         return Err(nowhere_to_go(u));
     }
-    // Once the replacement is up it is paid for among `snap`'s nodes: what going on costs is
-    // its price and any new node, against the nodes it removes.
-    let replacement_price = match check {
-        Check::ReplacementUp => command.replacement.as_ref().map_or(0.0, |r| r.price),
-        Check::Decided => 0.0,
-    };
-    let new_cost = plan.new_cost() + replacement_price;
-    if command.method == Method::Replace && (plan.new_claims.len() > 1 || new_cost >= cost) {
+    if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {
         return Err("replacement is no longer strictly cheaper".into());
     }
     // The replacement launches with the types decided then: each must still be one the
@@ -191,7 +184,7 @@ pub fn validate_at(
             ));
         }
     }
-    if command.method == Method::Replace && new_cost > cost * (1.0 - savings) {
+    if command.method == Method::Replace && plan.new_cost() > cost * (1.0 - savings) {
         return Err(format!(
             "above its utilization threshold, and the replacement no longer saves {:.0} %",
             savings * 100.0
