@@ -71,7 +71,9 @@ pub enum Check {
     /// with it among the places they may go. The command still goes on only if what they
     /// need then (at most one new node) costs less than the nodes it removes, as at the
     /// decision; the replacement's types are not compared with that node's, which would say
-    /// nothing about it.
+    /// nothing about it. Its price is not counted: it is paid already, and abandoning would
+    /// leave it for consolidation to remove later (counting it cost 0.4 % more on the openb
+    /// replay, 20 seeds).
     ReplacementUp,
 }
 
