@@ -107,6 +107,7 @@ mod domain_sources;
 mod dra;
 mod explanations;
 mod finish;
+mod open;
 mod place;
 mod preferences;
 mod room;
@@ -528,6 +529,12 @@ struct Planner<'a> {
     /// Per class, that hint (the same for every pod of the class; looking for the closest
     /// known label for each of thousands of pods that wait took a third of a round).
     hints: HashMap<usize, String>,
+    /// Per (demand group, pool, relaxed): the pool's answer to the group's pods, where
+    /// nothing in it depends on the plan so far (`open.rs`).
+    pool_answers: HashMap<(usize, usize, bool), std::sync::Arc<open::PoolAnswer>>,
+    /// Per demand group, per shape: how many of the group's pods one node holds (0: not yet
+    /// worked out; `claim_target` fills it in, behind a shared reference).
+    per_node: std::cell::RefCell<Vec<Vec<u32>>>,
     /// The pending pod to explain (`explain`): its considerations are taken when it is placed.
     explain: Option<usize>,
     considered: Option<Vec<crate::explain::PoolConsidered>>,
@@ -673,6 +680,8 @@ impl<'a> Planner<'a> {
             in_group: false,
             vocabulary: std::cell::OnceCell::new(),
             hints: HashMap::new(),
+            pool_answers: HashMap::new(),
+            per_node: std::cell::RefCell::new(Vec::new()),
             explain: None,
             considered: None,
             dra: None,

@@ -8,7 +8,6 @@ use crate::model::{Pod, PodKey, Pool};
 use crate::plan::Plan;
 use crate::requirements::{Constraint, Requirements};
 use crate::resources::{Resources, format_amount};
-use crate::taints::untolerated;
 
 use super::classes::{dominant_share, even_spread};
 use super::shapes::{
@@ -278,252 +277,6 @@ impl<'a> Planner<'a> {
         Ok(())
     }
 
-    /// The pool, requirements, candidates and price of a new claim for pod `i`, and the price
-    /// of the cheapest node any pool could launch for it alone, or the reason there is none.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn open_claim_candidates(
-        &mut self,
-        i: usize,
-    ) -> Result<(usize, Requirements, Vec<usize>, f64, f64), String> {
-        let pod = &self.snap.pending[i];
-        let ci = self.class_of[i];
-        let need = demand(pod, &Devices::default());
-        let wants_gpu = need.has_gpu_class();
-        let avoid_gpu = self.avoid_gpu(i);
-        // Which of the pod's preferred terms a pool's claim meets, heaviest first as the
-        // highest bit: pools compete on it before their weight, as Karpenter tries the
-        // heaviest preference against every NodePool before it relaxes it.
-        let mut prefs = pod.preferred.clone();
-        prefs.sort_by_key(|p| std::cmp::Reverse(p.0));
-        prefs.truncate(64);
-        let every_pref: u64 = if prefs.is_empty() {
-            0
-        } else {
-            u64::MAX << (64 - prefs.len())
-        };
-        #[allow(clippy::type_complexity)]
-        let mut best: Option<(
-            u64,
-            i32,
-            Option<f64>,
-            f64,
-            usize,
-            Requirements,
-            Vec<usize>,
-        )> = None;
-        // Per pool that could take the pod: the preferences met, its weight and price. The
-        // cheapest node for the pod alone is taken among the pools that tie with the chosen
-        // one on both: a lighter pool, or one meeting fewer preferences, could never be chosen.
-        let mut priced_pools: Vec<(u64, i32, f64)> = Vec::new();
-        let mut reasons: Vec<String> = Vec::new();
-        let mut limited: Vec<String> = Vec::new();
-        let empty = Slot::empty(vec![0; self.nsel()]);
-        for &pi in &self.pool_order {
-            let pool = &self.snap.pools[pi];
-            if let Some((met, w, ..)) = &best
-                && *w > pool.weight
-                && *met == every_pref
-            {
-                break;
-            }
-            if let Some(t) = untolerated(&self.classes[ci].tolerations, &pool.taints) {
-                reasons.push(format!("taint {t} of NodePool {} not tolerated", pool.name));
-                continue;
-            }
-            if self.avoids(ci, &pool.taints) {
-                reasons.push(format!(
-                    "NodePool {} has a PreferNoSchedule taint the pod does not tolerate",
-                    pool.name
-                ));
-                continue;
-            }
-            let node_reqs = super::shapes::node_requirements(pool);
-            for (ti, term) in self.classes[ci].terms.clone().into_iter().enumerate() {
-                let reqs = node_reqs.intersect(&term);
-                if let Some(k) = node_reqs.conflict_with(&term) {
-                    // Where the pod's topology rules pinned it is no affinity of its own.
-                    let pin = self.classes[ci].pins.iter().find(|p| {
-                        p.strip_prefix(k.as_str())
-                            .is_some_and(|v| v.starts_with(['=', ' ']))
-                    });
-                    reasons.push(match pin {
-                        Some(pin) => format!(
-                            "NodePool {} cannot launch where the pod's topology spread or pod \
-                             (anti-)affinity lets it go ({pin}), and no existing node there \
-                             has room",
-                            pool.name
-                        ),
-                        None => format!(
-                            "NodePool {} requirement on {k} conflicts with the pod's node affinity",
-                            pool.name
-                        ),
-                    });
-                    continue;
-                }
-                let mut limit_reason = None;
-                if !self.classes[ci].pool_shapes.contains_key(&(pi, ti)) {
-                    let allowed = (0..self.shapes.len())
-                        .filter(|s| {
-                            let sh = &self.shapes[*s];
-                            sh.pool == pi
-                                && self.classes[ci].shape_ok[*s]
-                                && term_fits_shape(&term, sh)
-                        })
-                        .collect();
-                    self.classes[ci].pool_shapes.insert((pi, ti), allowed);
-                }
-                let mut fitting: Vec<usize> = self.classes[ci].pool_shapes[&(pi, ti)]
-                    .iter()
-                    .copied()
-                    .filter(|s| need.fits(&self.shapes[*s].allocatable))
-                    .filter(|s| match self.fits_limits(pi, &self.shapes[*s], &reqs) {
-                        Ok(()) => true,
-                        Err(e) => {
-                            limit_reason.get_or_insert(e);
-                            false
-                        }
-                    })
-                    .collect();
-                if fitting.is_empty() {
-                    let why = match limit_reason {
-                        Some(why) => {
-                            limited.push(pool.name.clone());
-                            why
-                        }
-                        None => self
-                            .dra_reason(i, pi)
-                            .unwrap_or_else(|| self.no_fit_reason(pi, ci, &term, &need)),
-                    };
-                    reasons.push(why);
-                    continue;
-                }
-                if !wants_gpu && fitting.iter().any(|s| !self.shapes[*s].has_gpu) {
-                    // GPU types are a last resort for a pod that needs none, unless dropping
-                    // them leaves fewer values than the pool's minValues.
-                    let cpu_only: Vec<usize> = fitting
-                        .iter()
-                        .copied()
-                        .filter(|s| !self.shapes[*s].has_gpu)
-                        .collect();
-                    if self.min_values_short(pool, &cpu_only, &reqs).is_none() {
-                        fitting = cpu_only;
-                    }
-                }
-                // Preferred node affinity breaks ties: keep it when something still fits.
-                // Without it, for when it leaves no zone the pod's topology allows.
-                let unpreferred = (reqs.clone(), fitting.clone());
-                let mut reqs = reqs;
-                let mut met: u64 = 0;
-                for (k, (_, pterm)) in prefs.iter().enumerate() {
-                    let r2 = reqs.intersect(pterm);
-                    let kept: Vec<usize> = fitting
-                        .iter()
-                        .copied()
-                        .filter(|s| term_fits_shape(&r2, &self.shapes[*s]))
-                        .collect();
-                    if r2.satisfiable()
-                        && !kept.is_empty()
-                        && self.min_values_short(pool, &kept, &r2).is_none()
-                    {
-                        reqs = r2;
-                        fitting = kept;
-                        met |= 1 << (63 - k);
-                    }
-                }
-                if self.needs_zone(i) {
-                    let mut zone = self.pick_zone(i, &reqs, &fitting, &empty);
-                    if zone.is_none() && reqs != unpreferred.0 {
-                        // A preference is soft: the scheduler would place the pod outside it
-                        // rather than leave it pending, so spread is not held to it.
-                        (reqs, fitting) = unpreferred;
-                        met = 0;
-                        zone = self.pick_zone(i, &reqs, &fitting, &empty);
-                    }
-                    let Some(z) = zone else {
-                        reasons.push(format!(
-                            "NodePool {}: no zone satisfies the pod's topology constraints",
-                            pool.name
-                        ));
-                        continue;
-                    };
-                    reqs.add_constraint(
-                        labels::ZONE,
-                        Constraint::from_operator(
-                            labels::ZONE,
-                            crate::requirements::Operator::In,
-                            &[z],
-                        )
-                        .expect("one value"),
-                    );
-                    // The shapes without an offering in that zone are dropped by the pricing
-                    // below.
-                } else if !self.topology_ok(i, &empty, None) {
-                    reasons.push("topology constraints cannot be met on a new node".into());
-                    continue;
-                }
-                let priced = priced_candidates(&self.shapes, &fitting, &reqs);
-                let Some(&(price, _)) = priced.first() else {
-                    continue;
-                };
-                let cands: Vec<usize> = priced.into_iter().map(|(_, c)| c).collect();
-                if let Some(why) = self.min_values_short(pool, &cands, &reqs) {
-                    reasons.push(why);
-                    continue;
-                }
-                priced_pools.push((met, pool.weight, price));
-                // Pools compete on the price per pod of the node the claim would be sized to,
-                // not on the cheapest node for this pod alone: a pool whose only small node is
-                // cheap can still cost more per pod than another pool's big node once the
-                // similar pods that follow share it. Prices per pod are worked out only when
-                // there is a choice.
-                let (better, unit) = match &mut best {
-                    None => (true, None),
-                    // More of the pod's preferences met wins; fewer, or as many in a lighter
-                    // pool, loses.
-                    Some(b) if met != b.0 => (met > b.0, None),
-                    Some(b) if pool.weight < b.1 => (false, None),
-                    Some(b) => {
-                        let theirs = *b.2.get_or_insert_with(|| {
-                            self.claim_target(i, &b.5, &b.6, avoid_gpu).0
-                                * self.nodes_per_open(b.4) as f64
-                        });
-                        // An atomic pool opens all its missing nodes for this pod.
-                        let unit = self.claim_target(i, &reqs, &cands, avoid_gpu).0
-                            * self.nodes_per_open(pi) as f64;
-                        let better = unit < theirs * (1.0 - 1e-9)
-                            || (unit <= theirs * (1.0 + 1e-9) && price < b.3);
-                        (better, Some(unit))
-                    }
-                };
-                if better {
-                    best = Some((met, pool.weight, unit, price, pi, reqs, cands));
-                }
-            }
-        }
-        limited.sort();
-        limited.dedup();
-        self.limited[i] = if best.is_some() { Vec::new() } else { limited };
-        match best {
-            Some((met, weight, _, price, pi, reqs, cands)) => {
-                let cheapest = priced_pools
-                    .iter()
-                    .filter(|(m, w, _)| *m == met && *w == weight)
-                    .map(|(.., p)| *p)
-                    .fold(f64::INFINITY, f64::min);
-                Ok((pi, reqs, cands, price, cheapest))
-            }
-            None => {
-                if !self.hints.contains_key(&ci) {
-                    let vocabulary = (self.vocabulary)
-                        .get_or_init(|| crate::vocabulary::Vocabulary::of_pools(&self.snap.pools));
-                    let hint = vocabulary.hint(&self.classes[ci].terms);
-                    self.hints.insert(ci, hint);
-                }
-                Err(self.summarize(reasons) + &self.hints[&ci])
-            }
-        }
-    }
-
     /// The lowest price per pod over `cands` (under `reqs`) for pod `i` and the members of its
     /// demand group still pending, with that candidate's price and index; `(INFINITY, INFINITY,
     /// None)` when no candidate is usable.
@@ -533,7 +286,7 @@ impl<'a> Planner<'a> {
     /// demand of its class (pods that may share its nodes, whatever their size) spread evenly.
     /// Without the second term a 2-GPU pod sized alone gets a 4-GPU node of its own, and the
     /// 1-GPU pods after it an 8-GPU node that would have held it too.
-    fn claim_target(
+    pub(super) fn claim_target(
         &self,
         i: usize,
         reqs: &Requirements,
@@ -541,7 +294,16 @@ impl<'a> Planner<'a> {
         avoid_gpu: bool,
     ) -> (f64, f64, Option<usize>) {
         let need = demand(&self.snap.pending[i], &Devices::default());
-        let left = self.remaining[self.demand_group[i]].max(1) as f64;
+        let g = self.demand_group[i];
+        let left = self.remaining[g].max(1) as f64;
+        let mut fits = self.per_node.borrow_mut();
+        if fits.len() <= g {
+            fits.resize_with(g + 1, Vec::new);
+        }
+        let fits = &mut fits[g];
+        if fits.is_empty() {
+            fits.resize(self.shapes.len(), 0);
+        }
         let class_left = need
             .has_gpu_class()
             .then(|| &self.class_left[self.class_of[i]]);
@@ -555,9 +317,15 @@ impl<'a> Planner<'a> {
             let Some(p) = shape.price_allowed(zc, cc) else {
                 continue;
             };
-            let mut per_node = (1.0 / dominant_share(&need, &shape.allocatable, false))
-                .floor()
-                .max(1.0);
+            // How many of the group one node holds is asked for every candidate of every
+            // claim sized: worked out once per group and shape. Saturating at u32::MAX changes
+            // nothing, as `left` is far below it.
+            if fits[*c] == 0 {
+                fits[*c] = (1.0 / dominant_share(&need, &shape.allocatable, false))
+                    .floor()
+                    .max(1.0) as u32;
+            }
+            let mut per_node = f64::from(fits[*c]);
             if let Some(k) = self.dra_copies(i, *c) {
                 per_node = per_node.min(k);
             }
@@ -572,19 +340,15 @@ impl<'a> Planner<'a> {
         best
     }
 
-    pub(super) fn open_claim(
-        &mut self,
-        i: usize,
-        pi: usize,
-        reqs: Requirements,
-        cands: Vec<usize>,
-        price: f64,
-        avoid_gpu: bool,
-    ) {
+    /// Opens the claim `opening` describes ([`Self::open_claim_candidates`]) for pod `i`.
+    pub(super) fn open_claim(&mut self, i: usize, opening: super::open::Opening, avoid_gpu: bool) {
+        let (pi, reqs, cands, price, _, target) = opening;
         self.state.claims_opened += 1;
         // Size the claim for the pods like this one that are still pending: the candidate with
-        // the lowest price per pod it would hold, cheapest on ties.
-        let target = match self.claim_target(i, &reqs, &cands, avoid_gpu) {
+        // the lowest price per pod it would hold, cheapest on ties. Choosing among pools may
+        // have worked it out already, on the plan as it stands.
+        let target = target.unwrap_or_else(|| self.claim_target(i, &reqs, &cands, avoid_gpu));
+        let target = match target {
             (_, p, Some(c)) => (p, Some(c)),
             _ => (price, cands.first().copied()),
         };

@@ -335,7 +335,7 @@ impl<'a> Planner<'a> {
         if let Some((delta, si, grow)) = best
             && let Some(grow) = grow.or_else(|| self.try_new_slot(i, si, avoid_gpu))
         {
-            let alone_price = alone.as_ref().ok().map(|(.., p)| *p);
+            let alone_price = alone.as_ref().ok().map(|o| o.4);
             if alone_price.is_none_or(|a| delta <= a + 1e-12) {
                 self.commit(i, si, Some(grow), avoid_gpu);
                 let slot = &mut self.state.slots[si];
@@ -358,8 +358,8 @@ impl<'a> Planner<'a> {
                 }
                 false
             }
-            Ok((pool, reqs, cands, price, _)) => {
-                self.open_claim(i, pool, reqs, cands, price, avoid_gpu);
+            Ok(opening) => {
+                self.open_claim(i, opening, avoid_gpu);
                 true
             }
             Err(reason) => {

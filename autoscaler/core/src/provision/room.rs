@@ -71,12 +71,12 @@ impl Planner<'_> {
                 let saved_scan = self.deferred_scan.clone();
                 self.uncommit(t, si);
                 let moved = match self.open_claim_candidates(t) {
-                    Ok((pi, reqs, cands, price, _))
-                        if reqs.get(labels::ZONE).and_then(|c| c.single_value())
+                    Ok(opening)
+                        if opening.1.get(labels::ZONE).and_then(|c| c.single_value())
                             == zone.as_deref() =>
                     {
                         let avoid_gpu = self.avoid_gpu(t);
-                        self.open_claim(t, pi, reqs, cands, price, avoid_gpu);
+                        self.open_claim(t, opening, avoid_gpu);
                         true
                     }
                     _ => false,
