@@ -156,7 +156,7 @@ pub fn placement_only_in_one_zone(plan: &mut Plan) {
 fn claim_zones(c: &NewClaim) -> BTreeSet<String> {
     c.instance_types
         .iter()
-        .flat_map(|o| o.offerings.iter().map(|(z, _, _)| z.clone()))
+        .flat_map(|o| o.offerings.iter().map(|(z, _, _)| z.to_string()))
         .collect()
 }
 
@@ -164,7 +164,7 @@ fn cheapest_in(c: &NewClaim, zone: &str) -> f64 {
     c.instance_types
         .iter()
         .flat_map(|o| o.offerings.iter())
-        .filter(|(z, _, _)| z == zone)
+        .filter(|(z, _, _)| &**z == zone)
         .map(|(_, _, p)| *p)
         .fold(f64::INFINITY, f64::min)
 }
@@ -173,7 +173,7 @@ fn cheapest_in(c: &NewClaim, zone: &str) -> f64 {
 /// claim's requirements (so the launched node and any later re-plan agree).
 fn narrow(snap: &Snapshot, c: &mut NewClaim, zone: &str) {
     for o in &mut c.instance_types {
-        o.offerings.retain(|(z, _, _)| z == zone);
+        o.offerings.retain(|(z, _, _)| &**z == zone);
         o.price = o.offerings.first().map_or(f64::INFINITY, |x| x.2);
     }
     c.instance_types.retain(|o| !o.offerings.is_empty());

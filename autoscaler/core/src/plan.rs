@@ -2,6 +2,7 @@
 //! pods that cannot be helped cannot be.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,7 +29,7 @@ pub struct ClaimOption {
     /// Cheapest acceptable offering's hourly price.
     pub price: f64,
     /// Acceptable (zone, capacity type, price) offerings, cheapest first.
-    pub offerings: Vec<(String, CapacityType, f64)>,
+    pub offerings: Vec<(Arc<str>, CapacityType, f64)>,
 }
 
 /// A NodeClaim the plan wants created.

@@ -110,7 +110,7 @@ fn total_after(snap: &Snapshot, plan: &Plan, limit: &ClusterLimit) -> Usage {
             for (zone, ct, _) in &o.offerings {
                 let mut l = t.labels.clone();
                 l.extend(pool.labels.clone());
-                l.insert(labels::ZONE.into(), zone.clone());
+                l.insert(labels::ZONE.into(), zone.to_string());
                 l.insert(labels::CAPACITY_TYPE.into(), ct.as_str().into());
                 if selects(limit, &l) {
                     any = true;

@@ -59,7 +59,7 @@ fn zones(plan: &Plan) -> Vec<Vec<String>> {
             let mut z: Vec<String> = c
                 .instance_types
                 .iter()
-                .flat_map(|o| o.offerings.iter().map(|x| x.0.clone()))
+                .flat_map(|o| o.offerings.iter().map(|x| x.0.to_string()))
                 .collect();
             z.sort();
             z.dedup();

@@ -708,7 +708,7 @@ fn can_replace_node_maintaining_zonal_topology_spread() {
         r.instance_types
             .iter()
             .flat_map(|o| &o.offerings)
-            .all(|(z, _, _)| z == "z2"),
+            .all(|(z, _, _)| &**z == "z2"),
         "the replacement stays in z2: {:?}",
         r.instance_types
     );

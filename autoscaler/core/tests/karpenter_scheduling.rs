@@ -1134,7 +1134,7 @@ fn should_schedule_on_one_of_the_cheapest_instances_prov_ct_spot_pod_zone_test_z
     assert_eq!(s.label("p", ZONE).as_deref(), Some(Z[1]));
     assert_eq!(type_of(&s, "p"), "small-instance-type");
     for (z, ct, _) in &s.last.new_claims[0].instance_types[0].offerings {
-        assert_eq!((z.as_str(), *ct), (Z[1], CapacityType::Spot));
+        assert_eq!((&**z, *ct), (Z[1], CapacityType::Spot));
     }
 }
 

@@ -208,11 +208,11 @@ fn pods(prefix: &str, n: usize, f: impl Fn(PodBuilder) -> PodBuilder) -> Vec<Pod
 fn in_flight(c: &NewClaim, name: &str) -> InFlightClaim {
     let opt = &c.instance_types[0];
     let (zone, ct, _) = &opt.offerings[0];
-    let requirements = c
-        .requirements
-        .clone()
-        .with(ZONE, In, &[zone.as_str()])
-        .with(CT, In, &[ct.as_str()]);
+    let requirements =
+        c.requirements
+            .clone()
+            .with(ZONE, In, &[&**zone])
+            .with(CT, In, &[ct.as_str()]);
     InFlightClaim {
         name: name.into(),
         pool: c.pool.clone(),
@@ -234,7 +234,7 @@ fn expect_types_with_label(plan: &Plan, pod: &str, label: &str, value: &str) {
         .collect();
     for o in &claim_of(plan, pod).instance_types {
         match label {
-            ZONE => assert!(o.offerings.iter().all(|(z, _, _)| z == value), "{o:?}"),
+            ZONE => assert!(o.offerings.iter().all(|(z, _, _)| &**z == value), "{o:?}"),
             CT => assert!(
                 o.offerings.iter().all(|(_, c, _)| c.as_str() == value),
                 "{o:?}"

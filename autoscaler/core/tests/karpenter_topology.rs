@@ -1300,7 +1300,7 @@ fn a_pools_zone_and_capacity_type_labels_keep_only_their_offerings() {
         assert!(
             o.offerings
                 .iter()
-                .all(|x| x.0 == Z[0] && x.1 == CapacityType::Spot),
+                .all(|x| &*x.0 == Z[0] && x.1 == CapacityType::Spot),
             "{}",
             plan.render()
         );

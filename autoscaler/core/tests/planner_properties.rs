@@ -323,7 +323,7 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
             let zones: std::collections::BTreeSet<&str> = mine
                 .iter()
                 .flat_map(|o| o.instance_types.iter())
-                .flat_map(|t| t.offerings.iter().map(|x| x.0.as_str()))
+                .flat_map(|t| t.offerings.iter().map(|x| &*x.0))
                 .collect();
             mine.len() >= 2 && zones.len() == 1
         });

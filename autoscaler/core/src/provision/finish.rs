@@ -2,6 +2,7 @@
 //! refused and deferred pods.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::instance::{CapacityType, Offering};
 use crate::labels;
@@ -98,15 +99,11 @@ impl Planner<'_> {
                     // of these lists, and growing each as it fills was about 4 % of
                     // karpenter-exact at 20,000 pods (reallocations and the fresh pages they
                     // touch).
-                    let allowed = |o: &&Offering| offering_allowed(o, zc, cc);
-                    let mut offerings: Vec<(String, CapacityType, f64)> =
-                        Vec::with_capacity(s.offerings.iter().filter(allowed).count());
-                    offerings.extend(
-                        s.offerings
-                            .iter()
-                            .filter(allowed)
-                            .map(|o| (o.zone.clone(), o.capacity_type, o.price)),
-                    );
+                    let allowed = |o: &(&Offering, _)| offering_allowed(o.0, zc, cc);
+                    let both = || s.offerings.iter().zip(&s.zones).filter(allowed);
+                    let mut offerings: Vec<(Arc<str>, CapacityType, f64)> =
+                        Vec::with_capacity(both().count());
+                    offerings.extend(both().map(|(o, z)| (z.clone(), o.capacity_type, o.price)));
                     ClaimOption {
                         instance_type: s.name.clone(),
                         price: offerings.first().map_or(f64::INFINITY, |o| o.2),

@@ -32,6 +32,9 @@ pub struct Shape {
     pub capacity: Resources,
     /// Available offerings allowed by the pool, cheapest first.
     pub offerings: Vec<Offering>,
+    /// The zone of each of `offerings`, shared with the options of the claims written from
+    /// the shape (a plan writes hundreds of thousands of them).
+    pub zones: Vec<std::sync::Arc<str>>,
     /// Physical GPUs and their model.
     pub gpus: (u32, Option<String>),
     /// Whether the shape offers any GPU-class resource.
@@ -178,7 +181,7 @@ pub fn claim_meets_min_values(pool: &Pool, claim: &NewClaim) -> bool {
         let mut seen: BTreeSet<&str> = BTreeSet::new();
         for o in &claim.instance_types {
             if key == labels::ZONE {
-                seen.extend(o.offerings.iter().map(|x| x.0.as_str()));
+                seen.extend(o.offerings.iter().map(|x| &*x.0));
             } else if key == labels::CAPACITY_TYPE {
                 seen.extend(o.offerings.iter().map(|x| x.1.as_str()));
             } else if let Some(v) = pool.labels.get(key).or_else(|| {
@@ -629,6 +632,7 @@ pub(crate) fn shape_for<'p>(
         allocatable,
         daemonsets,
         capacity: shared.capacity.clone(),
+        zones: offerings.iter().map(|o| o.zone.as_str().into()).collect(),
         offerings,
         gpus: (
             shared.gpu.as_ref().map_or(0, |g| g.count),

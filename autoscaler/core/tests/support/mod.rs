@@ -152,7 +152,7 @@ pub fn launch(snap: &Snapshot, c: &NewClaim, name: &str, pods: Vec<Pod>) -> Node
     };
     let zone = pick(
         labels::ZONE,
-        opt.offerings.iter().map(|o| o.0.clone()).collect(),
+        opt.offerings.iter().map(|o| o.0.to_string()).collect(),
     );
     let ct = pick(
         labels::CAPACITY_TYPE,
