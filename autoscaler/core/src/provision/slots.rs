@@ -691,36 +691,54 @@ impl<'a> Planner<'a> {
             // `add_constraint` narrows them, every other key as the claim has it.
             // A constraint the claim has already (the term of the pod that opened it) is
             // its own intersection when it has no integer bounds to filter its values by.
-            let narrowed: Vec<(&str, Cow<Constraint>)> = term
+            // The third field: whether the key differs from the claim's (see `fits` below).
+            let narrowed: Vec<(&str, Cow<Constraint>, bool)> = term
                 .iter()
-                .map(|(k, c)| {
-                    let c = match slot.reqs.get(k) {
-                        Some(cur) if cur == c && c.gt.is_none() && c.lt.is_none() => {
-                            Cow::Borrowed(cur)
-                        }
-                        Some(cur) => Cow::Owned(cur.intersect(c)),
-                        None => Cow::Borrowed(c),
-                    };
-                    (k, c)
+                .map(|(k, c)| match slot.reqs.get(k) {
+                    Some(cur) if cur == c && c.gt.is_none() && c.lt.is_none() => {
+                        (k, Cow::Borrowed(cur), false)
+                    }
+                    Some(cur) => (k, Cow::Owned(cur.intersect(c)), true),
+                    None => (k, Cow::Borrowed(c), true),
                 })
                 .collect();
-            let own = |k: &str| narrowed.iter().find(|(n, _)| *n == k).map(|(_, c)| &**c);
+            let own = |k: &str| {
+                narrowed
+                    .iter()
+                    .find(|(n, ..)| *n == k)
+                    .map(|(_, c, _)| &**c)
+            };
             let get = |k: &str| own(k).or_else(|| slot.reqs.get(k));
             let rest = || slot.reqs.iter().filter(|(k, _)| own(k).is_none());
-            let all = || narrowed.iter().map(|(k, c)| (*k, &**c)).chain(rest());
+            let all = || narrowed.iter().map(|(k, c, _)| (*k, &**c)).chain(rest());
             if !all().all(|(_, c)| c.satisfiable()) {
                 continue;
             }
+            let changed = || {
+                narrowed
+                    .iter()
+                    .filter(|(.., fresh)| *fresh)
+                    .map(|(k, c, _)| (*k, &**c))
+            };
             let (zc, cc) = (get(labels::ZONE), get(labels::CAPACITY_TYPE));
             let mut any = false;
             // As the first of `priced_candidates`: least by `total_cmp`.
             let mut least: Option<f64> = None;
             for &c in &slot.candidates {
                 let shape = &self.shapes[c];
-                // `term_fits_shape` of the narrowed requirements.
+                // `term_fits_shape` of the narrowed requirements. A key the claim has as it
+                // is holds for its candidates already (each was kept for it), so only the
+                // keys the term changes are asked: the claim's own keys were most of the
+                // walk on a catalog pool (an instance-type list of hundreds of values).
                 let fits = || {
-                    all().all(|(k, con)| key_fits_shape(k, con, shape))
-                        && shape.price_allowed(zc, cc).is_some()
+                    let fits = changed().all(|(k, con)| key_fits_shape(k, con, shape))
+                        && shape.price_allowed(zc, cc).is_some();
+                    debug_assert_eq!(
+                        fits,
+                        all().all(|(k, con)| key_fits_shape(k, con, shape))
+                            && shape.price_allowed(zc, cc).is_some()
+                    );
+                    fits
                 };
                 if !(self.usable(i, si, c, avoid_gpu, &need) && (term.is_empty() || fits())) {
                     continue;
