@@ -137,6 +137,9 @@ impl Resources {
             _ => {
                 if amount == 0 {
                     self.extended.remove(name);
+                } else if let Some(v) = self.extended.get_mut(name) {
+                    // No new key (an allocation) for a resource already there.
+                    *v = amount;
                 } else {
                     self.extended.insert(name.to_string(), amount);
                 }
@@ -266,10 +269,19 @@ impl Resources {
         self.memory = self.memory.max(other.memory);
         self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
         self.pods = self.pods.max(other.pods);
+        // `extended` holds none of the four named resources, so the maps are merged
+        // directly, as `set` would (a zero removes the entry).
         for (k, v) in &other.extended {
-            let cur = self.get(k);
-            if *v > cur {
-                self.set(k, *v);
+            match self.extended.get_mut(k) {
+                Some(cur) if *v > *cur && *v == 0 => {
+                    self.extended.remove(k);
+                }
+                Some(cur) if *v > *cur => *cur = *v,
+                Some(_) => {}
+                None if *v > 0 => {
+                    self.extended.insert(k.clone(), *v);
+                }
+                None => {}
             }
         }
     }
@@ -514,6 +526,41 @@ impl Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_assign_takes_each_resource_at_its_larger_amount_and_stores_no_zero() {
+        let mut a = Resources::new();
+        a.cpu = 1000;
+        a.extended.insert("nvidia.com/gpu".into(), 1);
+        a.extended.insert("example.com/debt".into(), -2);
+        a.extended.insert("example.com/kept".into(), 5);
+        let mut b = Resources::new();
+        b.cpu = 500;
+        b.memory = 7;
+        b.extended.insert("nvidia.com/gpu".into(), 4);
+        b.extended.insert("example.com/new".into(), 3);
+        b.extended.insert("example.com/below".into(), -1);
+        b.extended.insert("example.com/kept".into(), 2);
+        // A zero in `other` (which `set` never stores, but a map can hold) lifts a debt to
+        // nothing, as `set(k, 0)` would.
+        b.extended.insert("example.com/debt".into(), 0);
+        a.max_assign(&b);
+        assert_eq!((a.cpu, a.memory), (1000, 7));
+        let ext: Vec<(&str, i64)> = a.extended.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        assert_eq!(
+            ext,
+            [
+                ("example.com/kept", 5),
+                ("example.com/new", 3),
+                ("nvidia.com/gpu", 4)
+            ]
+        );
+        // `set` on a resource already there updates it in place.
+        a.set("nvidia.com/gpu", 8);
+        a.set("example.com/new", 0);
+        assert_eq!(a.get("nvidia.com/gpu"), 8);
+        assert!(!a.extended.contains_key("example.com/new"));
+    }
 
     #[test]
     fn parses_pod_style_requests() {
