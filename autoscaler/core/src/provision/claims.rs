@@ -164,15 +164,7 @@ impl<'a> Planner<'a> {
             }
             if zone_rules {
                 let z = self.pick_zone(i, &reqs, &cands, slot)?;
-                reqs.add_constraint(
-                    labels::ZONE,
-                    Constraint::from_operator(
-                        labels::ZONE,
-                        crate::requirements::Operator::In,
-                        &[z],
-                    )
-                    .ok()?,
-                );
+                super::topology::pin_zone(&mut reqs, z);
                 let (zc, cc) = offering_constraints(&reqs);
                 cands.retain(|c| self.shapes[*c].price_allowed(zc, cc).is_some());
                 if cands.is_empty() {

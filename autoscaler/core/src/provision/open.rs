@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::labels;
-use crate::requirements::{Constraint, Requirements};
+use crate::requirements::Requirements;
 use crate::taints::untolerated;
 
 use super::Planner;
@@ -310,15 +309,7 @@ impl Planner<'_> {
                     }));
                     continue;
                 };
-                reqs.add_constraint(
-                    labels::ZONE,
-                    Constraint::from_operator(
-                        labels::ZONE,
-                        crate::requirements::Operator::In,
-                        &[z],
-                    )
-                    .expect("one value"),
-                );
+                super::topology::pin_zone(&mut reqs, z);
                 // The shapes without an offering in that zone are dropped by the pricing
                 // below.
             } else if !self.topology_ok(i, empty, None) {

@@ -291,3 +291,15 @@ impl<'a> Planner<'a> {
             .map(|(.., z)| z.to_string())
     }
 }
+
+/// Pins `reqs` to `zone` (the one [`Planner::pick_zone`] chose): the node's zone label must be
+/// it.
+pub(super) fn pin_zone(reqs: &mut Requirements, zone: String) {
+    let c = crate::requirements::Constraint {
+        allow_absent: false,
+        values: ValueSet::In([zone].into()),
+        gt: None,
+        lt: None,
+    };
+    reqs.add_constraint(labels::ZONE, c);
+}
