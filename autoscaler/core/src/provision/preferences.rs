@@ -176,12 +176,7 @@ pub(crate) fn plan_relaxing<T>(
         let (plan, extra) = plan(snapshot);
         return unrelaxed(snapshot, plan, extra);
     }
-    let settled = settled(snapshot);
-    let mut tried = snapshot.clone();
-    relax(&snapshot.pending, &settled, |pods| {
-        tried.pending = pods;
-        plan(&tried)
-    })
+    plan_relaxing_in(&mut snapshot.clone(), plan)
 }
 
 /// [`plan_relaxing`] on a snapshot the caller lends: its pending pods are swapped for the
