@@ -116,18 +116,19 @@ impl Planner<'_> {
             {
                 break;
             }
-            let answer = if keeps && self.keeps_answer(pi) {
+            let kept = keeps && self.keeps_answer(pi);
+            let answer = if kept {
                 let key = (self.demand_group[i], pi, self.relaxed);
                 match self.pool_answers.get(&key) {
                     Some(a) => a.clone(),
                     None => {
-                        let a = Arc::new(self.pool_answer(i, pi, &prefs));
+                        let a = Arc::new(self.pool_answer(i, pi, &prefs, &empty, true));
                         self.pool_answers.insert(key, a.clone());
                         a
                     }
                 }
             } else {
-                Arc::new(self.pool_answer_live(i, pi, &prefs, &empty))
+                Arc::new(self.pool_answer(i, pi, &prefs, &empty, false))
             };
             let terms = match &*answer {
                 PoolAnswer::Refused(_) => {
@@ -148,7 +149,7 @@ impl Planner<'_> {
                     Ok(t) => t,
                 };
                 // A kept answer left the topology check to each pod, where it stood.
-                if keeps && self.keeps_answer(pi) && !self.topology_ok(i, &empty, None) {
+                if kept && !self.topology_ok(i, &empty, None) {
                     reasons.push(Reason::Text(
                         "topology constraints cannot be met on a new node".into(),
                     ));
@@ -237,35 +238,17 @@ impl Planner<'_> {
             && self.snap.cluster_limits.is_empty()
     }
 
-    /// Pool `pi`'s answer to pod `i` up to the topology check, which each pod makes for
-    /// itself: for a pod without zone rules, which then adds nothing to the requirements.
-    fn pool_answer(&mut self, i: usize, pi: usize, prefs: &[Requirements]) -> PoolAnswer {
-        if let Some(why) = self.pool_refuses(i, pi) {
-            return PoolAnswer::Refused(why);
-        }
-        let ci = self.class_of[i];
-        let terms = self.classes[ci].terms.clone();
-        PoolAnswer::Terms(
-            terms
-                .iter()
-                .enumerate()
-                .map(|(ti, term)| {
-                    let n = self.narrowed(i, pi, ti, term, prefs)?;
-                    let priced = self.priced(pi, &n.reqs, &n.fitting);
-                    Ok((n.met, n.reqs, priced))
-                })
-                .collect(),
-        )
-    }
-
-    /// Pool `pi`'s answer to pod `i` as the plan stands: the zone its topology rules pick, or
-    /// the topology check on a new node, between narrowing and pricing.
-    fn pool_answer_live(
+    /// Pool `pi`'s answer to pod `i`: narrowed, then the zone its topology rules pick or the
+    /// topology check on a new node, then priced. `kept`: the answer is kept for the pod's
+    /// demand group (a pod without zone rules), so the topology check, which depends on the
+    /// plan so far, is left to each pod that reads it.
+    fn pool_answer(
         &mut self,
         i: usize,
         pi: usize,
         prefs: &[Requirements],
         empty: &super::Slot,
+        kept: bool,
     ) -> PoolAnswer {
         if let Some(why) = self.pool_refuses(i, pi) {
             return PoolAnswer::Refused(why);
@@ -312,7 +295,7 @@ impl Planner<'_> {
                 super::topology::pin_zone(&mut reqs, z);
                 // The shapes without an offering in that zone are dropped by the pricing
                 // below.
-            } else if !self.topology_ok(i, empty, None) {
+            } else if !kept && !self.topology_ok(i, empty, None) {
                 out.push(Err(Refusal {
                     why: "topology constraints cannot be met on a new node".into(),
                     limited: false,
