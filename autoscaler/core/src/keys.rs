@@ -19,10 +19,44 @@ pub const DISRUPTION_TAINT: &str = "gpu-autoscaler.dev/disrupted";
 /// (drain started) and `DeletionCandidateOfClusterAutoscaler` (chosen, soon drained), and
 /// Karpenter's `karpenter.sh/disrupted`. Such a node is not capacity to plan onto.
 pub const FOREIGN_REMOVAL_TAINTS: [&str; 3] = [
-    "ToBeDeletedByClusterAutoscaler",
+    CA_TO_BE_DELETED,
     "DeletionCandidateOfClusterAutoscaler",
     "karpenter.sh/disrupted",
 ];
+
+/// The Cluster Autoscaler's taint on a node it drains and deletes; its value is the Unix time
+/// (seconds) it was put on.
+pub const CA_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// How long the Cluster Autoscaler counts a node under its [`CA_TO_BE_DELETED`] taint as being
+/// deleted: its `MaxCloudProviderNodeDeletionTime`, 5 minutes. An older taint is left over from
+/// a deletion that never finished (or from an autoscaler since uninstalled), and the Cluster
+/// Autoscaler then treats the node as any other scale-down candidate.
+pub const CA_DELETION_WINDOW_S: i64 = 300;
+
+/// The first of `taints` that says another autoscaler is removing the node
+/// ([`FOREIGN_REMOVAL_TAINTS`]).
+///
+/// With `now` (seconds on the caller's clock, the same Unix clock the taint's value uses), a
+/// [`CA_TO_BE_DELETED`] taint counts only while it is younger than [`CA_DELETION_WINDOW_S`];
+/// one whose value is not a Unix time counts whatever its age, since nothing says the removal
+/// is over. Without `now` every such taint counts: the node stays tainted `NoSchedule`, so it
+/// is not capacity to plan onto however old the taint is.
+pub fn foreign_removal(
+    taints: &[crate::taints::Taint],
+    now: Option<i64>,
+) -> Option<&crate::taints::Taint> {
+    taints.iter().find(|t| {
+        FOREIGN_REMOVAL_TAINTS.contains(&t.key.as_str())
+            && !(t.key == CA_TO_BE_DELETED
+                && now.is_some_and(|now| {
+                    t.value
+                        .trim()
+                        .parse::<i64>()
+                        .is_ok_and(|at| now.saturating_sub(at) >= CA_DELETION_WINDOW_S)
+                }))
+    })
+}
 
 /// `NoSchedule` taints a node carries while it starts or briefly loses its kubelet: the node
 /// lifecycle controller's `not-ready` and `unreachable`, and the cloud controller manager's
@@ -57,3 +91,30 @@ pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-do
 
 /// Pod annotation that makes a pod costlier to disrupt.
 pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::taints::{Effect, Taint};
+
+    #[test]
+    fn a_cluster_autoscaler_taint_counts_for_its_deletion_window_only() {
+        let at = 1_700_000_000;
+        let ca = [Taint::new(
+            CA_TO_BE_DELETED,
+            &at.to_string(),
+            Effect::NoSchedule,
+        )];
+        assert!(foreign_removal(&ca, Some(at + CA_DELETION_WINDOW_S - 1)).is_some());
+        assert!(foreign_removal(&ca, Some(at + CA_DELETION_WINDOW_S)).is_none());
+        // Without a clock, or with a value that is no time, the removal is taken as under way.
+        assert!(foreign_removal(&ca, None).is_some());
+        let odd = [Taint::new(CA_TO_BE_DELETED, "soon", Effect::NoSchedule)];
+        assert!(foreign_removal(&odd, Some(at)).is_some());
+        // Karpenter's taint carries no time: it counts whatever the clock says.
+        let karpenter = [Taint::new("karpenter.sh/disrupted", "", Effect::NoSchedule)];
+        assert!(foreign_removal(&karpenter, Some(at)).is_some());
+        let other = [Taint::new("dedicated", "gpu", Effect::NoSchedule)];
+        assert!(foreign_removal(&other, Some(at)).is_none());
+    }
+}

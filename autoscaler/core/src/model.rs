@@ -384,6 +384,15 @@ pub struct Node {
     pub claim: Option<String>,
 }
 
+impl Node {
+    /// Whether the node is on its way out: being deleted, or tainted by another autoscaler
+    /// that is removing it ([`crate::keys::foreign_removal`], whatever the taint's age). Such
+    /// a node is not capacity to plan onto, and disruption budgets count it as disrupted.
+    pub fn going(&self) -> bool {
+        self.deleting || crate::keys::foreign_removal(&self.taints, None).is_some()
+    }
+}
+
 fn ready_by_default() -> bool {
     true
 }

@@ -224,19 +224,6 @@ pub fn node_price(types: &[InstanceType], node_labels: &Labels) -> Option<f64> {
         .map(|o| o.price)
 }
 
-pub use autoscaler_core::keys::FOREIGN_REMOVAL_TAINTS;
-
-/// Whether another autoscaler is removing `n` ([`FOREIGN_REMOVAL_TAINTS`]).
-pub fn has_foreign_removal_taint(n: &Node) -> bool {
-    n.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| {
-            t.iter()
-                .any(|t| FOREIGN_REMOVAL_TAINTS.contains(&t.key.as_str()))
-        })
-}
-
 /// Whether a node carries the disruption taint.
 pub fn has_disruption_taint(n: &Node) -> bool {
     n.spec
@@ -541,9 +528,9 @@ impl SnapshotBuilder {
                         .filter(|_| folding == Folding::Plain || pool.is_none()),
                 ),
                 unschedulable: n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
-                deleting: n.metadata.deletion_timestamp.is_some()
-                    || has_disruption_taint(n)
-                    || has_foreign_removal_taint(n),
+                // Another autoscaler's removal taints stay on the node: the core reads
+                // them, with their age where it matters (`keys::foreign_removal`).
+                deleting: n.metadata.deletion_timestamp.is_some() || has_disruption_taint(n),
                 pool,
                 instance_type: node_labels.get(labels::INSTANCE_TYPE).cloned(),
                 price,

@@ -32,7 +32,7 @@ pub fn budget_standing<'a>(nodes: impl Iterator<Item = &'a Node>) -> (i64, i64) 
     let (mut total, mut disrupted) = (0, 0);
     for n in nodes.filter(|n| n.initialized) {
         total += 1;
-        if n.deleting || !n.ready {
+        if n.going() || !n.ready {
             disrupted += 1;
         }
     }
@@ -74,7 +74,7 @@ impl Allowance {
                 .filter(|n| n.pool.as_deref() == Some(&pool.name))
                 .collect();
             let total = nodes.len() as i64;
-            let deleting = nodes.iter().filter(|n| n.deleting).count() as i64;
+            let deleting = nodes.iter().filter(|n| n.going()).count() as i64;
             let (budget_total, disrupted) = budget_standing(nodes.iter().copied());
             for reason in [
                 DisruptionReason::Empty,
@@ -101,7 +101,7 @@ impl Allowance {
         let cluster_total = usage_of_nodes(
             &snap.cluster_limits,
             &snap.pools,
-            snap.nodes.iter().filter(|n| !n.deleting),
+            snap.nodes.iter().filter(|n| !n.going()),
         );
         Allowance {
             budget,

@@ -376,11 +376,9 @@ pub(super) fn node_block_in(
     if node.deleting {
         return Some(Blocker::new(K::Deleting, "already being deleted"));
     }
-    if let Some(t) = node
-        .taints
-        .iter()
-        .find(|t| crate::keys::FOREIGN_REMOVAL_TAINTS.contains(&t.key.as_str()))
-    {
+    // A Cluster Autoscaler taint past its deletion window is a leftover: the node is an
+    // ordinary candidate, as in the Cluster Autoscaler.
+    if let Some(t) = crate::keys::foreign_removal(&node.taints, Some(now)) {
         return Some(Blocker::new(
             K::Deleting,
             format!("being removed by another autoscaler (taint {})", t.key),

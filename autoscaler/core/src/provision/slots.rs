@@ -394,7 +394,7 @@ impl<'a> Planner<'a> {
                 labels: Labels::new(),
                 price: n.price.unwrap_or(0.0),
                 zone: n.labels.get(labels::ZONE).cloned(),
-                open: !(n.unschedulable || n.deleting),
+                open: !(n.unschedulable || n.going()),
                 ..Slot::empty(vec![0; self.nsel()])
             };
             let ephemeral = |t: &Taint| {

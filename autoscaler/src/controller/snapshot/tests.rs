@@ -463,7 +463,8 @@ fn the_cluster_autoscalers_and_karpenters_vocabulary_on_foreign_objects() {
     let inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
     let built = SnapshotBuilder::new().build(&inputs);
     let s = &built.snapshot;
-    assert!(s.nodes.iter().all(|n| n.deleting), "{:?}", s.nodes);
+    // The taints stay on the nodes for the core to read (`keys::foreign_removal`).
+    assert!(s.nodes.iter().all(|n| n.going()), "{:?}", s.nodes);
     let agent = s.nodes[0]
         .pods
         .iter()
