@@ -86,6 +86,10 @@ pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 /// controller (Cluster Autoscaler's key).
 pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 
+/// Pod annotation: comma-separated names of its local volumes that do not block its eviction.
+pub const SAFE_TO_EVICT_LOCAL_VOLUMES: &str =
+    "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes";
+
 /// Node annotation: `"true"` keeps Cluster Autoscaler (and us) from scaling the node down.
 pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
 

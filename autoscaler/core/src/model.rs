@@ -214,6 +214,13 @@ pub struct PodShape {
     pub node_selector: NodeSelector,
     /// Preferred node affinity: (weight, term).
     pub preferred: Vec<(i32, Requirements)>,
+    /// The pod's own node selection while the planner holds one of its preferred node
+    /// affinity terms as required (ANDed into `node_selector`, see
+    /// `provision::preferences`): topology spreads list and count domains by it, as
+    /// Karpenter's strict requirements do, so a held preference narrows where the pod may go
+    /// but not which domains its skew counts. `None` otherwise; never set by loaders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict_node_selector: Option<NodeSelector>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
     /// Topology spread constraints.
@@ -251,6 +258,14 @@ pub struct PodShape {
 }
 
 impl PodShape {
+    /// The node selection the pod states itself: [`Self::strict_node_selector`] while a
+    /// preference is held, else [`Self::node_selector`].
+    pub fn own_node_selector(&self) -> &NodeSelector {
+        self.strict_node_selector
+            .as_ref()
+            .unwrap_or(&self.node_selector)
+    }
+
     /// Whether the pod states any preference: preferred node or pod (anti-)affinity, or a
     /// `ScheduleAnyway` spread.
     pub fn has_preferences(&self) -> bool {
@@ -317,6 +332,7 @@ impl Default for PodShape {
             annotations: Labels::new(),
             node_selector: NodeSelector::default(),
             preferred: vec![],
+            strict_node_selector: None,
             tolerations: vec![],
             spread: vec![],
             anti_affinity: vec![],

@@ -245,7 +245,10 @@ type ScanKey<'a> = (usize, &'a [usize], &'a [usize], &'a [usize], &'a [usize]);
 /// host ports, its DRA identity, what its topology rules require of a node, and whether it
 /// asks for more than one of a GPU resource.
 type ClassKey<'a> = (
-    &'a crate::requirements::NodeSelector,
+    (
+        &'a crate::requirements::NodeSelector,
+        &'a Option<crate::requirements::NodeSelector>,
+    ),
     &'a Vec<Toleration>,
     bool,
     &'a Vec<HostPort>,
@@ -408,6 +411,9 @@ impl Slot {
 #[derive(Debug)]
 struct Class {
     terms: Vec<Requirements>,
+    /// The pods' own node selection as `terms` are built, while a preference is held
+    /// ([`crate::model::PodShape::strict_node_selector`]): `zones` come from it.
+    zone_terms: Option<Vec<Requirements>>,
     /// Whether the pods take a fractional share of a device.
     share: bool,
     tolerations: Vec<Toleration>,
@@ -419,7 +425,9 @@ struct Class {
     /// in index order, worked out when a pod of the class first looks for a new claim there
     /// (every pod that opens a claim asked it of each shape of the catalog).
     pool_shapes: HashMap<(usize, usize), Vec<usize>>,
-    /// Zones any node for this class could be in.
+    /// Zones any node for this class could be in; while a preference is held, any node its
+    /// pods' own node selection allows ([`crate::model::PodShape::strict_node_selector`]):
+    /// the zones a zone spread counts.
     zones: BTreeSet<String>,
     /// Host ports the pods bind.
     host_ports: Vec<HostPort>,

@@ -523,8 +523,10 @@ fn selectors_affinity_terms_and_preferences() {
     check(
         &snapshot(pods, vec![pool("default", cpu_types())]),
         expect![[r#"
-            claim default-1 pool=default price=0.768 types=[m5.4xlarge] pods=[either,prefers-c,zone-b]
-              requirements: node.kubernetes.io/instance-type In [m5.4xlarge], topology.kubernetes.io/zone In [us-east-1b]
+            claim default-1 pool=default price=0.768 types=[m5.4xlarge] pods=[either,prefers-c]
+              requirements: node.kubernetes.io/instance-type In [m5.4xlarge], topology.kubernetes.io/zone In [us-east-1c]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[zone-b]
+              requirements: topology.kubernetes.io/zone In [us-east-1b]
             unschedulable default/impossible: no instance type in NodePool default matches the pod's node selector and affinity
         "#]],
     );

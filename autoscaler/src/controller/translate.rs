@@ -763,6 +763,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
                 .filter(|(k, _)| KEPT_ANNOTATIONS.contains(&k.as_str()))
                 .collect(),
             node_selector,
+            strict_node_selector: None,
             preferred,
             tolerations,
             spread,

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use crate::labels;
 use crate::model::GpuShare;
-use crate::requirements::{Constraint, Requirements};
+use crate::requirements::{Constraint, NodeSelector, Requirements};
 use crate::resources::Resources;
 use crate::taints::untolerated;
 
@@ -170,7 +170,7 @@ impl<'a> Planner<'a> {
         for (i, p) in self.snap.pending.iter().enumerate() {
             let share = p.gpu_share.is_some();
             let key = (
-                &p.node_selector,
+                (&p.node_selector, &p.strict_node_selector),
                 &p.tolerations,
                 share,
                 &p.host_ports,
@@ -189,20 +189,27 @@ impl<'a> Planner<'a> {
             let ci = match known {
                 Some(ci) => ci,
                 None => {
-                    let mut terms = if p.node_selector.terms.is_empty() {
-                        vec![Requirements::new()]
-                    } else {
-                        p.node_selector.terms.clone()
-                    };
-                    for (k, pinned) in &key.5 {
-                        let c = pinned.cloned().unwrap_or(Constraint {
-                            allow_absent: false,
-                            ..Constraint::any()
-                        });
-                        for t in &mut terms {
-                            t.add_constraint(k, c.clone());
+                    let pinned_terms = |ns: &NodeSelector| {
+                        let mut terms = if ns.terms.is_empty() {
+                            vec![Requirements::new()]
+                        } else {
+                            ns.terms.clone()
+                        };
+                        for (k, pinned) in &key.5 {
+                            let c = pinned.cloned().unwrap_or(Constraint {
+                                allow_absent: false,
+                                ..Constraint::any()
+                            });
+                            for t in &mut terms {
+                                t.add_constraint(k, c.clone());
+                            }
                         }
-                    }
+                        terms
+                    };
+                    let terms = pinned_terms(&p.node_selector);
+                    // The zones a zone spread counts come from the pod's own selection.
+                    let strict = p.strict_node_selector.as_ref().map(pinned_terms);
+                    let zone_terms = strict.as_ref().unwrap_or(&terms);
                     let mut zones = BTreeSet::new();
                     let shape_ok: Vec<bool> = self
                         .shapes
@@ -218,23 +225,19 @@ impl<'a> Planner<'a> {
                             if !self.dra_shape_ok(i, si) {
                                 return false;
                             }
-                            let mut ok = false;
-                            for t in &terms {
-                                if term_fits_shape(t, s) {
-                                    ok = true;
-                                    let zc = t.get(labels::ZONE);
-                                    let cc = t.get(labels::CAPACITY_TYPE);
-                                    for o in
-                                        s.offerings.iter().filter(|o| offering_allowed(o, zc, cc))
-                                    {
-                                        zones.insert(o.zone.clone());
-                                    }
+                            for t in zone_terms.iter().filter(|t| term_fits_shape(t, s)) {
+                                let zc = t.get(labels::ZONE);
+                                let cc = t.get(labels::CAPACITY_TYPE);
+                                for o in s.offerings.iter().filter(|o| offering_allowed(o, zc, cc))
+                                {
+                                    zones.insert(o.zone.clone());
                                 }
                             }
-                            ok
+                            terms.iter().any(|t| term_fits_shape(t, s))
                         })
                         .collect();
                     classes.push(Class {
+                        zone_terms: strict,
                         terms,
                         share,
                         host_ports: p.host_ports.clone(),
@@ -269,7 +272,9 @@ impl<'a> Planner<'a> {
                     && slot.kind != SlotKind::New
                     && !class.zones.contains(z)
                     && class
-                        .terms
+                        .zone_terms
+                        .as_ref()
+                        .unwrap_or(&class.terms)
                         .iter()
                         .any(|t| t.matches(slot.labels(self.snap)))
                 {

@@ -94,6 +94,7 @@ impl<'a> Planner<'a> {
     pub(super) fn same_node_selection(&self, a: usize, b: usize) -> bool {
         let (a, b) = (&self.snap.pending[a], &self.snap.pending[b]);
         a.node_selector == b.node_selector
+            && a.strict_node_selector == b.strict_node_selector
             && a.requests == b.requests
             && a.tolerations == b.tolerations
             && a.gpu_share.is_some() == b.gpu_share.is_some()
@@ -137,10 +138,18 @@ impl<'a> Planner<'a> {
         let share = p.gpu_share.is_some();
         let honor = honors_taints(p, key);
         // `nodeAffinityPolicy: Ignore`: every node counts, whatever the pod's node selection;
-        // the domains it does not select are listed too, and cannot be reached.
+        // the domains it does not select are listed too, and cannot be reached. A preferred
+        // term held as required (`preferences`) lists the domains of the pod's own selection
+        // the same way: they count for the skew, and the pod may not go there.
         let everywhere = ignores_node_affinity(p, key) && scope.given.is_empty();
-        let unselected = [(false, terms), (true, &any[..])];
-        let passes = if everywhere {
+        let strict: Option<&[Requirements]> = match &p.strict_node_selector {
+            Some(ns) if scope.given.is_empty() && !everywhere => {
+                Some(if ns.terms.is_empty() { &any } else { &ns.terms })
+            }
+            _ => None,
+        };
+        let unselected = [(false, terms), (true, strict.unwrap_or(&any[..]))];
+        let passes = if everywhere || strict.is_some() {
             &unselected[..]
         } else {
             &unselected[..1]
@@ -191,7 +200,11 @@ impl<'a> Planner<'a> {
             }
             let node_labels = slot.labels(self.snap);
             if let Some(v) = node_labels.get(key)
-                && (everywhere || terms.iter().any(|t| t.matches(node_labels)))
+                && (everywhere
+                    || terms
+                        .iter()
+                        .chain(strict.into_iter().flatten())
+                        .any(|t| t.matches(node_labels)))
             {
                 add(v, f64::INFINITY);
             }

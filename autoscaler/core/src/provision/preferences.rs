@@ -5,9 +5,12 @@
 //!
 //! Karpenter (`pkg/controllers/provisioning/scheduling/preferences.go`, `Relax`) gives up, in
 //! this order: preferred pod affinity terms (heaviest first), preferred pod anti-affinity
-//! terms (heaviest first), preferred node affinity terms, `ScheduleAnyway` spreads, and last
-//! adds a toleration of `PreferNoSchedule` taints. The planner weighs preferred node affinity
-//! and `PreferNoSchedule` taints itself (see [`super`]), so this module handles the rest.
+//! terms (heaviest first), preferred node affinity terms (heaviest first), `ScheduleAnyway`
+//! spreads, and last adds a toleration of `PreferNoSchedule` taints. Of the preferred node
+//! affinity terms only the heaviest one not given up is held as required, as Karpenter's
+//! `NewPodRequirements` holds it, against existing nodes, claims in flight and the claims of
+//! the plan alike; the others stay preferences, which the planner weighs when NodePools
+//! compete for a new node (see [`super`]), as it weighs `PreferNoSchedule` taints.
 //! Karpenter relaxes a pod as soon as it fails and tries it again at once; this planner packs
 //! a batch, so it plans the batch again instead: each pass gives up one more preference of
 //! every pod the last pass left unplaced, and after [`ONE_STEP_PASSES`] passes every
@@ -24,6 +27,7 @@ use std::sync::Arc;
 
 use crate::model::{Pod, PodAffinityTerm, PodShape, Snapshot};
 use crate::plan::Plan;
+use crate::requirements::{NodeSelector, Requirements};
 
 /// Passes that each give up one preference of every pod left unplaced.
 const ONE_STEP_PASSES: usize = 3;
@@ -35,19 +39,21 @@ enum Soft {
     Affinity(usize),
     /// Index into `preferred_anti_affinity`.
     Anti(usize),
+    /// Index into `preferred` (node affinity).
+    Node(usize),
     /// Index into `spread` (a `ScheduleAnyway` one).
     Spread(usize),
 }
 
-/// `pod`'s preferences in Karpenter's order of giving up: affinity then anti-affinity terms,
-/// each heaviest first (equal weights in their written order), then `ScheduleAnyway` spreads
-/// in their written order.
+/// `pod`'s preferences in Karpenter's order of giving up: affinity, anti-affinity and node
+/// affinity terms, each heaviest first (equal weights in their written order), then
+/// `ScheduleAnyway` spreads in their written order.
 fn give_up_order(pod: &PodShape) -> Vec<Soft> {
-    let by_weight = |terms: &[(i32, PodAffinityTerm)]| {
+    fn by_weight<T>(terms: &[(i32, T)]) -> Vec<usize> {
         let mut ix: Vec<usize> = (0..terms.len()).collect();
         ix.sort_by_key(|i| std::cmp::Reverse(terms[*i].0));
         ix
-    };
+    }
     let mut out: Vec<Soft> = by_weight(&pod.preferred_affinity)
         .into_iter()
         .map(Soft::Affinity)
@@ -57,6 +63,7 @@ fn give_up_order(pod: &PodShape) -> Vec<Soft> {
             .into_iter()
             .map(Soft::Anti),
     );
+    out.extend(by_weight(&pod.preferred).into_iter().map(Soft::Node));
     out.extend(
         pod.spread
             .iter()
@@ -76,18 +83,22 @@ pub(crate) fn relaxable(pod: &PodShape) -> bool {
 fn steps(pod: &PodShape) -> usize {
     pod.preferred_affinity.len()
         + pod.preferred_anti_affinity.len()
+        + pod.preferred.len()
         + pod.spread.iter().filter(|t| !t.hard).count()
 }
 
 /// `pod` as the planner tries it with its first `given_up` preferences given up: the others
-/// held as required (held terms marked [`PodAffinityTerm::held`]), the given-up ones gone.
+/// held as required (held terms marked [`PodAffinityTerm::held`]), but for the preferred node
+/// affinity terms past the heaviest one kept, which stay preferences; the given-up ones gone.
 fn holding(pod: &PodShape, given_up: usize) -> PodShape {
     let order = give_up_order(pod);
     let kept: BTreeSet<usize> = (given_up..order.len()).collect();
     let mut out = pod.clone();
     out.preferred_affinity.clear();
     out.preferred_anti_affinity.clear();
+    out.preferred.clear();
     out.spread.clear();
+    let mut held_node = None;
     let held = |t: &PodAffinityTerm| PodAffinityTerm {
         held: true,
         ..t.clone()
@@ -101,8 +112,23 @@ fn holding(pod: &PodShape, given_up: usize) -> PodShape {
             Soft::Anti(i) => out
                 .anti_affinity
                 .push(held(&pod.preferred_anti_affinity[i].1)),
+            Soft::Node(i) => {
+                held_node.get_or_insert(i);
+            }
             Soft::Spread(_) => {}
         }
+    }
+    // Kept node terms stay in their written order; the one held is still met by every node
+    // the pod may use, so the planner's weighing of NodePools is unchanged by keeping it.
+    for (i, term) in pod.preferred.iter().enumerate() {
+        let at = order.iter().position(|s| *s == Soft::Node(i));
+        if at.is_some_and(|at| kept.contains(&at)) {
+            out.preferred.push(term.clone());
+        }
+    }
+    if let Some(i) = held_node {
+        out.node_selector = require(&pod.node_selector, &pod.preferred[i].1);
+        out.strict_node_selector = Some(pod.node_selector.clone());
     }
     for (i, t) in pod.spread.iter().enumerate() {
         let soft_at = order.iter().position(|s| *s == Soft::Spread(i));
@@ -117,6 +143,18 @@ fn holding(pod: &PodShape, given_up: usize) -> PodShape {
         }
     }
     out
+}
+
+/// `selector` with `term` required too: ANDed into each of its alternatives (one that
+/// cannot be met with it stays, matching no node, so the selector never becomes empty,
+/// which would mean no constraint).
+fn require(selector: &NodeSelector, term: &Requirements) -> NodeSelector {
+    if selector.terms.is_empty() {
+        return NodeSelector::single(term.clone());
+    }
+    NodeSelector {
+        terms: selector.terms.iter().map(|t| t.intersect(term)).collect(),
+    }
 }
 
 /// What [`plan_relaxing`] returns: the last pass's plan (made on the snapshot with the pods
@@ -147,6 +185,10 @@ pub(crate) fn given_up(pod: &PodShape, n: usize) -> Vec<String> {
             Soft::Anti(i) => {
                 let (w, t) = &pod.preferred_anti_affinity[i];
                 term("anti-affinity", *w, t)
+            }
+            Soft::Node(i) => {
+                let (w, r) = &pod.preferred[i];
+                format!("preferred node affinity (weight {w}) {r}")
             }
             Soft::Spread(i) => {
                 let t = &pod.spread[i];
@@ -295,7 +337,14 @@ fn held_pods(pending: &[Pod], given_up: &[usize]) -> Vec<Pod> {
 mod tests {
     use super::*;
     use crate::builders::pod;
-    use crate::labels::{HOSTNAME, ZONE};
+    use crate::labels::{ARCH, HOSTNAME, ZONE};
+    use crate::requirements::{Labels, Operator};
+
+    fn labels(kv: &[(&str, &str)]) -> Labels {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
 
     #[test]
     fn preferences_go_affinity_then_anti_affinity_heaviest_first_then_soft_spreads() {
@@ -347,6 +396,64 @@ mod tests {
         assert_eq!(none.spread.len(), 1);
         assert_eq!(none.spread[0].topology_key, HOSTNAME);
         assert!(none.spread[0].hard);
+    }
+
+    #[test]
+    fn the_heaviest_node_preference_left_is_held_and_the_strict_selection_kept() {
+        let z = |v: &str| Requirements::new().with(ZONE, Operator::In, &[v]);
+        let p = pod("p")
+            .select(ARCH, "amd64")
+            .prefer(1, z("a"))
+            .prefer(7, z("b"))
+            .prefer_anti_affinity(3, HOSTNAME, "web")
+            .build();
+        // Pod (anti-)affinity goes before node affinity, whatever the weights.
+        assert_eq!(
+            give_up_order(&p),
+            vec![Soft::Anti(0), Soft::Node(1), Soft::Node(0)]
+        );
+        // Held: zone b (weight 7) is required beside the pod's own arch; zone a stays a
+        // preference; the pod's own selection is kept for its spreads.
+        let held = holding(&p, 1);
+        assert!(
+            held.node_selector
+                .matches(&labels(&[(ARCH, "amd64"), (ZONE, "b")]))
+        );
+        assert!(
+            !held
+                .node_selector
+                .matches(&labels(&[(ARCH, "amd64"), (ZONE, "a")]))
+        );
+        assert_eq!(held.preferred.len(), 2);
+        assert_eq!(held.strict_node_selector.as_ref(), Some(&p.node_selector));
+        assert_eq!(held.own_node_selector(), &p.node_selector);
+        // One more given up: zone a is held, and b is gone.
+        let next = holding(&p, 2);
+        assert!(
+            next.node_selector
+                .matches(&labels(&[(ARCH, "amd64"), (ZONE, "a")]))
+        );
+        assert_eq!(next.preferred, vec![(1, z("a"))]);
+        // All given up: the pod as it is, without its preferences.
+        let none = holding(&p, 3);
+        assert_eq!(none.node_selector, p.node_selector);
+        assert!(none.preferred.is_empty() && none.strict_node_selector.is_none());
+        assert_eq!(
+            given_up(&p, 2)[1],
+            "preferred node affinity (weight 7) topology.kubernetes.io/zone In [b]"
+        );
+    }
+
+    #[test]
+    fn a_held_node_preference_that_conflicts_matches_no_node() {
+        let p = pod("p")
+            .select(ZONE, "a")
+            .prefer(1, Requirements::new().with(ZONE, Operator::In, &["b"]))
+            .build();
+        let held = holding(&p, 0);
+        assert_eq!(held.node_selector.terms.len(), 1);
+        assert!(!held.node_selector.matches(&labels(&[(ZONE, "a")])));
+        assert!(!held.node_selector.matches(&labels(&[(ZONE, "b")])));
     }
 
     #[test]

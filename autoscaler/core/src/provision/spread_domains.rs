@@ -529,7 +529,7 @@ impl<'a> Planner<'a> {
         // A node could be had there, past the skew the NodePools' domains set. The scheduler
         // counts only domains that have nodes: when with those the pod may still go there, it
         // goes (and counts); when not, a node launched for it would never get it.
-        let known = self.node_domains(walk, key, &p.node_selector);
+        let known = self.node_domains(walk, key, p.own_node_selector());
         let binds = spreads.iter().zip(&r.spreads).all(|(s, (_, t))| {
             let seen: Vec<u32> = known
                 .iter()
@@ -566,7 +566,7 @@ impl<'a> Planner<'a> {
             let counts: BTreeMap<String, u32> = domains
                 .keys()
                 .map(|v| {
-                    let ns = (!t.ignore_node_affinity).then_some(&p.node_selector);
+                    let ns = (!t.ignore_node_affinity).then_some(p.own_node_selector());
                     let n = self.spread_count(walk, *sel, key, ns, v);
                     (v.clone(), n)
                 })

@@ -625,6 +625,7 @@ pub(super) fn build_pod(
             annotations,
             node_selector,
             preferred: vec![],
+            strict_node_selector: None,
             tolerations,
             spread,
             anti_affinity: f.anti_affinity.iter().map(term).collect(),
