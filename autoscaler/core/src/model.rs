@@ -241,7 +241,9 @@ pub struct PodShape {
     pub group: Option<String>,
     /// Controller kind of the owner (`ReplicaSet`, `Job`, `DaemonSet`...), `None` for bare pods.
     pub owner_kind: Option<String>,
-    /// Whether the pod mounts local storage (emptyDir, hostPath).
+    /// Whether the pod mounts local storage (hostPath, an emptyDir on disk) that keeps it on
+    /// its node: the controller leaves out volumes its `safe-to-evict-local-volumes`
+    /// annotation names, as the Cluster Autoscaler does.
     pub local_storage: bool,
     /// Whether this is a mirror (static) pod.
     pub mirror: bool,

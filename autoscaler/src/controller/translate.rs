@@ -48,7 +48,7 @@ use autoscaler_core::resources::{Resources, names};
 use autoscaler_core::taints::{Effect, Taint as CoreTaint, Toleration as CoreToleration};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
-    Container, Node, NodeSelectorTerm, Pod, PodSpec, Taint, Toleration,
+    Container, Node, NodeSelectorTerm, Pod, PodSpec, Taint, Toleration, Volume,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -742,12 +742,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
         .map(|o| o.kind.clone())
         .filter(|_| !ca_daemonset)
         .or_else(|| ca_daemonset.then(|| "DaemonSet".to_string()));
-    let local_storage = spec.volumes.iter().flatten().any(|v| {
-        v.host_path.is_some()
-            || v.empty_dir
-                .as_ref()
-                .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
-    });
+    let local_storage = blocking_local_storage(spec, &annotations);
     let host_ports = host_ports(spec, "spec")?;
     let started_at = started_at(p, &annotations);
     Ok(CorePod::with_shape(
@@ -779,6 +774,36 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
             claims,
         },
     ))
+}
+
+/// Whether a volume is local storage as the Cluster Autoscaler counts it (its
+/// `isLocalVolume`): a hostPath, or an emptyDir on the node's disk. A `Memory` emptyDir is a
+/// tmpfs whose contents die with the pod anyway; the other sources (ConfigMap, Secret,
+/// projected, PVCs, generic ephemeral volumes) are rebuilt where the pod starts again or
+/// bound through a claim the scheduler follows, so upstream does not count them either.
+fn is_local_volume(v: &Volume) -> bool {
+    v.host_path.is_some()
+        || v.empty_dir
+            .as_ref()
+            .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+}
+
+/// Whether the pod has a local volume its `safe-to-evict-local-volumes` annotation does not
+/// name: only then does its local storage keep it on its node, as in the Cluster Autoscaler.
+///
+/// The list is split on commas and each name compared as written, as upstream does: a name
+/// with spaces around it (`"a, b"`) names no volume (volume names are DNS labels), so `b`
+/// still blocks, and a name that is no local volume of the pod waives nothing. Both
+/// autoscalers then agree on which pods pin their nodes during a migration.
+fn blocking_local_storage(spec: &PodSpec, annotations: &Labels) -> bool {
+    let listed: Vec<&str> = annotations
+        .get(autoscaler_core::keys::SAFE_TO_EVICT_LOCAL_VOLUMES)
+        .map(|v| v.split(',').collect())
+        .unwrap_or_default();
+    spec.volumes
+        .iter()
+        .flatten()
+        .any(|v| is_local_volume(v) && !listed.contains(&v.name.as_str()))
 }
 
 /// Whether the scheduler has given up on the pod: `PodScheduled=False`,

@@ -197,6 +197,90 @@ fn local_storage_mirror_and_group() {
     assert!(!pod(&shm_only).unwrap().local_storage);
 }
 
+/// A ReplicaSet pod with a hostPath, a disk emptyDir and a memory emptyDir, annotated
+/// `safe-to-evict-local-volumes: listed` when `listed` is given.
+fn local_volume_pod(listed: Option<&str>) -> Pod {
+    let mut p = pod_from(json!({
+        "metadata": {"name": "w", "namespace": "ml", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "w-1", "uid": "u", "controller": true}
+        ]},
+        "spec": {"containers": [{"name": "c"}], "volumes": [
+            {"name": "logs", "hostPath": {"path": "/var/log"}},
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            {"name": "cfg", "configMap": {"name": "cfg"}}
+        ]}
+    }));
+    if let Some(v) = listed {
+        p.metadata.annotations = Some(BTreeMap::from([(
+            autoscaler_core::keys::SAFE_TO_EVICT_LOCAL_VOLUMES.to_string(),
+            v.to_string(),
+        )]));
+    }
+    p
+}
+
+/// Why the translated pod keeps its node, if it does (an empty snapshot: no PDB).
+fn blocker(p: &Pod) -> Option<String> {
+    let c = pod(p).unwrap();
+    autoscaler_core::disruption::pod_blocker(&c, &autoscaler_core::model::Snapshot::default(), 0)
+}
+
+#[test]
+fn safe_to_evict_local_volumes_waives_local_storage_only_when_every_local_volume_is_listed() {
+    // Unannotated: the hostPath and the disk emptyDir block.
+    let bare = local_volume_pod(None);
+    assert!(pod(&bare).unwrap().local_storage);
+    assert_eq!(
+        blocker(&bare).as_deref(),
+        Some("pod ml/w uses local storage")
+    );
+    // Every local volume listed; the memory emptyDir and the ConfigMap need not be, and a
+    // name that is no volume of the pod changes nothing.
+    for listed in ["logs,scratch", "scratch,logs,gone"] {
+        let p = local_volume_pod(Some(listed));
+        assert!(!pod(&p).unwrap().local_storage, "{listed}");
+        assert_eq!(blocker(&p), None, "{listed}");
+    }
+    // One local volume left out still blocks, whatever else is listed.
+    for listed in ["logs", "scratch,shm,cfg", "logs,gone"] {
+        let p = local_volume_pod(Some(listed));
+        assert!(pod(&p).unwrap().local_storage, "{listed}");
+        assert_eq!(
+            blocker(&p).as_deref(),
+            Some("pod ml/w uses local storage"),
+            "{listed}"
+        );
+    }
+}
+
+#[test]
+fn safe_to_evict_local_volumes_compares_names_as_written() {
+    // As the Cluster Autoscaler, names are not trimmed: " scratch" and "logs " name no
+    // volume, so the volume after (or before) the space still blocks.
+    for listed in ["logs, scratch", "logs ,scratch", " logs , scratch "] {
+        let p = local_volume_pod(Some(listed));
+        assert!(pod(&p).unwrap().local_storage, "{listed:?}");
+    }
+    // An empty list, or one of empty names, waives nothing.
+    for listed in ["", ",", " "] {
+        let p = local_volume_pod(Some(listed));
+        assert!(pod(&p).unwrap().local_storage, "{listed:?}");
+        assert!(blocker(&p).is_some(), "{listed:?}");
+    }
+    // The annotation only names volumes: a pod without local storage stays free of it.
+    let mut shm_only = local_volume_pod(Some(""));
+    shm_only.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+        name: "shm".into(),
+        empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }]);
+    assert!(!pod(&shm_only).unwrap().local_storage);
+}
+
 #[test]
 fn unschedulable_means_scheduler_gave_up() {
     let pending = pod_from(json!({
