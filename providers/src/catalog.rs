@@ -405,6 +405,7 @@ fn build(
         ] {
             offerings.push(Offering {
                 zone: zone.clone(),
+                zone_id: None,
                 capacity_type,
                 price,
                 available: true,

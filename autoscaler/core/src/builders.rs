@@ -337,6 +337,7 @@ impl TypeBuilder {
     pub fn offer(mut self, zone: &str, ct: CapacityType, price: f64) -> Self {
         self.0.offerings.push(Offering {
             zone: zone.into(),
+            zone_id: None,
             capacity_type: ct,
             price,
             available: true,
@@ -347,6 +348,13 @@ impl TypeBuilder {
     pub fn on_demand(mut self, zones: &[&str], price: f64) -> Self {
         for z in zones {
             self = self.offer(z, CapacityType::OnDemand, price);
+        }
+        self
+    }
+    /// Gives every offering in `zone` (added so far) the zone ID `id`.
+    pub fn zone_id(mut self, zone: &str, id: &str) -> Self {
+        for o in self.0.offerings.iter_mut().filter(|o| o.zone == zone) {
+            o.zone_id = Some(id.into());
         }
         self
     }

@@ -550,6 +550,7 @@ pub fn plan_disruption_cached(
     config: &DisruptionConfig,
     cache: &mut DisruptionCache,
 ) -> DisruptionPlan {
+    let snap = &*crate::zone_ids::resolve(snap);
     let mut pass = Pass::new(snap, state, now, config);
     pass.cheap_types = Some(cache.cheap_types(snap));
     let mut sim = std::mem::take(&mut cache.sim);

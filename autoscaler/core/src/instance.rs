@@ -38,6 +38,10 @@ impl fmt::Display for CapacityType {
 pub struct Offering {
     /// Zone name.
     pub zone: String,
+    /// The zone's ID where the provider knows it (AWS: `use1-az1`), for requirements on
+    /// [`crate::labels::ZONE_ID`] ([`crate::zone_ids`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_id: Option<String>,
     /// Spot or on-demand.
     pub capacity_type: CapacityType,
     /// USD per hour.

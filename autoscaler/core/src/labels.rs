@@ -4,6 +4,9 @@
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
 /// `topology.kubernetes.io/zone`.
 pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// AWS's zone ID (`use1-az1`), the same physical zone in every account; read as the zones it
+/// names ([`crate::zone_ids`]).
+pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
 /// `topology.kubernetes.io/region`.
 pub const REGION: &str = "topology.kubernetes.io/region";
 /// `node.kubernetes.io/instance-type`.

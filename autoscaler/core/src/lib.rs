@@ -32,6 +32,7 @@ pub mod requirements;
 pub mod resources;
 pub mod taints;
 pub mod vocabulary;
+pub mod zone_ids;
 
 pub use disruption::{DisruptionConfig, DisruptionPlan, DisruptionState, plan_disruption};
 pub use error::{CoreError, DurationError, NestingError, QuantityError};

@@ -172,12 +172,14 @@ pub fn plan_provisioning(snapshot: &Snapshot) -> Plan {
 
 /// [`plan_provisioning`] with explicit options.
 pub fn plan_with(snapshot: &Snapshot, options: &PlanOptions) -> Plan {
+    let snapshot = &*crate::zone_ids::resolve(snapshot);
     plan_shaped(snapshot, options, Arc::new(build_shapes(snapshot)))
 }
 
 /// [`plan_with`], taking the shapes from `cache` (built again only when the snapshot's pools
 /// or DaemonSets changed): the same plan, for callers that plan often.
 pub fn plan_cached(snapshot: &Snapshot, options: &PlanOptions, cache: &mut ShapeCache) -> Plan {
+    let snapshot = &*crate::zone_ids::resolve(snapshot);
     plan_shaped(snapshot, options, cache.shapes(snapshot))
 }
 
@@ -216,6 +218,7 @@ pub(crate) fn plan_explained(
     options: &PlanOptions,
     pod: usize,
 ) -> (Plan, Vec<crate::explain::PoolConsidered>, Vec<String>) {
+    let snapshot = &*crate::zone_ids::resolve(snapshot);
     let shapes = Arc::new(build_shapes(snapshot));
     let relaxed = preferences::plan_relaxing(snapshot, |tried| {
         let templates = dra::Templates::of(tried);

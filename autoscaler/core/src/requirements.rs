@@ -315,6 +315,11 @@ impl Requirements {
         }
     }
 
+    /// Takes the constraint on `key` out, if any.
+    pub fn remove(&mut self, key: &str) -> Option<Constraint> {
+        self.keys.remove(key)
+    }
+
     /// The constraint on `key`, if any.
     pub fn get(&self, key: &str) -> Option<&Constraint> {
         self.keys.get(key)

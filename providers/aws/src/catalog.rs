@@ -269,11 +269,13 @@ pub struct BuildOptions {
 }
 
 /// Where and at what price a type is sold: zones from DescribeInstanceTypeOfferings, spot
-/// prices per zone from DescribeSpotPriceHistory.
+/// prices per zone from DescribeSpotPriceHistory, zone IDs from DescribeAvailabilityZones.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Market {
     /// Zones per instance type.
     pub zones: BTreeMap<String, BTreeSet<String>>,
+    /// Zone ID (`use1-az1`) per zone name, for requirements on `topology.k8s.aws/zone-id`.
+    pub zone_ids: BTreeMap<String, String>,
     /// Latest spot price per (instance type, zone).
     pub spot: BTreeMap<(String, String), f64>,
 }
@@ -405,6 +407,7 @@ impl TypeFacts {
             {
                 out.push(Offering {
                     zone: zone.clone(),
+                    zone_id: market.zone_ids.get(zone).cloned(),
                     capacity_type: CapacityType::Spot,
                     price: *p,
                     available: true,
@@ -415,6 +418,7 @@ impl TypeFacts {
             {
                 out.push(Offering {
                     zone: zone.clone(),
+                    zone_id: market.zone_ids.get(zone).cloned(),
                     capacity_type: CapacityType::OnDemand,
                     price: p,
                     available: true,

@@ -3,7 +3,8 @@
 //! [`AwsProvider`] implements [`providers::CloudProvider`] with `aws-sdk-ec2`:
 //!
 //! - **Catalog** ([`catalog`]): `DescribeInstanceTypes` (paginated) for shapes, GPUs and other
-//!   accelerators and ENI limits, `DescribeInstanceTypeOfferings` for zones, the embedded
+//!   accelerators and ENI limits, `DescribeInstanceTypeOfferings` for zones,
+//!   `DescribeAvailabilityZones` for their zone IDs (put on each offering), the embedded
 //!   catalog's list prices for on-demand (overridable in the settings) and
 //!   `DescribeSpotPriceHistory` for spot; cached for `catalog_ttl_s` on a [`Clock`].
 //! - **Launch** ([`launch`]): `CreateFleet` of type `instant` for one instance, one launch

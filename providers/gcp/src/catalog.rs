@@ -480,6 +480,7 @@ fn instance_type(
         {
             offerings.push(Offering {
                 zone: zone.clone(),
+                zone_id: None,
                 capacity_type: CapacityType::Spot,
                 price: p,
                 available: true,
@@ -487,6 +488,7 @@ fn instance_type(
         }
         offerings.push(Offering {
             zone: zone.clone(),
+            zone_id: None,
             capacity_type: CapacityType::OnDemand,
             price: on_demand,
             available: true,

@@ -47,6 +47,7 @@ fn gpu_type(
         labels,
         offerings: vec![Offering {
             zone: "zone-a".into(),
+            zone_id: None,
             capacity_type: CapacityType::OnDemand,
             price: 1.0,
             available: true,

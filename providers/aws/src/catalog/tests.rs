@@ -77,6 +77,11 @@ fn market(types: &[&str], zones: &[&str], spot: &[(&str, &str, f64)]) -> Market 
             .iter()
             .map(|t| (t.to_string(), zones.iter().map(|z| z.to_string()).collect()))
             .collect(),
+        zone_ids: zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| (z.to_string(), format!("use1-az{}", i + 1)))
+            .collect(),
         spot: spot
             .iter()
             .map(|(t, z, p)| ((t.to_string(), z.to_string()), *p))
@@ -157,6 +162,9 @@ fn g5_matches_the_embedded_catalog_but_for_vm_overhead() {
             ("us-east-1b".to_string(), CapacityType::OnDemand, 1.006),
         ]
     );
+    // Each offering carries its zone's ID, from DescribeAvailabilityZones.
+    let ids: Vec<Option<&str>> = t.offerings.iter().map(|o| o.zone_id.as_deref()).collect();
+    assert_eq!(ids, [Some("use1-az1"), Some("use1-az1"), Some("use1-az2")]);
     // A class's zones and disk narrow and reshape the same facts.
     let mut o = opts();
     o.zones = Some(["us-east-1b".to_string()].into());

@@ -35,6 +35,7 @@ impl AwsProvider {
         let names: BTreeSet<&str> = facts.iter().map(|f| f.name.as_str()).collect();
         let mut market = Market {
             zones: self.fetch_zones().await?,
+            zone_ids: self.fetch_zone_ids().await?,
             spot: BTreeMap::new(),
         };
         market.zones.retain(|t, _| names.contains(t.as_str()));
@@ -120,6 +121,21 @@ impl AwsProvider {
             }
         }
         Ok(out)
+    }
+
+    /// Zone name to zone ID for the region's availability zones (one call, no paging).
+    async fn fetch_zone_ids(&self) -> Result<BTreeMap<String, String>, AwsError> {
+        let out = self
+            .api
+            .call(Family::Describe, "DescribeAvailabilityZones", || {
+                self.api.client.describe_availability_zones().send()
+            })
+            .await?;
+        Ok(out
+            .availability_zones()
+            .iter()
+            .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_id()?.to_string())))
+            .collect())
     }
 
     async fn fetch_spot(

@@ -48,6 +48,17 @@ async fn catalog_has_gpu_types_zones_and_prices() {
         zones.len() >= 3 && zones.iter().all(|z| z.starts_with("us-east-1")),
         "{zones:?}"
     );
+    // Zone IDs from DescribeAvailabilityZones: one per zone, on every offering there.
+    let ids: std::collections::BTreeMap<&str, Option<&str>> = g5
+        .offerings
+        .iter()
+        .map(|o| (o.zone.as_str(), o.zone_id.as_deref()))
+        .collect();
+    assert!(
+        ids.values()
+            .all(|id| id.is_some_and(|i| i.starts_with("use1-az"))),
+        "{ids:?}"
+    );
     let od = g5
         .offerings
         .iter()
@@ -164,12 +175,12 @@ async fn catalog_cache_expires_and_types_can_be_narrowed() {
     p.catalog(None).await.unwrap();
     assert_eq!(
         p.stats().snapshot().0,
-        before + 3,
-        "types, offerings, spot prices"
+        before + 4,
+        "types, offerings, zone IDs, spot prices"
     );
     p.invalidate().await;
     p.catalog(None).await.unwrap();
-    assert_eq!(p.stats().snapshot().0, before + 6);
+    assert_eq!(p.stats().snapshot().0, before + 8);
 }
 
 #[tokio::test]
