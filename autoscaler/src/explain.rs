@@ -492,7 +492,7 @@ fn explain_pool(
         now,
         &settings.disruption_config(),
     );
-    let e = explain::explain_pool(&built.snapshot, name, &plan.verdicts).ok_or_else(|| {
+    let e = explain::explain_pool(&built.snapshot, name, &plan.verdicts, now).ok_or_else(|| {
         Error::NotFound {
             kind: "NodePool",
             name: name.to_string(),

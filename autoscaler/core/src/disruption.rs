@@ -677,7 +677,7 @@ impl<'a> Pass<'a> {
             config,
             out,
             verdict: Verdicts::default(),
-            allowance: Allowance::new(snap, config, &state.in_progress),
+            allowance: Allowance::new(snap, config, &state.in_progress, now),
             work: snap.nodes.iter().map(Cow::Borrowed).collect(),
             gone: BTreeSet::new(),
             nominations: Nominations::of(snap),

@@ -390,12 +390,13 @@ pub struct PoolExplanation {
 }
 
 /// Where NodePool `name` of `snapshot` stands, with its nodes' verdicts taken from
-/// `verdicts` (a [`plan_disruption`] run on the same snapshot). `None` when the snapshot has no
-/// such pool (an invalid NodePool is left out of snapshots).
+/// `verdicts` (a [`plan_disruption`] run on the same snapshot at `now`). `None` when the
+/// snapshot has no such pool (an invalid NodePool is left out of snapshots).
 pub fn explain_pool(
     snapshot: &Snapshot,
     name: &str,
     verdicts: &[Verdict],
+    now: i64,
 ) -> Option<PoolExplanation> {
     let pool = snapshot.pools.iter().find(|p| p.name == name)?;
     let (usage, limits, nodes, instance_types) = provision::pool_standing(snapshot, name)?;
@@ -404,6 +405,7 @@ pub fn explain_pool(
             .nodes
             .iter()
             .filter(|n| n.pool.as_deref() == Some(name)),
+        now,
     );
     let budgets = pool
         .disruption

@@ -403,9 +403,9 @@ pub struct Node {
 }
 
 impl Node {
-    /// Whether the node is on its way out: being deleted, or tainted by another autoscaler
-    /// that is removing it ([`crate::keys::foreign_removal`], whatever the taint's age). Such
-    /// a node is not capacity to plan onto, and disruption budgets count it as disrupted.
+    /// Whether the node is no capacity to plan onto: being deleted, or tainted by another
+    /// autoscaler that is removing it ([`crate::keys::foreign_removal`], whatever the taint's
+    /// age: the `NoSchedule` taint stays on a node whose removal never finished).
     pub fn going(&self) -> bool {
         self.deleting || crate::keys::foreign_removal(&self.taints, None).is_some()
     }

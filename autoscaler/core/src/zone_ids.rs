@@ -14,10 +14,11 @@
 //! the NodePool gives its nodes, and a node launched in any zone would carry the ID asked for.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::labels;
-use crate::model::{PodAffinityTerm, PodShape, Snapshot, TopologySpread};
+use crate::model::{Pod, PodAffinityTerm, PodShape, Snapshot, TopologySpread};
 use crate::requirements::{Constraint, NodeSelector, Requirements, ValueSet};
 
 /// Zone name to zone ID, as the snapshot's offerings give it.
@@ -41,50 +42,87 @@ pub fn zone_ids(snapshot: &Snapshot) -> ZoneIds {
 /// `snapshot` with every use of [`labels::ZONE_ID`] read as zones (see the module
 /// documentation); borrowed, and nothing copied, when nothing uses the key.
 pub fn resolve(snapshot: &Snapshot) -> Cow<'_, Snapshot> {
-    if !uses_zone_id(snapshot) {
+    let ids = zone_ids(snapshot);
+    if !uses_zone_id(snapshot, !ids.is_empty()) {
         return Cow::Borrowed(snapshot);
     }
-    let ids = zone_ids(snapshot);
     let mut out = snapshot.clone();
-    for pool in &mut out.pools {
-        resolve_requirements(&mut pool.requirements, &ids);
-    }
-    for claim in &mut out.in_flight {
-        resolve_requirements(&mut claim.requirements, &ids);
-    }
-    for ds in &mut out.daemonsets {
-        resolve_selector(&mut ds.node_selector, &ids);
-    }
-    let pods = out
-        .pending
-        .iter_mut()
-        .chain(out.nodes.iter_mut().flat_map(|n| n.pods.iter_mut()));
-    for pod in pods {
-        if shape_uses(pod) {
-            resolve_shape(pod, &ids);
-        }
-    }
+    resolve_with(&mut out, &ids);
     Cow::Owned(out)
 }
 
-/// Whether anything in `snapshot` names the zone ID key.
-fn uses_zone_id(snapshot: &Snapshot) -> bool {
+/// [`resolve`] in place, for a caller that owns its snapshot: only what names the key is
+/// rewritten, and pods that shared a shape share the rewritten one. Idempotent.
+pub fn resolve_in_place(snapshot: &mut Snapshot) {
+    let ids = zone_ids(snapshot);
+    if uses_zone_id(snapshot, !ids.is_empty()) {
+        resolve_with(snapshot, &ids);
+    }
+}
+
+fn resolve_with(snapshot: &mut Snapshot, ids: &ZoneIds) {
+    for pool in &mut snapshot.pools {
+        resolve_requirements(&mut pool.requirements, ids);
+        // A minimum of distinct zone IDs is a minimum of distinct zones (one ID per zone).
+        if let Some(n) = pool.min_values.remove(labels::ZONE_ID) {
+            let zones = pool.min_values.entry(labels::ZONE.to_string()).or_insert(0);
+            *zones = (*zones).max(n);
+        }
+    }
+    for claim in &mut snapshot.in_flight {
+        resolve_requirements(&mut claim.requirements, ids);
+    }
+    for ds in &mut snapshot.daemonsets {
+        resolve_selector(&mut ds.node_selector, ids);
+    }
+    for limit in &mut snapshot.cluster_limits {
+        resolve_requirements(&mut limit.selector, ids);
+    }
+    let rekey = !ids.is_empty();
+    // Replicas share one shape: rewrite it once. The old shapes are kept until the end so
+    // that no address is reused while it keys the map.
+    let mut done: HashMap<*const PodShape, (Arc<PodShape>, Arc<PodShape>)> = HashMap::new();
+    let pods = snapshot
+        .pending
+        .iter_mut()
+        .chain(snapshot.nodes.iter_mut().flat_map(|n| n.pods.iter_mut()));
+    for pod in pods {
+        if !shape_uses(pod, rekey) {
+            continue;
+        }
+        let old = pod.shape().clone();
+        let (_, new) = done.entry(Arc::as_ptr(&old)).or_insert_with(|| {
+            let mut shape = (*old).clone();
+            resolve_shape(&mut shape, ids);
+            (old.clone(), Arc::new(shape))
+        });
+        *pod = Pod::sharing(pod.key.clone(), new.clone());
+    }
+}
+
+/// Whether anything in `snapshot` names the zone ID key: in a requirement, or, when the
+/// zones' IDs are known (`rekey`), as a topology key.
+fn uses_zone_id(snapshot: &Snapshot, rekey: bool) -> bool {
     let named = |r: &Requirements| r.get(labels::ZONE_ID).is_some();
-    snapshot.pools.iter().any(|p| named(&p.requirements))
+    snapshot
+        .pools
+        .iter()
+        .any(|p| named(&p.requirements) || p.min_values.contains_key(labels::ZONE_ID))
         || snapshot.in_flight.iter().any(|c| named(&c.requirements))
         || snapshot
             .daemonsets
             .iter()
             .any(|d| d.node_selector.terms.iter().any(named))
+        || snapshot.cluster_limits.iter().any(|l| named(&l.selector))
         || snapshot
             .pending
             .iter()
             .chain(snapshot.nodes.iter().flat_map(|n| n.pods.iter()))
-            .any(|p| shape_uses(p))
+            .any(|p| shape_uses(p, rekey))
 }
 
-/// Whether a pod names the zone ID key in a requirement or as a topology key.
-fn shape_uses(p: &PodShape) -> bool {
+/// Whether a pod names the zone ID key in a requirement or, with `rekey`, as a topology key.
+fn shape_uses(p: &PodShape, rekey: bool) -> bool {
     let named = |r: &Requirements| r.get(labels::ZONE_ID).is_some();
     let keyed = |t: &PodAffinityTerm| t.topology_key == labels::ZONE_ID;
     p.node_selector.terms.iter().any(named)
@@ -92,12 +130,13 @@ fn shape_uses(p: &PodShape) -> bool {
             .as_ref()
             .is_some_and(|s| s.terms.iter().any(named))
         || p.preferred.iter().any(|(_, r)| named(r))
-        || p.spread.iter().any(|t| t.topology_key == labels::ZONE_ID)
-        || p.affinity.iter().chain(&p.anti_affinity).any(keyed)
-        || p.preferred_affinity
-            .iter()
-            .chain(&p.preferred_anti_affinity)
-            .any(|(_, t)| keyed(t))
+        || (rekey
+            && (p.spread.iter().any(|t| t.topology_key == labels::ZONE_ID)
+                || p.affinity.iter().chain(&p.anti_affinity).any(keyed)
+                || p.preferred_affinity
+                    .iter()
+                    .chain(&p.preferred_anti_affinity)
+                    .any(|(_, t)| keyed(t))))
 }
 
 fn resolve_shape(p: &mut PodShape, ids: &ZoneIds) {

@@ -1761,6 +1761,44 @@ fn a_node_another_autoscaler_is_removing_is_left_to_it() {
 }
 
 #[test]
+fn a_cluster_autoscaler_taint_left_over_does_not_hold_its_node() {
+    // Its value says the Cluster Autoscaler began the deletion an hour ago: past its five
+    // minutes, the deletion is over or abandoned. The node is an ordinary empty candidate,
+    // and under the default 10 % budget (one node in three) it is not counted as disrupted
+    // already, so the budget lets it go.
+    let now = 3_600;
+    let left_over = managed("theirs", &g1(), "gpu").taint(autoscaler_core::taints::Taint::new(
+        "ToBeDeletedByClusterAutoscaler",
+        "0",
+        autoscaler_core::taints::Effect::NoSchedule,
+    ));
+    let busy = |name: &str| {
+        managed(name, &g1(), "gpu").with_pod(
+            pod(&format!("{name}-p"))
+                .gpus(1)
+                .owner(Some("ReplicaSet"))
+                .tolerate(autoscaler_core::taints::Toleration::exists(
+                    "nvidia.com/gpu",
+                )),
+        )
+    };
+    let s = snap(
+        vec![left_over, busy("a"), busy("b")],
+        vec![pool("gpu", vec![g1()]).disruption(DisruptionPolicy {
+            unneeded_s: 0,
+            ..DisruptionPolicy::default()
+        })],
+    );
+    let plan = plan_disruption(&s, &DisruptionState::default(), now, &ca_flags());
+    let removed: Vec<&str> = plan
+        .commands
+        .iter()
+        .flat_map(|c| c.nodes.iter().map(String::as_str))
+        .collect();
+    assert_eq!(removed, ["theirs"], "{}", plan.render());
+}
+
+#[test]
 fn a_gang_still_waiting_for_members_keeps_no_node() {
     // Two of a gang of three are pending: the planner binds none of them (the gang waits for
     // its third), so no node is kept for them.

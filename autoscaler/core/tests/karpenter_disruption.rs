@@ -240,7 +240,7 @@ fn ten_empty(policy: DisruptionPolicy, f: impl Fn(usize, NodeBuilder) -> NodeBui
 /// has it: the budget over the counted nodes, less those already disrupted, never below 0.
 fn budget_mapping(s: &Snapshot) -> i64 {
     let nodes = s.nodes.iter().filter(|n| n.pool.as_deref() == Some("p"));
-    let (total, disrupted) = budget_standing(nodes);
+    let (total, disrupted) = budget_standing(nodes, 0);
     let b = &s.pools[0].disruption.budgets[0];
     (budget_nodes(b, total) - disrupted).max(0)
 }
@@ -263,7 +263,7 @@ fn should_not_consider_nodes_that_are_not_initialized_as_part_of_disruption_coun
     s.nodes
         .push(kn("fresh", &big(), "p").initialized(false).build());
     let pool_nodes = s.nodes.iter().filter(|n| n.pool.as_deref() == Some("p"));
-    assert_eq!(budget_standing(pool_nodes), (10, 0));
+    assert_eq!(budget_standing(pool_nodes, 0), (10, 0));
     assert_eq!(budget_mapping(&s), 10);
     s.pools[0].disruption = with_budget(BudgetValue::Percent(50));
     let plan = run(&s);
@@ -283,7 +283,7 @@ fn should_not_consider_nodes_that_have_the_terminating_status_condition_as_part_
             .build(),
     );
     let pool_nodes = s.nodes.iter().filter(|n| n.pool.as_deref() == Some("p"));
-    assert_eq!(budget_standing(pool_nodes), (10, 0));
+    assert_eq!(budget_standing(pool_nodes, 0), (10, 0));
     assert_eq!(budget_mapping(&s), 10);
     // Counted as disrupted, it would leave 9 of a 10-node budget.
     s.pools[0].disruption = with_budget(BudgetValue::Count(10));

@@ -1338,7 +1338,7 @@ fn a_type_a_pools_label_refuses_is_explained_by_the_label() {
         pools: vec![pool("default", types_arch()).label(ARCH, "arm64").build()],
         ..Snapshot::default()
     };
-    let text = autoscaler_core::explain::explain_pool(&snap, "default", &[])
+    let text = autoscaler_core::explain::explain_pool(&snap, "default", &[], 0)
         .expect("the pool")
         .render();
     let line = text

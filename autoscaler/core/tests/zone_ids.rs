@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use autoscaler_core::builders::*;
-use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption};
+use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption, validate};
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels::ZONE_ID;
 use autoscaler_core::model::{DisruptionPolicy, Snapshot};
@@ -197,4 +197,24 @@ fn a_replacement_stays_in_the_zone_the_pods_id_names() {
         .unwrap_or_else(|| panic!("b is replaced: {}", plan.render()));
     let r = c.replacement.as_ref().expect("a replacement");
     assert_eq!(zones(r), BTreeSet::from([ZONES[1].to_string()]));
+    // Checked again after the validation delay on the cluster as it is, the command holds:
+    // validation reads the zone ID as the decision did.
+    let config = DisruptionConfig::default();
+    let mut now_snap = s.clone();
+    let later = 1_000_000 + config.validation_delay_s;
+    assert_eq!(validate(c, &mut now_snap, later, &config), Ok(()));
+}
+
+#[test]
+fn min_values_on_zone_ids_count_zones() {
+    // A NodePool asking for two distinct zone IDs gets a claim that may land in two zones.
+    let pool = pool("default", vec![m5(true)])
+        .require(ZONE_ID, Operator::In, &IDS[..2])
+        .min_values(ZONE_ID, 2);
+    let plan = plan_provisioning(&snapshot(vec![pod("p").cpu("1")], pool));
+    let c = only(&plan);
+    assert_eq!(
+        zones(c),
+        BTreeSet::from([ZONES[0].to_string(), ZONES[1].to_string()])
+    );
 }

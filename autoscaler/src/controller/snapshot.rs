@@ -583,6 +583,9 @@ impl SnapshotBuilder {
         if self.ignore_preferences {
             out.snapshot.ignore_preferences();
         }
+        // Zone IDs read as zones once here, so that the core's entry points find nothing to
+        // copy, and validation sees what the decision saw.
+        autoscaler_core::zone_ids::resolve_in_place(&mut out.snapshot);
         out
     }
 }

@@ -25,14 +25,14 @@ pub fn budget_nodes(b: &Budget, total: i64) -> i64 {
     }
 }
 
-/// What a NodePool's disruption budgets are measured against, over the pool's `nodes`: the
-/// nodes counted (initialized ones only) and those already disrupted (being deleted, or not
-/// ready), as Karpenter counts them.
-pub fn budget_standing<'a>(nodes: impl Iterator<Item = &'a Node>) -> (i64, i64) {
+/// What a NodePool's disruption budgets are measured against, over the pool's `nodes` at
+/// `now`: the nodes counted (initialized ones only) and those already disrupted (being
+/// deleted, removed by another autoscaler, or not ready), as Karpenter counts them.
+pub fn budget_standing<'a>(nodes: impl Iterator<Item = &'a Node>, now: i64) -> (i64, i64) {
     let (mut total, mut disrupted) = (0, 0);
     for n in nodes.filter(|n| n.initialized) {
         total += 1;
-        if n.going() || !n.ready {
+        if being_removed(n, now) || !n.ready {
             disrupted += 1;
         }
     }
@@ -60,8 +60,20 @@ pub(super) struct Allowance {
     atomic_taken: bool,
 }
 
+/// Whether `n` is being removed at `now`: deleted, or by another autoscaler whose taint is
+/// still within its window ([`crate::keys::foreign_removal`]). A leftover taint's node is an
+/// ordinary candidate, so it is not counted as removed already.
+fn being_removed(n: &Node, now: i64) -> bool {
+    n.deleting || crate::keys::foreign_removal(&n.taints, Some(now)).is_some()
+}
+
 impl Allowance {
-    pub(super) fn new(snap: &Snapshot, config: &DisruptionConfig, busy: &InProgress) -> Self {
+    pub(super) fn new(
+        snap: &Snapshot,
+        config: &DisruptionConfig,
+        busy: &InProgress,
+        now: i64,
+    ) -> Self {
         let left = |limit: usize, used: usize| {
             i64::try_from(limit.saturating_sub(used)).unwrap_or(i64::MAX)
         };
@@ -74,8 +86,8 @@ impl Allowance {
                 .filter(|n| n.pool.as_deref() == Some(&pool.name))
                 .collect();
             let total = nodes.len() as i64;
-            let deleting = nodes.iter().filter(|n| n.going()).count() as i64;
-            let (budget_total, disrupted) = budget_standing(nodes.iter().copied());
+            let deleting = nodes.iter().filter(|n| being_removed(n, now)).count() as i64;
+            let (budget_total, disrupted) = budget_standing(nodes.iter().copied(), now);
             for reason in [
                 DisruptionReason::Empty,
                 DisruptionReason::Underutilized,
@@ -101,7 +113,7 @@ impl Allowance {
         let cluster_total = usage_of_nodes(
             &snap.cluster_limits,
             &snap.pools,
-            snap.nodes.iter().filter(|n| !n.going()),
+            snap.nodes.iter().filter(|n| !being_removed(n, now)),
         );
         Allowance {
             budget,

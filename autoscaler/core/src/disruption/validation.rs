@@ -51,7 +51,9 @@ fn atomic_pool<'s>(command: &Command, snap: &'s Snapshot) -> Option<&'s str> {
 
 /// Re-checks a command against the cluster as it is now, `validation_delay_s` after it was
 /// decided. `Err` says why it no longer holds; the caller then drops it. `snap` is lent to the
-/// simulation and comes back as it was ([`super::simulate()`]).
+/// simulation and comes back as it was ([`super::simulate()`]), but for its zone IDs, which
+/// are read as zones in place ([`crate::zone_ids::resolve_in_place`]) as the decision read
+/// them.
 pub fn validate(
     command: &Command,
     snap: &mut Snapshot,
@@ -86,6 +88,8 @@ pub fn validate_at(
     now: i64,
     config: &DisruptionConfig,
 ) -> Result<(), String> {
+    // The command was decided on the snapshot with zone IDs read as zones; check it so too.
+    crate::zone_ids::resolve_in_place(snap);
     if now < command.decided_at + config.validation_delay_s {
         return Err(format!(
             "validation delay not over ({}s left)",
@@ -132,7 +136,7 @@ pub fn validate_at(
     }
     // The command's own removal is the one the parallelism limits admitted when it was
     // decided: nothing else is counted against them here.
-    let mut allowance = Allowance::new(snap, config, &super::InProgress::default());
+    let mut allowance = Allowance::new(snap, config, &super::InProgress::default(), now);
     let admitted = if atomic.is_some() {
         allowance.admit_whole(snap, &nodes, command.reason)
     } else {

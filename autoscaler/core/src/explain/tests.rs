@@ -175,7 +175,7 @@ fn pool_standing_has_limits_budgets_exclusions_and_verdicts() {
     let mut state = DisruptionState::default();
     state.unneeded_since.insert("gpu-b".into(), -3600);
     let plan = plan_disruption(&snap, &state, 0, &Default::default());
-    let e = explain_pool(&snap, "gpu", &plan.verdicts).expect("a pool");
+    let e = explain_pool(&snap, "gpu", &plan.verdicts, 0).expect("a pool");
     expect![[r#"
         NodePool gpu (weight 10)
           nodes: 2 (existing and in flight), minNodes 0
@@ -208,7 +208,7 @@ fn pool_standing_has_limits_budgets_exclusions_and_verdicts() {
         )
         .is_none()
     );
-    assert!(explain_pool(&snap, "nope", &[]).is_none());
+    assert!(explain_pool(&snap, "nope", &[], 0).is_none());
 }
 
 #[test]

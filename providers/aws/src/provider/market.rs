@@ -35,7 +35,7 @@ impl AwsProvider {
         let names: BTreeSet<&str> = facts.iter().map(|f| f.name.as_str()).collect();
         let mut market = Market {
             zones: self.fetch_zones().await?,
-            zone_ids: self.fetch_zone_ids().await?,
+            zone_ids: self.zone_ids_or_none().await,
             spot: BTreeMap::new(),
         };
         market.zones.retain(|t, _| names.contains(t.as_str()));
@@ -121,6 +121,19 @@ impl AwsProvider {
             }
         }
         Ok(out)
+    }
+
+    /// [`Self::fetch_zone_ids`], or none when the call fails (a role without
+    /// `ec2:DescribeAvailabilityZones`): only requirements on zone IDs go unmet then, as on
+    /// a cloud without them, rather than the whole catalog.
+    async fn zone_ids_or_none(&self) -> BTreeMap<String, String> {
+        match self.fetch_zone_ids().await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, "no zone IDs: requirements on topology.k8s.aws/zone-id match no zone");
+                BTreeMap::new()
+            }
+        }
     }
 
     /// Zone name to zone ID for the region's availability zones (one call, no paging).
