@@ -31,14 +31,16 @@ use autoscaler_core::disruption::{
 };
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
-use autoscaler_core::model::{DisruptionPolicy, Pdb, Snapshot};
+use autoscaler_core::model::{Pdb, Snapshot};
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::plan_provisioning;
-use autoscaler_core::requirements::{Operator, Requirements};
 use autoscaler_core::taints::{Effect, Taint};
 
 mod support;
-use support::{names as set, removed};
+use support::ca::{
+    ca_policy, estimator_old_node, estimator_template, kind, mars_pool, pdb, rs, unbounded,
+};
+use support::{names as set, removed, snap};
 
 const NOW: i64 = 100_000;
 const ZONE: &str = "z1";
@@ -61,28 +63,9 @@ fn nd(name: &str, milli: u32, mem: &str, g: &str) -> NodeBuilder {
     node(name, &shape(&format!("t.{name}"), milli, mem), ZONE).pool(g)
 }
 
-/// A ReplicaSet pod of `milli` millicores and no memory.
-fn rs(name: &str, milli: u32) -> PodBuilder {
-    pod(name).cpu(&format!("{milli}m"))
-}
-
 /// A pod without a controller (upstream's `BuildTestPod` without owner references).
 fn bare(name: &str, milli: u32) -> PodBuilder {
     rs(name, milli).owner(None)
-}
-
-/// A node group's scale-down policy: removable exactly when the Cluster Autoscaler would say
-/// so, below `cpu` (or `gpu` on GPU nodes).
-fn ca_policy(cpu: f64, gpu: f64) -> DisruptionPolicy {
-    DisruptionPolicy {
-        consolidate_after_s: 0,
-        unneeded_s: 0,
-        utilization_threshold: cpu,
-        gpu_utilization_threshold: gpu,
-        right_size_savings: 0.0,
-        budgets: vec![],
-        ..DisruptionPolicy::default()
-    }
 }
 
 /// A node group that launches nothing, with thresholds `t` and minimum size `min`.
@@ -92,42 +75,8 @@ fn group(name: &str, t: f64, min: u32) -> PoolBuilder {
         .min_nodes(min)
 }
 
-fn snap(nodes: Vec<NodeBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
-    Snapshot {
-        nodes: nodes.into_iter().map(NodeBuilder::build).collect(),
-        pools: pools.into_iter().map(PoolBuilder::build).collect(),
-        ..Snapshot::default()
-    }
-}
-
-/// Parallelism limits that crop nothing (upstream asserts the unneeded or removable set).
-fn unbounded() -> DisruptionConfig {
-    DisruptionConfig {
-        max_scale_down_parallelism: 1000,
-        max_drain_parallelism: 1000,
-        ..DisruptionConfig::default()
-    }
-}
-
 fn run(s: &Snapshot, config: &DisruptionConfig) -> DisruptionPlan {
     plan_disruption(s, &DisruptionState::default(), NOW, config)
-}
-
-fn kind(plan: &DisruptionPlan, node: &str) -> VerdictKind {
-    plan.verdicts
-        .iter()
-        .find(|v| v.node == node)
-        .map(|v| v.kind)
-        .unwrap_or_else(|| panic!("no verdict for {node}\n{}", plan.render()))
-}
-
-fn pdb(ns: &str, key: &str, value: &str, allowed: i32) -> Pdb {
-    Pdb {
-        namespace: ns.into(),
-        name: format!("{key}-{value}"),
-        selector: Requirements::new().with(key, Operator::In, &[value]),
-        disruptions_allowed: allowed,
-    }
 }
 
 /// The Cluster Autoscaler's `ToBeDeletedByClusterAutoscaler` taint, set at `at` (its value is
@@ -728,24 +677,9 @@ fn zonal(name: &str, milli: u32, count: usize) -> Vec<PodBuilder> {
 }
 
 fn placement(groups: Vec<Vec<PodBuilder>>, max_nodes: Option<i64>) -> Plan {
-    let template = itype("template.t")
-        .cpu("1000m")
-        .mem("1000Mi")
-        .max_pods(10)
-        .on_demand(&["zone-mars"], 1.0)
-        .build();
-    let old_t = itype("old.t")
-        .cpu("100m")
-        .mem("100Mi")
-        .max_pods(10)
-        .on_demand(&["zone-jupiter"], 0.1)
-        .build();
     let filler = pod("old-filler").cpu("100m").mem("100Mi");
-    let old = node("oldnode", &old_t, "zone-jupiter").with_pod(filler);
-    let mut mars = pool("mars", vec![template]);
-    if let Some(m) = max_nodes {
-        mars = mars.limit_nodes(m);
-    }
+    let old = estimator_old_node().with_pod(filler);
+    let mars = mars_pool(estimator_template(1000, 1000), max_nodes);
     let s = Snapshot {
         pending: groups
             .into_iter()

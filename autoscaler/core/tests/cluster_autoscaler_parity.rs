@@ -19,12 +19,12 @@ use autoscaler_core::disruption::{
     plan_disruption,
 };
 use autoscaler_core::instance::InstanceType;
-use autoscaler_core::model::{DisruptionPolicy, Pdb, Snapshot};
+use autoscaler_core::model::{Pdb, Snapshot};
 use autoscaler_core::provision::plan_provisioning;
-use autoscaler_core::requirements::{Operator, Requirements};
 
 mod support;
-use support::{names, removed};
+use support::ca::{ca_policy, kind, pdb, rs};
+use support::{names, removed, snap};
 
 const NOW: i64 = 10_000;
 
@@ -37,41 +37,14 @@ fn cpu_type(milli: u32) -> InstanceType {
         .build()
 }
 
-/// A node group as a NodePool: removable exactly when the Cluster Autoscaler would say so
-/// (utilization strictly below `threshold`, no wait, no right-sizing, no NodePool budget).
-fn ca_policy(threshold: f64) -> DisruptionPolicy {
-    DisruptionPolicy {
-        consolidate_after_s: 0,
-        unneeded_s: 0,
-        utilization_threshold: threshold,
-        gpu_utilization_threshold: threshold,
-        right_size_savings: 0.0,
-        budgets: vec![],
-        ..DisruptionPolicy::default()
-    }
-}
-
 /// A node group that can launch nothing.
 fn group(name: &str, threshold: f64) -> PoolBuilder {
-    pool(name, vec![]).disruption(ca_policy(threshold))
+    pool(name, vec![]).disruption(ca_policy(threshold, threshold))
 }
 
 /// A node of `milli` millicores in node group `g`.
 fn n(name: &str, milli: u32, g: &str) -> NodeBuilder {
     node(name, &cpu_type(milli), "z1").pool(g)
-}
-
-/// A ReplicaSet pod of `milli` millicores.
-fn rs(name: &str, milli: u32) -> PodBuilder {
-    pod(name).cpu(&format!("{milli}m"))
-}
-
-fn snap(nodes: Vec<NodeBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
-    Snapshot {
-        nodes: nodes.into_iter().map(NodeBuilder::build).collect(),
-        pools: pools.into_iter().map(PoolBuilder::build).collect(),
-        ..Snapshot::default()
-    }
 }
 
 fn run(s: &Snapshot) -> DisruptionPlan {
@@ -89,24 +62,6 @@ fn run_with(s: &Snapshot, config: &DisruptionConfig, in_progress: InProgress) ->
         ..DisruptionState::default()
     };
     plan_disruption(s, &state, NOW, config)
-}
-
-fn verdict(plan: &DisruptionPlan, node: &str) -> (VerdictKind, String) {
-    let v = plan
-        .verdicts
-        .iter()
-        .find(|v| v.node == node)
-        .expect("verdict");
-    (v.kind, v.reason.clone())
-}
-
-fn pdb(ns: &str, key: &str, value: &str, allowed: i32) -> Pdb {
-    Pdb {
-        namespace: ns.into(),
-        name: format!("{key}-{value}"),
-        selector: Requirements::new().with(key, Operator::In, &[value]),
-        disruptions_allowed: allowed,
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -641,7 +596,7 @@ fn system_rule_test_drainable_kube_system_pdb_with_non_matching_kube_system_pod(
     let p = rs("bar", 250).ns("kube-system").label("k8s-app", "bar");
     let plan = drain_one(p, vec![pdb("kube-system", "k8s-app", "foo", 1)]);
     assert!(!drained(&plan));
-    assert_eq!(verdict(&plan, "n").0, VerdictKind::NotEvictable);
+    assert_eq!(kind(&plan, "n"), VerdictKind::NotEvictable);
 }
 
 #[test]
@@ -656,7 +611,7 @@ fn system_rule_test_drainable_default_namespace_pdb_with_matching_labels_kube_sy
     let p = rs("bar", 250).ns("kube-system").label("k8s-app", "bar");
     let plan = drain_one(p, vec![pdb("default", "k8s-app", "bar", 1)]);
     assert!(!drained(&plan));
-    assert_eq!(verdict(&plan, "n").0, VerdictKind::NotEvictable);
+    assert_eq!(kind(&plan, "n"), VerdictKind::NotEvictable);
 }
 
 #[test]
@@ -703,7 +658,7 @@ fn notsafetoevict_rule_test_drainable_job_managed_pod_with_pod_safe_to_evict_fal
         .annotate(SAFE_TO_EVICT, "false");
     let plan = drain_one(p, vec![]);
     assert!(!drained(&plan));
-    assert_eq!(verdict(&plan, "n").0, VerdictKind::NotEvictable);
+    assert_eq!(kind(&plan, "n"), VerdictKind::NotEvictable);
 }
 
 #[test]
@@ -739,7 +694,7 @@ fn test_fast_get_pods_to_move_manifest_pod_alone_leaves_the_node_empty() {
     );
     let plan = run(&s);
     assert!(drained(&plan), "{}", plan.render());
-    assert_eq!(verdict(&plan, "n").0, VerdictKind::Empty);
+    assert_eq!(kind(&plan, "n"), VerdictKind::Empty);
 }
 
 /// core/scaledown/pdb/basic_test.go (TestBasicRemainingPdbTracker CanRemovePods): a budget
@@ -760,7 +715,7 @@ fn test_can_remove_pods_two_pods_of_a_pdb_allowing_one() {
     };
     let plan = run(&s);
     assert!(!drained(&plan), "{}", plan.render());
-    assert_eq!(verdict(&plan, "n").0, VerdictKind::PdbBlocked);
+    assert_eq!(kind(&plan, "n"), VerdictKind::PdbBlocked);
 }
 
 // ---------------------------------------------------------------------------------------------

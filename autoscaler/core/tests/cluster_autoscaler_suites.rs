@@ -67,7 +67,7 @@ use autoscaler_core::disruption::{
 };
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
-use autoscaler_core::model::{DisruptionPolicy, Group, InFlightClaim, Snapshot};
+use autoscaler_core::model::{Group, InFlightClaim, Snapshot};
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Operator, Requirements};
@@ -75,6 +75,7 @@ use autoscaler_core::resources::names;
 use autoscaler_core::taints::{Effect, Taint, Toleration};
 
 mod support;
+use support::ca::{ca_policy, estimator_old_node, estimator_template, kind, mars_pool, unbounded};
 use support::{names as set, removed};
 
 const NOW: i64 = 10_000;
@@ -197,45 +198,13 @@ fn with_limits(mut s: Snapshot, limits: Vec<LimitBuilder>) -> Snapshot {
     s
 }
 
-/// A node group as a NodePool that launches `types`, removable exactly when the Cluster
-/// Autoscaler would call it unneeded: utilization strictly below the thresholds, no wait,
-/// no right-sizing, no NodePool budget.
-fn ca_policy(cpu: f64, gpu: f64) -> DisruptionPolicy {
-    DisruptionPolicy {
-        consolidate_after_s: 0,
-        unneeded_s: 0,
-        utilization_threshold: cpu,
-        gpu_utilization_threshold: gpu,
-        right_size_savings: 0.0,
-        budgets: vec![],
-        ..DisruptionPolicy::default()
-    }
-}
-
 /// A node group that launches nothing, with the default thresholds (0.5 and 0.5).
 fn sd_group(name: &str) -> PoolBuilder {
     pool(name, vec![]).disruption(ca_policy(0.5, 0.5))
 }
 
-/// Parallelism limits high enough that they crop nothing (upstream asserts the unneeded set).
-fn unbounded() -> DisruptionConfig {
-    DisruptionConfig {
-        max_scale_down_parallelism: 1000,
-        max_drain_parallelism: 1000,
-        ..DisruptionConfig::default()
-    }
-}
-
 fn disrupt(s: &Snapshot, config: &DisruptionConfig) -> DisruptionPlan {
     plan_disruption(s, &DisruptionState::default(), NOW, config)
-}
-
-fn verdict(plan: &DisruptionPlan, node: &str) -> VerdictKind {
-    plan.verdicts
-        .iter()
-        .find(|v| v.node == node)
-        .map(|v| v.kind)
-        .expect("verdict")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -262,18 +231,6 @@ fn estimate_with_old_node(
     max_nodes: Option<i64>,
     old_full: bool,
 ) -> Plan {
-    let template = itype("template.t")
-        .cpu(&format!("{milli}m"))
-        .mem(&format!("{mem_mi}Mi"))
-        .max_pods(10)
-        .on_demand(&["zone-mars"], 1.0)
-        .build();
-    let old = itype("old.t")
-        .cpu("100m")
-        .mem("100Mi")
-        .max_pods(10)
-        .on_demand(&["zone-jupiter"], 0.1)
-        .build();
     let mut pending = Vec::new();
     for (g, (pb, n)) in groups.into_iter().enumerate() {
         for i in 0..n {
@@ -282,11 +239,8 @@ fn estimate_with_old_node(
             pending.push(x);
         }
     }
-    let mut mars = pool("mars", vec![template]);
-    if let Some(m) = max_nodes {
-        mars = mars.limit_nodes(m);
-    }
-    let oldnode = node("oldnode", &old, "zone-jupiter");
+    let mars = mars_pool(estimator_template(milli, mem_mi), max_nodes);
+    let oldnode = estimator_old_node();
     let oldnode = if old_full {
         full(oldnode, vec![])
     } else {
@@ -576,10 +530,7 @@ fn test_filter_out_unremovable_marked_no_scale_down_is_filtered_out() {
         &DisruptionConfig::default(),
     );
     assert_eq!(removed(&plan), set(&["regular"]), "{}", plan.render());
-    assert_eq!(
-        verdict(&plan, "noScaleDown"),
-        VerdictKind::ScaleDownDisabled
-    );
+    assert_eq!(kind(&plan, "noScaleDown"), VerdictKind::ScaleDownDisabled);
 }
 
 #[test]
@@ -605,7 +556,7 @@ fn test_filter_out_unremovable_unready_node_is_filtered_out_when_scale_down_of_u
     };
     let plan = eligibility(vec![regular("unready").unready()], &config);
     assert_eq!(removed(&plan), set(&[]), "{}", plan.render());
-    assert_eq!(verdict(&plan, "unready"), VerdictKind::NotReady);
+    assert_eq!(kind(&plan, "unready"), VerdictKind::NotReady);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -643,8 +594,8 @@ fn test_find_unneeded_gpu_nodes() {
     );
     let plan = disrupt(&s, &unbounded());
     assert_eq!(removed(&plan), set(&["n2"]), "{}", plan.render());
-    assert_eq!(verdict(&plan, "n1"), VerdictKind::AboveThreshold);
-    assert_eq!(verdict(&plan, "n3"), VerdictKind::NotEvictable);
+    assert_eq!(kind(&plan, "n1"), VerdictKind::AboveThreshold);
+    assert_eq!(kind(&plan, "n3"), VerdictKind::NotEvictable);
     for n in ["n1", "n2", "n3"] {
         let v = plan.verdicts.iter().find(|v| v.node == n).unwrap();
         assert!(v.utilization.is_some(), "{n} has a utilization");
@@ -766,8 +717,8 @@ fn test_pods_with_preemptions_find_unneeded_nodes() {
     s.pending.sort_by(|a, b| a.key.name.cmp(&b.key.name));
     let plan = disrupt(&s, &unbounded());
     assert_eq!(removed(&plan), set(&["n2", "n3"]), "{}", plan.render());
-    assert_eq!(verdict(&plan, "n1"), VerdictKind::Nominated);
-    assert_eq!(verdict(&plan, "n4"), VerdictKind::Nominated);
+    assert_eq!(kind(&plan, "n1"), VerdictKind::Nominated);
+    assert_eq!(kind(&plan, "n4"), VerdictKind::Nominated);
 }
 
 // ---------------------------------------------------------------------------------------------

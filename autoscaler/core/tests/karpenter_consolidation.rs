@@ -20,7 +20,7 @@ use autoscaler_core::requirements::{Operator, Requirements};
 
 mod support;
 use support::karpenter::*;
-use support::{names, removed};
+use support::{names, removed, snap};
 
 fn policy_with_budget(nodes: BudgetValue) -> DisruptionPolicy {
     DisruptionPolicy {

@@ -72,7 +72,7 @@ use autoscaler_core::requirements::{Operator, Requirements};
 
 mod support;
 use support::karpenter::*;
-use support::{names, removed};
+use support::{names, removed, snap};
 
 /// The dearest type, which a node of is replaced by `cheap()`.
 fn big() -> InstanceType {

@@ -17,16 +17,16 @@ use std::collections::BTreeSet;
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
-use autoscaler_core::model::{Node, PodKey, Snapshot};
+use autoscaler_core::model::Node;
 use autoscaler_core::overlay::{Overlay, apply_overlays};
 use autoscaler_core::plan::{NewClaim, Plan};
-use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::quantity::Quantity;
 use autoscaler_core::requirements::{Operator, Requirements};
 use autoscaler_core::resources::Resources;
 use autoscaler_core::taints::{Effect, Taint};
 
 mod support;
+use support::provisioning::{claim_of, plan, run, scheduled, snapshot, target, type_names};
 
 use Operator::{Gt, In, Lt};
 
@@ -88,73 +88,11 @@ fn req(key: &str, op: Operator, values: &[&str]) -> Requirements {
 
 // ------------------------------------------------------------------ planning and reading
 
-fn snapshot(pools: Vec<PoolBuilder>, pods: Vec<PodBuilder>) -> Snapshot {
-    Snapshot {
-        pending: pods.into_iter().map(PodBuilder::build).collect(),
-        pools: pools.into_iter().map(PoolBuilder::build).collect(),
-        ..Snapshot::default()
-    }
-}
-
-/// Plans `snap` twice (both plans must agree) and prints the plan.
-fn run(snap: &Snapshot) -> Plan {
-    let plan = plan_provisioning(snap);
-    eprintln!("{}", plan.render());
-    assert_eq!(plan, plan_provisioning(snap), "deterministic");
-    plan
-}
-
-fn plan(pools: Vec<PoolBuilder>, pods: Vec<PodBuilder>) -> Plan {
-    run(&snapshot(pools, pods))
-}
-
 /// The same cluster planned as under `--preference-policy=ignore`.
 fn plan_ignoring_preferences(pools: Vec<PoolBuilder>, pods: Vec<PodBuilder>) -> Plan {
     let mut s = snapshot(pools, pods);
     s.ignore_preferences();
     run(&s)
-}
-
-fn key(name: &str) -> PodKey {
-    PodKey {
-        namespace: "default".into(),
-        name: name.into(),
-    }
-}
-
-/// The node, in-flight claim or new claim the plan gives pod `name`.
-fn target(plan: &Plan, name: &str) -> Option<String> {
-    let k = key(name);
-    plan.existing
-        .iter()
-        .chain(&plan.in_flight)
-        .find(|p| p.pod == k)
-        .map(|p| p.target.clone())
-        .or_else(|| {
-            plan.new_claims
-                .iter()
-                .find(|c| c.pods.contains(&k))
-                .map(|c| c.name.clone())
-        })
-}
-
-fn scheduled(plan: &Plan, name: &str) -> bool {
-    target(plan, name).is_some()
-}
-
-fn claim_of<'a>(plan: &'a Plan, name: &str) -> &'a NewClaim {
-    let k = key(name);
-    plan.new_claims
-        .iter()
-        .find(|c| c.pods.contains(&k))
-        .unwrap_or_else(|| panic!("{name} got no new claim:\n{}", plan.render()))
-}
-
-fn type_names(c: &NewClaim) -> Vec<&str> {
-    c.instance_types
-        .iter()
-        .map(|o| o.instance_type.as_str())
-        .collect()
 }
 
 /// The zones a claim may launch in (over all its acceptable offerings).

@@ -12,13 +12,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
-use autoscaler_core::model::{InFlightClaim, PodKey, Snapshot};
+use autoscaler_core::model::InFlightClaim;
 use autoscaler_core::plan::{NewClaim, Plan};
 use autoscaler_core::provision::{PlanOptions, plan_provisioning, plan_with};
 use autoscaler_core::requirements::{NodeSelector, Operator, Requirements};
 use autoscaler_core::taints::Toleration;
 
 mod support;
+use support::provisioning::{claim_of, key, plan, run, scheduled, snapshot, target, type_names};
 
 use Operator::{DoesNotExist, Exists, Gt, In, Lt, NotIn};
 
@@ -126,68 +127,6 @@ fn min_price(types: &[InstanceType]) -> f64 {
         .iter()
         .flat_map(|t| t.offerings.iter().map(|o| o.price))
         .fold(f64::INFINITY, f64::min)
-}
-
-fn snapshot(pools: Vec<PoolBuilder>, pods: Vec<PodBuilder>) -> Snapshot {
-    Snapshot {
-        pending: pods.into_iter().map(PodBuilder::build).collect(),
-        pools: pools.into_iter().map(PoolBuilder::build).collect(),
-        ..Snapshot::default()
-    }
-}
-
-/// Plans `snap` twice (the plan must not change) and prints it.
-fn run(snap: &Snapshot) -> Plan {
-    let plan = plan_provisioning(snap);
-    eprintln!("{}", plan.render());
-    assert_eq!(plan, plan_provisioning(snap), "deterministic");
-    plan
-}
-
-fn plan(pools: Vec<PoolBuilder>, pods: Vec<PodBuilder>) -> Plan {
-    run(&snapshot(pools, pods))
-}
-
-fn key(name: &str) -> PodKey {
-    PodKey {
-        namespace: "default".into(),
-        name: name.into(),
-    }
-}
-
-/// Where the plan puts pod `name`: a node, an in-flight claim or a new claim.
-fn target(plan: &Plan, name: &str) -> Option<String> {
-    let k = key(name);
-    plan.existing
-        .iter()
-        .chain(&plan.in_flight)
-        .find(|p| p.pod == k)
-        .map(|p| p.target.clone())
-        .or_else(|| {
-            plan.new_claims
-                .iter()
-                .find(|c| c.pods.contains(&k))
-                .map(|c| c.name.clone())
-        })
-}
-
-fn scheduled(plan: &Plan, name: &str) -> bool {
-    target(plan, name).is_some()
-}
-
-fn claim_of<'a>(plan: &'a Plan, name: &str) -> &'a NewClaim {
-    let k = key(name);
-    plan.new_claims
-        .iter()
-        .find(|c| c.pods.contains(&k))
-        .unwrap_or_else(|| panic!("{name} got no new claim"))
-}
-
-fn type_names(c: &NewClaim) -> Vec<&str> {
-    c.instance_types
-        .iter()
-        .map(|o| o.instance_type.as_str())
-        .collect()
 }
 
 fn reason(plan: &Plan, name: &str) -> String {

@@ -9,62 +9,23 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::builders::*;
-use autoscaler_core::instance::{CapacityType, InstanceType};
+use autoscaler_core::instance::CapacityType;
 use autoscaler_core::labels;
-use autoscaler_core::model::{
-    Node, Pod, PodAffinityTerm, Snapshot, TermNamespaces, TopologySpread,
-};
+use autoscaler_core::model::{Node, PodAffinityTerm, Snapshot, TermNamespaces, TopologySpread};
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Operator, Requirements};
 use autoscaler_core::taints::{Effect, Taint, Toleration};
 
 mod support;
-use support::with_spot;
+use support::topology::{
+    Z, dpool, labelled_spread_pods, materialize, round_snapshot, types, types_arch,
+};
 
-const Z: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
 const ZONE: &str = labels::ZONE;
 const HOST: &str = labels::HOSTNAME;
 const CT: &str = labels::CAPACITY_TYPE;
 const ARCH: &str = labels::ARCH;
-
-/// amd64 types, spot and on-demand, in the three zones.
-fn types() -> Vec<InstanceType> {
-    [
-        ("m5.large", "2", "8Gi", 0.096),
-        ("m5.xlarge", "4", "16Gi", 0.192),
-        ("m5.2xlarge", "8", "32Gi", 0.384),
-        ("m5.4xlarge", "16", "64Gi", 0.768),
-    ]
-    .into_iter()
-    .map(|(n, c, m, p)| with_spot(itype(n).cpu(c).mem(m).on_demand(&Z, p).build()))
-    .collect()
-}
-
-/// amd64 and arm64 types, spot and on-demand.
-fn types_arch() -> Vec<InstanceType> {
-    let mut t = types();
-    for (n, c, m, p) in [
-        ("a1.large", "2", "8Gi", 0.09),
-        ("a1.xlarge", "4", "16Gi", 0.18),
-    ] {
-        let mut it = with_spot(
-            itype(n)
-                .cpu(c)
-                .mem(m)
-                .label(ARCH, "arm64")
-                .on_demand(&Z, p)
-                .build(),
-        );
-        it.arch = "arm64".into();
-        t.push(it);
-    }
-    t
-}
-
-fn dpool() -> PoolBuilder {
-    pool("default", types()).require(CT, Operator::Exists, &[])
-}
 
 fn sel(app: &str) -> Requirements {
     Requirements::new().with("app", Operator::In, &[app])
@@ -116,36 +77,17 @@ impl Sim {
     fn run(&mut self, pods: Vec<PodBuilder>) -> Plan {
         self.round += 1;
         let r = self.round;
-        let pending: Vec<Pod> = pods
-            .into_iter()
-            .map(|p| {
-                let mut p = p.build();
-                p.key.name = format!("r{r}-{}", p.key.name);
-                p
-            })
-            .collect();
-        let mut snap = Snapshot {
-            pending: pending.clone(),
-            nodes: self.nodes.clone(),
-            pools: self.pools.iter().cloned().map(|p| p.build()).collect(),
-            ..Snapshot::default()
+        let snap = round_snapshot(pods, r, &self.nodes, &self.pools);
+        // The nodes keep the pods as given: only the plan ignores their preferences.
+        let plan = if self.ignore_preferences {
+            let mut ignoring = snap.clone();
+            ignoring.ignore_preferences();
+            plan_provisioning(&ignoring)
+        } else {
+            plan_provisioning(&snap)
         };
-        if self.ignore_preferences {
-            snap.ignore_preferences();
-        }
-        let plan = plan_provisioning(&snap);
         eprintln!("--- round {r}\n{}", plan.render());
-        let by_key: BTreeMap<_, _> = pending.iter().map(|p| (p.key.clone(), p.clone())).collect();
-        for pl in &plan.existing {
-            let n = self.nodes.iter_mut().find(|n| n.name == pl.target).unwrap();
-            n.pods.push(by_key[&pl.pod].clone());
-        }
-        assert!(plan.in_flight.is_empty());
-        for c in &plan.new_claims {
-            let pods: Vec<Pod> = c.pods.iter().map(|k| by_key[k].clone()).collect();
-            let n = support::launch(&snap, c, &format!("r{r}-{}", c.name), pods);
-            self.nodes.push(n);
-        }
+        materialize(&snap, &plan, r, &mut self.nodes);
         self.last = plan.clone();
         plan
     }
@@ -192,13 +134,7 @@ fn sorted(mut v: Vec<usize>) -> Vec<usize> {
 
 /// `n` pods `<prefix>-<i>` labelled app=test with these spreads.
 fn spread_pods(prefix: &str, n: usize, spreads: &[TopologySpread]) -> Vec<PodBuilder> {
-    (0..n)
-        .map(|i| {
-            let mut p = pod(&format!("{prefix}-{i}")).label("app", "test");
-            p.0.spread = spreads.to_vec();
-            p
-        })
-        .collect()
+    labelled_spread_pods(prefix, n, "app", spreads)
 }
 
 fn zone1(skew: u32) -> TopologySpread {

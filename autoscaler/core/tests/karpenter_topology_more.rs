@@ -10,20 +10,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::builders::*;
-use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
-use autoscaler_core::model::{
-    Node, Pod, PodAffinityTerm, Snapshot, TermNamespaces, TopologySpread,
-};
+use autoscaler_core::model::{Node, PodAffinityTerm, TermNamespaces, TopologySpread};
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::plan_provisioning;
 use autoscaler_core::requirements::{Constraint, Operator, Requirements, ValueSet};
 use autoscaler_core::taints::{Effect, Taint, Toleration, TolerationOperator};
 
 mod support;
-use support::with_spot;
+use support::topology::{
+    Z, dpool, labelled_spread_pods, materialize, round_snapshot, types, types_arch, types_with_pods,
+};
 
-const Z: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
 const ZONE: &str = labels::ZONE;
 const HOST: &str = labels::HOSTNAME;
 const CT: &str = labels::CAPACITY_TYPE;
@@ -32,59 +30,6 @@ const ARCH: &str = labels::ARCH;
 const FAKE: &str = "fake-label";
 
 // ---------------------------------------------------------------- fixtures
-
-/// amd64 types of 2 to 16 cpus, spot and on demand, in the three zones, each holding
-/// `pods` pods at most.
-fn types_with_pods(pods: i64) -> Vec<InstanceType> {
-    [
-        ("m5.large", "2", "8Gi", 0.096),
-        ("m5.xlarge", "4", "16Gi", 0.192),
-        ("m5.2xlarge", "8", "32Gi", 0.384),
-        ("m5.4xlarge", "16", "64Gi", 0.768),
-    ]
-    .into_iter()
-    .map(|(n, c, m, p)| {
-        with_spot(
-            itype(n)
-                .cpu(c)
-                .mem(m)
-                .max_pods(pods)
-                .on_demand(&Z, p)
-                .build(),
-        )
-    })
-    .collect()
-}
-
-fn types() -> Vec<InstanceType> {
-    types_with_pods(110)
-}
-
-/// [`types`] and two arm64 types (2 and 4 cpus), spot and on demand.
-fn types_arch() -> Vec<InstanceType> {
-    let mut all = types();
-    for (n, c, m, p) in [
-        ("a1.large", "2", "8Gi", 0.09),
-        ("a1.xlarge", "4", "16Gi", 0.18),
-    ] {
-        let mut t = with_spot(
-            itype(n)
-                .cpu(c)
-                .mem(m)
-                .label(ARCH, "arm64")
-                .on_demand(&Z, p)
-                .build(),
-        );
-        t.arch = "arm64".into();
-        all.push(t);
-    }
-    all
-}
-
-/// The suite's NodePool: any capacity type.
-fn dpool() -> PoolBuilder {
-    pool("default", types()).require(CT, Operator::Exists, &[])
-}
 
 /// `test In [v]`: the suite labels its spread pods `test=test`.
 fn test_sel(v: &str) -> Requirements {
@@ -134,13 +79,7 @@ fn term(key: &str, selector: Requirements, namespaces: TermNamespaces) -> PodAff
 
 /// `n` pods `<prefix>-<i>` labelled `test=test` with these spreads.
 fn test_pods(prefix: &str, n: usize, spreads: &[TopologySpread]) -> Vec<PodBuilder> {
-    (0..n)
-        .map(|i| {
-            let mut p = pod(&format!("{prefix}-{i}")).label("test", "test");
-            p.0.spread = spreads.to_vec();
-            p
-        })
-        .collect()
+    labelled_spread_pods(prefix, n, "test", spreads)
 }
 
 fn with_cpu(pods: Vec<PodBuilder>, cpu: &str) -> Vec<PodBuilder> {
@@ -169,34 +108,11 @@ impl Cluster {
     fn run(&mut self, pods: Vec<PodBuilder>) -> Plan {
         self.round += 1;
         let r = self.round;
-        let pending: Vec<Pod> = pods
-            .into_iter()
-            .map(|p| {
-                let mut p = p.build();
-                p.key.name = format!("r{r}-{}", p.key.name);
-                p
-            })
-            .collect();
-        let snap = Snapshot {
-            pending: pending.clone(),
-            nodes: self.nodes.clone(),
-            pools: self.pools.iter().cloned().map(PoolBuilder::build).collect(),
-            ..Snapshot::default()
-        };
+        let snap = round_snapshot(pods, r, &self.nodes, &self.pools);
         let plan = plan_provisioning(&snap);
         eprintln!("--- round {r}\n{}", plan.render());
         assert_eq!(plan, plan_provisioning(&snap), "deterministic");
-        let by_key: BTreeMap<_, _> = pending.iter().map(|p| (p.key.clone(), p.clone())).collect();
-        for pl in &plan.existing {
-            let n = self.nodes.iter_mut().find(|n| n.name == pl.target).unwrap();
-            n.pods.push(by_key[&pl.pod].clone());
-        }
-        assert!(plan.in_flight.is_empty(), "{}", plan.render());
-        for c in &plan.new_claims {
-            let pods: Vec<Pod> = c.pods.iter().map(|k| by_key[k].clone()).collect();
-            let n = support::launch(&snap, c, &format!("r{r}-{}", c.name), pods);
-            self.nodes.push(n);
-        }
+        materialize(&snap, &plan, r, &mut self.nodes);
         plan
     }
 

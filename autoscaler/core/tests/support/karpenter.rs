@@ -75,15 +75,6 @@ pub fn rs_pod(name: &str) -> PodBuilder {
     pod(name).label("app", "test")
 }
 
-/// The cluster of `nodes` and `pools`.
-pub fn snap(nodes: Vec<NodeBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
-    Snapshot {
-        nodes: nodes.into_iter().map(NodeBuilder::build).collect(),
-        pools: pools.into_iter().map(PoolBuilder::build).collect(),
-        ..Snapshot::default()
-    }
-}
-
 /// Karpenter has no parallelism limits.
 pub fn config() -> DisruptionConfig {
     DisruptionConfig {

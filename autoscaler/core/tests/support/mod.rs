@@ -1,14 +1,14 @@
 //! Fixtures the core's scenario tests share (`planner_scenarios`, `dra_scenarios`,
 //! `four_encodings`, the Karpenter and Cluster Autoscaler suites): the instance types they plan
 //! with, the check that renders a plan against its expectation, the node a planned claim
-//! becomes, and the nodes a disruption plan removes.
+//! becomes, the cluster of given nodes and pools, and the nodes a disruption plan removes.
 // Each test file uses only some of the fixtures.
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
 
 use autoscaler_core::DisruptionPlan;
-use autoscaler_core::builders::{itype, node};
+use autoscaler_core::builders::{NodeBuilder, PoolBuilder, itype, node};
 use autoscaler_core::instance::{CapacityType, InstanceType, Offering};
 use autoscaler_core::labels;
 use autoscaler_core::model::{Group, Node, Pod, Snapshot};
@@ -16,7 +16,10 @@ use autoscaler_core::plan::{NewClaim, Plan};
 use autoscaler_core::provision::plan_provisioning;
 use expect_test::Expect;
 
+pub mod ca;
 pub mod karpenter;
+pub mod provisioning;
+pub mod topology;
 
 /// Three zones of one region.
 pub const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
@@ -176,6 +179,15 @@ pub fn launch(snap: &Snapshot, c: &NewClaim, name: &str, pods: Vec<Pod>) -> Node
         nb = nb.with_pod(p);
     }
     nb.build()
+}
+
+/// The cluster of `nodes` and `pools`, nothing pending.
+pub fn snap(nodes: Vec<NodeBuilder>, pools: Vec<PoolBuilder>) -> Snapshot {
+    Snapshot {
+        nodes: nodes.into_iter().map(NodeBuilder::build).collect(),
+        pools: pools.into_iter().map(PoolBuilder::build).collect(),
+        ..Snapshot::default()
+    }
 }
 
 /// The nodes a disruption plan's commands remove.
