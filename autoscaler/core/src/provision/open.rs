@@ -219,7 +219,9 @@ impl Planner<'_> {
                 if !self.hints.contains_key(&ci) {
                     let vocabulary = (self.vocabulary)
                         .get_or_init(|| crate::vocabulary::Vocabulary::of_pools(&self.snap.pools));
-                    let hint = vocabulary.hint(&self.classes[ci].terms);
+                    // The pod's own terms, not the class's: a value the topology pins added
+                    // was chosen by the plan, and "did you mean" would blame the user for it.
+                    let hint = vocabulary.hint(&snap.pending[i].node_selector.terms);
                     self.hints.insert(ci, hint);
                 }
                 Err(self.summarize(reasons) + &self.hints[&ci])
