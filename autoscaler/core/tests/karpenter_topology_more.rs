@@ -225,13 +225,13 @@ fn pool_in_zones(zones: &[&str]) -> PoolBuilder {
     pool("default", types()).require(ZONE, Operator::In, zones)
 }
 
-#[test]
-fn zonal_should_not_violate_max_skew_when_unsat_do_not_schedule() {
-    // Round 1 may only launch in zone 1 and puts one 1.1-cpu pod there; round 2 may only launch
-    // in zones 2 and 3: with zone 1 at one pod, each of them takes two and six pods wait.
+/// Round 1 may only launch in zone 1 and puts one 1.1-cpu pod there, with `first_spread`;
+/// round 2 may only launch in zones 2 and 3 and brings ten pods spread over zones with skew 1:
+/// with zone 1 at one pod, zones 2 and 3 take two each and six pods wait.
+fn zone_1_then_zones_2_and_3(first_spread: &[TopologySpread]) {
     let sp = [spread(ZONE, 1, test_sel("test"))];
     let mut c = Cluster::new(vec![pool_in_zones(&Z[..1])]);
-    c.run(with_cpu(test_pods("first", 1, &sp), "1.1"));
+    c.run(with_cpu(test_pods("first", 1, first_spread), "1.1"));
     assert_eq!(c.skew(ZONE, &test_sel("test")), vec![1]);
     c.pools = vec![pool_in_zones(&Z[1..])];
     let plan = c.run(with_cpu(test_pods("p", 10, &sp), "1.1"));
@@ -245,21 +245,15 @@ fn zonal_should_not_violate_max_skew_when_unsat_do_not_schedule() {
 }
 
 #[test]
+fn zonal_should_not_violate_max_skew_when_unsat_do_not_schedule() {
+    zone_1_then_zones_2_and_3(&[spread(ZONE, 1, test_sel("test"))]);
+}
+
+#[test]
 fn zonal_should_not_violate_max_skew_when_unsat_do_not_schedule_discover_domains() {
-    // As above, but the zone-1 pod has no spread of its own: zone 1 is found from the node it
-    // runs on, and still counts.
-    let sp = [spread(ZONE, 1, test_sel("test"))];
-    let mut c = Cluster::new(vec![pool_in_zones(&Z[..1])]);
-    c.run(with_cpu(test_pods("first", 1, &[]), "1.1"));
-    c.pools = vec![pool_in_zones(&Z[1..])];
-    let plan = c.run(with_cpu(test_pods("p", 10, &sp), "1.1"));
-    assert_eq!(
-        c.skew(ZONE, &test_sel("test")),
-        vec![1, 2, 2],
-        "{}",
-        plan.render()
-    );
-    assert_eq!(plan.unschedulable.len(), 6, "{}", plan.render());
+    // The zone-1 pod has no spread of its own: zone 1 is found from the node it runs on, and
+    // still counts.
+    zone_1_then_zones_2_and_3(&[]);
 }
 
 // ---------------------------------------------------------------- CapacityType
