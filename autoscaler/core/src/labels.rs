@@ -7,6 +7,31 @@ pub const ZONE: &str = "topology.kubernetes.io/zone";
 /// AWS's zone ID (`use1-az1`), the same physical zone in every account; read as the zones it
 /// names ([`crate::zone_ids`]).
 pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
+/// Deprecated and driver-specific keys that name a well-known label, with the key they are
+/// read as. Kubernetes still sets the `beta` and `failure-domain` labels beside the stable
+/// ones, and the EBS, GCE PD and Azure Disk CSI drivers write their own zone key into the node
+/// affinity of the volumes they provision; Karpenter reads each as the stable key
+/// (`NormalizedLabels`, with the AWS and Azure providers adding their CSI zone keys), so a
+/// requirement on one is a requirement on the other.
+pub const NORMALIZED: &[(&str, &str)] = &[
+    ("failure-domain.beta.kubernetes.io/zone", ZONE),
+    ("failure-domain.beta.kubernetes.io/region", REGION),
+    ("beta.kubernetes.io/arch", ARCH),
+    ("beta.kubernetes.io/os", OS),
+    ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
+    ("topology.ebs.csi.aws.com/zone", ZONE),
+    ("topology.gke.io/zone", ZONE),
+    ("topology.disk.csi.azure.com/zone", ZONE),
+];
+
+/// The key a requirement on `key` is read as ([`NORMALIZED`]); `key` itself for every other.
+pub fn normalized(key: &str) -> &str {
+    NORMALIZED
+        .iter()
+        .find(|(from, _)| *from == key)
+        .map_or(key, |(_, to)| to)
+}
+
 /// `topology.kubernetes.io/region`.
 pub const REGION: &str = "topology.kubernetes.io/region";
 /// `node.kubernetes.io/instance-type`.

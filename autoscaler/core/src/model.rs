@@ -214,11 +214,13 @@ pub struct PodShape {
     pub node_selector: NodeSelector,
     /// Preferred node affinity: (weight, term).
     pub preferred: Vec<(i32, Requirements)>,
-    /// The pod's own node selection while the planner holds one of its preferred node
-    /// affinity terms as required (ANDed into `node_selector`, see
-    /// `provision::preferences`): topology spreads list and count domains by it, as
-    /// Karpenter's strict requirements do, so a held preference narrows where the pod may go
-    /// but not which domains its skew counts. `None` otherwise; never set by loaders.
+    /// The pod's own node selection when `node_selector` holds more than the pod states: a
+    /// preferred node affinity term the planner holds as required (see
+    /// `provision::preferences`), or the node affinity of its volumes (the controller ANDs
+    /// the zones of a bound PersistentVolume or of a StorageClass's `allowedTopologies` in).
+    /// Topology spreads list and count domains by it, as Karpenter counts them by the pod's
+    /// own requirements, so those narrow where the pod may go but not which domains its skew
+    /// counts. `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict_node_selector: Option<NodeSelector>,
     /// Tolerations.

@@ -305,8 +305,10 @@ impl Requirements {
         self
     }
 
-    /// ANDs a constraint on `key`.
+    /// ANDs a constraint on `key`, read as its stable key where `key` is a deprecated or
+    /// driver-specific name of one ([`crate::labels::normalized`]).
     pub fn add_constraint(&mut self, key: &str, c: Constraint) {
+        let key = crate::labels::normalized(key);
         match self.keys.get_mut(key) {
             Some(cur) => *cur = cur.intersect(&c),
             None => {
@@ -457,6 +459,34 @@ impl NodeSelector {
         self.terms.is_empty() || self.terms.iter().any(|t| t.matches(labels))
     }
 
+    /// This selector ANDed with one of `alternatives` (an OR of requirement sets, as the
+    /// terms of a volume's node affinity): every pairing of a term with an alternative that
+    /// can be met. When none can, every pairing is kept, matching no node, so the result never
+    /// becomes the empty selector (which would mean no constraint). No alternatives leaves the
+    /// selector as it is.
+    pub fn and_any(&self, alternatives: &[Requirements]) -> NodeSelector {
+        if alternatives.is_empty() {
+            return self.clone();
+        }
+        let met: Vec<Requirements> = alternatives
+            .iter()
+            .flat_map(|a| self.compatible_terms(a))
+            .collect();
+        if !met.is_empty() {
+            return NodeSelector { terms: met };
+        }
+        let all = |a: &Requirements| -> Vec<Requirements> {
+            if self.terms.is_empty() {
+                vec![a.clone()]
+            } else {
+                self.terms.iter().map(|t| t.intersect(a)).collect()
+            }
+        };
+        NodeSelector {
+            terms: alternatives.iter().flat_map(all).collect(),
+        }
+    }
+
     /// Terms that stay satisfiable together with `other`, each intersected with it. Empty when
     /// no term is compatible; a selector without terms yields `[other]`.
     pub fn compatible_terms(&self, other: &Requirements) -> Vec<Requirements> {
@@ -485,6 +515,61 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn deprecated_and_csi_zone_keys_are_read_as_the_stable_keys() {
+        let r = Requirements::new()
+            .with(
+                "failure-domain.beta.kubernetes.io/zone",
+                Operator::In,
+                &["a", "b"],
+            )
+            .with("topology.ebs.csi.aws.com/zone", Operator::In, &["b", "c"])
+            .with("beta.kubernetes.io/arch", Operator::In, &["arm64"]);
+        assert_eq!(r.iter().count(), 2);
+        assert!(r.matches(&labels(&[
+            ("topology.kubernetes.io/zone", "b"),
+            ("kubernetes.io/arch", "arm64")
+        ])));
+        assert!(!r.matches(&labels(&[
+            ("topology.kubernetes.io/zone", "a"),
+            ("kubernetes.io/arch", "arm64")
+        ])));
+        let from_map =
+            Requirements::from_labels(&labels(&[("beta.kubernetes.io/instance-type", "m5.large")]));
+        assert!(from_map.get("node.kubernetes.io/instance-type").is_some());
+        assert_eq!(
+            crate::labels::normalized("example.com/zone"),
+            "example.com/zone"
+        );
+    }
+
+    #[test]
+    fn and_any_pairs_terms_with_alternatives_and_keeps_only_those_that_can_be_met() {
+        let zone = |v: &[&str]| Requirements::new().with("zone", Operator::In, v);
+        let arch = |v: &str| Requirements::new().with("arch", Operator::In, &[v]);
+        // No terms: the alternatives themselves.
+        let free = NodeSelector::default().and_any(&[zone(&["a"]), zone(&["b"])]);
+        assert_eq!(free.terms, vec![zone(&["a"]), zone(&["b"])]);
+        // Terms over zones a|b (amd64) or c (arm64), a volume in b or c: the pairings that can
+        // be met, in order, and none that cannot.
+        let pod = NodeSelector {
+            terms: vec![
+                zone(&["a", "b"]).intersect(&arch("amd64")),
+                zone(&["c"]).intersect(&arch("arm64")),
+            ],
+        };
+        let both = pod.and_any(&[zone(&["b"]), zone(&["c"])]);
+        assert_eq!(both.terms.len(), 2);
+        assert!(both.matches(&labels(&[("zone", "b"), ("arch", "amd64")])));
+        assert!(both.matches(&labels(&[("zone", "c"), ("arch", "arm64")])));
+        assert!(!both.matches(&labels(&[("zone", "a"), ("arch", "amd64")])));
+        // None can be met: every pairing is kept, so nothing matches (never "no constraint").
+        let none = pod.and_any(&[zone(&["d"])]);
+        assert_eq!(none.terms.len(), 2);
+        assert!(!none.matches(&labels(&[("zone", "d"), ("arch", "amd64")])));
+        assert_eq!(pod.and_any(&[]), pod);
     }
 
     #[test]

@@ -1135,22 +1135,31 @@ fn should_create_a_nodeclaim_with_resource_requests_with_daemon_overhead() {
     assert_eq!(claim_of(&plan, "p").requests, want);
 }
 
-/// Found by review: well-known keys in the `kubernetes.io` domains, deprecated spellings
-/// included, are never labels a NodePool invents (Karpenter's `WellKnownLabels` and
-/// `NormalizedLabels`): a pool requiring `beta.kubernetes.io/arch In [arm64]` over amd64 types
-/// gives a pod selecting it no node, and `node.kubernetes.io/windows-build NotIn [x]` puts no
-/// value on the node.
+/// Found by review: well-known keys in the `kubernetes.io` domains are never labels a
+/// NodePool invents (Karpenter's `WellKnownLabels`), and a deprecated spelling is read as the
+/// stable key (`NormalizedLabels`): a pool requiring `beta.kubernetes.io/arch In [amd64]` over
+/// arm64 types gives a pod selecting it no node, the same pod selecting `arm64` gets one
+/// labelled by the stable key, and `node.kubernetes.io/windows-build NotIn [x]` puts no value
+/// on the node.
 #[test]
 fn well_known_and_deprecated_keys_are_never_invented_by_a_nodepool() {
     let beta_arch = "beta.kubernetes.io/arch";
-    let np = pool("default", vec![mem_type("amd", "4Gi", 0.1).build()]).require(
-        beta_arch,
-        In,
-        &["arm64"],
-    );
-    let p = pod("p").require(beta_arch, In, &["arm64"]);
-    let refused = plan(vec![np], vec![p]);
+    let arm_only = || vec![mem_type("arm", "4Gi", 0.1).build()];
+    let np = pool("default", arm_only()).require(beta_arch, In, &["amd64"]);
+    let refused = plan(vec![np], vec![pod("p").require(beta_arch, In, &["amd64"])]);
     assert!(!scheduled(&refused, "p"), "{}", refused.render());
+    let np = pool("default", arm_only()).require(beta_arch, In, &["arm64"]);
+    let read = plan(vec![np], vec![pod("p").require(beta_arch, In, &["arm64"])]);
+    assert!(scheduled(&read, "p"), "{}", read.render());
+    let c = claim_of(&read, "p");
+    assert!(c.requirements.get(beta_arch).is_none(), "{}", read.render());
+    assert!(
+        c.requirements
+            .get(autoscaler_core::labels::ARCH)
+            .is_some_and(|a| a.matches(Some("arm64")) && !a.matches(Some("amd64"))),
+        "{}",
+        read.render()
+    );
     let build = "node.kubernetes.io/windows-build";
     let np = pool("default", vec![mem_type("amd", "4Gi", 0.1).build()]).require(
         build,

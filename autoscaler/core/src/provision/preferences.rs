@@ -127,8 +127,12 @@ fn holding(pod: &PodShape, given_up: usize) -> PodShape {
         }
     }
     if let Some(i) = held_node {
-        out.node_selector = require(&pod.node_selector, &pod.preferred[i].1);
-        out.strict_node_selector = Some(pod.node_selector.clone());
+        out.node_selector = pod
+            .node_selector
+            .and_any(std::slice::from_ref(&pod.preferred[i].1));
+        // Spreads keep counting by what the pod states itself, not by what a volume or this
+        // held term adds.
+        out.strict_node_selector = Some(pod.own_node_selector().clone());
     }
     for (i, t) in pod.spread.iter().enumerate() {
         let soft_at = order.iter().position(|s| *s == Soft::Spread(i));
@@ -143,18 +147,6 @@ fn holding(pod: &PodShape, given_up: usize) -> PodShape {
         }
     }
     out
-}
-
-/// `selector` with `term` required too: ANDed into each of its alternatives (one that
-/// cannot be met with it stays, matching no node, so the selector never becomes empty,
-/// which would mean no constraint).
-fn require(selector: &NodeSelector, term: &Requirements) -> NodeSelector {
-    if selector.terms.is_empty() {
-        return NodeSelector::single(term.clone());
-    }
-    NodeSelector {
-        terms: selector.terms.iter().map(|t| t.intersect(term)).collect(),
-    }
 }
 
 /// What [`plan_relaxing`] returns: the last pass's plan (made on the snapshot with the pods
