@@ -10,9 +10,12 @@
 //! non-terminal pods already bound there request; `NoSchedule`/`NoExecute` taints are tolerated;
 //! `nodeSelector` and required node affinity (`matchExpressions` and `matchFields` on
 //! `metadata.name`) match; a pod's DRA claims can be allocated on the node (`dra.rs`); a pod's
-//! GPU share fits a device of the node (below). Pod groups bind all or nothing (`binder/gangs.rs`).
-//! Not modelled: pod (anti-)affinity, topology
-//! spread, preemption, host ports, volumes, scheduling gates other than "has any gate".
+//! GPU share fits a device of the node (below); the node affinity of every PersistentVolume
+//! the pod's claims are bound to matches (kube-scheduler's `VolumeBinding` filter for bound
+//! claims; a claim or volume not found leaves the pod unschedulable, naming it). Pod groups
+//! bind all or nothing (`binder/gangs.rs`).
+//! Not modelled: pod (anti-)affinity, topology spread, preemption, host ports, provisioning
+//! unbound claims (they are let through), scheduling gates other than "has any gate".
 //!
 //! GPU sharing, per encoding, as the component that serves it in a real cluster would:
 //! - **Time-slicing** (NVIDIA device plugin): the node advertises each GPU `replicas` times as
@@ -182,12 +185,17 @@ fn requirement_matches(expr: &Value, value: Option<&str>) -> bool {
 }
 
 pub(crate) fn affinity_matches(pod: &Value, node: &Value) -> bool {
-    let Some(terms) = pod
+    match pod
         .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array)
-    else {
-        return true;
-    };
+    {
+        Some(terms) => terms_match(terms, node),
+        None => true,
+    }
+}
+
+/// Whether `node` matches one of the node selector `terms` (an empty term matches nothing).
+fn terms_match(terms: &[Value], node: &Value) -> bool {
     let labels = node.pointer("/metadata/labels");
     let name = node.pointer("/metadata/name").and_then(Value::as_str);
     terms.iter().any(|term| {
@@ -241,6 +249,74 @@ impl NodeView {
             *self.free.entry(s.resource.clone()).or_default() -= 1000 * opened;
         }
     }
+}
+
+/// The node selector terms of every PersistentVolume `pod`'s claims are bound to (a
+/// generic ephemeral volume's claim is `<pod>-<volume>`), or why the pod cannot be scheduled
+/// at all, in kube-scheduler's words. Unbound claims add nothing.
+fn volume_terms(state: &State, pod: &Value) -> Result<Vec<Vec<Value>>, String> {
+    let ns = meta_str(pod, "namespace");
+    let (Some(claims_def), Some(volumes_def)) = (
+        state.def("", "persistentvolumeclaims"),
+        state.def("", "persistentvolumes"),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for v in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let claim = match (
+            v.pointer("/persistentVolumeClaim/claimName")
+                .and_then(Value::as_str),
+            v.get("ephemeral"),
+        ) {
+            (Some(c), _) => c.to_string(),
+            (None, Some(_)) => format!(
+                "{}-{}",
+                meta_str(pod, "name"),
+                v["name"].as_str().unwrap_or_default()
+            ),
+            (None, None) => continue,
+        };
+        let pvc = state
+            .get(&claims_def, ns, &claim)
+            .map_err(|_| format!("persistentvolumeclaim \"{claim}\" not found"))?;
+        let Some(pv_name) = pvc
+            .pointer("/spec/volumeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        else {
+            continue;
+        };
+        let pv = state
+            .get(&volumes_def, "", pv_name)
+            .map_err(|_| format!("persistentvolume \"{pv_name}\" not found"))?;
+        if let Some(terms) = pv
+            .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
+            .and_then(Value::as_array)
+        {
+            out.push(terms.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// [`misfit`], then the node affinity of the pod's bound volumes (`volumes`, from
+/// [`volume_terms`]).
+fn misfit_with_volumes(
+    pod: &Value,
+    ask: &Ask,
+    n: &NodeView,
+    volumes: &[Vec<Value>],
+) -> Option<String> {
+    misfit(pod, ask, n).or_else(|| {
+        (!volumes.iter().all(|terms| terms_match(terms, &n.node)))
+            .then(|| "node(s) had volume node affinity conflict".to_string())
+    })
 }
 
 /// Why a pod does not fit a node (`None` when it fits), in kube-scheduler's words.
@@ -564,6 +640,13 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         }
         // Resources first: it is the cheapest check and rules out full nodes at once; the
         // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
+        let volumes = match volume_terms(state, pod) {
+            Ok(v) => v,
+            Err(message) => {
+                mark_unschedulable(state, pod, &message);
+                continue;
+            }
+        };
         let mut chosen = None;
         if let Some((g, _)) = group_of(pod) {
             let verdict = held.entry(g).or_insert_with_key(|g| {
@@ -577,7 +660,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         }
         for i in candidates(&ask, &views, opts) {
             let n = &views[i];
-            if misfit(pod, &ask, n).is_some() {
+            if misfit_with_volumes(pod, &ask, n, &volumes).is_some() {
                 continue;
             }
             let Some(at) = n.place(&ask) else {
@@ -592,7 +675,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         }
         if chosen.is_none() {
             for n in &views {
-                let why = misfit(pod, &ask, n).or_else(|| {
+                let why = misfit_with_volumes(pod, &ask, n, &volumes).or_else(|| {
                     dra.as_mut()
                         .filter(|_| claims)
                         .and_then(|d| d.fit(pod, &n.node).err())

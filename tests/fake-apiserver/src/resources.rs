@@ -30,6 +30,9 @@ pub(crate) enum Builtin {
     ResourceClaimTemplate,
     DeviceClass,
     ResourceSlice,
+    PersistentVolumeClaim,
+    PersistentVolume,
+    StorageClass,
 }
 
 /// One served version of a resource.
@@ -292,6 +295,36 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
         ),
         pdbs,
         builtin(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+            true,
+            Builtin::PersistentVolumeClaim,
+            &[],
+        ),
+        builtin(
+            "",
+            "v1",
+            "PersistentVolume",
+            "persistentvolumes",
+            false,
+            true,
+            Builtin::PersistentVolume,
+            &[],
+        ),
+        builtin(
+            "storage.k8s.io",
+            "v1",
+            "StorageClass",
+            "storageclasses",
+            false,
+            false,
+            Builtin::StorageClass,
+            &[],
+        ),
+        builtin(
             "coordination.k8s.io",
             "v1",
             "Lease",
@@ -516,6 +549,9 @@ pub(crate) fn typed_roundtrip(b: Builtin, v: Value) -> Result<Value, serde_json:
         }
         Builtin::DeviceClass => roundtrip::<api::resource::v1::DeviceClass>(v),
         Builtin::ResourceSlice => roundtrip::<api::resource::v1::ResourceSlice>(v),
+        Builtin::PersistentVolumeClaim => roundtrip::<api::core::v1::PersistentVolumeClaim>(v),
+        Builtin::PersistentVolume => roundtrip::<api::core::v1::PersistentVolume>(v),
+        Builtin::StorageClass => roundtrip::<api::storage::v1::StorageClass>(v),
     }
 }
 

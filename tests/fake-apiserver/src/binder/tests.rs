@@ -421,3 +421,68 @@ fn tolerations_and_affinity() {
         &node
     ));
 }
+
+#[test]
+fn a_bound_volume_keeps_its_pod_to_the_nodes_its_affinity_names() {
+    let mut st = State::new(1000, 16, false);
+    for (name, zone) in [("a", "zone-a"), ("b", "zone-b")] {
+        add_node(&mut st, name, json!({}));
+        let def = st.def("", "nodes").unwrap();
+        let mut n = (*st.get(&def, "", name).unwrap()).clone();
+        n["metadata"]["labels"] = json!({"topology.kubernetes.io/zone": zone});
+        st.update(
+            &def,
+            "",
+            name,
+            n,
+            crate::store::Part::Main,
+            &WriteOpts::default(),
+        )
+        .unwrap();
+    }
+    let pv = st.def("", "persistentvolumes").unwrap();
+    st.create(&pv, "", json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pv-b"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}]}}}}),
+        &WriteOpts::default()).unwrap();
+    let pvc = st.def("", "persistentvolumeclaims").unwrap();
+    for (claim, volume) in [("data", Some("pv-b")), ("fresh", None)] {
+        let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}});
+        if let Some(v) = volume {
+            c["spec"]["volumeName"] = json!(v);
+        }
+        st.create(&pvc, "default", c, &WriteOpts::default())
+            .unwrap();
+    }
+    let pods = st.def("", "pods").unwrap();
+    for (name, claim) in [("bound", "data"), ("unbound", "fresh"), ("lost", "gone")] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "x"}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}});
+        st.create(&pods, "default", pod, &WriteOpts::default())
+            .unwrap();
+    }
+    pass(&mut st);
+    // First fit by name would take node a; the volume lives in zone b.
+    assert_eq!(placed(&st, "bound"), Ok("b".to_string()));
+    assert_eq!(placed(&st, "unbound"), Ok("a".to_string()));
+    unschedulable(&st, "lost", "persistentvolumeclaim \"gone\" not found");
+    // With node b gone the bound pod's only node is in the wrong zone.
+    add_pod(&mut st, "later", json!({}), json!({}), None);
+    let def = st.def("", "nodes").unwrap();
+    st.delete(&def, "", "b", &Value::Null, &WriteOpts::default())
+        .unwrap();
+    let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "second"},
+        "spec": {"containers": [{"name": "c", "image": "x"}],
+            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}});
+    p["metadata"]["namespace"] = json!("default");
+    st.create(&pods, "default", p, &WriteOpts::default())
+        .unwrap();
+    pass(&mut st);
+    unschedulable(&st, "second", "1 node(s) had volume node affinity conflict");
+}
