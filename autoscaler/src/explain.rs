@@ -42,6 +42,7 @@ use crate::controller::consolidatable;
 use crate::controller::gangs::GangObjects;
 use crate::controller::settings::RunArgs;
 use crate::controller::snapshot::{Built, Inputs, SnapshotBuilder};
+use crate::controller::volumes::{VolumeIndex, VolumeObjects};
 use crate::controller::{Error, Result, pod_problems, provreq, translate};
 
 /// The `apiVersion` of `explain --json` output.
@@ -139,6 +140,8 @@ pub struct ClusterRead {
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// Every NodeOverlay (none when its CRD is not installed).
     pub overlays: Vec<Arc<NodeOverlay>>,
+    /// Every PersistentVolumeClaim, PersistentVolume and StorageClass (volume topology).
+    pub volumes: VolumeObjects,
     /// Plan without pods' preferences, as the controller does under
     /// `--preference-policy=ignore` (false from [`ClusterRead::list`]; the caller sets it).
     pub ignore_preferences: bool,
@@ -194,6 +197,11 @@ impl ClusterRead {
                 Err(e) if e.status() == Some(404) => Vec::new(),
                 other => other?,
             },
+            volumes: VolumeObjects {
+                claims: list_all(Api::all(client.clone()), "PersistentVolumeClaims").await?,
+                volumes: list_all(Api::all(client.clone()), "PersistentVolumes").await?,
+                classes: list_all(Api::all(client.clone()), "StorageClasses").await?,
+            },
             ignore_preferences: false,
         })
     }
@@ -206,6 +214,7 @@ impl ClusterRead {
         for_disruption: bool,
     ) -> Built {
         let gangs = GangObjects::default();
+        let volumes = VolumeIndex::new(&self.volumes);
         let inputs = Inputs {
             pods: &self.pods,
             nodes: &self.nodes,
@@ -217,6 +226,7 @@ impl ClusterRead {
             pending,
             gangs: &gangs,
             dra: &Default::default(),
+            volumes: &volumes,
         };
         let mut builder = SnapshotBuilder {
             ignore_preferences: self.ignore_preferences,

@@ -456,6 +456,7 @@ impl Objects {
             pending: &self.pending,
             gangs,
             dra: &Default::default(),
+            volumes: &Default::default(),
         })
     }
 }

@@ -270,6 +270,18 @@ impl PodShape {
             .unwrap_or(&self.node_selector)
     }
 
+    /// Narrows where the pod may go to nodes that also meet one of `alternatives`
+    /// ([`NodeSelector::and_any`]) while its spreads keep counting by what it states itself
+    /// ([`Self::strict_node_selector`]). No alternatives changes nothing.
+    pub fn require_any(&mut self, alternatives: &[Requirements]) {
+        if alternatives.is_empty() {
+            return;
+        }
+        let own = self.own_node_selector().clone();
+        self.node_selector = self.node_selector.and_any(alternatives);
+        self.strict_node_selector = Some(own);
+    }
+
     /// Whether the pod states any preference: preferred node or pod (anti-)affinity, or a
     /// `ScheduleAnyway` spread.
     pub fn has_preferences(&self) -> bool {

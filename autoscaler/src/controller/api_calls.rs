@@ -58,6 +58,10 @@ pub const API_CALLS: &[ApiCall] = &[
     call("", "pods", &["list", "watch"]),
     call("apps", "daemonsets", &["list", "watch"]),
     call("policy", "poddisruptionbudgets", &["list", "watch"]),
+    // Volume topology: where a pod's PersistentVolumeClaims let it run.
+    call("", "persistentvolumeclaims", &["list", "watch"]),
+    call("", "persistentvolumes", &["list", "watch"]),
+    call("storage.k8s.io", "storageclasses", &["list", "watch"]),
     // Draining.
     call("", "pods/eviction", &["create"]),
     // Registration (labels, taints, finalizer), disruption taint, deletion.

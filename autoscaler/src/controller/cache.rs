@@ -72,6 +72,9 @@ pub struct CachedPod {
     pub ready: bool,
     /// Its gang, if any (boxed: most pods have none).
     pub group: Option<Box<super::gangs::Gang>>,
+    /// The PersistentVolumeClaims its volumes use ([`super::volumes::claim_names`]): kept
+    /// per pod, since replicas that share a translation each have their own claims.
+    pub volume_claims: Vec<String>,
     /// The translation, or why it failed, shared with the pods that translate alike.
     pub core: Translated,
 }
@@ -220,6 +223,7 @@ impl CachedPod {
                 c
             })),
             group: gang.map(Box::new),
+            volume_claims: super::volumes::claim_names(&p),
             deleting: p.metadata.deletion_timestamp.is_some(),
             uid: p.metadata.uid,
         }

@@ -5,6 +5,7 @@
 //!
 //! - [`translate`] / [`snapshot`]: Kubernetes objects into the core's [`autoscaler_core::Snapshot`];
 //! - [`overlays`]: NodeOverlays applied to the catalogs (controller and `explain` alike);
+//! - [`volumes`]: where a pod's PersistentVolumeClaims let it run (volume topology);
 //! - [`pod_problems`]: telling pending pods, once per problem, why they get no node;
 //! - [`batcher`]: when to plan (1 s idle / 10 s max windows over unschedulable pods);
 //! - [`lifecycle`]: the NodeClaim state machine (Pending → Launched → Registered → Initialized),
@@ -85,5 +86,6 @@ pub mod run;
 pub mod settings;
 pub mod snapshot;
 pub mod translate;
+pub mod volumes;
 
 pub use error::{Error, Result};

@@ -16,7 +16,8 @@ use std::sync::Arc;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
 use autoscaler_core::model::{
-    Group, InFlightClaim, Node as CoreNode, Pod as CorePod, PodKey, Pool, Snapshot, TermNamespaces,
+    Group, InFlightClaim, Node as CoreNode, Pod as CorePod, PodKey, PodShape, Pool, Snapshot,
+    TermNamespaces,
 };
 use autoscaler_core::requirements::{Labels, Operator, Requirements};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -52,6 +53,8 @@ pub struct Inputs<'a> {
     pub gangs: &'a super::gangs::GangObjects,
     /// The DRA objects, translated for this round (empty where DRA is not served).
     pub dra: &'a super::dra::DraIndex,
+    /// The storage objects, for volume topology.
+    pub volumes: &'a super::volumes::VolumeIndex,
 }
 
 /// A built snapshot and what could not be translated.
@@ -63,8 +66,9 @@ pub struct Built {
     pub problems: Vec<(String, String)>,
     /// NodePools whose spec does not validate, with every problem (they are left out).
     pub invalid_pools: BTreeMap<String, String>,
-    /// Pending pods left out because a DRA claim of theirs does not resolve or the PodGroup
-    /// they name does not exist yet, and why.
+    /// Pending pods left out because a DRA claim of theirs does not resolve, a volume claim
+    /// of theirs cannot be provisioned for, or the PodGroup they name does not exist yet,
+    /// and why.
     pub refused: Vec<(PodKey, String)>,
 }
 
@@ -136,8 +140,12 @@ impl Fold {
             || self.selected.contains(&p.key.namespace)
     }
 
-    /// The pods of one node, plain ones folded.
-    fn apply(&self, pods: &[&CachedPod]) -> Vec<CorePod> {
+    /// The pods of one node, plain ones folded; `whole` gives a pod kept whole.
+    fn apply(
+        &self,
+        pods: &[&CachedPod],
+        mut whole: impl FnMut(&CachedPod) -> Option<CorePod>,
+    ) -> Vec<CorePod> {
         let mut out = Vec::new();
         let mut folded: Option<(CorePod, usize)> = None;
         for p in pods {
@@ -145,7 +153,7 @@ impl Fold {
                 continue;
             };
             if self.keeps(c) {
-                out.extend(p.core_pod().ok());
+                out.extend(whole(p));
                 continue;
             }
             match &mut folded {
@@ -181,6 +189,48 @@ impl Fold {
             out.push(f);
         }
         out
+    }
+}
+
+/// Pods narrowed by their volumes ([`autoscaler_core::model::PodShape::require_any`]),
+/// sharing one shape per translation and alternatives, so replicas whose volumes are in the
+/// same zone stay one shape for the planner.
+#[derive(Default)]
+struct VolumeShapes(HashMap<(*const PodShape, Vec<Requirements>), Arc<PodShape>>);
+
+impl VolumeShapes {
+    /// `pod` narrowed to `alternatives` (unchanged when there are none).
+    fn narrow(&mut self, pod: &mut CorePod, alternatives: Vec<Requirements>) {
+        if alternatives.is_empty() {
+            return;
+        }
+        let shape = self
+            .0
+            .entry((Arc::as_ptr(pod.shape()), alternatives))
+            .or_insert_with_key(|(_, alts)| {
+                let mut s = PodShape::clone(pod.shape());
+                s.require_any(alts);
+                Arc::new(s)
+            })
+            .clone();
+        *pod = CorePod::sharing(pod.key.clone(), shape);
+    }
+
+    /// A bound pod as disruption may move it: its translation, narrowed to where its bound
+    /// volumes allow ([`super::volumes::VolumeIndex::for_bound`]).
+    fn bound_pod(
+        &mut self,
+        p: &CachedPod,
+        volumes: &super::volumes::VolumeIndex,
+    ) -> Option<CorePod> {
+        let mut c = p.core_pod().ok()?;
+        if !p.volume_claims.is_empty() && !volumes.is_empty() {
+            self.narrow(
+                &mut c,
+                volumes.for_bound(&p.key.namespace, &p.volume_claims),
+            );
+        }
+        Some(c)
     }
 }
 
@@ -295,6 +345,7 @@ impl SnapshotBuilder {
             .filter_map(|b| b.metadata.namespace.as_deref())
             .collect();
         let mut bound: HashMap<&str, Vec<&CachedPod>> = HashMap::new();
+        let mut volume_shapes = VolumeShapes::default();
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
         let mut running: HashMap<&str, u32> = HashMap::new();
         let mut ns_pods: BTreeMap<&str, Vec<(&Labels, bool)>> = BTreeMap::new();
@@ -328,6 +379,15 @@ impl SnapshotBuilder {
                 {
                     out.refused.push((key.clone(), why));
                     continue;
+                }
+                if !p.volume_claims.is_empty() {
+                    match inputs.volumes.for_pending(&key.namespace, &p.volume_claims) {
+                        Ok(alternatives) => volume_shapes.narrow(&mut core, alternatives),
+                        Err(why) => {
+                            out.refused.push((key.clone(), format!("waiting: {why}")));
+                            continue;
+                        }
+                    }
                 }
                 if let Some(g) = &p.group {
                     use super::gangs::Minimum;
@@ -403,14 +463,12 @@ impl SnapshotBuilder {
             ),
         };
         out.snapshot.dra = inputs.dra.dra.clone();
-        let pods_of = |pods: Option<&Vec<&CachedPod>>, fold: Option<&Fold>| -> Vec<CorePod> {
+        let mut pods_of = |pods: Option<&Vec<&CachedPod>>, fold: Option<&Fold>| -> Vec<CorePod> {
             let pods = pods.map_or(&[][..], Vec::as_slice);
+            let mut whole = |p: &CachedPod| volume_shapes.bound_pod(p, inputs.volumes);
             let mut out = match fold {
-                Some(f) => f.apply(pods),
-                None => pods
-                    .iter()
-                    .filter_map(|p| p.core_pod().ok())
-                    .collect::<Vec<_>>(),
+                Some(f) => f.apply(pods, whole),
+                None => pods.iter().filter_map(|p| whole(p)).collect::<Vec<_>>(),
             };
             // A bound pod's claims are allocated: resolved, they pin it where it runs. One
             // that does not resolve (its claim gone) counts as its other requests only.

@@ -23,3 +23,4 @@ mod safety;
 mod snapshot;
 mod termination;
 mod visibility;
+mod volumes;

@@ -11,11 +11,12 @@
 //! `nodeSelector` and required node affinity (`matchExpressions` and `matchFields` on
 //! `metadata.name`) match; a pod's DRA claims can be allocated on the node (`dra.rs`); a pod's
 //! GPU share fits a device of the node (below); the node affinity of every PersistentVolume
-//! the pod's claims are bound to matches (kube-scheduler's `VolumeBinding` filter for bound
-//! claims; a claim or volume not found leaves the pod unschedulable, naming it). Pod groups
+//! the pod's claims are bound to matches, and for an unbound claim whose StorageClass binds on
+//! first use, one of the class's `allowedTopologies` (kube-scheduler's `VolumeBinding`
+//! filter; a claim or volume not found leaves the pod unschedulable, naming it). Pod groups
 //! bind all or nothing (`binder/gangs.rs`).
-//! Not modelled: pod (anti-)affinity, topology spread, preemption, host ports, provisioning
-//! unbound claims (they are let through), scheduling gates other than "has any gate".
+//! Not modelled: pod (anti-)affinity, topology spread, preemption, host ports, creating the
+//! volume of an unbound claim, scheduling gates other than "has any gate".
 //!
 //! GPU sharing, per encoding, as the component that serves it in a real cluster would:
 //! - **Time-slicing** (NVIDIA device plugin): the node advertises each GPU `replicas` times as
@@ -290,6 +291,11 @@ fn volume_terms(state: &State, pod: &Value) -> Result<Vec<Vec<Value>>, String> {
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
         else {
+            // Unbound: a class binding on first use provisions in one of its allowed
+            // topologies, on the node the pod is bound to.
+            if let Some(terms) = allowed_topologies(state, &pvc) {
+                out.push(terms);
+            }
             continue;
         };
         let pv = state
@@ -303,6 +309,33 @@ fn volume_terms(state: &State, pod: &Value) -> Result<Vec<Vec<Value>>, String> {
         }
     }
     Ok(out)
+}
+
+/// The `allowedTopologies` of an unbound claim's StorageClass, as node selector terms, when
+/// the class binds on first use and has any.
+fn allowed_topologies(state: &State, pvc: &Value) -> Option<Vec<Value>> {
+    let class = pvc
+        .pointer("/spec/storageClassName")
+        .and_then(Value::as_str)?;
+    let classes = state.def("storage.k8s.io", "storageclasses")?;
+    let sc = state.get(&classes, "", class).ok()?;
+    if sc["volumeBindingMode"] != "WaitForFirstConsumer" {
+        return None;
+    }
+    let terms: Vec<Value> = sc["allowedTopologies"]
+        .as_array()?
+        .iter()
+        .map(|t| {
+            let exprs: Vec<Value> = t["matchLabelExpressions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| json!({"key": e["key"], "operator": "In", "values": e["values"]}))
+                .collect();
+            json!({"matchExpressions": exprs})
+        })
+        .collect();
+    (!terms.is_empty()).then_some(terms)
 }
 
 /// [`misfit`], then the node affinity of the pod's bound volumes (`volumes`, from

@@ -27,7 +27,6 @@ use std::sync::Arc;
 
 use crate::model::{Pod, PodAffinityTerm, PodShape, Snapshot};
 use crate::plan::Plan;
-use crate::requirements::{NodeSelector, Requirements};
 
 /// Passes that each give up one preference of every pod left unplaced.
 const ONE_STEP_PASSES: usize = 3;
@@ -127,12 +126,7 @@ fn holding(pod: &PodShape, given_up: usize) -> PodShape {
         }
     }
     if let Some(i) = held_node {
-        out.node_selector = pod
-            .node_selector
-            .and_any(std::slice::from_ref(&pod.preferred[i].1));
-        // Spreads keep counting by what the pod states itself, not by what a volume or this
-        // held term adds.
-        out.strict_node_selector = Some(pod.own_node_selector().clone());
+        out.require_any(std::slice::from_ref(&pod.preferred[i].1));
     }
     for (i, t) in pod.spread.iter().enumerate() {
         let soft_at = order.iter().position(|s| *s == Soft::Spread(i));
@@ -330,7 +324,7 @@ mod tests {
     use super::*;
     use crate::builders::pod;
     use crate::labels::{ARCH, HOSTNAME, ZONE};
-    use crate::requirements::{Labels, Operator};
+    use crate::requirements::{Labels, Operator, Requirements};
 
     fn labels(kv: &[(&str, &str)]) -> Labels {
         kv.iter()

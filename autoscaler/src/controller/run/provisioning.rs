@@ -287,6 +287,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let pdbs = self.stores.pdbs.state();
         let gangs = self.stores.gang_objects();
         let dra = self.stores.dra_index();
+        let volumes = self.stores.volume_index();
         for (obj, problem) in &dra.problems {
             tracing::warn!(object = %obj, %problem, "DRA object left out");
         }
@@ -302,6 +303,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             pending: &batch,
             gangs: &gangs,
             dra: &dra,
+            volumes: &volumes,
         });
         self.hold_bookings(&mut built.snapshot, &pods);
         built.snapshot.nominated = self
@@ -600,6 +602,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let pdbs = self.stores.pdbs.state();
         let gangs = self.stores.gang_objects();
         let dra = self.stores.dra_index();
+        let volumes = self.stores.volume_index();
         let inputs = Inputs {
             pods: &pods,
             nodes: &nodes,
@@ -611,6 +614,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             pending: &pending,
             gangs: &gangs,
             dra: &dra,
+            volumes: &volumes,
         };
         let mut snap = if for_disruption {
             self.builder.build_for_disruption(&inputs)

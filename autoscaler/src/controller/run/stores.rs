@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PodTemplate};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -38,6 +39,12 @@ pub struct Stores {
     pub daemonsets: Store<DaemonSet>,
     /// PodDisruptionBudgets.
     pub pdbs: Store<PodDisruptionBudget>,
+    /// PersistentVolumeClaims, trimmed to what volume topology reads.
+    pub volume_claims: Store<PersistentVolumeClaim>,
+    /// PersistentVolumes, trimmed to what volume topology reads.
+    pub volumes: Store<PersistentVolume>,
+    /// StorageClasses.
+    pub storage_classes: Store<StorageClass>,
     /// ProvisioningRequests and PodTemplates, once the ProvisioningRequest CRD is served.
     pub provreqs: Late<(Store<ProvisioningRequest>, Store<PodTemplate>)>,
     /// Volcano PodGroups, once Volcano is installed.
@@ -333,6 +340,44 @@ fn trim_node(n: &mut Node) {
     }
 }
 
+/// What volume topology does not read of a claim: labels, other annotations, the request,
+/// the selector, the status but for its phase.
+fn trim_volume_claim(c: &mut PersistentVolumeClaim) {
+    c.metadata.labels = None;
+    if let Some(a) = c.metadata.annotations.as_mut() {
+        a.retain(|k, _| k == crate::controller::volumes::BIND_COMPLETED);
+    }
+    if let Some(s) = c.spec.as_mut() {
+        *s = k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            volume_name: s.volume_name.take(),
+            storage_class_name: s.storage_class_name.take(),
+            ..Default::default()
+        };
+    }
+    if let Some(st) = c.status.as_mut() {
+        *st = k8s_openapi::api::core::v1::PersistentVolumeClaimStatus {
+            phase: st.phase.take(),
+            ..Default::default()
+        };
+    }
+}
+
+/// What volume topology does not read of a volume: everything but its node affinity and
+/// whether it is on a node's own disk (`local`, `hostPath`).
+fn trim_volume(v: &mut PersistentVolume) {
+    v.metadata.labels = None;
+    v.metadata.annotations = None;
+    if let Some(s) = v.spec.as_mut() {
+        *s = k8s_openapi::api::core::v1::PersistentVolumeSpec {
+            node_affinity: s.node_affinity.take(),
+            local: s.local.take(),
+            host_path: s.host_path.take(),
+            ..Default::default()
+        };
+    }
+    v.status = None;
+}
+
 /// [`reflect`], with `trim` dropping what is never read before an object is cached.
 fn reflect_trimmed<K>(
     api: Api<K>,
@@ -410,6 +455,19 @@ impl Stores {
         let claims = reflect(Api::all(client.clone()), "gpu-autoscaler.dev", "nodeclaims");
         let daemonsets = reflect(Api::all(client.clone()), "apps", "daemonsets");
         let pdbs = reflect(Api::all(client.clone()), "policy", "poddisruptionbudgets");
+        let volume_claims = reflect_trimmed(
+            Api::all(client.clone()),
+            "",
+            "persistentvolumeclaims",
+            trim_volume_claim,
+        );
+        let volumes = reflect_trimmed(
+            Api::all(client.clone()),
+            "",
+            "persistentvolumes",
+            trim_volume,
+        );
+        let storage_classes = reflect(Api::all(client.clone()), "storage.k8s.io", "storageclasses");
         let provreqs = {
             let client = client.clone();
             Late::start("provisioningrequests", recheck, move || {
@@ -500,6 +558,9 @@ impl Stores {
             claims,
             daemonsets,
             pdbs,
+            volume_claims,
+            volumes,
+            storage_classes,
         }
     }
 
@@ -512,6 +573,9 @@ impl Stores {
             self.claims.wait_until_ready(),
             self.daemonsets.wait_until_ready(),
             self.pdbs.wait_until_ready(),
+            self.volume_claims.wait_until_ready(),
+            self.volumes.wait_until_ready(),
+            self.storage_classes.wait_until_ready(),
         );
         // Optional APIs' stores are set only once listed.
     }
@@ -530,6 +594,15 @@ impl Stores {
             })
             .unwrap_or_default();
         crate::controller::dra::DraIndex::new(&objects)
+    }
+
+    /// The storage objects read for one round's volume topology.
+    pub fn volume_index(&self) -> crate::controller::volumes::VolumeIndex {
+        crate::controller::volumes::VolumeIndex::new(&crate::controller::volumes::VolumeObjects {
+            claims: self.volume_claims.state(),
+            volumes: self.volumes.state(),
+            classes: self.storage_classes.state(),
+        })
     }
 
     /// What the cluster's gang objects say of gang minimums.

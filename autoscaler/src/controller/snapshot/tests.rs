@@ -72,6 +72,7 @@ fn registered_claim_is_in_flight_and_its_node_not_initialized() {
         pending: &batch,
         gangs: &Default::default(),
         dra: &Default::default(),
+        volumes: &Default::default(),
     });
     assert!(built.problems.is_empty(), "{:?}", built.problems);
     let s = &built.snapshot;
@@ -124,6 +125,7 @@ fn a_pool_labelled_node_no_claim_records_is_not_initialized() {
         pending: &BTreeSet::new(),
         gangs: &Default::default(),
         dra: &Default::default(),
+        volumes: &Default::default(),
     });
     let by_name = |n: &str| {
         built
@@ -180,6 +182,8 @@ fn plain_inputs<'a>(
         std::sync::LazyLock::new(Default::default);
     static NO_GANGS: std::sync::LazyLock<crate::controller::gangs::GangObjects> =
         std::sync::LazyLock::new(Default::default);
+    static NO_VOLUMES: std::sync::LazyLock<crate::controller::volumes::VolumeIndex> =
+        std::sync::LazyLock::new(Default::default);
     Inputs {
         pods,
         nodes,
@@ -191,6 +195,7 @@ fn plain_inputs<'a>(
         pending,
         gangs: &NO_GANGS,
         dra: &NO_DRA,
+        volumes: &NO_VOLUMES,
     }
 }
 
@@ -720,6 +725,7 @@ fn ignoring_preferences_drops_preferred_terms_and_soft_spreads_only() {
             pending: &pending,
             gangs: &Default::default(),
             dra: &Default::default(),
+            volumes: &Default::default(),
         })
         .snapshot
     };
@@ -739,4 +745,133 @@ fn ignoring_preferences_drops_preferred_terms_and_soft_spreads_only() {
         .map(|t| (t.hard, t.topology_key.as_str()))
         .collect();
     assert_eq!(spreads, vec![(true, "kubernetes.io/hostname")]);
+}
+
+#[test]
+fn volumes_narrow_pending_pods_and_keep_a_running_pod_where_its_volume_is() {
+    use crate::controller::volumes::{BIND_COMPLETED, VolumeIndex, VolumeObjects};
+    let (pool, types) = general_pool();
+    let claim = |name: &str, pv: &str| {
+        arc(json!({"metadata": {"name": name, "namespace": "default",
+            "annotations": {BIND_COMPLETED: "yes"}},
+            "spec": {"volumeName": pv}}))
+    };
+    let volume = |name: &str, zone: &str| {
+        arc(
+            json!({"metadata": {"name": name}, "spec": {"nodeAffinity": {"required": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.ebs.csi.aws.com/zone",
+                "operator": "In", "values": [zone]}]}]}}}}),
+        )
+    };
+    let volumes = VolumeIndex::new(&VolumeObjects {
+        claims: vec![
+            claim("data-db", "pv-db"),
+            claim("data-0", "pv-0"),
+            claim("data-1", "pv-1"),
+        ],
+        volumes: vec![
+            volume("pv-db", "us-east-1a"),
+            volume("pv-0", "us-east-1b"),
+            volume("pv-1", "us-east-1b"),
+        ],
+        classes: vec![],
+    });
+    let with_claim =
+        |c: &str| json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": c}}]});
+    let pods = vec![
+        // A light pod whose volume is in zone a, on the zone-a node.
+        pod_json(
+            "default",
+            "db",
+            "db",
+            Some("managed"),
+            "200m",
+            with_claim("data-db"),
+        ),
+        // Keeps the zone-b node from being empty.
+        pod_json("default", "busy", "busy", Some("spare"), "1", json!({})),
+        // Two replicas with volumes in zone b, and one whose claim does not exist.
+        pod_json(
+            "default",
+            "web-0",
+            "web",
+            None,
+            "100m",
+            with_claim("data-0"),
+        ),
+        pod_json(
+            "default",
+            "web-1",
+            "web",
+            None,
+            "100m",
+            with_claim("data-1"),
+        ),
+        pod_json(
+            "default",
+            "orphan",
+            "web",
+            None,
+            "100m",
+            with_claim("missing"),
+        ),
+    ];
+    let mut spare = node_json("spare");
+    spare["metadata"]["labels"]["topology.kubernetes.io/zone"] = json!("us-east-1b");
+    let nodes = vec![arc(node_json("managed")), arc(spare)];
+    let batch: BTreeSet<PodKey> = ["web-0", "web-1", "orphan"]
+        .iter()
+        .map(|n| PodKey {
+            namespace: "default".into(),
+            name: n.to_string(),
+        })
+        .collect();
+    let pools = [pool];
+    let claims = [
+        initialized_claim("managed", "general"),
+        initialized_claim("spare", "general"),
+    ];
+    let blind = Inputs {
+        claims: &claims,
+        ..plain_inputs(&pods, &nodes, &pools, &types, &batch)
+    };
+    let seeing = Inputs {
+        volumes: &volumes,
+        ..blind
+    };
+    let mut b = SnapshotBuilder::new();
+    let built = b.build(&seeing);
+    // The orphan waits, its claim named; the replicas are narrowed to zone b and share a shape.
+    assert_eq!(built.refused.len(), 1);
+    assert_eq!(built.refused[0].0.name, "orphan");
+    assert!(
+        built.refused[0]
+            .1
+            .contains("PersistentVolumeClaim default/missing not found"),
+        "{:?}",
+        built.refused
+    );
+    let pending = &built.snapshot.pending;
+    assert_eq!(pending.len(), 2);
+    assert!(pending[0].shares_shape_with(&pending[1]));
+    let zone = |z: &str| Labels::from([(labels::ZONE.to_string(), z.to_string())]);
+    assert!(pending[0].node_selector.matches(&zone("us-east-1b")));
+    assert!(!pending[0].node_selector.matches(&zone("us-east-1a")));
+    // Spreads count by what the pod states itself: nothing.
+    assert_eq!(
+        pending[0].strict_node_selector,
+        Some(autoscaler_core::requirements::NodeSelector::default())
+    );
+    // Disruption: db may not leave zone a, so its node stays; blind, it moves to the spare.
+    let config = autoscaler_core::disruption::DisruptionConfig::default();
+    let state = autoscaler_core::disruption::DisruptionState::default();
+    let removes = |inputs: &Inputs<'_>| -> bool {
+        let snap = SnapshotBuilder::new().build_for_disruption(inputs).snapshot;
+        autoscaler_core::disruption::plan_disruption(&snap, &state, 0, &config)
+            .commands
+            .iter()
+            .any(|c| c.nodes.iter().any(|n| n == "managed"))
+    };
+    assert!(removes(&blind), "without volumes db fits on the spare node");
+    assert!(!removes(&seeing), "db's volume is in zone a");
 }

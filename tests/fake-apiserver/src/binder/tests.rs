@@ -447,8 +447,24 @@ fn a_bound_volume_keeps_its_pod_to_the_nodes_its_affinity_names() {
             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}]}}}}),
         &WriteOpts::default()).unwrap();
+    let sc = st.def("storage.k8s.io", "storageclasses").unwrap();
+    st.create(
+        &sc,
+        "",
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "late"}, "provisioner": "x",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [
+            {"key": "topology.kubernetes.io/zone", "values": ["zone-b"]}]}]}),
+        &WriteOpts::default(),
+    )
+    .unwrap();
     let pvc = st.def("", "persistentvolumeclaims").unwrap();
-    for (claim, volume) in [("data", Some("pv-b")), ("fresh", None)] {
+    for (claim, volume, class) in [
+        ("data", Some("pv-b"), None),
+        ("fresh", None, None),
+        ("first-use", None, Some("late")),
+    ] {
         let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": claim},
             "spec": {"accessModes": ["ReadWriteOnce"],
@@ -456,11 +472,19 @@ fn a_bound_volume_keeps_its_pod_to_the_nodes_its_affinity_names() {
         if let Some(v) = volume {
             c["spec"]["volumeName"] = json!(v);
         }
+        if let Some(k) = class {
+            c["spec"]["storageClassName"] = json!(k);
+        }
         st.create(&pvc, "default", c, &WriteOpts::default())
             .unwrap();
     }
     let pods = st.def("", "pods").unwrap();
-    for (name, claim) in [("bound", "data"), ("unbound", "fresh"), ("lost", "gone")] {
+    for (name, claim) in [
+        ("bound", "data"),
+        ("unbound", "fresh"),
+        ("lost", "gone"),
+        ("late", "first-use"),
+    ] {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
             "spec": {"containers": [{"name": "c", "image": "x"}],
                 "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}});
@@ -471,6 +495,7 @@ fn a_bound_volume_keeps_its_pod_to_the_nodes_its_affinity_names() {
     // First fit by name would take node a; the volume lives in zone b.
     assert_eq!(placed(&st, "bound"), Ok("b".to_string()));
     assert_eq!(placed(&st, "unbound"), Ok("a".to_string()));
+    assert_eq!(placed(&st, "late"), Ok("b".to_string()));
     unschedulable(&st, "lost", "persistentvolumeclaim \"gone\" not found");
     // With node b gone the bound pod's only node is in the wrong zone.
     add_pod(&mut st, "later", json!({}), json!({}), None);

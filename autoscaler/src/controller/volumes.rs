@@ -1,0 +1,342 @@
+//! Volume topology: where a pod's PersistentVolumeClaims let it run, read as Karpenter reads
+//! them (`pkg/controllers/provisioning/scheduling/volumetopology.go`).
+//!
+//! A claim bound to a PersistentVolume ties the pod to the volume's node affinity (its
+//! `nodeSelectorTerms` are alternatives); an unbound claim whose StorageClass binds on first
+//! use (`WaitForFirstConsumer`) ties it to the class's `allowedTopologies` (alternatives too).
+//! A pod's volumes combine as every compatible pairing of their alternatives, and the planner
+//! ANDs the result into the pod's node selection while its topology spreads still count by
+//! the pod's own ([`autoscaler_core::model::PodShape::require_any`]), as Karpenter adds volume
+//! requirements to the node's requirements and not to the pod's affinity. Keys such as
+//! `topology.ebs.csi.aws.com/zone` are read as the zone ([`autoscaler_core::labels::normalized`]).
+//!
+//! A pending pod whose claims cannot be provisioned for waits, with the reason, as Karpenter
+//! leaves such pods alone (`ValidatePersistentVolumeClaims`): a claim not found, being
+//! deleted or `Lost`; a claim naming a volume that is missing or being deleted, or that the
+//! PV controller has not finished binding (no `pv.kubernetes.io/bind-completed`); an unbound
+//! claim without a StorageClass, with one not found, or with one that binds `Immediate`ly
+//! (the volume is created before the pod is scheduled, so the pod waits for it).
+//!
+//! The hostname term of a `local` or `hostPath` volume is dropped for a pending pod, as
+//! Karpenter drops it (the pod is to be placed afresh); for a pod already running, which
+//! disruption might move, it is kept, so a pod whose data lives on its node's disk is never
+//! planned away from it (Karpenter ignores it there too; semantics.md lists the difference).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use autoscaler_core::labels;
+use autoscaler_core::requirements::{Operator, Requirements};
+use k8s_openapi::api::core::v1::{NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+/// The annotation the PersistentVolume controller sets on a claim once it finished binding;
+/// kube-scheduler takes a claim naming a volume without it as not bound yet.
+pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+
+/// The most alternatives a pod's volumes combine into; past it the first are kept. Each
+/// volume usually has one; the cap keeps a pod with many multi-term volumes from making a
+/// cross product the size of the powers of its terms.
+pub const MAX_ALTERNATIVES: usize = 64;
+
+/// The claims a pod's volumes use: each `persistentVolumeClaim.claimName`, and for a generic
+/// ephemeral volume the claim Kubernetes creates for it, `<pod name>-<volume name>`.
+pub fn claim_names(p: &Pod) -> Vec<String> {
+    let pod_name = p.metadata.name.as_deref().unwrap_or_default();
+    p.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| match (&v.persistent_volume_claim, &v.ephemeral) {
+            (Some(c), _) => Some(c.claim_name.clone()),
+            (None, Some(_)) => Some(format!("{pod_name}-{}", v.name)),
+            (None, None) => None,
+        })
+        .collect()
+}
+
+/// The storage objects of one planning round.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeObjects {
+    /// Every PersistentVolumeClaim.
+    pub claims: Vec<Arc<PersistentVolumeClaim>>,
+    /// Every PersistentVolume.
+    pub volumes: Vec<Arc<PersistentVolume>>,
+    /// Every StorageClass.
+    pub classes: Vec<Arc<StorageClass>>,
+}
+
+/// A claim as the index keeps it.
+#[derive(Debug)]
+struct Claim {
+    volume: Option<String>,
+    class: Option<String>,
+    deleting: bool,
+    lost: bool,
+    bind_completed: bool,
+}
+
+/// A volume as the index keeps it: its node affinity's alternatives, or why they do not read.
+#[derive(Debug)]
+struct Volume {
+    deleting: bool,
+    /// `local` or `hostPath`: its hostname term is dropped for a pending pod.
+    on_node_disk: bool,
+    alternatives: Result<Vec<Requirements>, String>,
+}
+
+/// A StorageClass as the index keeps it.
+#[derive(Debug)]
+struct Class {
+    immediate: bool,
+    alternatives: Result<Vec<Requirements>, String>,
+}
+
+/// The storage objects of one round, read once, looked up per pod.
+#[derive(Debug, Default)]
+pub struct VolumeIndex {
+    claims: HashMap<(String, String), Claim>,
+    volumes: HashMap<String, Volume>,
+    classes: HashMap<String, Class>,
+}
+
+impl VolumeIndex {
+    /// Reads the objects.
+    pub fn new(objects: &VolumeObjects) -> VolumeIndex {
+        let mut ix = VolumeIndex::default();
+        for c in &objects.claims {
+            let (Some(ns), Some(name)) = (&c.metadata.namespace, &c.metadata.name) else {
+                continue;
+            };
+            let spec = c.spec.as_ref();
+            ix.claims.insert(
+                (ns.clone(), name.clone()),
+                Claim {
+                    volume: spec
+                        .and_then(|s| s.volume_name.clone())
+                        .filter(|v| !v.is_empty()),
+                    class: spec
+                        .and_then(|s| s.storage_class_name.clone())
+                        .filter(|v| !v.is_empty()),
+                    deleting: c.metadata.deletion_timestamp.is_some(),
+                    lost: c
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.phase.as_deref())
+                        .is_some_and(|p| p == "Lost"),
+                    bind_completed: c
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(BIND_COMPLETED)),
+                },
+            );
+        }
+        for v in &objects.volumes {
+            let Some(name) = &v.metadata.name else {
+                continue;
+            };
+            let spec = v.spec.as_ref();
+            let terms = spec
+                .and_then(|s| s.node_affinity.as_ref())
+                .and_then(|a| a.required.as_ref())
+                .map(|r| r.node_selector_terms.as_slice())
+                .unwrap_or_default();
+            ix.volumes.insert(
+                name.clone(),
+                Volume {
+                    deleting: v.metadata.deletion_timestamp.is_some(),
+                    on_node_disk: spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some()),
+                    alternatives: volume_alternatives(name, terms),
+                },
+            );
+        }
+        for c in &objects.classes {
+            let Some(name) = &c.metadata.name else {
+                continue;
+            };
+            ix.classes.insert(
+                name.clone(),
+                Class {
+                    immediate: c.volume_binding_mode.as_deref() == Some("Immediate"),
+                    alternatives: class_alternatives(name, c),
+                },
+            );
+        }
+        ix
+    }
+
+    /// Whether the index holds no claim (no pod can be tied by a volume).
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty()
+    }
+
+    /// Where a pending pod in `namespace` using `claims` may run: alternatives to AND into its
+    /// node selection (none: anywhere), or why the pod waits (see the module documentation).
+    ///
+    /// # Errors
+    /// The first claim the pod cannot be provisioned for, named, with the reason.
+    pub fn for_pending(
+        &self,
+        namespace: &str,
+        claims: &[String],
+    ) -> Result<Vec<Requirements>, String> {
+        let mut per_volume = Vec::new();
+        for name in claims {
+            let at = format!("PersistentVolumeClaim {namespace}/{name}");
+            let claim = self
+                .claims
+                .get(&(namespace.to_string(), name.clone()))
+                .ok_or_else(|| format!("{at} not found"))?;
+            if claim.deleting {
+                return Err(format!("{at} is being deleted"));
+            }
+            if claim.lost {
+                return Err(format!(
+                    "{at} is Lost (its PersistentVolume no longer exists)"
+                ));
+            }
+            if let Some(v) = &claim.volume {
+                let volume = self
+                    .volumes
+                    .get(v)
+                    .ok_or_else(|| format!("{at}: its PersistentVolume {v} not found"))?;
+                if volume.deleting {
+                    return Err(format!("{at}: its PersistentVolume {v} is being deleted"));
+                }
+                if !claim.bind_completed {
+                    return Err(format!(
+                        "{at} names PersistentVolume {v} but is not bound yet (no {BIND_COMPLETED})"
+                    ));
+                }
+                let mut alts = volume.alternatives.clone()?;
+                if volume.on_node_disk {
+                    alts = without_hostname(alts);
+                }
+                per_volume.push(alts);
+                continue;
+            }
+            let class_name = claim
+                .class
+                .as_ref()
+                .ok_or_else(|| format!("{at} is unbound and names no StorageClass"))?;
+            let class = self
+                .classes
+                .get(class_name)
+                .ok_or_else(|| format!("{at}: its StorageClass {class_name} not found"))?;
+            if class.immediate {
+                return Err(format!(
+                    "{at} is unbound and StorageClass {class_name} binds Immediate: the pod waits for its volume"
+                ));
+            }
+            per_volume.push(class.alternatives.clone()?);
+        }
+        Ok(combine(&per_volume))
+    }
+
+    /// Where a running pod in `namespace` using `claims` may be moved: the alternatives its
+    /// bound volumes allow, hostname terms kept. A claim or volume that cannot be read adds
+    /// nothing (the pod runs; its volume is attached where it is).
+    pub fn for_bound(&self, namespace: &str, claims: &[String]) -> Vec<Requirements> {
+        let per_volume: Vec<Vec<Requirements>> = claims
+            .iter()
+            .filter_map(|name| {
+                let claim = self.claims.get(&(namespace.to_string(), name.clone()))?;
+                let volume = self.volumes.get(claim.volume.as_ref()?)?;
+                volume.alternatives.clone().ok()
+            })
+            .collect();
+        combine(&per_volume)
+    }
+}
+
+/// A volume's node affinity terms as alternatives: each term's `matchExpressions` (Karpenter
+/// reads no `matchFields` here); a term without expressions adds no alternative.
+fn volume_alternatives(
+    name: &str,
+    terms: &[NodeSelectorTerm],
+) -> Result<Vec<Requirements>, String> {
+    let mut out = Vec::new();
+    for (i, t) in terms.iter().enumerate() {
+        if t.match_expressions.as_ref().is_none_or(Vec::is_empty) {
+            continue;
+        }
+        let expressions_only = NodeSelectorTerm {
+            match_expressions: t.match_expressions.clone(),
+            match_fields: None,
+        };
+        let path =
+            format!("PersistentVolume {name} spec.nodeAffinity.required.nodeSelectorTerms[{i}]");
+        let r = super::translate::node_selector_term(&expressions_only, &path)
+            .map_err(|e| e.to_string())?;
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// A StorageClass's `allowedTopologies` as alternatives: each term's label expressions as
+/// `In` requirements; a term without expressions adds no alternative.
+fn class_alternatives(name: &str, c: &StorageClass) -> Result<Vec<Requirements>, String> {
+    let mut out = Vec::new();
+    for (i, t) in c.allowed_topologies.iter().flatten().enumerate() {
+        let mut r = Requirements::new();
+        for (j, e) in t.match_label_expressions.iter().flatten().enumerate() {
+            r.add(&e.key, Operator::In, &e.values).map_err(|err| {
+                format!(
+                    "StorageClass {name} allowedTopologies[{i}].matchLabelExpressions[{j}]: {err}"
+                )
+            })?;
+        }
+        if !r.is_empty() {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// `alts` without their hostname constraints; an alternative that had only one allows any
+/// node (one such is enough).
+fn without_hostname(alts: Vec<Requirements>) -> Vec<Requirements> {
+    let mut out: Vec<Requirements> = Vec::new();
+    for mut a in alts {
+        a.remove(labels::HOSTNAME);
+        if a.is_empty() {
+            return Vec::new();
+        }
+        out.push(a);
+    }
+    out
+}
+
+/// Every compatible pairing of the volumes' alternatives (all pairings where none is
+/// compatible, so the pod matches no node rather than any), at most [`MAX_ALTERNATIVES`];
+/// empty when no volume constrains the pod.
+fn combine(per_volume: &[Vec<Requirements>]) -> Vec<Requirements> {
+    let mut alts: Vec<Requirements> = Vec::new();
+    for vol in per_volume.iter().filter(|v| !v.is_empty()) {
+        if alts.is_empty() {
+            alts = vol.clone();
+            alts.dedup();
+            alts.truncate(MAX_ALTERNATIVES);
+            continue;
+        }
+        let mut met = Vec::new();
+        let mut all = Vec::new();
+        for a in &alts {
+            for v in vol {
+                let both = a.intersect(v);
+                if both.satisfiable() && !met.contains(&both) {
+                    met.push(both.clone());
+                }
+                if !all.contains(&both) {
+                    all.push(both);
+                }
+            }
+        }
+        alts = if met.is_empty() { all } else { met };
+        alts.truncate(MAX_ALTERNATIVES);
+    }
+    alts
+}
+
+#[cfg(test)]
+mod tests;
