@@ -246,14 +246,16 @@ impl Linter {
         for (i, r) in reqs.iter().enumerate() {
             let at = format!("{path}[{i}]");
             let selects = matches!(r.operator.as_str(), "In" | "Exists" | "Gt" | "Lt");
-            if r.key == labels::HOSTNAME {
+            // A deprecated spelling is read as its stable key, values and all.
+            let key = labels::normalized(&r.key);
+            if key == labels::HOSTNAME {
                 continue;
             }
-            if !known.has_key(&r.key) {
-                let near = closest(&r.key, known.keys());
+            if !known.has_key(key) {
+                let near = closest(key, known.keys());
                 // A key outside the restricted domains is a label the NodePool gives its nodes
                 // itself (`team In [ml]`), unless it looks like a misspelt known key.
-                if (selects && restricted_domain(&r.key)) || near.is_some() {
+                if (selects && restricted_domain(key)) || near.is_some() {
                     let hint = near
                         .map(|k| format!(" (did you mean {k}?)"))
                         .unwrap_or_default();
@@ -271,18 +273,18 @@ impl Linter {
                 continue;
             }
             for (j, v) in r.values.iter().enumerate() {
-                if known.has_value(&r.key, v) {
+                if known.has_value(key, v) {
                     continue;
                 }
-                let s = known.suggest(&r.key, v);
+                let s = known.suggest(key, v);
                 let hint = if s.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", vocabulary::did_you_mean(&r.key, v, &s))
+                    format!(" ({})", vocabulary::did_you_mean(key, v, &s))
                 };
                 out.push(problem(
                     format!("{at}.values[{j}]"),
-                    format!("{v:?} is not a value of {} in the catalog{hint}", r.key),
+                    format!("{v:?} is not a value of {key} in the catalog{hint}"),
                 ));
             }
         }
@@ -367,6 +369,22 @@ mod tests {
             problems(linter().check(&p)),
             [
                 "spec.template.requirements[0].key: no instance type in the catalog has the label example.karpenter.sh/team",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_deprecated_key_is_checked_as_its_stable_key() {
+        let p = pool(json!({"template": {"requirements": [
+            {"key": "failure-domain.beta.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]},
+            {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1z"]},
+        ]}}));
+        assert_eq!(
+            problems(linter().check(&p)),
+            [
+                // Both name the zone, so they must agree.
+                "spec.template.requirements: the requirements on \"topology.kubernetes.io/zone\" contradict each other: no node can satisfy them",
+                "spec.template.requirements[1].values[0]: \"us-east-1z\" is not a value of topology.kubernetes.io/zone in the catalog (did you mean \"us-east-1a\"?)",
             ]
         );
     }
