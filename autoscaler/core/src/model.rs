@@ -710,7 +710,8 @@ pub struct Pool {
     pub min_nodes: u32,
     /// Karpenter's `minValues`: per requirement key, how many distinct values the acceptable
     /// instance types of one new claim must span, so the launch has that much to fall back on.
-    /// A claim that cannot keep that many is not opened (its pods get the reason).
+    /// A claim that cannot keep that many is not opened (its pods get the reason), unless the
+    /// snapshot's [`Snapshot::min_values_policy`] is [`MinValuesPolicy::BestEffort`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub min_values: BTreeMap<String, u32>,
     /// Disruption settings.
@@ -754,6 +755,26 @@ pub struct Pdb {
     pub disruptions_allowed: i32,
 }
 
+/// What the planner does when the instance types that fit a claim span fewer values of a key
+/// than its NodePool's `minValues` (Karpenter's `--min-values-policy`, `MIN_VALUES_POLICY`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MinValuesPolicy {
+    /// The claim is not opened: its pods go to another NodePool or wait with the reason.
+    #[default]
+    Strict,
+    /// The claim is opened with the types there are, its `minValues` lowered to the values
+    /// they span ([`crate::plan::NewClaim::min_values_relaxed`]), before any lighter NodePool
+    /// is tried.
+    BestEffort,
+}
+
+impl MinValuesPolicy {
+    /// Whether this is the default, [`MinValuesPolicy::Strict`] (a snapshot leaves it out).
+    pub fn is_strict(&self) -> bool {
+        *self == MinValuesPolicy::Strict
+    }
+}
+
 /// Everything the planner reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -789,6 +810,10 @@ pub struct Snapshot {
     /// (behind an `Arc`: disruption's simulations share it).
     #[serde(default, skip_serializing_if = "crate::dra::Dra::arc_is_empty")]
     pub dra: Arc<crate::dra::Dra>,
+    /// How `minValues` that cannot be met are treated, in provisioning and in the simulations
+    /// of disruption alike.
+    #[serde(default, skip_serializing_if = "MinValuesPolicy::is_strict")]
+    pub min_values_policy: MinValuesPolicy,
 }
 
 impl Snapshot {

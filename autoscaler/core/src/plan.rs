@@ -1,6 +1,7 @@
 //! The provisioning plan: where every pending pod goes, the NodeClaims to create, and why the
 //! pods that cannot be helped cannot be.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -81,6 +82,13 @@ pub struct NewClaim {
     /// for a launch and a disruption's replacement alike.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dra: bool,
+    /// Under [`crate::model::MinValuesPolicy::BestEffort`], the NodePool's `minValues` this
+    /// claim's instance types could not meet, each lowered to the number of distinct values
+    /// they do span: what the NodeClaim's requirement carries instead of the pool's, as
+    /// Karpenter writes it (with its `nodeclaim-min-values-relaxed` annotation). Empty when
+    /// every `minValues` was met, and always under `Strict`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub min_values_relaxed: BTreeMap<String, u32>,
 }
 
 /// A pod the plan could not help, with a human-readable reason.
@@ -154,6 +162,14 @@ impl Plan {
             }
             if c.atomic {
                 let _ = writeln!(s, "  atomic");
+            }
+            if !c.min_values_relaxed.is_empty() {
+                let relaxed: Vec<String> = c
+                    .min_values_relaxed
+                    .iter()
+                    .map(|(k, n)| format!("{k}={n}"))
+                    .collect();
+                let _ = writeln!(s, "  minValues relaxed: {}", relaxed.join(","));
             }
         }
         for u in &self.unschedulable {

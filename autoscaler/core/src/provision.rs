@@ -48,10 +48,16 @@
 //! claim of which changed since as one entry. A new claim keeps the set
 //! of candidate types that fit all its pods, cheapest first, and reports up to 60. A pool's
 //! `minValues` (distinct values of a key, instance labels or the offerings' zones and capacity
-//! types) is a hard rule: a pod does not join a claim whose candidates would fall below it, a claim
-//! that cannot meet it is not opened (the pods get the reason), truncation to 60 swaps in the
-//! cheapest types carrying a missing value, and the controller writes the rule onto the NodeClaim's
-//! requirements. Fractional GPU shares are packed per device (best fit), never pooled, and only on
+//! types) is a hard rule under the default `Strict` policy: a pod does not join a claim whose
+//! candidates would fall below it, a claim that cannot meet it is not opened (the pods get the
+//! reason), truncation to 60 swaps in the cheapest types carrying a missing value, and the
+//! controller writes the rule onto the NodeClaim's requirements. Under `BestEffort`
+//! (`Snapshot::min_values_policy`, Karpenter's `--min-values-policy`) a claim that cannot meet it
+//! is opened all the same, before any lighter pool is tried, with each rule it falls short of
+//! lowered to the values its candidates span (at most 60 for a label); pods that join keep that
+//! many, a preferred node affinity term narrows the claim even below the pool's rule (Karpenter
+//! holds the preference as required first), and `NewClaim::min_values_relaxed` gives what the
+//! written-out types span, for the controller to write instead. Fractional GPU shares are packed per device (best fit), never pooled, and only on
 //! pools with `gpuSharing.fractional`. Topology: zone and hostname spread (DoNotSchedule; the pod
 //! counts in its own domain only when it matches the constraint's selector, as in the scheduler);
 //! spread over other keys (capacity type, instance labels, labels a pool defines) by pinning each
@@ -372,6 +378,11 @@ struct Slot {
     dra_taken: Vec<crate::dra::DeviceId>,
     /// New claims: the DRA claims planned there (each allocated once), by the pod's name for it.
     dra_claims: Vec<(String, std::sync::Arc<crate::dra::ClaimSpec>)>,
+    /// New claims opened under `BestEffort` below some of their pool's `minValues`: those
+    /// rules, each lowered to what the candidates spanned then. Pods that join later keep at
+    /// least that many values, as Karpenter checks a pod against the relaxed requirements of
+    /// the claim it joins. Empty otherwise.
+    min_values_relaxed: BTreeMap<String, u32>,
 }
 
 impl Slot {

@@ -42,7 +42,7 @@
 //!   loader reports such a node uninitialized), local PersistentVolumes ("can replace node with
 //!   a local PV"), PDB `unhealthyPodEvictionPolicy` ("considers PDB policy"), preferred pod
 //!   anti-affinity ("should consolidate a node through deletion when ignoring preferences"),
-//!   reserved capacity, `minValuesPolicy: BestEffort`, buffer pods, the static NodePool cases;
+//!   reserved capacity, buffer pods, the static NodePool cases;
 //! - orchestration across reconciles: "should continue to single nodeclaim consolidation when
 //!   multi-nodeclaim consolidation fails validation" (our plan runs single-node methods first
 //!   and the caller plans again), "should not schedule an additional node when receiving
@@ -66,7 +66,8 @@ use autoscaler_core::disruption::{
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
 use autoscaler_core::model::{
-    Budget, BudgetValue, ConsolidationPolicy, DisruptionPolicy, DisruptionReason, Pdb, Snapshot,
+    Budget, BudgetValue, ConsolidationPolicy, DisruptionPolicy, DisruptionReason, MinValuesPolicy,
+    Pdb, Snapshot,
 };
 use autoscaler_core::requirements::{Operator, Requirements};
 
@@ -869,6 +870,72 @@ fn consolidation_should_fail_if_filter_by_price_breaks_the_minimum_requirement_f
             plan.render()
         );
     }
+}
+
+#[test]
+fn should_not_consolidate_a_node_by_relaxing_min_values_when_policy_is_set_to_best_effort() {
+    // The pool wants three instance types and has two, the node runs on the dearer. The
+    // simulation (BestEffort) opens a claim of both, its minValues lowered to two; keeping
+    // only the cheaper type leaves one, below the two: no replacement, as upstream's price
+    // filter checks the relaxed requirements.
+    let dear = od("most.expensive", "32", 3.0);
+    let mut s = snap(
+        vec![kn("n", &dear, "p").with_pod(rs_pod("a").cpu("1"))],
+        vec![kpool("p", vec![least(), dear.clone()]).min_values(labels::INSTANCE_TYPE, 3)],
+    );
+    s.min_values_policy = MinValuesPolicy::BestEffort;
+    let sim = simulate(&mut s, &BTreeSet::from([0]), true);
+    assert_eq!(sim.new_claims.len(), 1, "{}", sim.render());
+    assert_eq!(
+        sim.new_claims[0]
+            .min_values_relaxed
+            .get(labels::INSTANCE_TYPE),
+        Some(&2)
+    );
+    let plan = run(&s);
+    assert!(plan.commands.is_empty(), "{}", plan.render());
+    assert!(!verdict(&plan, "n").disrupted);
+}
+
+#[test]
+fn best_effort_replaces_a_node_when_the_cheaper_types_keep_the_relaxed_values() {
+    // Three tiers wanted, two there (a and b). The cheaper types span both, as many as the
+    // simulation relaxed the rule to, so the dear node is replaced under BestEffort; Strict
+    // opens no claim at all and keeps it.
+    let tier = |name: &str, cpu: &str, price: f64, t: &str| {
+        itype(name)
+            .cpu(cpu)
+            .mem("128Gi")
+            .label("tier", t)
+            .on_demand(&["z1"], price)
+            .build()
+    };
+    let dear = tier("dear.8xlarge", "32", 3.0, "b");
+    let types = vec![
+        tier("cheap-a.large", "4", 0.2, "a"),
+        tier("cheap-b.large", "4", 0.3, "b"),
+        dear.clone(),
+    ];
+    let mut s = snap(
+        vec![kn("n", &dear, "p").with_pod(rs_pod("a").cpu("1"))],
+        vec![kpool("p", types).min_values("tier", 3)],
+    );
+    let strict = run(&s);
+    assert!(strict.commands.is_empty(), "{}", strict.render());
+    s.min_values_policy = MinValuesPolicy::BestEffort;
+    let plan = run(&s);
+    assert_eq!(removed(&plan), names(&["n"]), "{}", plan.render());
+    let r = plan.commands[0]
+        .replacement
+        .as_ref()
+        .expect("a replacement");
+    let offered: Vec<&str> = r
+        .instance_types
+        .iter()
+        .map(|o| o.instance_type.as_str())
+        .collect();
+    assert_eq!(offered, ["cheap-a.large", "cheap-b.large"]);
+    assert_eq!(r.min_values_relaxed.get("tier"), Some(&2));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `pkg/controllers/provisioning/suite_test.go`): restricted and Gte/Lte-style requirements,
 //! host ports between pending pods, an initialized node under not-ready taints, NodeOverlay
 //! capacity standing in for offering overrides, `--preference-policy=Ignore` on node affinity,
-//! soft spreads and pod affinity, and `minValues` under the Strict policy.
+//! soft spreads and pod affinity, and `minValues` under the Strict and BestEffort policies.
 //!
 //! Each test is named after the upstream `It(...)` it follows (the few controls that are not
 //! upstream cases say so). The scenarios are written
@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::{CapacityType, InstanceType};
 use autoscaler_core::labels;
-use autoscaler_core::model::Node;
+use autoscaler_core::model::{MinValuesPolicy, Node};
 use autoscaler_core::overlay::{Overlay, apply_overlays};
 use autoscaler_core::plan::{NewClaim, Plan};
 use autoscaler_core::quantity::Quantity;
@@ -486,8 +486,8 @@ fn small_pod() -> PodBuilder {
 
 #[test]
 fn should_not_schedule_when_minvalues_requirement_is_not_met() {
-    // MinValuesPolicy Strict (Karpenter's default, and our only policy): two types where the
-    // pool wants three.
+    // MinValuesPolicy Strict (Karpenter's default, and ours): two types where the pool wants
+    // three.
     let p = plan(
         vec![three_types_pool("default", 100, two_lone_types())],
         vec![small_pod()],
@@ -520,11 +520,10 @@ fn should_not_schedule_when_zone_minvalues_requirement_is_not_met() {
 
 #[test]
 fn should_relax_minvalues_before_falling_back_to_other_nodepools() {
-    // Upstream runs this under MinValuesPolicy BestEffort: the heavier pool's minValues is
-    // relaxed to 2 and the pod gets instance-type-1 from it. We have no BestEffort policy:
-    // `minValues` is a hard rule (autoscaler/core/src/provision.rs, "A pool's minValues ...
-    // is a hard rule": a claim that cannot meet it is not opened), as under Karpenter's
-    // default Strict policy, so the pod falls back to the lighter pool that has no minValues.
+    // Upstream runs this under MinValuesPolicy BestEffort (its twin below). Under the default
+    // Strict policy `minValues` is a hard rule (autoscaler/core/src/provision.rs, "A pool's
+    // minValues ... is a hard rule": a claim that cannot meet it is not opened), so the pod
+    // falls back to the lighter pool that has no minValues.
     let fallback = pool("fallback", two_lone_types()).weight(10).require(
         IT,
         In,
@@ -541,8 +540,8 @@ fn should_relax_minvalues_before_falling_back_to_other_nodepools() {
 
 #[test]
 fn should_choose_nodepool_with_higher_weight_when_relaxing_minvalues() {
-    // Upstream (BestEffort) relaxes the heavier of two pools that both want three types.
-    // Under our hard rule (see the case above) neither pool can open the claim.
+    // Upstream (BestEffort, the twin below) relaxes the heavier of two pools that both want
+    // three types. Under Strict (see the case above) neither pool can open the claim.
     let p = plan(
         vec![
             three_types_pool("default", 100, two_lone_types()),
@@ -552,4 +551,110 @@ fn should_choose_nodepool_with_higher_weight_when_relaxing_minvalues() {
     );
     assert!(!scheduled(&p, "p"), "{}", p.render());
     assert!(p.new_claims.is_empty());
+}
+
+// ------------------------------------------------- MinValuesPolicy BestEffort
+
+/// [`plan`] under `--min-values-policy=BestEffort`.
+fn plan_best_effort(pools: Vec<PoolBuilder>, pods: Vec<PodBuilder>) -> Plan {
+    let mut s = snapshot(pools, pods);
+    s.min_values_policy = MinValuesPolicy::BestEffort;
+    run(&s)
+}
+
+/// The relaxed `minValues` of claim `c`, as `(key, n)` pairs.
+fn relaxed(c: &NewClaim) -> Vec<(&str, u32)> {
+    c.min_values_relaxed
+        .iter()
+        .map(|(k, n)| (k.as_str(), *n))
+        .collect()
+}
+
+/// A pool asking for all three zones (`minValues: 3`) of one type offered in two.
+fn two_zone_type() -> InstanceType {
+    arm64(
+        itype("instance-type-1")
+            .cpu("4")
+            .mem("4Gi")
+            .overhead("100m", "10Mi")
+            .offer(Z[0], CapacityType::Spot, 0.52)
+            .offer(Z[1], CapacityType::Spot, 0.54),
+    )
+}
+
+#[test]
+fn should_schedule_even_when_minvalues_requirement_is_not_met() {
+    let p = plan_best_effort(
+        vec![three_types_pool("default", 100, two_lone_types())],
+        vec![small_pod()],
+    );
+    let c = claim_of(&p, "p");
+    assert_eq!(type_names(c), ["instance-type-1", "instance-type-2"]);
+    // Upstream's NodeClaim: instance-type In [instance-type-1, instance-type-2], minValues 2.
+    assert_eq!(relaxed(c), [(IT, 2)], "{}", p.render());
+}
+
+#[test]
+fn should_relax_minvalues_before_falling_back_to_other_nodepools_best_effort() {
+    let fallback = pool("fallback", two_lone_types()).weight(10).require(
+        IT,
+        In,
+        &["instance-type-1", "instance-type-2", "instance-type-3"],
+    );
+    let p = plan_best_effort(
+        vec![three_types_pool("default", 100, two_lone_types()), fallback],
+        vec![small_pod()],
+    );
+    let c = claim_of(&p, "p");
+    assert_eq!(c.pool, "default", "{}", p.render());
+    assert_eq!(c.instance_types[0].instance_type, "instance-type-1");
+    assert_eq!(relaxed(c), [(IT, 2)]);
+}
+
+#[test]
+fn should_choose_nodepool_with_higher_weight_when_relaxing_minvalues_best_effort() {
+    let p = plan_best_effort(
+        vec![
+            three_types_pool("lower", 10, two_lone_types()),
+            three_types_pool("default", 100, two_lone_types()),
+        ],
+        vec![small_pod()],
+    );
+    let c = claim_of(&p, "p");
+    assert_eq!(c.pool, "default", "{}", p.render());
+    assert_eq!(c.instance_types[0].instance_type, "instance-type-1");
+    assert_eq!(relaxed(c), [(IT, 2)]);
+}
+
+#[test]
+fn should_schedule_even_when_zone_minvalues_requirement_is_not_met() {
+    let p = plan_best_effort(
+        vec![
+            pool("default", vec![two_zone_type()])
+                .require(ZONE, In, &Z)
+                .min_values(ZONE, 3),
+        ],
+        vec![small_pod()],
+    );
+    let c = claim_of(&p, "p");
+    assert_eq!(type_names(c), ["instance-type-1"]);
+    // The zone requirement keeps its three values and asks for two of them.
+    assert_eq!(relaxed(c), [(ZONE, 2)], "{}", p.render());
+}
+
+#[test]
+fn should_schedule_when_minvalues_requirement_is_not_met() {
+    // Instance type and zone both wanted three times: upstream's NodeClaim asks for
+    // instance-type-1 with minValues 1 and two zones.
+    let p = plan_best_effort(
+        vec![
+            three_types_pool("default", 100, vec![two_zone_type()])
+                .require(ZONE, In, &Z)
+                .min_values(ZONE, 3),
+        ],
+        vec![small_pod()],
+    );
+    let c = claim_of(&p, "p");
+    assert_eq!(type_names(c), ["instance-type-1"]);
+    assert_eq!(relaxed(c), [(IT, 1), (ZONE, 2)], "{}", p.render());
 }

@@ -1,15 +1,16 @@
 //! `minValues` scenarios: a NodePool that demands flexibility (several distinct instance types,
-//! zones or label values per node) gets claims that keep it, or pods with the reason why not.
+//! zones or label values per node) gets claims that keep it, or pods with the reason why not;
+//! under `minValuesPolicy: BestEffort`, claims with the rules they fall short of lowered.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::builders::*;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
-use autoscaler_core::model::{Group, Snapshot};
+use autoscaler_core::model::{Group, MinValuesPolicy, Snapshot};
 use autoscaler_core::plan::{NewClaim, Plan};
 use autoscaler_core::provision::{PlanOptions, plan_provisioning, plan_with};
-use autoscaler_core::requirements::Operator;
+use autoscaler_core::requirements::{Operator, Requirements};
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
@@ -256,4 +257,224 @@ fn gpu_types_count_toward_min_values_when_cpu_types_alone_fall_short() {
     // Without the rule the GPU type stays a last resort, left out of the claim.
     let plan = plan_provisioning(&snapshot(vec![pod("web").cpu("1")], pool("p", mixed)));
     assert_eq!(distinct(&plan.new_claims[0], str::to_string), 2);
+}
+
+// ============================================================ minValuesPolicy: BestEffort
+
+/// `snap` planned under Karpenter's `--min-values-policy=BestEffort`.
+fn best_effort(mut snap: Snapshot) -> Snapshot {
+    snap.min_values_policy = MinValuesPolicy::BestEffort;
+    snap
+}
+
+/// The relaxed `minValues` of the claim that takes pod `name`.
+fn relaxed_of(plan: &Plan, name: &str) -> BTreeMap<String, u32> {
+    plan.new_claims
+        .iter()
+        .find(|c| c.pods.iter().any(|k| k.name == name))
+        .unwrap_or_else(|| panic!("{name} got no claim:\n{}", plan.render()))
+        .min_values_relaxed
+        .clone()
+}
+
+#[test]
+fn best_effort_launches_what_strict_leaves_pending_and_records_the_relaxed_count() {
+    // Karpenter's e2e case: the pool allows c5.large and two types no catalog has, and wants
+    // three of them. Strict leaves the pod pending; BestEffort launches c5.large with
+    // `minValues: 1` on the instance-type requirement.
+    let catalog = vec![
+        itype("c5.large")
+            .cpu("2")
+            .mem("4Gi")
+            .on_demand(&ZONES, 0.085)
+            .build(),
+        itype("m5.large")
+            .cpu("2")
+            .mem("8Gi")
+            .on_demand(&ZONES, 0.096)
+            .build(),
+    ];
+    let snap = snapshot(
+        vec![pod("web").cpu("1")],
+        pool("p", catalog)
+            .require(
+                labels::INSTANCE_TYPE,
+                Operator::In,
+                &[
+                    "c5.large",
+                    "invalid-instance-type-1",
+                    "invalid-instance-type-2",
+                ],
+            )
+            .min_values(labels::INSTANCE_TYPE, 3),
+    );
+    let strict = plan_provisioning(&snap);
+    assert!(strict.new_claims.is_empty(), "{}", strict.render());
+    assert!(strict.unschedulable[0].reason.contains("minValues"));
+    let plan = plan_provisioning(&best_effort(snap));
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    let names: Vec<&str> = plan.new_claims[0]
+        .instance_types
+        .iter()
+        .map(|o| o.instance_type.as_str())
+        .collect();
+    assert_eq!(names, ["c5.large"]);
+    assert_eq!(
+        relaxed_of(&plan, "web"),
+        BTreeMap::from([(labels::INSTANCE_TYPE.to_string(), 1)])
+    );
+}
+
+#[test]
+fn best_effort_marks_only_the_claim_that_falls_short() {
+    // Any 12-CPU pod fits both 16-CPU types, so its claim meets the pool's two instance types
+    // and is Strict's to the byte, nothing recorded as relaxed (Karpenter writes the
+    // annotation "false"). Pinned to tier a, only one fits: Strict refuses that pod,
+    // BestEffort opens its claim with the rule lowered to one.
+    let snap = snapshot(
+        vec![
+            pod("big").cpu("12"),
+            pod("pinned")
+                .cpu("12")
+                .require("tier", Operator::In, &["a"]),
+        ],
+        pool("p", types()).min_values(labels::INSTANCE_TYPE, 2),
+    );
+    let strict = plan_provisioning(&snap);
+    assert_eq!(strict.new_claims.len(), 1, "{}", strict.render());
+    assert_eq!(strict.unschedulable.len(), 1, "{}", strict.render());
+    let plan = plan_provisioning(&best_effort(snap));
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(plan.new_claims.len(), 2, "{}", plan.render());
+    let big = plan
+        .new_claims
+        .iter()
+        .find(|c| c.pods.iter().any(|k| k.name == "big"));
+    assert_eq!(big, Some(&strict.new_claims[0]), "{}", plan.render());
+    assert!(strict.new_claims[0].min_values_relaxed.is_empty());
+    assert_eq!(
+        relaxed_of(&plan, "pinned"),
+        BTreeMap::from([(labels::INSTANCE_TYPE.to_string(), 1)])
+    );
+}
+
+#[test]
+fn best_effort_relaxes_only_the_rules_that_fall_short() {
+    // Tier a only: four sizes of one family. The pool wants two tiers (one is there) and three
+    // instance types (the 12-CPU pod fits one): both are lowered, a third rule that is met is
+    // left as it is.
+    let snap = snapshot(
+        vec![pod("big").cpu("12").require("tier", Operator::In, &["a"])],
+        pool("p", types())
+            .min_values(labels::INSTANCE_TYPE, 3)
+            .min_values("tier", 2)
+            .min_values(labels::ZONE, 2),
+    );
+    let plan = plan_provisioning(&best_effort(snap));
+    assert_eq!(
+        relaxed_of(&plan, "big"),
+        BTreeMap::from([
+            (labels::INSTANCE_TYPE.to_string(), 1),
+            ("tier".to_string(), 1)
+        ]),
+        "{}",
+        plan.render()
+    );
+    assert_eq!(zones(&plan.new_claims[0]), 3);
+}
+
+#[test]
+fn best_effort_truncation_does_not_refuse_the_claim() {
+    // At most two types per claim, and three instance types wanted: Strict refuses every
+    // claim (its truncation would break the rule); BestEffort keeps two and says so.
+    let snap = snapshot(
+        vec![pod("small").cpu("1")],
+        pool("p", types()).min_values(labels::INSTANCE_TYPE, 3),
+    );
+    let opts = PlanOptions {
+        max_instance_types: 2,
+        ..PlanOptions::default()
+    };
+    let strict = plan_with(&snap, &opts);
+    assert!(strict.new_claims.is_empty(), "{}", strict.render());
+    assert!(
+        strict.unschedulable[0]
+            .reason
+            .contains("a NodeClaim lists at most 2 instance types")
+    );
+    let plan = plan_with(&best_effort(snap), &opts);
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+    assert_eq!(plan.new_claims[0].instance_types.len(), 2);
+    assert_eq!(
+        relaxed_of(&plan, "small"),
+        BTreeMap::from([(labels::INSTANCE_TYPE.to_string(), 2)])
+    );
+}
+
+#[test]
+fn best_effort_pods_that_join_keep_the_values_the_claim_was_opened_with() {
+    // Tier a only, five instance types wanted. The 2.5-CPU pod fits three sizes: its claim
+    // opens relaxed to three. A 100m pod joining keeps all three, so it rides along; a second
+    // 2.5-CPU pod would leave two (the 4-CPU size no longer holds both) and opens its own.
+    let tier_a = |p: PodBuilder| p.require("tier", Operator::In, &["a"]);
+    let snap = best_effort(snapshot(
+        vec![
+            tier_a(pod("a").cpu("2500m")),
+            tier_a(pod("b").cpu("2500m")),
+            tier_a(pod("tiny").cpu("100m")),
+        ],
+        pool("p", types()).min_values(labels::INSTANCE_TYPE, 5),
+    ));
+    let plan = plan_provisioning(&snap);
+    assert!(plan.unschedulable.is_empty(), "{}", plan.render());
+    assert_eq!(plan.new_claims.len(), 2, "{}", plan.render());
+    for c in &plan.new_claims {
+        assert_eq!(distinct(c, str::to_string), 3, "{}", plan.render());
+        assert_eq!(
+            c.min_values_relaxed,
+            BTreeMap::from([(labels::INSTANCE_TYPE.to_string(), 3)])
+        );
+    }
+    let a = plan
+        .new_claims
+        .iter()
+        .position(|c| c.pods.iter().any(|k| k.name == "a"));
+    let b = plan
+        .new_claims
+        .iter()
+        .position(|c| c.pods.iter().any(|k| k.name == "b"));
+    assert_ne!(a, b, "{}", plan.render());
+    let tiny = plan
+        .new_claims
+        .iter()
+        .position(|c| c.pods.iter().any(|k| k.name == "tiny"));
+    assert!(tiny == a || tiny == b, "{}", plan.render());
+}
+
+#[test]
+fn best_effort_holds_a_preferred_instance_type_below_min_values() {
+    // Karpenter tries the heaviest preferred term as required before it relaxes it: under
+    // BestEffort that claim opens with its minValues lowered. Under Strict the preference
+    // would break the rule, so the pod is planned without it.
+    let snap = snapshot(
+        vec![pod("web").cpu("1").prefer(
+            10,
+            Requirements::new().with(labels::INSTANCE_TYPE, Operator::In, &["m5.2x"]),
+        )],
+        pool("p", types()).min_values(labels::INSTANCE_TYPE, 2),
+    );
+    let strict = plan_provisioning(&snap);
+    assert!(distinct(&strict.new_claims[0], str::to_string) >= 2);
+    assert!(strict.new_claims[0].min_values_relaxed.is_empty());
+    let plan = plan_provisioning(&best_effort(snap));
+    let names: Vec<&str> = plan.new_claims[0]
+        .instance_types
+        .iter()
+        .map(|o| o.instance_type.as_str())
+        .collect();
+    assert_eq!(names, ["m5.2x"], "{}", plan.render());
+    assert_eq!(
+        relaxed_of(&plan, "web"),
+        BTreeMap::from([(labels::INSTANCE_TYPE.to_string(), 1)])
+    );
 }

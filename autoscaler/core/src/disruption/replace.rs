@@ -103,7 +103,9 @@ impl Pass<'_> {
 /// cost), so that whichever one the launch falls back to when cheaper ones are out of capacity,
 /// the replacement is still strictly cheaper. The cheapest option is below by construction, so
 /// the claim's price and GPU count do not change. `None` when what is left no longer meets the
-/// pool's `minValues`.
+/// pool's `minValues`, or the lower ones the claim was planned with under `BestEffort`
+/// ([`crate::provision::claim_meets_min_values`]), as Karpenter's consolidation filters by
+/// price against the requirements its simulation relaxed.
 pub(super) fn cheaper_only(snap: &Snapshot, mut claim: NewClaim, below: f64) -> Option<NewClaim> {
     for o in &mut claim.instance_types {
         o.offerings.retain(|(_, _, p)| *p < below);

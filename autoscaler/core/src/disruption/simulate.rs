@@ -196,6 +196,9 @@ fn bare(
         cluster_limits,
         // Claims allocated on a removed node are allocated again where their pods go.
         dra: snap.dra.clone(),
+        // A replacement is planned as provisioning would plan it (Karpenter's consolidation
+        // runs its scheduler under the same policy).
+        min_values_policy: snap.min_values_policy,
     }
 }
 

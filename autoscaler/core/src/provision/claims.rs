@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::labels;
-use crate::model::{Pod, PodKey, Pool};
+use crate::model::{MinValuesPolicy, Pod, PodKey, Pool};
 use crate::plan::Plan;
 use crate::requirements::{Constraint, Requirements};
 use crate::resources::{Resources, format_amount};
@@ -12,7 +12,7 @@ use crate::resources::{Resources, format_amount};
 use super::classes::{dominant_share, even_spread};
 use super::shapes::{
     Devices, Shape, demand, distinct_values, may_select, min_values_short, offering_allowed,
-    offering_constraints, priced_candidates, term_fits_shape,
+    offering_constraints, priced_candidates, relaxed_min_values, term_fits_shape,
 };
 use super::slots::placeholder;
 use super::{Grow, Planner, PoolUse, Slot, SlotKind};
@@ -171,7 +171,17 @@ impl<'a> Planner<'a> {
                     continue;
                 }
             }
-            if pool.is_some_and(|p| self.min_values_short(p, &cands, &reqs).is_some()) {
+            let short = |p: &Pool| {
+                min_values_short(
+                    p,
+                    &slot.min_values_relaxed,
+                    &self.shapes,
+                    &cands,
+                    &reqs,
+                    self.options.max_instance_types,
+                )
+            };
+            if pool.is_some_and(|p| short(p).is_some()) {
                 continue;
             }
             let zone = slot.zone.clone().or_else(|| {
@@ -350,6 +360,7 @@ impl<'a> Planner<'a> {
             .get(labels::ZONE)
             .and_then(|c| c.single_value())
             .map(str::to_string);
+        let min_values_relaxed = self.relaxed_min_values(pool, &cands, &reqs);
         let slot = Slot {
             name,
             pool: Some(pi),
@@ -360,6 +371,7 @@ impl<'a> Planner<'a> {
             zone,
             target: target.0,
             target_shape: target.1,
+            min_values_relaxed,
             ..Slot::empty(vec![0; self.nsel()])
         };
         let padding = self.nodes_per_open(pi) - 1;
@@ -616,6 +628,33 @@ impl<'a> Planner<'a> {
         reqs: &Requirements,
     ) -> Option<String> {
         min_values_short(
+            pool,
+            &BTreeMap::new(),
+            &self.shapes,
+            cands,
+            reqs,
+            self.options.max_instance_types,
+        )
+    }
+
+    /// Whether a `minValues` no candidates can meet lowers the claim instead of refusing it
+    /// ([`MinValuesPolicy::BestEffort`]).
+    pub(super) fn best_effort(&self) -> bool {
+        self.snap.min_values_policy == MinValuesPolicy::BestEffort
+    }
+
+    /// Under `BestEffort`, the `minValues` of `pool` candidates `cands` under `reqs` fall
+    /// short of, lowered to what they span ([`relaxed_min_values`]); empty under `Strict`.
+    pub(super) fn relaxed_min_values(
+        &self,
+        pool: &Pool,
+        cands: &[usize],
+        reqs: &Requirements,
+    ) -> BTreeMap<String, u32> {
+        if !self.best_effort() {
+            return BTreeMap::new();
+        }
+        relaxed_min_values(
             pool,
             &self.shapes,
             cands,

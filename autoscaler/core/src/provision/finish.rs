@@ -133,6 +133,9 @@ impl Planner<'_> {
             let mut pods: Vec<_> = slot.pods.iter().map(|i| pending[*i].key.clone()).collect();
             pods.sort();
             let dra = slot.pods.iter().any(|i| !pending[*i].claims.is_empty());
+            // Counted on the types written out, so the NodeClaim never asks for more values
+            // than it lists.
+            let min_values_relaxed = self.relaxed_min_values(pool, &kept, &slot.reqs);
             plan.new_claims.push(NewClaim {
                 name: slot.name.clone(),
                 pool: pool.name.clone(),
@@ -148,6 +151,7 @@ impl Planner<'_> {
                 group: None,
                 atomic,
                 dra,
+                min_values_relaxed,
             });
         }
         mark_group_claims(pending, &mut plan);

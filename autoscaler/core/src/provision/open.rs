@@ -427,9 +427,12 @@ impl Planner<'_> {
                 .copied()
                 .filter(|s| term_fits_shape(&r2, &self.shapes[*s]))
                 .collect();
+            // Under BestEffort the preference wins and minValues are lowered to what it
+            // leaves: Karpenter tries a preferred term as required first, and only a claim
+            // that cannot be opened at all gets it relaxed.
             if r2.satisfiable()
                 && !kept.is_empty()
-                && self.min_values_short(pool, &kept, &r2).is_none()
+                && (self.best_effort() || self.min_values_short(pool, &kept, &r2).is_none())
             {
                 if out.unpreferred.is_none() {
                     out.unpreferred = Some((out.reqs.clone(), out.fitting.clone()));
@@ -443,14 +446,17 @@ impl Planner<'_> {
     }
 
     /// The candidates of `fitting` that have an offering `reqs` allows, cheapest first, unless
-    /// they fall short of pool `pi`'s minValues.
+    /// they fall short of pool `pi`'s minValues under `Strict` (under `BestEffort` the claim
+    /// opened with them lowers its minValues instead, see [`Planner::open_claim`]).
     fn priced(&self, pi: usize, reqs: &Requirements, fitting: &[usize]) -> Priced {
         let priced = priced_candidates(&self.shapes, fitting, reqs);
         let Some(&(price, _)) = priced.first() else {
             return Priced::Nothing;
         };
         let cands: Vec<usize> = priced.into_iter().map(|(_, c)| c).collect();
-        if let Some(why) = self.min_values_short(&self.snap.pools[pi], &cands, reqs) {
+        if !self.best_effort()
+            && let Some(why) = self.min_values_short(&self.snap.pools[pi], &cands, reqs)
+        {
             return Priced::Short(why);
         }
         Priced::Offers { price, cands }

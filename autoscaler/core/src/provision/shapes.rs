@@ -175,9 +175,12 @@ pub(super) fn distinct_values(
 }
 
 /// Whether a planned claim's options (after offerings were removed from it) still span the
-/// distinct values its pool's `minValues` demand.
+/// distinct values its pool's `minValues` demand, or, for a `minValues` the claim was planned
+/// below ([`NewClaim::min_values_relaxed`]), as many as it was planned with: Karpenter checks
+/// a replacement's price-filtered types against the requirements its simulation relaxed.
 pub fn claim_meets_min_values(pool: &Pool, claim: &NewClaim) -> bool {
     pool.min_values.iter().all(|(key, &need)| {
+        let need = claim.min_values_relaxed.get(key).copied().unwrap_or(need);
         let mut seen: BTreeSet<&str> = BTreeSet::new();
         for o in &claim.instance_types {
             if key == labels::ZONE {
@@ -197,19 +200,23 @@ pub fn claim_meets_min_values(pool: &Pool, claim: &NewClaim) -> bool {
     })
 }
 
-/// The first `minValues` rule of `pool` the candidates cannot meet, as a reason for the pod.
-/// A claim lists at most `max_types` instance types ([`super::PlanOptions::max_instance_types`]),
-/// each with one value of a label, so a rule on a label (not zone or capacity type, which one
-/// type's offerings may span) asking for more values than that is never met, as Karpenter
-/// fails a claim whose truncation breaks its `minValues`.
+/// The first `minValues` rule of `pool` the candidates cannot meet, as a reason for the pod;
+/// a rule `relaxed` names asks for its number there instead (a claim opened below it under
+/// `BestEffort`). A claim lists at most `max_types` instance types
+/// ([`super::PlanOptions::max_instance_types`]), each with one value of a label, so a rule on a
+/// label (not zone or capacity type, which one type's offerings may span) asking for more
+/// values than that is never met, as Karpenter fails a claim whose truncation breaks its
+/// `minValues`.
 pub(super) fn min_values_short(
     pool: &Pool,
+    relaxed: &BTreeMap<String, u32>,
     shapes: &[Shape],
     cands: &[usize],
     reqs: &Requirements,
     max_types: usize,
 ) -> Option<String> {
     pool.min_values.iter().find_map(|(key, &need)| {
+        let need = relaxed.get(key).copied().unwrap_or(need);
         let per_type = key != labels::ZONE && key != labels::CAPACITY_TYPE;
         if per_type && need as usize > max_types {
             return Some(format!(
@@ -227,6 +234,31 @@ pub(super) fn min_values_short(
             )
         })
     })
+}
+
+/// Under `BestEffort`, the `minValues` of `pool` that candidates `cands` under `reqs` fall
+/// short of, each lowered to the distinct values they span, and for a label no more than a
+/// claim of `max_types` types can list (truncation needs no check of its own then, as
+/// Karpenter's does not under `BestEffort`). Empty when every rule is met.
+pub(super) fn relaxed_min_values(
+    pool: &Pool,
+    shapes: &[Shape],
+    cands: &[usize],
+    reqs: &Requirements,
+    max_types: usize,
+) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for (key, &need) in &pool.min_values {
+        let mut have = distinct_values(shapes, cands, key, reqs);
+        if key != labels::ZONE && key != labels::CAPACITY_TYPE {
+            have = have.min(max_types);
+        }
+        let have = u32::try_from(have).unwrap_or(u32::MAX);
+        if have < need {
+            out.insert(key.clone(), have);
+        }
+    }
+    out
 }
 
 /// Builds the shapes of every pool: what the planner and disruption both launch from.

@@ -44,6 +44,7 @@ impl Slot {
             stamp: 0,
             dra_taken: vec![],
             dra_claims: vec![],
+            min_values_relaxed: BTreeMap::new(),
         }
     }
 }
