@@ -100,6 +100,11 @@ pub struct PoolConsidered {
     /// Why the pool as a whole was refused (its instance types are then not listed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refusal>,
+    /// Under `--min-values-policy=BestEffort`, the pool's `minValues` the fitting instance
+    /// types fall short of, in words: not a refusal, as a claim of the pool is launched with
+    /// its `minValues` lowered to what they span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_values_relaxed: Option<String>,
     /// Every instance type of the pool's catalog, in catalog order.
     pub instance_types: Vec<TypeConsidered>,
 }
@@ -145,6 +150,10 @@ pub enum Outcome {
         /// GPU type rides in the room a GPU node planned for such pods leaves.
         #[serde(default)]
         other_pods: usize,
+        /// The NodePool's `minValues` the NodeClaim asks for fewer values of, with the number
+        /// it asks for (`--min-values-policy=BestEffort`, [`crate::plan::NewClaim::min_values_relaxed`]).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        min_values_relaxed: BTreeMap<String, u32>,
     },
     /// Cannot be helped; the reason its `NotTriggerScaleUp` event gives.
     #[serde(rename_all = "camelCase")]
@@ -221,6 +230,7 @@ fn outcome_of(plan: &Plan, pod: &PodKey) -> Outcome {
                 .collect(),
             price: c.price,
             other_pods: c.pods.len().saturating_sub(1),
+            min_values_relaxed: c.min_values_relaxed.clone(),
         };
     }
     Outcome::Unschedulable {
@@ -499,6 +509,22 @@ fn render_types(out: &mut String, types: &[TypeConsidered], indent: &str) {
     }
 }
 
+/// The `minValues` a new NodeClaim was planned below, as a clause of its outcome line; empty
+/// when there are none.
+fn relaxed_words(relaxed: &BTreeMap<String, u32>) -> String {
+    if relaxed.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = relaxed
+        .iter()
+        .map(|(key, n)| format!("{key} to {n}"))
+        .collect();
+    format!(
+        "; minValues relaxed (--min-values-policy=BestEffort): {}",
+        parts.join(", ")
+    )
+}
+
 impl PodExplanation {
     /// Plain text for a terminal: the outcome, then each pool with its instance types grouped
     /// by what refused them, then the hints.
@@ -522,10 +548,11 @@ impl PodExplanation {
                 instance_types,
                 price,
                 other_pods,
+                min_values_relaxed,
             } => writeln!(
                 out,
                 "  pending; gets a new NodeClaim of NodePool {pool} at the next planning round \
-                 (instance types {}; from {price:.3}/h{})",
+                 (instance types {}; from {price:.3}/h{}){}",
                 names(
                     &instance_types
                         .iter()
@@ -536,7 +563,8 @@ impl PodExplanation {
                     0 => String::new(),
                     1 => "; shared with 1 other pending pod".to_string(),
                     n => format!("; shared with {n} other pending pods"),
-                }
+                },
+                relaxed_words(min_values_relaxed)
             ),
             Outcome::Unschedulable { reason } => {
                 writeln!(out, "  pending; no node can be launched for it: {reason}")
@@ -555,11 +583,14 @@ impl PodExplanation {
         }
         for p in &self.pools {
             let _ = write!(out, "  {} (weight {})", p.pool, p.weight);
-            match &p.refused {
-                Some(r) => {
+            match (&p.refused, &p.min_values_relaxed) {
+                (Some(r), _) => {
                     let _ = writeln!(out, ": refused ({:?}): {}", r.kind, r.message);
                 }
-                None => {
+                (None, Some(why)) => {
+                    let _ = writeln!(out, ": minValues relaxed (BestEffort): {why}");
+                }
+                (None, None) => {
                     out.push('\n');
                 }
             }

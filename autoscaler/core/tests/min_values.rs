@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use autoscaler_core::builders::*;
+use autoscaler_core::explain::{RefusalKind, explain_pod};
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{Group, MinValuesPolicy, Snapshot};
@@ -476,5 +477,38 @@ fn best_effort_holds_a_preferred_instance_type_below_min_values() {
     assert_eq!(
         relaxed_of(&plan, "web"),
         BTreeMap::from([(labels::INSTANCE_TYPE.to_string(), 1)])
+    );
+}
+
+#[test]
+fn explain_says_a_pool_relaxes_its_min_values_rather_than_refusing() {
+    let snap = snapshot(
+        vec![pod("big").cpu("12").require("tier", Operator::In, &["a"])],
+        pool("p", types()).min_values(labels::INSTANCE_TYPE, 2),
+    );
+    let key = snap.pending[0].key.clone();
+    let strict = explain_pod(&snap, &key).expect("pending");
+    assert_eq!(
+        strict.pools[0].refused.as_ref().map(|r| r.kind),
+        Some(RefusalKind::MinValues)
+    );
+    let e = explain_pod(&best_effort(snap), &key).expect("pending");
+    assert!(e.pools[0].refused.is_none(), "{}", e.render());
+    assert!(
+        e.pools[0]
+            .min_values_relaxed
+            .as_deref()
+            .is_some_and(|w| w.contains("only 1 fit")),
+        "{}",
+        e.render()
+    );
+    let text = e.render();
+    assert!(
+        text.contains("minValues relaxed (--min-values-policy=BestEffort): node.kubernetes.io/instance-type to 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("p (weight 0): minValues relaxed (BestEffort)"),
+        "{text}"
     );
 }

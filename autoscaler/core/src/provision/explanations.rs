@@ -384,6 +384,7 @@ impl<'a> Planner<'a> {
                 pool: pool.name.clone(),
                 weight: pool.weight,
                 refused: None,
+                min_values_relaxed: None,
                 instance_types: Vec::new(),
             };
             if let Some(t) = untolerated(&class.tolerations, &pool.taints) {
@@ -491,7 +492,11 @@ impl<'a> Planner<'a> {
             if !fitting.is_empty()
                 && let Some(why) = self.min_values_short(pool, &fitting, &reqs)
             {
-                considered.refused = Some(Refusal::new(RefusalKind::MinValues, why));
+                if self.best_effort() {
+                    considered.min_values_relaxed = Some(why);
+                } else {
+                    considered.refused = Some(Refusal::new(RefusalKind::MinValues, why));
+                }
             }
             out.push(considered);
         }
