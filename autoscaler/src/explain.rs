@@ -145,6 +145,9 @@ pub struct ClusterRead {
     /// Plan without pods' preferences, as the controller does under
     /// `--preference-policy=ignore` (false from [`ClusterRead::list`]; the caller sets it).
     pub ignore_preferences: bool,
+    /// Plan under the controller's `--min-values-policy` (`Strict` from [`ClusterRead::list`];
+    /// the caller sets it).
+    pub min_values_policy: autoscaler_core::model::MinValuesPolicy,
 }
 
 /// Every object of kind `K`, 500 at a time.
@@ -203,6 +206,7 @@ impl ClusterRead {
                 classes: list_all(Api::all(client.clone()), "StorageClasses").await?,
             },
             ignore_preferences: false,
+            min_values_policy: Default::default(),
         })
     }
 
@@ -230,6 +234,7 @@ impl ClusterRead {
         };
         let mut builder = SnapshotBuilder {
             ignore_preferences: self.ignore_preferences,
+            min_values_policy: self.min_values_policy,
         };
         let mut built = if for_disruption {
             builder.build_for_disruption(&inputs)
@@ -536,6 +541,7 @@ pub async fn run(args: &ExplainArgs) -> Result<String> {
     let mut read = ClusterRead::list(&client).await?;
     read.ignore_preferences =
         args.settings.preference_policy == crate::controller::settings::PreferencePolicy::Ignore;
+    read.min_values_policy = args.settings.min_values_policy.to_core();
     let types = crate::controller::run::instance_types_for(&args.settings, &read.pools).await?;
     // As the controller plans: overlays that do not parse are left out (it logs them).
     let (overlays, _) =

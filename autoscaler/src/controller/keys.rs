@@ -13,6 +13,13 @@ pub use autoscaler_core::keys::{
 /// uses the same group.
 pub const PLACEMENT_GROUP_ANNOTATION: &str = providers::tags::PLACEMENT_GROUP;
 
+/// Annotation on a NodeClaim planned under `--min-values-policy=best-effort` whose instance
+/// types span fewer values than its NodePool's `minValues` ask: `"true"`, and its requirements
+/// carry the lowered `minValues`. Karpenter's name, so what reads Karpenter's NodeClaims for it
+/// (dashboards, its metric's `min_values_relaxed` label) reads ours alike. Left off a claim
+/// that meets every `minValues`, which Karpenter's readers take as `"false"`.
+pub const MIN_VALUES_RELAXED_ANNOTATION: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
+
 /// The field manager of every write (server-side apply and patches).
 pub const FIELD_MANAGER: &str = "gpu-autoscaler";
 

@@ -605,6 +605,7 @@ async fn run_with<P: CloudProvider + 'static>(
         args: args.clone(),
         builder: SnapshotBuilder {
             ignore_preferences: args.preference_policy == PreferencePolicy::Ignore,
+            min_values_policy: args.min_values_policy.to_core(),
         },
         started: Instant::now(),
         types: HashMap::new(),

@@ -83,6 +83,29 @@ pub enum PreferencePolicy {
     Ignore,
 }
 
+/// What planning does when a NodePool's `minValues` cannot be met (`--min-values-policy`,
+/// Karpenter's flag of that name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MinValuesPolicy {
+    /// The NodePool opens no NodeClaim: the pods go to another NodePool or wait with the
+    /// reason.
+    Strict,
+    /// The NodeClaim is launched with the instance types there are, its `minValues` lowered
+    /// to the values they span and annotated as relaxed.
+    #[value(alias = "besteffort")]
+    BestEffort,
+}
+
+impl MinValuesPolicy {
+    /// The core's policy of the same name.
+    pub fn to_core(self) -> autoscaler_core::model::MinValuesPolicy {
+        match self {
+            MinValuesPolicy::Strict => autoscaler_core::model::MinValuesPolicy::Strict,
+            MinValuesPolicy::BestEffort => autoscaler_core::model::MinValuesPolicy::BestEffort,
+        }
+    }
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -263,6 +286,14 @@ pub struct RunArgs {
     /// `--preference-policy=Ignore`; its spelling is taken too).
     #[arg(long, value_enum, default_value = "respect", ignore_case = true)]
     pub preference_policy: PreferencePolicy,
+    /// A NodePool's `minValues` its fitting instance types cannot meet: `strict` opens no
+    /// NodeClaim there (the pods go elsewhere or wait with the reason); `best-effort` launches
+    /// with the types there are, the NodeClaim's `minValues` lowered to what they span and
+    /// annotated `karpenter.sh/nodeclaim-min-values-relaxed: "true"`, in provisioning and
+    /// consolidation alike (Karpenter's `--min-values-policy`; its spelling, `Strict` and
+    /// `BestEffort`, is taken too).
+    #[arg(long, value_enum, default_value = "strict", ignore_case = true)]
+    pub min_values_policy: MinValuesPolicy,
     /// ProvisioningRequests: how long provisioned capacity stays booked for its pods, unless
     /// the request's `BookingDurationSeconds` parameter says otherwise.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
@@ -469,6 +500,29 @@ mod tests {
         assert!(policy("maybe").is_err());
         let defaults = Cli::try_parse_from(["x"]).expect("defaults parse").run;
         assert_eq!(defaults.preference_policy, PreferencePolicy::Respect);
+    }
+
+    /// `--min-values-policy` takes Karpenter's spelling (`Strict`, `BestEffort`) as well as
+    /// ours, and nothing else; `strict` by default.
+    #[test]
+    fn min_values_policy_takes_karpenters_spelling() {
+        use clap::Parser;
+        let policy = |v: &str| {
+            Cli::try_parse_from(["x", &format!("--min-values-policy={v}")])
+                .map(|c| c.run.min_values_policy)
+        };
+        for v in ["BestEffort", "best-effort", "besteffort"] {
+            assert_eq!(policy(v).ok(), Some(MinValuesPolicy::BestEffort), "{v}");
+        }
+        assert_eq!(policy("Strict").ok(), Some(MinValuesPolicy::Strict));
+        assert_eq!(policy("strict").ok(), Some(MinValuesPolicy::Strict));
+        assert!(policy("lenient").is_err());
+        let defaults = Cli::try_parse_from(["x"]).expect("defaults parse").run;
+        assert_eq!(defaults.min_values_policy, MinValuesPolicy::Strict);
+        assert_eq!(
+            MinValuesPolicy::BestEffort.to_core(),
+            autoscaler_core::model::MinValuesPolicy::BestEffort
+        );
     }
 
     #[test]

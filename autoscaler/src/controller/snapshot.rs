@@ -78,6 +78,9 @@ pub struct SnapshotBuilder {
     /// Drop every pod's preferences from the snapshots it builds
     /// ([`autoscaler_core::model::Snapshot::ignore_preferences`]; `--preference-policy=ignore`).
     pub ignore_preferences: bool,
+    /// The policy of the snapshots it builds for `minValues` that cannot be met
+    /// ([`autoscaler_core::model::Snapshot::min_values_policy`]; `--min-values-policy`).
+    pub min_values_policy: autoscaler_core::model::MinValuesPolicy,
 }
 
 /// Folding bound pods for provisioning.
@@ -641,6 +644,7 @@ impl SnapshotBuilder {
         if self.ignore_preferences {
             out.snapshot.ignore_preferences();
         }
+        out.snapshot.min_values_policy = self.min_values_policy;
         // Zone IDs read as zones once here, so that the core's entry points find nothing to
         // copy, and validation sees what the decision saw.
         autoscaler_core::zone_ids::resolve_in_place(&mut out.snapshot);

@@ -35,7 +35,9 @@ use super::{Controller, Nomination, epoch};
 
 /// The NodeClaim to create for a planned claim of `cluster`: the claim of a group's node
 /// carries the group's placement group ([`keys::PLACEMENT_GROUP_ANNOTATION`]), a claim for
-/// pods with DRA claims [`keys::DRA_ANNOTATION`].
+/// pods with DRA claims [`keys::DRA_ANNOTATION`], a claim planned below its pool's
+/// `minValues` ([`NewClaim::min_values_relaxed`]) the lowered numbers and
+/// [`keys::MIN_VALUES_RELAXED_ANNOTATION`].
 pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim {
     let mut requirements = requirement_exprs(&nc.requirements);
     requirements.retain(|r| r.key != labels::INSTANCE_TYPE);
@@ -50,7 +52,9 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim 
         min_values: None,
     });
     // The pool's minValues travel with the claim, as Karpenter's do, so the claim says what
-    // flexibility it was planned with (the planner kept at least that many values).
+    // flexibility it was planned with (the planner kept at least that many values); a rule the
+    // plan lowered travels lowered, and one lowered to nothing is left off (the CRD asks for
+    // at least 1).
     for r in &mut requirements {
         let Some(m) = pool
             .spec
@@ -62,6 +66,11 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim 
             .max()
         else {
             continue;
+        };
+        let m = match nc.min_values_relaxed.get(&r.key) {
+            Some(0) => continue,
+            Some(&n) => i32::try_from(n).unwrap_or(m).min(m),
+            None => m,
         };
         let holds = match r.operator.as_str() {
             "In" => r.values.len() >= m as usize,
@@ -90,6 +99,12 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim 
     // replacement too: it is built here from the planner's claim).
     if nc.dra {
         annotations.insert(keys::DRA_ANNOTATION.to_string(), "true".to_string());
+    }
+    if !nc.min_values_relaxed.is_empty() {
+        annotations.insert(
+            keys::MIN_VALUES_RELAXED_ANNOTATION.to_string(),
+            "true".to_string(),
+        );
     }
     let annotations = (!annotations.is_empty()).then_some(annotations);
     NodeClaim {
@@ -693,6 +708,7 @@ fn hold_preempting(snap: &mut Snapshot, preempting: &[(PodKey, Arc<str>)]) {
 #[cfg(test)]
 mod tests {
     use autoscaler_core::builders::itype;
+    use autoscaler_core::model::MinValuesPolicy;
     use autoscaler_core::requirements::Operator;
 
     use super::super::placement_group_of;
@@ -741,6 +757,7 @@ mod tests {
             group: None,
             atomic: false,
             dra: false,
+            min_values_relaxed: Default::default(),
         };
         let grouped = NewClaim {
             group: Some("volcano:team-a/train".into()),
@@ -828,5 +845,82 @@ spec:
         obj.spec
             .to_core()
             .expect("the NodeClaim the controller writes is valid");
+    }
+
+    /// Karpenter's e2e case under `--min-values-policy=best-effort`: a pool allowing
+    /// c5.large and two types no catalog has, wanting three, gets a NodeClaim of c5.large
+    /// asking for one, annotated relaxed; a claim that meets its minValues gets no annotation.
+    #[test]
+    fn a_claim_planned_below_its_min_values_carries_them_lowered_and_annotated() {
+        let np: NodePool = serde_norway::from_str(
+            r#"
+apiVersion: gpu-autoscaler.dev/v1alpha1
+kind: NodePool
+metadata: {name: flex}
+spec:
+  template:
+    nodeClassRef: {group: gpu-autoscaler.dev, kind: KwokNodeClass, name: default}
+    requirements:
+      - key: node.kubernetes.io/instance-type
+        operator: In
+        values: [c5.large, invalid-instance-type-1, invalid-instance-type-2]
+        minValues: 3
+      - {key: topology.kubernetes.io/zone, operator: In, values: [a, b], minValues: 2}
+"#,
+        )
+        .expect("valid NodePool");
+        let types = vec![
+            itype("c5.large")
+                .cpu("2")
+                .mem("4Gi")
+                .on_demand(&["a", "b"], 0.085)
+                .build(),
+        ];
+        let pool = np.to_core(Arc::new(types)).expect("converts");
+        let plan_under = |policy: MinValuesPolicy| {
+            autoscaler_core::provision::plan_provisioning(&Snapshot {
+                pending: vec![autoscaler_core::builders::pod("p").cpu("1").build()],
+                pools: vec![pool.clone()],
+                min_values_policy: policy,
+                ..Default::default()
+            })
+        };
+        assert!(plan_under(MinValuesPolicy::Strict).new_claims.is_empty());
+        let plan = plan_under(MinValuesPolicy::BestEffort);
+        let obj = claim_object(&plan.new_claims[0], &np, "test");
+        assert_eq!(
+            obj.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::MIN_VALUES_RELAXED_ANNOTATION))
+                .map(String::as_str),
+            Some("true")
+        );
+        let req = |key: &str| {
+            obj.spec
+                .requirements
+                .iter()
+                .find(|r| r.key == key)
+                .cloned()
+                .expect("listed")
+        };
+        let it = req(labels::INSTANCE_TYPE);
+        assert_eq!(
+            (it.values, it.min_values),
+            (vec!["c5.large".into()], Some(1))
+        );
+        // Both zones are there: that rule stands as the pool wrote it.
+        let zone = req(labels::ZONE);
+        assert_eq!(zone.min_values, Some(2));
+        obj.spec
+            .to_core()
+            .expect("the NodeClaim the controller writes is valid");
+        // Met, the rule is written as it stands and the claim is not annotated.
+        let met = NewClaim {
+            min_values_relaxed: Default::default(),
+            ..plan.new_claims[0].clone()
+        };
+        let obj = claim_object(&met, &np, "test");
+        assert!(obj.metadata.annotations.is_none());
     }
 }

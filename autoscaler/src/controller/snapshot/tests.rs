@@ -713,6 +713,7 @@ fn ignoring_preferences_drops_preferred_terms_and_soft_spreads_only() {
     let build = |ignore: bool| {
         let mut b = SnapshotBuilder {
             ignore_preferences: ignore,
+            ..SnapshotBuilder::default()
         };
         b.build(&Inputs {
             pods: &pods,
@@ -874,4 +875,43 @@ fn volumes_narrow_pending_pods_and_keep_a_running_pod_where_its_volume_is() {
     };
     assert!(removes(&blind), "without volumes db fits on the spare node");
     assert!(!removes(&seeing), "db's volume is in zone a");
+
+/// `--min-values-policy` reaches every snapshot the builder makes, for provisioning and for
+/// disruption (whose simulations plan replacements under it); `Strict` by default.
+#[test]
+fn the_min_values_policy_reaches_provisioning_and_disruption_snapshots() {
+    use autoscaler_core::model::MinValuesPolicy;
+    let pending = BTreeSet::new();
+    let inputs = Inputs {
+        pods: &[],
+        nodes: &[],
+        pools: &[],
+        claims: &[],
+        daemonsets: &[],
+        pdbs: &[],
+        instance_types: &BTreeMap::new(),
+        pending: &pending,
+        gangs: &Default::default(),
+        dra: &Default::default(),
+    };
+    assert_eq!(
+        SnapshotBuilder::new()
+            .build(&inputs)
+            .snapshot
+            .min_values_policy,
+        MinValuesPolicy::Strict
+    );
+    let mut b = SnapshotBuilder {
+        min_values_policy: MinValuesPolicy::BestEffort,
+        ..SnapshotBuilder::default()
+    };
+    for built in [
+        b.build_for_provisioning(&inputs),
+        b.build_for_disruption(&inputs),
+    ] {
+        assert_eq!(
+            built.snapshot.min_values_policy,
+            MinValuesPolicy::BestEffort
+        );
+    }
 }
