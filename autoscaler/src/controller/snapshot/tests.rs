@@ -875,6 +875,7 @@ fn volumes_narrow_pending_pods_and_keep_a_running_pod_where_its_volume_is() {
     };
     assert!(removes(&blind), "without volumes db fits on the spare node");
     assert!(!removes(&seeing), "db's volume is in zone a");
+}
 
 /// `--min-values-policy` reaches every snapshot the builder makes, for provisioning and for
 /// disruption (whose simulations plan replacements under it); `Strict` by default.
@@ -893,6 +894,7 @@ fn the_min_values_policy_reaches_provisioning_and_disruption_snapshots() {
         pending: &pending,
         gangs: &Default::default(),
         dra: &Default::default(),
+        volumes: &Default::default(),
     };
     assert_eq!(
         SnapshotBuilder::new()
