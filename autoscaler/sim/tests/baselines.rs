@@ -241,3 +241,29 @@ fn karpenter_like_deletes_the_nodes_still_empty_when_a_pod_lands_on_one_during_v
     assert_eq!(like.nodes_terminated, 1, "{summary}");
     assert_eq!(like.pending_at_end, 0, "{summary}");
 }
+
+/// The Cluster Autoscaler's estimator runs the scheduler's filters on a node group's template
+/// node, and the topology spread filter refuses a node without the spread's key: pods spread
+/// over a label no node group's template carries trigger no scale-up in the CA models, where
+/// they once launched nodes tick after tick for pods that never bound. Ours launches nothing
+/// for them either (no NodePool defines the key).
+#[test]
+fn ca_models_launch_nothing_for_a_spread_over_a_label_their_templates_lack() {
+    let pool = "  - name: cpu
+    instanceTypes: [m6i.large]
+    capacityTypes: [on-demand]
+";
+    let racks = "  - deployment:
+      name: web
+      replicas: [{at: 0s, count: 6}]
+      pod: {nodePool: cpu, cpu: 1, memory: 2Gi, labels: {app: web},
+            spread: [{topologyKey: example.com/rack, maxSkew: 1}]}
+";
+    let s = scenario("", pool, racks, "gpu-autoscaler, ca-like, ca-ideal");
+    let (ps, summary) = results(&s);
+    for name in ["gpu-autoscaler", "ca-like", "ca-ideal"] {
+        let p = named(&ps, name);
+        assert_eq!(p.nodes_launched, 0, "{name}: {summary}");
+        assert_eq!(p.pending_at_end, 6, "{name}: {summary}");
+    }
+}

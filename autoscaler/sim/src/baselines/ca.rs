@@ -184,7 +184,7 @@ impl CaLike {
             let mut nodes: Vec<(Resources, Vec<PodId>)> = Vec::new();
             let mut u = usage[sh.pool].clone();
             for &(p, pod) in pods {
-                if !pod_allows(pod, sh, oi) {
+                if !pod_allows(pod, sh, oi) || lacks_spread_key(pod, &sh.offering_labels[oi]) {
                     continue;
                 }
                 let d = whole_demand(pod);
@@ -549,6 +549,18 @@ impl Policy for CaLike {
     }
 
     fn on_delete(&mut self, _pool: &str, _now: i64) {}
+}
+
+/// Whether the pod has a `DoNotSchedule` spread over a key the group's template node does not
+/// carry: the scheduler's topology spread filter refuses a node without the key, so the
+/// Cluster Autoscaler's estimator, which runs that filter on the template node, never scales
+/// the group up for the pod (the pod "did not trigger scale-up"). Every node has a hostname.
+fn lacks_spread_key(pod: &Pod, template: &autoscaler_core::requirements::Labels) -> bool {
+    pod.spread.iter().any(|s| {
+        s.hard
+            && s.topology_key != autoscaler_core::labels::HOSTNAME
+            && !template.contains_key(&s.topology_key)
+    })
 }
 
 /// Whether the pod spreads over zones with `DoNotSchedule` (the scheduler refuses a node in a
