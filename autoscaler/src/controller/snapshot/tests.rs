@@ -917,3 +917,82 @@ fn the_min_values_policy_reaches_provisioning_and_disruption_snapshots() {
         );
     }
 }
+
+/// Karpenter's "Volume Topology Requirements" cases (`pkg/controllers/provisioning/suite_test.go`):
+/// a StorageClass allowing zones 2 and 3, a volume in zone 3, and pods that require zones of
+/// their own. The zone of the claim planned for each, or none.
+#[test]
+fn karpenters_volume_topology_cases_plan_the_zone_both_allow_or_nothing() {
+    use crate::controller::volumes::{BIND_COMPLETED, VolumeIndex, VolumeObjects};
+    let pool: Arc<NodePool> = arc(json!({
+        "apiVersion": "gpu-autoscaler.dev/v1alpha1", "kind": "NodePool",
+        "metadata": {"name": "general"}, "spec": {"template": {}}
+    }));
+    let m5 = itype("m5.xlarge")
+        .cpu("4")
+        .mem("16Gi")
+        .on_demand(&["test-zone-1", "test-zone-2", "test-zone-3"], 0.192)
+        .build();
+    let types = BTreeMap::from([("general".to_string(), Arc::new(vec![m5]))]);
+    let volumes = VolumeIndex::new(&VolumeObjects {
+        claims: vec![
+            arc(
+                json!({"metadata": {"name": "unbound", "namespace": "default"},
+                "spec": {"storageClassName": "zonal"}}),
+            ),
+            arc(json!({"metadata": {"name": "bound", "namespace": "default",
+                "annotations": {BIND_COMPLETED: "yes"}},
+                "spec": {"storageClassName": "zonal", "volumeName": "pv-3"}})),
+        ],
+        volumes: vec![arc(json!({"metadata": {"name": "pv-3"},
+            "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["test-zone-3"]}]}]}}}}))],
+        classes: vec![arc(
+            json!({"metadata": {"name": "zonal"}, "provisioner": "x",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone",
+                "values": ["test-zone-2", "test-zone-3"]}]}]}),
+        )],
+    });
+    let cases: [(&str, &str, &[&str], Option<&str>); 5] = [
+        (
+            "class-zones",
+            "unbound",
+            &["test-zone-1", "test-zone-3"],
+            Some("test-zone-3"),
+        ),
+        ("class-incompatible", "unbound", &["test-zone-1"], None),
+        ("volume-zone", "bound", &[], Some("test-zone-3")),
+        ("volume-incompatible", "bound", &["test-zone-1"], None),
+        ("invalid-claim", "invalid", &[], None),
+    ];
+    for (name, claim, zones, want) in cases {
+        let mut extra = json!({"volumes": [{"name": "data",
+            "persistentVolumeClaim": {"claimName": claim}}]});
+        if !zones.is_empty() {
+            extra["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone",
+                    "operator": "In", "values": zones}]}]}}});
+        }
+        let pods = vec![pod_json("default", name, name, None, "1", extra)];
+        let batch = BTreeSet::from([pods[0].key.clone()]);
+        let pools = [pool.clone()];
+        let inputs = Inputs {
+            volumes: &volumes,
+            ..plain_inputs(&pods, &[], &pools, &types, &batch)
+        };
+        let plan =
+            autoscaler_core::plan_provisioning(&SnapshotBuilder::new().build(&inputs).snapshot);
+        let zone = plan.new_claims.first().map(|c| {
+            c.instance_types[0]
+                .offerings
+                .iter()
+                .map(|o| o.0.to_string())
+                .collect::<Vec<_>>()
+        });
+        match want {
+            Some(z) => assert_eq!(zone, Some(vec![z.to_string()]), "{name}: {}", plan.render()),
+            None => assert!(plan.new_claims.is_empty(), "{name}: {}", plan.render()),
+        }
+    }
+}
