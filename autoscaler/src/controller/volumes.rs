@@ -182,30 +182,36 @@ impl VolumeIndex {
     ) -> Result<Vec<Requirements>, String> {
         let mut per_volume = Vec::new();
         for name in claims {
-            let at = format!("PersistentVolumeClaim {namespace}/{name}");
+            // Named only when something is wrong: most rounds find every claim well.
+            let at = || format!("PersistentVolumeClaim {namespace}/{name}");
             let claim = self
                 .claims
                 .get(&(namespace.to_string(), name.clone()))
-                .ok_or_else(|| format!("{at} not found"))?;
+                .ok_or_else(|| format!("{} not found", at()))?;
             if claim.deleting {
-                return Err(format!("{at} is being deleted"));
+                return Err(format!("{} is being deleted", at()));
             }
             if claim.lost {
                 return Err(format!(
-                    "{at} is Lost (its PersistentVolume no longer exists)"
+                    "{} is Lost (its PersistentVolume no longer exists)",
+                    at()
                 ));
             }
             if let Some(v) = &claim.volume {
                 let volume = self
                     .volumes
                     .get(v)
-                    .ok_or_else(|| format!("{at}: its PersistentVolume {v} not found"))?;
+                    .ok_or_else(|| format!("{}: its PersistentVolume {v} not found", at()))?;
                 if volume.deleting {
-                    return Err(format!("{at}: its PersistentVolume {v} is being deleted"));
+                    return Err(format!(
+                        "{}: its PersistentVolume {v} is being deleted",
+                        at()
+                    ));
                 }
                 if !claim.bind_completed {
                     return Err(format!(
-                        "{at} names PersistentVolume {v} but is not bound yet (no {BIND_COMPLETED})"
+                        "{} names PersistentVolume {v} but is not bound yet (no {BIND_COMPLETED})",
+                        at()
                     ));
                 }
                 let mut alts = volume.alternatives.clone()?;
@@ -218,14 +224,15 @@ impl VolumeIndex {
             let class_name = claim
                 .class
                 .as_ref()
-                .ok_or_else(|| format!("{at} is unbound and names no StorageClass"))?;
+                .ok_or_else(|| format!("{} is unbound and names no StorageClass", at()))?;
             let class = self
                 .classes
                 .get(class_name)
-                .ok_or_else(|| format!("{at}: its StorageClass {class_name} not found"))?;
+                .ok_or_else(|| format!("{}: its StorageClass {class_name} not found", at()))?;
             if class.immediate {
                 return Err(format!(
-                    "{at} is unbound and StorageClass {class_name} binds Immediate: the pod waits for its volume"
+                    "{} is unbound and StorageClass {class_name} binds Immediate: the pod waits for its volume",
+                    at()
                 ));
             }
             per_volume.push(class.alternatives.clone()?);
