@@ -419,9 +419,15 @@ fn explain_pod(
     let built = read.built(types, &pending, false);
     match explain::explain_pod(&built.snapshot, key) {
         Some(e) => Ok(e),
-        None => Ok(done(Outcome::Unschedulable {
-            reason: left_out(&built, &format!("pod {key}")),
-        })),
+        None => {
+            // Left out on purpose (a volume claim, DRA claim or PodGroup it waits for) says
+            // why, as the controller's event does.
+            let reason = match built.refused.iter().find(|(k, _)| k == key) {
+                Some((_, why)) => pod_problems::not_triggered(why),
+                None => left_out(&built, &format!("pod {key}")),
+            };
+            Ok(done(Outcome::Unschedulable { reason }))
+        }
     }
 }
 
