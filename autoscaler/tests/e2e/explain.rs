@@ -23,25 +23,9 @@ const DOC: &str = "docs/src/troubleshooting.md";
 /// One test at a time reads or rewrites the doc page.
 static DOC_LOCK: Mutex<()> = Mutex::new(());
 
-/// Runs `gpu-autoscaler explain ARGS` against the cluster; (exit status, stdout, stderr).
-fn explain(c: &Cluster, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
-        .arg("explain")
-        .args(args)
-        .env("KUBECONFIG", &c.kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .output()
-        .expect("the binary runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// The answer of a successful `explain`, printed for the test log.
 fn explained(c: &Cluster, args: &[&str]) -> String {
-    let (code, out, err) = explain(c, args);
+    let (code, out, err) = run_explain(c, args);
     assert_eq!(code, 0, "explain {args:?} failed: {err}");
     eprintln!("$ gpu-autoscaler explain {}\n{out}", args.join(" "));
     out
@@ -109,7 +93,7 @@ async fn e2e_explain_a_pending_pod_names_every_pool_and_type_with_a_did_you_mean
     doc_block("pending-pod", &out);
 
     // The same as JSON, in its documented shape.
-    let (code, text, err) = explain(&c, &["pod", "default/train", "--json"]);
+    let (code, text, err) = run_explain(&c, &["pod", "default/train", "--json"]);
     assert_eq!(code, 0, "{err}");
     let doc: Value = serde_json::from_str(&text).expect("JSON");
     assert_eq!(doc["apiVersion"], "gpu-autoscaler.dev/explain/v1");
@@ -148,7 +132,7 @@ async fn e2e_explain_a_pending_pod_names_every_pool_and_type_with_a_did_you_mean
         (vec!["node", "nope"], "error: node nope not found\n"),
         (vec!["nodepool", "nope"], "error: NodePool nope not found\n"),
     ] {
-        let (code, out, err) = explain(&c, &args);
+        let (code, out, err) = run_explain(&c, &args);
         assert_eq!(
             (code, out.as_str(), err.as_str()),
             (1, "", says),
@@ -227,7 +211,7 @@ async fn e2e_explain_a_node_kept_by_do_not_disrupt() {
         .replace(&node, "keep-7vcpg")
         .replace(&since, "2026-12-01T19:16:56Z");
     doc_block("kept-node", &fixed);
-    let (code, text, _) = explain(&c, &["node", &node, "--json"]);
+    let (code, text, _) = run_explain(&c, &["node", &node, "--json"]);
     assert_eq!(code, 0);
     let doc: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(doc["node"]["verdict"]["kind"], "DoNotDisrupt", "{doc}");
@@ -301,7 +285,7 @@ async fn e2e_explain_a_nodepool_at_its_limit_and_the_pod_it_holds_back() {
         out.contains("    m5.xlarge: refused (Limits): NodePool capped limit cpu=4 reached\n"),
         "{out}"
     );
-    let (code, text, _) = explain(&c, &["nodepool", "capped", "--json"]);
+    let (code, text, _) = run_explain(&c, &["nodepool", "capped", "--json"]);
     assert_eq!(code, 0);
     let doc: Value = serde_json::from_str(&text).unwrap();
     let cpu = &doc["nodePool"]["limits"][0];

@@ -429,6 +429,22 @@ where
     }
 }
 
+/// Runs `gpu-autoscaler explain ARGS` against the cluster: (exit status, stdout, stderr).
+pub fn run_explain(c: &Cluster, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
+        .arg("explain")
+        .args(args)
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A GPU NodePool: g4dn.xlarge (1 T4) only, tainted `nvidia.com/gpu:NoSchedule`, with a
 /// device-plugin startup taint, empty nodes removed after `unneeded`.
 pub fn gpu_pool(name: &str, unneeded: &str) -> Value {

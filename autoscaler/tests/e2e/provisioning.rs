@@ -479,17 +479,10 @@ async fn e2e_a_preempting_pod_waits_for_its_nominated_node_not_a_new_one() {
         "a claim for a pod preempting on an existing node"
     );
     // `explain` says the same: the scheduler places it on busy.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
-        .args(["explain", "pod", "default/preemptor", "--provider", "kwok"])
-        .env("KUBECONFIG", &c.kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .output()
-        .expect("the binary runs");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (code, text, err) = run_explain(&c, &["pod", "default/preemptor", "--provider", "kwok"]);
     assert!(
-        out.status.success() && text.contains("fits existing node busy"),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+        code == 0 && text.contains("fits existing node busy"),
+        "{text}{err}"
     );
     nominate(&c, "preemptor", "gone").await;
     eventually(

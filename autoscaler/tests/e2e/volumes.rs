@@ -101,18 +101,8 @@ async fn e2e_pods_get_nodes_where_their_volumes_are_and_a_missing_claim_launches
     assert_eq!(claims.len(), 2, "{claims:#?}");
     assert!(bound_to(&c.pod("default", "orphan").await.unwrap()).is_none());
     // `explain` gives the controller's reason.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
-        .args(["explain", "pod", "default/orphan"])
-        .env("KUBECONFIG", &c.kubeconfig)
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .output()
-        .expect("the binary runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, text, err) = run_explain(&c, &["pod", "default/orphan"]);
+    assert_eq!(code, 0, "{err}");
     assert!(
         text.contains("PersistentVolumeClaim default/missing not found"),
         "{text}"

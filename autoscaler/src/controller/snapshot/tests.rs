@@ -883,19 +883,8 @@ fn volumes_narrow_pending_pods_and_keep_a_running_pod_where_its_volume_is() {
 fn the_min_values_policy_reaches_provisioning_and_disruption_snapshots() {
     use autoscaler_core::model::MinValuesPolicy;
     let pending = BTreeSet::new();
-    let inputs = Inputs {
-        pods: &[],
-        nodes: &[],
-        pools: &[],
-        claims: &[],
-        daemonsets: &[],
-        pdbs: &[],
-        instance_types: &BTreeMap::new(),
-        pending: &pending,
-        gangs: &Default::default(),
-        dra: &Default::default(),
-        volumes: &Default::default(),
-    };
+    let types = BTreeMap::new();
+    let inputs = plain_inputs(&[], &[], &[], &types, &pending);
     assert_eq!(
         SnapshotBuilder::new()
             .build(&inputs)
