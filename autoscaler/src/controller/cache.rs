@@ -66,8 +66,12 @@ pub struct CachedPod {
     /// `status.nominatedNodeName`: the node the scheduler preempted pods on for it, where it
     /// will be bound once they are gone.
     pub nominated_node: Option<Arc<str>>,
-    /// Its creation time, milliseconds since the epoch (for `--new-pod-scale-up-delay`).
+    /// Its creation time, milliseconds since the epoch (for `--new-pod-scale-up-delay`, and
+    /// to find a DaemonSet's newest pod).
     pub created_ms: Option<i64>,
+    /// The UID of the DaemonSet that controls it, for a pod a DaemonSet controls; none for any
+    /// other pod. The snapshot builder sizes each DaemonSet's overhead by its newest pod.
+    pub daemonset_uid: Option<Arc<str>>,
     /// `Ready=True`.
     pub ready: bool,
     /// Its gang, if any (boxed: most pods have none).
@@ -130,6 +134,8 @@ impl<T: ?Sized> Default for Interner<T> {
 
 static SHAPES: LazyLock<Mutex<Interner<CorePod>>> = LazyLock::new(Default::default);
 static NODE_NAMES: LazyLock<Mutex<Interner<str>>> = LazyLock::new(Default::default);
+/// A DaemonSet has a pod on most nodes: its UID is kept once, not once per pod.
+static DAEMONSET_UIDS: LazyLock<Mutex<Interner<str>>> = LazyLock::new(Default::default);
 
 /// The shared copy of `v`.
 fn intern<T: ?Sized + Hash + Eq>(table: &Mutex<Interner<T>>, v: Arc<T>) -> Arc<T> {
@@ -200,6 +206,14 @@ impl CachedPod {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         let gang = super::gangs::gang_of(&p, scheduling_group);
+        let daemonset_uid = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .filter(|o| o.kind == "DaemonSet" && !o.uid.is_empty())
+            .map(|o| intern(&DAEMONSET_UIDS, Arc::from(o.uid.as_str())));
         CachedPod {
             key: translate::pod_key(&p),
             node_name: translate::node_name(&p).map(|n| intern(&NODE_NAMES, Arc::from(n))),
@@ -217,6 +231,7 @@ impl CachedPod {
                 .creation_timestamp
                 .as_ref()
                 .map(|t| t.0.as_millisecond()),
+            daemonset_uid,
             ready,
             core: Translated::new(translate::pod(&p).map(|mut c| {
                 c.group = gang.as_ref().map(|g| g.id.clone());
@@ -568,6 +583,33 @@ mod tests {
         ));
         let other = replica("c", "n2");
         assert_eq!(other.node_name.as_deref(), Some("n2"));
+    }
+
+    #[test]
+    fn only_a_pod_a_daemonset_controls_keeps_its_owners_uid_once_for_all() {
+        let owned = |name: &str, owner: serde_json::Value| -> CachedPod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "kube-system", "ownerReferences": owner},
+                "spec": {"containers": [{"name": "c"}]}
+            }))
+            .unwrap()
+        };
+        let ds = |uid: &str, controller: bool| {
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": uid,
+                "controller": controller}])
+        };
+        let (a, b) = (owned("a", ds("ds-1", true)), owned("b", ds("ds-1", true)));
+        assert_eq!(a.daemonset_uid.as_deref(), Some("ds-1"));
+        assert!(Arc::ptr_eq(
+            a.daemonset_uid.as_ref().unwrap(),
+            b.daemonset_uid.as_ref().unwrap()
+        ));
+        // A DaemonSet that only co-owns the pod does not make it one of its pods.
+        assert_eq!(owned("c", ds("ds-1", false)).daemonset_uid, None);
+        let rs = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
+            "uid": "rs-1", "controller": true}]);
+        assert_eq!(owned("d", rs).daemonset_uid, None);
+        assert_eq!(owned("e", json!([])).daemonset_uid, None);
     }
 
     #[cfg(feature = "controller")]
