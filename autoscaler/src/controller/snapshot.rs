@@ -237,6 +237,45 @@ impl VolumeShapes {
     }
 }
 
+/// The newest pod of each DaemonSet, by the DaemonSet's UID, gathered in the one pass a build
+/// makes over every pod.
+///
+/// Karpenter sizes a DaemonSet's overhead by the pod its cluster state keeps for it: of the
+/// pods the DaemonSet controls, whichever phase, the one created last (`UpdateDaemonSet` in
+/// its `state/cluster.go`). Here the pick is made afresh each build, so a pod that left stops
+/// counting at once; pods created in the same millisecond are told apart by key, so the same
+/// objects always give the same snapshot. A pod that does not translate is never picked.
+#[derive(Default)]
+struct DaemonPods<'a>(HashMap<&'a str, &'a CachedPod>);
+
+impl<'a> DaemonPods<'a> {
+    fn offer(&mut self, p: &'a CachedPod) {
+        let Some(uid) = p.daemonset_uid.as_deref() else {
+            return;
+        };
+        if !p.core.is_ok() {
+            return;
+        }
+        let newer = |a: &CachedPod, b: &CachedPod| {
+            (a.created_ms, std::cmp::Reverse(&a.key)) > (b.created_ms, std::cmp::Reverse(&b.key))
+        };
+        self.0
+            .entry(uid)
+            .and_modify(|cur| {
+                if newer(p, cur) {
+                    *cur = p;
+                }
+            })
+            .or_insert(p);
+    }
+
+    /// The translation of `ds`'s newest pod, if it has one.
+    fn newest(&self, ds: &DaemonSet) -> Option<&'a CorePod> {
+        let uid = ds.metadata.uid.as_deref()?;
+        self.0.get(uid).and_then(|p| p.core.as_ref().ok())
+    }
+}
+
 /// The claim a node belongs to, by providerID.
 pub fn claims_by_provider_id(claims: &[Arc<NodeClaim>]) -> HashMap<&str, &NodeClaim> {
     claims
@@ -352,8 +391,10 @@ impl SnapshotBuilder {
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
         let mut running: HashMap<&str, u32> = HashMap::new();
         let mut ns_pods: BTreeMap<&str, Vec<(&Labels, bool)>> = BTreeMap::new();
+        let mut daemon_pods = DaemonPods::default();
         for p in inputs.pods.iter() {
             let key = &p.key;
+            daemon_pods.offer(p);
             if p.active
                 && !p.deleting
                 && pdb_namespaces.contains(key.namespace.as_str())
@@ -615,7 +656,7 @@ impl SnapshotBuilder {
         out.snapshot.nodes.sort_by(|a, b| a.name.cmp(&b.name));
 
         for ds in inputs.daemonsets {
-            match translate::daemonset(ds) {
+            match translate::daemonset(ds, daemon_pods.newest(ds)) {
                 Ok(d) => out.snapshot.daemonsets.push(d),
                 Err(e) => out.problems.push((
                     format!(

@@ -856,9 +856,19 @@ pub const CA_DAEMONSET_POD: &str = "cluster-autoscaler.kubernetes.io/daemonset-p
 
 /// Translates a DaemonSet into the per-node overhead it adds.
 ///
+/// `pod` is the translation of one of its pods, the newest, when it has one. Its requests,
+/// tolerations and host ports are what the DaemonSet's pods really get: a LimitRange, a
+/// RuntimeClass's overhead or a mutating webhook (VPA, sidecar injectors) changes them between
+/// the template and the pod, and the DaemonSet controller adds its own tolerations. Where the
+/// DaemonSet may run still comes from the template: the controller replaces each pod's
+/// required node affinity with a term naming the pod's node (`matchFields` on
+/// `metadata.name`), which would keep the overhead off every new node. Without a pod all comes
+/// from the template. This is Karpenter's choice (`getDaemonSetPods` in its provisioner, with
+/// the pod its cluster state keeps per DaemonSet).
+///
 /// # Errors
-/// [`TranslateError`] naming the first field that does not parse.
-pub fn daemonset(ds: &DaemonSet) -> Result<CoreDaemonSet, TranslateError> {
+/// [`TranslateError`] naming the first field of the template that does not parse.
+pub fn daemonset(ds: &DaemonSet, pod: Option<&CorePod>) -> Result<CoreDaemonSet, TranslateError> {
     let name = format!(
         "{}/{}",
         ds.metadata.namespace.as_deref().unwrap_or("default"),
@@ -870,9 +880,18 @@ pub fn daemonset(ds: &DaemonSet) -> Result<CoreDaemonSet, TranslateError> {
         .as_ref()
         .and_then(|s| s.template.spec.as_ref())
         .unwrap_or(&empty);
+    let (node_selector, _) = node_selection(spec)?;
+    if let Some(p) = pod {
+        return Ok(CoreDaemonSet {
+            name,
+            requests: p.requests.clone(),
+            node_selector,
+            tolerations: p.tolerations.clone(),
+            host_ports: p.host_ports.clone(),
+        });
+    }
     let mut requests = effective_requests(spec)?;
     requests.set(names::PODS, 1);
-    let (node_selector, _) = node_selection(spec)?;
     let mut tolerations = Vec::new();
     for (i, t) in spec.tolerations.iter().flatten().enumerate() {
         tolerations.push(toleration(

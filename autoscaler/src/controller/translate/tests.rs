@@ -330,12 +330,53 @@ fn daemonset_overhead() {
         }
     }))
     .unwrap();
-    let d = daemonset(&ds).unwrap();
+    let d = daemonset(&ds, None).unwrap();
     assert_eq!(d.name, "gpu-operator/dcgm");
     assert_eq!(d.requests.cpu, 100);
     assert_eq!(d.requests.pods, 1);
     assert_eq!(d.tolerations, vec![CoreToleration::exists("")]);
     assert_eq!(d.node_selector.terms.len(), 1);
+}
+
+/// What admission made of a DaemonSet's pod (a RuntimeClass's overhead, a request raised, the
+/// DaemonSet controller's tolerations, a sidecar's host port) counts; where the pod may run
+/// is the template's, not the term naming the pod's node.
+#[test]
+fn a_daemonset_with_a_pod_takes_what_admission_made_of_it_and_where_its_template_runs() {
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "dcgm", "namespace": "gpu-operator"},
+        "spec": {"selector": {"matchLabels": {"app": "dcgm"}}, "template": {"spec": {
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}],
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}}}
+    }))
+    .unwrap();
+    let p = pod(&pod_from(json!({
+        "metadata": {"name": "dcgm-x", "namespace": "gpu-operator"},
+        "spec": {"nodeName": "gpu-1",
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "300m"}}},
+                {"name": "proxy", "ports": [{"containerPort": 9400, "hostPort": 9400}]}
+            ],
+            "overhead": {"cpu": "50m"},
+            "nodeSelector": {"nvidia.com/gpu.present": "true"},
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}]}}},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists"},
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+            ]}
+    })))
+    .unwrap();
+    let d = daemonset(&ds, Some(&p)).unwrap();
+    assert_eq!(d.requests.cpu, 350);
+    assert_eq!(d.requests.pods, 1);
+    assert_eq!(d.tolerations, p.tolerations);
+    assert_eq!(d.tolerations.len(), 2);
+    assert_eq!(d.host_ports, vec![HostPort::tcp(9400)]);
+    assert_eq!(d.node_selector, daemonset(&ds, None).unwrap().node_selector);
+    assert_ne!(d.node_selector, p.node_selector);
 }
 
 #[test]
@@ -795,7 +836,7 @@ fn host_ports_of_pods_and_daemonsets() {
     }))
     .unwrap();
     assert_eq!(
-        daemonset(&ds).unwrap().host_ports,
+        daemonset(&ds, None).unwrap().host_ports,
         vec![HostPort::tcp(9100)]
     );
 }
