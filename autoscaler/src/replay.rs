@@ -162,7 +162,7 @@ pub enum Kind {
     Node,
     /// A Pod: scheduling-relevant spec, phase, start time and conditions.
     Pod,
-    /// A DaemonSet: its pod template trimmed as a pod's spec.
+    /// A DaemonSet: its pod template trimmed as a pod's spec, its UID kept.
     DaemonSet,
     /// Anything else: metadata trimmed only.
     Other,
@@ -201,13 +201,19 @@ fn keep(v: &mut Value, keys: &[&str]) {
 }
 
 /// What no part of the autoscaler reads, removed from an object as JSON: managed fields,
-/// resource versions, `last-applied-configuration`; of pod specs (pods' and DaemonSet
-/// templates') every container field but name, image, resources, ports and restart policy,
-/// and every volume source but `hostPath` and `emptyDir`; of Nodes their images and system
-/// info. What is left is what the translation reads (`controller::translate`).
+/// resource versions, UIDs but a DaemonSet's, `last-applied-configuration`; of pod specs
+/// (pods' and DaemonSet templates') every container field but name, image, resources, ports
+/// and restart policy, and every volume source but `hostPath` and `emptyDir`; of Nodes their
+/// images and system info. What is left is what the translation reads (`controller::translate`).
+/// A DaemonSet keeps its UID because its pods name it as their owner: the snapshot builder
+/// sizes the DaemonSet by its newest pod.
 pub fn trim(v: &mut Value, kind: Kind) {
     if let Some(m) = v.get_mut("metadata") {
+        let uid = m.get("uid").cloned();
         trim_metadata(m);
+        if let (Kind::DaemonSet, Some(uid), Some(o)) = (kind, uid, m.as_object_mut()) {
+            o.insert("uid".into(), uid);
+        }
     }
     match kind {
         Kind::Pod => {
@@ -797,5 +803,19 @@ mod tests {
                 "status": {"phase": "Running"}
             })
         );
+        // A DaemonSet keeps the UID its pods' owner references name; a pod drops its own.
+        let mut ds = serde_json::json!({"metadata": {"name": "agent", "uid": "ds-1",
+            "resourceVersion": "3"}, "spec": {"template": {"spec": {"containers": []}}}});
+        trim(&mut ds, Kind::DaemonSet);
+        assert_eq!(
+            ds["metadata"],
+            serde_json::json!({"name": "agent", "uid": "ds-1"})
+        );
+        let mut agent = serde_json::json!({"metadata": {"name": "agent-x", "uid": "p-1",
+            "ownerReferences": [{"kind": "DaemonSet", "name": "agent", "uid": "ds-1",
+                "controller": true}]}});
+        trim(&mut agent, Kind::Pod);
+        assert_eq!(agent["metadata"].get("uid"), None);
+        assert_eq!(agent["metadata"]["ownerReferences"][0]["uid"], "ds-1");
     }
 }
