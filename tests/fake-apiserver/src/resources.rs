@@ -25,6 +25,7 @@ pub(crate) enum Builtin {
     Lease,
     PodTemplate,
     ConfigMap,
+    LimitRange,
     Crd,
     ResourceClaim,
     ResourceClaimTemplate,
@@ -251,6 +252,16 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
             true,
             false,
             Builtin::ConfigMap,
+            &[],
+        ),
+        builtin(
+            "",
+            "v1",
+            "LimitRange",
+            "limitranges",
+            true,
+            false,
+            Builtin::LimitRange,
             &[],
         ),
         builtin(
@@ -540,6 +551,7 @@ pub(crate) fn typed_roundtrip(b: Builtin, v: Value) -> Result<Value, serde_json:
         Builtin::Lease => roundtrip::<api::coordination::v1::Lease>(v),
         Builtin::PodTemplate => roundtrip::<api::core::v1::PodTemplate>(v),
         Builtin::ConfigMap => roundtrip::<api::core::v1::ConfigMap>(v),
+        Builtin::LimitRange => roundtrip::<api::core::v1::LimitRange>(v),
         Builtin::Crd => roundtrip::<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
         >(v),

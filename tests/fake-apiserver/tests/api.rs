@@ -836,3 +836,58 @@ async fn daemonsets_store_templates_and_reset_status_on_create() {
         "50m"
     );
 }
+
+/// The LimitRanger's defaults on create: a request and limit neither set gets the namespace's
+/// defaults, a request set is kept, a limit without a request is left as the request.
+#[tokio::test]
+async fn limit_ranges_default_what_a_created_pods_containers_leave_unset() {
+    use k8s_openapi::api::core::v1::LimitRange;
+    let (_s, client) = server();
+    let ranges: Api<LimitRange> = Api::namespaced(client.clone(), "kube-system");
+    let lr: LimitRange = serde_json::from_value(json!({
+        "metadata": {"name": "defaults"},
+        "spec": {"limits": [
+            {"type": "Container", "default": {"cpu": "2", "memory": "1Gi"},
+                "defaultRequest": {"cpu": "1500m"}},
+            {"type": "Pod", "max": {"cpu": "64"}}
+        ]}
+    }))
+    .unwrap();
+    ranges.create(&PostParams::default(), &lr).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"containers": [
+            {"name": "bare", "image": "agent"},
+            {"name": "asks", "image": "agent", "resources": {"requests": {"cpu": "100m"}}},
+            {"name": "capped", "image": "agent", "resources": {"limits": {"memory": "256Mi"}}}
+        ]}
+    }))
+    .unwrap();
+    let made = pods.create(&PostParams::default(), &p).await.unwrap();
+    let res: Vec<Value> = made
+        .spec
+        .unwrap()
+        .containers
+        .iter()
+        .map(|c| serde_json::to_value(&c.resources).unwrap())
+        .collect();
+    assert_eq!(
+        res,
+        [
+            json!({"requests": {"cpu": "1500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}),
+            json!({"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}),
+            json!({"requests": {"cpu": "1500m"}, "limits": {"cpu": "2", "memory": "256Mi"}}),
+        ]
+    );
+    // Another namespace's pods are not its.
+    let other: Api<Pod> = Api::namespaced(client, "default");
+    let made = other
+        .create(&PostParams::default(), &pod("plain", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&made.spec.unwrap().containers[0].resources).unwrap(),
+        json!({"requests": {"cpu": "1", "memory": "1Gi"}})
+    );
+}

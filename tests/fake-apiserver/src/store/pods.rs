@@ -80,7 +80,96 @@ pub(crate) fn set_condition(
     }
 }
 
+/// `v` as a JSON object, made one if it is anything else.
+fn object(v: &mut Value) -> &mut Map<String, Value> {
+    if !v.is_object() {
+        *v = json!({});
+    }
+    v.as_object_mut().expect("just made an object")
+}
+
 impl State {
+    /// What the LimitRanger admission plugin does to a pod being created: for each resource a
+    /// `Container` item of the namespace's LimitRanges defaults, a container that neither
+    /// requests nor limits it gets the default request (`defaultRequest`, else `default`), and
+    /// one with no limit for it gets `default`. A container with a limit but no request is left
+    /// alone: the real server's defaulting has already made its request the limit. Where several
+    /// LimitRanges default one resource, the first by name wins. `min`, `max` and ratios are not
+    /// enforced.
+    pub(super) fn apply_limit_ranges(&self, ns: &str, pod: &mut Value) {
+        let Some(def) = self.def("", "limitranges") else {
+            return;
+        };
+        let mut requests = Map::new();
+        let mut limits = Map::new();
+        for (_, lr) in self
+            .table(&def)
+            .objects
+            .range((ns.to_string(), String::new())..)
+            .take_while(|((n, _), _)| n == ns)
+        {
+            for item in lr
+                .pointer("/spec/limits")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|i| i["type"] == "Container")
+            {
+                let defaults = item.get("default").and_then(Value::as_object);
+                let default_requests = item.get("defaultRequest").and_then(Value::as_object);
+                for (r, q) in defaults.into_iter().flatten() {
+                    limits.entry(r.clone()).or_insert_with(|| q.clone());
+                }
+                for (r, q) in default_requests
+                    .into_iter()
+                    .flatten()
+                    .chain(defaults.into_iter().flatten())
+                {
+                    requests.entry(r.clone()).or_insert_with(|| q.clone());
+                }
+            }
+        }
+        if requests.is_empty() && limits.is_empty() {
+            return;
+        }
+        for list in ["containers", "initContainers"] {
+            let Some(cs) = pod
+                .pointer_mut(&format!("/spec/{list}"))
+                .and_then(Value::as_array_mut)
+            else {
+                continue;
+            };
+            // A container that is no object is the typed decoding's to reject.
+            for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+                let res = object(c.entry("resources").or_insert(Value::Null));
+                let limited: Vec<String> = res
+                    .get("limits")
+                    .and_then(Value::as_object)
+                    .map(|l| l.keys().cloned().collect())
+                    .unwrap_or_default();
+                let reqs = object(res.entry("requests").or_insert(Value::Null));
+                for (r, q) in &requests {
+                    if !reqs.contains_key(r) && !limited.contains(r) {
+                        reqs.insert(r.clone(), q.clone());
+                    }
+                }
+                if reqs.is_empty() {
+                    res.remove("requests");
+                }
+                let lims = object(res.entry("limits").or_insert(Value::Null));
+                for (r, q) in &limits {
+                    lims.entry(r.clone()).or_insert_with(|| q.clone());
+                }
+                if lims.is_empty() {
+                    res.remove("limits");
+                }
+                if res.is_empty() {
+                    c.remove("resources");
+                }
+            }
+        }
+    }
+
     /// Recomputes the status of the PDBs of a namespace (only those selecting one of `labels`).
     pub fn refresh_pdbs(
         &mut self,

@@ -390,6 +390,9 @@ impl State {
             });
         }
         prepare_create(def, &mut obj);
+        if def.builtin == Some(Builtin::Pod) {
+            self.apply_limit_ranges(ns, &mut obj);
+        }
         let obj = self.admit(def, None, obj)?;
         if opts.dry_run {
             return Ok(Arc::new(obj));
