@@ -589,3 +589,132 @@ async fn e2e_replicas_preferring_hosts_apart_get_a_node_each_unless_preferences_
         assert_eq!(c.claims().await.len(), nodes, "{policy}: {}", ctl.log());
     }
 }
+
+/// A LimitRange gives a DaemonSet's pods a CPU request its template does not have: the
+/// overhead follows the DaemonSet's running pod, so the new node has room for the pending pod
+/// and for the DaemonSet pod that lands beside it. Sized by the template, the pod would get an
+/// m5.xlarge it cannot share with that DaemonSet pod. `explain` sizes it the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_new_node_has_room_for_daemonset_pods_a_limit_range_enlarges() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::{LimitRange, Node};
+    let c = Cluster::start().await;
+    let _: LimitRange = c
+        .create(json!({"apiVersion": "v1", "kind": "LimitRange",
+            "metadata": {"name": "defaults", "namespace": "kube-system"},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "1500m"}}]}}))
+        .await;
+    // A node no NodePool manages, where the DaemonSet already runs.
+    let _: Node = c
+        .create(json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "system-a", "labels": {"kubernetes.io/hostname": "system-a"}},
+            "spec": {"providerID": "kwok://system-a"}}))
+        .await;
+    let status = json!({"status": {
+        "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "29"},
+        "capacity": {"cpu": "2", "memory": "4Gi", "pods": "29"},
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    Api::<Node>::all(c.client.clone())
+        .patch_status("system-a", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("node status");
+    let _: DaemonSet = c
+        .create(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": "agent", "namespace": "kube-system"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                "template": {"metadata": {"labels": {"app": "agent"}},
+                    "spec": {"tolerations": [{"operator": "Exists"}],
+                        "containers": [{"name": "a", "image": "agent",
+                            "resources": {"requests": {"memory": "64Mi"}}}]}}}}))
+        .await;
+    let system_pods: Api<Pod> = Api::namespaced(c.client.clone(), "kube-system");
+    let agents_on = |node: String| {
+        let pods = system_pods.clone();
+        async move {
+            let all = pods.list(&Default::default()).await.ok()?.items;
+            let on: Vec<Pod> = all
+                .into_iter()
+                .filter(|p| bound_to(p).as_deref() == Some(node.as_str()))
+                .collect();
+            (!on.is_empty()).then_some(on)
+        }
+    };
+    let agents = eventually("the DaemonSet's pod on system-a", DEADLINE, || {
+        agents_on("system-a".into())
+    })
+    .await;
+    let cpu = |p: &Pod| -> Option<String> {
+        let c = p.spec.as_ref()?.containers.first()?;
+        Some(
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("cpu")?
+                .0
+                .clone(),
+        )
+    };
+    assert_eq!(cpu(&agents[0]).as_deref(), Some("1500m"), "{agents:#?}");
+
+    let mut pool = cpu_pool("cpu", "10m");
+    pool["spec"]["template"]["requirements"][0]["values"] = json!(["m5.xlarge", "m5.2xlarge"]);
+    let _: NodePool = c.create(pool).await;
+    let _: Pod = c
+        .create(cpu_pod(
+            "web",
+            "3",
+            std::collections::BTreeMap::from([("app", "web")]),
+        ))
+        .await;
+    eventually("web unschedulable", DEADLINE, || async {
+        unschedulable_since(&c.pod("default", "web").await?)
+    })
+    .await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
+        .args(["explain", "pod", "default/web", "--provider", "kwok"])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .expect("explain runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{said}");
+    assert!(said.contains("(instance types m5.2xlarge;"), "{said}");
+    assert!(
+        said.contains("m5.xlarge: refused (Resources): the pod requests 3 cpu; a node of this type has 2420m for pods"),
+        "{said}"
+    );
+
+    let ctl = c.controller("ds-overhead", &["--leader-elect=false"]);
+    let node = eventually("web bound to a node", DEADLINE, || async {
+        bound_to(&c.pod("default", "web").await?)
+    })
+    .await;
+    let claims = c.claims().await;
+    assert_eq!(claims.len(), 1, "{claims:#?}\n{}", ctl.log());
+    let status = claims[0].status.clone().unwrap_or_default();
+    assert_eq!(
+        status.instance_type.as_deref(),
+        Some("m5.2xlarge"),
+        "{claims:#?}"
+    );
+    let requested = claims[0]
+        .spec
+        .resources
+        .requests
+        .get("cpu")
+        .map(|q| q.0.clone());
+    assert_eq!(requested.as_deref(), Some("4500m"), "{claims:#?}");
+    // The DaemonSet's pod lands beside web, with what the LimitRange gave it.
+    let agents = eventually("the DaemonSet's pod on web's node", DEADLINE, || {
+        agents_on(node.clone())
+    })
+    .await;
+    assert_eq!(cpu(&agents[0]).as_deref(), Some("1500m"), "{agents:#?}");
+}
