@@ -9,6 +9,10 @@
 //! (and not being deleted or failed) is *in flight*: its Node, if it registered, is in
 //! [`Snapshot::nodes`] with `initialized = false` and the claim in [`Snapshot::in_flight`], which
 //! the planner counts once, as the claim.
+//!
+//! A DaemonSet's overhead on new nodes is sized by its newest pod when it has one
+//! ([`translate::daemonset`]): the same pass that sorts pods into pending and bound finds each
+//! DaemonSet's newest pod by the UID the pod cache keeps.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
