@@ -173,3 +173,23 @@ fn loading_files_rejects_unknown_fields_with_the_closest_known_one() {
     let lenient: nodepools::NodePool = serde_norway::from_str(text).unwrap();
     assert_eq!(lenient.spec.disruption.gpu_utilization_threshold, 0.5);
 }
+
+/// `spec.template.expireAfter` reads as Karpenter's: a duration, `Never`, or absent (never).
+#[test]
+fn expire_after_is_a_duration_never_or_absent() {
+    let expire = |value: Option<&str>| {
+        let field = value.map_or(String::new(), |v| format!("\n    expireAfter: {v}"));
+        let text = format!(
+            "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n  template:\n    requirements: []{field}\n"
+        );
+        nodepools::load_nodepools(&text).unwrap()[0]
+            .to_core(Arc::new(Vec::new()))
+            .unwrap()
+            .disruption
+            .expire_after_s
+    };
+    assert_eq!(expire(Some("720h")), Some(720 * 3600));
+    assert_eq!(expire(Some("1.5h")), Some(5400));
+    assert_eq!(expire(Some("Never")), None);
+    assert_eq!(expire(None), None);
+}

@@ -359,6 +359,15 @@ fn nodepool_cases() {
             "#]],
         ),
         (
+            "template:\n  expireAfter: 30 days",
+            expect![[r#"
+            rust:
+              spec.template.expireAfter: invalid duration "30 days": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
+            server:
+              spec.template.expireAfter: "30 days" does not match ^(([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+|Never)$
+        "#]],
+        ),
+        (
             "disruption:\n  consolidateAfter: 1w\n  unneededTime: 99999999999999999999h",
             expect![[r#"
                 rust:

@@ -476,6 +476,7 @@ mod candidates;
 mod delete;
 mod empty;
 pub mod execute;
+mod expiry;
 mod multi_node;
 mod replace;
 mod simulate;
@@ -488,6 +489,7 @@ pub use candidates::{
     DRA_DEVICES, node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,
     utilization_by_resource, utilization_by_resource_with_devices, utilization_with_devices,
 };
+pub use expiry::{Expired, expired};
 pub use simulate::{UNINITIALIZED_TARGET, UNREADY_TARGET, simulate};
 pub use validation::{Check, narrow_empty, validate, validate_at};
 

@@ -631,6 +631,11 @@ pub struct DisruptionPolicy {
     /// The pool's own scale-down delays; an absent one is the cluster-wide flag's.
     #[serde(default)]
     pub delays: ScaleDownDelays,
+    /// Karpenter's `expireAfter`: seconds after which a node of the pool is removed whatever
+    /// it runs, without a budget or a replacement first (its pods are evicted as on any
+    /// removal, within their PodDisruptionBudgets, and planned again). `None`: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_after_s: Option<i64>,
 }
 
 impl DisruptionPolicy {
@@ -683,6 +688,7 @@ impl Default for DisruptionPolicy {
                 reasons: vec![],
             }],
             delays: ScaleDownDelays::default(),
+            expire_after_s: None,
         }
     }
 }

@@ -762,6 +762,18 @@ impl Scenario {
         }
         let mut seen = BTreeSet::new();
         for p in &pools {
+            // The simulator removes nodes by its policies' disruption only; an expiry it
+            // ignored would report a cluster the controller would not run.
+            if p.disruption.expire_after_s.is_some() {
+                return Err(cx.err(
+                    &["expireAfter:"],
+                    "nodePools",
+                    format!(
+                        "NodePool {}: expireAfter is not simulated (remove it, or set Never)",
+                        p.name
+                    ),
+                ));
+            }
             if !seen.insert(p.name.clone()) {
                 return Err(cx.err(
                     &[&format!("name: {}", p.name), &format!("name: {}", p.name)],

@@ -7,6 +7,7 @@ mod cadence;
 mod crash;
 mod dra;
 mod events;
+mod expiry;
 mod explain;
 mod faults;
 mod fidelity;

@@ -62,7 +62,15 @@ impl NodePool {
             &s.gpu_limits,
             &mut errs,
         );
-        let disruption = parse_disruption(&spec.field("disruption"), &s.disruption, &mut errs);
+        let mut disruption = parse_disruption(&spec.field("disruption"), &s.disruption, &mut errs);
+        // `expireAfter` sits in the template, as in Karpenter, but is a disruption setting.
+        if let Some(text) = s.template.expire_after.as_deref() {
+            let path = spec.field("template").field("expireAfter");
+            disruption.expire_after_s = match parse_duration(&path, text, true, &mut errs) {
+                i64::MAX => None,
+                s => Some(s),
+            };
+        }
         let weight = match s.weight {
             None => 0,
             Some(w) if (1..=100).contains(&w) => w,
@@ -809,5 +817,7 @@ fn parse_disruption(
             .enumerate()
             .filter_map(|(i, b)| parse_budget(&path.field("budgets").index(i), b, errs))
             .collect(),
+        // Read from the template by the caller.
+        expire_after_s: None,
     }
 }

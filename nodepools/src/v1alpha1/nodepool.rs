@@ -182,6 +182,14 @@ pub struct NodePoolTemplate {
     /// The provider-specific node class; absent means the provider's default class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_ref: Option<NodeClassRef>,
+    /// How long a node lives: once this old (`720h`, `30m`, `1.5h`; at most ten years) it is
+    /// removed whatever it runs,
+    /// without a disruption budget or a replacement first, its pods evicted within their
+    /// PodDisruptionBudgets and planned again (Karpenter's `expireAfter`). Absent or `Never`:
+    /// nodes do not expire (Karpenter's default is `720h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_OR_NEVER_PATTERN))]
+    pub expire_after: Option<String>,
 }
 
 /// Node metadata of a NodePool template.

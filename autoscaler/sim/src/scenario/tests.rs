@@ -208,6 +208,29 @@ workloads:
     assert_eq!(s.pools[0].name, "gpus");
 }
 
+/// A NodePool's `expireAfter` is refused by name: the simulator would ignore it.
+#[test]
+fn expire_after_is_refused_rather_than_ignored() {
+    let text = "\
+duration: 1h
+catalog: aws
+nodePools:
+  - apiVersion: gpu-autoscaler.dev/v1alpha1
+    kind: NodePool
+    metadata: {name: gpus}
+    spec:
+      template:
+        expireAfter: 24h
+workloads: []
+";
+    let (line, field, why) = err(text);
+    assert_eq!((line, field.as_str()), (9, "nodePools"));
+    assert!(
+        why.contains("NodePool gpus: expireAfter is not simulated"),
+        "{why}"
+    );
+}
+
 /// `GOOD` with a ProvisioningRequest workload whose last lines are `extra`.
 fn with_request(extra: &str) -> String {
     format!(

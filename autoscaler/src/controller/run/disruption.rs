@@ -44,6 +44,15 @@ fn pools_of<'a>(snap: &'a autoscaler_core::Snapshot, nodes: &[String]) -> BTreeS
         .collect()
 }
 
+/// `secs` in the largest unit that divides it, as a NodePool writes a duration (`720h`).
+fn span(secs: i64) -> String {
+    match secs {
+        s if s != 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s != 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
 impl<P: CloudProvider + 'static> Controller<P> {
     /// The stage: commands planned every `--disruption-interval`; queued jobs advanced every
     /// round. While scaling is halted (`run/health.rs`) nothing new is planned and the
@@ -70,6 +79,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let types = self.instance_types(&pools).await;
         let snap = self.full_snapshot(&types, true);
         let now = epoch();
+        let expiring = self.expire(&snap, now).await;
         self.disruption_state.in_progress = disrupt::in_progress(&self.jobs);
         let plan = plan_disruption_cached(
             &snap,
@@ -90,7 +100,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .await;
         let mut new_jobs = Vec::new();
         for cmd in plan.commands {
-            if !disrupt::admit(&self.jobs, &cmd) {
+            // An expired node is on its way out already, by the termination flow.
+            if !disrupt::admit(&self.jobs, &cmd) || cmd.nodes.iter().any(|n| expiring.contains(n)) {
                 continue;
             }
             tracing::info!(reason = ?cmd.reason, method = ?cmd.method, nodes = ?cmd.nodes, "disruption decided");
@@ -117,6 +128,50 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         self.jobs.extend(new_jobs);
         self.release_orphaned_taints().await;
+    }
+
+    /// Deletes the NodeClaim of every node past its NodePool's `expireAfter`
+    /// ([`autoscaler_core::disruption::expired`]) that no disruption job of this leader is
+    /// removing: as in Karpenter, expiration needs no budget and launches no replacement
+    /// first; the termination flow drains the node (within PodDisruptionBudgets, waiting for
+    /// pods that may not be disrupted) and the pods are planned again. Returns the nodes
+    /// expired, so that no consolidation command takes them too. A failed delete is tried
+    /// again on the next pass.
+    async fn expire(&self, snap: &autoscaler_core::Snapshot, now: i64) -> BTreeSet<String> {
+        let busy: BTreeSet<&str> = self
+            .jobs
+            .iter()
+            .flat_map(|j| j.command.nodes.iter().map(String::as_str))
+            .collect();
+        let mut out = BTreeSet::new();
+        for e in autoscaler_core::disruption::expired(snap, now) {
+            if busy.contains(e.node.as_str()) {
+                continue;
+            }
+            let note = format!(
+                "node {} is {} old, past NodePool {}'s expireAfter ({}): removing it",
+                e.node,
+                span(e.age_s),
+                e.pool,
+                span(e.expire_after_s)
+            );
+            tracing::info!(node = %e.node, claim = %e.claim, pool = %e.pool, "expired");
+            match self.shared.actuator.delete_claim(&e.claim).await {
+                Ok(()) => {
+                    if let Some(node) = self.stores.node(&e.node) {
+                        self.shared
+                            .actuator
+                            .event(&reference(node.as_ref()), false, "Expired", "Delete", note)
+                            .await;
+                    }
+                    out.insert(e.node);
+                }
+                Err(err) => {
+                    tracing::warn!(claim = %e.claim, error = %err, "deleting an expired NodeClaim")
+                }
+            }
+        }
+        out
     }
 
     /// Untaints nodes that carry the disruption taint though no job of this leader is removing
