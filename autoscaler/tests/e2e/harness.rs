@@ -445,6 +445,18 @@ pub fn run_explain(c: &Cluster, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// DaemonSet `kube-system/agent` (labels `app: agent`) tolerating every taint, its one
+/// container asking for `requests`.
+pub fn agent_daemonset(requests: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "agent", "namespace": "kube-system"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+            "template": {"metadata": {"labels": {"app": "agent"}},
+                "spec": {"tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "a", "image": "agent",
+                        "resources": {"requests": requests}}]}}}})
+}
+
 /// A GPU NodePool: g4dn.xlarge (1 T4) only, tainted `nvidia.com/gpu:NoSchedule`, with a
 /// device-plugin startup taint, empty nodes removed after `unneeded`.
 pub fn gpu_pool(name: &str, unneeded: &str) -> Value {

@@ -619,15 +619,7 @@ async fn e2e_a_new_node_has_room_for_daemonset_pods_a_limit_range_enlarges() {
         .patch_status("system-a", &PatchParams::default(), &Patch::Merge(&status))
         .await
         .expect("node status");
-    let _: DaemonSet = c
-        .create(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "agent", "namespace": "kube-system"},
-            "spec": {"selector": {"matchLabels": {"app": "agent"}},
-                "template": {"metadata": {"labels": {"app": "agent"}},
-                    "spec": {"tolerations": [{"operator": "Exists"}],
-                        "containers": [{"name": "a", "image": "agent",
-                            "resources": {"requests": {"memory": "64Mi"}}}]}}}}))
-        .await;
+    let _: DaemonSet = c.create(agent_daemonset(json!({"memory": "64Mi"}))).await;
     let system_pods: Api<Pod> = Api::namespaced(c.client.clone(), "kube-system");
     let agents_on = |node: String| {
         let pods = system_pods.clone();

@@ -158,13 +158,7 @@ async fn a_snapshot_replays_as_the_cluster_it_recorded() {
     )
     .await;
     let _: DaemonSet = c
-        .create(json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
-            "metadata": {"name": "agent", "namespace": "kube-system"},
-            "spec": {"selector": {"matchLabels": {"app": "agent"}},
-                "template": {"metadata": {"labels": {"app": "agent"}},
-                    "spec": {"tolerations": [{"operator": "Exists"}],
-                        "containers": [{"name": "a", "image": "agent",
-                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}}))
+        .create(agent_daemonset(json!({"cpu": "100m", "memory": "128Mi"})))
         .await;
     let mut gpu = gpu_pod("train");
     gpu["spec"]["nodeName"] = json!("gpu-a");
