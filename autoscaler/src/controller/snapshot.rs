@@ -201,9 +201,12 @@ impl Fold {
 
 /// Pods narrowed by their volumes ([`autoscaler_core::model::PodShape::require_any`]),
 /// sharing one shape per translation and alternatives, so replicas whose volumes are in the
-/// same zone stay one shape for the planner.
+/// same zone stay one shape for the planner. Each entry keeps the shape it was narrowed from
+/// alive: a shape copied for one pod (its DRA claims resolved) is freed once the pod is
+/// narrowed, and another copy at the same address must not find this entry.
 #[derive(Default)]
-struct VolumeShapes(HashMap<(*const PodShape, Vec<Requirements>), Arc<PodShape>>);
+#[allow(clippy::type_complexity)]
+struct VolumeShapes(HashMap<(*const PodShape, Vec<Requirements>), (Arc<PodShape>, Arc<PodShape>)>);
 
 impl VolumeShapes {
     /// `pod` narrowed to `alternatives` (unchanged when there are none).
@@ -217,8 +220,9 @@ impl VolumeShapes {
             .or_insert_with_key(|(_, alts)| {
                 let mut s = PodShape::clone(pod.shape());
                 s.require_any(alts);
-                Arc::new(s)
+                (pod.shape().clone(), Arc::new(s))
             })
+            .1
             .clone();
         *pod = CorePod::sharing(pod.key.clone(), shape);
     }
