@@ -114,6 +114,7 @@ mod dra;
 mod explanations;
 mod finish;
 mod open;
+mod parts;
 mod place;
 mod preferences;
 mod room;
@@ -129,6 +130,7 @@ pub use shapes::{
 };
 
 pub(crate) use explanations::pool_standing;
+pub use parts::part_sizes;
 pub(crate) use preferences::relaxable;
 pub(crate) use shapes::same_pool;
 pub use shapes::same_pools;
@@ -148,6 +150,10 @@ pub struct PlanOptions {
     /// backlog of 100,000 pods costs the planner one slice per round, not the whole backlog
     /// before the first launch.
     pub max_new_claims: usize,
+    /// Most threads one plan may use (1 by default). A large batch whose pods fall into
+    /// independent parts (no NodePool, node or topology term in common, see `parts.rs`) is
+    /// planned a part per thread; the plan is the same as on one thread.
+    pub threads: usize,
 }
 
 /// The controller's default for [`PlanOptions::max_new_claims`] in a provisioning round
@@ -160,6 +166,7 @@ impl Default for PlanOptions {
         PlanOptions {
             max_instance_types: 60,
             max_new_claims: usize::MAX,
+            threads: 1,
         }
     }
 }
@@ -210,7 +217,7 @@ pub(crate) fn plan_lent(
 /// One plan of `snapshot`'s pending pods as they are.
 fn plan_once(snapshot: &Snapshot, options: &PlanOptions, shapes: &Arc<Vec<Shape>>) -> Plan {
     let templates = dra::Templates::of(snapshot);
-    let (mut plan, _) = Planner::new(snapshot, options, &templates, shapes.clone()).run();
+    let mut plan = Planner::new(snapshot, options, &templates, shapes.clone()).plan();
     crate::gang::prefer_one_zone(snapshot, &mut plan);
     crate::gang::placement_only_in_one_zone(&mut plan);
     plan
@@ -422,7 +429,7 @@ impl Slot {
 }
 
 /// Per-class data: pods with the same node selector and tolerations share these answers.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Class {
     terms: Vec<Requirements>,
     /// The pods' own node selection as `terms` are built, while a preference is held
@@ -574,6 +581,8 @@ struct Planner<'a> {
     dra_keys: Vec<dra::DraKey<'a>>,
     /// The columns of `State::fit_rows` and each pending pod's requests in them.
     fit_index: slots::FitIndex,
+    /// The part of the batch this planner plans, when the batch was split (`parts.rs`).
+    part: Option<parts::Part>,
 }
 
 impl<'a> Planner<'a> {
@@ -607,13 +616,17 @@ impl<'a> Planner<'a> {
         let mut sel_of_anti = Vec::new();
         for p in &snap.pending {
             let ns = &p.key.namespace;
-            let own = TermNamespaces::Own.resolved(ns);
-            sel_of_spread.push(
+            // Most pods have no spread: their namespace is not copied for one.
+            let spread = if p.spread.is_empty() {
+                Vec::new()
+            } else {
+                let own = TermNamespaces::Own.resolved(ns);
                 p.spread
                     .iter()
                     .map(|s| intern((own.clone(), s.selector.clone())))
-                    .collect(),
-            );
+                    .collect()
+            };
+            sel_of_spread.push(spread);
             sel_of_affinity.push(p.affinity.iter().map(|t| intern(term_sel(ns, t))).collect());
             sel_of_anti.push(
                 p.anti_affinity
@@ -709,6 +722,7 @@ impl<'a> Planner<'a> {
             dra: None,
             dra_keys: dra::keys(snap),
             fit_index,
+            part: None,
         };
         planner.any_gpu_shape = planner.shapes.iter().any(|s| s.has_gpu);
         let pns = |t: &crate::taints::Taint| t.effect == Effect::PreferNoSchedule;
@@ -821,7 +835,14 @@ impl<'a> Planner<'a> {
     }
 
     /// The plan, and the considerations of the pod to explain, if one was named.
-    fn run(mut self) -> (Plan, Option<Vec<crate::explain::PoolConsidered>>) {
+    fn run(self) -> (Plan, Option<Vec<crate::explain::PoolConsidered>>) {
+        let order = self.order();
+        self.run_in(order)
+    }
+
+    /// The order pods are placed in: largest first (GPUs, then shares, CPU and memory), by
+    /// name among pods of one size.
+    fn order(&self) -> Vec<usize> {
         let pending = &self.snap.pending;
         // Each pod's size, worked out once rather than in every comparison.
         let size: Vec<(i64, u32, i64, i64)> = pending
@@ -856,6 +877,12 @@ impl<'a> Planner<'a> {
                 run.sort_by(|a, b| pending[*a].key.cmp(&pending[*b].key));
             }
         }
+        order
+    }
+
+    /// [`Self::run`] with the pods in `order`.
+    fn run_in(mut self, order: Vec<usize>) -> (Plan, Option<Vec<crate::explain::PoolConsidered>>) {
+        let pending = &self.snap.pending;
         let mut done = vec![false; pending.len()];
         self.keep_nominations(&order, &mut done);
         let mut group_members: BTreeMap<&str, Vec<usize>> = BTreeMap::new();

@@ -10,6 +10,7 @@
 //! ./target/release/gpu-autoscaler bench planner --suite ca-fastpath
 //! ./target/release/gpu-autoscaler bench planner --suite karpenter-lookalike --json karpenter.json
 //! ./target/release/gpu-autoscaler bench planner --suite gpu-mix --json gpu-mix.json
+//! ./target/release/gpu-autoscaler bench planner --suite gpu-mix --pods 50000 --runs 1 --threads 2
 //! ./target/release/gpu-autoscaler bench planner --suite openb --data-dir ../shared/data
 //! ./target/release/gpu-autoscaler bench planner --suite small-exact
 //! ./target/release/gpu-autoscaler bench planner --suite dra
@@ -25,7 +26,9 @@
 //! `karpenter-exact` and `ca-fastpath` suites also give the cost and nodes of a
 //! first-fit-decreasing packing of the same pods under the same constraints ([`ffd`]), and every
 //! case the time of its first run (`first_seconds`): with `--pods N` and `--runs 1` under
-//! `taskset -c 0`, that is one planning in a fresh process on one core.
+//! `taskset -c 0`, that is one planning in a fresh process on one core. `--threads N` lets a
+//! batch whose pods fall into independent parts be planned a part per thread (the same plan;
+//! `parts` in the JSON gives their sizes).
 
 pub(crate) mod ca_fastpath;
 pub(crate) mod dra;
@@ -51,7 +54,7 @@ use anyhow::{Context as _, bail};
 use autoscaler_core::lp::lower_bound;
 use autoscaler_core::model::{Pod, Snapshot};
 use autoscaler_core::plan::Plan;
-use autoscaler_core::provision::{Shape, build_shapes, plan_provisioning};
+use autoscaler_core::provision::{PlanOptions, Shape, build_shapes, part_sizes, plan_with};
 use autoscaler_core::resources::is_gpu_class;
 use serde::Serialize;
 
@@ -113,6 +116,11 @@ pub(crate) struct PlannerArgs {
     /// the instance types that cost most: where a poor `cost_ratio` comes from.
     #[arg(long)]
     breakdown: bool,
+    /// Threads one plan may use (`PlanOptions::threads`): a batch of 2,048 pods or more whose
+    /// pods fall into independent parts is planned a part per thread, to the same plan. With
+    /// more than one, `cpu_seconds` is the whole process's.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    threads: u16,
 }
 
 /// The benchmark suites.
@@ -175,8 +183,15 @@ pub(crate) struct CaseResult {
     /// The first run, seconds: caches cold; in a fresh process when the case runs alone.
     pub(crate) first_seconds: f64,
     /// CPU time of the planning thread in its least costly run, seconds (Linux only): on a
-    /// busy machine, wall time includes waiting for a core and this does not.
+    /// busy machine, wall time includes waiting for a core and this does not. With more than
+    /// one thread, the whole process's CPU time over the run (10 ms resolution).
     pub(crate) cpu_seconds: Option<f64>,
+    /// Threads the plan could use (`--threads`).
+    pub(crate) threads: usize,
+    /// With more than one thread, the pods of each independent part the batch was planned in,
+    /// largest first (`autoscaler_core::provision::part_sizes`); empty when it was planned
+    /// whole.
+    pub(crate) parts: Vec<usize>,
     /// `pods / seconds`.
     pub(crate) pods_per_sec: f64,
     /// New NodeClaims in the plan.
@@ -299,7 +314,7 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
     let yardstick = matches!(args.suite, Suite::KarpenterExact | Suite::CaFastpath);
     let mut results = Vec::new();
     for case in &cases {
-        let (mut r, plan) = measure(case, args.runs as usize, gpus);
+        let (mut r, plan) = measure(case, args.runs as usize, gpus, usize::from(args.threads));
         if yardstick {
             r.ffd = Some(yardstick_of(&case.snapshot, r.cost_per_hour));
         }
@@ -308,6 +323,17 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
             println!(
                 "  first-fit-decreasing: {} nodes, ${:.3}/hour, {} unplaced; plan/FFD cost {:.3}",
                 f.nodes, f.cost_per_hour, f.unplaced, f.plan_over_ffd
+            );
+        }
+        if r.threads > 1 {
+            println!(
+                "  {} threads; independent parts (pods): {}",
+                r.threads,
+                if r.parts.is_empty() {
+                    "none, planned whole".to_string()
+                } else {
+                    format!("{:?}", r.parts)
+                }
             );
         }
         if args.breakdown {
@@ -464,20 +490,31 @@ fn repo_root(exe: &Path) -> Option<PathBuf> {
 
 /// Plans `case` (timed, best of `runs`), bounds it and counts GPUs when `gpus` is set; returns
 /// the results and the plan.
-pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> (CaseResult, Plan) {
+pub(crate) fn measure(case: &Case, runs: usize, gpus: bool, threads: usize) -> (CaseResult, Plan) {
     let snap = &case.snapshot;
     let mut best = f64::INFINITY;
     let mut first = None;
     let mut best_cpu: Option<f64> = None;
     let mut plan = Plan::default();
+    let options = PlanOptions {
+        threads,
+        ..PlanOptions::default()
+    };
+    let cpu_now = || {
+        if threads > 1 {
+            process_cpu_seconds()
+        } else {
+            thread_cpu_seconds()
+        }
+    };
     for _ in 0..runs {
-        let cpu_start = thread_cpu_seconds();
+        let cpu_start = cpu_now();
         let start = Instant::now();
-        let p = plan_provisioning(snap);
+        let p = plan_with(snap, &options);
         let took = start.elapsed().as_secs_f64();
         first.get_or_insert(took);
         best = best.min(took);
-        if let (Some(a), Some(b)) = (cpu_start, thread_cpu_seconds()) {
+        if let (Some(a), Some(b)) = (cpu_start, cpu_now()) {
             best_cpu = Some(best_cpu.map_or(b - a, |c: f64| c.min(b - a)));
         }
         plan = p;
@@ -516,6 +553,12 @@ pub(crate) fn measure(case: &Case, runs: usize, gpus: bool) -> (CaseResult, Plan
         seconds: best,
         first_seconds: first.unwrap_or(best),
         cpu_seconds: best_cpu,
+        threads,
+        parts: if threads > 1 {
+            part_sizes(snap, &options)
+        } else {
+            Vec::new()
+        },
         pods_per_sec: if best > 0.0 {
             snap.pending.len() as f64 / best
         } else {
@@ -659,6 +702,19 @@ fn thread_cpu_seconds() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
     let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
     Some(ns as f64 / 1e9)
+}
+
+/// User and system CPU time of the whole process so far, threads that ended included (Linux
+/// only; `/proc/self/stat` counts in clock ticks, 100 per second on Linux).
+fn process_cpu_seconds() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces: fields are counted after its closing parenthesis,
+    // where `utime` and `stime` are the 12th and 13th.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
 }
 
 /// Physical-GPU equivalents requested by the pods on new claims, and physical GPUs provisioned.

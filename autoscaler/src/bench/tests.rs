@@ -47,7 +47,7 @@ fn check_report(suite: &str, results: Vec<CaseResult>, gpus: bool) -> serde_json
 #[test]
 fn karpenter_suite_small() {
     let cases = karpenter_cases(&[200]);
-    let (r, _) = measure(&cases[0], 1, false);
+    let (r, _) = measure(&cases[0], 1, false, 1);
     assert_eq!(r.pods, 200);
     assert_eq!(r.instance_types, karpenter::TYPES);
     assert_eq!(r.unschedulable, 0, "every pod placed");
@@ -86,13 +86,30 @@ fn karpenter_generator_is_seeded_and_balanced() {
 #[test]
 fn gpu_mix_suite_small() {
     let cases = gpu_mix_cases(200);
-    let (r, _) = measure(&cases[0], 1, true);
+    let (r, _) = measure(&cases[0], 1, true, 1);
     assert_eq!(r.pods, 200);
     assert_eq!(r.unschedulable, 0, "every pod placed");
     assert!(r.gpus_provisioned.unwrap() > 0);
     let alloc = r.gpu_allocation.unwrap();
     assert!(alloc > 0.0 && alloc <= 1.0 + 1e-9, "{alloc}");
     check_report("gpu-mix", vec![r], true);
+}
+
+#[test]
+fn gpu_mix_on_two_threads_is_planned_in_parts_to_the_same_plan() {
+    let cases = gpu_mix_cases(3000);
+    let (one, plan_one) = measure(&cases[0], 1, true, 1);
+    let (two, plan_two) = measure(&cases[0], 1, true, 2);
+    assert!(one.parts.is_empty());
+    // CPU, whole GPUs, MIG, time-slicing and shares use NodePools of their own.
+    assert_eq!(two.parts.len(), 5, "{:?}", two.parts);
+    assert_eq!(two.parts.iter().sum::<usize>(), 3000);
+    assert_eq!(two.threads, 2);
+    assert!(plan_one == plan_two, "the plans differ");
+    assert_eq!(
+        (one.nodes, one.cost_per_hour),
+        (two.nodes, two.cost_per_hour)
+    );
 }
 
 fn node(name: &str, cpu: u64, mem_gib: u64, gpus: u32, model: &str) -> NodeRecord {
@@ -147,7 +164,7 @@ fn openb_suite_small() {
         name: "small".into(),
         snapshot: snap,
     };
-    let (r, _) = measure(&case, 1, true);
+    let (r, _) = measure(&case, 1, true, 1);
     assert_eq!(r.unschedulable, 0, "every pod placed");
     // 40 x 0.46 + 40 x 1 + 40 x 2 + 40 x 0.25 GPUs.
     assert!((r.gpus_requested.unwrap() - 148.4).abs() < 1e-9, "{r:?}");
@@ -179,7 +196,7 @@ fn missing_trace_is_a_clear_error() {
 #[test]
 fn breakdown_names_each_pool_with_its_bound() {
     let cases = karpenter_cases(&[100]);
-    let (_, plan) = measure(&cases[0], 1, false);
+    let (_, plan) = measure(&cases[0], 1, false, 1);
     let text = breakdown(&cases[0].snapshot, &plan);
     assert!(text.starts_with("  pool default: "), "{text}");
     assert!(text.contains("LP $"), "{text}");
@@ -279,7 +296,7 @@ fn karpenter_exact_generator_follows_upstream() {
 #[test]
 fn karpenter_exact_small_plans_every_pod_and_prints_the_yardstick() {
     let cases = karpenter_exact_cases(&[300]);
-    let (r, _) = measure(&cases[0], 1, false);
+    let (r, _) = measure(&cases[0], 1, false, 1);
     assert_eq!(r.unschedulable, 0, "every pod placed");
     // 50 anti-affine pods: at least 50 nodes, in the plan and in the packing.
     assert!(r.nodes >= 50, "{}", r.nodes);
@@ -305,7 +322,7 @@ fn ca_fastpath_packs_as_upstream_counts() {
         name: "small".into(),
         snapshot: ca_fastpath::snapshot(500, 10),
     };
-    let (r, _) = measure(&case, 1, false);
+    let (r, _) = measure(&case, 1, false, 1);
     assert_eq!(r.unschedulable, 0);
     assert_eq!(r.nodes, 26);
     let f = ffd::pack(&case.snapshot);

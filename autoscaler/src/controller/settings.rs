@@ -317,7 +317,10 @@ pub struct RunArgs {
     /// pending and are planned again in the next round, at once. A backlog then gets its
     /// first nodes after one slice is planned and written (as the Cluster Autoscaler's
     /// `--max-nodes-per-scaleup`, 1000, this bounds latency, not the rate of scale-up). A
-    /// gang's or atomic scale-up's claims are never split.
+    /// gang's or atomic scale-up's claims are never split. A round of 2,048 pods or more, with
+    /// no more pods than this limit, whose pods fall into independent parts (no NodePool or node
+    /// in common; no topology spread, pod affinity, gang or DRA claim) is planned a part per
+    /// core, to the plan one core makes.
     #[arg(long, default_value_t = autoscaler_core::provision::DEFAULT_MAX_CLAIMS_PER_ROUND as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_claims_per_round: u64,

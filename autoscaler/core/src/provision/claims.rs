@@ -11,10 +11,10 @@ use crate::resources::{Resources, format_amount};
 
 use super::classes::{dominant_share, even_spread};
 use super::shapes::{
-    Devices, Shape, demand, distinct_values, may_select, min_values_short, offering_allowed,
-    offering_constraints, priced_candidates, relaxed_min_values, term_fits_shape,
+    Devices, Shape, demand, distinct_values, key_fits_shape, may_select, min_values_short,
+    offering_allowed, offering_constraints, priced_candidates, relaxed_min_values, term_fits_shape,
 };
-use super::slots::placeholder;
+use super::slots::{asks_key, placeholder};
 use super::{Grow, Planner, PoolUse, Slot, SlotKind};
 use crate::quota::exceeded;
 
@@ -142,6 +142,7 @@ impl<'a> Planner<'a> {
                 price,
             });
         }
+        let one_term = class.terms.len() == 1;
         for term in &class.terms {
             let mut reqs = if term.is_empty() {
                 slot.reqs.clone()
@@ -151,13 +152,25 @@ impl<'a> Planner<'a> {
             if !reqs.satisfiable() {
                 continue;
             }
+            // `term_fits_shape(&reqs, …)` asked only of the keys that can fail.
+            let asked: Vec<(&str, &Constraint)> = term
+                .iter()
+                .filter(|(k, c)| asks_key(&slot.reqs, k, c, one_term))
+                .filter_map(|(k, _)| reqs.get(k).map(|c| (k, c)))
+                .collect();
+            let (zc, cc) = offering_constraints(&reqs);
+            let fits = |c: usize| {
+                let shape = &self.shapes[c];
+                let fits = asked.iter().all(|(k, con)| key_fits_shape(k, con, shape))
+                    && shape.price_allowed(zc, cc).is_some();
+                debug_assert_eq!(fits, term_fits_shape(&reqs, shape));
+                fits
+            };
             let mut cands: Vec<usize> = slot
                 .candidates
                 .iter()
                 .copied()
-                .filter(|c| {
-                    usable(*c) && (term.is_empty() || term_fits_shape(&reqs, &self.shapes[*c]))
-                })
+                .filter(|c| usable(*c) && (term.is_empty() || fits(*c)))
                 .collect();
             if cands.is_empty() {
                 continue;

@@ -20,6 +20,9 @@ impl Planner<'_> {
         let pending = &self.snap.pending;
         let mut unplaced: Vec<usize> = Vec::new();
         for (i, p) in self.state.placed.iter().enumerate() {
+            if !self.plans_pod(i) {
+                continue;
+            }
             match p {
                 None if self.deferred[i] => plan.deferred.push(pending[i].key.clone()),
                 Some(si) => {
@@ -55,12 +58,10 @@ impl Planner<'_> {
             }
         }
         for slot in &self.state.slots {
-            let atomic = slot
-                .pool
-                .is_some_and(|pi| self.snap.pools[pi].atomic_nodes.is_some());
-            if slot.kind != SlotKind::New || (slot.pods.is_empty() && !atomic) {
+            if !self.claim_written(slot) {
                 continue;
             }
+            let atomic = self.atomic(slot);
             let pool = &self.snap.pools[slot.pool.expect("new claims have a pool")];
             let candidates = match slot.pool.and_then(|pi| shared.get(&pi)) {
                 Some(c) if atomic && !c.is_empty() => c,
@@ -167,5 +168,17 @@ impl Planner<'_> {
         plan.unschedulable.sort_by(|a, b| a.pod.cmp(&b.pod));
         plan.deferred.sort();
         plan
+    }
+
+    /// Whether `slot` is a new claim of an atomic pool.
+    fn atomic(&self, slot: &super::Slot) -> bool {
+        slot.pool
+            .is_some_and(|pi| self.snap.pools[pi].atomic_nodes.is_some())
+    }
+
+    /// Whether the plan lists `slot` as a new claim: a new claim with pods, or any new claim
+    /// of an atomic pool (its scale-up is written whole).
+    pub(super) fn claim_written(&self, slot: &super::Slot) -> bool {
+        slot.kind == SlotKind::New && (!slot.pods.is_empty() || self.atomic(slot))
     }
 }

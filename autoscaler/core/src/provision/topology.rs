@@ -18,6 +18,7 @@ pub(super) fn sel_matches(sel: &SelKey, ns: &str, labels: &Labels) -> bool {
 /// Finds the selectors a pod's labels match without testing every selector: a selector with an
 /// `In` constraint can only match pods carrying one of its values, so it is filed under each
 /// (key, value); the rest are tested always.
+#[derive(Clone)]
 pub(super) struct SelectorIndex {
     by_label: HashMap<(String, String), Vec<usize>>,
     always: Vec<usize>,

@@ -353,6 +353,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let planning = Instant::now();
         let options = PlanOptions {
             max_new_claims: usize::try_from(self.args.max_claims_per_round).unwrap_or(usize::MAX),
+            // A round of independent parts plans a part per core. Only a round of 2,048 pods
+            // or more with no more pods than the limit has claims splits, so with the default
+            // limit (1,000) none does: it takes a raised `--max-claims-per-round`.
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             ..PlanOptions::default()
         };
         let mut plan = plan_cached(&built.snapshot, &options, &mut self.shapes);
