@@ -477,6 +477,7 @@ mod delete;
 mod empty;
 pub mod execute;
 mod expiry;
+mod grace;
 mod multi_node;
 mod replace;
 mod simulate;
@@ -490,6 +491,9 @@ pub use candidates::{
     utilization_by_resource, utilization_by_resource_with_devices, utilization_with_devices,
 };
 pub use expiry::{Expired, expired};
+pub use grace::{
+    DEFAULT_POD_GRACE_S, DrainStep, deadline_reached, drain_step, termination_deadline,
+};
 pub use simulate::{UNINITIALIZED_TARGET, UNREADY_TARGET, simulate};
 pub use validation::{Check, narrow_empty, validate, validate_at};
 
