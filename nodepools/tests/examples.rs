@@ -193,3 +193,26 @@ fn expire_after_is_a_duration_never_or_absent() {
     assert_eq!(expire(Some("Never")), None);
     assert_eq!(expire(None), None);
 }
+
+/// `spec.template.terminationGracePeriod` reads as a number of seconds, absent as none (the
+/// drain waits for protected pods as long as they run).
+#[test]
+fn termination_grace_period_is_a_duration_or_absent() {
+    let grace = |value: Option<&str>| {
+        let field = value.map_or(String::new(), |v| {
+            format!("\n    terminationGracePeriod: {v}")
+        });
+        let text = format!(
+            "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodePool\nmetadata: {{name: p}}\nspec:\n  template:\n    requirements: []{field}\n"
+        );
+        nodepools::load_nodepools(&text).unwrap()[0]
+            .to_core(Arc::new(Vec::new()))
+            .unwrap()
+            .disruption
+            .termination_grace_period_s
+    };
+    assert_eq!(grace(Some("1h")), Some(3600));
+    assert_eq!(grace(Some("90s")), Some(90));
+    assert_eq!(grace(Some("0s")), Some(0));
+    assert_eq!(grace(None), None);
+}

@@ -368,6 +368,24 @@ fn nodepool_cases() {
         "#]],
         ),
         (
+            "template:\n  terminationGracePeriod: Never",
+            expect![[r#"
+                rust:
+                  spec.template.terminationGracePeriod: invalid duration "Never": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
+                server:
+                  spec.template.terminationGracePeriod: "Never" does not match ^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$
+            "#]],
+        ),
+        (
+            "template:\n  terminationGracePeriod: 1 hour",
+            expect![[r#"
+                rust:
+                  spec.template.terminationGracePeriod: invalid duration "1 hour": expected a number with a unit, e.g. 90s, 1h30m or 1.5h (units ms, s, m, h, d)
+                server:
+                  spec.template.terminationGracePeriod: "1 hour" does not match ^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$
+            "#]],
+        ),
+        (
             "disruption:\n  consolidateAfter: 1w\n  unneededTime: 99999999999999999999h",
             expect![[r#"
                 rust:
@@ -492,6 +510,22 @@ startupTaints:
                   spec.resources.requests["memory"]: "lots" does not match ^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$
                   spec: startupTaints must not repeat a key and effect, nor one of taints
                   spec.requirements[0]: Gt and Lt need exactly one integer value
+            "#]],
+        ),
+        (
+            "nodePool: gpu\nterminationGracePeriod: 90s",
+            expect![[r#"
+                rust: ok
+                server: ok
+            "#]],
+        ),
+        (
+            "nodePool: gpu\nterminationGracePeriod: -5m",
+            expect![[r#"
+                rust:
+                  spec.terminationGracePeriod: invalid duration "-5m": negative duration
+                server:
+                  spec.terminationGracePeriod: "-5m" does not match ^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$
             "#]],
         ),
     ];

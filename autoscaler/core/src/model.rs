@@ -636,6 +636,13 @@ pub struct DisruptionPolicy {
     /// removal, within their PodDisruptionBudgets, and planned again). `None`: never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expire_after_s: Option<i64>,
+    /// Karpenter's `terminationGracePeriod`: seconds a node of the pool may take to drain once
+    /// its removal began; past that its pods are deleted whatever protects them and the node
+    /// goes ([`crate::disruption::drain_step`]). `None`: the drain waits for protected pods.
+    /// Planning does not read it: consolidation respects protected pods either way, as
+    /// Karpenter's graceful disruption does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub termination_grace_period_s: Option<i64>,
 }
 
 impl DisruptionPolicy {
@@ -689,6 +696,7 @@ impl Default for DisruptionPolicy {
             }],
             delays: ScaleDownDelays::default(),
             expire_after_s: None,
+            termination_grace_period_s: None,
         }
     }
 }

@@ -17,9 +17,9 @@
 //! - the `Consolidatable` condition is `consolidateAfter` counted from `Node::last_pod_event`;
 //! - the validation TTL is `DisruptionConfig::validation_delay_s`, checked by `validate`;
 //! - a nomination is an entry of `Snapshot::nominated` naming the node's claim;
-//! - `terminationGracePeriod` is not modelled (semantics.md: "no `terminationGracePeriod`
-//!   yet"), and consolidation is graceful disruption, which Karpenter blocks whatever the
-//!   grace period; so the graceful cases with and without it assert the same thing.
+//! - `terminationGracePeriod` bounds only the drain (`disruption::drain_step`), not planning:
+//!   consolidation is graceful disruption, which Karpenter blocks whatever the grace period;
+//!   so the graceful cases with and without it assert the same thing.
 //!
 //! Not rebuilt, as they test what the core has no counterpart of:
 //! - all of `drift_test.go` and `staticdrift_test.go`: the core detects no drift (the
@@ -1051,7 +1051,7 @@ fn can_delete_nodes_if_another_node_pool_has_no_node_template() {
 #[test]
 fn does_not_consolidate_nodes_with_karpenter_sh_do_not_disrupt_set_to_true_on_pods_when_the_node_pool_s_termination_grace_period_is_not_nil()
  {
-    // terminationGracePeriod is not modelled; graceful consolidation is blocked regardless.
+    // terminationGracePeriod bounds only the drain; graceful consolidation is blocked regardless.
     let dnd = |name: &str| rs_pod(name).annotate(DO_NOT_DISRUPT, "true");
     let plan = run(&snap(
         two_least([dnd("a"), dnd("b"), dnd("c")]),

@@ -71,6 +71,11 @@ impl NodePool {
                 s => Some(s),
             };
         }
+        disruption.termination_grace_period_s = optional_duration(
+            &spec.field("template").field("terminationGracePeriod"),
+            s.template.termination_grace_period.as_deref(),
+            &mut errs,
+        );
         let weight = match s.weight {
             None => 0,
             Some(w) if (1..=100).contains(&w) => w,
@@ -189,6 +194,9 @@ pub struct ClaimSpec {
     pub taints: Vec<CoreTaint>,
     /// Taints removed during initialization.
     pub startup_taints: Vec<CoreTaint>,
+    /// `spec.terminationGracePeriod`, seconds: how long the node's drain may take once its
+    /// deletion began. `None`: as long as its pods need.
+    pub termination_grace_period_s: Option<i64>,
 }
 
 impl NodeClaimSpec {
@@ -216,12 +224,18 @@ impl NodeClaimSpec {
             &self.startup_taints,
             &mut errs,
         );
+        let termination_grace_period_s = optional_duration(
+            &spec.field("terminationGracePeriod"),
+            self.termination_grace_period.as_deref(),
+            &mut errs,
+        );
         errs.finish(ClaimSpec {
             node_pool: self.node_pool.clone(),
             requirements,
             requests,
             taints,
             startup_taints,
+            termination_grace_period_s,
         })
     }
 
@@ -819,5 +833,6 @@ fn parse_disruption(
             .collect(),
         // Read from the template by the caller.
         expire_after_s: None,
+        termination_grace_period_s: None,
     }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{NodeClassRef, NodeSelectorRequirement, Taint};
 use super::schema;
+use crate::duration::DURATION_PATTERN;
 
 /// The desired node: the resolved set of acceptable instance types, zones and capacity types
 /// (as requirements), what it must hold, and how it is tainted.
@@ -86,6 +87,15 @@ pub struct NodeClaimSpec {
     /// The provider-specific node class, copied from the NodePool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_ref: Option<NodeClassRef>,
+    /// How long the node's drain may take once the NodeClaim's deletion began, copied from the
+    /// NodePool's `spec.template.terminationGracePeriod` (Karpenter's NodeClaim
+    /// `spec.terminationGracePeriod`, `pkg/apis/v1/nodeclaim.go`). When the deletion begins the
+    /// deadline is written to the annotation `karpenter.sh/nodeclaim-termination-timestamp`;
+    /// from then on pods are deleted, not evicted, when their own grace period would outlast
+    /// it, and at the deadline the node is removed whatever still runs. Absent: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub termination_grace_period: Option<String>,
 }
 
 /// Resources a NodeClaim's node must offer.

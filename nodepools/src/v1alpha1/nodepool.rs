@@ -190,6 +190,15 @@ pub struct NodePoolTemplate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DURATION_OR_NEVER_PATTERN))]
     pub expire_after: Option<String>,
+    /// How long a node being removed may take to drain (`1h`, `90s`): once this long after its
+    /// deletion began, its pods are deleted whatever their PodDisruptionBudgets and
+    /// `karpenter.sh/do-not-disrupt` say, a pod whose own `terminationGracePeriodSeconds`
+    /// would outlast that moment is deleted early enough to get it, and the node is removed
+    /// (Karpenter's `terminationGracePeriod`). Copied onto each NodeClaim the pool launches
+    /// from then on. Absent: the drain waits for protected pods as long as they run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(DURATION_PATTERN))]
+    pub termination_grace_period: Option<String>,
 }
 
 /// Node metadata of a NodePool template.

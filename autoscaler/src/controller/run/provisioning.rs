@@ -124,6 +124,9 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim 
             taints: nc.taints.iter().map(taint).collect(),
             startup_taints: nc.startup_taints.iter().map(taint).collect(),
             node_class_ref: pool.spec.template.node_class_ref.clone(),
+            // As Karpenter's NodeClaim template: fixed at launch, so a later edit of the
+            // NodePool changes only the nodes launched after it.
+            termination_grace_period: pool.spec.template.termination_grace_period.clone(),
         },
         status: None,
     }
@@ -796,6 +799,56 @@ mod tests {
                 .map(String::as_str),
             Some("true")
         );
+    }
+
+    /// The NodePool's `terminationGracePeriod` is written on each NodeClaim as it stands at
+    /// launch; a pool without one launches claims without one.
+    #[test]
+    fn a_claim_carries_its_pools_termination_grace_period() {
+        let pool = |template: serde_json::Value| -> NodePool {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+                "kind": "NodePool",
+                "metadata": {"name": "gpu"},
+                "spec": {"template": template},
+            }))
+            .expect("a NodePool")
+        };
+        let nc = NewClaim {
+            name: "gpu-1".into(),
+            pool: "gpu".into(),
+            instance_types: vec![],
+            requirements: Requirements::new(),
+            labels: Default::default(),
+            taints: vec![],
+            startup_taints: vec![],
+            pods: vec![],
+            requests: Resources::default(),
+            price: 1.0,
+            gpus: 1,
+            group: None,
+            atomic: false,
+            dra: false,
+            min_values_relaxed: Default::default(),
+        };
+        let graced = claim_object(
+            &nc,
+            &pool(serde_json::json!({"terminationGracePeriod": "1h30m"})),
+            "prod",
+        );
+        assert_eq!(
+            graced.spec.termination_grace_period.as_deref(),
+            Some("1h30m")
+        );
+        // This claim lists no instance types; only its grace period is read back here.
+        let mut spec = graced.spec.clone();
+        spec.requirements.clear();
+        assert_eq!(
+            spec.to_core().expect("valid").termination_grace_period_s,
+            Some(5400)
+        );
+        let plain = claim_object(&nc, &pool(serde_json::json!({})), "prod");
+        assert_eq!(plain.spec.termination_grace_period, None);
     }
 
     #[test]
