@@ -774,6 +774,19 @@ impl Scenario {
                     ),
                 ));
             }
+            // The simulator's drains are instant and never wait on a protected pod, so the
+            // deadline that ends such a wait is not modelled; accepting the field would let a
+            // report pass for a cluster whose drains the controller cuts short.
+            if p.disruption.termination_grace_period_s.is_some() {
+                return Err(cx.err(
+                    &["terminationGracePeriod:"],
+                    "nodePools",
+                    format!(
+                        "NodePool {}: terminationGracePeriod is not simulated (remove it)",
+                        p.name
+                    ),
+                ));
+            }
             if !seen.insert(p.name.clone()) {
                 return Err(cx.err(
                     &[&format!("name: {}", p.name), &format!("name: {}", p.name)],

@@ -231,6 +231,29 @@ workloads: []
     );
 }
 
+/// A NodePool's `terminationGracePeriod` is refused by name: the simulator would ignore it.
+#[test]
+fn termination_grace_period_is_refused_rather_than_ignored() {
+    let text = "\
+duration: 1h
+catalog: aws
+nodePools:
+  - apiVersion: gpu-autoscaler.dev/v1alpha1
+    kind: NodePool
+    metadata: {name: gpus}
+    spec:
+      template:
+        terminationGracePeriod: 1h
+workloads: []
+";
+    let (line, field, why) = err(text);
+    assert_eq!((line, field.as_str()), (9, "nodePools"));
+    assert!(
+        why.contains("NodePool gpus: terminationGracePeriod is not simulated"),
+        "{why}"
+    );
+}
+
 /// `GOOD` with a ProvisioningRequest workload whose last lines are `extra`.
 fn with_request(extra: &str) -> String {
     format!(
