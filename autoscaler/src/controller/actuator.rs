@@ -235,6 +235,33 @@ impl Actuator {
         }
     }
 
+    /// Sets annotation `key` of a NodeClaim to `value`, guarded by the resourceVersion it was
+    /// read at, so that a value another writer put there meanwhile is not overwritten.
+    ///
+    /// # Errors
+    /// The API error (409 when the claim changed meanwhile: retry on the next round); 404 is
+    /// `Ok`.
+    pub async fn annotate_claim(&self, claim: &NodeClaim, key: &str, value: &str) -> Result<()> {
+        check(GROUP, "nodeclaims", "patch");
+        let name = claim.name_any();
+        match self
+            .claims()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {
+                    "annotations": {key: value},
+                    "resourceVersion": claim.resource_version(),
+                }})),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is(&e, 404) => Ok(()),
+            Err(e) => Err(Error::kube(format!("annotating NodeClaim {name}"), e)),
+        }
+    }
+
     /// Deletes a NodeClaim (its finalizer then terminates the instance).
     ///
     /// # Errors
@@ -308,6 +335,25 @@ impl Actuator {
             Err(e) if is(&e, 429) => Ok(Evicted::Refused),
             Err(e) if is(&e, 404) => Ok(Evicted::Gone),
             Err(e) => Err(Error::kube(format!("evicting pod {pod}"), e)),
+        }
+    }
+
+    /// Deletes a pod with a grace period of `grace_s` seconds: no PodDisruptionBudget applies,
+    /// unlike [`Self::evict`]. Whether the pod was there to delete.
+    ///
+    /// # Errors
+    /// Any API error other than 404.
+    pub async fn delete_pod(&self, pod: &PodKey, grace_s: i64) -> Result<bool> {
+        check("", "pods", "delete");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(u32::try_from(grace_s.max(0)).unwrap_or(u32::MAX)),
+            ..DeleteParams::default()
+        };
+        match api.delete(&pod.name, &params).await {
+            Ok(_) => Ok(true),
+            Err(e) if is(&e, 404) => Ok(false),
+            Err(e) => Err(Error::kube(format!("deleting pod {pod}"), e)),
         }
     }
 

@@ -54,8 +54,9 @@ const fn call(
 
 /// Every call, by resource.
 pub const API_CALLS: &[ApiCall] = &[
-    // Reflectors.
-    call("", "pods", &["list", "watch"]),
+    // Reflectors; deletion of the pods still on a node past its NodeClaim's
+    // terminationGracePeriod (Karpenter deletes them rather than evicting).
+    call("", "pods", &["list", "watch", "delete"]),
     call("apps", "daemonsets", &["list", "watch"]),
     call("policy", "poddisruptionbudgets", &["list", "watch"]),
     // Volume topology: where a pod's PersistentVolumeClaims let it run.

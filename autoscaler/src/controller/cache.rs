@@ -79,6 +79,9 @@ pub struct CachedPod {
     /// The PersistentVolumeClaims its volumes use ([`super::volumes::claim_names`]): kept
     /// per pod, since replicas that share a translation each have their own claims.
     pub volume_claims: Vec<String>,
+    /// `spec.terminationGracePeriodSeconds`, as the API server defaulted it (`None` only
+    /// where no server did): how early a drain with a deadline deletes the pod.
+    pub grace_s: Option<i64>,
     /// The translation, or why it failed, shared with the pods that translate alike.
     pub core: Translated,
 }
@@ -239,6 +242,10 @@ impl CachedPod {
             })),
             group: gang.map(Box::new),
             volume_claims: super::volumes::claim_names(&p),
+            grace_s: p
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds),
             deleting: p.metadata.deletion_timestamp.is_some(),
             uid: p.metadata.uid,
         }

@@ -20,6 +20,13 @@ pub const PLACEMENT_GROUP_ANNOTATION: &str = providers::tags::PLACEMENT_GROUP;
 /// that meets every `minValues`, which Karpenter's readers take as `"false"`.
 pub const MIN_VALUES_RELAXED_ANNOTATION: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
 
+/// Annotation on a deleted NodeClaim whose `spec.terminationGracePeriod` is set: the moment
+/// (RFC 3339, UTC, whole seconds) its node's drain must end, its deletion time plus the grace
+/// period. Written once, when the drain begins, and read back every round, so that a restart
+/// or a new leader keeps the deadline. Karpenter's name and meaning
+/// (`pkg/apis/v1/labels.go` `NodeClaimTerminationTimestampAnnotationKey`).
+pub const TERMINATION_TIMESTAMP_ANNOTATION: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+
 /// The field manager of every write (server-side apply and patches).
 pub const FIELD_MANAGER: &str = "gpu-autoscaler";
 

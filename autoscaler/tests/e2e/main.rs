@@ -11,6 +11,7 @@ mod expiry;
 mod explain;
 mod faults;
 mod fidelity;
+mod grace;
 mod guard;
 mod kueue;
 mod limits;

@@ -5,19 +5,32 @@
 //! already), a NodeClaim deleted by a user or by the lifecycle, and `kubectl delete node`.
 //! The last two used to terminate the instance under whatever ran on it; now the Node is
 //! drained first, the way `kubectl drain` and Karpenter's termination controller do it.
+//!
+//! A NodeClaim with `spec.terminationGracePeriod` bounds the drain, as in Karpenter v1
+//! (`pkg/controllers/nodeclaim/lifecycle/controller.go`, `pkg/controllers/node/termination/
+//! drain.go`): the deadline, deletion time plus grace period, is written on the claim
+//! ([`keys::TERMINATION_TIMESTAMP_ANNOTATION`]); a pod whose own grace period would outlast
+//! it is deleted rather than evicted, PodDisruptionBudgets and `do-not-disrupt` regardless
+//! ([`autoscaler_core::disruption::drain_step`]); at the deadline the Node is removed whatever
+//! still runs on it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use autoscaler_core::disruption::{
+    DEFAULT_POD_GRACE_S, DrainStep, deadline_reached, drain_step, termination_deadline,
+};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
+use nodepools::NodeClaim;
 use providers::{CloudProvider, InstanceState};
 use serde_json::json;
 
 use crate::controller::actuator::{Evicted, has_finalizer, reference, without_finalizer};
 use crate::controller::cache::CachedPod;
 use crate::controller::error::Result;
+use crate::controller::keys;
 use crate::controller::snapshot::{claims_by_provider_id, has_disruption_taint};
 
 use super::{Controller, epoch};
@@ -61,7 +74,68 @@ fn protection(pod: &CachedPod, now: i64) -> Option<String> {
     })
 }
 
+/// `secs` since the epoch as the annotation writes it (RFC 3339, UTC); `None` out of range.
+fn rfc3339(secs: i64) -> Option<String> {
+    jiff::Timestamp::from_second(secs)
+        .ok()
+        .map(|t| t.to_string())
+}
+
+/// The drain deadline `claim` records, if its annotation holds one that parses.
+fn recorded_deadline(claim: &NodeClaim) -> Option<i64> {
+    let text = claim
+        .annotations()
+        .get(keys::TERMINATION_TIMESTAMP_ANNOTATION)?;
+    text.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
+}
+
+/// The drain deadline of the deleted Node `node` whose NodeClaim is `claim`, from the claim's
+/// `spec.terminationGracePeriod` counted from the claim's deletion, or the Node's when the
+/// claim is not being deleted yet (`kubectl delete node`: Karpenter deletes the claim at
+/// once, here it goes after the drain). `None`: no grace period, or one that does not parse.
+fn computed_deadline(claim: &NodeClaim, node: &Node) -> Option<i64> {
+    let text = claim.spec.termination_grace_period.as_deref()?;
+    let grace = match nodepools::parse_duration(text, false) {
+        Ok(nodepools::Duration::Seconds(s)) => s,
+        Ok(nodepools::Duration::Never) | Err(_) => return None,
+    };
+    let began = claim
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .or(node.metadata.deletion_timestamp.as_ref())?;
+    Some(termination_deadline(began.0.as_second(), grace))
+}
+
 impl<P: CloudProvider + 'static> Controller<P> {
+    /// The drain deadline of the deleted Node `node` whose NodeClaim is `claim`: the one
+    /// recorded on the claim, else computed ([`computed_deadline`]) and recorded, so that a
+    /// restart or a new leader keeps it (Karpenter writes it once and never moves it). A
+    /// record that does not parse is replaced. A failed write is logged and tried again on
+    /// the next round; the computed deadline holds meanwhile.
+    async fn drain_deadline(&self, claim: &NodeClaim, node: &Node) -> Option<i64> {
+        if let Some(d) = recorded_deadline(claim) {
+            return Some(d);
+        }
+        let deadline = computed_deadline(claim, node)?;
+        if let Some(text) = rfc3339(deadline) {
+            match self
+                .shared
+                .actuator
+                .annotate_claim(claim, keys::TERMINATION_TIMESTAMP_ANNOTATION, &text)
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(claim = %claim.name_any(), node = %node.name_any(), deadline = %text, "terminationGracePeriod: the drain ends by the deadline");
+                }
+                Err(e) => {
+                    tracing::warn!(claim = %claim.name_any(), error = %e, "recording the drain deadline; retried next round");
+                }
+            }
+        }
+        Some(deadline)
+    }
+
     /// Every deleted Node carrying the finalizer: drained ([`Controller::drain`]), then its
     /// claim deleted, its instance terminated and the finalizer released. A failure is logged
     /// and retried on the next round; nothing is terminated while the drain is unfinished.
@@ -90,7 +164,16 @@ impl<P: CloudProvider + 'static> Controller<P> {
         for n in nodes.iter().filter(|n| deleting.contains(&n.name_any())) {
             let name = n.name_any();
             let pods = on_node.remove(&name).unwrap_or_default();
-            match self.drain(n, &pods).await {
+            let owner = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(|p| by_pid.get(p));
+            let deadline = match owner {
+                Some(c) => self.drain_deadline(c, n).await,
+                None => None,
+            };
+            match self.drain(n, &pods, deadline).await {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
@@ -132,24 +215,38 @@ impl<P: CloudProvider + 'static> Controller<P> {
     }
 
     /// One round of draining the deleted Node `node`, whose pods that must leave are `pods`
-    /// (from the cache); whether it is drained. Nothing to drain when the Node records no
-    /// instance or its instance is gone (a spot interruption, a failure: its pods went with
-    /// it). Otherwise the Node is tainted so that nothing new lands on it, and its pods are
-    /// evicted through the Eviction API, so PodDisruptionBudgets hold (a refusal is retried
-    /// after [`EVICTION_RETRY`]); pods protected by `karpenter.sh/do-not-disrupt` or
-    /// `cluster-autoscaler.kubernetes.io/safe-to-evict=false` are not evicted and hold the
-    /// termination until they end or are deleted. Drained once no pod must leave, by a fresh
-    /// read from the API server (the cache may not have seen a pod bound just now).
+    /// (from the cache), by `deadline` (seconds since the epoch, from its NodeClaim's
+    /// `terminationGracePeriod`; `None`: no deadline); whether it is drained. Nothing to drain
+    /// when the Node records no instance or its instance is gone (a spot interruption, a
+    /// failure: its pods went with it). Otherwise the Node is tainted so that nothing new
+    /// lands on it, and its pods are evicted through the Eviction API, so PodDisruptionBudgets
+    /// hold (a refusal is retried after [`EVICTION_RETRY`]); pods protected by
+    /// `karpenter.sh/do-not-disrupt` or `cluster-autoscaler.kubernetes.io/safe-to-evict=false`
+    /// are not evicted and hold the termination until they end or are deleted. With a
+    /// deadline, a pod whose own grace period would outlast it is deleted instead (no budget
+    /// or protection applies), and once it is reached the Node is drained whatever remains.
+    /// Otherwise drained once no pod must leave, by a fresh read from the API server (the
+    /// cache may not have seen a pod bound just now).
     ///
     /// # Errors
-    /// The API server's and the cloud's, from the taint, the evictions and the reads.
-    async fn drain(&mut self, node: &Node, pods: &[Arc<CachedPod>]) -> Result<bool> {
+    /// The API server's and the cloud's, from the taint, the evictions, the deletions and the
+    /// reads.
+    async fn drain(
+        &mut self,
+        node: &Node,
+        pods: &[Arc<CachedPod>],
+        deadline: Option<i64>,
+    ) -> Result<bool> {
         let name = node.name_any();
         let Some(pid) = node.spec.as_ref().and_then(|s| s.provider_id.clone()) else {
             return Ok(true);
         };
+        let at = epoch();
+        // Past the deadline a pod the cache has not seen yet goes with the instance, as the
+        // ones deleted below do before their grace ends.
+        let overdue = deadline_reached(deadline, at);
         if pods.is_empty() {
-            return Ok(self.pods_that_must_leave(&[name]).await?.is_empty());
+            return Ok(overdue || self.pods_that_must_leave(&[name]).await?.is_empty());
         }
         if !self.instance_running(&name, &pid).await? {
             tracing::info!(node = %name, "the deleted node's instance is gone: nothing to drain");
@@ -157,20 +254,27 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
         let now = Instant::now();
         let state = self.draining.entry(name.clone()).or_default();
-        if state.evict_after.is_some_and(|t| now < t) {
-            return Ok(false);
-        }
+        let backing_off = state.evict_after.is_some_and(|t| now < t);
         let first = !std::mem::replace(&mut state.reported, true);
         if !has_disruption_taint(node) {
             self.taint(&name).await?;
         }
-        let at = epoch();
         let mut protected = Vec::new();
         let mut refused = false;
         for p in pods {
-            if let Some(why) = protection(p, at) {
-                protected.push(why);
-                continue;
+            let grace = p.grace_s.unwrap_or(DEFAULT_POD_GRACE_S);
+            match drain_step(protection(p, at), grace, deadline, at) {
+                DrainStep::Hold(why) => {
+                    protected.push(why);
+                    continue;
+                }
+                DrainStep::Delete { grace_s } => {
+                    self.delete_overdue(p, grace_s, &name, deadline).await?;
+                    continue;
+                }
+                // A budget refused an eviction a moment ago: the others wait a little too.
+                DrainStep::Evict if backing_off => continue,
+                DrainStep::Evict => {}
             }
             match self.shared.actuator.evict(&p.key).await? {
                 Evicted::Yes => {
@@ -197,7 +301,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             s.evict_after = Some(now + EVICTION_RETRY);
         }
         if first {
-            let note = if protected.is_empty() {
+            let mut note = if protected.is_empty() {
                 format!(
                     "draining {} pods before the instance is terminated",
                     pods.len()
@@ -209,6 +313,11 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     protected.join("; ")
                 )
             };
+            if let Some(text) = deadline.and_then(rfc3339) {
+                note.push_str(&format!(
+                    "; by {text} (terminationGracePeriod) pods still there are deleted and the node removed"
+                ));
+            }
             tracing::info!(node = %name, "{note}");
             self.shared
                 .actuator
@@ -221,7 +330,40 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 )
                 .await;
         }
-        Ok(false)
+        Ok(overdue)
+    }
+
+    /// Deletes pod `p` of the draining Node `node` with a grace period of `grace_s` seconds,
+    /// since waiting any longer would run its own grace period past the Node's `deadline`;
+    /// told on the pod.
+    ///
+    /// # Errors
+    /// The API server's, from the deletion.
+    async fn delete_overdue(
+        &self,
+        p: &CachedPod,
+        grace_s: i64,
+        node: &str,
+        deadline: Option<i64>,
+    ) -> Result<()> {
+        if !self.shared.actuator.delete_pod(&p.key, grace_s).await? {
+            return Ok(());
+        }
+        let by = deadline.and_then(rfc3339).unwrap_or_default();
+        tracing::info!(pod = %p.key, node, grace_s, deadline = %by, "deleted a pod: its node's terminationGracePeriod ends");
+        self.shared
+            .actuator
+            .event(
+                &p.reference(),
+                false,
+                "Deleted",
+                "Drain",
+                format!(
+                    "deleted by gpu-autoscaler with a grace period of {grace_s}s, PodDisruptionBudgets and do-not-disrupt notwithstanding: its node {node} must be drained by {by} (terminationGracePeriod)"
+                ),
+            )
+            .await;
+        Ok(())
     }
 
     /// Whether the instance `pid` of the deleted Node `node` still runs: looked up in the
