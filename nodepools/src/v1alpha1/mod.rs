@@ -4,6 +4,7 @@
 mod capacityquota;
 mod common;
 mod convert;
+mod drift_hash;
 mod nodeclaim;
 mod nodeoverlay;
 mod nodepool;
