@@ -390,6 +390,7 @@ pub fn pool(name: &str, types: Vec<InstanceType>) -> PoolBuilder {
         instance_types: Arc::new(types),
         atomic_nodes: None,
         dra_attributes: Default::default(),
+        template_hash: None,
     })
 }
 
@@ -467,6 +468,11 @@ impl PoolBuilder {
     /// Makes the pool atomic: no node or exactly `n` (`atomicScaleUp.nodes`).
     pub fn atomic(mut self, n: u32) -> Self {
         self.0.atomic_nodes = Some(n);
+        self
+    }
+    /// Sets the hash of the pool's template now ([`Pool::template_hash`]).
+    pub fn template_hash(mut self, h: &str) -> Self {
+        self.0.template_hash = Some(h.into());
         self
     }
     /// Sets the disruption policy.
@@ -562,6 +568,15 @@ impl NodeBuilder {
     pub fn label(mut self, k: &str, v: &str) -> Self {
         self.0.labels.insert(k.into(), v.into());
         self
+    }
+    /// Records the NodePool template hash `h` its NodeClaim was launched with (the two
+    /// annotations the controller copies from the NodeClaim, of the current version).
+    pub fn launched_with(self, h: &str) -> Self {
+        self.annotate(crate::keys::NODEPOOL_HASH_ANNOTATION, h)
+            .annotate(
+                crate::keys::NODEPOOL_HASH_VERSION_ANNOTATION,
+                crate::keys::NODEPOOL_HASH_VERSION,
+            )
     }
     /// Sets initialization.
     pub fn initialized(mut self, i: bool) -> Self {

@@ -12,8 +12,9 @@
 //! minNodes, cluster-wide minimums, PDBs and the parallelism limits as an allowance the later
 //! phases draw on), `atomic` (atomic NodePools, removed whole or not at all), then one file per
 //! consolidation method, `empty`, `delete`, `replace` and `multi_node`, each on the cluster as
-//! the previous commands left it (`simulate` moves the pods), and `validation` for the re-check
-//! of a command before it runs.
+//! the previous commands left it (`simulate` moves the pods), with `drift` (nodes that no
+//! longer match their NodePool, one command per pass) between `empty` and `delete` as in
+//! Karpenter, and `validation` for the re-check of a command before it runs.
 //!
 //! # The rules in detail
 //!
@@ -335,6 +336,10 @@ pub enum VerdictKind {
     NoPlaceForPods,
     /// Not ready, and `--scale-down-unready-enabled` is off.
     NotReady,
+    /// Drifted from its NodePool ([`Drift`]): chosen by the drift phase, or, when not
+    /// disrupted, waiting for a later pass (one drift command per pass). A drifted node kept
+    /// by a blocker has that blocker's kind, its words saying it drifted.
+    Drifted,
     /// As many removals as `--max-scale-down-parallelism` or `--max-drain-parallelism`
     /// allow are under way or decided.
     ParallelismLimit,
@@ -474,6 +479,7 @@ mod atomic;
 mod budgets;
 mod candidates;
 mod delete;
+mod drift;
 mod empty;
 pub mod execute;
 mod expiry;
@@ -490,6 +496,7 @@ pub use candidates::{
     DRA_DEVICES, node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,
     utilization_by_resource, utilization_by_resource_with_devices, utilization_with_devices,
 };
+pub use drift::{Drift, DriftReason, Drifted, drift_of, drifted, requirements_drift};
 pub use expiry::{Expired, expired};
 pub use grace::{
     DEFAULT_POD_GRACE_S, DrainStep, deadline_reached, drain_step, termination_deadline,
@@ -567,6 +574,7 @@ pub fn plan_disruption_cached(
     pass.order(&mut candidates);
     pass.atomic(&mut candidates);
     pass.empty(&candidates);
+    pass.drift();
     let leftovers = pass.one_at_a_time(&candidates);
     pass.multi_node(leftovers);
     cache.sim = std::mem::take(pass.sim.get_mut());

@@ -743,6 +743,13 @@ pub struct Pool {
     /// as [`crate::dra::template::with_attributes`] reads them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dra_attributes: BTreeMap<String, crate::dra::AttributeValue>,
+    /// The hash of the NodePool's `spec.template` as it is now (Karpenter's
+    /// `karpenter.sh/nodepool-hash`, of version [`crate::keys::NODEPOOL_HASH_VERSION`]): a
+    /// node whose NodeClaim recorded another hash at launch has drifted
+    /// ([`crate::disruption::drift_of`]). `None` when the caller has no template to hash (the
+    /// simulator's pools never change): no node of the pool drifts statically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_hash: Option<String>,
 }
 
 /// An all-or-nothing group.

@@ -5,7 +5,11 @@
 //! Upstream files followed (kubernetes-sigs/karpenter, `pkg/controllers/disruption/`):
 //! `emptiness_test.go`, `suite_test.go` (simulate scheduling, disruption budget counts, pod
 //! eviction cost, candidate filtering), `consolidation_test.go` (events as verdicts, replace,
-//! delete, TTL, multi-node, preferences) and `singlenodeconsolidation_test.go` (candidate order).
+//! delete, TTL, multi-node, preferences), `singlenodeconsolidation_test.go` (candidate order)
+//! and `drift_test.go` (the "Drift" context: ignore, do-not-disrupt, PDBs, replace, delete,
+//! continue past a node whose pods fit nowhere; the "Budgets" context's commands in
+//! progress), with drift set up as the core detects it (a NodeClaim's recorded template hash
+//! older than its NodePool's) rather than upstream's hand-set `Drifted` condition.
 //! Each test carries the snake_case name of its upstream `It()` and asserts what upstream
 //! asserts, on a NodePool set up as upstream's is (no `consolidateAfter` or `unneededTime`, a
 //! 100 % budget, utilization thresholds at 1.0, no parallelism limits). Where our documented
@@ -22,10 +26,16 @@
 //!   so the graceful cases with and without it assert the same thing.
 //!
 //! Not rebuilt, as they test what the core has no counterpart of:
-//! - all of `drift_test.go` and `staticdrift_test.go`: the core detects no drift (the
-//!   `Drifted` reason exists only as a budget key) and has no static NodePools; likewise
-//!   "can delete empty and drifted nodes", "should allow multiple replace operations to happen
-//!   successively" (drift-driven), and the "eventual disruption" candidate cases;
+//! - of `drift_test.go`: the metrics cases, "should untaint nodes when drift replacement
+//!   fails" and the other queue cases (the execution state machine's, `execute/tests.rs`),
+//!   "should respect budgets for multiple nodepools" (the per-pool budget arithmetic is the
+//!   consolidation suites'), and "should not consider empty nodes for drift budgets", whose
+//!   rule differs here (documented in `disruption/drift.rs`: an empty drifted node is deleted
+//!   by drift when consolidation does not take it; see
+//!   `empty_drifted_nodes_are_deleted_where_consolidation_never_acts`);
+//! - `staticdrift_test.go`: the core has no static NodePools; likewise "should allow multiple
+//!   replace operations to happen successively" (drift-driven across reconciles), and the
+//!   "eventual disruption" candidate cases;
 //! - metrics, events counts and `IsConsolidated` marking ("should correctly report ...",
 //!   "should fire metrics for ...", the "should not mark ... consolidated ..." budget cases,
 //!   "should fire an event when a candidate does not have a resolvable instance type / the
@@ -1511,5 +1521,302 @@ fn should_sort_candidates_by_savings_ratio_with_different_disruption_costs() {
     assert_eq!(
         first_by_savings(&[(2.0, &["20"]), (3.0, &["10", "10"])]),
         names(&["n0"])
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// drift_test.go ("Drift" and "Budgets" contexts). Upstream sets the `Drifted` condition by hand;
+// here the node records an older template hash than its NodePool's (static drift, detected by
+// the core as the NodeClaim controller detects it upstream). Upstream's NodePool has
+// `consolidateAfter: Never` and a 100 % budget, so nothing but drift acts.
+// ---------------------------------------------------------------------------------------------
+
+/// Upstream's drift NodePool: consolidation never acts, template hash `new`.
+fn drift_pool(types: Vec<InstanceType>) -> PoolBuilder {
+    kpool("p", types)
+        .template_hash("new")
+        .disruption(DisruptionPolicy {
+            consolidate_after_s: i64::MAX,
+            ..karpenter_policy()
+        })
+}
+
+/// A node of `drift_pool` launched with its older template.
+fn drifted_node(name: &str, it: &InstanceType) -> NodeBuilder {
+    kn(name, it, "p").launched_with("old")
+}
+
+/// The drift commands of a plan, as (method, nodes).
+fn drift_commands(plan: &DisruptionPlan) -> Vec<(Method, Vec<String>)> {
+    plan.commands
+        .iter()
+        .filter(|c| c.reason == DisruptionReason::Drifted)
+        .map(|c| (c.method, c.nodes.clone()))
+        .collect()
+}
+
+#[test]
+fn should_ignore_nodes_without_the_drifted_status_condition() {
+    let s = snap(
+        vec![
+            kn("n", &big(), "p")
+                .launched_with("new")
+                .with_pod(rs_pod("a")),
+        ],
+        vec![drift_pool(vec![big(), cheap()])],
+    );
+    let plan = run(&s);
+    assert!(plan.commands.is_empty(), "{}", plan.render());
+}
+
+#[test]
+fn should_ignore_nodes_with_the_karpenter_sh_do_not_disrupt_annotation() {
+    let s = snap(
+        vec![
+            drifted_node("n", &big())
+                .annotate(DO_NOT_DISRUPT, "true")
+                .with_pod(rs_pod("a")),
+        ],
+        vec![drift_pool(vec![big(), cheap()])],
+    );
+    let plan = run(&s);
+    assert!(plan.commands.is_empty(), "{}", plan.render());
+    let v = verdict(&plan, "n");
+    assert_eq!(v.kind, VerdictKind::DoNotDisrupt);
+    assert!(v.reason.starts_with("drifted (NodePoolDrifted)"), "{v:?}");
+}
+
+#[test]
+fn should_delete_drifted_nodes_with_the_karpenter_sh_do_not_disrupt_annotation_set_to_false() {
+    let s = snap(
+        vec![
+            drifted_node("n1", &big())
+                .annotate(DO_NOT_DISRUPT, "false")
+                .with_pod(rs_pod("a")),
+            kn("n2", &big(), "p").launched_with("new"),
+        ],
+        vec![drift_pool(vec![big()])],
+    );
+    let plan = run(&s);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Delete, vec!["n1".to_string()])],
+        "{}",
+        plan.render()
+    );
+}
+
+#[test]
+fn should_not_create_replacements_for_drifted_nodes_that_have_pods_with_the_karpenter_sh_do_not_disrupt_annotation()
+ {
+    let s = snap(
+        vec![drifted_node("n", &big()).with_pod(rs_pod("a").annotate(DO_NOT_DISRUPT, "true"))],
+        vec![drift_pool(vec![big(), cheap()])],
+    );
+    let plan = run(&s);
+    assert!(plan.commands.is_empty(), "{}", plan.render());
+    assert_eq!(verdict(&plan, "n").kind, VerdictKind::DoNotDisrupt);
+}
+
+#[test]
+fn should_not_create_replacements_for_drifted_nodes_that_have_pods_with_the_blocking_pdbs_when_the_nodepools_termination_grace_period_is_not_nil()
+ {
+    // No terminationGracePeriod in the model: a blocking PDB blocks drift as consolidation.
+    let mut s = snap(
+        vec![drifted_node("n", &big()).with_pod(rs_pod("a"))],
+        vec![drift_pool(vec![big(), cheap()])],
+    );
+    s.pdbs = vec![pdb("test", 0)];
+    let plan = run(&s);
+    assert!(plan.commands.is_empty(), "{}", plan.render());
+    assert_eq!(verdict(&plan, "n").kind, VerdictKind::PdbBlocked);
+}
+
+#[test]
+fn should_replace_drifted_nodes() {
+    let s = snap(
+        vec![drifted_node("n", &big()).with_pod(rs_pod("a"))],
+        vec![drift_pool(vec![big(), cheap()])],
+    );
+    let plan = run(&s);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Replace, vec!["n".to_string()])],
+        "{}",
+        plan.render()
+    );
+    let v = verdict(&plan, "n");
+    assert!(v.disrupted && v.kind == VerdictKind::Drifted, "{v:?}");
+    // The command holds once the validation delay is over; no longer once the node matches
+    // its NodePool again (the template was changed back).
+    let cmd = &plan.commands[0];
+    assert_eq!(validate_after_delay(cmd, &s), Ok(()));
+    let mut back = s.clone();
+    back.pools[0].template_hash = Some("old".into());
+    let err = validate_after_delay(cmd, &back).unwrap_err();
+    assert!(err.contains("no longer drifts"), "{err}");
+}
+
+#[test]
+fn should_delete_drifted_nodes() {
+    let s = snap(
+        vec![
+            drifted_node("n1", &big()).with_pod(rs_pod("a")),
+            kn("n2", &big(), "p").launched_with("new"),
+        ],
+        vec![drift_pool(vec![big(), cheap()])],
+    );
+    let plan = run(&s);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Delete, vec!["n1".to_string()])],
+        "{}",
+        plan.render()
+    );
+}
+
+#[test]
+fn should_continue_to_the_next_drifted_node_if_the_first_cannot_reschedule_all_pods() {
+    // n1's 150-cpu pod fits no type of the pool, and fills n1; n2 (second by age) has a
+    // 1-cpu pod, replaced.
+    let one = od("one.small", "1", 0.05);
+    let s = snap(
+        vec![
+            drifted_node("n1", &od("huge.metal", "150", 9.0)).with_pod(rs_pod("big").cpu("150")),
+            drifted_node("n2", &one)
+                .created(1)
+                .with_pod(rs_pod("small").cpu("1")),
+        ],
+        vec![drift_pool(vec![one.clone(), big()])],
+    );
+    let plan = run(&s);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Replace, vec!["n2".to_string()])],
+        "{}",
+        plan.render()
+    );
+    assert_eq!(verdict(&plan, "n1").kind, VerdictKind::NoPlaceForPods);
+}
+
+#[test]
+fn should_disrupt_3_nodes_taking_into_account_commands_in_progress() {
+    // Ten nodes, a 30 % budget, the first five drifted with a pod each: one command per pass,
+    // and the nodes chosen count against the budget as they are removed, so five passes
+    // decide three.
+    let mut nodes = Vec::new();
+    for i in 0..10 {
+        let n = if i < 5 {
+            drifted_node(&format!("n{i}"), &big()).with_pod(rs_pod(&format!("p{i}")).cpu("1"))
+        } else {
+            kn(&format!("n{i}"), &big(), "p").launched_with("new")
+        };
+        nodes.push(n.created(i));
+    }
+    let mut s = snap(
+        nodes,
+        vec![drift_pool(vec![big()]).disruption(DisruptionPolicy {
+            consolidate_after_s: i64::MAX,
+            budgets: vec![budget(BudgetValue::Percent(30))],
+            ..karpenter_policy()
+        })],
+    );
+    let mut chosen = Vec::new();
+    for _ in 0..5 {
+        let plan = run(&s);
+        let cmds = drift_commands(&plan);
+        assert!(
+            cmds.len() <= 1,
+            "one drift command per pass: {}",
+            plan.render()
+        );
+        for (_, nodes) in cmds {
+            for n in nodes {
+                s.nodes.iter_mut().find(|x| x.name == n).unwrap().deleting = true;
+                chosen.push(n);
+            }
+        }
+    }
+    assert_eq!(chosen, ["n0", "n1", "n2"]);
+}
+
+#[test]
+fn drift_budgets_of_zero_nodes_for_the_drifted_reason_block_drift() {
+    // Ours: a budget limited to `Drifted` (as upstream's "should not consider empty nodes for
+    // drift budgets" sets one) of 0 nodes keeps every drifted node.
+    let s = snap(
+        vec![drifted_node("n", &big()).with_pod(rs_pod("a"))],
+        vec![
+            drift_pool(vec![big(), cheap()]).disruption(DisruptionPolicy {
+                consolidate_after_s: i64::MAX,
+                budgets: vec![Budget {
+                    nodes: BudgetValue::Count(0),
+                    reasons: vec![DisruptionReason::Drifted],
+                }],
+                ..karpenter_policy()
+            }),
+        ],
+    );
+    let plan = run(&s);
+    assert!(plan.commands.is_empty(), "{}", plan.render());
+    let v = verdict(&plan, "n");
+    assert_eq!(v.kind, VerdictKind::BudgetExhausted);
+    assert!(v.reason.contains("Drifted"), "{v:?}");
+}
+
+#[test]
+fn empty_drifted_nodes_are_deleted_where_consolidation_never_acts() {
+    // Ours, where upstream's drift skips empty nodes for emptiness to take (and emptiness never
+    // acts under `consolidateAfter: Never`, so upstream keeps the node for good).
+    let s = snap(
+        vec![drifted_node("n", &big())],
+        vec![drift_pool(vec![big()])],
+    );
+    let plan = run(&s);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Delete, vec!["n".to_string()])],
+        "{}",
+        plan.render()
+    );
+    assert!(plan.commands[0].pods.is_empty());
+}
+
+#[test]
+fn nodes_whose_capacity_type_the_pool_no_longer_allows_are_drifted_by_requirements() {
+    // The pool moved to on-demand only after the node was launched spot: its pods go to an
+    // on-demand replacement.
+    let both = itype("m.large")
+        .cpu("4")
+        .mem("16Gi")
+        .on_demand(&["z1"], 0.4)
+        .offer("z1", CapacityType::Spot, 0.1)
+        .build();
+    let s = snap(
+        vec![spot_node("n", &both, "p").with_pod(rs_pod("a"))],
+        vec![drift_pool(vec![both.clone()]).require(
+            labels::CAPACITY_TYPE,
+            autoscaler_core::requirements::Operator::In,
+            &["on-demand"],
+        )],
+    );
+    let plan = run(&s);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Replace, vec!["n".to_string()])],
+        "{}",
+        plan.render()
+    );
+    assert!(
+        verdict(&plan, "n")
+            .reason
+            .starts_with("drifted (RequirementsDrifted)")
+    );
+    let r = plan.commands[0].replacement.as_ref().unwrap();
+    assert!(
+        r.instance_types
+            .iter()
+            .all(|o| o.offerings.iter().all(|x| x.1 == CapacityType::OnDemand)),
+        "{r:?}"
     );
 }

@@ -60,6 +60,7 @@ pub fn reason(kind: VerdictKind) -> &'static str {
         K::UnreadyUnneeded => "UnreadyUnneeded",
         K::NotReady => "NotReady",
         K::ParallelismLimit => "ParallelismLimit",
+        K::Drifted => "Drifted",
     }
 }
 

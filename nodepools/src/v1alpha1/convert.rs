@@ -169,6 +169,7 @@ impl NodePool {
             instance_types,
             atomic_nodes,
             dra_attributes,
+            template_hash: Some(s.template.drift_hash()),
         })
     }
 

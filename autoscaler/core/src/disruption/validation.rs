@@ -117,6 +117,17 @@ pub fn validate_at(
         if command.reason == DisruptionReason::Empty && !movable(n).is_empty() {
             return Err(format!("node {name} is no longer empty"));
         }
+        // A drift command holds while the node still drifts (Karpenter re-checks that its
+        // candidates still carry the Drifted condition).
+        if command.reason == DisruptionReason::Drifted
+            && !snap
+                .pools
+                .iter()
+                .find(|p| Some(&p.name) == n.pool.as_ref())
+                .is_some_and(|p| super::drift_of(n, p).is_some())
+        {
+            return Err(format!("node {name} no longer drifts from its NodePool"));
+        }
         removed.insert(i);
     }
     let nodes: Vec<&Node> = removed.iter().map(|i| &snap.nodes[*i]).collect();
@@ -162,6 +173,14 @@ pub fn validate_at(
     let plan = simulate_holding(snap, &removed, command.method == Method::Replace, &holds);
     if let Some(u) = plan.unschedulable.first() {
         return Err(nowhere_to_go(u));
+    }
+    // Drift replaces a node whatever the replacement costs: what is left to check is that
+    // its pods still have somewhere to go, with at most the one new node it launches.
+    if command.reason == DisruptionReason::Drifted {
+        if plan.new_claims.len() > usize::from(command.method == Method::Replace) {
+            return Err("its pods no longer fit with the nodes the command launches".into());
+        }
+        return Ok(());
     }
     if command.method == Method::Replace && (plan.new_claims.len() > 1 || plan.new_cost() >= cost) {
         return Err("replacement is no longer strictly cheaper".into());

@@ -350,6 +350,8 @@ pub(crate) fn same_pool(a: &Pool, b: &Pool) -> bool {
         instance_types,
         atomic_nodes,
         dra_attributes,
+        // What drift compares, not what provisioning plans with.
+        template_hash: _,
     } = a;
     (std::sync::Arc::ptr_eq(instance_types, &b.instance_types)
         || **instance_types == *b.instance_types)

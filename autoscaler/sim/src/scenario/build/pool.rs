@@ -260,5 +260,7 @@ pub(in crate::scenario) fn build_pool(
         instance_types: catalog.clone(),
         atomic_nodes: f.atomic_scale_up.as_ref().map(|a| a.nodes),
         dra_attributes: Default::default(),
+        // A scenario's pools never change during a run, so no node drifts from its template.
+        template_hash: None,
     })
 }
