@@ -3,7 +3,8 @@
 //! controller needs (the placement group annotation, the field manager) is added here.
 
 pub use autoscaler_core::keys::{
-    CLAIM_LABEL, DISRUPTION_TAINT, DRA_ANNOTATION, FINALIZER, POOL_LABEL, REPLACES_ANNOTATION,
+    CLAIM_LABEL, DISRUPTION_TAINT, DRA_ANNOTATION, FINALIZER, NODEPOOL_HASH_ANNOTATION,
+    NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION_ANNOTATION, POOL_LABEL, REPLACES_ANNOTATION,
 };
 
 /// Annotation on a NodeClaim that is one node of an all-or-nothing group spread over several

@@ -627,9 +627,21 @@ impl SnapshotBuilder {
                 .as_deref()
                 .and_then(|p| pool_by_name.get(p))
                 .and_then(|p| node_price(&p.instance_types, &node_labels));
+            let mut node_annotations = n.metadata.annotations.clone().unwrap_or_default();
+            // The template hash its NodeClaim was launched with, for drift: the claim's record
+            // wins over whatever the Node says.
+            for key in [
+                keys::NODEPOOL_HASH_ANNOTATION,
+                keys::NODEPOOL_HASH_VERSION_ANNOTATION,
+            ] {
+                match claim.and_then(|c| c.metadata.annotations.as_ref()?.get(key)) {
+                    Some(v) => node_annotations.insert(key.to_string(), v.clone()),
+                    None => node_annotations.remove(key),
+                };
+            }
             out.snapshot.nodes.push(CoreNode {
                 labels: node_labels.clone(),
-                annotations: n.metadata.annotations.clone().unwrap_or_default(),
+                annotations: node_annotations,
                 taints: translate::node_taints(n),
                 allocatable,
                 pods: pods_of(

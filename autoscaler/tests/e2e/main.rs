@@ -6,6 +6,7 @@ mod harness;
 mod cadence;
 mod crash;
 mod dra;
+mod drift;
 mod events;
 mod expiry;
 mod explain;

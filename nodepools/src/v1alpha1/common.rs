@@ -115,6 +115,13 @@ pub mod conditions {
     /// Autoscaler's halt on an unhealthy cluster); the message has the numbers.
     pub const CLUSTER_HEALTHY: &str = "ClusterHealthy";
 
+    /// NodeClaim: its node no longer matches its NodePool (Karpenter's condition). True with
+    /// reason `NodePoolDrifted` (the NodePool's template hash differs from the
+    /// `karpenter.sh/nodepool-hash` the claim was launched with) or `RequirementsDrifted` (its
+    /// labels no longer meet the NodePool's requirements), the message saying what differs;
+    /// absent otherwise. A drifted node is replaced under the NodePool's `Drifted` budget.
+    pub const DRIFTED: &str = "Drifted";
+
     /// Condition reasons (CamelCase, as the API requires).
     pub mod reasons {
         /// Validation found problems.

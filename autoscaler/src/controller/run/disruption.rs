@@ -1,13 +1,14 @@
 //! The disruption stage: plan commands with the core's [`plan_disruption`] every
-//! `--disruption-interval`, then run the queued jobs (taint, replace, drain, terminate).
+//! `--disruption-interval` (expiration first, then drift and consolidation, whose commands
+//! the core decides), then run the queued jobs (taint, replace, drain, terminate).
 
 use std::collections::BTreeSet;
 use std::time::Instant;
 
 use autoscaler_core::disruption::{
-    DisruptionConfig, narrow_empty, plan_disruption_cached, validate_at,
+    DisruptionConfig, Verdict, narrow_empty, plan_disruption_cached, validate_at,
 };
-use autoscaler_core::model::PodKey;
+use autoscaler_core::model::{DisruptionReason, PodKey};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
 use providers::CloudProvider;
@@ -124,10 +125,36 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     cmd.savings
                 ),
             );
+            if cmd.reason == DisruptionReason::Drifted {
+                self.drift_event(&cmd.nodes, &plan.verdicts).await;
+            }
             new_jobs.push(Job::new(cmd));
         }
         self.jobs.extend(new_jobs);
         self.release_orphaned_taints().await;
+    }
+
+    /// Tells each node of a drift command why it is replaced: a `Drifted` event with its
+    /// verdict's words (the drift reason, what differs, and how it goes).
+    async fn drift_event(&self, nodes: &[String], verdicts: &[Verdict]) {
+        for name in nodes {
+            let (Some(node), Some(v)) = (
+                self.stores.node(name),
+                verdicts.iter().find(|v| &v.node == name),
+            ) else {
+                continue;
+            };
+            self.shared
+                .actuator
+                .event(
+                    &reference(node.as_ref()),
+                    false,
+                    "Drifted",
+                    "Disrupt",
+                    v.reason.clone(),
+                )
+                .await;
+        }
     }
 
     /// Deletes the NodeClaim of every node past its NodePool's `expireAfter`

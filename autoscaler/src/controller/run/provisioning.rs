@@ -106,12 +106,21 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim 
             "true".to_string(),
         );
     }
-    let annotations = (!annotations.is_empty()).then_some(annotations);
+    // What drift compares later with the NodePool's template hash then (Karpenter's
+    // annotations; a disruption's replacement records the template it is launched from too).
+    annotations.insert(
+        keys::NODEPOOL_HASH_ANNOTATION.to_string(),
+        pool.spec.template.drift_hash(),
+    );
+    annotations.insert(
+        keys::NODEPOOL_HASH_VERSION_ANNOTATION.to_string(),
+        keys::NODEPOOL_HASH_VERSION.to_string(),
+    );
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{}-", nc.pool)),
             labels: Some(claim_labels),
-            annotations,
+            annotations: Some(annotations),
             finalizers: Some(vec![keys::FINALIZER.into()]),
             ..Default::default()
         },

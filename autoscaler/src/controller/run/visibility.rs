@@ -1,5 +1,6 @@
 //! Decisions made visible: each disruption round's verdicts as `Consolidatable` NodeClaim
-//! conditions (written only when they change), `DisruptionBlocked` events (once per node and
+//! conditions and each claim's drift as its `Drifted` condition (both written only when they
+//! change, in one patch), `DisruptionBlocked` events (once per node and
 //! reason per [`consolidatable::EVENT_EVERY_S`]) and `gpu_autoscaler_unremovable_nodes`; and
 //! the cluster status ConfigMap, written every `--status-configmap-interval`.
 
@@ -8,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autoscaler_core::Snapshot;
-use autoscaler_core::disruption::{DisruptionConfig, Verdict, utilization_by_resource};
+use autoscaler_core::disruption::{
+    DisruptionConfig, Drift, Verdict, drifted, utilization_by_resource,
+};
 use kube::ResourceExt;
 use nodepools::NodeClaim;
 use nodepools::conditions;
@@ -29,8 +32,8 @@ const STORE_LAG: Duration = Duration::from_secs(30);
 /// The leader's memory of what it made visible.
 #[derive(Debug, Default)]
 pub(super) struct Visibility {
-    /// Per claim, the condition last written and when.
-    written: HashMap<String, (Desired, Instant)>,
+    /// Per claim, the conditions last written (`Consolidatable`, `Drifted`) and when.
+    written: HashMap<String, (Desired, Option<Drift>, Instant)>,
     /// When each node was last told each blocking reason.
     events: EventLimiter,
     /// When each NodePool was last told `LimitReached`.
@@ -82,6 +85,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let nodes = self.stores.nodes.state();
         let mut unremovable: BTreeMap<(String, String), i64> = BTreeMap::new();
         let mut kept: BTreeMap<String, (BTreeMap<String, i64>, i64)> = BTreeMap::new();
+        let drifts: HashMap<String, Drift> = drifted(snap)
+            .into_iter()
+            .map(|d| (d.node, d.drift))
+            .collect();
         self.visibility.events.prune(now);
         for v in verdicts {
             let Some(pool) = &v.pool else { continue };
@@ -113,7 +120,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 }
             }
             if let Some(c) = by_node.get(v.node.as_str()) {
-                self.write_condition(c, want).await;
+                self.write_condition(c, want, drifts.get(&v.node)).await;
             }
         }
         self.shared.metrics.set_unremovable(unremovable);
@@ -142,26 +149,34 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .await;
     }
 
-    /// Writes the claim's `Consolidatable` condition unless the store, or this leader's own
-    /// write the store has not caught up with, already says it.
-    async fn write_condition(&mut self, claim: &Arc<NodeClaim>, want: Desired) {
+    /// Writes the claim's `Consolidatable` condition, and its `Drifted` condition (true with
+    /// the drift's reason when `drift` is set, removed when not, as Karpenter clears it),
+    /// unless the store, or this leader's own write the store has not caught up with, already
+    /// says both.
+    async fn write_condition(
+        &mut self,
+        claim: &Arc<NodeClaim>,
+        want: Desired,
+        drift: Option<&Drift>,
+    ) {
         if claim.metadata.deletion_timestamp.is_some() {
             return;
         }
         let name = claim.name_any();
         let status = claim.status.clone().unwrap_or_default();
-        if status
+        let consolidatable_shown = status
             .conditions
             .iter()
-            .any(|c| c.type_ == consolidatable::CONDITION && want.matches(c))
-        {
+            .any(|c| c.type_ == consolidatable::CONDITION && want.matches(c));
+        let drift_shown = drift_condition_shown(&status.conditions, drift);
+        if consolidatable_shown && drift_shown {
             return;
         }
         if self
             .visibility
             .written
             .get(&name)
-            .is_some_and(|(w, at)| *w == want && at.elapsed() < STORE_LAG)
+            .is_some_and(|(w, d, at)| *w == want && d.as_ref() == drift && at.elapsed() < STORE_LAG)
         {
             return;
         }
@@ -174,6 +189,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
             jiff::Timestamp::now(),
             claim.metadata.generation,
         );
+        match drift {
+            Some(d) => set_condition(
+                &mut conds,
+                (conditions::DRIFTED, true),
+                d.reason.as_str(),
+                &d.detail,
+                jiff::Timestamp::now(),
+                claim.metadata.generation,
+            ),
+            None => conds.retain(|c| c.type_ != conditions::DRIFTED),
+        }
         match self
             .shared
             .actuator
@@ -181,7 +207,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .await
         {
             Ok(()) => {
-                self.visibility.written.insert(name, (want, Instant::now()));
+                self.visibility
+                    .written
+                    .insert(name, (want, drift.cloned(), Instant::now()));
             }
             // A 409 (the claim changed since it was read) is retried next round.
             Err(e) => tracing::debug!(claim = %name, error = %e, "Consolidatable condition"),
@@ -260,5 +288,21 @@ impl<P: CloudProvider + 'static> Controller<P> {
             node_pools: pools,
             recent_decisions: self.visibility.decisions.newest_first(),
         }
+    }
+}
+
+/// Whether `conds` already say `drift`: a true `Drifted` condition of its reason and words, or
+/// none when the node does not drift.
+fn drift_condition_shown(
+    conds: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    drift: Option<&Drift>,
+) -> bool {
+    let shown = conds.iter().find(|c| c.type_ == conditions::DRIFTED);
+    match (drift, shown) {
+        (None, None) => true,
+        (Some(d), Some(c)) => {
+            c.status == "True" && c.reason == d.reason.as_str() && c.message == d.detail
+        }
+        _ => false,
     }
 }
