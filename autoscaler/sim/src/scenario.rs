@@ -813,6 +813,24 @@ impl Scenario {
         let mut node_names = BTreeSet::new();
         for (i, f) in file.existing_nodes.iter().enumerate() {
             let node = build_existing_node(&cx, i, f, &catalog, &pools)?;
+            // A node that no longer meets its NodePool would be replaced by the controller's
+            // drift; the simulator has no drift, so it refuses what it would ignore.
+            if let Some(d) = node
+                .pool
+                .as_ref()
+                .and_then(|name| pools.iter().find(|p| &p.name == name))
+                .and_then(|p| autoscaler_core::disruption::requirements_drift(&node.labels, p))
+            {
+                return Err(cx.err(
+                    &["existingNodes:", &format!("name: {}", node.name)],
+                    format!("existingNodes[{i}]"),
+                    format!(
+                        "node {} has {}; drift is not simulated (make the node meet its NodePool)",
+                        node.name,
+                        d.words()
+                    ),
+                ));
+            }
             if !node_names.insert(node.name.clone()) {
                 return Err(cx.err(
                     &["existingNodes:", &format!("name: {}", node.name)],

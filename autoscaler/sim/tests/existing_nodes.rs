@@ -105,6 +105,12 @@ fn bad_existing_nodes_name_the_field() {
             "no on-demand offering in zone mars-1a",
         ),
         ("name: system", "name: old-a", "node old-a is listed twice"),
+        // Spot, in an on-demand-only NodePool: drifted by requirements, which is not simulated.
+        (
+            "zone: us-east-1b",
+            "zone: us-east-1b\n    capacityType: spot",
+            "drifted (RequirementsDrifted): label karpenter.sh/capacity-type=spot",
+        ),
         (
             "deleteAt: 5m",
             "deleteAt: -5m",
