@@ -1567,6 +1567,7 @@ fn should_ignore_nodes_without_the_drifted_status_condition() {
     );
     let plan = run(&s);
     assert!(plan.commands.is_empty(), "{}", plan.render());
+    assert_ne!(verdict(&plan, "n").kind, VerdictKind::Drifted);
 }
 
 #[test]
@@ -1615,7 +1616,9 @@ fn should_not_create_replacements_for_drifted_nodes_that_have_pods_with_the_karp
     );
     let plan = run(&s);
     assert!(plan.commands.is_empty(), "{}", plan.render());
-    assert_eq!(verdict(&plan, "n").kind, VerdictKind::DoNotDisrupt);
+    let v = verdict(&plan, "n");
+    assert_eq!(v.kind, VerdictKind::DoNotDisrupt);
+    assert!(v.reason.starts_with("drifted (NodePoolDrifted)"), "{v:?}");
 }
 
 #[test]
@@ -1629,7 +1632,9 @@ fn should_not_create_replacements_for_drifted_nodes_that_have_pods_with_the_bloc
     s.pdbs = vec![pdb("test", 0)];
     let plan = run(&s);
     assert!(plan.commands.is_empty(), "{}", plan.render());
-    assert_eq!(verdict(&plan, "n").kind, VerdictKind::PdbBlocked);
+    let v = verdict(&plan, "n");
+    assert_eq!(v.kind, VerdictKind::PdbBlocked);
+    assert!(v.reason.starts_with("drifted (NodePoolDrifted)"), "{v:?}");
 }
 
 #[test]

@@ -403,6 +403,40 @@ mod tests {
     }
 
     #[test]
+    fn explain_node_shows_the_drift_verdict_and_its_command() {
+        let m5 = itype("m5.large")
+            .cpu("2")
+            .mem("8Gi")
+            .on_demand(&["a"], 0.1)
+            .build();
+        let snap = Snapshot {
+            pools: vec![pool("p", vec![m5.clone()]).template_hash("new").build()],
+            nodes: vec![
+                node("n", &m5, "a")
+                    .pool("p")
+                    .launched_with("old")
+                    .with_pod(crate::builders::pod("web").cpu("1"))
+                    .build(),
+            ],
+            ..Snapshot::default()
+        };
+        let e = crate::explain::explain_node(
+            &snap,
+            &super::super::DisruptionState::default(),
+            0,
+            &super::super::DisruptionConfig::default(),
+            "n",
+        )
+        .expect("explained");
+        let text = e.render();
+        assert!(
+            text.contains("verdict: chosen for removal (Drifted): drifted (NodePoolDrifted)"),
+            "{text}"
+        );
+        assert!(e.command.is_some(), "{text}");
+    }
+
+    #[test]
     fn drifted_lists_the_managed_nodes_with_their_claims() {
         let m5 = itype("m5.large").cpu("2").mem("8Gi").build();
         let mut a = node("a", &m5, "z").pool("p").launched_with("old").build();
