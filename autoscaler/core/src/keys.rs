@@ -96,6 +96,21 @@ pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-do
 /// Pod annotation that makes a pod costlier to disrupt.
 pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
+/// Annotation on a NodeClaim the controller creates: the hash of its NodePool's
+/// `spec.template` at launch (Karpenter's key and meaning). A NodeClaim whose hash differs
+/// from its NodePool's current one, of the same [`NODEPOOL_HASH_VERSION_ANNOTATION`], has
+/// drifted ([`crate::disruption::drift_of`]).
+pub const NODEPOOL_HASH_ANNOTATION: &str = "karpenter.sh/nodepool-hash";
+
+/// Annotation beside [`NODEPOOL_HASH_ANNOTATION`]: the version of the hashing scheme that
+/// wrote it. A hash of another version is not compared (Karpenter's rule), so that changing
+/// what is hashed does not drift every node at the upgrade.
+pub const NODEPOOL_HASH_VERSION_ANNOTATION: &str = "karpenter.sh/nodepool-hash-version";
+
+/// The version of the hashing scheme this build writes and compares
+/// (`nodepools::v1alpha1::NodePoolTemplate::drift_hash`).
+pub const NODEPOOL_HASH_VERSION: &str = "v1";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,18 +137,3 @@ mod tests {
         assert!(foreign_removal(&other, Some(at)).is_none());
     }
 }
-
-/// Annotation on a NodeClaim the controller creates: the hash of its NodePool's
-/// `spec.template` at launch (Karpenter's key and meaning). A NodeClaim whose hash differs
-/// from its NodePool's current one, of the same [`NODEPOOL_HASH_VERSION_ANNOTATION`], has
-/// drifted ([`crate::disruption::drift_of`]).
-pub const NODEPOOL_HASH_ANNOTATION: &str = "karpenter.sh/nodepool-hash";
-
-/// Annotation beside [`NODEPOOL_HASH_ANNOTATION`]: the version of the hashing scheme that
-/// wrote it. A hash of another version is not compared (Karpenter's rule), so that changing
-/// what is hashed does not drift every node at the upgrade.
-pub const NODEPOOL_HASH_VERSION_ANNOTATION: &str = "karpenter.sh/nodepool-hash-version";
-
-/// The version of the hashing scheme this build writes and compares
-/// (`nodepools::v1alpha1::NodePoolTemplate::drift_hash`).
-pub const NODEPOOL_HASH_VERSION: &str = "v1";

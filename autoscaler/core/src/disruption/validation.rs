@@ -120,11 +120,11 @@ pub fn validate_at(
         // A drift command holds while the node still drifts (Karpenter re-checks that its
         // candidates still carry the Drifted condition).
         if command.reason == DisruptionReason::Drifted
-            && !snap
+            && snap
                 .pools
                 .iter()
                 .find(|p| Some(&p.name) == n.pool.as_ref())
-                .is_some_and(|p| super::drift_of(n, p).is_some())
+                .is_none_or(|p| super::drift_of(n, p).is_none())
         {
             return Err(format!("node {name} no longer drifts from its NodePool"));
         }
