@@ -139,7 +139,11 @@ pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "schema::quantity_map")]
     pub allocatable: BTreeMap<String, Quantity>,
-    /// `Launched`, `Registered`, `Initialized` and `Ready`.
+    /// `Launched`, `Registered`, `Initialized` and `Ready`; `Consolidatable` (the last
+    /// disruption verdict); `Drifted` (True, reason `NodePoolDrifted` or
+    /// `RequirementsDrifted`, while the node no longer matches its NodePool: its
+    /// `karpenter.sh/nodepool-hash` annotation, written at launch, differs from the NodePool's
+    /// template hash, or its labels no longer meet the NodePool's requirements).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,
