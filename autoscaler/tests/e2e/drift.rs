@@ -1,6 +1,7 @@
 //! Drift end to end on kwok: a NodePool's template changes after its node is up; the node's
 //! NodeClaim is marked `Drifted` (`NodePoolDrifted`), a replacement from the new template is
-//! launched first, the Deployment's pod moves to it, and the drifted node goes.
+//! launched first, the Deployment's pod moves to it, and the drifted node goes, with a
+//! `Drifted` event and counted under the reason `Drifted`.
 
 use std::time::Duration;
 
@@ -52,7 +53,7 @@ async fn e2e_a_node_whose_nodepool_template_changed_is_replaced_and_its_pod_move
     let c = Cluster::start().await;
     // unneededTime 1h: consolidation leaves the node alone, only drift can move the pod.
     let _: NodePool = c.create(cpu_pool("cpu", "1h")).await;
-    let _ctl = c.controller("solo", &["--leader-elect=false"]);
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
     let _: Deployment = c
         .create(json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -127,6 +128,12 @@ async fn e2e_a_node_whose_nodepool_template_changed_is_replaced_and_its_pod_move
         "{new_hash:?}"
     );
     assert_eq!(drifted(&replacement), None);
+    // The deletion is counted under the reason Drifted.
+    eventually("the drift deletion to be counted", DEADLINE, || async {
+        ctl.metric_with("gpu_autoscaler_disruptions_total", &[("reason", "Drifted")])
+            .filter(|v| *v >= 1.0)
+    })
+    .await;
     let told = events_of(&c, &first).await;
     assert!(
         told.iter().any(|(reason, note, _)| reason == "Drifted"
