@@ -781,7 +781,7 @@ mod tests {
         };
         let obj = claim_object(&plain, &np, "prod");
         assert_eq!(placement_group_of(&obj), None);
-        assert!(obj.metadata.annotations.is_none());
+        assert_eq!(annotation_keys(&obj), HASH_KEYS);
         let a = claim_object(&grouped, &np, "prod");
         let b = claim_object(&grouped, &np, "prod");
         let name = placement_group_of(&a).expect("a placement group");
@@ -987,6 +987,22 @@ spec:
             ..plan.new_claims[0].clone()
         };
         let obj = claim_object(&met, &np, "test");
-        assert!(obj.metadata.annotations.is_none());
+        assert_eq!(annotation_keys(&obj), HASH_KEYS);
+    }
+
+    /// The annotations every claim carries: its NodePool's template hash, for drift.
+    const HASH_KEYS: [&str; 2] = [
+        keys::NODEPOOL_HASH_ANNOTATION,
+        keys::NODEPOOL_HASH_VERSION_ANNOTATION,
+    ];
+
+    /// The keys of a claim's annotations, in order.
+    fn annotation_keys(obj: &NodeClaim) -> Vec<&str> {
+        obj.metadata
+            .annotations
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.as_str())
+            .collect()
     }
 }
