@@ -212,27 +212,8 @@ impl Actuator {
         claim: &NodeClaim,
         finalizers: &[String],
     ) -> Result<()> {
-        check(GROUP, "nodeclaims", "patch");
-        let name = claim.name_any();
-        match self
-            .claims()
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {
-                    "finalizers": finalizers,
-                    "resourceVersion": claim.resource_version(),
-                }})),
-            )
+        self.patch_claim_metadata(claim, json!({"finalizers": finalizers}), "finalizers")
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is(&e, 404) => Ok(()),
-            Err(e) => Err(Error::kube(
-                format!("setting NodeClaim {name} finalizers"),
-                e,
-            )),
-        }
     }
 
     /// Sets annotation `key` of a NodeClaim to `value`, guarded by the resourceVersion it was
@@ -242,23 +223,33 @@ impl Actuator {
     /// The API error (409 when the claim changed meanwhile: retry on the next round); 404 is
     /// `Ok`.
     pub async fn annotate_claim(&self, claim: &NodeClaim, key: &str, value: &str) -> Result<()> {
+        self.patch_claim_metadata(claim, json!({"annotations": {key: value}}), "annotations")
+            .await
+    }
+
+    /// Merges `metadata` into a NodeClaim's metadata, guarded by the resourceVersion the claim
+    /// was read at; `what` names the fields in the error.
+    async fn patch_claim_metadata(
+        &self,
+        claim: &NodeClaim,
+        mut metadata: Value,
+        what: &str,
+    ) -> Result<()> {
         check(GROUP, "nodeclaims", "patch");
         let name = claim.name_any();
+        metadata["resourceVersion"] = json!(claim.resource_version());
         match self
             .claims()
             .patch(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {
-                    "annotations": {key: value},
-                    "resourceVersion": claim.resource_version(),
-                }})),
+                &Patch::Merge(json!({ "metadata": metadata })),
             )
             .await
         {
             Ok(_) => Ok(()),
             Err(e) if is(&e, 404) => Ok(()),
-            Err(e) => Err(Error::kube(format!("annotating NodeClaim {name}"), e)),
+            Err(e) => Err(Error::kube(format!("setting NodeClaim {name} {what}"), e)),
         }
     }
 

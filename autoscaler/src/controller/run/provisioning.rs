@@ -749,16 +749,9 @@ mod tests {
         assert_eq!(back, r);
     }
 
-    #[test]
-    fn a_group_claim_carries_its_placement_group_and_others_none() {
-        let np: NodePool = serde_json::from_value(serde_json::json!({
-            "apiVersion": "gpu-autoscaler.dev/v1alpha1",
-            "kind": "NodePool",
-            "metadata": {"name": "gpu"},
-            "spec": {"template": {}},
-        }))
-        .expect("a NodePool");
-        let plain = NewClaim {
+    /// A one-GPU claim of pool `gpu` with nothing else set.
+    fn one_gpu_claim() -> NewClaim {
+        NewClaim {
             name: "gpu-1".into(),
             pool: "gpu".into(),
             instance_types: vec![],
@@ -774,7 +767,19 @@ mod tests {
             atomic: false,
             dra: false,
             min_values_relaxed: Default::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_group_claim_carries_its_placement_group_and_others_none() {
+        let np: NodePool = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gpu-autoscaler.dev/v1alpha1",
+            "kind": "NodePool",
+            "metadata": {"name": "gpu"},
+            "spec": {"template": {}},
+        }))
+        .expect("a NodePool");
+        let plain = one_gpu_claim();
         let grouped = NewClaim {
             group: Some("volcano:team-a/train".into()),
             ..plain.clone()
@@ -823,23 +828,7 @@ mod tests {
             }))
             .expect("a NodePool")
         };
-        let nc = NewClaim {
-            name: "gpu-1".into(),
-            pool: "gpu".into(),
-            instance_types: vec![],
-            requirements: Requirements::new(),
-            labels: Default::default(),
-            taints: vec![],
-            startup_taints: vec![],
-            pods: vec![],
-            requests: Resources::default(),
-            price: 1.0,
-            gpus: 1,
-            group: None,
-            atomic: false,
-            dra: false,
-            min_values_relaxed: Default::default(),
-        };
+        let nc = one_gpu_claim();
         let graced = claim_object(
             &nc,
             &pool(serde_json::json!({"terminationGracePeriod": "1h30m"})),
