@@ -762,29 +762,27 @@ impl Scenario {
         }
         let mut seen = BTreeSet::new();
         for p in &pools {
-            // The simulator removes nodes by its policies' disruption only; an expiry it
-            // ignored would report a cluster the controller would not run.
-            if p.disruption.expire_after_s.is_some() {
+            // Fields the simulator does not model, refused by name rather than ignored. It
+            // removes nodes by its policies' disruption only, so an expiry it ignored would
+            // report a cluster the controller would not run; its drains are instant and never
+            // wait on a protected pod, so the deadline that ends such a wait is not modelled.
+            let unmodelled = [
+                (
+                    p.disruption.expire_after_s.is_some(),
+                    "expireAfter",
+                    "remove it, or set Never",
+                ),
+                (
+                    p.disruption.termination_grace_period_s.is_some(),
+                    "terminationGracePeriod",
+                    "remove it",
+                ),
+            ];
+            if let Some((_, field, fix)) = unmodelled.iter().find(|(set, ..)| *set) {
                 return Err(cx.err(
-                    &["expireAfter:"],
+                    &[&format!("{field}:")],
                     "nodePools",
-                    format!(
-                        "NodePool {}: expireAfter is not simulated (remove it, or set Never)",
-                        p.name
-                    ),
-                ));
-            }
-            // The simulator's drains are instant and never wait on a protected pod, so the
-            // deadline that ends such a wait is not modelled; accepting the field would let a
-            // report pass for a cluster whose drains the controller cuts short.
-            if p.disruption.termination_grace_period_s.is_some() {
-                return Err(cx.err(
-                    &["terminationGracePeriod:"],
-                    "nodePools",
-                    format!(
-                        "NodePool {}: terminationGracePeriod is not simulated (remove it)",
-                        p.name
-                    ),
+                    format!("NodePool {}: {field} is not simulated ({fix})", p.name),
                 ));
             }
             if !seen.insert(p.name.clone()) {

@@ -208,50 +208,32 @@ workloads:
     assert_eq!(s.pools[0].name, "gpus");
 }
 
-/// A NodePool's `expireAfter` is refused by name: the simulator would ignore it.
+/// A NodePool's `expireAfter` or `terminationGracePeriod` is refused by name: the simulator
+/// would ignore it.
 #[test]
-fn expire_after_is_refused_rather_than_ignored() {
-    let text = "\
+fn unmodelled_template_fields_are_refused_rather_than_ignored() {
+    for (field, value) in [("expireAfter", "24h"), ("terminationGracePeriod", "1h")] {
+        let text = format!(
+            "\
 duration: 1h
 catalog: aws
 nodePools:
   - apiVersion: gpu-autoscaler.dev/v1alpha1
     kind: NodePool
-    metadata: {name: gpus}
+    metadata: {{name: gpus}}
     spec:
       template:
-        expireAfter: 24h
+        {field}: {value}
 workloads: []
-";
-    let (line, field, why) = err(text);
-    assert_eq!((line, field.as_str()), (9, "nodePools"));
-    assert!(
-        why.contains("NodePool gpus: expireAfter is not simulated"),
-        "{why}"
-    );
-}
-
-/// A NodePool's `terminationGracePeriod` is refused by name: the simulator would ignore it.
-#[test]
-fn termination_grace_period_is_refused_rather_than_ignored() {
-    let text = "\
-duration: 1h
-catalog: aws
-nodePools:
-  - apiVersion: gpu-autoscaler.dev/v1alpha1
-    kind: NodePool
-    metadata: {name: gpus}
-    spec:
-      template:
-        terminationGracePeriod: 1h
-workloads: []
-";
-    let (line, field, why) = err(text);
-    assert_eq!((line, field.as_str()), (9, "nodePools"));
-    assert!(
-        why.contains("NodePool gpus: terminationGracePeriod is not simulated"),
-        "{why}"
-    );
+"
+        );
+        let (line, at, why) = err(&text);
+        assert_eq!((line, at.as_str()), (9, "nodePools"), "{field}");
+        assert!(
+            why.contains(&format!("NodePool gpus: {field} is not simulated")),
+            "{why}"
+        );
+    }
 }
 
 /// `GOOD` with a ProvisioningRequest workload whose last lines are `extra`.
