@@ -113,6 +113,7 @@ mod domain_sources;
 mod dra;
 mod explanations;
 mod finish;
+mod key_hash;
 mod open;
 mod parts;
 mod place;
@@ -601,7 +602,7 @@ impl<'a> Planner<'a> {
         });
 
         // Selectors used by the pending pods' topology terms.
-        let mut sel_index: HashMap<SelKey, usize> = HashMap::new();
+        let mut sel_index: key_hash::KeyMap<SelKey, usize> = Default::default();
         let mut selectors: Vec<SelKey> = Vec::new();
         let mut intern = |k: SelKey| -> usize {
             if let Some(i) = sel_index.get(&k) {

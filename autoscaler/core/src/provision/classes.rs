@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::key_hash::KeyMap;
 use crate::labels;
 use crate::model::GpuShare;
 use crate::requirements::{Constraint, NodeSelector, Requirements};
@@ -161,7 +162,7 @@ fn same_scan_key(a: &ScanKey<'_>, b: &ScanKey<'_>) -> bool {
 
 impl<'a> Planner<'a> {
     pub(super) fn build_classes(&mut self) {
-        let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
+        let mut index: KeyMap<ClassKey<'_>, usize> = KeyMap::default();
         let mut classes = Vec::new();
         let mut class_of = Vec::with_capacity(self.snap.pending.len());
         let mut prev: Option<(ClassKey<'_>, usize)> = None;
@@ -289,8 +290,8 @@ impl<'a> Planner<'a> {
 
     fn build_groups(&mut self) {
         let pending = &self.snap.pending;
-        let mut demand_index: HashMap<DemandKey<'_>, usize> = HashMap::new();
-        let mut scan_index: HashMap<ScanKey<'_>, usize> = HashMap::new();
+        let mut demand_index: KeyMap<DemandKey<'_>, usize> = KeyMap::default();
+        let mut scan_index: KeyMap<ScanKey<'_>, usize> = KeyMap::default();
         let mut prev_demand: Option<(DemandKey<'_>, usize)> = None;
         let mut prev_scan: Option<(ScanKey<'_>, usize)> = None;
         for (i, p) in pending.iter().enumerate() {

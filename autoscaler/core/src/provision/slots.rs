@@ -10,6 +10,7 @@ use crate::requirements::{Constraint, Labels, Requirements};
 use crate::resources::{Resources, is_gpu_class, names};
 use crate::taints::{Effect, Taint, Toleration, untolerated};
 
+use super::key_hash::KeyMap;
 use super::shapes::{Devices, Shape, demand, key_fits_shape, may_select};
 use super::{Grow, Planner, PoolUse, Slot, SlotKind, Verdict};
 
@@ -298,34 +299,6 @@ fn node_model<'s>(snap: &'s Snapshot, pi: usize, name: &str) -> Option<&'s str> 
         .and_then(|t| t.gpu.as_ref().map(|g| g.model.as_str()))
 }
 
-/// FNV-1a: a fast, fixed hash for the short string keys [`Planner::build_slots`] looks up
-/// once per node. Fixed, so nothing about a plan depends on a random seed (the maps are only
-/// looked up, never iterated).
-struct FnvHasher(u64);
-
-impl Default for FnvHasher {
-    fn default() -> Self {
-        FnvHasher(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl std::hash::Hasher for FnvHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = self.0;
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-type Fnv = std::hash::BuildHasherDefault<FnvHasher>;
-
 pub(super) fn placeholder() -> Slot {
     Slot {
         open: false,
@@ -344,13 +317,13 @@ impl<'a> Planner<'a> {
         let mut usage = vec![PoolUse::default(); snap.pools.len()];
         // Both maps are asked once per node at every plan, with short keys: a cheaper hash
         // than the default's pays off on clusters of thousands of nodes.
-        let pool_idx: HashMap<&str, usize, Fnv> = snap
+        let pool_idx: KeyMap<&str, usize> = snap
             .pools
             .iter()
             .enumerate()
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
-        let mut models: HashMap<(usize, &str), Option<&str>, Fnv> = HashMap::default();
+        let mut models: KeyMap<(usize, &str), Option<&str>> = KeyMap::default();
         let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
         // Healthy nodes first, then by name: a pod takes room on a node that is up before room
         // on one still starting or not ready (as Karpenter orders existing nodes), which matters
@@ -442,7 +415,7 @@ impl<'a> Planner<'a> {
             let shapes: Vec<&Shape> = self
                 .shapes
                 .iter()
-                .filter(|s| s.pool == pi && c.instance_types.contains(&s.name))
+                .filter(|s| s.pool == pi && c.instance_types.iter().any(|t| *t == *s.name))
                 .collect();
             let Some(first) = shapes.first() else {
                 continue;
