@@ -458,10 +458,7 @@ impl DisruptionPlan {
                 c.savings
             ));
             if let Some(r) = &c.replacement {
-                let t = r
-                    .instance_types
-                    .first()
-                    .map_or("", |o| o.instance_type.as_str());
+                let t = r.instance_types.first().map_or("", |o| &*o.instance_type);
                 s.push_str(&format!(" replacement={t}@{:.3}", r.price));
             }
             s.push('\n');

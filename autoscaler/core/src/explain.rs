@@ -226,7 +226,7 @@ fn outcome_of(plan: &Plan, pod: &PodKey) -> Outcome {
             instance_types: c
                 .instance_types
                 .iter()
-                .map(|o| o.instance_type.clone())
+                .map(|o| o.instance_type.to_string())
                 .collect(),
             price: c.price,
             other_pods: c.pods.len().saturating_sub(1),
@@ -282,7 +282,7 @@ impl CommandSummary {
                 .replacement
                 .as_ref()
                 .and_then(|r| r.instance_types.first())
-                .map(|o| o.instance_type.clone()),
+                .map(|o| o.instance_type.to_string()),
             savings: c.savings,
         }
     }

@@ -173,7 +173,7 @@ fn cheapest_in(c: &NewClaim, zone: &str) -> f64 {
 /// claim's requirements (so the launched node and any later re-plan agree).
 fn narrow(snap: &Snapshot, c: &mut NewClaim, zone: &str) {
     for o in &mut c.instance_types {
-        o.offerings.retain(|(z, _, _)| &**z == zone);
+        o.retain_offerings(|(z, _, _)| &**z == zone);
         o.price = o.offerings.first().map_or(f64::INFINITY, |x| x.2);
     }
     c.instance_types.retain(|o| !o.offerings.is_empty());
@@ -195,7 +195,7 @@ fn narrow(snap: &Snapshot, c: &mut NewClaim, zone: &str) {
             .and_then(|p| {
                 p.instance_types
                     .iter()
-                    .find(|t| t.name == first.instance_type)
+                    .find(|t| *t.name == *first.instance_type)
             })
             .and_then(|t| t.gpu.as_ref())
             .map_or(c.gpus, |g| g.count);

@@ -56,7 +56,7 @@ pub fn launch_requirements(claim: &NewClaim) -> Requirements {
     let names: Vec<String> = claim
         .instance_types
         .iter()
-        .map(|o| o.instance_type.clone())
+        .map(|o| o.instance_type.to_string())
         .collect();
     if let Ok(c) = Constraint::from_operator(labels::INSTANCE_TYPE, Operator::In, &names) {
         r.add_constraint(labels::INSTANCE_TYPE, c);

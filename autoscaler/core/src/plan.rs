@@ -26,11 +26,26 @@ pub struct Placement {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClaimOption {
     /// Instance type name.
-    pub instance_type: String,
+    pub instance_type: Arc<str>,
     /// Cheapest acceptable offering's hourly price.
     pub price: f64,
-    /// Acceptable (zone, capacity type, price) offerings, cheapest first.
-    pub offerings: Vec<(Arc<str>, CapacityType, f64)>,
+    /// Acceptable (zone, capacity type, price) offerings, cheapest first. Shared between the
+    /// options of every claim that accepts all of its type's offerings: a large plan writes
+    /// hundreds of thousands of options, most of them alike.
+    pub offerings: Arc<[(Arc<str>, CapacityType, f64)]>,
+}
+
+impl ClaimOption {
+    /// Keeps the offerings `keep` accepts, in order; the list is copied only when one goes.
+    /// The option's `price` is left as it was.
+    pub fn retain_offerings(
+        &mut self,
+        mut keep: impl FnMut(&(Arc<str>, CapacityType, f64)) -> bool,
+    ) {
+        if !self.offerings.iter().all(&mut keep) {
+            self.offerings = self.offerings.iter().filter(|o| keep(o)).cloned().collect();
+        }
+    }
 }
 
 /// A NodeClaim the plan wants created.
@@ -139,11 +154,7 @@ impl Plan {
             let _ = writeln!(s, "in-flight {} -> {}", p.pod, p.target);
         }
         for c in &self.new_claims {
-            let types: Vec<&str> = c
-                .instance_types
-                .iter()
-                .map(|o| o.instance_type.as_str())
-                .collect();
+            let types: Vec<&str> = c.instance_types.iter().map(|o| &*o.instance_type).collect();
             let pods: Vec<String> = c.pods.iter().map(|p| p.name.clone()).collect();
             let _ = writeln!(
                 s,

@@ -105,9 +105,9 @@ fn total_after(snap: &Snapshot, plan: &Plan, limit: &ClusterLimit) -> Usage {
             let t = pool
                 .instance_types
                 .iter()
-                .find(|t| t.name == o.instance_type)
+                .find(|t| *t.name == *o.instance_type)
                 .expect("type");
-            for (zone, ct, _) in &o.offerings {
+            for (zone, ct, _) in o.offerings.iter() {
                 let mut l = t.labels.clone();
                 l.extend(pool.labels.clone());
                 l.insert(labels::ZONE.into(), zone.to_string());

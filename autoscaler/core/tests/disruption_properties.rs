@@ -348,7 +348,7 @@ fn check(snap: &Snapshot) -> Result<(), String> {
                 .filter_map(|o| {
                     pool.instance_types
                         .iter()
-                        .find(|t| t.name == o.instance_type)
+                        .find(|t| *t.name == *o.instance_type)
                 })
                 .map(|t| t.allocatable().get("cpu"))
                 .min()

@@ -301,11 +301,7 @@ fn replacement_must_be_strictly_cheaper() {
         &DisruptionConfig::default(),
     );
     let r = out.commands[0].replacement.as_ref().expect("replaced");
-    let types: Vec<&str> = r
-        .instance_types
-        .iter()
-        .map(|o| o.instance_type.as_str())
-        .collect();
+    let types: Vec<&str> = r.instance_types.iter().map(|o| &*o.instance_type).collect();
     assert_eq!(types, ["m5.xlarge", "m5.2xlarge"]);
     // Only the same type available: not strictly cheaper, kept.
     let big = managed("big", &m16(), "cpu").with_pod(pod("w").cpu("3"));

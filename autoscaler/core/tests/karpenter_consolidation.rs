@@ -185,12 +185,12 @@ fn can_replace_node_if_the_candidate_is_spot_node() {
     assert!(
         r.instance_types
             .iter()
-            .all(|o| o.instance_type != most.name)
+            .all(|o| *o.instance_type != *most.name)
     );
     assert!(
         r.instance_types
             .iter()
-            .flat_map(|o| &o.offerings)
+            .flat_map(|o| o.offerings.iter())
             .all(|(_, ct, _)| *ct == CapacityType::Spot)
     );
 }
@@ -281,7 +281,7 @@ fn wont_replace_node_if_any_spot_replacement_is_more_expensive() {
         assert!(
             r.instance_types
                 .iter()
-                .flat_map(|o| &o.offerings)
+                .flat_map(|o| o.offerings.iter())
                 .all(|(_, _, p)| *p < 0.5),
             "{r:?}"
         );
@@ -648,7 +648,7 @@ fn spot_nodes_merged_into_one_get_a_spot_replacement() {
     assert!(
         r.instance_types
             .iter()
-            .flat_map(|o| &o.offerings)
+            .flat_map(|o| o.offerings.iter())
             .all(|(_, ct, _)| *ct == CapacityType::Spot),
         "a replacement of spot nodes that can be spot must be: {:?}",
         r.instance_types
@@ -707,7 +707,7 @@ fn can_replace_node_maintaining_zonal_topology_spread() {
     assert!(
         r.instance_types
             .iter()
-            .flat_map(|o| &o.offerings)
+            .flat_map(|o| o.offerings.iter())
             .all(|(z, _, _)| &**z == "z2"),
         "the replacement stays in z2: {:?}",
         r.instance_types

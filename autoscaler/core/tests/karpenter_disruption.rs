@@ -939,11 +939,7 @@ fn best_effort_replaces_a_node_when_the_cheaper_types_keep_the_relaxed_values() 
         .replacement
         .as_ref()
         .expect("a replacement");
-    let offered: Vec<&str> = r
-        .instance_types
-        .iter()
-        .map(|o| o.instance_type.as_str())
-        .collect();
+    let offered: Vec<&str> = r.instance_types.iter().map(|o| &*o.instance_type).collect();
     assert_eq!(offered, ["cheap-a.large", "cheap-b.large"]);
     assert_eq!(r.min_values_relaxed.get("tier"), Some(&2));
 }
@@ -1264,7 +1260,7 @@ fn once_the_replacement_is_up_its_types_are_not_compared_with_a_newcomers_node()
 fn replacement_types_of(cmd: &Command) -> Vec<String> {
     cmd.replacement
         .iter()
-        .flat_map(|r| r.instance_types.iter().map(|o| o.instance_type.clone()))
+        .flat_map(|r| r.instance_types.iter().map(|o| o.instance_type.to_string()))
         .collect()
 }
 

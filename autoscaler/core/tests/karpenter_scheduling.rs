@@ -224,7 +224,7 @@ impl Sim {
                 self.claims.push(InFlightClaim {
                     name,
                     pool: c.pool.clone(),
-                    instance_types: vec![c.instance_types[0].instance_type.clone()],
+                    instance_types: vec![c.instance_types[0].instance_type.to_string()],
                     requirements: reqs,
                     pods: n.pods,
                     created_at: 0,
@@ -276,10 +276,7 @@ fn type_of(s: &Sim, pod: &str) -> String {
 }
 
 fn claim_types(c: &NewClaim) -> Vec<&str> {
-    c.instance_types
-        .iter()
-        .map(|o| o.instance_type.as_str())
-        .collect()
+    c.instance_types.iter().map(|o| &*o.instance_type).collect()
 }
 
 fn pods(prefix: &str, n: usize, f: impl Fn(PodBuilder) -> PodBuilder) -> Vec<PodBuilder> {
@@ -1133,7 +1130,7 @@ fn should_schedule_on_one_of_the_cheapest_instances_prov_ct_spot_pod_zone_test_z
     assert_eq!(s.label("p", CT).as_deref(), Some("spot"));
     assert_eq!(s.label("p", ZONE).as_deref(), Some(Z[1]));
     assert_eq!(type_of(&s, "p"), "small-instance-type");
-    for (z, ct, _) in &s.last.new_claims[0].instance_types[0].offerings {
+    for (z, ct, _) in s.last.new_claims[0].instance_types[0].offerings.iter() {
         assert_eq!((&**z, *ct), (Z[1], CapacityType::Spot));
     }
 }

@@ -535,7 +535,7 @@ fn should_relax_minvalues_before_falling_back_to_other_nodepools() {
     );
     let c = claim_of(&p, "p");
     assert_eq!(c.pool, "fallback", "{}", p.render());
-    assert_eq!(c.instance_types[0].instance_type, "instance-type-1");
+    assert_eq!(&*c.instance_types[0].instance_type, "instance-type-1");
 }
 
 #[test]
@@ -607,7 +607,7 @@ fn should_relax_minvalues_before_falling_back_to_other_nodepools_best_effort() {
     );
     let c = claim_of(&p, "p");
     assert_eq!(c.pool, "default", "{}", p.render());
-    assert_eq!(c.instance_types[0].instance_type, "instance-type-1");
+    assert_eq!(&*c.instance_types[0].instance_type, "instance-type-1");
     assert_eq!(relaxed(c), [(IT, 2)]);
 }
 
@@ -622,7 +622,7 @@ fn should_choose_nodepool_with_higher_weight_when_relaxing_minvalues_best_effort
     );
     let c = claim_of(&p, "p");
     assert_eq!(c.pool, "default", "{}", p.render());
-    assert_eq!(c.instance_types[0].instance_type, "instance-type-1");
+    assert_eq!(&*c.instance_types[0].instance_type, "instance-type-1");
     assert_eq!(relaxed(c), [(IT, 2)]);
 }
 

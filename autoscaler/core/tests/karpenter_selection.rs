@@ -155,7 +155,7 @@ fn in_flight(c: &NewClaim, name: &str) -> InFlightClaim {
     InFlightClaim {
         name: name.into(),
         pool: c.pool.clone(),
-        instance_types: vec![opt.instance_type.clone()],
+        instance_types: vec![opt.instance_type.to_string()],
         requirements,
         pods: vec![],
         created_at: 0,
@@ -179,7 +179,7 @@ fn expect_types_with_label(plan: &Plan, pod: &str, label: &str, value: &str) {
                 "{o:?}"
             ),
             _ => assert_eq!(
-                catalog[&o.instance_type]
+                catalog[&*o.instance_type]
                     .labels
                     .get(label)
                     .map(String::as_str),

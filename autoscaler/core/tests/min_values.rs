@@ -143,11 +143,7 @@ fn truncation_keeps_a_value_of_each_label_the_rule_names() {
     };
     let plan = plan_with(&snap, &opts);
     let c = &plan.new_claims[0];
-    let names: Vec<&str> = c
-        .instance_types
-        .iter()
-        .map(|o| o.instance_type.as_str())
-        .collect();
+    let names: Vec<&str> = c.instance_types.iter().map(|o| &*o.instance_type).collect();
     assert_eq!(names, ["m5.1x", "m6.1x"], "{}", plan.render());
     // Without the rule, the two cheapest.
     let mut snap = snap;
@@ -156,7 +152,7 @@ fn truncation_keeps_a_value_of_each_label_the_rule_names() {
     let names: Vec<&str> = plan.new_claims[0]
         .instance_types
         .iter()
-        .map(|o| o.instance_type.as_str())
+        .map(|o| &*o.instance_type)
         .collect();
     assert_eq!(names, ["m5.1x", "m5.2x"], "{}", plan.render());
 }
@@ -317,7 +313,7 @@ fn best_effort_launches_what_strict_leaves_pending_and_records_the_relaxed_count
     let names: Vec<&str> = plan.new_claims[0]
         .instance_types
         .iter()
-        .map(|o| o.instance_type.as_str())
+        .map(|o| &*o.instance_type)
         .collect();
     assert_eq!(names, ["c5.large"]);
     assert_eq!(
@@ -471,7 +467,7 @@ fn best_effort_holds_a_preferred_instance_type_below_min_values() {
     let names: Vec<&str> = plan.new_claims[0]
         .instance_types
         .iter()
-        .map(|o| o.instance_type.as_str())
+        .map(|o| &*o.instance_type)
         .collect();
     assert_eq!(names, ["m5.2x"], "{}", plan.render());
     assert_eq!(

@@ -892,7 +892,7 @@ fn a_spot_to_spot_replacement_offers_the_fifteen_cheapest_types() {
     let types: Vec<&str> = claim
         .instance_types
         .iter()
-        .map(|o| o.instance_type.as_str())
+        .map(|o| &*o.instance_type)
         .collect();
     let cheapest: Vec<String> = (0..15).map(|i| format!("c{i}.large")).collect();
     assert_eq!(types, cheapest);

@@ -219,7 +219,7 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
             let it = pool
                 .instance_types
                 .iter()
-                .find(|t| t.name == opt.instance_type)
+                .find(|t| *t.name == *opt.instance_type)
                 .ok_or("unknown type")?;
             let mut alloc = it.allocatable();
             let ds = &snap.daemonsets[0];
@@ -234,7 +234,7 @@ fn verify(snap: &Snapshot) -> Result<(), String> {
             }
             max_gpu = max_gpu.max(it.capacity.get("nvidia.com/gpu"));
             max_cpu = max_cpu.max(it.capacity.cpu);
-            for (zone, _, _) in &opt.offerings {
+            for (zone, _, _) in opt.offerings.iter() {
                 let l = node_labels(it, &pool.name, zone);
                 for p in &pods {
                     if !p.node_selector.matches(&l) {

@@ -956,7 +956,7 @@ fn every_new_claim_type_fits_all_its_pods() {
             let it = snap.pools[0]
                 .instance_types
                 .iter()
-                .find(|t| t.name == opt.instance_type)
+                .find(|t| *t.name == *opt.instance_type)
                 .unwrap();
             assert!(
                 c.requests.fits(&it.allocatable()),

@@ -339,7 +339,7 @@ impl Policy for GpuAutoscaler {
                     .instance_types
                     .iter()
                     .take(5)
-                    .map(|o| o.instance_type.as_str())
+                    .map(|o| &*o.instance_type)
                     .collect();
                 let pods: Vec<&str> = c.pods.iter().take(8).map(|k| k.name.as_str()).collect();
                 eprintln!(

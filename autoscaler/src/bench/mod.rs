@@ -671,7 +671,7 @@ fn breakdown(snap: &Snapshot, plan: &Plan) -> String {
             let Some(first) = c.instance_types.first() else {
                 continue;
             };
-            let e = types.entry(first.instance_type.as_str()).or_default();
+            let e = types.entry(&*first.instance_type).or_default();
             e.0 += 1;
             e.1 += c.price;
             e.2 += c
@@ -722,7 +722,7 @@ pub(crate) fn gpu_counts(snap: &Snapshot, plan: &Plan) -> (f64, u64) {
     let shapes = build_shapes(snap);
     let by_name: HashMap<(&str, &str), &Shape> = shapes
         .iter()
-        .map(|s| ((snap.pools[s.pool].name.as_str(), s.name.as_str()), s))
+        .map(|s| ((snap.pools[s.pool].name.as_str(), &*s.name), s))
         .collect();
     let pods: HashMap<_, &Pod> = snap.pending.iter().map(|p| (&p.key, p)).collect();
     let mut requested = 0.0;
@@ -732,7 +732,7 @@ pub(crate) fn gpu_counts(snap: &Snapshot, plan: &Plan) -> (f64, u64) {
         let Some(first) = claim.instance_types.first() else {
             continue;
         };
-        let Some(shape) = by_name.get(&(claim.pool.as_str(), first.instance_type.as_str())) else {
+        let Some(shape) = by_name.get(&(claim.pool.as_str(), &*first.instance_type)) else {
             continue;
         };
         for key in &claim.pods {

@@ -278,9 +278,7 @@ impl Pass<'_> {
                 Method::Replace,
                 format!(
                     "replaced by a new {} node first",
-                    r.instance_types
-                        .first()
-                        .map_or("", |o| o.instance_type.as_str())
+                    r.instance_types.first().map_or("", |o| &*o.instance_type)
                 ),
                 price - r.price,
             ),

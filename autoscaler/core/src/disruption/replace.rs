@@ -108,7 +108,7 @@ impl Pass<'_> {
 /// price against the requirements its simulation relaxed.
 pub(super) fn cheaper_only(snap: &Snapshot, mut claim: NewClaim, below: f64) -> Option<NewClaim> {
     for o in &mut claim.instance_types {
-        o.offerings.retain(|(_, _, p)| *p < below);
+        o.retain_offerings(|(_, _, p)| *p < below);
     }
     claim.instance_types.retain(|o| !o.offerings.is_empty());
     let pool = snap.pools.iter().find(|p| p.name == claim.pool)?;
@@ -140,7 +140,7 @@ pub(super) fn spot_to_spot(
         return Ok(claim);
     }
     for o in &mut claim.instance_types {
-        o.offerings.retain(|x| x.1 == spot);
+        o.retain_offerings(|x| x.1 == spot);
         if let Some(first) = o.offerings.first() {
             o.price = first.2;
         }

@@ -196,12 +196,12 @@ pub fn validate_at(
         let picked: BTreeSet<&str> = now_claim
             .instance_types
             .iter()
-            .map(|o| o.instance_type.as_str())
+            .map(|o| &*o.instance_type)
             .collect();
         if let Some(o) = r
             .instance_types
             .iter()
-            .find(|o| !picked.contains(o.instance_type.as_str()))
+            .find(|o| !picked.contains(&*o.instance_type))
         {
             return Err(format!(
                 "the replacement's instance type {} is no longer one scheduling picks for its pods",

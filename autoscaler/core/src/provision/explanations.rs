@@ -435,7 +435,7 @@ impl<'a> Planner<'a> {
                 .iter()
                 .enumerate()
                 .filter(|(_, sh)| sh.pool == pi)
-                .map(|(s, sh)| (sh.name.as_str(), s))
+                .map(|(s, sh)| (&*sh.name, s))
                 .collect();
             let mut fitting: Vec<usize> = Vec::new();
             let defined = std::sync::Arc::new(pool_defined_labels(pool));

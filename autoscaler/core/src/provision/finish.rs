@@ -2,9 +2,7 @@
 //! refused and deferred pods.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use crate::instance::{CapacityType, Offering};
 use crate::labels;
 use crate::plan::{ClaimOption, NewClaim, Placement, Plan, Unschedulable};
 
@@ -96,15 +94,18 @@ impl Planner<'_> {
                 .iter()
                 .map(|c| {
                     let s = &self.shapes[*c];
-                    // Sized exactly before it is filled: a plan writes hundreds of thousands
-                    // of these lists, and growing each as it fills was about 4 % of
-                    // karpenter-exact at 20,000 pods (reallocations and the fresh pages they
-                    // touch).
-                    let allowed = |o: &(&Offering, _)| offering_allowed(o.0, zc, cc);
-                    let both = || s.offerings.iter().zip(&s.zones).filter(allowed);
-                    let mut offerings: Vec<(Arc<str>, CapacityType, f64)> =
-                        Vec::with_capacity(both().count());
-                    offerings.extend(both().map(|(o, z)| (z.clone(), o.capacity_type, o.price)));
+                    let allowed = s.offerings.iter().map(|o| offering_allowed(o, zc, cc));
+                    // Most claims accept every offering of their types, and then the options
+                    // share the shape's list rather than each writing its own.
+                    let offerings = if allowed.clone().all(|a| a) {
+                        s.written.clone()
+                    } else {
+                        allowed
+                            .zip(s.written.iter())
+                            .filter(|(a, _)| *a)
+                            .map(|(_, w)| w.clone())
+                            .collect()
+                    };
                     ClaimOption {
                         instance_type: s.name.clone(),
                         price: offerings.first().map_or(f64::INFINITY, |o| o.2),

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::gpu::apply_sharing_cow;
-use crate::instance::{InstanceType, Offering};
+use crate::instance::{CapacityType, InstanceType, Offering};
 use crate::labels;
 use crate::model::{ClusterLimit, GpuShare, HostPort, Pod, Pool, Snapshot};
 use crate::plan::NewClaim;
@@ -20,8 +20,8 @@ use crate::taints::untolerated;
 pub struct Shape {
     /// Index of the pool in the snapshot.
     pub pool: usize,
-    /// Instance type name.
-    pub name: String,
+    /// Instance type name, shared with the options of the claims written from the shape.
+    pub name: std::sync::Arc<str>,
     /// Node labels (type, pool, GPU Operator labels), without zone and capacity type.
     pub labels: Labels,
     /// What pods can use: capacity − reserve − DaemonSet overhead.
@@ -32,9 +32,10 @@ pub struct Shape {
     pub capacity: Resources,
     /// Available offerings allowed by the pool, cheapest first.
     pub offerings: Vec<Offering>,
-    /// The zone of each of `offerings`, shared with the options of the claims written from
-    /// the shape (a plan writes hundreds of thousands of them).
-    pub zones: Vec<std::sync::Arc<str>>,
+    /// `offerings` as a claim's option lists them (zone, capacity type, price), shared with
+    /// the options of the claims that accept all of them (a plan writes hundreds of thousands
+    /// of options).
+    pub written: std::sync::Arc<[(std::sync::Arc<str>, CapacityType, f64)]>,
     /// Physical GPUs and their model.
     pub gpus: (u32, Option<String>),
     /// Whether the shape offers any GPU-class resource.
@@ -190,7 +191,7 @@ pub fn claim_meets_min_values(pool: &Pool, claim: &NewClaim) -> bool {
             } else if let Some(v) = pool.labels.get(key).or_else(|| {
                 pool.instance_types
                     .iter()
-                    .find(|t| t.name == o.instance_type)
+                    .find(|t| *t.name == *o.instance_type)
                     .and_then(|t| t.labels.get(key))
             }) {
                 seen.insert(v.as_str());
@@ -661,12 +662,15 @@ pub(crate) fn shape_for<'p>(
     let has_gpu = shared.capacity.has_gpu_class();
     Ok(Shape {
         pool: pi,
-        name: shared.name.clone(),
+        name: shared.name.as_str().into(),
         labels,
         allocatable,
         daemonsets,
         capacity: shared.capacity.clone(),
-        zones: offerings.iter().map(|o| o.zone.as_str().into()).collect(),
+        written: offerings
+            .iter()
+            .map(|o| (o.zone.as_str().into(), o.capacity_type, o.price))
+            .collect(),
         offerings,
         gpus: (
             shared.gpu.as_ref().map_or(0, |g| g.count),

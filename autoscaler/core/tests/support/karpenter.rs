@@ -97,7 +97,7 @@ pub fn replacement_types(plan: &DisruptionPlan) -> Vec<Vec<String>> {
         .map(|r| {
             r.instance_types
                 .iter()
-                .map(|o| o.instance_type.clone())
+                .map(|o| o.instance_type.to_string())
                 .collect()
         })
         .collect()

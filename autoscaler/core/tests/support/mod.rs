@@ -130,7 +130,7 @@ pub fn launch(snap: &Snapshot, c: &NewClaim, name: &str, pods: Vec<Pod>) -> Node
     let it = pool
         .instance_types
         .iter()
-        .find(|t| t.name == opt.instance_type)
+        .find(|t| *t.name == *opt.instance_type)
         .unwrap();
     let pick = |key: &str, values: Vec<String>| -> String {
         if let Some(v) = c.requirements.get(key).and_then(|x| x.single_value()) {

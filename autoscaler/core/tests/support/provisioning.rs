@@ -69,8 +69,5 @@ pub fn claim_of<'a>(plan: &'a Plan, name: &str) -> &'a NewClaim {
 
 /// The instance types a claim may launch, cheapest first.
 pub fn type_names(c: &NewClaim) -> Vec<&str> {
-    c.instance_types
-        .iter()
-        .map(|o| o.instance_type.as_str())
-        .collect()
+    c.instance_types.iter().map(|o| &*o.instance_type).collect()
 }

@@ -47,7 +47,7 @@ pub fn claim_object(nc: &NewClaim, pool: &NodePool, cluster: &str) -> NodeClaim 
         values: nc
             .instance_types
             .iter()
-            .map(|o| o.instance_type.clone())
+            .map(|o| o.instance_type.to_string())
             .collect(),
         min_values: None,
     });
@@ -457,7 +457,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         .instance_types
                         .iter()
                         .take(5)
-                        .map(|o| o.instance_type.as_str())
+                        .map(|o| &*o.instance_type)
                         .collect();
                     // The first pods it was opened for, so a launch can be traced to its pods.
                     let for_pods: Vec<&str> =

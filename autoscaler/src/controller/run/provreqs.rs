@@ -840,7 +840,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let types: BTreeSet<&str> = plan
             .new_claims
             .iter()
-            .filter_map(|c| c.instance_types.first().map(|o| o.instance_type.as_str()))
+            .filter_map(|c| c.instance_types.first().map(|o| &*o.instance_type))
             .collect();
         let msg = format!(
             "launching {} node(s) ({}) for {} pod(s); Provisioned turns True once every one has launched",

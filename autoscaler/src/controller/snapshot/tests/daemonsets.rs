@@ -99,7 +99,7 @@ fn plan_beside_daemonsets(
 fn one_claim(plan: &autoscaler_core::plan::Plan) -> (&str, i64) {
     assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
     let c = &plan.new_claims[0];
-    (c.instance_types[0].instance_type.as_str(), c.requests.cpu)
+    (&*c.instance_types[0].instance_type, c.requests.cpu)
 }
 
 /// A LimitRange or a mutating webhook gives the DaemonSet's pods more than its template asks
