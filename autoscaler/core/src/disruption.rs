@@ -487,7 +487,7 @@ mod simulate;
 mod validation;
 
 use budgets::Allowance;
-pub use budgets::{budget_nodes, budget_standing};
+pub use budgets::{budget_allows, budget_nodes, budget_standing};
 use candidates::Nominations;
 pub use candidates::{
     DRA_DEVICES, node_block, node_blocker, pod_block, pod_blocker, pod_protection, utilization,

@@ -23,6 +23,17 @@ pub struct DurationError {
     pub why: DurationProblem,
 }
 
+/// A cron schedule that could not be parsed (see [`crate::cron`]); `why` names the field and
+/// what was wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid schedule {input:?}: {why}")]
+pub struct CronError {
+    /// The schedule as written.
+    pub input: String,
+    /// What was wrong, e.g. `hour field "25": 25 is outside 0..=23`.
+    pub why: String,
+}
+
 /// User-written YAML whose flow collections nest deeper than the parser accepts (see
 /// [`crate::nesting`]); refused before the parser spends minutes on it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -358,6 +358,15 @@ pub struct BudgetUse {
     /// Initialized nodes of the pool disrupted now (being deleted, or not ready), which it
     /// counts against.
     pub in_use: i64,
+    /// When it opens (a cron schedule, UTC), for a scheduled budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    /// How long it stays open after each time its schedule fires, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<i64>,
+    /// Whether it is in force now: always for an unscheduled budget; an inactive one limits
+    /// nothing.
+    pub active: bool,
 }
 
 /// One node of a pool and its verdict, in brief.
@@ -429,6 +438,9 @@ pub fn explain_pool(
             reasons: b.reasons.clone(),
             allows: crate::disruption::budget_nodes(b, total),
             in_use: deleting,
+            schedule: b.schedule.as_ref().map(|s| s.cron.to_string()),
+            duration_s: b.schedule.as_ref().map(|s| s.duration_s),
+            active: b.active_at(now),
         })
         .collect();
     let mut node_verdicts: Vec<NodeBrief> = verdicts
@@ -453,6 +465,23 @@ pub fn explain_pool(
         instance_types,
         node_verdicts,
     })
+}
+
+/// A budget window's length as Karpenter writes it (`8h`, `1h30m`, `45m`); seconds only if
+/// a window was given some (the NodePool grammar has none).
+fn fmt_hours(s: i64) -> String {
+    let (h, m, sec) = (s / 3600, s % 3600 / 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        let _ = write!(out, "{h}h");
+    }
+    if m > 0 || (h == 0 && sec == 0) {
+        let _ = write!(out, "{m}m");
+    }
+    if sec > 0 {
+        let _ = write!(out, "{sec}s");
+    }
+    out
 }
 
 /// Most instance type names a text line lists before saying how many more there are.
@@ -704,9 +733,21 @@ impl PoolExplanation {
                     .collect::<Vec<_>>()
                     .join(", ")
             };
+            let window = match (&b.schedule, b.duration_s) {
+                (Some(s), Some(d)) => format!(
+                    " from {s:?} (UTC) for {}, {}",
+                    fmt_hours(d),
+                    if b.active {
+                        "active now"
+                    } else {
+                        "inactive now (limits nothing)"
+                    }
+                ),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "    {} ({reasons}): allows {} node(s) at once, {} being deleted",
+                "    {} ({reasons}){window}: allows {} node(s) at once, {} being deleted",
                 b.nodes, b.allows, b.in_use
             );
         }

@@ -6,6 +6,7 @@
 
 pub mod builders;
 pub mod cadence;
+pub mod cron;
 pub mod disruption;
 pub mod dra;
 pub mod duration;

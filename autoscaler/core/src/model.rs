@@ -601,6 +601,35 @@ pub struct Budget {
     pub nodes: BudgetValue,
     /// Reasons it applies to; empty = all.
     pub reasons: Vec<DisruptionReason>,
+    /// When it is in force; `None`: always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<BudgetSchedule>,
+}
+
+/// The window of a scheduled budget: from each time `cron` fires for `duration_s` seconds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetSchedule {
+    /// When each window opens (UTC).
+    pub cron: crate::cron::Cron,
+    /// How long each window stays open, in seconds (at most ten years).
+    pub duration_s: i64,
+}
+
+impl Budget {
+    /// Whether the budget is in force at `now` (seconds since the Unix epoch): always without
+    /// a schedule, otherwise when the schedule fired at some `t` with `t <= now < t +
+    /// duration`, as Karpenter's `Budget.IsActive`. An inactive budget allows everything.
+    pub fn active_at(&self, now: i64) -> bool {
+        match &self.schedule {
+            None => true,
+            Some(s) if s.duration_s <= 0 => false,
+            // The earliest opening still open at `now` is `now - duration + 1`.
+            Some(s) => s
+                .cron
+                .last_fire(now, now.saturating_sub(s.duration_s).saturating_add(1))
+                .is_some(),
+        }
+    }
 }
 
 /// Disruption settings of a NodePool.
@@ -693,6 +722,7 @@ impl Default for DisruptionPolicy {
             budgets: vec![Budget {
                 nodes: BudgetValue::Percent(10),
                 reasons: vec![],
+                schedule: None,
             }],
             delays: ScaleDownDelays::default(),
             expire_after_s: None,

@@ -161,6 +161,7 @@ fn build(
             } else {
                 vec![]
             },
+            schedule: None,
         }],
         ..DisruptionPolicy::default()
     };

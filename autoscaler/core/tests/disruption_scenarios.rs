@@ -580,6 +580,7 @@ fn ten_percent(count: usize, extra: Vec<NodeBuilder>) -> Snapshot {
         budgets: vec![Budget {
             nodes: BudgetValue::Percent(10),
             reasons: vec![],
+            schedule: None,
         }],
         ..DisruptionPolicy::default()
     };
@@ -618,6 +619,7 @@ fn budget_per_reason_and_min_nodes() {
         budgets: vec![Budget {
             nodes: BudgetValue::Count(0),
             reasons: vec![DisruptionReason::Underutilized],
+            schedule: None,
         }],
         ..DisruptionPolicy::default()
     };
@@ -1172,6 +1174,7 @@ fn verdicts_carry_their_kind_threshold_and_wait() {
     budget.budgets = vec![Budget {
         nodes: BudgetValue::Count(1),
         reasons: vec![],
+        schedule: None,
     }];
     let empties = || {
         ["a", "b", "c"]

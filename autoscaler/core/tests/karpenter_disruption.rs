@@ -59,8 +59,8 @@
 //!   pending pods while consolidating" and "should not consolidate a node that is launched for
 //!   pods on a deleting node" (the nomination cache's timing);
 //! - budgets per reason and on a schedule: upstream's disruption suites exercise per-reason
-//!   budgets only for drift (above), and budget schedules are not yet supported
-//!   (semantics.md, "Disruption budgets");
+//!   budgets only for drift (above); budget schedules are tested in `budget_schedules.rs`,
+//!   which ports upstream's `nodepool_budgets_test.go`;
 //! - `consolidation_dra_test.go`: not rebuilt here (DRA consolidation is `dra_scenarios.rs`'s
 //!   subject), nor the `balanced*_test.go` files (a consolidation policy the core has not).
 
@@ -99,6 +99,7 @@ fn with_budget(nodes: BudgetValue) -> DisruptionPolicy {
         budgets: vec![Budget {
             nodes,
             reasons: vec![],
+            schedule: None,
         }],
         ..karpenter_policy()
     }
@@ -1753,6 +1754,7 @@ fn drift_budgets_of_zero_nodes_for_the_drifted_reason_block_drift() {
                 budgets: vec![Budget {
                     nodes: BudgetValue::Count(0),
                     reasons: vec![DisruptionReason::Drifted],
+                    schedule: None,
                 }],
                 ..karpenter_policy()
             }),

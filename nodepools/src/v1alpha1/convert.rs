@@ -766,7 +766,11 @@ fn parse_budget(path: &FieldPath, b: &BudgetSpec, errs: &mut ValidationErrors) -
         }
         reasons.push(reason);
     }
-    nodes.map(|nodes| Budget { nodes, reasons })
+    nodes.map(|nodes| Budget {
+        nodes,
+        reasons,
+        schedule: None,
+    })
 }
 
 fn parse_disruption(

@@ -25,6 +25,20 @@ pub fn budget_nodes(b: &Budget, total: i64) -> i64 {
     }
 }
 
+/// How many nodes of a pool of `total` nodes its `budgets` let be disrupted at once for
+/// `reason` at `now`: the lowest of the budgets in force ([`Budget::active_at`]) that apply to
+/// the reason; `i64::MAX` when none does. A scheduled budget outside its window allows
+/// everything, as if absent (Karpenter's `GetAllowedDisruptionsByReason`).
+pub fn budget_allows(budgets: &[Budget], total: i64, reason: DisruptionReason, now: i64) -> i64 {
+    budgets
+        .iter()
+        .filter(|b| b.reasons.is_empty() || b.reasons.contains(&reason))
+        .filter(|b| b.active_at(now))
+        .map(|b| budget_nodes(b, total))
+        .min()
+        .unwrap_or(i64::MAX)
+}
+
 /// What a NodePool's disruption budgets are measured against, over the pool's `nodes` at
 /// `now`: the nodes counted (initialized ones only) and those already disrupted (being
 /// deleted, removed by another autoscaler, or not ready), as Karpenter counts them.
@@ -93,14 +107,7 @@ impl Allowance {
                 DisruptionReason::Underutilized,
                 DisruptionReason::Drifted,
             ] {
-                let allowed = pool
-                    .disruption
-                    .budgets
-                    .iter()
-                    .filter(|b| b.reasons.is_empty() || b.reasons.contains(&reason))
-                    .map(|b| budget_nodes(b, budget_total))
-                    .min()
-                    .unwrap_or(i64::MAX);
+                let allowed = budget_allows(&pool.disruption.budgets, budget_total, reason, now);
                 budget.insert((pi, reason), allowed.saturating_sub(disrupted));
             }
             above_min.push(total - deleting - i64::from(pool.min_nodes));

@@ -211,6 +211,55 @@ fn pool_standing_has_limits_budgets_exclusions_and_verdicts() {
     assert!(explain_pool(&snap, "nope", &[], 0).is_none());
 }
 
+/// Scheduled budgets show their window and whether it is open now (the epoch, a Thursday
+/// midnight); the closed one does not lower what the pool allows.
+#[test]
+fn pool_standing_shows_budget_windows() {
+    use crate::cron::Cron;
+    use crate::model::{Budget, BudgetSchedule, BudgetValue};
+    let mut snap = snapshot(vec![]);
+    snap.nodes = vec![node("gpu-a", &t4(), "z1").pool("gpu").build()];
+    let window = |cron: &str, duration_s| {
+        Some(BudgetSchedule {
+            cron: Cron::parse(cron).unwrap(),
+            duration_s,
+        })
+    };
+    let pi = snap.pools.iter().position(|p| p.name == "gpu").unwrap();
+    snap.pools[pi].disruption.budgets = vec![
+        Budget {
+            nodes: BudgetValue::Count(0),
+            reasons: vec![DisruptionReason::Drifted],
+            schedule: window("@daily", 5400),
+        },
+        Budget {
+            nodes: BudgetValue::Count(0),
+            reasons: vec![],
+            schedule: window("0 9 * * mon-fri", 8 * 3600),
+        },
+    ];
+    let e = explain_pool(&snap, "gpu", &[], 0).expect("a pool");
+    let text = e.render();
+    let budgets: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("disruption budgets:"))
+        .skip(1)
+        .take(2)
+        .collect();
+    expect![[r#"
+        [
+            "    0 (Drifted) from \"@daily\" (UTC) for 1h30m, active now: allows 0 node(s) at once, 0 being deleted",
+            "    0 (all reasons) from \"0 9 * * mon-fri\" (UTC) for 8h, inactive now (limits nothing): allows 0 node(s) at once, 0 being deleted",
+        ]
+    "#]]
+    .assert_debug_eq(&budgets);
+    let json = serde_json::to_value(&e).unwrap();
+    assert_eq!(json["budgets"][0]["schedule"], "@daily");
+    assert_eq!(json["budgets"][0]["durationS"], 5400);
+    assert_eq!(json["budgets"][0]["active"], true);
+    assert_eq!(json["budgets"][1]["active"], false);
+}
+
 #[test]
 fn offerings_and_unknown_pods_are_explained_or_refused() {
     let p = pod("spot")

@@ -40,6 +40,7 @@ pub fn budget(nodes: BudgetValue) -> Budget {
     Budget {
         nodes,
         reasons: vec![],
+        schedule: None,
     }
 }
 

@@ -236,6 +236,7 @@ pub(in crate::scenario) fn build_pool(
             disruption.budgets.push(Budget {
                 nodes,
                 reasons: vec![],
+                schedule: None,
             });
         }
     }
