@@ -72,7 +72,15 @@ fn nodepool() -> impl Strategy<Value = NodePool> {
         prop::collection::btree_map(text(), any::<i64>(), 0..2),
         (any::<i32>(), any::<bool>(), text(), text(), any::<u8>()),
         (text(), text(), number(), number(), text()),
-        prop::collection::vec((text(), prop::collection::vec(text(), 0..3)), 0..3),
+        prop::collection::vec(
+            (
+                text(),
+                prop::collection::vec(text(), 0..3),
+                prop::option::of(text()),
+                prop::option::of(text()),
+            ),
+            0..3,
+        ),
         (prop::option::of(any::<i32>()), any::<i32>()),
     )
         .prop_map(
@@ -106,7 +114,12 @@ fn nodepool() -> impl Strategy<Value = NodePool> {
                 spec.disruption.unneeded_time = unneeded;
                 spec.disruption.budgets = budgets
                     .into_iter()
-                    .map(|(nodes, reasons)| BudgetSpec { nodes, reasons })
+                    .map(|(nodes, reasons, schedule, duration)| BudgetSpec {
+                        nodes,
+                        reasons,
+                        schedule,
+                        duration,
+                    })
                     .collect();
                 spec.weight = w;
                 spec.min_nodes = m;

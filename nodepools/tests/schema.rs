@@ -111,6 +111,8 @@ struct Patterns {
     duration_or_never: Regex,
     duration: Regex,
     budget_nodes: Regex,
+    budget_schedule: Regex,
+    budget_duration: Regex,
     quantity: Regex,
 }
 
@@ -120,6 +122,8 @@ static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| Patterns {
     duration_or_never: pattern("NodePool", "spec.disruption.consolidateAfter"),
     duration: pattern("NodePool", "spec.disruption.unneededTime"),
     budget_nodes: pattern("NodePool", "spec.disruption.budgets.[].nodes"),
+    budget_schedule: pattern("NodePool", "spec.disruption.budgets.[].schedule"),
+    budget_duration: pattern("NodePool", "spec.disruption.budgets.[].duration"),
     quantity: pattern("NodePool", "spec.limits.{}"),
 });
 
@@ -160,6 +164,28 @@ proptest! {
     fn budgets_agree_with_the_schema(n in "[0-9%a-]{0,5}") {
         let re = &PATTERNS.budget_nodes;
         prop_assert_eq!(nodepool_with_budget(&n).validate().is_ok(), re.is_match(&n), "{}", n);
+    }
+
+    /// A schedule Rust accepts fits the pattern (which checks only the shape: macros or five
+    /// fields); a duration is accepted exactly when it fits, up to the ten-year bound.
+    #[test]
+    fn budget_windows_agree_with_the_schema(
+        s in "[0-9*/,?@a-z \t-]{0,16}",
+        d in "[0-9hms]{0,6}",
+    ) {
+        let mut p = nodepool_with_budget("0");
+        p.spec.disruption.budgets[0].schedule = Some(s.clone());
+        p.spec.disruption.budgets[0].duration = Some("1h".into());
+        if p.validate().is_ok() {
+            prop_assert!(PATTERNS.budget_schedule.is_match(&s), "{:?}", s);
+        }
+        p.spec.disruption.budgets[0].schedule = Some("@daily".into());
+        p.spec.disruption.budgets[0].duration = Some(d.clone());
+        let accepted = match p.validate() {
+            Ok(()) => true,
+            Err(e) => e.lines().iter().all(|l| l.ends_with("longer than 10 years")),
+        };
+        prop_assert_eq!(accepted, PATTERNS.budget_duration.is_match(&d), "{}", d);
     }
 
     #[test]

@@ -344,6 +344,43 @@ fn nodepool_cases() {
         ),
         (
             r#"disruption:
+  budgets:
+    - nodes: "0"
+      schedule: "0 9 * *"
+      duration: 8h
+    - nodes: "0"
+      schedule: "0 25 * * *"
+      duration: 1h
+    - nodes: "0"
+      schedule: "*/0 * * * *"
+      duration: 1h
+    - nodes: "0"
+      schedule: "@daily"
+    - nodes: "0"
+      duration: 1h
+    - nodes: "0"
+      schedule: "0 9 * * mon-fri"
+      duration: 90s
+    - nodes: "0"
+      schedule: "0 9 * * mon-fri"
+      duration: 1h30m"#,
+            expect![[r#"
+                rust:
+                  spec.disruption.budgets[0].schedule: invalid schedule "0 9 * *": expected 5 fields (minute hour day-of-month month day-of-week), found 4
+                  spec.disruption.budgets[1].schedule: invalid schedule "0 25 * * *": hour field "25": 25 is outside 0..=23
+                  spec.disruption.budgets[2].schedule: invalid schedule "*/0 * * * *": minute field "*/0": step "0" is not a positive number
+                  spec.disruption.budgets[3].schedule: set without duration: a scheduled budget needs both
+                  spec.disruption.budgets[4].duration: set without schedule: a scheduled budget needs both
+                  spec.disruption.budgets[5].duration: "90s" is not hours and minutes (e.g. 8h, 30m, 1h30m)
+                server:
+                  spec.disruption.budgets[0].schedule: "0 9 * *" does not match ^\s*(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})\s*$
+                  spec.disruption.budgets[5].duration: "90s" does not match ^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$
+                  spec.disruption.budgets[3]: 'schedule' must be set with 'duration'
+                  spec.disruption.budgets[4]: 'schedule' must be set with 'duration'
+            "#]],
+        ),
+        (
+            r#"disruption:
   consolidationPolicy: Always
   consolidateAfter: 10 minutes
   unneededTime: Never"#,
@@ -611,6 +648,34 @@ fn capacityquota_cases() {
         ),
     ];
     run(&cases, capacityquota);
+}
+
+/// A budget's `schedule` and `duration` reach the core's pool, parsed once: the window is
+/// open on a Monday at 10:00 UTC and closed on the Saturday.
+#[test]
+fn a_budget_window_reaches_the_core_pool() {
+    let text = "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  template: {}\n  disruption:\n    budgets:\n      - {nodes: \"0\", schedule: \"0 9 * * mon-fri\", duration: 8h}\n      - {nodes: \"10%\"}\n";
+    let pools = nodepools::from_yaml::<NodePool>("NodePool", text).expect("a pool");
+    let core = pools[0]
+        .to_core(std::sync::Arc::new(Vec::new()))
+        .expect("valid");
+    let budgets = &core.disruption.budgets;
+    let window = budgets[0].schedule.as_ref().expect("a window");
+    assert_eq!(window.cron.as_str(), "0 9 * * mon-fri");
+    assert_eq!(window.duration_s, 8 * 3600);
+    assert!(budgets[1].schedule.is_none());
+    // 2024-03-04 10:00 UTC, a Monday; 2024-03-09 10:00, a Saturday.
+    assert!(budgets[0].active_at(1_709_546_400));
+    assert!(!budgets[0].active_at(1_709_978_400));
+    // Both fields round-trip through the API type, and an unscheduled budget writes neither.
+    let json = serde_json::to_value(&pools[0].spec.disruption.budgets).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!([
+            {"nodes": "0", "schedule": "0 9 * * mon-fri", "duration": "8h"},
+            {"nodes": "10%"},
+        ])
+    );
 }
 
 #[test]

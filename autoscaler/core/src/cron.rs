@@ -107,7 +107,9 @@ impl Cron {
             input: text.to_string(),
             why,
         };
-        let trimmed = text.trim();
+        // ASCII whitespace only, the `\s` of the CRD's pattern (RE2), so the API server and
+        // this parser split a schedule alike.
+        let trimmed = text.trim_matches(|c: char| c.is_ascii_whitespace());
         let expanded = if let Some(name) = trimmed.strip_prefix('@') {
             match name {
                 "yearly" | "annually" => "0 0 1 1 *",
@@ -124,7 +126,7 @@ impl Cron {
         } else {
             trimmed
         };
-        let fields: Vec<&str> = expanded.split_whitespace().collect();
+        let fields: Vec<&str> = expanded.split_ascii_whitespace().collect();
         if fields.len() != 5 {
             return Err(err(format!(
                 "expected 5 fields (minute hour day-of-month month day-of-week), found {}",

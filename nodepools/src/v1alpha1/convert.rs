@@ -2,7 +2,7 @@
 //! field path. Validation is the same walk with the result thrown away.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use autoscaler_core::dra::AttributeValue;
 use autoscaler_core::dra::template::check_attribute;
@@ -10,19 +10,21 @@ use autoscaler_core::error::CoreError;
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{
-    Budget, BudgetValue, ConsolidationPolicy, DisruptionPolicy, DisruptionReason, GpuSharing,
-    Limits, MigSharing, MigStrategy, Pool, ScaleDownDelays, TimeSlicing,
+    Budget, BudgetSchedule, BudgetValue, ConsolidationPolicy, DisruptionPolicy, DisruptionReason,
+    GpuSharing, Limits, MigSharing, MigStrategy, Pool, ScaleDownDelays, TimeSlicing,
 };
 use autoscaler_core::quantity::Quantity;
 use autoscaler_core::requirements::{Constraint, Labels, Operator, Requirements};
 use autoscaler_core::resources::Resources;
 use autoscaler_core::taints::{Effect, Taint as CoreTaint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
+use regex::Regex;
 
 use super::common::{NodeSelectorRequirement, Taint};
 use super::nodeclaim::{NodeClaim, NodeClaimSpec};
 use super::nodepool::{
-    BudgetSpec, DisruptionSpec, DraSpec, GpuSharingSpec, NodePool, NodePoolTemplate,
+    BUDGET_DURATION_PATTERN, BudgetSpec, DisruptionSpec, DraSpec, GpuSharingSpec, NodePool,
+    NodePoolTemplate,
 };
 use crate::duration::{self, Duration};
 use crate::error::{FieldPath, ValidationErrors};
@@ -766,10 +768,61 @@ fn parse_budget(path: &FieldPath, b: &BudgetSpec, errs: &mut ValidationErrors) -
         }
         reasons.push(reason);
     }
+    let schedule = parse_budget_window(path, b, errs);
     nodes.map(|nodes| Budget {
         nodes,
         reasons,
-        schedule: None,
+        schedule,
+    })
+}
+
+/// A budget's `schedule` and `duration`: both or neither (Karpenter's CEL rule), the schedule a
+/// cron schedule [`autoscaler_core::cron`] parses, the duration hours and minutes as
+/// Karpenter's pattern has them.
+fn parse_budget_window(
+    path: &FieldPath,
+    b: &BudgetSpec,
+    errs: &mut ValidationErrors,
+) -> Option<BudgetSchedule> {
+    static DURATION: LazyLock<Regex> =
+        LazyLock::new(|| Regex::new(BUDGET_DURATION_PATTERN).expect("a valid pattern"));
+    let cron = b.schedule.as_deref().and_then(|text| {
+        autoscaler_core::cron::Cron::parse(text)
+            .map_err(|e| errs.push(&path.field("schedule"), e))
+            .ok()
+    });
+    let duration_path = path.field("duration");
+    let duration_s = b.duration.as_deref().and_then(|text| {
+        if !DURATION.is_match(text) {
+            errs.push(
+                &duration_path,
+                format!("{text:?} is not hours and minutes (e.g. 8h, 30m, 1h30m)"),
+            );
+            return None;
+        }
+        match duration::parse(text, false) {
+            Ok(Duration::Seconds(s)) => Some(s),
+            Ok(Duration::Never) => None,
+            Err(e) => {
+                errs.push(&duration_path, e);
+                None
+            }
+        }
+    });
+    match (&b.schedule, &b.duration) {
+        (Some(_), None) => errs.push(
+            &path.field("schedule"),
+            "set without duration: a scheduled budget needs both",
+        ),
+        (None, Some(_)) => errs.push(
+            &duration_path,
+            "set without schedule: a scheduled budget needs both",
+        ),
+        _ => {}
+    }
+    Some(BudgetSchedule {
+        cron: cron?,
+        duration_s: duration_s?,
     })
 }
 

@@ -18,9 +18,9 @@ pub use convert::{ClaimSpec, NODES_LIMIT};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus, ResourceRequirements};
 pub use nodeoverlay::{MAX_OVERLAY_REQUIREMENTS, NodeOverlay, NodeOverlaySpec};
 pub use nodepool::{
-    AtomicScaleUpSpec, BUDGET_NODES_PATTERN, BudgetSpec, DeviceAttributeSpec, DisruptionSpec,
-    DraSpec, GpuSharingSpec, MigSpec, MpsSpec, NodePool, NodePoolSpec, NodePoolStatus,
-    NodePoolTemplate, TemplateMetadata, TimeSlicingSpec,
+    AtomicScaleUpSpec, BUDGET_DURATION_PATTERN, BUDGET_NODES_PATTERN, BUDGET_SCHEDULE_PATTERN,
+    BudgetSpec, DeviceAttributeSpec, DisruptionSpec, DraSpec, GpuSharingSpec, MigSpec, MpsSpec,
+    NodePool, NodePoolSpec, NodePoolStatus, NodePoolTemplate, TemplateMetadata, TimeSlicingSpec,
 };
 
 /// The version string.

@@ -383,6 +383,8 @@ fn default_budgets() -> Vec<BudgetSpec> {
     vec![BudgetSpec {
         nodes: "10%".to_string(),
         reasons: Vec::new(),
+        schedule: None,
+        duration: None,
     }]
 }
 
@@ -406,9 +408,24 @@ impl Default for DisruptionSpec {
 /// The OpenAPI pattern of a budget's `nodes`: a count or a percentage up to 100%.
 pub const BUDGET_NODES_PATTERN: &str = "^((100|[0-9]{1,2})%|[0-9]+)$";
 
+/// The OpenAPI pattern of a budget's `duration`, Karpenter's: hours and minutes (`8h`,
+/// `30m`, `1h30m`), optionally followed by `0s` as Go prints durations (`1h30m0s`).
+pub const BUDGET_DURATION_PATTERN: &str = "^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$";
+
+/// The OpenAPI pattern of a budget's `schedule`: one of the cron macros or five
+/// whitespace-separated fields; validation checks the fields themselves.
+pub const BUDGET_SCHEDULE_PATTERN: &str =
+    r"^\s*(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})\s*$";
+
 /// One disruption budget.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.schedule) == has(self.duration)",
+        "message": "'schedule' must be set with 'duration'",
+    },
+]))]
 pub struct BudgetSpec {
     /// At most this many nodes (`5`) or this share of the pool's nodes (`10%`) at once.
     #[schemars(pattern(BUDGET_NODES_PATTERN))]
@@ -418,6 +435,19 @@ pub struct BudgetSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::budget_reasons")]
     pub reasons: Vec<String>,
+    /// When the budget opens: a cron schedule in UTC, five fields (minute hour day-of-month
+    /// month day-of-week, e.g. `0 9 * * mon-fri`) or `@yearly`, `@annually`, `@monthly`,
+    /// `@weekly`, `@daily`, `@midnight`, `@hourly`. The budget is in force from each time the
+    /// schedule fires for `duration`, and limits nothing otherwise. Set with `duration`;
+    /// without both, the budget is always in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(BUDGET_SCHEDULE_PATTERN))]
+    pub schedule: Option<String>,
+    /// How long the budget stays in force after each time `schedule` fires: hours and
+    /// minutes (`8h`, `1h30m`). Set with `schedule`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(BUDGET_DURATION_PATTERN))]
+    pub duration: Option<String>,
 }
 
 /// The observed state of a NodePool.
