@@ -766,6 +766,8 @@ impl Scenario {
             // removes nodes by its policies' disruption only, so an expiry it ignored would
             // report a cluster the controller would not run; its drains are instant and never
             // wait on a protected pod, so the deadline that ends such a wait is not modelled.
+            // Virtual time starts at 0 with no calendar date, so a budget's cron schedule
+            // would open its window at an arbitrary point of the run.
             let unmodelled = [
                 (
                     p.disruption.expire_after_s.is_some(),
@@ -776,6 +778,11 @@ impl Scenario {
                     p.disruption.termination_grace_period_s.is_some(),
                     "terminationGracePeriod",
                     "remove it",
+                ),
+                (
+                    p.disruption.budgets.iter().any(|b| b.schedule.is_some()),
+                    "schedule",
+                    "remove the disruption budget's schedule and duration: virtual time has no date",
                 ),
             ];
             if let Some((_, field, fix)) = unmodelled.iter().find(|(set, ..)| *set) {

@@ -208,11 +208,20 @@ workloads:
     assert_eq!(s.pools[0].name, "gpus");
 }
 
-/// A NodePool's `expireAfter` or `terminationGracePeriod` is refused by name: the simulator
-/// would ignore it.
+/// A NodePool's `expireAfter`, `terminationGracePeriod` or a disruption budget's `schedule`
+/// is refused by name: the simulator would ignore it.
 #[test]
-fn unmodelled_template_fields_are_refused_rather_than_ignored() {
-    for (field, value) in [("expireAfter", "24h"), ("terminationGracePeriod", "1h")] {
+fn unmodelled_nodepool_fields_are_refused_rather_than_ignored() {
+    let budget = "template: {}\n      disruption:\n        budgets:\n          - nodes: \"0\"\n            schedule: \"@daily\"\n            duration: 1h";
+    for (field, spec, line_of) in [
+        ("expireAfter", "template:\n        expireAfter: 24h", 9),
+        (
+            "terminationGracePeriod",
+            "template:\n        terminationGracePeriod: 1h",
+            9,
+        ),
+        ("schedule", budget, 12),
+    ] {
         let text = format!(
             "\
 duration: 1h
@@ -222,13 +231,12 @@ nodePools:
     kind: NodePool
     metadata: {{name: gpus}}
     spec:
-      template:
-        {field}: {value}
+      {spec}
 workloads: []
 "
         );
         let (line, at, why) = err(&text);
-        assert_eq!((line, at.as_str()), (9, "nodePools"), "{field}");
+        assert_eq!((line, at.as_str()), (line_of, "nodePools"), "{field}");
         assert!(
             why.contains(&format!("NodePool gpus: {field} is not simulated")),
             "{why}"
