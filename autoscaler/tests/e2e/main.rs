@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod budgets;
 mod cadence;
 mod crash;
 mod dra;
