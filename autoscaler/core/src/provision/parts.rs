@@ -197,15 +197,16 @@ impl<'a> Planner<'a> {
         let mut parts = parts;
         parts.sort_by_key(|p| std::cmp::Reverse(p.len()));
         let threads = self.options.threads.min(parts.len());
-        let copies: Vec<Planner<'a>> = (0..threads)
-            .map(|_| {
-                self.copy_for(Part {
-                    member: vec![false; self.snap.pending.len()],
-                    position: position.clone(),
-                })
-            })
-            .collect();
-        drop(self);
+        let part = || Part {
+            member: vec![false; self.snap.pending.len()],
+            position: position.clone(),
+        };
+        // The set-up planner itself is the first thread's, so one copy fewer is made before
+        // any part starts. Batches that split have no explain request and no DRA claims
+        // (`may_split`), so it is what a copy would be.
+        let mut copies: Vec<Planner<'a>> = (1..threads).map(|_| self.copy_for(part())).collect();
+        self.part = Some(part());
+        copies.insert(0, self);
         let next = AtomicUsize::new(0);
         let (parts, next) = (&parts, &next);
         let planned: Vec<(Plan, Vec<u32>)> = std::thread::scope(|scope| {
