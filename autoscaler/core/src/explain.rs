@@ -740,15 +740,21 @@ impl PoolExplanation {
                     if b.active {
                         "active now"
                     } else {
-                        "inactive now (limits nothing)"
+                        "inactive now"
                     }
                 ),
                 _ => String::new(),
             };
+            // A closed window's count would read as a limit it does not set.
+            let effect = if b.active {
+                format!("allows {} node(s) at once", b.allows)
+            } else {
+                "limits nothing".to_string()
+            };
             let _ = writeln!(
                 out,
-                "    {} ({reasons}){window}: allows {} node(s) at once, {} being deleted",
-                b.nodes, b.allows, b.in_use
+                "    {} ({reasons}){window}: {effect}, {} being deleted",
+                b.nodes, b.in_use
             );
         }
         let fit = self

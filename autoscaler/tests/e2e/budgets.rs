@@ -77,7 +77,7 @@ async fn e2e_an_open_budget_window_keeps_an_empty_node_until_it_is_moved() {
     let (code, out, err) = run_explain(&c, &["nodepool", "frozen"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("from \"0 0 30 2 *\" (UTC) for 1h, inactive now (limits nothing)"),
+        out.contains("from \"0 0 30 2 *\" (UTC) for 1h, inactive now: limits nothing"),
         "{out}"
     );
 }

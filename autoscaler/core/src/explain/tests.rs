@@ -249,7 +249,7 @@ fn pool_standing_shows_budget_windows() {
     expect![[r#"
         [
             "    0 (Drifted) from \"@daily\" (UTC) for 1h30m, active now: allows 0 node(s) at once, 0 being deleted",
-            "    0 (all reasons) from \"0 9 * * mon-fri\" (UTC) for 8h, inactive now (limits nothing): allows 0 node(s) at once, 0 being deleted",
+            "    0 (all reasons) from \"0 9 * * mon-fri\" (UTC) for 8h, inactive now: limits nothing, 0 being deleted",
         ]
     "#]]
     .assert_debug_eq(&budgets);
