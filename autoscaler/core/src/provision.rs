@@ -517,8 +517,9 @@ struct Planner<'a> {
     demand_group: Vec<usize>,
     /// Per demand group: pods not yet placed.
     remaining: Vec<usize>,
-    /// Per class: the summed demand of its pods not yet placed.
-    class_left: Vec<Resources>,
+    /// Per class, a [`slots::FitIndex`] row (`class * width ..`): the summed demand of its
+    /// pods not yet placed. Read for every candidate of every claim sized, so in columns.
+    class_left: Vec<i64>,
     /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
     /// how many of the group one node would really hold (lazy).
     unit_cost: Vec<Option<classes::UnitCosts>>,

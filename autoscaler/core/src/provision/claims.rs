@@ -9,7 +9,7 @@ use crate::plan::Plan;
 use crate::requirements::{Constraint, Requirements};
 use crate::resources::{Resources, format_amount};
 
-use super::classes::{dominant_share, even_spread};
+use super::classes::dominant_share;
 use super::shapes::{
     Devices, Shape, demand, distinct_values, key_fits_shape, may_select, min_values_short,
     offering_allowed, offering_constraints, priced_candidates, relaxed_min_values, term_fits_shape,
@@ -319,9 +319,11 @@ impl<'a> Planner<'a> {
         if fits.is_empty() {
             fits.resize(self.shapes.len(), 0);
         }
+        let w = self.fit_index.width();
+        let ci = self.class_of[i];
         let class_left = need
             .has_gpu_class()
-            .then(|| &self.class_left[self.class_of[i]]);
+            .then(|| &self.class_left[ci * w..(ci + 1) * w]);
         let mut best = (f64::INFINITY, f64::INFINITY, None);
         let (zc, cc) = offering_constraints(reqs);
         for c in cands {
@@ -345,7 +347,7 @@ impl<'a> Planner<'a> {
                 per_node = per_node.min(k);
             }
             let spread = class_left
-                .map_or(0.0, |d| even_spread(d, &shape.allocatable))
+                .map_or(0.0, |d| self.fit_index.even_spread(d, *c))
                 .max(self.dra_spread(i, *c));
             let unit = p * (left / per_node).max(spread).max(1.0) / left;
             if unit < best.0 * (1.0 - 1e-9) {

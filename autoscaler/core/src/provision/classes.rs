@@ -46,15 +46,6 @@ pub(super) fn dominant_share(need: &Resources, alloc: &Resources, gpu_only: bool
     share
 }
 
-/// How many nodes of `alloc` a demand needs if it could be split freely: its largest ratio
-/// over the resources the node has (resources it lacks are someone else's concern).
-pub(super) fn even_spread(need: &Resources, alloc: &Resources) -> f64 {
-    need.iter_with(alloc)
-        .filter(|(_, _, have)| *have > 0)
-        .map(|(_, amount, have)| amount as f64 / have as f64)
-        .fold(0.0, f64::max)
-}
-
 /// What bars a class's pods from every node of a shape, whatever their selectors say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Bar {
@@ -337,9 +328,13 @@ impl<'a> Planner<'a> {
             );
         }
         self.unit_cost = vec![None; self.remaining.len()];
-        self.class_left = vec![Resources::new(); self.classes.len()];
+        let w = self.fit_index.width();
+        self.class_left = vec![0; self.classes.len() * w];
         for (i, p) in pending.iter().enumerate() {
-            self.class_left[self.class_of[i]].add(&demand(p, &Devices::default()));
+            let ci = self.class_of[i];
+            let row = &mut self.class_left[ci * w..(ci + 1) * w];
+            self.fit_index
+                .add_to(row, &demand(p, &Devices::default()), i64::saturating_add);
         }
         self.scan_from = vec![0; scan_index.len()];
         self.deferred_scan = vec![false; scan_index.len()];

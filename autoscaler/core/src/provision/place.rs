@@ -142,7 +142,13 @@ impl<'a> Planner<'a> {
         let g = self.demand_group[i];
         self.remaining[g] = self.remaining[g].saturating_sub(1);
         let need = demand(&self.snap.pending[i], &Devices::default());
-        self.class_left[self.class_of[i]].sub(&need);
+        let w = self.fit_index.width();
+        let ci = self.class_of[i];
+        self.fit_index.add_to(
+            &mut self.class_left[ci * w..(ci + 1) * w],
+            &need,
+            i64::saturating_sub,
+        );
     }
 
     pub(super) fn place_inner(&mut self, i: usize) -> bool {

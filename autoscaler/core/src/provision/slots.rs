@@ -138,7 +138,7 @@ impl FitIndex {
     }
 
     /// Columns of one set of amounts.
-    fn width(&self) -> usize {
+    pub(super) fn width(&self) -> usize {
         BASE + self.names.len()
     }
 
@@ -171,6 +171,36 @@ impl FitIndex {
     /// What a claim whose row is `row` offers.
     pub(super) fn offers<'r>(&self, row: &'r [i64]) -> &'r [i64] {
         &row[..self.width()]
+    }
+
+    /// Combines each amount of `r` into its column of `cols` with `f` (an absent amount
+    /// leaves its column alone). `r` is a pending pod's demand, or a sum of them, whose every
+    /// resource has a column.
+    pub(super) fn add_to(&self, cols: &mut [i64], r: &Resources, f: impl Fn(i64, i64) -> i64) {
+        for (c, v) in [r.cpu, r.memory, r.ephemeral_storage, r.pods]
+            .into_iter()
+            .enumerate()
+        {
+            cols[c] = f(cols[c], v);
+        }
+        for (k, v) in &r.extended {
+            let found = self.names.binary_search(k);
+            debug_assert!(found.is_ok(), "{k} has no column");
+            if let Ok(c) = found {
+                cols[BASE + c] = f(cols[BASE + c], *v);
+            }
+        }
+    }
+
+    /// How many nodes of shape `c` the demand in columns `need` would take if it could be
+    /// split freely: its largest ratio over the resources the shape has (those it lacks are
+    /// someone else's concern).
+    pub(super) fn even_spread(&self, need: &[i64], c: usize) -> f64 {
+        need.iter()
+            .zip(self.shape_row(c))
+            .filter(|(_, have)| **have > 0)
+            .map(|(amount, have)| *amount as f64 / *have as f64)
+            .fold(0.0, f64::max)
     }
 
     /// What shape `c` offers.
