@@ -394,8 +394,8 @@ impl<'a> Planner<'a> {
         self.state.usage[pi].nodes += 1;
         let si = self.state.slots.len() - 1;
         self.forget_answers(si);
+        // Committing a new claim's first pod narrows its candidates and refreshes it.
         self.commit(i, si, None, false);
-        self.refresh_new_slot(si, true);
         // An atomic pool's other nodes are planned now, as copies of this claim with no pod:
         // they reserve their share of the limits at once, and later pods may fill them.
         for _ in 0..padding {
