@@ -12,6 +12,13 @@ mod simulate;
 mod snapshot_cmd;
 mod validate_cmd;
 
+/// The process allocator. glibc's malloc spent about a quarter of the controller's CPU (its
+/// free-list consolidation above all) while decoding and translating a 100,000-pod list, which
+/// is what a new leader waits for before it can plan; mimalloc's per-thread pages do not
+/// consolidate. Figures: `docs/src/reference/benchmarks.md`, the backlog.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// GPU-aware Kubernetes node autoscaler.
 #[derive(Parser, Debug)]
 #[command(name = "gpu-autoscaler", version, about)]
