@@ -181,6 +181,9 @@ struct Controller<P> {
     /// Deleted claims whose unrecorded instance's Node runs pods that must move (warned of
     /// once).
     held: HashSet<String>,
+    /// NodeClaims this leader deleted for expiry, and when: until the cache shows the deletion,
+    /// the next pass would find them expired again and tell their node a second time.
+    expired: HashMap<String, Instant>,
     /// Deleted Nodes being drained before their instance is terminated.
     draining: HashMap<String, termination::Draining>,
     /// What pending pods were told of why they get no node (`NotTriggerScaleUp`).
@@ -618,6 +621,7 @@ async fn run_with<P: CloudProvider + 'static>(
         orphans: HashMap::new(),
         round_instances: None,
         held: HashSet::new(),
+        expired: HashMap::new(),
         draining: HashMap::new(),
         notices: pod_problems::Notices::default(),
         nominations: BTreeMap::new(),

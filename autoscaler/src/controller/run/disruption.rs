@@ -3,7 +3,7 @@
 //! the core decides), then run the queued jobs (taint, replace, drain, terminate).
 
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use autoscaler_core::disruption::{
     DisruptionConfig, Verdict, narrow_empty, plan_disruption_cached, validate_at,
@@ -24,6 +24,10 @@ use autoscaler_core::disruption::execute::{self as disrupt, Job, Stage};
 
 use super::provisioning::*;
 use super::{Controller, due, epoch};
+
+/// How long a claim deleted for expiry is not deleted again: far longer than the cache takes
+/// to show a deletion, short enough that a delete lost on the way is tried again soon.
+const EXPIRED_MEMORY: Duration = Duration::from_secs(30);
 
 /// A reference to a pod known by its key, for events about it.
 fn pod_reference(pk: &PodKey) -> ObjectReference {
@@ -163,16 +167,23 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// first; the termination flow drains the node (within PodDisruptionBudgets, waiting for
     /// pods that may not be disrupted) and the pods are planned again. Returns the nodes
     /// expired, so that no consolidation command takes them too. A failed delete is tried
-    /// again on the next pass.
-    async fn expire(&self, snap: &autoscaler_core::Snapshot, now: i64) -> BTreeSet<String> {
+    /// again on the next pass; a claim deleted here is not deleted (nor its node told) again
+    /// for [`EXPIRED_MEMORY`] while the cache catches up.
+    async fn expire(&mut self, snap: &autoscaler_core::Snapshot, now: i64) -> BTreeSet<String> {
         let busy: BTreeSet<&str> = self
             .jobs
             .iter()
             .flat_map(|j| j.command.nodes.iter().map(String::as_str))
             .collect();
+        self.expired.retain(|_, at| at.elapsed() < EXPIRED_MEMORY);
         let mut out = BTreeSet::new();
         for e in autoscaler_core::disruption::expired(snap, now) {
             if busy.contains(e.node.as_str()) {
+                continue;
+            }
+            if self.expired.contains_key(&e.claim) {
+                // Deleted on an earlier pass; the cache does not show it yet.
+                out.insert(e.node);
                 continue;
             }
             let note = format!(
@@ -185,6 +196,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             tracing::info!(node = %e.node, claim = %e.claim, pool = %e.pool, "expired");
             match self.shared.actuator.delete_claim(&e.claim).await {
                 Ok(()) => {
+                    self.expired.insert(e.claim.clone(), Instant::now());
                     if let Some(node) = self.stores.node(&e.node) {
                         self.shared
                             .actuator
