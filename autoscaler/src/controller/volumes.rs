@@ -2,8 +2,10 @@
 //! them (`pkg/controllers/provisioning/scheduling/volumetopology.go`).
 //!
 //! A claim bound to a PersistentVolume ties the pod to the volume's node affinity (its
-//! `nodeSelectorTerms` are alternatives); an unbound claim whose StorageClass binds on first
-//! use (`WaitForFirstConsumer`) ties it to the class's `allowedTopologies` (alternatives too).
+//! `nodeSelectorTerms` are alternatives) and to its zone and region labels, which
+//! kube-scheduler's `VolumeZone` filter enforces though Karpenter does not read them; an
+//! unbound claim whose StorageClass binds on first use (`WaitForFirstConsumer`) ties it to the
+//! class's `allowedTopologies` (alternatives too).
 //! A pod's volumes combine as every compatible pairing of their alternatives, and the planner
 //! ANDs the result into the pod's node selection while its topology spreads still count by
 //! the pod's own ([`autoscaler_core::model::PodShape::require_any`]), as Karpenter adds volume
@@ -141,12 +143,14 @@ impl VolumeIndex {
                 .and_then(|a| a.required.as_ref())
                 .map(|r| r.node_selector_terms.as_slice())
                 .unwrap_or_default();
+            let labelled = label_requirements(v.metadata.labels.as_ref());
             ix.volumes.insert(
                 name.clone(),
                 Volume {
                     deleting: v.metadata.deletion_timestamp.is_some(),
                     on_node_disk: spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some()),
-                    alternatives: volume_alternatives(name, terms),
+                    alternatives: volume_alternatives(name, terms)
+                        .map(|alts| with_labels(alts, labelled)),
                 },
             );
         }
@@ -278,6 +282,53 @@ fn volume_alternatives(
         out.push(r);
     }
     Ok(out)
+}
+
+/// The PersistentVolume labels kube-scheduler's `VolumeZone` filter reads, as in
+/// `pkg/scheduler/framework/plugins/volumezone/volume_zone.go`: a volume labelled with a zone
+/// or a region (older in-tree and statically made volumes carry these instead of node
+/// affinity) is used only on nodes whose label is one of the label's values.
+pub const ZONE_LABELS: [&str; 4] = [
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+];
+
+/// A volume's [`ZONE_LABELS`] as one requirement, or `None` without any. A value lists its
+/// zones separated by `__` (`LabelZonesToSet`); a value with an empty entry is ignored, as the
+/// scheduler ignores a label it cannot parse. Beta keys are read as the GA ones
+/// ([`labels::normalized`]), as the filter falls back from a node's beta label to its GA one.
+fn label_requirements(
+    volume_labels: Option<&std::collections::BTreeMap<String, String>>,
+) -> Option<Requirements> {
+    let mut r = Requirements::new();
+    for (key, value) in volume_labels
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| ZONE_LABELS.contains(&k.as_str()))
+    {
+        let zones: Vec<String> = value.split("__").map(|z| z.trim().to_string()).collect();
+        if zones.iter().any(String::is_empty) {
+            continue;
+        }
+        // `In` with values always parses; were it refused, the label would be skipped too.
+        let _ = r.add(labels::normalized(key), Operator::In, &zones);
+    }
+    (!r.is_empty()).then_some(r)
+}
+
+/// `alternatives` each ANDed with the volume's label requirement; the requirement alone when
+/// the volume has no node affinity.
+fn with_labels(
+    alternatives: Vec<Requirements>,
+    labelled: Option<Requirements>,
+) -> Vec<Requirements> {
+    match labelled {
+        None => alternatives,
+        Some(l) if alternatives.is_empty() => vec![l],
+        Some(l) => alternatives.iter().map(|a| a.intersect(&l)).collect(),
+    }
 }
 
 /// A StorageClass's `allowedTopologies` as alternatives: each term's label expressions as

@@ -1,8 +1,9 @@
 //! Volume topology end to end on kwok: a pod whose claim is bound to a volume in one zone
 //! gets its node in that zone (the harness scheduler, independent of the planner, binds a
 //! pod only where its bound volumes' node affinity allows), a pod waiting for its first
-//! consumer gets a node in a zone its StorageClass allows, and a pod whose claim does not
-//! exist launches nothing and is told why.
+//! consumer gets a node in a zone its StorageClass allows, a pod whose volume has only a zone
+//! label (no node affinity) gets its node in that zone, and a pod whose claim does not exist
+//! launches nothing and is told why.
 
 use std::time::Duration;
 
@@ -60,6 +61,16 @@ async fn e2e_pods_get_nodes_where_their_volumes_are_and_a_missing_claim_launches
                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                     {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1c"]}]}]}}}}))
         .await;
+    // An in-tree style volume: no node affinity, only the beta zone label the scheduler's
+    // VolumeZone filter reads.
+    let _: PersistentVolume = c
+        .create(json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": "pv-b", "labels": {
+                "failure-domain.beta.kubernetes.io/zone": "us-east-1b",
+                "failure-domain.beta.kubernetes.io/region": "us-east-1"}},
+            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                "awsElasticBlockStore": {"volumeID": "vol-2"}}}))
+        .await;
     let _: StorageClass = c
         .create(
             json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
@@ -71,8 +82,14 @@ async fn e2e_pods_get_nodes_where_their_volumes_are_and_a_missing_claim_launches
         .await;
     let _: PersistentVolumeClaim = c.create(claim("data", Some("pv-c"), "zonal")).await;
     let _: PersistentVolumeClaim = c.create(claim("fresh", None, "zonal")).await;
+    let _: PersistentVolumeClaim = c.create(claim("old", Some("pv-b"), "zonal")).await;
     let _ctl = c.controller("solo", &["--leader-elect=false"]);
-    for (pod, claim) in [("db", "data"), ("cache", "fresh"), ("orphan", "missing")] {
+    for (pod, claim) in [
+        ("db", "data"),
+        ("cache", "fresh"),
+        ("legacy", "old"),
+        ("orphan", "missing"),
+    ] {
         let _: Pod = c.create(pod_with_claim(pod, claim)).await;
     }
     let zone = eventually("db to run in its volume's zone", DEADLINE, || async {
@@ -85,6 +102,13 @@ async fn e2e_pods_get_nodes_where_their_volumes_are_and_a_missing_claim_launches
     })
     .await;
     assert_eq!(zone, "us-east-1d");
+    let zone = eventually(
+        "legacy to run in its volume label's zone",
+        DEADLINE,
+        || async { zone_of(&c, "legacy").await },
+    )
+    .await;
+    assert_eq!(zone, "us-east-1b");
     eventually("the orphan's NotTriggerScaleUp event", DEADLINE, || async {
         events_of(&c, "orphan")
             .await
@@ -96,9 +120,9 @@ async fn e2e_pods_get_nodes_where_their_volumes_are_and_a_missing_claim_launches
             .then_some(())
     })
     .await;
-    // One node per zone the two pods needed, none for the orphan.
+    // One node per zone the three pods needed, none for the orphan.
     let claims = c.claims().await;
-    assert_eq!(claims.len(), 2, "{claims:#?}");
+    assert_eq!(claims.len(), 3, "{claims:#?}");
     assert!(bound_to(&c.pod("default", "orphan").await.unwrap()).is_none());
     // `explain` gives the controller's reason.
     let (code, text, err) = run_explain(&c, &["pod", "default/orphan"]);

@@ -13,7 +13,8 @@
 //! GPU share fits a device of the node (below); the node affinity of every PersistentVolume
 //! the pod's claims are bound to matches, and for an unbound claim whose StorageClass binds on
 //! first use, one of the class's `allowedTopologies` (kube-scheduler's `VolumeBinding`
-//! filter; a claim or volume not found leaves the pod unschedulable, naming it). Pod groups
+//! filter; a claim or volume not found leaves the pod unschedulable, naming it), and a bound
+//! volume's zone and region labels allow the node's (`VolumeZone`). Pod groups
 //! bind all or nothing (`binder/gangs.rs`).
 //! Not modelled: pod (anti-)affinity, topology spread, preemption, host ports, creating the
 //! volume of an unbound claim, scheduling gates other than "has any gate".
@@ -252,18 +253,73 @@ impl NodeView {
     }
 }
 
-/// The node selector terms of every PersistentVolume `pod`'s claims are bound to (a
-/// generic ephemeral volume's claim is `<pod>-<volume>`), or why the pod cannot be scheduled
-/// at all, in kube-scheduler's words. Unbound claims add nothing.
-fn volume_terms(state: &State, pod: &Value) -> Result<Vec<Vec<Value>>, String> {
+/// What a pod's volumes ask of a node.
+#[derive(Debug, Default)]
+struct VolumeNeeds {
+    /// Per volume, node selector terms one of which the node must match: a bound volume's
+    /// node affinity, or an unbound first-use claim's class topologies (`VolumeBinding`).
+    terms: Vec<Vec<Value>>,
+    /// Per bound volume's zone or region label, its key and the values it allows
+    /// (`VolumeZone`).
+    zones: Vec<(String, Vec<String>)>,
+}
+
+/// The PersistentVolume labels kube-scheduler's `VolumeZone` filter reads.
+const VOLUME_ZONE_LABELS: [&str; 4] = [
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+];
+
+/// A bound volume's zone and region labels: the values of each, split on `__`; a label with
+/// an empty entry is skipped, as `VolumeZone` skips a label it cannot parse.
+fn volume_zones(pv: &Value) -> Vec<(String, Vec<String>)> {
+    VOLUME_ZONE_LABELS
+        .iter()
+        .filter_map(|key| {
+            let value = pv.pointer("/metadata/labels")?.get(*key)?.as_str()?;
+            let values: Vec<String> = value.split("__").map(|v| v.trim().to_string()).collect();
+            (!values.iter().any(String::is_empty)).then(|| (key.to_string(), values))
+        })
+        .collect()
+}
+
+/// Whether `node` passes `VolumeZone` for `zones`: a node without any zone or region label
+/// passes; otherwise each volume label's key (a beta key falling back to its GA form) must be
+/// on the node with one of the values.
+fn zones_match(zones: &[(String, Vec<String>)], node: &Value) -> bool {
+    let label = |k: &str| {
+        node.pointer("/metadata/labels")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_str)
+    };
+    if VOLUME_ZONE_LABELS.iter().all(|k| label(k).is_none()) {
+        return true;
+    }
+    zones.iter().all(|(key, values)| {
+        let ga = key.replace(
+            "failure-domain.beta.kubernetes.io/",
+            "topology.kubernetes.io/",
+        );
+        label(key)
+            .or_else(|| label(&ga))
+            .is_some_and(|v| values.iter().any(|x| x == v))
+    })
+}
+
+/// What every PersistentVolume `pod`'s claims are bound to asks of a node (a generic
+/// ephemeral volume's claim is `<pod>-<volume>`), or why the pod cannot be scheduled at all,
+/// in kube-scheduler's words.
+fn volume_needs(state: &State, pod: &Value) -> Result<VolumeNeeds, String> {
     let ns = meta_str(pod, "namespace");
     let (Some(claims_def), Some(volumes_def)) = (
         state.def("", "persistentvolumeclaims"),
         state.def("", "persistentvolumes"),
     ) else {
-        return Ok(Vec::new());
+        return Ok(VolumeNeeds::default());
     };
-    let mut out = Vec::new();
+    let mut out = VolumeNeeds::default();
     for v in pod
         .pointer("/spec/volumes")
         .and_then(Value::as_array)
@@ -294,7 +350,7 @@ fn volume_terms(state: &State, pod: &Value) -> Result<Vec<Vec<Value>>, String> {
             // Unbound: a class binding on first use provisions in one of its allowed
             // topologies, on the node the pod is bound to.
             if let Some(terms) = allowed_topologies(state, &pvc) {
-                out.push(terms);
+                out.terms.push(terms);
             }
             continue;
         };
@@ -305,8 +361,9 @@ fn volume_terms(state: &State, pod: &Value) -> Result<Vec<Vec<Value>>, String> {
             .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
             .and_then(Value::as_array)
         {
-            out.push(terms.clone());
+            out.terms.push(terms.clone());
         }
+        out.zones.extend(volume_zones(&pv));
     }
     Ok(out)
 }
@@ -338,18 +395,25 @@ fn allowed_topologies(state: &State, pvc: &Value) -> Option<Vec<Value>> {
     (!terms.is_empty()).then_some(terms)
 }
 
-/// [`misfit`], then the node affinity of the pod's bound volumes (`volumes`, from
-/// [`volume_terms`]).
+/// [`misfit`], then what the pod's volumes ask (`volumes`, from [`volume_needs`]).
 fn misfit_with_volumes(
     pod: &Value,
     ask: &Ask,
     n: &NodeView,
-    volumes: &[Vec<Value>],
+    volumes: &VolumeNeeds,
 ) -> Option<String> {
-    misfit(pod, ask, n).or_else(|| {
-        (!volumes.iter().all(|terms| terms_match(terms, &n.node)))
+    misfit(pod, ask, n)
+        .or_else(|| {
+            (!volumes
+                .terms
+                .iter()
+                .all(|terms| terms_match(terms, &n.node)))
             .then(|| "node(s) had volume node affinity conflict".to_string())
-    })
+        })
+        .or_else(|| {
+            (!zones_match(&volumes.zones, &n.node))
+                .then(|| "node(s) had no available volume zone".to_string())
+        })
 }
 
 /// Why a pod does not fit a node (`None` when it fits), in kube-scheduler's words.
@@ -673,7 +737,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
         }
         // Resources first: it is the cheapest check and rules out full nodes at once; the
         // reasons are only worked out (in kube-scheduler's filter order) when nothing fits.
-        let volumes = match volume_terms(state, pod) {
+        let volumes = match volume_needs(state, pod) {
             Ok(v) => v,
             Err(message) => {
                 mark_unschedulable(state, pod, &message);

@@ -362,10 +362,12 @@ fn trim_volume_claim(c: &mut PersistentVolumeClaim) {
     }
 }
 
-/// What volume topology does not read of a volume: everything but its node affinity and
-/// whether it is on a node's own disk (`local`, `hostPath`).
+/// What volume topology does not read of a volume: everything but its node affinity, its
+/// zone and region labels, and whether it is on a node's own disk (`local`, `hostPath`).
 fn trim_volume(v: &mut PersistentVolume) {
-    v.metadata.labels = None;
+    if let Some(l) = v.metadata.labels.as_mut() {
+        l.retain(|k, _| crate::controller::volumes::ZONE_LABELS.contains(&k.as_str()));
+    }
     v.metadata.annotations = None;
     if let Some(s) = v.spec.as_mut() {
         *s = k8s_openapi::api::core::v1::PersistentVolumeSpec {

@@ -315,3 +315,87 @@ fn a_cross_product_past_the_cap_keeps_the_first_alternatives() {
     let all: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
     assert_eq!(ix.for_pending("ns", &all).unwrap().len(), MAX_ALTERNATIVES);
 }
+
+/// `volume` with labels.
+fn labelled(
+    name: &str,
+    labels: &[(&str, &str)],
+    terms: Vec<Vec<NodeSelectorRequirement>>,
+) -> PersistentVolume {
+    let mut v = volume(name, terms);
+    v.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    v
+}
+
+#[test]
+fn a_volume_labelled_with_zones_ties_the_pod_to_them_as_the_schedulers_volume_zone_filter() {
+    // An in-tree volume: zone and region labels, no node affinity terms.
+    let mut old = labelled(
+        "pv-old",
+        &[
+            (
+                "failure-domain.beta.kubernetes.io/zone",
+                "us-east-1a__us-east-1c",
+            ),
+            ("failure-domain.beta.kubernetes.io/region", "us-east-1"),
+            ("team", "storage"),
+        ],
+        vec![],
+    );
+    old.spec.as_mut().unwrap().node_affinity = None;
+    let ix = index(vec![claim("data", Some("pv-old"), None)], vec![old], vec![]);
+    let alts = ix.for_pending("ns", &names(&["data"])).unwrap();
+    assert_eq!(alts.len(), 1, "{:?}", zones(&alts));
+    // The beta keys are read as the GA ones, and `__` separates zones.
+    assert_eq!(zone_in(&alts, "us-east-1a"), vec![true]);
+    assert_eq!(zone_in(&alts, "us-east-1c"), vec![true]);
+    assert_eq!(zone_in(&alts, "us-east-1b"), vec![false]);
+    let region = alts[0]
+        .get("topology.kubernetes.io/region")
+        .expect("region");
+    assert!(region.matches(Some("us-east-1")) && !region.matches(Some("us-west-2")));
+    assert!(alts[0].get("team").is_none(), "other labels are not read");
+    // A running pod on it is moved only within those zones too.
+    assert_eq!(
+        zone_in(&ix.for_bound("ns", &names(&["data"])), "us-east-1b"),
+        vec![false]
+    );
+}
+
+#[test]
+fn zone_labels_narrow_every_node_affinity_term_and_an_unparsable_value_is_ignored() {
+    let ix = index(
+        vec![
+            claim("both", Some("pv-both"), None),
+            claim("bad", Some("pv-bad"), None),
+        ],
+        vec![
+            labelled(
+                "pv-both",
+                &[(ZONE, "us-east-1b")],
+                vec![
+                    vec![expr(ZONE, &["us-east-1a", "us-east-1b"])],
+                    vec![expr("rack", &["r1"])],
+                ],
+            ),
+            // An empty entry: the scheduler cannot parse it and ignores the label.
+            labelled(
+                "pv-bad",
+                &[(ZONE, "us-east-1a__")],
+                vec![vec![expr("rack", &["r2"])]],
+            ),
+        ],
+        vec![],
+    );
+    let both = ix.for_pending("ns", &names(&["both"])).unwrap();
+    assert_eq!(both.len(), 2, "{:?}", zones(&both));
+    assert_eq!(zone_in(&both, "us-east-1b"), vec![true, true]);
+    assert_eq!(zone_in(&both, "us-east-1a"), vec![false, false]);
+    let bad = ix.for_pending("ns", &names(&["bad"])).unwrap();
+    assert_eq!(zones(&bad), vec!["any".to_string()]);
+}
