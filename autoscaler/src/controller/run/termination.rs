@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use autoscaler_core::disruption::{
     DEFAULT_POD_GRACE_S, DrainStep, deadline_reached, drain_step, termination_deadline,
 };
+use autoscaler_core::model::PodKey;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use nodepools::NodeClaim;
@@ -53,6 +54,9 @@ pub(super) struct Draining {
     evict_after: Option<Instant>,
     /// Whether the start of the drain and its protected pods were reported.
     reported: bool,
+    /// Pods this drain deleted past the deadline: until the cache shows them terminating, a
+    /// later round would delete them (and tell them) again.
+    deleted: HashSet<PodKey>,
 }
 
 /// Why a pod that must leave a deleted Node is not evicted: it is protected, and it holds the
@@ -269,7 +273,16 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     continue;
                 }
                 DrainStep::Delete { grace_s } => {
-                    self.delete_overdue(p, grace_s, &name, deadline).await?;
+                    let deleted = self
+                        .draining
+                        .get(&name)
+                        .is_some_and(|s| s.deleted.contains(&p.key));
+                    if !deleted {
+                        self.delete_overdue(p, grace_s, &name, deadline).await?;
+                        if let Some(s) = self.draining.get_mut(&name) {
+                            s.deleted.insert(p.key.clone());
+                        }
+                    }
                     continue;
                 }
                 // A budget refused an eviction a moment ago: the others wait a little too.
