@@ -14,8 +14,8 @@ pub const ZONE_ID: &str = "topology.k8s.aws/zone-id";
 /// (`NormalizedLabels`, with the AWS and Azure providers adding their CSI zone keys), so a
 /// requirement on one is a requirement on the other.
 pub const NORMALIZED: &[(&str, &str)] = &[
-    ("failure-domain.beta.kubernetes.io/zone", ZONE),
-    ("failure-domain.beta.kubernetes.io/region", REGION),
+    (ZONE_BETA, ZONE),
+    (REGION_BETA, REGION),
     ("beta.kubernetes.io/arch", ARCH),
     ("beta.kubernetes.io/os", OS),
     ("beta.kubernetes.io/instance-type", INSTANCE_TYPE),
@@ -34,6 +34,10 @@ pub fn normalized(key: &str) -> &str {
 
 /// `topology.kubernetes.io/region`.
 pub const REGION: &str = "topology.kubernetes.io/region";
+/// `failure-domain.beta.kubernetes.io/zone`, deprecated for [`ZONE`] ([`NORMALIZED`]).
+pub const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
+/// `failure-domain.beta.kubernetes.io/region`, deprecated for [`REGION`] ([`NORMALIZED`]).
+pub const REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
 /// `node.kubernetes.io/instance-type`.
 pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 /// `kubernetes.io/arch`.

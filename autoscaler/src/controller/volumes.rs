@@ -289,10 +289,10 @@ fn volume_alternatives(
 /// or a region (older in-tree and statically made volumes carry these instead of node
 /// affinity) is used only on nodes whose label is one of the label's values.
 pub const ZONE_LABELS: [&str; 4] = [
-    "topology.kubernetes.io/zone",
-    "topology.kubernetes.io/region",
-    "failure-domain.beta.kubernetes.io/zone",
-    "failure-domain.beta.kubernetes.io/region",
+    labels::ZONE,
+    labels::REGION,
+    labels::ZONE_BETA,
+    labels::REGION_BETA,
 ];
 
 /// A volume's [`ZONE_LABELS`] as one requirement, or `None` without any. A value lists its
@@ -313,7 +313,11 @@ fn label_requirements(
             continue;
         }
         // `In` with values always parses; were it refused, the label would be skipped too.
-        let _ = r.add(labels::normalized(key), Operator::In, &zones);
+        if r.add(labels::normalized(key), Operator::In, &zones)
+            .is_err()
+        {
+            continue;
+        }
     }
     (!r.is_empty()).then_some(r)
 }
