@@ -110,6 +110,28 @@ pub fn whole_seconds(d: Duration) -> i64 {
     i64::try_from(secs).unwrap_or(i64::MAX)
 }
 
+/// `secs` as this grammar writes it, in hours, minutes and seconds with the zero ones left
+/// out, as Karpenter's durations read (`720h`, `1h30m`, `2m5s`; `0s` for nothing): the text
+/// every message that states a duration uses. [`parse`] reads it back to `secs`. A negative
+/// span (a clock that went back) gets a leading `-`.
+pub fn format(secs: i64) -> String {
+    use std::fmt::Write;
+    let sign = if secs < 0 { "-" } else { "" };
+    let s = secs.unsigned_abs();
+    let (h, m, sec) = (s / 3600, s % 3600 / 60, s % 60);
+    let mut out = sign.to_string();
+    if h > 0 {
+        let _ = write!(out, "{h}h");
+    }
+    if m > 0 {
+        let _ = write!(out, "{m}m");
+    }
+    if sec > 0 || (h == 0 && m == 0) {
+        let _ = write!(out, "{sec}s");
+    }
+    out
+}
+
 /// Whole seconds of a default written in this grammar (the flags' default texts, which the
 /// core's `Default` impls read so that both agree by construction). Such texts are constants
 /// the tests parse, never user input; one that failed to parse would count as 0.
@@ -258,6 +280,29 @@ mod tests {
             (1e300, DurationProblem::TooLong),
         ] {
             assert_eq!(from_secs_f64(v).unwrap_err().why, why, "{v}");
+        }
+    }
+
+    #[test]
+    fn format_writes_hours_minutes_and_seconds_that_parse_back() {
+        for (secs, text) in [
+            (0, "0s"),
+            (45, "45s"),
+            (60, "1m"),
+            (125, "2m5s"),
+            (3600, "1h"),
+            (5400, "1h30m"),
+            (3601, "1h1s"),
+            (9000, "2h30m"),
+            (2_592_000, "720h"),
+            (-90, "-1m30s"),
+            (i64::MIN, "-2562047788015215h30m8s"),
+        ] {
+            assert_eq!(format(secs), text, "{secs}");
+        }
+        for secs in (0..100_000).step_by(37) {
+            let back = parse(&format(secs), Bare::Refused).map(whole_seconds);
+            assert_eq!(back, Ok(secs), "{secs}");
         }
     }
 

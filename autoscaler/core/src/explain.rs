@@ -467,23 +467,6 @@ pub fn explain_pool(
     })
 }
 
-/// A budget window's length as Karpenter writes it (`8h`, `1h30m`, `45m`); seconds only if
-/// a window was given some (the NodePool grammar has none).
-fn fmt_hours(s: i64) -> String {
-    let (h, m, sec) = (s / 3600, s % 3600 / 60, s % 60);
-    let mut out = String::new();
-    if h > 0 {
-        let _ = write!(out, "{h}h");
-    }
-    if m > 0 || (h == 0 && sec == 0) {
-        let _ = write!(out, "{m}m");
-    }
-    if sec > 0 {
-        let _ = write!(out, "{sec}s");
-    }
-    out
-}
-
 /// Most instance type names a text line lists before saying how many more there are.
 const NAMES_SHOWN: usize = 8;
 
@@ -736,7 +719,7 @@ impl PoolExplanation {
             let window = match (&b.schedule, b.duration_s) {
                 (Some(s), Some(d)) => format!(
                     " from {s:?} (UTC) for {}, {}",
-                    fmt_hours(d),
+                    crate::duration::format(d),
                     if b.active {
                         "active now"
                     } else {

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use autoscaler_core::disruption::{DisruptionState, Verdict, VerdictKind};
+use autoscaler_core::duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use nodepools::NodeClaim;
@@ -113,16 +114,6 @@ pub fn at(t: i64) -> String {
     jiff::Timestamp::from_second(t).map_or_else(|_| t.to_string(), |t| t.to_string())
 }
 
-fn span(s: i64) -> String {
-    match (s / 3600, s % 3600 / 60, s % 60) {
-        (0, 0, sec) => format!("{sec}s"),
-        (0, m, 0) => format!("{m}m"),
-        (0, m, sec) => format!("{m}m{sec}s"),
-        (h, 0, _) => format!("{h}h"),
-        (h, m, _) => format!("{h}h{m}m"),
-    }
-}
-
 /// The condition for `v`, with `by_resource` the node's utilization per resource (from
 /// [`autoscaler_core::disruption::utilization_by_resource`]).
 pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
@@ -131,20 +122,20 @@ pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
         (K::Unneeded, Some(w)) => format!(
             "{UNNEEDED_SINCE}{}; removable once unneededTime {} is over at {}",
             at(w.since),
-            span(w.until - w.since),
+            duration::format(w.until - w.since),
             at(w.until)
         ),
         (K::ConsolidateAfter, Some(w)) => format!(
             "pods last changed at {}; consolidateAfter {} is over at {}",
             at(w.since),
-            span(w.until - w.since),
+            duration::format(w.until - w.since),
             at(w.until)
         ),
         (K::UnreadyUnneeded, Some(w)) => format!(
             "not ready and {UNNEEDED_SINCE}{}; removable once --scale-down-unready-time {} is \
              over at {}",
             at(w.since),
-            span(w.until - w.since),
+            duration::format(w.until - w.since),
             at(w.until)
         ),
         (K::Paused, Some(w)) => format!(
@@ -155,7 +146,7 @@ pub fn condition(v: &Verdict, by_resource: &[(String, f64)]) -> Desired {
         ),
         (K::DoNotDisrupt, Some(w)) => format!(
             "a karpenter.sh/do-not-disrupt duration ({}) protects it until {}",
-            span(w.until - w.since),
+            duration::format(w.until - w.since),
             at(w.until)
         ),
         _ => v.reason.clone(),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::model::{Budget, BudgetValue, DisruptionReason, Node, Snapshot};
 use crate::quota::{Usage, below_min, node_usage, selects, usage_of_nodes};
 
-use super::candidates::{fmt_duration, movable, pdb_selects};
+use super::candidates::{movable, pdb_selects};
 use super::{
     Blocker, DisruptionConfig, DisruptionState, InProgress, Pass, PoolEvents, VerdictKind, cooldown,
 };
@@ -330,7 +330,7 @@ impl Pass<'_> {
                         message: format!(
                             "scale-down of NodePool {} paused for {} after {what}",
                             pool.map_or("", |p| p.name.as_str()),
-                            fmt_duration(wait.until - now)
+                            crate::duration::format(wait.until - now)
                         ),
                         wait: Some(wait),
                     },

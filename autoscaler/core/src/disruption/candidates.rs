@@ -188,7 +188,7 @@ fn do_not_disrupt(who: &str, value: &str, since: Option<i64>, now: i64) -> Optio
         kind,
         message: format!(
             "{who} has {DO_NOT_DISRUPT}={value} ({} left)",
-            fmt_duration(until - now)
+            crate::duration::format(until - now)
         ),
         wait: Some(Wait {
             since: start,
@@ -440,14 +440,6 @@ pub(super) fn node_block_in(
         .find_map(|p| pod_block(p, snap, now))
 }
 
-pub(super) fn fmt_duration(s: i64) -> String {
-    match (s / 60, s % 60) {
-        (0, sec) => format!("{sec}s"),
-        (m, 0) => format!("{m}m"),
-        (m, sec) => format!("{m}m{sec}s"),
-    }
-}
-
 /// Cost of disrupting a node's pods: one per pod, more for higher priority and deletion cost.
 pub(super) fn disruption_cost(node: &Node) -> f64 {
     movable(node)
@@ -610,8 +602,8 @@ impl Pass<'_> {
                 kind,
                 message: format!(
                     "{what} for {} of {}",
-                    fmt_duration(now - since),
-                    fmt_duration(wait)
+                    crate::duration::format(now - since),
+                    crate::duration::format(wait)
                 ),
                 wait: Some(Wait {
                     since,
@@ -634,13 +626,13 @@ impl Pass<'_> {
             let message = if stable_since > n.created_at {
                 format!(
                     "a pod was bound or removed {} ago (consolidateAfter {})",
-                    fmt_duration(now - stable_since),
-                    fmt_duration(policy.consolidate_after_s)
+                    crate::duration::format(now - stable_since),
+                    crate::duration::format(policy.consolidate_after_s)
                 )
             } else {
                 format!(
                     "younger than consolidateAfter {}",
-                    fmt_duration(policy.consolidate_after_s)
+                    crate::duration::format(policy.consolidate_after_s)
                 )
             };
             return Some(Blocker {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use autoscaler_core::disruption::{
     DisruptionConfig, Verdict, narrow_empty, plan_disruption_cached, validate_at,
 };
+use autoscaler_core::duration;
 use autoscaler_core::model::{DisruptionReason, PodKey};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
@@ -47,15 +48,6 @@ fn pools_of<'a>(snap: &'a autoscaler_core::Snapshot, nodes: &[String]) -> BTreeS
         .filter(|n| nodes.contains(&n.name))
         .filter_map(|n| n.pool.as_deref())
         .collect()
-}
-
-/// `secs` in the largest unit that divides it, as a NodePool writes a duration (`720h`).
-fn span(secs: i64) -> String {
-    match secs {
-        s if s != 0 && s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s != 0 && s % 60 == 0 => format!("{}m", s / 60),
-        s => format!("{s}s"),
-    }
 }
 
 impl<P: CloudProvider + 'static> Controller<P> {
@@ -189,9 +181,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
             let note = format!(
                 "node {} is {} old, past NodePool {}'s expireAfter ({}): removing it",
                 e.node,
-                span(e.age_s),
+                duration::format(e.age_s),
                 e.pool,
-                span(e.expire_after_s)
+                duration::format(e.expire_after_s)
             );
             tracing::info!(node = %e.node, claim = %e.claim, pool = %e.pool, "expired");
             match self.shared.actuator.delete_claim(&e.claim).await {
