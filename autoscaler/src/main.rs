@@ -116,8 +116,36 @@ pub(crate) fn check_writable(flag: &str, path: Option<&std::path::Path>) -> anyh
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    match dispatch(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", report(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error as `main` prints it: the message, then its causes, as anyhow's own report lays
+/// them out, but never a stack backtrace, which anyhow would add whenever `RUST_BACKTRACE` is
+/// set: a refused input is the user's to fix, not a bug to trace (panics still honour it).
+fn report(e: &anyhow::Error) -> String {
+    let mut out = format!("Error: {e}");
+    let causes: Vec<String> = e.chain().skip(1).map(ToString::to_string).collect();
+    if !causes.is_empty() {
+        out.push_str("\n\nCaused by:");
+    }
+    for (i, cause) in causes.iter().enumerate() {
+        if causes.len() == 1 {
+            out.push_str(&format!("\n    {cause}"));
+        } else {
+            out.push_str(&format!("\n    {i}: {cause}"));
+        }
+    }
+    out
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         #[cfg(feature = "controller")]
         Commands::Run(args) => Ok(autoscaler::controller::run::run_blocking(args)?),

@@ -175,3 +175,26 @@ fn budget_schedules_are_checked() {
         Error: 2 problem(s) in 1 object(s) in 1 file(s)
     "#]].assert_eq(&stderr);
 }
+
+/// A refused command prints its error and causes, never a stack backtrace, even with
+/// `RUST_BACKTRACE=1` in the environment (anyhow would capture one): here `crds --dir DIR`
+/// under a regular file, whose cause is the operating system's.
+#[test]
+fn errors_print_their_causes_but_no_backtrace() {
+    let file = std::env::temp_dir().join(format!("gpu-autoscaler-bt-{}", std::process::id()));
+    std::fs::write(&file, "not a directory").expect("write the temporary file");
+    let target = file.join("crds");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-autoscaler"))
+        .args(["crds", "--dir"])
+        .arg(&target)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("run gpu-autoscaler");
+    let _ = std::fs::remove_file(&file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let first = format!("Error: creating {}\n\nCaused by:\n    ", target.display());
+    assert!(stderr.starts_with(&first), "{stderr}");
+    assert_eq!(stderr.lines().count(), 4, "{stderr}");
+    assert!(!stderr.contains("backtrace"), "{stderr}");
+}
