@@ -309,14 +309,10 @@ fn label_requirements(
         .filter(|(k, _)| ZONE_LABELS.contains(&k.as_str()))
     {
         let zones: Vec<String> = value.split("__").map(|z| z.trim().to_string()).collect();
-        if zones.iter().any(String::is_empty) {
-            continue;
-        }
-        // `In` with values always parses; were it refused, the label would be skipped too.
-        if r.add(labels::normalized(key), Operator::In, &zones)
-            .is_err()
-        {
-            continue;
+        // `In` with values always parses; were it refused, the label would be skipped as an
+        // unparsable one is.
+        if !zones.iter().any(String::is_empty) {
+            let _ = r.add(labels::normalized(key), Operator::In, &zones);
         }
     }
     (!r.is_empty()).then_some(r)
