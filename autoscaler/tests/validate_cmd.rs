@@ -170,9 +170,10 @@ fn budget_schedules_are_checked() {
     let (code, _, stderr) = validate(&["-"], &bad);
     assert_eq!(code, Some(1));
     expect![[r#"
-        <stdin>: doc 1: spec.disruption.budgets[2].schedule: 'schedule' must be set with 'duration'
+        <stdin>: doc 1: spec.disruption.budgets[2]: 'schedule' must be set with 'duration'
         <stdin>: doc 1: spec.disruption.budgets[1].schedule: invalid schedule "0 9 * * 1-9": day-of-week field "1-9": 9 is outside 0..=6
-        Error: 2 problem(s) in 1 object(s) in 1 file(s)
+        <stdin>: doc 1: spec.disruption.budgets[2].schedule: set without duration: a scheduled budget needs both
+        Error: 3 problem(s) in 1 object(s) in 1 file(s)
     "#]].assert_eq(&stderr);
 }
 

@@ -375,8 +375,8 @@ fn nodepool_cases() {
                 server:
                   spec.disruption.budgets[0].schedule: "0 9 * *" does not match ^\s*(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})\s*$
                   spec.disruption.budgets[5].duration: "90s" does not match ^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$
-                  spec.disruption.budgets[3].schedule: 'schedule' must be set with 'duration'
-                  spec.disruption.budgets[4].duration: 'duration' must be set with 'schedule'
+                  spec.disruption.budgets[3]: 'schedule' must be set with 'duration'
+                  spec.disruption.budgets[4]: 'schedule' must be set with 'duration'
             "#]],
         ),
         (

@@ -420,18 +420,10 @@ pub const BUDGET_SCHEDULE_PATTERN: &str =
 /// One disruption budget.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-// Karpenter's one rule (`has(self.schedule) == has(self.duration)`) as two, each reporting
-// at the field that is set (`fieldPath`), where `validate` and the controller report it too.
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "!has(self.schedule) || has(self.duration)",
+        "rule": "has(self.schedule) == has(self.duration)",
         "message": "'schedule' must be set with 'duration'",
-        "fieldPath": ".schedule",
-    },
-    {
-        "rule": "!has(self.duration) || has(self.schedule)",
-        "message": "'duration' must be set with 'schedule'",
-        "fieldPath": ".duration",
     },
 ]))]
 pub struct BudgetSpec {
