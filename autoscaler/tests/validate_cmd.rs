@@ -177,6 +177,19 @@ fn budget_schedules_are_checked() {
     "#]].assert_eq(&stderr);
 }
 
+/// A budget whose schedule is malformed and has no duration gets both problems: the pairing
+/// rule must not hide the malformed schedule (moving the CEL rule onto `.schedule` did).
+#[test]
+fn a_malformed_schedule_without_duration_keeps_both_problems() {
+    let text = "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  template: {}\n  disruption:\n    budgets:\n      - {nodes: \"0\", schedule: \"0 9 * * 1-9\"}\n";
+    let (code, _, stderr) = validate(&["-"], text);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("9 is outside 0..=6") && stderr.contains("must be set with 'duration'"),
+        "{stderr}"
+    );
+}
+
 /// A refused command prints its error and causes, never a stack backtrace, even with
 /// `RUST_BACKTRACE=1` in the environment (anyhow would capture one): here `crds --dir DIR`
 /// under a regular file, whose cause is the operating system's.
