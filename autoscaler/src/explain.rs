@@ -204,6 +204,7 @@ impl ClusterRead {
                 claims: list_all(Api::all(client.clone()), "PersistentVolumeClaims").await?,
                 volumes: list_all(Api::all(client.clone()), "PersistentVolumes").await?,
                 classes: list_all(Api::all(client.clone()), "StorageClasses").await?,
+                csi_nodes: list_all(Api::all(client.clone()), "CSINodes").await?,
             },
             ignore_preferences: false,
             min_values_policy: Default::default(),

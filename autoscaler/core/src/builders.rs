@@ -246,6 +246,14 @@ impl PodBuilder {
         self.0.claims.push(c);
         self
     }
+    /// Attaches volume `id` (a claim, `namespace/name`) of CSI driver `driver`.
+    pub fn volume(mut self, driver: &str, id: &str) -> Self {
+        self.0.volumes.push(crate::model::AttachedVolume {
+            driver: driver.into(),
+            id: id.into(),
+        });
+        self
+    }
     /// Finishes.
     pub fn build(self) -> Pod {
         self.0
@@ -515,6 +523,7 @@ pub fn node(name: &str, it: &InstanceType, zone: &str) -> NodeBuilder {
         initialized: true,
         ready: true,
         claim: None,
+        volume_limits: BTreeMap::new(),
     })
 }
 
@@ -537,6 +546,11 @@ impl NodeBuilder {
     /// Adds a taint.
     pub fn taint(mut self, t: Taint) -> Self {
         self.0.taints.push(t);
+        self
+    }
+    /// Lets CSI driver `driver` attach at most `n` volumes here (the node's CSINode).
+    pub fn volume_limit(mut self, driver: &str, n: u32) -> Self {
+        self.0.volume_limits.insert(driver.into(), n);
         self
     }
     /// Cordons the node.

@@ -194,6 +194,23 @@ pub struct Pod {
     pub key: PodKey,
     #[serde(flatten)]
     shape: Arc<PodShape>,
+    /// The volumes its PersistentVolumeClaims attach to its node, each counted against the
+    /// node's per-driver limit ([`Node::volume_limits`]). Kept beside the key, not in the
+    /// shape: a StatefulSet's replicas name a claim each and share everything else.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<AttachedVolume>,
+}
+
+/// A volume a pod attaches to its node, as the scheduler's `NodeVolumeLimits` filter and
+/// Karpenter's volume usage count it: one per PersistentVolumeClaim, by the CSI driver that
+/// serves it. Two pods on one node using the same claim count it once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AttachedVolume {
+    /// The CSI driver (`ebs.csi.aws.com`): the bound PersistentVolume's `spec.csi.driver`,
+    /// else the claim's StorageClass's provisioner.
+    pub driver: String,
+    /// What tells volumes apart on a node: the claim, `namespace/name`.
+    pub id: String,
 }
 
 /// What a pod asks for and says about itself, apart from its name: the part of [`Pod`] that
@@ -304,12 +321,17 @@ impl Pod {
         Pod {
             key,
             shape: Arc::new(shape),
+            volumes: Vec::new(),
         }
     }
 
     /// Pod `key` sharing `shape` with the pods that hold it already.
     pub fn sharing(key: PodKey, shape: Arc<PodShape>) -> Pod {
-        Pod { key, shape }
+        Pod {
+            key,
+            shape,
+            volumes: Vec::new(),
+        }
     }
 
     /// Its shape, shared with its clones.
@@ -414,6 +436,11 @@ pub struct Node {
     pub ready: bool,
     /// The NodeClaim behind the node, when managed.
     pub claim: Option<String>,
+    /// How many volumes each CSI driver may attach here (the node's CSINode object,
+    /// `spec.drivers[].allocatable.count`); a driver not listed is unlimited. Counted against
+    /// the distinct [`Pod::volumes`] of the node's pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 impl Node {

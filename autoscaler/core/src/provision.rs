@@ -123,6 +123,7 @@ mod shapes;
 mod slots;
 mod spread_domains;
 mod topology;
+mod volume_limits;
 
 pub use shapes::{
     AdmittedTypes, Devices, Shape, ShapeCache, admitted_types, build_shapes,
@@ -254,9 +255,16 @@ struct Grow {
     price: f64,
 }
 
-/// A pod's scan identity: demand group, matched selectors, and its spread, affinity and
-/// anti-affinity selectors.
-type ScanKey<'a> = (usize, &'a [usize], &'a [usize], &'a [usize], &'a [usize]);
+/// A pod's scan identity: demand group, matched selectors, its spread, affinity and
+/// anti-affinity selectors, and whether it attaches volumes to a node with volume limits.
+type ScanKey<'a> = (
+    usize,
+    &'a [usize],
+    &'a [usize],
+    &'a [usize],
+    &'a [usize],
+    bool,
+);
 
 /// A pod's class identity: node selection, tolerations, whether it takes a GPU share, its
 /// host ports, its DRA identity, what its topology rules require of a node, and whether it
@@ -373,6 +381,8 @@ struct Slot {
     /// Host ports bound on this slot: its pods' and, for in-flight claims, its DaemonSets'
     /// (a new claim's DaemonSets rule out its candidate shapes instead, per class).
     ports: Vec<HostPort>,
+    /// Existing nodes with CSI volume limits: the volumes attached there and the limits.
+    volumes: Option<Box<volume_limits::VolumeRoom>>,
     /// Limit reservation of a new claim.
     reserved: Resources,
     reserved_models: BTreeMap<String, i64>,
@@ -788,6 +798,9 @@ impl<'a> Planner<'a> {
         pending: Option<usize>,
     ) {
         slot.ports.extend(pod.host_ports.iter().cloned());
+        if let Some(room) = &mut slot.volumes {
+            room.attach(&pod.volumes);
+        }
         let nsel = self.selectors.len();
         let mut bump = |i: usize| {
             slot.counts[i] += 1;

@@ -700,6 +700,8 @@ impl Cluster {
             // is what the core reads).
             ready: true,
             claim: Some(n.claim.clone()),
+            // Scenarios carry no volumes.
+            volume_limits: Default::default(),
         }
     }
 

@@ -63,6 +63,8 @@ pub const API_CALLS: &[ApiCall] = &[
     call("", "persistentvolumeclaims", &["list", "watch"]),
     call("", "persistentvolumes", &["list", "watch"]),
     call("storage.k8s.io", "storageclasses", &["list", "watch"]),
+    // Volume limits: how many volumes each CSI driver may attach to a node.
+    call("storage.k8s.io", "csinodes", &["list", "watch"]),
     // Draining.
     call("", "pods/eviction", &["create"]),
     // Registration (labels, taints, finalizer), disruption taint, deletion.

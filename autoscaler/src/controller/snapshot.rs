@@ -112,6 +112,9 @@ struct Fold {
     selected: BTreeSet<String>,
     /// A term selects pods in every namespace: no pod is folded.
     every: bool,
+    /// Some node limits a driver's volumes: pods with claims are kept whole, so that the
+    /// volumes they attach are counted where they run.
+    volumes: bool,
 }
 
 impl Fold {
@@ -159,7 +162,7 @@ impl Fold {
             let Ok(c) = p.core.as_ref() else {
                 continue;
             };
-            if self.keeps(c) {
+            if self.keeps(c) || (self.volumes && !p.volume_claims.is_empty()) {
                 out.extend(whole(p));
                 continue;
             }
@@ -240,6 +243,9 @@ impl VolumeShapes {
                 &mut c,
                 volumes.for_bound(&p.key.namespace, &p.volume_claims),
             );
+            if volumes.any_limits() {
+                c.volumes = volumes.attachments(&p.key.namespace, &p.volume_claims);
+            }
         }
         Some(c)
     }
@@ -440,6 +446,10 @@ impl SnapshotBuilder {
                             continue;
                         }
                     }
+                    // Counted only where some node limits a driver (CSINode).
+                    if inputs.volumes.any_limits() {
+                        core.volumes = inputs.volumes.attachments(&key.namespace, &p.volume_claims);
+                    }
                 }
                 if let Some(g) = &p.group {
                     use super::gangs::Minimum;
@@ -514,6 +524,10 @@ impl SnapshotBuilder {
                 ),
             ),
         };
+        let fold = fold.map(|mut f| {
+            f.volumes = inputs.volumes.any_limits();
+            f
+        });
         out.snapshot.dra = inputs.dra.dra.clone();
         let mut pods_of = |pods: Option<&Vec<&CachedPod>>, fold: Option<&Fold>| -> Vec<CorePod> {
             let pods = pods.map_or(&[][..], Vec::as_slice);
@@ -670,6 +684,7 @@ impl SnapshotBuilder {
                 initialized,
                 ready: translate::node_ready(n),
                 claim: claim.and_then(|c| c.metadata.name.clone()),
+                volume_limits: inputs.volumes.node_limits(&name),
                 name,
             });
         }

@@ -19,18 +19,24 @@
 //! claim without a StorageClass, with one not found, or with one that binds `Immediate`ly
 //! (the volume is created before the pod is scheduled, so the pod waits for it).
 //!
+//! Volume limits (`pkg/scheduling/volumeusage.go`): each node's CSINode says how many
+//! volumes a driver may attach there ([`VolumeIndex::node_limits`]), and each pod's claims
+//! are counted by driver ([`VolumeIndex::attachments`]); the planner keeps a node's distinct
+//! claims of a driver within its count (`autoscaler_core::model::Node::volume_limits`).
+//!
 //! The hostname term of a `local` or `hostPath` volume is dropped for a pending pod, as
 //! Karpenter drops it (the pod is to be placed afresh); for a pod already running, which
 //! disruption might move, it is kept, so a pod whose data lives on its node's disk is never
 //! planned away from it (Karpenter ignores it there too; semantics.md lists the difference).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use autoscaler_core::labels;
+use autoscaler_core::model::AttachedVolume;
 use autoscaler_core::requirements::{Operator, Requirements};
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 /// The annotation the PersistentVolume controller sets on a claim once it finished binding;
 /// kube-scheduler takes a claim naming a volume without it as not bound yet.
@@ -65,6 +71,8 @@ pub struct VolumeObjects {
     pub volumes: Vec<Arc<PersistentVolume>>,
     /// Every StorageClass.
     pub classes: Vec<Arc<StorageClass>>,
+    /// Every CSINode: how many volumes each driver may attach to its node.
+    pub csi_nodes: Vec<Arc<CSINode>>,
 }
 
 /// A claim as the index keeps it.
@@ -83,6 +91,8 @@ struct Volume {
     deleting: bool,
     /// `local` or `hostPath`: its hostname term is dropped for a pending pod.
     on_node_disk: bool,
+    /// The CSI driver that serves it (`spec.csi.driver`), if it is a CSI volume.
+    driver: Option<String>,
     alternatives: Result<Vec<Requirements>, String>,
 }
 
@@ -90,6 +100,8 @@ struct Volume {
 #[derive(Debug)]
 struct Class {
     immediate: bool,
+    /// `provisioner`: the driver of the volumes it creates.
+    provisioner: String,
     alternatives: Result<Vec<Requirements>, String>,
 }
 
@@ -99,6 +111,8 @@ pub struct VolumeIndex {
     claims: HashMap<(String, String), Claim>,
     volumes: HashMap<String, Volume>,
     classes: HashMap<String, Class>,
+    /// Per node name, the drivers with an attach limit (`spec.drivers[].allocatable.count`).
+    limits: HashMap<String, BTreeMap<String, u32>>,
 }
 
 impl VolumeIndex {
@@ -149,6 +163,10 @@ impl VolumeIndex {
                 Volume {
                     deleting: v.metadata.deletion_timestamp.is_some(),
                     on_node_disk: spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some()),
+                    driver: spec
+                        .and_then(|s| s.csi.as_ref())
+                        .map(|c| c.driver.clone())
+                        .filter(|d| !d.is_empty()),
                     alternatives: volume_alternatives(name, terms)
                         .map(|alts| with_labels(alts, labelled)),
                 },
@@ -162,11 +180,67 @@ impl VolumeIndex {
                 name.clone(),
                 Class {
                     immediate: c.volume_binding_mode.as_deref() == Some("Immediate"),
+                    provisioner: c.provisioner.clone(),
                     alternatives: class_alternatives(name, c),
                 },
             );
         }
+        for n in &objects.csi_nodes {
+            let Some(name) = &n.metadata.name else {
+                continue;
+            };
+            // A driver published without a count is unbounded, as both kube-scheduler and
+            // Karpenter read it; a negative count (the API refuses one) is taken as none.
+            let limits: BTreeMap<String, u32> = n
+                .spec
+                .drivers
+                .iter()
+                .filter_map(|d| {
+                    let count = d.allocatable.as_ref()?.count?;
+                    Some((d.name.clone(), u32::try_from(count).unwrap_or(0)))
+                })
+                .collect();
+            if !limits.is_empty() {
+                ix.limits.insert(name.clone(), limits);
+            }
+        }
         ix
+    }
+
+    /// The attach limits of node `name`'s CSI drivers (none without a CSINode).
+    pub fn node_limits(&self, name: &str) -> BTreeMap<String, u32> {
+        self.limits.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The volumes a pod in `namespace` using `claims` attaches to its node, as Karpenter
+    /// counts them (`volumeusage.go`): one per claim, identified as `namespace/claim`, by
+    /// the driver of the volume it is bound to (`spec.csi.driver`), else by its
+    /// StorageClass's provisioner. A claim whose driver cannot be read (not found, an
+    /// in-tree volume, no class) counts for no driver.
+    pub fn attachments(&self, namespace: &str, claims: &[String]) -> Vec<AttachedVolume> {
+        claims
+            .iter()
+            .filter_map(|name| {
+                let claim = self.claims.get(&(namespace.to_string(), name.clone()))?;
+                let driver = claim
+                    .volume
+                    .as_ref()
+                    .and_then(|v| self.volumes.get(v)?.driver.clone())
+                    .or_else(|| {
+                        let class = self.classes.get(claim.class.as_ref()?)?;
+                        Some(class.provisioner.clone()).filter(|p| !p.is_empty())
+                    })?;
+                Some(AttachedVolume {
+                    driver,
+                    id: format!("{namespace}/{name}"),
+                })
+            })
+            .collect()
+    }
+
+    /// Whether any node has an attach limit (else no pod's volumes need counting).
+    pub fn any_limits(&self) -> bool {
+        !self.limits.is_empty()
     }
 
     /// Whether the index holds no claim (no pod can be tied by a volume).

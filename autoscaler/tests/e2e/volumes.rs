@@ -3,12 +3,13 @@
 //! pod only where its bound volumes' node affinity allows), a pod waiting for its first
 //! consumer gets a node in a zone its StorageClass allows, a pod whose volume has only a zone
 //! label (no node affinity) gets its node in that zone, and a pod whose claim does not exist
-//! launches nothing and is told why.
+//! launches nothing and is told why. A node whose CSINode lets the EBS driver attach one
+//! volume takes no second pod with an EBS claim: a node is launched for it.
 
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use nodepools::NodePool;
 use serde_json::{Value, json};
 
@@ -131,4 +132,42 @@ async fn e2e_pods_get_nodes_where_their_volumes_are_and_a_missing_claim_launches
         text.contains("PersistentVolumeClaim default/missing not found"),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_a_node_at_its_csi_attach_limit_gets_a_second_node_for_the_next_volume() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(cpu_pool("cpu", "1h")).await;
+    let _: StorageClass = c
+        .create(
+            json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "ebs"}, "provisioner": "ebs.csi.aws.com",
+            "volumeBindingMode": "WaitForFirstConsumer"}),
+        )
+        .await;
+    for name in ["data-0", "data-1"] {
+        let _: PersistentVolumeClaim = c.create(claim(name, None, "ebs")).await;
+    }
+    let _ctl = c.controller("solo", &["--leader-elect=false"]);
+    let _: Pod = c.create(pod_with_claim("db-0", "data-0")).await;
+    let first = eventually("db-0 to run", DEADLINE, || async {
+        bound_to(&c.pod("default", "db-0").await?)
+    })
+    .await;
+    // The EBS driver's node plugin registers: one volume per node (db-0's is attached).
+    let _: CSINode = c
+        .create(json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+            "metadata": {"name": first},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-1",
+                "allocatable": {"count": 1}}]}}))
+        .await;
+    // db-1 fits the first node's cpu (an m5.xlarge holds four such pods) but not its
+    // attach limit: without CSINode counts the planner would leave it pending for good.
+    let _: Pod = c.create(pod_with_claim("db-1", "data-1")).await;
+    let second = eventually("db-1 to run", DEADLINE, || async {
+        bound_to(&c.pod("default", "db-1").await?)
+    })
+    .await;
+    assert_ne!(first, second);
+    assert_eq!(c.claims().await.len(), 2);
 }

@@ -14,7 +14,10 @@
 //! the pod's claims are bound to matches, and for an unbound claim whose StorageClass binds on
 //! first use, one of the class's `allowedTopologies` (kube-scheduler's `VolumeBinding`
 //! filter; a claim or volume not found leaves the pod unschedulable, naming it), and a bound
-//! volume's zone and region labels allow the node's (`VolumeZone`). Pod groups
+//! volume's zone and region labels allow the node's (`VolumeZone`); a node whose CSINode
+//! gives a driver an attach count takes no pod that would attach more distinct claims of that
+//! driver than the count (`NodeVolumeLimits`: a claim's driver is its bound volume's
+//! `spec.csi.driver`, else its StorageClass's provisioner). Pod groups
 //! bind all or nothing (`binder/gangs.rs`).
 //! Not modelled: pod (anti-)affinity, topology spread, preemption, host ports, creating the
 //! volume of an unbound claim, scheduling gates other than "has any gate".
@@ -47,7 +50,7 @@
 mod gangs;
 mod shares;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -224,6 +227,9 @@ struct NodeView {
     allocatable: Resources,
     free: Resources,
     devices: NodeDevices,
+    /// Per CSI driver with an attach count on this node's CSINode: the count, and the claims
+    /// of that driver the node's pods use.
+    attach: BTreeMap<String, (usize, BTreeSet<String>)>,
 }
 
 impl NodeView {
@@ -238,6 +244,28 @@ impl NodeView {
             ),
             Ok(None) => Some(Vec::new()),
             Err(_) => None,
+        }
+    }
+
+    /// Why attaching `volumes` (driver, claim) here would pass a driver's count.
+    fn over_volume_limit(&self, volumes: &[(String, String)]) -> Option<String> {
+        self.attach.iter().find_map(|(driver, (count, used))| {
+            let new: BTreeSet<&String> = volumes
+                .iter()
+                .filter(|(d, id)| d == driver && !used.contains(id))
+                .map(|(_, id)| id)
+                .collect();
+            (!new.is_empty() && used.len() + new.len() > *count)
+                .then(|| "node(s) exceed max volume count".to_string())
+        })
+    }
+
+    /// Counts the claims `volumes` as used here.
+    fn attach(&mut self, volumes: &[(String, String)]) {
+        for (driver, id) in volumes {
+            if let Some((_, used)) = self.attach.get_mut(driver) {
+                used.insert(id.clone());
+            }
         }
     }
 
@@ -262,6 +290,8 @@ struct VolumeNeeds {
     /// Per bound volume's zone or region label, its key and the values it allows
     /// (`VolumeZone`).
     zones: Vec<(String, Vec<String>)>,
+    /// Per claim with a known CSI driver: (driver, `namespace/claim`) (`NodeVolumeLimits`).
+    attach: Vec<(String, String)>,
 }
 
 /// The PersistentVolume labels kube-scheduler's `VolumeZone` filter reads.
@@ -342,6 +372,9 @@ fn volume_needs(state: &State, pod: &Value) -> Result<VolumeNeeds, String> {
         let pvc = state
             .get(&claims_def, ns, &claim)
             .map_err(|_| format!("persistentvolumeclaim \"{claim}\" not found"))?;
+        if let Some(driver) = claim_driver(state, &pvc) {
+            out.attach.push((driver, format!("{ns}/{claim}")));
+        }
         let Some(pv_name) = pvc
             .pointer("/spec/volumeName")
             .and_then(Value::as_str)
@@ -366,6 +399,49 @@ fn volume_needs(state: &State, pod: &Value) -> Result<VolumeNeeds, String> {
         out.zones.extend(volume_zones(&pv));
     }
     Ok(out)
+}
+
+/// The CSI driver of a claim: its bound volume's `spec.csi.driver`, else its StorageClass's
+/// provisioner.
+fn claim_driver(state: &State, pvc: &Value) -> Option<String> {
+    fn text(v: Option<&Value>) -> Option<&str> {
+        v.and_then(Value::as_str).filter(|s| !s.is_empty())
+    }
+    let from_volume = text(pvc.pointer("/spec/volumeName")).and_then(|pv| {
+        let def = state.def("", "persistentvolumes")?;
+        let pv = state.get(&def, "", pv).ok()?;
+        text(pv.pointer("/spec/csi/driver")).map(str::to_string)
+    });
+    from_volume.or_else(|| {
+        let class = text(pvc.pointer("/spec/storageClassName"))?;
+        let def = state.def("storage.k8s.io", "storageclasses")?;
+        let sc = state.get(&def, "", class).ok()?;
+        text(sc.get("provisioner")).map(str::to_string)
+    })
+}
+
+/// Per node name, the CSI drivers its CSINode gives an attach count, with the count.
+fn attach_limits(state: &State) -> BTreeMap<String, BTreeMap<String, (usize, BTreeSet<String>)>> {
+    let Some(def) = state.def("storage.k8s.io", "csinodes") else {
+        return BTreeMap::new();
+    };
+    state
+        .tables_objects(&def)
+        .filter_map(|n| {
+            let limits: BTreeMap<String, (usize, BTreeSet<String>)> = n
+                .pointer("/spec/drivers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|d| {
+                    let count = d.pointer("/allocatable/count").and_then(Value::as_u64)?;
+                    let name = d.get("name").and_then(Value::as_str)?;
+                    Some((name.to_string(), (count as usize, BTreeSet::new())))
+                })
+                .collect();
+            (!limits.is_empty()).then(|| (meta_str(n, "name").to_string(), limits))
+        })
+        .collect()
 }
 
 /// The `allowedTopologies` of an unbound claim's StorageClass, as node selector terms, when
@@ -414,6 +490,7 @@ fn misfit_with_volumes(
             (!zones_match(&volumes.zones, &n.node))
                 .then(|| "node(s) had no available volume zone".to_string())
         })
+        .or_else(|| n.over_volume_limit(&volumes.attach))
 }
 
 /// Why a pod does not fit a node (`None` when it fits), in kube-scheduler's words.
@@ -603,16 +680,19 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
     ) else {
         return 0;
     };
+    let mut limits = attach_limits(state);
     let mut views: Vec<NodeView> = nodes
         .items
         .iter()
         .map(|n| {
             let allocatable = quantities(n.pointer("/status/allocatable"));
+            let name = n["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             NodeView {
-                name: n["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
+                attach: limits.remove(&name).unwrap_or_default(),
+                name,
                 node: n.clone(),
                 free: allocatable.clone(),
                 allocatable,
@@ -651,6 +731,11 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             if !terminal(p)
                 && let Some(&i) = index.get(node)
             {
+                if !views[i].attach.is_empty()
+                    && let Ok(v) = volume_needs(state, p)
+                {
+                    views[i].attach(&v.attach);
+                }
                 let uid = uid_of(p);
                 let ask = memory.ask(&uid, p);
                 match memory.placements.get(&uid) {
@@ -792,6 +877,7 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
                     d.commit(state, &bound_pod, writes);
                 }
                 views[i].take(&ask, &at);
+                views[i].attach(&volumes.attach);
                 if !at.is_empty() {
                     memory
                         .placements

@@ -34,6 +34,7 @@ pub(crate) enum Builtin {
     PersistentVolumeClaim,
     PersistentVolume,
     StorageClass,
+    CSINode,
 }
 
 /// One served version of a resource.
@@ -336,6 +337,16 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
             &[],
         ),
         builtin(
+            "storage.k8s.io",
+            "v1",
+            "CSINode",
+            "csinodes",
+            false,
+            false,
+            Builtin::CSINode,
+            &[],
+        ),
+        builtin(
             "coordination.k8s.io",
             "v1",
             "Lease",
@@ -564,6 +575,7 @@ pub(crate) fn typed_roundtrip(b: Builtin, v: Value) -> Result<Value, serde_json:
         Builtin::PersistentVolumeClaim => roundtrip::<api::core::v1::PersistentVolumeClaim>(v),
         Builtin::PersistentVolume => roundtrip::<api::core::v1::PersistentVolume>(v),
         Builtin::StorageClass => roundtrip::<api::storage::v1::StorageClass>(v),
+        Builtin::CSINode => roundtrip::<api::storage::v1::CSINode>(v),
     }
 }
 

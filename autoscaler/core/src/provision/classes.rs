@@ -148,7 +148,7 @@ fn same_scan_key(a: &ScanKey<'_>, b: &ScanKey<'_>) -> bool {
     fn same(a: &[usize], b: &[usize]) -> bool {
         a.len() == b.len() && (a.is_empty() || a == b)
     }
-    a.0 == b.0 && same(a.1, b.1) && same(a.2, b.2) && same(a.3, b.3) && same(a.4, b.4)
+    a.0 == b.0 && same(a.1, b.1) && same(a.2, b.2) && same(a.3, b.3) && same(a.4, b.4) && a.5 == b.5
 }
 
 impl<'a> Planner<'a> {
@@ -285,6 +285,7 @@ impl<'a> Planner<'a> {
         let mut scan_index: KeyMap<ScanKey<'_>, usize> = KeyMap::default();
         let mut prev_demand: Option<(DemandKey<'_>, usize)> = None;
         let mut prev_scan: Option<(ScanKey<'_>, usize)> = None;
+        let volume_limited = self.snap.nodes.iter().any(|n| !n.volume_limits.is_empty());
         for (i, p) in pending.iter().enumerate() {
             // As in `build_classes`: a pod identical to the one before it joins its groups
             // without hashing its keys.
@@ -302,12 +303,16 @@ impl<'a> Planner<'a> {
                 self.remaining.push(0);
             }
             self.remaining[g] += 1;
+            let attaches = volume_limited && !p.volumes.is_empty();
             let key = (
                 g,
                 self.matches[i].as_slice(),
                 self.sel_of_spread[i].as_slice(),
                 self.sel_of_affinity[i].as_slice(),
                 self.sel_of_anti[i].as_slice(),
+                // Pods that attach volumes to limited nodes scan apart (not monotone, below):
+                // where one stops must not be where a pod without volumes starts.
+                attaches,
             );
             let sg = match prev_scan {
                 Some((k, sg)) if same_scan_key(&k, &key) => sg,
@@ -320,6 +325,9 @@ impl<'a> Planner<'a> {
             self.scan_group.push(sg);
             self.monotone.push(
                 !self.dra_shared(i)
+                    // Identical pods attach different volumes: a node one refused at its
+                    // volume limit may still take another whose volume is there already.
+                    && !attaches
                     && p.affinity.is_empty()
                     && !p
                         .spread

@@ -38,6 +38,7 @@ impl Slot {
             blocks: vec![],
             sel_blocks: vec![],
             ports: vec![],
+            volumes: None,
             reserved: Resources::new(),
             reserved_models: BTreeMap::new(),
             reserved_cluster: Vec::new(),
@@ -414,6 +415,7 @@ impl<'a> Planner<'a> {
                 price: n.price.unwrap_or(0.0),
                 zone: n.labels.get(labels::ZONE).cloned(),
                 open: !(n.unschedulable || n.going()),
+                volumes: super::volume_limits::VolumeRoom::new(&n.volume_limits),
                 ..Slot::empty(vec![0; self.nsel()])
             };
             let ephemeral = |t: &Taint| {
@@ -580,6 +582,7 @@ impl<'a> Planner<'a> {
             && quick_fit(&pod.requests, slot.allocatable(self.snap), &slot.used)
             && !self.avoids(ci, slot.taints(self.snap))
             && demand(pod, &slot.devices).fits(&slot.allocatable(self.snap).minus(&slot.used))
+            && slot.volumes.as_ref().is_none_or(|r| r.admits(&pod.volumes))
             && self.slot_compatible(ci, si)
             && self.topology_ok_fixed(i, si)
             && self.dra_fits_fixed(i, si)

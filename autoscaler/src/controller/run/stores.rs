@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -45,6 +45,9 @@ pub struct Stores {
     pub volumes: Store<PersistentVolume>,
     /// StorageClasses.
     pub storage_classes: Store<StorageClass>,
+    /// CSINodes (each node's volume attach limits), once listed; a cluster or a role that
+    /// does not serve them leaves volumes uncounted.
+    pub csi_nodes: Late<Store<CSINode>>,
     /// ProvisioningRequests and PodTemplates, once the ProvisioningRequest CRD is served.
     pub provreqs: Late<(Store<ProvisioningRequest>, Store<PodTemplate>)>,
     /// Volcano PodGroups, once Volcano is installed.
@@ -362,8 +365,9 @@ fn trim_volume_claim(c: &mut PersistentVolumeClaim) {
     }
 }
 
-/// What volume topology does not read of a volume: everything but its node affinity, its
-/// zone and region labels, and whether it is on a node's own disk (`local`, `hostPath`).
+/// What volume topology and volume limits do not read of a volume: everything but its node
+/// affinity, its zone and region labels, whether it is on a node's own disk (`local`,
+/// `hostPath`) and its CSI driver.
 fn trim_volume(v: &mut PersistentVolume) {
     if let Some(l) = v.metadata.labels.as_mut() {
         l.retain(|k, _| crate::controller::volumes::ZONE_LABELS.contains(&k.as_str()));
@@ -374,6 +378,13 @@ fn trim_volume(v: &mut PersistentVolume) {
             node_affinity: s.node_affinity.take(),
             local: s.local.take(),
             host_path: s.host_path.take(),
+            csi: s
+                .csi
+                .take()
+                .map(|c| k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+                    driver: c.driver,
+                    ..Default::default()
+                }),
             ..Default::default()
         };
     }
@@ -539,13 +550,14 @@ impl Stores {
                 }
             })
         };
-        let (provreqs, volcano, k8s_groups, quotas, overlays, dra) = futures::join!(
+        let (provreqs, volcano, k8s_groups, quotas, overlays, dra, csi_nodes) = futures::join!(
             provreqs,
             reflect_when_served(client, "scheduling.volcano.sh", "podgroups", recheck),
             reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck),
             reflect_when_served(client, "gpu-autoscaler.dev", "capacityquotas", recheck),
             reflect_when_served(client, "gpu-autoscaler.dev", "nodeoverlays", recheck),
             dra,
+            reflect_when_served(client, "storage.k8s.io", "csinodes", recheck),
         );
         Stores {
             dra,
@@ -563,6 +575,7 @@ impl Stores {
             volume_claims,
             volumes,
             storage_classes,
+            csi_nodes,
         }
     }
 
@@ -604,6 +617,7 @@ impl Stores {
             claims: self.volume_claims.state(),
             volumes: self.volumes.state(),
             classes: self.storage_classes.state(),
+            csi_nodes: self.csi_nodes.get().map(|s| s.state()).unwrap_or_default(),
         })
     }
 

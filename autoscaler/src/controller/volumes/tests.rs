@@ -97,6 +97,7 @@ fn index(
         claims: claims.into_iter().map(Arc::new).collect(),
         volumes: volumes.into_iter().map(Arc::new).collect(),
         classes: classes.into_iter().map(Arc::new).collect(),
+        ..Default::default()
     })
 }
 
@@ -398,4 +399,79 @@ fn zone_labels_narrow_every_node_affinity_term_and_an_unparsable_value_is_ignore
     assert_eq!(zone_in(&both, "us-east-1a"), vec![false, false]);
     let bad = ix.for_pending("ns", &names(&["bad"])).unwrap();
     assert_eq!(zones(&bad), vec!["any".to_string()]);
+}
+
+/// Karpenter's driver resolution (`volumeusage.go`): the bound volume's CSI driver first,
+/// else the claim's StorageClass's provisioner; a claim with neither counts for no driver.
+#[test]
+fn a_claims_driver_is_its_volumes_then_its_classes() {
+    let mut csi = volume("pv-csi", vec![]);
+    csi.spec.as_mut().unwrap().csi = Some(k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+        driver: "pd.csi.storage.gke.io".into(),
+        volume_handle: "disk-1".into(),
+        ..Default::default()
+    });
+    let in_tree = volume("pv-old", vec![]);
+    let ix = index(
+        vec![
+            claim("on-csi", Some("pv-csi"), Some("gp3")),
+            claim("in-tree", Some("pv-old"), Some("gp3")),
+            claim("dynamic", None, Some("gp3")),
+            claim("classless", None, None),
+            claim("unknown-class", None, Some("nope")),
+        ],
+        vec![csi, in_tree],
+        vec![class("gp3", "WaitForFirstConsumer", &[])],
+    );
+    let names = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let got = ix.attachments(
+        "ns",
+        &names(&[
+            "on-csi",
+            "in-tree",
+            "dynamic",
+            "classless",
+            "unknown-class",
+            "missing",
+        ]),
+    );
+    let got: Vec<(&str, &str)> = got
+        .iter()
+        .map(|v| (v.driver.as_str(), v.id.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("pd.csi.storage.gke.io", "ns/on-csi"),
+            // An in-tree volume names no CSI driver: its claim's class does.
+            ("ebs.csi.aws.com", "ns/in-tree"),
+            ("ebs.csi.aws.com", "ns/dynamic"),
+        ]
+    );
+}
+
+/// A CSINode's counts are the node's limits; a driver published without `allocatable`, or
+/// without a count, is unbounded (Karpenter's "should treat a published driver without an
+/// attachment limit as unbounded"), and a node without a CSINode has no limits.
+#[test]
+fn csinode_counts_are_node_limits_and_a_driver_without_one_is_unbounded() {
+    let csi_node: k8s_openapi::api::storage::v1::CSINode =
+        serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "n1"},
+        "spec": {"drivers": [
+            {"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 25}},
+            {"name": "efs.csi.aws.com", "nodeID": "i-1"},
+            {"name": "fsx.csi.aws.com", "nodeID": "i-1", "allocatable": {}}]}}))
+        .unwrap();
+    let ix = VolumeIndex::new(&VolumeObjects {
+        csi_nodes: vec![Arc::new(csi_node)],
+        ..Default::default()
+    });
+    assert!(ix.any_limits());
+    assert_eq!(
+        ix.node_limits("n1"),
+        BTreeMap::from([("ebs.csi.aws.com".to_string(), 25)])
+    );
+    assert!(ix.node_limits("n2").is_empty());
+    assert!(!VolumeIndex::new(&VolumeObjects::default()).any_limits());
 }

@@ -511,3 +511,74 @@ fn a_bound_volume_keeps_its_pod_to_the_nodes_its_affinity_names() {
     pass(&mut st);
     unschedulable(&st, "second", "1 node(s) had volume node affinity conflict");
 }
+
+#[test]
+fn a_csinode_count_caps_the_distinct_claims_of_its_driver_on_the_node() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "a", json!({}));
+    let csi = st.def("storage.k8s.io", "csinodes").unwrap();
+    st.create(
+        &csi,
+        "",
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "a"},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-a",
+                "allocatable": {"count": 2}},
+                {"name": "efs.csi.aws.com", "nodeID": "i-a"}]}}),
+        &WriteOpts::default(),
+    )
+    .unwrap();
+    let sc = st.def("storage.k8s.io", "storageclasses").unwrap();
+    for (name, provisioner) in [("ebs", "ebs.csi.aws.com"), ("efs", "efs.csi.aws.com")] {
+        st.create(
+            &sc,
+            "",
+            json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": name}, "provisioner": provisioner}),
+            &WriteOpts::default(),
+        )
+        .unwrap();
+    }
+    let pvc = st.def("", "persistentvolumeclaims").unwrap();
+    for (claim, class) in [
+        ("d0", "ebs"),
+        ("d1", "ebs"),
+        ("d2", "ebs"),
+        ("shared", "efs"),
+    ] {
+        st.create(
+            &pvc,
+            "default",
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim},
+                "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}),
+            &WriteOpts::default(),
+        )
+        .unwrap();
+    }
+    let pods = st.def("", "pods").unwrap();
+    for (name, claim) in [
+        ("p0", "d0"),
+        ("p1", "d1"),
+        ("again", "d0"),
+        ("p2", "d2"),
+        ("files", "shared"),
+    ] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "x"}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}});
+        st.create(&pods, "default", pod, &WriteOpts::default())
+            .unwrap();
+    }
+    pass(&mut st);
+    for name in ["p0", "p1", "again", "files"] {
+        assert_eq!(placed(&st, name), Ok("a".to_string()), "{name}");
+    }
+    // A third distinct EBS claim passes the count; one already there, or another driver's
+    // (published without a count), does not.
+    unschedulable(&st, "p2", "1 node(s) exceed max volume count");
+    // The next pass counts the claims of the pods bound before it.
+    delete_pod(&mut st, "p1");
+    pass(&mut st);
+    assert_eq!(placed(&st, "p2"), Ok("a".to_string()));
+}

@@ -33,6 +33,7 @@ fn empty_node(name: &str) -> Node {
         initialized: true,
         ready: true,
         claim: None,
+        volume_limits: Default::default(),
     }
 }
 

@@ -31,6 +31,7 @@ fn volumes_narrow_pending_pods_and_keep_a_running_pod_where_its_volume_is() {
             volume("pv-1", "us-east-1b"),
         ],
         classes: vec![],
+        ..Default::default()
     });
     let with_claim =
         |c: &str| json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": c}}]});
@@ -167,6 +168,7 @@ fn karpenters_volume_topology_cases_plan_the_zone_both_allow_or_nothing() {
             "allowedTopologies": [{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone",
                 "values": ["test-zone-2", "test-zone-3"]}]}]}),
         )],
+        ..Default::default()
     });
     let cases: [(&str, &str, &[&str], Option<&str>); 5] = [
         (
@@ -209,4 +211,107 @@ fn karpenters_volume_topology_cases_plan_the_zone_both_allow_or_nothing() {
             None => assert!(plan.new_claims.is_empty(), "{name}: {}", plan.render()),
         }
     }
+}
+
+/// CSI volume limits: a node's CSINode count reaches the snapshot, and so do the volumes of
+/// the pods running there (plain pods are folded, pods with claims kept whole) and of the
+/// pending pod; the plan launches a node for a pod whose volume the full node cannot attach,
+/// and puts it on that node when no CSINode limits it (Karpenter's "Volume Usage/Limits").
+#[test]
+fn a_node_at_its_csi_volume_limit_gets_no_pod_with_another_volume() {
+    use crate::controller::volumes::{VolumeIndex, VolumeObjects};
+    let (pool, types) = general_pool();
+    let claim = |name: &str| {
+        arc(json!({"metadata": {"name": name, "namespace": "default"},
+            "spec": {"storageClassName": "ebs"}}))
+    };
+    let class = arc(
+        json!({"metadata": {"name": "ebs"}, "provisioner": "ebs.csi.aws.com",
+        "volumeBindingMode": "WaitForFirstConsumer"}),
+    );
+    let csi_node = arc(
+        json!({"metadata": {"name": "managed"}, "spec": {"drivers": [
+        {"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 2}},
+        {"name": "efs.csi.aws.com", "nodeID": "i-1"}]}}),
+    );
+    let objects = VolumeObjects {
+        claims: vec![claim("data-0"), claim("data-1"), claim("data-new")],
+        classes: vec![class],
+        ..Default::default()
+    };
+    let blind = VolumeIndex::new(&objects);
+    let limited = VolumeIndex::new(&VolumeObjects {
+        csi_nodes: vec![csi_node],
+        ..objects
+    });
+    let with_claim =
+        |c: &str| json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": c}}]});
+    let pods = vec![
+        pod_json(
+            "default",
+            "db-0",
+            "db",
+            Some("managed"),
+            "100m",
+            with_claim("data-0"),
+        ),
+        pod_json(
+            "default",
+            "db-1",
+            "db",
+            Some("managed"),
+            "100m",
+            with_claim("data-1"),
+        ),
+        pod_json(
+            "default",
+            "plain",
+            "web",
+            Some("managed"),
+            "100m",
+            json!({}),
+        ),
+        pod_json(
+            "default",
+            "db-2",
+            "db",
+            None,
+            "100m",
+            with_claim("data-new"),
+        ),
+    ];
+    let nodes = vec![arc(node_json("managed"))];
+    let batch = BTreeSet::from([pods[3].key.clone()]);
+    let pools = [pool];
+    let claims = [initialized_claim("managed", "general")];
+    let inputs = |volumes| Inputs {
+        claims: &claims,
+        volumes,
+        ..plain_inputs(&pods, &nodes, &pools, &types, &batch)
+    };
+    let built = SnapshotBuilder::new().build_for_provisioning(&inputs(&limited));
+    let snap = &built.snapshot;
+    let node = &snap.nodes[0];
+    assert_eq!(
+        node.volume_limits,
+        BTreeMap::from([("ebs.csi.aws.com".to_string(), 2)]),
+        "a driver without a count is unbounded"
+    );
+    let attached: Vec<&str> = node
+        .pods
+        .iter()
+        .flat_map(|p| p.volumes.iter().map(|v| v.id.as_str()))
+        .collect();
+    assert_eq!(attached, ["default/data-0", "default/data-1"]);
+    assert_eq!(snap.pending[0].volumes.len(), 1);
+    assert_eq!(snap.pending[0].volumes[0].driver, "ebs.csi.aws.com");
+    let plan = autoscaler_core::plan_provisioning(snap);
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+    let open = autoscaler_core::plan_provisioning(
+        &SnapshotBuilder::new()
+            .build_for_provisioning(&inputs(&blind))
+            .snapshot,
+    );
+    assert!(open.new_claims.is_empty(), "{}", open.render());
+    assert_eq!(open.existing.len(), 1);
 }

@@ -1,0 +1,183 @@
+//! CSI volume limits on existing nodes, in provisioning and in disruption: a node whose
+//! CSINode lets a driver attach `n` volumes takes no pod that would attach an `n+1`-th,
+//! as kube-scheduler's `NodeVolumeLimits` filter refuses it; new claims, which have no
+//! CSINode yet, are unlimited, as in Karpenter (`pkg/scheduling/volumeusage.go`; the cases
+//! follow its "Volume Usage/Limits" state tests: a node at its limit refuses another
+//! volume, a volume already tracked there is no breach, a driver published without a count
+//! is unbounded).
+
+use autoscaler_core::builders::*;
+use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption};
+use autoscaler_core::instance::InstanceType;
+use autoscaler_core::model::{DisruptionPolicy, Snapshot};
+
+mod support;
+use support::provisioning::{run, snapshot, target};
+
+const EBS: &str = "ebs.csi.aws.com";
+const EFS: &str = "efs.csi.aws.com";
+
+fn m16() -> InstanceType {
+    itype("m5.4xlarge")
+        .cpu("16")
+        .mem("64Gi")
+        .max_pods(110)
+        .on_demand(&["z1"], 0.768)
+        .build()
+}
+
+/// Node `n1` of pool `cpu` holding `attached` pods, each with its own EBS claim, and EBS
+/// limited to `limit` there.
+fn cluster(limit: u32, attached: usize, pending: Vec<PodBuilder>) -> Snapshot {
+    let mut n = node("n1", &m16(), "z1")
+        .pool("cpu")
+        .volume_limit(EBS, limit);
+    for i in 0..attached {
+        n = n.with_pod(
+            pod(&format!("on-{i}"))
+                .cpu("100m")
+                .volume(EBS, &format!("default/data-on-{i}")),
+        );
+    }
+    let mut s = snapshot(vec![pool("cpu", vec![m16()])], pending);
+    s.nodes = vec![n.build()];
+    s
+}
+
+fn with_claim(name: &str, driver: &str, claim: &str) -> PodBuilder {
+    pod(name).cpu("100m").volume(driver, claim)
+}
+
+#[test]
+fn a_node_at_its_volume_limit_takes_no_pod_with_a_new_volume_and_one_is_launched() {
+    let s = cluster(
+        10,
+        10,
+        vec![
+            with_claim("p", EBS, "default/data-p"),
+            pod("plain").cpu("100m"),
+        ],
+    );
+    let plan = run(&s);
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+    assert_ne!(target(&plan, "p").as_deref(), Some("n1"));
+    assert_eq!(
+        target(&plan, "plain").as_deref(),
+        Some("n1"),
+        "a pod without volumes still fits the node"
+    );
+}
+
+#[test]
+fn a_node_below_its_limit_takes_pods_until_the_limit() {
+    let pending = (0..5)
+        .map(|i| with_claim(&format!("p{i}"), EBS, &format!("default/data-p{i}")))
+        .collect();
+    let plan = run(&cluster(10, 7, pending));
+    let on_node = (0..5)
+        .filter(|i| target(&plan, &format!("p{i}")).as_deref() == Some("n1"))
+        .count();
+    assert_eq!(on_node, 3, "{}", plan.render());
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+}
+
+#[test]
+fn a_volume_already_attached_there_is_no_breach() {
+    // `p` mounts the claim a pod on the node already uses: nothing new is attached.
+    let plan = run(&cluster(
+        10,
+        10,
+        vec![with_claim("p", EBS, "default/data-on-5")],
+    ));
+    assert_eq!(
+        target(&plan, "p").as_deref(),
+        Some("n1"),
+        "{}",
+        plan.render()
+    );
+    assert!(plan.new_claims.is_empty());
+}
+
+#[test]
+fn a_driver_without_a_limit_is_unbounded() {
+    let plan = run(&cluster(
+        10,
+        10,
+        vec![with_claim("p", EFS, "default/shared")],
+    ));
+    assert_eq!(
+        target(&plan, "p").as_deref(),
+        Some("n1"),
+        "{}",
+        plan.render()
+    );
+}
+
+#[test]
+fn identical_pods_are_each_checked_against_the_volumes_attached() {
+    // Replicas alike but for their claims: the first one refused at the limit must not make
+    // the planner skip the node for the one whose claim is there already.
+    let plan = run(&cluster(
+        10,
+        10,
+        vec![
+            with_claim("a", EBS, "default/data-a"),
+            with_claim("b", EBS, "default/data-on-3"),
+        ],
+    ));
+    assert_ne!(
+        target(&plan, "a").as_deref(),
+        Some("n1"),
+        "{}",
+        plan.render()
+    );
+    assert_eq!(
+        target(&plan, "b").as_deref(),
+        Some("n1"),
+        "{}",
+        plan.render()
+    );
+}
+
+#[test]
+fn consolidation_does_not_move_pods_onto_a_node_at_its_volume_limit() {
+    // `small` is nearly empty and its pod fits `big` by resources, but `big` has attached
+    // all the EBS volumes its CSINode allows: deleting `small` would leave the pod pending.
+    let quick = DisruptionPolicy {
+        unneeded_s: 0,
+        budgets: vec![],
+        ..DisruptionPolicy::default()
+    };
+    let build = |limit: u32| {
+        let mut big = node("big", &m16(), "z1")
+            .pool("cpu")
+            .volume_limit(EBS, limit);
+        for i in 0..4 {
+            big = big.with_pod(
+                pod(&format!("w{i}"))
+                    .cpu("3")
+                    .volume(EBS, &format!("default/data-w{i}")),
+            );
+        }
+        let small = node("small", &m16(), "z1").pool("cpu").with_pod(with_claim(
+            "mover",
+            EBS,
+            "default/data-mover",
+        ));
+        Snapshot {
+            nodes: vec![big.build(), small.build()],
+            pools: vec![pool("cpu", vec![m16()]).disruption(quick.clone()).build()],
+            ..Snapshot::default()
+        }
+    };
+    let config = DisruptionConfig::default();
+    let at_limit = plan_disruption(&build(4), &DisruptionState::default(), 0, &config);
+    assert!(
+        !at_limit.render().contains("nodes=[small]"),
+        "{}",
+        at_limit.render()
+    );
+    // The control: one more volume allowed and `small` goes.
+    let room = plan_disruption(&build(5), &DisruptionState::default(), 0, &config);
+    assert!(room.render().contains("nodes=[small]"), "{}", room.render());
+}
