@@ -334,6 +334,17 @@ impl Pod {
         }
     }
 
+    /// The same pod (key and volumes) with `shape` instead of its own: how a pass that
+    /// rewrites shapes (held preferences, zone IDs, volume topology) shares one new shape
+    /// among replicas without losing what each pod holds apart from its shape.
+    pub fn with_shared_shape(&self, shape: Arc<PodShape>) -> Pod {
+        Pod {
+            key: self.key.clone(),
+            shape,
+            volumes: self.volumes.clone(),
+        }
+    }
+
     /// Its shape, shared with its clones.
     pub fn shape(&self) -> &Arc<PodShape> {
         &self.shape

@@ -96,7 +96,7 @@ fn resolve_with(snapshot: &mut Snapshot, ids: &ZoneIds) {
             resolve_shape(&mut shape, ids);
             (old.clone(), Arc::new(shape))
         });
-        *pod = Pod::sharing(pod.key.clone(), new.clone());
+        *pod = pod.with_shared_shape(new.clone());
     }
 }
 

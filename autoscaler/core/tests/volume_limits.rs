@@ -9,7 +9,9 @@
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption};
 use autoscaler_core::instance::InstanceType;
+use autoscaler_core::labels;
 use autoscaler_core::model::{DisruptionPolicy, Snapshot};
+use autoscaler_core::requirements::Operator;
 
 mod support;
 use support::provisioning::{run, snapshot, target};
@@ -23,6 +25,7 @@ fn m16() -> InstanceType {
         .mem("64Gi")
         .max_pods(110)
         .on_demand(&["z1"], 0.768)
+        .zone_id("z1", "use1-az1")
         .build()
 }
 
@@ -66,6 +69,40 @@ fn a_node_at_its_volume_limit_takes_no_pod_with_a_new_volume_and_one_is_launched
         Some("n1"),
         "a pod without volumes still fits the node"
     );
+}
+
+#[test]
+fn pods_whose_shapes_the_planner_rewrites_keep_their_volumes() {
+    // A soft preference is held as required on a copy of the pod's shape, and a zone-ID
+    // requirement is rewritten to zones; each copy must still attach the pod's volume.
+    let pending = vec![
+        with_claim("soft", EBS, "default/data-soft").prefer_anti_affinity(
+            10,
+            labels::HOSTNAME,
+            "db",
+        ),
+        with_claim("by-id", EBS, "default/data-by-id").require(
+            labels::ZONE_ID,
+            Operator::In,
+            &["use1-az1"],
+        ),
+        pod("plain").cpu("100m"),
+    ];
+    let plan = run(&cluster(10, 10, pending));
+    assert_eq!(
+        target(&plan, "plain").as_deref(),
+        Some("n1"),
+        "{}",
+        plan.render()
+    );
+    for name in ["soft", "by-id"] {
+        let t = target(&plan, name);
+        assert!(
+            t.is_some() && t.as_deref() != Some("n1"),
+            "{name}: {}",
+            plan.render()
+        );
+    }
 }
 
 #[test]
@@ -148,7 +185,7 @@ fn consolidation_does_not_move_pods_onto_a_node_at_its_volume_limit() {
         budgets: vec![],
         ..DisruptionPolicy::default()
     };
-    let build = |limit: u32| {
+    let build = |limit: u32, mover: PodBuilder| {
         let mut big = node("big", &m16(), "z1")
             .pool("cpu")
             .volume_limit(EBS, limit);
@@ -159,11 +196,7 @@ fn consolidation_does_not_move_pods_onto_a_node_at_its_volume_limit() {
                     .volume(EBS, &format!("default/data-w{i}")),
             );
         }
-        let small = node("small", &m16(), "z1").pool("cpu").with_pod(with_claim(
-            "mover",
-            EBS,
-            "default/data-mover",
-        ));
+        let small = node("small", &m16(), "z1").pool("cpu").with_pod(mover);
         Snapshot {
             nodes: vec![big.build(), small.build()],
             pools: vec![pool("cpu", vec![m16()]).disruption(quick.clone()).build()],
@@ -171,13 +204,20 @@ fn consolidation_does_not_move_pods_onto_a_node_at_its_volume_limit() {
         }
     };
     let config = DisruptionConfig::default();
-    let at_limit = plan_disruption(&build(4), &DisruptionState::default(), 0, &config);
-    assert!(
-        !at_limit.render().contains("nodes=[small]"),
-        "{}",
-        at_limit.render()
-    );
-    // The control: one more volume allowed and `small` goes.
-    let room = plan_disruption(&build(5), &DisruptionState::default(), 0, &config);
-    assert!(room.render().contains("nodes=[small]"), "{}", room.render());
+    let plain = || with_claim("mover", EBS, "default/data-mover");
+    // With a soft preference the planner moves a copy of the pod's shape.
+    let soft = || plain().prefer_anti_affinity(10, labels::HOSTNAME, "db");
+    let movers: [&dyn Fn() -> PodBuilder; 2] = [&plain, &soft];
+    for mover in movers {
+        let state = DisruptionState::default();
+        let at_limit = plan_disruption(&build(4, mover()), &state, 0, &config);
+        assert!(
+            !at_limit.render().contains("nodes=[small]"),
+            "{}",
+            at_limit.render()
+        );
+        // The control: one more volume allowed and `small` goes.
+        let room = plan_disruption(&build(5, mover()), &state, 0, &config);
+        assert!(room.render().contains("nodes=[small]"), "{}", room.render());
+    }
 }

@@ -227,7 +227,7 @@ impl VolumeShapes {
             })
             .1
             .clone();
-        *pod = CorePod::sharing(pod.key.clone(), shape);
+        *pod = pod.with_shared_shape(shape);
     }
 
     /// A bound pod as disruption may move it: its translation, narrowed to where its bound

@@ -314,7 +314,7 @@ fn held_pods(pending: &[Pod], given_up: &[usize]) -> Vec<Pod> {
             let shape = shared
                 .entry((Arc::as_ptr(p.shape()), *g))
                 .or_insert_with(|| Arc::new(holding(p, *g)));
-            Pod::sharing(p.key.clone(), shape.clone())
+            p.with_shared_shape(shape.clone())
         })
         .collect()
 }
