@@ -42,6 +42,54 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 /// kube-scheduler takes a claim naming a volume without it as not bound yet.
 pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 
+/// In-tree volume plugins and the CSI drivers that serve their volumes since CSI migration
+/// (kube-scheduler's `NodeVolumeLimits` counts a migrated volume against the CSI driver's
+/// limit; Karpenter does not translate, and leaves such volumes uncounted).
+pub const MIGRATED_PLUGINS: [(&str, &str); 7] = [
+    ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+    ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+    ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    ("kubernetes.io/azure-file", "file.csi.azure.com"),
+    ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+    ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+];
+
+/// The CSI driver a StorageClass provisioner stands for: the migrated driver of an in-tree
+/// plugin, else the provisioner itself.
+pub fn csi_driver(provisioner: &str) -> &str {
+    MIGRATED_PLUGINS
+        .iter()
+        .find(|(plugin, _)| *plugin == provisioner)
+        .map_or(provisioner, |(_, driver)| driver)
+}
+
+/// The CSI driver serving a PersistentVolume: `spec.csi.driver`, or for an in-tree source the
+/// driver it migrated to.
+fn volume_driver(spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec) -> Option<String> {
+    if let Some(c) = &spec.csi {
+        return Some(c.driver.clone()).filter(|d| !d.is_empty());
+    }
+    let plugin = if spec.aws_elastic_block_store.is_some() {
+        "kubernetes.io/aws-ebs"
+    } else if spec.gce_persistent_disk.is_some() {
+        "kubernetes.io/gce-pd"
+    } else if spec.azure_disk.is_some() {
+        "kubernetes.io/azure-disk"
+    } else if spec.azure_file.is_some() {
+        "kubernetes.io/azure-file"
+    } else if spec.cinder.is_some() {
+        "kubernetes.io/cinder"
+    } else if spec.vsphere_volume.is_some() {
+        "kubernetes.io/vsphere-volume"
+    } else if spec.portworx_volume.is_some() {
+        "kubernetes.io/portworx-volume"
+    } else {
+        return None;
+    };
+    Some(csi_driver(plugin).to_string())
+}
+
 /// The most alternatives a pod's volumes combine into; past it the first are kept. Each
 /// volume usually has one; the cap keeps a pod with many multi-term volumes from making a
 /// cross product the size of the powers of its terms.
@@ -91,7 +139,8 @@ struct Volume {
     deleting: bool,
     /// `local` or `hostPath`: its hostname term is dropped for a pending pod.
     on_node_disk: bool,
-    /// The CSI driver that serves it (`spec.csi.driver`), if it is a CSI volume.
+    /// The CSI driver that serves it (`spec.csi.driver`, or an in-tree source's migrated
+    /// driver).
     driver: Option<String>,
     alternatives: Result<Vec<Requirements>, String>,
 }
@@ -100,7 +149,8 @@ struct Volume {
 #[derive(Debug)]
 struct Class {
     immediate: bool,
-    /// `provisioner`: the driver of the volumes it creates.
+    /// The CSI driver of the volumes it creates: its `provisioner`, an in-tree plugin's
+    /// migrated to its CSI driver.
     provisioner: String,
     alternatives: Result<Vec<Requirements>, String>,
 }
@@ -163,10 +213,7 @@ impl VolumeIndex {
                 Volume {
                     deleting: v.metadata.deletion_timestamp.is_some(),
                     on_node_disk: spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some()),
-                    driver: spec
-                        .and_then(|s| s.csi.as_ref())
-                        .map(|c| c.driver.clone())
-                        .filter(|d| !d.is_empty()),
+                    driver: spec.and_then(volume_driver),
                     alternatives: volume_alternatives(name, terms)
                         .map(|alts| with_labels(alts, labelled)),
                 },
@@ -180,7 +227,7 @@ impl VolumeIndex {
                 name.clone(),
                 Class {
                     immediate: c.volume_binding_mode.as_deref() == Some("Immediate"),
-                    provisioner: c.provisioner.clone(),
+                    provisioner: csi_driver(&c.provisioner).to_string(),
                     alternatives: class_alternatives(name, c),
                 },
             );
@@ -215,8 +262,9 @@ impl VolumeIndex {
     /// The volumes a pod in `namespace` using `claims` attaches to its node, as Karpenter
     /// counts them (`volumeusage.go`): one per claim, identified as `namespace/claim`, by
     /// the driver of the volume it is bound to (`spec.csi.driver`), else by its
-    /// StorageClass's provisioner. A claim whose driver cannot be read (not found, an
-    /// in-tree volume, no class) counts for no driver.
+    /// StorageClass's provisioner; an in-tree plugin counts as the CSI driver it migrated to
+    /// ([`MIGRATED_PLUGINS`]), as kube-scheduler counts it. A claim whose driver cannot be
+    /// read (not found, no class) counts for no driver.
     pub fn attachments(&self, namespace: &str, claims: &[String]) -> Vec<AttachedVolume> {
         claims
             .iter()

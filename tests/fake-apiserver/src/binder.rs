@@ -17,7 +17,8 @@
 //! volume's zone and region labels allow the node's (`VolumeZone`); a node whose CSINode
 //! gives a driver an attach count takes no pod that would attach more distinct claims of that
 //! driver than the count (`NodeVolumeLimits`: a claim's driver is its bound volume's
-//! `spec.csi.driver`, else its StorageClass's provisioner). Pod groups
+//! `spec.csi.driver`, else its StorageClass's provisioner; the AWS, GCE and Azure disk
+//! in-tree plugins count as their CSI drivers). Pod groups
 //! bind all or nothing (`binder/gangs.rs`).
 //! Not modelled: pod (anti-)affinity, topology spread, preemption, host ports, creating the
 //! volume of an unbound claim, scheduling gates other than "has any gate".
@@ -401,8 +402,28 @@ fn volume_needs(state: &State, pod: &Value) -> Result<VolumeNeeds, String> {
     Ok(out)
 }
 
-/// The CSI driver of a claim: its bound volume's `spec.csi.driver`, else its StorageClass's
-/// provisioner.
+/// In-tree volume sources and provisioners, each with the CSI driver kube-scheduler counts it
+/// against since CSI migration: (PersistentVolume source field, provisioner, driver).
+const MIGRATED: [(&str, &str, &str); 3] = [
+    (
+        "awsElasticBlockStore",
+        "kubernetes.io/aws-ebs",
+        "ebs.csi.aws.com",
+    ),
+    (
+        "gcePersistentDisk",
+        "kubernetes.io/gce-pd",
+        "pd.csi.storage.gke.io",
+    ),
+    (
+        "azureDisk",
+        "kubernetes.io/azure-disk",
+        "disk.csi.azure.com",
+    ),
+];
+
+/// The CSI driver of a claim: its bound volume's `spec.csi.driver` (an in-tree source's
+/// migrated driver), else its StorageClass's provisioner (likewise migrated).
 fn claim_driver(state: &State, pvc: &Value) -> Option<String> {
     fn text(v: Option<&Value>) -> Option<&str> {
         v.and_then(Value::as_str).filter(|s| !s.is_empty())
@@ -410,13 +431,22 @@ fn claim_driver(state: &State, pvc: &Value) -> Option<String> {
     let from_volume = text(pvc.pointer("/spec/volumeName")).and_then(|pv| {
         let def = state.def("", "persistentvolumes")?;
         let pv = state.get(&def, "", pv).ok()?;
-        text(pv.pointer("/spec/csi/driver")).map(str::to_string)
+        text(pv.pointer("/spec/csi/driver"))
+            .or_else(|| {
+                MIGRATED
+                    .iter()
+                    .find(|(field, _, _)| pv["spec"].get(*field).is_some())
+                    .map(|(_, _, driver)| *driver)
+            })
+            .map(str::to_string)
     });
     from_volume.or_else(|| {
         let class = text(pvc.pointer("/spec/storageClassName"))?;
         let def = state.def("storage.k8s.io", "storageclasses")?;
         let sc = state.get(&def, "", class).ok()?;
-        text(sc.get("provisioner")).map(str::to_string)
+        let provisioner = text(sc.get("provisioner"))?;
+        let migrated = MIGRATED.iter().find(|(_, p, _)| *p == provisioner);
+        Some(migrated.map_or(provisioner, |(_, _, d)| d).to_string())
     })
 }
 

@@ -367,7 +367,7 @@ fn trim_volume_claim(c: &mut PersistentVolumeClaim) {
 
 /// What volume topology and volume limits do not read of a volume: everything but its node
 /// affinity, its zone and region labels, whether it is on a node's own disk (`local`,
-/// `hostPath`) and its CSI driver.
+/// `hostPath`) and its CSI driver or in-tree source (which names the driver it migrated to).
 fn trim_volume(v: &mut PersistentVolume) {
     if let Some(l) = v.metadata.labels.as_mut() {
         l.retain(|k, _| crate::controller::volumes::ZONE_LABELS.contains(&k.as_str()));
@@ -385,6 +385,13 @@ fn trim_volume(v: &mut PersistentVolume) {
                     driver: c.driver,
                     ..Default::default()
                 }),
+            aws_elastic_block_store: s.aws_elastic_block_store.take(),
+            gce_persistent_disk: s.gce_persistent_disk.take(),
+            azure_disk: s.azure_disk.take(),
+            azure_file: s.azure_file.take(),
+            cinder: s.cinder.take(),
+            vsphere_volume: s.vsphere_volume.take(),
+            portworx_volume: s.portworx_volume.take(),
             ..Default::default()
         };
     }

@@ -402,7 +402,9 @@ fn zone_labels_narrow_every_node_affinity_term_and_an_unparsable_value_is_ignore
 }
 
 /// Karpenter's driver resolution (`volumeusage.go`): the bound volume's CSI driver first,
-/// else the claim's StorageClass's provisioner; a claim with neither counts for no driver.
+/// else the claim's StorageClass's provisioner; an in-tree volume or provisioner counts as
+/// the CSI driver it migrated to, as kube-scheduler counts it; a claim with neither counts
+/// for no driver.
 #[test]
 fn a_claims_driver_is_its_volumes_then_its_classes() {
     let mut csi = volume("pv-csi", vec![]);
@@ -411,25 +413,39 @@ fn a_claims_driver_is_its_volumes_then_its_classes() {
         volume_handle: "disk-1".into(),
         ..Default::default()
     });
-    let in_tree = volume("pv-old", vec![]);
+    let mut in_tree = volume("pv-ebs", vec![]);
+    in_tree.spec.as_mut().unwrap().aws_elastic_block_store = Some(
+        k8s_openapi::api::core::v1::AWSElasticBlockStoreVolumeSource {
+            volume_id: "vol-1".into(),
+            ..Default::default()
+        },
+    );
+    // Neither a CSI nor an in-tree source it knows (NFS): the class decides.
+    let other = volume("pv-nfs", vec![]);
+    let mut gce = class("standard", "WaitForFirstConsumer", &[]);
+    gce.provisioner = "kubernetes.io/gce-pd".into();
     let ix = index(
         vec![
             claim("on-csi", Some("pv-csi"), Some("gp3")),
-            claim("in-tree", Some("pv-old"), Some("gp3")),
+            claim("on-ebs", Some("pv-ebs"), Some("standard")),
+            claim("on-nfs", Some("pv-nfs"), Some("gp3")),
             claim("dynamic", None, Some("gp3")),
+            claim("migrated", None, Some("standard")),
             claim("classless", None, None),
             claim("unknown-class", None, Some("nope")),
         ],
-        vec![csi, in_tree],
-        vec![class("gp3", "WaitForFirstConsumer", &[])],
+        vec![csi, in_tree, other],
+        vec![class("gp3", "WaitForFirstConsumer", &[]), gce],
     );
     let names = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let got = ix.attachments(
         "ns",
         &names(&[
             "on-csi",
-            "in-tree",
+            "on-ebs",
+            "on-nfs",
             "dynamic",
+            "migrated",
             "classless",
             "unknown-class",
             "missing",
@@ -443,11 +459,14 @@ fn a_claims_driver_is_its_volumes_then_its_classes() {
         got,
         [
             ("pd.csi.storage.gke.io", "ns/on-csi"),
-            // An in-tree volume names no CSI driver: its claim's class does.
-            ("ebs.csi.aws.com", "ns/in-tree"),
+            ("ebs.csi.aws.com", "ns/on-ebs"),
+            ("ebs.csi.aws.com", "ns/on-nfs"),
             ("ebs.csi.aws.com", "ns/dynamic"),
+            ("pd.csi.storage.gke.io", "ns/migrated"),
         ]
     );
+    assert_eq!(csi_driver("kubernetes.io/azure-disk"), "disk.csi.azure.com");
+    assert_eq!(csi_driver("example.com/nas"), "example.com/nas");
 }
 
 /// A CSINode's counts are the node's limits; a driver published without `allocatable`, or

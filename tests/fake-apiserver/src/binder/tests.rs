@@ -582,3 +582,61 @@ fn a_csinode_count_caps_the_distinct_claims_of_its_driver_on_the_node() {
     pass(&mut st);
     assert_eq!(placed(&st, "p2"), Ok("a".to_string()));
 }
+
+#[test]
+fn in_tree_volumes_count_against_the_csi_driver_they_migrated_to() {
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "a", json!({}));
+    let csi = st.def("storage.k8s.io", "csinodes").unwrap();
+    st.create(
+        &csi,
+        "",
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "a"},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-a",
+                "allocatable": {"count": 1}}]}}),
+        &WriteOpts::default(),
+    )
+    .unwrap();
+    let pv = st.def("", "persistentvolumes").unwrap();
+    st.create(
+        &pv,
+        "",
+        json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-old"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "awsElasticBlockStore": {"volumeID": "vol-1"}}}),
+        &WriteOpts::default(),
+    )
+    .unwrap();
+    let sc = st.def("storage.k8s.io", "storageclasses").unwrap();
+    st.create(
+        &sc,
+        "",
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "gp2"}, "provisioner": "kubernetes.io/aws-ebs"}),
+        &WriteOpts::default(),
+    )
+    .unwrap();
+    let pvc = st.def("", "persistentvolumeclaims").unwrap();
+    for (claim, volume) in [("legacy", Some("pv-old")), ("fresh", None)] {
+        let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim},
+            "spec": {"storageClassName": "gp2", "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}}});
+        if let Some(v) = volume {
+            c["spec"]["volumeName"] = json!(v);
+        }
+        st.create(&pvc, "default", c, &WriteOpts::default())
+            .unwrap();
+    }
+    let pods = st.def("", "pods").unwrap();
+    for (name, claim) in [("old", "legacy"), ("new", "fresh")] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "x"}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}});
+        st.create(&pods, "default", pod, &WriteOpts::default())
+            .unwrap();
+    }
+    pass(&mut st);
+    assert_eq!(placed(&st, "old"), Ok("a".to_string()));
+    unschedulable(&st, "new", "1 node(s) exceed max volume count");
+}
