@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use crate::labels;
-use crate::model::{Pod, PodAffinityTerm, PodShape, Snapshot, TopologySpread};
+use crate::model::{PodAffinityTerm, PodShape, Snapshot, TopologySpread};
 use crate::requirements::{Constraint, NodeSelector, Requirements, ValueSet};
 
 /// Zone name to zone ID, as the snapshot's offerings give it.
