@@ -204,7 +204,12 @@ impl ClusterRead {
                 claims: list_all(Api::all(client.clone()), "PersistentVolumeClaims").await?,
                 volumes: list_all(Api::all(client.clone()), "PersistentVolumes").await?,
                 classes: list_all(Api::all(client.clone()), "StorageClasses").await?,
-                csi_nodes: list_all(Api::all(client.clone()), "CSINodes").await?,
+                // As the controller reads them: optional, so a role without them (or an
+                // API server without them) costs the attach limits only.
+                csi_nodes: match list_all(Api::all(client.clone()), "CSINodes").await {
+                    Err(e) if matches!(e.status(), Some(403 | 404)) => Vec::new(),
+                    other => other?,
+                },
             },
             ignore_preferences: false,
             min_values_policy: Default::default(),
