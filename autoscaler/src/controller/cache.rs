@@ -78,7 +78,7 @@ pub struct CachedPod {
     pub group: Option<Box<super::gangs::Gang>>,
     /// The PersistentVolumeClaims its volumes use ([`super::volumes::claim_names`]): kept
     /// per pod, since replicas that share a translation each have their own claims.
-    pub volume_claims: Vec<String>,
+    pub volume_claims: super::volumes::PodClaims,
     /// `spec.terminationGracePeriodSeconds`, as the API server defaulted it (`None` only
     /// where no server did): how early a drain with a deadline deletes the pod.
     pub grace_s: Option<i64>,

@@ -241,10 +241,12 @@ impl VolumeShapes {
         if !p.volume_claims.is_empty() && !volumes.is_empty() {
             self.narrow(
                 &mut c,
-                volumes.for_bound(&p.key.namespace, &p.volume_claims),
+                // A generic ephemeral volume's claim goes with the pod: moved, the pod gets
+                // a new one wherever it lands, as Karpenter reads it.
+                volumes.for_bound(&p.key.namespace, p.volume_claims.persistent()),
             );
             if volumes.any_limits() {
-                c.volumes = volumes.attachments(&p.key.namespace, &p.volume_claims);
+                c.volumes = volumes.attachments(&p.key.namespace, p.volume_claims.all());
             }
         }
         Some(c)
@@ -439,7 +441,10 @@ impl SnapshotBuilder {
                     continue;
                 }
                 if !p.volume_claims.is_empty() {
-                    match inputs.volumes.for_pending(&key.namespace, &p.volume_claims) {
+                    match inputs
+                        .volumes
+                        .for_pending(&key.namespace, p.volume_claims.all())
+                    {
                         Ok(alternatives) => volume_shapes.narrow(&mut core, alternatives),
                         Err(why) => {
                             out.refused.push((key.clone(), format!("waiting: {why}")));
@@ -448,7 +453,9 @@ impl SnapshotBuilder {
                     }
                     // Counted only where some node limits a driver (CSINode).
                     if inputs.volumes.any_limits() {
-                        core.volumes = inputs.volumes.attachments(&key.namespace, &p.volume_claims);
+                        core.volumes = inputs
+                            .volumes
+                            .attachments(&key.namespace, p.volume_claims.all());
                     }
                 }
                 if let Some(g) = &p.group {

@@ -24,6 +24,9 @@
 //! are counted by driver ([`VolumeIndex::attachments`]); the planner keeps a node's distinct
 //! claims of a driver within its count (`autoscaler_core::model::Node::volume_limits`).
 //!
+//! A running pod's generic ephemeral volumes do not tie it for disruption
+//! ([`PodClaims::persistent`]): their claims go with the pod, as Karpenter reads them.
+//!
 //! The hostname term of a `local` or `hostPath` volume is dropped for a pending pod, as
 //! Karpenter drops it (the pod is to be placed afresh); for a pod already running, which
 //! disruption might move, it is kept, so a pod whose data lives on its node's disk is never
@@ -95,19 +98,47 @@ fn volume_driver(spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec) -> Opt
 /// cross product the size of the powers of its terms.
 pub const MAX_ALTERNATIVES: usize = 64;
 
-/// The claims a pod's volumes use: each `persistentVolumeClaim.claimName`, and for a generic
-/// ephemeral volume the claim Kubernetes creates for it, `<pod name>-<volume name>`.
-pub fn claim_names(p: &Pod) -> Vec<String> {
+/// The claims a pod's volumes use: each `persistentVolumeClaim.claimName`, then for each
+/// generic ephemeral volume the claim Kubernetes creates for it, `<pod name>-<volume name>`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodClaims {
+    names: Vec<String>,
+    /// How many of `names`, from the first, are `persistentVolumeClaim` volumes.
+    persistent: usize,
+}
+
+impl PodClaims {
+    /// Every claim, the pod's own first.
+    pub fn all(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The claims that outlive the pod (`persistentVolumeClaim`): a generic ephemeral
+    /// volume's claim is deleted with its pod, and a pod moved elsewhere gets a new one.
+    pub fn persistent(&self) -> &[String] {
+        &self.names[..self.persistent]
+    }
+
+    /// Whether the pod uses no claim.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// The claims `p`'s volumes use ([`PodClaims`]).
+pub fn claim_names(p: &Pod) -> PodClaims {
     let pod_name = p.metadata.name.as_deref().unwrap_or_default();
-    p.spec
-        .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| match (&v.persistent_volume_claim, &v.ephemeral) {
-            (Some(c), _) => Some(c.claim_name.clone()),
-            (None, Some(_)) => Some(format!("{pod_name}-{}", v.name)),
-            (None, None) => None,
-        })
-        .collect()
+    let volumes = || p.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+    let mut names: Vec<String> = volumes()
+        .filter_map(|v| Some(v.persistent_volume_claim.as_ref()?.claim_name.clone()))
+        .collect();
+    let persistent = names.len();
+    names.extend(
+        volumes()
+            .filter(|v| v.persistent_volume_claim.is_none() && v.ephemeral.is_some())
+            .map(|v| format!("{pod_name}-{}", v.name)),
+    );
+    PodClaims { names, persistent }
 }
 
 /// The storage objects of one planning round.
@@ -366,8 +397,9 @@ impl VolumeIndex {
         Ok(combine(&per_volume))
     }
 
-    /// Where a running pod in `namespace` using `claims` may be moved: the alternatives its
-    /// bound volumes allow, hostname terms kept. A claim or volume that cannot be read adds
+    /// Where a running pod in `namespace` using `claims` (its persistent ones,
+    /// [`PodClaims::persistent`]) may be moved: the alternatives its bound volumes allow,
+    /// hostname terms kept. A claim or volume that cannot be read adds
     /// nothing (the pod runs; its volume is attached where it is).
     pub fn for_bound(&self, namespace: &str, claims: &[String]) -> Vec<Requirements> {
         let per_volume: Vec<Vec<Requirements>> = claims

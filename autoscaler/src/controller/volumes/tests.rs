@@ -294,7 +294,9 @@ fn claim_names_cover_claims_and_generic_ephemeral_volumes() {
         }),
         status: None,
     };
-    assert_eq!(claim_names(&pod), vec!["data-web-0", "web-0-scratch"]);
+    let claims = claim_names(&pod);
+    assert_eq!(claims.all(), ["data-web-0", "web-0-scratch"]);
+    assert_eq!(claims.persistent(), ["data-web-0"]);
 }
 
 #[test]

@@ -131,6 +131,32 @@ fn volumes_narrow_pending_pods_and_keep_a_running_pod_where_its_volume_is() {
     };
     assert!(removes(&blind), "without volumes db fits on the spare node");
     assert!(!removes(&seeing), "db's volume is in zone a");
+    // The same volume as db's generic ephemeral volume (its claim `db-scratch`, named
+    // `<pod>-<volume>`): deleted with the pod, so it does not hold db in zone a.
+    let ephemeral = VolumeIndex::new(&VolumeObjects {
+        claims: vec![claim("db-scratch", "pv-db")],
+        volumes: vec![volume("pv-db", "us-east-1a")],
+        ..Default::default()
+    });
+    let mut pods = pods.clone();
+    pods[0] = pod_json(
+        "default",
+        "db",
+        "db",
+        Some("managed"),
+        "200m",
+        json!({"volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate":
+            {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]}),
+    );
+    let scratch = Inputs {
+        pods: &pods,
+        volumes: &ephemeral,
+        ..blind
+    };
+    assert!(
+        removes(&scratch),
+        "an ephemeral volume's claim goes with its pod"
+    );
 }
 
 /// Karpenter's "Volume Topology Requirements" cases (`pkg/controllers/provisioning/suite_test.go`):
