@@ -339,6 +339,47 @@ fn zones_match(zones: &[(String, Vec<String>)], node: &Value) -> bool {
     })
 }
 
+/// The claims `pod`'s volumes use: each `persistentVolumeClaim`, and a generic ephemeral
+/// volume's `<pod>-<volume>`.
+fn pod_claims(pod: &Value) -> Vec<String> {
+    pod.pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            match (
+                v.pointer("/persistentVolumeClaim/claimName")
+                    .and_then(Value::as_str),
+                v.get("ephemeral"),
+            ) {
+                (Some(c), _) => Some(c.to_string()),
+                (None, Some(_)) => Some(format!(
+                    "{}-{}",
+                    meta_str(pod, "name"),
+                    v["name"].as_str().unwrap_or_default()
+                )),
+                (None, None) => None,
+            }
+        })
+        .collect()
+}
+
+/// The (driver, `namespace/claim`) of each claim a bound pod uses whose driver is known; a
+/// claim gone since does not stop the others from counting.
+fn attached_claims(state: &State, pod: &Value) -> Vec<(String, String)> {
+    let ns = meta_str(pod, "namespace");
+    let Some(claims_def) = state.def("", "persistentvolumeclaims") else {
+        return Vec::new();
+    };
+    pod_claims(pod)
+        .into_iter()
+        .filter_map(|claim| {
+            let pvc = state.get(&claims_def, ns, &claim).ok()?;
+            Some((claim_driver(state, &pvc)?, format!("{ns}/{claim}")))
+        })
+        .collect()
+}
+
 /// What every PersistentVolume `pod`'s claims are bound to asks of a node (a generic
 /// ephemeral volume's claim is `<pod>-<volume>`), or why the pod cannot be scheduled at all,
 /// in kube-scheduler's words.
@@ -351,31 +392,10 @@ fn volume_needs(state: &State, pod: &Value) -> Result<VolumeNeeds, String> {
         return Ok(VolumeNeeds::default());
     };
     let mut out = VolumeNeeds::default();
-    for v in pod
-        .pointer("/spec/volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let claim = match (
-            v.pointer("/persistentVolumeClaim/claimName")
-                .and_then(Value::as_str),
-            v.get("ephemeral"),
-        ) {
-            (Some(c), _) => c.to_string(),
-            (None, Some(_)) => format!(
-                "{}-{}",
-                meta_str(pod, "name"),
-                v["name"].as_str().unwrap_or_default()
-            ),
-            (None, None) => continue,
-        };
+    for claim in pod_claims(pod) {
         let pvc = state
             .get(&claims_def, ns, &claim)
             .map_err(|_| format!("persistentvolumeclaim \"{claim}\" not found"))?;
-        if let Some(driver) = claim_driver(state, &pvc) {
-            out.attach.push((driver, format!("{ns}/{claim}")));
-        }
         let Some(pv_name) = pvc
             .pointer("/spec/volumeName")
             .and_then(Value::as_str)
@@ -399,6 +419,7 @@ fn volume_needs(state: &State, pod: &Value) -> Result<VolumeNeeds, String> {
         }
         out.zones.extend(volume_zones(&pv));
     }
+    out.attach = attached_claims(state, pod);
     Ok(out)
 }
 
@@ -761,10 +782,9 @@ pub(crate) fn schedule_pass(state: &mut State, opts: &BinderOptions) -> usize {
             if !terminal(p)
                 && let Some(&i) = index.get(node)
             {
-                if !views[i].attach.is_empty()
-                    && let Ok(v) = volume_needs(state, p)
-                {
-                    views[i].attach(&v.attach);
+                if !views[i].attach.is_empty() {
+                    let claims = attached_claims(state, p);
+                    views[i].attach(&claims);
                 }
                 let uid = uid_of(p);
                 let ask = memory.ask(&uid, p);
