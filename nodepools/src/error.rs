@@ -12,6 +12,9 @@ pub struct FieldError {
     pub path: String,
     /// What is wrong, in words.
     pub message: String,
+    /// The message of the CRD's CEL rule this problem restates, when the controller's own
+    /// check repeats one: `validate`, which runs both, reports the problem once.
+    pub restates: Option<&'static str>,
 }
 
 impl fmt::Display for FieldError {
@@ -50,7 +53,22 @@ impl ValidationErrors {
         self.errors.push(FieldError {
             path: path.to_string(),
             message: message.to_string(),
+            restates: None,
         });
+    }
+
+    /// Records a problem at `path` that restates the CRD's CEL rule whose message is `rule`
+    /// (the controller checks it too, for objects the API server did not check).
+    pub(crate) fn push_restating(
+        &mut self,
+        path: &FieldPath,
+        message: impl fmt::Display,
+        rule: &'static str,
+    ) {
+        self.push(path, message);
+        if let Some(e) = self.errors.last_mut() {
+            e.restates = Some(rule);
+        }
     }
 
     /// `Ok(value)` when nothing was recorded, otherwise `Err(self)`.

@@ -58,6 +58,7 @@ fn problem(path: impl Into<String>, message: impl Into<String>) -> FieldError {
     FieldError {
         path: path.into(),
         message: message.into(),
+        restates: None,
     }
 }
 
@@ -168,13 +169,22 @@ impl Linter {
             }
         }
         // The controller's validation and the catalog repeat some of the schema's checks and
-        // each other's: a field already refused is reported once.
+        // each other's: a field already refused is reported once. A controller check that
+        // restates a CEL rule the object broke is left to the rule's words, at its path or
+        // the field within it.
+        let within = |p: &FieldError, s: &FieldError| {
+            p.path
+                .strip_prefix(&s.path)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+        };
         for p in more {
-            let covered = problems[..by_schema].iter().any(|s| {
-                p.path
-                    .strip_prefix(&s.path)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
-            }) || problems.iter().any(|q| q.path == p.path);
+            let covered = problems[..by_schema].iter().any(|s| within(&p, s))
+                || problems.iter().any(|q| q.path == p.path)
+                || p.restates.is_some_and(|rule| {
+                    problems[by_schema..]
+                        .iter()
+                        .any(|q| q.message == rule && within(&p, q))
+                });
             if !covered {
                 problems.push(p);
             }

@@ -96,6 +96,7 @@ fn push(out: &mut Vec<FieldError>, path: &str, message: String) {
             path.to_string()
         },
         message,
+        restates: None,
     });
 }
 

@@ -23,8 +23,8 @@ use regex::Regex;
 use super::common::{NodeSelectorRequirement, Taint};
 use super::nodeclaim::{NodeClaim, NodeClaimSpec};
 use super::nodepool::{
-    BUDGET_DURATION_PATTERN, BudgetSpec, DisruptionSpec, DraSpec, GpuSharingSpec, NodePool,
-    NodePoolTemplate,
+    BUDGET_DURATION_PATTERN, BUDGET_WINDOW_RULE, BudgetSpec, DisruptionSpec, DraSpec,
+    GpuSharingSpec, NodePool, NodePoolTemplate,
 };
 use crate::duration::{self, Duration};
 use crate::error::{FieldPath, ValidationErrors};
@@ -810,13 +810,15 @@ fn parse_budget_window(
         }
     });
     match (&b.schedule, &b.duration) {
-        (Some(_), None) => errs.push(
+        (Some(_), None) => errs.push_restating(
             &path.field("schedule"),
             "set without duration: a scheduled budget needs both",
+            BUDGET_WINDOW_RULE,
         ),
-        (None, Some(_)) => errs.push(
+        (None, Some(_)) => errs.push_restating(
             &duration_path,
             "set without schedule: a scheduled budget needs both",
+            BUDGET_WINDOW_RULE,
         ),
         _ => {}
     }

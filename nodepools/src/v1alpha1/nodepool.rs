@@ -417,13 +417,17 @@ pub const BUDGET_DURATION_PATTERN: &str = "^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s
 pub const BUDGET_SCHEDULE_PATTERN: &str =
     r"^\s*(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|\S+(\s+\S+){4})\s*$";
 
+/// The message of the CRD's rule that a budget sets `schedule` and `duration` together
+/// (Karpenter's words); the controller's own check of it restates it.
+pub const BUDGET_WINDOW_RULE: &str = "'schedule' must be set with 'duration'";
+
 /// One disruption budget.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
         "rule": "has(self.schedule) == has(self.duration)",
-        "message": "'schedule' must be set with 'duration'",
+        "message": BUDGET_WINDOW_RULE,
     },
 ]))]
 pub struct BudgetSpec {
