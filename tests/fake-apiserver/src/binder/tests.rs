@@ -74,6 +74,69 @@ fn unschedulable(st: &State, name: &str, says: &str) {
     }
 }
 
+/// Creates `object` of `group`/`plural` in `ns` (empty for cluster-scoped kinds).
+fn add(st: &mut State, group: &str, plural: &str, ns: &str, object: Value) {
+    let def = st.def(group, plural).unwrap();
+    st.create(&def, ns, object, &WriteOpts::default()).unwrap();
+}
+
+/// A claim of `default` asking `class` for 1Gi, bound to `volume` if given.
+fn add_claim(st: &mut State, name: &str, class: Option<&str>, volume: Option<&str>) {
+    let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}}});
+    if let Some(v) = volume {
+        c["spec"]["volumeName"] = json!(v);
+    }
+    if let Some(k) = class {
+        c["spec"]["storageClassName"] = json!(k);
+    }
+    add(st, "", "persistentvolumeclaims", "default", c);
+}
+
+/// A pending pod of `default` whose one volume is `claim`.
+fn add_claim_pod(st: &mut State, name: &str, claim: &str) {
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "x"}],
+            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}});
+    add(st, "", "pods", "default", pod);
+}
+
+/// Node `node`'s CSINode: each driver with its attach count, if any.
+fn add_csinode(st: &mut State, node: &str, drivers: &[(&str, Option<u32>)]) {
+    let drivers: Vec<Value> = drivers
+        .iter()
+        .map(|(name, count)| {
+            let mut d = json!({"name": name, "nodeID": format!("i-{node}")});
+            if let Some(n) = count {
+                d["allocatable"] = json!({"count": n});
+            }
+            d
+        })
+        .collect();
+    add(
+        st,
+        "storage.k8s.io",
+        "csinodes",
+        "",
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": node},
+            "spec": {"drivers": drivers}}),
+    );
+}
+
+/// A StorageClass named `name` whose volumes `provisioner` creates.
+fn add_class(st: &mut State, name: &str, provisioner: &str) {
+    add(
+        st,
+        "storage.k8s.io",
+        "storageclasses",
+        "",
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name}, "provisioner": provisioner}),
+    );
+}
+
 #[test]
 fn least_allocated_picks_the_emptiest_node_and_first_fit_the_first_by_name() {
     let mut st = State::new(1000, 16, false);
@@ -459,37 +522,20 @@ fn a_bound_volume_keeps_its_pod_to_the_nodes_its_affinity_names() {
         &WriteOpts::default(),
     )
     .unwrap();
-    let pvc = st.def("", "persistentvolumeclaims").unwrap();
     for (claim, volume, class) in [
         ("data", Some("pv-b"), None),
         ("fresh", None, None),
         ("first-use", None, Some("late")),
     ] {
-        let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim},
-            "spec": {"accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}}}});
-        if let Some(v) = volume {
-            c["spec"]["volumeName"] = json!(v);
-        }
-        if let Some(k) = class {
-            c["spec"]["storageClassName"] = json!(k);
-        }
-        st.create(&pvc, "default", c, &WriteOpts::default())
-            .unwrap();
+        add_claim(&mut st, claim, class, volume);
     }
-    let pods = st.def("", "pods").unwrap();
     for (name, claim) in [
         ("bound", "data"),
         ("unbound", "fresh"),
         ("lost", "gone"),
         ("late", "first-use"),
     ] {
-        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "x"}],
-                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}});
-        st.create(&pods, "default", pod, &WriteOpts::default())
-            .unwrap();
+        add_claim_pod(&mut st, name, claim);
     }
     pass(&mut st);
     // First fit by name would take node a; the volume lives in zone b.
@@ -502,12 +548,7 @@ fn a_bound_volume_keeps_its_pod_to_the_nodes_its_affinity_names() {
     let def = st.def("", "nodes").unwrap();
     st.delete(&def, "", "b", &Value::Null, &WriteOpts::default())
         .unwrap();
-    let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "second"},
-        "spec": {"containers": [{"name": "c", "image": "x"}],
-            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]}});
-    p["metadata"]["namespace"] = json!("default");
-    st.create(&pods, "default", p, &WriteOpts::default())
-        .unwrap();
+    add_claim_pod(&mut st, "second", "data");
     pass(&mut st);
     unschedulable(&st, "second", "1 node(s) had volume node affinity conflict");
 }
@@ -516,47 +557,21 @@ fn a_bound_volume_keeps_its_pod_to_the_nodes_its_affinity_names() {
 fn a_csinode_count_caps_the_distinct_claims_of_its_driver_on_the_node() {
     let mut st = State::new(1000, 16, false);
     add_node(&mut st, "a", json!({}));
-    let csi = st.def("storage.k8s.io", "csinodes").unwrap();
-    st.create(
-        &csi,
-        "",
-        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "a"},
-            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-a",
-                "allocatable": {"count": 2}},
-                {"name": "efs.csi.aws.com", "nodeID": "i-a"}]}}),
-        &WriteOpts::default(),
-    )
-    .unwrap();
-    let sc = st.def("storage.k8s.io", "storageclasses").unwrap();
-    for (name, provisioner) in [("ebs", "ebs.csi.aws.com"), ("efs", "efs.csi.aws.com")] {
-        st.create(
-            &sc,
-            "",
-            json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-                "metadata": {"name": name}, "provisioner": provisioner}),
-            &WriteOpts::default(),
-        )
-        .unwrap();
-    }
-    let pvc = st.def("", "persistentvolumeclaims").unwrap();
+    add_csinode(
+        &mut st,
+        "a",
+        &[("ebs.csi.aws.com", Some(2)), ("efs.csi.aws.com", None)],
+    );
+    add_class(&mut st, "ebs", "ebs.csi.aws.com");
+    add_class(&mut st, "efs", "efs.csi.aws.com");
     for (claim, class) in [
         ("d0", "ebs"),
         ("d1", "ebs"),
         ("d2", "ebs"),
         ("shared", "efs"),
     ] {
-        st.create(
-            &pvc,
-            "default",
-            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": {"name": claim},
-                "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "1Gi"}}}}),
-            &WriteOpts::default(),
-        )
-        .unwrap();
+        add_claim(&mut st, claim, Some(class), None);
     }
-    let pods = st.def("", "pods").unwrap();
     for (name, claim) in [
         ("p0", "d0"),
         ("p1", "d1"),
@@ -564,11 +579,7 @@ fn a_csinode_count_caps_the_distinct_claims_of_its_driver_on_the_node() {
         ("p2", "d2"),
         ("files", "shared"),
     ] {
-        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "x"}],
-                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}});
-        st.create(&pods, "default", pod, &WriteOpts::default())
-            .unwrap();
+        add_claim_pod(&mut st, name, claim);
     }
     pass(&mut st);
     for name in ["p0", "p1", "again", "files"] {
@@ -587,55 +598,21 @@ fn a_csinode_count_caps_the_distinct_claims_of_its_driver_on_the_node() {
 fn in_tree_volumes_count_against_the_csi_driver_they_migrated_to() {
     let mut st = State::new(1000, 16, false);
     add_node(&mut st, "a", json!({}));
-    let csi = st.def("storage.k8s.io", "csinodes").unwrap();
-    st.create(
-        &csi,
+    add_csinode(&mut st, "a", &[("ebs.csi.aws.com", Some(1))]);
+    add(
+        &mut st,
         "",
-        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": "a"},
-            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-a",
-                "allocatable": {"count": 1}}]}}),
-        &WriteOpts::default(),
-    )
-    .unwrap();
-    let pv = st.def("", "persistentvolumes").unwrap();
-    st.create(
-        &pv,
+        "persistentvolumes",
         "",
         json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-old"},
             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
                 "awsElasticBlockStore": {"volumeID": "vol-1"}}}),
-        &WriteOpts::default(),
-    )
-    .unwrap();
-    let sc = st.def("storage.k8s.io", "storageclasses").unwrap();
-    st.create(
-        &sc,
-        "",
-        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": "gp2"}, "provisioner": "kubernetes.io/aws-ebs"}),
-        &WriteOpts::default(),
-    )
-    .unwrap();
-    let pvc = st.def("", "persistentvolumeclaims").unwrap();
-    for (claim, volume) in [("legacy", Some("pv-old")), ("fresh", None)] {
-        let mut c = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim},
-            "spec": {"storageClassName": "gp2", "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}}}});
-        if let Some(v) = volume {
-            c["spec"]["volumeName"] = json!(v);
-        }
-        st.create(&pvc, "default", c, &WriteOpts::default())
-            .unwrap();
-    }
-    let pods = st.def("", "pods").unwrap();
-    for (name, claim) in [("old", "legacy"), ("new", "fresh")] {
-        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "x"}],
-                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]}});
-        st.create(&pods, "default", pod, &WriteOpts::default())
-            .unwrap();
-    }
+    );
+    add_class(&mut st, "gp2", "kubernetes.io/aws-ebs");
+    add_claim(&mut st, "legacy", Some("gp2"), Some("pv-old"));
+    add_claim(&mut st, "fresh", Some("gp2"), None);
+    add_claim_pod(&mut st, "old", "legacy");
+    add_claim_pod(&mut st, "new", "fresh");
     pass(&mut st);
     assert_eq!(placed(&st, "old"), Ok("a".to_string()));
     unschedulable(&st, "new", "1 node(s) exceed max volume count");
