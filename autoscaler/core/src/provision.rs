@@ -554,6 +554,10 @@ struct Planner<'a> {
     zone_total: usize,
     /// Whether any shape has a GPU (otherwise the GPU-avoidance rule costs nothing to skip).
     any_gpu_shape: bool,
+    /// Per shape, the CSI attach counts the CSINodes of its pool's existing nodes of its
+    /// instance type give (the least seen per driver): what a new node of the shape will
+    /// allow once its driver registers. Empty when no node has a count.
+    shape_volume_limits: Vec<Option<BTreeMap<String, u32>>>,
     /// Whether any pool or node has a `PreferNoSchedule` taint.
     any_prefer_no_schedule: bool,
     /// Placing a pod a second time, now allowed onto `PreferNoSchedule` taints it does not
@@ -702,6 +706,7 @@ impl<'a> Planner<'a> {
             last_stamp: 0,
             monotone: Vec::new(),
             any_gpu_shape: false,
+            shape_volume_limits: Vec::new(),
             any_prefer_no_schedule: false,
             relaxed: false,
             zone_total: 0,

@@ -221,3 +221,48 @@ fn consolidation_does_not_move_pods_onto_a_node_at_its_volume_limit() {
         assert!(room.render().contains("nodes=[small]"), "{}", room.render());
     }
 }
+
+/// Node `n1` of pool `cpu` with EBS limited to `limit` and nothing attached, or outside any
+/// pool (no node of the pool shows its type's count).
+fn learned_from(limit: u32, in_pool: bool, pending: Vec<PodBuilder>) -> Snapshot {
+    let mut n = node("n1", &m16(), "z1").volume_limit(EBS, limit);
+    if in_pool {
+        n = n.pool("cpu");
+    }
+    let mut s = snapshot(vec![pool("cpu", vec![m16()])], pending);
+    s.nodes = vec![n.cordoned().build()];
+    s
+}
+
+#[test]
+fn new_nodes_attach_no_more_volumes_than_nodes_of_their_type_show() {
+    // The cordoned node takes nothing, but its CSINode says what an m5.4xlarge of the pool
+    // attaches: five pods with a claim each need three new nodes, not one.
+    let pending = || {
+        (0..5)
+            .map(|i| with_claim(&format!("p{i}"), EBS, &format!("default/data-p{i}")))
+            .collect::<Vec<_>>()
+    };
+    let plan = run(&learned_from(2, true, pending()));
+    assert_eq!(plan.new_claims.len(), 3, "{}", plan.render());
+    assert!(plan.new_claims.iter().all(|c| c.pods.len() <= 2));
+    // The control: a node outside the pool says nothing of the pool's nodes.
+    let plan = run(&learned_from(2, false, pending()));
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+}
+
+#[test]
+fn a_pod_with_more_volumes_than_its_node_types_attach_launches_nothing() {
+    let greedy = pod("greedy")
+        .cpu("100m")
+        .volume(EBS, "default/a")
+        .volume(EBS, "default/b")
+        .volume(EBS, "default/c");
+    let plan = run(&learned_from(2, true, vec![greedy]));
+    assert!(plan.new_claims.is_empty(), "{}", plan.render());
+    let why = &plan.unschedulable[0].reason;
+    assert!(
+        why.contains("3 volume(s) of ebs.csi.aws.com") && why.contains("at most 2"),
+        "{why}"
+    );
+}

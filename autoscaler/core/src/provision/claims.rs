@@ -376,6 +376,7 @@ impl<'a> Planner<'a> {
             .and_then(|c| c.single_value())
             .map(str::to_string);
         let min_values_relaxed = self.relaxed_min_values(pool, &cands, &reqs);
+        let volumes = self.claim_volume_room(&cands);
         let slot = Slot {
             name,
             pool: Some(pi),
@@ -387,6 +388,7 @@ impl<'a> Planner<'a> {
             target: target.0,
             target_shape: target.1,
             min_values_relaxed,
+            volumes,
             ..Slot::empty(vec![0; self.nsel()])
         };
         let padding = self.nodes_per_open(pi) - 1;
@@ -408,6 +410,7 @@ impl<'a> Planner<'a> {
             copy.counts = vec![0; self.nsel()];
             copy.sel_blocks.clear();
             copy.ports.clear();
+            copy.volumes = self.claim_volume_room(&copy.candidates);
             copy.reserved = Resources::new();
             copy.reserved_models = BTreeMap::new();
             copy.reserved_cluster = Vec::new();

@@ -163,6 +163,10 @@ impl Planner<'_> {
                     }
                     Priced::Offers { price, cands } => (*price, cands),
                 };
+                if let Some(why) = self.attaches_too_many(i, cands) {
+                    reasons.push(Reason::Text(why));
+                    continue;
+                }
                 let met = *met;
                 priced_pools.push((met, pool.weight, price));
                 // Pools compete on the price per pod of the node the claim would be sized to,
@@ -227,6 +231,35 @@ impl Planner<'_> {
                 Err(self.summarize(reasons) + &self.hints[&ci])
             }
         }
+    }
+
+    /// Why no node of `candidates` could ever run pod `i`: every one of them is known, from
+    /// the CSINodes of existing nodes of its type, to attach fewer volumes of a driver than
+    /// the pod alone uses. Launching one would leave the pod pending beside it, and launch
+    /// again at the next plan.
+    fn attaches_too_many(&self, i: usize, candidates: &[usize]) -> Option<String> {
+        let pod = &self.snap.pending[i];
+        if pod.volumes.is_empty() || self.shape_volume_limits.is_empty() {
+            return None;
+        }
+        let mut worst = None;
+        for c in candidates {
+            let Some(limits) = &self.shape_volume_limits[*c] else {
+                return None;
+            };
+            match super::volume_limits::VolumeRoom::new(limits).and_then(|room| {
+                room.over_limit(&pod.volumes)
+                    .map(|(d, n, _, k)| (d.to_string(), n, k))
+            }) {
+                None => return None,
+                Some(over) => worst = Some(over),
+            }
+        }
+        worst.map(|(driver, limit, needs)| {
+            format!(
+                "its {needs} volume(s) of {driver} are more than the node types that fit it attach (at most {limit}, their nodes' CSINodes say)"
+            )
+        })
     }
 
     /// Whether pool `pi`'s answer to a pod can be kept for its demand group: nothing in it

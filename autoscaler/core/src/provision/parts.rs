@@ -156,6 +156,7 @@ impl<'a> Planner<'a> {
             monotone: self.monotone.clone(),
             zone_total: self.zone_total,
             any_gpu_shape: self.any_gpu_shape,
+            shape_volume_limits: self.shape_volume_limits.clone(),
             any_prefer_no_schedule: self.any_prefer_no_schedule,
             relaxed: self.relaxed,
             smallest: self.smallest.clone(),

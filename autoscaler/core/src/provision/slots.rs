@@ -354,6 +354,7 @@ impl<'a> Planner<'a> {
             .enumerate()
             .map(|(i, p)| (p.name.as_str(), i))
             .collect();
+        self.learn_volume_limits(&pool_idx);
         let mut models: KeyMap<(usize, &str), Option<&str>> = KeyMap::default();
         let mut node_order: Vec<usize> = (0..snap.nodes.len()).collect();
         // Healthy nodes first, then by name: a pod takes room on a node that is up before room
@@ -567,6 +568,66 @@ impl<'a> Planner<'a> {
         self.state.cluster = cluster;
     }
 
+    /// Fills [`Planner::shape_volume_limits`] from the existing nodes' CSI attach counts, as
+    /// KEP-5030 proposes for the Cluster Autoscaler's node templates: nodes of one pool and
+    /// instance type get the same drivers and counts.
+    fn learn_volume_limits(&mut self, pool_idx: &KeyMap<&str, usize>) {
+        let mut learned: HashMap<(usize, &str), BTreeMap<String, u32>> = HashMap::new();
+        for n in self
+            .snap
+            .nodes
+            .iter()
+            .filter(|n| !n.volume_limits.is_empty())
+        {
+            let (Some(pi), Some(t)) = (
+                n.pool.as_deref().and_then(|p| pool_idx.get(p).copied()),
+                n.instance_type.as_deref(),
+            ) else {
+                continue;
+            };
+            let limits = learned.entry((pi, t)).or_default();
+            for (driver, count) in &n.volume_limits {
+                limits
+                    .entry(driver.clone())
+                    .and_modify(|c| *c = (*c).min(*count))
+                    .or_insert(*count);
+            }
+        }
+        self.shape_volume_limits = if learned.is_empty() {
+            Vec::new()
+        } else {
+            self.shapes
+                .iter()
+                .map(|s| learned.get(&(s.pool, &*s.name)).cloned())
+                .collect()
+        };
+    }
+
+    /// The volume room of a new claim that may become any of `candidates`: per driver, the
+    /// least count a candidate is known to allow (a candidate no node has shown counts for
+    /// nothing), so that whichever the claim becomes attaches what the plan puts on it.
+    pub(super) fn claim_volume_room(
+        &self,
+        candidates: &[usize],
+    ) -> Option<Box<super::volume_limits::VolumeRoom>> {
+        if self.shape_volume_limits.is_empty() {
+            return None;
+        }
+        let mut limits: BTreeMap<String, u32> = BTreeMap::new();
+        for known in candidates
+            .iter()
+            .filter_map(|c| self.shape_volume_limits[*c].as_ref())
+        {
+            for (driver, count) in known {
+                limits
+                    .entry(driver.clone())
+                    .and_modify(|c| *c = (*c).min(*count))
+                    .or_insert(*count);
+            }
+        }
+        super::volume_limits::VolumeRoom::new(&limits)
+    }
+
     /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
     pub(super) fn scan_fixed(&mut self, i: usize, start: usize) -> Option<usize> {
         (start..self.state.fixed).find(|&si| self.fits_fixed(i, si))
@@ -602,6 +663,11 @@ impl<'a> Planner<'a> {
             return (Verdict::No, None);
         }
         let pod = &self.snap.pending[i];
+        if let Some(room) = &self.state.slots[si].volumes
+            && !room.admits(&pod.volumes)
+        {
+            return (Verdict::No, None);
+        }
         // The claim's row, not the claim: many claims fail here (see `FitIndex`).
         let fits = self.fit_index.fits(i, &pod.requests, self.fit_row(si));
         debug_assert_eq!(
@@ -845,6 +911,8 @@ impl<'a> Planner<'a> {
             && pod.affinity.is_empty()
             && pod.anti_affinity.is_empty()
             && self.state.zone_blocks.is_empty()
+            // New claims count volumes when some node showed a count: each pod its own.
+            && (pod.volumes.is_empty() || self.shape_volume_limits.is_empty())
     }
 
     pub(super) fn slot_compatible(&mut self, ci: usize, si: usize) -> bool {
