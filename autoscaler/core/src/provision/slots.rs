@@ -587,10 +587,13 @@ impl<'a> Planner<'a> {
             };
             let limits = learned.entry((pi, t)).or_default();
             for (driver, count) in &n.volume_limits {
-                limits
-                    .entry(driver.clone())
-                    .and_modify(|c| *c = (*c).min(*count))
-                    .or_insert(*count);
+                // Thousands of nodes share a few drivers: a driver's name is copied once.
+                match limits.get_mut(driver) {
+                    Some(c) => *c = (*c).min(*count),
+                    None => {
+                        limits.insert(driver.clone(), *count);
+                    }
+                }
             }
         }
         self.shape_volume_limits = if learned.is_empty() {
