@@ -558,6 +558,8 @@ struct Planner<'a> {
     /// instance type give (the least seen per driver): what a new node of the shape will
     /// allow once its driver registers. Empty when no node has a count.
     shape_volume_limits: Vec<Option<BTreeMap<String, u32>>>,
+    /// The drivers some shape has a count of in `shape_volume_limits`.
+    learned_drivers: BTreeSet<String>,
     /// Whether any pool or node has a `PreferNoSchedule` taint.
     any_prefer_no_schedule: bool,
     /// Placing a pod a second time, now allowed onto `PreferNoSchedule` taints it does not
@@ -707,6 +709,7 @@ impl<'a> Planner<'a> {
             monotone: Vec::new(),
             any_gpu_shape: false,
             shape_volume_limits: Vec::new(),
+            learned_drivers: BTreeSet::new(),
             any_prefer_no_schedule: false,
             relaxed: false,
             zone_total: 0,

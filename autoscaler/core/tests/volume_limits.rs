@@ -266,3 +266,65 @@ fn a_pod_with_more_volumes_than_its_node_types_attach_launches_nothing() {
         "{why}"
     );
 }
+
+#[test]
+fn a_claim_keeps_no_type_whose_nodes_attach_fewer_volumes_than_it_holds() {
+    // The cheaper type attaches one EBS volume, the larger five (their cordoned nodes' CSINodes
+    // say): a pod with two claims must not get a claim that may launch the cheaper type.
+    let small = itype("c5.xlarge")
+        .cpu("4")
+        .mem("8Gi")
+        .max_pods(58)
+        .on_demand(&["z1"], 0.17)
+        .build();
+    let nodes = vec![
+        node("small-1", &small, "z1")
+            .pool("cpu")
+            .volume_limit(EBS, 1)
+            .cordoned()
+            .build(),
+        node("big-1", &m16(), "z1")
+            .pool("cpu")
+            .volume_limit(EBS, 5)
+            .cordoned()
+            .build(),
+    ];
+    let two = pod("two")
+        .cpu("100m")
+        .volume(EBS, "default/a")
+        .volume(EBS, "default/b");
+    let one = with_claim("one", EBS, "default/c");
+    let mut s = snapshot(
+        vec![pool("cpu", vec![small.clone(), m16()])],
+        vec![two, one],
+    );
+    s.nodes = nodes;
+    let plan = run(&s);
+    let claim = plan
+        .new_claims
+        .iter()
+        .find(|c| c.pods.iter().any(|p| p.name == "two"))
+        .unwrap_or_else(|| panic!("two got no claim: {}", plan.render()));
+    assert!(
+        claim
+            .instance_types
+            .iter()
+            .all(|t| &*t.instance_type != "c5.xlarge"),
+        "{}",
+        plan.render()
+    );
+    // A pod with one claim may still have the cheaper type.
+    let cheap = plan
+        .new_claims
+        .iter()
+        .find(|c| c.pods.iter().any(|p| p.name == "one"))
+        .unwrap_or_else(|| panic!("one got no claim: {}", plan.render()));
+    assert!(
+        cheap
+            .instance_types
+            .iter()
+            .any(|t| &*t.instance_type == "c5.xlarge"),
+        "{}",
+        plan.render()
+    );
+}

@@ -586,6 +586,7 @@ impl<'a> Planner<'a> {
             let class = &self.classes[ci];
             let shapes = &self.shapes;
             let used = &slot.used;
+            let kept_before = slot.candidates.len();
             if resort {
                 // The requirements changed (a zone was pinned) without a narrowed list.
                 // The candidates without an offering there are dropped by the pricing.
@@ -594,10 +595,21 @@ impl<'a> Planner<'a> {
             }
             let most = &slot.allocatable;
             let mut lost = 0;
+            // A type whose nodes are known to attach fewer volumes of a driver than the claim
+            // now holds (its first pod may have been admitted by another type only).
+            let learned = &self.shape_volume_limits;
+            let room = slot.volumes.as_deref();
+            let attaches = |c: usize| match (room, learned.get(c).and_then(Option::as_ref)) {
+                (Some(room), Some(limits)) => {
+                    limits.iter().all(|(d, n)| room.attached(d) <= *n as usize)
+                }
+                _ => true,
+            };
             slot.candidates.retain(|c| {
                 let keep = class.shape_ok[*c]
                     && !(avoid_gpu && shapes[*c].has_gpu)
-                    && used.fits(&shapes[*c].allocatable);
+                    && used.fits(&shapes[*c].allocatable)
+                    && attaches(*c);
                 if !keep {
                     lost |= shapes[*c].allocatable.attains(most);
                 }
@@ -614,6 +626,11 @@ impl<'a> Planner<'a> {
                 }
             }
             lost_most = lost != 0;
+            if kept_before != slot.candidates.len()
+                && let Some(room) = slot.volumes.as_deref_mut()
+            {
+                room.relimit(&self.claim_volume_limits(&slot.candidates));
+            }
             kept = slot.candidates.len();
             if let Some(first) = slot.candidates.first() {
                 slot.price = shapes[*first].price_under(&slot.reqs).unwrap_or(slot.price);

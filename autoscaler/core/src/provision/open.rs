@@ -242,20 +242,21 @@ impl Planner<'_> {
         if pod.volumes.is_empty() || self.shape_volume_limits.is_empty() {
             return None;
         }
-        let mut worst = None;
+        // The refusal with the largest count: what even the roomiest type falls short of.
+        let mut roomiest: Option<(String, u32, usize)> = None;
         for c in candidates {
             let Some(limits) = &self.shape_volume_limits[*c] else {
                 return None;
             };
-            match super::volume_limits::VolumeRoom::new(limits).and_then(|room| {
+            let over = super::volume_limits::VolumeRoom::new(limits).and_then(|room| {
                 room.over_limit(&pod.volumes)
                     .map(|(d, n, _, k)| (d.to_string(), n, k))
-            }) {
-                None => return None,
-                Some(over) => worst = Some(over),
+            })?;
+            if roomiest.as_ref().is_none_or(|r| over.1 > r.1) {
+                roomiest = Some(over);
             }
         }
-        worst.map(|(driver, limit, needs)| {
+        roomiest.map(|(driver, limit, needs)| {
             format!(
                 "its {needs} volume(s) of {driver} are more than the node types that fit it attach (at most {limit}, their nodes' CSINodes say)"
             )

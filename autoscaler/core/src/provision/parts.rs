@@ -157,6 +157,7 @@ impl<'a> Planner<'a> {
             zone_total: self.zone_total,
             any_gpu_shape: self.any_gpu_shape,
             shape_volume_limits: self.shape_volume_limits.clone(),
+            learned_drivers: self.learned_drivers.clone(),
             any_prefer_no_schedule: self.any_prefer_no_schedule,
             relaxed: self.relaxed,
             smallest: self.smallest.clone(),

@@ -104,6 +104,8 @@ impl Planner<'_> {
             || pod.gpu_share.is_some()
             || !pod.claims.is_empty()
             || !pod.host_ports.is_empty()
+            // Its volumes stay counted on the claim it left (`uncommit` does not undo them).
+            || (!pod.volumes.is_empty() && !self.shape_volume_limits.is_empty())
             || !pod.anti_affinity.is_empty()
             || !pod.spread.is_empty()
             || pod.affinity.iter().any(|a| a.topology_key != labels::ZONE)

@@ -596,6 +596,7 @@ impl<'a> Planner<'a> {
                 }
             }
         }
+        self.learned_drivers = learned.values().flat_map(|l| l.keys().cloned()).collect();
         self.shape_volume_limits = if learned.is_empty() {
             Vec::new()
         } else {
@@ -616,19 +617,26 @@ impl<'a> Planner<'a> {
         if self.shape_volume_limits.is_empty() {
             return None;
         }
+        super::volume_limits::VolumeRoom::new(&self.claim_volume_limits(candidates))
+    }
+
+    /// Per driver, the least count a candidate among `candidates` is known to allow.
+    pub(super) fn claim_volume_limits(&self, candidates: &[usize]) -> BTreeMap<String, u32> {
         let mut limits: BTreeMap<String, u32> = BTreeMap::new();
         for known in candidates
             .iter()
-            .filter_map(|c| self.shape_volume_limits[*c].as_ref())
+            .filter_map(|c| self.shape_volume_limits.get(*c)?.as_ref())
         {
             for (driver, count) in known {
-                limits
-                    .entry(driver.clone())
-                    .and_modify(|c| *c = (*c).min(*count))
-                    .or_insert(*count);
+                match limits.get_mut(driver) {
+                    Some(c) => *c = (*c).min(*count),
+                    None => {
+                        limits.insert(driver.clone(), *count);
+                    }
+                }
             }
         }
-        super::volume_limits::VolumeRoom::new(&limits)
+        limits
     }
 
     /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
@@ -914,8 +922,12 @@ impl<'a> Planner<'a> {
             && pod.affinity.is_empty()
             && pod.anti_affinity.is_empty()
             && self.state.zone_blocks.is_empty()
-            // New claims count volumes when some node showed a count: each pod its own.
-            && (pod.volumes.is_empty() || self.shape_volume_limits.is_empty())
+            // New claims count a driver's volumes when some node showed its count: each pod
+            // attaches its own.
+            && !pod
+                .volumes
+                .iter()
+                .any(|v| self.learned_drivers.contains(&v.driver))
     }
 
     pub(super) fn slot_compatible(&mut self, ci: usize, si: usize) -> bool {

@@ -76,6 +76,28 @@ impl VolumeRoom {
         None
     }
 
+    /// How many distinct volumes of `driver` are attached (0 for a driver not limited here).
+    pub(super) fn attached(&self, driver: &str) -> usize {
+        self.drivers
+            .binary_search_by(|(d, _, _)| d.as_str().cmp(driver))
+            .map_or(0, |i| self.drivers[i].2.len())
+    }
+
+    /// Takes `limits` as the room's counts, keeping what is attached for the drivers still
+    /// limited: a new claim whose candidates narrowed may attach as much as the least of the
+    /// types left.
+    pub(super) fn relimit(&mut self, limits: &BTreeMap<String, u32>) {
+        let mut drivers = Vec::with_capacity(limits.len());
+        for (d, n) in limits {
+            let ids = match self.drivers.binary_search_by(|(x, _, _)| x.as_str().cmp(d)) {
+                Ok(i) => std::mem::take(&mut self.drivers[i].2),
+                Err(_) => Vec::new(),
+            };
+            drivers.push((d.clone(), *n, ids));
+        }
+        self.drivers = drivers;
+    }
+
     fn ids_mut(&mut self, driver: &str) -> Option<&mut Vec<String>> {
         self.drivers
             .binary_search_by(|(d, _, _)| d.as_str().cmp(driver))
