@@ -4,8 +4,8 @@
 //!
 //! A node's limits come from its CSINode object ([`crate::model::Node::volume_limits`]).
 //! Claims in flight have no CSINode yet and are not limited. A new claim takes the counts the
-//! existing nodes of its pool and instance type show (the least per driver over its
-//! candidates), as KEP-5030 proposes for the Cluster Autoscaler (a node template takes the
+//! existing nodes of its pool and instance type show: it drops the candidate types whose
+//! count its volumes exceed and attaches at most the least count of the types left, as KEP-5030 proposes for the Cluster Autoscaler (a node template takes the
 //! CSINode of a node of its group); Karpenter leaves new nodes unlimited. A type no node has shown is
 //! unlimited, and a pod no candidate could ever attach launches nothing. A pod is refused only
 //! by a driver it adds a volume of: a node already over a driver's limit (a limit lowered
