@@ -968,46 +968,4 @@ impl<'a> Planner<'a> {
         let considered = self.considered.take();
         (self.finish(), considered)
     }
-
-    /// Puts each pod an earlier plan nominated to a claim still in flight
-    /// ([`Snapshot::nominated`]) back on that claim while it fits there, largest first, before
-    /// any other pod is placed; those pods are `done`. Planned from scratch, the pods that
-    /// arrived since would be packed first wherever they fit best, and a nominated pod whose
-    /// room they took would get yet another claim, which the scheduler then leaves empty.
-    /// Members of all-or-nothing groups are placed with their group instead.
-    fn keep_nominations(&mut self, order: &[usize], done: &mut [bool]) {
-        let snap = self.snap;
-        if snap.nominated.is_empty() {
-            return;
-        }
-        let slot_of: BTreeMap<&str, usize> = self
-            .state
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(si, s)| match s.kind {
-                SlotKind::InFlight(ci) => Some((snap.in_flight[ci].name.as_str(), si)),
-                _ => None,
-            })
-            .collect();
-        for &i in order {
-            let pod = &snap.pending[i];
-            let Some(&si) = snap
-                .nominated
-                .get(&pod.key)
-                .and_then(|c| slot_of.get(c.as_str()))
-            else {
-                continue;
-            };
-            if pod.group.is_some() || self.dra_invalid(i).is_some() || !self.fits_fixed(i, si) {
-                continue;
-            }
-            if self.explain == Some(i) {
-                self.considered = Some(self.consider(i));
-            }
-            self.commit(i, si, None, false);
-            self.count_placed(i);
-            done[i] = true;
-        }
-    }
 }

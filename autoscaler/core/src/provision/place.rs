@@ -1,9 +1,11 @@
 //! Placing one pod, or one all-or-nothing group: on an existing node or a claim in flight
 //! first, then on a new claim of this plan (room already paid for before room a claim was
 //! sized for, then the cheapest growth), then on a claim of its own; or deferred, or refused
-//! with a reason.
+//! with a reason. Pods an earlier plan nominated to a claim in flight go back there first.
 
-use super::{BLOCK, BlockSummary, Devices, Grow, Planner, Verdict, demand};
+use std::collections::BTreeMap;
+
+use super::{BLOCK, BlockSummary, Devices, Grow, Planner, SlotKind, Verdict, demand};
 
 /// A verdict kept with the claim stamp it was computed at ([`Planner::verdicts`]), in 16
 /// bytes rather than the 24 of the pair: the walk over open claims reads one per claim for
@@ -393,5 +395,48 @@ impl<'a> Planner<'a> {
     /// and the pod is not a member of the all-or-nothing group being placed.
     pub(super) fn defers(&self, i: usize) -> bool {
         !self.in_group && self.snap.pending[i].group.is_none() && self.at_claim_limit()
+    }
+
+    /// Puts each pod an earlier plan nominated to a claim still in flight
+    /// ([`crate::model::Snapshot::nominated`]) back on that claim while it fits there,
+    /// largest first, before any other pod is placed; those pods are `done`. Planned from
+    /// scratch, the pods that
+    /// arrived since would be packed first wherever they fit best, and a nominated pod whose
+    /// room they took would get yet another claim, which the scheduler then leaves empty.
+    /// Members of all-or-nothing groups are placed with their group instead.
+    pub(super) fn keep_nominations(&mut self, order: &[usize], done: &mut [bool]) {
+        let snap = self.snap;
+        if snap.nominated.is_empty() {
+            return;
+        }
+        let slot_of: BTreeMap<&str, usize> = self
+            .state
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(si, s)| match s.kind {
+                SlotKind::InFlight(ci) => Some((snap.in_flight[ci].name.as_str(), si)),
+                _ => None,
+            })
+            .collect();
+        for &i in order {
+            let pod = &snap.pending[i];
+            let Some(&si) = snap
+                .nominated
+                .get(&pod.key)
+                .and_then(|c| slot_of.get(c.as_str()))
+            else {
+                continue;
+            };
+            if pod.group.is_some() || self.dra_invalid(i).is_some() || !self.fits_fixed(i, si) {
+                continue;
+            }
+            if self.explain == Some(i) {
+                self.considered = Some(self.consider(i));
+            }
+            self.commit(i, si, None, false);
+            self.count_placed(i);
+            done[i] = true;
+        }
     }
 }

@@ -51,6 +51,19 @@ impl Slot {
     }
 }
 
+/// Lowers each driver's count in `into` to `from`'s where `from` has one, adding the drivers
+/// `into` lacks. Thousands of nodes share a few drivers: a driver's name is copied once.
+fn least_counts(into: &mut BTreeMap<String, u32>, from: &BTreeMap<String, u32>) {
+    for (driver, count) in from {
+        match into.get_mut(driver) {
+            Some(c) => *c = (*c).min(*count),
+            None => {
+                into.insert(driver.clone(), *count);
+            }
+        }
+    }
+}
+
 /// A cheap necessary condition for `req` (without shares) fitting into `alloc - used`, with no
 /// allocation: most slots fail it.
 fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
@@ -585,16 +598,7 @@ impl<'a> Planner<'a> {
             ) else {
                 continue;
             };
-            let limits = learned.entry((pi, t)).or_default();
-            for (driver, count) in &n.volume_limits {
-                // Thousands of nodes share a few drivers: a driver's name is copied once.
-                match limits.get_mut(driver) {
-                    Some(c) => *c = (*c).min(*count),
-                    None => {
-                        limits.insert(driver.clone(), *count);
-                    }
-                }
-            }
+            least_counts(learned.entry((pi, t)).or_default(), &n.volume_limits);
         }
         self.learned_drivers = learned.values().flat_map(|l| l.keys().cloned()).collect();
         self.shape_volume_limits = if learned.is_empty() {
@@ -627,14 +631,7 @@ impl<'a> Planner<'a> {
             .iter()
             .filter_map(|c| self.shape_volume_limits.get(*c)?.as_ref())
         {
-            for (driver, count) in known {
-                match limits.get_mut(driver) {
-                    Some(c) => *c = (*c).min(*count),
-                    None => {
-                        limits.insert(driver.clone(), *count);
-                    }
-                }
-            }
+            least_counts(&mut limits, known);
         }
         limits
     }
