@@ -120,6 +120,7 @@ mod place;
 mod preferences;
 mod room;
 mod shapes;
+mod slot_answers;
 mod slots;
 mod spread_domains;
 mod topology;
@@ -137,6 +138,7 @@ pub(crate) use preferences::relaxable;
 pub(crate) use shapes::same_pool;
 pub use shapes::same_pools;
 
+use slot_answers::SlotAnswers;
 use topology::SelectorIndex;
 
 /// Tunables of the planner.
@@ -451,8 +453,8 @@ struct Class {
     tolerations: Vec<Toleration>,
     /// Per shape: whether some term fits it and its taints are tolerated.
     shape_ok: Vec<bool>,
-    /// Per slot: 0 unknown, 1 compatible, 2 not.
-    slot_ok: Vec<u8>,
+    /// Per slot: whether the class's pods may go there, and which blocks refuse them all.
+    slot_ok: SlotAnswers,
     /// Per (pool, index into `terms`): the pool's shapes that `shape_ok` and the term allow,
     /// in index order, worked out when a pod of the class first looks for a new claim there
     /// (every pod that opens a claim asked it of each shape of the catalog).

@@ -429,9 +429,7 @@ impl<'a> Planner<'a> {
     /// A rolled-back group can leave answers about an earlier claim at this slot index.
     fn forget_answers(&mut self, si: usize) {
         for class in &mut self.classes {
-            if let Some(ok) = class.slot_ok.get_mut(si) {
-                *ok = 0;
-            }
+            class.slot_ok.forget(si);
         }
     }
 

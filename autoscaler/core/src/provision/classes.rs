@@ -13,7 +13,7 @@ use crate::taints::untolerated;
 use super::shapes::{Devices, demand, keeps_off_gpu, offering_allowed, term_fits_shape};
 use super::slots::ports_conflict;
 use super::spread_domains::Pin;
-use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotKind};
+use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotAnswers, SlotKind};
 
 /// The largest fraction of `alloc` that `need` takes in any resource (only GPU-class ones when
 /// `gpu_only`).
@@ -235,7 +235,7 @@ impl<'a> Planner<'a> {
                         host_ports: p.host_ports.clone(),
                         tolerations: p.tolerations.clone(),
                         shape_ok,
-                        slot_ok: Vec::new(),
+                        slot_ok: SlotAnswers::default(),
                         pool_shapes: HashMap::new(),
                         zones,
                         spread_keys: key

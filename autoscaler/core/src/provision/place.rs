@@ -215,11 +215,20 @@ impl<'a> Planner<'a> {
         while next < n {
             let si = next;
             next += 1;
-            if use_blocks && si % BLOCK == 0 {
+            if si % BLOCK == 0 {
                 let b = si / BLOCK;
                 if let Some(s) = sum.take() {
                     self.keep_summary(sg, b - 1, s);
                 }
+                // A block whose every claim refuses the pod's class answers "no" to every pod
+                // of it, whatever its scan group: a group's first walk passes it too.
+                if self.classes[ci].slot_ok.block_refused(b) {
+                    next = (b + 1) * BLOCK;
+                    continue;
+                }
+            }
+            if use_blocks && si % BLOCK == 0 {
+                let b = si / BLOCK;
                 let version = self.block_version.get(b).copied().unwrap_or(0);
                 if join.is_none() && version != 0 {
                     match self.summaries[sg].get(b) {

@@ -12,6 +12,7 @@ use crate::taints::{Effect, Taint, Toleration, untolerated};
 
 use super::key_hash::KeyMap;
 use super::shapes::{Devices, Shape, demand, key_fits_shape, may_select};
+use super::slot_answers::Answer;
 use super::{Grow, Planner, PoolUse, Slot, SlotKind, Verdict};
 
 impl Slot {
@@ -929,13 +930,10 @@ impl<'a> Planner<'a> {
 
     pub(super) fn slot_compatible(&mut self, ci: usize, si: usize) -> bool {
         let class = &mut self.classes[ci];
-        if class.slot_ok.len() <= si {
-            class.slot_ok.resize(self.state.slots.len().max(si + 1), 0);
-        }
-        match class.slot_ok[si] {
-            1 => true,
-            2 => false,
-            _ => {
+        match class.slot_ok.get(si) {
+            Answer::Yes => true,
+            Answer::No => false,
+            Answer::Unknown => {
                 let slot = &self.state.slots[si];
                 let shares_ok = !class.share
                     || slot
@@ -952,7 +950,7 @@ impl<'a> Planner<'a> {
                     // In-flight: labels are what all candidates share; a term on other keys
                     // cannot be promised.
                     && class.terms.iter().any(|t| t.matches(slot.labels(self.snap)));
-                class.slot_ok[si] = if ok { 1 } else { 2 };
+                class.slot_ok.set(si, ok);
                 ok
             }
         }
@@ -962,18 +960,15 @@ impl<'a> Planner<'a> {
     /// "no" is remembered and a "yes" is re-checked by the caller.
     fn new_slot_may_fit(&mut self, ci: usize, si: usize) -> bool {
         let class = &mut self.classes[ci];
-        if class.slot_ok.len() <= si {
-            class.slot_ok.resize(self.state.slots.len().max(si + 1), 0);
-        }
-        match class.slot_ok[si] {
-            2 => false,
-            1 => true,
-            _ => {
+        match class.slot_ok.get(si) {
+            Answer::No => false,
+            Answer::Yes => true,
+            Answer::Unknown => {
                 let ok = self.state.slots[si]
                     .candidates
                     .iter()
                     .any(|c| class.shape_ok[*c]);
-                class.slot_ok[si] = if ok { 1 } else { 2 };
+                class.slot_ok.set(si, ok);
                 ok
             }
         }
