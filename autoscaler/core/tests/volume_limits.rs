@@ -1,17 +1,19 @@
 //! CSI volume limits on existing nodes, in provisioning and in disruption: a node whose
 //! CSINode lets a driver attach `n` volumes takes no pod that would attach an `n+1`-th,
-//! as kube-scheduler's `NodeVolumeLimits` filter refuses it; new claims, which have no
-//! CSINode yet, are unlimited, as in Karpenter (`pkg/scheduling/volumeusage.go`; the cases
-//! follow its "Volume Usage/Limits" state tests: a node at its limit refuses another
-//! volume, a volume already tracked there is no breach, a driver published without a count
-//! is unbounded).
+//! as kube-scheduler's `NodeVolumeLimits` filter refuses it (`pkg/scheduling/volumeusage.go`
+//! in Karpenter; the first cases follow its "Volume Usage/Limits" state tests: a node at its
+//! limit refuses another volume, a volume already tracked there is no breach, a driver
+//! published without a count is unbounded). New and in-flight claims, which have no CSINode
+//! yet, take the counts the pool's existing nodes of their type show; Karpenter leaves them
+//! unlimited.
 
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption};
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
-use autoscaler_core::model::{DisruptionPolicy, Snapshot};
+use autoscaler_core::model::{DisruptionPolicy, InFlightClaim, Snapshot};
 use autoscaler_core::requirements::Operator;
+use autoscaler_core::requirements::Requirements;
 
 mod support;
 use support::provisioning::{run, snapshot, target};
@@ -327,4 +329,40 @@ fn a_claim_keeps_no_type_whose_nodes_attach_fewer_volumes_than_it_holds() {
         "{}",
         plan.render()
     );
+}
+
+#[test]
+fn a_claim_in_flight_takes_no_more_volumes_than_nodes_of_its_type_show() {
+    // Last round's claim has no node and so no CSINode yet, but an m5.4xlarge of the pool
+    // attaches two EBS volumes: of three pods with a claim each, two wait for it and the third
+    // gets a node of its own now, not after the claim's node refuses it.
+    let pending = (0..3)
+        .map(|i| with_claim(&format!("p{i}"), EBS, &format!("default/data-p{i}")))
+        .collect();
+    let coming = || InFlightClaim {
+        name: "cpu-coming".into(),
+        pool: "cpu".into(),
+        instance_types: vec!["m5.4xlarge".into()],
+        requirements: Requirements::new(),
+        pods: vec![],
+        created_at: 0,
+    };
+    let mut s = learned_from(2, true, pending);
+    s.in_flight = vec![coming()];
+    let plan = run(&s);
+    assert_eq!(plan.in_flight.len(), 2, "{}", plan.render());
+    assert!(plan.in_flight.iter().all(|p| p.target == "cpu-coming"));
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+    // The control: no node of the type showed a count, so the claim is unlimited.
+    let mut s = learned_from(
+        2,
+        false,
+        (0..3)
+            .map(|i| with_claim(&format!("p{i}"), EBS, &format!("default/data-p{i}")))
+            .collect(),
+    );
+    s.in_flight = vec![coming()];
+    let plan = run(&s);
+    assert_eq!(plan.in_flight.len(), 3, "{}", plan.render());
+    assert!(plan.new_claims.is_empty(), "{}", plan.render());
 }

@@ -459,11 +459,13 @@ impl<'a> Planner<'a> {
             let Some(&pi) = pool_idx.get(c.pool.as_str()) else {
                 continue;
             };
-            let shapes: Vec<&Shape> = self
-                .shapes
-                .iter()
-                .filter(|s| s.pool == pi && c.instance_types.iter().any(|t| *t == *s.name))
+            let shape_ids: Vec<usize> = (0..self.shapes.len())
+                .filter(|&s| {
+                    let s = &self.shapes[s];
+                    s.pool == pi && c.instance_types.iter().any(|t| *t == *s.name)
+                })
                 .collect();
+            let shapes: Vec<&Shape> = shape_ids.iter().map(|&s| &self.shapes[s]).collect();
             let Some(first) = shapes.first() else {
                 continue;
             };
@@ -536,6 +538,10 @@ impl<'a> Planner<'a> {
                 allocatable: alloc,
                 reqs: c.requirements.clone(),
                 zone,
+                // Its node has no CSINode yet: it attaches what nodes of its candidates showed,
+                // as a new claim of the plan would (a pod planned onto a claim last round must
+                // not take a place the claim's node will refuse).
+                volumes: self.claim_volume_room(&shape_ids),
                 ..Slot::empty(vec![0; self.nsel()])
             };
             for p in &c.pods {
