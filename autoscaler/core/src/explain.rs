@@ -49,6 +49,9 @@ pub enum RefusalKind {
     MinValues,
     /// A GPU type for a pod that needs none, while a GPU-less type fits.
     GpuLastResort,
+    /// The pod attaches more volumes of a CSI driver than nodes of this type do, as the
+    /// CSINodes of the pool's existing nodes of the type show.
+    VolumeLimits,
 }
 
 /// Why a pool or an instance type was refused: the kind, and the words with the values.

@@ -9,6 +9,7 @@
 
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption};
+use autoscaler_core::explain::{RefusalKind, explain_pod};
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{DisruptionPolicy, InFlightClaim, Snapshot};
@@ -365,4 +366,35 @@ fn a_claim_in_flight_takes_no_more_volumes_than_nodes_of_its_type_show() {
     let plan = run(&s);
     assert_eq!(plan.in_flight.len(), 3, "{}", plan.render());
     assert!(plan.new_claims.is_empty(), "{}", plan.render());
+}
+
+#[test]
+fn explain_names_the_count_a_type_falls_short_of() {
+    let greedy = pod("greedy")
+        .cpu("100m")
+        .volume(EBS, "default/a")
+        .volume(EBS, "default/b")
+        .volume(EBS, "default/c");
+    let s = learned_from(2, true, vec![greedy.clone()]);
+    let e = explain_pod(&s, &s.pending[0].key).expect("pending");
+    let t = &e.pools[0].instance_types[0];
+    let refused = t
+        .refused
+        .as_ref()
+        .unwrap_or_else(|| panic!("{}", e.render()));
+    assert_eq!(refused.kind, RefusalKind::VolumeLimits, "{}", e.render());
+    assert!(
+        refused.message.contains("3 volume(s) of ebs.csi.aws.com")
+            && refused.message.contains("at most 2"),
+        "{}",
+        refused.message
+    );
+    // No node of the pool showed a count: the type fits.
+    let s = learned_from(2, false, vec![greedy]);
+    let e = explain_pod(&s, &s.pending[0].key).expect("pending");
+    assert!(
+        e.pools[0].instance_types[0].refused.is_none(),
+        "{}",
+        e.render()
+    );
 }

@@ -577,6 +577,25 @@ impl<'a> Planner<'a> {
                 ),
             ));
         }
+        // The planner's own test for a new claim's candidates (`attaches_too_many`).
+        let over = self
+            .shape_volume_limits
+            .get(s)
+            .and_then(Option::as_ref)
+            .and_then(super::volume_limits::VolumeRoom::new)
+            .and_then(|room| {
+                room.over_limit(&pod.volumes)
+                    .map(|(d, n, _, k)| (d.to_string(), n, k))
+            });
+        if let Some((driver, limit, needs)) = over {
+            return Err(Refusal::new(
+                RefusalKind::VolumeLimits,
+                format!(
+                    "the pod attaches {needs} volume(s) of {driver}; nodes of this type attach \
+                     at most {limit} (the CSINodes of the NodePool's nodes of this type say)"
+                ),
+            ));
+        }
         let reqs = node_requirements(pool).intersect(term);
         self.fits_limits(pi, shape, &reqs)
             .map_err(|e| Refusal::new(RefusalKind::Limits, e))?;
