@@ -258,15 +258,30 @@ struct Grow {
 }
 
 /// A pod's scan identity: demand group, matched selectors, its spread, affinity and
-/// anti-affinity selectors, and whether it attaches volumes to a node with volume limits.
+/// anti-affinity selectors, and how its volumes bear on nodes with volume limits.
 type ScanKey<'a> = (
     usize,
     &'a [usize],
     &'a [usize],
     &'a [usize],
     &'a [usize],
-    bool,
+    VolumeScan<'a>,
 );
+
+/// How a pod's volumes bear on where it may go, while some node has a CSI volume limit.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum VolumeScan<'a> {
+    /// No volumes, or no node with a limit.
+    None,
+    /// Volumes no other pod of the snapshot names, per driver how many (sorted by driver):
+    /// wherever the pod goes it attaches all of them, so a place that refuses one such pod
+    /// refuses every pod of the same counts until it holds fewer volumes, which a plan never
+    /// makes it do.
+    Own(Vec<(&'a str, u32)>),
+    /// A volume another pod names too: a place that refused one such pod may take the next,
+    /// whose volume is there already.
+    Shared,
+}
 
 /// A pod's class identity: node selection, tolerations, whether it takes a GPU share, its
 /// host ports, its DRA identity, what its topology rules require of a node, and whether it
@@ -552,6 +567,9 @@ struct Planner<'a> {
     /// Per pod: whether rejections stay rejections as the plan grows (no zone spread or
     /// affinity, whose domains can open up later).
     monotone: Vec<bool>,
+    /// Per pod: whether it names a volume another pod names too ([`VolumeScan::Shared`]), so
+    /// that its verdict on a claim depends on the claim's volumes, not on their counts alone.
+    shares_volumes: Vec<bool>,
     /// Number of distinct zones any shape offers.
     zone_total: usize,
     /// Whether any shape has a GPU (otherwise the GPU-avoidance rule costs nothing to skip).
@@ -709,6 +727,7 @@ impl<'a> Planner<'a> {
             summaries: Vec::new(),
             last_stamp: 0,
             monotone: Vec::new(),
+            shares_volumes: Vec::new(),
             any_gpu_shape: false,
             shape_volume_limits: Vec::new(),
             learned_drivers: BTreeSet::new(),

@@ -45,6 +45,7 @@ pub(crate) mod openb;
 mod reliability;
 mod rng;
 pub(crate) mod small_exact;
+pub(crate) mod volumes;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -145,6 +146,9 @@ pub(crate) enum Suite {
     SmallExact,
     /// GPUs through DRA claims: 5,000 nodes, 20,000 allocated claims, 2,500 pending.
     Dra,
+    /// StatefulSet replicas with an EBS claim each, on nodes whose CSINodes publish an attach
+    /// count (10,000 pods; `--pods` changes it).
+    Volumes,
 }
 
 impl Suite {
@@ -157,6 +161,7 @@ impl Suite {
             Suite::Openb => "openb",
             Suite::SmallExact => "small-exact",
             Suite::Dra => "dra",
+            Suite::Volumes => "volumes",
         }
     }
 }
@@ -270,11 +275,11 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
     if let Some(n) = args.pods
         && !matches!(
             args.suite,
-            Suite::KarpenterExact | Suite::KarpenterLookalike | Suite::GpuMix
+            Suite::KarpenterExact | Suite::KarpenterLookalike | Suite::GpuMix | Suite::Volumes
         )
     {
         bail!(
-            "--pods {n}: only karpenter-exact, karpenter-lookalike and gpu-mix take a pod count, not {}",
+            "--pods {n}: only karpenter-exact, karpenter-lookalike, gpu-mix and volumes take a pod count, not {}",
             args.suite.name()
         );
     }
@@ -299,6 +304,12 @@ fn planner(args: &PlannerArgs) -> anyhow::Result<()> {
             n => (gpu_mix_cases(n.unwrap_or(gpu_mix::PODS)), None),
         },
         Suite::Dra => (dra::cases(dra::NODES, dra::PENDING), Some(dra::note())),
+        Suite::Volumes => match args.pods {
+            Some(n) if !(1..=200_000).contains(&n) => {
+                bail!("--pods {n}: volumes draws from 1 to 200,000 pods")
+            }
+            n => (volumes_cases(n.unwrap_or(volumes::PODS)), None),
+        },
         Suite::Openb => {
             let dir = find_data_dir(args.data_dir.as_deref())?;
             (openb_cases(&dir)?, Some(openb::pricing_note()))
@@ -425,6 +436,14 @@ pub(crate) fn karpenter_cases(sizes: &[usize]) -> Vec<Case> {
             snapshot: karpenter::snapshot(*n, karpenter::SEED),
         })
         .collect()
+}
+
+/// The volumes suite's case with `pods` pods.
+pub(crate) fn volumes_cases(pods: usize) -> Vec<Case> {
+    vec![Case {
+        name: format!("{pods}-pods"),
+        snapshot: volumes::snapshot(pods),
+    }]
 }
 
 /// The gpu-mix suite's case with `pods` pods over the embedded catalogs.

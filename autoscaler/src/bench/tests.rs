@@ -96,6 +96,32 @@ fn gpu_mix_suite_small() {
 }
 
 #[test]
+fn volumes_suite_small_keeps_every_node_within_its_attach_count() {
+    let cases = volumes_cases(1500);
+    let snap = &cases[0].snapshot;
+    let (r, plan) = measure(&cases[0], 1, false, 1);
+    assert_eq!(r.pods, 1500);
+    assert_eq!(r.unschedulable, 0, "every pod placed");
+    // Each pod attaches one volume of its own: a new node holds at most the count, an
+    // existing one at most the room its attached volumes leave.
+    for c in &plan.new_claims {
+        assert!(c.pods.len() <= volumes::COUNT as usize, "{}", c.pods.len());
+    }
+    let mut on: HashMap<&str, usize> = HashMap::new();
+    for p in &plan.existing {
+        *on.entry(p.target.as_str()).or_default() += 1;
+    }
+    // The smallest nodes are full by cpu; the others take the room exactly.
+    let room = volumes::COUNT as usize - volumes::ATTACHED;
+    assert!(on.values().all(|n| *n <= room), "{on:?}");
+    assert!(
+        on.values().filter(|n| **n == room).count() * 2 > snap.nodes.len(),
+        "{on:?}"
+    );
+    check_report("volumes", vec![r], false);
+}
+
+#[test]
 fn gpu_mix_on_two_threads_is_planned_in_parts_to_the_same_plan() {
     let cases = gpu_mix_cases(3000);
     let (one, plan_one) = measure(&cases[0], 1, true, 1);

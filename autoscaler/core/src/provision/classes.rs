@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::key_hash::KeyMap;
 use crate::labels;
-use crate::model::GpuShare;
+use crate::model::{AttachedVolume, GpuShare, Snapshot};
 use crate::requirements::{Constraint, NodeSelector, Requirements};
 use crate::resources::Resources;
 use crate::taints::untolerated;
@@ -13,7 +13,7 @@ use crate::taints::untolerated;
 use super::shapes::{Devices, demand, keeps_off_gpu, offering_allowed, term_fits_shape};
 use super::slots::ports_conflict;
 use super::spread_domains::Pin;
-use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotAnswers, SlotKind};
+use super::{Class, ClassKey, Planner, ScanKey, Slot, SlotAnswers, SlotKind, VolumeScan};
 
 /// The largest fraction of `alloc` that `need` takes in any resource (only GPU-class ones when
 /// `gpu_only`).
@@ -144,6 +144,53 @@ fn spread_label_keys<'p>(
 type DemandKey<'a> = (usize, &'a Resources, &'a Option<GpuShare>);
 
 /// `a == b`, without a call to compare the bytes of the (mostly empty) id lists.
+/// How many pods of the snapshot name each volume: pending ones, those on existing nodes and
+/// those on claims in flight (a pod naming a volume twice counts once).
+fn volume_names(snap: &Snapshot) -> HashMap<&str, u32> {
+    let mut named: HashMap<&str, u32> = HashMap::new();
+    let pods = snap
+        .pending
+        .iter()
+        .chain(snap.nodes.iter().flat_map(|n| &n.pods))
+        .chain(snap.in_flight.iter().flat_map(|c| &c.pods));
+    for p in pods.filter(|p| !p.volumes.is_empty()) {
+        let mut ids: Vec<&str> = p.volumes.iter().map(|v| v.id.as_str()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            *named.entry(id).or_default() += 1;
+        }
+    }
+    named
+}
+
+/// A pending pod's [`VolumeScan`], given how many pods name each volume.
+fn volume_scan<'a>(volumes: &'a [AttachedVolume], named: &HashMap<&str, u32>) -> VolumeScan<'a> {
+    if volumes.is_empty() {
+        return VolumeScan::None;
+    }
+    if volumes
+        .iter()
+        .any(|v| named.get(v.id.as_str()).is_some_and(|n| *n > 1))
+    {
+        return VolumeScan::Shared;
+    }
+    let mut ids: Vec<(&str, &str)> = volumes
+        .iter()
+        .map(|v| (v.driver.as_str(), v.id.as_str()))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut counts: Vec<(&str, u32)> = Vec::new();
+    for (driver, _) in ids {
+        match counts.last_mut() {
+            Some((d, n)) if *d == driver => *n += 1,
+            _ => counts.push((driver, 1)),
+        }
+    }
+    VolumeScan::Own(counts)
+}
+
 fn same_scan_key(a: &ScanKey<'_>, b: &ScanKey<'_>) -> bool {
     fn same(a: &[usize], b: &[usize]) -> bool {
         a.len() == b.len() && (a.is_empty() || a == b)
@@ -286,6 +333,12 @@ impl<'a> Planner<'a> {
         let mut prev_demand: Option<(DemandKey<'_>, usize)> = None;
         let mut prev_scan: Option<(ScanKey<'_>, usize)> = None;
         let volume_limited = self.snap.nodes.iter().any(|n| !n.volume_limits.is_empty());
+        let named = if volume_limited {
+            volume_names(self.snap)
+        } else {
+            HashMap::new()
+        };
+        self.shares_volumes = Vec::with_capacity(pending.len());
         for (i, p) in pending.iter().enumerate() {
             // As in `build_classes`: a pod identical to the one before it joins its groups
             // without hashing its keys.
@@ -303,30 +356,37 @@ impl<'a> Planner<'a> {
                 self.remaining.push(0);
             }
             self.remaining[g] += 1;
-            let attaches = volume_limited && !p.volumes.is_empty();
+            let volumes = if volume_limited {
+                volume_scan(&p.volumes, &named)
+            } else {
+                VolumeScan::None
+            };
+            let attaches = volumes == VolumeScan::Shared;
+            self.shares_volumes.push(attaches);
             let key = (
                 g,
                 self.matches[i].as_slice(),
                 self.sel_of_spread[i].as_slice(),
                 self.sel_of_affinity[i].as_slice(),
                 self.sel_of_anti[i].as_slice(),
-                // Pods that attach volumes to limited nodes scan apart (not monotone, below):
-                // where one stops must not be where a pod without volumes starts.
-                attaches,
+                // Pods that attach volumes to limited nodes scan apart by their counts; pods
+                // that share a volume are not monotone (below): where one stops must not be
+                // where another pod starts.
+                volumes,
             );
-            let sg = match prev_scan {
-                Some((k, sg)) if same_scan_key(&k, &key) => sg,
+            let sg = match &prev_scan {
+                Some((k, sg)) if same_scan_key(k, &key) => *sg,
                 _ => {
                     let n = scan_index.len();
-                    *scan_index.entry(key).or_insert(n)
+                    *scan_index.entry(key.clone()).or_insert(n)
                 }
             };
             prev_scan = Some((key, sg));
             self.scan_group.push(sg);
             self.monotone.push(
                 !self.dra_shared(i)
-                    // Identical pods attach different volumes: a node one refused at its
-                    // volume limit may still take another whose volume is there already.
+                    // A node one refused at its volume limit may still take another whose
+                    // shared volume is there already.
                     && !attaches
                     && p.affinity.is_empty()
                     && !p
@@ -481,7 +541,61 @@ impl UnitCosts {
 
 #[cfg(test)]
 mod tests {
-    use super::UnitCosts;
+    use super::{UnitCosts, VolumeScan, volume_names, volume_scan};
+    use crate::builders::{itype, node, pod};
+    use crate::model::Snapshot;
+
+    #[test]
+    fn a_pod_whose_volumes_no_other_pod_names_scans_by_its_counts() {
+        let t = itype("m5.large").cpu("2").mem("8Gi").build();
+        let snap = Snapshot {
+            pending: vec![
+                pod("a")
+                    .volume("ebs", "ns/a-1")
+                    .volume("efs", "ns/shared")
+                    .volume("ebs", "ns/a-2")
+                    .volume("ebs", "ns/a-1")
+                    .build(),
+                pod("b").volume("efs", "ns/b").volume("ebs", "ns/b").build(),
+                pod("c").volume("ebs", "ns/on-node").build(),
+                pod("d").volume("efs", "ns/shared").build(),
+                pod("plain").build(),
+            ],
+            nodes: vec![
+                node("n", &t, "z1")
+                    .with_pod(pod("running").volume("ebs", "ns/on-node"))
+                    .build(),
+            ],
+            ..Snapshot::default()
+        };
+        let named = volume_names(&snap);
+        let scan = |i: usize| volume_scan(&snap.pending[i].volumes, &named);
+        // `a` names `ns/a-1` twice and shares `ns/shared` with `d`.
+        assert_eq!(named.get("ns/a-1"), Some(&1));
+        assert_eq!(scan(0), VolumeScan::Shared);
+        // Counts per driver, sorted by driver, whatever order the volumes come in.
+        assert_eq!(scan(1), VolumeScan::Own(vec![("ebs", 1), ("efs", 1)]));
+        // A volume a running pod uses is shared too.
+        assert_eq!(scan(2), VolumeScan::Shared);
+        assert_eq!(scan(3), VolumeScan::Shared);
+        assert_eq!(scan(4), VolumeScan::None);
+        let own = Snapshot {
+            pending: vec![
+                pod("x")
+                    .volume("ebs", "ns/x-1")
+                    .volume("ebs", "ns/x-2")
+                    .volume("ebs", "ns/x-1")
+                    .build(),
+            ],
+            ..Snapshot::default()
+        };
+        let named = volume_names(&own);
+        assert_eq!(
+            volume_scan(&own.pending[0].volumes, &named),
+            VolumeScan::Own(vec![("ebs", 2)]),
+            "a volume named twice by one pod attaches once"
+        );
+    }
 
     /// The lookup agrees with the definition, `min over shapes of price / min(per node,
     /// left)`, for every count of members left, on shapes whose cheapest choice changes

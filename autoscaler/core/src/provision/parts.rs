@@ -154,6 +154,7 @@ impl<'a> Planner<'a> {
             summaries: self.summaries.clone(),
             last_stamp: self.last_stamp,
             monotone: self.monotone.clone(),
+            shares_volumes: self.shares_volumes.clone(),
             zone_total: self.zone_total,
             any_gpu_shape: self.any_gpu_shape,
             shape_volume_limits: self.shape_volume_limits.clone(),

@@ -926,12 +926,13 @@ impl<'a> Planner<'a> {
             && pod.affinity.is_empty()
             && pod.anti_affinity.is_empty()
             && self.state.zone_blocks.is_empty()
-            // New claims count a driver's volumes when some node showed its count: each pod
-            // attaches its own.
-            && !pod
-                .volumes
-                .iter()
-                .any(|v| self.learned_drivers.contains(&v.driver))
+            // New claims count a driver's volumes when some node showed its count; volumes
+            // of its own count the same on every claim for every pod of the scan group.
+            && !(self.shares_volumes[i]
+                && pod
+                    .volumes
+                    .iter()
+                    .any(|v| self.learned_drivers.contains(&v.driver)))
     }
 
     pub(super) fn slot_compatible(&mut self, ci: usize, si: usize) -> bool {
