@@ -191,6 +191,21 @@ fn a_malformed_schedule_without_duration_keeps_both_problems() {
     );
 }
 
+/// A budget with `schedule: null` has no schedule (the controller reads null as absent), though
+/// the CRD's rule passes (`has()` is true on an explicit null): the missing schedule is still
+/// reported, beside the problem of its duration.
+#[test]
+fn a_null_schedule_with_a_bad_duration_keeps_both_problems() {
+    let text = "apiVersion: gpu-autoscaler.dev/v1alpha1\nkind: NodePool\nmetadata: {name: p}\nspec:\n  template: {}\n  disruption:\n    budgets:\n      - {nodes: \"0\", schedule: null, duration: 99999999999h}\n";
+    let (code, _, stderr) = validate(&["-"], text);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("longer than 10 years") && stderr.contains("schedule"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 3, "{stderr}");
+}
+
 /// A refused command prints its error and causes, never a stack backtrace, even with
 /// `RUST_BACKTRACE=1` in the environment (anyhow would capture one): here `crds --dir DIR`
 /// under a regular file, whose cause is the operating system's.

@@ -170,8 +170,10 @@ impl Linter {
         }
         // The controller's validation and the catalog repeat some of the schema's checks and
         // each other's: a field already refused is reported once. A controller check that
-        // restates a CEL rule the object broke is left to the rule's words, at its path or
-        // the field within it.
+        // restates a CEL rule is left to the rule's words when the rule fired, at its path or
+        // the field within it; when it did not (kube-cel's `has()` is true on an explicit
+        // null, which the controller reads as absent), it is the only report of the problem
+        // and stays beside any other problem of its field.
         let within = |p: &FieldError, s: &FieldError| {
             p.path
                 .strip_prefix(&s.path)
@@ -179,12 +181,12 @@ impl Linter {
         };
         for p in more {
             let covered = problems[..by_schema].iter().any(|s| within(&p, s))
-                || problems.iter().any(|q| q.path == p.path)
-                || p.restates.is_some_and(|rule| {
-                    problems[by_schema..]
+                || match p.restates {
+                    None => problems.iter().any(|q| q.path == p.path),
+                    Some(rule) => problems[by_schema..]
                         .iter()
-                        .any(|q| q.message == rule && within(&p, q))
-                });
+                        .any(|q| q.message == rule && within(&p, q)),
+                };
             if !covered {
                 problems.push(p);
             }
