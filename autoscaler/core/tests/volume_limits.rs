@@ -4,8 +4,8 @@
 //! in Karpenter; the first cases follow its "Volume Usage/Limits" state tests: a node at its
 //! limit refuses another volume, a volume already tracked there is no breach, a driver
 //! published without a count is unbounded). New and in-flight claims, which have no CSINode
-//! yet, take the counts the pool's existing nodes of their type show; Karpenter leaves them
-//! unlimited.
+//! yet, take the counts the pool's existing nodes of their type show, else the least any node
+//! of the type shows; Karpenter leaves them unlimited.
 
 use autoscaler_core::builders::*;
 use autoscaler_core::disruption::{DisruptionConfig, DisruptionState, plan_disruption};
@@ -225,15 +225,16 @@ fn consolidation_does_not_move_pods_onto_a_node_at_its_volume_limit() {
     }
 }
 
-/// Node `n1` of pool `cpu` with EBS limited to `limit` and nothing attached, or outside any
-/// pool (no node of the pool shows its type's count).
-fn learned_from(limit: u32, in_pool: bool, pending: Vec<PodBuilder>) -> Snapshot {
-    let mut n = node("n1", &m16(), "z1").volume_limit(EBS, limit);
-    if in_pool {
-        n = n.pool("cpu");
-    }
+/// A cordoned node with EBS limited to `limit` and nothing attached: an `m5.4xlarge` of pool
+/// `cpu` when `teaches`, else a node of another type (which says nothing of the pool's type).
+fn learned_from(limit: u32, teaches: bool, pending: Vec<PodBuilder>) -> Snapshot {
+    let n = if teaches {
+        node("n1", &m16(), "z1").pool("cpu")
+    } else {
+        node("n1", &itype("r5.large").cpu("2").mem("16Gi").build(), "z1")
+    };
     let mut s = snapshot(vec![pool("cpu", vec![m16()])], pending);
-    s.nodes = vec![n.cordoned().build()];
+    s.nodes = vec![n.volume_limit(EBS, limit).cordoned().build()];
     s
 }
 
@@ -249,9 +250,48 @@ fn new_nodes_attach_no_more_volumes_than_nodes_of_their_type_show() {
     let plan = run(&learned_from(2, true, pending()));
     assert_eq!(plan.new_claims.len(), 3, "{}", plan.render());
     assert!(plan.new_claims.iter().all(|c| c.pods.len() <= 2));
-    // The control: a node outside the pool says nothing of the pool's nodes.
+    // The control: a node of another type says nothing of the pool's type.
     let plan = run(&learned_from(2, false, pending()));
     assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+}
+
+#[test]
+fn a_node_of_the_type_outside_the_pool_teaches_a_pool_without_one() {
+    // The pool has no node of its own; an unmanaged m5.4xlarge and one of another pool show
+    // what the type attaches, and the pool takes the least of them. Its own node would win.
+    let pending = || {
+        (0..5)
+            .map(|i| with_claim(&format!("p{i}"), EBS, &format!("default/data-p{i}")))
+            .collect::<Vec<_>>()
+    };
+    let mut s = snapshot(
+        vec![pool("cpu", vec![m16()]), pool("other", vec![m16()])],
+        pending(),
+    );
+    s.nodes = vec![
+        node("unmanaged", &m16(), "z1")
+            .volume_limit(EBS, 3)
+            .cordoned()
+            .build(),
+        node("theirs", &m16(), "z1")
+            .pool("other")
+            .volume_limit(EBS, 2)
+            .cordoned()
+            .build(),
+    ];
+    let plan = run(&s);
+    assert_eq!(plan.new_claims.len(), 3, "{}", plan.render());
+    assert!(plan.new_claims.iter().all(|c| c.pods.len() <= 2));
+    s.nodes.push(
+        node("ours", &m16(), "z1")
+            .pool("cpu")
+            .volume_limit(EBS, 5)
+            .cordoned()
+            .build(),
+    );
+    let plan = run(&s);
+    let of = |p: &str| plan.new_claims.iter().filter(|c| c.pool == p).count();
+    assert_eq!((of("cpu"), of("other")), (1, 0), "{}", plan.render());
 }
 
 #[test]

@@ -592,7 +592,7 @@ impl<'a> Planner<'a> {
                 RefusalKind::VolumeLimits,
                 format!(
                     "the pod attaches {needs} volume(s) of {driver}; nodes of this type attach \
-                     at most {limit} (the CSINodes of the NodePool's nodes of this type say)"
+                     at most {limit} (the CSINodes of existing nodes of this type say)"
                 ),
             ));
         }

@@ -590,30 +590,40 @@ impl<'a> Planner<'a> {
 
     /// Fills [`Planner::shape_volume_limits`] from the existing nodes' CSI attach counts, as
     /// KEP-5030 proposes for the Cluster Autoscaler's node templates: nodes of one pool and
-    /// instance type get the same drivers and counts.
+    /// instance type get the same drivers and counts; a pool with no node of a type that some
+    /// other node (another pool's, or one no pool manages) is takes the least such nodes show.
     fn learn_volume_limits(&mut self, pool_idx: &KeyMap<&str, usize>) {
         let mut learned: HashMap<(usize, &str), BTreeMap<String, u32>> = HashMap::new();
+        // Any node of the type, whatever its pool or none: what a type attaches is mostly the
+        // type's (its attachment slots), so a pool none of whose nodes showed a count takes
+        // the least any node of the type showed.
+        let mut by_type: HashMap<&str, BTreeMap<String, u32>> = HashMap::new();
         for n in self
             .snap
             .nodes
             .iter()
             .filter(|n| !n.volume_limits.is_empty())
         {
-            let (Some(pi), Some(t)) = (
-                n.pool.as_deref().and_then(|p| pool_idx.get(p).copied()),
-                n.instance_type.as_deref(),
-            ) else {
+            let Some(t) = n.instance_type.as_deref() else {
                 continue;
             };
-            least_counts(learned.entry((pi, t)).or_default(), &n.volume_limits);
+            least_counts(by_type.entry(t).or_default(), &n.volume_limits);
+            if let Some(pi) = n.pool.as_deref().and_then(|p| pool_idx.get(p).copied()) {
+                least_counts(learned.entry((pi, t)).or_default(), &n.volume_limits);
+            }
         }
-        self.learned_drivers = learned.values().flat_map(|l| l.keys().cloned()).collect();
-        self.shape_volume_limits = if learned.is_empty() {
+        self.learned_drivers = by_type.values().flat_map(|l| l.keys().cloned()).collect();
+        self.shape_volume_limits = if by_type.is_empty() {
             Vec::new()
         } else {
             self.shapes
                 .iter()
-                .map(|s| learned.get(&(s.pool, &*s.name)).cloned())
+                .map(|s| {
+                    learned
+                        .get(&(s.pool, &*s.name))
+                        .or_else(|| by_type.get(&*s.name))
+                        .cloned()
+                })
                 .collect()
         };
     }
