@@ -806,9 +806,18 @@ impl<'a> Planner<'a> {
     }
 
     /// Puts back a state saved before a try that failed: any live stamp may differ from the
-    /// one a summary was made at, so every block's summaries are stale.
+    /// one a summary was made at, so every block's summaries are stale. The claims the try
+    /// changed have their room and candidates back: what classes learned of them meanwhile
+    /// is forgotten, and no scan starts past a slot that has room again.
     fn restore(&mut self, saved: State) {
+        let changed: Vec<usize> = (saved.fixed..saved.slots.len())
+            .filter(|&si| self.state.live_stamp.get(si) != saved.live_stamp.get(si))
+            .collect();
         self.state = saved;
+        for si in changed {
+            self.forget_answers(si);
+        }
+        self.scan_from.fill(0);
         for v in &mut self.block_version {
             *v += 1;
         }

@@ -335,3 +335,83 @@ fn a_gang_with_one_pure_claim_names_no_group() {
     assert_eq!(plan.new_claims.len(), 2, "{}", plan.render());
     assert_eq!(claim_groups(&plan), vec![None; 2]);
 }
+
+/// A group that does not fit is rolled back: the claims it changed have their room and
+/// candidates back, and the pods after it use them. `g-3` fits nowhere, so `G` fails.
+#[test]
+fn pods_after_a_rolled_back_group_use_the_room_it_gave_back() {
+    let big = || {
+        itype("m5.4xlarge")
+            .cpu("16")
+            .mem("64Gi")
+            .max_pods(110)
+            .on_demand(&["z1"], 0.768)
+            .build()
+    };
+    let small = || {
+        itype("c5.xlarge")
+            .cpu("4")
+            .mem("8Gi")
+            .max_pods(58)
+            .on_demand(&["z1"], 0.17)
+            .build()
+    };
+    let run = |pools: Vec<autoscaler_core::model::Pool>, pods: Vec<PodBuilder>| {
+        let s = with_groups(Snapshot {
+            pending: pods.into_iter().map(PodBuilder::build).collect(),
+            pools,
+            ..Snapshot::default()
+        });
+        plan_provisioning(&s)
+    };
+    let on = |plan: &Plan, pod: &str| {
+        plan.new_claims
+            .iter()
+            .position(|c| c.pods.iter().any(|p| p.name == pod))
+    };
+    // Room: `g-2` found `a`'s claim full and the scan of its kind moved past it; `h`, of the
+    // same kind, must look there again once the group is gone.
+    let p = |n: &str| pod(n).cpu("5").mem("1Gi");
+    let plan = run(
+        vec![pool("cpu", vec![big()]).build()],
+        vec![
+            p("a"),
+            p("g-0").group("G"),
+            p("g-1").group("G"),
+            p("g-2").group("G"),
+            p("g-3").group("G").select(labels::INSTANCE_TYPE, "nope"),
+            p("h"),
+        ],
+    );
+    assert_eq!(on(&plan, "h"), on(&plan, "a"), "{}", plan.render());
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+    // Candidates: `g-1` narrowed `a`'s claim to the m5.4xlarge, so pods selecting the
+    // c5.xlarge were refused there; with the group gone, `h` may join it again.
+    let plan = run(
+        vec![pool("cpu", vec![small(), big()]).build()],
+        vec![
+            pod("a").cpu("1").mem("1Gi"),
+            pod("g-1")
+                .cpu("500m")
+                .mem("1Gi")
+                .group("G")
+                .select(labels::INSTANCE_TYPE, "m5.4xlarge"),
+            pod("g-2")
+                .cpu("500m")
+                .mem("1Gi")
+                .group("G")
+                .select(labels::INSTANCE_TYPE, "c5.xlarge"),
+            pod("g-3")
+                .cpu("500m")
+                .mem("1Gi")
+                .group("G")
+                .select(labels::INSTANCE_TYPE, "nope"),
+            pod("h")
+                .cpu("250m")
+                .mem("1Gi")
+                .select(labels::INSTANCE_TYPE, "c5.xlarge"),
+        ],
+    );
+    assert_eq!(on(&plan, "h"), on(&plan, "a"), "{}", plan.render());
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+}

@@ -438,3 +438,63 @@ fn explain_names_the_count_a_type_falls_short_of() {
         e.render()
     );
 }
+
+/// Pools `cpu` of `c5.xlarge` (EBS count 1, its cordoned node says) and `m5.4xlarge` (count 5,
+/// and the only type offering `example.com/foo`), with `pending`.
+fn narrowing(pending: Vec<PodBuilder>) -> Snapshot {
+    let small = itype("c5.xlarge")
+        .cpu("4")
+        .mem("8Gi")
+        .max_pods(58)
+        .on_demand(&["z1"], 0.17)
+        .build();
+    let big = itype("m5.4xlarge")
+        .cpu("16")
+        .mem("64Gi")
+        .max_pods(110)
+        .res("example.com/foo", "1")
+        .on_demand(&["z1"], 0.768)
+        .build();
+    let mut s = snapshot(vec![pool("cpu", vec![small.clone(), big.clone()])], pending);
+    s.nodes = vec![
+        node("small-1", &small, "z1")
+            .pool("cpu")
+            .volume_limit(EBS, 1)
+            .cordoned()
+            .build(),
+        node("big-1", &big, "z1")
+            .pool("cpu")
+            .volume_limit(EBS, 5)
+            .cordoned()
+            .build(),
+    ];
+    s
+}
+
+#[test]
+fn a_claim_narrowed_to_a_roomier_type_takes_the_next_pod_it_refused() {
+    // `a-1`'s claim may still become a c5.xlarge (one EBS volume) and refuses `a-2` at first;
+    // `x`, sorted between them, narrows it to the m5.4xlarge (five), and `a-2` joins it rather
+    // than opening a third claim. Either a resource only the larger type offers or a node
+    // selection narrows it.
+    let own = |n: &str| {
+        with_claim(n, EBS, &format!("default/data-{n}"))
+            .cpu("1")
+            .mem("1Gi")
+    };
+    for x in [
+        pod("a-1x").cpu("1").mem("1Gi").res("example.com/foo", "1"),
+        pod("a-1x")
+            .cpu("1")
+            .mem("1Gi")
+            .select(labels::INSTANCE_TYPE, "m5.4xlarge"),
+    ] {
+        let plan = run(&narrowing(vec![own("a-0"), own("a-1"), x, own("a-2")]));
+        assert_eq!(
+            target(&plan, "a-2"),
+            target(&plan, "a-1x"),
+            "{}",
+            plan.render()
+        );
+    }
+}

@@ -426,8 +426,9 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// A rolled-back group can leave answers about an earlier claim at this slot index.
-    fn forget_answers(&mut self, si: usize) {
+    /// A rolled-back group can leave answers about an earlier claim at this slot index, or
+    /// about a claim it changed.
+    pub(super) fn forget_answers(&mut self, si: usize) {
         for class in &mut self.classes {
             class.slot_ok.forget(si);
         }
@@ -533,6 +534,9 @@ impl<'a> Planner<'a> {
             .as_ref()
             .is_some_and(|g| g.reqs.is_some() && g.candidates.is_none());
         let replaced = grow.as_ref().is_some_and(|g| g.candidates.is_some());
+        // Candidates only shrink: a shorter list at the end is a narrowed one, whether a grown
+        // form brought it (a node selection) or the pod's use did.
+        let kept_before = self.state.slots[si].candidates.len();
         {
             let slot = &mut self.state.slots[si];
             if let Some(g) = grow {
@@ -584,7 +588,6 @@ impl<'a> Planner<'a> {
             let class = &self.classes[ci];
             let shapes = &self.shapes;
             let used = &slot.used;
-            let kept_before = slot.candidates.len();
             if resort {
                 // The requirements changed (a zone was pinned) without a narrowed list.
                 // The candidates without an offering there are dropped by the pricing.
@@ -626,8 +629,13 @@ impl<'a> Planner<'a> {
             lost_most = lost != 0;
             if kept_before != slot.candidates.len()
                 && let Some(room) = slot.volumes.as_deref_mut()
+                && room.relimit(&self.claim_volume_limits(&slot.candidates))
             {
-                room.relimit(&self.claim_volume_limits(&slot.candidates));
+                // The claim attaches more than before: pods of its volume counts that it
+                // refused may join it now, so no scan starts past it.
+                for from in &mut self.scan_from {
+                    *from = (*from).min(si);
+                }
             }
             kept = slot.candidates.len();
             if let Some(first) = slot.candidates.first() {

@@ -85,17 +85,24 @@ impl VolumeRoom {
 
     /// Takes `limits` as the room's counts, keeping what is attached for the drivers still
     /// limited: a new claim whose candidates narrowed may attach as much as the least of the
-    /// types left.
-    pub(super) fn relimit(&mut self, limits: &BTreeMap<String, u32>) {
+    /// types left. Returns whether some driver may now attach more than before (a higher
+    /// count, or none).
+    pub(super) fn relimit(&mut self, limits: &BTreeMap<String, u32>) -> bool {
         let mut drivers = Vec::with_capacity(limits.len());
+        let mut rose = false;
         for (d, n) in limits {
             let ids = match self.drivers.binary_search_by(|(x, _, _)| x.as_str().cmp(d)) {
-                Ok(i) => std::mem::take(&mut self.drivers[i].2),
+                Ok(i) => {
+                    rose |= *n > self.drivers[i].1;
+                    std::mem::take(&mut self.drivers[i].2)
+                }
                 Err(_) => Vec::new(),
             };
             drivers.push((d.clone(), *n, ids));
         }
+        rose |= self.drivers.iter().any(|(d, _, _)| !limits.contains_key(d));
         self.drivers = drivers;
+        rose
     }
 
     fn ids_mut(&mut self, driver: &str) -> Option<&mut Vec<String>> {
