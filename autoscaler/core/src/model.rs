@@ -108,6 +108,9 @@ pub enum TermNamespaces {
     Listed(std::collections::BTreeSet<String>),
     /// Every namespace (`namespaceSelector: {}`).
     All,
+    /// Every namespace but these (a `namespaceSelector` of `NotIn` on
+    /// `kubernetes.io/metadata.name`).
+    AllBut(std::collections::BTreeSet<String>),
 }
 
 impl TermNamespaces {
@@ -122,6 +125,7 @@ impl TermNamespaces {
             TermNamespaces::Own => own == ns,
             TermNamespaces::Listed(names) => names.contains(ns),
             TermNamespaces::All => true,
+            TermNamespaces::AllBut(names) => !names.contains(ns),
         }
     }
 

@@ -134,7 +134,7 @@ impl Fold {
                 match &t.namespaces {
                     TermNamespaces::Own => {}
                     TermNamespaces::Listed(names) => self.selected.extend(names.iter().cloned()),
-                    TermNamespaces::All => self.every = true,
+                    TermNamespaces::All | TermNamespaces::AllBut(_) => self.every = true,
                 }
             }
         }

@@ -468,11 +468,12 @@ fn preferred_affinity_terms(
 /// The label every namespace carries with its own name.
 const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
-/// The namespaces a pod (anti-)affinity term looks in: its `namespaces` list and the
+/// The namespaces a pod (anti)-affinity term looks in: its `namespaces` list and the
 /// namespaces its `namespaceSelector` selects (`{}`: every one); the pod's own when neither
-/// is set. A selector can be read only when it names namespaces by
-/// `kubernetes.io/metadata.name` (`matchLabels` or `In`): the autoscaler does not read
-/// Namespace objects, so a selector on their other labels is refused rather than guessed.
+/// is set. A selector can be read only when its one requirement is on
+/// `kubernetes.io/metadata.name`, which every namespace carries with its name (`matchLabels`,
+/// `In`, `NotIn`, `Exists`, `DoesNotExist`): the autoscaler does not read Namespace objects,
+/// so a selector on their other labels is refused rather than guessed.
 fn term_namespaces(
     t: &k8s_openapi::api::core::v1::PodAffinityTerm,
     path: &str,
@@ -491,26 +492,38 @@ fn term_namespaces(
     if r.is_empty() {
         return Ok(TermNamespaces::All);
     }
+    // Every namespace has the name label, so whether the selector lets it be absent does
+    // not matter: `DoesNotExist` is an empty `In`, `Exists` an empty `NotIn`.
     let by_name = match r.get(NAMESPACE_NAME_LABEL) {
-        Some(c) if r.iter().count() == 1 && !c.allow_absent => match &c.values {
-            ValueSet::In(v) => Some(v),
-            ValueSet::NotIn(_) => None,
-        },
+        Some(c) if r.iter().count() == 1 && c.gt.is_none() && c.lt.is_none() => Some(&c.values),
         _ => None,
     };
-    let Some(selected) = by_name else {
+    let Some(values) = by_name else {
         return Err(TranslateError {
             field,
             value: render(sel),
             why: Why::Unsupported(
-                "a namespaceSelector is read only when it names namespaces by \
-                 kubernetes.io/metadata.name (matchLabels or In); the autoscaler does not read \
-                 Namespace labels",
+                "a namespaceSelector is read only when its one requirement is on \
+                 kubernetes.io/metadata.name; the autoscaler does not read Namespace labels",
             ),
         });
     };
-    names.extend(selected.iter().cloned());
-    Ok(TermNamespaces::Listed(names))
+    Ok(match values {
+        ValueSet::In(selected) => {
+            names.extend(selected.iter().cloned());
+            TermNamespaces::Listed(names)
+        }
+        // Listed namespaces are looked in whatever the selector leaves out.
+        ValueSet::NotIn(left_out) => {
+            let left_out: std::collections::BTreeSet<String> =
+                left_out.difference(&names).cloned().collect();
+            if left_out.is_empty() {
+                TermNamespaces::All
+            } else {
+                TermNamespaces::AllBut(left_out)
+            }
+        }
+    })
 }
 
 /// Takes the GPU share out of `requests`, per the module docs.

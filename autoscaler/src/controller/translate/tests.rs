@@ -500,6 +500,37 @@ fn affinity_terms_read_their_namespaces() {
         ]
     );
     let db: Labels = [("app".to_string(), "db".to_string())].into();
+    // Every namespace carries its name as `kubernetes.io/metadata.name`: `NotIn`, `Exists` and
+    // `DoesNotExist` on it are read too; listed namespaces stay in whatever the selector
+    // leaves out.
+    let by_name = |op: &str, values: serde_json::Value, listed: serde_json::Value| {
+        let c = pod(&with_terms(json!([
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": sel, "namespaces": listed,
+             "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                 "operator": op, "values": values}]}}
+        ])))
+        .unwrap();
+        c.anti_affinity[0].namespaces.clone()
+    };
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        by_name("NotIn", json!(["kube-system", "data"]), json!(["data"])),
+        TermNamespaces::AllBut(set(&["kube-system"]))
+    );
+    assert_eq!(
+        by_name("NotIn", json!(["data"]), json!(["data"])),
+        TermNamespaces::All
+    );
+    assert_eq!(
+        by_name("Exists", json!(null), json!([])),
+        TermNamespaces::All
+    );
+    assert_eq!(
+        by_name("DoesNotExist", json!(null), json!(["data"])),
+        TermNamespaces::Listed(set(&["data"]))
+    );
+    let all_but = TermNamespaces::AllBut(set(&["kube-system"]));
+    assert!(all_but.contains("shop", "logs") && !all_but.contains("shop", "kube-system"));
     assert!(c.anti_affinity[1].selects("shop", "logs", &db));
     assert!(!c.anti_affinity[1].selects("shop", "shop", &db));
     assert!(c.anti_affinity[0].selects("shop", "shop", &db));
