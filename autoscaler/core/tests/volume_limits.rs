@@ -13,6 +13,7 @@ use autoscaler_core::explain::{RefusalKind, explain_pod};
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::labels;
 use autoscaler_core::model::{DisruptionPolicy, InFlightClaim, Snapshot};
+use autoscaler_core::provision::{PlanOptions, plan_with};
 use autoscaler_core::requirements::Operator;
 use autoscaler_core::requirements::Requirements;
 
@@ -497,4 +498,39 @@ fn a_claim_narrowed_to_a_roomier_type_takes_the_next_pod_it_refused() {
             plan.render()
         );
     }
+}
+
+#[test]
+fn a_pod_deferred_before_a_claim_could_attach_it_does_not_hold_back_the_next() {
+    // One new claim per plan: `a-1` finds the claim `a-0` opened at its count (it may still be
+    // a c5.xlarge) and waits for a later plan. `x` then narrows the claim to the m5.4xlarge,
+    // which attaches five; `a-2`, identical to `a-1`, is searched for again and joins it.
+    let own = |n: &str| {
+        with_claim(n, EBS, &format!("default/data-{n}"))
+            .cpu("1")
+            .mem("1Gi")
+    };
+    let x = || pod("a-1x").cpu("1").mem("1Gi").res("example.com/foo", "1");
+    let one = PlanOptions {
+        max_new_claims: 1,
+        ..PlanOptions::default()
+    };
+    let plan = plan_with(&narrowing(vec![own("a-0"), x(), own("a-2")]), &one);
+    assert_eq!(
+        target(&plan, "a-2"),
+        target(&plan, "a-1x"),
+        "{}",
+        plan.render()
+    );
+    let plan = plan_with(
+        &narrowing(vec![own("a-0"), own("a-1"), x(), own("a-2")]),
+        &one,
+    );
+    assert_eq!(
+        target(&plan, "a-2"),
+        target(&plan, "a-1x"),
+        "{}",
+        plan.render()
+    );
+    assert_eq!(plan.deferred.len(), 1, "{}", plan.render());
 }

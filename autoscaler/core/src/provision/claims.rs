@@ -632,10 +632,12 @@ impl<'a> Planner<'a> {
                 && room.relimit(&self.claim_volume_limits(&slot.candidates))
             {
                 // The claim attaches more than before: pods of its volume counts that it
-                // refused may join it now, so no scan starts past it.
+                // refused may join it now, so no scan starts past it, and a pod deferred for
+                // a later plan's claim does not make the next identical one wait unsearched.
                 for from in &mut self.scan_from {
                     *from = (*from).min(si);
                 }
+                self.deferred_scan.fill(false);
             }
             kept = slot.candidates.len();
             if let Some(first) = slot.candidates.first() {
