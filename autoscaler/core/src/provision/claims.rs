@@ -627,18 +627,6 @@ impl<'a> Planner<'a> {
                 }
             }
             lost_most = lost != 0;
-            if kept_before != slot.candidates.len()
-                && let Some(room) = slot.volumes.as_deref_mut()
-                && room.relimit(&self.claim_volume_limits(&slot.candidates))
-            {
-                // The claim attaches more than before: pods of its volume counts that it
-                // refused may join it now, so no scan starts past it, and a pod deferred for
-                // a later plan's claim does not make the next identical one wait unsearched.
-                for from in &mut self.scan_from {
-                    *from = (*from).min(si);
-                }
-                self.deferred_scan.fill(false);
-            }
             kept = slot.candidates.len();
             if let Some(first) = slot.candidates.first() {
                 slot.price = shapes[*first].price_under(&slot.reqs).unwrap_or(slot.price);
@@ -649,6 +637,9 @@ impl<'a> Planner<'a> {
         self.state.zone_blocks = zb;
         self.state.placed[i] = Some(si);
         self.dra_commit(i, si);
+        if is_new && kept_before != self.state.slots[si].candidates.len() {
+            self.relimit_volumes(si);
+        }
         if is_new {
             // A claim's first pod comes before anything was worked out for it.
             let slot = &self.state.slots[si];
@@ -659,6 +650,22 @@ impl<'a> Planner<'a> {
                 || lost_most
                 || kept != slot.candidates.len();
             self.refresh_new_slot(si, narrowed);
+        }
+    }
+
+    /// New claim `si`, whose candidates narrowed, attaches at most the least count of the
+    /// types left. When that is more than before, pods of its volume counts that it refused
+    /// may join it now: no scan starts past it, and a pod deferred for a later plan's claim
+    /// does not make the next identical one wait unsearched.
+    fn relimit_volumes(&mut self, si: usize) {
+        let limits = self.claim_volume_limits(&self.state.slots[si].candidates);
+        if let Some(room) = self.state.slots[si].volumes.as_deref_mut()
+            && room.relimit(&limits)
+        {
+            for from in &mut self.scan_from {
+                *from = (*from).min(si);
+            }
+            self.deferred_scan.fill(false);
         }
     }
 
