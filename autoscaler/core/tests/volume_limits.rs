@@ -51,6 +51,23 @@ fn cluster(limit: u32, attached: usize, pending: Vec<PodBuilder>) -> Snapshot {
     s
 }
 
+/// A `c5.xlarge`: cheaper and smaller than [`m16`].
+fn c5() -> InstanceType {
+    itype("c5.xlarge")
+        .cpu("4")
+        .mem("8Gi")
+        .max_pods(58)
+        .on_demand(&["z1"], 0.17)
+        .build()
+}
+
+/// A pod of 1 cpu with an EBS claim of its own, `default/data-<name>`.
+fn own(name: &str) -> PodBuilder {
+    with_claim(name, EBS, &format!("default/data-{name}"))
+        .cpu("1")
+        .mem("1Gi")
+}
+
 fn with_claim(name: &str, driver: &str, claim: &str) -> PodBuilder {
     pod(name).cpu("100m").volume(driver, claim)
 }
@@ -315,12 +332,7 @@ fn a_pod_with_more_volumes_than_its_node_types_attach_launches_nothing() {
 fn a_claim_keeps_no_type_whose_nodes_attach_fewer_volumes_than_it_holds() {
     // The cheaper type attaches one EBS volume, the larger five (their cordoned nodes' CSINodes
     // say): a pod with two claims must not get a claim that may launch the cheaper type.
-    let small = itype("c5.xlarge")
-        .cpu("4")
-        .mem("8Gi")
-        .max_pods(58)
-        .on_demand(&["z1"], 0.17)
-        .build();
+    let small = c5();
     let nodes = vec![
         node("small-1", &small, "z1")
             .pool("cpu")
@@ -443,12 +455,7 @@ fn explain_names_the_count_a_type_falls_short_of() {
 /// Pools `cpu` of `c5.xlarge` (EBS count 1, its cordoned node says) and `m5.4xlarge` (count 5,
 /// and the only type offering `example.com/foo`), with `pending`.
 fn narrowing(pending: Vec<PodBuilder>) -> Snapshot {
-    let small = itype("c5.xlarge")
-        .cpu("4")
-        .mem("8Gi")
-        .max_pods(58)
-        .on_demand(&["z1"], 0.17)
-        .build();
+    let small = c5();
     let big = itype("m5.4xlarge")
         .cpu("16")
         .mem("64Gi")
@@ -478,11 +485,6 @@ fn a_claim_narrowed_to_a_roomier_type_takes_the_next_pod_it_refused() {
     // `x`, sorted between them, narrows it to the m5.4xlarge (five), and `a-2` joins it rather
     // than opening a third claim. Either a resource only the larger type offers or a node
     // selection narrows it.
-    let own = |n: &str| {
-        with_claim(n, EBS, &format!("default/data-{n}"))
-            .cpu("1")
-            .mem("1Gi")
-    };
     for x in [
         pod("a-1x").cpu("1").mem("1Gi").res("example.com/foo", "1"),
         pod("a-1x")
@@ -505,11 +507,6 @@ fn a_pod_deferred_before_a_claim_could_attach_it_does_not_hold_back_the_next() {
     // One new claim per plan: `a-1` finds the claim `a-0` opened at its count (it may still be
     // a c5.xlarge) and waits for a later plan. `x` then narrows the claim to the m5.4xlarge,
     // which attaches five; `a-2`, identical to `a-1`, is searched for again and joins it.
-    let own = |n: &str| {
-        with_claim(n, EBS, &format!("default/data-{n}"))
-            .cpu("1")
-            .mem("1Gi")
-    };
     let x = || pod("a-1x").cpu("1").mem("1Gi").res("example.com/foo", "1");
     let one = PlanOptions {
         max_new_claims: 1,
