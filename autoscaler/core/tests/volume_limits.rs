@@ -531,3 +531,44 @@ fn a_pod_deferred_before_a_claim_could_attach_it_does_not_hold_back_the_next() {
     );
     assert_eq!(plan.deferred.len(), 1, "{}", plan.render());
 }
+
+#[test]
+fn claims_are_sized_by_the_pods_a_node_attaches_not_only_by_their_room() {
+    // Every type attaches six EBS volumes. By cpu the largest type is the cheapest per pod
+    // ($0.50 for 16 pods), but it holds only six of these pods, one claim each. Sized by room,
+    // a claim aimed at it grows to six pods and ends as the 8-cpu type ($0.36 for 6); sized by
+    // what a node attaches, the 4-cpu type is cheapest per pod ($0.17 for 4): twelve pods get
+    // three of those ($0.51), not two of the 8-cpu type ($0.72).
+    let t = |name: &str, cpu: &str, price: f64| {
+        itype(name)
+            .cpu(cpu)
+            .mem("64Gi")
+            .max_pods(110)
+            .on_demand(&["z1"], price)
+            .build()
+    };
+    let types = vec![
+        t("c5.xlarge", "4", 0.17),
+        t("c5.2xlarge", "8", 0.36),
+        t("m5.4xlarge", "16", 0.50),
+    ];
+    let pending = (0..12).map(|i| own(&format!("db-{i:02}"))).collect();
+    let mut s = snapshot(vec![pool("cpu", types.clone())], pending);
+    s.nodes = types
+        .iter()
+        .map(|t| {
+            node(&format!("{}-1", t.name), t, "z1")
+                .pool("cpu")
+                .volume_limit(EBS, 6)
+                .cordoned()
+                .build()
+        })
+        .collect();
+    let plan = run(&s);
+    let types: Vec<&str> = plan
+        .new_claims
+        .iter()
+        .map(|c| &*c.instance_types[0].instance_type)
+        .collect();
+    assert_eq!(types, ["c5.xlarge"; 3], "{}", plan.render());
+}

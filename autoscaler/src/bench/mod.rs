@@ -438,6 +438,53 @@ pub(crate) fn karpenter_cases(sizes: &[usize]) -> Vec<Case> {
         .collect()
 }
 
+/// Writes CSI attach counts as a resource the LP bound knows: a pod asks for one unit of
+/// `lp-attach/<driver>` per distinct volume of that driver, and each instance type offers
+/// the least count any existing node of the type shows (a type no node has shown, a number
+/// no plan reaches). The planner learns new nodes' counts the same way; without this the
+/// bound ignores them and the ratio overstates the gap. Nothing changes when no node
+/// publishes a count.
+fn attach_counts_as_resources(snap: &mut Snapshot) {
+    let mut counts: HashMap<(String, String), u32> = HashMap::new();
+    for n in &snap.nodes {
+        let Some(t) = &n.instance_type else { continue };
+        for (driver, c) in &n.volume_limits {
+            let e = counts.entry((t.clone(), driver.clone())).or_insert(*c);
+            *e = (*e).min(*c);
+        }
+    }
+    if counts.is_empty() {
+        return;
+    }
+    let drivers: BTreeSet<String> = counts.keys().map(|(_, d)| d.clone()).collect();
+    let name = |d: &str| format!("lp-attach/{d}");
+    for p in &mut snap.pending {
+        let mut ids: Vec<(&str, &str)> = p
+            .volumes
+            .iter()
+            .filter(|v| drivers.contains(&v.driver))
+            .map(|v| (v.driver.as_str(), v.id.as_str()))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut per: HashMap<String, i64> = HashMap::new();
+        for (d, _) in ids {
+            *per.entry(name(d)).or_default() += 1;
+        }
+        for (r, n) in per {
+            p.requests.set(&r, n);
+        }
+    }
+    for pool in &mut snap.pools {
+        for t in std::sync::Arc::make_mut(&mut pool.instance_types) {
+            for d in &drivers {
+                let c = counts.get(&(t.name.clone(), d.clone())).copied();
+                t.capacity.set(&name(d), c.map_or(1_000_000, i64::from));
+            }
+        }
+    }
+}
+
 /// The volumes suite's case with `pods` pods.
 pub(crate) fn volumes_cases(pods: usize) -> Vec<Case> {
     vec![Case {
@@ -549,6 +596,7 @@ pub(crate) fn measure(case: &Case, runs: usize, gpus: bool, threads: usize) -> (
         .collect();
     let mut sub = snap.clone();
     sub.pending.retain(|p| placed.contains(&p.key));
+    attach_counts_as_resources(&mut sub);
     let lp_start = Instant::now();
     let lb = lower_bound(&sub);
     let lp_seconds = lp_start.elapsed().as_secs_f64();

@@ -346,6 +346,9 @@ impl<'a> Planner<'a> {
             if let Some(k) = self.dra_copies(i, *c) {
                 per_node = per_node.min(k);
             }
+            if let Some(k) = self.volume_copies(i, *c) {
+                per_node = per_node.min(k);
+            }
             let spread = class_left
                 .map_or(0.0, |d| self.fit_index.even_spread(d, *c))
                 .max(self.dra_spread(i, *c));

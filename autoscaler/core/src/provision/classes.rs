@@ -140,10 +140,10 @@ fn spread_label_keys<'p>(
     keys
 }
 
-/// A pod's demand-group identity: its class, requests and GPU share.
-type DemandKey<'a> = (usize, &'a Resources, &'a Option<GpuShare>);
+/// A pod's demand-group identity: its class, requests, GPU share and volumes' counts (how
+/// many one node holds depends on all of them).
+type DemandKey<'a> = (usize, &'a Resources, &'a Option<GpuShare>, VolumeScan<'a>);
 
-/// `a == b`, without a call to compare the bytes of the (mostly empty) id lists.
 /// How many pods of the snapshot name each volume: pending ones, those on existing nodes and
 /// those on claims in flight (a pod naming a volume twice counts once).
 fn volume_names(snap: &Snapshot) -> HashMap<&str, u32> {
@@ -191,6 +191,7 @@ fn volume_scan<'a>(volumes: &'a [AttachedVolume], named: &HashMap<&str, u32>) ->
     VolumeScan::Own(counts)
 }
 
+/// `a == b`, without a call to compare the bytes of the (mostly empty) id lists.
 fn same_scan_key(a: &ScanKey<'_>, b: &ScanKey<'_>) -> bool {
     fn same(a: &[usize], b: &[usize]) -> bool {
         a.len() == b.len() && (a.is_empty() || a == b)
@@ -342,12 +343,17 @@ impl<'a> Planner<'a> {
         for (i, p) in pending.iter().enumerate() {
             // As in `build_classes`: a pod identical to the one before it joins its groups
             // without hashing its keys.
-            let demand_key = (self.class_of[i], &p.requests, &p.gpu_share);
-            let g = match prev_demand {
-                Some((k, g)) if k == demand_key => g,
+            let volumes = if volume_limited {
+                volume_scan(&p.volumes, &named)
+            } else {
+                VolumeScan::None
+            };
+            let demand_key = (self.class_of[i], &p.requests, &p.gpu_share, volumes.clone());
+            let g = match &prev_demand {
+                Some((k, g)) if *k == demand_key => *g,
                 _ => {
                     let n = demand_index.len();
-                    *demand_index.entry(demand_key).or_insert(n)
+                    *demand_index.entry(demand_key.clone()).or_insert(n)
                 }
             };
             prev_demand = Some((demand_key, g));
@@ -356,11 +362,6 @@ impl<'a> Planner<'a> {
                 self.remaining.push(0);
             }
             self.remaining[g] += 1;
-            let volumes = if volume_limited {
-                volume_scan(&p.volumes, &named)
-            } else {
-                VolumeScan::None
-            };
             let attaches = volumes == VolumeScan::Shared;
             self.shares_volumes.push(attaches);
             let key = (
@@ -441,6 +442,9 @@ impl<'a> Planner<'a> {
                 .floor()
                 .max(1.0);
             if let Some(k) = self.dra_copies(i, si) {
+                per_node = per_node.min(k);
+            }
+            if let Some(k) = self.volume_copies(i, si) {
                 per_node = per_node.min(k);
             }
             // Priced under the class's own zone and capacity type: a pod that may only run

@@ -628,6 +628,33 @@ impl<'a> Planner<'a> {
         };
     }
 
+    /// How many pods like pod `i` a node of shape `c` attaches: per driver the shape's known
+    /// count over the pod's own volumes of it, the least over drivers. `None` when no count
+    /// bounds it (no volumes, no known count, or a volume another pod names too, which may be
+    /// attached there already). Claim sizing takes it as it takes resources: a node of a type
+    /// that attaches 25 volumes holds 25 replicas with a claim each, however large it is.
+    pub(super) fn volume_copies(&self, i: usize, c: usize) -> Option<f64> {
+        let pod = &self.snap.pending[i];
+        if pod.volumes.is_empty() || self.shares_volumes[i] {
+            return None;
+        }
+        let limits = self.shape_volume_limits.get(c)?.as_ref()?;
+        let mut ids: Vec<(&str, &str)> = pod
+            .volumes
+            .iter()
+            .map(|v| (v.driver.as_str(), v.id.as_str()))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        limits
+            .iter()
+            .filter_map(|(driver, count)| {
+                let k = ids.iter().filter(|(d, _)| d == driver).count();
+                (k > 0).then(|| (f64::from(*count) / k as f64).floor().max(1.0))
+            })
+            .reduce(f64::min)
+    }
+
     /// The volume room of a new claim that may become any of `candidates`: per driver, the
     /// least count a candidate is known to allow (a candidate no node has shown counts for
     /// nothing), so that whichever the claim becomes attaches what the plan puts on it.
