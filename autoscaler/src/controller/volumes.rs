@@ -292,23 +292,24 @@ impl VolumeIndex {
 
     /// The volumes a pod in `namespace` using `claims` attaches to its node, as Karpenter
     /// counts them (`volumeusage.go`): one per claim, identified as `namespace/claim`, by
-    /// the driver of the volume it is bound to (`spec.csi.driver`), else by its
-    /// StorageClass's provisioner; an in-tree plugin counts as the CSI driver it migrated to
-    /// ([`MIGRATED_PLUGINS`]), as kube-scheduler counts it. A claim whose driver cannot be
-    /// read (not found, no class) counts for no driver.
+    /// the driver of the volume it is bound to (`spec.csi.driver`), else, for a claim not
+    /// bound or bound to a volume not found, by its StorageClass's provisioner; an in-tree
+    /// plugin counts as the CSI driver it migrated to ([`MIGRATED_PLUGINS`]), as
+    /// kube-scheduler counts it. A claim bound to a volume of no CSI driver (NFS, a local
+    /// volume) counts for none, as both ignore it, and so does a claim whose driver cannot be
+    /// read (not found, no class).
     pub fn attachments(&self, namespace: &str, claims: &[String]) -> Vec<AttachedVolume> {
         claims
             .iter()
             .filter_map(|name| {
                 let claim = self.claims.get(&(namespace.to_string(), name.clone()))?;
-                let driver = claim
-                    .volume
-                    .as_ref()
-                    .and_then(|v| self.volumes.get(v)?.driver.clone())
-                    .or_else(|| {
+                let driver = match claim.volume.as_ref().and_then(|v| self.volumes.get(v)) {
+                    Some(bound) => bound.driver.clone()?,
+                    None => {
                         let class = self.classes.get(claim.class.as_ref()?)?;
-                        Some(class.provisioner.clone()).filter(|p| !p.is_empty())
-                    })?;
+                        Some(class.provisioner.clone()).filter(|p| !p.is_empty())?
+                    }
+                };
                 Some(AttachedVolume {
                     driver,
                     id: format!("{namespace}/{name}"),

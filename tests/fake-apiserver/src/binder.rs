@@ -444,31 +444,32 @@ const MIGRATED: [(&str, &str, &str); 3] = [
 ];
 
 /// The CSI driver of a claim: its bound volume's `spec.csi.driver` (an in-tree source's
-/// migrated driver), else its StorageClass's provisioner (likewise migrated).
+/// migrated driver), none for a bound volume of neither kind (NFS), else (unbound, or bound
+/// to a volume that is gone) its StorageClass's provisioner (likewise migrated).
 fn claim_driver(state: &State, pvc: &Value) -> Option<String> {
     fn text(v: Option<&Value>) -> Option<&str> {
         v.and_then(Value::as_str).filter(|s| !s.is_empty())
     }
-    let from_volume = text(pvc.pointer("/spec/volumeName")).and_then(|pv| {
+    let bound = text(pvc.pointer("/spec/volumeName")).and_then(|pv| {
         let def = state.def("", "persistentvolumes")?;
-        let pv = state.get(&def, "", pv).ok()?;
-        text(pv.pointer("/spec/csi/driver"))
+        state.get(&def, "", pv).ok()
+    });
+    if let Some(pv) = bound {
+        return text(pv.pointer("/spec/csi/driver"))
             .or_else(|| {
                 MIGRATED
                     .iter()
                     .find(|(field, _, _)| pv["spec"].get(*field).is_some())
                     .map(|(_, _, driver)| *driver)
             })
-            .map(str::to_string)
-    });
-    from_volume.or_else(|| {
-        let class = text(pvc.pointer("/spec/storageClassName"))?;
-        let def = state.def("storage.k8s.io", "storageclasses")?;
-        let sc = state.get(&def, "", class).ok()?;
-        let provisioner = text(sc.get("provisioner"))?;
-        let migrated = MIGRATED.iter().find(|(_, p, _)| *p == provisioner);
-        Some(migrated.map_or(provisioner, |(_, _, d)| d).to_string())
-    })
+            .map(str::to_string);
+    }
+    let class = text(pvc.pointer("/spec/storageClassName"))?;
+    let def = state.def("storage.k8s.io", "storageclasses")?;
+    let sc = state.get(&def, "", class).ok()?;
+    let provisioner = text(sc.get("provisioner"))?;
+    let migrated = MIGRATED.iter().find(|(_, p, _)| *p == provisioner);
+    Some(migrated.map_or(provisioner, |(_, _, d)| d).to_string())
 }
 
 /// Per node name, the CSI drivers its CSINode gives an attach count, with the count.

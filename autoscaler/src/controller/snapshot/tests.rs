@@ -779,4 +779,5 @@ fn the_min_values_policy_reaches_provisioning_and_disruption_snapshots() {
 }
 
 mod daemonsets;
+mod karpenter_volumes;
 mod volumes;

@@ -422,7 +422,9 @@ fn a_claims_driver_is_its_volumes_then_its_classes() {
             ..Default::default()
         },
     );
-    // Neither a CSI nor an in-tree source it knows (NFS): the class decides.
+    // Neither a CSI nor an in-tree source it knows (NFS): not counted, whatever the class
+    // says (Karpenter's `ResolveDriver`, kube-scheduler's `NodeVolumeLimits`). A claim bound
+    // to a volume not found falls back to its class.
     let other = volume("pv-nfs", vec![]);
     let mut gce = class("standard", "WaitForFirstConsumer", &[]);
     gce.provisioner = "kubernetes.io/gce-pd".into();
@@ -431,6 +433,7 @@ fn a_claims_driver_is_its_volumes_then_its_classes() {
             claim("on-csi", Some("pv-csi"), Some("gp3")),
             claim("on-ebs", Some("pv-ebs"), Some("standard")),
             claim("on-nfs", Some("pv-nfs"), Some("gp3")),
+            claim("on-gone", Some("pv-gone"), Some("gp3")),
             claim("dynamic", None, Some("gp3")),
             claim("migrated", None, Some("standard")),
             claim("classless", None, None),
@@ -446,6 +449,7 @@ fn a_claims_driver_is_its_volumes_then_its_classes() {
             "on-csi",
             "on-ebs",
             "on-nfs",
+            "on-gone",
             "dynamic",
             "migrated",
             "classless",
@@ -462,7 +466,7 @@ fn a_claims_driver_is_its_volumes_then_its_classes() {
         [
             ("pd.csi.storage.gke.io", "ns/on-csi"),
             ("ebs.csi.aws.com", "ns/on-ebs"),
-            ("ebs.csi.aws.com", "ns/on-nfs"),
+            ("ebs.csi.aws.com", "ns/on-gone"),
             ("ebs.csi.aws.com", "ns/dynamic"),
             ("pd.csi.storage.gke.io", "ns/migrated"),
         ]

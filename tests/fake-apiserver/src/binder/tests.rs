@@ -617,3 +617,29 @@ fn in_tree_volumes_count_against_the_csi_driver_they_migrated_to() {
     assert_eq!(placed(&st, "old"), Ok("a".to_string()));
     unschedulable(&st, "new", "1 node(s) exceed max volume count");
 }
+
+#[test]
+fn a_claim_bound_to_a_volume_of_no_csi_driver_counts_for_none() {
+    // An NFS volume is bound to a claim of an EBS class: neither kube-scheduler nor Karpenter
+    // counts it against EBS, so the node's one EBS slot is still free for `ebs`.
+    let mut st = State::new(1000, 16, false);
+    add_node(&mut st, "a", json!({}));
+    add_csinode(&mut st, "a", &[("ebs.csi.aws.com", Some(1))]);
+    add(
+        &mut st,
+        "",
+        "persistentvolumes",
+        "",
+        json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-nfs"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                "nfs": {"server": "10.0.0.2", "path": "/share"}}}),
+    );
+    add_class(&mut st, "gp3", "ebs.csi.aws.com");
+    add_claim(&mut st, "share", Some("gp3"), Some("pv-nfs"));
+    add_claim(&mut st, "data", Some("gp3"), None);
+    add_claim_pod(&mut st, "nfs", "share");
+    add_claim_pod(&mut st, "ebs", "data");
+    pass(&mut st);
+    assert_eq!(placed(&st, "nfs"), Ok("a".to_string()));
+    assert_eq!(placed(&st, "ebs"), Ok("a".to_string()));
+}
