@@ -550,6 +550,9 @@ struct Planner<'a> {
     /// Per demand group: the lowest hourly cost per pod over the shapes it can use, counting
     /// how many of the group one node would really hold (lazy).
     unit_cost: Vec<Option<classes::UnitCosts>>,
+    /// The same per scan group, for pods a known attach count bounds
+    /// ([`Planner::volume_capped`]): the members of one demand group may differ in volumes.
+    unit_cost_capped: Vec<Option<classes::UnitCosts>>,
     /// Per pod: its scan group (demand group plus topology identity), and per scan group the
     /// first slot worth trying: earlier slots rejected an identical pod, and slots only fill.
     scan_group: Vec<usize>,
@@ -720,6 +723,7 @@ impl<'a> Planner<'a> {
             remaining: Vec::new(),
             class_left: Vec::new(),
             unit_cost: Vec::new(),
+            unit_cost_capped: Vec::new(),
             scan_group: Vec::new(),
             scan_from: Vec::new(),
             verdicts: Vec::new(),

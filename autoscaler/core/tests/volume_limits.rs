@@ -572,3 +572,46 @@ fn claims_are_sized_by_the_pods_a_node_attaches_not_only_by_their_room() {
         .collect();
     assert_eq!(types, ["c5.xlarge"; 3], "{}", plan.render());
 }
+
+#[test]
+fn pods_beside_an_identical_pod_with_a_volume_keep_their_plan() {
+    // Every type's nodes show an EBS count, as on any EKS cluster with the EBS CSI driver;
+    // `v` is like the three plain pods but for an EFS volume, a driver with no count. The four
+    // are sized together, as without the volume: one 8-cpu node ($0.30), not two 4-cpu ones
+    // ($0.34), for each of two halves of the group sized apart.
+    let t = |name: &str, cpu: &str, price: f64| {
+        itype(name)
+            .cpu(cpu)
+            .mem("64Gi")
+            .max_pods(110)
+            .on_demand(&["z1"], price)
+            .build()
+    };
+    let types = vec![
+        t("c5.large", "2", 0.09),
+        t("c5.xlarge", "4", 0.17),
+        t("c5.2xlarge", "8", 0.30),
+        t("c5.4xlarge", "16", 0.50),
+    ];
+    let mut pending: Vec<PodBuilder> = (0..3)
+        .map(|i| pod(&format!("plain-{i}")).cpu("1500m").mem("1Gi"))
+        .collect();
+    pending.push(
+        with_claim("v", EFS, "default/shared-fs")
+            .cpu("1500m")
+            .mem("1Gi"),
+    );
+    let mut s = snapshot(vec![pool("cpu", types.clone())], pending);
+    s.nodes = types
+        .iter()
+        .map(|t| {
+            node(&format!("{}-1", t.name), t, "z1")
+                .pool("cpu")
+                .volume_limit(EBS, 25)
+                .cordoned()
+                .build()
+        })
+        .collect();
+    let plan = run(&s);
+    assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
+}

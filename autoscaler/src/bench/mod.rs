@@ -439,18 +439,19 @@ pub(crate) fn karpenter_cases(sizes: &[usize]) -> Vec<Case> {
 }
 
 /// Writes CSI attach counts as a resource the LP bound knows: a pod asks for one unit of
-/// `lp-attach/<driver>` per distinct volume of that driver, and each instance type offers
-/// the least count any existing node of the type shows (a type no node has shown, a number
-/// no plan reaches). The planner learns new nodes' counts the same way; without this the
-/// bound ignores them and the ratio overstates the gap. Nothing changes when no node
-/// publishes a count.
+/// `lp-attach/<driver>` per volume of that driver no other pod names, and each instance type
+/// offers the largest count any existing node of the type shows (a type no node has shown, a
+/// number no plan reaches). The planner holds new nodes to the counts their type's nodes
+/// show; without this the bound ignores them and the ratio overstates the gap. It stays a
+/// lower bound: a shared volume asks for nothing, and no node of a type attaches more than
+/// the largest count seen. Nothing changes when no node publishes a count.
 fn attach_counts_as_resources(snap: &mut Snapshot) {
     let mut counts: HashMap<(String, String), u32> = HashMap::new();
     for n in &snap.nodes {
         let Some(t) = &n.instance_type else { continue };
         for (driver, c) in &n.volume_limits {
             let e = counts.entry((t.clone(), driver.clone())).or_insert(*c);
-            *e = (*e).min(*c);
+            *e = (*e).max(*c);
         }
     }
     if counts.is_empty() {
@@ -458,11 +459,23 @@ fn attach_counts_as_resources(snap: &mut Snapshot) {
     }
     let drivers: BTreeSet<String> = counts.keys().map(|(_, d)| d.clone()).collect();
     let name = |d: &str| format!("lp-attach/{d}");
+    // Pods naming each volume, each pod once.
+    let mut named: HashMap<String, usize> = HashMap::new();
+    let all = snap
+        .pending
+        .iter()
+        .chain(snap.nodes.iter().flat_map(|n| &n.pods));
+    for p in all {
+        let ids: BTreeSet<&str> = p.volumes.iter().map(|v| v.id.as_str()).collect();
+        for id in ids {
+            *named.entry(id.to_string()).or_default() += 1;
+        }
+    }
     for p in &mut snap.pending {
         let mut ids: Vec<(&str, &str)> = p
             .volumes
             .iter()
-            .filter(|v| drivers.contains(&v.driver))
+            .filter(|v| drivers.contains(&v.driver) && named.get(&v.id) == Some(&1))
             .map(|v| (v.driver.as_str(), v.id.as_str()))
             .collect();
         ids.sort_unstable();

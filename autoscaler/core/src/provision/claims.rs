@@ -346,8 +346,11 @@ impl<'a> Planner<'a> {
             if let Some(k) = self.dra_copies(i, *c) {
                 per_node = per_node.min(k);
             }
-            if let Some(k) = self.volume_copies(i, *c) {
-                per_node = per_node.min(k);
+            match self.volume_copies(i, *c) {
+                // Its nodes cannot attach even one such pod.
+                Some(k) if k < 1.0 => continue,
+                Some(k) => per_node = per_node.min(k),
+                None => {}
             }
             let spread = class_left
                 .map_or(0.0, |d| self.fit_index.even_spread(d, *c))

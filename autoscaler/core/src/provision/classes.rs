@@ -140,9 +140,8 @@ fn spread_label_keys<'p>(
     keys
 }
 
-/// A pod's demand-group identity: its class, requests, GPU share and volumes' counts (how
-/// many one node holds depends on all of them).
-type DemandKey<'a> = (usize, &'a Resources, &'a Option<GpuShare>, VolumeScan<'a>);
+/// A pod's demand-group identity: its class, requests and GPU share.
+type DemandKey<'a> = (usize, &'a Resources, &'a Option<GpuShare>);
 
 /// How many pods of the snapshot name each volume: pending ones, those on existing nodes and
 /// those on claims in flight (a pod naming a volume twice counts once).
@@ -348,12 +347,15 @@ impl<'a> Planner<'a> {
             } else {
                 VolumeScan::None
             };
-            let demand_key = (self.class_of[i], &p.requests, &p.gpu_share, volumes.clone());
-            let g = match &prev_demand {
-                Some((k, g)) if *k == demand_key => *g,
+            // Pods that differ only in their volumes are one demand group: how many of them
+            // are left sizes claims for all of them (a node's attach count caps its own
+            // pods through `volume_copies`, per scan group).
+            let demand_key = (self.class_of[i], &p.requests, &p.gpu_share);
+            let g = match prev_demand {
+                Some((k, g)) if k == demand_key => g,
                 _ => {
                     let n = demand_index.len();
-                    *demand_index.entry(demand_key.clone()).or_insert(n)
+                    *demand_index.entry(demand_key).or_insert(n)
                 }
             };
             prev_demand = Some((demand_key, g));
@@ -405,6 +407,7 @@ impl<'a> Planner<'a> {
             self.fit_index
                 .add_to(row, &demand(p, &Devices::default()), i64::saturating_add);
         }
+        self.unit_cost_capped = vec![None; scan_index.len()];
         self.scan_from = vec![0; scan_index.len()];
         self.deferred_scan = vec![false; scan_index.len()];
         self.verdicts = vec![Vec::new(); scan_index.len()];
@@ -416,16 +419,34 @@ impl<'a> Planner<'a> {
     /// the members still pending (so the last members of a group are measured by the node
     /// they would fill, not by a full node's price per pod, and do not refuse a claim sized
     /// for them). The shapes are read once per group ([`UnitCosts`]); each call is a lookup.
+    ///
+    /// A pod whose own volumes a known attach count bounds ([`Self::volume_copies`]) gets the
+    /// table of its scan group, which holds its volume counts; its demand group's members
+    /// without volumes keep theirs.
     pub(super) fn unit_cost(&mut self, i: usize, avoid_gpu: bool) -> f64 {
         let g = self.demand_group[i];
         let left = self.remaining[g].max(1) as f64;
-        if self.unit_cost[g].is_none() {
-            let table = self.unit_costs(i, avoid_gpu);
-            self.unit_cost[g] = Some(table);
+        let capped = self.volume_capped(i);
+        let at = if capped { self.scan_group[i] } else { g };
+        let known = if capped {
+            self.unit_cost_capped[at].is_some()
+        } else {
+            self.unit_cost[at].is_some()
+        };
+        if !known {
+            let table = Some(self.unit_costs(i, avoid_gpu));
+            if capped {
+                self.unit_cost_capped[at] = table;
+            } else {
+                self.unit_cost[at] = table;
+            }
         }
-        self.unit_cost[g]
-            .as_ref()
-            .map_or(f64::INFINITY, |t| t.at(left))
+        let table = if capped {
+            &self.unit_cost_capped[at]
+        } else {
+            &self.unit_cost[at]
+        };
+        table.as_ref().map_or(f64::INFINITY, |t| t.at(left))
     }
 
     fn unit_costs(&self, i: usize, avoid_gpu: bool) -> UnitCosts {
@@ -444,8 +465,11 @@ impl<'a> Planner<'a> {
             if let Some(k) = self.dra_copies(i, si) {
                 per_node = per_node.min(k);
             }
-            if let Some(k) = self.volume_copies(i, si) {
-                per_node = per_node.min(k);
+            match self.volume_copies(i, si) {
+                // Its nodes cannot attach even one such pod.
+                Some(k) if k < 1.0 => continue,
+                Some(k) => per_node = per_node.min(k),
+                None => {}
             }
             // Priced under the class's own zone and capacity type: a pod that may only run
             // on demand measured against the type's spot price found every claim's share of

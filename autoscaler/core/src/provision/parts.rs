@@ -147,6 +147,7 @@ impl<'a> Planner<'a> {
             remaining: self.remaining.clone(),
             class_left: self.class_left.clone(),
             unit_cost: self.unit_cost.clone(),
+            unit_cost_capped: self.unit_cost_capped.clone(),
             scan_group: self.scan_group.clone(),
             scan_from: self.scan_from.clone(),
             verdicts: self.verdicts.clone(),

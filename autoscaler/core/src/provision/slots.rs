@@ -628,16 +628,27 @@ impl<'a> Planner<'a> {
         };
     }
 
+    /// Whether a known attach count may bound how many pods like pod `i` a node holds: its
+    /// volumes are its own and some is of a driver a node showed a count for.
+    pub(super) fn volume_capped(&self, i: usize) -> bool {
+        !self.shares_volumes[i]
+            && self.snap.pending[i]
+                .volumes
+                .iter()
+                .any(|v| self.learned_drivers.contains(&v.driver))
+    }
+
     /// How many pods like pod `i` a node of shape `c` attaches: per driver the shape's known
-    /// count over the pod's own volumes of it, the least over drivers. `None` when no count
-    /// bounds it (no volumes, no known count, or a volume another pod names too, which may be
-    /// attached there already). Claim sizing takes it as it takes resources: a node of a type
-    /// that attaches 25 volumes holds 25 replicas with a claim each, however large it is.
+    /// count over the pod's own volumes of it, the least over drivers (0 when it cannot
+    /// attach one). `None` when no count bounds it (no volumes, no known count, or a volume
+    /// another pod names too, which may be attached there already). Claim sizing takes it as
+    /// it takes resources: a node of a type that attaches 25 volumes holds 25 replicas with a
+    /// claim each, however large it is.
     pub(super) fn volume_copies(&self, i: usize, c: usize) -> Option<f64> {
-        let pod = &self.snap.pending[i];
-        if pod.volumes.is_empty() || self.shares_volumes[i] {
+        if !self.volume_capped(i) {
             return None;
         }
+        let pod = &self.snap.pending[i];
         let limits = self.shape_volume_limits.get(c)?.as_ref()?;
         let mut ids: Vec<(&str, &str)> = pod
             .volumes
@@ -650,7 +661,7 @@ impl<'a> Planner<'a> {
             .iter()
             .filter_map(|(driver, count)| {
                 let k = ids.iter().filter(|(d, _)| d == driver).count();
-                (k > 0).then(|| (f64::from(*count) / k as f64).floor().max(1.0))
+                (k > 0).then(|| (f64::from(*count) / k as f64).floor())
             })
             .reduce(f64::min)
     }
