@@ -532,6 +532,30 @@ fn a_pod_deferred_before_a_claim_could_attach_it_does_not_hold_back_the_next() {
     assert_eq!(plan.deferred.len(), 1, "{}", plan.render());
 }
 
+/// A type of `cpu` cpus and 64Gi at `price` on demand in `z1`.
+fn by_cpu(name: &str, cpu: &str, price: f64) -> InstanceType {
+    itype(name)
+        .cpu(cpu)
+        .mem("64Gi")
+        .max_pods(110)
+        .on_demand(&["z1"], price)
+        .build()
+}
+
+/// A cordoned node of pool `cpu` per type of `types`, each showing an EBS count of `count`.
+fn showing(types: &[InstanceType], count: u32) -> Vec<autoscaler_core::model::Node> {
+    types
+        .iter()
+        .map(|t| {
+            node(&format!("{}-1", t.name), t, "z1")
+                .pool("cpu")
+                .volume_limit(EBS, count)
+                .cordoned()
+                .build()
+        })
+        .collect()
+}
+
 #[test]
 fn claims_are_sized_by_the_pods_a_node_attaches_not_only_by_their_room() {
     // Every type attaches six EBS volumes. By cpu the largest type is the cheapest per pod
@@ -539,31 +563,14 @@ fn claims_are_sized_by_the_pods_a_node_attaches_not_only_by_their_room() {
     // a claim aimed at it grows to six pods and ends as the 8-cpu type ($0.36 for 6); sized by
     // what a node attaches, the 4-cpu type is cheapest per pod ($0.17 for 4): twelve pods get
     // three of those ($0.51), not two of the 8-cpu type ($0.72).
-    let t = |name: &str, cpu: &str, price: f64| {
-        itype(name)
-            .cpu(cpu)
-            .mem("64Gi")
-            .max_pods(110)
-            .on_demand(&["z1"], price)
-            .build()
-    };
     let types = vec![
-        t("c5.xlarge", "4", 0.17),
-        t("c5.2xlarge", "8", 0.36),
-        t("m5.4xlarge", "16", 0.50),
+        by_cpu("c5.xlarge", "4", 0.17),
+        by_cpu("c5.2xlarge", "8", 0.36),
+        by_cpu("m5.4xlarge", "16", 0.50),
     ];
     let pending = (0..12).map(|i| own(&format!("db-{i:02}"))).collect();
     let mut s = snapshot(vec![pool("cpu", types.clone())], pending);
-    s.nodes = types
-        .iter()
-        .map(|t| {
-            node(&format!("{}-1", t.name), t, "z1")
-                .pool("cpu")
-                .volume_limit(EBS, 6)
-                .cordoned()
-                .build()
-        })
-        .collect();
+    s.nodes = showing(&types, 6);
     let plan = run(&s);
     let types: Vec<&str> = plan
         .new_claims
@@ -579,19 +586,11 @@ fn pods_beside_an_identical_pod_with_a_volume_keep_their_plan() {
     // `v` is like the three plain pods but for an EFS volume, a driver with no count. The four
     // are sized together, as without the volume: one 8-cpu node ($0.30), not two 4-cpu ones
     // ($0.34), for each of two halves of the group sized apart.
-    let t = |name: &str, cpu: &str, price: f64| {
-        itype(name)
-            .cpu(cpu)
-            .mem("64Gi")
-            .max_pods(110)
-            .on_demand(&["z1"], price)
-            .build()
-    };
     let types = vec![
-        t("c5.large", "2", 0.09),
-        t("c5.xlarge", "4", 0.17),
-        t("c5.2xlarge", "8", 0.30),
-        t("c5.4xlarge", "16", 0.50),
+        by_cpu("c5.large", "2", 0.09),
+        by_cpu("c5.xlarge", "4", 0.17),
+        by_cpu("c5.2xlarge", "8", 0.30),
+        by_cpu("c5.4xlarge", "16", 0.50),
     ];
     let mut pending: Vec<PodBuilder> = (0..3)
         .map(|i| pod(&format!("plain-{i}")).cpu("1500m").mem("1Gi"))
@@ -602,16 +601,7 @@ fn pods_beside_an_identical_pod_with_a_volume_keep_their_plan() {
             .mem("1Gi"),
     );
     let mut s = snapshot(vec![pool("cpu", types.clone())], pending);
-    s.nodes = types
-        .iter()
-        .map(|t| {
-            node(&format!("{}-1", t.name), t, "z1")
-                .pool("cpu")
-                .volume_limit(EBS, 25)
-                .cordoned()
-                .build()
-        })
-        .collect();
+    s.nodes = showing(&types, 25);
     let plan = run(&s);
     assert_eq!(plan.new_claims.len(), 1, "{}", plan.render());
 }
