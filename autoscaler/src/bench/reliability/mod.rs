@@ -351,6 +351,11 @@ async fn bench(args: &ReliabilityArgs) -> Result<ReliabilityResult> {
         .collect();
     eprintln!("where the time went: {}", spent.join(", "));
     drop(last);
+    // The replay's controller called the server until it was stopped just now, after the
+    // audit above: its faults are read again, with no client left to draw another.
+    result.api_faults_injected = server::audit(&server.url)?["faultsInjected"]
+        .as_u64()
+        .unwrap_or(0);
     result.wall_seconds = started.elapsed().as_secs_f64();
     let clean_run = result.leaked_instances
         + result.duplicate_nodes
