@@ -140,6 +140,7 @@ pub use shapes::same_pools;
 
 use slot_answers::SlotAnswers;
 use topology::SelectorIndex;
+use volume_limits::VolumeScan;
 
 /// Tunables of the planner.
 #[derive(Clone, Debug, PartialEq)]
@@ -267,21 +268,6 @@ type ScanKey<'a> = (
     &'a [usize],
     VolumeScan<'a>,
 );
-
-/// How a pod's volumes bear on where it may go, while some node has a CSI volume limit.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum VolumeScan<'a> {
-    /// No volumes, or no node with a limit.
-    None,
-    /// Volumes no other pod of the snapshot names, per driver how many (sorted by driver):
-    /// wherever the pod goes it attaches all of them, so a place that refuses one such pod
-    /// refuses every pod of the same counts until it holds fewer volumes, which a plan never
-    /// makes it do.
-    Own(Vec<(&'a str, u32)>),
-    /// A volume another pod names too: a place that refused one such pod may take the next,
-    /// whose volume is there already.
-    Shared,
-}
 
 /// A pod's class identity: node selection, tolerations, whether it takes a GPU share, its
 /// host ports, its DRA identity, what its topology rules require of a node, and whether it

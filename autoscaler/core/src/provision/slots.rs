@@ -52,19 +52,6 @@ impl Slot {
     }
 }
 
-/// Lowers each driver's count in `into` to `from`'s where `from` has one, adding the drivers
-/// `into` lacks. Thousands of nodes share a few drivers: a driver's name is copied once.
-fn least_counts(into: &mut BTreeMap<String, u32>, from: &BTreeMap<String, u32>) {
-    for (driver, count) in from {
-        match into.get_mut(driver) {
-            Some(c) => *c = (*c).min(*count),
-            None => {
-                into.insert(driver.clone(), *count);
-            }
-        }
-    }
-}
-
 /// A cheap necessary condition for `req` (without shares) fitting into `alloc - used`, with no
 /// allocation: most slots fail it.
 fn quick_fit(req: &Resources, alloc: &Resources, used: &Resources) -> bool {
@@ -586,109 +573,6 @@ impl<'a> Planner<'a> {
         self.state.zone_blocks = zone_blocks;
         self.state.usage = usage;
         self.state.cluster = cluster;
-    }
-
-    /// Fills [`Planner::shape_volume_limits`] from the existing nodes' CSI attach counts, as
-    /// KEP-5030 proposes for the Cluster Autoscaler's node templates: nodes of one pool and
-    /// instance type get the same drivers and counts; a pool with no node of a type that some
-    /// other node (another pool's, or one no pool manages) is takes the least such nodes show.
-    fn learn_volume_limits(&mut self, pool_idx: &KeyMap<&str, usize>) {
-        let mut learned: HashMap<(usize, &str), BTreeMap<String, u32>> = HashMap::new();
-        // Any node of the type, whatever its pool or none: what a type attaches is mostly the
-        // type's (its attachment slots), so a pool none of whose nodes showed a count takes
-        // the least any node of the type showed.
-        let mut by_type: HashMap<&str, BTreeMap<String, u32>> = HashMap::new();
-        for n in self
-            .snap
-            .nodes
-            .iter()
-            .filter(|n| !n.volume_limits.is_empty())
-        {
-            let Some(t) = n.instance_type.as_deref() else {
-                continue;
-            };
-            least_counts(by_type.entry(t).or_default(), &n.volume_limits);
-            if let Some(pi) = n.pool.as_deref().and_then(|p| pool_idx.get(p).copied()) {
-                least_counts(learned.entry((pi, t)).or_default(), &n.volume_limits);
-            }
-        }
-        self.learned_drivers = by_type.values().flat_map(|l| l.keys().cloned()).collect();
-        self.shape_volume_limits = if by_type.is_empty() {
-            Vec::new()
-        } else {
-            self.shapes
-                .iter()
-                .map(|s| {
-                    learned
-                        .get(&(s.pool, &*s.name))
-                        .or_else(|| by_type.get(&*s.name))
-                        .cloned()
-                })
-                .collect()
-        };
-    }
-
-    /// Whether a known attach count may bound how many pods like pod `i` a node holds: its
-    /// volumes are its own and some is of a driver a node showed a count for.
-    pub(super) fn volume_capped(&self, i: usize) -> bool {
-        !self.shares_volumes[i]
-            && self.snap.pending[i]
-                .volumes
-                .iter()
-                .any(|v| self.learned_drivers.contains(&v.driver))
-    }
-
-    /// How many pods like pod `i` a node of shape `c` attaches: per driver the shape's known
-    /// count over the pod's own volumes of it, the least over drivers (0 when it cannot
-    /// attach one). `None` when no count bounds it (no volumes, no known count, or a volume
-    /// another pod names too, which may be attached there already). Claim sizing takes it as
-    /// it takes resources: a node of a type that attaches 25 volumes holds 25 replicas with a
-    /// claim each, however large it is.
-    pub(super) fn volume_copies(&self, i: usize, c: usize) -> Option<f64> {
-        if !self.volume_capped(i) {
-            return None;
-        }
-        let pod = &self.snap.pending[i];
-        let limits = self.shape_volume_limits.get(c)?.as_ref()?;
-        let mut ids: Vec<(&str, &str)> = pod
-            .volumes
-            .iter()
-            .map(|v| (v.driver.as_str(), v.id.as_str()))
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        limits
-            .iter()
-            .filter_map(|(driver, count)| {
-                let k = ids.iter().filter(|(d, _)| d == driver).count();
-                (k > 0).then(|| (f64::from(*count) / k as f64).floor())
-            })
-            .reduce(f64::min)
-    }
-
-    /// The volume room of a new claim that may become any of `candidates`: per driver, the
-    /// least count a candidate is known to allow (a candidate no node has shown counts for
-    /// nothing), so that whichever the claim becomes attaches what the plan puts on it.
-    pub(super) fn claim_volume_room(
-        &self,
-        candidates: &[usize],
-    ) -> Option<Box<super::volume_limits::VolumeRoom>> {
-        if self.shape_volume_limits.is_empty() {
-            return None;
-        }
-        super::volume_limits::VolumeRoom::new(&self.claim_volume_limits(candidates))
-    }
-
-    /// Per driver, the least count a candidate among `candidates` is known to allow.
-    pub(super) fn claim_volume_limits(&self, candidates: &[usize]) -> BTreeMap<String, u32> {
-        let mut limits: BTreeMap<String, u32> = BTreeMap::new();
-        for known in candidates
-            .iter()
-            .filter_map(|c| self.shape_volume_limits.get(*c)?.as_ref())
-        {
-            least_counts(&mut limits, known);
-        }
-        limits
     }
 
     /// The first existing node or in-flight claim from slot `start` on that takes pod `i`.
