@@ -39,6 +39,25 @@ pub fn set_condition(
     generation: Option<i64>,
 ) {
     let status = if status { "True" } else { "False" };
+    set_condition_status(
+        conditions,
+        (type_, status),
+        reason,
+        message,
+        now,
+        generation,
+    );
+}
+
+/// [`set_condition`] with the status as the API spells it, `"Unknown"` included.
+pub fn set_condition_status(
+    conditions: &mut Vec<Condition>,
+    (type_, status): (&str, &str),
+    reason: &str,
+    message: &str,
+    now: jiff::Timestamp,
+    generation: Option<i64>,
+) {
     let new = Condition {
         type_: type_.to_string(),
         status: status.to_string(),

@@ -68,6 +68,7 @@ pub mod cache;
 pub mod cluster_status;
 pub mod consolidatable;
 pub mod crashpoint;
+pub mod detach;
 pub mod dra;
 pub mod error;
 pub mod gangs;

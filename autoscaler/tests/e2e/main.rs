@@ -6,6 +6,7 @@ mod harness;
 mod budgets;
 mod cadence;
 mod crash;
+mod detach;
 mod dra;
 mod drift;
 mod events;

@@ -122,6 +122,13 @@ pub mod conditions {
     /// absent otherwise. A drifted node is replaced under the NodePool's `Drifted` budget.
     pub const DRIFTED: &str = "Drifted";
 
+    /// NodeClaim, while its node is terminated (Karpenter's condition): Unknown with reason
+    /// `AwaitingVolumeDetachment` once the node is drained while VolumeAttachments of its
+    /// drained pods' volumes remain (the message names them; the instance is not terminated
+    /// yet), True once none does, False with reason `TerminationGracePeriodElapsed` when the
+    /// claim's `terminationGracePeriod` ran out first and the instance went regardless.
+    pub const VOLUMES_DETACHED: &str = "VolumesDetached";
+
     /// Condition reasons (CamelCase, as the API requires).
     pub mod reasons {
         /// Validation found problems.
@@ -170,5 +177,9 @@ pub mod conditions {
         pub const TOO_MANY_UNREADY_NODES: &str = "TooManyUnreadyNodes";
         /// The reason of [`super::CLUSTER_HEALTHY`] true.
         pub const UNREADY_NODES_WITHIN_LIMITS: &str = "UnreadyNodesWithinLimits";
+        /// The reason of [`super::VOLUMES_DETACHED`] unknown.
+        pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
+        /// The reason of [`super::VOLUMES_DETACHED`] false.
+        pub const TERMINATION_GRACE_PERIOD_ELAPSED: &str = "TerminationGracePeriodElapsed";
     }
 }

@@ -143,7 +143,12 @@ pub struct NodeClaimStatus {
     /// disruption verdict); `Drifted` (True, reason `NodePoolDrifted` or
     /// `RequirementsDrifted`, while the node no longer matches its NodePool: its
     /// `karpenter.sh/nodepool-hash` annotation, written at launch, differs from the NodePool's
-    /// template hash, or its labels no longer meet the NodePool's requirements).
+    /// template hash, or its labels no longer meet the NodePool's requirements);
+    /// `VolumesDetached` once its node is drained for termination (Unknown, reason
+    /// `AwaitingVolumeDetachment`, while VolumeAttachments of its drained pods'
+    /// PersistentVolumes remain and hold the instance, the message naming them; True once none
+    /// does; False, reason `TerminationGracePeriodElapsed`, when `terminationGracePeriod` ran
+    /// out first and the instance went regardless).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "schema::conditions")]
     pub conditions: Vec<Condition>,

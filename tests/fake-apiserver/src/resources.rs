@@ -35,6 +35,7 @@ pub(crate) enum Builtin {
     PersistentVolume,
     StorageClass,
     CSINode,
+    VolumeAttachment,
 }
 
 /// One served version of a resource.
@@ -347,6 +348,16 @@ pub(crate) fn builtins() -> Vec<ResourceDef> {
             &[],
         ),
         builtin(
+            "storage.k8s.io",
+            "v1",
+            "VolumeAttachment",
+            "volumeattachments",
+            false,
+            true,
+            Builtin::VolumeAttachment,
+            &[],
+        ),
+        builtin(
             "coordination.k8s.io",
             "v1",
             "Lease",
@@ -576,6 +587,7 @@ pub(crate) fn typed_roundtrip(b: Builtin, v: Value) -> Result<Value, serde_json:
         Builtin::PersistentVolume => roundtrip::<api::core::v1::PersistentVolume>(v),
         Builtin::StorageClass => roundtrip::<api::storage::v1::StorageClass>(v),
         Builtin::CSINode => roundtrip::<api::storage::v1::CSINode>(v),
+        Builtin::VolumeAttachment => roundtrip::<api::storage::v1::VolumeAttachment>(v),
     }
 }
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -61,6 +61,9 @@ pub struct Stores {
     /// ResourceClaims, their templates, DeviceClasses and ResourceSlices, once
     /// `resource.k8s.io/v1` is served (Kubernetes 1.34 and later).
     pub dra: Late<DraStores>,
+    /// VolumeAttachments: a drained node's instance is terminated once those of its drained
+    /// pods' volumes are gone (`storage.k8s.io/v1`; empty while not served).
+    pub volume_attachments: Late<Store<VolumeAttachment>>,
 }
 
 /// The store of an optional API: empty while the API is not served, then set for good. The
@@ -557,7 +560,7 @@ impl Stores {
                 }
             })
         };
-        let (provreqs, volcano, k8s_groups, quotas, overlays, dra, csi_nodes) = futures::join!(
+        let (provreqs, volcano, k8s_groups, quotas, overlays, dra, csi_nodes, attachments) = futures::join!(
             provreqs,
             reflect_when_served(client, "scheduling.volcano.sh", "podgroups", recheck),
             reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck),
@@ -565,6 +568,7 @@ impl Stores {
             reflect_when_served(client, "gpu-autoscaler.dev", "nodeoverlays", recheck),
             dra,
             reflect_when_served(client, "storage.k8s.io", "csinodes", recheck),
+            reflect_when_served(client, "storage.k8s.io", "volumeattachments", recheck),
         );
         Stores {
             dra,
@@ -583,6 +587,7 @@ impl Stores {
             volumes,
             storage_classes,
             csi_nodes,
+            volume_attachments: attachments,
         }
     }
 

@@ -13,6 +13,10 @@
 //! it is deleted rather than evicted, PodDisruptionBudgets and `do-not-disrupt` regardless
 //! ([`autoscaler_core::disruption::drain_step`]); at the deadline the Node is removed whatever
 //! still runs on it.
+//!
+//! A drained Node's instance is terminated once the VolumeAttachments of its drained pods'
+//! volumes are gone, or at that deadline ([`crate::controller::detach`]), as Karpenter's
+//! termination controller waits; the claim's `VolumesDetached` condition says which.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -22,14 +26,16 @@ use autoscaler_core::disruption::{
     DEFAULT_POD_GRACE_S, DrainStep, deadline_reached, drain_step, termination_deadline,
 };
 use autoscaler_core::model::PodKey;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use kube::ResourceExt;
 use nodepools::NodeClaim;
 use providers::{CloudProvider, InstanceState};
 use serde_json::json;
 
+use crate::controller::actuator::set_condition_status;
 use crate::controller::actuator::{Evicted, has_finalizer, reference, without_finalizer};
 use crate::controller::cache::CachedPod;
+use crate::controller::detach::{Detach, blocking, kept_volumes};
 use crate::controller::error::Result;
 use crate::controller::keys;
 use crate::controller::snapshot::{claims_by_provider_id, has_disruption_taint};
@@ -57,6 +63,12 @@ pub(super) struct Draining {
     /// Pods this drain deleted past the deadline: until the cache shows them terminating, a
     /// later round would delete them (and tell them) again.
     deleted: HashSet<PodKey>,
+    /// The last wait for VolumeAttachments told (reason and attachments): an event each time
+    /// it changes, not each round.
+    awaiting: Option<(&'static str, Vec<String>)>,
+    /// The `VolumesDetached` condition last written to the claim (status, reason, message):
+    /// not written again while the store catches up.
+    detach_written: Option<(&'static str, &'static str, String)>,
 }
 
 /// Why a pod that must leave a deleted Node is not evicted: it is protected, and it holds the
@@ -157,12 +169,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
             return;
         }
         let mut on_node: HashMap<String, Vec<Arc<CachedPod>>> = HashMap::new();
+        // The pods that stay (DaemonSet and mirror pods): their volumes do not hold the
+        // instance.
+        let mut staying: HashMap<String, Vec<Arc<CachedPod>>> = HashMap::new();
         for p in self.stores.pods.state() {
-            if let Some(n) = p.node_name.as_deref()
-                && deleting.contains(n)
-                && p.must_leave_with_node()
-            {
+            let Some(n) = p.node_name.as_deref().filter(|n| deleting.contains(*n)) else {
+                continue;
+            };
+            if p.must_leave_with_node() {
                 on_node.entry(n.to_string()).or_default().push(p);
+            } else if p.active && p.stays_with_node() && !p.volume_claims.is_empty() {
+                staying.entry(n.to_string()).or_default().push(p);
             }
         }
         for n in nodes.iter().filter(|n| deleting.contains(&n.name_any())) {
@@ -184,6 +201,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     tracing::warn!(node = %name, error = %e, "draining a deleted node; retried next round");
                     continue;
                 }
+            }
+            let stay = staying.remove(&name).unwrap_or_default();
+            if self
+                .awaits_volumes(n, owner.copied(), deadline, &stay)
+                .await
+            {
+                continue;
             }
             // Drained: the claim, the instance and the finalizer go beside the loop.
             let pid = n.spec.as_ref().and_then(|s| s.provider_id.clone());
@@ -344,6 +368,136 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .await;
         }
         Ok(overdue)
+    }
+
+    /// Whether the drained Node `node`'s instance waits for volumes to detach
+    /// ([`crate::controller::detach`]): for the VolumeAttachments on it of volumes no pod in
+    /// `staying` (its DaemonSet and mirror pods) uses, until they are gone or `deadline`
+    /// (seconds since the epoch) passes. Said on its NodeClaim `claim` (`VolumesDetached`) and,
+    /// each time the attachments waited for change, in an event on the Node. No wait when the
+    /// Node records no instance, when its instance is gone (the cloud detached its volumes),
+    /// or while VolumeAttachments are not served. A failed look at the instance waits a round
+    /// (logged); a failed condition write is logged and does not hold the instance.
+    async fn awaits_volumes(
+        &mut self,
+        node: &Node,
+        claim: Option<&NodeClaim>,
+        deadline: Option<i64>,
+        staying: &[Arc<CachedPod>],
+    ) -> bool {
+        let name = node.name_any();
+        let Some(pid) = node.spec.as_ref().and_then(|s| s.provider_id.clone()) else {
+            return false;
+        };
+        let Some(store) = self.stores.volume_attachments.get() else {
+            return false;
+        };
+        let attachments = store.state();
+        if !attachments.iter().any(|a| a.spec.node_name == name) {
+            return self.note_detach(node, claim, Detach::Detached).await;
+        }
+        match self.instance_running(&name, &pid).await {
+            Ok(true) => {}
+            Ok(false) => return false,
+            Err(e) => {
+                tracing::warn!(node = %name, error = %e, "listing instances before terminating a drained node; retried next round");
+                return true;
+            }
+        }
+        let kept = if staying.is_empty() {
+            HashSet::new()
+        } else {
+            let claims = self.stores.volume_claims.state();
+            let index: HashMap<(String, String), &PersistentVolumeClaim> = claims
+                .iter()
+                .map(|c| {
+                    let ns = c.metadata.namespace.clone().unwrap_or_default();
+                    ((ns, c.name_any()), c.as_ref())
+                })
+                .collect();
+            kept_volumes(
+                staying.iter().flat_map(|p| {
+                    p.volume_claims
+                        .all()
+                        .iter()
+                        .map(|c| (p.key.namespace.as_str(), c.as_str()))
+                }),
+                &index,
+            )
+        };
+        let held = blocking(attachments.iter().map(|a| a.as_ref()), &name, &kept);
+        let verdict = Detach::of(held, deadline_reached(deadline, epoch()));
+        self.note_detach(node, claim, verdict).await
+    }
+
+    /// Tells `verdict` on the drained `node`'s claim and, when it waits on attachments other
+    /// than last round's, in an event and the log; whether the instance waits.
+    async fn note_detach(
+        &mut self,
+        node: &Node,
+        claim: Option<&NodeClaim>,
+        verdict: Detach,
+    ) -> bool {
+        let name = node.name_any();
+        let state = self.draining.entry(name.clone()).or_default();
+        let (status, reason, message) = verdict.condition();
+        let told = match &verdict {
+            Detach::Awaiting(names) | Detach::GracePeriodElapsed(names) => {
+                let now = Some((reason, names.clone()));
+                now != std::mem::replace(&mut state.awaiting, now.clone())
+            }
+            Detach::Detached => state.awaiting.take().is_some(),
+        };
+        let written = state
+            .detach_written
+            .as_ref()
+            .is_some_and(|w| *w == (status, reason, message.clone()));
+        if told {
+            tracing::info!(node = %name, "{message}");
+            self.shared
+                .actuator
+                .event(
+                    &reference(node),
+                    false,
+                    match verdict {
+                        Detach::Detached => nodepools::conditions::VOLUMES_DETACHED,
+                        _ => reason,
+                    },
+                    "Terminate",
+                    format!("node {name}: {message}"),
+                )
+                .await;
+        }
+        if let Some(c) = claim.filter(|_| !written) {
+            let mut conds = c.status.clone().unwrap_or_default().conditions;
+            let shown = conds.iter().any(|k| {
+                k.type_ == nodepools::conditions::VOLUMES_DETACHED
+                    && k.status == status
+                    && k.reason == reason
+                    && k.message == message
+            });
+            if !shown {
+                set_condition_status(
+                    &mut conds,
+                    (nodepools::conditions::VOLUMES_DETACHED, status),
+                    reason,
+                    &message,
+                    jiff::Timestamp::now(),
+                    c.metadata.generation,
+                );
+                match self.shared.actuator.patch_claim_conditions(c, &conds).await {
+                    Ok(()) => {
+                        if let Some(s) = self.draining.get_mut(&name) {
+                            s.detach_written = Some((status, reason, message));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(claim = %c.name_any(), error = %e, "VolumesDetached condition; written again next round");
+                    }
+                }
+            }
+        }
+        verdict.waits()
     }
 
     /// Deletes pod `p` of the draining Node `node` with a grace period of `grace_s` seconds,
