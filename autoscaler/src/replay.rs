@@ -421,7 +421,7 @@ impl Objects {
             .collect();
         let pending = pods
             .iter()
-            .filter(|p| p.node_name.is_none() && p.active && !p.deleting)
+            .filter(|p| p.node_name.is_none() && p.active && !p.deleting())
             .map(|p| p.key.clone())
             .collect();
         Objects {
@@ -483,7 +483,7 @@ fn replayed_pods(s: &Sample) -> BTreeMap<PodKey, CorePod> {
     s.pods
         .iter()
         .map(|p| CachedPod::new(p.clone(), None))
-        .filter(|p| p.active && !p.deleting)
+        .filter(|p| p.active && !p.deleting())
         .filter_map(|p| p.core_pod().ok())
         .filter(|p| !p.is_daemonset() && !p.mirror)
         .map(|p| (p.key.clone(), p))

@@ -409,6 +409,19 @@ impl PodShape {
     pub fn is_daemonset(&self) -> bool {
         self.owner_kind.as_deref() == Some("DaemonSet")
     }
+
+    /// Whether the pod tolerates the taint a node being disrupted gets
+    /// ([`crate::keys::DISRUPTION_TAINT`], `NoSchedule`). Karpenter neither evicts such a pod
+    /// nor asks its budgets (`IsDrainable`): the scheduler could put it straight back on the
+    /// node, so it goes with the node.
+    pub fn tolerates_disruption_taint(&self) -> bool {
+        let taint = crate::taints::Taint::new(
+            crate::keys::DISRUPTION_TAINT,
+            "",
+            crate::taints::Effect::NoSchedule,
+        );
+        self.tolerations.iter().any(|t| t.tolerates(&taint))
+    }
 }
 
 /// An existing node with the pods bound to it.

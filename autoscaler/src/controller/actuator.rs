@@ -331,6 +331,23 @@ impl Actuator {
             .map_err(|e| Error::kube(format!("listing the pods on Node {name}"), e))
     }
 
+    /// Every VolumeAttachment, read from the API server itself (the API selects them by no
+    /// field but their name), so that an instance is never terminated on the word of a cache
+    /// that has not seen its attachments yet.
+    ///
+    /// # Errors
+    /// The API error.
+    pub async fn volume_attachments(
+        &self,
+    ) -> Result<Vec<k8s_openapi::api::storage::v1::VolumeAttachment>> {
+        check("storage.k8s.io", "volumeattachments", "list");
+        Api::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| Error::kube("listing VolumeAttachments".to_string(), e))
+    }
+
     /// Evicts a pod through the Eviction API, once: a refusal (429, a PodDisruptionBudget
     /// or throttling) is returned at once, for the caller to ask again later.
     ///

@@ -53,8 +53,9 @@ pub struct CachedPod {
     pub key: PodKey,
     /// `metadata.uid`, for events about the pod.
     pub uid: Option<String>,
-    /// `metadata.deletionTimestamp` is set.
-    pub deleting: bool,
+    /// `metadata.deletionTimestamp`, seconds since the epoch: set once the pod is deleted,
+    /// when its grace period ends.
+    pub deletion_s: Option<i64>,
     /// The node it is bound to.
     pub node_name: Option<Arc<str>>,
     /// Not finished (phase neither Succeeded nor Failed).
@@ -246,7 +247,11 @@ impl CachedPod {
                 .spec
                 .as_ref()
                 .and_then(|s| s.termination_grace_period_seconds),
-            deleting: p.metadata.deletion_timestamp.is_some(),
+            deletion_s: p
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second()),
             uid: p.metadata.uid,
         }
     }
@@ -291,9 +296,29 @@ impl CachedPod {
     }
 
     /// Whether removing its node must first move it: a running pod, not already terminating,
-    /// that is neither a DaemonSet nor a mirror pod.
+    /// that is neither a DaemonSet nor a mirror pod, and does not tolerate the disruption
+    /// taint (such a pod goes with its node, as in Karpenter: evicted, its replacement could
+    /// land on the tainted node again, and the drain would never end).
     pub fn must_leave_with_node(&self) -> bool {
-        self.active && !self.deleting && !self.stays_with_node()
+        self.active
+            && !self.deleting()
+            && !self.stays_with_node()
+            && !self
+                .core
+                .as_ref()
+                .is_ok_and(|c| c.tolerates_disruption_taint())
+    }
+
+    /// Whether it is being deleted (`metadata.deletionTimestamp` is set).
+    pub fn deleting(&self) -> bool {
+        self.deletion_s.is_some()
+    }
+
+    /// Whether it is stuck terminating at `now` (seconds since the epoch): deleted, and its
+    /// grace period ended more than a minute ago (Karpenter's `IsStuckTerminating`; its
+    /// kubelet is likely gone, so it will not end while its node stands).
+    pub fn stuck_terminating(&self, now: i64) -> bool {
+        self.deletion_s.is_some_and(|d| now > d + 60)
     }
 
     /// Its effective requests (empty when it did not translate).
@@ -534,12 +559,61 @@ mod tests {
         assert_eq!(c.unschedulable_since_ms, Some(1_767_225_600_000));
         assert_eq!(c.key.to_string(), "ml/p");
         assert_eq!(c.uid.as_deref(), Some("u1"));
-        assert!(!c.deleting);
+        assert!(!c.deleting());
         let r = c.reference();
         assert_eq!(
             (r.kind.as_deref(), r.name.as_deref(), r.namespace.as_deref()),
             (Some("Pod"), Some("p"), Some("ml"))
         );
+    }
+
+    #[test]
+    fn a_pod_tolerating_the_disruption_taint_goes_with_its_node() {
+        let running = |tolerations: serde_json::Value, owner: Option<&str>| -> CachedPod {
+            let owners = owner.map_or(json!([]), |k| {
+                json!([{"apiVersion": "apps/v1", "kind": k, "name": "o", "uid": "o", "controller": true}])
+            });
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "ml", "ownerReferences": owners},
+                "spec": {"nodeName": "n1", "tolerations": tolerations, "containers": [{"name": "c"}]},
+                "status": {"phase": "Running"}
+            }))
+            .unwrap()
+        };
+        assert!(running(json!([]), Some("ReplicaSet")).must_leave_with_node());
+        // Another taint's toleration does not keep it.
+        assert!(
+            running(
+                json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+                Some("ReplicaSet")
+            )
+            .must_leave_with_node()
+        );
+        for tolerates in [
+            json!([{"operator": "Exists"}]),
+            json!([{"key": "gpu-autoscaler.dev/disrupted", "operator": "Exists", "effect": "NoSchedule"}]),
+        ] {
+            assert!(
+                !running(tolerates.clone(), Some("ReplicaSet")).must_leave_with_node(),
+                "{tolerates}"
+            );
+        }
+        assert!(!running(json!([]), Some("DaemonSet")).must_leave_with_node());
+    }
+
+    #[test]
+    fn a_pod_is_stuck_terminating_a_minute_after_its_grace_period() {
+        let deleted: CachedPod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ml",
+                "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap();
+        let at = 1_767_225_600;
+        assert!(deleted.deleting() && !deleted.must_leave_with_node());
+        assert!(!deleted.stuck_terminating(at + 60));
+        assert!(deleted.stuck_terminating(at + 61));
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //! cannot attach it meanwhile. So once a node is drained its instance waits until the
 //! attach-detach controller has removed the VolumeAttachments of its drained pods' volumes.
 //! Two kinds never hold it: an attachment of an inline volume (no PersistentVolume named: it
-//! goes with its pod, which is gone), and one of a volume a pod that stays on the node uses
-//! (a DaemonSet or mirror pod: not drained, so its volume stays attached until the instance
-//! goes). A NodeClaim's `terminationGracePeriod` bounds the wait, as it bounds the drain.
+//! goes with its pod, which is gone), and one of a volume a pod not drained uses (a DaemonSet
+//! or mirror pod, a pod tolerating the disruption taint: its volume stays attached until the
+//! instance goes; a pod stuck terminating, a minute past its grace period: its kubelet is
+//! likely gone, and its volume would detach only once the Node is gone, which this wait
+//! holds). A NodeClaim's `terminationGracePeriod` bounds the wait, as it bounds the drain.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -79,30 +81,41 @@ impl Detach {
         }
     }
 
-    /// The NodeClaim condition it reads as: status, reason and message.
-    pub fn condition(&self) -> (&'static str, &'static str, String) {
+    /// The NodeClaim condition it reads as: status, reason and message (the same for every
+    /// set of attachments, so that each detaching does not rewrite it; [`Detach::describe`]
+    /// names them).
+    pub fn condition(&self) -> (&'static str, &'static str, &'static str) {
         use nodepools::conditions::reasons;
         match self {
             Detach::Detached => (
                 "True",
                 reasons::SUCCEEDED,
-                "no VolumeAttachment of a drained pod's volume remains".to_string(),
+                "no VolumeAttachment of a drained pod's volume remains",
             ),
-            Detach::Awaiting(names) => (
+            Detach::Awaiting(_) => (
                 "Unknown",
                 reasons::AWAITING_VOLUME_DETACHMENT,
-                format!(
-                    "the instance is terminated once these VolumeAttachments are gone: {}",
-                    listed(names)
-                ),
+                "the instance is terminated once the VolumeAttachments of its drained pods' volumes are gone (the node's events name them)",
             ),
-            Detach::GracePeriodElapsed(names) => (
+            Detach::GracePeriodElapsed(_) => (
                 "False",
                 reasons::TERMINATION_GRACE_PERIOD_ELAPSED,
-                format!(
-                    "the terminationGracePeriod ran out with VolumeAttachments left: {}",
-                    listed(names)
-                ),
+                "the terminationGracePeriod ran out before the VolumeAttachments of its drained pods' volumes were gone",
+            ),
+        }
+    }
+
+    /// What it says in the log and in the Node's event, naming the attachments.
+    pub fn describe(&self) -> String {
+        match self {
+            Detach::Detached => self.condition().2.to_string(),
+            Detach::Awaiting(names) => format!(
+                "the instance is terminated once these VolumeAttachments are gone: {}",
+                listed(names)
+            ),
+            Detach::GracePeriodElapsed(names) => format!(
+                "the terminationGracePeriod ran out with VolumeAttachments left: {}",
+                listed(names)
             ),
         }
     }
@@ -203,12 +216,15 @@ mod tests {
         assert!(Detach::of(names.clone(), false).waits());
         let late = Detach::of(names, true);
         assert!(!late.waits());
-        let (status, reason, message) = late.condition();
+        let (status, reason, _) = late.condition();
         assert_eq!((status, reason), ("False", "TerminationGracePeriodElapsed"));
-        assert!(message.contains("va-a"), "{message}");
+        assert!(late.describe().contains("va-a"), "{}", late.describe());
         let many: Vec<String> = (0..12).map(|i| format!("va-{i:02}")).collect();
-        let (status, reason, message) = Detach::of(many, false).condition();
+        let waiting = Detach::of(many, false);
+        let (status, reason, fixed) = waiting.condition();
         assert_eq!((status, reason), ("Unknown", "AwaitingVolumeDetachment"));
+        assert!(!fixed.contains("va-"), "the condition names none: {fixed}");
+        let message = waiting.describe();
         assert!(
             message.ends_with("va-09 and 2 more"),
             "ten named, the rest counted: {message}"

@@ -412,7 +412,7 @@ impl SnapshotBuilder {
             let key = &p.key;
             daemon_pods.offer(p);
             if p.active
-                && !p.deleting
+                && !p.deleting()
                 && pdb_namespaces.contains(key.namespace.as_str())
                 && let Ok(c) = p.core.as_ref()
             {

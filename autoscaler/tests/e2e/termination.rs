@@ -318,3 +318,50 @@ async fn e2e_4i_a_node_that_lost_its_finalizer_gets_it_back_and_is_drained() {
     );
     held_until_the_protected_pod_goes(&c, &node, None).await;
 }
+
+/// A pod that tolerates the disruption taint is not evicted and does not hold the drain: it
+/// goes with its node, as Karpenter leaves it (`IsDrainable`). Evicted, its replacement could
+/// be put back on the tainted node by the scheduler, and the drain would never end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4j_a_pod_tolerating_the_disruption_taint_goes_with_its_node() {
+    let c = Cluster::start().await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let _: NodePool = c.create(cpu_pool("cpu", "1h")).await;
+    let _: Pod = c
+        .create(cpu_pod("web", "500m", BTreeMap::from([("app", "web")])))
+        .await;
+    let mut agent = cpu_pod("agent", "500m", BTreeMap::from([("app", "agent")]));
+    agent["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    let _: Pod = c.create(agent).await;
+    let node = eventually("both pods bound to one node", DEADLINE, || async {
+        let a = bound_to(&c.pod("default", "web").await?)?;
+        let b = bound_to(&c.pod("default", "agent").await?)?;
+        (a == b).then_some(a)
+    })
+    .await;
+    Api::<Node>::all(c.client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .expect("deleting the node");
+    plain_pod_evicted(&c).await;
+    eventually(
+        "the instance and the node gone with the tolerating pod on it",
+        DEADLINE,
+        || async {
+            let instance = c.instances().await.iter().any(|i| i.name_any() == node);
+            let n = c.nodes().await.iter().any(|n| n.name_any() == node);
+            (!instance && !n).then_some(())
+        },
+    )
+    .await;
+    let told = crate::pod_problems::events_of(&c, "agent").await;
+    assert!(
+        !told.iter().any(|(reason, _, _)| reason == "Evicted"),
+        "the tolerating pod was not evicted: {told:?}"
+    );
+    assert!(
+        ctl.log()
+            .contains("draining 1 pods before the instance is terminated"),
+        "only the plain pod was drained"
+    );
+}

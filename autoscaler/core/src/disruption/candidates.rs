@@ -244,17 +244,6 @@ pub fn pod_block(pod: &Pod, snap: &Snapshot, now: i64) -> Option<Blocker> {
     pdb_block(pod, snap)
 }
 
-/// Whether `pod` tolerates the taint a node being disrupted gets (Karpenter leaves such pods
-/// on the node: they are not evicted, and no budget of theirs is asked).
-fn tolerates_disruption(pod: &Pod) -> bool {
-    let taint = crate::taints::Taint::new(
-        crate::keys::DISRUPTION_TAINT,
-        "",
-        crate::taints::Effect::NoSchedule,
-    );
-    pod.tolerations.iter().any(|t| t.tolerates(&taint))
-}
-
 /// Whether PodDisruptionBudget `b` selects `pod`.
 pub(super) fn pdb_selects(b: &crate::model::Pdb, pod: &Pod) -> bool {
     b.namespace == pod.key.namespace && b.selector.matches(&pod.labels)
@@ -427,7 +416,7 @@ pub(super) fn node_block_in(
         .filter(|p| p.is_daemonset() || p.mirror)
         .find_map(|p| {
             pod_protection_block(p, now).or_else(|| {
-                (p.is_daemonset() && !p.mirror && !tolerates_disruption(p))
+                (p.is_daemonset() && !p.mirror && !p.tolerates_disruption_taint())
                     .then(|| pdb_block(p, snap))
                     .flatten()
             })

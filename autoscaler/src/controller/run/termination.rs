@@ -51,6 +51,10 @@ const INSTANCE_RECHECK: Duration = Duration::from_secs(5);
 /// (the Eviction API answers 429 until the budget's pods are back).
 const EVICTION_RETRY: Duration = Duration::from_secs(2);
 
+/// How long a `VolumesDetached` condition just written is taken as written though the claim
+/// store does not show it yet.
+const DETACH_STORE_LAG: Duration = Duration::from_secs(10);
+
 /// What the termination of one deleted Node has done so far, kept across loop rounds.
 #[derive(Debug, Default)]
 pub(super) struct Draining {
@@ -66,9 +70,10 @@ pub(super) struct Draining {
     /// The last wait for VolumeAttachments told (reason and attachments): an event each time
     /// it changes, not each round.
     awaiting: Option<(&'static str, Vec<String>)>,
-    /// The `VolumesDetached` condition last written to the claim (status, reason, message):
-    /// not written again while the store catches up.
-    detach_written: Option<(&'static str, &'static str, String)>,
+    /// The `VolumesDetached` condition last written to the claim (status and reason) and
+    /// when: not written again while the store catches up, but again after
+    /// [`DETACH_STORE_LAG`] if the store still shows another (a writer with a stale copy).
+    detach_written: Option<((&'static str, &'static str), Instant)>,
 }
 
 /// Why a pod that must leave a deleted Node is not evicted: it is protected, and it holds the
@@ -169,8 +174,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
             return;
         }
         let mut on_node: HashMap<String, Vec<Arc<CachedPod>>> = HashMap::new();
-        // The pods that stay (DaemonSet and mirror pods): their volumes do not hold the
-        // instance.
+        // The pods that stay (DaemonSet and mirror pods, and those tolerating the disruption
+        // taint) and those stuck terminating (their kubelet is likely gone, and their volumes
+        // would detach only once the Node is gone): their volumes do not hold the instance.
+        let now_s = epoch();
         let mut staying: HashMap<String, Vec<Arc<CachedPod>>> = HashMap::new();
         for p in self.stores.pods.state() {
             let Some(n) = p.node_name.as_deref().filter(|n| deleting.contains(*n)) else {
@@ -178,7 +185,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
             };
             if p.must_leave_with_node() {
                 on_node.entry(n.to_string()).or_default().push(p);
-            } else if p.active && p.stays_with_node() && !p.volume_claims.is_empty() {
+            } else if p.active
+                && !p.volume_claims.is_empty()
+                && (!p.deleting() || p.stuck_terminating(now_s))
+            {
                 staying.entry(n.to_string()).or_default().push(p);
             }
         }
@@ -372,12 +382,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// Whether the drained Node `node`'s instance waits for volumes to detach
     /// ([`crate::controller::detach`]): for the VolumeAttachments on it of volumes no pod in
-    /// `staying` (its DaemonSet and mirror pods) uses, until they are gone or `deadline`
-    /// (seconds since the epoch) passes. Said on its NodeClaim `claim` (`VolumesDetached`) and,
-    /// each time the attachments waited for change, in an event on the Node. No wait when the
-    /// Node records no instance, when its instance is gone (the cloud detached its volumes),
-    /// or while VolumeAttachments are not served. A failed look at the instance waits a round
-    /// (logged); a failed condition write is logged and does not hold the instance.
+    /// `staying` uses (the pods not drained: DaemonSet and mirror pods, pods tolerating the
+    /// disruption taint, pods stuck terminating), until they are gone or `deadline` (seconds
+    /// since the epoch) passes. Said on its NodeClaim `claim` (`VolumesDetached`) and, when
+    /// the wait begins, ends, or an attachment is added, in an event on the Node. No wait when
+    /// the Node records no instance, when its instance is gone (the cloud detached its
+    /// volumes), or while VolumeAttachments are not served. Before the instance goes on the
+    /// cache's word that nothing is attached, the API server is asked (an attachment made a
+    /// moment ago may not be cached yet). A failed read waits a round (logged); a failed
+    /// condition write is logged and does not hold the instance.
     async fn awaits_volumes(
         &mut self,
         node: &Node,
@@ -392,46 +405,59 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let Some(store) = self.stores.volume_attachments.get() else {
             return false;
         };
-        let attachments = store.state();
-        if !attachments.iter().any(|a| a.spec.node_name == name) {
-            return self.note_detach(node, claim, Detach::Detached).await;
-        }
-        match self.instance_running(&name, &pid).await {
-            Ok(true) => {}
-            Ok(false) => return false,
-            Err(e) => {
-                tracing::warn!(node = %name, error = %e, "listing instances before terminating a drained node; retried next round");
-                return true;
+        let overdue = deadline_reached(deadline, epoch());
+        let kept = self.kept_volumes(staying);
+        let mut held = blocking(store.state().iter().map(|a| a.as_ref()), &name, &kept);
+        if held.is_empty() && !overdue {
+            match self.shared.actuator.volume_attachments().await {
+                Ok(fresh) => held = blocking(&fresh, &name, &kept),
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "reading VolumeAttachments before terminating a drained node; retried next round");
+                    return true;
+                }
             }
         }
-        let kept = if staying.is_empty() {
-            HashSet::new()
-        } else {
-            let claims = self.stores.volume_claims.state();
-            let index: HashMap<(String, String), &PersistentVolumeClaim> = claims
-                .iter()
-                .map(|c| {
-                    let ns = c.metadata.namespace.clone().unwrap_or_default();
-                    ((ns, c.name_any()), c.as_ref())
-                })
-                .collect();
-            kept_volumes(
-                staying.iter().flat_map(|p| {
-                    p.volume_claims
-                        .all()
-                        .iter()
-                        .map(|c| (p.key.namespace.as_str(), c.as_str()))
-                }),
-                &index,
-            )
-        };
-        let held = blocking(attachments.iter().map(|a| a.as_ref()), &name, &kept);
-        let verdict = Detach::of(held, deadline_reached(deadline, epoch()));
-        self.note_detach(node, claim, verdict).await
+        if !held.is_empty() && !overdue {
+            match self.instance_running(&name, &pid).await {
+                Ok(true) => {}
+                Ok(false) => return false,
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "listing instances before terminating a drained node; retried next round");
+                    return true;
+                }
+            }
+        }
+        self.note_detach(node, claim, Detach::of(held, overdue))
+            .await
     }
 
-    /// Tells `verdict` on the drained `node`'s claim and, when it waits on attachments other
-    /// than last round's, in an event and the log; whether the instance waits.
+    /// The PersistentVolumes the `staying` pods' claims are bound to.
+    fn kept_volumes(&self, staying: &[Arc<CachedPod>]) -> HashSet<String> {
+        if staying.is_empty() {
+            return HashSet::new();
+        }
+        let claims = self.stores.volume_claims.state();
+        let index: HashMap<(String, String), &PersistentVolumeClaim> = claims
+            .iter()
+            .map(|c| {
+                let ns = c.metadata.namespace.clone().unwrap_or_default();
+                ((ns, c.name_any()), c.as_ref())
+            })
+            .collect();
+        kept_volumes(
+            staying.iter().flat_map(|p| {
+                p.volume_claims
+                    .all()
+                    .iter()
+                    .map(|c| (p.key.namespace.as_str(), c.as_str()))
+            }),
+            &index,
+        )
+    }
+
+    /// Tells `verdict` on the drained `node`'s claim and, when the wait begins, ends, changes
+    /// kind or gains an attachment (not as each detaches), in an event and the log; whether
+    /// the instance waits.
     async fn note_detach(
         &mut self,
         node: &Node,
@@ -439,21 +465,25 @@ impl<P: CloudProvider + 'static> Controller<P> {
         verdict: Detach,
     ) -> bool {
         let name = node.name_any();
-        let state = self.draining.entry(name.clone()).or_default();
         let (status, reason, message) = verdict.condition();
+        let state = self.draining.entry(name.clone()).or_default();
         let told = match &verdict {
             Detach::Awaiting(names) | Detach::GracePeriodElapsed(names) => {
-                let now = Some((reason, names.clone()));
-                now != std::mem::replace(&mut state.awaiting, now.clone())
+                let news = state.awaiting.as_ref().is_none_or(|(r, before)| {
+                    *r != reason || names.iter().any(|n| !before.contains(n))
+                });
+                state.awaiting = Some((reason, names.clone()));
+                news
             }
             Detach::Detached => state.awaiting.take().is_some(),
         };
         let written = state
             .detach_written
             .as_ref()
-            .is_some_and(|w| *w == (status, reason, message.clone()));
+            .is_some_and(|(w, at)| *w == (status, reason) && at.elapsed() < DETACH_STORE_LAG);
         if told {
-            tracing::info!(node = %name, "{message}");
+            let said = verdict.describe();
+            tracing::info!(node = %name, "{said}");
             self.shared
                 .actuator
                 .event(
@@ -464,7 +494,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         _ => reason,
                     },
                     "Terminate",
-                    format!("node {name}: {message}"),
+                    format!("node {name}: {said}"),
                 )
                 .await;
         }
@@ -474,21 +504,20 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 k.type_ == nodepools::conditions::VOLUMES_DETACHED
                     && k.status == status
                     && k.reason == reason
-                    && k.message == message
             });
             if !shown {
                 set_condition_status(
                     &mut conds,
                     (nodepools::conditions::VOLUMES_DETACHED, status),
                     reason,
-                    &message,
+                    message,
                     jiff::Timestamp::now(),
                     c.metadata.generation,
                 );
                 match self.shared.actuator.patch_claim_conditions(c, &conds).await {
                     Ok(()) => {
                         if let Some(s) = self.draining.get_mut(&name) {
-                            s.detach_written = Some((status, reason, message));
+                            s.detach_written = Some(((status, reason), Instant::now()));
                         }
                     }
                     Err(e) => {
