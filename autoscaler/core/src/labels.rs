@@ -2,6 +2,8 @@
 
 /// `kubernetes.io/hostname`.
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
+/// The label the API server gives every Namespace, with its name as the value.
+pub const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 /// `topology.kubernetes.io/zone`.
 pub const ZONE: &str = "topology.kubernetes.io/zone";
 /// AWS's zone ID (`use1-az1`), the same physical zone in every account; read as the zones it

@@ -12,6 +12,9 @@ use crate::requirements::{Labels, NodeSelector, Requirements};
 use crate::resources::Resources;
 use crate::taints::{Taint, Toleration};
 
+mod namespaces;
+pub use namespaces::TermNamespaces;
+
 /// `namespace/name` of a pod.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PodKey {
@@ -92,51 +95,6 @@ impl PodAffinityTerm {
     /// `labels`.
     pub fn selects(&self, own: &str, ns: &str, labels: &Labels) -> bool {
         self.namespaces.contains(own, ns) && self.selector.matches(labels)
-    }
-}
-
-/// The namespaces a pod (anti-)affinity term selects pods in: the union of its `namespaces`
-/// list and the namespaces its `namespaceSelector` selects; the pod's own when both are
-/// unset or empty.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum TermNamespaces {
-    /// The namespace of the pod that has the term.
-    #[default]
-    Own,
-    /// These namespaces.
-    Listed(std::collections::BTreeSet<String>),
-    /// Every namespace (`namespaceSelector: {}`).
-    All,
-    /// Every namespace but these (a `namespaceSelector` of `NotIn` on
-    /// `kubernetes.io/metadata.name`).
-    AllBut(std::collections::BTreeSet<String>),
-}
-
-impl TermNamespaces {
-    /// Whether this is [`TermNamespaces::Own`].
-    pub fn is_own(&self) -> bool {
-        matches!(self, TermNamespaces::Own)
-    }
-
-    /// Whether a term of a pod in namespace `own` looks at pods in namespace `ns`.
-    pub fn contains(&self, own: &str, ns: &str) -> bool {
-        match self {
-            TermNamespaces::Own => own == ns,
-            TermNamespaces::Listed(names) => names.contains(ns),
-            TermNamespaces::All => true,
-            TermNamespaces::AllBut(names) => !names.contains(ns),
-        }
-    }
-
-    /// The same namespaces with [`TermNamespaces::Own`] written as the list of `own`: two
-    /// terms of pods in different namespaces compare equal only when they look at the same
-    /// pods.
-    pub fn resolved(&self, own: &str) -> TermNamespaces {
-        match self {
-            TermNamespaces::Own => TermNamespaces::Listed([own.to_string()].into()),
-            other => other.clone(),
-        }
     }
 }
 
@@ -411,15 +369,11 @@ impl PodShape {
     }
 
     /// Whether the pod tolerates the taint a node being disrupted gets
-    /// ([`crate::keys::DISRUPTION_TAINT`], `NoSchedule`). Karpenter neither evicts such a pod
-    /// nor asks its budgets (`IsDrainable`): the scheduler could put it straight back on the
-    /// node, so it goes with the node.
+    /// ([`crate::taints::Taint::disruption`]). Karpenter does not evict such a pod
+    /// (`IsDrainable`): the scheduler could put it straight back on the node, so it goes with
+    /// the node. Its budgets and protections still count when disruption decides.
     pub fn tolerates_disruption_taint(&self) -> bool {
-        let taint = crate::taints::Taint::new(
-            crate::keys::DISRUPTION_TAINT,
-            "",
-            crate::taints::Effect::NoSchedule,
-        );
+        let taint = crate::taints::Taint::disruption();
         self.tolerations.iter().any(|t| t.tolerates(&taint))
     }
 }

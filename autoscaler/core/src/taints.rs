@@ -60,6 +60,12 @@ impl Taint {
             effect,
         }
     }
+
+    /// The taint a node being disrupted or terminated gets,
+    /// `gpu-autoscaler.dev/disrupted:NoSchedule` ([`crate::keys::DISRUPTION_TAINT`]).
+    pub fn disruption() -> Self {
+        Taint::new(crate::keys::DISRUPTION_TAINT, "", Effect::NoSchedule)
+    }
 }
 
 impl fmt::Display for Taint {

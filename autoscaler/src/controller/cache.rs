@@ -56,6 +56,9 @@ pub struct CachedPod {
     /// `metadata.deletionTimestamp`, seconds since the epoch: set once the pod is deleted,
     /// when its grace period ends.
     pub deletion_s: Option<i64>,
+    /// A toleration of it tolerates the disruption taint (read from the pod itself, so an
+    /// untranslatable pod is read too).
+    pub tolerates_disruption: bool,
     /// The node it is bound to.
     pub node_name: Option<Arc<str>>,
     /// Not finished (phase neither Succeeded nor Failed).
@@ -252,9 +255,20 @@ impl CachedPod {
                 .deletion_timestamp
                 .as_ref()
                 .map(|t| t.0.as_second()),
+            tolerates_disruption: tolerates_disruption(&p),
             uid: p.metadata.uid,
         }
     }
+}
+
+/// Whether a toleration of `p` that translates tolerates the disruption taint.
+fn tolerates_disruption(p: &Pod) -> bool {
+    let taint = autoscaler_core::taints::Taint::disruption();
+    p.spec
+        .iter()
+        .flat_map(|s| s.tolerations.iter().flatten())
+        .filter_map(|t| translate::toleration(t, "").ok())
+        .any(|t| t.tolerates(&taint))
 }
 
 impl CachedPod {
@@ -295,18 +309,20 @@ impl CachedPod {
             .is_ok_and(|c| c.is_daemonset() || c.mirror)
     }
 
-    /// Whether removing its node must first move it: a running pod, not already terminating,
-    /// that is neither a DaemonSet nor a mirror pod, and does not tolerate the disruption
-    /// taint (such a pod goes with its node, as in Karpenter: evicted, its replacement could
-    /// land on the tainted node again, and the drain would never end).
+    /// Whether its node's removal concerns it: a running pod, not already terminating, that
+    /// is neither a DaemonSet nor a mirror pod. Disruption's validation placed each such pod;
+    /// one that arrived after it stops the command.
+    pub fn moves_with_node(&self) -> bool {
+        self.active && !self.deleting() && !self.stays_with_node()
+    }
+
+    /// Whether removing its node must first move it (evict it, and wait until it is gone): a
+    /// pod that [moves with its node](Self::moves_with_node) and does not tolerate the
+    /// disruption taint. One that tolerates it goes with its node, as in Karpenter
+    /// (`IsDrainable`): evicted, its replacement could be scheduled onto the tainted node
+    /// again, and the drain would never end.
     pub fn must_leave_with_node(&self) -> bool {
-        self.active
-            && !self.deleting()
-            && !self.stays_with_node()
-            && !self
-                .core
-                .as_ref()
-                .is_ok_and(|c| c.tolerates_disruption_taint())
+        self.moves_with_node() && !self.tolerates_disruption
     }
 
     /// Whether it is being deleted (`metadata.deletionTimestamp` is set).

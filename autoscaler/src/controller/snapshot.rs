@@ -134,7 +134,10 @@ impl Fold {
                 match &t.namespaces {
                     TermNamespaces::Own => {}
                     TermNamespaces::Listed(names) => self.selected.extend(names.iter().cloned()),
-                    TermNamespaces::All | TermNamespaces::AllBut(_) => self.every = true,
+                    // Matching: the namespaces it selects are known only once resolved.
+                    TermNamespaces::All
+                    | TermNamespaces::AllBut(_)
+                    | TermNamespaces::Matching { .. } => self.every = true,
                 }
             }
         }

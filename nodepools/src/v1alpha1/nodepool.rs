@@ -195,7 +195,8 @@ pub struct NodePoolTemplate {
     /// `karpenter.sh/do-not-disrupt` say, a pod whose own `terminationGracePeriodSeconds`
     /// would outlast that moment is deleted early enough to get it, and the node is removed
     /// (Karpenter's `terminationGracePeriod`). Copied onto each NodeClaim the pool launches
-    /// from then on. Absent: the drain waits for protected pods as long as they run.
+    /// from then on. Absent: the drain waits for protected pods as long as they run (a pod
+    /// that tolerates the disruption taint is never waited for: it goes with the node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DURATION_PATTERN))]
     pub termination_grace_period: Option<String>,

@@ -239,12 +239,29 @@ pub struct Facts {
     pub nodes_present: Vec<String>,
     /// Of those, the ones without a deletion timestamp.
     pub nodes_not_deleting: Vec<String>,
-    /// Pods on those nodes that must leave (not DaemonSet, mirror or finished pods).
+    /// Pods on those nodes that move with them (not DaemonSet, mirror, finished or
+    /// terminating pods): each must have been placed by the last validation.
     pub pods_left: Vec<PodKey>,
+    /// Of `pods_left`, those that go with the nodes: they tolerate the disruption taint, so
+    /// they are neither evicted nor waited for (Karpenter's `IsDrainable`; evicted, one could
+    /// be scheduled straight back). They still stop the command if they arrived after it was
+    /// validated.
+    pub staying: Vec<PodKey>,
     /// For [`Stage::Replacing`]: whether the replacement initialized, `None` when it is gone.
     pub replacement_initialized: Option<bool>,
     /// How long replacements and drains may take.
     pub timeouts: Timeouts,
+}
+
+impl Facts {
+    /// The pods to evict and wait for: `pods_left` but those `staying`.
+    pub fn to_move(&self) -> Vec<PodKey> {
+        self.pods_left
+            .iter()
+            .filter(|p| !self.staying.contains(p))
+            .cloned()
+            .collect()
+    }
 }
 
 /// The one thing to do for a job now.
@@ -390,8 +407,9 @@ pub fn step(
     validate: &mut dyn FnMut(Check) -> Result<(), String>,
 ) -> Step {
     let cmd = &job.command;
+    let to_move = facts.to_move();
     let drain = |next_if_empty: Stage| {
-        if facts.pods_left.is_empty() {
+        if to_move.is_empty() {
             go(
                 Action::DeleteNodes(facts.nodes_present.clone()),
                 Stage::Deleting { since: facts.now },
@@ -403,13 +421,13 @@ pub fn step(
                 format!(
                     "drain timed out after {}s with {} pod(s) left (first: {})",
                     facts.now - since,
-                    facts.pods_left.len(),
-                    facts.pods_left[0]
+                    to_move.len(),
+                    to_move[0]
                 ),
                 true,
             )
         } else if facts.now >= job.next_eviction_at {
-            go(Action::Evict(facts.pods_left.clone()), Stage::Draining)
+            go(Action::Evict(to_move.clone()), Stage::Draining)
         } else {
             go(Action::Wait, next_if_empty)
         }
@@ -528,11 +546,11 @@ pub fn wake(job: &Job, facts: &Facts) -> Option<i64> {
             None => after(since + REPLACEMENT_CACHE_GRACE_S),
             Some(false) => after(since + facts.timeouts.replacement_s),
             // Karpenter's order drains from here.
-            Some(true) if job.order == Order::TaintFirst && !facts.pods_left.is_empty() => drain(),
+            Some(true) if job.order == Order::TaintFirst && !facts.to_move().is_empty() => drain(),
             Some(true) => None,
         },
         Stage::Tainted if job.order == Order::TaintFirst => None,
-        Stage::Tainted | Stage::Draining if !facts.pods_left.is_empty() => drain(),
+        Stage::Tainted | Stage::Draining if !facts.to_move().is_empty() => drain(),
         _ => None,
     }
 }

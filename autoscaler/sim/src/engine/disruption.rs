@@ -12,7 +12,7 @@ use autoscaler_core::disruption::execute::{self, Action, Facts, Job, Order, Stag
 use autoscaler_core::disruption::{Command, Method, SAFE_TO_EVICT, pod_protection};
 use autoscaler_core::keys::DISRUPTION_TAINT;
 use autoscaler_core::model::{DisruptionReason, PodKey};
-use autoscaler_core::taints::{Effect, Taint};
+use autoscaler_core::taints::Taint;
 
 use super::{Engine, Ev, Noop, Pending};
 use crate::cluster::{NodeId, NodePhase, PodPhase};
@@ -102,11 +102,18 @@ impl Engine<'_> {
             .copied()
             .filter(|n| self.cluster.nodes[*n].alive())
             .collect();
-        let pods_left = present
+        let bound: Vec<_> = present
             .iter()
             .flat_map(|n| self.cluster.nodes[*n].pods.iter())
             .filter(|p| matches!(self.cluster.pods[**p].phase, PodPhase::Bound { .. }))
-            .map(|p| self.cluster.pod(*p).key.clone())
+            .map(|p| self.cluster.pod(*p))
+            .collect();
+        let pods_left = bound.iter().map(|p| p.key.clone()).collect();
+        // As the controller: a pod tolerating the disruption taint goes with its node.
+        let staying = bound
+            .iter()
+            .filter(|p| p.tolerates_disruption_taint())
+            .map(|p| p.key.clone())
             .collect();
         let replacement_initialized = match p.job.stage {
             Stage::Replacing { .. } => p
@@ -126,6 +133,7 @@ impl Engine<'_> {
             // A terminated simulated node is gone at once: one still there is not deleting.
             nodes_not_deleting: names,
             pods_left,
+            staying,
             replacement_initialized,
             timeouts: self.cfg.disruption_timeouts,
         }
@@ -198,8 +206,7 @@ impl Engine<'_> {
                         let node = &mut self.cluster.nodes[n];
                         if node.alive() {
                             node.deleting = true;
-                            node.taints
-                                .push(Taint::new(DISRUPTION_TAINT, "", Effect::NoSchedule));
+                            node.taints.push(Taint::disruption());
                         }
                     }
                     if let Some(p) = self.decisions.get_mut(&i) {

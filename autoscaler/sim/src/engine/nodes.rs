@@ -2,9 +2,8 @@
 //! latency), registration with its DaemonSet pods, the device plugin's delay to Ready, spot
 //! interruptions with their two-minute notice, and termination.
 
-use autoscaler_core::keys::DISRUPTION_TAINT;
 use autoscaler_core::resources::names;
-use autoscaler_core::taints::{Effect, Taint};
+use autoscaler_core::taints::Taint;
 use autoscaler_core::{CapacityType, labels};
 use providers::fake::block_on;
 use providers::{CloudProvider, LaunchRequest, NodeClassRef, ProviderError};
@@ -320,8 +319,7 @@ impl Engine<'_> {
         // Two-minute notice: cordon and drain now, the instance goes at the end of the notice.
         let node = &mut self.cluster.nodes[n];
         node.deleting = true;
-        node.taints
-            .push(Taint::new(DISRUPTION_TAINT, "", Effect::NoSchedule));
+        node.taints.push(Taint::disruption());
         let pods = node.pods.clone();
         for p in pods {
             if matches!(self.cluster.pods[p].phase, PodPhase::Bound { .. }) {

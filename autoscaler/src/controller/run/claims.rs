@@ -473,7 +473,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         if nodes.is_empty() {
             return Ok(false);
         }
-        Ok(!self.pods_that_must_leave(&nodes).await?.is_empty())
+        Ok(!self.pods_moving_with(&nodes).await?.is_empty())
     }
 
     /// Writes the watch's pod events onto the claims of their nodes (`lastPodEventTime`), where

@@ -50,6 +50,22 @@ fn pools_of<'a>(snap: &'a autoscaler_core::Snapshot, nodes: &[String]) -> BTreeS
         .collect()
 }
 
+/// The keys of `pods` (those moving with a command's nodes), and of those the ones that stay
+/// with the nodes (they tolerate the disruption taint: not evicted).
+fn moving_and_staying<'a>(
+    pods: impl IntoIterator<Item = &'a CachedPod>,
+) -> (Vec<PodKey>, Vec<PodKey>) {
+    let mut moving = Vec::new();
+    let mut staying = Vec::new();
+    for p in pods {
+        if !p.must_leave_with_node() {
+            staying.push(p.key.clone());
+        }
+        moving.push(p.key.clone());
+    }
+    (moving, staying)
+}
+
 impl<P: CloudProvider + 'static> Controller<P> {
     /// The stage: commands planned every `--disruption-interval`; queued jobs advanced every
     /// round. While scaling is halted (`run/health.rs`) nothing new is planned and the
@@ -285,14 +301,16 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .await
     }
 
-    /// The pods on `nodes` that must move before the nodes go, read fresh from the API server.
-    pub(super) async fn pods_that_must_leave(&self, nodes: &[String]) -> Result<Vec<PodKey>> {
+    /// The pods on `nodes` that [move with them](CachedPod::moves_with_node), read fresh from
+    /// the API server (those tolerating the disruption taint included: they are work the
+    /// nodes run, though a drain does not evict them).
+    pub(super) async fn pods_moving_with(&self, nodes: &[String]) -> Result<Vec<CachedPod>> {
         let mut out = Vec::new();
         for n in nodes {
             for p in self.shared.actuator.pods_on_node(n).await? {
                 let p = CachedPod::from(p);
-                if p.must_leave_with_node() {
-                    out.push(p.key);
+                if p.moves_with_node() {
+                    out.push(p);
                 }
             }
         }
@@ -336,16 +354,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .filter_map(|x| x.metadata.name.clone())
                 .filter(|n| nodes_present.contains(n))
                 .collect();
-            let pods_left: Vec<PodKey> = pods
+            let moving: Vec<&CachedPod> = pods
                 .iter()
                 .filter(|p| {
                     p.node_name
                         .as_deref()
                         .is_some_and(|n| nodes_present.iter().any(|x| x == n))
-                        && p.must_leave_with_node()
+                        && p.moves_with_node()
                 })
-                .map(|p| p.key.clone())
+                .map(|p| p.as_ref())
                 .collect();
+            let (pods_left, staying) = moving_and_staying(moving);
             let replacement_initialized = match &job.stage {
                 Stage::Replacing { claim, .. } => claims
                     .iter()
@@ -359,6 +378,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 nodes_present: nodes_present.clone(),
                 nodes_not_deleting,
                 pods_left,
+                staying,
                 replacement_initialized,
                 timeouts: self.args.disruption_timeouts(),
             };
@@ -368,14 +388,16 @@ impl<P: CloudProvider + 'static> Controller<P> {
             if let disrupt::Action::DeleteNodes(names) = &step.action {
                 // Deleting a Node loses the pods bound to it: confirm from the API server that
                 // none is there that the pod cache did not show yet.
-                match self.pods_that_must_leave(names).await {
-                    Ok(fresh) if fresh.is_empty() => {}
+                match self.pods_moving_with(names).await {
+                    Ok(fresh) if fresh.iter().all(|p| facts.staying.contains(&p.key)) => {}
                     Ok(fresh) => {
-                        tracing::info!(nodes = ?names, pods = ?fresh, "pods found on the nodes before deletion that the cache did not show");
+                        let (pods_left, staying) = moving_and_staying(fresh.iter());
+                        tracing::info!(nodes = ?names, pods = ?pods_left, "pods found on the nodes before deletion that the cache did not show");
                         step = disrupt::step(
                             job,
                             &disrupt::Facts {
-                                pods_left: fresh,
+                                pods_left,
+                                staying,
                                 ..facts
                             },
                             &mut |check| validate_at(check, &job.command, &mut snap, now, &config),

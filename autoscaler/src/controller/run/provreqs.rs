@@ -594,7 +594,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 .and_then(|x| x.status.as_ref())
                 .and_then(|s| s.node_name.clone());
             if let Some(node) = node {
-                match self.pods_that_must_leave(std::slice::from_ref(&node)).await {
+                match self.pods_moving_with(std::slice::from_ref(&node)).await {
                     Ok(pods) if pods.is_empty() => {}
                     Ok(pods) => {
                         tracing::info!(claim = c, %node, ?pods, "kept a ProvisioningRequest's NodeClaim: pods run on its node");

@@ -284,7 +284,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         // ones deleted below do before their grace ends.
         let overdue = deadline_reached(deadline, at);
         if pods.is_empty() {
-            return Ok(overdue || self.pods_that_must_leave(&[name]).await?.is_empty());
+            return Ok(overdue
+                || !self
+                    .pods_moving_with(&[name])
+                    .await?
+                    .iter()
+                    .any(CachedPod::must_leave_with_node));
         }
         if !self.instance_running(&name, &pid).await? {
             tracing::info!(node = %name, "the deleted node's instance is gone: nothing to drain");

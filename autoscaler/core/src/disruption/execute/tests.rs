@@ -56,6 +56,7 @@ fn facts(now: i64) -> Facts {
         nodes_present: vec!["n1".into()],
         nodes_not_deleting: vec![],
         pods_left: vec![],
+        staying: vec![],
         replacement_initialized: None,
         timeouts: Timeouts {
             replacement_s: 900,
@@ -158,6 +159,39 @@ fn drains_with_backoff_then_deletes() {
     );
     f.nodes_present.clear();
     assert_eq!(run(&job, &f, &mut snap).next, Stage::Done);
+}
+
+#[test]
+fn pods_tolerating_the_taint_go_with_the_nodes_but_still_count_as_arrivals() {
+    let mut snap = snapshot();
+    let mut job = Job::new(command(Method::Delete));
+    job.command.pods = vec![key("a"), key("agent")];
+    job.stage = Stage::Tainted;
+    let mut f = facts(200);
+    f.pods_left = vec![key("a"), key("agent")];
+    f.staying = vec![key("agent")];
+    let s = run(&job, &f, &mut snap);
+    assert_eq!(
+        s.action,
+        Action::Evict(vec![key("a")]),
+        "only the other pod"
+    );
+    job.stage = s.next;
+    // Only the staying pod is left: drained.
+    f.pods_left = vec![key("agent")];
+    assert_eq!(
+        run(&job, &f, &mut snap).action,
+        Action::DeleteNodes(vec!["n1".into()])
+    );
+    assert_eq!(wake(&job, &f), None, "nothing to wait for");
+    // One that arrived after the validation stops the command all the same.
+    f.pods_left = vec![key("agent"), key("late")];
+    f.staying = vec![key("agent"), key("late")];
+    let s = run(&job, &f, &mut snap);
+    assert!(
+        matches!(s.next, Stage::Abandoned(ref why) if why.contains("default/late arrived")),
+        "{s:?}"
+    );
 }
 
 #[test]
