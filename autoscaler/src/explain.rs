@@ -30,7 +30,7 @@ use autoscaler_core::explain::{self, Outcome, PodExplanation};
 use autoscaler_core::instance::InstanceType;
 use autoscaler_core::model::PodKey;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
@@ -142,6 +142,8 @@ pub struct ClusterRead {
     pub overlays: Vec<Arc<NodeOverlay>>,
     /// Every PersistentVolumeClaim, PersistentVolume and StorageClass (volume topology).
     pub volumes: VolumeObjects,
+    /// Each Namespace's labels, by name (pod affinity terms selecting namespaces by label).
+    pub namespaces: BTreeMap<String, autoscaler_core::requirements::Labels>,
     /// Plan without pods' preferences, as the controller does under
     /// `--preference-policy=ignore` (false from [`ClusterRead::list`]; the caller sets it).
     pub ignore_preferences: bool,
@@ -211,6 +213,14 @@ impl ClusterRead {
                     other => other?,
                 },
             },
+            // A role without Namespaces costs the terms that select them by label only.
+            namespaces: match list_all::<Namespace>(Api::all(client.clone()), "Namespaces").await {
+                Err(e) if matches!(e.status(), Some(403 | 404)) => Vec::new(),
+                other => other?,
+            }
+            .iter()
+            .map(|n| (n.name_any(), n.metadata.labels.clone().unwrap_or_default()))
+            .collect(),
             ignore_preferences: false,
             min_values_policy: Default::default(),
         })
@@ -241,6 +251,7 @@ impl ClusterRead {
         let mut builder = SnapshotBuilder {
             ignore_preferences: self.ignore_preferences,
             min_values_policy: self.min_values_policy,
+            namespaces: self.namespaces.clone(),
         };
         let mut built = if for_disruption {
             builder.build_for_disruption(&inputs)

@@ -2511,6 +2511,63 @@ fn a_pod_that_waits_on_one_key_is_not_counted_on_another() {
 }
 
 #[test]
+fn namespace_selectors_on_labels_look_in_the_namespaces_labelled_so_now() {
+    // `namespaceSelector: {matchLabels: {team: data}}` is resolved against the Namespaces of
+    // the round: the db pod's namespace carries the label, so web stays off its node; once the
+    // label is gone, web may share it. Pods that shared a shape still share one.
+    let mut selector = Requirements::default();
+    selector
+        .add("team", Operator::In, &["data".to_string()])
+        .unwrap();
+    let team = TermNamespaces::Matching {
+        listed: Default::default(),
+        selector,
+    };
+    let pods = vec![
+        pod("db").ns("data").cpu("1").label("app", "db"),
+        pod("web-1")
+            .ns("shop")
+            .cpu("1")
+            .anti_affinity_in(labels::HOSTNAME, "db", team),
+    ];
+    // A replica: the same shape under another name.
+    let snapshot = |pods, pools| {
+        let mut snap = snapshot(pods, pools);
+        let mut replica = snap.pending[1].clone();
+        replica.key.name = "web-2".to_string();
+        snap.pending.push(replica);
+        snap
+    };
+    let labelled = |value: &str| {
+        std::collections::BTreeMap::from([
+            (
+                "data".to_string(),
+                std::collections::BTreeMap::from([("team".to_string(), value.to_string())]),
+            ),
+            ("shop".to_string(), std::collections::BTreeMap::new()),
+        ])
+    };
+    let mut snap = snapshot(pods.clone(), vec![pool("default", cpu_types())]);
+    snap.resolve_namespace_selectors(&labelled("data"));
+    assert!(snap.pending[1].shares_shape_with(&snap.pending[2]));
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[db]
+            claim default-2 pool=default price=0.096 types=[m5.large,m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[web-1,web-2]
+        "#]],
+    );
+    let mut snap = snapshot(pods, vec![pool("default", cpu_types())]);
+    snap.resolve_namespace_selectors(&labelled("web"));
+    check(
+        &snap,
+        expect![[r#"
+            claim default-1 pool=default price=0.192 types=[m5.xlarge,m5.2xlarge,m5.4xlarge] pods=[db,web-1,web-2]
+        "#]],
+    );
+}
+
+#[test]
 fn pod_affinity_terms_look_in_the_namespaces_they_name() {
     // A term's `namespaces` (or `namespaceSelector`) points it at pods of other namespaces.
     // Before, every term looked in its own pod's namespace only: anti-affinity against another

@@ -65,6 +65,8 @@ pub const API_CALLS: &[ApiCall] = &[
     call("storage.k8s.io", "storageclasses", &["list", "watch"]),
     // Volume limits: how many volumes each CSI driver may attach to a node.
     call("storage.k8s.io", "csinodes", &["list", "watch"]),
+    // Pod affinity terms whose namespaceSelector reads namespace labels.
+    call("", "namespaces", &["list", "watch"]),
     // A drained node's instance waits for its volumes to detach.
     call("storage.k8s.io", "volumeattachments", &["list", "watch"]),
     // Draining.

@@ -609,6 +609,7 @@ async fn run_with<P: CloudProvider + 'static>(
         builder: SnapshotBuilder {
             ignore_preferences: args.preference_policy == PreferencePolicy::Ignore,
             min_values_policy: args.min_values_policy.to_core(),
+            namespaces: Default::default(),
         },
         started: Instant::now(),
         types: HashMap::new(),

@@ -85,6 +85,10 @@ pub struct SnapshotBuilder {
     /// The policy of the snapshots it builds for `minValues` that cannot be met
     /// ([`autoscaler_core::model::Snapshot::min_values_policy`]; `--min-values-policy`).
     pub min_values_policy: autoscaler_core::model::MinValuesPolicy,
+    /// Each Namespace's labels, by name: pod (anti-)affinity terms whose `namespaceSelector`
+    /// reads namespace labels are resolved against them
+    /// ([`autoscaler_core::model::Snapshot::resolve_namespace_selectors`]).
+    pub namespaces: BTreeMap<String, Labels>,
 }
 
 /// Folding bound pods for provisioning.
@@ -727,6 +731,7 @@ impl SnapshotBuilder {
                 )),
             }
         }
+        out.snapshot.resolve_namespace_selectors(&self.namespaces);
         if self.ignore_preferences {
             out.snapshot.ignore_preferences();
         }

@@ -443,10 +443,7 @@ fn affinity_term(
     }))
 }
 
-/// The preferred pod (anti)-affinity terms with their weights. A term whose
-/// `namespaceSelector` cannot be read (on namespace labels other than the name, which the
-/// autoscaler does not watch) is left out rather than refusing the pod, as a required one
-/// does: it is a preference, and the pod is planned without it.
+/// The preferred pod (anti)-affinity terms with their weights.
 fn preferred_affinity_terms(
     terms: Option<&Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>>,
     path: &str,
@@ -456,24 +453,19 @@ fn preferred_affinity_terms(
     let mut out = Vec::new();
     for (i, w) in terms.into_iter().flatten().enumerate() {
         let at = format!("{path}[{i}].podAffinityTerm");
-        match affinity_term(&w.pod_affinity_term, &at, anti, pod_labels) {
-            Ok(t) => out.extend(t.map(|t| (w.weight, t))),
-            Err(e) if e.field == format!("{at}.namespaceSelector") => {}
-            Err(e) => return Err(e),
-        }
+        let t = affinity_term(&w.pod_affinity_term, &at, anti, pod_labels)?;
+        out.extend(t.map(|t| (w.weight, t)));
     }
     Ok(out)
 }
 
-/// The label every namespace carries with its own name.
-const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-
 /// The namespaces a pod (anti)-affinity term looks in: its `namespaces` list and the
 /// namespaces its `namespaceSelector` selects (`{}`: every one); the pod's own when neither
-/// is set. A selector can be read only when its one requirement is on
-/// `kubernetes.io/metadata.name`, which every namespace carries with its name (`matchLabels`,
-/// `In`, `NotIn`, `Exists`, `DoesNotExist`): the autoscaler does not read Namespace objects,
-/// so a selector on their other labels is refused rather than guessed.
+/// is set. A selector whose one requirement is on `kubernetes.io/metadata.name`, which every
+/// namespace carries with its name (`matchLabels`, `In`, `NotIn`, `Exists`, `DoesNotExist`),
+/// is read here; one on other namespace labels is kept as [`TermNamespaces::Matching`], which
+/// each round resolves against the Namespaces then (their labels can change while the pod
+/// waits).
 fn term_namespaces(
     t: &k8s_openapi::api::core::v1::PodAffinityTerm,
     path: &str,
@@ -494,18 +486,14 @@ fn term_namespaces(
     }
     // Every namespace has the name label, so whether the selector lets it be absent does
     // not matter: `DoesNotExist` is an empty `In`, `Exists` an empty `NotIn`.
-    let by_name = match r.get(NAMESPACE_NAME_LABEL) {
+    let by_name = match r.get(autoscaler_core::labels::NAMESPACE_NAME) {
         Some(c) if r.iter().count() == 1 && c.gt.is_none() && c.lt.is_none() => Some(&c.values),
         _ => None,
     };
     let Some(values) = by_name else {
-        return Err(TranslateError {
-            field,
-            value: render(sel),
-            why: Why::Unsupported(
-                "a namespaceSelector is read only when its one requirement is on \
-                 kubernetes.io/metadata.name; the autoscaler does not read Namespace labels",
-            ),
+        return Ok(TermNamespaces::Matching {
+            listed: names,
+            selector: r,
         });
     };
     Ok(match values {

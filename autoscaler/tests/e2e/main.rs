@@ -18,6 +18,7 @@ mod grace;
 mod guard;
 mod kueue;
 mod limits;
+mod namespaces;
 mod parity;
 mod pod_problems;
 mod provisioning;

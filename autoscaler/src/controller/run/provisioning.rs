@@ -319,6 +319,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             tracing::warn!(object = %obj, %problem, "DRA object left out");
         }
         let building = Instant::now();
+        self.builder.namespaces = self.stores.namespace_labels();
         let mut built = self.builder.build_for_provisioning(&Inputs {
             pods: &pods,
             nodes: &nodes,
@@ -647,6 +648,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             dra: &dra,
             volumes: &volumes,
         };
+        self.builder.namespaces = self.stores.namespace_labels();
         let mut snap = if for_disruption {
             self.builder.build_for_disruption(&inputs)
         } else {

@@ -1,12 +1,15 @@
 //! The reflectors' caches the loop reads: one store per watched kind, and [`Late`] stores
 //! for the optional APIs, filled once their CRD is served.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, PodTemplate};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplate,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass, VolumeAttachment};
@@ -61,6 +64,8 @@ pub struct Stores {
     /// ResourceClaims, their templates, DeviceClasses and ResourceSlices, once
     /// `resource.k8s.io/v1` is served (Kubernetes 1.34 and later).
     pub dra: Late<DraStores>,
+    /// Namespaces, their labels only: pod affinity terms may select namespaces by label.
+    pub namespaces: Store<Namespace>,
     /// VolumeAttachments: a drained node's instance is terminated once those of its drained
     /// pods' volumes are gone (`storage.k8s.io/v1`; empty while not served).
     pub volume_attachments: Late<Store<VolumeAttachment>>,
@@ -401,6 +406,13 @@ fn trim_volume(v: &mut PersistentVolume) {
     v.status = None;
 }
 
+/// What is read of a Namespace: its name and labels.
+fn trim_namespace(n: &mut Namespace) {
+    n.metadata.annotations = None;
+    n.spec = None;
+    n.status = None;
+}
+
 /// [`reflect`], with `trim` dropping what is never read before an object is cached.
 fn reflect_trimmed<K>(
     api: Api<K>,
@@ -491,6 +503,8 @@ impl Stores {
             trim_volume,
         );
         let storage_classes = reflect(Api::all(client.clone()), "storage.k8s.io", "storageclasses");
+        let namespaces =
+            reflect_trimmed(Api::all(client.clone()), "", "namespaces", trim_namespace);
         let provreqs = {
             let client = client.clone();
             Late::start("provisioningrequests", recheck, move || {
@@ -588,6 +602,7 @@ impl Stores {
             storage_classes,
             csi_nodes,
             volume_attachments: attachments,
+            namespaces,
         }
     }
 
@@ -603,6 +618,7 @@ impl Stores {
             self.volume_claims.wait_until_ready(),
             self.volumes.wait_until_ready(),
             self.storage_classes.wait_until_ready(),
+            self.namespaces.wait_until_ready(),
         );
         // Optional APIs' stores are set only once listed.
     }
@@ -621,6 +637,18 @@ impl Stores {
             })
             .unwrap_or_default();
         crate::controller::dra::DraIndex::new(&objects)
+    }
+
+    /// Each Namespace's labels, by name, for one round's snapshot.
+    pub fn namespace_labels(&self) -> BTreeMap<String, autoscaler_core::requirements::Labels> {
+        self.namespaces
+            .state()
+            .iter()
+            .map(|n| {
+                let labels = n.metadata.labels.clone().unwrap_or_default();
+                (n.name_any(), labels)
+            })
+            .collect()
     }
 
     /// The storage objects read for one round's volume topology.

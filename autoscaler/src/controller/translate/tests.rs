@@ -464,9 +464,8 @@ fn null_selectors_match_no_pod_and_empty_ones_every_pod() {
 #[test]
 fn affinity_terms_read_their_namespaces() {
     // `namespaces` and a namespaceSelector by name are unioned; `{}` selects every namespace;
-    // neither set means the pod's own; a selector on other namespace labels is refused, naming
-    // the field (the autoscaler does not read Namespaces, and must not plan as if the term
-    // looked in the pod's own namespace).
+    // neither set means the pod's own; a selector on other namespace labels is kept, with the
+    // listed namespaces, for each round to resolve against the Namespaces then.
     let with_terms = |terms: serde_json::Value| {
         pod_from(json!({
             "metadata": {"name": "p", "namespace": "shop"},
@@ -534,25 +533,48 @@ fn affinity_terms_read_their_namespaces() {
     assert!(c.anti_affinity[1].selects("shop", "logs", &db));
     assert!(!c.anti_affinity[1].selects("shop", "shop", &db));
     assert!(c.anti_affinity[0].selects("shop", "shop", &db));
+    let by_label = pod(&with_terms(json!([
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": sel, "namespaces": ["data"],
+         "namespaceSelector": {"matchLabels": {"team": "data"}}}
+    ])))
+    .unwrap();
+    let TermNamespaces::Matching { listed, selector } = &by_label.anti_affinity[0].namespaces
+    else {
+        panic!("{:?}", by_label.anti_affinity[0].namespaces);
+    };
+    assert_eq!(listed, &set(&["data"]));
+    let team = |t: &str| -> Labels { [("team".to_string(), t.to_string())].into() };
+    assert!(selector.matches(&team("data")) && !selector.matches(&team("web")));
+    // Resolved against the cluster's namespaces: the listed one and those labelled so.
+    let namespaces = std::collections::BTreeMap::from([
+        ("ml".to_string(), team("data")),
+        ("web".to_string(), team("web")),
+    ]);
+    assert_eq!(
+        by_label.anti_affinity[0]
+            .namespaces
+            .with_namespaces(&namespaces),
+        TermNamespaces::Listed(set(&["data", "ml"]))
+    );
+    // A malformed one is still refused, naming the field.
     let err = pod(&with_terms(json!([
         {"topologyKey": "kubernetes.io/hostname", "labelSelector": sel,
-         "namespaceSelector": {"matchLabels": {"team": "data"}}}
+         "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Near"}]}}
     ])))
     .unwrap_err();
     let text = err.to_string();
     assert!(
         text.contains(
             "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector"
-        ) && text.contains("kubernetes.io/metadata.name"),
+        ),
         "{text}"
     );
 }
 
 #[test]
 fn preferred_pod_affinity_terms_are_read_with_their_weights() {
-    // Both kinds of preferred term keep their weight and read like required ones; a preferred
-    // term whose namespaceSelector names other namespace labels is left out (the pod is still
-    // planned, without that preference), while a bad label selector is still refused.
+    // Both kinds of preferred term keep their weight and read like required ones; a bad
+    // label selector is refused.
     let p = pod_from(json!({
         "metadata": {"name": "p", "namespace": "shop", "labels": {"app": "web"}},
         "spec": {
@@ -583,14 +605,17 @@ fn preferred_pod_affinity_terms_are_read_with_their_weights() {
     );
     let cache: Labels = [("app".to_string(), "cache".to_string())].into();
     assert!(t.selects("shop", "shop", &cache) && !t.held);
-    // The unreadable namespaceSelector and the null selector (which avoids no pod) are gone.
-    assert_eq!(c.preferred_anti_affinity.len(), 1);
+    // The null selector (which avoids no pod) is gone; the namespaceSelector on namespace
+    // labels is kept for each round to resolve.
+    assert_eq!(c.preferred_anti_affinity.len(), 2);
     let (w, t) = &c.preferred_anti_affinity[0];
     assert_eq!(*w, 100);
     assert_eq!(
         t.namespaces,
         TermNamespaces::Listed(["edge".to_string()].into())
     );
+    let (w, t) = &c.preferred_anti_affinity[1];
+    assert!(*w == 5 && matches!(t.namespaces, TermNamespaces::Matching { .. }));
 
     let mut bad = p.clone();
     bad.spec.as_mut().unwrap().affinity = Some(
