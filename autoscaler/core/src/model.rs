@@ -13,7 +13,7 @@ use crate::resources::Resources;
 use crate::taints::{Taint, Toleration};
 
 mod namespaces;
-pub use namespaces::TermNamespaces;
+pub use namespaces::{TermNamespaces, resolve_namespace_selectors};
 
 /// `namespace/name` of a pod.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -138,7 +138,7 @@ impl Fold {
                 match &t.namespaces {
                     TermNamespaces::Own => {}
                     TermNamespaces::Listed(names) => self.selected.extend(names.iter().cloned()),
-                    // Matching: the namespaces it selects are known only once resolved.
+                    // Matching (a running pod's, not resolved yet): its namespaces unknown.
                     TermNamespaces::All
                     | TermNamespaces::AllBut(_)
                     | TermNamespaces::Matching { .. } => self.every = true,
@@ -523,6 +523,12 @@ impl SnapshotBuilder {
                     .as_ref()
                     .is_some_and(|l| l.contains_key(keys::POOL_LABEL))
         };
+        // The pending pods' terms read as the namespaces they select now, so that folding
+        // keeps whole only those namespaces (the nodes' pods are resolved below).
+        autoscaler_core::model::resolve_namespace_selectors(
+            &mut out.snapshot.pending,
+            &self.namespaces,
+        );
         let fold = match folding {
             Folding::None => None,
             Folding::Plain => Some(Fold::for_pending(&out.snapshot.pending)),

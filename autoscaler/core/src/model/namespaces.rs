@@ -124,25 +124,33 @@ impl PodShape {
 
 impl Snapshot {
     /// Resolves every [`TermNamespaces::Matching`] of the pending pods and of the pods on
-    /// nodes against `namespaces` (each Namespace's labels, by name): afterwards each such
-    /// term lists the namespaces it selects now. Pods that shared a shape still share one;
-    /// pods without such a term are untouched. A namespace missing from `namespaces` is
-    /// selected by none.
+    /// nodes against `namespaces` ([`resolve_namespace_selectors`]).
     pub fn resolve_namespace_selectors(&mut self, namespaces: &BTreeMap<String, Labels>) {
-        let mut resolved: std::collections::HashMap<*const PodShape, Arc<PodShape>> =
-            std::collections::HashMap::new();
         let pods = self
             .pending
             .iter_mut()
             .chain(self.nodes.iter_mut().flat_map(|n| n.pods.iter_mut()));
-        for p in pods {
-            if !p.shape.has_namespace_selectors() {
-                continue;
-            }
-            let shape = resolved
-                .entry(Arc::as_ptr(&p.shape))
-                .or_insert_with(|| Arc::new(p.shape.with_namespaces(namespaces)));
-            p.shape = shape.clone();
+        resolve_namespace_selectors(pods, namespaces);
+    }
+}
+
+/// Resolves every [`TermNamespaces::Matching`] of `pods` against `namespaces` (each
+/// Namespace's labels, by name): afterwards each such term lists the namespaces it selects
+/// now. Pods that shared a shape still share one; pods without such a term are untouched. A
+/// namespace missing from `namespaces` is selected by none. Resolving again changes nothing.
+pub fn resolve_namespace_selectors<'a>(
+    pods: impl IntoIterator<Item = &'a mut super::Pod>,
+    namespaces: &BTreeMap<String, Labels>,
+) {
+    let mut resolved: std::collections::HashMap<*const PodShape, Arc<PodShape>> =
+        std::collections::HashMap::new();
+    for p in pods {
+        if !p.shape.has_namespace_selectors() {
+            continue;
         }
+        let shape = resolved
+            .entry(Arc::as_ptr(&p.shape))
+            .or_insert_with(|| Arc::new(p.shape.with_namespaces(namespaces)));
+        p.shape = shape.clone();
     }
 }

@@ -370,15 +370,30 @@ fn folding_keeps_whole_the_namespaces_a_pending_pods_term_names() {
             {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}},
              "namespaces": namespaces}]}}})
     };
-    for (namespaces, name) in [(json!(["a"]), "listed"), (json!(null), "all")] {
+    // (term's namespaces, case, pods the folded node keeps: the three `x` pods, and the two
+    // pods of namespace `b` whole when the term may look there, else folded into one)
+    for (namespaces, name, kept) in [
+        (json!(["a"]), "listed", 4),
+        (json!(null), "all", 5),
+        (json!(null), "labelled", 4),
+    ] {
         let mut term = near(namespaces);
-        if name == "all" {
+        let selector = match name {
+            "all" => Some(json!({})),
+            // Namespace `a` is labelled `tier=cache`, `b` is not.
+            "labelled" => Some(json!({"matchLabels": {"tier": "cache"}})),
+            _ => None,
+        };
+        if let Some(sel) = selector {
             term["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
-                ["namespaceSelector"] = json!({});
+                ["namespaceSelector"] = sel;
         }
         let mut pods: Vec<_> = (0..3)
             .map(|i| pod_json("a", &format!("x-{i}"), "x", Some("n1"), "300m", json!({})))
             .collect();
+        pods.extend(
+            (0..2).map(|i| pod_json("b", &format!("y-{i}"), "y", Some("n1"), "100m", json!({}))),
+        );
         pods.push(pod_json("c", "near", "near", None, "200m", term));
         let batch: BTreeSet<PodKey> = pods
             .iter()
@@ -388,10 +403,19 @@ fn folding_keeps_whole_the_namespaces_a_pending_pods_term_names() {
         let nodes: Vec<Arc<Node>> = vec![arc(node_json("n1"))];
         let pools = [pool.clone()];
         let inputs = plain_inputs(&pods, &nodes, &pools, &types, &batch);
-        let mut b = SnapshotBuilder::new();
+        let mut b = SnapshotBuilder {
+            namespaces: BTreeMap::from([
+                (
+                    "a".to_string(),
+                    [("tier".to_string(), "cache".to_string())].into(),
+                ),
+                ("b".to_string(), Labels::new()),
+            ]),
+            ..SnapshotBuilder::default()
+        };
         let whole = b.build(&inputs);
         let folded = b.build_for_provisioning(&inputs);
-        assert_eq!(folded.snapshot.nodes[0].pods.len(), 3, "{name}");
+        assert_eq!(folded.snapshot.nodes[0].pods.len(), kept, "{name}");
         let a = autoscaler_core::plan_provisioning(&whole.snapshot);
         let f = autoscaler_core::plan_provisioning(&folded.snapshot);
         assert_eq!(a.existing.len(), 1, "{name}: {}", a.render());
