@@ -46,7 +46,7 @@ use autoscaler_core::{CapacityType, labels};
 use autoscaler_sim::Scenario;
 use autoscaler_sim::scenario::{ClusterConfig, ExistingNode, POLICY_NAMES, PdbRule, ReplayPod};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 #[cfg(feature = "controller")]
 use kube::api::{Api, ListParams};
@@ -91,6 +91,10 @@ pub struct Sample {
     /// PodDisruptionBudgets of every namespace.
     #[serde(default)]
     pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
+    /// Namespaces, for pod affinity terms that select them by label (none in samples taken
+    /// before they were recorded: such terms then select only the namespaces they list).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<Namespace>,
     /// Always `true`, written last: a document without it was cut short.
     pub complete: bool,
 }
@@ -133,6 +137,12 @@ pub async fn take(client: &kube::Client, time: jiff::Timestamp) -> Result<Sample
         .await
         .map_err(list_error("PodDisruptionBudgets"))?
         .items;
+    // As the controller reads them; a role without them costs those terms only.
+    let namespaces = match Api::<Namespace>::all(client.clone()).list(&lp).await {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if matches!(s.code, 403 | 404) => Vec::new(),
+        Err(e) => return Err(list_error("Namespaces")(e)),
+    };
     Ok(Sample {
         api_version: API_VERSION.into(),
         kind: KIND.into(),
@@ -150,6 +160,10 @@ pub async fn take(client: &kube::Client, time: jiff::Timestamp) -> Result<Sample
         pod_disruption_budgets: pdbs
             .iter()
             .filter_map(|b| trimmed(b, Kind::Other))
+            .collect(),
+        namespaces: namespaces
+            .iter()
+            .filter_map(|n| trimmed(n, Kind::Other))
             .collect(),
         complete: true,
     })
@@ -410,6 +424,7 @@ struct Objects {
     pdbs: Vec<Arc<PodDisruptionBudget>>,
     types: BTreeMap<String, Arc<Vec<InstanceType>>>,
     pending: BTreeSet<PodKey>,
+    namespaces: BTreeMap<String, autoscaler_core::requirements::Labels>,
 }
 
 impl Objects {
@@ -446,12 +461,17 @@ impl Objects {
                 })
                 .collect(),
             pending,
+            namespaces: namespace_labels(s),
         }
     }
 
     /// The controller's snapshot of these objects: [`SnapshotBuilder::build`], nothing folded.
     fn build(&self, gangs: &GangObjects) -> crate::controller::snapshot::Built {
-        SnapshotBuilder::new().build(&Inputs {
+        let mut builder = SnapshotBuilder {
+            namespaces: self.namespaces.clone(),
+            ..SnapshotBuilder::default()
+        };
+        builder.build(&Inputs {
             pods: &self.pods,
             nodes: &self.nodes,
             pools: &self.pools,
@@ -480,13 +500,27 @@ pub fn controller_view(
 /// Pods of a sample that the replay follows: active, not being deleted, translated, and
 /// neither DaemonSet nor mirror pods (those come and go with their node).
 fn replayed_pods(s: &Sample) -> BTreeMap<PodKey, CorePod> {
-    s.pods
+    let mut pods: BTreeMap<PodKey, CorePod> = s
+        .pods
         .iter()
         .map(|p| CachedPod::new(p.clone(), None))
         .filter(|p| p.active && !p.deleting())
         .filter_map(|p| p.core_pod().ok())
         .filter(|p| !p.is_daemonset() && !p.mirror)
         .map(|p| (p.key.clone(), p))
+        .collect();
+    autoscaler_core::model::resolve_namespace_selectors(pods.values_mut(), &namespace_labels(s));
+    pods
+}
+
+/// Each recorded Namespace's labels, by name.
+fn namespace_labels(s: &Sample) -> BTreeMap<String, autoscaler_core::requirements::Labels> {
+    s.namespaces
+        .iter()
+        .map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            (name, n.metadata.labels.clone().unwrap_or_default())
+        })
         .collect()
 }
 

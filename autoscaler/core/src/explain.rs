@@ -470,8 +470,8 @@ pub fn explain_pool(
     })
 }
 
-/// Most instance type names a text line lists before saying how many more there are.
-const NAMES_SHOWN: usize = 8;
+/// Most names a text line lists before saying how many more there are.
+pub const NAMES_SHOWN: usize = 8;
 
 /// Instance types grouped by what was said of them, in first-seen order: one text line per
 /// message rather than per type (a catalog has hundreds).
@@ -494,7 +494,8 @@ fn grouped(types: &[TypeConsidered]) -> Vec<(String, Vec<&str>)> {
     out
 }
 
-fn names(list: &[&str]) -> String {
+/// `list` joined with commas, at most [`NAMES_SHOWN`] of it, then how many more.
+pub fn names(list: &[&str]) -> String {
     let mut s = list
         .iter()
         .take(NAMES_SHOWN)

@@ -126,19 +126,11 @@ impl Detach {
     }
 }
 
-/// At most the first ten `names`, then how many more.
+/// At most the first few `names`, then how many more
+/// ([`autoscaler_core::explain::names`]).
 fn listed(names: &[String]) -> String {
-    const SHOWN: usize = 10;
-    let mut text = names
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
-    if names.len() > SHOWN {
-        text.push_str(&format!(" and {} more", names.len() - SHOWN));
-    }
-    text
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    autoscaler_core::explain::names(&names)
 }
 
 #[cfg(test)]
@@ -226,8 +218,8 @@ mod tests {
         assert!(!fixed.contains("va-"), "the condition names none: {fixed}");
         let message = waiting.describe();
         assert!(
-            message.ends_with("va-09 and 2 more"),
-            "ten named, the rest counted: {message}"
+            message.ends_with("va-07 and 4 more"),
+            "eight named, the rest counted: {message}"
         );
     }
 }

@@ -122,14 +122,18 @@ struct Fold {
 }
 
 impl Fold {
-    fn for_pending(pending: &[CorePod]) -> Self {
-        Fold::default().and_movable(pending)
+    fn for_pending(pending: &[CorePod], namespaces: &BTreeMap<String, Labels>) -> Self {
+        Fold::default().and_movable(pending, namespaces)
     }
 
     /// Also keeps whole the namespaces that `pods` (the pods disruption may move) select:
     /// their own, where their topology terms look, and every one another namespace's term
-    /// names.
-    fn and_movable<'a>(mut self, pods: impl IntoIterator<Item = &'a CorePod>) -> Self {
+    /// names or selects by label now (`namespaces`: each Namespace's labels).
+    fn and_movable<'a>(
+        mut self,
+        pods: impl IntoIterator<Item = &'a CorePod>,
+        namespaces: &BTreeMap<String, Labels>,
+    ) -> Self {
         for p in pods {
             if !p.spread.is_empty() || !p.affinity.is_empty() || !p.anti_affinity.is_empty() {
                 self.selected.insert(p.key.namespace.clone());
@@ -138,10 +142,11 @@ impl Fold {
                 match &t.namespaces {
                     TermNamespaces::Own => {}
                     TermNamespaces::Listed(names) => self.selected.extend(names.iter().cloned()),
-                    // Matching (a running pod's, not resolved yet): its namespaces unknown.
-                    TermNamespaces::All
-                    | TermNamespaces::AllBut(_)
-                    | TermNamespaces::Matching { .. } => self.every = true,
+                    TermNamespaces::All | TermNamespaces::AllBut(_) => self.every = true,
+                    m @ TermNamespaces::Matching { .. } => match m.with_namespaces(namespaces) {
+                        TermNamespaces::Listed(names) => self.selected.extend(names),
+                        _ => self.every = true,
+                    },
                 }
             }
         }
@@ -531,9 +536,9 @@ impl SnapshotBuilder {
         );
         let fold = match folding {
             Folding::None => None,
-            Folding::Plain => Some(Fold::for_pending(&out.snapshot.pending)),
+            Folding::Plain => Some(Fold::for_pending(&out.snapshot.pending, &self.namespaces)),
             Folding::Unmanaged => Some(
-                Fold::for_pending(&out.snapshot.pending).and_movable(
+                Fold::for_pending(&out.snapshot.pending, &self.namespaces).and_movable(
                     inputs
                         .nodes
                         .iter()
@@ -541,6 +546,7 @@ impl SnapshotBuilder {
                         .filter_map(|n| bound.get(n.metadata.name.as_deref().unwrap_or_default()))
                         .flatten()
                         .filter_map(|p| p.core.as_ref().ok()),
+                    &self.namespaces,
                 ),
             ),
         };

@@ -272,6 +272,7 @@ async fn a_snapshot_replays_as_the_cluster_it_recorded() {
             .await
             .unwrap()
             .items,
+        namespaces: Vec::new(),
         complete: true,
     };
     let catalog = Arc::new(providers::catalog::default_catalog());

@@ -27,15 +27,25 @@ fn protected_pod(name: &str, cpu: &str) -> serde_json::Value {
 /// A cluster whose one node runs a plain pod `web` and a protected pod `keep`; the node's
 /// name.
 async fn one_node_with_a_protected_pod(c: &Cluster) -> String {
+    one_node_with(c, protected_pod("keep", "500m")).await
+}
+
+/// A cluster whose one node runs a plain pod `web` and the pod `other` (in `default`); the
+/// node's name.
+async fn one_node_with(c: &Cluster, other: serde_json::Value) -> String {
     // No consolidation in the test's time: the pool's nodes are never unneeded long enough.
     let _: NodePool = c.create(cpu_pool("cpu", "1h")).await;
     let _: Pod = c
         .create(cpu_pod("web", "500m", BTreeMap::from([("app", "web")])))
         .await;
-    let _: Pod = c.create(protected_pod("keep", "500m")).await;
+    let name = other["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let _: Pod = c.create(other).await;
     eventually("both pods bound to one node", DEADLINE, || async {
         let a = bound_to(&c.pod("default", "web").await?)?;
-        let b = bound_to(&c.pod("default", "keep").await?)?;
+        let b = bound_to(&c.pod("default", &name).await?)?;
         (a == b).then_some(a)
     })
     .await
@@ -326,19 +336,9 @@ async fn e2e_4i_a_node_that_lost_its_finalizer_gets_it_back_and_is_drained() {
 async fn e2e_4j_a_pod_tolerating_the_disruption_taint_goes_with_its_node() {
     let c = Cluster::start().await;
     let ctl = c.controller("solo", &["--leader-elect=false"]);
-    let _: NodePool = c.create(cpu_pool("cpu", "1h")).await;
-    let _: Pod = c
-        .create(cpu_pod("web", "500m", BTreeMap::from([("app", "web")])))
-        .await;
     let mut agent = cpu_pod("agent", "500m", BTreeMap::from([("app", "agent")]));
     agent["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
-    let _: Pod = c.create(agent).await;
-    let node = eventually("both pods bound to one node", DEADLINE, || async {
-        let a = bound_to(&c.pod("default", "web").await?)?;
-        let b = bound_to(&c.pod("default", "agent").await?)?;
-        (a == b).then_some(a)
-    })
-    .await;
+    let node = one_node_with(&c, agent).await;
     Api::<Node>::all(c.client.clone())
         .delete(&node, &DeleteParams::default())
         .await

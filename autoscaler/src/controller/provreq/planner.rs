@@ -83,7 +83,9 @@ pub fn shapes(
 }
 
 /// The request's pods for the planner (`<request>-<set>-<i>`): copies of its [`shapes`],
-/// refused above `max_pods` before any copy is made.
+/// their pod affinity terms' namespace selectors resolved against `namespaces` (each
+/// Namespace's labels, as the snapshot's pods are), refused above `max_pods` before any copy
+/// is made.
 ///
 /// # Errors
 /// [`PodsError`] as [`shapes`], and [`PodsError::Invalid`] for more than `max_pods` pods.
@@ -91,6 +93,7 @@ pub fn pods(
     pr: &ProvisioningRequest,
     templates: &BTreeMap<(String, String), &PodTemplate>,
     max_pods: u64,
+    namespaces: &BTreeMap<String, autoscaler_core::requirements::Labels>,
 ) -> Result<Vec<CorePod>, PodsError> {
     let total = total_pods(pr);
     if total > max_pods {
@@ -98,7 +101,11 @@ pub fn pods(
             "the request asks for {total} pods; at most {max_pods} per request (--provreq-max-pods)"
         )));
     }
-    let shapes = shapes(pr, templates)?;
+    let mut shapes = shapes(pr, templates)?;
+    autoscaler_core::model::resolve_namespace_selectors(
+        shapes.iter_mut().map(|(p, _)| p),
+        namespaces,
+    );
     let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
     for (shape, count) in shapes {
         let base = shape.key.name.clone();

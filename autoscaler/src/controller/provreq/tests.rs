@@ -331,7 +331,7 @@ fn a_huge_request_builds_no_pod() {
     assert_eq!(sh.len(), 1);
     assert_eq!(sh[0].1, i32::MAX as u32);
     assert!(
-        matches!(pods(&p, &templates, 10_000), Err(PodsError::Invalid(m)) if m.contains("2147483647 pods"))
+        matches!(pods(&p, &templates, 10_000, &BTreeMap::new()), Err(PodsError::Invalid(m)) if m.contains("2147483647 pods"))
     );
 }
 
@@ -367,11 +367,11 @@ fn pods_come_from_the_templates_in_the_request_group() {
     let t = template();
     let mut templates = BTreeMap::new();
     assert_eq!(
-        pods(&p, &templates, 10).unwrap_err(),
+        pods(&p, &templates, 10, &BTreeMap::new()).unwrap_err(),
         PodsError::Missing("PodTemplate ml/ppt-train-main (spec.podSets[0]) not found".into())
     );
     templates.insert(("ml".to_string(), "ppt-train-main".to_string()), &t);
-    let made = pods(&p, &templates, 10).unwrap();
+    let made = pods(&p, &templates, 10, &BTreeMap::new()).unwrap();
     assert_eq!(made.len(), 2);
     assert_eq!(made[1].key.name, "train-0-1");
     assert_eq!(made[0].requests.get("nvidia.com/gpu"), 2);
@@ -383,6 +383,37 @@ fn pods_come_from_the_templates_in_the_request_group() {
 }
 
 #[test]
+fn a_templates_namespace_selector_reads_the_namespaces_labels() {
+    // The request's pods keep away from `app=db` pods of namespaces labelled `team=data`:
+    // resolved against the Namespaces as the snapshot's pods are, and shared by the copies.
+    let p = pr(CHECK_CAPACITY, &[], json!({}));
+    let t: PodTemplate = serde_json::from_value(json!({
+        "metadata": {"name": "ppt-train-main", "namespace": "ml"},
+        "template": {"metadata": {"labels": {"app": "train"}}, "spec": {
+            "containers": [{"name": "c"}],
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {"app": "db"}},
+                "namespaceSelector": {"matchLabels": {"team": "data"}}}]}}}}
+    }))
+    .unwrap();
+    let templates = BTreeMap::from([(("ml".to_string(), "ppt-train-main".to_string()), &t)]);
+    let namespaces = BTreeMap::from([
+        (
+            "db".to_string(),
+            [("team".to_string(), "data".to_string())].into(),
+        ),
+        ("ml".to_string(), BTreeMap::new()),
+    ]);
+    let made = pods(&p, &templates, 10, &namespaces).unwrap();
+    assert_eq!(
+        made[0].anti_affinity[0].namespaces,
+        autoscaler_core::model::TermNamespaces::Listed(["db".to_string()].into())
+    );
+    assert!(made[0].shares_shape_with(&made[1]));
+}
+
+#[test]
 fn an_untranslatable_template_is_invalid_naming_the_field() {
     let p = pr(CHECK_CAPACITY, &[], json!({}));
     let t: PodTemplate = serde_json::from_value(json!({
@@ -391,7 +422,7 @@ fn an_untranslatable_template_is_invalid_naming_the_field() {
     }))
     .unwrap();
     let templates = BTreeMap::from([(("ml".to_string(), "ppt-train-main".to_string()), &t)]);
-    match pods(&p, &templates, 10) {
+    match pods(&p, &templates, 10, &BTreeMap::new()) {
         Err(PodsError::Invalid(m)) => assert!(
             m.contains("PodTemplate ml/ppt-train-main: template.spec.containers[0]"),
             "{m}"

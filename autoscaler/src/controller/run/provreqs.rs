@@ -186,6 +186,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .filter_map(|n| Some((n.name.clone(), n.claim.clone()?)))
             .collect();
         let settings = self.provreq_settings();
+        let namespaces = self.stores.namespace_labels();
         for (pr, booking) in held {
             let (ns, name) = ns_name(&pr);
             let Some(booking) = self.resolved(&format!("{ns}/{name}"), booking) else {
@@ -199,7 +200,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 provreq::places_left(&booking, on, |n| claim_of.get(n).map(String::as_str));
             let used = u32::try_from(on.len()).unwrap_or(u32::MAX);
             // Without its templates the request's nodes are still kept from disruption.
-            let phantoms = provreq::pods(&pr, &by_name, settings.max_pods)
+            let phantoms = provreq::pods(&pr, &by_name, settings.max_pods, &namespaces)
                 .map(|p| provreq::phantoms(p, used))
                 .unwrap_or_default();
             provreq::hold(snap, &places, phantoms);
@@ -301,7 +302,13 @@ impl<P: CloudProvider + 'static> Controller<P> {
         consumed: u32,
     ) -> Option<provreq::Booking> {
         let templates = self.templates();
-        let pods = provreq::pods(pr, &by_name(&templates), self.args.provreq_max_pods).ok()?;
+        let pods = provreq::pods(
+            pr,
+            &by_name(&templates),
+            self.args.provreq_max_pods,
+            &self.stores.namespace_labels(),
+        )
+        .ok()?;
         let keep = pods.len().saturating_sub(consumed as usize);
         let pods: Vec<_> = pods.into_iter().take(keep).collect();
         let (plan, why) =
@@ -667,7 +674,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let class = Class::of(pr).expect("only known classes are attempted");
         let templates = self.templates();
         let by_name = by_name(&templates);
-        let pods = match provreq::pods(pr, &by_name, self.args.provreq_max_pods) {
+        let pods = match provreq::pods(
+            pr,
+            &by_name,
+            self.args.provreq_max_pods,
+            &self.stores.namespace_labels(),
+        ) {
             Ok(p) => p,
             Err(why) => {
                 // Only a missing template is worth waiting for: Kueue creates the templates

@@ -64,8 +64,10 @@ pub struct Stores {
     /// ResourceClaims, their templates, DeviceClasses and ResourceSlices, once
     /// `resource.k8s.io/v1` is served (Kubernetes 1.34 and later).
     pub dra: Late<DraStores>,
-    /// Namespaces, their labels only: pod affinity terms may select namespaces by label.
-    pub namespaces: Store<Namespace>,
+    /// Namespaces: pod affinity terms may select namespaces by label. Optional as the other
+    /// late stores are, so a role that cannot read them (an older ClusterRole) costs only those
+    /// terms (they then select the namespaces they list), not the start-up.
+    pub namespaces: Late<Store<Namespace>>,
     /// VolumeAttachments: a drained node's instance is terminated once those of its drained
     /// pods' volumes are gone (`storage.k8s.io/v1`; empty while not served).
     pub volume_attachments: Late<Store<VolumeAttachment>>,
@@ -406,13 +408,6 @@ fn trim_volume(v: &mut PersistentVolume) {
     v.status = None;
 }
 
-/// What is read of a Namespace: its name and labels.
-fn trim_namespace(n: &mut Namespace) {
-    n.metadata.annotations = None;
-    n.spec = None;
-    n.status = None;
-}
-
 /// [`reflect`], with `trim` dropping what is never read before an object is cached.
 fn reflect_trimmed<K>(
     api: Api<K>,
@@ -503,8 +498,6 @@ impl Stores {
             trim_volume,
         );
         let storage_classes = reflect(Api::all(client.clone()), "storage.k8s.io", "storageclasses");
-        let namespaces =
-            reflect_trimmed(Api::all(client.clone()), "", "namespaces", trim_namespace);
         let provreqs = {
             let client = client.clone();
             Late::start("provisioningrequests", recheck, move || {
@@ -574,7 +567,17 @@ impl Stores {
                 }
             })
         };
-        let (provreqs, volcano, k8s_groups, quotas, overlays, dra, csi_nodes, attachments) = futures::join!(
+        let (
+            provreqs,
+            volcano,
+            k8s_groups,
+            quotas,
+            overlays,
+            dra,
+            csi_nodes,
+            attachments,
+            namespaces,
+        ) = futures::join!(
             provreqs,
             reflect_when_served(client, "scheduling.volcano.sh", "podgroups", recheck),
             reflect_when_served(client, "scheduling.k8s.io", "podgroups", recheck),
@@ -583,6 +586,7 @@ impl Stores {
             dra,
             reflect_when_served(client, "storage.k8s.io", "csinodes", recheck),
             reflect_when_served(client, "storage.k8s.io", "volumeattachments", recheck),
+            reflect_when_served(client, "", "namespaces", recheck),
         );
         Stores {
             dra,
@@ -618,7 +622,6 @@ impl Stores {
             self.volume_claims.wait_until_ready(),
             self.volumes.wait_until_ready(),
             self.storage_classes.wait_until_ready(),
-            self.namespaces.wait_until_ready(),
         );
         // Optional APIs' stores are set only once listed.
     }
@@ -641,7 +644,10 @@ impl Stores {
 
     /// Each Namespace's labels, by name, for one round's snapshot.
     pub fn namespace_labels(&self) -> BTreeMap<String, autoscaler_core::requirements::Labels> {
-        self.namespaces
+        let Some(store) = self.namespaces.get() else {
+            return BTreeMap::new();
+        };
+        store
             .state()
             .iter()
             .map(|n| {
