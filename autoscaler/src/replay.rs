@@ -105,7 +105,8 @@ fn list_error(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
 }
 
 /// Takes one sample of the cluster `client` reaches (NodePools, Nodes, Pods, DaemonSets,
-/// PodDisruptionBudgets; a cluster without the NodePool CRD has none), trimmed by [`trim`].
+/// PodDisruptionBudgets, Namespaces; a cluster without the NodePool CRD has none, a role
+/// that cannot list Namespaces records none), trimmed by [`trim`].
 ///
 /// # Errors
 /// [`Error::Kube`] naming the list that failed.
@@ -717,6 +718,7 @@ pub fn load(path: &Path, samples: &[Sample], catalog: Vec<InstanceType>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use autoscaler_core::model::TermNamespaces;
 
     const POOL: &str = "  - metadata: {name: cpu}\n    spec: {template: {requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [m5.xlarge]}]}}\n";
 
@@ -783,6 +785,39 @@ mod tests {
         );
         assert_eq!(s.duration_s, 180);
         assert_eq!(s.pools.len(), 1);
+    }
+
+    #[test]
+    fn a_samples_namespaces_resolve_its_pods_namespace_selectors() {
+        // Pod `p` keeps away from `app=db` pods of namespaces labelled `team=data`: read
+        // against the sample's Namespaces; a sample without them (taken before they were
+        // recorded) still reads, its term selecting only the namespaces it lists.
+        let with_term = sample("2026-01-01T00:00:00Z", "m5.xlarge", &[("p", None)]).replace(
+            "resources: {requests: {cpu: '1'}}}]",
+            "resources: {requests: {cpu: '1'}}}], affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: db}}, namespaceSelector: {matchLabels: {team: data}}}]}}",
+        );
+        let namespaces = |text: &str| -> TermNamespaces {
+            let (samples, _) = parse(Path::new("snap.yaml"), text).unwrap();
+            replayed_pods(&samples[0])
+                .into_values()
+                .next()
+                .unwrap()
+                .anti_affinity[0]
+                .namespaces
+                .clone()
+        };
+        let recorded = with_term.replace(
+            "complete: true",
+            "namespaces:\n  - metadata: {name: db, labels: {team: data}}\n  - metadata: {name: default}\ncomplete: true",
+        );
+        assert_eq!(
+            namespaces(&recorded),
+            TermNamespaces::Listed(["db".to_string()].into())
+        );
+        assert_eq!(
+            namespaces(&with_term),
+            TermNamespaces::Listed(Default::default())
+        );
     }
 
     #[test]

@@ -408,6 +408,14 @@ fn trim_volume(v: &mut PersistentVolume) {
     v.status = None;
 }
 
+/// What is read of a Namespace: its name and labels.
+fn trim_namespace(n: &mut Namespace) {
+    n.metadata.annotations = None;
+    n.metadata.finalizers = None;
+    n.spec = None;
+    n.status = None;
+}
+
 /// [`reflect`], with `trim` dropping what is never read before an object is cached.
 fn reflect_trimmed<K>(
     api: Api<K>,
@@ -451,12 +459,27 @@ async fn reflect_when_served<K>(
 where
     K: Cacheable,
 {
+    reflect_trimmed_when_served(client, group, resource, every, |_| {}).await
+}
+
+/// [`reflect_when_served`], with `trim` dropping what is never read before an object is
+/// cached.
+async fn reflect_trimmed_when_served<K>(
+    client: &kube::Client,
+    group: &'static str,
+    resource: &'static str,
+    every: Duration,
+    trim: fn(&mut K),
+) -> Late<Store<K>>
+where
+    K: Cacheable,
+{
     let client = client.clone();
     Late::start(resource, every, move || {
         let client = client.clone();
         async move {
             Attempt::after(served::<K>(&client).await, || async move {
-                let store = reflect(Api::all(client), group, resource);
+                let store = reflect_trimmed(Api::all(client), group, resource, trim);
                 let _ = store.wait_until_ready().await;
                 store
             })
@@ -586,8 +609,14 @@ impl Stores {
             dra,
             reflect_when_served(client, "storage.k8s.io", "csinodes", recheck),
             reflect_when_served(client, "storage.k8s.io", "volumeattachments", recheck),
-            reflect_when_served(client, "", "namespaces", recheck),
+            reflect_trimmed_when_served(client, "", "namespaces", recheck, trim_namespace),
         );
+        if namespaces.get().is_none() {
+            // Namespaces are always served: the role lacks list/watch on them.
+            tracing::warn!(
+                "Namespaces cannot be listed (grant list and watch on namespaces): pod affinity terms whose namespaceSelector reads namespace labels select only the namespaces they list until they can"
+            );
+        }
         Stores {
             dra,
             quotas,
