@@ -3,7 +3,7 @@
 //! `filterVolumeAttachments`).
 //!
 //! Terminating an instance while a volume is still attached to it leaves the volume to the
-//! cloud's forced detach, which can take minutes (EBS's is six), and the pod moved elsewhere
+//! cloud's forced detach, which can take minutes, and the pod moved elsewhere
 //! cannot attach it meanwhile. So once a node is drained its instance waits until the
 //! attach-detach controller has removed the VolumeAttachments of its drained pods' volumes.
 //! Two kinds never hold it: an attachment of an inline volume (no PersistentVolume named: it
