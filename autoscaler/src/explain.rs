@@ -214,13 +214,14 @@ impl ClusterRead {
                 },
             },
             // A role without Namespaces costs the terms that select them by label only.
-            namespaces: match list_all::<Namespace>(Api::all(client.clone()), "Namespaces").await {
-                Err(e) if matches!(e.status(), Some(403 | 404)) => Vec::new(),
-                other => other?,
-            }
-            .iter()
-            .map(|n| (n.name_any(), n.metadata.labels.clone().unwrap_or_default()))
-            .collect(),
+            namespaces: crate::controller::snapshot::namespace_labels(
+                match list_all::<Namespace>(Api::all(client.clone()), "Namespaces").await {
+                    Err(e) if matches!(e.status(), Some(403 | 404)) => Vec::new(),
+                    other => other?,
+                }
+                .iter()
+                .map(|n| n.as_ref()),
+            ),
             ignore_preferences: false,
             min_values_policy: Default::default(),
         })

@@ -516,13 +516,7 @@ fn replayed_pods(s: &Sample) -> BTreeMap<PodKey, CorePod> {
 
 /// Each recorded Namespace's labels, by name.
 fn namespace_labels(s: &Sample) -> BTreeMap<String, autoscaler_core::requirements::Labels> {
-    s.namespaces
-        .iter()
-        .map(|n| {
-            let name = n.metadata.name.clone().unwrap_or_default();
-            (name, n.metadata.labels.clone().unwrap_or_default())
-        })
-        .collect()
+    crate::controller::snapshot::namespace_labels(&s.namespaces)
 }
 
 /// Builds the scenario that starts from the first sample and replays the others.

@@ -344,6 +344,20 @@ pub fn node_price(types: &[InstanceType], node_labels: &Labels) -> Option<f64> {
         .map(|o| o.price)
 }
 
+/// Each Namespace's labels, by name: what [`SnapshotBuilder::namespaces`] resolves pod
+/// affinity terms' namespace selectors against.
+pub fn namespace_labels<'a>(
+    namespaces: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Namespace>,
+) -> BTreeMap<String, Labels> {
+    namespaces
+        .into_iter()
+        .map(|n| {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            (name, n.metadata.labels.clone().unwrap_or_default())
+        })
+        .collect()
+}
+
 /// Whether a node carries the disruption taint.
 pub fn has_disruption_taint(n: &Node) -> bool {
     n.spec

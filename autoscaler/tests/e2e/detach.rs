@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
@@ -65,13 +65,6 @@ async fn detach_condition(c: &Cluster, claim: &str) -> Option<(String, String, S
     Some((k.status, k.reason, k.message))
 }
 
-async fn delete_node(c: &Cluster, node: &str) {
-    Api::<Node>::all(c.client.clone())
-        .delete(node, &DeleteParams::default())
-        .await
-        .expect("deleting the node");
-}
-
 async fn instance_runs(c: &Cluster, node: &str) -> bool {
     c.instances().await.iter().any(|i| i.name_any() == node)
 }
@@ -86,7 +79,7 @@ async fn e2e_a_drained_nodes_instance_waits_until_its_volumes_are_detached() {
     let _: VolumeAttachment = c
         .create(attachment("va-elsewhere", "another-node", Some("pv-other")))
         .await;
-    delete_node(&c, &node).await;
+    c.delete_node(&node).await;
     eventually(
         "the claim saying it awaits the attachment",
         DEADLINE,
@@ -156,7 +149,7 @@ async fn e2e_the_termination_grace_period_ends_the_wait_for_volumes() {
     let _: VolumeAttachment = c
         .create(attachment("va-stuck", &node, Some("pv-stuck")))
         .await;
-    delete_node(&c, &node).await;
+    c.delete_node(&node).await;
     eventually(
         "the controller awaiting the attachment",
         DEADLINE,

@@ -366,6 +366,14 @@ impl Cluster {
             .unwrap()
     }
 
+    /// Deletes Node `name` as `kubectl delete node` does.
+    pub async fn delete_node(&self, name: &str) {
+        Api::<Node>::all(self.client.clone())
+            .delete(name, &kube::api::DeleteParams::default())
+            .await
+            .expect("deleting the node");
+    }
+
     /// A NodePool.
     pub async fn pool(&self, name: &str) -> NodePool {
         Api::<NodePool>::all(self.client.clone())

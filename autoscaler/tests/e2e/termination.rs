@@ -121,10 +121,7 @@ async fn e2e_4e_a_deleted_node_is_drained_and_protected_pods_hold_its_instance()
     let c = Cluster::start().await;
     let ctl = c.controller("solo", &["--leader-elect=false"]);
     let node = one_node_with_a_protected_pod(&c).await;
-    Api::<Node>::all(c.client.clone())
-        .delete(&node, &DeleteParams::default())
-        .await
-        .expect("deleting the node");
+    c.delete_node(&node).await;
     // The plain pod is evicted; the protected one is not, and it holds the instance.
     plain_pod_evicted(&c).await;
     eventually(
@@ -176,10 +173,7 @@ async fn e2e_4f_a_node_whose_instance_is_gone_is_released_without_a_drain() {
         .delete(&node, &DeleteParams::default())
         .await
         .expect("deleting the instance");
-    Api::<Node>::all(c.client.clone())
-        .delete(&node, &DeleteParams::default())
-        .await
-        .expect("deleting the node");
+    c.delete_node(&node).await;
     eventually(
         "the node released though a protected pod was bound to it",
         DEADLINE,
@@ -213,10 +207,7 @@ async fn e2e_4g_a_drain_refused_by_a_pdb_does_not_hold_provisioning() {
         bound_to(&c.pod("default", "web").await?)
     })
     .await;
-    Api::<Node>::all(c.client.clone())
-        .delete(&node, &DeleteParams::default())
-        .await
-        .expect("deleting the node");
+    c.delete_node(&node).await;
     eventually("the drain under way", DEADLINE, || async {
         let n = c.nodes().await.into_iter().find(|n| n.name_any() == node)?;
         let taints = n.spec?.taints?;
@@ -316,10 +307,7 @@ async fn e2e_4i_a_node_that_lost_its_finalizer_gets_it_back_and_is_drained() {
         ctl.log().contains("registered again without the finalizer"),
         "the controller says why it patched the node"
     );
-    Api::<Node>::all(c.client.clone())
-        .delete(&node, &DeleteParams::default())
-        .await
-        .expect("deleting the node");
+    c.delete_node(&node).await;
     plain_pod_evicted(&c).await;
     let n = held_node(&c, &node).await;
     assert!(
@@ -339,10 +327,7 @@ async fn e2e_4j_a_pod_tolerating_the_disruption_taint_goes_with_its_node() {
     let mut agent = cpu_pod("agent", "500m", BTreeMap::from([("app", "agent")]));
     agent["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
     let node = one_node_with(&c, agent).await;
-    Api::<Node>::all(c.client.clone())
-        .delete(&node, &DeleteParams::default())
-        .await
-        .expect("deleting the node");
+    c.delete_node(&node).await;
     plain_pod_evicted(&c).await;
     eventually(
         "the instance and the node gone with the tolerating pod on it",

@@ -676,14 +676,7 @@ impl Stores {
         let Some(store) = self.namespaces.get() else {
             return BTreeMap::new();
         };
-        store
-            .state()
-            .iter()
-            .map(|n| {
-                let labels = n.metadata.labels.clone().unwrap_or_default();
-                (n.name_any(), labels)
-            })
-            .collect()
+        crate::controller::snapshot::namespace_labels(store.state().iter().map(|n| n.as_ref()))
     }
 
     /// The storage objects read for one round's volume topology.
