@@ -496,7 +496,8 @@ pub use candidates::{
 pub use drift::{Drift, DriftReason, Drifted, drift_of, drifted, requirements_drift};
 pub use expiry::{Expired, expired};
 pub use grace::{
-    DEFAULT_POD_GRACE_S, DrainStep, deadline_reached, drain_step, termination_deadline,
+    CRITICAL_PRIORITY_CLASSES, DEFAULT_POD_GRACE_S, DrainStep, DrainTier, MIN_DELETE_GRACE_S,
+    deadline_reached, drain_step, termination_deadline,
 };
 pub use simulate::{UNINITIALIZED_TARGET, UNREADY_TARGET, simulate};
 pub use validation::{Check, narrow_empty, validate, validate_at};

@@ -77,6 +77,14 @@ pub fn set_condition_status(
     }
 }
 
+/// Preconditions that hold only for the object of UID `uid`.
+fn same_pod(uid: &str) -> kube::api::Preconditions {
+    kube::api::Preconditions {
+        uid: Some(uid.to_string()),
+        resource_version: None,
+    }
+}
+
 fn is(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
@@ -349,37 +357,48 @@ impl Actuator {
     }
 
     /// Evicts a pod through the Eviction API, once: a refusal (429, a PodDisruptionBudget
-    /// or throttling) is returned at once, for the caller to ask again later.
+    /// or throttling) is returned at once, for the caller to ask again later. With `uid`, only
+    /// the pod of that UID: a pod created since under the same name (a StatefulSet's
+    /// replacement, on another node) is not touched and counts as gone (409).
     ///
     /// # Errors
-    /// Any API error other than 429 and 404.
-    pub async fn evict(&self, pod: &PodKey) -> Result<Evicted> {
+    /// Any API error other than 429, 404 and 409.
+    pub async fn evict(&self, pod: &PodKey, uid: Option<&str>) -> Result<Evicted> {
         check("", "pods/eviction", "create");
         crashpoint::reached("drain");
         let api: Api<Pod> = Api::namespaced(self.evictions.clone(), &pod.namespace);
-        match api.evict(&pod.name, &EvictParams::default()).await {
+        let params = EvictParams {
+            delete_options: Some(DeleteParams {
+                preconditions: uid.map(same_pod),
+                ..DeleteParams::default()
+            }),
+            ..EvictParams::default()
+        };
+        match api.evict(&pod.name, &params).await {
             Ok(_) => Ok(Evicted::Yes),
             Err(e) if is(&e, 429) => Ok(Evicted::Refused),
-            Err(e) if is(&e, 404) => Ok(Evicted::Gone),
+            Err(e) if is(&e, 404) || is(&e, 409) => Ok(Evicted::Gone),
             Err(e) => Err(Error::kube(format!("evicting pod {pod}"), e)),
         }
     }
 
     /// Deletes a pod with a grace period of `grace_s` seconds: no PodDisruptionBudget applies,
-    /// unlike [`Self::evict`]. Whether the pod was there to delete.
+    /// unlike [`Self::evict`]. Whether the pod was there to delete. With `uid`, only the pod of
+    /// that UID (another under the same name counts as not there).
     ///
     /// # Errors
-    /// Any API error other than 404.
-    pub async fn delete_pod(&self, pod: &PodKey, grace_s: i64) -> Result<bool> {
+    /// Any API error other than 404 and 409.
+    pub async fn delete_pod(&self, pod: &PodKey, uid: Option<&str>, grace_s: i64) -> Result<bool> {
         check("", "pods", "delete");
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
         let params = DeleteParams {
             grace_period_seconds: Some(u32::try_from(grace_s.max(0)).unwrap_or(u32::MAX)),
+            preconditions: uid.map(same_pod),
             ..DeleteParams::default()
         };
         match api.delete(&pod.name, &params).await {
             Ok(_) => Ok(true),
-            Err(e) if is(&e, 404) => Ok(false),
+            Err(e) if is(&e, 404) || is(&e, 409) => Ok(false),
             Err(e) => Err(Error::kube(format!("deleting pod {pod}"), e)),
         }
     }

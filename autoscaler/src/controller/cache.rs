@@ -34,6 +34,7 @@ use std::collections::HashSet;
 use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex};
 
+use autoscaler_core::disruption::DrainTier;
 use autoscaler_core::model::{Pod as CorePod, PodKey};
 use autoscaler_core::resources::Resources;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -59,6 +60,11 @@ pub struct CachedPod {
     /// A toleration of it tolerates the disruption taint (read from the pod itself, so an
     /// untranslatable pod is read too).
     pub tolerates_disruption: bool,
+    /// A mirror of a static pod ([`translate::is_mirror`]; read from the pod itself).
+    pub mirror: bool,
+    /// When a drain of its node evicts it, by its priority class and whether a DaemonSet owns
+    /// it (read from the pod itself).
+    pub drain_tier: DrainTier,
     /// The node it is bound to.
     pub node_name: Option<Arc<str>>,
     /// Not finished (phase neither Succeeded nor Failed).
@@ -256,6 +262,8 @@ impl CachedPod {
                 .as_ref()
                 .map(|t| t.0.as_second()),
             tolerates_disruption: tolerates_disruption(&p),
+            mirror: translate::is_mirror(&p),
+            drain_tier: drain_tier(&p),
             uid: p.metadata.uid,
         }
     }
@@ -269,6 +277,29 @@ fn tolerates_disruption(p: &Pod) -> bool {
         .flat_map(|s| s.tolerations.iter().flatten())
         .filter_map(|t| translate::toleration(t, "").ok())
         .any(|t| t.tolerates(&taint))
+}
+
+/// The tier a drain evicts `p` in: by its priority class, and whether a DaemonSet owns it
+/// (any owner of that kind, as Karpenter's `IsOwnedByDaemonSet`, or the Cluster Autoscaler's
+/// DaemonSet-pod annotation).
+fn drain_tier(p: &Pod) -> DrainTier {
+    let owned = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet");
+    let annotated = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(translate::CA_DAEMONSET_POD))
+        .is_some_and(|v| v == "true");
+    let class = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority_class_name.as_deref());
+    DrainTier::of(class, owned || annotated)
 }
 
 impl CachedPod {
@@ -323,6 +354,17 @@ impl CachedPod {
     /// again, and the drain would never end.
     pub fn must_leave_with_node(&self) -> bool {
         self.moves_with_node() && !self.tolerates_disruption
+    }
+
+    /// Whether the drain of its deleted node waits until it is gone, at `now` (seconds since
+    /// the epoch): a pod not finished, neither a mirror pod nor one tolerating the disruption
+    /// taint, and not [stuck terminating](Self::stuck_terminating) (Karpenter's
+    /// `IsWaitingEviction`). DaemonSet pods are drained too, last but critical pods
+    /// ([`Self::drain_tier`]); a pod terminating already counts until it is gone, so that its
+    /// instance is not terminated while it shuts down (a training job writing its checkpoint
+    /// on SIGTERM).
+    pub fn drained_with_node(&self, now: i64) -> bool {
+        self.active && !self.mirror && !self.tolerates_disruption && !self.stuck_terminating(now)
     }
 
     /// Whether it is being deleted (`metadata.deletionTimestamp` is set).
@@ -630,6 +672,76 @@ mod tests {
         assert!(deleted.deleting() && !deleted.must_leave_with_node());
         assert!(!deleted.stuck_terminating(at + 60));
         assert!(deleted.stuck_terminating(at + 61));
+        // A drain waits for it until then: its instance must outlive its shutdown.
+        assert!(deleted.drained_with_node(at + 60));
+        assert!(!deleted.drained_with_node(at + 61));
+    }
+
+    #[test]
+    fn a_drain_takes_workloads_then_daemonsets_then_critical_pods_and_never_mirror_pods() {
+        let pod = |meta: serde_json::Value, spec: serde_json::Value| -> CachedPod {
+            let mut m = json!({"name": "p", "namespace": "kube-system"});
+            m.as_object_mut()
+                .unwrap()
+                .extend(meta.as_object().unwrap().clone());
+            let mut sp = json!({"nodeName": "n1", "containers": [{"name": "c"}]});
+            sp.as_object_mut()
+                .unwrap()
+                .extend(spec.as_object().unwrap().clone());
+            serde_json::from_value(
+                json!({"metadata": m, "spec": sp, "status": {"phase": "Running"}}),
+            )
+            .unwrap()
+        };
+        let ds = json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "name": "d", "uid": "d", "controller": true}]});
+        let critical = json!({"priorityClassName": "system-node-critical"});
+        let at = 1_767_225_600;
+        let cases = [
+            (pod(json!({}), json!({})), Some(DrainTier::Workload)),
+            (
+                pod(json!({}), json!({"priorityClassName": "high"})),
+                Some(DrainTier::Workload),
+            ),
+            (pod(ds.clone(), json!({})), Some(DrainTier::DaemonSet)),
+            // The Cluster Autoscaler's annotation makes a DaemonSet pod of any pod.
+            (
+                pod(
+                    json!({"annotations": {"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"}}),
+                    json!({}),
+                ),
+                Some(DrainTier::DaemonSet),
+            ),
+            (pod(json!({}), critical.clone()), Some(DrainTier::Critical)),
+            (
+                pod(ds.clone(), critical.clone()),
+                Some(DrainTier::CriticalDaemonSet),
+            ),
+            // Mirror pods stay: by the kubelet's annotation or by a Node owner alone.
+            (
+                pod(
+                    json!({"annotations": {"kubernetes.io/config.mirror": "x"}}),
+                    json!({}),
+                ),
+                None,
+            ),
+            (
+                pod(
+                    json!({"ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "n"}]}),
+                    critical,
+                ),
+                None,
+            ),
+            // A DaemonSet pod tolerating the disruption taint stays.
+            (
+                pod(ds, json!({"tolerations": [{"operator": "Exists"}]})),
+                None,
+            ),
+        ];
+        for (i, (p, want)) in cases.into_iter().enumerate() {
+            let got = p.drained_with_node(at).then_some(p.drain_tier);
+            assert_eq!(got, want, "case {i}");
+        }
     }
 
     #[test]

@@ -7,8 +7,8 @@
 //! cannot attach it meanwhile. So once a node is drained its instance waits until the
 //! attach-detach controller has removed the VolumeAttachments of its drained pods' volumes.
 //! Two kinds never hold it: an attachment of an inline volume (no PersistentVolume named: it
-//! goes with its pod, which is gone), and one of a volume a pod not drained uses (a DaemonSet
-//! or mirror pod, a pod tolerating the disruption taint: its volume stays attached until the
+//! goes with its pod, which is gone), and one of a volume a pod not drained uses (a mirror
+//! pod, a pod tolerating the disruption taint: its volume stays attached until the
 //! instance goes; a pod stuck terminating, a minute past its grace period: its kubelet is
 //! likely gone, and its volume would detach only once the Node is gone, which this wait
 //! holds). A NodeClaim's `terminationGracePeriod` bounds the wait, as it bounds the drain.

@@ -28,6 +28,18 @@ pub const MIN_VALUES_RELAXED_ANNOTATION: &str = "karpenter.sh/nodeclaim-min-valu
 /// (`pkg/apis/v1/labels.go` `NodeClaimTerminationTimestampAnnotationKey`).
 pub const TERMINATION_TIMESTAMP_ANNOTATION: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 
+/// Label a drained Node gets with the disruption taint, before its pods are evicted: the
+/// Kubernetes well-known label that takes a Node out of external load balancers' targets (the
+/// service controller and the AWS Load Balancer Controller read its presence), so connections
+/// drain before the instance goes rather than failing until a health check notices. Karpenter
+/// sets it too, with its own name as the value (`pkg/controllers/node/termination/terminator/
+/// terminator.go` `Taint`).
+pub const EXCLUDE_FROM_BALANCERS_LABEL: &str =
+    "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// The value of [`EXCLUDE_FROM_BALANCERS_LABEL`] this controller writes.
+pub const EXCLUDE_FROM_BALANCERS_VALUE: &str = "gpu-autoscaler";
+
 /// The field manager of every write (server-side apply and patches).
 pub const FIELD_MANAGER: &str = "gpu-autoscaler";
 

@@ -752,7 +752,7 @@ pub fn pod(p: &Pod) -> Result<CorePod, TranslateError> {
             requests,
             gpu_share,
             labels: pod_labels,
-            mirror: annotations.contains_key(MIRROR_ANNOTATION),
+            mirror: is_mirror(p),
             group: super::gangs::gang_of(p, None).map(|g| g.id),
             annotations: annotations
                 .into_iter()
@@ -834,6 +834,23 @@ pub fn is_unschedulable(p: &Pod) -> bool {
                 && c.status == "False"
                 && c.reason.as_deref() == Some("Unschedulable")
         })
+}
+
+/// Whether `p` is a mirror of a static pod: the kubelet's annotation, or an owner of kind
+/// `Node` (Karpenter's `IsOwnedByNode`). The API server cannot evict or delete the static pod
+/// itself, so a drain leaves it.
+pub fn is_mirror(p: &Pod) -> bool {
+    let annotated = p
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MIRROR_ANNOTATION));
+    annotated
+        || p.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Node" && o.api_version == "v1")
 }
 
 /// Whether a bound pod still occupies its node (not finished).

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
@@ -39,25 +39,6 @@ async fn complete(c: &Cluster, pod: &str) {
             pod,
             &PatchParams::default(),
             &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
-        )
-        .await
-        .unwrap();
-}
-
-/// Sets a Node's `Ready` condition, as the node lifecycle controller (`Unknown`) or a kubelet
-/// coming back (`True`) would.
-async fn set_ready(c: &Cluster, node: &str, status: &str) {
-    let now = jiff::Timestamp::now().to_string();
-    Api::<Node>::all(c.client.clone())
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": [{
-                "type": "Ready", "status": status,
-                "reason": if status == "True" { "KubeletReady" } else { "NodeStatusUnknown" },
-                "message": "set by the test",
-                "lastHeartbeatTime": now, "lastTransitionTime": now
-            }]}})),
         )
         .await
         .unwrap();
@@ -243,7 +224,7 @@ async fn e2e_cadence_unready_nodes_halt_scaling_until_they_recover() {
     })
     .await;
     for n in &nodes {
-        set_ready(&c, n, "Unknown").await;
+        c.set_ready(n, "Unknown").await;
     }
     let message = eventually("the pool's ClusterHealthy False", DEADLINE, || async {
         let (s, reason, m) = pool_condition(&c.pool("cpu").await, "ClusterHealthy")?;
@@ -290,7 +271,7 @@ async fn e2e_cadence_unready_nodes_halt_scaling_until_they_recover() {
     // Recovery.
     let recovered_at = jiff::Timestamp::now();
     for n in &nodes {
-        set_ready(&c, n, "True").await;
+        c.set_ready(n, "True").await;
     }
     eventually("the pool's ClusterHealthy True again", DEADLINE, || async {
         let (s, _, _) = pool_condition(&c.pool("cpu").await, "ClusterHealthy")?;
@@ -334,7 +315,7 @@ async fn e2e_cadence_an_unready_node_is_scaled_down_after_the_unready_time() {
     assert_ne!(sick, well);
     complete(&c, "x").await;
     complete(&c, "y").await;
-    set_ready(&c, &sick, "Unknown").await;
+    c.set_ready(&sick, "Unknown").await;
     eventually("the unready node removed", DEADLINE, || async {
         c.nodes()
             .await

@@ -374,6 +374,25 @@ impl Cluster {
             .expect("deleting the node");
     }
 
+    /// Sets Node `node`'s `Ready` condition, as the node lifecycle controller (`Unknown`) or a
+    /// kubelet coming back (`True`) would.
+    pub async fn set_ready(&self, node: &str, status: &str) {
+        let now = jiff::Timestamp::now().to_string();
+        Api::<Node>::all(self.client.clone())
+            .patch_status(
+                node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"status": {"conditions": [{
+                    "type": "Ready", "status": status,
+                    "reason": if status == "True" { "KubeletReady" } else { "NodeStatusUnknown" },
+                    "message": "set by the test",
+                    "lastHeartbeatTime": now, "lastTransitionTime": now
+                }]}})),
+            )
+            .await
+            .expect("setting the node's Ready condition");
+    }
+
     /// A NodePool.
     pub async fn pool(&self, name: &str) -> NodePool {
         Api::<NodePool>::all(self.client.clone())

@@ -8,6 +8,7 @@ mod cadence;
 mod crash;
 mod detach;
 mod dra;
+mod drain_order;
 mod drift;
 mod events;
 mod expiry;

@@ -123,6 +123,13 @@ pub mod conditions {
     pub const DRIFTED: &str = "Drifted";
 
     /// NodeClaim, while its node is terminated (Karpenter's condition): Unknown with reason
+    /// `Draining` while pods drained from the node remain (evicted or not yet), True once
+    /// none does, False with reason `TerminationGracePeriodElapsed` when the claim's
+    /// `terminationGracePeriod` ran out first. Absent when nothing was drained (the instance
+    /// was gone already).
+    pub const DRAINED: &str = "Drained";
+
+    /// NodeClaim, while its node is terminated (Karpenter's condition): Unknown with reason
     /// `AwaitingVolumeDetachment` once the node is drained while VolumeAttachments of its
     /// drained pods' volumes remain (the message names them; the instance is not terminated
     /// yet), True once none does, False with reason `TerminationGracePeriodElapsed` when the
@@ -177,9 +184,11 @@ pub mod conditions {
         pub const TOO_MANY_UNREADY_NODES: &str = "TooManyUnreadyNodes";
         /// The reason of [`super::CLUSTER_HEALTHY`] true.
         pub const UNREADY_NODES_WITHIN_LIMITS: &str = "UnreadyNodesWithinLimits";
+        /// The reason of [`super::DRAINED`] unknown.
+        pub const DRAINING: &str = "Draining";
         /// The reason of [`super::VOLUMES_DETACHED`] unknown.
         pub const AWAITING_VOLUME_DETACHMENT: &str = "AwaitingVolumeDetachment";
-        /// The reason of [`super::VOLUMES_DETACHED`] false.
+        /// The reason of [`super::VOLUMES_DETACHED`] and [`super::DRAINED`] false.
         pub const TERMINATION_GRACE_PERIOD_ELAPSED: &str = "TerminationGracePeriodElapsed";
     }
 }

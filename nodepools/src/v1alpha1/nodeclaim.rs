@@ -143,7 +143,10 @@ pub struct NodeClaimStatus {
     /// disruption verdict); `Drifted` (True, reason `NodePoolDrifted` or
     /// `RequirementsDrifted`, while the node no longer matches its NodePool: its
     /// `karpenter.sh/nodepool-hash` annotation, written at launch, differs from the NodePool's
-    /// template hash, or its labels no longer meet the NodePool's requirements);
+    /// template hash, or its labels no longer meet the NodePool's requirements); `Drained`
+    /// while its node is drained for termination (Unknown, reason `Draining`, while pods
+    /// drained from it remain, evicted or not yet; True once none does; False, reason
+    /// `TerminationGracePeriodElapsed`, when `terminationGracePeriod` ran out first);
     /// `VolumesDetached` once its node is drained for termination (Unknown, reason
     /// `AwaitingVolumeDetachment`, while VolumeAttachments of its drained pods'
     /// PersistentVolumes remain and hold the instance, the message naming them; True once none

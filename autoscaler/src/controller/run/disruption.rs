@@ -2,7 +2,7 @@
 //! `--disruption-interval` (expiration first, then drift and consolidation, whose commands
 //! the core decides), then run the queued jobs (taint, replace, drain, terminate).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use autoscaler_core::disruption::{
@@ -475,10 +475,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     }
                     ok
                 }
-                disrupt::Action::Evict(pods) => {
+                disrupt::Action::Evict(to_evict) => {
+                    // By UID too: not a pod created since under the same name elsewhere.
+                    let wanted: HashSet<&PodKey> = to_evict.iter().collect();
+                    let uids: HashMap<&PodKey, &str> = pods
+                        .iter()
+                        .filter(|p| wanted.contains(&p.key))
+                        .filter_map(|p| Some((&p.key, p.uid.as_deref()?)))
+                        .collect();
                     let mut refused = false;
-                    for pk in &pods {
-                        match self.shared.actuator.evict(pk).await {
+                    for pk in &to_evict {
+                        let uid = uids.get(pk).copied();
+                        match self.shared.actuator.evict(pk, uid).await {
                             Ok(Evicted::Yes) => {
                                 self.shared.metrics.evictions.inc();
                                 self.shared

@@ -51,9 +51,9 @@ const INSTANCE_RECHECK: Duration = Duration::from_secs(5);
 /// (the Eviction API answers 429 until the budget's pods are back).
 const EVICTION_RETRY: Duration = Duration::from_secs(2);
 
-/// How long a `VolumesDetached` condition just written is taken as written though the claim
-/// store does not show it yet.
-const DETACH_STORE_LAG: Duration = Duration::from_secs(10);
+/// How long a condition just written on a claim (`Drained`, `VolumesDetached`) is taken as
+/// written though the claim store does not show it yet.
+const CONDITION_STORE_LAG: Duration = Duration::from_secs(10);
 
 /// What the termination of one deleted Node has done so far, kept across loop rounds.
 #[derive(Debug, Default)]
@@ -70,10 +70,10 @@ pub(super) struct Draining {
     /// The last wait for VolumeAttachments told (reason and attachments): an event each time
     /// it changes, not each round.
     awaiting: Option<(&'static str, Vec<String>)>,
-    /// The `VolumesDetached` condition last written to the claim (status and reason) and
-    /// when: not written again while the store catches up, but again after
-    /// [`DETACH_STORE_LAG`] if the store still shows another (a writer with a stale copy).
-    detach_written: Option<((&'static str, &'static str), Instant)>,
+    /// The conditions last written to the claim, by type (status and reason) and when: not
+    /// written again while the store catches up, but again after [`CONDITION_STORE_LAG`] if
+    /// the store still shows another (a writer with a stale copy).
+    written: HashMap<&'static str, ((&'static str, &'static str), Instant)>,
 }
 
 /// Why a pod that must leave a deleted Node is not evicted: it is protected, and it holds the
@@ -93,6 +93,93 @@ fn protection(pod: &CachedPod, now: i64) -> Option<String> {
             autoscaler_core::disruption::SAFE_TO_EVICT
         )
     })
+}
+
+/// Where one round of a deleted Node's drain left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Drained {
+    /// Pods to drain remain.
+    No,
+    /// None remains.
+    Yes,
+    /// Its claim's `terminationGracePeriod` ran out with pods still on it: it counts as
+    /// drained.
+    GracePeriodElapsed,
+    /// Nothing was to drain: the Node records no instance, or its instance is gone.
+    NothingToDrain,
+}
+
+impl Drained {
+    /// The claim's `Drained` condition it gives (status, reason, message), as Karpenter's
+    /// (Unknown `Draining` while pods remain, then True); none when nothing was drained.
+    fn condition(self) -> Option<(&'static str, &'static str, &'static str)> {
+        use nodepools::conditions::reasons;
+        match self {
+            Drained::No => Some((
+                "Unknown",
+                reasons::DRAINING,
+                "evicting the node's pods; the instance is terminated once they are gone",
+            )),
+            Drained::Yes => Some((
+                "True",
+                reasons::SUCCEEDED,
+                "every pod drained from the node is gone",
+            )),
+            Drained::GracePeriodElapsed => Some((
+                "False",
+                reasons::TERMINATION_GRACE_PERIOD_ELAPSED,
+                "the terminationGracePeriod ran out before every pod drained from the node was gone",
+            )),
+            Drained::NothingToDrain => None,
+        }
+    }
+}
+
+/// Whether the Node's `Ready` condition is `True`.
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The patch that marks the deleted Node `node` as draining, if it lacks a mark: the
+/// disruption taint (`NoSchedule`), so nothing new lands on it, and
+/// [`keys::EXCLUDE_FROM_BALANCERS_LABEL`]. The taint list is replaced whole, so the patch
+/// carries the Node's `resourceVersion` (a concurrent change to it is refused, not lost).
+fn drain_marks(node: &Node) -> Option<serde_json::Value> {
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(keys::EXCLUDE_FROM_BALANCERS_LABEL));
+    if labelled && has_disruption_taint(node) {
+        return None;
+    }
+    let mut taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if !has_disruption_taint(node) {
+        taints.push(k8s_openapi::api::core::v1::Taint {
+            key: keys::DISRUPTION_TAINT.into(),
+            value: None,
+            effect: "NoSchedule".into(),
+            time_added: None,
+        });
+    }
+    let mut labels = serde_json::Map::new();
+    if !labelled {
+        labels.insert(
+            keys::EXCLUDE_FROM_BALANCERS_LABEL.into(),
+            keys::EXCLUDE_FROM_BALANCERS_VALUE.into(),
+        );
+    }
+    Some(json!({
+        "metadata": {"resourceVersion": node.resource_version(), "labels": labels},
+        "spec": {"taints": taints}
+    }))
 }
 
 /// `secs` since the epoch as the annotation writes it (RFC 3339, UTC); `None` out of range.
@@ -174,21 +261,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
             return;
         }
         let mut on_node: HashMap<String, Vec<Arc<CachedPod>>> = HashMap::new();
-        // The pods that stay (DaemonSet and mirror pods, and those tolerating the disruption
-        // taint) and those stuck terminating (their kubelet is likely gone, and their volumes
-        // would detach only once the Node is gone): their volumes do not hold the instance.
+        // The pods not drained (mirror pods, those tolerating the disruption taint) and those
+        // stuck terminating (their kubelet is likely gone, and their volumes would detach
+        // only once the Node is gone): their volumes do not hold the instance.
         let now_s = epoch();
         let mut staying: HashMap<String, Vec<Arc<CachedPod>>> = HashMap::new();
         for p in self.stores.pods.state() {
             let Some(n) = p.node_name.as_deref().filter(|n| deleting.contains(*n)) else {
                 continue;
             };
-            if p.must_leave_with_node() {
+            if p.drained_with_node(now_s) {
                 on_node.entry(n.to_string()).or_default().push(p);
-            } else if p.active
-                && !p.volume_claims.is_empty()
-                && (!p.deleting() || p.stuck_terminating(now_s))
-            {
+            } else if p.active && !p.volume_claims.is_empty() {
                 staying.entry(n.to_string()).or_default().push(p);
             }
         }
@@ -204,13 +288,20 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 Some(c) => self.drain_deadline(c, n).await,
                 None => None,
             };
-            match self.drain(n, &pods, deadline).await {
-                Ok(true) => {}
-                Ok(false) => continue,
+            let drained = match self.drain(n, &pods, deadline).await {
+                Ok(d) => d,
                 Err(e) => {
                     tracing::warn!(node = %name, error = %e, "draining a deleted node; retried next round");
                     continue;
                 }
+            };
+            if let (Some(c), Some((status, reason, message))) = (owner, drained.condition()) {
+                let condition = (nodepools::conditions::DRAINED, status);
+                self.claim_condition(&name, c, condition, reason, message)
+                    .await;
+            }
+            if drained == Drained::No {
+                continue;
             }
             let stay = staying.remove(&name).unwrap_or_default();
             if self
@@ -252,19 +343,24 @@ impl<P: CloudProvider + 'static> Controller<P> {
         }
     }
 
-    /// One round of draining the deleted Node `node`, whose pods that must leave are `pods`
-    /// (from the cache), by `deadline` (seconds since the epoch, from its NodeClaim's
-    /// `terminationGracePeriod`; `None`: no deadline); whether it is drained. Nothing to drain
-    /// when the Node records no instance or its instance is gone (a spot interruption, a
-    /// failure: its pods went with it). Otherwise the Node is tainted so that nothing new
-    /// lands on it, and its pods are evicted through the Eviction API, so PodDisruptionBudgets
-    /// hold (a refusal is retried after [`EVICTION_RETRY`]); pods protected by
-    /// `karpenter.sh/do-not-disrupt` or `cluster-autoscaler.kubernetes.io/safe-to-evict=false`
-    /// are not evicted and hold the termination until they end or are deleted. With a
-    /// deadline, a pod whose own grace period would outlast it is deleted instead (no budget
-    /// or protection applies), and once it is reached the Node is drained whatever remains.
-    /// Otherwise drained once no pod must leave, by a fresh read from the API server (the
-    /// cache may not have seen a pod bound just now).
+    /// One round of draining the deleted Node `node`, whose pods to drain are `pods` (from the
+    /// cache, [`CachedPod::drained_with_node`]), by `deadline` (seconds since the epoch, from
+    /// its NodeClaim's `terminationGracePeriod`; `None`: no deadline); whether it is drained.
+    /// Nothing to drain when the Node records no instance, or when it is not Ready and its
+    /// instance is gone (a spot interruption, a failure: its pods went with it); a Ready Node's
+    /// kubelet still runs whatever the cloud says, as Karpenter reads it. Otherwise the Node is
+    /// tainted so that nothing new lands on it and labelled out of load balancers
+    /// ([`keys::EXCLUDE_FROM_BALANCERS_LABEL`]), and its pods are evicted through the Eviction
+    /// API, so PodDisruptionBudgets hold (a refusal is retried after [`EVICTION_RETRY`]), tier
+    /// by tier ([`autoscaler_core::disruption::DrainTier`]: workloads, then DaemonSet pods, then critical pods), each tier
+    /// once every pod of the tiers before it is gone. Pods terminating already are waited for
+    /// until they are gone or stuck; pods protected by `karpenter.sh/do-not-disrupt` or
+    /// `cluster-autoscaler.kubernetes.io/safe-to-evict=false` are not evicted and hold the
+    /// termination until they end or are deleted. With a deadline, a pod whose own grace period
+    /// would outlast it is deleted instead whatever its tier (no budget or protection applies),
+    /// and once it is reached the Node is drained whatever remains. Otherwise drained once no
+    /// pod is left to drain, by a fresh read from the API server (the cache may not have seen a
+    /// pod bound just now).
     ///
     /// # Errors
     /// The API server's and the cloud's, from the taint, the evictions, the deletions and the
@@ -274,43 +370,61 @@ impl<P: CloudProvider + 'static> Controller<P> {
         node: &Node,
         pods: &[Arc<CachedPod>],
         deadline: Option<i64>,
-    ) -> Result<bool> {
+    ) -> Result<Drained> {
         let name = node.name_any();
         let Some(pid) = node.spec.as_ref().and_then(|s| s.provider_id.clone()) else {
-            return Ok(true);
+            return Ok(Drained::NothingToDrain);
         };
         let at = epoch();
         // Past the deadline a pod the cache has not seen yet goes with the instance, as the
         // ones deleted below do before their grace ends.
         let overdue = deadline_reached(deadline, at);
         if pods.is_empty() {
-            return Ok(overdue
-                || !self
-                    .pods_moving_with(&[name])
-                    .await?
-                    .iter()
-                    .any(CachedPod::must_leave_with_node));
+            if overdue {
+                return Ok(Drained::Yes);
+            }
+            let fresh = self.shared.actuator.pods_on_node(&name).await?;
+            let left = fresh
+                .into_iter()
+                .any(|p| CachedPod::from(p).drained_with_node(at));
+            return Ok(if left { Drained::No } else { Drained::Yes });
         }
-        if !self.instance_running(&name, &pid).await? {
+        if !node_ready(node) && !self.instance_running(&name, &pid).await? {
             tracing::info!(node = %name, "the deleted node's instance is gone: nothing to drain");
-            return Ok(true);
+            return Ok(Drained::NothingToDrain);
         }
         let now = Instant::now();
         let state = self.draining.entry(name.clone()).or_default();
         let backing_off = state.evict_after.is_some_and(|t| now < t);
         let first = !std::mem::replace(&mut state.reported, true);
-        if !has_disruption_taint(node) {
-            self.taint(&name).await?;
+        if let Some(patch) = drain_marks(node) {
+            self.shared.actuator.patch_node(&name, &patch).await?;
         }
+        let steps: Vec<(&Arc<CachedPod>, DrainStep)> = pods
+            .iter()
+            .map(|p| {
+                let grace = p.grace_s.unwrap_or(DEFAULT_POD_GRACE_S);
+                (
+                    p,
+                    drain_step(protection(p, at), grace, p.deletion_s, deadline, at),
+                )
+            })
+            .collect();
+        // The tier evicted now: the first with a pod left that no deadline deletes.
+        let tier = steps
+            .iter()
+            .filter(|(_, s)| !matches!(s, DrainStep::Delete { .. }))
+            .map(|(p, _)| p.drain_tier)
+            .min();
         let mut protected = Vec::new();
         let mut refused = false;
-        for p in pods {
-            let grace = p.grace_s.unwrap_or(DEFAULT_POD_GRACE_S);
-            match drain_step(protection(p, at), grace, deadline, at) {
+        for (p, step) in steps {
+            match step {
                 DrainStep::Hold(why) => {
                     protected.push(why);
                     continue;
                 }
+                DrainStep::Wait => continue,
                 DrainStep::Delete { grace_s } => {
                     let deleted = self
                         .draining
@@ -326,9 +440,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 }
                 // A budget refused an eviction a moment ago: the others wait a little too.
                 DrainStep::Evict if backing_off => continue,
+                DrainStep::Evict if Some(p.drain_tier) != tier => continue,
                 DrainStep::Evict => {}
             }
-            match self.shared.actuator.evict(&p.key).await? {
+            match self.shared.actuator.evict(&p.key, p.uid.as_deref()).await? {
                 Evicted::Yes => {
                     self.shared.metrics.evictions.inc();
                     self.shared
@@ -382,12 +497,16 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 )
                 .await;
         }
-        Ok(overdue)
+        Ok(if overdue {
+            Drained::GracePeriodElapsed
+        } else {
+            Drained::No
+        })
     }
 
     /// Whether the drained Node `node`'s instance waits for volumes to detach
     /// ([`crate::controller::detach`]): for the VolumeAttachments on it of volumes no pod in
-    /// `staying` uses (the pods not drained: DaemonSet and mirror pods, pods tolerating the
+    /// `staying` uses (the pods not drained: mirror pods, pods tolerating the
     /// disruption taint, pods stuck terminating), until they are gone or `deadline` (seconds
     /// since the epoch) passes. Said on its NodeClaim `claim` (`VolumesDetached`) and, when
     /// the wait begins, ends, or an attachment is added, in an event on the Node. No wait when
@@ -482,10 +601,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
             Detach::Detached => state.awaiting.take().is_some(),
         };
-        let written = state
-            .detach_written
-            .as_ref()
-            .is_some_and(|(w, at)| *w == (status, reason) && at.elapsed() < DETACH_STORE_LAG);
         if told {
             let said = verdict.describe();
             tracing::info!(node = %name, "{said}");
@@ -503,35 +618,62 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 )
                 .await;
         }
-        if let Some(c) = claim.filter(|_| !written) {
-            let mut conds = c.status.clone().unwrap_or_default().conditions;
-            let shown = conds.iter().any(|k| {
-                k.type_ == nodepools::conditions::VOLUMES_DETACHED
-                    && k.status == status
-                    && k.reason == reason
-            });
-            if !shown {
-                set_condition_status(
-                    &mut conds,
-                    (nodepools::conditions::VOLUMES_DETACHED, status),
-                    reason,
-                    message,
-                    jiff::Timestamp::now(),
-                    c.metadata.generation,
-                );
-                match self.shared.actuator.patch_claim_conditions(c, &conds).await {
-                    Ok(()) => {
-                        if let Some(s) = self.draining.get_mut(&name) {
-                            s.detach_written = Some(((status, reason), Instant::now()));
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(claim = %c.name_any(), error = %e, "VolumesDetached condition; written again next round");
-                    }
-                }
-            }
+        if let Some(c) = claim {
+            let condition = (nodepools::conditions::VOLUMES_DETACHED, status);
+            self.claim_condition(&name, c, condition, reason, message)
+                .await;
         }
         verdict.waits()
+    }
+
+    /// Writes condition `(type, status)` with `reason` and `message` on `claim`, the claim of
+    /// the deleted Node `node`, unless the store shows it so already or it was written so
+    /// within [`CONDITION_STORE_LAG`]. A failed write is logged and tried again next round;
+    /// it holds nothing.
+    async fn claim_condition(
+        &mut self,
+        node: &str,
+        claim: &NodeClaim,
+        (type_, status): (&'static str, &'static str),
+        reason: &'static str,
+        message: &str,
+    ) {
+        let recent = self.draining.get(node).is_some_and(|s| {
+            s.written
+                .get(type_)
+                .is_some_and(|(w, at)| *w == (status, reason) && at.elapsed() < CONDITION_STORE_LAG)
+        });
+        let mut conds = claim.status.clone().unwrap_or_default().conditions;
+        let shown = conds
+            .iter()
+            .any(|k| k.type_ == type_ && k.status == status && k.reason == reason);
+        if recent || shown {
+            return;
+        }
+        set_condition_status(
+            &mut conds,
+            (type_, status),
+            reason,
+            message,
+            jiff::Timestamp::now(),
+            claim.metadata.generation,
+        );
+        match self
+            .shared
+            .actuator
+            .patch_claim_conditions(claim, &conds)
+            .await
+        {
+            Ok(()) => {
+                let state = self.draining.entry(node.to_string()).or_default();
+                state
+                    .written
+                    .insert(type_, ((status, reason), Instant::now()));
+            }
+            Err(e) => {
+                tracing::debug!(claim = %claim.name_any(), condition = type_, error = %e, "claim condition; written again next round");
+            }
+        }
     }
 
     /// Deletes pod `p` of the draining Node `node` with a grace period of `grace_s` seconds,
@@ -547,7 +689,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         node: &str,
         deadline: Option<i64>,
     ) -> Result<()> {
-        if !self.shared.actuator.delete_pod(&p.key, grace_s).await? {
+        if !self
+            .shared
+            .actuator
+            .delete_pod(&p.key, p.uid.as_deref(), grace_s)
+            .await?
+        {
             return Ok(());
         }
         let by = deadline.and_then(rfc3339).unwrap_or_default();
