@@ -221,6 +221,10 @@ pub struct KwokConfig {
     pub faults: CloudFaultRates,
     /// Seed of the fault draws.
     pub fault_seed: u64,
+    /// Taints every Node registers with besides its claim's, as the kubelet's
+    /// `--register-with-taints` adds them (a Node Readiness Controller's `readiness.k8s.io/`
+    /// taints, say). Nothing here removes them.
+    pub register_taints: Vec<Taint>,
 }
 
 impl Default for KwokConfig {
@@ -235,6 +239,7 @@ impl Default for KwokConfig {
             retry: RetrySettings::default(),
             faults: CloudFaultRates::default(),
             fault_seed: 0,
+            register_taints: Vec::new(),
         }
     }
 }
@@ -444,6 +449,7 @@ impl KwokProvider {
         }
         let mut taints = s.taints.clone();
         taints.extend(s.startup_taints.clone());
+        taints.extend(self.config.register_taints.iter().cloned());
         Some(Node {
             metadata: ObjectMeta {
                 name: Some(name.clone()),

@@ -70,6 +70,28 @@ pub const EPHEMERAL_TAINTS: [&str; 3] = [
     "node.cloudprovider.kubernetes.io/uninitialized",
 ];
 
+/// Taint key prefixes a node carries while controllers outside the autoscaler get it ready:
+/// the Node Readiness Controller's `readiness.k8s.io/<rule>` taints, lifted once the node
+/// passes each rule (a CNI, a GPU driver up). Karpenter treats them as ephemeral too
+/// (`pkg/scheduling/taints.go` `KnownEphemeralTaintKeyPrefixes`).
+pub const EPHEMERAL_TAINT_PREFIXES: [&str; 1] = ["readiness.k8s.io/"];
+
+/// Whether a taint (`key`, `value`, `effect`) is one a starting node carries for a while and
+/// loses without anyone's help (Karpenter's `IsKnownEphemeralTaint`): the node lifecycle
+/// controller's `not-ready` (`NoSchedule` or `NoExecute`) and `unreachable` (`NoSchedule`),
+/// the cloud controller manager's `uninitialized=true` (`NoSchedule`), and any key under
+/// [`EPHEMERAL_TAINT_PREFIXES`]. A node is not initialized while it carries one, so it stays
+/// counted as capacity on its way rather than as a node its pods cannot use.
+pub fn is_known_ephemeral_taint(key: &str, value: Option<&str>, effect: &str) -> bool {
+    let listed = match (key, effect) {
+        ("node.kubernetes.io/not-ready", "NoSchedule" | "NoExecute") => true,
+        ("node.kubernetes.io/unreachable", "NoSchedule") => true,
+        ("node.cloudprovider.kubernetes.io/uninitialized", "NoSchedule") => value == Some("true"),
+        _ => false,
+    };
+    listed || EPHEMERAL_TAINT_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
 /// Annotation on a NodeClaim created as the replacement of a disrupted node: the nodes it
 /// replaces, comma-separated.
 pub const REPLACES_ANNOTATION: &str = "gpu-autoscaler.dev/replaces";
@@ -115,6 +137,45 @@ pub const NODEPOOL_HASH_VERSION: &str = "v1";
 mod tests {
     use super::*;
     use crate::taints::{Effect, Taint};
+
+    #[test]
+    fn known_ephemeral_taints_are_karpenters_list_and_the_readiness_prefix() {
+        let cases = [
+            ("node.kubernetes.io/not-ready", None, "NoSchedule", true),
+            ("node.kubernetes.io/not-ready", None, "NoExecute", true),
+            ("node.kubernetes.io/unreachable", None, "NoSchedule", true),
+            // The lifecycle controller's NoExecute form means the node stays down.
+            ("node.kubernetes.io/unreachable", None, "NoExecute", false),
+            (
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                Some("true"),
+                "NoSchedule",
+                true,
+            ),
+            (
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                None,
+                "NoSchedule",
+                false,
+            ),
+            ("readiness.k8s.io/cni", None, "NoSchedule", true),
+            (
+                "readiness.k8s.io/gpu-driver",
+                Some("pending"),
+                "NoExecute",
+                true,
+            ),
+            ("readiness.k8s.io.evil/x", None, "NoSchedule", false),
+            ("nvidia.com/gpu", None, "NoSchedule", false),
+        ];
+        for (key, value, effect, want) in cases {
+            assert_eq!(
+                is_known_ephemeral_taint(key, value, effect),
+                want,
+                "{key}={value:?}:{effect}"
+            );
+        }
+    }
 
     #[test]
     fn a_cluster_autoscaler_taint_counts_for_its_deletion_window_only() {

@@ -174,7 +174,9 @@ impl Actuator {
     }
 
     /// Replaces a NodeClaim's conditions, guarded by the resourceVersion it was read at, so
-    /// a condition another stage wrote meanwhile is never reverted from a stale copy.
+    /// a condition another stage wrote meanwhile is never reverted from a stale copy. The
+    /// claim as written (`None` when it is gone): a second write in the same round goes from
+    /// it, not from the copy the first one made stale.
     ///
     /// # Errors
     /// The API error (409 when the claim changed meanwhile: retry on the next round); 404 is
@@ -183,7 +185,7 @@ impl Actuator {
         &self,
         claim: &NodeClaim,
         conditions: &[Condition],
-    ) -> Result<()> {
+    ) -> Result<Option<NodeClaim>> {
         check(GROUP, "nodeclaims/status", "patch");
         let name = claim.name_any();
         let r = self
@@ -197,7 +199,14 @@ impl Actuator {
                 })),
             )
             .await;
-        gone_is_ok(r, || format!("patching NodeClaim {name} conditions"))
+        match r {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if is(&e, 404) => Ok(None),
+            Err(e) => Err(Error::kube(
+                format!("patching NodeClaim {name} conditions"),
+                e,
+            )),
+        }
     }
 
     /// Writes (creating or replacing) the data of ConfigMap `name` in `namespace`, by

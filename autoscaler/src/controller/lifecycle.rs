@@ -55,6 +55,7 @@
 
 use std::collections::BTreeMap;
 
+use autoscaler_core::keys::is_known_ephemeral_taint;
 use autoscaler_core::resources::is_gpu_class;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -173,8 +174,10 @@ pub fn provider_id(claim: &NodeClaim) -> Option<&str> {
 }
 
 /// Why a registered Node is not initialized yet, or `None` when it is: Ready, none of the
-/// claim's startup taints left, and non-zero allocatable for every GPU-class resource the
-/// claim asked for.
+/// claim's startup taints left, no known ephemeral taint
+/// ([`autoscaler_core::keys::is_known_ephemeral_taint`]: a Node Readiness Controller's
+/// `readiness.k8s.io/` taint, the cloud controller manager's `uninitialized`), MIG applied
+/// where asked, and non-zero allocatable for every GPU-class resource the claim asked for.
 pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'static str, String)> {
     if !node_ready(node) {
         return Some((reasons::NODE_NOT_READY, "the Node is not Ready".into()));
@@ -197,6 +200,18 @@ pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'static str, 
                 ),
             ));
         }
+    }
+    if let Some(t) = taints
+        .iter()
+        .find(|t| is_known_ephemeral_taint(&t.key, t.value.as_deref(), &t.effect))
+    {
+        return Some((
+            reasons::KNOWN_EPHEMERAL_TAINTS_EXIST,
+            format!(
+                "ephemeral taint {}:{} is still on the Node",
+                t.key, t.effect
+            ),
+        ));
     }
     if let Mig::Applying(message) = mig(claim, node) {
         return Some((reasons::MIG_NOT_APPLIED, message));

@@ -480,6 +480,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                     gpu_fraction: args.kwok_register_gpu_fraction,
                     faults: args.kwok_faults,
                     fault_seed: args.kwok_fault_seed,
+                    register_taints: args.kwok_register_with_taints.0.clone(),
                     ..KwokConfig::default()
                 },
             );

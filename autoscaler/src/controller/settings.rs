@@ -30,6 +30,43 @@ pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Taints given on the command line ([`parse_taints`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Taints(pub Vec<k8s_openapi::api::core::v1::Taint>);
+
+/// Parses the kubelet's `--register-with-taints` form: comma-separated `key[=value]:Effect`,
+/// the effect one of `NoSchedule`, `PreferNoSchedule`, `NoExecute`; empty for none.
+///
+/// # Errors
+/// A message naming the bad entry and what was expected.
+pub fn parse_taints(s: &str) -> Result<Taints, String> {
+    let mut out = Vec::new();
+    for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad =
+            |why: &str| format!("invalid taint {entry:?}: {why} (expected key[=value]:Effect)");
+        let (kv, effect) = entry.rsplit_once(':').ok_or_else(|| bad("no effect"))?;
+        if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            return Err(bad(
+                "the effect is not NoSchedule, PreferNoSchedule or NoExecute",
+            ));
+        }
+        let (key, value) = match kv.split_once('=') {
+            Some((k, v)) => (k, Some(v.to_string())),
+            None => (kv, None),
+        };
+        if key.is_empty() {
+            return Err(bad("no key"));
+        }
+        out.push(k8s_openapi::api::core::v1::Taint {
+            key: key.to_string(),
+            value,
+            effect: effect.to_string(),
+            time_added: None,
+        });
+    }
+    Ok(Taints(out))
+}
+
 /// Parses a fraction in (0, 1].
 ///
 /// # Errors
@@ -345,6 +382,12 @@ pub struct RunArgs {
     /// plugin configured otherwise than the NodePool.
     #[arg(long, default_value_t = 1.0, value_parser = parse_fraction)]
     pub kwok_register_gpu_fraction: f64,
+    /// kwok: taints every Node registers with besides its NodeClaim's, in the kubelet's
+    /// `--register-with-taints` form (`key[=value]:Effect`, comma-separated); nothing removes
+    /// them. Emulates node agents that taint a starting node (a Node Readiness Controller's
+    /// `readiness.k8s.io/` taints).
+    #[arg(long, default_value = "", value_parser = parse_taints)]
+    pub kwok_register_with_taints: Taints,
     /// kwok: emulated cloud faults per call, e.g. `all=0.3` or `ice=0.1,429=0.1,5xx=0.05,timeout=0.05`
     /// (see `providers::faults`). A test and benchmark knob, hidden from `--help`.
     #[arg(long, default_value = "", hide = true)]
@@ -717,6 +760,36 @@ mod tests {
             .expect("flags parse")
             .run;
         assert_eq!(s.kwok_register_gpu_fraction, 0.25);
+        assert!(d.kwok_register_with_taints.0.is_empty());
+        let t = Cli::try_parse_from([
+            "x",
+            "--kwok-register-with-taints=readiness.k8s.io/cni=pending:NoSchedule, dedicated:NoExecute",
+        ])
+        .expect("taints parse")
+        .run
+        .kwok_register_with_taints;
+        let got: Vec<_> =
+            t.0.iter()
+                .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+                .collect();
+        assert_eq!(
+            got,
+            [
+                ("readiness.k8s.io/cni", Some("pending"), "NoSchedule"),
+                ("dedicated", None, "NoExecute")
+            ]
+        );
+        for (bad, why) in [
+            ("a=b", "no effect"),
+            ("a:Sometimes", "the effect is not"),
+            ("=v:NoSchedule", "no key"),
+        ] {
+            let e = Cli::try_parse_from(["x", &format!("--kwok-register-with-taints={bad}")])
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(e.contains(bad) && e.contains(why), "{e}");
+        }
         for bad in ["0", "1.5", "-1", "NaN", "inf", "x"] {
             let e = Cli::try_parse_from(["x", &format!("--kwok-register-gpu-fraction={bad}")])
                 .err()

@@ -146,7 +146,7 @@ async fn e2e_faults_drain_waits_for_its_pdb_then_moves_a_deployment() {
     pool["spec"]["disruption"]["utilizationThreshold"] = json!(0.9);
     let _: NodePool = c.create(pool).await;
     let ctl = c.controller("solo", &["--leader-elect=false"]);
-    // A node-agent DaemonSet: one small pod on every node, never evicted by a drain.
+    // A node-agent DaemonSet: one small pod on every node, evicted by a drain after the workloads.
     let _: DaemonSet = c
         .create(json!({
             "apiVersion": "apps/v1", "kind": "DaemonSet",

@@ -315,3 +315,84 @@ async fn e2e_guard_a_larger_newcomer_does_not_push_a_waiting_pod_off_its_claim()
         events.items
     );
 }
+
+/// A Node that registers with a Node Readiness Controller's taint (not the NodePool's, so the
+/// planner knows nothing of it) is not initialized while the taint is on it: its claim stays
+/// capacity on its way for the pending pod, so no second node is launched, and once the
+/// taint goes the claim initializes and the pod binds (Karpenter's known ephemeral taints).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_guard_a_readiness_taint_holds_initialization_without_a_second_launch() {
+    const READINESS: &str = "readiness.k8s.io/gpu-driver";
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(crate::harness::gpu_pool("gpu", "1h")).await;
+    let ctl = c.controller(
+        "solo",
+        &[
+            "--leader-elect=false",
+            &format!("--kwok-register-with-taints={READINESS}=pending:NoSchedule"),
+        ],
+    );
+    let _: Pod = c.create(crate::harness::gpu_pod("train")).await;
+    // The device plugin came up (the startup taint is gone, the GPU advertised), the
+    // readiness taint stays.
+    let held = |cl: &NodeClaim| {
+        let (status, reason, message) = claim_condition(cl, "Initialized")?;
+        (status == "False" && reason == "KnownEphemeralTaintsExist").then_some(message)
+    };
+    let deadline = std::time::Instant::now() + DEADLINE;
+    let message = loop {
+        let claims = c.claims().await;
+        if let Some(m) = claims.first().and_then(held) {
+            break m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the claim never held by the readiness taint: {claims:#?}\n{:#?}",
+            c.nodes().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(message.contains(READINESS), "{message}");
+    ctl.more_loops("round", 5).await;
+    assert_eq!(c.claims().await.len(), 1, "a second claim: {}", ctl.log());
+    assert_eq!(c.instances().await.len(), 1, "a second instance");
+    assert!(
+        c.pod("default", "train")
+            .await
+            .and_then(|p| bound_to(&p))
+            .is_none(),
+        "the harness scheduler keeps the pod off the tainted node"
+    );
+
+    // The readiness controller lifts its taint.
+    let node = c.nodes().await.into_iter().next().expect("the node");
+    let taints: Vec<_> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != READINESS)
+        .collect();
+    Api::<k8s_openapi::api::core::v1::Node>::all(c.client.clone())
+        .patch(
+            &node.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({
+                "metadata": {"resourceVersion": node.resource_version()},
+                "spec": {"taints": taints}
+            })),
+        )
+        .await
+        .expect("lifting the readiness taint");
+    eventually("the pod bound to the one node", DEADLINE, || async {
+        bound_to(&c.pod("default", "train").await?)
+    })
+    .await;
+    let cl = c.claims().await;
+    assert_eq!(cl.len(), 1, "{cl:#?}");
+    assert_eq!(
+        claim_condition(&cl[0], "Initialized").map(|c| c.0),
+        Some("True".to_string())
+    );
+}

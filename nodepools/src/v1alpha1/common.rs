@@ -125,8 +125,9 @@ pub mod conditions {
     /// NodeClaim, while its node is terminated (Karpenter's condition): Unknown with reason
     /// `Draining` while pods drained from the node remain (evicted or not yet), True once
     /// none does, False with reason `TerminationGracePeriodElapsed` when the claim's
-    /// `terminationGracePeriod` ran out first. Absent when nothing was drained (the instance
-    /// was gone already).
+    /// `terminationGracePeriod` ran out first (Karpenter's condition has Unknown and True;
+    /// False is this controller's). Absent when there was nothing to drain (the instance was
+    /// gone already); True once the instance goes during the drain (its pods went with it).
     pub const DRAINED: &str = "Drained";
 
     /// NodeClaim, while its node is terminated (Karpenter's condition): Unknown with reason
@@ -154,6 +155,11 @@ pub mod conditions {
         pub const NODE_NOT_READY: &str = "NodeNotReady";
         /// Startup taints are still on the Node.
         pub const STARTUP_TAINTS_EXIST: &str = "StartupTaintsExist";
+        /// A taint a starting node carries for a while is still on the Node (the node
+        /// lifecycle controller's `not-ready`, the cloud controller manager's
+        /// `uninitialized`, a Node Readiness Controller's `readiness.k8s.io/` taint);
+        /// Karpenter's reason.
+        pub const KNOWN_EPHEMERAL_TAINTS_EXIST: &str = "KnownEphemeralTaintsExist";
         /// A GPU-class resource the claim was launched for shows zero allocatable (the device
         /// plugin is not up yet).
         pub const DEVICE_PLUGIN_NOT_READY: &str = "DevicePluginNotReady";

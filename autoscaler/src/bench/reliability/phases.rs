@@ -315,6 +315,18 @@ impl Bench<'_> {
             let _ = Api::<KwokInstance>::all(self.client.clone())
                 .delete(&name, &DeleteParams::default())
                 .await;
+            // Its kubelet went with it: the node lifecycle controller marks the Node so
+            // before the cloud's node controller deletes it (a Ready Node is drained, as its
+            // kubelet would still run).
+            let now = jiff::Timestamp::now().to_string();
+            let silent = json!({"status": {"conditions": [{
+                "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastHeartbeatTime": now, "lastTransitionTime": now
+            }]}});
+            let _ = Api::<Node>::all(self.client.clone())
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(silent))
+                .await;
         }
         let _ = Api::<Node>::all(self.client.clone())
             .delete(&name, &DeleteParams::default())

@@ -116,6 +116,24 @@ fn registered_initializes_when_ready_untainted_and_gpus_advertised() {
             ..
         }
     ));
+    // A Node Readiness Controller's taint, or the cloud controller manager's, holds it as
+    // Karpenter's known ephemeral taints do: the node is still capacity on its way.
+    for ephemeral in [
+        json!({"key": "readiness.k8s.io/gpu-driver", "value": "pending", "effect": "NoSchedule"}),
+        json!({"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}),
+    ] {
+        let n = node(true, json!([ephemeral]), "1");
+        match step(&c, Some(&n), NOW, &t) {
+            Action::NotInitialized { reason, message } => {
+                assert_eq!(reason, "KnownEphemeralTaintsExist");
+                assert!(
+                    message.contains(ephemeral["key"].as_str().unwrap()),
+                    "{message}"
+                );
+            }
+            other => panic!("{ephemeral}: {other:?}"),
+        }
+    }
     let no_gpu = node(
         true,
         json!([{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autoscaler_core::disruption::{
-    DEFAULT_POD_GRACE_S, DrainStep, deadline_reached, drain_step, termination_deadline,
+    DEFAULT_POD_GRACE_S, DrainStep, DrainTier, deadline_reached, drain_step, termination_deadline,
 };
 use autoscaler_core::model::PodKey;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
@@ -31,6 +31,8 @@ use kube::ResourceExt;
 use nodepools::NodeClaim;
 use providers::{CloudProvider, InstanceState};
 use serde_json::json;
+
+use nodepools::conditions::DRAINED;
 
 use crate::controller::actuator::set_condition_status;
 use crate::controller::actuator::{Evicted, has_finalizer, reference, without_finalizer};
@@ -83,6 +85,15 @@ fn protection(pod: &CachedPod, now: i64) -> Option<String> {
     if let Some(why) = autoscaler_core::disruption::pod_protection(core, now) {
         return Some(why);
     }
+    // The Cluster Autoscaler's annotation does not hold a DaemonSet pod: consolidation does
+    // not read it on them (it may pick their node), and the Cluster Autoscaler's own drain
+    // evicts them regardless; held here, it would keep such a node for ever.
+    if matches!(
+        pod.drain_tier,
+        DrainTier::DaemonSet | DrainTier::CriticalDaemonSet
+    ) {
+        return None;
+    }
     let safe = core
         .annotations
         .get(autoscaler_core::disruption::SAFE_TO_EVICT);
@@ -133,6 +144,14 @@ impl Drained {
             Drained::NothingToDrain => None,
         }
     }
+}
+
+/// Whether `claim` shows a condition of type `type_`.
+fn shows(claim: &NodeClaim, type_: &str) -> bool {
+    claim
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_))
 }
 
 /// Whether the Node's `Ready` condition is `True`.
@@ -295,19 +314,29 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     continue;
                 }
             };
-            if let (Some(c), Some((status, reason, message))) = (owner, drained.condition()) {
-                let condition = (nodepools::conditions::DRAINED, status);
-                self.claim_condition(&name, c, condition, reason, message)
+            // The claim as this round last wrote it: a second condition goes from it.
+            let mut written = None;
+            let condition = match drained {
+                // The instance went while the claim said it was draining: its pods went too.
+                Drained::NothingToDrain if owner.is_some_and(|c| shows(c, DRAINED)) => Some((
+                    "True",
+                    nodepools::conditions::reasons::SUCCEEDED,
+                    "the instance is gone, and the node's pods with it",
+                )),
+                d => d.condition(),
+            };
+            if let (Some(c), Some((status, reason, message))) = (owner, condition) {
+                let condition = (DRAINED, status);
+                written = self
+                    .claim_condition(&name, c, condition, reason, message)
                     .await;
             }
             if drained == Drained::No {
                 continue;
             }
             let stay = staying.remove(&name).unwrap_or_default();
-            if self
-                .awaits_volumes(n, owner.copied(), deadline, &stay)
-                .await
-            {
+            let claim = written.as_ref().or(owner.copied());
+            if self.awaits_volumes(n, claim, deadline, &stay).await {
                 continue;
             }
             // Drained: the claim, the instance and the finalizer go beside the loop.
@@ -352,7 +381,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// tainted so that nothing new lands on it and labelled out of load balancers
     /// ([`keys::EXCLUDE_FROM_BALANCERS_LABEL`]), and its pods are evicted through the Eviction
     /// API, so PodDisruptionBudgets hold (a refusal is retried after [`EVICTION_RETRY`]), tier
-    /// by tier ([`autoscaler_core::disruption::DrainTier`]: workloads, then DaemonSet pods, then critical pods), each tier
+    /// by tier ([`DrainTier`]: workloads, then DaemonSet pods, then critical pods), each tier
     /// once every pod of the tiers before it is gone. Pods terminating already are waited for
     /// until they are gone or stuck; pods protected by `karpenter.sh/do-not-disrupt` or
     /// `cluster-autoscaler.kubernetes.io/safe-to-evict=false` are not evicted and hold the
@@ -380,14 +409,22 @@ impl<P: CloudProvider + 'static> Controller<P> {
         // ones deleted below do before their grace ends.
         let overdue = deadline_reached(deadline, at);
         if pods.is_empty() {
-            if overdue {
-                return Ok(Drained::Yes);
-            }
-            let fresh = self.shared.actuator.pods_on_node(&name).await?;
-            let left = fresh
-                .into_iter()
-                .any(|p| CachedPod::from(p).drained_with_node(at));
-            return Ok(if left { Drained::No } else { Drained::Yes });
+            let left = match self.shared.actuator.pods_on_node(&name).await {
+                Ok(fresh) => fresh
+                    .into_iter()
+                    .any(|p| CachedPod::from(p).drained_with_node(at)),
+                // Past the deadline nothing holds the Node, not even a failed read.
+                Err(e) if overdue => {
+                    tracing::debug!(node = %name, error = %e, "reading a drained node's pods past its deadline");
+                    true
+                }
+                Err(e) => return Err(e),
+            };
+            return Ok(match (left, overdue) {
+                (false, _) => Drained::Yes,
+                (true, true) => Drained::GracePeriodElapsed,
+                (true, false) => Drained::No,
+            });
         }
         if !node_ready(node) && !self.instance_running(&name, &pid).await? {
             tracing::info!(node = %name, "the deleted node's instance is gone: nothing to drain");
@@ -628,8 +665,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// Writes condition `(type, status)` with `reason` and `message` on `claim`, the claim of
     /// the deleted Node `node`, unless the store shows it so already or it was written so
-    /// within [`CONDITION_STORE_LAG`]. A failed write is logged and tried again next round;
-    /// it holds nothing.
+    /// within [`CONDITION_STORE_LAG`]; the claim as written, if it was. A failed write is
+    /// logged and tried again next round; it holds nothing.
     async fn claim_condition(
         &mut self,
         node: &str,
@@ -637,7 +674,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         (type_, status): (&'static str, &'static str),
         reason: &'static str,
         message: &str,
-    ) {
+    ) -> Option<NodeClaim> {
         let recent = self.draining.get(node).is_some_and(|s| {
             s.written
                 .get(type_)
@@ -648,7 +685,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .iter()
             .any(|k| k.type_ == type_ && k.status == status && k.reason == reason);
         if recent || shown {
-            return;
+            return None;
         }
         set_condition_status(
             &mut conds,
@@ -664,14 +701,16 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .patch_claim_conditions(claim, &conds)
             .await
         {
-            Ok(()) => {
+            Ok(fresh) => {
                 let state = self.draining.entry(node.to_string()).or_default();
                 state
                     .written
                     .insert(type_, ((status, reason), Instant::now()));
+                fresh
             }
             Err(e) => {
                 tracing::debug!(claim = %claim.name_any(), condition = type_, error = %e, "claim condition; written again next round");
+                None
             }
         }
     }
@@ -738,5 +777,48 @@ impl<P: CloudProvider + 'static> Controller<P> {
             s.alive_at = Some(Instant::now());
         }
         Ok(running)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pod(owner: &str, annotations: serde_json::Value) -> CachedPod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ml", "annotations": annotations,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner, "name": "o",
+                    "uid": "o", "controller": true}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn safe_to_evict_false_holds_workloads_not_daemonset_pods_and_do_not_disrupt_holds_both() {
+        let now = 1_767_225_600;
+        let unsafe_ = json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"});
+        let dnd = json!({"karpenter.sh/do-not-disrupt": "true"});
+        assert!(protection(&pod("ReplicaSet", unsafe_.clone()), now).is_some());
+        assert_eq!(protection(&pod("DaemonSet", unsafe_), now), None);
+        assert!(protection(&pod("ReplicaSet", dnd.clone()), now).is_some());
+        assert!(protection(&pod("DaemonSet", dnd), now).is_some());
+        assert_eq!(protection(&pod("DaemonSet", json!({})), now), None);
+    }
+
+    #[test]
+    fn the_drained_condition_is_unknown_while_draining_then_true_or_false_at_the_deadline() {
+        use nodepools::conditions::reasons;
+        let status = |d: Drained| d.condition().map(|(s, r, _)| (s, r));
+        assert_eq!(status(Drained::No), Some(("Unknown", reasons::DRAINING)));
+        assert_eq!(status(Drained::Yes), Some(("True", reasons::SUCCEEDED)));
+        assert_eq!(
+            status(Drained::GracePeriodElapsed),
+            Some(("False", reasons::TERMINATION_GRACE_PERIOD_ELAPSED))
+        );
+        assert_eq!(status(Drained::NothingToDrain), None);
     }
 }

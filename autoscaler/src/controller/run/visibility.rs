@@ -206,7 +206,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .patch_claim_conditions(claim, &conds)
             .await
         {
-            Ok(()) => {
+            Ok(_) => {
                 self.visibility
                     .written
                     .insert(name, (want, drift.cloned(), Instant::now()));
