@@ -449,7 +449,15 @@ impl KwokProvider {
         }
         let mut taints = s.taints.clone();
         taints.extend(s.startup_taints.clone());
-        taints.extend(self.config.register_taints.iter().cloned());
+        // The API server refuses a Node with two taints of one key and effect.
+        for t in &self.config.register_taints {
+            if !taints
+                .iter()
+                .any(|x| x.key == t.key && x.effect == t.effect)
+            {
+                taints.push(t.clone());
+            }
+        }
         Some(Node {
             metadata: ObjectMeta {
                 name: Some(name.clone()),

@@ -70,26 +70,30 @@ pub const EPHEMERAL_TAINTS: [&str; 3] = [
     "node.cloudprovider.kubernetes.io/uninitialized",
 ];
 
-/// Taint key prefixes a node carries while controllers outside the autoscaler get it ready:
-/// the Node Readiness Controller's `readiness.k8s.io/<rule>` taints, lifted once the node
-/// passes each rule (a CNI, a GPU driver up). Karpenter treats them as ephemeral too
-/// (`pkg/scheduling/taints.go` `KnownEphemeralTaintKeyPrefixes`).
-pub const EPHEMERAL_TAINT_PREFIXES: [&str; 1] = ["readiness.k8s.io/"];
+/// Taint key prefixes a node carries while agents outside the autoscaler get it ready: the
+/// Node Readiness Controller's `readiness.k8s.io/<rule>` taints, lifted once the node passes
+/// each rule (a CNI, a GPU driver up), which Karpenter treats as ephemeral too
+/// (`pkg/scheduling/taints.go` `KnownEphemeralTaintKeyPrefixes`); and the Cluster
+/// Autoscaler's `startup-taint.` and older `ignore-taint.cluster-autoscaler.kubernetes.io/`
+/// prefixes, whose nodes it counts as still starting.
+pub const EPHEMERAL_TAINT_PREFIXES: [&str; 3] = [
+    "readiness.k8s.io/",
+    "startup-taint.cluster-autoscaler.kubernetes.io/",
+    "ignore-taint.cluster-autoscaler.kubernetes.io/",
+];
 
-/// Whether a taint (`key`, `value`, `effect`) is one a starting node carries for a while and
-/// loses without anyone's help (Karpenter's `IsKnownEphemeralTaint`): the node lifecycle
-/// controller's `not-ready` (`NoSchedule` or `NoExecute`) and `unreachable` (`NoSchedule`),
-/// the cloud controller manager's `uninitialized=true` (`NoSchedule`), and any key under
-/// [`EPHEMERAL_TAINT_PREFIXES`]. A node is not initialized while it carries one, so it stays
-/// counted as capacity on its way rather than as a node its pods cannot use.
-pub fn is_known_ephemeral_taint(key: &str, value: Option<&str>, effect: &str) -> bool {
-    let listed = match (key, effect) {
-        ("node.kubernetes.io/not-ready", "NoSchedule" | "NoExecute") => true,
-        ("node.kubernetes.io/unreachable", "NoSchedule") => true,
-        ("node.cloudprovider.kubernetes.io/uninitialized", "NoSchedule") => value == Some("true"),
-        _ => false,
-    };
-    listed || EPHEMERAL_TAINT_PREFIXES.iter().any(|p| key.starts_with(p))
+/// Whether a taint (`key`, `effect`) is one a starting node carries for a while and loses
+/// without the autoscaler's help: Karpenter's known ephemeral taints (`IsKnownEphemeralTaint`,
+/// matched by key and effect as `MatchTaint` does) but its own `karpenter.sh/unregistered`,
+/// that is [`EPHEMERAL_TAINTS`] as `NoSchedule` and `not-ready` as `NoExecute` too, and any
+/// key under [`EPHEMERAL_TAINT_PREFIXES`]. A node is not initialized while it carries one, so
+/// its claim stays capacity on its way rather than a node its pods cannot use. (Planning looks
+/// through only the `NoSchedule` [`EPHEMERAL_TAINTS`] on existing nodes: a node whose
+/// readiness taint stays is no capacity.)
+pub fn is_known_ephemeral_taint(key: &str, effect: &str) -> bool {
+    (effect == "NoSchedule" && EPHEMERAL_TAINTS.contains(&key))
+        || (effect == "NoExecute" && key == "node.kubernetes.io/not-ready")
+        || EPHEMERAL_TAINT_PREFIXES.iter().any(|p| key.starts_with(p))
 }
 
 /// Annotation on a NodeClaim created as the replacement of a disrupted node: the nodes it
@@ -141,38 +145,41 @@ mod tests {
     #[test]
     fn known_ephemeral_taints_are_karpenters_list_and_the_readiness_prefix() {
         let cases = [
-            ("node.kubernetes.io/not-ready", None, "NoSchedule", true),
-            ("node.kubernetes.io/not-ready", None, "NoExecute", true),
-            ("node.kubernetes.io/unreachable", None, "NoSchedule", true),
+            ("node.kubernetes.io/not-ready", "NoSchedule", true),
+            ("node.kubernetes.io/not-ready", "NoExecute", true),
+            ("node.kubernetes.io/unreachable", "NoSchedule", true),
             // The lifecycle controller's NoExecute form means the node stays down.
-            ("node.kubernetes.io/unreachable", None, "NoExecute", false),
+            ("node.kubernetes.io/unreachable", "NoExecute", false),
             (
                 "node.cloudprovider.kubernetes.io/uninitialized",
-                Some("true"),
                 "NoSchedule",
                 true,
             ),
             (
                 "node.cloudprovider.kubernetes.io/uninitialized",
-                None,
-                "NoSchedule",
+                "NoExecute",
                 false,
             ),
-            ("readiness.k8s.io/cni", None, "NoSchedule", true),
+            ("readiness.k8s.io/cni", "NoSchedule", true),
+            ("readiness.k8s.io/gpu-driver", "NoExecute", true),
             (
-                "readiness.k8s.io/gpu-driver",
-                Some("pending"),
-                "NoExecute",
+                "startup-taint.cluster-autoscaler.kubernetes.io/gpu",
+                "NoSchedule",
                 true,
             ),
-            ("readiness.k8s.io.evil/x", None, "NoSchedule", false),
-            ("nvidia.com/gpu", None, "NoSchedule", false),
+            (
+                "ignore-taint.cluster-autoscaler.kubernetes.io/x",
+                "NoSchedule",
+                true,
+            ),
+            ("readiness.k8s.io.evil/x", "NoSchedule", false),
+            ("nvidia.com/gpu", "NoSchedule", false),
         ];
-        for (key, value, effect, want) in cases {
+        for (key, effect, want) in cases {
             assert_eq!(
-                is_known_ephemeral_taint(key, value, effect),
+                is_known_ephemeral_taint(key, effect),
                 want,
-                "{key}={value:?}:{effect}"
+                "{key}:{effect}"
             );
         }
     }

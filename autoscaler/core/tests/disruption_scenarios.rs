@@ -505,7 +505,7 @@ fn safety_rules_block_disruption() {
         ca-disabled: node has cluster-autoscaler.kubernetes.io/scale-down-disabled
         bare-pod: pod default/p has no controller
         kube-system: kube-system pod kube-system/p has no PodDisruptionBudget
-        uninitialized: not initialized yet (device plugin or startup taints pending, or no NodeClaim records it yet)
+        uninitialized: not initialized yet (device plugin, startup or readiness taints pending, or no NodeClaim records it yet)
         mig-pending: MIG reconfiguration in progress (pending)
         local: pod default/p uses local storage
         local+safe: underutilized: its pods fit on other nodes

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! Pending ──launch──▶ Launched ──Node with providerID──▶ Registered ──Ready, no startup
-//!    │                   │                                  │          taints, every device
+//!    │                   │                                  │          or ephemeral taints,
+//!    │                   │                                  │          every device
 //!    │                   │                                  │          delivered──▶ Initialized
 //!    │                   │                                  │ fewer devices than launched for,
 //!    │                   │                                  │ past the device-plugin timeout
@@ -74,7 +75,8 @@ pub enum Phase {
     Launched,
     /// A Node with the instance's providerID joined.
     Registered,
-    /// The Node is Ready, its startup taints are gone and its GPUs are advertised.
+    /// The Node is Ready, its startup taints and known ephemeral taints are gone and its GPUs
+    /// are advertised.
     Initialized,
     /// The launch failed; the claim is to be deleted.
     Failed,
@@ -203,7 +205,7 @@ pub fn not_initialized(claim: &NodeClaim, node: &Node) -> Option<(&'static str, 
     }
     if let Some(t) = taints
         .iter()
-        .find(|t| is_known_ephemeral_taint(&t.key, t.value.as_deref(), &t.effect))
+        .find(|t| is_known_ephemeral_taint(&t.key, &t.effect))
     {
         return Some((
             reasons::KNOWN_EPHEMERAL_TAINTS_EXIST,
@@ -489,9 +491,13 @@ fn step_registered(
         return Action::Initialize;
     }
     if since_launch(claim, now) >= timeouts.initialization_s {
+        let why = match &waiting {
+            Some((reason, message)) => format!("{reason}: {message}"),
+            None => format!("{}: {}", reasons::DEVICE_PLUGIN_NOT_READY, describe(&short)),
+        };
         return Action::Delete {
             reason: format!(
-                "the Node did not initialize within {}s of the launch",
+                "the Node did not initialize within {}s of the launch ({why})",
                 timeouts.initialization_s
             ),
         };

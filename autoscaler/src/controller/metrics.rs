@@ -62,7 +62,8 @@ pub struct ProvReqLabel {
 /// Label set with one loop name.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LoopLabel {
-    /// `provision`, `disrupt`, `lifecycle`, `gc`.
+    /// `round`, `provision`, `plan` (a batch of pending pods planned: snapshot and plan,
+    /// only in rounds that plan), `provisioning_requests`, `disrupt`, `lifecycle`, `gc`.
     pub name: String,
 }
 

@@ -57,6 +57,10 @@ pub fn parse_taints(s: &str) -> Result<Taints, String> {
         if key.is_empty() {
             return Err(bad("no key"));
         }
+        nodepools::names::check_qualified_name(key).map_err(|e| bad(&format!("key: {e}")))?;
+        if let Some(v) = &value {
+            nodepools::names::check_label_value(v).map_err(|e| bad(&format!("value: {e}")))?;
+        }
         out.push(k8s_openapi::api::core::v1::Taint {
             key: key.to_string(),
             value,
@@ -783,6 +787,8 @@ mod tests {
             ("a=b", "no effect"),
             ("a:Sometimes", "the effect is not"),
             ("=v:NoSchedule", "no key"),
+            ("a b:NoSchedule", "key:"),
+            ("a=b:c:NoSchedule", "value:"),
         ] {
             let e = Cli::try_parse_from(["x", &format!("--kwok-register-with-taints={bad}")])
                 .err()

@@ -329,6 +329,9 @@ async fn e2e_guard_a_readiness_taint_holds_initialization_without_a_second_launc
         "solo",
         &[
             "--leader-elect=false",
+            // Pending pods are planned again each second: a plan that took the node for
+            // initialized would launch a second one within the wait below.
+            "--replan-interval=1s",
             &format!("--kwok-register-with-taints={READINESS}=pending:NoSchedule"),
         ],
     );
@@ -353,9 +356,23 @@ async fn e2e_guard_a_readiness_taint_holds_initialization_without_a_second_launc
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(message.contains(READINESS), "{message}");
-    ctl.more_loops("round", 5).await;
+    // Three more plans of the pending pod while the taint holds its node.
+    let from = ctl.loops("plan");
+    eventually("three more plans", DEADLINE, || async {
+        (ctl.loops("plan") >= from + 3).then_some(())
+    })
+    .await;
     assert_eq!(c.claims().await.len(), 1, "a second claim: {}", ctl.log());
     assert_eq!(c.instances().await.len(), 1, "a second instance");
+    // Nor did a plan want one: the launch guard would have held it back (one launch per pod
+    // per backoff), and said so on the pod.
+    let events = crate::pod_problems::events_of(&c, "train").await;
+    assert!(
+        !events
+            .iter()
+            .any(|(reason, _, _)| reason == "LaunchBackoff"),
+        "{events:?}"
+    );
     assert!(
         c.pod("default", "train")
             .await

@@ -97,8 +97,10 @@ pub mod conditions {
     pub const LAUNCHED: &str = "Launched";
     /// NodeClaim: a Node for the instance joined the cluster.
     pub const REGISTERED: &str = "Registered";
-    /// NodeClaim: the Node is Ready, its startup taints are gone and every GPU-class resource
-    /// it was launched for shows its full allocatable (see `reasons::RESOURCE_MISMATCH`).
+    /// NodeClaim: the Node is Ready, its startup taints and known ephemeral taints (a Node
+    /// Readiness Controller's `readiness.k8s.io/` ones, the cloud controller manager's
+    /// `uninitialized`) are gone and every GPU-class resource it was launched for shows its
+    /// full allocatable (see `reasons::RESOURCE_MISMATCH`).
     pub const INITIALIZED: &str = "Initialized";
     /// NodePool: its recent nodes came up with what they were launched for. False (reason
     /// `ResourceMismatch`) while an instance type of the pool is kept out of planning because

@@ -390,7 +390,7 @@ pub(super) fn node_block_in(
     if !node.initialized {
         return Some(Blocker::new(
             K::NotInitialized,
-            "not initialized yet (device plugin or startup taints pending, or no NodeClaim records it yet)",
+            "not initialized yet (device plugin, startup or readiness taints pending, or no NodeClaim records it yet)",
         ));
     }
     if let Some(b) = nominations.block(node) {

@@ -373,6 +373,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
             ..PlanOptions::default()
         };
         let mut plan = plan_cached(&built.snapshot, &options, &mut self.shapes);
+        // Only rounds that plan: `provision` counts every round, planned or not.
+        self.observe("plan", building);
         tracing::info!(
             snapshot_ms = (planning - building).as_millis() as u64,
             plan_ms = planning.elapsed().as_millis() as u64,

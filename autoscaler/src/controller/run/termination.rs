@@ -146,12 +146,13 @@ impl Drained {
     }
 }
 
-/// Whether `claim` shows a condition of type `type_`.
-fn shows(claim: &NodeClaim, type_: &str) -> bool {
-    claim
-        .status
-        .as_ref()
-        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == type_))
+/// Whether `claim` shows `Drained` Unknown (a False one, the deadline's, is kept).
+fn draining(claim: &NodeClaim) -> bool {
+    claim.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == DRAINED && c.status == "Unknown")
+    })
 }
 
 /// Whether the Node's `Ready` condition is `True`.
@@ -318,7 +319,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             let mut written = None;
             let condition = match drained {
                 // The instance went while the claim said it was draining: its pods went too.
-                Drained::NothingToDrain if owner.is_some_and(|c| shows(c, DRAINED)) => Some((
+                Drained::NothingToDrain if owner.is_some_and(|c| draining(c)) => Some((
                     "True",
                     nodepools::conditions::reasons::SUCCEEDED,
                     "the instance is gone, and the node's pods with it",
