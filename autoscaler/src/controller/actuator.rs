@@ -22,10 +22,38 @@ use super::keys;
 pub enum Evicted {
     /// Accepted.
     Yes,
-    /// Refused with 429: a PodDisruptionBudget does not allow it now.
-    Refused,
+    /// Refused by the pod's PodDisruptionBudgets: asked again later.
+    Refused(Refusal),
     /// The pod is already gone.
     Gone,
+}
+
+/// Why the Eviction API refused an eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// 429: a PodDisruptionBudget does not allow it now.
+    Budget,
+    /// 500: more than one PodDisruptionBudget selects the pod, which the Eviction API does
+    /// not support (until one is removed, the pod can only be deleted).
+    MultipleBudgets,
+}
+
+impl Refusal {
+    /// What it means, for events.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Refusal::Budget => "its PodDisruptionBudget allows no disruption now",
+            Refusal::MultipleBudgets => {
+                "more than one PodDisruptionBudget selects it, which the Eviction API refuses"
+            }
+        }
+    }
+}
+
+/// Whether `e` is the Eviction API's refusal of a pod more than one PodDisruptionBudget
+/// selects (a 500 whose message says so, as the API server words it).
+fn multiple_budgets(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 500 && s.message.contains("more than one PodDisruptionBudget"))
 }
 
 /// Sets (or replaces) condition `type_` in `conditions`, keeping the transition time when the
@@ -366,12 +394,13 @@ impl Actuator {
     }
 
     /// Evicts a pod through the Eviction API, once: a refusal (429, a PodDisruptionBudget
-    /// or throttling) is returned at once, for the caller to ask again later. With `uid`, only
+    /// or throttling; 500 for a pod several budgets select) is returned at once, for the
+    /// caller to ask again later. With `uid`, only
     /// the pod of that UID: a pod created since under the same name (a StatefulSet's
     /// replacement, on another node) is not touched and counts as gone (409).
     ///
     /// # Errors
-    /// Any API error other than 429, 404 and 409.
+    /// Any API error other than 429, 404, 409 and the several-budgets 500.
     pub async fn evict(&self, pod: &PodKey, uid: Option<&str>) -> Result<Evicted> {
         check("", "pods/eviction", "create");
         crashpoint::reached("drain");
@@ -385,7 +414,8 @@ impl Actuator {
         };
         match api.evict(&pod.name, &params).await {
             Ok(_) => Ok(Evicted::Yes),
-            Err(e) if is(&e, 429) => Ok(Evicted::Refused),
+            Err(e) if is(&e, 429) => Ok(Evicted::Refused(Refusal::Budget)),
+            Err(e) if multiple_budgets(&e) => Ok(Evicted::Refused(Refusal::MultipleBudgets)),
             Err(e) if is(&e, 404) || is(&e, 409) => Ok(Evicted::Gone),
             Err(e) => Err(Error::kube(format!("evicting pod {pod}"), e)),
         }

@@ -356,3 +356,64 @@ async fn e2e_4j_a_pod_tolerating_the_disruption_taint_goes_with_its_node() {
         "only the plain pod was drained"
     );
 }
+
+/// A pod two PodDisruptionBudgets select cannot be evicted (the Eviction API answers 500):
+/// it holds its node, as a budget allowing nothing does, while the drain evicts the node's
+/// other pods, and the Node says once which pod and why (Karpenter's `FailedDraining`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_4k_a_pod_two_budgets_select_holds_the_drain_and_is_named_once() {
+    let c = Cluster::start().await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let _: NodePool = c.create(cpu_pool("cpu", "1h")).await;
+    for (name, app) in [("alpha", "alpha"), ("zulu", "zulu")] {
+        let _: Pod = c
+            .create(cpu_pod(name, "500m", BTreeMap::from([("app", app)])))
+            .await;
+    }
+    for pdb in ["alpha-a", "alpha-b"] {
+        let _: k8s_openapi::api::policy::v1::PodDisruptionBudget = c
+            .create(json!({
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": pdb, "namespace": "default"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "alpha"}}}
+            }))
+            .await;
+    }
+    let node = eventually("both pods bound to one node", DEADLINE, || async {
+        let a = bound_to(&c.pod("default", "alpha").await?)?;
+        let z = bound_to(&c.pod("default", "zulu").await?)?;
+        (a == z).then_some(a)
+    })
+    .await;
+    c.delete_node(&node).await;
+    eventually("the other pod evicted", DEADLINE, || async {
+        gone_or_terminating(c.pod("default", "zulu").await).then_some(())
+    })
+    .await;
+    ctl.more_loops("round", 3).await;
+    assert!(
+        !gone_or_terminating(c.pod("default", "alpha").await),
+        "the Eviction API refuses a pod two budgets select"
+    );
+    assert!(c.nodes().await.iter().any(|n| n.name_any() == node));
+    let told: Vec<Event> = Api::<Event>::all(c.client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("listing events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str())
+                && e.reason.as_deref() == Some("FailedDraining")
+        })
+        .collect();
+    assert!(
+        told.len() == 1 && told[0].series.as_ref().is_none_or(|s| s.count <= 1),
+        "one event, not one per round: {told:?}"
+    );
+    let note = told[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("default/alpha") && note.contains("more than one PodDisruptionBudget"),
+        "{note}"
+    );
+}

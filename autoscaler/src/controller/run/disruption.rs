@@ -502,7 +502,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                                     )
                                     .await;
                             }
-                            Ok(Evicted::Refused) => {
+                            Ok(Evicted::Refused(_)) => {
                                 self.shared.metrics.evictions_refused.inc();
                                 refused = true;
                             }

@@ -72,6 +72,8 @@ pub(super) struct Draining {
     /// The last wait for VolumeAttachments told (reason and attachments): an event each time
     /// it changes, not each round.
     awaiting: Option<(&'static str, Vec<String>)>,
+    /// Pods whose refused eviction this drain told of (once each).
+    refusals_told: HashSet<PodKey>,
     /// The conditions last written to the claim, by type (status and reason) and when: not
     /// written again while the store catches up, but again after [`CONDITION_STORE_LAG`] if
     /// the store still shows another (a writer with a stale copy).
@@ -495,9 +497,27 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         )
                         .await;
                 }
-                Evicted::Refused => {
+                Evicted::Refused(why) => {
                     self.shared.metrics.evictions_refused.inc();
                     refused = true;
+                    // Once per pod and drain: the Node says which budget holds it, as
+                    // Karpenter's `FailedDraining` does.
+                    let news = self
+                        .draining
+                        .get_mut(&name)
+                        .is_some_and(|s| s.refusals_told.insert(p.key.clone()));
+                    if news {
+                        self.shared
+                            .actuator
+                            .event(
+                                &reference(node),
+                                true,
+                                "FailedDraining",
+                                "Drain",
+                                format!("cannot evict pod {} yet: {}", p.key, why.describe()),
+                            )
+                            .await;
+                    }
                 }
                 Evicted::Gone => {}
             }
