@@ -57,9 +57,16 @@ const EVICTION_RETRY: Duration = Duration::from_secs(2);
 /// written though the claim store does not show it yet.
 const CONDITION_STORE_LAG: Duration = Duration::from_secs(10);
 
+/// The least time a drain lasts: a pod the scheduler bound just after the taint, before it
+/// saw it, is drained too rather than left on a node about to go (Karpenter's `MinDrainTime`,
+/// `pkg/controllers/node/termination/controller.go`).
+const MIN_DRAIN: Duration = Duration::from_secs(5);
+
 /// What the termination of one deleted Node has done so far, kept across loop rounds.
 #[derive(Debug, Default)]
 pub(super) struct Draining {
+    /// When this drain began (its first round).
+    began: Option<Instant>,
     /// When the instance was last seen running.
     alive_at: Option<Instant>,
     /// No eviction before this (a PodDisruptionBudget refused one).
@@ -392,7 +399,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// would outlast it is deleted instead whatever its tier (no budget or protection applies),
     /// and once it is reached the Node is drained whatever remains. Otherwise drained once no
     /// pod is left to drain, by a fresh read from the API server (the cache may not have seen a
-    /// pod bound just now).
+    /// pod bound just now), and at least [`MIN_DRAIN`] after the drain began.
     ///
     /// # Errors
     /// The API server's and the cloud's, from the taint, the evictions, the deletions and the
@@ -411,7 +418,17 @@ impl<P: CloudProvider + 'static> Controller<P> {
         // Past the deadline a pod the cache has not seen yet goes with the instance, as the
         // ones deleted below do before their grace ends.
         let overdue = deadline_reached(deadline, at);
+        let began = *self
+            .draining
+            .entry(name.clone())
+            .or_default()
+            .began
+            .get_or_insert_with(Instant::now);
         if pods.is_empty() {
+            // Marked all the same: nothing new lands on it during the least drain.
+            if !overdue && let Some(patch) = drain_marks(node) {
+                self.shared.actuator.patch_node(&name, &patch).await?;
+            }
             let left = match self.shared.actuator.pods_on_node(&name).await {
                 Ok(fresh) => fresh
                     .into_iter()
@@ -424,9 +441,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 Err(e) => return Err(e),
             };
             return Ok(match (left, overdue) {
-                (false, _) => Drained::Yes,
+                (false, true) => Drained::Yes,
+                (false, false) if began.elapsed() >= MIN_DRAIN => Drained::Yes,
                 (true, true) => Drained::GracePeriodElapsed,
-                (true, false) => Drained::No,
+                _ => Drained::No,
             });
         }
         if !node_ready(node) && !self.instance_running(&name, &pid).await? {
