@@ -8,10 +8,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams};
 use nodepools::{NodeClaim, NodePool};
 use serde_json::json;
 
@@ -106,17 +105,7 @@ async fn e2e_a_drained_nodes_instance_waits_until_its_volumes_are_detached() {
         c.nodes().await.iter().any(|n| n.name_any() == node),
         "the node waits too"
     );
-    let told: Vec<_> = Api::<Event>::all(c.client.clone())
-        .list(&ListParams::default())
-        .await
-        .expect("listing events")
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str())
-                && e.reason.as_deref() == Some("AwaitingVolumeDetachment")
-        })
-        .collect();
+    let told = c.events("Node", &node, "AwaitingVolumeDetachment").await;
     assert!(
         told.len() == 1 && told[0].series.as_ref().is_none_or(|s| s.count <= 1),
         "one event on the node, not one per round: {told:?}"

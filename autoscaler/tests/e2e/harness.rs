@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use fake_apiserver::{BinderOptions, FakeApiServer, Options, RunningServer};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use nodepools::{NodeClaim, NodePool};
 use providers::kwok::KwokInstance;
@@ -372,6 +373,24 @@ impl Cluster {
             .delete(name, &kube::api::DeleteParams::default())
             .await
             .expect("deleting the node");
+    }
+
+    /// The events of `reason` about the `kind` object named `name`, whole (count and series
+    /// included).
+    pub async fn events(&self, kind: &str, name: &str, reason: &str) -> Vec<Event> {
+        Api::<Event>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .expect("listing events")
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                    })
+            })
+            .collect()
     }
 
     /// Sets Node `node`'s `Ready` condition, as the node lifecycle controller (`Unknown`) or a

@@ -396,17 +396,7 @@ async fn e2e_4k_a_pod_two_budgets_select_holds_the_drain_and_is_named_once() {
         "the Eviction API refuses a pod two budgets select"
     );
     assert!(c.nodes().await.iter().any(|n| n.name_any() == node));
-    let told: Vec<Event> = Api::<Event>::all(c.client.clone())
-        .list(&ListParams::default())
-        .await
-        .expect("listing events")
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node.as_str())
-                && e.reason.as_deref() == Some("FailedDraining")
-        })
-        .collect();
+    let told = c.events("Node", &node, "FailedDraining").await;
     assert!(
         told.len() == 1 && told[0].series.as_ref().is_none_or(|s| s.count <= 1),
         "one event, not one per round: {told:?}"
