@@ -18,7 +18,7 @@ use super::error::{Error, Result};
 use super::keys;
 
 /// Outcome of one eviction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Evicted {
     /// Accepted.
     Yes,
@@ -29,23 +29,44 @@ pub enum Evicted {
 }
 
 /// Why the Eviction API refused an eviction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// 429: a PodDisruptionBudget does not allow it now.
-    Budget,
+    /// 429 with a `DisruptionBudget` cause: a PodDisruptionBudget does not allow it now; the
+    /// cause's words (which name the budget and its numbers).
+    Budget(String),
     /// 500: more than one PodDisruptionBudget selects the pod, which the Eviction API does
     /// not support (until one is removed, the pod can only be deleted).
     MultipleBudgets,
+    /// 429 without such a cause: the API server throttles.
+    Throttled,
 }
 
 impl Refusal {
     /// What it means, for events.
-    pub fn describe(self) -> &'static str {
+    pub fn describe(&self) -> String {
         match self {
-            Refusal::Budget => "its PodDisruptionBudget allows no disruption now",
+            Refusal::Budget(why) => {
+                format!("its PodDisruptionBudget allows no disruption now ({why})")
+            }
             Refusal::MultipleBudgets => {
                 "more than one PodDisruptionBudget selects it, which the Eviction API refuses"
+                    .into()
             }
+            Refusal::Throttled => "the API server throttles evictions".into(),
+        }
+    }
+
+    /// The refusal a 429 `status` says: a budget's when a cause says so.
+    fn of_429(status: &kube::core::Status) -> Self {
+        let cause = status
+            .details
+            .iter()
+            .flat_map(|d| d.causes.iter())
+            .find(|c| c.reason == "DisruptionBudget");
+        match cause {
+            Some(c) if !c.message.is_empty() => Refusal::Budget(c.message.clone()),
+            Some(_) => Refusal::Budget(status.message.clone()),
+            None => Refusal::Throttled,
         }
     }
 }
@@ -414,7 +435,7 @@ impl Actuator {
         };
         match api.evict(&pod.name, &params).await {
             Ok(_) => Ok(Evicted::Yes),
-            Err(e) if is(&e, 429) => Ok(Evicted::Refused(Refusal::Budget)),
+            Err(kube::Error::Api(s)) if s.code == 429 => Ok(Evicted::Refused(Refusal::of_429(&s))),
             Err(e) if multiple_budgets(&e) => Ok(Evicted::Refused(Refusal::MultipleBudgets)),
             Err(e) if is(&e, 404) || is(&e, 409) => Ok(Evicted::Gone),
             Err(e) => Err(Error::kube(format!("evicting pod {pod}"), e)),
@@ -585,5 +606,33 @@ mod tests {
         set_condition(&mut conds, ("Ready", true), "Done", "", t1, Some(3));
         assert_eq!(conds[0].last_transition_time, Time(t1));
         assert_eq!(conds[0].observed_generation, Some(3));
+    }
+
+    #[test]
+    fn a_429_is_a_budget_refusal_only_with_a_disruption_budget_cause() {
+        let status = |causes: serde_json::Value| -> kube::core::Status {
+            serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": 429, "reason": "TooManyRequests",
+                "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                "details": {"causes": causes}
+            }))
+            .unwrap()
+        };
+        let budget = status(serde_json::json!([{"reason": "DisruptionBudget",
+            "message": "The disruption budget web needs 2 healthy pods and has 2 currently"}]));
+        assert_eq!(
+            Refusal::of_429(&budget),
+            Refusal::Budget(
+                "The disruption budget web needs 2 healthy pods and has 2 currently".into()
+            )
+        );
+        assert_eq!(
+            Refusal::of_429(&status(serde_json::json!([]))),
+            Refusal::Throttled
+        );
+        let worded = status(serde_json::json!([{"reason": "DisruptionBudget"}]));
+        assert!(
+            matches!(Refusal::of_429(&worded), Refusal::Budget(m) if m.contains("disruption budget"))
+        );
     }
 }

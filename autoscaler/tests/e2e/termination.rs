@@ -238,6 +238,14 @@ async fn e2e_4g_a_drain_refused_by_a_pdb_does_not_hold_provisioning() {
         !gone_or_terminating(c.pod("default", "web").await),
         "the PDB allows no eviction"
     );
+    // The Node says which pod and which budget, once.
+    let told = c.events("Node", &node, "FailedDraining").await;
+    assert_eq!(told.len(), 1, "{told:?}");
+    let note = told[0].note.clone().unwrap_or_default();
+    assert!(
+        note.contains("default/web") && note.contains("The disruption budget web needs"),
+        "{note}"
+    );
     assert!(
         c.nodes().await.iter().any(|n| n.name_any() == node),
         "the node waits for its drain"

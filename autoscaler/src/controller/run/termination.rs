@@ -35,7 +35,7 @@ use serde_json::json;
 use nodepools::conditions::DRAINED;
 
 use crate::controller::actuator::set_condition_status;
-use crate::controller::actuator::{Evicted, has_finalizer, reference, without_finalizer};
+use crate::controller::actuator::{Evicted, Refusal, has_finalizer, reference, without_finalizer};
 use crate::controller::cache::CachedPod;
 use crate::controller::detach::{Detach, blocking, kept_volumes};
 use crate::controller::error::Result;
@@ -65,6 +65,8 @@ const MIN_DRAIN: Duration = Duration::from_secs(5);
 /// What the termination of one deleted Node has done so far, kept across loop rounds.
 #[derive(Debug, Default)]
 pub(super) struct Draining {
+    /// The UID of the Node drained.
+    uid: Option<String>,
     /// When this drain began (its first round).
     began: Option<Instant>,
     /// When the instance was last seen running.
@@ -81,6 +83,8 @@ pub(super) struct Draining {
     awaiting: Option<(&'static str, Vec<String>)>,
     /// Pods whose refused eviction this drain told of (once each).
     refusals_told: HashSet<PodKey>,
+    /// The claim as the last condition write here returned it, and when.
+    last_claim: Option<(NodeClaim, Instant)>,
     /// The conditions last written to the claim, by type (status and reason) and when: not
     /// written again while the store catches up, but again after [`CONDITION_STORE_LAG`] if
     /// the store still shows another (a writer with a stale copy).
@@ -324,18 +328,26 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     continue;
                 }
             };
-            // The claim as this round last wrote it: a second condition goes from it.
+            // The claim as this drain last wrote it, while the store may not show that yet:
+            // a write goes from it rather than from a copy that write made stale.
+            let recent = self
+                .draining
+                .get(&name)
+                .and_then(|s| s.last_claim.as_ref())
+                .filter(|(_, at)| at.elapsed() < CONDITION_STORE_LAG)
+                .map(|(c, _)| c.clone());
+            let base = recent.as_ref().or(owner.copied());
             let mut written = None;
             let condition = match drained {
                 // The instance went while the claim said it was draining: its pods went too.
-                Drained::NothingToDrain if owner.is_some_and(|c| draining(c)) => Some((
+                Drained::NothingToDrain if base.is_some_and(draining) => Some((
                     "True",
                     nodepools::conditions::reasons::SUCCEEDED,
                     "the instance is gone, and the node's pods with it",
                 )),
                 d => d.condition(),
             };
-            if let (Some(c), Some((status, reason, message))) = (owner, condition) {
+            if let (Some(c), Some((status, reason, message))) = (base, condition) {
                 let condition = (DRAINED, status);
                 written = self
                     .claim_condition(&name, c, condition, reason, message)
@@ -345,7 +357,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 continue;
             }
             let stay = staying.remove(&name).unwrap_or_default();
-            let claim = written.as_ref().or(owner.copied());
+            let claim = written.as_ref().or(base);
             if self.awaits_volumes(n, claim, deadline, &stay).await {
                 continue;
             }
@@ -418,16 +430,26 @@ impl<P: CloudProvider + 'static> Controller<P> {
         // Past the deadline a pod the cache has not seen yet goes with the instance, as the
         // ones deleted below do before their grace ends.
         let overdue = deadline_reached(deadline, at);
-        let began = *self
-            .draining
-            .entry(name.clone())
-            .or_default()
-            .began
-            .get_or_insert_with(Instant::now);
+        // A Node deleted and created again under the same name drains afresh.
+        let state = self.draining.entry(name.clone()).or_default();
+        if state.uid != node.metadata.uid {
+            *state = Draining {
+                uid: node.metadata.uid.clone(),
+                ..Draining::default()
+            };
+        }
+        let began = *state.began.get_or_insert_with(Instant::now);
         if pods.is_empty() {
-            // Marked all the same: nothing new lands on it during the least drain.
+            // Marked all the same: nothing new lands on it during the least drain. A failed
+            // mark is tried again next round, and a round that marks is not the last (the
+            // Node's resourceVersion changed: its finalizer is released from a fresh copy).
             if !overdue && let Some(patch) = drain_marks(node) {
-                self.shared.actuator.patch_node(&name, &patch).await?;
+                match self.shared.actuator.patch_node(&name, &patch).await {
+                    Ok(()) => return Ok(Drained::No),
+                    Err(e) => {
+                        tracing::debug!(node = %name, error = %e, "marking an empty deleted node; again next round");
+                    }
+                }
             }
             let left = match self.shared.actuator.pods_on_node(&name).await {
                 Ok(fresh) => fresh
@@ -519,11 +541,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     self.shared.metrics.evictions_refused.inc();
                     refused = true;
                     // Once per pod and drain: the Node says which budget holds it, as
-                    // Karpenter's `FailedDraining` does.
-                    let news = self
-                        .draining
-                        .get_mut(&name)
-                        .is_some_and(|s| s.refusals_told.insert(p.key.clone()));
+                    // Karpenter's `FailedDraining` does (throttling is no news to tell).
+                    let news = why != Refusal::Throttled
+                        && self
+                            .draining
+                            .get_mut(&name)
+                            .is_some_and(|s| s.refusals_told.insert(p.key.clone()));
                     if news {
                         self.shared
                             .actuator
@@ -745,6 +768,9 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 state
                     .written
                     .insert(type_, ((status, reason), Instant::now()));
+                if let Some(c) = &fresh {
+                    state.last_claim = Some((c.clone(), Instant::now()));
+                }
                 fresh
             }
             Err(e) => {
