@@ -292,7 +292,7 @@ impl Metrics {
         );
         registry.register(
             "loop_duration_seconds",
-            "Duration of controller loops",
+            "Duration of controller loops (name: round, provision, plan (rounds that plan pending pods), provisioning_requests, disrupt, lifecycle, gc)",
             m.loop_seconds.clone(),
         );
         registry.register(
