@@ -249,8 +249,9 @@ impl Allowance {
                 ),
             ));
         }
-        // Only evictions use a budget: DaemonSet pods are not evicted (a budget allowing one
-        // nothing keeps its node, `node_block_in`).
+        // Only the pods consolidation moves use a budget here: DaemonSet pods go in the
+        // termination drain after them, one at a time against their own budget's allowance
+        // then (a budget allowing one nothing keeps its node, `node_block_in`).
         let mut pdb_use: BTreeMap<usize, i64> = BTreeMap::new();
         for n in nodes {
             for p in movable(n) {
