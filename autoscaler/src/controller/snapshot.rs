@@ -358,6 +358,17 @@ pub fn namespace_labels<'a>(
         .collect()
 }
 
+/// The disruption taint ([`keys::DISRUPTION_TAINT`], `NoSchedule`) as the API writes it on
+/// a Node.
+pub fn disruption_taint() -> k8s_openapi::api::core::v1::Taint {
+    k8s_openapi::api::core::v1::Taint {
+        key: keys::DISRUPTION_TAINT.into(),
+        value: None,
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }
+}
+
 /// Whether a node carries the disruption taint.
 pub fn has_disruption_taint(n: &Node) -> bool {
     n.spec

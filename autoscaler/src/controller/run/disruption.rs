@@ -265,12 +265,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         if taints.iter().any(|t| t.key == keys::DISRUPTION_TAINT) {
             return Ok(());
         }
-        taints.push(k8s_openapi::api::core::v1::Taint {
-            key: keys::DISRUPTION_TAINT.into(),
-            value: None,
-            effect: "NoSchedule".into(),
-            time_added: None,
-        });
+        taints.push(crate::controller::snapshot::disruption_taint());
         self.shared
             .actuator
             .patch_node(

@@ -40,7 +40,8 @@ use crate::controller::cache::CachedPod;
 use crate::controller::detach::{Detach, blocking, kept_volumes};
 use crate::controller::error::Result;
 use crate::controller::keys;
-use crate::controller::snapshot::{claims_by_provider_id, has_disruption_taint};
+use crate::controller::snapshot::{claims_by_provider_id, disruption_taint, has_disruption_taint};
+use crate::controller::translate;
 
 use super::{Controller, epoch};
 
@@ -168,14 +169,6 @@ fn draining(claim: &NodeClaim) -> bool {
     })
 }
 
-/// Whether the Node's `Ready` condition is `True`.
-fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The patch that marks the deleted Node `node` as draining, if it lacks a mark: the
 /// disruption taint (`NoSchedule`), so nothing new lands on it, and
 /// [`keys::EXCLUDE_FROM_BALANCERS_LABEL`]. The taint list is replaced whole, so the patch
@@ -195,12 +188,7 @@ fn drain_marks(node: &Node) -> Option<serde_json::Value> {
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
     if !has_disruption_taint(node) {
-        taints.push(k8s_openapi::api::core::v1::Taint {
-            key: keys::DISRUPTION_TAINT.into(),
-            value: None,
-            effect: "NoSchedule".into(),
-            time_added: None,
-        });
+        taints.push(disruption_taint());
     }
     let mut labels = serde_json::Map::new();
     if !labelled {
@@ -469,7 +457,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                 _ => Drained::No,
             });
         }
-        if !node_ready(node) && !self.instance_running(&name, &pid).await? {
+        if !translate::node_ready(node) && !self.instance_running(&name, &pid).await? {
             tracing::info!(node = %name, "the deleted node's instance is gone: nothing to drain");
             return Ok(Drained::NothingToDrain);
         }
