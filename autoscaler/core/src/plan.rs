@@ -104,6 +104,23 @@ pub struct NewClaim {
     /// every `minValues` was met, and always under `Strict`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub min_values_relaxed: BTreeMap<String, u32>,
+    /// Opened without pods to bring its NodePool up to `minNodes`
+    /// ([`crate::provision::PlanOptions::min_nodes`]): its instance types are every type of the
+    /// pool that stays within the limits, cheapest first, as the pool's template allows them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warm: bool,
+}
+
+/// A NodePool the plan could not bring up to its `minNodes`
+/// ([`crate::provision::PlanOptions::min_nodes`]), and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MinNodesShort {
+    /// The NodePool.
+    pub pool: String,
+    /// Nodes it lacks after this plan (existing, in flight and planned counted).
+    pub missing: u32,
+    /// Why no further node was planned, e.g. `NodePool gpu limit nodes=2 reached`.
+    pub reason: String,
 }
 
 /// A pod the plan could not help, with a human-readable reason.
@@ -136,6 +153,10 @@ pub struct Plan {
     /// stay pending, with no event, and are planned again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deferred: Vec<PodKey>,
+    /// NodePools left below their `minNodes` when the plan was asked to reach them
+    /// ([`crate::provision::PlanOptions::min_nodes`]), by pool name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub min_nodes_short: Vec<MinNodesShort>,
 }
 
 impl Plan {
@@ -174,6 +195,9 @@ impl Plan {
             if c.atomic {
                 let _ = writeln!(s, "  atomic");
             }
+            if c.warm {
+                let _ = writeln!(s, "  warm (minNodes)");
+            }
             if !c.min_values_relaxed.is_empty() {
                 let relaxed: Vec<String> = c
                     .min_values_relaxed
@@ -188,6 +212,13 @@ impl Plan {
         }
         for d in &self.deferred {
             let _ = writeln!(s, "deferred {d}");
+        }
+        for m in &self.min_nodes_short {
+            let _ = writeln!(
+                s,
+                "minNodes short {} by {}: {}",
+                m.pool, m.missing, m.reason
+            );
         }
         s
     }

@@ -125,6 +125,7 @@ mod slots;
 mod spread_domains;
 mod topology;
 mod volume_limits;
+mod warm;
 
 pub use shapes::{
     AdmittedTypes, Devices, Shape, ShapeCache, admitted_types, build_shapes,
@@ -159,6 +160,14 @@ pub struct PlanOptions {
     /// independent parts (no NodePool, node or topology term in common, see `parts.rs`) is
     /// planned a part per thread; the plan is the same as on one thread.
     pub threads: usize,
+    /// Whether to bring every NodePool up to its `minNodes` (`--enforce-node-group-min-size`,
+    /// off by default as in the Cluster Autoscaler): once the pods are placed, a pool with
+    /// fewer nodes than that (existing and not going, in flight, and planned by this plan)
+    /// gets claims without pods for the rest ([`crate::plan::NewClaim::warm`], see `warm.rs`),
+    /// within its limits and the cluster-wide ones; what it still lacks is listed in
+    /// [`Plan::min_nodes_short`] with the reason. Disruption never sets it: its simulations
+    /// ask where pods go, not what a pool should hold.
+    pub min_nodes: bool,
 }
 
 /// The controller's default for [`PlanOptions::max_new_claims`] in a provisioning round
@@ -172,6 +181,7 @@ impl Default for PlanOptions {
             max_instance_types: 60,
             max_new_claims: usize::MAX,
             threads: 1,
+            min_nodes: false,
         }
     }
 }
@@ -404,6 +414,8 @@ struct Slot {
     /// least that many values, as Karpenter checks a pod against the relaxed requirements of
     /// the claim it joins. Empty otherwise.
     min_values_relaxed: BTreeMap<String, u32>,
+    /// New claims opened without pods to reach their pool's `minNodes` (`warm.rs`).
+    warm: bool,
 }
 
 impl Slot {
@@ -985,7 +997,14 @@ impl<'a> Planner<'a> {
                 self.deferred[f] = true;
             }
         }
+        let short = if self.options.min_nodes {
+            self.open_warm_claims()
+        } else {
+            Vec::new()
+        };
         let considered = self.considered.take();
-        (self.finish(), considered)
+        let mut plan = self.finish();
+        plan.min_nodes_short = short;
+        (plan, considered)
     }
 }

@@ -1306,10 +1306,9 @@ fn test_scale_up_simulation_for_skipped_node_groups_partial_scale_up_successful(
 #[test]
 fn test_scale_up_to_meet_node_group_min_size() {
     // ng1: one 16-core node, minimum 3; ng2: one node, minimum 1; at most 48 cores. With
-    // `--enforce-node-group-min-size` (off by default) upstream grows ng1 by one (a second
-    // would pass 48). Deliberate deviation (semantics.md, "A NodePool's minNodes"), as the
-    // Cluster Autoscaler's default: a minimum only holds scale-down, and no pending pod means
-    // no claim.
+    // `--enforce-node-group-min-size` upstream grows ng1 by one (a second would pass 48) and
+    // leaves ng2 alone; so do we with `PlanOptions::min_nodes`. Off by default, as the flag:
+    // a minimum then only holds scale-down, and no pending pod means no claim.
     let t = sized("big.t", 16_000, "32");
     let s = with_limits(
         cluster(
@@ -1328,6 +1327,33 @@ fn test_scale_up_to_meet_node_group_min_size() {
     );
     let plan = plan_provisioning(&s);
     assert!(plan.new_claims.is_empty(), "{}", plan.render());
+    let enforced = autoscaler_core::provision::plan_with(
+        &s,
+        &autoscaler_core::provision::PlanOptions {
+            min_nodes: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        claims(&enforced),
+        BTreeMap::from([("ng1".to_string(), 1)]),
+        "{}",
+        enforced.render()
+    );
+    assert!(
+        enforced
+            .new_claims
+            .iter()
+            .all(|c| c.warm && c.pods.is_empty())
+    );
+    assert_eq!(enforced.min_nodes_short.len(), 1, "{}", enforced.render());
+    assert_eq!(enforced.min_nodes_short[0].pool, "ng1");
+    assert_eq!(enforced.min_nodes_short[0].missing, 1);
+    assert!(
+        enforced.min_nodes_short[0].reason.contains("cluster-wide"),
+        "{}",
+        enforced.min_nodes_short[0].reason
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -164,6 +164,10 @@ struct Controller<P> {
     stores: Stores,
     args: RunArgs,
     batcher: Batcher,
+    /// When a plan last brought the NodePools up to their `minNodes`
+    /// (`--enforce-node-group-min-size`): at most once per `--replan-interval`, so that a
+    /// claim the cache does not show yet is never planned a second time.
+    last_warm: Option<Instant>,
     builder: SnapshotBuilder,
     started: Instant,
     types: HashMap<NodeClassRef, (Instant, Arc<Vec<InstanceType>>)>,
@@ -607,6 +611,7 @@ async fn run_with<P: CloudProvider + 'static>(
             replan_ms: u64::try_from(args.replan_interval.as_millis()).unwrap_or(u64::MAX),
         }),
         args: args.clone(),
+        last_warm: None,
         builder: SnapshotBuilder {
             ignore_preferences: args.preference_policy == PreferencePolicy::Ignore,
             min_values_policy: args.min_values_policy.to_core(),

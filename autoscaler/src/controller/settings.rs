@@ -279,6 +279,14 @@ pub struct RunArgs {
     /// Off (0s) by default; pods without GPUs are never held by it.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub gpu_pod_scale_up_delay: Duration,
+    /// Launch nodes to bring every NodePool up to its `minNodes`, pending pods or not (warm
+    /// capacity), as the Cluster Autoscaler's flag of the same name. The missing nodes are
+    /// NodeClaims without pods listing every instance type of the pool within its limits,
+    /// cheapest first; the nodes pods need count first, and limits (the pool's and the
+    /// cluster-wide ones) are kept. Checked every `--replan-interval`. Off by default: `minNodes`
+    /// then only holds scale-down.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub enforce_node_group_min_size: bool,
     /// Leave DaemonSet pods out of a node's utilization (Cluster Autoscaler's
     /// `--ignore-daemonsets-utilization`).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]

@@ -31,3 +31,4 @@ mod snapshot;
 mod termination;
 mod visibility;
 mod volumes;
+mod warm;

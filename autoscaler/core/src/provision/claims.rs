@@ -235,9 +235,19 @@ impl<'a> Planner<'a> {
         shape: &Shape,
         reqs: &Requirements,
     ) -> Result<(), String> {
+        self.fits_limits_times(pi, shape, reqs, self.nodes_per_open(pi))
+    }
+
+    /// [`Self::fits_limits`] for `k` new claims of `shape` at once.
+    pub(super) fn fits_limits_times(
+        &self,
+        pi: usize,
+        shape: &Shape,
+        reqs: &Requirements,
+        k: i64,
+    ) -> Result<(), String> {
         let pool = &self.snap.pools[pi];
         let u = &self.state.usage[pi];
-        let k = self.nodes_per_open(pi);
         if let Some(n) = pool.atomic_nodes
             && u.nodes >= i64::from(n)
         {

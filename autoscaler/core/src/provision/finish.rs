@@ -154,6 +154,7 @@ impl Planner<'_> {
                 atomic,
                 dra,
                 min_values_relaxed,
+                warm: slot.warm,
             });
         }
         mark_group_claims(pending, &mut plan);
@@ -177,9 +178,9 @@ impl Planner<'_> {
             .is_some_and(|pi| self.snap.pools[pi].atomic_nodes.is_some())
     }
 
-    /// Whether the plan lists `slot` as a new claim: a new claim with pods, or any new claim
-    /// of an atomic pool (its scale-up is written whole).
+    /// Whether the plan lists `slot` as a new claim: a new claim with pods, any new claim of
+    /// an atomic pool (its scale-up is written whole), or one opened to reach `minNodes`.
     pub(super) fn claim_written(&self, slot: &super::Slot) -> bool {
-        slot.kind == SlotKind::New && (!slot.pods.is_empty() || self.atomic(slot))
+        slot.kind == SlotKind::New && (!slot.pods.is_empty() || self.atomic(slot) || slot.warm)
     }
 }

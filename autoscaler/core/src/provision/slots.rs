@@ -48,6 +48,7 @@ impl Slot {
             dra_taken: vec![],
             dra_claims: vec![],
             min_values_relaxed: BTreeMap::new(),
+            warm: false,
         }
     }
 }

@@ -181,7 +181,8 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let mut held: Vec<bool> = plan
             .new_claims
             .iter()
-            .map(|nc| nc.pods.iter().all(|p| verdicts.contains_key(p)))
+            // A warm claim (no pods) is no pod's launch: never held for one.
+            .map(|nc| !nc.warm && nc.pods.iter().all(|p| verdicts.contains_key(p)))
             .collect();
         let group_of: HashMap<&PodKey, &str> = snapshot
             .pending

@@ -26,6 +26,7 @@ use crate::controller::snapshot::Inputs;
 use super::{Controller, Nomination, epoch};
 
 mod objects;
+mod warm;
 
 use objects::limits_text;
 pub use objects::{claim_object, quantities, requirement_exprs};
@@ -131,13 +132,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
             self.batcher
                 .start_with(youngest.map(|a| u64::try_from(a).unwrap_or(0)));
         }
-        let Some(batch) = self.batcher.step(self.millis(), &pending) else {
-            return;
-        };
-        if batch.is_empty() {
-            return;
-        }
+        let batch = self.batcher.step(self.millis(), &pending);
         let pools = self.stores.pools.state();
+        // A round brings the pools up to their minNodes with the pods it plans, or alone.
+        let warm = self.warm_round(&pools);
+        let batch = match batch {
+            Some(b) if !b.is_empty() => b,
+            _ if warm => BTreeSet::new(),
+            _ => return,
+        };
         let types = self.instance_types(&pools).await;
         let nodes = self.stores.nodes.state();
         let claims = self.stores.claims.state();
@@ -201,6 +204,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             // or more with no more pods than the limit has claims splits, so with the default
             // limit (1,000) none does: it takes a raised `--max-claims-per-round`.
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            min_nodes: warm,
             ..PlanOptions::default()
         };
         let mut plan = plan_cached(&built.snapshot, &options, &mut self.shapes);
@@ -309,16 +313,20 @@ impl<P: CloudProvider + 'static> Controller<P> {
                         self.nominate(pk, &cname);
                     }
                     self.disruption_state.scaled_up(&nc.pool, epoch());
+                    let why = if nc.warm {
+                        if let Some(np) = pools.iter().find(|p| p.name_any() == nc.pool) {
+                            events.push(warm::scaled_up_event(np, &cname, &types));
+                        }
+                        "to reach the NodePool's minNodes".to_string()
+                    } else {
+                        format!("for {} pods", nc.pods.len())
+                    };
                     self.visibility.decided(
                         epoch(),
                         "ScaleUp",
                         &nc.pool,
                         vec![cname.clone()],
-                        format!(
-                            "for {} pods; instance types [{}]",
-                            nc.pods.len(),
-                            types.join(", ")
-                        ),
+                        format!("{why}; instance types [{}]", types.join(", ")),
                     );
                     for pk in &nc.pods {
                         if let Some(p) = pod_by_key.get(pk) {
@@ -366,6 +374,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             }
         }
         self.limit_events(&plan, &pools, &mut events);
+        self.min_nodes_events(&plan, &pools, &mut events);
         if !self.notices.is_empty() {
             let pending_ids: HashSet<String> = pending_pods
                 .iter()
@@ -608,6 +617,7 @@ mod tests {
             atomic: false,
             dra: false,
             min_values_relaxed: Default::default(),
+            warm: false,
         }
     }
 
