@@ -42,6 +42,9 @@ enum Ev {
     Replan,
     /// The policy asked to plan again now ([`Policy::provision_wake`]).
     PolicyWake,
+    /// `--enforce-node-group-min-size`: a round that plans with no pod pending too, every
+    /// `--replan-interval`, so that the NodePools are brought up to their `minNodes`.
+    MinNodesTick,
     DisruptTick,
     /// A disruption command's executor is stepped again.
     Step(u64),
@@ -276,6 +279,9 @@ impl<'a> Engine<'a> {
             }
         }
         e.push(cfg.cadence.disruption_interval_s, Ev::DisruptTick);
+        if cfg.enforce_min_nodes && e.pools.iter().any(|p| p.min_nodes > 0) {
+            e.push(0, Ev::MinNodesTick);
+        }
         e.push(0, Ev::Sample);
         e
     }
@@ -433,6 +439,15 @@ impl<'a> Engine<'a> {
                     self.provision();
                 }
             }
+            Ev::MinNodesTick if self.pass_scheduled => {
+                // Pods created at this very second are seen by the scheduler first, as a
+                // batch check waits for them: a pod it binds is no pod to launch for.
+                self.push(self.now, Ev::MinNodesTick);
+            }
+            Ev::MinNodesTick => {
+                self.provision_round(true);
+                self.push(self.now + self.cfg.cadence.replan_s, Ev::MinNodesTick);
+            }
             Ev::DisruptTick => {
                 self.disrupt_tick();
                 self.push(
@@ -543,7 +558,13 @@ impl<'a> Engine<'a> {
     }
 
     fn provision(&mut self) {
-        if self.cluster.pending.is_empty() {
+        self.provision_round(false);
+    }
+
+    /// A provisioning round; with no pod pending, only when it brings the pools up to their
+    /// `minNodes` (`warm`).
+    fn provision_round(&mut self, warm: bool) {
+        if self.cluster.pending.is_empty() && !warm {
             return;
         }
         self.unavailable.prune(self.now);

@@ -320,6 +320,9 @@ impl Policy for GpuAutoscaler {
         // The controller's slice per round; the pods past it are planned at the next re-plan.
         let options = PlanOptions {
             max_new_claims: DEFAULT_MAX_CLAIMS_PER_ROUND,
+            // The simulated cluster has no cache to lag, so every round may bring the pools up
+            // to their minNodes (the controller does it once per re-plan interval).
+            min_nodes: ctx.config.enforce_min_nodes,
             ..PlanOptions::default()
         };
         let plan = plan_cached(snap, &options, &mut self.shapes);

@@ -209,6 +209,9 @@ struct ClusterFile {
     ignore_mirror_pods_utilization: Option<bool>,
     #[serde(default)]
     node_overlays: Option<bool>,
+    /// The controller's `--enforce-node-group-min-size`.
+    #[serde(default)]
+    enforce_node_group_min_size: Option<bool>,
     /// Cluster-wide totals, as the `run` flags of the same names.
     #[serde(default)]
     max_nodes_total: u32,

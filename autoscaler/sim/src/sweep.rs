@@ -23,6 +23,9 @@ use crate::scenario::{self, Scenario};
 use crate::seeds::{self, Metric, OURS, PolicySummary, column, describe, put, show_secs};
 use crate::stats::{Estimate, Verdict, digits_for};
 
+/// The most nodes `min-nodes` takes: a sweep is a question about warm nodes, not a cluster.
+const MAX_MIN_NODES: u32 = 1000;
+
 /// A knob `--sweep` can turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Key {
@@ -39,16 +42,21 @@ pub enum Key {
     /// The pool's pause of scale-down after it scaled up (`--scale-down-delay-after-add` for
     /// one pool; the scenario's `cluster.scaleDownDelayAfterAdd` when the pool sets none).
     ScaleDownDelayAfterAdd,
+    /// `minNodes`: what disruption leaves, and, with `cluster.enforceNodeGroupMinSize`, the
+    /// warm nodes kept with no pod pending (the cost of a warm GPU node against the wait it
+    /// saves).
+    MinNodes,
 }
 
 /// Every key, in the spelling `--sweep` takes.
-pub const KEYS: [Key; 6] = [
+pub const KEYS: [Key; 7] = [
     Key::GpuUtilizationThreshold,
     Key::UtilizationThreshold,
     Key::UnneededTime,
     Key::ConsolidateAfter,
     Key::RightSizeSavings,
     Key::ScaleDownDelayAfterAdd,
+    Key::MinNodes,
 ];
 
 /// A value of a key: a share in [0, 1] or whole seconds.
@@ -58,6 +66,8 @@ pub enum Setting {
     Ratio(f64),
     /// A duration, seconds.
     Secs(i64),
+    /// A number of nodes.
+    Count(u32),
 }
 
 impl Key {
@@ -70,6 +80,7 @@ impl Key {
             Key::ConsolidateAfter => "consolidate-after",
             Key::RightSizeSavings => "right-size-savings",
             Key::ScaleDownDelayAfterAdd => "scale-down-delay-after-add",
+            Key::MinNodes => "min-nodes",
         }
     }
 
@@ -89,6 +100,17 @@ impl Key {
                     .map(Setting::Secs)
                     .map_err(|e| format!("{}: {e}", self.name()))
             }
+            Key::MinNodes => match text.trim().parse::<u32>() {
+                Ok(n) if n <= MAX_MIN_NODES => Ok(Setting::Count(n)),
+                Ok(n) => Err(format!(
+                    "{}: {n} is above {MAX_MIN_NODES} nodes",
+                    self.name()
+                )),
+                Err(_) => Err(format!(
+                    "{}: {text:?} is not a whole number of nodes",
+                    self.name()
+                )),
+            },
         }
     }
 
@@ -107,6 +129,7 @@ impl Key {
                     .after_add_s
                     .unwrap_or(scenario.cluster.disruption.delay_after_scale_up_s),
             ),
+            Key::MinNodes => Setting::Count(pool.min_nodes),
         }
     }
 
@@ -119,6 +142,7 @@ impl Key {
             (Key::ConsolidateAfter, Setting::Secs(s)) => d.consolidate_after_s = s,
             (Key::RightSizeSavings, Setting::Ratio(r)) => d.right_size_savings = r,
             (Key::ScaleDownDelayAfterAdd, Setting::Secs(s)) => d.delays.after_add_s = Some(s),
+            (Key::MinNodes, Setting::Count(n)) => pool.min_nodes = n,
             // parse_value gives each key its own kind of value.
             _ => {}
         }
@@ -129,6 +153,7 @@ impl std::fmt::Display for Setting {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
             Setting::Ratio(r) => write!(f, "{r}"),
+            Setting::Count(n) => write!(f, "{n}"),
             Setting::Secs(s) => {
                 let (h, m, sec) = (s / 3600, s % 3600 / 60, s % 60);
                 let mut out = String::new();
@@ -143,18 +168,23 @@ impl std::fmt::Display for Setting {
     }
 }
 
-/// Whether `policy` reads `key` (from the code: the core's `plan_disruption` reads all six;
-/// the Karpenter models only `consolidateAfter`; the Cluster Autoscaler models the two
-/// thresholds and `unneededTime`: their `--scale-down-delay-after-add` is one flag for the
+/// Whether `policy` reads `key` (from the code: gpu-autoscaler reads every key; the Karpenter
+/// models only `consolidateAfter` and `minNodes`, which holds every policy's disruption; the
+/// Cluster Autoscaler models the two thresholds, `unneededTime` and `minNodes`: their `--scale-down-delay-after-add` is one flag for the
 /// whole cluster, as in the Cluster Autoscaler, which has no per-node-group value for it). A policy not listed is taken to read every key, so it is never shown as
 /// unaffected by mistake. The `policies_that_ignore_a_key_do_not_change` test checks the
 /// `false` answers by running them.
 pub fn policy_reads(policy: &str, key: Key) -> bool {
     match policy {
-        "karpenter-like" | "karpenter-ideal" => key == Key::ConsolidateAfter,
+        "karpenter-like" | "karpenter-ideal" => {
+            matches!(key, Key::ConsolidateAfter | Key::MinNodes)
+        }
         "ca-like" | "ca-ideal" => matches!(
             key,
-            Key::GpuUtilizationThreshold | Key::UtilizationThreshold | Key::UnneededTime
+            Key::GpuUtilizationThreshold
+                | Key::UtilizationThreshold
+                | Key::UnneededTime
+                | Key::MinNodes
         ),
         _ => true,
     }

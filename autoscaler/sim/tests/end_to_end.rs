@@ -570,6 +570,7 @@ fn policies_that_ignore_a_key_do_not_change() {
             sweep::Key::GpuUtilizationThreshold
             | sweep::Key::UtilizationThreshold
             | sweep::Key::RightSizeSavings => "0.05,0.95",
+            sweep::Key::MinNodes => "0,3",
             _ => "0s,5h",
         };
         let sw = sweep::parse(&format!("{}={values}", key.name()), &s).unwrap();

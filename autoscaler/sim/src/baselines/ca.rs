@@ -241,6 +241,74 @@ impl CaLike {
     /// group spanning zones launches them: the zone with the fewest nodes of the group first
     /// (cheapest first within a zone), among the offerings the bin's pods allow.
     /// `specs_of` holds the specs of the option's pods (a request's pods do not exist yet).
+    /// `--enforce-node-group-min-size` (the scenario's `cluster.enforceNodeGroupMinSize`;
+    /// upstream's `ScaleUpToNodeGroupMinSize`, `core/static_autoscaler.go`, run every loop):
+    /// each pool below its `minNodes`, counting its live nodes not being deleted and this
+    /// round's `launching`, grows on its cheapest node group by what it lacks, within its
+    /// limits. A pool's types are its node groups here, so the pool's minimum stands for the
+    /// group's. Nothing when the flag is off.
+    fn min_size_specs(&self, ctx: &Ctx, launching: &[LaunchSpec], now: i64) -> Vec<LaunchSpec> {
+        if !ctx.config.enforce_min_nodes {
+            return Vec::new();
+        }
+        let mut usage = pool_usage(ctx, &self.shapes);
+        let mut out = Vec::new();
+        for (pi, pool) in ctx.pools.iter().enumerate() {
+            if pool.min_nodes == 0 || pool.atomic_nodes.is_some() {
+                continue;
+            }
+            let live = ctx
+                .cluster
+                .live_nodes
+                .iter()
+                .map(|n| &ctx.cluster.nodes[*n])
+                .filter(|n| n.pool == Some(pi) && !n.deleting)
+                .count();
+            let have = live + launching.iter().filter(|s| s.pool == pi).count();
+            let cheapest = self
+                .shapes
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.pool == pi)
+                .filter_map(|(si, s)| {
+                    let oi = (0..s.offerings.len())
+                        .find(|oi| available(&self.shapes, ctx.unavailable, si, *oi, now))?;
+                    Some((s.offerings[oi].2, si))
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let Some((_, si)) = cheapest else {
+                continue;
+            };
+            let sh = &self.shapes[si];
+            let candidates: Vec<OfferingKey> = (0..sh.offerings.len())
+                .filter(|oi| available(&self.shapes, ctx.unavailable, si, *oi, now))
+                .take(if self.fidelity == Fidelity::Ideal {
+                    1
+                } else {
+                    usize::MAX
+                })
+                .map(|oi| {
+                    let (z, ct, _) = &sh.offerings[oi];
+                    OfferingKey::new(&sh.name, z, *ct)
+                })
+                .collect();
+            for _ in have..pool.min_nodes as usize {
+                if !within_limits(pool, &usage[pi], sh) {
+                    break;
+                }
+                usage[pi].0 += 1;
+                usage[pi].1.add(&sh.capacity);
+                out.push(LaunchSpec {
+                    pool: pi,
+                    candidates: candidates.clone(),
+                    pods: vec![],
+                    labels: Labels::new(),
+                });
+            }
+        }
+        out
+    }
+
     fn specs(
         &self,
         ctx: &Ctx,
@@ -357,13 +425,15 @@ impl Policy for CaLike {
         let (noms, rest) = nominate_in_flight(ctx, &self.shapes, pods, false);
         if let Some(at) = self.not_yet(ctx, &rest, now) {
             self.wake = Some(at);
-            return (vec![], noms);
+            return (self.min_size_specs(ctx, &[], now), noms);
         }
         let rest: Vec<(PodId, &Pod)> = rest.iter().map(|p| (*p, ctx.cluster.pod(*p))).collect();
         let best = self.best_group(ctx, &rest, now, false);
-        let specs = best
+        let mut specs = best
             .map(|b| self.specs(ctx, b, &rest, now))
             .unwrap_or_default();
+        let warm = self.min_size_specs(ctx, &specs, now);
+        specs.extend(warm);
         (specs, noms)
     }
 

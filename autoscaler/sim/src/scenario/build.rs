@@ -188,6 +188,9 @@ pub(super) fn build_cluster(
     if let Some(b) = f.node_overlays {
         c.node_overlays = b;
     }
+    if let Some(b) = f.enforce_node_group_min_size {
+        c.enforce_min_nodes = b;
+    }
     Ok(c)
 }
 

@@ -53,6 +53,11 @@ pub struct ClusterConfig {
     /// Karpenter with NodeOverlays; without them karpenter-like sizes GPU nodes by physical
     /// `nvidia.com/gpu` and knows no MIG resource.
     pub node_overlays: bool,
+    /// The controller's `--enforce-node-group-min-size` (`cluster.enforceNodeGroupMinSize`):
+    /// every `--replan-interval`, pending pods or not, gpu-autoscaler brings each NodePool up
+    /// to its `minNodes`, and the Cluster Autoscaler models (whose flag it is) scale each pool
+    /// below it up on its cheapest node group; the Karpenter models have no such setting.
+    pub enforce_min_nodes: bool,
     /// Cluster-wide limits (`maxNodesTotal`, `coresTotal`, `memoryTotal`, `gpuTotal`,
     /// `capacityQuotas`), across NodePools, as the controller's flags and CapacityQuotas.
     pub cluster_limits: Vec<autoscaler_core::model::ClusterLimit>,
@@ -79,6 +84,7 @@ impl Default for ClusterConfig {
             ca_delay_after_add_s: crate::baselines::ca::CA_SCALE_DOWN_DELAY_AFTER_ADD_S,
             disruption_timeouts: Default::default(),
             node_overlays: false,
+            enforce_min_nodes: false,
             cluster_limits: Vec::new(),
             device_classes: Arc::default(),
         }
