@@ -432,6 +432,15 @@ impl Node {
     pub fn going(&self) -> bool {
         self.deleting || crate::keys::foreign_removal(&self.taints, None).is_some()
     }
+
+    /// Whether the node is being removed at `now` (seconds on the caller's Unix clock):
+    /// deleted, or by another autoscaler whose taint is still within its window
+    /// ([`crate::keys::foreign_removal`]). A leftover taint's node is an ordinary node of its
+    /// pool: it counts towards `minNodes` both when disruption keeps a pool at its minimum and
+    /// when a plan brings the pool up to it, so the two never undo each other.
+    pub fn being_removed(&self, now: i64) -> bool {
+        self.deleting || crate::keys::foreign_removal(&self.taints, Some(now)).is_some()
+    }
 }
 
 fn ready_by_default() -> bool {

@@ -160,14 +160,16 @@ pub struct PlanOptions {
     /// independent parts (no NodePool, node or topology term in common, see `parts.rs`) is
     /// planned a part per thread; the plan is the same as on one thread.
     pub threads: usize,
-    /// Whether to bring every NodePool up to its `minNodes` (`--enforce-node-group-min-size`,
-    /// off by default as in the Cluster Autoscaler): once the pods are placed, a pool with
-    /// fewer nodes than that (existing and not going, in flight, and planned by this plan)
-    /// gets claims without pods for the rest ([`crate::plan::NewClaim::warm`], see `warm.rs`),
-    /// within its limits and the cluster-wide ones; what it still lacks is listed in
-    /// [`Plan::min_nodes_short`] with the reason. Disruption never sets it: its simulations
-    /// ask where pods go, not what a pool should hold.
-    pub min_nodes: bool,
+    /// `Some(now)` (seconds on the caller's Unix clock): bring every NodePool up to its
+    /// `minNodes` (`--enforce-node-group-min-size`; `None`, the default, as in the Cluster
+    /// Autoscaler). Once the pods are placed, a pool with fewer nodes than that (existing and
+    /// not being removed at `now`, [`crate::model::Node::being_removed`], as disruption counts
+    /// them; in flight; planned by this plan) gets claims without pods for the rest
+    /// ([`crate::plan::NewClaim::warm`], see `warm.rs`), within its limits and the
+    /// cluster-wide ones; what it still lacks is listed in [`Plan::min_nodes_short`] with the
+    /// reason. Disruption never sets it: its simulations ask where pods go, not what a pool
+    /// should hold.
+    pub min_nodes: Option<i64>,
 }
 
 /// The controller's default for [`PlanOptions::max_new_claims`] in a provisioning round
@@ -181,7 +183,7 @@ impl Default for PlanOptions {
             max_instance_types: 60,
             max_new_claims: usize::MAX,
             threads: 1,
-            min_nodes: false,
+            min_nodes: None,
         }
     }
 }
@@ -997,10 +999,9 @@ impl<'a> Planner<'a> {
                 self.deferred[f] = true;
             }
         }
-        let short = if self.options.min_nodes {
-            self.open_warm_claims()
-        } else {
-            Vec::new()
+        let short = match self.options.min_nodes {
+            Some(now) => self.open_warm_claims(now),
+            None => Vec::new(),
         };
         let considered = self.considered.take();
         let mut plan = self.finish();

@@ -1330,7 +1330,7 @@ fn test_scale_up_to_meet_node_group_min_size() {
     let enforced = autoscaler_core::provision::plan_with(
         &s,
         &autoscaler_core::provision::PlanOptions {
-            min_nodes: true,
+            min_nodes: Some(0),
             ..Default::default()
         },
     );

@@ -2,11 +2,13 @@
 //! (`PlanOptions::min_nodes`, the controller's `--enforce-node-group-min-size`).
 
 use autoscaler_core::builders::*;
+use autoscaler_core::keys::{CA_DELETION_WINDOW_S, CA_TO_BE_DELETED};
 use autoscaler_core::labels;
 use autoscaler_core::model::{InFlightClaim, Snapshot};
 use autoscaler_core::plan::Plan;
 use autoscaler_core::provision::{PlanOptions, plan_provisioning, plan_with};
 use autoscaler_core::requirements::{Operator, Requirements};
+use autoscaler_core::taints::{Effect, Taint};
 use expect_test::{Expect, expect};
 
 mod support;
@@ -14,7 +16,7 @@ use support::{cpu_types, gpu_types};
 
 fn warm(snap: &Snapshot, expected: Expect) -> Plan {
     let options = PlanOptions {
-        min_nodes: true,
+        min_nodes: Some(0),
         ..PlanOptions::default()
     };
     let plan = plan_with(snap, &options);
@@ -159,7 +161,7 @@ fn atomic_pools_and_the_claim_limit_are_left_as_they_are() {
         ],
     );
     let options = PlanOptions {
-        min_nodes: true,
+        min_nodes: Some(0),
         max_new_claims: 2,
         ..PlanOptions::default()
     };
@@ -172,4 +174,32 @@ fn atomic_pools_and_the_claim_limit_are_left_as_they_are() {
         minNodes short cpu by 1: the plan opened its most new claims (2); the rest come in a later plan
     "#]]
     .assert_eq(&plan.render());
+}
+
+#[test]
+fn a_node_another_autoscaler_is_removing_counts_as_disruption_counts_it() {
+    let t = &cpu_types()[0];
+    let now = 100_000;
+    let tainted_at = |at: i64| {
+        snapshot(
+            vec![],
+            vec![node("old", t, "us-east-1a").pool("cpu").taint(Taint {
+                key: CA_TO_BE_DELETED.into(),
+                value: at.to_string(),
+                effect: Effect::NoSchedule,
+            })],
+            vec![pool("cpu", cpu_types()).min_nodes(1)],
+        )
+    };
+    let options = PlanOptions {
+        min_nodes: Some(now),
+        ..PlanOptions::default()
+    };
+    // The Cluster Autoscaler is removing it: a node is launched to take its place.
+    let removing = plan_with(&tainted_at(now - 10), &options);
+    assert_eq!(removing.new_claims.len(), 1, "{}", removing.render());
+    // Its taint outlived the removal window: disruption counts the node as the pool's (and
+    // would remove a second one above minNodes), so no node is added beside it.
+    let leftover = plan_with(&tainted_at(now - CA_DELETION_WINDOW_S - 1), &options);
+    assert!(leftover.new_claims.is_empty(), "{}", leftover.render());
 }

@@ -322,7 +322,7 @@ impl Policy for GpuAutoscaler {
             max_new_claims: DEFAULT_MAX_CLAIMS_PER_ROUND,
             // The simulated cluster has no cache to lag, so every round may bring the pools up
             // to their minNodes (the controller does it once per re-plan interval).
-            min_nodes: ctx.config.enforce_min_nodes,
+            min_nodes: ctx.config.enforce_min_nodes.then_some(now),
             ..PlanOptions::default()
         };
         let plan = plan_cached(snap, &options, &mut self.shapes);

@@ -165,9 +165,12 @@ struct Controller<P> {
     args: RunArgs,
     batcher: Batcher,
     /// When a plan last brought the NodePools up to their `minNodes`
-    /// (`--enforce-node-group-min-size`): at most once per `--replan-interval`, so that a
-    /// claim the cache does not show yet is never planned a second time.
+    /// (`--enforce-node-group-min-size`): at most once per `--replan-interval`.
     last_warm: Option<Instant>,
+    /// Warm claims this leader created that the claim cache does not show yet, with when: no
+    /// plan brings the pools up again until it does, so a claim is never counted out (and
+    /// launched again) while the cache catches up.
+    warm_unseen: Vec<(String, Instant)>,
     builder: SnapshotBuilder,
     started: Instant,
     types: HashMap<NodeClassRef, (Instant, Arc<Vec<InstanceType>>)>,
@@ -612,6 +615,7 @@ async fn run_with<P: CloudProvider + 'static>(
         }),
         args: args.clone(),
         last_warm: None,
+        warm_unseen: Vec::new(),
         builder: SnapshotBuilder {
             ignore_preferences: args.preference_policy == PreferencePolicy::Ignore,
             min_values_policy: args.min_values_policy.to_core(),

@@ -80,7 +80,8 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
-    /// Nodes the pool keeps even when they are empty: disruption never takes it below this.
+    /// Nodes the pool keeps even when they are empty: consolidation and drift never take it
+    /// below this (expiry, `expireAfter`, is forceful and does).
     /// With the controller's `--enforce-node-group-min-size`, nodes are also launched to reach
     /// it with no pod pending (warm capacity; NodeClaims listing every instance type of the
     /// pool within its limits, cheapest first).

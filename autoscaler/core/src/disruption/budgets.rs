@@ -46,7 +46,7 @@ pub fn budget_standing<'a>(nodes: impl Iterator<Item = &'a Node>, now: i64) -> (
     let (mut total, mut disrupted) = (0, 0);
     for n in nodes.filter(|n| n.initialized) {
         total += 1;
-        if being_removed(n, now) || !n.ready {
+        if n.being_removed(now) || !n.ready {
             disrupted += 1;
         }
     }
@@ -74,13 +74,6 @@ pub(super) struct Allowance {
     atomic_taken: bool,
 }
 
-/// Whether `n` is being removed at `now`: deleted, or by another autoscaler whose taint is
-/// still within its window ([`crate::keys::foreign_removal`]). A leftover taint's node is an
-/// ordinary candidate, so it is not counted as removed already.
-fn being_removed(n: &Node, now: i64) -> bool {
-    n.deleting || crate::keys::foreign_removal(&n.taints, Some(now)).is_some()
-}
-
 impl Allowance {
     pub(super) fn new(
         snap: &Snapshot,
@@ -100,7 +93,7 @@ impl Allowance {
                 .filter(|n| n.pool.as_deref() == Some(&pool.name))
                 .collect();
             let total = nodes.len() as i64;
-            let deleting = nodes.iter().filter(|n| being_removed(n, now)).count() as i64;
+            let deleting = nodes.iter().filter(|n| n.being_removed(now)).count() as i64;
             let (budget_total, disrupted) = budget_standing(nodes.iter().copied(), now);
             for reason in [
                 DisruptionReason::Empty,
@@ -120,7 +113,7 @@ impl Allowance {
         let cluster_total = usage_of_nodes(
             &snap.cluster_limits,
             &snap.pools,
-            snap.nodes.iter().filter(|n| !being_removed(n, now)),
+            snap.nodes.iter().filter(|n| !n.being_removed(now)),
         );
         Allowance {
             budget,

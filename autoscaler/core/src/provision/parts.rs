@@ -65,7 +65,7 @@ impl<'a> Planner<'a> {
             && snap.pending.len() >= MIN_PODS
             && snap.pending.len() <= self.options.max_new_claims
             && self.explain.is_none()
-            && !self.options.min_nodes
+            && self.options.min_nodes.is_none()
             && self.dra.is_none()
             && self.selectors.is_empty()
             && snap.nominated.is_empty()

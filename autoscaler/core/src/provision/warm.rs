@@ -6,8 +6,9 @@
 //! claim lists every instance type of its pool that stays within the limits, cheapest first, as
 //! the pool's template allows them: the provider launches the cheapest it can get (Karpenter's
 //! static NodePools leave the choice to the launch the same way). A pool's nodes are its
-//! existing nodes that are not going, its claims in flight and the claims this plan opens; an
-//! atomic pool is left alone (it scales to its own size).
+//! existing nodes not being removed (counted as disruption counts them for `minNodes`), its
+//! claims in flight and the claims this plan opens; an atomic pool is left alone (it scales to
+//! its own size).
 
 use crate::plan::MinNodesShort;
 
@@ -17,7 +18,7 @@ use super::{Planner, Slot, SlotKind};
 impl Planner<'_> {
     /// Opens the warm claims every pool lacks, within its limits and the cluster-wide ones;
     /// returns the pools still short and why, by pool name.
-    pub(super) fn open_warm_claims(&mut self) -> Vec<MinNodesShort> {
+    pub(super) fn open_warm_claims(&mut self, now: i64) -> Vec<MinNodesShort> {
         let snap = self.snap;
         let mut short = Vec::new();
         let mut order: Vec<usize> = (0..snap.pools.len())
@@ -26,7 +27,7 @@ impl Planner<'_> {
         order.sort_by(|a, b| snap.pools[*a].name.cmp(&snap.pools[*b].name));
         for pi in order {
             let pool = &snap.pools[pi];
-            let have = self.pool_nodes(pi);
+            let have = self.pool_nodes(pi, now);
             let mut missing = i64::from(pool.min_nodes) - have;
             while missing > 0 {
                 match self.open_warm_claim(pi, missing) {
@@ -45,9 +46,10 @@ impl Planner<'_> {
         short
     }
 
-    /// The nodes pool `pi` has towards its `minNodes`: existing ones not going (a node still
-    /// initializing is counted once, as its claim), claims in flight, and this plan's claims.
-    fn pool_nodes(&self, pi: usize) -> i64 {
+    /// The nodes pool `pi` has towards its `minNodes`: existing ones not being removed at `now`
+    /// (as disruption counts them; a node still initializing is counted once, as its claim),
+    /// claims in flight, and this plan's claims.
+    fn pool_nodes(&self, pi: usize, now: i64) -> i64 {
         let snap = self.snap;
         let name = snap.pools[pi].name.as_str();
         let in_flight: Vec<&str> = snap
@@ -59,7 +61,7 @@ impl Planner<'_> {
         let nodes = snap
             .nodes
             .iter()
-            .filter(|n| n.pool.as_deref() == Some(name) && !n.going())
+            .filter(|n| n.pool.as_deref() == Some(name) && !n.being_removed(now))
             .filter(|n| n.claim.as_deref().is_none_or(|c| !in_flight.contains(&c)))
             .count();
         let planned = self

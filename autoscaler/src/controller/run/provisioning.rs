@@ -204,7 +204,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             // or more with no more pods than the limit has claims splits, so with the default
             // limit (1,000) none does: it takes a raised `--max-claims-per-round`.
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            min_nodes: warm,
+            min_nodes: warm.then(epoch),
             ..PlanOptions::default()
         };
         let mut plan = plan_cached(&built.snapshot, &options, &mut self.shapes);
@@ -314,6 +314,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     }
                     self.disruption_state.scaled_up(&nc.pool, epoch());
                     let why = if nc.warm {
+                        self.warm_created(&cname);
                         if let Some(np) = pools.iter().find(|p| p.name_any() == nc.pool) {
                             events.push(warm::scaled_up_event(np, &cname, &types));
                         }
