@@ -433,6 +433,13 @@ impl Node {
         self.deleting || crate::keys::foreign_removal(&self.taints, None).is_some()
     }
 
+    /// Since when the node's pods have not changed: the later of its last pod event and its
+    /// creation. Karpenter's `consolidateAfter` counts from here.
+    pub fn stable_since(&self) -> i64 {
+        self.last_pod_event
+            .map_or(self.created_at, |t| t.max(self.created_at))
+    }
+
     /// Whether the node is being removed at `now` (seconds on the caller's Unix clock):
     /// deleted, or by another autoscaler whose taint is still within its window
     /// ([`crate::keys::foreign_removal`]). A leftover taint's node is an ordinary node of its

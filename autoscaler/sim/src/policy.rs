@@ -594,8 +594,10 @@ fn next_wake(snap: &Snapshot, state: &DisruptionState, cfg: &DisruptionConfig, n
         if let Some(since) = state.unneeded_since.get(&n.name) {
             consider(since.saturating_add(p.disruption.unneeded_s));
         }
+        // consolidateAfter counts from the node's last pod change: a node emptied after its
+        // unneeded time ran out becomes a candidate then, with nothing else changing.
         consider(
-            n.created_at
+            n.stable_since()
                 .saturating_add(p.disruption.consolidate_after_s),
         );
         let _ = &unneeded;

@@ -601,9 +601,7 @@ impl Pass<'_> {
             });
         }
         // Karpenter's consolidateAfter: the node's pods have not changed for that long.
-        let stable_since = n
-            .last_pod_event
-            .map_or(n.created_at, |t| t.max(n.created_at));
+        let stable_since = n.stable_since();
         if policy.consolidate_after_s == i64::MAX {
             // `consolidateAfter: Never`: no wait ends it.
             return Some(Blocker::new(
