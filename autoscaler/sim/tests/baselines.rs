@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use autoscaler_sim::{PolicyResult, RunOptions, Scenario, report, run};
+use autoscaler_sim::{RunOptions, Scenario, run};
+
+mod support;
+use support::{named, results};
 
 /// A scenario of `pool` (one NodePool's YAML lines) and `workload` (one workload's), run by
 /// `policies`, with `cluster` lines added to the cluster section.
@@ -15,16 +18,6 @@ fn scenario(cluster: &str, pool: &str, workload: &str, policies: &str) -> Scenar
          cluster:\n  launch: {{cpu: 45s, gpu: 120s}}\n{cluster}pools:\n{pool}workloads:\n{workload}"
     );
     Scenario::parse(Path::new("blind-spots.yaml"), &yaml).unwrap()
-}
-
-fn results(s: &Scenario) -> (Vec<PolicyResult>, String) {
-    let r = run(s, &RunOptions::default(), &|_, _| {}).unwrap();
-    let summary = report::summary(&r);
-    (r.policies, summary)
-}
-
-fn named<'a>(ps: &'a [PolicyResult], name: &str) -> &'a PolicyResult {
-    ps.iter().find(|p| p.name == name).unwrap()
 }
 
 const TIME_SLICED: &str = "  - name: notebooks

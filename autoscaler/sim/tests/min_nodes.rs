@@ -5,7 +5,10 @@
 
 use std::path::Path;
 
-use autoscaler_sim::{PolicyResult, RunOptions, Scenario, report, run, sweep};
+use autoscaler_sim::{RunOptions, Scenario, run, sweep};
+
+mod support;
+use support::{named, results};
 
 const POLICIES: &str = "gpu-autoscaler, ca-like, ca-ideal, karpenter-like";
 
@@ -20,16 +23,6 @@ fn scenario(enforce: bool) -> Scenario {
          \x20     duration: {{fixed: 10m}}\n      pod: {{nodePool: gpu, cpu: 1, memory: 4Gi, gpus: 1}}\n"
     );
     Scenario::parse(Path::new("warm.yaml"), &yaml).unwrap()
-}
-
-fn results(s: &Scenario) -> (Vec<PolicyResult>, String) {
-    let r = run(s, &RunOptions::default(), &|_, _| {}).unwrap();
-    let summary = report::summary(&r);
-    (r.policies, summary)
-}
-
-fn named<'a>(ps: &'a [PolicyResult], name: &str) -> &'a PolicyResult {
-    ps.iter().find(|p| p.name == name).unwrap()
 }
 
 #[test]
