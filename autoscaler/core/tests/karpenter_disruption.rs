@@ -1786,6 +1786,45 @@ fn empty_drifted_nodes_are_deleted_where_consolidation_never_acts() {
 }
 
 #[test]
+fn an_empty_drifted_node_min_nodes_holds_is_replaced_first_by_the_pools_cheapest_node() {
+    // Ours: deleting it would take the pool below minNodes, so it would stay drifted for good
+    // (warm capacity is empty nodes at minNodes). It is replaced, as Karpenter's static
+    // NodePools replace drifted nodes one for one, by the claim a plan bringing the pool up
+    // to minNodes opens: every type, cheapest first, no pod.
+    let s = snap(
+        vec![drifted_node("n", &big())],
+        vec![drift_pool(vec![big(), cheap()]).min_nodes(1)],
+    );
+    let plan = run(&s);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Replace, vec!["n".to_string()])],
+        "{}",
+        plan.render()
+    );
+    let r = plan.commands[0].replacement.as_ref().unwrap();
+    assert_eq!(r.pool, "p");
+    assert!(r.pods.is_empty());
+    let types: Vec<&str> = r.instance_types.iter().map(|o| &*o.instance_type).collect();
+    assert_eq!(types, ["cheap.large", "big.8xlarge"]);
+    // A second node keeps the pool at its minimum: the drifted one is deleted, as before.
+    let two = snap(
+        vec![
+            drifted_node("n", &big()),
+            kn("m", &cheap(), "p").launched_with("new"),
+        ],
+        vec![drift_pool(vec![big(), cheap()]).min_nodes(1)],
+    );
+    let plan = run(&two);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Delete, vec!["n".to_string()])],
+        "{}",
+        plan.render()
+    );
+}
+
+#[test]
 fn nodes_whose_capacity_type_the_pool_no_longer_allows_are_drifted_by_requirements() {
     // The pool moved to on-demand only after the node was launched spot: its pods go to an
     // on-demand replacement.

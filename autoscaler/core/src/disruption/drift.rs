@@ -32,6 +32,10 @@
 //! - One command launches at most one replacement (the command carries one): a node whose
 //!   pods need several new nodes stays, and its verdict says so.
 //! - Nodes of atomic NodePools are removed only whole, by consolidation: drift leaves them.
+//! - An empty drifted node its pool's `minNodes` holds (warm capacity) is replaced, not left
+//!   for good: its replacement is the node the planner would open to bring the pool back up
+//!   to `minNodes` without it (as `--enforce-node-group-min-size` does), launched first;
+//!   Karpenter's static NodePools replace their drifted nodes one for one the same way.
 //! - The consolidation methods after drift still run in the same pass, on the cluster as the
 //!   drift command leaves it, as every phase of [`super::plan_disruption`] does; Karpenter
 //!   runs one method per pass.
@@ -42,7 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::keys::{NODEPOOL_HASH_ANNOTATION, NODEPOOL_HASH_VERSION_ANNOTATION};
 use crate::model::{DisruptionReason, Node, Pool, Snapshot};
-use crate::plan::Plan;
+use crate::plan::{NewClaim, Plan};
 
 use super::candidates::{movable, node_block_in};
 use super::simulate::nowhere_to_go;
@@ -198,6 +202,41 @@ impl Pass<'_> {
         }
     }
 
+    /// The claim that brings `n`'s pool back up to its `minNodes` once `n` is gone: planned
+    /// as a provisioning round with `PlanOptions::min_nodes` would, on the cluster without `n`
+    /// (its other nodes, the claims in flight and the cluster-wide limits counted). `None`
+    /// when no node can be planned (a limit, no instance type).
+    fn min_nodes_replacement(&self, n: &Node) -> Option<NewClaim> {
+        let snap = self.snap;
+        let pool = snap
+            .pools
+            .iter()
+            .find(|p| Some(&p.name) == n.pool.as_ref())?;
+        let without = Snapshot {
+            nodes: snap
+                .nodes
+                .iter()
+                .filter(|m| m.name != n.name && !self.gone.contains(&m.name))
+                .cloned()
+                .collect(),
+            in_flight: snap.in_flight.clone(),
+            daemonsets: snap.daemonsets.clone(),
+            pools: vec![pool.clone()],
+            cluster_limits: snap.cluster_limits.clone(),
+            min_values_policy: snap.min_values_policy,
+            ..Snapshot::default()
+        };
+        let options = crate::provision::PlanOptions {
+            min_nodes: Some(self.now),
+            max_new_claims: 1,
+            ..Default::default()
+        };
+        crate::provision::plan_with(&without, &options)
+            .new_claims
+            .into_iter()
+            .next()
+    }
+
     /// Decides the drift command for node `n`, `words` saying how it drifted. False when it
     /// stays (its verdict says why).
     fn drift_one(&mut self, n: &Node, words: &str) -> bool {
@@ -229,16 +268,27 @@ impl Pass<'_> {
         let current = self.work[wi].clone().into_owned();
         let removed = BTreeSet::from([wi]);
         let empty = movable(&current).is_empty();
-        // Budgets first: a refused node needs no simulation.
+        // Budgets first: a refused node needs no simulation. An empty node its pool's
+        // minNodes holds is replaced by the node that brings the pool back up instead.
+        let mut warm = None;
         if let Err(b) =
             self.allowance
                 .admit(snap, &[&current], DisruptionReason::Drifted, !empty, false)
         {
-            self.keep(&n.name, stay(b));
-            return false;
+            warm = match b.kind {
+                VerdictKind::AtMinNodes if empty => self.min_nodes_replacement(n),
+                _ => None,
+            };
+            if warm.is_none() {
+                self.keep(&n.name, stay(b));
+                return false;
+            }
         }
         let plan = if empty {
-            Plan::default()
+            Plan {
+                new_claims: warm.into_iter().collect(),
+                ..Plan::default()
+            }
         } else {
             self.simulate(&removed, true)
         };
