@@ -1,7 +1,8 @@
 //! Warm capacity end to end (`--enforce-node-group-min-size`): a NodePool's `minNodes` are
 //! launched with no pod pending, kept through disruption rounds, never launched twice, and
-//! replaced when one goes; a pool's GPU limit leaves it short with a `MinNodesNotReached` event;
-//! without the flag `minNodes` launches nothing.
+//! replaced when one goes, and replaced first when the pool's template changes (drift); a
+//! pool's GPU limit leaves it short with a `MinNodesNotReached` event; without the flag
+//! `minNodes` launches nothing.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -139,5 +140,43 @@ async fn e2e_warm_without_the_flag_min_nodes_launches_nothing() {
     })
     .await;
     ctl.more_loops("provision", 5).await;
+    assert_eq!(live_gpu_claims(&c).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_warm_a_drifted_warm_node_is_replaced_first_by_one_of_the_new_template() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(warm_pool(1, None)).await;
+    let _ctl = c.controller("solo", WARM);
+    let first = registered_gpu_nodes(&c, 1).await;
+    let first = first.into_iter().next().expect("the warm node");
+    // The template gains a label: the warm node drifted. Deleting it would take the pool below
+    // minNodes, so a node of the new template comes first, then the old one goes.
+    kube::Api::<NodePool>::all(c.client.clone())
+        .patch(
+            "gpu",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"template": {"metadata": {"labels": {"image": "v2"}}}}}),
+            ),
+        )
+        .await
+        .expect("patch the NodePool");
+    let second = eventually("the drifted warm node replaced", DEADLINE, || async {
+        let nodes = registered_gpu_nodes(&c, 1).await;
+        nodes.into_iter().find(|n| *n != first)
+    })
+    .await;
+    let node = c
+        .nodes()
+        .await
+        .into_iter()
+        .find(|n| n.name_any() == second)
+        .expect("the replacement node");
+    assert_eq!(node.labels().get("image").map(String::as_str), Some("v2"));
+    eventually("the drifted node gone", DEADLINE, || async {
+        (!c.nodes().await.iter().any(|n| n.name_any() == first)).then_some(())
+    })
+    .await;
     assert_eq!(live_gpu_claims(&c).await.len(), 1);
 }
