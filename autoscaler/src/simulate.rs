@@ -196,6 +196,7 @@ fn setup(args: &SimulateArgs) -> anyhow::Result<Setup> {
         explain,
         // Runs of many seeds keep one thread each: the seeds share the cores.
         threads: None,
+        every_pass: false,
     };
     let seed = opts.seed.unwrap_or(scenario.seed);
     let source = match (&args.openb, &args.dlrm) {

@@ -75,6 +75,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             max_pods: None,
             explain: None,
             threads: None,
+            every_pass: false,
         };
         match &trace {
             Some(w) => autoscaler_sim::run_workload(s, w, &opts, &|_, _| {}),

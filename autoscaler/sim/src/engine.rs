@@ -149,6 +149,8 @@ pub struct Engine<'a> {
     version: u64,
     disrupt_version: u64,
     disrupt_wake: i64,
+    /// Run every disruption pass ([`crate::RunOptions::every_pass`]).
+    every_pass: bool,
     selectors: SelectorCache,
     /// ProvisioningRequests by group.
     requests: BTreeMap<u32, Request>,
@@ -242,6 +244,7 @@ impl<'a> Engine<'a> {
             version: 0,
             disrupt_version: u64::MAX,
             disrupt_wake: 0,
+            every_pass: false,
             selectors: SelectorCache::default(),
             requests: BTreeMap::new(),
             pending_samples: Vec::new(),
@@ -311,6 +314,12 @@ impl<'a> Engine<'a> {
             self.violation_examples
                 .push(format!("t={}s {}: {what}", self.now, self.policy.name()));
         }
+    }
+
+    /// Runs every disruption pass ([`crate::RunOptions::every_pass`]).
+    pub fn every_pass(mut self) -> Self {
+        self.every_pass = true;
+        self
     }
 
     /// Asks the policy to explain `asked` at virtual time `at` (the end of the run when

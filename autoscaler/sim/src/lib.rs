@@ -64,6 +64,10 @@ pub struct RunOptions {
     /// number; `simulate` gives a single run every core, and runs of many seeds one each
     /// (their seeds already share the cores).
     pub threads: Option<usize>,
+    /// Run every disruption pass, as the controller does, instead of skipping the passes the
+    /// policy says cannot decide anything new (slower; the same results when the policy's
+    /// wake-ups are right, which tests check with it).
+    pub every_pass: bool,
 }
 
 impl RunOptions {
@@ -263,6 +267,9 @@ pub fn run_workload(
             let mut engine = engine(scenario, workload, &shapes, policy, seed, horizon);
             if let Some((asked, at)) = &opts.explain {
                 engine = engine.explain_at(asked.clone(), *at);
+            }
+            if opts.every_pass {
+                engine = engine.every_pass();
             }
             Ok(engine.run(&mut |f| progress(name, f)))
         },

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use autoscaler_core::disruption::execute::Order;
 use autoscaler_core::disruption::{
-    Check, Command, DisruptionCache, DisruptionConfig, DisruptionState, Method, cooldown,
-    plan_disruption_cached, validate_at,
+    Check, Command, DisruptionCache, DisruptionConfig, DisruptionState, Method, VerdictKind,
+    cooldown, plan_disruption_cached, validate_at,
 };
 use autoscaler_core::model::{DaemonSet, Pod, PodKey, Pool, Snapshot};
 use autoscaler_core::provision::{
@@ -262,6 +262,9 @@ pub struct GpuAutoscaler {
     shapes: ShapeCache,
     /// What disruption passes derive from the pools alone, kept while they do not change.
     disruption: DisruptionCache,
+    /// The last disruption pass: when, and the nodes whose unneeded time it started again
+    /// because their pods had nowhere to go (see [`Policy::disrupt`] here).
+    last_pass: Option<(i64, Vec<String>)>,
 }
 
 impl GpuAutoscaler {
@@ -274,6 +277,7 @@ impl GpuAutoscaler {
             cache: SnapshotCache::default(),
             shapes: ShapeCache::default(),
             disruption: DisruptionCache::default(),
+            last_pass: None,
         }
     }
 }
@@ -501,10 +505,48 @@ impl Policy for GpuAutoscaler {
     }
 
     fn disrupt(&mut self, ctx: &Ctx, now: i64) -> (Vec<Decision>, i64) {
+        // The engine skips passes that could not decide anything new, but the controller runs
+        // one every interval, and each starts again the unneeded time of a node whose pods have
+        // nowhere to go. The pass at the last tick skipped saw what the last pass saw (a change
+        // would have woken the engine), so those nodes' unneeded time starts from that tick.
+        let tick = now - ctx.config.cadence.disruption_interval_s;
+        if let Some((prev, reset)) = self.last_pass.take()
+            && tick > prev
+        {
+            for name in reset {
+                if let Some(since) = self.state.unneeded_since.get_mut(&name)
+                    && *since == prev
+                {
+                    *since = tick;
+                }
+            }
+        }
         let snap = ctx.snapshot_in(&mut self.cache, false);
         let plan =
             plan_disruption_cached(snap, &self.state, now, &self.config, &mut self.disruption);
         self.state = plan.state.clone();
+        let reset = plan
+            .verdicts
+            .iter()
+            .filter(|v| {
+                !v.disrupted
+                    && matches!(
+                        v.kind,
+                        VerdictKind::NoPlaceForPods | VerdictKind::AboveThreshold
+                    )
+                    && self.state.unneeded_since.get(&v.node) == Some(&now)
+            })
+            .map(|v| v.node.clone())
+            .collect();
+        self.last_pass = Some((now, reset));
+        // A blocker that lapses by time alone (a do-not-disrupt duration) ends a wait too.
+        let lapses = plan
+            .verdicts
+            .iter()
+            .filter_map(|v| v.wait.as_ref().map(|w| w.until))
+            .filter(|t| *t > now)
+            .min()
+            .unwrap_or(i64::MAX);
         let mut out = Vec::new();
         for cmd in plan.commands {
             let nodes: Vec<NodeId> = cmd
@@ -533,7 +575,10 @@ impl Policy for GpuAutoscaler {
                 command: Some(cmd),
             });
         }
-        (out, next_wake(snap, &self.state, &self.config, now))
+        (
+            out,
+            next_wake(snap, &self.state, &self.config, now).min(lapses),
+        )
     }
 
     fn validate(&mut self, ctx: &Ctx, decision: &Decision, now: i64, check: Check) -> bool {
@@ -576,8 +621,10 @@ pub fn node_by_name(cluster: &Cluster, name: &str) -> Option<NodeId> {
 }
 
 /// The next time at which an unchanged cluster could get a different disruption plan: a
-/// node's unneeded timer or consolidateAfter running out, or a scale-down delay ending. The
-/// core reads time only through these, so skipping calls before then changes nothing.
+/// node's unneeded timer or consolidateAfter (from its last pod change) running out, or a
+/// scale-down delay ending; [`Policy::disrupt`] adds the verdicts' own waits (a do-not-disrupt
+/// duration). Skipping calls before then changes no decision; what a skipped pass would have
+/// written (an unneeded time started again) is made up for at the next call.
 fn next_wake(snap: &Snapshot, state: &DisruptionState, cfg: &DisruptionConfig, now: i64) -> i64 {
     let mut wake = i64::MAX;
     let mut consider = |t: i64| {

@@ -85,34 +85,3 @@ fn a_min_nodes_sweep_prices_the_warm_nodes_against_the_wait_they_save() {
     assert!(sweep::parse("gpu:min-nodes=-1", &s).is_err());
     assert!(sweep::parse("gpu:min-nodes=two", &s).is_err());
 }
-
-/// Not warm capacity, but found by this scenario: the simulated gpu-autoscaler re-plans
-/// disruption only when the cluster changes or a timer it knows of runs out. `consolidateAfter`
-/// counts from the node's last pod change, so a node emptied after its unneeded time ran out
-/// becomes a candidate with nothing else changing; the simulator used to wake only for the
-/// node's creation plus `consolidateAfter` and kept such a node for the rest of the run.
-#[test]
-fn a_node_emptied_in_a_quiet_cluster_goes_once_consolidate_after_has_passed() {
-    let yaml = "name: quiet\nseed: 1\nduration: 6h\ncatalog: aws\n\
-                policies: [gpu-autoscaler, karpenter-like]\n\
-                cluster:\n  launch: {cpu: 45s, gpu: 120s}\n\
-                pools:\n  - name: gpu\n    instanceTypes: [g6.xlarge]\n\
-                \x20   capacityTypes: [on-demand]\n    taints: [{key: nvidia.com/gpu, value: present}]\n\
-                \x20   disruption: {consolidateAfter: 30m, unneededTime: 10m}\n\
-                workloads:\n  - jobs:\n      name: nb\n      arrivals: {at: [10m]}\n\
-                \x20     duration: {fixed: 1h}\n      pod: {nodePool: gpu, cpu: 1, memory: 4Gi, gpus: 1}\n";
-    let s = Scenario::parse(Path::new("quiet.yaml"), yaml).unwrap();
-    let (ps, summary) = results(&s);
-    for name in ["gpu-autoscaler", "karpenter-like"] {
-        let p = named(&ps, name);
-        assert_eq!(p.node_records.len(), 1, "{name}: {summary}");
-        let node = &p.node_records[0];
-        let job_end = p.first_bound[0].1 + 3600;
-        let gone = node.gone_at.unwrap_or(i64::MAX);
-        // 30 minutes after the job ended, within a disruption interval and the validation.
-        assert!(
-            gone >= job_end + 1800 && gone <= job_end + 1800 + 120,
-            "{name}: job ended at {job_end}, node gone at {gone:?}: {summary}"
-        );
-    }
-}

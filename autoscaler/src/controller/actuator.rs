@@ -138,6 +138,47 @@ fn is(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
+/// Names a create tries before it gives up on names already taken.
+const NAME_ATTEMPTS: u32 = 5;
+
+/// `claim` with its name chosen here, as `generateName` would (its prefix and five random
+/// characters from the API server's alphabet), unless it has one, and a random create token
+/// ([`keys::CREATE_TOKEN_ANNOTATION`]); and the token.
+fn named_claim(claim: &NodeClaim) -> (NodeClaim, String) {
+    use std::hash::{BuildHasher, Hasher};
+    // The standard library's hasher keys come from the operating system's random source.
+    let random = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    };
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut named = claim.clone();
+    if named.metadata.name.is_none() {
+        let mut bits = random();
+        let suffix: String = (0..5)
+            .map(|_| {
+                let c = ALPHABET[(bits % ALPHABET.len() as u64) as usize] as char;
+                bits /= ALPHABET.len() as u64;
+                c
+            })
+            .collect();
+        let prefix = named.metadata.generate_name.take().unwrap_or_default();
+        named.metadata.name = Some(format!("{prefix}{suffix}"));
+    }
+    let token = format!("{:016x}", random());
+    named
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(keys::CREATE_TOKEN_ANNOTATION.into(), token.clone());
+    (named, token)
+}
+
 /// A write's result with 404 (the object is gone, nothing left to write) as success.
 fn gone_is_ok<T>(
     r: std::result::Result<T, kube::Error>,
@@ -196,11 +237,33 @@ impl Actuator {
     pub async fn create_claim(&self, claim: &NodeClaim) -> Result<NodeClaim> {
         check(GROUP, "nodeclaims", "create");
         crashpoint::reached("claim-write:before");
-        let created = self
-            .claims()
-            .create(&PostParams::default(), claim)
-            .await
-            .map_err(|e| Error::kube("creating a NodeClaim", e));
+        let mut attempt = 0;
+        let created = loop {
+            attempt += 1;
+            let (named, token) = named_claim(claim);
+            let name = named.name_any();
+            match self.claims().create(&PostParams::default(), &named).await {
+                Ok(c) => break Ok(c),
+                // A retried create whose first attempt landed, or a name taken by another
+                // claim (a new random name then).
+                Err(e) if is(&e, 409) => {
+                    let found = self
+                        .claims()
+                        .get_opt(&name)
+                        .await
+                        .map_err(|e| Error::kube("reading back a NodeClaim", e))?;
+                    if let Some(c) = found
+                        && c.annotations().get(keys::CREATE_TOKEN_ANNOTATION) == Some(&token)
+                    {
+                        break Ok(c);
+                    }
+                    if attempt >= NAME_ATTEMPTS {
+                        break Err(Error::kube("creating a NodeClaim", e));
+                    }
+                }
+                Err(e) => break Err(Error::kube("creating a NodeClaim", e)),
+            }
+        };
         crashpoint::reached("claim-write:after");
         created
     }
@@ -580,6 +643,36 @@ pub fn without_finalizer(finalizers: &[String]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_is_named_before_its_create_as_generate_name_would_and_carries_a_token() {
+        let mut claim = NodeClaim::new("", Default::default());
+        claim.metadata.name = None;
+        claim.metadata.generate_name = Some("gpu-".into());
+        let (a, token_a) = named_claim(&claim);
+        let (b, token_b) = named_claim(&claim);
+        for (named, token) in [(&a, &token_a), (&b, &token_b)] {
+            let name = named.name_any();
+            let suffix = name.strip_prefix("gpu-").expect("the prefix");
+            assert_eq!(suffix.len(), 5, "{name}");
+            assert!(
+                suffix
+                    .bytes()
+                    .all(|c| b"bcdfghjklmnpqrstvwxz2456789".contains(&c))
+            );
+            assert_eq!(named.metadata.generate_name, None);
+            assert_eq!(
+                named.annotations().get(keys::CREATE_TOKEN_ANNOTATION),
+                Some(token)
+            );
+            assert_eq!(token.len(), 16);
+        }
+        // Each create has its own token (and, but for a one-in-14-million chance, name).
+        assert_ne!(token_a, token_b);
+        // A claim named by its caller keeps its name.
+        claim.metadata.name = Some("fixed".into());
+        assert_eq!(named_claim(&claim).0.name_any(), "fixed");
+    }
 
     #[test]
     fn conditions_keep_their_transition_time_and_follow_the_generation() {

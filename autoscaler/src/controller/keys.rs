@@ -14,6 +14,13 @@ pub use autoscaler_core::keys::{
 /// uses the same group.
 pub const PLACEMENT_GROUP_ANNOTATION: &str = providers::tags::PLACEMENT_GROUP;
 
+/// Annotation on a NodeClaim this controller created: a random token written with the create
+/// call. The claim's name is chosen before the call too (not by `generateName`), so a create
+/// the client retries after the first attempt landed (a 503 or 504 once the object was stored)
+/// meets its own object (409 AlreadyExists), recognised by this token, instead of making a
+/// second claim and launching a second node.
+pub const CREATE_TOKEN_ANNOTATION: &str = "gpu-autoscaler.dev/create-token";
+
 /// Annotation on a NodeClaim planned under `--min-values-policy=best-effort` whose instance
 /// types span fewer values than its NodePool's `minValues` ask: `"true"`, and its requirements
 /// carry the lowered `minValues`. Karpenter's name, so what reads Karpenter's NodeClaims for it

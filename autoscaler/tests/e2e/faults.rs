@@ -373,3 +373,27 @@ async fn e2e_faults_kwok_retries_an_operation_at_most_five_times() {
     );
     assert!(c.instances().await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_faults_a_claim_create_stored_but_answered_503_launches_one_node() {
+    // The client library retries a create answered 503; the first attempt was stored. With
+    // a server-chosen name (`generateName`) the retry made a second NodeClaim and a second
+    // node for one pod.
+    let options = faulty(Faults {
+        lost_create_answer: Some("nodeclaims".into()),
+        ..Faults::default()
+    });
+    let c = Cluster::start_opts(options, &[]).await;
+    let _: NodePool = c.create(gpu_pool("gpu", "1h")).await;
+    let ctl = c.controller("solo", &["--leader-elect=false"]);
+    let _: Pod = c.create(gpu_pod("train")).await;
+    eventually("the GPU pod binds", DEADLINE, || async {
+        bound_to(&c.pod("default", "train").await?)
+    })
+    .await;
+    // A few more rounds: nothing else is launched for the pod.
+    ctl.more_loops("provision", 5).await;
+    assert_eq!(c.server().faults_injected().server_errors_after_write, 1);
+    assert_eq!(c.claims().await.len(), 1, "exactly one claim");
+    assert_eq!(c.instances().await.len(), 1, "exactly one instance");
+}

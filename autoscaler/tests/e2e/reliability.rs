@@ -27,6 +27,7 @@ fn api_faults(rate: f64) -> Faults {
         watches: half,
         watch_drop: rate / 10.0,
         watch_gone: 0.0,
+        lost_create_answer: None,
     }
 }
 

@@ -84,6 +84,10 @@ pub struct Faults {
     /// Chance that a watch from a resourceVersion is answered with 410 Gone (an ERROR event,
     /// as after an etcd compaction): the client must relist.
     pub watch_gone: f64,
+    /// The first create of this resource (its plural, `nodeclaims`) is stored and answered
+    /// 503, as an API server whose storage write finished after it gave up on it: a client
+    /// that retries the create makes a second object unless the name is its own.
+    pub lost_create_answer: Option<String>,
 }
 
 impl Faults {
@@ -94,6 +98,7 @@ impl Faults {
             || self.watches.any()
             || self.watch_drop > 0.0
             || self.watch_gone > 0.0
+            || self.lost_create_answer.is_some()
     }
 }
 
@@ -157,6 +162,8 @@ pub(crate) struct Injector {
     server_errors_after_write: AtomicU64,
     watch_drops: AtomicU64,
     watch_gones: AtomicU64,
+    /// Whether [`Faults::lost_create_answer`] was used.
+    lost_create_used: std::sync::atomic::AtomicBool,
 }
 
 impl Injector {
@@ -170,7 +177,24 @@ impl Injector {
             server_errors_after_write: AtomicU64::new(0),
             watch_drops: AtomicU64::new(0),
             watch_gones: AtomicU64::new(0),
+            lost_create_used: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether this create (a POST to `path`) is the one [`Faults::lost_create_answer`] names:
+    /// the first of its resource. Counted as a server error after the write.
+    pub fn loses_create_answer(&self, post: bool, path: &str) -> bool {
+        let Some(resource) = &self.faults.lost_create_answer else {
+            return false;
+        };
+        let hit = post
+            && path.rsplit('/').next() == Some(resource.as_str())
+            && !self.lost_create_used.swap(true, Ordering::Relaxed);
+        if hit {
+            self.server_errors_after_write
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        hit
     }
 
     /// A uniform draw in [0, 1) (splitmix64).

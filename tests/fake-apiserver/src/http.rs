@@ -114,6 +114,13 @@ async fn handle(
     };
     let sh = ctx.shared;
     let verdict = match fault_class(&req) {
+        _ if req.faults
+            && sh
+                .injector
+                .loses_create_answer(req.method == Method::POST, &req.path) =>
+        {
+            Verdict::FailAfter(503)
+        }
         Some(class) if req.faults => sh.injector.decide(class),
         _ => Verdict::Pass,
     };

@@ -100,6 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             watches: args.watch_faults,
             watch_drop: args.watch_drop_rate,
             watch_gone: args.watch_gone_rate,
+            lost_create_answer: None,
         },
         ..Options::default()
     };

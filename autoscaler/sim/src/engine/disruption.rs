@@ -41,7 +41,8 @@ impl Engine<'_> {
         if !self.decisions.is_empty() {
             return;
         }
-        if self.version == self.disrupt_version && self.now < self.disrupt_wake {
+        if !self.every_pass && self.version == self.disrupt_version && self.now < self.disrupt_wake
+        {
             return;
         }
         let pools = self.pools_now();
