@@ -167,8 +167,9 @@ pub struct PlanOptions {
     /// them; in flight; planned by this plan) gets claims without pods for the rest
     /// ([`crate::plan::NewClaim::warm`], see `warm.rs`), within its limits and the
     /// cluster-wide ones; what it still lacks is listed in [`Plan::min_nodes_short`] with the
-    /// reason. Disruption never sets it: its simulations ask where pods go, not what a pool
-    /// should hold.
+    /// reason. Disruption's simulations never set it (they ask where pods go, not what a pool
+    /// should hold); drift does once, to plan the node that replaces a drifted node a pool's
+    /// `minNodes` holds.
     pub min_nodes: Option<i64>,
 }
 

@@ -1807,6 +1807,26 @@ fn an_empty_drifted_node_min_nodes_holds_is_replaced_first_by_the_pools_cheapest
     assert!(r.pods.is_empty());
     let types: Vec<&str> = r.instance_types.iter().map(|o| &*o.instance_type).collect();
     assert_eq!(types, ["cheap.large", "big.8xlarge"]);
+    // With a pod that fits on another node of the pool, minNodes still holds the node: it is
+    // replaced first by the pool's cheapest node, and its pod moves.
+    let busy = snap(
+        vec![
+            drifted_node("n", &big()).with_pod(rs_pod("a")),
+            kn("m", &big(), "p").launched_with("new"),
+        ],
+        vec![drift_pool(vec![big(), cheap()]).min_nodes(2)],
+    );
+    let plan = run(&busy);
+    assert_eq!(
+        drift_commands(&plan),
+        [(Method::Replace, vec!["n".to_string()])],
+        "{}",
+        plan.render()
+    );
+    let r = plan.commands[0].replacement.as_ref().unwrap();
+    assert!(r.pods.is_empty(), "{r:?}");
+    assert_eq!(r.instance_types[0].instance_type.as_ref(), "cheap.large");
+    assert_eq!(plan.commands[0].pods.len(), 1);
     // A second node keeps the pool at its minimum: the drifted one is deleted, as before.
     let two = snap(
         vec![

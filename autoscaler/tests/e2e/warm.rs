@@ -147,7 +147,7 @@ async fn e2e_warm_without_the_flag_min_nodes_launches_nothing() {
 async fn e2e_warm_a_drifted_warm_node_is_replaced_first_by_one_of_the_new_template() {
     let c = Cluster::start().await;
     let _: NodePool = c.create(warm_pool(1, None)).await;
-    let _ctl = c.controller("solo", WARM);
+    let ctl = c.controller("solo", WARM);
     let first = registered_gpu_nodes(&c, 1).await;
     let first = first.into_iter().next().expect("the warm node");
     // The template gains a label: the warm node drifted. Deleting it would take the pool below
@@ -179,4 +179,10 @@ async fn e2e_warm_a_drifted_warm_node_is_replaced_first_by_one_of_the_new_templa
     })
     .await;
     assert_eq!(live_gpu_claims(&c).await.len(), 1);
+    // Replaced first (launch, then taint and drain), not deleted and refilled.
+    let log = ctl.log();
+    assert!(
+        log.contains("reason=Drifted method=Replace"),
+        "the drift command replaces: {log}"
+    );
 }

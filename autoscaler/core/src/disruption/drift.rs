@@ -32,10 +32,13 @@
 //! - One command launches at most one replacement (the command carries one): a node whose
 //!   pods need several new nodes stays, and its verdict says so.
 //! - Nodes of atomic NodePools are removed only whole, by consolidation: drift leaves them.
-//! - An empty drifted node its pool's `minNodes` holds (warm capacity) is replaced, not left
-//!   for good: its replacement is the node the planner would open to bring the pool back up
-//!   to `minNodes` without it (as `--enforce-node-group-min-size` does), launched first;
-//!   Karpenter's static NodePools replace their drifted nodes one for one the same way.
+//! - A drifted node its pool's `minNodes` holds (warm capacity), empty or with pods that fit
+//!   elsewhere, is replaced, not left for good: its replacement is the node the planner would
+//!   open to bring the pool back up to `minNodes` without it (as
+//!   `--enforce-node-group-min-size` does), launched first; Karpenter's static NodePools
+//!   replace their drifted nodes one for one the same way. As for any replacement, the
+//!   pool's limits count the cluster without the node, so during the swap the pool may hold
+//!   one node above `limits.nodes`.
 //! - The consolidation methods after drift still run in the same pass, on the cluster as the
 //!   drift command leaves it, as every phase of [`super::plan_disruption`] does; Karpenter
 //!   runs one method per pass.
@@ -284,7 +287,7 @@ impl Pass<'_> {
                 return false;
             }
         }
-        let plan = if empty {
+        let mut plan = if empty {
             Plan {
                 new_claims: warm.into_iter().collect(),
                 ..Plan::default()
@@ -308,14 +311,28 @@ impl Pass<'_> {
             self.keep(&n.name, stay(b));
             return false;
         }
-        let replacement = plan.new_claims.first().cloned();
-        if let Err(b) = self.allowance.admit(
+        let mut replacement = plan.new_claims.first().cloned();
+        let mut admitted = self.allowance.admit(
             snap,
             &[&current],
             DisruptionReason::Drifted,
             replacement.is_some(),
             true,
-        ) {
+        );
+        // Its pods fit on other nodes, but the pool's minNodes holds the node itself: a node
+        // that brings the pool back up comes first, as for an empty one.
+        if let Err(b) = &admitted
+            && b.kind == VerdictKind::AtMinNodes
+            && replacement.is_none()
+            && let Some(c) = self.min_nodes_replacement(n)
+        {
+            plan.new_claims.push(c.clone());
+            replacement = Some(c);
+            admitted =
+                self.allowance
+                    .admit(snap, &[&current], DisruptionReason::Drifted, true, true);
+        }
+        if let Err(b) = admitted {
             self.keep(&n.name, stay(b));
             return false;
         }
