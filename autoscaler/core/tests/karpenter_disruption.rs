@@ -1791,18 +1791,23 @@ fn an_empty_drifted_node_min_nodes_holds_is_replaced_first_by_the_pools_cheapest
     // (warm capacity is empty nodes at minNodes). It is replaced, as Karpenter's static
     // NodePools replace drifted nodes one for one, by the claim a plan bringing the pool up
     // to minNodes opens: every type, cheapest first, no pod.
+    // The replacement of node `n`, the plan's one drift command.
+    let replaced = |s: &Snapshot| {
+        let plan = run(s);
+        assert_eq!(
+            drift_commands(&plan),
+            [(Method::Replace, vec!["n".to_string()])],
+            "{}",
+            plan.render()
+        );
+        plan.commands[0].clone()
+    };
     let s = snap(
         vec![drifted_node("n", &big())],
         vec![drift_pool(vec![big(), cheap()]).min_nodes(1)],
     );
-    let plan = run(&s);
-    assert_eq!(
-        drift_commands(&plan),
-        [(Method::Replace, vec!["n".to_string()])],
-        "{}",
-        plan.render()
-    );
-    let r = plan.commands[0].replacement.as_ref().unwrap();
+    let cmd = replaced(&s);
+    let r = cmd.replacement.as_ref().unwrap();
     assert_eq!(r.pool, "p");
     assert!(r.pods.is_empty());
     let types: Vec<&str> = r.instance_types.iter().map(|o| &*o.instance_type).collect();
@@ -1816,17 +1821,11 @@ fn an_empty_drifted_node_min_nodes_holds_is_replaced_first_by_the_pools_cheapest
         ],
         vec![drift_pool(vec![big(), cheap()]).min_nodes(2)],
     );
-    let plan = run(&busy);
-    assert_eq!(
-        drift_commands(&plan),
-        [(Method::Replace, vec!["n".to_string()])],
-        "{}",
-        plan.render()
-    );
-    let r = plan.commands[0].replacement.as_ref().unwrap();
+    let cmd = replaced(&busy);
+    let r = cmd.replacement.as_ref().unwrap();
     assert!(r.pods.is_empty(), "{r:?}");
     assert_eq!(r.instance_types[0].instance_type.as_ref(), "cheap.large");
-    assert_eq!(plan.commands[0].pods.len(), 1);
+    assert_eq!(cmd.pods.len(), 1);
     // A second node keeps the pool at its minimum: the drifted one is deleted, as before.
     let two = snap(
         vec![
