@@ -421,42 +421,6 @@ struct Slot {
     warm: bool,
 }
 
-impl Slot {
-    /// The slot's name: an existing node's own (not copied for every plan), a claim's.
-    fn name<'s>(&'s self, snap: &'s Snapshot) -> &'s str {
-        match self.kind {
-            SlotKind::Existing(ni) => &snap.nodes[ni].name,
-            _ => &self.name,
-        }
-    }
-
-    /// The labels a pod's node selector sees here: an existing node's own, an in-flight
-    /// claim's shared ones (empty for a new claim).
-    fn labels<'s>(&'s self, snap: &'s Snapshot) -> &'s Labels {
-        match self.kind {
-            SlotKind::Existing(ni) => &snap.nodes[ni].labels,
-            _ => &self.labels,
-        }
-    }
-
-    /// The slot's taints: an existing node's own (not copied for every plan), a claim's pool's.
-    fn taints<'s>(&'s self, snap: &'s Snapshot) -> &'s [Taint] {
-        match self.kind {
-            SlotKind::Existing(ni) if !self.own_taints => &snap.nodes[ni].taints,
-            _ => &self.taints,
-        }
-    }
-
-    /// What the slot offers: an existing node's allocatable (not copied for every plan), an
-    /// in-flight claim's least candidate's, a new claim's most any candidate offers.
-    fn allocatable<'s>(&'s self, snap: &'s Snapshot) -> &'s Resources {
-        match self.kind {
-            SlotKind::Existing(ni) => &snap.nodes[ni].allocatable,
-            _ => &self.allocatable,
-        }
-    }
-}
-
 /// Per-class data: pods with the same node selector and tolerations share these answers.
 #[derive(Clone, Debug)]
 struct Class {
