@@ -52,7 +52,7 @@ impl Planner<'_> {
     fn pool_nodes(&self, pi: usize, now: i64) -> i64 {
         let snap = self.snap;
         let name = snap.pools[pi].name.as_str();
-        let in_flight: Vec<&str> = snap
+        let in_flight: std::collections::HashSet<&str> = snap
             .in_flight
             .iter()
             .filter(|c| c.pool == name)
@@ -62,7 +62,7 @@ impl Planner<'_> {
             .nodes
             .iter()
             .filter(|n| n.pool.as_deref() == Some(name) && !n.being_removed(now))
-            .filter(|n| n.claim.as_deref().is_none_or(|c| !in_flight.contains(&c)))
+            .filter(|n| n.claim.as_deref().is_none_or(|c| !in_flight.contains(c)))
             .count();
         let planned = self
             .state
