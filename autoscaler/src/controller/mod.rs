@@ -88,5 +88,6 @@ pub mod settings;
 pub mod snapshot;
 pub mod translate;
 pub mod volumes;
+pub mod warm_backoff;
 
 pub use error::{Error, Result};

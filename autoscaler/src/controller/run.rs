@@ -171,6 +171,8 @@ struct Controller<P> {
     /// plan brings the pools up again until it does, so a claim is never counted out (and
     /// launched again) while the cache catches up.
     warm_unseen: Vec<(String, Instant)>,
+    /// Warm claims followed until they come up, and the pools whose warm nodes did not.
+    warm_backoff: crate::controller::warm_backoff::WarmBackoff,
     builder: SnapshotBuilder,
     started: Instant,
     types: HashMap<NodeClassRef, (Instant, Arc<Vec<InstanceType>>)>,
@@ -616,6 +618,10 @@ async fn run_with<P: CloudProvider + 'static>(
         args: args.clone(),
         last_warm: None,
         warm_unseen: Vec::new(),
+        warm_backoff: crate::controller::warm_backoff::WarmBackoff::new(
+            crate::controller::settings::whole_seconds(args.launch_backoff),
+            crate::controller::guard::GuardConfig::default().max_backoff_s,
+        ),
         builder: SnapshotBuilder {
             ignore_preferences: args.preference_policy == PreferencePolicy::Ignore,
             min_values_policy: args.min_values_policy.to_core(),

@@ -421,7 +421,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1)]
     pub max_launches_per_pod: u32,
     /// The wait after a pod's launches reached `--max-launches-per-pod`, counted from the
-    /// last; doubled for every further launch, up to one hour (or this, if longer).
+    /// last; doubled for every further launch, up to one hour (or this, if longer). Also a
+    /// NodePool's wait for warm launches (`--enforce-node-group-min-size`) after a warm node
+    /// launched and was deleted before it initialized, doubled the same way per such failure.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub launch_backoff: Duration,
     /// Cluster-wide limits (the Cluster Autoscaler's totals).

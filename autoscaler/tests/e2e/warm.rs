@@ -1,8 +1,9 @@
 //! Warm capacity end to end (`--enforce-node-group-min-size`): a NodePool's `minNodes` are
 //! launched with no pod pending, kept through disruption rounds, never launched twice, and
 //! replaced when one goes, and replaced first when the pool's template changes (drift); a
-//! pool's GPU limit leaves it short with a `MinNodesNotReached` event; without the flag
-//! `minNodes` launches nothing.
+//! pool's GPU limit leaves it short with a `MinNodesNotReached` event; a pool whose warm node
+//! never registers backs off instead of paying for one launch per registration timeout;
+//! without the flag `minNodes` launches nothing.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -185,4 +186,50 @@ async fn e2e_warm_a_drifted_warm_node_is_replaced_first_by_one_of_the_new_templa
         log.contains("reason=Drifted method=Replace"),
         "the drift command replaces: {log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_warm_a_pool_whose_warm_node_never_registers_backs_off() {
+    let c = Cluster::start().await;
+    let _: NodePool = c.create(warm_pool(1, None)).await;
+    // The instance launches but its Node never joins (a broken image, say); the claim is
+    // deleted after two seconds.
+    let ctl = c.controller(
+        "solo",
+        &[
+            WARM,
+            &["--kwok-register-delay=1h", "--registration-timeout=2s"],
+        ]
+        .concat(),
+    );
+    let told = eventually(
+        "a MinNodesNotReached event for the back-off",
+        DEADLINE,
+        || async {
+            c.events("NodePool", "gpu", "MinNodesNotReached")
+                .await
+                .into_iter()
+                .find(|e| {
+                    e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("did not come up"))
+                })
+        },
+    )
+    .await;
+    let note = told.note.unwrap_or_default();
+    assert!(
+        note.contains("1 node(s) short of minNodes 1") && note.contains("1 warm node(s) in a row"),
+        "{note}"
+    );
+    // Planning goes on every 500 ms; with the default five-minute back-off no second warm
+    // node is launched (without it, one every registration timeout).
+    ctl.more_loops("plan", 8).await;
+    let log = ctl.log();
+    assert_eq!(
+        log.matches("created NodeClaim").count(),
+        1,
+        "one warm launch: {log}"
+    );
+    assert!(live_gpu_claims(&c).await.is_empty());
 }

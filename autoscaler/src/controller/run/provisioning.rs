@@ -135,7 +135,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
         let batch = self.batcher.step(self.millis(), &pending);
         let pools = self.stores.pools.state();
         // A round brings the pools up to their minNodes with the pods it plans, or alone.
-        let warm = self.warm_round(&pools);
+        // The warm back-off reads the claims the plan counts, so that a warm claim gone
+        // between the two cannot be replaced before its failure is counted.
+        let claims = self.stores.claims.state();
+        let warm = self.warm_round(&pools, &claims);
         let batch = match batch {
             Some(b) if !b.is_empty() => b,
             _ if warm => BTreeSet::new(),
@@ -143,7 +146,6 @@ impl<P: CloudProvider + 'static> Controller<P> {
         };
         let types = self.instance_types(&pools).await;
         let nodes = self.stores.nodes.state();
-        let claims = self.stores.claims.state();
         let daemonsets = self.stores.daemonsets.state();
         let pdbs = self.stores.pdbs.state();
         let gangs = self.stores.gang_objects();
@@ -223,6 +225,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
         );
         let mut events = Vec::new();
         self.guard_plan(&mut plan, &built.snapshot, &pod_by_key, &mut events);
+        self.hold_warm_claims(&mut plan, &pools, &mut events);
         for p in &plan.in_flight {
             self.nominate(&p.pod, &p.target);
         }
@@ -314,7 +317,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     }
                     self.disruption_state.scaled_up(&nc.pool, epoch());
                     let why = if nc.warm {
-                        self.warm_created(&cname);
+                        self.warm_created(&cname, &nc.pool);
                         if let Some(np) = pools.iter().find(|p| p.name_any() == nc.pool) {
                             events.push(warm::scaled_up_event(np, &cname, &types));
                         }

@@ -1,18 +1,20 @@
 //! Warm capacity in the provisioning round (`--enforce-node-group-min-size`): when a round
 //! brings the NodePools up to their `minNodes`, and what it tells of it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use autoscaler_core::plan::Plan;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
-use nodepools::NodePool;
+use nodepools::{NodeClaim, NodePool};
 use providers::CloudProvider;
 
 use crate::controller::actuator::reference;
 use crate::controller::batcher::Window;
+use crate::controller::lifecycle::{self, Phase};
+use crate::controller::warm_backoff::Blocked;
 
 use super::super::{Controller, due, epoch};
 
@@ -31,24 +33,84 @@ impl<P: CloudProvider + 'static> Controller<P> {
     /// it plans them with the pools, so that the nodes they need count first), every warm
     /// claim created before is in the claim cache, and the last such plan is at least
     /// `--replan-interval` old (this round's is then the last).
-    pub(super) fn warm_round(&mut self, pools: &[Arc<NodePool>]) -> bool {
+    /// Every round it also tells the warm back-off the phases of `claims`.
+    pub(super) fn warm_round(
+        &mut self,
+        pools: &[Arc<NodePool>],
+        claims: &[Arc<NodeClaim>],
+    ) -> bool {
         if !self.args.enforce_node_group_min_size || !pools.iter().any(|p| p.spec.min_nodes > 0) {
             return false;
         }
+        let phases: Vec<(String, Phase)> = claims
+            .iter()
+            .map(|c| (c.name_any(), lifecycle::phase(c)))
+            .collect();
+        self.warm_backoff
+            .observe(phases.iter().map(|(n, p)| (n.as_str(), *p)), epoch());
         if *self.batcher.window() != Window::Closed {
             return false;
         }
-        let claims = &self.stores.claims;
         self.warm_unseen.retain(|(name, at)| {
-            claims.get(&ObjectRef::new(name)).is_none() && at.elapsed() < UNSEEN_PATIENCE
+            !claims.iter().any(|c| c.name_any() == *name) && at.elapsed() < UNSEEN_PATIENCE
         });
         self.warm_unseen.is_empty() && due(&mut self.last_warm, self.args.replan_interval)
     }
 
-    /// Warm claim `name` was created: no plan brings the pools up again before the claim
-    /// cache shows it.
-    pub(super) fn warm_created(&mut self, name: &str) {
+    /// Warm claim `name` of `pool` was created: no plan brings the pools up again before the
+    /// claim cache shows it, and it is followed until it comes up.
+    pub(super) fn warm_created(&mut self, name: &str, pool: &str) {
         self.warm_unseen.push((name.to_string(), Instant::now()));
+        self.warm_backoff.created(name, pool, epoch());
+    }
+
+    /// Drops the plan's warm claims of pools backing off after warm nodes that did not come
+    /// up ([`crate::controller::warm_backoff::WarmBackoff`]), with a `MinNodesNotReached`
+    /// Warning on each such pool (throttled as the plan's own).
+    pub(super) fn hold_warm_claims(
+        &mut self,
+        plan: &mut Plan,
+        pools: &[Arc<NodePool>],
+        events: &mut Vec<(ObjectReference, bool, &'static str, String)>,
+    ) {
+        let now = epoch();
+        let mut held: BTreeMap<String, (usize, Blocked)> = BTreeMap::new();
+        plan.new_claims.retain(|nc| {
+            let blocked = nc
+                .warm
+                .then(|| self.warm_backoff.blocked(&nc.pool, now))
+                .flatten();
+            match blocked {
+                Some(b) => {
+                    held.entry(nc.pool.clone()).or_insert((0, b)).0 += 1;
+                    false
+                }
+                None => true,
+            }
+        });
+        for (pool, (count, b)) in held {
+            let Some(np) = pools.iter().find(|p| p.name_any() == pool) else {
+                continue;
+            };
+            if !self
+                .visibility
+                .limits
+                .allow(&pool, MIN_NODES_NOT_REACHED, now)
+            {
+                continue;
+            }
+            let note = format!(
+                "{count} node(s) short of minNodes {}: {} warm node(s) in a row did not come up \
+                 (the last, NodeClaim {}, was deleted before it initialized); no warm launch \
+                 for {}s",
+                np.spec.min_nodes,
+                b.failures.count,
+                b.failures.claim,
+                b.until.saturating_sub(now)
+            );
+            tracing::info!(%pool, %note, "MinNodesNotReached");
+            events.push((reference(np.as_ref()), true, MIN_NODES_NOT_REACHED, note));
+        }
     }
 
     /// A `MinNodesNotReached` Warning on each NodePool the plan left short, with the reason;
