@@ -364,3 +364,26 @@ fn an_mps_pool_loads_as_mps_and_bad_mps_names_its_line() {
     let (line, _, _) = err(&named.replace("mps: 4", "mps: 64"));
     assert_eq!(line, 7);
 }
+
+#[test]
+fn a_min_nodes_its_pool_cannot_hold_is_refused_on_its_line() {
+    let ok = GOOD.replace(
+        "families: [m6i]",
+        "families: [m6i]\n    minNodes: 2\n    limits: {nodes: 2}",
+    );
+    let s = Scenario::parse(Path::new("ok.yaml"), &ok).unwrap();
+    assert_eq!(s.pools[0].min_nodes, 2);
+    let (line, field, why) = err(&ok.replace("nodes: 2}", "nodes: 1}"));
+    assert_eq!((line, field.as_str()), (7, "pools[0].minNodes"), "{why}");
+    assert!(why.contains("2 exceeds limits[\"nodes\"] = 1"), "{why}");
+    let atomic = GOOD.replace(
+        "families: [m6i]",
+        "families: [m6i]\n    minNodes: 2\n    atomicScaleUp: {nodes: 4}",
+    );
+    let (line, field, why) = err(&atomic);
+    assert_eq!((line, field.as_str()), (7, "pools[0].minNodes"), "{why}");
+    assert!(
+        why.contains("must be 0 or atomicScaleUp.nodes (4)"),
+        "{why}"
+    );
+}

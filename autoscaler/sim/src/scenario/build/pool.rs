@@ -169,6 +169,30 @@ pub(in crate::scenario) fn build_pool(
         }
         limits.gpus_by_model.insert(k.clone(), *v);
     }
+    // As NodePool validation refuses them: a minimum the pool's own limit forbids, and one an
+    // all-or-nothing pool could only reach part-way.
+    if let Some(max) = limits.nodes
+        && i64::from(f.min_nodes) > max
+    {
+        return Err(err(
+            "minNodes",
+            "minNodes",
+            format!("{} exceeds limits[\"nodes\"] = {max}", f.min_nodes),
+        ));
+    }
+    if let Some(a) = &f.atomic_scale_up
+        && f.min_nodes != 0
+        && f.min_nodes != a.nodes
+    {
+        return Err(err(
+            "minNodes",
+            "minNodes",
+            format!(
+                "{} must be 0 or atomicScaleUp.nodes ({})",
+                f.min_nodes, a.nodes
+            ),
+        ));
+    }
     let d = &f.disruption;
     let mut disruption = DisruptionPolicy::default();
     if let Some(p) = &d.consolidation_policy {
