@@ -372,6 +372,11 @@ pub enum Action {
     Delete {
         /// Why, for the log and the event.
         reason: String,
+        /// The claim failed to become a node: the cloud refused its launch for a reason other
+        /// than capacity, or its Node did not register or initialize in time. False for a
+        /// capacity refusal (the offering is set aside and another tried) and for a Node
+        /// someone deleted.
+        failed: bool,
     },
     /// The claim is being deleted: delete the Node, terminate the instance, then release the
     /// claim's finalizer.
@@ -500,6 +505,7 @@ fn step_registered(
                 "the Node did not initialize within {}s of the launch ({why})",
                 timeouts.initialization_s
             ),
+            failed: true,
         };
     }
     let current = condition(claim, conditions::INITIALIZED);
@@ -573,14 +579,19 @@ pub fn step_with_dra(
     }
     let node_gone = || Action::Delete {
         reason: "its Node was deleted".into(),
+        failed: false,
     };
     match phase {
         Phase::Deleting => Action::Wait,
-        Phase::Failed => Action::Delete {
-            reason: condition(claim, conditions::LAUNCHED)
-                .map(|c| format!("launch failed: {}", c.message))
-                .unwrap_or_else(|| "launch failed".into()),
-        },
+        Phase::Failed => {
+            let launched = condition(claim, conditions::LAUNCHED);
+            Action::Delete {
+                reason: launched
+                    .map(|c| format!("launch failed: {}", c.message))
+                    .unwrap_or_else(|| "launch failed".into()),
+                failed: launched.is_none_or(|c| c.reason != reasons::INSUFFICIENT_CAPACITY),
+            }
+        }
         Phase::Pending => Action::Launch,
         Phase::Launched => match node {
             Some(n) => Action::Register {
@@ -591,6 +602,7 @@ pub fn step_with_dra(
                     "no Node registered within {}s of the launch",
                     timeouts.registration_s
                 ),
+                failed: true,
             },
             None => Action::Wait,
         },

@@ -423,7 +423,8 @@ pub struct RunArgs {
     /// The wait after a pod's launches reached `--max-launches-per-pod`, counted from the
     /// last; doubled for every further launch, up to one hour (or this, if longer). Also a
     /// NodePool's wait for warm launches (`--enforce-node-group-min-size`) after a warm node
-    /// launched and was deleted before it initialized, doubled the same way per such failure.
+    /// did not register or initialize in time (or its launch was refused other than for
+    /// capacity), doubled the same way per such failure in a row.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub launch_backoff: Duration,
     /// Cluster-wide limits (the Cluster Autoscaler's totals).

@@ -7,17 +7,21 @@
 //! registration timeout, for ever. This is the Cluster Autoscaler's node-group back-off applied
 //! to the claims that keep a pool at its minimum.
 //!
-//! **What counts.** A warm claim whose instance launched and which is deleted (or gone) before
-//! it initialized is a failure of its pool. A claim refused at launch is not: it cost nothing,
-//! and the refused offering is already set aside. A warm claim that initializes clears its
-//! pool's record. After `n` failures the pool waits `backoff_s × 2^(n-1)` (at most
-//! `max_backoff_s`) from the last one; a failure more than [`RESET_S`] after the one before
-//! starts counting again from one, as the Cluster Autoscaler's back-off resets after three
-//! quiet hours.
+//! **What counts.** A warm claim the lifecycle deletes because it failed to become a node
+//! ([`super::lifecycle::Action::Delete`] with `failed`: its Node did not register or
+//! initialize in time, or the cloud refused the launch for a reason other than capacity) is a
+//! failure of its pool. A capacity refusal is not (the offering is set aside and another
+//! tried), nor a warm claim deleted for any other reason (its Node deleted by someone, expiry,
+//! garbage collection of a vanished instance). A warm claim that initializes clears its pool's
+//! record, and so does any change to the NodePool (its `metadata.generation`: a user who fixed
+//! the template should not wait out the back-off); a deleted pool's record goes. After `n`
+//! failures in a row the pool waits `backoff_s × 2^(n-1)` (at most `max_backoff_s`) from the
+//! last; a failure more than [`RESET_S`] after the one before counts from one again, as the
+//! Cluster Autoscaler's back-off resets after three quiet hours.
 //!
 //! The state is bookkeeping with `now` passed in; the runtime tells it the warm claims it
-//! creates and, every round, the phase of each claim it sees. It lives in memory: a restarted
-//! controller starts afresh.
+//! creates, the failures the lifecycle deletes, and every round the phase of each claim and
+//! the NodePools' generations. It lives in memory: a restarted controller starts afresh.
 
 use std::collections::BTreeMap;
 
@@ -27,14 +31,13 @@ use super::lifecycle::Phase;
 /// `--node-group-backoff-reset-timeout` default, 3h).
 pub const RESET_S: i64 = 3 * 3600;
 
-/// A warm claim being followed: its pool, when it was created, whether the claim cache has
-/// shown it and whether its instance was seen launched.
+/// A warm claim being followed: its pool, when it was created and whether the claim cache has
+/// shown it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Followed {
     pool: String,
     created_s: i64,
     seen: bool,
-    launched: bool,
 }
 
 /// How long a created claim the claim cache has not shown yet is waited for (a watch that lost
@@ -50,6 +53,10 @@ pub struct Failures {
     pub last_s: i64,
     /// The claim that failed last.
     pub claim: String,
+    /// Why it failed (the lifecycle's reason).
+    pub why: String,
+    /// The NodePool's `metadata.generation` at the last failure.
+    pub generation: i64,
 }
 
 /// A pool that may not have a warm claim now.
@@ -89,55 +96,66 @@ impl WarmBackoff {
                 pool: pool.to_string(),
                 created_s: now,
                 seen: false,
-                launched: false,
             },
         );
     }
 
-    /// Takes in this round's claims with their phases, at `now`. A followed claim seen
-    /// initialized clears its pool's failures; one deleting, failed or gone after it was seen
-    /// launched is a failure; one gone without launching is forgotten (one not shown yet is
-    /// waited for, up to ten minutes).
-    pub fn observe<'a>(&mut self, claims: impl IntoIterator<Item = (&'a str, Phase)>, now: i64) {
+    /// The lifecycle deletes `claim` at `now` because it failed to become a node (`why`),
+    /// while its pool is at `generation`. A failure of the pool if it is a followed warm claim;
+    /// counted once, however often the deletion is tried.
+    pub fn failed(&mut self, claim: &str, why: &str, generation: i64, now: i64) {
+        let Some(f) = self.claims.remove(claim) else {
+            return;
+        };
+        let r = self.pools.entry(f.pool).or_insert(Failures {
+            count: 0,
+            last_s: now,
+            claim: String::new(),
+            why: String::new(),
+            generation,
+        });
+        if now.saturating_sub(r.last_s) > RESET_S || r.generation != generation {
+            r.count = 0;
+        }
+        r.count = r.count.saturating_add(1);
+        r.last_s = now;
+        r.claim = claim.to_string();
+        r.why = why.to_string();
+        r.generation = generation;
+    }
+
+    /// Takes in this round's claims with their phases and the NodePools with their
+    /// generations, at `now`. A followed claim seen initialized clears its pool's failures; one
+    /// being deleted, or gone, is forgotten (one the cache has not shown yet is waited for, up
+    /// to ten minutes). A pool's record goes when the pool is gone or its generation changed.
+    pub fn observe<'a>(
+        &mut self,
+        claims: impl IntoIterator<Item = (&'a str, Phase)>,
+        pools: impl IntoIterator<Item = (&'a str, i64)>,
+        now: i64,
+    ) {
         let seen: BTreeMap<&str, Phase> = claims.into_iter().collect();
         let followed = std::mem::take(&mut self.claims);
         for (name, mut f) in followed {
             let phase = seen.get(name.as_str());
             f.seen |= phase.is_some();
             match phase {
-                None if !f.seen && now.saturating_sub(f.created_s) < UNSEEN_S => {
-                    self.claims.insert(name, f);
-                }
                 Some(Phase::Initialized) => {
                     self.pools.remove(&f.pool);
                 }
-                Some(Phase::Pending) => {
+                Some(Phase::Deleting) => {}
+                Some(_) => {
                     self.claims.insert(name, f);
                 }
-                Some(Phase::Launched | Phase::Registered) => {
-                    f.launched = true;
+                None if !f.seen && now.saturating_sub(f.created_s) < UNSEEN_S => {
                     self.claims.insert(name, f);
                 }
-                Some(Phase::Failed | Phase::Deleting) | None if f.launched => {
-                    self.failed(&f.pool, &name, now);
-                }
-                Some(Phase::Failed | Phase::Deleting) | None => {}
+                None => {}
             }
         }
-    }
-
-    fn failed(&mut self, pool: &str, claim: &str, now: i64) {
-        let r = self.pools.entry(pool.to_string()).or_insert(Failures {
-            count: 0,
-            last_s: now,
-            claim: String::new(),
-        });
-        if now.saturating_sub(r.last_s) > RESET_S {
-            r.count = 0;
-        }
-        r.count = r.count.saturating_add(1);
-        r.last_s = now;
-        r.claim = claim.to_string();
+        let generations: BTreeMap<&str, i64> = pools.into_iter().collect();
+        self.pools
+            .retain(|pool, r| generations.get(pool.as_str()) == Some(&r.generation));
     }
 
     /// Whether `pool` must wait before its next warm claim at `now`, and until when.
@@ -160,75 +178,98 @@ impl WarmBackoff {
 mod tests {
     use super::*;
 
+    const POOLS: [(&str, i64); 2] = [("gpu", 1), ("cpu", 1)];
+
     fn backoff() -> WarmBackoff {
         WarmBackoff::new(300, 3600)
     }
 
-    /// Creates warm claim `name` of pool "gpu" and has it seen launched at `at`.
-    fn launched(b: &mut WarmBackoff, name: &str, at: i64) {
+    /// Creates warm claim `name` of pool "gpu" at `at`, has it seen launched, then deleted as
+    /// failed at `failed_at` (the pool at generation 1).
+    fn fails(b: &mut WarmBackoff, name: &str, at: i64, failed_at: i64) {
         b.created(name, "gpu", at);
         // Not in the claim cache yet: waited for.
-        b.observe([], at);
-        b.observe([(name, Phase::Pending)], at);
-        b.observe([(name, Phase::Launched)], at);
+        b.observe([], POOLS, at);
+        b.observe([(name, Phase::Launched)], POOLS, at);
+        b.failed(
+            name,
+            "no Node registered within 900s of the launch",
+            1,
+            failed_at,
+        );
+        // The deletion is tried again: counted once.
+        b.failed(
+            name,
+            "no Node registered within 900s of the launch",
+            1,
+            failed_at,
+        );
+        b.observe([(name, Phase::Deleting)], POOLS, failed_at);
     }
 
     #[test]
-    fn a_launched_warm_claim_deleted_before_it_initialized_blocks_its_pool_doubling_per_failure() {
+    fn a_warm_claim_that_failed_to_become_a_node_blocks_its_pool_doubling_per_failure() {
         let mut b = backoff();
-        launched(&mut b, "gpu-a", 100);
-        assert_eq!(b.blocked("gpu", 100), None);
-        // The registration timeout deletes it.
-        b.observe([("gpu-a", Phase::Deleting)], 1000);
+        fails(&mut b, "gpu-a", 100, 1000);
         let blocked = b.blocked("gpu", 1000).expect("blocked");
         assert_eq!((blocked.failures.count, blocked.until), (1, 1300));
         assert_eq!(blocked.failures.claim, "gpu-a");
+        assert!(blocked.failures.why.contains("no Node registered"));
         assert_eq!(b.blocked("gpu", 1300), None);
         assert_eq!(b.blocked("cpu", 1000), None);
-        // The second failure waits twice as long; the claim that vanished without a deletion
-        // seen counts the same.
-        launched(&mut b, "gpu-b", 1300);
-        b.observe([], 2200);
+        fails(&mut b, "gpu-b", 1300, 2200);
         assert_eq!(b.blocked("gpu", 2200).map(|x| x.until), Some(2800));
         // Up to the maximum.
         for (i, at) in [3000, 4000, 5000, 6000].into_iter().enumerate() {
-            let name = format!("gpu-{i}");
-            launched(&mut b, &name, at);
-            b.observe([], at + 1);
+            fails(&mut b, &format!("gpu-{i}"), at, at + 1);
         }
         assert_eq!(b.blocked("gpu", 6001).map(|x| x.until), Some(6001 + 3600));
     }
 
     #[test]
-    fn an_initialized_warm_claim_clears_its_pool_and_a_claim_refused_at_launch_counts_nothing() {
+    fn only_followed_warm_claims_count_and_an_initialized_one_clears_its_pool() {
         let mut b = backoff();
-        launched(&mut b, "gpu-a", 100);
-        b.observe([("gpu-a", Phase::Deleting)], 1000);
-        assert!(b.blocked("gpu", 1000).is_some());
-        launched(&mut b, "gpu-b", 1300);
-        b.observe([("gpu-b", Phase::Registered)], 1400);
-        b.observe([("gpu-b", Phase::Initialized)], 1500);
+        // A pod's claim, or a warm claim of a leader before this one: not followed.
+        b.failed("gpu-pods", "no Node registered", 1, 100);
+        assert_eq!(b.blocked("gpu", 100), None);
+        // A warm claim deleted for another reason (its Node deleted, expiry): forgotten, and
+        // a later failed deletion of the same name counts nothing.
+        b.created("gpu-a", "gpu", 100);
+        b.observe([("gpu-a", Phase::Registered)], POOLS, 200);
+        b.observe([("gpu-a", Phase::Deleting)], POOLS, 300);
+        b.failed("gpu-a", "no Node registered", 1, 300);
+        assert_eq!(b.blocked("gpu", 300), None);
+        // A claim the cache never showed is forgotten after ten minutes.
+        b.created("gpu-lost", "gpu", 300);
+        b.observe([], POOLS, 901);
+        b.failed("gpu-lost", "no Node registered", 1, 902);
+        assert_eq!(b.blocked("gpu", 902), None);
+        fails(&mut b, "gpu-b", 1000, 1100);
+        assert!(b.blocked("gpu", 1100).is_some());
+        b.created("gpu-c", "gpu", 1400);
+        b.observe([("gpu-c", Phase::Registered)], POOLS, 1450);
+        b.observe([("gpu-c", Phase::Initialized)], POOLS, 1500);
         assert_eq!(b.blocked("gpu", 1500), None);
-        // Refused by the cloud: failed without ever launching.
-        b.created("gpu-c", "gpu", 1600);
-        b.observe([("gpu-c", Phase::Failed)], 1600);
-        b.observe([], 1610);
-        assert_eq!(b.blocked("gpu", 1610), None);
-        // Once initialized, a claim is no longer followed: its later removal is no failure.
-        b.observe([("gpu-b", Phase::Deleting)], 9000);
-        assert_eq!(b.blocked("gpu", 9000), None);
+    }
+
+    #[test]
+    fn a_changed_or_deleted_pool_ends_its_back_off() {
+        let mut b = backoff();
+        fails(&mut b, "gpu-a", 0, 100);
+        b.observe([], [("gpu", 2), ("cpu", 1)], 150);
+        assert_eq!(b.blocked("gpu", 150), None);
+        fails(&mut b, "gpu-b", 200, 300);
+        b.observe([], [("cpu", 1)], 350);
+        assert_eq!(b.blocked("gpu", 350), None);
     }
 
     #[test]
     fn failures_three_quiet_hours_apart_count_from_one_again() {
         let mut b = backoff();
-        launched(&mut b, "gpu-a", 0);
-        b.observe([], 100);
-        launched(&mut b, "gpu-b", 400);
-        b.observe([], 500);
+        fails(&mut b, "gpu-a", 0, 100);
+        fails(&mut b, "gpu-b", 400, 500);
         assert_eq!(b.blocked("gpu", 500).map(|x| x.failures.count), Some(2));
-        launched(&mut b, "gpu-c", 20_000);
-        b.observe([], 20_100);
+        fails(&mut b, "gpu-c", 20_000, 20_100);
         let blocked = b.blocked("gpu", 20_100).expect("blocked");
         assert_eq!((blocked.failures.count, blocked.until), (1, 20_400));
     }

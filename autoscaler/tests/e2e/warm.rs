@@ -219,7 +219,9 @@ async fn e2e_warm_a_pool_whose_warm_node_never_registers_backs_off() {
     .await;
     let note = told.note.unwrap_or_default();
     assert!(
-        note.contains("1 node(s) short of minNodes 1") && note.contains("1 warm node(s) in a row"),
+        note.contains("1 node(s) short of minNodes 1")
+            && note.contains("1 warm node(s) in a row")
+            && note.contains("no Node registered within 2s of the launch"),
         "{note}"
     );
     // Planning goes on every 500 ms; with the default five-minute back-off no second warm

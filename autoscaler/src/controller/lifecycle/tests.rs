@@ -75,9 +75,10 @@ fn launched_waits_for_node_then_times_out() {
     assert_eq!(phase(&c), Phase::Launched);
     let t = Timeouts::default();
     assert_eq!(step(&c, None, NOW + 10, &t), Action::Wait);
+    // A failure to become a node (what the warm back-off counts).
     assert!(matches!(
         step(&c, None, NOW + 900, &t),
-        Action::Delete { .. }
+        Action::Delete { failed: true, .. }
     ));
     let n = node(false, json!([]), "0");
     assert_eq!(
@@ -154,9 +155,13 @@ fn registered_initializes_when_ready_untainted_and_gpus_advertised() {
     assert_eq!(step(&c, Some(&ok), NOW, &t), Action::Initialize);
     assert!(matches!(
         step(&c, Some(&no_gpu), NOW + 900, &t),
-        Action::Delete { .. }
+        Action::Delete { failed: true, .. }
     ));
-    assert!(matches!(step(&c, None, NOW, &t), Action::Delete { .. }));
+    // Its Node deleted by someone: no failure of the claim's.
+    assert!(matches!(
+        step(&c, None, NOW, &t),
+        Action::Delete { failed: false, .. }
+    ));
 }
 
 #[test]
@@ -263,9 +268,17 @@ fn failed_is_deleted_and_deleting_terminates() {
         json!({"status": {"conditions": [cond("Launched", "False", "InsufficientCapacity")]}}),
     );
     assert_eq!(phase(&c), Phase::Failed);
+    // A capacity refusal is no failure (the offering is set aside, another tried); any other
+    // refusal is.
     assert!(matches!(
         step(&c, None, NOW, &Timeouts::default()),
-        Action::Delete { .. }
+        Action::Delete { failed: false, .. }
+    ));
+    let refused =
+        claim(json!({"status": {"conditions": [cond("Launched", "False", "LaunchFailed")]}}));
+    assert!(matches!(
+        step(&refused, None, NOW, &Timeouts::default()),
+        Action::Delete { failed: true, .. }
     ));
     let pending =
         claim(json!({"status": {"conditions": [cond("Launched", "False", "LaunchPending")]}}));
@@ -294,7 +307,7 @@ fn initialized_claim_whose_node_vanished_is_deleted() {
     assert_eq!(step(&c, Some(&ok), NOW, &Timeouts::default()), Action::Wait);
     assert!(matches!(
         step(&c, None, NOW, &Timeouts::default()),
-        Action::Delete { .. }
+        Action::Delete { failed: false, .. }
     ));
 }
 

@@ -9,6 +9,7 @@ use autoscaler_core::instance::InstanceType;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use nodepools::conditions::{self, reasons};
 use nodepools::{NodeClaim, NodePool};
 use providers::{CloudProvider, InstanceState};
@@ -245,8 +246,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     .await
             }
             Action::ResourceMismatch { message } => self.report_mismatch(claim, message).await,
-            Action::Delete { reason } => {
+            Action::Delete { reason, failed } => {
                 tracing::info!(claim = %name, %reason, "deleting NodeClaim");
+                if failed {
+                    let generation = self
+                        .stores
+                        .pools
+                        .get(&ObjectRef::new(&claim.spec.node_pool))
+                        .and_then(|p| p.metadata.generation)
+                        .unwrap_or(0);
+                    self.warm_backoff
+                        .failed(&name, &reason, generation, epoch());
+                }
                 self.shared
                     .actuator
                     .event(

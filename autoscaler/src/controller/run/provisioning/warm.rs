@@ -26,6 +26,8 @@ const UNSEEN_PATIENCE: Duration = Duration::from_secs(60);
 pub const SCALED_UP_TO_MIN_NODES: &str = "ScaledUpToMinNodes";
 /// The Warning event on a NodePool a plan could not bring up to its `minNodes`.
 pub const MIN_NODES_NOT_REACHED: &str = "MinNodesNotReached";
+/// The throttle key of the `MinNodesNotReached` events of the warm back-off.
+const WARM_BACKOFF_KEY: &str = "MinNodesNotReached/WarmBackoff";
 
 impl<P: CloudProvider + 'static> Controller<P> {
     /// Whether this round's plan also brings the NodePools up to their `minNodes`: the flag is
@@ -46,8 +48,15 @@ impl<P: CloudProvider + 'static> Controller<P> {
             .iter()
             .map(|c| (c.name_any(), lifecycle::phase(c)))
             .collect();
-        self.warm_backoff
-            .observe(phases.iter().map(|(n, p)| (n.as_str(), *p)), epoch());
+        let generations: Vec<(String, i64)> = pools
+            .iter()
+            .map(|p| (p.name_any(), p.metadata.generation.unwrap_or(0)))
+            .collect();
+        self.warm_backoff.observe(
+            phases.iter().map(|(n, p)| (n.as_str(), *p)),
+            generations.iter().map(|(n, g)| (n.as_str(), *g)),
+            epoch(),
+        );
         if *self.batcher.window() != Window::Closed {
             return false;
         }
@@ -92,20 +101,18 @@ impl<P: CloudProvider + 'static> Controller<P> {
             let Some(np) = pools.iter().find(|p| p.name_any() == pool) else {
                 continue;
             };
-            if !self
-                .visibility
-                .limits
-                .allow(&pool, MIN_NODES_NOT_REACHED, now)
-            {
+            // Throttled apart from the plan's own `MinNodesNotReached` (a limit), so that
+            // neither hides the other.
+            if !self.visibility.limits.allow(&pool, WARM_BACKOFF_KEY, now) {
                 continue;
             }
             let note = format!(
                 "{count} node(s) short of minNodes {}: {} warm node(s) in a row did not come up \
-                 (the last, NodeClaim {}, was deleted before it initialized); no warm launch \
-                 for {}s",
+                 (the last, NodeClaim {}: {}); no warm launch for {}s",
                 np.spec.min_nodes,
                 b.failures.count,
                 b.failures.claim,
+                b.failures.why,
                 b.until.saturating_sub(now)
             );
             tracing::info!(%pool, %note, "MinNodesNotReached");
