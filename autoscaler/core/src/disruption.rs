@@ -178,7 +178,16 @@ pub struct PoolEvents {
     pub last_delete: Option<i64>,
     /// Last failed node deletion.
     pub last_failure: Option<i64>,
+    /// Failed deletions since the last successful one. The delay after a failure doubles with
+    /// each after the first, up to [`MAX_FAILURE_DELAY_S`]: a replacement that can never come
+    /// up (a broken image behind a drift) is retried ever less often, not launched and thrown
+    /// away every delay for ever.
+    #[serde(default)]
+    pub failures_in_row: u32,
 }
+
+/// The longest delay after failed deletions in a row (or the configured delay, if longer).
+pub const MAX_FAILURE_DELAY_S: i64 = 3600;
 
 /// Node removals the caller is already performing, for the parallelism limits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -198,20 +207,25 @@ impl DisruptionState {
             .last_scale_up = Some(now);
     }
 
-    /// Records the deletion of a node of `pool` at `now`.
+    /// Records the deletion of a node of `pool` at `now` (which ends a run of failures).
     pub fn deleted(&mut self, pool: &str, now: i64) {
-        self.pools.entry(pool.to_string()).or_default().last_delete = Some(now);
+        let e = self.pools.entry(pool.to_string()).or_default();
+        e.last_delete = Some(now);
+        e.failures_in_row = 0;
     }
 
     /// Records a failed deletion of a node of `pool` at `now`.
     pub fn failed(&mut self, pool: &str, now: i64) {
-        self.pools.entry(pool.to_string()).or_default().last_failure = Some(now);
+        let e = self.pools.entry(pool.to_string()).or_default();
+        e.last_failure = Some(now);
+        e.failures_in_row = e.failures_in_row.saturating_add(1);
     }
 }
 
 /// Why a NodePool's scale-down is paused at `now`, if it is: the event (`"a scale-up"`, `"a
 /// deletion"`, `"a failed deletion"`) whose delay ends last, and the wait. The pool's own
-/// delays ([`crate::model::ScaleDownDelays`]) override `config`'s.
+/// delays ([`crate::model::ScaleDownDelays`]) override `config`'s; the delay after a failure
+/// doubles per failure in a row after the first ([`PoolEvents::failures_in_row`]).
 pub fn cooldown(
     delays: &crate::model::ScaleDownDelays,
     events: &PoolEvents,
@@ -231,9 +245,12 @@ pub fn cooldown(
         ),
         (
             events.last_failure,
-            delays
-                .after_failure_s
-                .unwrap_or(config.delay_after_failure_s),
+            failure_delay(
+                delays
+                    .after_failure_s
+                    .unwrap_or(config.delay_after_failure_s),
+                events.failures_in_row,
+            ),
             "a failed deletion",
         ),
     ]
@@ -244,6 +261,15 @@ pub fn cooldown(
         (now < until).then_some((what, Wait { since, until }))
     })
     .max_by_key(|(_, w)| w.until)
+}
+
+/// The delay after the last of `failures` failed deletions in a row: `base`, doubled for each
+/// failure after the first, up to [`MAX_FAILURE_DELAY_S`] (or `base`, if longer).
+fn failure_delay(base: i64, failures: u32) -> i64 {
+    let base = base.max(0);
+    let doublings = failures.saturating_sub(1).min(30);
+    base.saturating_mul(1_i64 << doublings)
+        .min(MAX_FAILURE_DELAY_S.max(base))
 }
 
 /// How a command disrupts its nodes.

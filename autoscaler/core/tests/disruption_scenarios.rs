@@ -743,6 +743,36 @@ fn pool_delays_after_scale_up_and_failure() {
         keep idle: scale-down of NodePool gpu paused for 1m20s after a failed deletion
     "#]],
     );
+    // Failures in a row double the delay (3m, 6m, 12m): a replacement that never comes up is
+    // not launched again every three minutes. A deletion that succeeds ends the run.
+    state.failed("gpu", 400);
+    state.failed("gpu", 1000);
+    check(
+        &s,
+        1000 + 11 * 60,
+        &state,
+        expect![[r#"
+        keep idle: scale-down of NodePool gpu paused for 1m after a failed deletion
+    "#]],
+    );
+    check(
+        &s,
+        1000 + 12 * 60,
+        &state,
+        expect![[r#"
+        Empty Delete nodes=[idle] pods=0 savings=1.006
+    "#]],
+    );
+    state.deleted("gpu", 2000);
+    state.failed("gpu", 2100);
+    check(
+        &s,
+        2100 + 3 * 60,
+        &state,
+        expect![[r#"
+        Empty Delete nodes=[idle] pods=0 savings=1.006
+    "#]],
+    );
 }
 
 /// Cluster Autoscaler's `--scale-down-delay-type-local`, as this project always counts them: a
@@ -780,6 +810,7 @@ fn a_pools_own_delays_override_the_flags() {
         last_scale_up: Some(1000),
         last_delete: Some(1040),
         last_failure: Some(900),
+        failures_in_row: 1,
     };
     let own = |add, delete, failure| ScaleDownDelays {
         after_add_s: add,
