@@ -178,10 +178,11 @@ pub struct PoolEvents {
     pub last_delete: Option<i64>,
     /// Last failed node deletion.
     pub last_failure: Option<i64>,
-    /// Failed deletions since the last successful one. The delay after a failure doubles with
-    /// each after the first, up to [`MAX_FAILURE_DELAY_S`]: a replacement that can never come
-    /// up (a broken image behind a drift) is retried ever less often, not launched and thrown
-    /// away every delay for ever.
+    /// Failed deletions in a row the cluster could not get past (`execute::Step::stuck`),
+    /// since the last successful deletion or the last failure of a command the cluster
+    /// outgrew. The delay after a failure doubles with each after the first, up to
+    /// [`MAX_FAILURE_DELAY_S`]: a replacement that can never come up (a broken image behind a
+    /// drift) is retried ever less often, not launched and thrown away every delay for ever.
     #[serde(default)]
     pub failures_in_row: u32,
 }
@@ -214,11 +215,17 @@ impl DisruptionState {
         e.failures_in_row = 0;
     }
 
-    /// Records a failed deletion of a node of `pool` at `now`.
-    pub fn failed(&mut self, pool: &str, now: i64) {
+    /// Records a failed deletion of a node of `pool` at `now`: `stuck` when the cluster could
+    /// not carry the command out (`execute::Step::stuck`), which lengthens the delay after
+    /// each in a row; otherwise the command was outgrown, and the delay is the configured one.
+    pub fn failed(&mut self, pool: &str, now: i64, stuck: bool) {
         let e = self.pools.entry(pool.to_string()).or_default();
         e.last_failure = Some(now);
-        e.failures_in_row = e.failures_in_row.saturating_add(1);
+        e.failures_in_row = if stuck {
+            e.failures_in_row.saturating_add(1)
+        } else {
+            1
+        };
     }
 }
 
@@ -261,6 +268,28 @@ pub fn cooldown(
         (now < until).then_some((what, Wait { since, until }))
     })
     .max_by_key(|(_, w)| w.until)
+}
+
+/// Whether drift of a NodePool's nodes waits at `now` after failed deletions in the pool, and
+/// until when: only the delay after a failure ([`cooldown`]'s third, doubling per failure in a
+/// row) holds drift back, since drift is no scale-down; without it a drift replacement that
+/// can never come up (a broken image) would be launched again at every pass after each
+/// failure.
+pub fn failure_pause(
+    delays: &crate::model::ScaleDownDelays,
+    events: &PoolEvents,
+    config: &DisruptionConfig,
+    now: i64,
+) -> Option<Wait> {
+    let since = events.last_failure?;
+    let delay = failure_delay(
+        delays
+            .after_failure_s
+            .unwrap_or(config.delay_after_failure_s),
+        events.failures_in_row,
+    );
+    let until = since.saturating_add(delay);
+    (now < until).then_some(Wait { since, until })
 }
 
 /// The delay after the last of `failures` failed deletions in a row: `base`, doubled for each

@@ -734,7 +734,7 @@ fn pool_delays_after_scale_up_and_failure() {
     "#]],
     );
     let mut state = DisruptionState::default();
-    state.failed("gpu", 100);
+    state.failed("gpu", 100, true);
     check(
         &s,
         200,
@@ -745,8 +745,8 @@ fn pool_delays_after_scale_up_and_failure() {
     );
     // Failures in a row double the delay (3m, 6m, 12m): a replacement that never comes up is
     // not launched again every three minutes. A deletion that succeeds ends the run.
-    state.failed("gpu", 400);
-    state.failed("gpu", 1000);
+    state.failed("gpu", 400, true);
+    state.failed("gpu", 1000, true);
     check(
         &s,
         1000 + 11 * 60,
@@ -763,8 +763,20 @@ fn pool_delays_after_scale_up_and_failure() {
         Empty Delete nodes=[idle] pods=0 savings=1.006
     "#]],
     );
+    // A command the cluster outgrew (a pod arrived) is a failure at the configured delay,
+    // whatever came before.
+    state.failed("gpu", 1900, true);
+    state.failed("gpu", 1950, false);
+    check(
+        &s,
+        1950 + 3 * 60,
+        &state,
+        expect![[r#"
+        Empty Delete nodes=[idle] pods=0 savings=1.006
+    "#]],
+    );
     state.deleted("gpu", 2000);
-    state.failed("gpu", 2100);
+    state.failed("gpu", 2100, true);
     check(
         &s,
         2100 + 3 * 60,

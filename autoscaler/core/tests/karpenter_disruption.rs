@@ -1659,6 +1659,37 @@ fn should_replace_drifted_nodes() {
     assert!(err.contains("no longer drifts"), "{err}");
 }
 
+/// Not upstream's (Karpenter launches a drift replacement again at once after one failed;
+/// kubernetes-sigs/karpenter#3072 asks for a stop): after a failed deletion in the pool, drift
+/// waits the delay after a failure, doubled per failure in a row, so a replacement that can
+/// never come up (a broken image) is not launched again at every pass.
+#[test]
+fn drift_waits_after_failed_deletions_in_its_pool_longer_for_each() {
+    let s = snap(
+        vec![drifted_node("n", &big()).with_pod(rs_pod("a"))],
+        vec![drift_pool(vec![big(), cheap()])],
+    );
+    let at = |state: &DisruptionState, now: i64| plan_disruption(&s, state, now, &config());
+    let mut state = DisruptionState::default();
+    state.failed("p", NOW - 60, true);
+    let plan = at(&state, NOW);
+    assert!(drift_commands(&plan).is_empty(), "{}", plan.render());
+    let v = verdict(&plan, "n");
+    assert_eq!(v.kind, VerdictKind::Paused, "{v:?}");
+    assert!(
+        v.reason
+            .ends_with("drift in NodePool p is paused for 2m after a failed deletion"),
+        "{v:?}"
+    );
+    // The delay after a failure (3m) is over: replaced.
+    let plan = at(&state, NOW + 120);
+    assert_eq!(drift_commands(&plan).len(), 1, "{}", plan.render());
+    // That replacement failed too: 6m this time.
+    state.failed("p", NOW + 400, true);
+    assert!(drift_commands(&at(&state, NOW + 400 + 300)).is_empty());
+    assert_eq!(drift_commands(&at(&state, NOW + 400 + 360)).len(), 1);
+}
+
 #[test]
 fn should_delete_drifted_nodes() {
     let s = snap(

@@ -242,8 +242,9 @@ pub trait Policy {
     /// Nodes of NodePool `pool` were deleted at `now`.
     fn on_delete(&mut self, pool: &str, now: i64);
     /// A disruption gave up on nodes of NodePool `pool` it had started to remove (a failed
-    /// deletion) at `now`; the default ignores it.
-    fn on_failure(&mut self, _pool: &str, _now: i64) {}
+    /// deletion) at `now`; `stuck` when the cluster could not carry it out
+    /// (`execute::Step::stuck`). The default ignores it.
+    fn on_failure(&mut self, _pool: &str, _now: i64, _stuck: bool) {}
     /// When a decision with a replacement taints its nodes: the default is this controller's
     /// order (the replacement first, validated again once it is up, then the taint); a model
     /// of another autoscaler answers with that autoscaler's.
@@ -606,8 +607,8 @@ impl Policy for GpuAutoscaler {
         self.state.deleted(pool, now);
     }
 
-    fn on_failure(&mut self, pool: &str, now: i64) {
-        self.state.failed(pool, now);
+    fn on_failure(&mut self, pool: &str, now: i64, stuck: bool) {
+        self.state.failed(pool, now, stuck);
     }
 }
 

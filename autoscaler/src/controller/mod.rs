@@ -51,7 +51,8 @@
 //! validation did not see is on the nodes) → Draining with 429 backoff → Deleting → Done, or
 //! Abandoned → untainted; a drain past `--drain-timeout`, a replacement that never initializes or
 //! an action failing 5 times in a row after the taint is a failed deletion: it sets
-//! `DisruptionState.last_failure`, pausing scale-down for `--scale-down-delay-after-failure`),
+//! `DisruptionState.last_failure`, pausing scale-down and drift in the pool for
+//! `--scale-down-delay-after-failure`, doubled per such failure in a row up to an hour),
 //! `leader::decide` (Lease create/renew/take over; as in client-go, another holder's lease expires
 //! `leaseDurationSeconds` after this replica last saw its record (holder, acquire/renew time,
 //! transitions, duration) change, timed on the local monotonic clock in `leader::Observation`:

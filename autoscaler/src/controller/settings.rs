@@ -243,10 +243,12 @@ pub struct RunArgs {
     /// `scaleDownDelayAfterDelete` overrides it).
     #[arg(long, default_value = disruption::DEFAULT_SCALE_DOWN_DELAY_AFTER_DELETE, value_parser = parse_duration)]
     pub scale_down_delay_after_delete: Duration,
-    /// No scale-down of a NodePool's nodes this long after a failed disruption in the pool
-    /// (per pool; `scaleDownDelayAfterFailure` overrides it), doubled for each further failure
-    /// in a row up to an hour (or this, if longer) until a deletion in the pool succeeds: a
-    /// drift replacement that can never come up is not launched again every few minutes.
+    /// No scale-down or drift of a NodePool's nodes this long after a failed disruption in the
+    /// pool (per pool; `scaleDownDelayAfterFailure` overrides it), doubled for each further
+    /// failure in a row the cluster could not get past (a replacement that never came up, a
+    /// drain that timed out) up to an hour (or this, if longer), until a deletion in the pool
+    /// succeeds: a drift replacement that can never come up is not launched again every few
+    /// minutes.
     #[arg(long, default_value = disruption::DEFAULT_SCALE_DOWN_DELAY_AFTER_FAILURE, value_parser = parse_duration)]
     pub scale_down_delay_after_failure: Duration,
     /// Most nodes being removed at once, empty or drained, across the cluster (the Cluster

@@ -352,9 +352,9 @@ pub struct DisruptionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DURATION_PATTERN))]
     pub scale_down_delay_after_delete: Option<String>,
-    /// No scale-down of this pool's nodes for this long after a deletion in the pool failed
-    /// (a drain timed out, a replacement never came up), doubled for each further failure in a
-    /// row up to an hour (or this, if longer) until a deletion succeeds. Unset:
+    /// No scale-down or drift of this pool's nodes for this long after a deletion in the pool
+    /// failed (a drain timed out, a replacement never came up), doubled for each further such
+    /// failure in a row up to an hour (or this, if longer) until a deletion succeeds. Unset:
     /// `--scale-down-delay-after-failure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(DURATION_PATTERN))]

@@ -201,6 +201,28 @@ impl Pass<'_> {
                 );
                 continue;
             }
+            let pool = snap.pools.iter().find(|p| Some(&p.name) == n.pool.as_ref());
+            let paused = pool.and_then(|p| {
+                let events = self.out.state.pools.get(&p.name)?;
+                super::failure_pause(&p.disruption.delays, events, self.config, self.now)
+                    .map(|w| (p, w))
+            });
+            if let Some((p, wait)) = paused {
+                self.keep(
+                    &n.name,
+                    Blocker {
+                        kind: VerdictKind::Paused,
+                        message: format!(
+                            "{words}, but drift in NodePool {} is paused for {} after a failed \
+                             deletion",
+                            p.name,
+                            crate::duration::format(wait.until - self.now)
+                        ),
+                        wait: Some(wait),
+                    },
+                );
+                continue;
+            }
             decided = self.drift_one(n, &words);
         }
     }

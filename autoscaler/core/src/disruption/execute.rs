@@ -292,6 +292,12 @@ pub struct Step {
     /// The job gives up on nodes it had started to remove (a failed deletion, in Cluster
     /// Autoscaler's terms): the caller records it, pausing scale-down for a while.
     pub failure: bool,
+    /// Of a failure: the cluster could not carry the command out (a replacement that never
+    /// came up or vanished, a drain that timed out, actions failing again and again, a
+    /// deletion that did not take), as against a command the cluster outgrew (a pod arrived,
+    /// the command no longer held once its replacement was up). Only these, in a row, lengthen
+    /// the pause ([`super::DisruptionState::failed`]).
+    pub stuck: bool,
     /// The pods a validation just passed with: they become the command's pods, the set a
     /// later arrival is judged against ([`Job::advance`]).
     pub validated_pods: Option<Vec<PodKey>>,
@@ -372,6 +378,7 @@ fn go(action: Action, next: Stage) -> Step {
         action,
         next,
         failure: false,
+        stuck: false,
         validated_pods: None,
     }
 }
@@ -392,7 +399,16 @@ fn give_up(why: String, failure: bool) -> Step {
         action: Action::Wait,
         next: Stage::Abandoned(why),
         failure,
+        stuck: false,
         validated_pods: None,
+    }
+}
+
+/// [`give_up`] as a failure the cluster could not get past ([`Step::stuck`]), when `failure`.
+fn give_up_stuck(why: String, failure: bool) -> Step {
+    Step {
+        stuck: failure,
+        ..give_up(why, failure)
     }
 }
 
@@ -417,7 +433,7 @@ pub fn step(
         } else if let Some(since) = job.draining_since
             && facts.now - since >= facts.timeouts.drain_s
         {
-            give_up(
+            give_up_stuck(
                 format!(
                     "drain timed out after {}s with {} pod(s) left (first: {})",
                     facts.now - since,
@@ -449,7 +465,7 @@ pub fn step(
     if job.failed_actions >= MAX_FAILED_ACTIONS && job.active() {
         // Before the taint nothing was started; after it, the nodes could not be removed.
         let started = job.tainted();
-        return give_up(
+        return give_up_stuck(
             format!(
                 "{} failed {} times in a row",
                 job.stage.as_str(),
@@ -492,9 +508,9 @@ pub fn step(
                 step
             }
             None if facts.now - since < REPLACEMENT_CACHE_GRACE_S => stay(job),
-            None => give_up("the replacement NodeClaim is gone".into(), true),
+            None => give_up_stuck("the replacement NodeClaim is gone".into(), true),
             Some(false) if facts.now - since >= facts.timeouts.replacement_s => {
-                give_up("the replacement did not initialize in time".into(), true)
+                give_up_stuck("the replacement did not initialize in time".into(), true)
             }
             Some(false) => stay(job),
         },
@@ -511,7 +527,7 @@ pub fn step(
                 // take. Waiting would hold the node out of every later command for good;
                 // the command no longer describes the cluster, so it ends and a new one may
                 // be decided on what is there now.
-                give_up(
+                give_up_stuck(
                     format!(
                         "node {n} is present and not being deleted {}s after its deletion",
                         facts.now - since

@@ -180,7 +180,7 @@ impl Engine<'_> {
             if step.failure {
                 // A failed deletion: scale-down pauses in the nodes' pools, as in the controller.
                 for pool in self.pools_of(&decision.nodes) {
-                    self.policy.on_failure(&pool, self.now);
+                    self.policy.on_failure(&pool, self.now, step.stuck);
                 }
             }
             let before = job.stage.clone();

@@ -558,7 +558,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     // Cluster Autoscaler's scale-down-delay-after-failure starts here, for the
                     // pools of the nodes it gave up on.
                     for pool in pools_of(&snap, &job.command.nodes) {
-                        self.disruption_state.failed(pool, now);
+                        self.disruption_state.failed(pool, now, step.stuck);
                     }
                     self.shared.metrics.disruption_failures.inc();
                 }
