@@ -31,11 +31,12 @@ use super::lifecycle::Phase;
 /// `--node-group-backoff-reset-timeout` default, 3h).
 pub const RESET_S: i64 = 3 * 3600;
 
-/// A warm claim being followed: its pool, when it was created and whether the claim cache has
-/// shown it.
+/// A warm claim being followed: its pool and the pool's generation it was planned from, when
+/// it was created and whether the claim cache has shown it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Followed {
     pool: String,
+    generation: i64,
     created_s: i64,
     seen: bool,
 }
@@ -55,7 +56,7 @@ pub struct Failures {
     pub claim: String,
     /// Why it failed (the lifecycle's reason).
     pub why: String,
-    /// The NodePool's `metadata.generation` at the last failure.
+    /// The NodePool's `metadata.generation` the failed claims were planned from.
     pub generation: i64,
 }
 
@@ -88,25 +89,29 @@ impl WarmBackoff {
         }
     }
 
-    /// Warm claim `claim` of `pool` was created at `now`.
-    pub fn created(&mut self, claim: &str, pool: &str, now: i64) {
+    /// Warm claim `claim` of `pool` was created at `now`, planned from the pool at
+    /// `generation`.
+    pub fn created(&mut self, claim: &str, pool: &str, generation: i64, now: i64) {
         self.claims.insert(
             claim.to_string(),
             Followed {
                 pool: pool.to_string(),
+                generation,
                 created_s: now,
                 seen: false,
             },
         );
     }
 
-    /// The lifecycle deletes `claim` at `now` because it failed to become a node (`why`),
-    /// while its pool is at `generation`. A failure of the pool if it is a followed warm claim;
-    /// counted once, however often the deletion is tried.
-    pub fn failed(&mut self, claim: &str, why: &str, generation: i64, now: i64) {
+    /// The lifecycle deletes `claim` at `now` because it failed to become a node (`why`). A
+    /// failure of the pool if it is a followed warm claim, counted once however often the
+    /// deletion is tried, and against the pool's generation the claim was planned from: a
+    /// claim of the template before an edit does not hold back the edited one.
+    pub fn failed(&mut self, claim: &str, why: &str, now: i64) {
         let Some(f) = self.claims.remove(claim) else {
             return;
         };
+        let generation = f.generation;
         let r = self.pools.entry(f.pool).or_insert(Failures {
             count: 0,
             last_s: now,
@@ -187,21 +192,19 @@ mod tests {
     /// Creates warm claim `name` of pool "gpu" at `at`, has it seen launched, then deleted as
     /// failed at `failed_at` (the pool at generation 1).
     fn fails(b: &mut WarmBackoff, name: &str, at: i64, failed_at: i64) {
-        b.created(name, "gpu", at);
+        b.created(name, "gpu", 1, at);
         // Not in the claim cache yet: waited for.
         b.observe([], POOLS, at);
         b.observe([(name, Phase::Launched)], POOLS, at);
         b.failed(
             name,
             "no Node registered within 900s of the launch",
-            1,
             failed_at,
         );
         // The deletion is tried again: counted once.
         b.failed(
             name,
             "no Node registered within 900s of the launch",
-            1,
             failed_at,
         );
         b.observe([(name, Phase::Deleting)], POOLS, failed_at);
@@ -230,23 +233,23 @@ mod tests {
     fn only_followed_warm_claims_count_and_an_initialized_one_clears_its_pool() {
         let mut b = backoff();
         // A pod's claim, or a warm claim of a leader before this one: not followed.
-        b.failed("gpu-pods", "no Node registered", 1, 100);
+        b.failed("gpu-pods", "no Node registered", 100);
         assert_eq!(b.blocked("gpu", 100), None);
         // A warm claim deleted for another reason (its Node deleted, expiry): forgotten, and
         // a later failed deletion of the same name counts nothing.
-        b.created("gpu-a", "gpu", 100);
+        b.created("gpu-a", "gpu", 1, 100);
         b.observe([("gpu-a", Phase::Registered)], POOLS, 200);
         b.observe([("gpu-a", Phase::Deleting)], POOLS, 300);
-        b.failed("gpu-a", "no Node registered", 1, 300);
+        b.failed("gpu-a", "no Node registered", 300);
         assert_eq!(b.blocked("gpu", 300), None);
         // A claim the cache never showed is forgotten after ten minutes.
-        b.created("gpu-lost", "gpu", 300);
+        b.created("gpu-lost", "gpu", 1, 300);
         b.observe([], POOLS, 901);
-        b.failed("gpu-lost", "no Node registered", 1, 902);
+        b.failed("gpu-lost", "no Node registered", 902);
         assert_eq!(b.blocked("gpu", 902), None);
         fails(&mut b, "gpu-b", 1000, 1100);
         assert!(b.blocked("gpu", 1100).is_some());
-        b.created("gpu-c", "gpu", 1400);
+        b.created("gpu-c", "gpu", 1, 1400);
         b.observe([("gpu-c", Phase::Registered)], POOLS, 1450);
         b.observe([("gpu-c", Phase::Initialized)], POOLS, 1500);
         assert_eq!(b.blocked("gpu", 1500), None);
@@ -261,6 +264,12 @@ mod tests {
         fails(&mut b, "gpu-b", 200, 300);
         b.observe([], [("cpu", 1)], 350);
         assert_eq!(b.blocked("gpu", 350), None);
+        // A claim of the template before an edit fails after it: the edited pool waits not.
+        b.created("gpu-old", "gpu", 1, 400);
+        b.observe([("gpu-old", Phase::Launched)], [("gpu", 2)], 450);
+        b.failed("gpu-old", "no Node registered", 500);
+        b.observe([], [("gpu", 2)], 500);
+        assert_eq!(b.blocked("gpu", 500), None);
     }
 
     #[test]

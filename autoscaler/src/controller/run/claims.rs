@@ -9,7 +9,6 @@ use autoscaler_core::instance::InstanceType;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::ResourceExt;
-use kube::runtime::reflector::ObjectRef;
 use nodepools::conditions::{self, reasons};
 use nodepools::{NodeClaim, NodePool};
 use providers::{CloudProvider, InstanceState};
@@ -249,14 +248,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
             Action::Delete { reason, failed } => {
                 tracing::info!(claim = %name, %reason, "deleting NodeClaim");
                 if failed {
-                    let generation = self
-                        .stores
-                        .pools
-                        .get(&ObjectRef::new(&claim.spec.node_pool))
-                        .and_then(|p| p.metadata.generation)
-                        .unwrap_or(0);
-                    self.warm_backoff
-                        .failed(&name, &reason, generation, epoch());
+                    self.warm_backoff.failed(&name, &reason, epoch());
                 }
                 self.shared
                     .actuator

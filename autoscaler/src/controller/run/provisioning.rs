@@ -317,8 +317,10 @@ impl<P: CloudProvider + 'static> Controller<P> {
                     }
                     self.disruption_state.scaled_up(&nc.pool, epoch());
                     let why = if nc.warm {
-                        self.warm_created(&cname, &nc.pool);
-                        if let Some(np) = pools.iter().find(|p| p.name_any() == nc.pool) {
+                        let np = pools.iter().find(|p| p.name_any() == nc.pool);
+                        let generation = np.and_then(|p| p.metadata.generation).unwrap_or(0);
+                        self.warm_created(&cname, &nc.pool, generation);
+                        if let Some(np) = np {
                             events.push(warm::scaled_up_event(np, &cname, &types));
                         }
                         "to reach the NodePool's minNodes".to_string()

@@ -66,11 +66,12 @@ impl<P: CloudProvider + 'static> Controller<P> {
         self.warm_unseen.is_empty() && due(&mut self.last_warm, self.args.replan_interval)
     }
 
-    /// Warm claim `name` of `pool` was created: no plan brings the pools up again before the
-    /// claim cache shows it, and it is followed until it comes up.
-    pub(super) fn warm_created(&mut self, name: &str, pool: &str) {
+    /// Warm claim `name` of `pool` (planned from the NodePool at `generation`) was created: no
+    /// plan brings the pools up again before the claim cache shows it, and it is followed
+    /// until it comes up.
+    pub(super) fn warm_created(&mut self, name: &str, pool: &str, generation: i64) {
         self.warm_unseen.push((name.to_string(), Instant::now()));
-        self.warm_backoff.created(name, pool, epoch());
+        self.warm_backoff.created(name, pool, generation, epoch());
     }
 
     /// Drops the plan's warm claims of pools backing off after warm nodes that did not come
