@@ -241,33 +241,36 @@ pub fn cooldown(
 ) -> Option<(&'static str, Wait)> {
     [
         (
-            events.last_scale_up,
-            delays.after_add_s.unwrap_or(config.delay_after_scale_up_s),
             "a scale-up",
-        ),
-        (
-            events.last_delete,
-            delays.after_delete_s.unwrap_or(config.delay_after_delete_s),
-            "a deletion",
-        ),
-        (
-            events.last_failure,
-            failure_delay(
-                delays
-                    .after_failure_s
-                    .unwrap_or(config.delay_after_failure_s),
-                events.failures_in_row,
+            wait_after(
+                events.last_scale_up,
+                delays.after_add_s.unwrap_or(config.delay_after_scale_up_s),
+                now,
             ),
+        ),
+        (
+            "a deletion",
+            wait_after(
+                events.last_delete,
+                delays.after_delete_s.unwrap_or(config.delay_after_delete_s),
+                now,
+            ),
+        ),
+        (
             "a failed deletion",
+            failure_pause(delays, events, config, now),
         ),
     ]
     .into_iter()
-    .filter_map(|(at, delay, what)| {
-        let since = at?;
-        let until = since.saturating_add(delay.max(0));
-        (now < until).then_some((what, Wait { since, until }))
-    })
+    .filter_map(|(what, wait)| Some((what, wait?)))
     .max_by_key(|(_, w)| w.until)
+}
+
+/// The wait `delay` after the event at `at`, if it is still on at `now`.
+fn wait_after(at: Option<i64>, delay: i64, now: i64) -> Option<Wait> {
+    let since = at?;
+    let until = since.saturating_add(delay.max(0));
+    (now < until).then_some(Wait { since, until })
 }
 
 /// Whether drift of a NodePool's nodes waits at `now` after failed deletions in the pool, and
@@ -281,15 +284,13 @@ pub fn failure_pause(
     config: &DisruptionConfig,
     now: i64,
 ) -> Option<Wait> {
-    let since = events.last_failure?;
     let delay = failure_delay(
         delays
             .after_failure_s
             .unwrap_or(config.delay_after_failure_s),
         events.failures_in_row,
     );
-    let until = since.saturating_add(delay);
-    (now < until).then_some(Wait { since, until })
+    wait_after(events.last_failure, delay, now)
 }
 
 /// The delay after the last of `failures` failed deletions in a row: `base`, doubled for each

@@ -163,7 +163,7 @@ impl Pass<'_> {
     /// may go; every other drifted node's verdict says why it stays.
     pub(super) fn drift(&mut self) {
         let snap = self.snap;
-        let mut found: Vec<(&Node, Drift)> = snap
+        let mut found: Vec<(&Node, Drift, &Pool)> = snap
             .nodes
             .iter()
             .filter(|n| !self.gone.contains(&n.name))
@@ -172,13 +172,13 @@ impl Pass<'_> {
                     .pools
                     .iter()
                     .find(|p| Some(&p.name) == n.pool.as_ref())?;
-                drift_of(n, pool).map(|d| (n, d))
+                drift_of(n, pool).map(|d| (n, d, pool))
             })
             .collect();
         if found.is_empty() {
             return;
         }
-        found.sort_by(|(a, _), (b, _)| {
+        found.sort_by(|(a, _, _), (b, _, _)| {
             a.created_at
                 .cmp(&b.created_at)
                 .then_with(|| a.name.cmp(&b.name))
@@ -189,7 +189,7 @@ impl Pass<'_> {
             self.nominations.binding(binding);
         }
         let mut decided = false;
-        for (n, d) in found {
+        for (n, d, pool) in found {
             let words = d.words();
             if decided {
                 self.keep(
@@ -201,13 +201,10 @@ impl Pass<'_> {
                 );
                 continue;
             }
-            let pool = snap.pools.iter().find(|p| Some(&p.name) == n.pool.as_ref());
-            let paused = pool.and_then(|p| {
-                let events = self.out.state.pools.get(&p.name)?;
-                super::failure_pause(&p.disruption.delays, events, self.config, self.now)
-                    .map(|w| (p, w))
+            let paused = self.out.state.pools.get(&pool.name).and_then(|events| {
+                super::failure_pause(&pool.disruption.delays, events, self.config, self.now)
             });
-            if let Some((p, wait)) = paused {
+            if let Some(wait) = paused {
                 self.keep(
                     &n.name,
                     Blocker {
@@ -215,7 +212,7 @@ impl Pass<'_> {
                         message: format!(
                             "{words}, but drift in NodePool {} is paused for {} after a failed \
                              deletion",
-                            p.name,
+                            pool.name,
                             crate::duration::format(wait.until - self.now)
                         ),
                         wait: Some(wait),
