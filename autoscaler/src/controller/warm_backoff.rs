@@ -89,6 +89,12 @@ impl WarmBackoff {
         }
     }
 
+    /// Whether it follows no claim and holds no pool's record: [`Self::observe`] would do
+    /// nothing.
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty() && self.pools.is_empty()
+    }
+
     /// Warm claim `claim` of `pool` was created at `now`, planned from the pool at
     /// `generation`.
     pub fn created(&mut self, claim: &str, pool: &str, generation: i64, now: i64) {

@@ -1,7 +1,7 @@
 //! Warm capacity in the provisioning round (`--enforce-node-group-min-size`): when a round
 //! brings the NodePools up to their `minNodes`, and what it tells of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,25 +44,34 @@ impl<P: CloudProvider + 'static> Controller<P> {
         if !self.args.enforce_node_group_min_size || !pools.iter().any(|p| p.spec.min_nodes > 0) {
             return false;
         }
-        let phases: Vec<(String, Phase)> = claims
-            .iter()
-            .map(|c| (c.name_any(), lifecycle::phase(c)))
-            .collect();
-        let generations: Vec<(String, i64)> = pools
-            .iter()
-            .map(|p| (p.name_any(), p.metadata.generation.unwrap_or(0)))
-            .collect();
-        self.warm_backoff.observe(
-            phases.iter().map(|(n, p)| (n.as_str(), *p)),
-            generations.iter().map(|(n, g)| (n.as_str(), *g)),
-            epoch(),
-        );
+        // Most rounds follow nothing: no list of every claim is made for them.
+        if !self.warm_backoff.is_empty() {
+            let phases: Vec<(String, Phase)> = claims
+                .iter()
+                .map(|c| (c.name_any(), lifecycle::phase(c)))
+                .collect();
+            let generations: Vec<(String, i64)> = pools
+                .iter()
+                .map(|p| (p.name_any(), p.metadata.generation.unwrap_or(0)))
+                .collect();
+            self.warm_backoff.observe(
+                phases.iter().map(|(n, p)| (n.as_str(), *p)),
+                generations.iter().map(|(n, g)| (n.as_str(), *g)),
+                epoch(),
+            );
+        }
         if *self.batcher.window() != Window::Closed {
             return false;
         }
-        self.warm_unseen.retain(|(name, at)| {
-            !claims.iter().any(|c| c.name_any() == *name) && at.elapsed() < UNSEEN_PATIENCE
-        });
+        if !self.warm_unseen.is_empty() {
+            let names: HashSet<&str> = claims
+                .iter()
+                .filter_map(|c| c.metadata.name.as_deref())
+                .collect();
+            self.warm_unseen.retain(|(name, at)| {
+                !names.contains(name.as_str()) && at.elapsed() < UNSEEN_PATIENCE
+            });
+        }
         self.warm_unseen.is_empty() && due(&mut self.last_warm, self.args.replan_interval)
     }
 
@@ -76,7 +85,7 @@ impl<P: CloudProvider + 'static> Controller<P> {
 
     /// Drops the plan's warm claims of pools backing off after warm nodes that did not come
     /// up ([`crate::controller::warm_backoff::WarmBackoff`]), with a `MinNodesNotReached`
-    /// Warning on each such pool (throttled as the plan's own).
+    /// Warning on each such pool (throttled on its own key, apart from the plan's).
     pub(super) fn hold_warm_claims(
         &mut self,
         plan: &mut Plan,
