@@ -145,32 +145,16 @@ const NAME_ATTEMPTS: u32 = 5;
 /// characters from the API server's alphabet), unless it has one, and a random create token
 /// ([`keys::CREATE_TOKEN_ANNOTATION`]); and the token.
 fn named_claim(claim: &NodeClaim) -> (NodeClaim, String) {
-    use std::hash::{BuildHasher, Hasher};
-    // The standard library's hasher keys come from the operating system's random source.
-    let random = || {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        h.finish()
-    };
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut named = claim.clone();
     if named.metadata.name.is_none() {
-        let mut bits = random();
         let suffix: String = (0..5)
-            .map(|_| {
-                let c = ALPHABET[(bits % ALPHABET.len() as u64) as usize] as char;
-                bits /= ALPHABET.len() as u64;
-                c
-            })
+            .map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char)
             .collect();
         let prefix = named.metadata.generate_name.take().unwrap_or_default();
         named.metadata.name = Some(format!("{prefix}{suffix}"));
     }
-    let token = format!("{:016x}", random());
+    let token = format!("{:016x}", fastrand::u64(..));
     named
         .metadata
         .annotations
